@@ -1,0 +1,95 @@
+# moat — build, test, install.  `make` builds build/moat; `make check` runs every test.
+CC      ?= cc
+PREFIX  ?= /usr/local
+BUILD   := build
+PKGS    := libseccomp libcap libnl-3.0 libnl-route-3.0 libcjson
+
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null)
+CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
+CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
+
+WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter
+CFLAGS  ?= -O2 -g
+ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) -D_GNU_SOURCE -fstack-protector-strong \
+             -D_FORTIFY_SOURCE=2 -Iinclude -Isrc $(PKG_CFLAGS)
+SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
+
+LIB_SRCS := $(sort $(filter-out src/cli/% src/main.c,$(wildcard src/*/*.c)))
+CLI_SRCS := src/main.c $(sort $(wildcard src/cli/*.c))
+GEN_SRC  := $(BUILD)/gen/embedded.c
+EMBEDDED := policies/default.json rootfs/default.plan
+
+LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/embedded.o
+CLI_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(CLI_SRCS))
+SAN_LIB_OBJS := $(patsubst src/%.c,$(BUILD)/san/%.o,$(LIB_SRCS)) $(BUILD)/san/gen/embedded.o
+
+UNIT_SRCS  := $(sort $(wildcard tests/unit/*.c))
+INTEG_SRCS := $(sort $(wildcard tests/integration/*.c tests/security/*.c)) tests/harness.c
+
+.PHONY: all deps check check-unit check-integration install clean bench
+all: $(BUILD)/moat
+
+deps:
+	@sh tools/deps.sh
+
+$(BUILD)/embed: tools/embed.c
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 $(WARN) -O1 -o $@ $<
+
+$(GEN_SRC): $(BUILD)/embed $(EMBEDDED)
+	@mkdir -p $(@D)
+	$(BUILD)/embed $@ moat_embedded_default_policy=policies/default.json \
+	    moat_embedded_rootfs_plan=rootfs/default.plan
+
+$(BUILD)/obj/gen/embedded.o: $(GEN_SRC)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+$(BUILD)/san/gen/embedded.o: $(GEN_SRC)
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(SAN) -c -o $@ $<
+
+$(BUILD)/obj/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+$(BUILD)/san/%.o: src/%.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(SAN) -MMD -MP -c -o $@ $<
+
+$(BUILD)/libmoat.a: $(LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/libmoat-san.a: $(SAN_LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/moat: $(CLI_OBJS) $(BUILD)/libmoat.a
+	$(CC) $(ALL_CFLAGS) -Wl,-z,relro,-z,now -o $@ $(CLI_OBJS) $(BUILD)/libmoat.a $(PKG_LIBS)
+
+# Unit tests: pure logic, built with AddressSanitizer and UBSan.
+$(BUILD)/test-unit: $(UNIT_SRCS) $(BUILD)/libmoat-san.a
+	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) -Itests -o $@ $(UNIT_SRCS) \
+	    $(BUILD)/libmoat-san.a $(PKG_LIBS) $(CHECK_LIBS)
+
+# Integration and security tests: run build/moat for real, as root and as uid 65534.
+$(BUILD)/test-integration: $(INTEG_SRCS) tests/harness.h $(BUILD)/libmoat.a
+	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Itests -o $@ $(INTEG_SRCS) \
+	    $(BUILD)/libmoat.a $(PKG_LIBS) $(CHECK_LIBS)
+
+check-unit: $(BUILD)/test-unit
+	$(BUILD)/test-unit
+
+check-integration: $(BUILD)/moat $(BUILD)/test-integration
+	MOAT_BIN=$(CURDIR)/$(BUILD)/moat $(BUILD)/test-integration
+
+check: $(BUILD)/moat $(BUILD)/test-unit $(BUILD)/test-integration
+	@bash tools/check.sh $(BUILD)
+
+install: $(BUILD)/moat
+	install -D -m 0755 $(BUILD)/moat $(DESTDIR)$(PREFIX)/bin/moat
+	install -D -m 0644 policies/default.json $(DESTDIR)$(PREFIX)/share/moat/policies/default.json
+
+clean:
+	rm -rf $(BUILD)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

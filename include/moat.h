@@ -1,0 +1,150 @@
+/* moat — public interface of libmoat.
+ *
+ * One run: parse/validate a request, run it in a fresh sandbox, get a result.
+ * Every fallible function returns 0 on success or -1 and fills *err
+ * (type, errno, message); nothing in the library exits the process. */
+#ifndef MOAT_H
+#define MOAT_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define MOAT_VERSION "0.1.0"
+
+/* ---- errors ------------------------------------------------------------ */
+
+enum moat_error_type {
+	MOAT_ERR_NONE = 0,
+	MOAT_ERR_CONFIG,      /* SandboxConfigError: malformed input or config */
+	MOAT_ERR_POLICY,      /* SandboxPolicyError: refused by a security rule */
+	MOAT_ERR_UNAVAILABLE, /* SandboxUnavailableError: host cannot isolate */
+};
+
+struct moat_error {
+	enum moat_error_type type;
+	int sys_errno; /* 0 when not caused by a system call */
+	char *message; /* malloc'd; NULL when no error */
+};
+
+/* Fills err (replacing any previous message) and returns -1. */
+int moat_error_set(struct moat_error *err, enum moat_error_type type,
+		   int sys_errno, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+void moat_error_clear(struct moat_error *err);
+/* "SandboxConfigError", "SandboxPolicyError", "SandboxUnavailableError". */
+const char *moat_error_type_name(enum moat_error_type type);
+/* Process exit code for an error: 2 for config/policy, 3 for unavailable. */
+int moat_error_exit_code(enum moat_error_type type);
+/* {"error":{"type":..,"message":..,"provider":..}} — malloc'd, NULL on OOM. */
+char *moat_error_to_json(const struct moat_error *err, const char *provider);
+
+/* ---- languages ----------------------------------------------------------- */
+
+enum moat_language {
+	MOAT_LANG_PYTHON = 0,
+	MOAT_LANG_JAVASCRIPT,
+	MOAT_LANG_TYPESCRIPT,
+	MOAT_LANG_BASH,
+	MOAT_LANG_SH,
+	MOAT_LANG__COUNT,
+};
+
+/* ---- request ------------------------------------------------------------- */
+
+#define MOAT_MAX_CODE_BYTES (5u * 1024u * 1024u)
+#define MOAT_DEFAULT_TIMEOUT_MS 30000u
+#define MOAT_DEFAULT_OUTPUT_CAP (1024u * 1024u)
+
+struct moat_kv {
+	char *key;
+	char *value;
+	size_t value_len;
+};
+
+struct moat_request {
+	char *code;
+	size_t code_len;
+	enum moat_language language;
+	uint64_t timeout_ms;      /* > 0; default MOAT_DEFAULT_TIMEOUT_MS */
+	struct moat_kv *env;      /* names match ^[A-Za-z_][A-Za-z0-9_]*$ */
+	size_t env_count;
+	struct moat_kv *files;    /* key: relative path under /sandbox */
+	size_t files_count;
+	char *stdin_data;         /* may be NULL: empty stdin */
+	size_t stdin_len;
+	bool network;
+	uint64_t memory_mb;       /* 0: not requested */
+	double cpus;              /* 0: not requested */
+	uint64_t pids_limit;      /* 0: not requested */
+	bool strict_limits;
+	uint64_t max_output_bytes; /* per stream; default MOAT_DEFAULT_OUTPUT_CAP */
+};
+
+/* A request with defaults and no code; free with moat_request_free. */
+struct moat_request *moat_request_new(void);
+void moat_request_free(struct moat_request *req);
+/* Parse one JSON request (DESIGN.md §3) and validate it. */
+int moat_request_parse_json(const char *buf, size_t len,
+			    struct moat_request **out, struct moat_error *err);
+/* Validate a request built in code (the CLI): same rules as the parser. */
+int moat_request_validate(const struct moat_request *req, struct moat_error *err);
+
+/* ---- result -------------------------------------------------------------- */
+
+struct moat_result {
+	char *stdout_buf; /* captured bytes (not NUL-terminated), up to the cap */
+	size_t stdout_len;
+	bool stdout_truncated;
+	char *stderr_buf;
+	size_t stderr_len;
+	bool stderr_truncated;
+	bool exited;        /* true: exit_code valid; false: killed */
+	int exit_code;
+	int signal;         /* terminating signal, 0 when none */
+	bool timed_out;
+	bool oom_killed;
+	const char *killed_by; /* static: "timeout","oom","pids","seccomp","signal"; NULL */
+	uint64_t duration_ms;
+	int64_t memory_peak_bytes; /* -1: unknown */
+	int64_t cpu_time_ms;       /* -1: unknown */
+	const char *limit_memory;  /* static: "cgroup-v2","cgroup-v1","rlimit","none" */
+	const char *limit_pids;
+	const char *limit_cpu;
+	char **warnings;           /* malloc'd strings */
+	size_t warnings_count;
+	const char *provider;      /* static: "native" */
+	/* Rendered by the module that owns them (valid JSON values, malloc'd),
+	 * emitted as "network" / "files" when not NULL. */
+	char *network_json;        /* the network mode and, for the allowlist, connections */
+	char *files_json;          /* "outputs" files collected after the run */
+};
+
+struct moat_result *moat_result_new(void);
+void moat_result_free(struct moat_result *res);
+/* Adds a formatted warning; returns -1 on OOM. */
+int moat_result_warn(struct moat_result *res, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Result JSON (DESIGN.md §3). Output bytes are made valid UTF-8: invalid
+ * sequences become U+FFFD, NUL and control bytes are \u-escaped. */
+char *moat_result_to_json(const struct moat_result *res);
+
+/* ---- running --------------------------------------------------------------- */
+
+enum moat_stream { MOAT_STDOUT = 1, MOAT_STDERR = 2 };
+
+struct moat_run_options {
+	const char *rootfs_dir;    /* NULL: host-derived default plan */
+	const char *policy_path;   /* NULL: embedded default seccomp policy */
+	uint64_t tmpfs_bytes;      /* /tmp and /sandbox size; 0: 64 MiB */
+	uint32_t root_host_id;     /* host uid/gid for sandbox 65534 when run as root; 0: 65534 */
+	/* Called with each chunk of captured output (within the cap), as it comes. */
+	void (*on_output)(void *ctx, enum moat_stream stream, const char *buf, size_t len);
+	void *output_ctx;
+};
+
+void moat_run_options_init(struct moat_run_options *opts);
+int moat_run(const struct moat_request *req, const struct moat_run_options *opts,
+	     struct moat_result **out, struct moat_error *err);
+
+#endif

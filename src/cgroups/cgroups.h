@@ -1,0 +1,29 @@
+/* cgroups: memory/pids/cpu limits and their statistics for one run.
+ * Every limit that is requested but cannot be enforced is reported in the
+ * result (limits + warnings); strictLimits turns that into an error. */
+#ifndef MOAT_CGROUPS_CGROUPS_H
+#define MOAT_CGROUPS_CGROUPS_H
+
+#include <sys/types.h>
+#include "moat.h"
+#include "priv/priv.h"
+
+struct moat_cgroup;
+
+/* Supervisor, before clone: choose the mechanism for each requested limit,
+ * create what is needed, fill res->limit_* and warnings, add rlimit
+ * fallbacks to priv. */
+int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
+			struct moat_priv_plan *priv, struct moat_cgroup **out,
+			struct moat_error *err);
+/* A directory fd for clone3(CLONE_INTO_CGROUP), or -1. */
+int moat_cgroup_clone_fd(const struct moat_cgroup *cg);
+/* After clone, before the child is released (v1: join the controllers). */
+int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_error *err);
+/* Kill every process of the run at once; -1 when this mechanism cannot. */
+int moat_cgroup_kill(struct moat_cgroup *cg);
+/* After the run: statistics and oom/pids detection into res, then remove
+ * everything that was created. NULL-safe. */
+void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res);
+
+#endif

@@ -1,0 +1,18 @@
+/* The moat command line: a thin client of libmoat. */
+#ifndef MOAT_CLI_CLI_H
+#define MOAT_CLI_CLI_H
+
+#include <stddef.h>
+#include "moat.h"
+
+int cli_run(int argc, char **argv);
+int cli_exec(int argc, char **argv);
+int cli_doctor(int argc, char **argv);
+int cli_policy(int argc, char **argv);
+
+/* Reads a whole file ("-" = stdin) up to max bytes into a malloc'd buffer. */
+int cli_read_file(const char *path, size_t max, char **out, size_t *len, struct moat_error *err);
+/* Prints "moat: <message>" on stderr and returns the error's exit code. */
+int cli_fail(const struct moat_error *err);
+
+#endif

@@ -1,0 +1,73 @@
+/* Shared CLI helpers. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+int cli_read_file(const char *path, size_t max, char **out, size_t *len, struct moat_error *err)
+{
+	int fd = strcmp(path, "-") ? open(path, O_RDONLY | O_CLOEXEC) : STDIN_FILENO;
+	if (fd < 0)
+		return moat_error_set(err, MOAT_ERR_CONFIG, errno, "cannot open %s: %s", path,
+				      strerror(errno));
+	size_t cap = 65536, n = 0;
+	char *buf = malloc(cap + 1);
+	int rc = -1;
+	if (!buf) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		goto out;
+	}
+	for (;;) {
+		if (n == cap) {
+			if (cap > max) {
+				moat_error_set(err, MOAT_ERR_POLICY, 0, "%s is larger than %zu bytes",
+					       strcmp(path, "-") ? path : "standard input", max);
+				goto out;
+			}
+			char *nb = realloc(buf, cap * 2 + 1);
+			if (!nb) {
+				moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				goto out;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		ssize_t r = read(fd, buf + n, cap - n);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			moat_error_set(err, MOAT_ERR_CONFIG, errno, "cannot read %s: %s", path,
+				       strerror(errno));
+			goto out;
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	if (n > max) {
+		moat_error_set(err, MOAT_ERR_POLICY, 0, "%s is larger than %zu bytes",
+			       strcmp(path, "-") ? path : "standard input", max);
+		goto out;
+	}
+	buf[n] = '\0';
+	*out = buf;
+	*len = n;
+	buf = NULL;
+	rc = 0;
+out:
+	free(buf);
+	if (fd != STDIN_FILENO)
+		close(fd);
+	return rc;
+}
+
+int cli_fail(const struct moat_error *err)
+{
+	fprintf(stderr, "moat: %s: %s\n", moat_error_type_name(err->type),
+		err->message ? err->message : "unknown error");
+	return moat_error_exit_code(err->type);
+}

@@ -1,0 +1,425 @@
+/* moat run / moat exec. */
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+#include "core/core.h"
+
+#define MAX_INPUT_BYTES (256u * 1024u * 1024u)
+#define MAX_STDIN_BYTES (64u * 1024u * 1024u)
+#define MAX_FILE_BYTES (64u * 1024u * 1024u)
+
+static void run_usage(FILE *f)
+{
+	fputs("usage: moat run [-l LANG] [-c CODE | FILE | -] [options]\n"
+	      "  -l, --language LANG   python, javascript, typescript, bash, sh (default: from\n"
+	      "                        the file extension, else python)\n"
+	      "  -c, --code CODE       the program text\n"
+	      "  FILE | -              read the program from FILE or standard input\n"
+	      "  --timeout DURATION    wall clock: 500ms, 5s, 2m (plain number: seconds; default 30s)\n"
+	      "  --memory SIZE         memory limit: 256M, 1G (plain number: MiB)\n"
+	      "  --cpus N              CPU share, fractions allowed (0.5)\n"
+	      "  --pids N              process limit\n"
+	      "  --strict-limits       fail instead of running with a limit not enforced\n"
+	      "  --env NAME=VALUE      set a variable (repeatable; nothing of the host is passed)\n"
+	      "  --file DEST=SRC       copy host file SRC to /sandbox/DEST (repeatable)\n"
+	      "  --stdin FILE|-        the program's standard input (default: empty)\n"
+	      "  --max-output BYTES    capture cap per stream (default 1 MiB)\n"
+	      "  --net                 allow network egress\n"
+	      "  --policy FILE         seccomp policy (Docker JSON format)\n"
+	      "  --rootfs DIR          a prepared root directory instead of the host's /usr\n"
+	      "  --json                print the result as JSON instead of streaming output\n"
+	      "Exit status: the program's; 124 on timeout; 128+N when killed by signal N;\n"
+	      "2 for a bad request or policy refusal; 3 when the sandbox is unavailable.\n", f);
+}
+
+/* "5s", "500ms", "2m", "5" (seconds) → milliseconds. */
+static int parse_duration(const char *s, uint64_t *ms)
+{
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || end == s || !isfinite(v) || v <= 0)
+		return -1;
+	double mult = 1000;
+	if (!strcmp(end, "ms"))
+		mult = 1;
+	else if (!strcmp(end, "s") || !*end)
+		mult = 1000;
+	else if (!strcmp(end, "m"))
+		mult = 60000;
+	else if (!strcmp(end, "h"))
+		mult = 3600000;
+	else
+		return -1;
+	double r = v * mult;
+	if (r < 1 || r > 86400000.0)
+		return -1;
+	*ms = (uint64_t)r;
+	return 0;
+}
+
+/* "256M", "1G", "512" (MiB) → MiB. */
+static int parse_size_mb(const char *s, uint64_t *mb)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || s[0] == '-' || v == 0)
+		return -1;
+	if (!*end || !strcmp(end, "M") || !strcmp(end, "m") || !strcmp(end, "MiB"))
+		*mb = v;
+	else if (!strcmp(end, "G") || !strcmp(end, "g") || !strcmp(end, "GiB"))
+		*mb = v * 1024;
+	else
+		return -1;
+	return 0;
+}
+
+static int parse_u64(const char *s, uint64_t *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long long v = strtoull(s, &end, 10);
+	if (errno || end == s || *end || s[0] == '-')
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static int add_kv(struct moat_kv **arr, size_t *count, const char *key, size_t key_len,
+		  char *value, size_t value_len)
+{
+	struct moat_kv *n = realloc(*arr, (*count + 1) * sizeof *n);
+	if (!n)
+		return -1;
+	*arr = n;
+	n[*count].key = strndup(key, key_len);
+	if (!n[*count].key)
+		return -1;
+	n[*count].value = value;
+	n[*count].value_len = value_len;
+	(*count)++;
+	return 0;
+}
+
+static void stream_out(void *ctx, enum moat_stream stream, const char *buf, size_t len)
+{
+	(void)ctx;
+	int fd = stream == MOAT_STDOUT ? STDOUT_FILENO : STDERR_FILENO;
+	while (len > 0) {
+		ssize_t n = write(fd, buf, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return; /* reader gone: keep capturing, stop relaying */
+		}
+		buf += n;
+		len -= (size_t)n;
+	}
+}
+
+static int exit_status_of(const struct moat_result *r)
+{
+	if (r->timed_out)
+		return 124;
+	if (r->exited)
+		return r->exit_code;
+	if (r->signal > 0)
+		return 128 + r->signal;
+	return 125;
+}
+
+static int print_json_result(const struct moat_result *r)
+{
+	char *json = moat_result_to_json(r);
+	if (!json) {
+		fputs("moat: out of memory\n", stderr);
+		return -1;
+	}
+	fputs(json, stdout);
+	fputc('\n', stdout);
+	free(json);
+	return fflush(stdout) == 0 ? 0 : -1;
+}
+
+enum {
+	OPT_TIMEOUT = 256, OPT_MEMORY, OPT_CPUS, OPT_PIDS, OPT_STRICT, OPT_ENV, OPT_FILE,
+	OPT_STDIN, OPT_MAXOUT, OPT_NET, OPT_POLICY, OPT_ROOTFS, OPT_JSON, OPT_HELP,
+};
+
+int cli_run(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "language", required_argument, NULL, 'l' }, { "code", required_argument, NULL, 'c' },
+		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
+		{ "memory", required_argument, NULL, OPT_MEMORY },
+		{ "cpus", required_argument, NULL, OPT_CPUS },
+		{ "pids", required_argument, NULL, OPT_PIDS },
+		{ "strict-limits", no_argument, NULL, OPT_STRICT },
+		{ "env", required_argument, NULL, OPT_ENV },
+		{ "file", required_argument, NULL, OPT_FILE },
+		{ "stdin", required_argument, NULL, OPT_STDIN },
+		{ "max-output", required_argument, NULL, OPT_MAXOUT },
+		{ "net", no_argument, NULL, OPT_NET },
+		{ "policy", required_argument, NULL, OPT_POLICY },
+		{ "rootfs", required_argument, NULL, OPT_ROOTFS },
+		{ "json", no_argument, NULL, OPT_JSON }, { "help", no_argument, NULL, OPT_HELP },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct moat_error err = { 0 };
+	struct moat_request *req = moat_request_new();
+	struct moat_run_options opts;
+	moat_run_options_init(&opts);
+	struct moat_result *res = NULL;
+	bool json = false, lang_given = false;
+	const char *code_arg = NULL, *stdin_path = NULL;
+	int status = 2;
+	if (!req) {
+		fputs("moat: out of memory\n", stderr);
+		return 3;
+	}
+	optind = 1;
+	int c;
+	while ((c = getopt_long(argc, argv, "+l:c:", longopts, NULL)) != -1) {
+		switch (c) {
+		case 'l':
+			if (moat_lang_from_name(optarg, &req->language) < 0) {
+				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+					       "unknown language \"%s\" (python, javascript, "
+					       "typescript, bash, sh)", optarg);
+				goto fail;
+			}
+			lang_given = true;
+			break;
+		case 'c':
+			code_arg = optarg;
+			break;
+		case OPT_TIMEOUT:
+			if (parse_duration(optarg, &req->timeout_ms) < 0) {
+				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+					       "--timeout: expected a duration like 500ms, 5s or 2m, got \"%s\"",
+					       optarg);
+				goto fail;
+			}
+			break;
+		case OPT_MEMORY:
+			if (parse_size_mb(optarg, &req->memory_mb) < 0) {
+				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+					       "--memory: expected a size like 256M or 1G, got \"%s\"", optarg);
+				goto fail;
+			}
+			break;
+		case OPT_CPUS: {
+			char *end;
+			errno = 0;
+			req->cpus = strtod(optarg, &end);
+			if (errno || end == optarg || *end || !isfinite(req->cpus) || req->cpus <= 0) {
+				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+					       "--cpus: expected a positive number, got \"%s\"", optarg);
+				goto fail;
+			}
+			break;
+		}
+		case OPT_PIDS:
+			if (parse_u64(optarg, &req->pids_limit) < 0 || req->pids_limit == 0) {
+				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+					       "--pids: expected a positive integer, got \"%s\"", optarg);
+				goto fail;
+			}
+			break;
+		case OPT_MAXOUT:
+			if (parse_u64(optarg, &req->max_output_bytes) < 0 || req->max_output_bytes == 0) {
+				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+					       "--max-output: expected a positive integer, got \"%s\"", optarg);
+				goto fail;
+			}
+			break;
+		case OPT_STRICT:
+			req->strict_limits = true;
+			break;
+		case OPT_ENV: {
+			const char *eq = strchr(optarg, '=');
+			if (!eq) {
+				moat_error_set(&err, MOAT_ERR_CONFIG, 0, "--env: expected NAME=VALUE");
+				goto fail;
+			}
+			char *value = strdup(eq + 1);
+			if (!value || add_kv(&req->env, &req->env_count, optarg,
+					     (size_t)(eq - optarg), value, strlen(value)) < 0) {
+				free(value);
+				moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				goto fail;
+			}
+			break;
+		}
+		case OPT_FILE: {
+			const char *eq = strchr(optarg, '=');
+			if (!eq || eq == optarg || !eq[1]) {
+				moat_error_set(&err, MOAT_ERR_CONFIG, 0, "--file: expected DEST=SRC");
+				goto fail;
+			}
+			char *data;
+			size_t len;
+			if (cli_read_file(eq + 1, MAX_FILE_BYTES, &data, &len, &err) < 0)
+				goto fail;
+			if (add_kv(&req->files, &req->files_count, optarg, (size_t)(eq - optarg), data,
+				   len) < 0) {
+				free(data);
+				moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				goto fail;
+			}
+			break;
+		}
+		case OPT_STDIN:
+			stdin_path = optarg;
+			break;
+		case OPT_NET:
+			req->network = true;
+			break;
+		case OPT_POLICY:
+			opts.policy_path = optarg;
+			break;
+		case OPT_ROOTFS:
+			opts.rootfs_dir = optarg;
+			break;
+		case OPT_JSON:
+			json = true;
+			break;
+		case OPT_HELP:
+			run_usage(stdout);
+			moat_request_free(req);
+			return 0;
+		default:
+			run_usage(stderr);
+			moat_request_free(req);
+			return 2;
+		}
+	}
+	const char *file = optind < argc ? argv[optind] : NULL;
+	if (optind + 1 < argc || (file && code_arg) || (!file && !code_arg)) {
+		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+			       "give the program as exactly one of -c CODE, FILE or - (see moat run --help)");
+		goto fail;
+	}
+	if (code_arg) {
+		req->code = strdup(code_arg);
+		req->code_len = strlen(code_arg);
+		if (!req->code) {
+			moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			goto fail;
+		}
+	} else {
+		if (stdin_path && !strcmp(stdin_path, "-") && !strcmp(file, "-")) {
+			moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+				       "the program and its --stdin cannot both come from standard input");
+			goto fail;
+		}
+		if (cli_read_file(file, MOAT_MAX_CODE_BYTES, &req->code, &req->code_len, &err) < 0)
+			goto fail;
+		if (!lang_given && strcmp(file, "-") && moat_lang_from_path(file, &req->language) < 0) {
+			moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+				       "cannot tell the language of %s from its name; give -l LANG", file);
+			goto fail;
+		}
+	}
+	if (stdin_path && cli_read_file(stdin_path, MAX_STDIN_BYTES, &req->stdin_data,
+					&req->stdin_len, &err) < 0)
+		goto fail;
+	if (moat_request_validate(req, &err) < 0)
+		goto fail;
+	if (!json) {
+		opts.on_output = stream_out;
+	}
+	if (moat_run(req, &opts, &res, &err) < 0)
+		goto fail;
+	if (json) {
+		if (print_json_result(res) < 0)
+			status = 3;
+		else
+			status = exit_status_of(res);
+	} else {
+		for (size_t i = 0; i < res->warnings_count; i++)
+			fprintf(stderr, "moat: warning: %s\n", res->warnings[i]);
+		if (res->stdout_truncated)
+			fprintf(stderr, "moat: stdout truncated at %zu bytes\n", res->stdout_len);
+		if (res->stderr_truncated)
+			fprintf(stderr, "moat: stderr truncated at %zu bytes\n", res->stderr_len);
+		if (res->timed_out)
+			fprintf(stderr, "moat: timed out after %llu ms; every process of the run was killed\n",
+				(unsigned long long)req->timeout_ms);
+		else if (res->killed_by && res->signal > 0)
+			fprintf(stderr, "moat: program killed (%s, signal %d)\n", res->killed_by,
+				res->signal);
+		status = exit_status_of(res);
+	}
+	moat_result_free(res);
+	moat_request_free(req);
+	moat_error_clear(&err);
+	return status;
+fail:
+	status = cli_fail(&err);
+	moat_error_clear(&err);
+	moat_request_free(req);
+	return status;
+}
+
+int cli_exec(int argc, char **argv)
+{
+	static const struct option longopts[] = {
+		{ "policy", required_argument, NULL, OPT_POLICY },
+		{ "rootfs", required_argument, NULL, OPT_ROOTFS },
+		{ NULL, 0, NULL, 0 },
+	};
+	struct moat_run_options opts;
+	moat_run_options_init(&opts);
+	struct moat_error err = { 0 };
+	optind = 1;
+	int c;
+	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
+		if (c == OPT_POLICY)
+			opts.policy_path = optarg;
+		else if (c == OPT_ROOTFS)
+			opts.rootfs_dir = optarg;
+		else
+			return 2;
+	}
+	if (optind < argc) {
+		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+			       "moat exec takes its request as JSON on standard input, not arguments");
+		goto fail;
+	}
+	char *input = NULL;
+	size_t len = 0;
+	struct moat_request *req = NULL;
+	struct moat_result *res = NULL;
+	if (cli_read_file("-", MAX_INPUT_BYTES, &input, &len, &err) < 0)
+		goto fail;
+	int rc = moat_request_parse_json(input, len, &req, &err);
+	free(input);
+	if (rc < 0)
+		goto fail;
+	rc = moat_run(req, &opts, &res, &err);
+	moat_request_free(req);
+	if (rc < 0)
+		goto fail;
+	rc = print_json_result(res);
+	moat_result_free(res);
+	return rc < 0 ? 3 : 0;
+fail:;
+	char *json = moat_error_to_json(&err, "native");
+	int status = moat_error_exit_code(err.type);
+	if (json) {
+		fputs(json, stdout);
+		fputc('\n', stdout);
+		free(json);
+	}
+	fflush(stdout);
+	moat_error_clear(&err);
+	return status;
+}

@@ -1,0 +1,51 @@
+/* core: request/result/errors (public parts in include/moat.h) plus the
+ * language table, path rules and a JSON string writer used by the rest. */
+#ifndef MOAT_CORE_CORE_H
+#define MOAT_CORE_CORE_H
+
+#include "moat.h"
+
+/* ---- language table ---- */
+struct moat_lang_info {
+	enum moat_language id;
+	const char *name;        /* canonical request name: "python" */
+	const char *ext;         /* file extension without dot: "py" */
+	const char *interpreter; /* program looked up on the sandbox PATH: "python3" */
+	const char *transpiler;  /* run first inside the sandbox (TypeScript: "esbuild"), or NULL */
+};
+const struct moat_lang_info *moat_lang_get(enum moat_language id);
+/* Accepts canonical names and aliases (py, python3, js, node, ts, shell). */
+int moat_lang_from_name(const char *name, enum moat_language *out);
+/* By file extension (.py .js .mjs .cjs .ts .mts .sh .bash); -1 when unknown. */
+int moat_lang_from_path(const char *path, enum moat_language *out);
+
+/* ---- paths ---- */
+/* A path for `files`: non-empty, relative, no NUL (len is the real length),
+ * no "." / ".." / empty components, no trailing '/', at most 4096 bytes and
+ * 255 bytes a component. Returns 0 or -1 with a SandboxPolicyError. */
+int moat_path_check_relative(const char *path, size_t len, struct moat_error *err);
+/* Env var names: ^[A-Za-z_][A-Za-z0-9_]*$ (len is the real length). */
+bool moat_env_name_valid(const char *name, size_t len);
+
+/* ---- growable buffer + JSON writing ---- */
+struct moat_buf {
+	char *data;
+	size_t len;
+	size_t cap;
+	bool oom; /* sticky: set when an append failed */
+};
+void moat_buf_append(struct moat_buf *b, const void *data, size_t len);
+void moat_buf_appendf(struct moat_buf *b, const char *fmt, ...)
+	__attribute__((format(printf, 2, 3)));
+/* Appends a JSON string literal (with quotes) of arbitrary bytes: valid UTF-8
+ * is kept, each invalid byte becomes U+FFFD, control bytes and NUL are
+ * \u-escaped, '"' and '\\' escaped. */
+void moat_buf_append_json_string(struct moat_buf *b, const char *s, size_t len);
+/* Appends s for an error message: printable ASCII kept, '"' and '\\'
+ * escaped, other bytes as \xNN, cut at max bytes with "...". */
+void moat_buf_append_quoted(struct moat_buf *b, const char *s, size_t len, size_t max);
+/* Takes the NUL-terminated data (NULL if oom) and resets the buffer. */
+char *moat_buf_take(struct moat_buf *b);
+void moat_buf_free(struct moat_buf *b);
+
+#endif

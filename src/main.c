@@ -1,0 +1,46 @@
+/* moat — run untrusted code in a fresh Linux sandbox. CLI dispatch only. */
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f)
+{
+	fputs("usage: moat run [-l LANG] [-c CODE | FILE | -] [options]   run a program\n"
+	      "       moat exec [--policy FILE] [--rootfs DIR]          JSON request on stdin\n"
+	      "       moat doctor                                      what this host supports\n"
+	      "       moat policy check FILE | moat policy show [FILE] seccomp policies\n"
+	      "       moat version\n"
+	      "`moat run --help` lists the run options.\n", f);
+}
+
+int main(int argc, char **argv)
+{
+	/* output relays must see EPIPE, not die of SIGPIPE */
+	signal(SIGPIPE, SIG_IGN);
+	if (argc < 2) {
+		usage(stderr);
+		return 2;
+	}
+	const char *cmd = argv[1];
+	if (!strcmp(cmd, "run"))
+		return cli_run(argc - 1, argv + 1);
+	if (!strcmp(cmd, "exec"))
+		return cli_exec(argc - 1, argv + 1);
+	if (!strcmp(cmd, "doctor"))
+		return cli_doctor(argc - 1, argv + 1);
+	if (!strcmp(cmd, "policy"))
+		return cli_policy(argc - 1, argv + 1);
+	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
+		printf("moat %s\n", MOAT_VERSION);
+		return 0;
+	}
+	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
+		usage(stdout);
+		return 0;
+	}
+	fprintf(stderr, "moat: unknown command \"%s\"\n", cmd);
+	usage(stderr);
+	return 2;
+}

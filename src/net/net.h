@@ -1,0 +1,33 @@
+/* net: the sandbox's network. Default: a new network namespace with only
+ * lo (up). Other modes (egress through a user-mode stack, an allowlist
+ * proxy) plug in through the same calls. Order, as the runner calls them:
+ *   prepare (supervisor, before clone) → child_setup (pid 1, caps held,
+ *   before the mount plan) → attach (supervisor, after clone, before the
+ *   child is released) → start (supervisor, after release) → finish. */
+#ifndef MOAT_NET_NET_H
+#define MOAT_NET_NET_H
+
+#include <sys/types.h>
+#include "moat.h"
+
+struct moat_net;
+
+int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
+		     struct moat_error *err);
+/* Extra "NAME=value" entries for the program's environment (e.g. proxy
+ * variables), NULL-terminated; NULL when none. */
+char *const *moat_net_env(const struct moat_net *net);
+/* An fd pid 1 must keep open for child_setup (e.g. a socketpair end), or -1. */
+int moat_net_child_fd(const struct moat_net *net);
+/* Child side, pid 1 with its namespace capabilities: bring lo up and set up
+ * the mode. System calls only (async-signal-safe). 0, or -1 with errno. */
+int moat_net_child_setup(const struct moat_net *net);
+/* Supervisor: after clone, before release. */
+int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err);
+/* Supervisor: after the child was released. */
+int moat_net_start(struct moat_net *net, struct moat_error *err);
+/* Supervisor: after the run (or on failure, with res NULL): stop helpers,
+ * close fds, render res->network_json. NULL-safe. */
+void moat_net_finish(struct moat_net *net, struct moat_result *res);
+
+#endif

@@ -1,0 +1,187 @@
+/* Child side: apply a mount plan. System calls only — no allocation, no
+ * stdio — because this runs right after clone3 in a copy of a process that
+ * may have had other threads. */
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "ns/ns.h"
+
+#ifndef AT_RECURSIVE
+#define AT_RECURSIVE 0x8000
+#endif
+
+static int sys_mount_setattr(const char *path, bool recursive, uint64_t attr_set)
+{
+	struct mount_attr attr;
+	memset(&attr, 0, sizeof attr);
+	attr.attr_set = attr_set;
+	unsigned int flags = AT_SYMLINK_NOFOLLOW | (recursive ? AT_RECURSIVE : 0);
+	return (int)syscall(SYS_mount_setattr, AT_FDCWD, path, flags, &attr, sizeof attr);
+}
+
+static int write_all(int fd, const char *data, size_t len)
+{
+	while (len > 0) {
+		ssize_t n = write(fd, data, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return -1;
+		}
+		data += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+static int write_new_file(int dirfd, const char *name, const char *data, size_t len, mode_t mode)
+{
+	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+	if (fd < 0)
+		return -1;
+	int rc = write_all(fd, data, len);
+	int saved = errno;
+	close(fd);
+	errno = saved;
+	return rc;
+}
+
+/* Creates rel (already validated: relative, no ./.., no empty components)
+ * below the directory fd sandbox, making parents, never following symlinks. */
+static int write_sandbox_file(int sandbox, const char *rel, const char *data, size_t len,
+			      mode_t mode)
+{
+	char comp[256];
+	int dirfd = sandbox;
+	const char *p = rel;
+	for (;;) {
+		const char *slash = strchr(p, '/');
+		size_t n = slash ? (size_t)(slash - p) : strlen(p);
+		if (n == 0 || n >= sizeof comp) {
+			errno = ENAMETOOLONG;
+			goto fail;
+		}
+		memcpy(comp, p, n);
+		comp[n] = '\0';
+		if (!slash) {
+			int rc = write_new_file(dirfd, comp, data, len, mode);
+			int saved = errno;
+			if (dirfd != sandbox)
+				close(dirfd);
+			errno = saved;
+			return rc;
+		}
+		if (mkdirat(dirfd, comp, 0755) < 0 && errno != EEXIST)
+			goto fail;
+		int next = openat(dirfd, comp, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		if (next < 0)
+			goto fail;
+		if (dirfd != sandbox)
+			close(dirfd);
+		dirfd = next;
+		p = slash + 1;
+	}
+fail:;
+	int saved = errno;
+	if (dirfd != sandbox)
+		close(dirfd);
+	errno = saved;
+	return -1;
+}
+
+static int apply_one(const struct moat_mount_op *op, int *sandbox_fd)
+{
+	switch (op->kind) {
+	case MOAT_OP_MKDIR:
+		if (mkdir(op->dst, op->mode) < 0 && errno != EEXIST)
+			return -1;
+		return 0;
+	case MOAT_OP_TMPFS:
+		return mount("tmpfs", op->dst, "tmpfs", op->flags, op->src);
+	case MOAT_OP_BIND:
+		return mount(op->src, op->dst, NULL, MS_BIND | (op->recursive ? MS_REC : 0), NULL);
+	case MOAT_OP_SETATTR:
+		return sys_mount_setattr(op->dst, op->recursive, op->attr_set);
+	case MOAT_OP_MKFILE: {
+		int fd = open(op->dst, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0444);
+		if (fd < 0)
+			return -1;
+		close(fd);
+		return 0;
+	}
+	case MOAT_OP_SYMLINK:
+		return symlink(op->src, op->dst);
+	case MOAT_OP_WRITE: {
+		int rc = write_new_file(AT_FDCWD, op->dst, op->data, op->data_len, op->mode);
+		return rc;
+	}
+	case MOAT_OP_PROC:
+		return mount("proc", op->dst, "proc", op->flags, NULL);
+	case MOAT_OP_SANDBOX_FILE:
+		if (*sandbox_fd < 0) {
+			/* the sandbox dir is the last tmpfs mounted before the files */
+			return -1;
+		}
+		return write_sandbox_file(*sandbox_fd, op->dst, op->data, op->data_len, op->mode);
+	case MOAT_OP_PIVOT:
+		if (chdir(op->dst) < 0)
+			return -1;
+		if (syscall(SYS_pivot_root, ".", ".") < 0)
+			return -1;
+		/* the old root is now stacked on top of the new one: detach it */
+		if (umount2(".", MNT_DETACH) < 0)
+			return -1;
+		return chdir("/");
+	case MOAT_OP_CHDIR:
+		return chdir(op->dst);
+	}
+	errno = EINVAL;
+	return -1;
+}
+
+int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op, int *failed_errno)
+{
+	int sandbox_fd = -1;
+	size_t base_len = strlen(plan->base);
+	for (size_t i = 0; i < plan->count; i++) {
+		const struct moat_mount_op *op = &plan->ops[i];
+		if (op->kind == MOAT_OP_SANDBOX_FILE && sandbox_fd < 0) {
+			/* open <base>/sandbox once, when the first file is written */
+			char path[4096];
+			if (base_len + sizeof MOAT_SANDBOX_DIR >= sizeof path) {
+				*failed_op = i;
+				*failed_errno = ENAMETOOLONG;
+				return -1;
+			}
+			memcpy(path, plan->base, base_len);
+			memcpy(path + base_len, MOAT_SANDBOX_DIR, sizeof MOAT_SANDBOX_DIR);
+			sandbox_fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sandbox_fd < 0) {
+				*failed_op = i;
+				*failed_errno = errno;
+				return -1;
+			}
+		}
+		if (op->kind == MOAT_OP_PIVOT && sandbox_fd >= 0) {
+			close(sandbox_fd);
+			sandbox_fd = -1;
+		}
+		if (apply_one(op, &sandbox_fd) < 0) {
+			if (op->optional && (errno == ENOENT || errno == ENOTDIR))
+				continue;
+			*failed_op = i;
+			*failed_errno = errno;
+			if (sandbox_fd >= 0)
+				close(sandbox_fd);
+			return -1;
+		}
+	}
+	if (sandbox_fd >= 0)
+		close(sandbox_fd);
+	return 0;
+}

@@ -1,0 +1,89 @@
+/* ns: the sandbox's filesystem view and id mapping.
+ *
+ * The supervisor builds a mount plan (a flat list of operations with every
+ * path and byte precomputed); the child applies it with system calls only —
+ * no allocation, no locks — so it is safe right after clone3. */
+#ifndef MOAT_NS_NS_H
+#define MOAT_NS_NS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+#include "moat.h"
+
+#define MOAT_SANDBOX_UID 65534
+#define MOAT_SANDBOX_GID 65534
+#define MOAT_SANDBOX_DIR "/sandbox"
+#define MOAT_HOSTNAME "moat"
+#define MOAT_DEFAULT_TMPFS_BYTES (64ull * 1024 * 1024)
+
+enum moat_op_kind {
+	MOAT_OP_MKDIR,     /* dst; an existing directory is fine */
+	MOAT_OP_TMPFS,     /* dst, mount flags, data (tmpfs options) */
+	MOAT_OP_BIND,      /* src → dst, recursive when op.recursive */
+	MOAT_OP_SETATTR,   /* dst: mount_setattr(attr_set), recursive when op.recursive */
+	MOAT_OP_MKFILE,    /* dst: an empty file to bind a file onto */
+	MOAT_OP_SYMLINK,   /* src (target text) → dst */
+	MOAT_OP_WRITE,     /* dst: new file with data/len, mode */
+	MOAT_OP_PROC,      /* dst: a new procfs of this pid namespace */
+	MOAT_OP_SANDBOX_FILE, /* dst relative to the sandbox dir: parents made, data written */
+	MOAT_OP_PIVOT,     /* dst becomes /, the old root is detached */
+	MOAT_OP_CHDIR,     /* dst */
+};
+
+struct moat_mount_op {
+	enum moat_op_kind kind;
+	char *src;
+	char *dst;
+	const char *data;   /* not owned */
+	size_t data_len;
+	unsigned long flags; /* MS_* for TMPFS/PROC */
+	uint64_t attr_set;   /* MOUNT_ATTR_* for SETATTR */
+	mode_t mode;
+	bool recursive;
+	bool optional;       /* ENOENT on the source is skipped */
+	bool user_data;      /* a request file: ENOSPC/EEXIST are the request's fault */
+};
+
+struct moat_mount_plan {
+	struct moat_mount_op *ops;
+	size_t count;
+	size_t cap;
+	char *base;          /* where the new root is assembled before pivot */
+	char *owned_text;    /* generated file contents */
+};
+
+struct moat_plan_input {
+	const char *rootfs_dir;      /* NULL: the embedded host-derived plan */
+	const char *plan_text;       /* NULL: embedded rootfs/default.plan */
+	uint64_t tmpfs_bytes;
+	const struct moat_request *req;
+	const char *code_name;       /* "main.py" */
+};
+
+/* Supervisor side. */
+int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **out,
+		    struct moat_error *err);
+void moat_plan_free(struct moat_mount_plan *plan);
+/* Parses plan text only (for tests and `moat doctor`): -1 with a message that
+ * names the line on error. */
+int moat_plan_check_text(const char *text, struct moat_error *err);
+/* Human description of op i for error messages: "bind /usr on /usr". */
+int moat_plan_describe(const struct moat_mount_plan *plan, size_t i, char *buf, size_t len);
+
+/* Child side: applies every op in order. On failure returns -1 and sets
+ * *failed_op and *failed_errno. Async-signal-safe. */
+int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op, int *failed_errno);
+
+/* Supervisor side: write the child's uid/gid maps. Rootless: caller → 65534,
+ * setgroups denied. Root: 65534 → host_id (never 0), setgroups left allowed
+ * so the child can drop root's supplementary groups. */
+int moat_idmap_write(pid_t pid, bool as_root, uid_t host_uid, gid_t host_gid,
+		     struct moat_error *err);
+
+/* Explains why user namespaces are unavailable on this host, or NULL when no
+ * known restriction is found. Returns a malloc'd sentence with the fix. */
+char *moat_userns_diagnose(void);
+
+#endif

@@ -1,0 +1,541 @@
+/* Supervisor side: turn the rootfs plan text and the request into a flat list
+ * of mount operations. All host lookups (lstat, readlink) happen here. */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "core/embedded.h"
+#include "ns/ns.h"
+
+#define RO_ATTRS (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+
+static const char PASSWD[] =
+	"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
+	"nobody:x:65534:65534:nobody:/sandbox:/usr/sbin/nologin\n";
+static const char GROUP[] = "root:x:0:\nnogroup:x:65534:\n";
+static const char HOSTS[] = "127.0.0.1\tlocalhost " MOAT_HOSTNAME "\n::1\tlocalhost ip6-localhost ip6-loopback\n";
+static const char HOSTNAME_TEXT[] = MOAT_HOSTNAME "\n";
+
+/* device nodes bound from the host; a nodev-free bind is needed to use them */
+static const char *const DEVICES[] = { "null", "zero", "full", "random", "urandom" };
+/* procfs entries made read-only (bound over themselves) */
+static const char *const PROC_RO[] = { "sys", "sysrq-trigger", "irq", "bus", "fs" };
+/* procfs files hidden behind /dev/null */
+static const char *const PROC_MASK[] = { "kcore", "keys", "timer_list", "sched_debug",
+					 "latency_stats", "kallsyms", "kmsg" };
+
+static struct moat_mount_op *add_op(struct moat_mount_plan *p, enum moat_op_kind kind,
+				    const char *src, const char *dst)
+{
+	if (p->count == p->cap) {
+		size_t ncap = p->cap ? p->cap * 2 : 64;
+		struct moat_mount_op *n = realloc(p->ops, ncap * sizeof *n);
+		if (!n)
+			return NULL;
+		p->ops = n;
+		p->cap = ncap;
+	}
+	struct moat_mount_op *op = &p->ops[p->count];
+	memset(op, 0, sizeof *op);
+	op->kind = kind;
+	op->src = src ? strdup(src) : NULL;
+	op->dst = dst ? strdup(dst) : NULL;
+	if ((src && !op->src) || (dst && !op->dst)) {
+		free(op->src);
+		free(op->dst);
+		return NULL;
+	}
+	p->count++;
+	return op;
+}
+
+static char *join(const char *a, const char *b)
+{
+	char *s = NULL;
+	if (asprintf(&s, "%s%s%s", a, (b[0] == '/' || !b[0]) ? "" : "/", b) < 0)
+		return NULL;
+	return s;
+}
+
+/* mkdir -p of every parent of rel (a path starting with '/') below base, then
+ * of rel itself when self is true. */
+static int add_mkdirs(struct moat_mount_plan *p, const char *rel, bool self)
+{
+	size_t len = strlen(rel);
+	char *tmp = strdup(rel);
+	if (!tmp)
+		return -1;
+	for (size_t i = 1; i <= len; i++) {
+		if (i == len && !self)
+			break;
+		if (tmp[i] != '/' && tmp[i] != '\0')
+			continue;
+		char c = tmp[i];
+		tmp[i] = '\0';
+		char *dst = join(p->base, tmp);
+		struct moat_mount_op *op = dst ? add_op(p, MOAT_OP_MKDIR, NULL, dst) : NULL;
+		free(dst);
+		if (!op) {
+			free(tmp);
+			return -1;
+		}
+		op->mode = 0755;
+		tmp[i] = c;
+	}
+	free(tmp);
+	return 0;
+}
+
+static int add_setattr(struct moat_mount_plan *p, const char *dst, uint64_t attrs, bool rec)
+{
+	struct moat_mount_op *op = add_op(p, MOAT_OP_SETATTR, NULL, dst);
+	if (!op)
+		return -1;
+	op->attr_set = attrs;
+	op->recursive = rec;
+	return 0;
+}
+
+/* A read-only bind of host path src at the same path inside. */
+static int add_ro_bind(struct moat_mount_plan *p, const char *src, bool optional,
+		       struct moat_error *err)
+{
+	struct stat st;
+	if (stat(src, &st) < 0) {
+		if (optional && (errno == ENOENT || errno == ENOTDIR))
+			return 0;
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+				      "rootfs plan: cannot use host path %s: %s", src, strerror(errno));
+	}
+	bool dir = S_ISDIR(st.st_mode);
+	if (!dir && !S_ISREG(st.st_mode))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "rootfs plan: host path %s is neither a file nor a directory", src);
+	char *dst = join(p->base, src);
+	int rc = -1;
+	if (!dst || add_mkdirs(p, src, dir) < 0)
+		goto out;
+	if (!dir && !add_op(p, MOAT_OP_MKFILE, NULL, dst))
+		goto out;
+	struct moat_mount_op *op = add_op(p, MOAT_OP_BIND, src, dst);
+	if (!op)
+		goto out;
+	op->recursive = true;
+	op->optional = optional;
+	if (add_setattr(p, dst, RO_ATTRS, true) < 0)
+		goto out;
+	rc = 0;
+out:
+	free(dst);
+	if (rc < 0)
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	return rc;
+}
+
+static int add_usr_link(struct moat_mount_plan *p, const char *name, struct moat_error *err)
+{
+	char *host = join("", name);
+	if (!host)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	if (host[0] != '/') {
+		char *h2 = join("/", name);
+		free(host);
+		host = h2;
+		if (!host)
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
+	struct stat st;
+	int rc = 0;
+	if (lstat(host, &st) < 0) {
+		rc = 0; /* the host has no such entry: neither has the sandbox */
+	} else if (S_ISLNK(st.st_mode)) {
+		char target[PATH_MAX];
+		ssize_t n = readlink(host, target, sizeof target - 1);
+		if (n < 0) {
+			rc = moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "readlink %s: %s",
+					    host, strerror(errno));
+		} else {
+			target[n] = '\0';
+			char *dst = join(p->base, host);
+			if (!dst || !add_op(p, MOAT_OP_SYMLINK, target, dst))
+				rc = moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			free(dst);
+		}
+	} else if (S_ISDIR(st.st_mode)) {
+		rc = add_ro_bind(p, host, true, err);
+	}
+	free(host);
+	return rc;
+}
+
+static int add_generated(struct moat_mount_plan *p, const char *path, const char *kind,
+			 int lineno, struct moat_error *err)
+{
+	const char *text;
+	if (!strcmp(kind, "passwd"))
+		text = PASSWD;
+	else if (!strcmp(kind, "group"))
+		text = GROUP;
+	else if (!strcmp(kind, "hosts"))
+		text = HOSTS;
+	else if (!strcmp(kind, "hostname"))
+		text = HOSTNAME_TEXT;
+	else
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "rootfs plan line %d: unknown generated file kind \"%s\"", lineno, kind);
+	char *dst = join(p->base, path);
+	struct moat_mount_op *op = NULL;
+	if (dst && add_mkdirs(p, path, false) == 0)
+		op = add_op(p, MOAT_OP_WRITE, NULL, dst);
+	free(dst);
+	if (!op)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	op->data = text;
+	op->data_len = strlen(text);
+	op->mode = 0644;
+	return 0;
+}
+
+/* Splits the plan text into lines and either checks (p NULL) or builds. */
+static int run_plan_text(struct moat_mount_plan *p, const char *text, struct moat_error *err)
+{
+	const char *line = text;
+	int lineno = 0;
+	while (*line) {
+		lineno++;
+		const char *end = strchr(line, '\n');
+		size_t len = end ? (size_t)(end - line) : strlen(line);
+		char *copy = strndup(line, len);
+		if (!copy)
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		char *hash = strchr(copy, '#');
+		if (hash)
+			*hash = '\0';
+		char *save = NULL;
+		char *words[4] = { 0 };
+		int n = 0;
+		for (char *w = strtok_r(copy, " \t\r", &save); w; w = strtok_r(NULL, " \t\r", &save)) {
+			if (n == 4) {
+				n++;
+				break;
+			}
+			words[n++] = w;
+		}
+		int rc = 0;
+		if (n == 0) {
+			rc = 0;
+		} else if (n > 3) {
+			rc = moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					    "rootfs plan line %d: too many words", lineno);
+		} else if (!strcmp(words[0], "ro-bind") || !strcmp(words[0], "ro-bind-try")) {
+			if (n != 2 || words[1][0] != '/' || strstr(words[1], ".."))
+				rc = moat_error_set(err, MOAT_ERR_CONFIG, 0,
+						    "rootfs plan line %d: %s takes one absolute path without ..",
+						    lineno, words[0]);
+			else if (p)
+				rc = add_ro_bind(p, words[1], !strcmp(words[0], "ro-bind-try"), err);
+		} else if (!strcmp(words[0], "usr-link")) {
+			if (n != 2 || strchr(words[1], '/') || !strcmp(words[1], "..") || !strcmp(words[1], "."))
+				rc = moat_error_set(err, MOAT_ERR_CONFIG, 0,
+						    "rootfs plan line %d: usr-link takes one top-level name", lineno);
+			else if (p)
+				rc = add_usr_link(p, words[1], err);
+		} else if (!strcmp(words[0], "generate")) {
+			if (n != 3 || words[1][0] != '/' || strstr(words[1], ".."))
+				rc = moat_error_set(err, MOAT_ERR_CONFIG, 0,
+						    "rootfs plan line %d: generate takes an absolute path and a kind",
+						    lineno);
+			else if (p)
+				rc = add_generated(p, words[1], words[2], lineno, err);
+			else if (strcmp(words[2], "passwd") && strcmp(words[2], "group") &&
+				 strcmp(words[2], "hosts") && strcmp(words[2], "hostname"))
+				rc = moat_error_set(err, MOAT_ERR_CONFIG, 0,
+						    "rootfs plan line %d: unknown generated file kind \"%s\"",
+						    lineno, words[2]);
+		} else {
+			rc = moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					    "rootfs plan line %d: unknown directive \"%s\"", lineno, words[0]);
+		}
+		free(copy);
+		if (rc < 0)
+			return -1;
+		if (!end)
+			break;
+		line = end + 1;
+	}
+	return 0;
+}
+
+int moat_plan_check_text(const char *text, struct moat_error *err)
+{
+	return run_plan_text(NULL, text, err);
+}
+
+static int add_tmpfs(struct moat_mount_plan *p, const char *rel, unsigned long flags,
+		     mode_t mode, uint64_t bytes)
+{
+	char *dst = join(p->base, rel);
+	if (!dst)
+		return -1;
+	struct moat_mount_op *op = add_op(p, MOAT_OP_TMPFS, NULL, dst);
+	free(dst);
+	if (!op)
+		return -1;
+	op->flags = flags;
+	op->mode = mode;
+	/* the options string lives in src (owned), "size=N,mode=OOOO" */
+	if (asprintf(&op->src, "size=%llu,mode=%04o", (unsigned long long)bytes, (unsigned)mode) < 0) {
+		op->src = NULL;
+		return -1;
+	}
+	return 0;
+}
+
+static int add_dev(struct moat_mount_plan *p, uint64_t shm_bytes)
+{
+	char *dev = join(p->base, "/dev");
+	if (!dev)
+		return -1;
+	int rc = -1;
+	if (add_mkdirs(p, "/dev", true) < 0 ||
+	    add_tmpfs(p, "/dev", MS_NOSUID | MS_NOEXEC | MS_NODEV, 0755, 1024 * 1024) < 0)
+		goto out;
+	for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++) {
+		char *host = join("/dev", DEVICES[i]);
+		char *dst = join(dev, DEVICES[i]);
+		struct moat_mount_op *op = NULL;
+		if (host && dst && add_op(p, MOAT_OP_MKFILE, NULL, dst))
+			op = add_op(p, MOAT_OP_BIND, host, dst);
+		if (op && add_setattr(p, dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
+				      false) < 0)
+			op = NULL;
+		free(host);
+		free(dst);
+		if (!op)
+			goto out;
+	}
+	static const char *const links[][2] = {
+		{ "/proc/self/fd", "fd" }, { "/proc/self/fd/0", "stdin" },
+		{ "/proc/self/fd/1", "stdout" }, { "/proc/self/fd/2", "stderr" },
+	};
+	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+		char *dst = join(dev, links[i][1]);
+		struct moat_mount_op *op = dst ? add_op(p, MOAT_OP_SYMLINK, links[i][0], dst) : NULL;
+		free(dst);
+		if (!op)
+			goto out;
+	}
+	if (add_mkdirs(p, "/dev/shm", true) < 0 ||
+	    add_tmpfs(p, "/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, shm_bytes) < 0 ||
+	    add_setattr(p, dev, RO_ATTRS | MOUNT_ATTR_NOEXEC, false) < 0)
+		goto out;
+	rc = 0;
+out:
+	free(dev);
+	return rc;
+}
+
+static int add_proc(struct moat_mount_plan *p)
+{
+	char *proc = join(p->base, "/proc");
+	char *devnull = join(p->base, "/dev/null");
+	int rc = -1;
+	if (!proc || !devnull || add_mkdirs(p, "/proc", true) < 0)
+		goto out;
+	struct moat_mount_op *op = add_op(p, MOAT_OP_PROC, NULL, proc);
+	if (!op)
+		goto out;
+	op->flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
+	for (size_t i = 0; i < sizeof PROC_RO / sizeof PROC_RO[0]; i++) {
+		char *path = join(proc, PROC_RO[i]);
+		op = path ? add_op(p, MOAT_OP_BIND, path, path) : NULL;
+		if (op) {
+			op->recursive = true;
+			op->optional = true;
+			op = add_op(p, MOAT_OP_SETATTR, NULL, path);
+		}
+		if (op) {
+			op->attr_set = RO_ATTRS | MOUNT_ATTR_NOEXEC;
+			op->recursive = true;
+			op->optional = true;
+		}
+		free(path);
+		if (!op)
+			goto out;
+	}
+	for (size_t i = 0; i < sizeof PROC_MASK / sizeof PROC_MASK[0]; i++) {
+		char *path = join(proc, PROC_MASK[i]);
+		op = path ? add_op(p, MOAT_OP_BIND, devnull, path) : NULL;
+		if (op)
+			op->optional = true;
+		free(path);
+		if (!op)
+			goto out;
+	}
+	rc = 0;
+out:
+	free(proc);
+	free(devnull);
+	return rc;
+}
+
+static int add_sandbox_file(struct moat_mount_plan *p, const char *rel, const char *data,
+			    size_t len, mode_t mode)
+{
+	struct moat_mount_op *op = add_op(p, MOAT_OP_SANDBOX_FILE, NULL, rel);
+	if (!op)
+		return -1;
+	op->data = data;
+	op->data_len = len;
+	op->mode = mode;
+	op->user_data = true;
+	return 0;
+}
+
+/* The directory the new root is assembled on, inside the child's private
+ * mount namespace (the host never sees it): the first existing of these. */
+static const char *pick_base(void)
+{
+	static const char *const candidates[] = { "/tmp", "/mnt", "/var/tmp", "/run" };
+	for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++) {
+		struct stat st;
+		if (lstat(candidates[i], &st) == 0 && S_ISDIR(st.st_mode))
+			return candidates[i];
+	}
+	return NULL;
+}
+
+static int check_rootfs_dir(const char *dir, struct moat_error *err)
+{
+	static const char *const need[] = { "proc", "dev", "tmp", "sandbox" };
+	struct stat st;
+	if (dir[0] != '/')
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "--rootfs must be an absolute path: %s", dir);
+	if (stat(dir, &st) < 0 || !S_ISDIR(st.st_mode))
+		return moat_error_set(err, MOAT_ERR_CONFIG, errno,
+				      "--rootfs %s is not a directory", dir);
+	for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+		char *path = join(dir, need[i]);
+		if (!path)
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		int ok = lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
+		free(path);
+		if (!ok)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "--rootfs %s has no /%s directory (a prepared root needs "
+					      "empty proc, dev, tmp and sandbox directories)", dir, need[i]);
+	}
+	return 0;
+}
+
+int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **out,
+		    struct moat_error *err)
+{
+	struct moat_mount_plan *p = calloc(1, sizeof *p);
+	if (!p)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	const char *base = pick_base();
+	if (!base) {
+		free(p);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "no directory to assemble the sandbox root on (/tmp, /mnt, /var/tmp, /run)");
+	}
+	p->base = strdup(base);
+	uint64_t tmpfs = in->tmpfs_bytes ? in->tmpfs_bytes : MOAT_DEFAULT_TMPFS_BYTES;
+	if (!p->base)
+		goto oom;
+
+	if (in->rootfs_dir) {
+		if (check_rootfs_dir(in->rootfs_dir, err) < 0)
+			goto fail;
+		struct moat_mount_op *op = add_op(p, MOAT_OP_BIND, in->rootfs_dir, p->base);
+		if (!op)
+			goto oom;
+		op->recursive = true;
+		if (add_setattr(p, p->base, RO_ATTRS, true) < 0)
+			goto oom;
+	} else {
+		if (add_tmpfs(p, "", MS_NOSUID | MS_NODEV, 0755, 4 * 1024 * 1024) < 0)
+			goto oom;
+		const char *text = in->plan_text ? in->plan_text
+						 : (const char *)moat_embedded_rootfs_plan;
+		if (run_plan_text(p, text, err) < 0)
+			goto fail;
+		if (add_mkdirs(p, "/tmp", true) < 0 || add_mkdirs(p, "/sandbox", true) < 0)
+			goto oom;
+	}
+	if (add_dev(p, tmpfs) < 0 || add_proc(p) < 0 ||
+	    add_tmpfs(p, "/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, tmpfs) < 0 ||
+	    add_tmpfs(p, "/sandbox", MS_NOSUID | MS_NODEV, 0755, tmpfs) < 0)
+		goto oom;
+
+	const struct moat_request *req = in->req;
+	if (req) {
+		if (add_sandbox_file(p, in->code_name, req->code, req->code_len, 0644) < 0)
+			goto oom;
+		for (size_t i = 0; i < req->files_count; i++)
+			if (add_sandbox_file(p, req->files[i].key, req->files[i].value,
+					     req->files[i].value_len, 0644) < 0)
+				goto oom;
+	}
+	if (!add_op(p, MOAT_OP_PIVOT, NULL, p->base))
+		goto oom;
+	if (!in->rootfs_dir && add_setattr(p, "/", RO_ATTRS, false) < 0)
+		goto oom;
+	if (!add_op(p, MOAT_OP_CHDIR, NULL, MOAT_SANDBOX_DIR))
+		goto oom;
+	*out = p;
+	return 0;
+oom:
+	moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory building the mount plan");
+fail:
+	moat_plan_free(p);
+	return -1;
+}
+
+void moat_plan_free(struct moat_mount_plan *p)
+{
+	if (!p)
+		return;
+	for (size_t i = 0; i < p->count; i++) {
+		free(p->ops[i].src);
+		free(p->ops[i].dst);
+	}
+	free(p->ops);
+	free(p->base);
+	free(p->owned_text);
+	free(p);
+}
+
+int moat_plan_describe(const struct moat_mount_plan *p, size_t i, char *buf, size_t len)
+{
+	if (i >= p->count)
+		return snprintf(buf, len, "step %zu", i);
+	const struct moat_mount_op *op = &p->ops[i];
+	const char *dst = op->dst ? op->dst : "";
+	size_t bl = strlen(p->base);
+	/* show paths as the sandbox sees them */
+	if (op->kind != MOAT_OP_SANDBOX_FILE && !strncmp(dst, p->base, bl) &&
+	    (dst[bl] == '/' || dst[bl] == '\0'))
+		dst = dst[bl] ? dst + bl : "/";
+	switch (op->kind) {
+	case MOAT_OP_MKDIR: return snprintf(buf, len, "create directory %s", dst);
+	case MOAT_OP_TMPFS: return snprintf(buf, len, "mount tmpfs on %s", dst);
+	case MOAT_OP_BIND: return snprintf(buf, len, "bind %s on %s", op->src, dst);
+	case MOAT_OP_SETATTR: return snprintf(buf, len, "make %s read-only", dst);
+	case MOAT_OP_MKFILE: return snprintf(buf, len, "create mount point %s", dst);
+	case MOAT_OP_SYMLINK: return snprintf(buf, len, "symlink %s -> %s", dst, op->src);
+	case MOAT_OP_WRITE: return snprintf(buf, len, "write %s", dst);
+	case MOAT_OP_PROC: return snprintf(buf, len, "mount proc on %s", dst);
+	case MOAT_OP_SANDBOX_FILE: return snprintf(buf, len, "write file /sandbox/%s", dst);
+	case MOAT_OP_PIVOT: return snprintf(buf, len, "pivot_root into the new root");
+	case MOAT_OP_CHDIR: return snprintf(buf, len, "chdir %s", dst);
+	}
+	return snprintf(buf, len, "step %zu", i);
+}

@@ -1,0 +1,94 @@
+/* Privilege reduction: ids, capabilities (libcap), no_new_privs, rlimits. */
+#include <errno.h>
+#include <grp.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include "ns/ns.h"
+#include "priv/priv.h"
+
+int moat_priv_prepare(struct moat_priv_plan *p, uint64_t fsize_bytes, struct moat_error *err)
+{
+	memset(p, 0, sizeof *p);
+	p->last_cap = (int)cap_max_bits() - 1;
+	if (p->last_cap < CAP_SETPCAP)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "cannot tell how many capabilities this kernel has");
+	p->empty = cap_init(); /* cap_init returns every set cleared */
+	if (!p->empty)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cap_init: %s", strerror(errno));
+	if (moat_priv_add_rlimit(p, RLIMIT_CORE, 0, err) < 0 ||
+	    moat_priv_add_rlimit(p, RLIMIT_NOFILE, 1024, err) < 0 ||
+	    moat_priv_add_rlimit(p, RLIMIT_FSIZE, (rlim_t)fsize_bytes, err) < 0) {
+		moat_priv_release(p);
+		return -1;
+	}
+	return 0;
+}
+
+int moat_priv_add_rlimit(struct moat_priv_plan *p, int resource, rlim_t value,
+			 struct moat_error *err)
+{
+	for (int i = 0; i < p->rlimit_count; i++) {
+		if (p->rlimits[i].resource == resource) {
+			if (value < p->rlimits[i].value.rlim_cur)
+				p->rlimits[i].value.rlim_cur = p->rlimits[i].value.rlim_max = value;
+			return 0;
+		}
+	}
+	if (p->rlimit_count == MOAT_MAX_RLIMITS)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "too many rlimits");
+	struct rlimit cur;
+	if (getrlimit(resource, &cur) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "getrlimit: %s", strerror(errno));
+	/* never raise: the sandbox gets the lower of ours and the wanted one */
+	if (cur.rlim_max != RLIM_INFINITY && value > cur.rlim_max)
+		value = cur.rlim_max;
+	p->rlimits[p->rlimit_count].resource = resource;
+	p->rlimits[p->rlimit_count].value.rlim_cur = value;
+	p->rlimits[p->rlimit_count].value.rlim_max = value;
+	p->rlimit_count++;
+	return 0;
+}
+
+void moat_priv_release(struct moat_priv_plan *p)
+{
+	if (p->empty)
+		cap_free(p->empty);
+	p->empty = NULL;
+}
+
+int moat_priv_become_nobody(bool as_root)
+{
+	if (as_root && setgroups(0, NULL) < 0)
+		return -1;
+	if (setresgid(MOAT_SANDBOX_GID, MOAT_SANDBOX_GID, MOAT_SANDBOX_GID) < 0)
+		return -1;
+	if (setresuid(MOAT_SANDBOX_UID, MOAT_SANDBOX_UID, MOAT_SANDBOX_UID) < 0)
+		return -1;
+	return 0;
+}
+
+int moat_priv_drop_caps(const struct moat_priv_plan *p)
+{
+	for (int c = 0; c <= p->last_cap; c++)
+		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
+			return -1;
+	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
+		return -1;
+	return cap_set_proc(p->empty);
+}
+
+int moat_priv_no_new_privs(void)
+{
+	return prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+}
+
+int moat_priv_apply_rlimits(const struct moat_priv_plan *p)
+{
+	for (int i = 0; i < p->rlimit_count; i++)
+		if (setrlimit(p->rlimits[i].resource, &p->rlimits[i].value) < 0)
+			return -1;
+	return 0;
+}

@@ -1,0 +1,41 @@
+/* priv: what the sandboxed program may do — ids, capabilities,
+ * no_new_privs, resource rlimits. prepare runs in the supervisor; the rest
+ * runs in the child and only makes system calls. */
+#ifndef MOAT_PRIV_PRIV_H
+#define MOAT_PRIV_PRIV_H
+
+#include <stdbool.h>
+#include <stdint.h>
+#include <sys/resource.h>
+#include <sys/capability.h>
+#include "moat.h"
+
+#define MOAT_MAX_RLIMITS 8
+
+struct moat_rlimit {
+	int resource;
+	struct rlimit value;
+};
+
+struct moat_priv_plan {
+	int last_cap;       /* highest capability number the kernel knows */
+	cap_t empty;        /* every set cleared, allocated in the supervisor */
+	struct moat_rlimit rlimits[MOAT_MAX_RLIMITS];
+	int rlimit_count;
+};
+
+int moat_priv_prepare(struct moat_priv_plan *p, uint64_t fsize_bytes, struct moat_error *err);
+/* Adds (or lowers) an rlimit applied to the program, e.g. a cgroup fallback. */
+int moat_priv_add_rlimit(struct moat_priv_plan *p, int resource, rlim_t value,
+			 struct moat_error *err);
+void moat_priv_release(struct moat_priv_plan *p);
+
+/* Child side. Each returns 0 or -1 with errno set. */
+/* As root, drop the supplementary groups; then become 65534:65534. */
+int moat_priv_become_nobody(bool as_root);
+/* Empty the bounding and ambient sets, then every capability set. */
+int moat_priv_drop_caps(const struct moat_priv_plan *p);
+int moat_priv_no_new_privs(void);
+int moat_priv_apply_rlimits(const struct moat_priv_plan *p);
+
+#endif

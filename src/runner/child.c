@@ -1,0 +1,214 @@
+/* The sandbox side of a run. pid 1 of the new namespaces sets up the
+ * filesystem while it still holds its namespace capabilities, then forks the
+ * program (pid 2) and stays as a tiny init that reaps and reports.
+ *
+ * This runs right after clone3 in a copy of the supervisor: system calls
+ * only, no allocation, no stdio. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/mount.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "runner/runner.h"
+
+static void report(int fd, int32_t kind, int32_t step, int32_t err, int32_t detail)
+{
+	struct moat_report r = { .kind = kind, .step = step, .err = err, .detail = detail };
+	ssize_t n;
+	do
+		n = write(fd, &r, sizeof r);
+	while (n < 0 && errno == EINTR);
+}
+
+__attribute__((noreturn)) static void fail(const struct moat_child *c, enum moat_step step,
+					   int detail)
+{
+	report(c->report_fd, MOAT_REPORT_SETUP_FAILED, step, errno, detail);
+	_exit(127);
+}
+
+/* Closes every fd but the ones in keep (unsorted, may hold -1). */
+static int close_all_except(const int *keep, int n)
+{
+	int sorted[8];
+	int m = 0;
+	for (int i = 0; i < n && m < 8; i++) {
+		if (keep[i] < 0)
+			continue;
+		int v = keep[i], j = m;
+		while (j > 0 && sorted[j - 1] > v) {
+			sorted[j] = sorted[j - 1];
+			j--;
+		}
+		sorted[j] = v;
+		m++;
+	}
+	unsigned int from = 0;
+	for (int i = 0; i < m; i++) {
+		if ((unsigned)sorted[i] > from &&
+		    syscall(SYS_close_range, from, (unsigned)sorted[i] - 1, 0) < 0)
+			return -1;
+		from = (unsigned)sorted[i] + 1;
+	}
+	return (int)syscall(SYS_close_range, from, ~0U, 0);
+}
+
+static void reset_signals(void)
+{
+	sigset_t none;
+	sigemptyset(&none);
+	sigprocmask(SIG_SETMASK, &none, NULL);
+	for (int s = 1; s < NSIG; s++)
+		if (s != SIGKILL && s != SIGSTOP)
+			signal(s, SIG_DFL);
+}
+
+/* Tries each candidate path; returns only when none could be executed. */
+static void exec_candidates(const struct moat_exec *e, char **envp)
+{
+	int first_err = ENOENT;
+	for (char **p = e->paths; *p; p++) {
+		execve(*p, e->argv, envp);
+		if (errno != ENOENT && errno != ENOTDIR && first_err == ENOENT)
+			first_err = errno;
+	}
+	errno = first_err;
+}
+
+/* pid 2: becomes the program. */
+__attribute__((noreturn)) static void program_main(const struct moat_child *c)
+{
+	reset_signals();
+	if (setsid() < 0)
+		fail(c, MOAT_STEP_FDS, 0);
+	/* move the four fds out of the way, then to 0, 1, 2 and 3 */
+	int fds[4] = { c->stdin_fd, c->stdout_fd, c->stderr_fd, c->report_fd };
+	for (int i = 0; i < 4; i++) {
+		fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
+		if (fds[i] < 0)
+			fail(c, MOAT_STEP_FDS, 0);
+	}
+	for (int i = 0; i < 3; i++)
+		if (dup2(fds[i], i) < 0)
+			fail(c, MOAT_STEP_FDS, 0);
+	if (dup3(fds[3], 3, O_CLOEXEC) < 0)
+		fail(c, MOAT_STEP_FDS, 0);
+	struct moat_child local = *c;
+	local.report_fd = 3;
+	c = &local;
+	if (syscall(SYS_close_range, 4U, ~0U, 0) < 0)
+		fail(c, MOAT_STEP_FDS, 0);
+	umask(022);
+	if (moat_priv_apply_rlimits(c->priv) < 0)
+		fail(c, MOAT_STEP_RLIMITS, 0);
+	if (moat_priv_drop_caps(c->priv) < 0)
+		fail(c, MOAT_STEP_CAPS, 0);
+	if (moat_priv_no_new_privs() < 0)
+		fail(c, MOAT_STEP_NNP, 0);
+	if (c->seccomp) {
+		int rc = moat_seccomp_install(c->seccomp);
+		if (rc < 0) {
+			errno = -rc;
+			fail(c, MOAT_STEP_SECCOMP, 0);
+		}
+	}
+	if (c->transpile) {
+		pid_t t = fork();
+		if (t < 0)
+			fail(c, MOAT_STEP_TRANSPILE, 0);
+		if (t == 0) {
+			exec_candidates(c->transpile, c->envp);
+			fail(c, MOAT_STEP_TRANSPILE, 0);
+		}
+		int st;
+		while (waitpid(t, &st, 0) < 0)
+			if (errno != EINTR)
+				fail(c, MOAT_STEP_TRANSPILE, 0);
+		/* a transpiler that did not start has already reported */
+		if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
+			_exit(127);
+		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
+			_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+	}
+	exec_candidates(c->program, c->envp);
+	fail(c, MOAT_STEP_EXEC, 0);
+}
+
+/* pid 1 after the fork: no capabilities, not dumpable (the program runs as
+ * the same uid and must not ptrace it), reaps until the program exits. */
+__attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_t program)
+{
+	close(c->stdin_fd);
+	close(c->stdout_fd);
+	close(c->stderr_fd);
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || moat_priv_drop_caps(c->priv) < 0 ||
+	    moat_priv_no_new_privs() < 0) {
+		kill(program, SIGKILL);
+		fail(c, MOAT_STEP_INIT, 0);
+	}
+	for (;;) {
+		int st;
+		pid_t w = waitpid(-1, &st, __WALL);
+		if (w < 0) {
+			if (errno == EINTR)
+				continue;
+			_exit(126); /* no children left and no status: should not happen */
+		}
+		if (w == program) {
+			report(c->report_fd, MOAT_REPORT_STATUS, 0, 0, st);
+			/* exiting kills every other process of the pid namespace */
+			_exit(0);
+		}
+	}
+}
+
+void moat_child_main(const struct moat_child *c)
+{
+	/* if the supervisor dies from here on, so does pid 1 and with it the
+	 * whole pid namespace; before this point the sync read sees EOF */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		fail(c, MOAT_STEP_SYNC, 0);
+	int keep[] = { c->sync_fd, c->report_fd, c->stdin_fd, c->stdout_fd, c->stderr_fd,
+		       c->net_fd };
+	if (close_all_except(keep, 6) < 0)
+		fail(c, MOAT_STEP_FDS, 0);
+	char go;
+	ssize_t n;
+	do
+		n = read(c->sync_fd, &go, 1);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		_exit(125); /* the supervisor gave up: nothing to report to */
+	close(c->sync_fd);
+
+	if (moat_priv_become_nobody(c->as_root) < 0)
+		fail(c, MOAT_STEP_IDS, 0);
+	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
+		fail(c, MOAT_STEP_PRIVATE, 0);
+	size_t op = 0;
+	int op_errno = 0;
+	if (moat_plan_apply(c->plan, &op, &op_errno) < 0) {
+		errno = op_errno;
+		fail(c, MOAT_STEP_MOUNT, (int)op);
+	}
+	if (sethostname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0 ||
+	    setdomainname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0)
+		fail(c, MOAT_STEP_HOSTNAME, 0);
+	if (moat_net_child_setup(c->net) < 0)
+		fail(c, MOAT_STEP_NET, 0);
+	if (c->net_fd >= 0)
+		close(c->net_fd);
+
+	pid_t program = fork();
+	if (program < 0)
+		fail(c, MOAT_STEP_FORK, 0);
+	if (program == 0)
+		program_main(c);
+	init_main(c, program);
+}

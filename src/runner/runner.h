@@ -1,0 +1,71 @@
+/* runner internals: what the supervisor hands the child, and what the child
+ * reports back. Only runner/ knows the order of the steps. */
+#ifndef MOAT_RUNNER_RUNNER_H
+#define MOAT_RUNNER_RUNNER_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "ns/ns.h"
+#include "priv/priv.h"
+#include "net/net.h"
+#include "seccomp/seccomp.h"
+
+enum moat_step {
+	MOAT_STEP_NONE = 0,
+	MOAT_STEP_SYNC,       /* waiting for the supervisor */
+	MOAT_STEP_IDS,        /* becoming 65534 */
+	MOAT_STEP_MOUNT,      /* detail = plan op index */
+	MOAT_STEP_HOSTNAME,
+	MOAT_STEP_FORK,
+	MOAT_STEP_FDS,
+	MOAT_STEP_RLIMITS,
+	MOAT_STEP_CAPS,
+	MOAT_STEP_NNP,
+	MOAT_STEP_SECCOMP,
+	MOAT_STEP_TRANSPILE,  /* running the transpiler failed to start */
+	MOAT_STEP_EXEC,
+	MOAT_STEP_INIT,
+	MOAT_STEP_PRIVATE,    /* making the mount tree private */
+	MOAT_STEP_NET,        /* network setup inside */
+};
+
+enum moat_report_kind {
+	MOAT_REPORT_SETUP_FAILED = 1, /* step, err, detail */
+	MOAT_REPORT_STATUS = 2,       /* detail = wait status of the program */
+};
+
+struct moat_report {
+	int32_t kind;
+	int32_t step;
+	int32_t err;
+	int32_t detail;
+};
+
+/* One program to execute: tried at each candidate path in turn. */
+struct moat_exec {
+	char **paths;       /* NULL-terminated candidates: /usr/local/bin/python3 ... */
+	char **argv;        /* NULL-terminated */
+};
+
+struct moat_child {
+	const struct moat_mount_plan *plan;
+	const struct moat_priv_plan *priv;
+	const struct moat_seccomp_prog *seccomp; /* NULL: none */
+	const struct moat_net *net;
+	int net_fd;     /* kept for moat_net_child_setup, or -1 */
+	bool as_root;
+	int sync_fd;    /* read: one byte when the id maps are written */
+	int report_fd;  /* write: struct moat_report records */
+	int stdin_fd;
+	int stdout_fd;
+	int stderr_fd;
+	const struct moat_exec *transpile; /* NULL unless the language needs it */
+	const struct moat_exec *program;
+	char **envp;
+};
+
+/* The clone3 child: pid 1 of the new namespaces. Never returns. */
+__attribute__((noreturn)) void moat_child_main(const struct moat_child *c);
+
+#endif

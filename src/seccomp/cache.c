@@ -1,0 +1,267 @@
+/* Compiled-BPF cache: compile a policy once per (policy bytes, native arch,
+ * kernel release, libseccomp version, log flag, moat version).
+ *
+ * Location: /var/cache/moat/seccomp for root, else
+ * $XDG_CACHE_HOME/moat/seccomp or ~/.cache/moat/seccomp. Poisoning is kept
+ * out by refusing any cache directory not owned by us or accessible to group
+ * or others (created 0700), and any entry not a regular file of ours. Entries
+ * are written to a temporary name and renamed (0600, O_CLOEXEC|O_NOFOLLOW).
+ *
+ * File: struct cache_hdr, then n_insns BPF instructions. Read back only if
+ * the size is exact, the magic and key match, and the SHA-256 of the body
+ * matches; anything else is a miss and the policy is compiled again. The
+ * cache never produces an error: at worst it is not used. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <seccomp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include "seccomp/internal.h"
+
+#define CACHE_MAGIC "MOATBPF\x01"
+#define CACHE_FLAG_LOG 1u
+
+struct cache_hdr {
+	char magic[8];
+	uint8_t key[SC_SHA256_LEN];
+	uint8_t body_sha[SC_SHA256_LEN];
+	uint32_t n_insns;
+	uint32_t flags;
+};
+
+static char *dir_override; /* NULL: default; "": disabled */
+static bool dir_overridden;
+
+void sc_cache_set_dir(const char *dir)
+{
+	free(dir_override);
+	dir_override = dir ? strdup(dir) : NULL;
+	dir_overridden = dir != NULL;
+}
+
+static void hash_field(struct sc_sha256 *s, const void *data, size_t len)
+{
+	uint64_t n = len;
+	sc_sha256_update(s, &n, sizeof n);
+	sc_sha256_update(s, data, len);
+}
+
+void sc_cache_key(const char *policy, size_t len, const struct sc_host *host,
+		  bool log_denied, uint8_t key[SC_SHA256_LEN])
+{
+	struct sc_sha256 s;
+	sc_sha256_init(&s);
+	hash_field(&s, "moat-seccomp-cache-v1", 21);
+	hash_field(&s, MOAT_VERSION, strlen(MOAT_VERSION));
+	const struct scmp_version *v = seccomp_version();
+	uint32_t ver[3] = { v ? v->major : 0, v ? v->minor : 0, v ? v->micro : 0 };
+	hash_field(&s, ver, sizeof ver);
+	hash_field(&s, &host->scmp_arch, sizeof host->scmp_arch);
+	hash_field(&s, host->release, strlen(host->release));
+	uint8_t lg = log_denied ? 1 : 0;
+	hash_field(&s, &lg, 1);
+	hash_field(&s, policy, len);
+	sc_sha256_final(&s, key);
+}
+
+char *sc_cache_file_name(const uint8_t key[SC_SHA256_LEN])
+{
+	char *name = malloc(SC_SHA256_LEN * 2 + 5);
+	if (!name)
+		return NULL;
+	for (size_t i = 0; i < SC_SHA256_LEN; i++)
+		sprintf(name + 2 * i, "%02x", key[i]);
+	strcpy(name + 2 * SC_SHA256_LEN, ".bpf");
+	return name;
+}
+
+/* Our own directory, 0700: the only kind the cache trusts. */
+static bool dir_trusted(int fd)
+{
+	struct stat st;
+	return fstat(fd, &st) == 0 && S_ISDIR(st.st_mode) && st.st_uid == geteuid() &&
+	       (st.st_mode & 077) == 0;
+}
+
+/* mkdir -p, creating missing components 0700. */
+static int mkdirs(char *path)
+{
+	for (char *p = path + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char saved = *p;
+		*p = '\0';
+		int rc = mkdir(path, 0700);
+		int e = errno;
+		*p = saved;
+		if (rc != 0 && e != EEXIST)
+			return -1;
+		if (saved == '\0')
+			return 0;
+	}
+}
+
+static char *default_dir(void)
+{
+	char *d = NULL;
+	if (geteuid() == 0)
+		return strdup("/var/cache/moat/seccomp");
+	const char *xdg = secure_getenv("XDG_CACHE_HOME");
+	const char *home = secure_getenv("HOME");
+	if (xdg && xdg[0] == '/') {
+		if (asprintf(&d, "%s/moat/seccomp", xdg) < 0)
+			return NULL;
+	} else if (home && home[0] == '/') {
+		if (asprintf(&d, "%s/.cache/moat/seccomp", home) < 0)
+			return NULL;
+	}
+	return d;
+}
+
+/* The cache directory fd, or -1 when there is no usable cache. */
+static int open_dir(void)
+{
+	char *dir;
+	if (dir_overridden)
+		dir = dir_override && dir_override[0] ? strdup(dir_override) : NULL;
+	else
+		dir = default_dir();
+	if (!dir)
+		return -1;
+	if (dir[0] != '/' || strlen(dir) >= PATH_MAX) {
+		free(dir);
+		return -1;
+	}
+	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (fd < 0 && errno == ENOENT && mkdirs(dir) == 0)
+		fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	free(dir);
+	if (fd >= 0 && !dir_trusted(fd)) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+static int read_all(int fd, void *buf, size_t len)
+{
+	size_t got = 0;
+	while (got < len) {
+		ssize_t r = read(fd, (char *)buf + got, len - got);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		got += (size_t)r;
+	}
+	return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len)
+{
+	size_t done = 0;
+	while (done < len) {
+		ssize_t r = write(fd, (const char *)buf + done, len - done);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r <= 0)
+			return -1;
+		done += (size_t)r;
+	}
+	return 0;
+}
+
+int sc_cache_load(const uint8_t key[SC_SHA256_LEN], struct moat_seccomp_prog **out)
+{
+	*out = NULL;
+	int dfd = open_dir();
+	if (dfd < 0)
+		return -1;
+	char *name = sc_cache_file_name(key);
+	int fd = name ? openat(dfd, name, O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK) : -1;
+	free(name);
+	close(dfd);
+	if (fd < 0)
+		return -1;
+	struct moat_seccomp_prog *prog = NULL;
+	struct cache_hdr h;
+	struct stat st;
+	if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid() ||
+	    st.st_size < (off_t)sizeof h ||
+	    st.st_size > (off_t)(sizeof h + SC_MAX_INSNS * sizeof(struct sock_filter)) ||
+	    (st.st_size - (off_t)sizeof h) % (off_t)sizeof(struct sock_filter) != 0)
+		goto bad;
+	if (read_all(fd, &h, sizeof h) < 0 || memcmp(h.magic, CACHE_MAGIC, 8) != 0 ||
+	    memcmp(h.key, key, SC_SHA256_LEN) != 0 || h.n_insns == 0 ||
+	    h.n_insns > SC_MAX_INSNS || (h.flags & ~CACHE_FLAG_LOG) != 0 ||
+	    (off_t)(sizeof h + h.n_insns * sizeof(struct sock_filter)) != st.st_size)
+		goto bad;
+	prog = calloc(1, sizeof *prog);
+	size_t body = h.n_insns * sizeof(struct sock_filter);
+	if (!prog || !(prog->insns = malloc(body)) || read_all(fd, prog->insns, body) < 0)
+		goto bad;
+	uint8_t sha[SC_SHA256_LEN];
+	sc_sha256(prog->insns, body, sha);
+	if (memcmp(sha, h.body_sha, SC_SHA256_LEN) != 0)
+		goto bad;
+	char extra;
+	if (read(fd, &extra, 1) != 0) /* grew after fstat */
+		goto bad;
+	close(fd);
+	prog->len = (unsigned short)h.n_insns;
+	prog->log = (h.flags & CACHE_FLAG_LOG) != 0;
+	*out = prog;
+	return 0;
+bad:
+	moat_seccomp_prog_free(prog);
+	close(fd);
+	return -1;
+}
+
+int sc_cache_store(const uint8_t key[SC_SHA256_LEN], const struct moat_seccomp_prog *prog)
+{
+	if (!prog || prog->len == 0 || prog->len > SC_MAX_INSNS)
+		return -1;
+	int dfd = open_dir();
+	if (dfd < 0)
+		return -1;
+	char *name = sc_cache_file_name(key);
+	char *tmp = NULL;
+	uint64_t rnd = 0;
+	if (getrandom(&rnd, sizeof rnd, GRND_NONBLOCK) != sizeof rnd)
+		rnd ^= (uint64_t)getpid() << 20;
+	if (!name || asprintf(&tmp, ".tmp-%d-%016llx", (int)getpid(),
+			      (unsigned long long)rnd) < 0) {
+		free(name);
+		close(dfd);
+		return -1;
+	}
+	int rc = -1;
+	int fd = openat(dfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+	if (fd < 0)
+		goto out;
+	struct cache_hdr h;
+	memset(&h, 0, sizeof h);
+	memcpy(h.magic, CACHE_MAGIC, 8);
+	memcpy(h.key, key, SC_SHA256_LEN);
+	size_t body = prog->len * sizeof(struct sock_filter);
+	sc_sha256(prog->insns, body, h.body_sha);
+	h.n_insns = prog->len;
+	h.flags = prog->log ? CACHE_FLAG_LOG : 0;
+	bool ok = write_all(fd, &h, sizeof h) == 0 && write_all(fd, prog->insns, body) == 0;
+	if (close(fd) != 0)
+		ok = false;
+	if (ok && renameat(dfd, tmp, dfd, name) == 0)
+		rc = 0;
+	else
+		unlinkat(dfd, tmp, 0);
+out:
+	free(tmp);
+	free(name);
+	close(dfd);
+	return rc;
+}

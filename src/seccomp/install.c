@@ -1,0 +1,87 @@
+/* moat_seccomp_prepare (supervisor: policy → cached or fresh BPF) and
+ * moat_seccomp_install (child: one seccomp syscall, nothing else). */
+#include <errno.h>
+#include <linux/seccomp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <time.h>
+#include <unistd.h>
+#include "seccomp/internal.h"
+
+static struct sc_stats last_stats;
+
+void sc_stats_get(struct sc_stats *out)
+{
+	*out = last_stats;
+}
+
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int moat_seccomp_prepare(const char *policy_path, bool log_denied,
+			 struct moat_seccomp_prog **out, struct moat_error *err)
+{
+	*out = NULL;
+	uint64_t t0 = now_ns();
+	struct sc_host host;
+	if (sc_host_detect(&host, err) < 0)
+		return -1;
+	char *buf;
+	size_t len;
+	if (sc_policy_read(policy_path, &buf, &len, err) < 0)
+		return -1;
+	uint8_t key[SC_SHA256_LEN];
+	sc_cache_key(buf, len, &host, log_denied, key);
+	struct moat_seccomp_prog *prog = NULL;
+	if (sc_cache_load(key, &prog) == 0) {
+		free(buf);
+		last_stats = (struct sc_stats){ .from_cache = true, .prepare_ns = now_ns() - t0 };
+		*out = prog;
+		return 0;
+	}
+	uint64_t t1 = now_ns();
+	struct sc_policy *pol = NULL;
+	int rc = sc_policy_parse(buf, len, &host, &pol, err);
+	free(buf);
+	if (rc == 0)
+		rc = sc_compile(pol, log_denied, &prog, err);
+	sc_policy_free(pol);
+	if (rc < 0) {
+		/* name the policy in the message */
+		if (err && err->message) {
+			char *m = err->message;
+			err->message = NULL;
+			moat_error_set(err, err->type, err->sys_errno, "%s: %s",
+				       policy_path ? policy_path : "(embedded default policy)", m);
+			free(m);
+		}
+		return -1;
+	}
+	uint64_t t2 = now_ns();
+	sc_cache_store(key, prog);
+	last_stats = (struct sc_stats){
+		.from_cache = false, .prepare_ns = now_ns() - t0, .compile_ns = t2 - t1
+	};
+	*out = prog;
+	return 0;
+}
+
+int moat_seccomp_install(const struct moat_seccomp_prog *prog)
+{
+	if (!prog || !prog->insns || prog->len == 0)
+		return -EINVAL;
+	struct sock_fprog fprog = {
+		.len = prog->len,
+		.filter = prog->insns,
+	};
+	/* Single-threaded child: no TSYNC needed. */
+	unsigned long flags = prog->log ? SECCOMP_FILTER_FLAG_LOG : 0;
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fprog) != 0)
+		return -errno;
+	return 0;
+}

@@ -1,0 +1,30 @@
+/* seccomp: Docker/OCI-format JSON policies → libseccomp → BPF (cached),
+ * installed in the sandboxed program as the last step before execve. */
+#ifndef MOAT_SECCOMP_SECCOMP_H
+#define MOAT_SECCOMP_SECCOMP_H
+
+#include <stdbool.h>
+#include <stdio.h>
+#include "moat.h"
+
+/* A compiled filter for the native architecture, ready to install. */
+struct moat_seccomp_prog;
+
+/* Supervisor side, before clone: load the policy (path NULL = the embedded
+ * default), compile it (or take the cached BPF) and return the program.
+ * log_denied: install so denials are logged / reportable (--seccomp-log). */
+int moat_seccomp_prepare(const char *policy_path, bool log_denied,
+			 struct moat_seccomp_prog **out, struct moat_error *err);
+void moat_seccomp_prog_free(struct moat_seccomp_prog *prog);
+
+/* Child side, after no_new_privs: async-signal-safe (no allocation, no
+ * locks, only the seccomp syscall). Returns 0 or -errno. */
+int moat_seccomp_install(const struct moat_seccomp_prog *prog);
+
+/* `moat policy check FILE`: 0 when valid; otherwise -1 with an error whose
+ * message names the JSON path of the bad entry (e.g. syscalls[3].args[0].op). */
+int moat_seccomp_policy_check(const char *path, struct moat_error *err);
+/* `moat policy show`: writes the effective policy as Docker-format JSON. */
+int moat_seccomp_policy_show(const char *path, FILE *out, struct moat_error *err);
+
+#endif

@@ -1,0 +1,60 @@
+/* Integration test harness: runs the built moat binary for real, as root and
+ * as uid 65534 (rootless), and parses its JSON. */
+#ifndef MOAT_TESTS_HARNESS_H
+#define MOAT_TESTS_HARNESS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <check.h>
+#include <cjson/cJSON.h>
+
+/* Loop-test index → mode: 0 = as root (when the harness is root), 1 = rootless. */
+#define MODE_ROOT 0
+#define MODE_ROOTLESS 1
+/* A host environment variable the harness sets for moat; it must never be
+ * visible inside a sandbox. */
+#define HARNESS_CANARY_NAME "MOAT_HOST_CANARY"
+#define HARNESS_CANARY_VALUE "host-secret-4f1d"
+
+struct run_out {
+	int status;        /* exit status of moat, or 128+signal */
+	char *out;
+	size_t out_len;
+	char *err;
+	size_t err_len;
+	cJSON *json;       /* stdout parsed as JSON, or NULL */
+};
+
+/* Path of a copy of $MOAT_BIN that uid 65534 can execute. */
+const char *harness_moat(void);
+/* true when the harness can run the root mode (it runs as root). */
+bool harness_is_root(void);
+/* Runs moat with args (NULL-terminated, without argv[0]) in mode, feeding
+ * stdin. Aborts the test on harness failure. */
+void harness_run(int mode, const char *const *args, const char *stdin_data, size_t stdin_len,
+		 struct run_out *out);
+/* moat exec with a JSON request; out->json is the parsed result or error. */
+void harness_exec(int mode, const char *request_json, struct run_out *out);
+/* Convenience: exec a request {"language":lang,"code":code,...extra} where
+ * extra_json is "" or ",\"key\":value..." */
+void harness_exec_code(int mode, const char *lang, const char *code, const char *extra_json,
+		       struct run_out *out);
+void harness_free(struct run_out *out);
+/* JSON helpers on out->json */
+const char *harness_str(const struct run_out *out, const char *key);   /* NULL if absent/null */
+double harness_num(const struct run_out *out, const char *key);        /* NAN if absent/null */
+bool harness_bool(const struct run_out *out, const char *key);
+bool harness_is_null(const struct run_out *out, const char *key);
+const char *harness_error_type(const struct run_out *out);            /* NULL if no error */
+/* A JSON string literal (with quotes) for s: malloc'd. */
+char *harness_json_quote(const char *s);
+/* Skips root-mode iterations when the harness is not root, saying so. */
+#define HARNESS_MODE_GUARD(mode)                                                     \
+	do {                                                                         \
+		if ((mode) == MODE_ROOT && !harness_is_root()) {                    \
+			fprintf(stderr, "note: %s root mode needs root; not run\n", __func__); \
+			return;                                                      \
+		}                                                                    \
+	} while (0)
+
+#endif

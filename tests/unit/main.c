@@ -1,0 +1,18 @@
+/* Runs every unit suite (built with ASan/UBSan). */
+#include <stdlib.h>
+#include "suites.h"
+
+int main(void)
+{
+	Suite *(*suites[])(void) = {
+		error_suite, lang_suite, path_suite, request_suite, result_suite,
+		jsonw_suite, seccomp_policy_suite, rootfs_plan_suite,
+	};
+	SRunner *sr = srunner_create(NULL);
+	for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)
+		srunner_add_suite(sr, suites[i]());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

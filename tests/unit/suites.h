@@ -1,0 +1,15 @@
+/* Every unit suite; tests/unit/main.c runs them all. */
+#ifndef MOAT_TESTS_UNIT_SUITES_H
+#define MOAT_TESTS_UNIT_SUITES_H
+#include <check.h>
+
+Suite *error_suite(void);
+Suite *lang_suite(void);
+Suite *path_suite(void);
+Suite *request_suite(void);
+Suite *result_suite(void);
+Suite *jsonw_suite(void);
+Suite *seccomp_policy_suite(void);
+Suite *rootfs_plan_suite(void);
+
+#endif

@@ -1,0 +1,153 @@
+/* The rootfs plan: text parsing and the mount plan built from it. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/embedded.h"
+#include "ns/ns.h"
+#include "suites.h"
+
+static void expect_error(const char *text, enum moat_error_type type, const char *needle)
+{
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(moat_plan_check_text(text, &err), -1);
+	ck_assert_int_eq(err.type, type);
+	ck_assert_msg(err.message && strstr(err.message, needle), "message \"%s\" lacks \"%s\"",
+		      err.message, needle);
+	moat_error_clear(&err);
+}
+
+START_TEST(embedded_plan_is_valid)
+{
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(moat_plan_check_text((const char *)moat_embedded_rootfs_plan, &err), 0);
+	ck_assert_ptr_null(err.message);
+}
+END_TEST
+
+START_TEST(bad_plan_lines)
+{
+	expect_error("ro-bind usr\n", MOAT_ERR_CONFIG, "line 1");
+	expect_error("# c\n\nro-bind /usr/../etc\n", MOAT_ERR_CONFIG, "line 3");
+	expect_error("frobnicate /usr\n", MOAT_ERR_CONFIG, "unknown directive");
+	expect_error("usr-link a/b\n", MOAT_ERR_CONFIG, "usr-link");
+	expect_error("generate /etc/shadow shadow\n", MOAT_ERR_CONFIG, "shadow");
+	expect_error("ro-bind /a /b /c /d\n", MOAT_ERR_CONFIG, "too many");
+}
+END_TEST
+
+static struct moat_mount_plan *build(const char *text, const struct moat_request *req,
+				     struct moat_error *err)
+{
+	struct moat_plan_input in = { .plan_text = text, .req = req, .code_name = "main.py" };
+	struct moat_mount_plan *p = NULL;
+	if (moat_plan_build(&in, &p, err) < 0)
+		return NULL;
+	return p;
+}
+
+/* Every operation that creates or mounts something targets the new root,
+ * never a host path; pivot comes after all of them. */
+START_TEST(plan_never_touches_host_paths)
+{
+	struct moat_request *req = moat_request_new();
+	req->code = strdup("print(1)");
+	req->code_len = 8;
+	struct moat_error err = { 0 };
+	struct moat_mount_plan *p = build(NULL, req, &err);
+	ck_assert_msg(p, "%s", err.message);
+	size_t bl = strlen(p->base);
+	bool pivoted = false, saw_code = false;
+	for (size_t i = 0; i < p->count; i++) {
+		const struct moat_mount_op *op = &p->ops[i];
+		if (op->kind == MOAT_OP_PIVOT) {
+			pivoted = true;
+			continue;
+		}
+		if (op->kind == MOAT_OP_SANDBOX_FILE) {
+			ck_assert(!pivoted);
+			saw_code |= !strcmp(op->dst, "main.py");
+			continue;
+		}
+		if (pivoted || op->kind == MOAT_OP_CHDIR)
+			continue;
+		ck_assert_msg(!strncmp(op->dst, p->base, bl) && (op->dst[bl] == '/' || !op->dst[bl]),
+			      "op %zu targets %s outside %s", i, op->dst, p->base);
+	}
+	ck_assert(pivoted);
+	ck_assert(saw_code);
+	/* after the pivot, the root is made read-only */
+	bool ro_root = false;
+	for (size_t i = 0; i < p->count; i++)
+		if (p->ops[i].kind == MOAT_OP_SETATTR && !strcmp(p->ops[i].dst, "/"))
+			ro_root = true;
+	ck_assert(ro_root);
+	moat_plan_free(p);
+	moat_request_free(req);
+}
+END_TEST
+
+START_TEST(missing_paths)
+{
+	struct moat_error err = { 0 };
+	/* optional: skipped, no bind emitted */
+	struct moat_mount_plan *p = build("ro-bind-try /nonexistent-moat-path\n", NULL, &err);
+	ck_assert_ptr_nonnull(p);
+	for (size_t i = 0; i < p->count; i++)
+		ck_assert(!(p->ops[i].src && strstr(p->ops[i].src, "nonexistent-moat-path")));
+	moat_plan_free(p);
+	/* required: the run cannot be built */
+	ck_assert_ptr_null(build("ro-bind /nonexistent-moat-path\n", NULL, &err));
+	ck_assert_int_eq(err.type, MOAT_ERR_UNAVAILABLE);
+	ck_assert(strstr(err.message, "/nonexistent-moat-path"));
+	moat_error_clear(&err);
+}
+END_TEST
+
+START_TEST(rootfs_dir_needs_mount_points)
+{
+	char dir[] = "/tmp/moat-unit-rootfs-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	struct moat_plan_input in = { .rootfs_dir = dir, .code_name = "main.py" };
+	struct moat_mount_plan *p = NULL;
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(moat_plan_build(&in, &p, &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	ck_assert(strstr(err.message, "/proc"));
+	const char *subs[] = { "proc", "dev", "tmp", "sandbox" };
+	char path[256];
+	for (int i = 0; i < 4; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, subs[i]);
+		ck_assert_int_eq(mkdir(path, 0755), 0);
+	}
+	ck_assert_int_eq(moat_plan_build(&in, &p, &err), 0);
+	ck_assert_int_eq(p->ops[0].kind, MOAT_OP_BIND);
+	ck_assert_int_eq(p->ops[1].kind, MOAT_OP_SETATTR);
+	ck_assert(p->ops[1].recursive);
+	moat_plan_free(p);
+	in.rootfs_dir = "relative/dir";
+	ck_assert_int_eq(moat_plan_build(&in, &p, &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	moat_error_clear(&err);
+	for (int i = 0; i < 4; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, subs[i]);
+		rmdir(path);
+	}
+	rmdir(dir);
+}
+END_TEST
+
+Suite *rootfs_plan_suite(void)
+{
+	Suite *s = suite_create("rootfs_plan");
+	TCase *tc = tcase_create("plan");
+	tcase_add_test(tc, embedded_plan_is_valid);
+	tcase_add_test(tc, bad_plan_lines);
+	tcase_add_test(tc, plan_never_touches_host_paths);
+	tcase_add_test(tc, missing_paths);
+	tcase_add_test(tc, rootfs_dir_needs_mount_points);
+	suite_add_tcase(s, tc);
+	return s;
+}

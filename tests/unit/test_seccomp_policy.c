@@ -1,0 +1,1085 @@
+/* Unit tests: seccomp policies (src/seccomp): parsing and validation with
+ * JSON paths, includes/excludes, compilation, the BPF cache, SHA-256, and the
+ * default policy installed for real in a forked child. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/netlink.h>
+#include <sched.h>
+#include <seccomp.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <check.h>
+#include <cjson/cJSON.h>
+
+#include "suites.h"
+#include "moat.h"
+#include "core/embedded.h"
+#include "seccomp/internal.h"
+
+#ifndef AF_VSOCK
+#define AF_VSOCK 40
+#endif
+
+/* ---- helpers ---- */
+
+static struct sc_host test_host(void)
+{
+	struct sc_host h;
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(sc_host_detect(&h, &err), 0);
+	/* includes/excludes tests assume an amd64-named native arch only when
+	 * they say so; the kernel is pinned for minKernel */
+	h.kernel[0] = 5;
+	h.kernel[1] = 10;
+	h.kernel[2] = 0;
+	return h;
+}
+
+static struct sc_policy *parse_ok(const char *json)
+{
+	struct sc_host h = test_host();
+	struct moat_error err = { 0 };
+	struct sc_policy *p = NULL;
+	int rc = sc_policy_parse(json, strlen(json), &h, &p, &err);
+	ck_assert_msg(rc == 0, "parse failed: %s", err.message ? err.message : "?");
+	ck_assert_ptr_nonnull(p);
+	moat_error_clear(&err);
+	return p;
+}
+
+static const char *fixture_path(void)
+{
+	static const char *const candidates[] = {
+		"../shared/fixtures/docker-default-seccomp.json",
+		"../../shared/fixtures/docker-default-seccomp.json",
+		"/work/shared/fixtures/docker-default-seccomp.json",
+	};
+	const char *env = getenv("MOAT_DOCKER_SECCOMP_FIXTURE");
+	if (env && access(env, R_OK) == 0)
+		return env;
+	for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
+		if (access(candidates[i], R_OK) == 0)
+			return candidates[i];
+	return NULL;
+}
+
+static char *make_tmpdir(void)
+{
+	char *d = strdup("/tmp/moat-sc-test-XXXXXX");
+	ck_assert_ptr_nonnull(d);
+	ck_assert_ptr_nonnull(mkdtemp(d));
+	return d;
+}
+
+static void rm_rf(const char *dir)
+{
+	char *cmd = NULL;
+	ck_assert_int_ge(asprintf(&cmd, "rm -rf '%s'", dir), 0);
+	ck_assert_int_eq(system(cmd), 0);
+	free(cmd);
+}
+
+static char *write_tmp(const char *dir, const char *name, const char *text)
+{
+	char *path = NULL;
+	ck_assert_int_ge(asprintf(&path, "%s/%s", dir, name), 0);
+	FILE *f = fopen(path, "we");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+	return path;
+}
+
+/* ---- SHA-256 ---- */
+
+static void hex(const uint8_t *d, size_t n, char *out)
+{
+	for (size_t i = 0; i < n; i++)
+		sprintf(out + 2 * i, "%02x", d[i]);
+}
+
+START_TEST(sha256_vectors)
+{
+	static const struct {
+		const char *in, *out;
+	} v[] = {
+		{ "", "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855" },
+		{ "abc", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad" },
+		{ "abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq",
+		  "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1" },
+		{ "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu",
+		  "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1" },
+	};
+	uint8_t d[SC_SHA256_LEN];
+	char h[65];
+	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
+		sc_sha256(v[i].in, strlen(v[i].in), d);
+		hex(d, sizeof d, h);
+		ck_assert_str_eq(h, v[i].out);
+	}
+	/* one million 'a', fed in odd-sized pieces */
+	struct sc_sha256 s;
+	sc_sha256_init(&s);
+	char chunk[997];
+	memset(chunk, 'a', sizeof chunk);
+	size_t left = 1000000;
+	while (left) {
+		size_t n = left < sizeof chunk ? left : sizeof chunk;
+		sc_sha256_update(&s, chunk, n);
+		left -= n;
+	}
+	sc_sha256_final(&s, d);
+	hex(d, sizeof d, h);
+	ck_assert_str_eq(h, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+	/* byte by byte == one shot, across block boundaries */
+	uint8_t msg[300], d2[SC_SHA256_LEN];
+	for (size_t i = 0; i < sizeof msg; i++)
+		msg[i] = (uint8_t)(i * 7 + 3);
+	for (size_t len = 0; len <= sizeof msg; len += 1) {
+		sc_sha256(msg, len, d);
+		sc_sha256_init(&s);
+		for (size_t i = 0; i < len; i++)
+			sc_sha256_update(&s, &msg[i], 1);
+		sc_sha256_final(&s, d2);
+		ck_assert_mem_eq(d, d2, SC_SHA256_LEN);
+	}
+}
+END_TEST
+
+/* ---- parsing: every field ---- */
+
+START_TEST(parse_all_fields)
+{
+	struct sc_policy *p = parse_ok(
+		"{\"comment\": \"c\", \"defaultAction\": \"SCMP_ACT_ERRNO\", \"defaultErrnoRet\": 13,"
+		" \"flags\": [\"SECCOMP_FILTER_FLAG_LOG\"], \"listenerPath\": \"\","
+		" \"listenerMetadata\": \"\","
+		" \"architectures\": [\"SCMP_ARCH_X86_64\", \"SCMP_ARCH_AARCH64\"],"
+		" \"archMap\": [{\"architecture\": \"SCMP_ARCH_X86_64\","
+		"   \"subArchitectures\": [\"SCMP_ARCH_X86\", \"SCMP_ARCH_X32\"]}],"
+		" \"syscalls\": ["
+		"  {\"names\": [\"read\", \"write\"], \"action\": \"SCMP_ACT_ALLOW\", \"comment\": \"x\","
+		"   \"args\": null, \"includes\": {}, \"excludes\": {}},"
+		"  {\"name\": \"getpid\", \"action\": \"SCMP_ACT_ERRNO\", \"errnoRet\": 38},"
+		"  {\"names\": [\"getppid\"], \"action\": \"SCMP_ACT_ERRNO\"},"
+		"  {\"names\": [\"socket\"], \"action\": \"SCMP_ACT_ALLOW\", \"args\": ["
+		"    {\"index\": 0, \"value\": 1, \"op\": \"SCMP_CMP_EQ\"},"
+		"    {\"index\": 1, \"value\": 2, \"op\": \"SCMP_CMP_NE\"},"
+		"    {\"index\": 2, \"value\": 3, \"op\": \"SCMP_CMP_LT\"},"
+		"    {\"index\": 3, \"value\": 4, \"op\": \"SCMP_CMP_LE\"},"
+		"    {\"index\": 4, \"value\": 5, \"op\": \"SCMP_CMP_GE\"},"
+		"    {\"index\": 5, \"value\": 240, \"valueTwo\": 16, \"op\": \"SCMP_CMP_MASKED_EQ\"}]},"
+		"  {\"names\": [\"kill\"], \"action\": \"SCMP_ACT_ALLOW\", \"args\": ["
+		"    {\"index\": 0, \"value\": 4294967295, \"op\": \"SCMP_CMP_GT\"}]},"
+		"  {\"names\": [\"tkill\"], \"action\": \"SCMP_ACT_KILL\"},"
+		"  {\"names\": [\"tgkill\"], \"action\": \"SCMP_ACT_KILL_THREAD\"},"
+		"  {\"names\": [\"vhangup\"], \"action\": \"SCMP_ACT_KILL_PROCESS\"},"
+		"  {\"names\": [\"sync\"], \"action\": \"SCMP_ACT_TRAP\"},"
+		"  {\"names\": [\"syncfs\"], \"action\": \"SCMP_ACT_LOG\"}"
+		" ]}");
+	ck_assert_uint_eq(p->default_action, SCMP_ACT_ERRNO(13));
+	ck_assert(p->flag_log);
+	ck_assert_uint_eq(p->n_rules, 10);
+	ck_assert_uint_eq(p->rules[0].n_names, 2);
+	ck_assert_str_eq(p->rules[0].names[1], "write");
+	ck_assert_int_eq(p->rules[0].nrs[0], SCMP_SYS(read));
+	ck_assert_uint_eq(p->rules[0].action, SCMP_ACT_ALLOW);
+	ck_assert(p->rules[0].applies);
+	ck_assert_str_eq(p->rules[1].names[0], "getpid");
+	ck_assert_uint_eq(p->rules[1].action, SCMP_ACT_ERRNO(38));
+	/* ERRNO without errnoRet: defaultErrnoRet */
+	ck_assert_uint_eq(p->rules[2].action, SCMP_ACT_ERRNO(13));
+	const struct sc_rule *s = &p->rules[3];
+	ck_assert_uint_eq(s->n_conds, 6);
+	ck_assert_int_eq(s->conds[0].op, SCMP_CMP_EQ);
+	ck_assert_int_eq(s->conds[1].op, SCMP_CMP_NE);
+	ck_assert_int_eq(s->conds[2].op, SCMP_CMP_LT);
+	ck_assert_int_eq(s->conds[3].op, SCMP_CMP_LE);
+	ck_assert_int_eq(s->conds[4].op, SCMP_CMP_GE);
+	ck_assert_int_eq(s->conds[5].op, SCMP_CMP_MASKED_EQ);
+	ck_assert_uint_eq(s->conds[5].index, 5);
+	ck_assert_uint_eq(s->conds[5].value, 240);
+	ck_assert_uint_eq(s->conds[5].value_two, 16);
+	ck_assert_int_eq(p->rules[4].conds[0].op, SCMP_CMP_GT);
+	ck_assert_uint_eq(p->rules[4].conds[0].value, 4294967295u);
+	ck_assert_uint_eq(p->rules[5].action, SCMP_ACT_KILL_THREAD);
+	ck_assert_uint_eq(p->rules[6].action, SCMP_ACT_KILL_THREAD);
+	ck_assert_uint_eq(p->rules[7].action, SCMP_ACT_KILL_PROCESS);
+	ck_assert_uint_eq(p->rules[8].action, SCMP_ACT_TRAP);
+	ck_assert_uint_eq(p->rules[9].action, SCMP_ACT_LOG);
+	/* a foreign architecture is recorded as a note */
+	ck_assert_uint_ge(p->n_notes, 1);
+	ck_assert_ptr_nonnull(strstr(p->notes[0], "only the native architecture"));
+
+	struct moat_error err = { 0 };
+	struct moat_seccomp_prog *prog = NULL;
+	ck_assert_int_eq(sc_compile(p, false, &prog, &err), 0);
+	ck_assert(prog->log); /* from "flags" */
+	ck_assert_uint_gt(prog->len, 10);
+	moat_seccomp_prog_free(prog);
+	sc_policy_free(p);
+}
+END_TEST
+
+START_TEST(parse_default_errno_is_eperm)
+{
+	struct sc_policy *p = parse_ok("{\"defaultAction\": \"SCMP_ACT_ERRNO\", \"syscalls\": ["
+				       "{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ERRNO\"}]}");
+	ck_assert_uint_eq(p->default_action, SCMP_ACT_ERRNO(EPERM));
+	ck_assert_uint_eq(p->rules[0].action, SCMP_ACT_ERRNO(EPERM));
+	ck_assert(!p->flag_log);
+	sc_policy_free(p);
+	p = parse_ok("{\"defaultAction\": \"SCMP_ACT_ALLOW\"}");
+	ck_assert_uint_eq(p->default_action, SCMP_ACT_ALLOW);
+	ck_assert_uint_eq(p->n_rules, 0);
+	sc_policy_free(p);
+}
+END_TEST
+
+START_TEST(unknown_names_skipped_with_notes)
+{
+	struct sc_policy *p = parse_ok(
+		"{\"defaultAction\": \"SCMP_ACT_ERRNO\", \"syscalls\": [{\"names\": "
+		"[\"read\", \"no_such_syscall\", \"socketcall\"], \"action\": \"SCMP_ACT_ALLOW\"}]}");
+	ck_assert_uint_eq(p->rules[0].n_names, SCMP_SYS(socketcall) < 0 ? 1 : 2);
+	ck_assert_uint_ge(p->n_notes, 1);
+	ck_assert_ptr_nonnull(strstr(p->notes[0], "syscalls[0].names[1]: \"no_such_syscall\""));
+	ck_assert_ptr_nonnull(strstr(p->notes[0], "skipped"));
+	struct moat_error err = { 0 };
+	struct moat_seccomp_prog *prog = NULL;
+	ck_assert_int_eq(sc_compile(p, false, &prog, &err), 0);
+	moat_seccomp_prog_free(prog);
+	sc_policy_free(p);
+}
+END_TEST
+
+START_TEST(includes_excludes)
+{
+	struct sc_host h = test_host();
+	if (strcmp(h.arch_name, "amd64") != 0)
+		return; /* the cases below are written for x86_64 */
+	static const struct {
+		const char *filter;
+		bool applies;
+	} cases[] = {
+		{ "\"includes\": {\"arches\": [\"amd64\", \"x32\"]}", true },
+		{ "\"includes\": {\"arches\": [\"arm64\"]}", false },
+		{ "\"includes\": {\"arches\": []}", true },
+		{ "\"excludes\": {\"arches\": [\"amd64\"]}", false },
+		{ "\"excludes\": {\"arches\": [\"s390\", \"386\"]}", true },
+		{ "\"includes\": {\"caps\": [\"CAP_SYS_ADMIN\"]}", false },
+		{ "\"includes\": {\"caps\": []}", true },
+		{ "\"excludes\": {\"caps\": [\"CAP_SYS_ADMIN\"]}", true },
+		{ "\"includes\": {\"minKernel\": \"4.8\"}", true },
+		{ "\"includes\": {\"minKernel\": \"5.10\"}", true },
+		{ "\"includes\": {\"minKernel\": \"5.10.1\"}", false },
+		{ "\"includes\": {\"minKernel\": \"6.1\"}", false },
+		{ "\"excludes\": {\"minKernel\": \"5.10\"}", false },
+		{ "\"excludes\": {\"minKernel\": \"6.0\"}", true },
+		{ "\"includes\": {\"arches\": [\"amd64\"], \"minKernel\": \"6.0\"}", false },
+		{ "\"includes\": {\"arches\": [\"amd64\"]}, \"excludes\": {\"caps\": [\"CAP_BPF\"]}", true },
+		{ "\"excludes\": {\"caps\": [\"CAP_SYS_ADMIN\"], \"arches\": [\"amd64\"]}", false },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char *json = NULL;
+		ck_assert_int_ge(asprintf(&json,
+					  "{\"defaultAction\": \"SCMP_ACT_ERRNO\", \"syscalls\": ["
+					  "{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\", %s}]}",
+					  cases[i].filter),
+				 0);
+		struct sc_policy *p = parse_ok(json);
+		ck_assert_msg(p->rules[0].applies == cases[i].applies, "case %zu: %s", i,
+			      cases[i].filter);
+		sc_policy_free(p);
+		free(json);
+	}
+}
+END_TEST
+
+/* ---- parsing: every error names its JSON path ---- */
+
+#define OK3 "{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\"},"
+#define HEAD "{\"defaultAction\": \"SCMP_ACT_ERRNO\", "
+#define SYS(entry) HEAD "\"syscalls\": [" entry "]}"
+#define ARG(a) SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\", \"args\": [" a "]}")
+#define INC(f) SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\", " f "}")
+
+static const struct {
+	const char *json, *msg;
+} bad[] = {
+	{ "[]", "(top level): expected a JSON object" },
+	{ "{", "invalid JSON at line 1" },
+	{ "{\"defaultAction\": \"SCMP_ACT_ALLOW\"}\n x", "invalid JSON at line 2, column 2" },
+	{ "{\n \"defaultAction\": \"SCMP_ACT_ALLOW\",\n}", "invalid JSON at line 3" },
+	{ "{}", "defaultAction: missing" },
+	{ "{\"defaultAction\": \"SCMP_ACT_FOO\"}", "defaultAction: unknown action \"SCMP_ACT_FOO\"" },
+	{ "{\"defaultAction\": \"SCMP_ACT_TRACE\"}", "defaultAction: SCMP_ACT_TRACE is not supported" },
+	{ "{\"defaultAction\": \"SCMP_ACT_NOTIFY\"}", "defaultAction: SCMP_ACT_NOTIFY is not supported" },
+	{ "{\"defaultAction\": 1}", "defaultAction: expected a string" },
+	{ HEAD "\"defaultErrnoRet\": 0}", "defaultErrnoRet: 0 out of range (1 to 4095)" },
+	{ HEAD "\"defaultErrnoRet\": 4096}", "defaultErrnoRet: 4096 out of range" },
+	{ HEAD "\"defaultErrnoRet\": \"1\"}", "defaultErrnoRet: expected an integer" },
+	{ HEAD "\"defaultErrnoRet\": 1.5}", "defaultErrnoRet: expected an integer" },
+	{ HEAD "\"foo\": 1}", "(top level): unknown field \"foo\"" },
+	{ HEAD "\"includes\": {}}", "(top level): unknown field \"includes\"" },
+	{ HEAD "\"a\\u0001b\": 1}", "(top level): unknown field \"a\\x01b\"" },
+	{ HEAD "\"defaultAction\": \"SCMP_ACT_ALLOW\"}", "(top level): duplicate field \"defaultAction\"" },
+	{ HEAD "\"listenerPath\": \"/run/agent.sock\"}", "listenerPath: not supported" },
+	{ HEAD "\"listenerMetadata\": \"x\"}", "listenerMetadata: not supported" },
+	{ HEAD "\"listenerPath\": 3}", "listenerPath: expected a string" },
+	{ HEAD "\"comment\": 3}", "comment: expected a string" },
+	{ HEAD "\"flags\": \"SECCOMP_FILTER_FLAG_LOG\"}", "flags: expected an array" },
+	{ HEAD "\"flags\": [\"SECCOMP_FILTER_FLAG_LOG\", \"SECCOMP_FILTER_FLAG_SPEC_ALLOW\"]}",
+	  "flags[1]: unsupported flag \"SECCOMP_FILTER_FLAG_SPEC_ALLOW\"" },
+	{ HEAD "\"flags\": [1]}", "flags[0]: expected a string" },
+	{ HEAD "\"architectures\": [\"SCMP_ARCH_X86_64\", \"SCMP_ARCH_FOO\"]}",
+	  "architectures[1]: unknown architecture \"SCMP_ARCH_FOO\"" },
+	{ HEAD "\"architectures\": \"SCMP_ARCH_X86_64\"}", "architectures: expected an array" },
+	{ HEAD "\"archMap\": [{\"architecture\": \"SCMP_ARCH_X86_64\", \"subArchitectures\": [\"SCMP_ARCH_BAR\"]}]}",
+	  "archMap[0].subArchitectures[0]: unknown architecture \"SCMP_ARCH_BAR\"" },
+	{ HEAD "\"archMap\": [{\"arch\": \"x\"}]}", "archMap[0]: unknown field \"arch\"" },
+	{ HEAD "\"archMap\": [{}]}", "archMap[0].architecture: missing" },
+	{ HEAD "\"archMap\": [1]}", "archMap[0]: expected an object" },
+	{ HEAD "\"syscalls\": {}}", "syscalls: expected an array" },
+	{ SYS("1"), "syscalls[0]: expected an object" },
+	{ SYS(OK3 "{\"action\": \"SCMP_ACT_ALLOW\"}"), "syscalls[1]: missing \"names\"" },
+	{ SYS(OK3 OK3 "{\"names\": [\"read\", 5], \"action\": \"SCMP_ACT_ALLOW\"}"),
+	  "syscalls[2].names[1]: expected a string" },
+	{ SYS("{\"names\": [], \"action\": \"SCMP_ACT_ALLOW\"}"), "syscalls[0].names: empty" },
+	{ SYS("{\"names\": \"read\", \"action\": \"SCMP_ACT_ALLOW\"}"), "syscalls[0].names: expected an array" },
+	{ SYS("{\"names\": [\"\"], \"action\": \"SCMP_ACT_ALLOW\"}"),
+	  "syscalls[0].names[0]: expected a non-empty syscall name" },
+	{ SYS("{\"name\": 7, \"action\": \"SCMP_ACT_ALLOW\"}"), "syscalls[0].name: expected a string" },
+	{ SYS("{\"name\": \"read\", \"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\"}"),
+	  "syscalls[0]: has both \"name\" and \"names\"" },
+	{ SYS("{\"names\": [\"read\"]}"), "syscalls[0]: missing \"action\"" },
+	{ SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_TRACE\"}"),
+	  "syscalls[0].action: SCMP_ACT_TRACE is not supported" },
+	{ SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_NOTIFY\"}"),
+	  "syscalls[0].action: SCMP_ACT_NOTIFY is not supported" },
+	{ SYS("{\"names\": [\"read\"], \"action\": \"allow\"}"), "syscalls[0].action: unknown action \"allow\"" },
+	{ SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\", \"errnoRet\": 1}"),
+	  "syscalls[0].errnoRet: only valid with SCMP_ACT_ERRNO" },
+	{ SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ERRNO\", \"errnoRet\": 5000}"),
+	  "syscalls[0].errnoRet: 5000 out of range" },
+	{ SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ERRNO\", \"errnoRet\": -1}"),
+	  "syscalls[0].errnoRet: expected a non-negative integer" },
+	{ SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\", \"foo\": 1}"),
+	  "syscalls[0]: unknown field \"foo\"" },
+	{ SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\", \"comment\": 1}"),
+	  "syscalls[0].comment: expected a string" },
+	{ SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\", \"args\": {}}"),
+	  "syscalls[0].args: expected an array" },
+	{ SYS(OK3 OK3 OK3 "{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\", \"args\": ["
+			  "{\"index\": 0, \"value\": 1, \"op\": \"SCMP_CMP_FOO\"}]}"),
+	  "syscalls[3].args[0].op: unknown operator \"SCMP_CMP_FOO\"" },
+	{ ARG("{\"index\": 6, \"value\": 1, \"op\": \"SCMP_CMP_EQ\"}"),
+	  "syscalls[0].args[0].index: 6 out of range (0 to 5)" },
+	{ ARG("{\"index\": \"0\", \"value\": 1, \"op\": \"SCMP_CMP_EQ\"}"),
+	  "syscalls[0].args[0].index: expected an integer" },
+	{ ARG("{\"index\": 0, \"value\": -1, \"op\": \"SCMP_CMP_EQ\"}"),
+	  "syscalls[0].args[0].value: expected a non-negative integer" },
+	{ ARG("{\"index\": 0, \"value\": 1e300, \"op\": \"SCMP_CMP_EQ\"}"),
+	  "syscalls[0].args[0].value: integer too large" },
+	{ ARG("{\"index\": 0, \"value\": 0.5, \"op\": \"SCMP_CMP_EQ\"}"),
+	  "syscalls[0].args[0].value: expected an integer" },
+	{ ARG("{\"index\": 0, \"value\": 1}"), "syscalls[0].args[0]: missing \"op\"" },
+	{ ARG("{\"value\": 1, \"op\": \"SCMP_CMP_EQ\"}"), "syscalls[0].args[0]: missing \"index\"" },
+	{ ARG("{\"index\": 0, \"op\": \"SCMP_CMP_EQ\"}"), "syscalls[0].args[0]: missing \"value\"" },
+	{ ARG("{\"index\": 0, \"value\": 1, \"op\": 3}"), "syscalls[0].args[0].op: expected a string" },
+	{ ARG("{\"index\": 0, \"value\": 1, \"op\": \"SCMP_CMP_EQ\"}, "
+	      "{\"index\": 1, \"value\": 1, \"op\": \"SCMP_CMP_EQ\", \"valueThree\": 1}"),
+	  "syscalls[0].args[1]: unknown field \"valueThree\"" },
+	{ ARG("{\"index\": 0, \"value\": 1, \"valueTwo\": 2, \"op\": \"SCMP_CMP_EQ\"}"),
+	  "syscalls[0].args[0].valueTwo: only meaningful with SCMP_CMP_MASKED_EQ" },
+	{ ARG("1"), "syscalls[0].args[0]: expected an object" },
+	{ INC("\"includes\": []"), "syscalls[0].includes: expected an object" },
+	{ INC("\"includes\": {\"foo\": 1}"), "syscalls[0].includes: unknown field \"foo\"" },
+	{ INC("\"excludes\": {\"kernel\": \"4.8\"}"), "syscalls[0].excludes: unknown field \"kernel\"" },
+	{ INC("\"includes\": {\"arches\": [\"amd64\", \"vax\"]}"),
+	  "syscalls[0].includes.arches[1]: unknown architecture \"vax\"" },
+	{ INC("\"includes\": {\"arches\": \"amd64\"}"), "syscalls[0].includes.arches: expected an array" },
+	{ INC("\"includes\": {\"caps\": [\"SYS_ADMIN\"]}"),
+	  "syscalls[0].includes.caps[0]: not a capability name \"SYS_ADMIN\"" },
+	{ INC("\"excludes\": {\"caps\": [1]}"), "syscalls[0].excludes.caps[0]: expected a string" },
+	{ INC("\"excludes\": {\"minKernel\": \"4\"}"), "syscalls[0].excludes.minKernel: bad kernel version \"4\"" },
+	{ INC("\"includes\": {\"minKernel\": \"4.x\"}"), "syscalls[0].includes.minKernel: bad kernel version" },
+	{ INC("\"includes\": {\"minKernel\": 4.8}"), "syscalls[0].includes.minKernel: expected a string" },
+};
+
+START_TEST(parse_errors_name_the_path)
+{
+	struct sc_host h = test_host();
+	struct moat_error err = { 0 };
+	struct sc_policy *p = (struct sc_policy *)1;
+	int rc = sc_policy_parse(bad[_i].json, strlen(bad[_i].json), &h, &p, &err);
+	ck_assert_msg(rc == -1, "case %d accepted: %s", _i, bad[_i].json);
+	ck_assert_ptr_null(p);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	ck_assert_ptr_nonnull(err.message);
+	ck_assert_msg(strstr(err.message, bad[_i].msg) != NULL, "case %d: got \"%s\", want \"%s\"",
+		      _i, err.message, bad[_i].msg);
+	moat_error_clear(&err);
+}
+END_TEST
+
+/* ---- compilation ---- */
+
+static int compile_json(const char *json, struct moat_error *err, unsigned short *len)
+{
+	struct sc_policy *p = parse_ok(json);
+	struct moat_seccomp_prog *prog = NULL;
+	int rc = sc_compile(p, false, &prog, err);
+	if (rc == 0 && len)
+		*len = prog->len;
+	moat_seccomp_prog_free(prog);
+	sc_policy_free(p);
+	return rc;
+}
+
+START_TEST(compile_conflicts_are_rejected)
+{
+	struct moat_error err = { 0 };
+	/* libseccomp would drop the conditional denial next to an unconditional allow */
+	ck_assert_int_eq(compile_json(SYS("{\"names\": [\"ioctl\"], \"action\": \"SCMP_ACT_ALLOW\"},"
+					  "{\"names\": [\"ioctl\"], \"action\": \"SCMP_ACT_ERRNO\", "
+					  "\"errnoRet\": 13, \"args\": [{\"index\": 1, \"value\": 21522, "
+					  "\"op\": \"SCMP_CMP_EQ\"}]}"),
+				     &err, NULL),
+			 -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "syscalls[1]: the conditional rule for \"ioctl\" "
+						  "is overridden by the unconditional rule syscalls[0]"));
+	/* a conditional rule with the default action next to an allow */
+	ck_assert_int_eq(compile_json(SYS("{\"names\": [\"ioctl\"], \"action\": \"SCMP_ACT_ERRNO\", "
+					  "\"args\": [{\"index\": 1, \"value\": 21522, \"op\": "
+					  "\"SCMP_CMP_EQ\"}]},"
+					  "{\"names\": [\"ioctl\"], \"action\": \"SCMP_ACT_ALLOW\", "
+					  "\"args\": [{\"index\": 0, \"value\": 0, \"op\": \"SCMP_CMP_GE\"}]}"),
+				     &err, NULL),
+			 -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "syscalls[0]: a conditional rule for \"ioctl\" with "
+						  "the default action"));
+	/* two unconditional rules, two actions: allowed and (explicitly) denied */
+	ck_assert_int_eq(compile_json(SYS("{\"names\": [\"read\", \"ptrace\"], \"action\": \"SCMP_ACT_ALLOW\"},"
+					  "{\"names\": [\"ptrace\"], \"action\": \"SCMP_ACT_ERRNO\"}"),
+				     &err, NULL),
+			 -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "syscalls[0]: \"ptrace\" is given another action by syscalls[1]"));
+	moat_error_clear(&err);
+	/* the default action alone is a no-op; same-index conditions become separate rules */
+	unsigned short len = 0;
+	ck_assert_int_eq(compile_json(SYS("{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ERRNO\"},"
+					  "{\"names\": [\"personality\"], \"action\": \"SCMP_ACT_ALLOW\", "
+					  "\"args\": [{\"index\": 0, \"value\": 0, \"op\": \"SCMP_CMP_EQ\"},"
+					  "{\"index\": 0, \"value\": 8, \"op\": \"SCMP_CMP_EQ\"}]}"),
+				     &err, &len),
+			 0);
+	ck_assert_uint_gt(len, 0);
+}
+END_TEST
+
+START_TEST(docker_fixture_loads_and_compiles)
+{
+	const char *path = fixture_path();
+	ck_assert_msg(path != NULL, "docker-default-seccomp.json fixture not found");
+	struct moat_error err = { 0 };
+	char *buf;
+	size_t len;
+	ck_assert_int_eq(sc_policy_read(path, &buf, &len, &err), 0);
+	struct sc_host h;
+	ck_assert_int_eq(sc_host_detect(&h, &err), 0);
+	struct sc_policy *p = NULL;
+	ck_assert_msg(sc_policy_parse(buf, len, &h, &p, &err) == 0, "%s", err.message);
+	free(buf);
+	ck_assert_uint_eq(p->default_action, SCMP_ACT_ERRNO(1));
+	size_t applied = 0, skipped = 0;
+	for (size_t i = 0; i < p->n_rules; i++)
+		p->rules[i].applies ? applied++ : skipped++;
+	ck_assert_uint_gt(applied, 5);
+	ck_assert_uint_gt(skipped, 5); /* rules that need capabilities */
+	struct moat_seccomp_prog *prog = NULL;
+	ck_assert_msg(sc_compile(p, false, &prog, &err) == 0, "%s", err.message);
+	ck_assert_uint_gt(prog->len, 100);
+	moat_seccomp_prog_free(prog);
+	sc_policy_free(p);
+	/* and through the public entry points */
+	ck_assert_int_eq(sc_policy_check(path, NULL, &err), 0);
+	sc_cache_set_dir("");
+	ck_assert_int_eq(moat_seccomp_prepare(path, false, &prog, &err), 0);
+	moat_seccomp_prog_free(prog);
+	sc_cache_set_dir(NULL);
+}
+END_TEST
+
+/* Must never be allowed (DESIGN.md §4 invariant 4). Conditional ones
+ * (clone, personality, ioctl, socket) are exercised in the child test. */
+static const char *const must_deny[] = {
+	"ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "fsopen",
+	"fsconfig", "fsmount", "fspick", "open_tree", "move_mount", "mount_setattr",
+	"pivot_root", "chroot", "unshare", "setns", "keyctl", "add_key", "request_key", "bpf",
+	"perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
+	"io_uring_register", "kexec_load", "kexec_file_load", "init_module", "finit_module",
+	"delete_module", "open_by_handle_at", "name_to_handle_at", "reboot", "swapon",
+	"swapoff", "syslog", "acct", "quotactl", "lookup_dcookie", "iopl", "ioperm", "clone3",
+};
+
+START_TEST(default_policy_loads_and_compiles)
+{
+	struct moat_error err = { 0 };
+	char *buf;
+	size_t len;
+	ck_assert_int_eq(sc_policy_read(NULL, &buf, &len, &err), 0);
+	ck_assert_uint_eq(len, moat_embedded_default_policy_len);
+	struct sc_host h;
+	ck_assert_int_eq(sc_host_detect(&h, &err), 0);
+	struct sc_policy *p = NULL;
+	ck_assert_msg(sc_policy_parse(buf, len, &h, &p, &err) == 0, "%s", err.message);
+	free(buf);
+	ck_assert_uint_eq(p->default_action, SCMP_ACT_ERRNO(EPERM));
+	ck_assert_uint_eq(p->n_notes, 0); /* every name known on this host */
+	for (size_t k = 0; k < sizeof must_deny / sizeof must_deny[0]; k++) {
+		int nr = seccomp_syscall_resolve_name(must_deny[k]);
+		for (size_t i = 0; i < p->n_rules; i++) {
+			const struct sc_rule *r = &p->rules[i];
+			if (!r->applies || r->action == p->default_action)
+				continue;
+			for (size_t n = 0; n < r->n_names; n++)
+				ck_assert_msg(r->nrs[n] != nr || r->action != SCMP_ACT_ALLOW,
+					      "default policy allows %s", must_deny[k]);
+		}
+	}
+	struct moat_seccomp_prog *prog = NULL;
+	ck_assert_msg(sc_compile(p, false, &prog, &err) == 0, "%s", err.message);
+	ck_assert(!prog->log);
+	moat_seccomp_prog_free(prog);
+	sc_policy_free(p);
+}
+END_TEST
+
+/* ---- policy check / show ---- */
+
+START_TEST(policy_check_and_show)
+{
+	char *dir = make_tmpdir();
+	struct moat_error err = { 0 };
+	char *bad_path = write_tmp(dir, "bad.json",
+				   SYS(OK3 OK3 OK3 "{\"names\": [\"read\"], \"action\": \"SCMP_ACT_ALLOW\", "
+						   "\"args\": [{\"index\": 0, \"value\": 1, "
+						   "\"op\": \"SCMP_CMP_FOO\"}]}"));
+	ck_assert_int_eq(moat_seccomp_policy_check(bad_path, &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	ck_assert_ptr_nonnull(strstr(err.message, bad_path));
+	ck_assert_ptr_nonnull(strstr(err.message, "syscalls[3].args[0].op: unknown operator \"SCMP_CMP_FOO\""));
+	ck_assert_int_eq(moat_seccomp_policy_show(bad_path, stdout, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "syscalls[3].args[0].op"));
+
+	/* notes go to the stream */
+	char *note_path = write_tmp(dir, "note.json",
+				    SYS("{\"names\": [\"read\", \"not_a_syscall\"], \"action\": \"SCMP_ACT_ALLOW\"}"));
+	char *notes = NULL;
+	size_t notes_len = 0;
+	FILE *ns = open_memstream(&notes, &notes_len);
+	ck_assert_int_eq(sc_policy_check(note_path, ns, &err), 0);
+	fclose(ns);
+	ck_assert_ptr_nonnull(strstr(notes, "note: syscalls[0].names[1]: \"not_a_syscall\""));
+	free(notes);
+
+	/* missing file, directory */
+	char *missing = NULL;
+	ck_assert_int_ge(asprintf(&missing, "%s/nope.json", dir), 0);
+	ck_assert_int_eq(moat_seccomp_policy_check(missing, &err), -1);
+	ck_assert_int_eq(err.sys_errno, ENOENT);
+	ck_assert_int_eq(moat_seccomp_policy_check(dir, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "not a regular file"));
+
+	/* valid: the embedded default and a file */
+	ck_assert_int_eq(moat_seccomp_policy_check(NULL, &err), 0);
+	char *out = NULL;
+	size_t out_len = 0;
+	FILE *os = open_memstream(&out, &out_len);
+	ck_assert_int_eq(moat_seccomp_policy_show(NULL, os, &err), 0);
+	fclose(os);
+	cJSON *j = cJSON_Parse(out);
+	ck_assert_ptr_nonnull(j);
+	ck_assert_str_eq(cJSON_GetObjectItem(j, "defaultAction")->valuestring, "SCMP_ACT_ERRNO");
+	ck_assert(cJSON_IsArray(cJSON_GetObjectItem(j, "syscalls")));
+	ck_assert_ptr_nonnull(strchr(out, '\n')); /* pretty */
+	cJSON_Delete(j);
+	free(out);
+	out = NULL;
+	os = open_memstream(&out, &out_len);
+	ck_assert_int_eq(moat_seccomp_policy_show(note_path, os, &err), 0);
+	fclose(os);
+	ck_assert_ptr_nonnull(strstr(out, "not_a_syscall"));
+	free(out);
+
+	moat_error_clear(&err);
+	free(missing);
+	free(note_path);
+	free(bad_path);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* ---- cache ---- */
+
+static double ms(uint64_t ns)
+{
+	return (double)ns / 1e6;
+}
+
+static char *cache_file(const char *dir, bool log)
+{
+	struct sc_host h;
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(sc_host_detect(&h, &err), 0);
+	uint8_t key[SC_SHA256_LEN];
+	sc_cache_key((const char *)moat_embedded_default_policy, moat_embedded_default_policy_len,
+		     &h, log, key);
+	char *name = sc_cache_file_name(key), *path = NULL;
+	ck_assert_int_ge(asprintf(&path, "%s/%s", dir, name), 0);
+	free(name);
+	return path;
+}
+
+static struct moat_seccomp_prog *prepare_default(bool log, bool *from_cache)
+{
+	struct moat_error err = { 0 };
+	struct moat_seccomp_prog *prog = NULL;
+	ck_assert_msg(moat_seccomp_prepare(NULL, log, &prog, &err) == 0, "%s", err.message);
+	struct sc_stats st;
+	sc_stats_get(&st);
+	*from_cache = st.from_cache;
+	return prog;
+}
+
+static void corrupt(const char *path, off_t off, const void *bytes, size_t n)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(pwrite(fd, bytes, n, off), (ssize_t)n);
+	close(fd);
+}
+
+START_TEST(cache_hit_miss_and_corruption)
+{
+	char *tmp = make_tmpdir();
+	char *dir = NULL;
+	ck_assert_int_ge(asprintf(&dir, "%s/sub/seccomp", tmp), 0);
+	sc_cache_set_dir(dir);
+	bool hit;
+
+	/* miss: compiled and stored (directory created 0700, file 0600) */
+	struct moat_seccomp_prog *a = prepare_default(false, &hit);
+	ck_assert(!hit);
+	struct sc_stats compile_st;
+	sc_stats_get(&compile_st);
+	struct stat st;
+	ck_assert_int_eq(stat(dir, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0700);
+	char *file = cache_file(dir, false);
+	ck_assert_int_eq(stat(file, &st), 0);
+	ck_assert_uint_eq(st.st_mode & 0777, 0600);
+	ck_assert_int_eq(st.st_size, 80 + a->len * 8);
+
+	/* hit: the same program */
+	struct moat_seccomp_prog *b = prepare_default(false, &hit);
+	ck_assert(hit);
+	struct sc_stats hit_st;
+	sc_stats_get(&hit_st);
+	ck_assert_uint_eq(a->len, b->len);
+	ck_assert_mem_eq(a->insns, b->insns, a->len * sizeof *a->insns);
+	ck_assert(!b->log);
+	moat_seccomp_prog_free(b);
+	fprintf(stderr, "seccomp default policy: compile %.3f ms (prepare %.3f ms), cached load %.3f ms\n",
+		ms(compile_st.compile_ns), ms(compile_st.prepare_ns), ms(hit_st.prepare_ns));
+
+	/* the log flag is part of the key */
+	b = prepare_default(true, &hit);
+	ck_assert(!hit);
+	ck_assert(b->log);
+	moat_seccomp_prog_free(b);
+	b = prepare_default(true, &hit);
+	ck_assert(hit);
+	ck_assert(b->log);
+	moat_seccomp_prog_free(b);
+
+	/* corruptions: each is a miss, then the entry is rewritten */
+	static const char garbage[] = "XXXXXXXX";
+	const off_t body_off = 80 + 8 * 3;
+	const off_t offs[] = { 0, 8, 40, 72, body_off };
+	for (size_t i = 0; i < sizeof offs / sizeof offs[0]; i++) {
+		corrupt(file, offs[i], garbage, 4);
+		b = prepare_default(false, &hit);
+		ck_assert_msg(!hit, "corruption at %lld not detected", (long long)offs[i]);
+		ck_assert_mem_eq(a->insns, b->insns, a->len * sizeof *a->insns);
+		moat_seccomp_prog_free(b);
+		b = prepare_default(false, &hit);
+		ck_assert(hit);
+		moat_seccomp_prog_free(b);
+	}
+	/* size not a multiple of 8, truncated, grown, empty */
+	const off_t sizes[] = { 80 + 8 * a->len - 3, 80 + 8 * (a->len - 1), 80 + 8 * (a->len + 1), 0 };
+	for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+		ck_assert_int_eq(truncate(file, sizes[i]), 0);
+		b = prepare_default(false, &hit);
+		ck_assert(!hit);
+		moat_seccomp_prog_free(b);
+	}
+	/* a symlink in place of the entry is not followed */
+	char *other = NULL;
+	ck_assert_int_ge(asprintf(&other, "%s/other", tmp), 0);
+	ck_assert_int_eq(rename(file, other), 0);
+	ck_assert_int_eq(symlink(other, file), 0);
+	b = prepare_default(false, &hit);
+	ck_assert(!hit);
+	moat_seccomp_prog_free(b);
+	ck_assert_int_eq(lstat(file, &st), 0);
+	ck_assert(S_ISREG(st.st_mode)); /* replaced by rename */
+	/* a file that is too large */
+	FILE *f = fopen(file, "we");
+	ck_assert_ptr_nonnull(f);
+	for (int i = 0; i < 70000; i++)
+		fputc(0, f);
+	fclose(f);
+	b = prepare_default(false, &hit);
+	ck_assert(!hit);
+	moat_seccomp_prog_free(b);
+
+	/* a directory others can write is not used at all */
+	unlink(file);
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	b = prepare_default(false, &hit);
+	ck_assert(!hit);
+	moat_seccomp_prog_free(b);
+	ck_assert_int_eq(access(file, F_OK), -1);
+	b = prepare_default(false, &hit);
+	ck_assert(!hit);
+	moat_seccomp_prog_free(b);
+	/* nor is a symlinked cache directory */
+	ck_assert_int_eq(chmod(dir, 0700), 0);
+	char *link = NULL;
+	ck_assert_int_ge(asprintf(&link, "%s/link", tmp), 0);
+	ck_assert_int_eq(symlink(dir, link), 0);
+	sc_cache_set_dir(link);
+	b = prepare_default(false, &hit);
+	ck_assert(!hit);
+	moat_seccomp_prog_free(b);
+	ck_assert_int_eq(access(file, F_OK), -1);
+	/* disabled */
+	sc_cache_set_dir("");
+	b = prepare_default(false, &hit);
+	ck_assert(!hit);
+	moat_seccomp_prog_free(b);
+
+	sc_cache_set_dir(NULL);
+	moat_seccomp_prog_free(a);
+	free(link);
+	free(other);
+	free(file);
+	free(dir);
+	rm_rf(tmp);
+	free(tmp);
+}
+END_TEST
+
+START_TEST(prepare_reports_errors)
+{
+	sc_cache_set_dir("");
+	struct moat_error err = { 0 };
+	struct moat_seccomp_prog *prog = (struct moat_seccomp_prog *)1;
+	ck_assert_int_eq(moat_seccomp_prepare("/nonexistent/policy.json", false, &prog, &err), -1);
+	ck_assert_ptr_null(prog);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	char *dir = make_tmpdir();
+	char *path = write_tmp(dir, "p.json", "{\"defaultAction\": \"SCMP_ACT_TRACE\"}");
+	ck_assert_int_eq(moat_seccomp_prepare(path, false, &prog, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "defaultAction: SCMP_ACT_TRACE is not supported"));
+	ck_assert_ptr_nonnull(strstr(err.message, path));
+	ck_assert_int_eq(moat_seccomp_install(NULL), -EINVAL);
+	moat_error_clear(&err);
+	free(path);
+	rm_rf(dir);
+	free(dir);
+	sc_cache_set_dir(NULL);
+}
+END_TEST
+
+/* ---- the default policy, installed for real ----
+ * The child uses raw syscalls only after install and reports the first
+ * failed check as its exit status (sanitizer runtimes stay out of the way:
+ * nothing after install allocates or touches files). */
+
+static struct moat_seccomp_prog *default_prog(void)
+{
+	sc_cache_set_dir("");
+	struct moat_error err = { 0 };
+	struct moat_seccomp_prog *prog = NULL;
+	ck_assert_msg(moat_seccomp_prepare(NULL, false, &prog, &err) == 0, "%s", err.message);
+	sc_cache_set_dir(NULL);
+	return prog;
+}
+
+static int run_child(const struct moat_seccomp_prog *prog, int (*body)(void))
+{
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+			_exit(200);
+		if (prog && moat_seccomp_install(prog) != 0)
+			_exit(201);
+		_exit(body());
+	}
+	int status;
+	ck_assert_int_eq(waitpid(pid, &status, 0), pid);
+	return status;
+}
+
+static bool denied(long rc, int want)
+{
+	return rc == -1 && errno == want;
+}
+
+static int child_checks(void)
+{
+	int c = 1;
+	char ch = 'x';
+	/* denied */
+	if (!denied(syscall(SYS_unshare, CLONE_NEWUSER), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_unshare, CLONE_NEWNS), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_ptrace, 0 /* PTRACE_TRACEME */, 0, 0, 0), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_socket, AF_PACKET, SOCK_RAW, 0), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_socket, AF_VSOCK, SOCK_STREAM, 0), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_socket, AF_NETLINK, SOCK_RAW, NETLINK_ROUTE), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_socket, AF_UNIX | (1L << 32), SOCK_STREAM, 0), EPERM))
+		return c;
+	c++;
+	long r = syscall(SYS_clone, CLONE_NEWNS | SIGCHLD, 0, 0, 0, 0);
+	if (r == 0)
+		syscall(SYS_exit_group, 0);
+	if (!denied(r, EPERM))
+		return c;
+	c++;
+	r = syscall(SYS_clone, CLONE_NEWUSER | CLONE_NEWPID | SIGCHLD, 0, 0, 0, 0);
+	if (r == 0)
+		syscall(SYS_exit_group, 0);
+	if (!denied(r, EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_clone3, NULL, 0), ENOSYS))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_ioctl, 0, TIOCSTI, &ch), EACCES))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_ioctl, 0, 0x100000000UL | TIOCSTI, &ch), EACCES))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_ioctl, 0, TIOCLINUX, &ch), EACCES))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_personality, 0x0008 /* PER_LINUX32 */), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_personality, 0x0040000 /* ADDR_NO_RANDOMIZE */), EPERM))
+		return c;
+	c++;
+	static const long nrs[] = {
+		SYS_mount, SYS_umount2, SYS_pivot_root, SYS_chroot, SYS_setns, SYS_keyctl,
+		SYS_add_key, SYS_request_key, SYS_bpf, SYS_perf_event_open, SYS_userfaultfd,
+		SYS_io_uring_setup, SYS_io_uring_enter, SYS_process_vm_readv,
+		SYS_process_vm_writev, SYS_kexec_load, SYS_init_module, SYS_finit_module,
+		SYS_delete_module, SYS_open_by_handle_at, SYS_name_to_handle_at, SYS_reboot,
+		SYS_swapon, SYS_syslog, SYS_acct, SYS_iopl, SYS_ioperm, SYS_fsopen, SYS_move_mount,
+	};
+	for (size_t i = 0; i < sizeof nrs / sizeof nrs[0]; i++) {
+		if (!denied(syscall(nrs[i], 0, 0, 0, 0, 0, 0), EPERM))
+			return 100 + (int)i;
+	}
+	/* allowed */
+	if (syscall(SYS_getpid) <= 0)
+		return c;
+	c++;
+	if (syscall(SYS_personality, 0xffffffffUL) < 0)
+		return c;
+	c++;
+	if (syscall(SYS_personality, 0) < 0)
+		return c;
+	c++;
+	int fds[2];
+	if (syscall(SYS_pipe2, fds, O_CLOEXEC) != 0)
+		return c;
+	c++;
+	if (syscall(SYS_write, fds[1], "ok", 2) != 2)
+		return c;
+	c++;
+	void *m = (void *)syscall(SYS_mmap, NULL, 4096, PROT_READ | PROT_WRITE,
+				  MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+	if (m == MAP_FAILED)
+		return c;
+	c++;
+	if (syscall(SYS_mprotect, m, 4096, PROT_READ) != 0)
+		return c;
+	c++;
+	long fd = syscall(SYS_socket, AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return c;
+	c++;
+	fd = syscall(SYS_socket, AF_INET6, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	if (fd < 0 && errno == EPERM)
+		return c;
+	c++;
+	if (syscall(SYS_ioctl, fds[0], FIONREAD, &(int){ 0 }) != 0)
+		return c;
+	c++;
+	r = syscall(SYS_clone, SIGCHLD, 0, 0, 0, 0); /* fork */
+	if (r == 0)
+		syscall(SYS_exit_group, 7);
+	if (r < 0)
+		return c;
+	c++;
+	int st = 0;
+	if (syscall(SYS_wait4, r, &st, 0, NULL) != r || !WIFEXITED(st) || WEXITSTATUS(st) != 7)
+		return c;
+	return 0;
+}
+
+START_TEST(default_policy_in_a_child)
+{
+	struct moat_seccomp_prog *prog = default_prog();
+	int status = run_child(prog, child_checks);
+	ck_assert_msg(WIFEXITED(status), "child killed by signal %d",
+		      WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+	ck_assert_msg(WEXITSTATUS(status) == 0, "child check %d failed", WEXITSTATUS(status));
+	moat_seccomp_prog_free(prog);
+}
+END_TEST
+
+static int child_x32(void)
+{
+	syscall(39 | 0x40000000L); /* x32 getpid */
+	return 0;
+}
+
+START_TEST(x32_syscall_is_killed)
+{
+	struct moat_seccomp_prog *prog = default_prog();
+	int status = run_child(prog, child_x32);
+	ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS, "status 0x%x", status);
+	moat_seccomp_prog_free(prog);
+}
+END_TEST
+
+#if defined(__x86_64__)
+static int child_int80(void)
+{
+	/* SIG_DFL for SIGSEGV with the raw syscall, past any sanitizer handler,
+	 * so a refused int 0x80 shows as a plain signal */
+	struct {
+		unsigned long handler, flags, restorer, mask;
+	} dfl = { 0, 0, 0, 0 };
+	if (syscall(SYS_rt_sigaction, SIGSEGV, &dfl, NULL, 8) != 0)
+		return 2;
+	long ret;
+	__asm__ volatile("mov $20, %%eax\n\tint $0x80\n\tmov %%rax, %0"
+			 : "=r"(ret)
+			 :
+			 : "rax", "memory");
+	return ret > 0 ? 0 : 1;
+}
+
+START_TEST(i386_int80_is_killed)
+{
+	/* Without a filter: does this kernel run i386 syscalls at all? */
+	int probe = run_child(NULL, child_int80);
+	bool ia32 = WIFEXITED(probe);
+	struct moat_seccomp_prog *prog = default_prog();
+	int status = run_child(prog, child_int80);
+	if (ia32) {
+		ck_assert_msg(WIFSIGNALED(status) && WTERMSIG(status) == SIGSYS, "status 0x%x", status);
+	} else {
+		/* IA32 emulation disabled: the kernel refuses int 0x80 (SIGSEGV)
+		 * before seccomp runs; still never executed. */
+		ck_assert_msg(WIFSIGNALED(status), "status 0x%x", status);
+	}
+	moat_seccomp_prog_free(prog);
+}
+END_TEST
+#endif
+
+static int child_log_install(void)
+{
+	return syscall(SYS_getpid) > 0 ? 0 : 1;
+}
+
+START_TEST(install_with_log_flag)
+{
+	sc_cache_set_dir("");
+	struct moat_error err = { 0 };
+	struct moat_seccomp_prog *prog = NULL;
+	ck_assert_int_eq(moat_seccomp_prepare(NULL, true, &prog, &err), 0);
+	sc_cache_set_dir(NULL);
+	ck_assert(prog->log);
+	int status = run_child(prog, child_log_install);
+	ck_assert(WIFEXITED(status));
+	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	moat_seccomp_prog_free(prog);
+}
+END_TEST
+
+Suite *seccomp_policy_suite(void)
+{
+	Suite *s = suite_create("seccomp_policy");
+	TCase *tc = tcase_create("policy");
+	tcase_add_test(tc, sha256_vectors);
+	tcase_add_test(tc, parse_all_fields);
+	tcase_add_test(tc, parse_default_errno_is_eperm);
+	tcase_add_test(tc, unknown_names_skipped_with_notes);
+	tcase_add_test(tc, includes_excludes);
+	tcase_add_loop_test(tc, parse_errors_name_the_path, 0, (int)(sizeof bad / sizeof bad[0]));
+	tcase_add_test(tc, compile_conflicts_are_rejected);
+	tcase_add_test(tc, docker_fixture_loads_and_compiles);
+	tcase_add_test(tc, default_policy_loads_and_compiles);
+	tcase_add_test(tc, policy_check_and_show);
+	tcase_add_test(tc, cache_hit_miss_and_corruption);
+	tcase_add_test(tc, prepare_reports_errors);
+	tcase_set_timeout(tc, 30);
+	suite_add_tcase(s, tc);
+
+	TCase *run = tcase_create("installed");
+	tcase_add_test(run, default_policy_in_a_child);
+	tcase_add_test(run, x32_syscall_is_killed);
+#if defined(__x86_64__)
+	tcase_add_test(run, i386_int80_is_killed);
+#endif
+	tcase_add_test(run, install_with_log_flag);
+	tcase_set_timeout(run, 30);
+	suite_add_tcase(s, run);
+	return s;
+}

@@ -1,0 +1,26 @@
+#!/bin/bash
+# make check: unit tests (ASan/UBSan), then integration and security tests
+# against the built binary, as root and as uid 65534. Prints one summary line.
+set -u -o pipefail
+BUILD=${1:-build}
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+
+echo "== unit tests (AddressSanitizer + UBSan)"
+"$BUILD/test-unit" 2>&1 | tee -a "$log" || status=1
+echo "== integration and security tests ($(id -un): root mode $( [ "$(id -u)" -eq 0 ] && echo on || echo off ), rootless mode on)"
+MOAT_BIN="$(pwd)/$BUILD/moat" "$BUILD/test-integration" 2>&1 | tee -a "$log" || status=1
+
+# Check prints "NN%: Checks: T, Failures: F, Errors: E" per runner
+total=0; bad=0
+for line in $(sed -n 's/.*Checks: \([0-9]*\), Failures: \([0-9]*\), Errors: \([0-9]*\).*/\1:\2:\3/p' "$log"); do
+	t=${line%%:*}; rest=${line#*:}; f=${rest%%:*}; e=${rest#*:}
+	total=$((total + t)); bad=$((bad + f + e))
+done
+if [ "$total" -eq 0 ]; then
+	echo "check: no test ran" >&2
+	status=1
+fi
+echo "check: $((total - bad)) passed, $bad failed"
+exit $status
