@@ -1,5 +1,5 @@
 /* Compiled-BPF cache: compile a policy once per (policy bytes, native arch,
- * kernel release, libseccomp version, log flag, moat version).
+ * kernel release, libseccomp version, moat version).
  *
  * Location: /var/cache/moat/seccomp for root, else
  * $XDG_CACHE_HOME/moat/seccomp or ~/.cache/moat/seccomp. Poisoning is kept
@@ -51,19 +51,17 @@ static void hash_field(struct sc_sha256 *s, const void *data, size_t len)
 }
 
 void sc_cache_key(const char *policy, size_t len, const struct sc_host *host,
-		  bool log_denied, uint8_t key[SC_SHA256_LEN])
+		  uint8_t key[SC_SHA256_LEN])
 {
 	struct sc_sha256 s;
 	sc_sha256_init(&s);
-	hash_field(&s, "moat-seccomp-cache-v1", 21);
+	hash_field(&s, "moat-seccomp-cache-v2", 21);
 	hash_field(&s, MOAT_VERSION, strlen(MOAT_VERSION));
 	const struct scmp_version *v = seccomp_version();
 	uint32_t ver[3] = { v ? v->major : 0, v ? v->minor : 0, v ? v->micro : 0 };
 	hash_field(&s, ver, sizeof ver);
 	hash_field(&s, &host->scmp_arch, sizeof host->scmp_arch);
 	hash_field(&s, host->release, strlen(host->release));
-	uint8_t lg = log_denied ? 1 : 0;
-	hash_field(&s, &lg, 1);
 	hash_field(&s, policy, len);
 	sc_sha256_final(&s, key);
 }

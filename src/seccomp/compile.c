@@ -29,6 +29,7 @@ void moat_seccomp_prog_free(struct moat_seccomp_prog *prog)
 	if (!prog)
 		return;
 	free(prog->insns);
+	free(prog->notify_insns);
 	free(prog);
 }
 
@@ -182,7 +183,7 @@ static int export_bpf(scmp_filter_ctx ctx, struct moat_seccomp_prog *prog,
 	return 0;
 }
 
-int sc_compile(const struct sc_policy *p, bool log_denied, struct moat_seccomp_prog **out,
+int sc_compile(const struct sc_policy *p, struct moat_seccomp_prog **out,
 	       struct moat_error *err)
 {
 	*out = NULL;
@@ -216,7 +217,7 @@ int sc_compile(const struct sc_policy *p, bool log_denied, struct moat_seccomp_p
 	}
 	if (export_bpf(ctx, prog, err) < 0)
 		goto out;
-	prog->log = log_denied || p->flag_log;
+	prog->log = p->flag_log;
 	*out = prog;
 	prog = NULL;
 	rc = 0;

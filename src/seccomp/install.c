@@ -36,10 +36,14 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 	if (sc_policy_read(policy_path, &buf, &len, err) < 0)
 		return -1;
 	uint8_t key[SC_SHA256_LEN];
-	sc_cache_key(buf, len, &host, log_denied, key);
+	sc_cache_key(buf, len, &host, key);
 	struct moat_seccomp_prog *prog = NULL;
 	if (sc_cache_load(key, &prog) == 0) {
 		free(buf);
+		if (log_denied && sc_notify_rewrite(prog, err) < 0) {
+			moat_seccomp_prog_free(prog);
+			return -1;
+		}
 		last_stats = (struct sc_stats){ .from_cache = true, .prepare_ns = now_ns() - t0 };
 		*out = prog;
 		return 0;
@@ -49,8 +53,16 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 	int rc = sc_policy_parse(buf, len, &host, &pol, err);
 	free(buf);
 	if (rc == 0)
-		rc = sc_compile(pol, log_denied, &prog, err);
+		rc = sc_compile(pol, &prog, err);
 	sc_policy_free(pol);
+	uint64_t t2 = now_ns();
+	if (rc == 0)
+		sc_cache_store(key, prog); /* the program as compiled, never the rewrite */
+	if (rc == 0 && log_denied && sc_notify_rewrite(prog, err) < 0) {
+		moat_seccomp_prog_free(prog);
+		prog = NULL;
+		rc = -1;
+	}
 	if (rc < 0) {
 		/* name the policy in the message */
 		if (err && err->message) {
@@ -62,8 +74,6 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 		}
 		return -1;
 	}
-	uint64_t t2 = now_ns();
-	sc_cache_store(key, prog);
 	last_stats = (struct sc_stats){
 		.from_cache = false, .prepare_ns = now_ns() - t0, .compile_ns = t2 - t1
 	};
@@ -71,17 +81,31 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 	return 0;
 }
 
-int moat_seccomp_install(const struct moat_seccomp_prog *prog)
+int moat_seccomp_install(const struct moat_seccomp_prog *prog, int *listener_fd)
 {
+	if (listener_fd)
+		*listener_fd = -1;
 	if (!prog || !prog->insns || prog->len == 0)
+		return -EINVAL;
+	bool notify = prog->notify_insns != NULL;
+	if (notify && !listener_fd)
 		return -EINVAL;
 	struct sock_fprog fprog = {
 		.len = prog->len,
-		.filter = prog->insns,
+		.filter = notify ? prog->notify_insns : prog->insns,
 	};
 	/* Single-threaded child: no TSYNC needed. */
 	unsigned long flags = prog->log ? SECCOMP_FILTER_FLAG_LOG : 0;
-	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fprog) != 0)
+	if (notify)
+		flags |= SECCOMP_FILTER_FLAG_NEW_LISTENER;
+	/* No syscall may follow the install here: with a listener, any call
+	 * the policy refuses would wait for a supervisor that does not have the
+	 * listener yet. The kernel makes the listener O_CLOEXEC itself
+	 * (get_unused_fd_flags(O_CLOEXEC); checked by the unit tests). */
+	long rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fprog);
+	if (rc < 0)
 		return -errno;
+	if (notify)
+		*listener_fd = (int)rc;
 	return 0;
 }

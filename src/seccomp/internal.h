@@ -8,6 +8,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <linux/filter.h>
+#include <linux/seccomp.h>
 #include "moat.h"
 #include "seccomp/seccomp.h"
 
@@ -80,17 +81,36 @@ int sc_policy_check(const char *path, FILE *notes, struct moat_error *err);
 struct moat_seccomp_prog {
 	struct sock_filter *insns;
 	unsigned short len;
-	bool log; /* install with SECCOMP_FILTER_FLAG_LOG */
+	bool log; /* install with SECCOMP_FILTER_FLAG_LOG (the policy's "flags") */
+	/* --seccomp-log: insns with every RET ERRNO turned into RET USER_NOTIF
+	 * (same length), installed instead of insns with a listener; NULL
+	 * otherwise. The supervisor answers each notification by running insns. */
+	struct sock_filter *notify_insns;
 };
 
-int sc_compile(const struct sc_policy *p, bool log_denied,
-	       struct moat_seccomp_prog **out, struct moat_error *err);
+int sc_compile(const struct sc_policy *p, struct moat_seccomp_prog **out,
+	       struct moat_error *err);
+
+/* ---- --seccomp-log (notify.c) ---- */
+/* Derives prog->notify_insns from prog->insns. Fails (MOAT_ERR_CONFIG) on a
+ * program whose errno cannot be known statically (RET A), ENOMEM otherwise. */
+int sc_notify_rewrite(struct moat_seccomp_prog *prog, struct moat_error *err);
+/* A classic-BPF interpreter with the kernel's seccomp semantics (the opcodes
+ * seccomp_check_filter accepts; seccomp_data is 64 bytes). Returns 0 with the
+ * filter's return value in *ret, or -1 for a program it cannot run (unknown
+ * opcode, jump or load out of bounds, read of an unset scratch cell, shift
+ * by 32 or more, falling off the end). */
+int sc_bpf_run(const struct sock_filter *insns, size_t len, const struct seccomp_data *d,
+	       uint32_t *ret);
+/* true when sc_bpf_run knows the opcode (for tests). */
+bool sc_bpf_opcode_known(uint16_t code);
 
 /* ---- cache ---- */
 /* The cache key: SHA-256 over policy bytes, native arch, kernel release,
- * libseccomp version, log flag and moat version. */
+ * libseccomp version and moat version. The cache holds the program as
+ * compiled; the --seccomp-log rewrite is derived after loading. */
 void sc_cache_key(const char *policy, size_t len, const struct sc_host *host,
-		  bool log_denied, uint8_t key[SC_SHA256_LEN]);
+		  uint8_t key[SC_SHA256_LEN]);
 /* 0 and *out on a valid hit; -1 on a miss or anything wrong (never an error). */
 int sc_cache_load(const uint8_t key[SC_SHA256_LEN], struct moat_seccomp_prog **out);
 /* Best effort: returns 0 when stored, -1 otherwise. */

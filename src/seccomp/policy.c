@@ -1055,7 +1055,7 @@ int sc_policy_check(const char *path, FILE *notes, struct moat_error *err)
 	if (rc < 0)
 		return prefix_error(err, path);
 	struct moat_seccomp_prog *prog = NULL;
-	rc = sc_compile(pol, false, &prog, err);
+	rc = sc_compile(pol, &prog, err);
 	if (rc == 0 && notes)
 		for (size_t i = 0; i < pol->n_notes; i++)
 			fprintf(notes, "note: %s\n", pol->notes[i]);

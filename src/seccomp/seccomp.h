@@ -18,8 +18,24 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 void moat_seccomp_prog_free(struct moat_seccomp_prog *prog);
 
 /* Child side, after no_new_privs: async-signal-safe (no allocation, no
- * locks, only the seccomp syscall). Returns 0 or -errno. */
-int moat_seccomp_install(const struct moat_seccomp_prog *prog);
+ * locks, only the seccomp syscall). Returns 0 or -errno. When the program
+ * was prepared with log_denied, the filter is installed with a user
+ * notification listener whose fd is stored in *listener_fd (else -1): every
+ * call the policy refuses with an errno is then sent to the supervisor, which
+ * answers with that same errno and records it (moat_seccomp_log_*). */
+int moat_seccomp_install(const struct moat_seccomp_prog *prog, int *listener_fd);
+
+/* Supervisor side of --seccomp-log. */
+struct moat_seccomp_log;
+struct moat_seccomp_log *moat_seccomp_log_new(void);
+void moat_seccomp_log_free(struct moat_seccomp_log *log);
+/* Answers one pending notification on listener_fd (readable): evaluates the
+ * original policy on the call, replies with its errno, counts the call.
+ * Returns 0, or -1 when the listener is gone (all filtered tasks exited). */
+int moat_seccomp_log_handle(const struct moat_seccomp_prog *prog, int listener_fd,
+			    struct moat_seccomp_log *log);
+/* {"denied":[{"syscall":"ptrace","errno":"EPERM","count":1},...]} — malloc'd. */
+char *moat_seccomp_log_json(const struct moat_seccomp_log *log);
 
 /* `moat policy check FILE`: 0 when valid; otherwise -1 with an error whose
  * message names the JSON path of the bad entry (e.g. syscalls[3].args[0].op). */

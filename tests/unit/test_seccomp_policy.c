@@ -1,6 +1,8 @@
 /* Unit tests: seccomp policies (src/seccomp): parsing and validation with
- * JSON paths, includes/excludes, compilation, the BPF cache, SHA-256, and the
- * default policy installed for real in a forked child. */
+ * JSON paths, includes/excludes, compilation, the BPF cache, SHA-256, the
+ * default policy installed for real in a forked child, and --seccomp-log: the
+ * notify rewrite, the classic-BPF interpreter (checked against the kernel's
+ * own verdicts), the listener and the JSON log. */
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/netlink.h>
@@ -12,7 +14,10 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <poll.h>
+#include <stddef.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -225,7 +230,7 @@ START_TEST(parse_all_fields)
 
 	struct moat_error err = { 0 };
 	struct moat_seccomp_prog *prog = NULL;
-	ck_assert_int_eq(sc_compile(p, false, &prog, &err), 0);
+	ck_assert_int_eq(sc_compile(p, &prog, &err), 0);
 	ck_assert(prog->log); /* from "flags" */
 	ck_assert_uint_gt(prog->len, 10);
 	moat_seccomp_prog_free(prog);
@@ -259,7 +264,7 @@ START_TEST(unknown_names_skipped_with_notes)
 	ck_assert_ptr_nonnull(strstr(p->notes[0], "skipped"));
 	struct moat_error err = { 0 };
 	struct moat_seccomp_prog *prog = NULL;
-	ck_assert_int_eq(sc_compile(p, false, &prog, &err), 0);
+	ck_assert_int_eq(sc_compile(p, &prog, &err), 0);
 	moat_seccomp_prog_free(prog);
 	sc_policy_free(p);
 }
@@ -441,7 +446,7 @@ static int compile_json(const char *json, struct moat_error *err, unsigned short
 {
 	struct sc_policy *p = parse_ok(json);
 	struct moat_seccomp_prog *prog = NULL;
-	int rc = sc_compile(p, false, &prog, err);
+	int rc = sc_compile(p, &prog, err);
 	if (rc == 0 && len)
 		*len = prog->len;
 	moat_seccomp_prog_free(prog);
@@ -510,7 +515,7 @@ START_TEST(docker_fixture_loads_and_compiles)
 	ck_assert_uint_gt(applied, 5);
 	ck_assert_uint_gt(skipped, 5); /* rules that need capabilities */
 	struct moat_seccomp_prog *prog = NULL;
-	ck_assert_msg(sc_compile(p, false, &prog, &err) == 0, "%s", err.message);
+	ck_assert_msg(sc_compile(p, &prog, &err) == 0, "%s", err.message);
 	ck_assert_uint_gt(prog->len, 100);
 	moat_seccomp_prog_free(prog);
 	sc_policy_free(p);
@@ -561,7 +566,7 @@ START_TEST(default_policy_loads_and_compiles)
 		}
 	}
 	struct moat_seccomp_prog *prog = NULL;
-	ck_assert_msg(sc_compile(p, false, &prog, &err) == 0, "%s", err.message);
+	ck_assert_msg(sc_compile(p, &prog, &err) == 0, "%s", err.message);
 	ck_assert(!prog->log);
 	moat_seccomp_prog_free(prog);
 	sc_policy_free(p);
@@ -641,14 +646,14 @@ static double ms(uint64_t ns)
 	return (double)ns / 1e6;
 }
 
-static char *cache_file(const char *dir, bool log)
+static char *cache_file(const char *dir)
 {
 	struct sc_host h;
 	struct moat_error err = { 0 };
 	ck_assert_int_eq(sc_host_detect(&h, &err), 0);
 	uint8_t key[SC_SHA256_LEN];
 	sc_cache_key((const char *)moat_embedded_default_policy, moat_embedded_default_policy_len,
-		     &h, log, key);
+		     &h, key);
 	char *name = sc_cache_file_name(key), *path = NULL;
 	ck_assert_int_ge(asprintf(&path, "%s/%s", dir, name), 0);
 	free(name);
@@ -690,7 +695,7 @@ START_TEST(cache_hit_miss_and_corruption)
 	struct stat st;
 	ck_assert_int_eq(stat(dir, &st), 0);
 	ck_assert_uint_eq(st.st_mode & 0777, 0700);
-	char *file = cache_file(dir, false);
+	char *file = cache_file(dir);
 	ck_assert_int_eq(stat(file, &st), 0);
 	ck_assert_uint_eq(st.st_mode & 0777, 0600);
 	ck_assert_int_eq(st.st_size, 80 + a->len * 8);
@@ -703,18 +708,18 @@ START_TEST(cache_hit_miss_and_corruption)
 	ck_assert_uint_eq(a->len, b->len);
 	ck_assert_mem_eq(a->insns, b->insns, a->len * sizeof *a->insns);
 	ck_assert(!b->log);
-	moat_seccomp_prog_free(b);
 	fprintf(stderr, "seccomp default policy: compile %.3f ms (prepare %.3f ms), cached load %.3f ms\n",
 		ms(compile_st.compile_ns), ms(compile_st.prepare_ns), ms(hit_st.prepare_ns));
 
-	/* the log flag is part of the key */
-	b = prepare_default(true, &hit);
-	ck_assert(!hit);
-	ck_assert(b->log);
+	/* --seccomp-log shares the entry: the cache holds the program as
+	 * compiled, the notify rewrite is derived after loading */
+	ck_assert_ptr_null(b->notify_insns);
 	moat_seccomp_prog_free(b);
 	b = prepare_default(true, &hit);
 	ck_assert(hit);
-	ck_assert(b->log);
+	ck_assert(!b->log);
+	ck_assert_mem_eq(a->insns, b->insns, a->len * sizeof *a->insns);
+	ck_assert_ptr_nonnull(b->notify_insns);
 	moat_seccomp_prog_free(b);
 
 	/* corruptions: each is a miss, then the entry is rewritten */
@@ -809,7 +814,7 @@ START_TEST(prepare_reports_errors)
 	ck_assert_int_eq(moat_seccomp_prepare(path, false, &prog, &err), -1);
 	ck_assert_ptr_nonnull(strstr(err.message, "defaultAction: SCMP_ACT_TRACE is not supported"));
 	ck_assert_ptr_nonnull(strstr(err.message, path));
-	ck_assert_int_eq(moat_seccomp_install(NULL), -EINVAL);
+	ck_assert_int_eq(moat_seccomp_install(NULL, NULL), -EINVAL);
 	moat_error_clear(&err);
 	free(path);
 	rm_rf(dir);
@@ -840,7 +845,7 @@ static int run_child(const struct moat_seccomp_prog *prog, int (*body)(void))
 	if (pid == 0) {
 		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
 			_exit(200);
-		if (prog && moat_seccomp_install(prog) != 0)
+		if (prog && moat_seccomp_install(prog, NULL) != 0)
 			_exit(201);
 		_exit(body());
 	}
@@ -1033,22 +1038,659 @@ START_TEST(i386_int80_is_killed)
 END_TEST
 #endif
 
-static int child_log_install(void)
-{
-	return syscall(SYS_getpid) > 0 ? 0 : 1;
-}
+/* ---- --seccomp-log: the notify rewrite, the interpreter, the log ---- */
 
-START_TEST(install_with_log_flag)
+static struct moat_seccomp_prog *log_prog(const char *path)
 {
 	sc_cache_set_dir("");
 	struct moat_error err = { 0 };
 	struct moat_seccomp_prog *prog = NULL;
-	ck_assert_int_eq(moat_seccomp_prepare(NULL, true, &prog, &err), 0);
+	ck_assert_msg(moat_seccomp_prepare(path, true, &prog, &err) == 0, "%s", err.message);
 	sc_cache_set_dir(NULL);
-	ck_assert(prog->log);
-	int status = run_child(prog, child_log_install);
-	ck_assert(WIFEXITED(status));
-	ck_assert_int_eq(WEXITSTATUS(status), 0);
+	ck_assert_ptr_nonnull(prog->notify_insns);
+	return prog;
+}
+
+static void check_rewrite(const struct moat_seccomp_prog *prog, const char *what)
+{
+	size_t rewritten = 0, kept_rets = 0;
+	uint16_t seen[64];
+	size_t n_seen = 0;
+	for (size_t i = 0; i < prog->len; i++) {
+		const struct sock_filter *o = &prog->insns[i], *n = &prog->notify_insns[i];
+		ck_assert_msg(sc_bpf_opcode_known(o->code), "%s: opcode 0x%x at %zu unknown", what,
+			      o->code, i);
+		bool have = false;
+		for (size_t k = 0; k < n_seen; k++)
+			have = have || seen[k] == o->code;
+		if (!have && n_seen < 64)
+			seen[n_seen++] = o->code;
+		ck_assert_uint_eq(o->code, n->code);
+		ck_assert_uint_eq(o->jt, n->jt);
+		ck_assert_uint_eq(o->jf, n->jf);
+		if (o->code == (BPF_RET | BPF_K) &&
+		    (o->k & SECCOMP_RET_ACTION_FULL) == SECCOMP_RET_ERRNO) {
+			ck_assert_uint_eq(n->k, SECCOMP_RET_USER_NOTIF);
+			rewritten++;
+		} else {
+			ck_assert_uint_eq(o->k, n->k);
+			if (BPF_CLASS(o->code) == BPF_RET)
+				kept_rets++;
+		}
+	}
+	ck_assert_uint_gt(rewritten, 0);
+	ck_assert_uint_gt(kept_rets, 0); /* allow and kill stay */
+	fprintf(stderr, "%s: %u insns, %zu RET ERRNO rewritten, opcodes:", what, prog->len,
+		rewritten);
+	for (size_t k = 0; k < n_seen; k++)
+		fprintf(stderr, " 0x%02x", seen[k]);
+	fprintf(stderr, "\n");
+}
+
+START_TEST(notify_rewrite)
+{
+	struct moat_seccomp_prog *prog = log_prog(NULL);
+	ck_assert(!prog->log); /* log mode no longer means SECCOMP_FILTER_FLAG_LOG */
+	check_rewrite(prog, "default policy");
+	moat_seccomp_prog_free(prog);
+	const char *fx = fixture_path();
+	ck_assert_msg(fx != NULL, "docker-default-seccomp.json fixture not found");
+	prog = log_prog(fx);
+	check_rewrite(prog, "docker fixture");
+	moat_seccomp_prog_free(prog);
+	/* a computed return cannot be rewritten */
+	struct sock_filter ret_a[] = { BPF_STMT(BPF_LD | BPF_IMM, SECCOMP_RET_ERRNO | 1),
+				       BPF_STMT(BPF_RET | BPF_A, 0) };
+	struct moat_seccomp_prog p = { .insns = ret_a, .len = 2 };
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(sc_notify_rewrite(&p, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "computed"));
+	ck_assert_ptr_null(p.notify_insns);
+	moat_error_clear(&err);
+}
+END_TEST
+
+static int run_bpf(const struct sock_filter *f, size_t n, const struct seccomp_data *d,
+		   uint32_t *ret)
+{
+	*ret = 0xdeadbeef;
+	return sc_bpf_run(f, n, d, ret);
+}
+
+#define RUN_OK(prog, d, want)                                                          \
+	do {                                                                           \
+		uint32_t r_;                                                           \
+		ck_assert_int_eq(run_bpf(prog, sizeof prog / sizeof prog[0], d, &r_), 0); \
+		ck_assert_uint_eq(r_, want);                                           \
+	} while (0)
+#define RUN_BAD(prog, d)                                                               \
+	ck_assert_int_eq(sc_bpf_run(prog, sizeof prog / sizeof prog[0], d, &(uint32_t){ 0 }), -1)
+
+START_TEST(bpf_interpreter_ops)
+{
+	struct seccomp_data d = { .nr = 41, .arch = 0xc000003e,
+				  .args = { 0x1122334455667788ULL, 2, 3, 4, 5, 6 } };
+	/* loads of every seccomp_data word */
+	for (uint32_t off = 0; off < sizeof d; off += 4) {
+		struct sock_filter f[] = { BPF_STMT(BPF_LD | BPF_W | BPF_ABS, off),
+					   BPF_STMT(BPF_RET | BPF_A, 0) };
+		uint32_t want;
+		memcpy(&want, (char *)&d + off, 4);
+		RUN_OK(f, &d, want);
+	}
+	struct sock_filter oob[] = { BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 64),
+				     BPF_STMT(BPF_RET | BPF_A, 0) };
+	RUN_BAD(oob, &d);
+	struct sock_filter mis[] = { BPF_STMT(BPF_LD | BPF_W | BPF_ABS, 2),
+				     BPF_STMT(BPF_RET | BPF_A, 0) };
+	RUN_BAD(mis, &d);
+	struct sock_filter len[] = { BPF_STMT(BPF_LD | BPF_W | BPF_LEN, 0),
+				     BPF_STMT(BPF_LDX | BPF_W | BPF_LEN, 0),
+				     BPF_STMT(BPF_ALU | BPF_ADD | BPF_X, 0),
+				     BPF_STMT(BPF_RET | BPF_A, 0) };
+	RUN_OK(len, &d, 128);
+	/* ALU with K and X, NEG, TAX/TXA, scratch memory */
+	struct sock_filter alu[] = {
+		BPF_STMT(BPF_LD | BPF_IMM, 100),
+		BPF_STMT(BPF_ALU | BPF_SUB | BPF_K, 1),   /* 99 */
+		BPF_STMT(BPF_ALU | BPF_MUL | BPF_K, 3),   /* 297 */
+		BPF_STMT(BPF_ALU | BPF_DIV | BPF_K, 2),   /* 148 */
+		BPF_STMT(BPF_ALU | BPF_OR | BPF_K, 0x1000), /* 0x1094 */
+		BPF_STMT(BPF_ALU | BPF_AND | BPF_K, 0x10f0), /* 0x1090 */
+		BPF_STMT(BPF_ALU | BPF_XOR | BPF_K, 0x1), /* 0x1091 */
+		BPF_STMT(BPF_ALU | BPF_LSH | BPF_K, 4),   /* 0x10910 */
+		BPF_STMT(BPF_ALU | BPF_RSH | BPF_K, 8),   /* 0x109 */
+		BPF_STMT(BPF_ST, 3),
+		BPF_STMT(BPF_LDX | BPF_IMM, 2),
+		BPF_STMT(BPF_ALU | BPF_LSH | BPF_X, 0),   /* 0x424 */
+		BPF_STMT(BPF_STX, 5),
+		BPF_STMT(BPF_MISC | BPF_TAX, 0),
+		BPF_STMT(BPF_LD | BPF_MEM, 3),            /* 0x109 */
+		BPF_STMT(BPF_ALU | BPF_ADD | BPF_X, 0),   /* 0x52d */
+		BPF_STMT(BPF_LDX | BPF_MEM, 5),           /* 2 */
+		BPF_STMT(BPF_ALU | BPF_SUB | BPF_X, 0),   /* 0x52b */
+		BPF_STMT(BPF_ALU | BPF_NEG, 0),
+		BPF_STMT(BPF_ALU | BPF_NEG, 0),
+		BPF_STMT(BPF_MISC | BPF_TAX, 0),
+		BPF_STMT(BPF_LD | BPF_IMM, 0),
+		BPF_STMT(BPF_MISC | BPF_TXA, 0),
+		BPF_STMT(BPF_RET | BPF_A, 0),
+	};
+	RUN_OK(alu, &d, 0x52b);
+	struct sock_filter unset_mem[] = { BPF_STMT(BPF_LD | BPF_MEM, 7),
+					   BPF_STMT(BPF_RET | BPF_A, 0) };
+	RUN_BAD(unset_mem, &d);
+	struct sock_filter mem_oob[] = { BPF_STMT(BPF_ST, 16), BPF_STMT(BPF_RET | BPF_K, 0) };
+	RUN_BAD(mem_oob, &d);
+	struct sock_filter div0[] = { BPF_STMT(BPF_LDX | BPF_IMM, 0),
+				      BPF_STMT(BPF_ALU | BPF_DIV | BPF_X, 0),
+				      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW) };
+	RUN_OK(div0, &d, 0); /* classic BPF: the filter returns 0 (kill) */
+	struct sock_filter shift32[] = { BPF_STMT(BPF_LDX | BPF_IMM, 32),
+					 BPF_STMT(BPF_ALU | BPF_LSH | BPF_X, 0),
+					 BPF_STMT(BPF_RET | BPF_A, 0) };
+	RUN_BAD(shift32, &d);
+	/* jumps: JEQ/JGT/JGE/JSET with K and X, JA, bounds */
+	struct sock_filter jmp[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 41, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, 1),
+		BPF_JUMP(BPF_JMP | BPF_JGT | BPF_K, 41, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, 2),
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_K, 41, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, 3),
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, 0x8, 0, 1), /* 41 = 0b101001 */
+		BPF_STMT(BPF_JMP | BPF_JA, 1),
+		BPF_STMT(BPF_RET | BPF_K, 4),
+		BPF_STMT(BPF_LDX | BPF_IMM, 41),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_X, 0, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, 5),
+		BPF_STMT(BPF_LDX | BPF_IMM, 40),
+		BPF_JUMP(BPF_JMP | BPF_JGT | BPF_X, 0, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, 6),
+		BPF_JUMP(BPF_JMP | BPF_JGE | BPF_X, 0, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, 7),
+		BPF_STMT(BPF_LDX | BPF_IMM, 0x10),
+		BPF_JUMP(BPF_JMP | BPF_JSET | BPF_X, 0, 0, 1),
+		BPF_STMT(BPF_RET | BPF_K, 8),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | 13),
+	};
+	RUN_OK(jmp, &d, SECCOMP_RET_ERRNO | 13);
+	d.nr = 42;
+	RUN_OK(jmp, &d, 1);
+	d.nr = 41;
+	struct sock_filter jump_out[] = { BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 41, 1, 1),
+					  BPF_STMT(BPF_RET | BPF_K, 1) };
+	RUN_BAD(jump_out, &d);
+	struct sock_filter ja_out[] = { BPF_STMT(BPF_JMP | BPF_JA, 0xffffffffu),
+					BPF_STMT(BPF_RET | BPF_K, 1) };
+	RUN_BAD(ja_out, &d);
+	struct sock_filter no_ret[] = { BPF_STMT(BPF_LD | BPF_IMM, 1) };
+	RUN_BAD(no_ret, &d);
+	/* opcodes seccomp refuses: MOD, packet loads, NEG|X, garbage */
+	static const uint16_t bad_ops[] = { BPF_ALU | 0x90 | BPF_K, BPF_LD | BPF_H | BPF_ABS,
+					BPF_LD | BPF_W | BPF_IND, BPF_LDX | BPF_B | BPF_MSH,
+					BPF_ALU | BPF_NEG | BPF_X, BPF_RET | BPF_X, 0xffff, 0x0106 };
+	for (size_t i = 0; i < sizeof bad_ops / sizeof bad_ops[0]; i++) {
+		struct sock_filter f[] = { BPF_STMT(bad_ops[i], 0), BPF_STMT(BPF_RET | BPF_K, 0) };
+		ck_assert_msg(!sc_bpf_opcode_known(bad_ops[i]), "0x%x", bad_ops[i]);
+		RUN_BAD(f, &d);
+	}
+	struct sock_filter ok[] = { BPF_STMT(BPF_RET | BPF_K, 0) };
+	RUN_BAD(ok, NULL);
+}
+END_TEST
+
+/* The interpreter against the kernel. A child installs a "marker" filter
+ * (ERRNO 4000 for everything but seccomp/exit/exit_group), then the policy
+ * on top, then makes each probe call: the newer filter's ERRNO wins ties, an
+ * ALLOW of the policy loses to the marker, so nothing ever executes and each
+ * call shows the policy's verdict: its errno, 4000 for allow, or death by
+ * SIGSYS. The parent compares with sc_bpf_run on the same seccomp_data. */
+#define MARKER_ERRNO 4000
+#define VERDICT_SIGSYS 200000
+#define VERDICT_RET0 100000
+
+struct probe {
+	long nr;
+	unsigned long a[6];
+};
+
+struct probe_shared {
+	volatile long idx;
+	volatile int verdict[];
+};
+
+static size_t make_probes(struct probe **out)
+{
+	size_t cap = 4096, n = 0;
+	struct probe *p = calloc(cap, sizeof *p);
+	ck_assert_ptr_nonnull(p);
+#define ADD(NR, ...)                                                                    \
+	do {                                                                            \
+		ck_assert_uint_lt(n, cap);                                              \
+		p[n++] = (struct probe){ .nr = (NR), .a = { __VA_ARGS__ } };            \
+	} while (0)
+	uint64_t seed = 0x9e3779b97f4a7c15ULL;
+	for (long nr = 0; nr < 470; nr++) {
+		if (nr == SYS_seccomp || nr == SYS_exit || nr == SYS_exit_group)
+			continue; /* the marker lets these run */
+		if (nr == 335 || nr == 336)
+			continue; /* uretprobe/uprobe: the kernel (6.16+) never filters them
+				   * (SIGILL / ENXIO outside a uprobe trampoline) */
+		ADD(nr, 0);
+		for (int r = 0; r < 3; r++) {
+			unsigned long a[6];
+			for (int k = 0; k < 6; k++) {
+				seed = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+				uint64_t v = seed >> 11;
+				a[k] = (r == 0) ? (v & 0x3f) : (r == 1) ? (1UL << (v % 64)) : v;
+			}
+			ADD(nr, a[0], a[1], a[2], a[3], a[4], a[5]);
+		}
+	}
+	for (unsigned long fam = 0; fam < 48; fam++) {
+		ADD(SYS_socket, fam, SOCK_STREAM, 0);
+		ADD(SYS_socket, fam | (1UL << 32), SOCK_DGRAM, 0);
+		ADD(SYS_socketpair, fam, SOCK_STREAM, 0, 0);
+	}
+	static const unsigned long clone_flags[] = {
+		0, SIGCHLD, CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD |
+		CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID | CLONE_CHILD_CLEARTID,
+		CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUTS,
+		CLONE_NEWIPC, CLONE_NEWCGROUP, 0x80 /* CLONE_NEWTIME */, 1UL << 32,
+		(1UL << 32) | CLONE_NEWUSER, CLONE_NEWUSER | SIGCHLD,
+	};
+	for (size_t i = 0; i < sizeof clone_flags / sizeof clone_flags[0]; i++) {
+		ADD(SYS_clone, clone_flags[i], 0, 0, 0, 0);
+		ADD(SYS_unshare, clone_flags[i]);
+		ADD(SYS_clone, 0, clone_flags[i]);
+	}
+	static const unsigned long ioctls[] = { TIOCSTI, TIOCLINUX, TIOCSTI | (1UL << 32),
+						TIOCLINUX | (7UL << 40), FIONREAD, TCGETS,
+						TIOCSTI + 1, 0 };
+	for (size_t i = 0; i < sizeof ioctls / sizeof ioctls[0]; i++)
+		ADD(SYS_ioctl, 0, ioctls[i], 0);
+	static const unsigned long pers[] = { 0, 8, 0x20008, 0xffffffffUL, 0x40000,
+					      0xffffffffffffffffUL, 0x100000000UL };
+	for (size_t i = 0; i < sizeof pers / sizeof pers[0]; i++)
+		ADD(SYS_personality, pers[i]);
+	/* x32 and out-of-range numbers */
+	ADD(39 | 0x40000000L, 0);
+	ADD(0x40000000L - 1, 0);
+	ADD(1000, 0);
+	ADD(0x7fffffffL, 0);
+#undef ADD
+	*out = p;
+	return n;
+}
+
+static void probe_child(const struct moat_seccomp_prog *prog, const struct probe *p, size_t n,
+			struct probe_shared *sh, long start)
+{
+	struct rlimit nocore = { 0, 0 };
+	setrlimit(RLIMIT_CORE, &nocore);
+	if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+		_exit(50);
+	struct sock_filter marker[] = {
+		BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_seccomp, 3, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit_group, 2, 0),
+		BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, SYS_exit, 1, 0),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | MARKER_ERRNO),
+		BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+	};
+	struct sock_fprog mf = { .len = sizeof marker / sizeof marker[0], .filter = marker };
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &mf) != 0)
+		_exit(51);
+	struct sock_fprog pf = { .len = prog->len, .filter = prog->insns };
+	if (syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0, &pf) != 0)
+		syscall(SYS_exit_group, 52);
+	for (long i = start; i < (long)n; i++) {
+		sh->idx = i;
+		errno = 0;
+		long r = syscall(p[i].nr, p[i].a[0], p[i].a[1], p[i].a[2], p[i].a[3], p[i].a[4],
+				 p[i].a[5]);
+		sh->verdict[i] = r == -1 ? errno : VERDICT_RET0 + (int)(r & 0xffff);
+	}
+	syscall(SYS_exit_group, 0);
+}
+
+static void compare_with_kernel(const struct moat_seccomp_prog *prog, const char *what)
+{
+	struct probe *p;
+	size_t n = make_probes(&p);
+	size_t shsize = sizeof(struct probe_shared) + n * sizeof(int);
+	struct probe_shared *sh = mmap(NULL, shsize, PROT_READ | PROT_WRITE,
+				       MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+	ck_assert_ptr_ne(sh, MAP_FAILED);
+	long start = 0;
+	int kills = 0;
+	while (start < (long)n) {
+		sh->idx = -1;
+		pid_t pid = fork();
+		ck_assert_int_ge(pid, 0);
+		if (pid == 0)
+			probe_child(prog, p, n, sh, start);
+		int st;
+		ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+		if (WIFEXITED(st)) {
+			ck_assert_msg(WEXITSTATUS(st) == 0, "probe child exit %d", WEXITSTATUS(st));
+			break;
+		}
+		ck_assert_msg(WIFSIGNALED(st) && WTERMSIG(st) == SIGSYS,
+			      "%s: probe child status 0x%x at probe %ld (nr %ld)", what, st, sh->idx,
+			      sh->idx >= 0 ? p[sh->idx].nr : -1L);
+		ck_assert_int_ge(sh->idx, start);
+		sh->verdict[sh->idx] = VERDICT_SIGSYS;
+		start = sh->idx + 1;
+		kills++;
+	}
+	int allowed = 0, errnos = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct seccomp_data d = { .nr = (int)p[i].nr, .arch = seccomp_arch_native() };
+		for (int k = 0; k < 6; k++)
+			d.args[k] = p[i].a[k];
+		uint32_t ret;
+		ck_assert_msg(sc_bpf_run(prog->insns, prog->len, &d, &ret) == 0,
+			      "%s: interpreter failed on nr %ld", what, p[i].nr);
+		int want;
+		switch (ret & SECCOMP_RET_ACTION_FULL) {
+		case SECCOMP_RET_ERRNO: {
+			int e = (int)(ret & SECCOMP_RET_DATA);
+			want = e == 0 ? VERDICT_RET0 : e > 4095 ? 4095 : e;
+			errnos++;
+			break;
+		}
+		case SECCOMP_RET_ALLOW:
+		case SECCOMP_RET_LOG:
+			want = MARKER_ERRNO;
+			allowed++;
+			break;
+		default:
+			want = VERDICT_SIGSYS;
+			break;
+		}
+		ck_assert_msg(sh->verdict[i] == want,
+			      "%s: nr %ld args %#lx %#lx %#lx: kernel %d, interpreter %d (ret %#x)",
+			      what, p[i].nr, p[i].a[0], p[i].a[1], p[i].a[2], sh->verdict[i], want,
+			      ret);
+	}
+	fprintf(stderr, "%s: %zu probes agree with the kernel (%d allowed, %d errno, %d killed)\n",
+		what, n, allowed, errnos, kills);
+	ck_assert_int_gt(allowed, 100);
+	ck_assert_int_gt(errnos, 100);
+	ck_assert_int_ge(kills, 1);
+	munmap(sh, shsize);
+	free(p);
+}
+
+START_TEST(bpf_interpreter_matches_kernel)
+{
+	struct moat_seccomp_prog *prog = log_prog(NULL);
+	compare_with_kernel(prog, "default policy");
+	moat_seccomp_prog_free(prog);
+	const char *fx = fixture_path();
+	ck_assert_msg(fx != NULL, "docker-default-seccomp.json fixture not found");
+	prog = log_prog(fx);
+	compare_with_kernel(prog, "docker fixture");
+	moat_seccomp_prog_free(prog);
+}
+END_TEST
+
+/* A child installs the filter in log mode and hands the listener over
+ * SCM_RIGHTS (as the runner's pid 2 does); the parent answers. */
+static int send_fd(int sock, int fd)
+{
+	char byte = 'L';
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof u);
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			      .msg_controllen = sizeof u.buf };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &fd, sizeof fd);
+	return sendmsg(sock, &msg, 0) == 1 ? 0 : -1;
+}
+
+static int recv_fd(int sock)
+{
+	char byte;
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			      .msg_controllen = sizeof u.buf };
+	if (recvmsg(sock, &msg, MSG_CMSG_CLOEXEC) != 1)
+		return -1;
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	if (!cm || cm->cmsg_type != SCM_RIGHTS)
+		return -1;
+	int fd;
+	memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+	return fd;
+}
+
+static int log_child_body(void)
+{
+	char ch = 'x';
+	int c = 1;
+	if (!denied(syscall(SYS_ptrace, 0, 0, 0, 0), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_keyctl, 0, 0, 0, 0), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_ptrace, 16, 1, 0, 0), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_clone3, NULL, 0), ENOSYS))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_ioctl, 0, TIOCSTI, &ch), EACCES))
+		return c;
+	c++;
+	if (syscall(SYS_getpid) <= 0)
+		return c;
+	c++;
+	if (syscall(SYS_ioctl, 0, FIONREAD, &(int){ 0 }) == -1 && errno == EACCES)
+		return c;
+	return 0;
+}
+
+/* Runs body under prog in log mode; returns the child's wait status and the
+ * log's JSON in *json. */
+static int run_logged(const struct moat_seccomp_prog *prog, int (*body)(void), char **json)
+{
+	int sv[2];
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(sv[0]);
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+			_exit(200);
+		int lfd = -2;
+		if (moat_seccomp_install(prog, &lfd) != 0 || lfd < 0)
+			_exit(201);
+		if (send_fd(sv[1], lfd) != 0)
+			_exit(202);
+		close(lfd);
+		close(sv[1]);
+		_exit(body());
+	}
+	close(sv[1]);
+	int lfd = recv_fd(sv[0]);
+	close(sv[0]);
+	ck_assert_int_ge(lfd, 0);
+	struct moat_seccomp_log *log = moat_seccomp_log_new();
+	ck_assert_ptr_nonnull(log);
+	for (;;) {
+		struct pollfd p = { .fd = lfd, .events = POLLIN };
+		int r = poll(&p, 1, 10000);
+		ck_assert_int_eq(r, 1);
+		if (moat_seccomp_log_handle(prog, lfd, log) < 0)
+			break;
+	}
+	close(lfd);
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	*json = moat_seccomp_log_json(log);
+	ck_assert_ptr_nonnull(*json);
+	moat_seccomp_log_free(log);
+	return st;
+}
+
+static int clean_child_body(void)
+{
+	return syscall(SYS_getpid) > 0 ? 0 : 1;
+}
+
+START_TEST(log_install_and_handle)
+{
+	struct moat_seccomp_prog *prog = log_prog(NULL);
+	char *json = NULL;
+	int st = run_logged(prog, log_child_body, &json);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status 0x%x", st);
+	fprintf(stderr, "seccomp log: %s\n", json);
+	cJSON *j = cJSON_Parse(json);
+	ck_assert_ptr_nonnull(j);
+	cJSON *denied_a = cJSON_GetObjectItem(j, "denied");
+	ck_assert(cJSON_IsArray(denied_a));
+	ck_assert_int_eq(cJSON_GetArraySize(denied_a), 4);
+	static const struct {
+		const char *sc, *err;
+		int count;
+	} want[] = { { "ptrace", "EPERM", 2 }, { "keyctl", "EPERM", 1 },
+		     { "clone3", "ENOSYS", 1 }, { "ioctl", "EACCES", 1 } };
+	for (int i = 0; i < 4; i++) {
+		cJSON *e = cJSON_GetArrayItem(denied_a, i);
+		ck_assert_str_eq(cJSON_GetObjectItem(e, "syscall")->valuestring, want[i].sc);
+		ck_assert_str_eq(cJSON_GetObjectItem(e, "errno")->valuestring, want[i].err);
+		ck_assert_int_eq(cJSON_GetObjectItem(e, "count")->valueint, want[i].count);
+		ck_assert_int_eq(cJSON_GetObjectItem(e, "nr")->valueint,
+				 seccomp_syscall_resolve_name(want[i].sc));
+		ck_assert_ptr_null(cJSON_GetObjectItem(e, "unknown"));
+	}
+	cJSON_Delete(j);
+	free(json);
+
+	/* a clean run: an empty list */
+	st = run_logged(prog, clean_child_body, &json);
+	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+	ck_assert_str_eq(json, "{\"denied\":[]}");
+	free(json);
+	moat_seccomp_prog_free(prog);
+
+	/* nothing recorded yet */
+	struct moat_seccomp_log *log = moat_seccomp_log_new();
+	json = moat_seccomp_log_json(log);
+	ck_assert_str_eq(json, "{\"denied\":[]}");
+	free(json);
+	ck_assert_int_eq(moat_seccomp_log_handle(NULL, 0, log), -1);
+	moat_seccomp_log_free(log);
+	moat_seccomp_log_free(NULL);
+}
+END_TEST
+
+/* The listener is close-on-exec (the kernel sets it; install does no
+ * syscall after the filter is in). */
+START_TEST(log_listener_is_cloexec)
+{
+	struct moat_seccomp_prog *prog = log_prog(NULL);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+			_exit(200);
+		int lfd = -2;
+		if (moat_seccomp_install(prog, &lfd) != 0 || lfd < 0)
+			_exit(201);
+		/* fcntl is allowed by the default policy: no notification */
+		long fl = syscall(SYS_fcntl, lfd, F_GETFD);
+		_exit(fl >= 0 && (fl & FD_CLOEXEC) ? 0 : 1);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
+	/* without log mode: no listener, and -1 in *listener_fd */
+	moat_seccomp_prog_free(prog);
+	prog = default_prog();
+	ck_assert_ptr_null(prog->notify_insns);
+	pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+			_exit(200);
+		int lfd = 5;
+		if (moat_seccomp_install(prog, &lfd) != 0)
+			_exit(201);
+		_exit(lfd == -1 ? 0 : 1);
+	}
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
+	moat_seccomp_prog_free(prog);
+}
+END_TEST
+
+/* A program the interpreter cannot run: the call is refused with EPERM and
+ * reported as unknown. The installed filter is the real rewrite; the
+ * "original" the supervisor evaluates is a broken one. */
+static int unknown_child_body(void)
+{
+	return denied(syscall(SYS_ptrace, 0, 0, 0, 0), EPERM) ? 0 : 1;
+}
+
+START_TEST(log_unknown_program_answers_eperm)
+{
+	struct moat_seccomp_prog *prog = log_prog(NULL);
+	struct sock_filter broken[] = { BPF_STMT(0xffff, 0) };
+	struct moat_seccomp_prog fake = { .insns = broken, .len = 1,
+					  .notify_insns = prog->notify_insns };
+	int sv[2];
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		close(sv[0]);
+		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
+			_exit(200);
+		int lfd = -2;
+		if (moat_seccomp_install(prog, &lfd) != 0 || lfd < 0)
+			_exit(201);
+		if (send_fd(sv[1], lfd) != 0)
+			_exit(202);
+		close(lfd);
+		_exit(unknown_child_body());
+	}
+	close(sv[1]);
+	int lfd = recv_fd(sv[0]);
+	close(sv[0]);
+	ck_assert_int_ge(lfd, 0);
+	struct moat_seccomp_log *log = moat_seccomp_log_new();
+	for (;;) {
+		struct pollfd p = { .fd = lfd, .events = POLLIN };
+		ck_assert_int_eq(poll(&p, 1, 10000), 1);
+		if (moat_seccomp_log_handle(&fake, lfd, log) < 0)
+			break;
+	}
+	close(lfd);
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
+	char *json = moat_seccomp_log_json(log);
+	ck_assert_str_eq(json, "{\"denied\":[{\"syscall\":\"ptrace\",\"nr\":101,\"errno\":"
+			       "\"EPERM\",\"unknown\":true,\"count\":1}]}");
+	free(json);
+	moat_seccomp_log_free(log);
 	moat_seccomp_prog_free(prog);
 }
 END_TEST
@@ -1069,6 +1711,8 @@ Suite *seccomp_policy_suite(void)
 	tcase_add_test(tc, policy_check_and_show);
 	tcase_add_test(tc, cache_hit_miss_and_corruption);
 	tcase_add_test(tc, prepare_reports_errors);
+	tcase_add_test(tc, notify_rewrite);
+	tcase_add_test(tc, bpf_interpreter_ops);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 
@@ -1078,7 +1722,10 @@ Suite *seccomp_policy_suite(void)
 #if defined(__x86_64__)
 	tcase_add_test(run, i386_int80_is_killed);
 #endif
-	tcase_add_test(run, install_with_log_flag);
+	tcase_add_test(run, bpf_interpreter_matches_kernel);
+	tcase_add_test(run, log_install_and_handle);
+	tcase_add_test(run, log_listener_is_cloexec);
+	tcase_add_test(run, log_unknown_program_answers_eperm);
 	tcase_set_timeout(run, 30);
 	suite_add_tcase(s, run);
 	return s;
