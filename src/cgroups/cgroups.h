@@ -1,9 +1,18 @@
 /* cgroups: memory/pids/cpu limits and their statistics for one run.
  * Every limit that is requested but cannot be enforced is reported in the
- * result (limits + warnings); strictLimits turns that into an error. */
+ * result (limits + warnings); strictLimits turns that into an error.
+ *
+ * Mechanisms, best first: cgroup v2, cgroup v1, rlimit (memory:
+ * RLIMIT_DATA, pids: RLIMIT_NPROC; cpu has none). On cgroup v2 the run's
+ * leaf goes under $MOAT_CGROUP_PARENT when set (a cgroup path, "/moat.slice"
+ * or "/sys/fs/cgroup/moat.slice", writable by the caller, with the memory,
+ * pids and cpu controllers available), else under the caller's own cgroup
+ * when it is delegated (`systemd-run --user --scope -p Delegate=yes moat
+ * ...`); moat then moves itself into a sibling leaf moat-<pid>-supervisor. */
 #ifndef MOAT_CGROUPS_CGROUPS_H
 #define MOAT_CGROUPS_CGROUPS_H
 
+#include <stdio.h>
 #include <sys/types.h>
 #include "moat.h"
 #include "priv/priv.h"
@@ -25,5 +34,8 @@ int moat_cgroup_kill(struct moat_cgroup *cg);
 /* After the run: statistics and oom/pids detection into res, then remove
  * everything that was created. NULL-safe. */
 void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res);
+/* For `moat doctor`: which mechanism a run would use for each limit and
+ * why, one line each; changes nothing on the host. Returns 0. */
+int moat_cgroup_describe(FILE *out);
 
 #endif

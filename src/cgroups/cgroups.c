@@ -1,0 +1,707 @@
+/* The limits manager: picks, per limit, the best mechanism this host offers
+ * (cgroup v2 → cgroup v1 → rlimit → none), creates the run's leaves, reads
+ * the statistics after the run and removes everything it created.
+ *
+ * Where the leaves go:
+ *  - cgroup v2 (/sys/fs/cgroup is cgroup2): $MOAT_CGROUP_PARENT when set (a
+ *    cgroup path such as /moat.slice or /sys/fs/cgroup/moat.slice), else
+ *    the cgroup moat runs in when it is writable (delegated). In the latter
+ *    case moat first moves itself into a sibling leaf moat-<pid>-supervisor
+ *    so the parent holds no processes and controllers can be enabled in its
+ *    cgroup.subtree_control. No sd-bus: without delegation the warning says
+ *    how to get it (systemd-run --user --scope -p Delegate=yes moat ...).
+ *  - cgroup v1: a leaf under the cgroup moat is in, per controller (memory,
+ *    pids, cpu, cpuacct); the child joins them in moat_cgroup_attach before
+ *    it is released. On hybrid hosts a leaf in the cgroup2 mount is also
+ *    used for CLONE_INTO_CGROUP, cgroup.kill and cpu.stat.
+ *  - otherwise rlimits for the program: memory → RLIMIT_DATA, pids →
+ *    RLIMIT_NPROC, cpu → not expressible (reported "none").
+ * Leaves are named moat-<pid>-<counter>; leaves of supervisors that no
+ * longer exist are removed (rmdir only, never killed) when a run prepares.
+ * Liveness is kill(pid, 0) in moat's pid namespace, so two moats in
+ * different pid namespaces sharing one cgroup parent should not share it.
+ *
+ * The memory rlimit, measured with node 20 and python 3.11 on this kernel:
+ * RLIMIT_AS cannot limit node: V8 reserves large virtual ranges and node
+ * traps at startup below ~800 MiB of address space, so an AS cap is either
+ * meaningless or breaks javascript/typescript. RLIMIT_DATA (private
+ * writable mappings, Linux >= 4.7) lets `node -e 0` start from 48 MiB
+ * (below that it hangs or traps) and python3 from 8 MiB, and makes
+ * allocations fail (MemoryError, bad_alloc) at the limit. moat uses
+ * RLIMIT_DATA and warns javascript/typescript runs below 64 MiB.
+ * pids → RLIMIT_NPROC, which counts per user: since Linux 5.14 per (user
+ * namespace, uid), before that every process of the host uid counts.
+ * cpus → none: RLIMIT_CPU bounds total CPU seconds per process, not a share;
+ * reported as "none" with a warning rather than approximated. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
+#include <unistd.h>
+
+#include "cgroups/cgroups.h"
+#include "cgroups/internal.h"
+
+#define CGROUP_ROOT "/sys/fs/cgroup"
+#define CGROUP_UNIFIED CGROUP_ROOT "/unified"
+#define MIB (1024ull * 1024ull)
+/* node needs about 48 MiB of RLIMIT_DATA to start (measured, node 20) */
+#define NODE_MIN_DATA_MB 64
+
+enum { L_MEMORY = 0, L_PIDS, L_CPU, L__COUNT };
+static const char *const V2_CTL[L__COUNT] = { "memory", "pids", "cpu" };
+static const char *const REQ_NAME[L__COUNT] = { "memoryMb", "pidsLimit", "cpus" };
+
+struct moat_cgroup {
+	enum moat_cg_mech mech[L__COUNT]; /* how each requested limit is enforced */
+	char *v2_leaf;                    /* absolute path, or NULL */
+	int v2_fd;                        /* O_PATH fd of v2_leaf, or -1 */
+	bool v2_ctl[L__COUNT];            /* controller enabled in v2_leaf */
+	char *v1_leaf[MOAT_V1__COUNT];    /* absolute paths, or NULL */
+};
+
+/* What the host offers, found without changing anything. */
+struct probe {
+	struct moat_cg_self self;
+	bool self_ok;
+	const char *v2_mount;     /* NULL when no cgroup2 is mounted */
+	bool v2_pure;             /* cgroup2 at /sys/fs/cgroup: the limits live there */
+	char *v2_parent;          /* where v2 run leaves go, or NULL */
+	bool v2_own;              /* v2_parent is moat's own cgroup */
+	bool v2_avail[L__COUNT];  /* controller listed in v2_parent's cgroup.controllers */
+	char *v2_why;             /* why there is no usable v2 parent */
+	char *v1_parent[MOAT_V1__COUNT];
+	char *v1_why[MOAT_V1__COUNT];
+};
+
+static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
+static char *fmt(const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	char *s;
+	if (vasprintf(&s, f, ap) < 0)
+		s = NULL;
+	va_end(ap);
+	return s;
+}
+
+static bool is_fs(const char *path, unsigned long magic)
+{
+	struct statfs sfs;
+	return statfs(path, &sfs) == 0 && (unsigned long)sfs.f_type == magic;
+}
+
+static bool word_in(const char *list, const char *word)
+{
+	size_t n = strlen(word);
+	for (const char *p = list; p && (p = strstr(p, word)); p += n)
+		if ((p == list || p[-1] == ' ' || p[-1] == '\n') &&
+		    (p[n] == '\0' || p[n] == ' ' || p[n] == '\n'))
+			return true;
+	return false;
+}
+
+static void probe_free(struct probe *p)
+{
+	moat_cg_self_free(&p->self);
+	free(p->v2_parent);
+	free(p->v2_why);
+	for (int i = 0; i < MOAT_V1__COUNT; i++) {
+		free(p->v1_parent[i]);
+		free(p->v1_why[i]);
+	}
+	memset(p, 0, sizeof *p);
+}
+
+/* The v2 parent: $MOAT_CGROUP_PARENT or moat's own cgroup. */
+static void probe_v2_parent(struct probe *p)
+{
+	const char *conf = secure_getenv("MOAT_CGROUP_PARENT");
+	char *dir = NULL;
+	if (conf && *conf) {
+		size_t ml = strlen(p->v2_mount);
+		if (conf[0] != '/' || strstr(conf, "/../") ||
+		    (strlen(conf) >= 3 && !strcmp(conf + strlen(conf) - 3, "/.."))) {
+			p->v2_why = fmt("MOAT_CGROUP_PARENT=%s is not an absolute cgroup path", conf);
+			return;
+		}
+		if (!strncmp(conf, p->v2_mount, ml) && (conf[ml] == '/' || conf[ml] == '\0'))
+			dir = strdup(conf);
+		else
+			dir = fmt("%s%s", p->v2_mount, conf);
+		if (!dir)
+			return;
+		if (!is_fs(dir, CGROUP2_SUPER_MAGIC) || access(dir, W_OK) < 0) {
+			p->v2_why = fmt("MOAT_CGROUP_PARENT %s is not a writable cgroup2 directory (%s)",
+					dir, strerror(errno ? errno : ENOTDIR));
+			free(dir);
+			return;
+		}
+	} else {
+		if (!p->self.v2) {
+			p->v2_why = fmt("/proc/self/cgroup has no cgroup2 entry");
+			return;
+		}
+		dir = fmt("%s%s", p->v2_mount, strcmp(p->self.v2, "/") ? p->self.v2 : "");
+		if (!dir)
+			return;
+		/* a later run of the same process: moat already sits in its
+		 * supervisor leaf; the delegated parent is one up */
+		char sup[64];
+		snprintf(sup, sizeof sup, "/moat-%ld-" MOAT_CG_SUPERVISOR_SUFFIX, (long)getpid());
+		size_t dl = strlen(dir), sl = strlen(sup);
+		if (dl > sl && !strcmp(dir + dl - sl, sup))
+			dir[dl - sl] = '\0';
+		p->v2_own = true;
+		if (access(dir, W_OK) < 0) {
+			p->v2_why = fmt("moat's cgroup %s is not delegated to uid %ld (not writable); "
+					"run moat with delegation, e.g. `systemd-run --user --scope "
+					"-p Delegate=yes moat ...`, or set MOAT_CGROUP_PARENT to a "
+					"writable cgroup", dir, (long)geteuid());
+			free(dir);
+			return;
+		}
+	}
+	char *sub = moat_cg_path(dir, "cgroup.subtree_control");
+	bool ok = sub && access(sub, W_OK) == 0;
+	free(sub);
+	if (!ok) {
+		p->v2_why = fmt("%s/cgroup.subtree_control is not writable; get delegation with "
+				"`systemd-run --user --scope -p Delegate=yes moat ...`", dir);
+		free(dir);
+		return;
+	}
+	char *ctl = moat_cg_read(dir, "cgroup.controllers");
+	for (int i = 0; i < L__COUNT; i++)
+		p->v2_avail[i] = ctl && word_in(ctl, V2_CTL[i]);
+	free(ctl);
+	p->v2_parent = dir;
+}
+
+static void probe_host(struct probe *p)
+{
+	memset(p, 0, sizeof *p);
+	char *text = moat_cg_read("/proc/self", "cgroup");
+	p->self_ok = text && moat_cg_parse_self(text, &p->self) == 0;
+	free(text);
+	if (!p->self_ok) {
+		p->v2_why = fmt("cannot read /proc/self/cgroup");
+		for (int i = 0; i < MOAT_V1__COUNT; i++)
+			p->v1_why[i] = fmt("cannot read /proc/self/cgroup");
+		return;
+	}
+	if (is_fs(CGROUP_ROOT, CGROUP2_SUPER_MAGIC)) {
+		p->v2_mount = CGROUP_ROOT;
+		p->v2_pure = true;
+	} else if (is_fs(CGROUP_UNIFIED, CGROUP2_SUPER_MAGIC)) {
+		p->v2_mount = CGROUP_UNIFIED;
+	}
+	if (p->v2_mount)
+		probe_v2_parent(p);
+	else
+		p->v2_why = fmt("no cgroup2 filesystem at " CGROUP_ROOT " or " CGROUP_UNIFIED);
+	if (p->v2_pure)
+		return; /* no v1 controllers on a unified host */
+	for (int i = 0; i < MOAT_V1__COUNT; i++) {
+		const char *name = moat_cg_v1_name((enum moat_cg_v1ctl)i);
+		char *mnt = fmt(CGROUP_ROOT "/%s", name);
+		if (!mnt)
+			continue;
+		if (!is_fs(mnt, CGROUP_SUPER_MAGIC) || !p->self.v1[i]) {
+			p->v1_why[i] = fmt("the cgroup v1 %s controller is not mounted at %s", name, mnt);
+		} else {
+			char *dir = fmt("%s%s", mnt, strcmp(p->self.v1[i], "/") ? p->self.v1[i] : "");
+			if (dir && access(dir, W_OK) == 0)
+				p->v1_parent[i] = dir;
+			else {
+				if (dir)
+					p->v1_why[i] = fmt("the cgroup v1 %s hierarchy at %s is not "
+							   "writable by uid %ld", name, dir, (long)geteuid());
+				free(dir);
+			}
+		}
+		free(mnt);
+	}
+}
+
+/* ---- creating ---------------------------------------------------------- */
+
+static unsigned next_counter(void)
+{
+	static unsigned counter; /* leaf names unique within the process */
+	return __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
+}
+
+static char *make_leaf(const char *parent, const char *name)
+{
+	char *leaf = moat_cg_path(parent, name);
+	if (leaf && mkdir(leaf, 0755) < 0 && errno != EEXIST) {
+		free(leaf);
+		return NULL;
+	}
+	return leaf;
+}
+
+static int write_u64(const char *dir, const char *file, unsigned long long v)
+{
+	char buf[32];
+	snprintf(buf, sizeof buf, "%llu", v);
+	return moat_cg_write(dir, file, buf);
+}
+
+/* Enables the available controllers in parent's subtree, moving moat into
+ * a sibling leaf first when it lives in parent. Returns a reason string
+ * (malloc'd) when some controller could not be enabled, else NULL. */
+static char *v2_enable(struct probe *p)
+{
+	char *cur = moat_cg_read(p->v2_parent, "cgroup.subtree_control");
+	bool tried_move = false;
+	char *why = NULL;
+	for (int i = 0; i < L__COUNT; i++) {
+		if (!p->v2_avail[i] || (cur && word_in(cur, V2_CTL[i])))
+			continue;
+		char op[16];
+		snprintf(op, sizeof op, "+%s", V2_CTL[i]);
+		int rc = moat_cg_write(p->v2_parent, "cgroup.subtree_control", op);
+		if (rc < 0 && errno == EBUSY && p->v2_own && !tried_move &&
+		    strcmp(p->v2_parent, p->v2_mount)) {
+			/* no internal processes: leave the parent for a sibling leaf */
+			tried_move = true;
+			char name[64];
+			snprintf(name, sizeof name, "moat-%ld-" MOAT_CG_SUPERVISOR_SUFFIX, (long)getpid());
+			char *sup = make_leaf(p->v2_parent, name);
+			char pid[24];
+			snprintf(pid, sizeof pid, "%ld", (long)getpid());
+			bool moved = sup && moat_cg_write(sup, "cgroup.procs", pid) == 0;
+			if (moved)
+				rc = moat_cg_write(p->v2_parent, "cgroup.subtree_control", op);
+			/* Still busy (other processes live in the parent): the leaf
+			 * gains nothing, and nobody would remove it when moat exits
+			 * (until a later run finds it stale). Go back and remove it;
+			 * the parent has no controllers enabled, so moat may live
+			 * there again. */
+			if (sup && rc < 0) {
+				int e = errno;
+				if (!moved || moat_cg_write(p->v2_parent, "cgroup.procs", pid) == 0)
+					(void)rmdir(sup);
+				errno = e;
+			}
+			free(sup);
+		}
+		if (rc < 0) {
+			int e = errno;
+			p->v2_avail[i] = false;
+			if (!why)
+				why = fmt("cannot enable the %s controller in %s/cgroup.subtree_control: "
+					  "%s%s", V2_CTL[i], p->v2_parent, strerror(e),
+					  e == EBUSY ? " (other processes live in that cgroup; "
+						       "give moat a cgroup of its own)" : "");
+		}
+	}
+	free(cur);
+	return why;
+}
+
+static int warn(struct moat_result *res, struct moat_error *err, const char *f, ...)
+	__attribute__((format(printf, 3, 4)));
+static int warn(struct moat_result *res, struct moat_error *err, const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	char *s;
+	int n = vasprintf(&s, f, ap);
+	va_end(ap);
+	if (n < 0 || moat_result_warn(res, "%s", s) < 0) {
+		if (n >= 0)
+			free(s);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
+	free(s);
+	return 0;
+}
+
+static void cg_free(struct moat_cgroup *cg, struct moat_result *res);
+
+int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
+			struct moat_priv_plan *priv, struct moat_cgroup **out,
+			struct moat_error *err)
+{
+	*out = NULL;
+	res->limit_memory = res->limit_pids = res->limit_cpu = "none";
+	struct moat_cgroup *cg = calloc(1, sizeof *cg);
+	if (!cg)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	cg->v2_fd = -1;
+	bool want[L__COUNT] = { req->memory_mb > 0, req->pids_limit > 0, req->cpus > 0 };
+	char *why[L__COUNT] = { NULL, NULL, NULL }; /* why a limit has no cgroup */
+	struct probe p;
+	probe_host(&p);
+	char name[64];
+	moat_cg_leaf_name(getpid(), next_counter(), name, sizeof name);
+	int rc = -1;
+
+	/* v2: a leaf in the parent (pure v2: the limits; hybrid: kill + stats) */
+	if (p.v2_parent) {
+		moat_cg_remove_stale(p.v2_parent);
+		char *ewhy = p.v2_pure ? v2_enable(&p) : NULL;
+		cg->v2_leaf = make_leaf(p.v2_parent, name);
+		if (cg->v2_leaf)
+			cg->v2_fd = open(cg->v2_leaf, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (cg->v2_fd < 0) {
+			int e = errno;
+			if (cg->v2_leaf)
+				rmdir(cg->v2_leaf);
+			free(cg->v2_leaf);
+			cg->v2_leaf = NULL;
+			free(ewhy);
+			ewhy = fmt("cannot create a cgroup under %s: %s", p.v2_parent, strerror(e));
+		}
+		if (cg->v2_leaf && p.v2_pure) {
+			char *ctl = moat_cg_read(cg->v2_leaf, "cgroup.controllers");
+			for (int i = 0; i < L__COUNT; i++)
+				cg->v2_ctl[i] = ctl && word_in(ctl, V2_CTL[i]);
+			free(ctl);
+		}
+		if (p.v2_pure)
+			for (int i = 0; i < L__COUNT; i++)
+				if (want[i] && !cg->v2_ctl[i])
+					why[i] = ewhy ? strdup(ewhy)
+						      : fmt("the cgroup v2 %s controller is not "
+							    "available in %s", V2_CTL[i],
+							    p.v2_parent);
+		free(ewhy);
+	} else if (p.v2_pure) {
+		for (int i = 0; i < L__COUNT; i++)
+			if (want[i])
+				why[i] = strdup(p.v2_why ? p.v2_why : "no usable cgroup2 parent");
+	}
+
+	/* v1: a leaf per controller under the cgroup moat is in */
+	if (!p.v2_pure) {
+		for (int i = 0; i < MOAT_V1__COUNT; i++) {
+			if (!p.v1_parent[i])
+				continue;
+			moat_cg_remove_stale(p.v1_parent[i]);
+			cg->v1_leaf[i] = make_leaf(p.v1_parent[i], name);
+			if (!cg->v1_leaf[i] && !p.v1_why[i])
+				p.v1_why[i] = fmt("cannot create a cgroup under %s: %s", p.v1_parent[i],
+						  strerror(errno));
+		}
+		static const int v1_of[L__COUNT] = { MOAT_V1_MEMORY, MOAT_V1_PIDS, MOAT_V1_CPU };
+		for (int i = 0; i < L__COUNT; i++)
+			if (want[i] && !cg->v1_leaf[v1_of[i]]) {
+				const char *w = p.v1_why[v1_of[i]];
+				why[i] = strdup(w ? w : "cgroup v1 is not available");
+			}
+	}
+
+	/* limits, controller by controller */
+	if (want[L_MEMORY] && !why[L_MEMORY]) {
+		unsigned long long bytes = req->memory_mb * MIB;
+		if (cg->v2_ctl[L_MEMORY]) {
+			if (write_u64(cg->v2_leaf, "memory.max", bytes) < 0)
+				why[L_MEMORY] = fmt("cannot set memory.max: %s", strerror(errno));
+			else {
+				cg->mech[L_MEMORY] = MOAT_CG_V2;
+				(void)moat_cg_write(cg->v2_leaf, "memory.oom.group", "1");
+				if (moat_cg_write(cg->v2_leaf, "memory.swap.max", "0") < 0 &&
+				    warn(res, err, "memoryMb does not limit swap: memory.swap.max "
+					 "cannot be set (%s); enable swap accounting (swapaccount=1)",
+					 strerror(errno)) < 0)
+					goto fail;
+			}
+		} else {
+			const char *leaf = cg->v1_leaf[MOAT_V1_MEMORY];
+			if (write_u64(leaf, "memory.limit_in_bytes", bytes) < 0)
+				why[L_MEMORY] = fmt("cannot set memory.limit_in_bytes: %s", strerror(errno));
+			else {
+				cg->mech[L_MEMORY] = MOAT_CG_V1;
+				char *ms = moat_cg_path(leaf, "memory.memsw.limit_in_bytes");
+				bool has = ms && access(ms, F_OK) == 0;
+				free(ms);
+				if (!has) {
+					if (warn(res, err, "memoryMb does not limit swap: this kernel has no "
+						 "memory.memsw.limit_in_bytes (enable swapaccount=1)") < 0)
+						goto fail;
+				} else if (write_u64(leaf, "memory.memsw.limit_in_bytes", bytes) < 0 &&
+					   warn(res, err, "memoryMb does not limit swap: cannot set "
+						"memory.memsw.limit_in_bytes: %s", strerror(errno)) < 0) {
+					goto fail;
+				}
+			}
+		}
+	}
+	if (want[L_PIDS] && !why[L_PIDS]) {
+		const char *leaf = cg->v2_ctl[L_PIDS] ? cg->v2_leaf : cg->v1_leaf[MOAT_V1_PIDS];
+		if (write_u64(leaf, "pids.max", req->pids_limit) < 0)
+			why[L_PIDS] = fmt("cannot set pids.max: %s", strerror(errno));
+		else
+			cg->mech[L_PIDS] = cg->v2_ctl[L_PIDS] ? MOAT_CG_V2 : MOAT_CG_V1;
+	}
+	if (want[L_CPU] && !why[L_CPU]) {
+		char val[64];
+		moat_cg_format_cpu_max(req->cpus, val, sizeof val);
+		if (cg->v2_ctl[L_CPU]) {
+			if (moat_cg_write(cg->v2_leaf, "cpu.max", val) < 0)
+				why[L_CPU] = fmt("cannot set cpu.max: %s", strerror(errno));
+			else
+				cg->mech[L_CPU] = MOAT_CG_V2;
+		} else {
+			const char *leaf = cg->v1_leaf[MOAT_V1_CPU];
+			if (write_u64(leaf, "cpu.cfs_period_us", MOAT_CG_CPU_PERIOD) < 0 ||
+			    write_u64(leaf, "cpu.cfs_quota_us",
+				      (unsigned long long)moat_cg_cpu_quota(req->cpus)) < 0)
+				why[L_CPU] = fmt("cannot set cpu.cfs_quota_us: %s", strerror(errno));
+			else
+				cg->mech[L_CPU] = MOAT_CG_V1;
+		}
+	}
+
+	/* what no cgroup enforces: strictLimits refuses, else rlimits + warnings */
+	for (int i = 0; i < L__COUNT; i++) {
+		if (!want[i] || cg->mech[i] != MOAT_CG_NONE)
+			continue;
+		const char *w = why[i] ? why[i] : "no cgroup is available";
+		if (req->strict_limits) {
+			moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				       "%s cannot be enforced by a cgroup (%s) and strictLimits refuses "
+				       "the %s fallback", REQ_NAME[i], w,
+				       i == L_CPU ? "unlimited" : "rlimit");
+			goto fail;
+		}
+		int wr = 0;
+		if (i == L_MEMORY) {
+			if (moat_priv_add_rlimit(priv, RLIMIT_DATA, (rlim_t)(req->memory_mb * MIB),
+						 err) < 0)
+				goto fail;
+			cg->mech[i] = MOAT_CG_RLIMIT;
+			wr = warn(res, err, "memoryMb is enforced per process with RLIMIT_DATA, not a "
+				  "cgroup (%s): each process may allocate %llu MiB of heap; file and "
+				  "shared mappings are not counted and exceeding it makes allocations "
+				  "fail (MemoryError, bad_alloc) instead of an OOM kill", w,
+				  (unsigned long long)req->memory_mb);
+			if (wr == 0 && req->memory_mb < NODE_MIN_DATA_MB &&
+			    (req->language == MOAT_LANG_JAVASCRIPT || req->language == MOAT_LANG_TYPESCRIPT))
+				wr = warn(res, err, "node needs about 48 MiB of RLIMIT_DATA to start; "
+					  "with memoryMb below %d it may crash or hang until the timeout "
+					  "(RLIMIT_AS is not used: node reserves ~800 MiB of address space)",
+					  NODE_MIN_DATA_MB);
+		} else if (i == L_PIDS) {
+			if (moat_priv_add_rlimit(priv, RLIMIT_NPROC, (rlim_t)req->pids_limit, err) < 0)
+				goto fail;
+			cg->mech[i] = MOAT_CG_RLIMIT;
+			if (geteuid() == 0)
+				wr = warn(res, err, "pidsLimit is enforced with RLIMIT_NPROC, not a cgroup "
+					  "(%s): it counts processes per user, and uid 65534 in the sandbox "
+					  "is an unprivileged host uid (65534 by default) that other runs "
+					  "and host processes of that uid may share", w);
+			else
+				wr = warn(res, err, "pidsLimit is enforced with RLIMIT_NPROC, not a cgroup "
+					  "(%s): it counts processes per user, and uid 65534 in the sandbox "
+					  "is your uid %ld on the host; on kernels before 5.14 your other "
+					  "processes count against the limit too", w, (long)getuid());
+		} else {
+			wr = warn(res, err, "cpus is not enforced (%s): no rlimit expresses a CPU "
+				  "share (RLIMIT_CPU bounds total CPU seconds), so the program may use "
+				  "every CPU", w);
+		}
+		if (wr < 0)
+			goto fail;
+	}
+	res->limit_memory = moat_cg_mech_name(cg->mech[L_MEMORY]);
+	res->limit_pids = moat_cg_mech_name(cg->mech[L_PIDS]);
+	res->limit_cpu = moat_cg_mech_name(cg->mech[L_CPU]);
+	*out = cg;
+	cg = NULL;
+	rc = 0;
+fail:
+	for (int i = 0; i < L__COUNT; i++)
+		free(why[i]);
+	probe_free(&p);
+	cg_free(cg, NULL);
+	return rc;
+}
+
+int moat_cgroup_clone_fd(const struct moat_cgroup *cg)
+{
+	return cg ? cg->v2_fd : -1;
+}
+
+int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_error *err)
+{
+	if (!cg)
+		return 0;
+	char buf[24];
+	snprintf(buf, sizeof buf, "%ld", (long)pid);
+	for (int i = 0; i < MOAT_V1__COUNT; i++) {
+		if (!cg->v1_leaf[i])
+			continue;
+		if (moat_cg_write(cg->v1_leaf[i], "cgroup.procs", buf) < 0)
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+					      "cannot move the sandbox into %s: %s", cg->v1_leaf[i],
+					      strerror(errno));
+	}
+	return 0;
+}
+
+int moat_cgroup_kill(struct moat_cgroup *cg)
+{
+	if (!cg || !cg->v2_leaf)
+		return -1;
+	return moat_cg_write(cg->v2_leaf, "cgroup.kill", "1") == 0 ? 0 : -1;
+}
+
+static int64_t read_kv(const char *dir, const char *file, const char *key)
+{
+	int64_t v = -1;
+	char *t = dir ? moat_cg_read(dir, file) : NULL;
+	if (!t || moat_cg_kv_get(t, key, &v) != 1)
+		v = -1;
+	free(t);
+	return v;
+}
+
+static int64_t read_num(const char *dir, const char *file)
+{
+	int64_t v = -1;
+	char *t = dir ? moat_cg_read(dir, file) : NULL;
+	if (!t || moat_cg_parse_number(t, &v) != 1)
+		v = -1;
+	free(t);
+	return v;
+}
+
+static void collect(struct moat_cgroup *cg, struct moat_result *res)
+{
+	const char *v2 = cg->v2_leaf;
+	const char *mem1 = cg->v1_leaf[MOAT_V1_MEMORY];
+	bool v2mem = cg->v2_ctl[L_MEMORY];
+	/* memory peak */
+	int64_t peak = v2mem ? read_num(v2, "memory.peak") : read_num(mem1, "memory.max_usage_in_bytes");
+	if (peak >= 0)
+		res->memory_peak_bytes = peak;
+	/* cpu time: cpuacct.usage (ns) or cpu.stat usage_usec (a core v2 file) */
+	int64_t ns = read_num(cg->v1_leaf[MOAT_V1_CPUACCT], "cpuacct.usage");
+	if (ns >= 0)
+		res->cpu_time_ms = ns / 1000000;
+	else {
+		int64_t us = read_kv(v2, "cpu.stat", "usage_usec");
+		if (us >= 0)
+			res->cpu_time_ms = us / 1000;
+	}
+	/* OOM */
+	bool oom = false;
+	if (v2mem) {
+		oom = read_kv(v2, "memory.events", "oom_kill") > 0 ||
+		      read_kv(v2, "memory.events", "oom_group_kill") > 0;
+	} else if (mem1) {
+		int64_t kills = read_kv(mem1, "memory.oom_control", "oom_kill");
+		if (kills >= 0)
+			oom = kills > 0;
+		else /* kernels before 4.13: a SIGKILL after hitting the limit */
+			oom = read_num(mem1, "memory.failcnt") > 0 && !res->exited && res->signal == 9;
+	}
+	if (oom) {
+		res->oom_killed = true;
+		if (!res->exited && !res->timed_out)
+			res->killed_by = "oom";
+	}
+	/* pids limit hit: the cause only when the program failed */
+	const char *pl = cg->v2_ctl[L_PIDS] ? v2 : cg->v1_leaf[MOAT_V1_PIDS];
+	if (cg->mech[L_PIDS] == MOAT_CG_V1 || cg->mech[L_PIDS] == MOAT_CG_V2) {
+		int64_t hits = read_kv(pl, "pids.events", "max");
+		if (hits > 0) {
+			bool failed = !res->exited || res->exit_code != 0;
+			if (failed && !res->timed_out && !oom)
+				res->killed_by = "pids";
+			else
+				(void)moat_result_warn(res, "the pids limit was hit %lld time(s): some "
+						       "fork/clone calls failed", (long long)hits);
+		}
+	}
+}
+
+static void cg_remove(struct moat_result *res, const char *leaf, bool v2)
+{
+	if (rmdir(leaf) == 0 || errno == ENOENT)
+		return;
+	if (v2 && errno == EBUSY)
+		(void)moat_cg_write(leaf, "cgroup.kill", "1");
+	if (moat_cg_rmdir_wait(leaf) < 0 && res)
+		(void)moat_result_warn(res, "cgroup %s could not be removed: %s", leaf,
+				       strerror(errno));
+}
+
+static void cg_free(struct moat_cgroup *cg, struct moat_result *res)
+{
+	if (!cg)
+		return;
+	if (cg->v2_fd >= 0)
+		close(cg->v2_fd);
+	if (cg->v2_leaf)
+		cg_remove(res, cg->v2_leaf, true);
+	free(cg->v2_leaf);
+	for (int i = 0; i < MOAT_V1__COUNT; i++) {
+		if (cg->v1_leaf[i])
+			cg_remove(res, cg->v1_leaf[i], false);
+		free(cg->v1_leaf[i]);
+	}
+	free(cg);
+}
+
+void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res)
+{
+	if (!cg)
+		return;
+	if (res)
+		collect(cg, res);
+	cg_free(cg, res);
+}
+
+/* ---- moat doctor --------------------------------------------------------- */
+
+int moat_cgroup_describe(FILE *out)
+{
+	struct probe p;
+	probe_host(&p);
+	if (p.v2_mount)
+		fprintf(out, "cgroup2:            %s (%s)\n", p.v2_mount,
+			p.v2_pure ? "unified: limits use cgroup v2" : "hybrid: used for kill/cpu time only");
+	if (p.v2_parent)
+		fprintf(out, "cgroup2 parent:     %s%s\n", p.v2_parent,
+			!p.v2_own ? " (MOAT_CGROUP_PARENT)"
+			: p.v2_pure && strcmp(p.v2_parent, p.v2_mount)
+				? " (moat's own cgroup; moat moves into a sibling leaf first)"
+				: " (moat's own cgroup)");
+	else if (p.v2_why)
+		fprintf(out, "cgroup2 parent:     none%s: %s\n",
+			p.v2_pure ? "" : " (on this hybrid host only for cgroup.kill)", p.v2_why);
+	static const int v1_of[L__COUNT] = { MOAT_V1_MEMORY, MOAT_V1_PIDS, MOAT_V1_CPU };
+	for (int i = 0; i < L__COUNT; i++) {
+		const char *label[L__COUNT] = { "limit memory:", "limit pids:", "limit cpu:" };
+		fprintf(out, "%-20s", label[i]);
+		if (p.v2_pure && p.v2_parent && p.v2_avail[i]) {
+			fprintf(out, "cgroup-v2 (%s in %s)\n", V2_CTL[i], p.v2_parent);
+		} else if (!p.v2_pure && p.v1_parent[v1_of[i]]) {
+			fprintf(out, "cgroup-v1 (%s)\n", p.v1_parent[v1_of[i]]);
+		} else {
+			const char *w = p.v2_pure ? (p.v2_parent ? "controller not available" : p.v2_why)
+						  : p.v1_why[v1_of[i]];
+			const char *m = i == L_MEMORY ? "rlimit (RLIMIT_DATA per process)"
+				      : i == L_PIDS ? "rlimit (RLIMIT_NPROC per user)"
+						    : "none (no rlimit expresses a CPU share)";
+			fprintf(out, "%s: %s; strictLimits refuses\n", m, w ? w : "no cgroup");
+		}
+	}
+	bool kill = p.v2_parent != NULL;
+	fprintf(out, "%-20s%s\n", "kill on timeout:",
+		kill ? "cgroup.kill" : "SIGKILL to the sandbox's pid-namespace init");
+	probe_free(&p);
+	return 0;
+}

@@ -1,0 +1,67 @@
+/* cgroups module internals: pure parsers (unit-tested against fixtures) and
+ * small file helpers shared by the v2, v1 and rlimit parts. */
+#ifndef MOAT_CGROUPS_INTERNAL_H
+#define MOAT_CGROUPS_INTERNAL_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/types.h>
+
+enum moat_cg_mech { MOAT_CG_NONE = 0, MOAT_CG_RLIMIT, MOAT_CG_V1, MOAT_CG_V2 };
+/* "none", "rlimit", "cgroup-v1", "cgroup-v2" (static strings for the result) */
+const char *moat_cg_mech_name(enum moat_cg_mech m);
+
+/* v1 controllers moat uses, in this order everywhere */
+enum moat_cg_v1ctl { MOAT_V1_MEMORY = 0, MOAT_V1_PIDS, MOAT_V1_CPU, MOAT_V1_CPUACCT, MOAT_V1__COUNT };
+const char *moat_cg_v1_name(enum moat_cg_v1ctl c);
+
+/* The cpu.max / cpu.cfs_* period moat always uses. */
+#define MOAT_CG_CPU_PERIOD 100000
+/* The kernel's smallest cfs quota (1 ms). */
+#define MOAT_CG_CPU_MIN_QUOTA 1000
+
+/* /proc/<pid>/cgroup: "0::/path" (v2) and "N:ctl[,ctl]:/path" (v1). */
+struct moat_cg_self {
+	char *v2;                  /* path of the "0::" line, or NULL */
+	char *v1[MOAT_V1__COUNT];  /* path per v1 controller, or NULL */
+};
+/* 0, or -1 with errno (EINVAL: malformed line, ENOMEM). */
+int moat_cg_parse_self(const char *text, struct moat_cg_self *out);
+void moat_cg_self_free(struct moat_cg_self *s);
+
+/* Flat-keyed files ("key value" per line: memory.events, pids.events,
+ * cpu.stat, memory.oom_control): 1 and *out when key is present with a
+ * number ("max" reads as INT64_MAX), 0 when absent or not a number. */
+int moat_cg_kv_get(const char *text, const char *key, int64_t *out);
+/* A file holding one number ("max" → INT64_MAX): 1 with *out, else 0. */
+int moat_cg_parse_number(const char *text, int64_t *out);
+
+/* cfs quota in µs for cpus CPUs over MOAT_CG_CPU_PERIOD, at least
+ * MOAT_CG_CPU_MIN_QUOTA. */
+int64_t moat_cg_cpu_quota(double cpus);
+/* "QUOTA PERIOD" for cpu.max, e.g. 0.25 → "25000 100000". -1 if it does not fit. */
+int moat_cg_format_cpu_max(double cpus, char *buf, size_t len);
+
+/* Leaf names: "moat-<pid>-<counter>"; the supervisor's own leaf on a
+ * delegated v2 cgroup is "moat-<pid>-supervisor". */
+#define MOAT_CG_SUPERVISOR_SUFFIX "supervisor"
+int moat_cg_leaf_name(pid_t pid, unsigned counter, char *buf, size_t len);
+/* 1 and *pid when name is "moat-<pid>-<non-empty suffix>", else 0. */
+int moat_cg_leaf_pid(const char *name, pid_t *pid);
+/* A leaf left behind by a run whose supervisor no longer exists. */
+bool moat_cg_leaf_stale(const char *name, bool (*alive)(pid_t pid));
+/* kill(pid, 0) based liveness (EPERM counts as alive). */
+bool moat_cg_pid_alive(pid_t pid);
+
+/* ---- files (dir/file joined; untrusted contents read whole, malloc'd) ---- */
+char *moat_cg_path(const char *dir, const char *file);
+char *moat_cg_read(const char *dir, const char *file);
+int moat_cg_write(const char *dir, const char *file, const char *value);
+/* Removes a leaf directory, retrying up to about 1 s while it is still busy
+ * (processes draining). 0 or -1 with errno. */
+int moat_cg_rmdir_wait(const char *dir);
+/* Removes sibling leaves under parent left by supervisors that are gone. */
+void moat_cg_remove_stale(const char *parent);
+
+#endif

@@ -1,0 +1,310 @@
+/* Pure parsing and formatting for cgroup files, plus the small file helpers
+ * the managers share. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
+#include <limits.h>
+#include <math.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cgroups/internal.h"
+
+const char *moat_cg_mech_name(enum moat_cg_mech m)
+{
+	switch (m) {
+	case MOAT_CG_V2: return "cgroup-v2";
+	case MOAT_CG_V1: return "cgroup-v1";
+	case MOAT_CG_RLIMIT: return "rlimit";
+	case MOAT_CG_NONE: break;
+	}
+	return "none";
+}
+
+const char *moat_cg_v1_name(enum moat_cg_v1ctl c)
+{
+	static const char *const names[MOAT_V1__COUNT] = { "memory", "pids", "cpu", "cpuacct" };
+	return (unsigned)c < MOAT_V1__COUNT ? names[c] : "?";
+}
+
+void moat_cg_self_free(struct moat_cg_self *s)
+{
+	free(s->v2);
+	s->v2 = NULL;
+	for (int i = 0; i < MOAT_V1__COUNT; i++) {
+		free(s->v1[i]);
+		s->v1[i] = NULL;
+	}
+}
+
+/* Sets *slot to a copy of path[0..len) unless already set. */
+static int set_path(char **slot, const char *path, size_t len)
+{
+	if (*slot)
+		return 0;
+	*slot = strndup(path, len);
+	return *slot ? 0 : -1;
+}
+
+int moat_cg_parse_self(const char *text, struct moat_cg_self *out)
+{
+	memset(out, 0, sizeof *out);
+	const char *line = text;
+	while (*line) {
+		const char *end = strchr(line, '\n');
+		size_t len = end ? (size_t)(end - line) : strlen(line);
+		const char *next = end ? end + 1 : line + len;
+		if (len == 0) {
+			line = next;
+			continue;
+		}
+		/* hierarchy-ID:controller-list:path — the path may contain ':' */
+		const char *c1 = memchr(line, ':', len);
+		const char *c2 = c1 ? memchr(c1 + 1, ':', len - (size_t)(c1 + 1 - line)) : NULL;
+		if (!c1 || !c2 || c1 == line || c2[1] != '/') {
+			moat_cg_self_free(out);
+			errno = EINVAL;
+			return -1;
+		}
+		for (const char *p = line; p < c1; p++)
+			if (*p < '0' || *p > '9') {
+				moat_cg_self_free(out);
+				errno = EINVAL;
+				return -1;
+			}
+		const char *path = c2 + 1;
+		size_t plen = len - (size_t)(path - line);
+		int rc = 0;
+		if (c2 == c1 + 1) {
+			/* empty controller list: the v2 line ("0::/path") */
+			if (c1 - line == 1 && line[0] == '0')
+				rc = set_path(&out->v2, path, plen);
+		} else {
+			const char *ctl = c1 + 1;
+			while (ctl < c2 && rc == 0) {
+				const char *comma = memchr(ctl, ',', (size_t)(c2 - ctl));
+				const char *ce = comma ? comma : c2;
+				size_t clen = (size_t)(ce - ctl);
+				for (int i = 0; i < MOAT_V1__COUNT; i++) {
+					const char *name = moat_cg_v1_name((enum moat_cg_v1ctl)i);
+					if (strlen(name) == clen && !memcmp(ctl, name, clen))
+						rc = set_path(&out->v1[i], path, plen);
+				}
+				ctl = ce + 1;
+			}
+		}
+		if (rc < 0) {
+			moat_cg_self_free(out);
+			errno = ENOMEM;
+			return -1;
+		}
+		line = next;
+	}
+	return 0;
+}
+
+int moat_cg_parse_number(const char *text, int64_t *out)
+{
+	while (*text == ' ' || *text == '\t')
+		text++;
+	if (!strncmp(text, "max", 3) && (text[3] == '\0' || text[3] == '\n' || text[3] == ' ')) {
+		*out = INT64_MAX;
+		return 1;
+	}
+	if (*text == '\0' || *text == '\n')
+		return 0;
+	char *end;
+	errno = 0;
+	long long v = strtoll(text, &end, 10);
+	if (errno || end == text || (*end != '\0' && *end != '\n' && *end != ' '))
+		return 0;
+	*out = (int64_t)v;
+	return 1;
+}
+
+int moat_cg_kv_get(const char *text, const char *key, int64_t *out)
+{
+	size_t klen = strlen(key);
+	const char *line = text;
+	while (line && *line) {
+		if (!strncmp(line, key, klen) && line[klen] == ' ')
+			return moat_cg_parse_number(line + klen + 1, out);
+		line = strchr(line, '\n');
+		if (line)
+			line++;
+	}
+	return 0;
+}
+
+int64_t moat_cg_cpu_quota(double cpus)
+{
+	double q = ceil(cpus * MOAT_CG_CPU_PERIOD);
+	if (!(q >= MOAT_CG_CPU_MIN_QUOTA))
+		return MOAT_CG_CPU_MIN_QUOTA;
+	if (q > (double)INT64_MAX / 2)
+		return INT64_MAX / 2;
+	return (int64_t)q;
+}
+
+int moat_cg_format_cpu_max(double cpus, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "%" PRId64 " %d", moat_cg_cpu_quota(cpus), MOAT_CG_CPU_PERIOD);
+	return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+int moat_cg_leaf_name(pid_t pid, unsigned counter, char *buf, size_t len)
+{
+	int n = snprintf(buf, len, "moat-%ld-%u", (long)pid, counter);
+	return n < 0 || (size_t)n >= len ? -1 : 0;
+}
+
+int moat_cg_leaf_pid(const char *name, pid_t *pid)
+{
+	if (strncmp(name, "moat-", 5))
+		return 0;
+	const char *p = name + 5;
+	if (*p < '1' || *p > '9')
+		return 0;
+	long v = 0;
+	for (; *p >= '0' && *p <= '9'; p++) {
+		v = v * 10 + (*p - '0');
+		if (v > INT_MAX)
+			return 0;
+	}
+	if (*p != '-' || p[1] == '\0')
+		return 0;
+	*pid = (pid_t)v;
+	return 1;
+}
+
+bool moat_cg_pid_alive(pid_t pid)
+{
+	return kill(pid, 0) == 0 || errno == EPERM;
+}
+
+bool moat_cg_leaf_stale(const char *name, bool (*alive)(pid_t pid))
+{
+	pid_t pid;
+	return moat_cg_leaf_pid(name, &pid) && !alive(pid);
+}
+
+char *moat_cg_path(const char *dir, const char *file)
+{
+	char *p;
+	if (asprintf(&p, "%s/%s", dir, file) < 0)
+		return NULL;
+	return p;
+}
+
+char *moat_cg_read(const char *dir, const char *file)
+{
+	char *path = moat_cg_path(dir, file);
+	if (!path)
+		return NULL;
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	free(path);
+	if (fd < 0)
+		return NULL;
+	size_t cap = 4096, len = 0;
+	char *buf = malloc(cap);
+	while (buf) {
+		if (len + 1 >= cap) {
+			char *nb = cap < ((size_t)1 << 24) ? realloc(buf, cap * 2) : NULL;
+			if (!nb) {
+				free(buf);
+				buf = NULL;
+				errno = ENOMEM;
+				break;
+			}
+			buf = nb;
+			cap *= 2;
+		}
+		ssize_t n = read(fd, buf + len, cap - len - 1);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0) {
+			int e = errno;
+			free(buf);
+			buf = NULL;
+			errno = e;
+			break;
+		}
+		if (n == 0) {
+			buf[len] = '\0';
+			break;
+		}
+		len += (size_t)n;
+	}
+	int e = errno;
+	close(fd);
+	errno = e;
+	return buf;
+}
+
+int moat_cg_write(const char *dir, const char *file, const char *value)
+{
+	char *path = moat_cg_path(dir, file);
+	if (!path)
+		return -1;
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	free(path);
+	if (fd < 0)
+		return -1;
+	size_t len = strlen(value);
+	ssize_t n;
+	do
+		n = write(fd, value, len);
+	while (n < 0 && errno == EINTR);
+	int e = errno;
+	close(fd);
+	if (n < 0 || (size_t)n != len) {
+		errno = n < 0 ? e : EIO;
+		return -1;
+	}
+	return 0;
+}
+
+int moat_cg_rmdir_wait(const char *dir)
+{
+	/* 5 ms steps, up to about 1 s: processes of a finished pid namespace
+	 * are being killed and leave the cgroup within milliseconds */
+	for (int i = 0; i < 200; i++) {
+		if (rmdir(dir) == 0 || errno == ENOENT)
+			return 0;
+		if (errno != EBUSY)
+			return -1;
+		struct timespec ts = { 0, 5 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	errno = EBUSY;
+	return -1;
+}
+
+void moat_cg_remove_stale(const char *parent)
+{
+	int dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	if (dfd < 0)
+		return;
+	DIR *d = fdopendir(dfd);
+	if (!d) {
+		close(dfd);
+		return;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
+			continue;
+		if (!moat_cg_leaf_stale(de->d_name, moat_cg_pid_alive))
+			continue;
+		/* a crashed run's processes died with its pid namespace, so
+		 * its leaf is empty. Only rmdir, never kill: a busy leaf may
+		 * belong to a live moat in another pid namespace */
+		(void)unlinkat(dfd, de->d_name, AT_REMOVEDIR);
+	}
+	closedir(d);
+}

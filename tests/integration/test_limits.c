@@ -1,0 +1,542 @@
+/* Resource limits for real: memory (OOM), pids (fork bombs), cpu share,
+ * timeout kills of process trees, and no cgroup leaf, process or mount left
+ * behind. As root on a cgroup v1/v2 host the limits are cgroups; rootless
+ * without delegation they fall back to rlimits and say so. */
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <linux/magic.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/statfs.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cgroups/internal.h"
+#include "harness.h"
+#include "suites.h"
+
+#define MB (1024.0 * 1024.0)
+
+static long now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
+}
+
+/* Wall-time values (request timeouts, sleeps, bands) are written for the
+ * development host and scaled by harness_slowdown() (40 in a TCG VM). */
+#define MS(ms) harness_scale_ms(ms)
+
+static const char *limit_of(const struct run_out *o, const char *key)
+{
+	const cJSON *limits = cJSON_GetObjectItemCaseSensitive(o->json, "limits");
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(limits, key);
+	ck_assert_msg(cJSON_IsString(v), "no limits.%s in %s", key, o->out);
+	return v->valuestring;
+}
+
+static int warning_count(const struct run_out *o)
+{
+	const cJSON *w = cJSON_GetObjectItemCaseSensitive(o->json, "warnings");
+	ck_assert_msg(cJSON_IsArray(w), "no warnings array: %s", o->out);
+	return cJSON_GetArraySize(w);
+}
+
+static bool has_warning(const struct run_out *o, const char *needle)
+{
+	const cJSON *w = cJSON_GetObjectItemCaseSensitive(o->json, "warnings");
+	const cJSON *e;
+	cJSON_ArrayForEach(e, w)
+		if (cJSON_IsString(e) && strstr(e->valuestring, needle))
+			return true;
+	return false;
+}
+
+static bool unified_host(void)
+{
+	struct statfs s;
+	return statfs("/sys/fs/cgroup", &s) == 0 &&
+	       (unsigned long)s.f_type == (unsigned long)CGROUP2_SUPER_MAGIC;
+}
+
+/* The mechanism root gets on this host: a v1 host (memory, pids, cpu
+ * mounted) gives cgroup-v1, a unified one cgroup-v2. */
+static const char *root_mech(void)
+{
+	return unified_host() ? "cgroup-v2" : "cgroup-v1";
+}
+
+/* Rootless: a cgroup only with delegation; otherwise the rlimit fallback. */
+static bool rootless_has_cgroup(const struct run_out *o)
+{
+	return !strncmp(limit_of(o, "memory"), "cgroup-", 7);
+}
+
+static void expect_result(const struct run_out *o)
+{
+	ck_assert_msg(o->status == 0 && o->json && !harness_error_type(o),
+		      "moat status %d, out %s, err %s", o->status, o->out, o->err);
+}
+
+/* ---- memory ---------------------------------------------------------------- */
+
+static const char HOG[] = "a = []\n"
+			  "for i in range(20):\n"
+			  "    a.append(bytearray(10 * 1024 * 1024))\n"
+			  "    print(i, flush=True)\n"
+			  "print('survived')\n";
+
+START_TEST(memory_hog_is_oom_killed)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	char extra[96];
+	snprintf(extra, sizeof extra, ",\"memoryMb\":64,\"timeout\":%ld", MS(20000));
+	harness_exec_code(_i, "python", HOG, extra, &o);
+	expect_result(&o);
+	ck_assert_msg(!strstr(o.out, "survived"), "the hog was not stopped: %s", o.out);
+	if (_i == MODE_ROOT || rootless_has_cgroup(&o)) {
+		if (_i == MODE_ROOT)
+			ck_assert_str_eq(limit_of(&o, "memory"), root_mech());
+		ck_assert_msg(harness_bool(&o, "oomKilled"), "%s", o.out);
+		ck_assert_str_eq(harness_str(&o, "killedBy"), "oom");
+		ck_assert(harness_is_null(&o, "exitCode"));
+		ck_assert(!harness_bool(&o, "timedOut"));
+		double peak = harness_num(&o, "memoryPeakBytes");
+		ck_assert_msg(peak >= 40 * MB && peak <= 80 * MB, "memoryPeakBytes %.0f", peak);
+		ck_assert_int_eq(warning_count(&o), 0);
+	} else {
+		/* RLIMIT_DATA: the allocation fails inside the program */
+		ck_assert_str_eq(limit_of(&o, "memory"), "rlimit");
+		ck_assert_msg(has_warning(&o, "RLIMIT_DATA"), "%s", o.out);
+		ck_assert_msg(strstr(o.out, "MemoryError") != NULL, "%s", o.out);
+		ck_assert_int_eq((int)harness_num(&o, "exitCode"), 1);
+		ck_assert(!harness_bool(&o, "oomKilled"));
+	}
+	harness_free(&o);
+}
+END_TEST
+
+/* node starts and works under the memory limit, whatever the mechanism. */
+START_TEST(node_runs_under_memory_limit)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "javascript", "console.log([1,2,3].map(x => x * 2).join(','))",
+			  ",\"memoryMb\":128", &o);
+	expect_result(&o);
+	ck_assert_msg(harness_str(&o, "stdout") && !strcmp(harness_str(&o, "stdout"), "2,4,6\n"),
+		      "%s", o.out);
+	harness_free(&o);
+}
+END_TEST
+
+/* ---- pids ------------------------------------------------------------------ */
+
+START_TEST(fork_loop_stops_at_the_limit)
+{
+	HARNESS_MODE_GUARD(_i);
+	static const char code[] = "import os, time\n"
+				   "kids = errs = 0\n"
+				   "for i in range(100):\n"
+				   "    try:\n"
+				   "        pid = os.fork()\n"
+				   "    except OSError:\n"
+				   "        errs += 1\n"
+				   "        continue\n"
+				   "    if pid == 0:\n"
+				   "        time.sleep(60)\n"
+				   "        os._exit(0)\n"
+				   "    kids += 1\n"
+				   "print(kids, errs)\n";
+	struct run_out o;
+	char extra[96];
+	snprintf(extra, sizeof extra, ",\"pidsLimit\":20,\"timeout\":%ld", MS(20000));
+	long t0 = now_ms();
+	harness_exec_code(_i, "python", code, extra, &o);
+	long took = now_ms() - t0;
+	expect_result(&o);
+	ck_assert_msg(took < MS(20000), "the run took %ld ms", took);
+	int kids = -1, errs = -1;
+	const char *out = harness_str(&o, "stdout");
+	ck_assert_msg(out && sscanf(out, "%d %d", &kids, &errs) == 2, "%s", o.out);
+	ck_assert_msg(kids < 20 && errs > 0, "kids %d errs %d", kids, errs);
+	ck_assert_int_eq((int)harness_num(&o, "exitCode"), 0);
+	ck_assert(harness_is_null(&o, "killedBy")); /* exited 0: not killed by pids */
+	if (_i == MODE_ROOT) {
+		ck_assert_str_eq(limit_of(&o, "pids"), root_mech());
+		ck_assert_msg(has_warning(&o, "pids limit was hit"), "%s", o.out);
+	} else if (!rootless_has_cgroup(&o)) {
+		ck_assert_str_eq(limit_of(&o, "pids"), "rlimit");
+		ck_assert_msg(has_warning(&o, "RLIMIT_NPROC"), "%s", o.out);
+	}
+	harness_free(&o);
+}
+END_TEST
+
+START_TEST(bash_fork_bomb_ends_cleanly)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	/* not scaled: the sleep only gives the bomb some time, and whether it
+	 * reaches the limit before the script ends does not change the result */
+	static const char code[] = ":(){ :|:& };:\nsleep 1\necho after";
+	char extra[96];
+	snprintf(extra, sizeof extra, ",\"pidsLimit\":20,\"timeout\":%ld", MS(15000));
+	long t0 = now_ms();
+	harness_exec_code(_i, "bash", code, extra, &o);
+	long took = now_ms() - t0;
+	expect_result(&o);
+	ck_assert_msg(took < MS(15000), "the run took %ld ms", took);
+	ck_assert(!harness_bool(&o, "timedOut"));
+	ck_assert_str_eq(harness_str(&o, "stdout"), "after\n");
+	if (_i == MODE_ROOT)
+		ck_assert_str_eq(limit_of(&o, "pids"), root_mech());
+	harness_free(&o);
+}
+END_TEST
+
+/* A program that fails after hitting the pids limit is reported as such. */
+START_TEST(pids_failure_sets_killed_by)
+{
+	HARNESS_MODE_GUARD(_i);
+	static const char code[] = "import os, sys, time\n"
+				   "for i in range(50):\n"
+				   "    try:\n"
+				   "        if os.fork() == 0:\n"
+				   "            time.sleep(60)\n"
+				   "            os._exit(0)\n"
+				   "    except OSError:\n"
+				   "        sys.exit(7)\n";
+	struct run_out o;
+	char extra[96];
+	snprintf(extra, sizeof extra, ",\"pidsLimit\":10,\"timeout\":%ld", MS(30000));
+	harness_exec_code(_i, "python", code, extra, &o);
+	expect_result(&o);
+	ck_assert_int_eq((int)harness_num(&o, "exitCode"), 7);
+	if (_i == MODE_ROOT)
+		ck_assert_str_eq(harness_str(&o, "killedBy"), "pids");
+	harness_free(&o);
+}
+END_TEST
+
+/* ---- cpu ------------------------------------------------------------------- */
+
+START_TEST(cpu_share_is_limited)
+{
+	HARNESS_MODE_GUARD(_i);
+	/* 2 s of wall time busy: a fixed window, not scaled. The program
+	 * prints the CPU time it got in that window. */
+	static const char code[] = "import time\n"
+				   "c = time.process_time()\n"
+				   "t = time.time()\n"
+				   "while time.time() - t < 2:\n"
+				   "    pass\n"
+				   "print(round((time.process_time() - c) * 1000))\n";
+	struct run_out o;
+	char extra[96];
+	snprintf(extra, sizeof extra, ",\"cpus\":0.25,\"timeout\":%ld", MS(20000));
+	harness_exec_code(_i, "python", code, extra, &o);
+	expect_result(&o);
+	ck_assert_int_eq((int)harness_num(&o, "exitCode"), 0);
+	double loop = -1;
+	const char *so = harness_str(&o, "stdout");
+	ck_assert_msg(so && sscanf(so, "%lf", &loop) == 1, "%s", o.out);
+	if (_i == MODE_ROOT || rootless_has_cgroup(&o)) {
+		if (_i == MODE_ROOT)
+			ck_assert_str_eq(limit_of(&o, "cpu"), root_mech());
+		/* 0.25 of 2 s is 500 ms; unlimited would be 2000 */
+		ck_assert_msg(loop >= 250 && loop <= 1000, "CPU time in the 2 s loop %.0f ms", loop);
+		double cpu = harness_num(&o, "cpuTimeMs");
+		/* the whole run: the loop plus interpreter start, which costs
+		 * about 500 ms of CPU here but scales with harness_slowdown() (a
+		 * TCG VM: 1-2 s) */
+		double hi = 1000 + 500 * (harness_slowdown() - 1);
+		fprintf(stderr, "cpu_share_is_limited mode %d: loop %.0f ms, cpuTimeMs %.0f\n", _i,
+			loop, cpu);
+		ck_assert_msg(cpu >= 250 && cpu >= loop - 50 && cpu <= hi,
+			      "cpuTimeMs %.0f (loop %.0f, at most %.0f)", cpu, loop, hi);
+	} else {
+		ck_assert_str_eq(limit_of(&o, "cpu"), "none");
+		ck_assert_msg(has_warning(&o, "cpus is not enforced"), "%s", o.out);
+	}
+	harness_free(&o);
+}
+END_TEST
+
+/* ---- kill, cleanup ------------------------------------------------------------ */
+
+static int count_marker(const char *marker)
+{
+	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
+	int n = 0;
+	struct dirent *e;
+	size_t mlen = strlen(marker);
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char path[300];
+		snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		char buf[4096];
+		ssize_t r = read(fd, buf, sizeof buf);
+		close(fd);
+		if (r > 0 && memmem(buf, (size_t)r, marker, mlen))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+START_TEST(timeout_kills_a_tree_at_once)
+{
+	HARNESS_MODE_GUARD(_i);
+	char marker[64], code[512], extra[64];
+	snprintf(marker, sizeof marker, "moatlim%ld%d", (long)getpid(), _i);
+	snprintf(code, sizeof code,
+		 "for i in $(seq 50); do (exec -a %s sleep 1000) & done\n"
+		 "echo started\nwait\n", marker);
+	long timeout = MS(2000);
+	snprintf(extra, sizeof extra, ",\"timeout\":%ld", timeout);
+	struct run_out o;
+	long t0 = now_ms();
+	harness_exec_code(_i, "bash", code, extra, &o);
+	long took = now_ms() - t0;
+	expect_result(&o);
+	ck_assert(harness_bool(&o, "timedOut"));
+	ck_assert_str_eq(harness_str(&o, "killedBy"), "timeout");
+	ck_assert(harness_is_null(&o, "exitCode"));
+	ck_assert_str_eq(harness_str(&o, "stdout"), "started\n");
+	ck_assert_msg(took < MS(6000), "timeout %ld ms, run took %ld ms", timeout, took);
+	ck_assert_int_eq(count_marker(marker), 0);
+	harness_free(&o);
+}
+END_TEST
+
+/* true for "h-<pid>", the harness's rootless leaf, when pid is gone */
+static bool harness_leaf_stale(const char *name)
+{
+	char *end;
+	if (strncmp(name, "h-", 2) || !isdigit((unsigned char)name[2]))
+		return false;
+	long pid = strtol(name + 2, &end, 10);
+	return !*end && !moat_cg_pid_alive((pid_t)pid);
+}
+
+/* Parents of moat's leaves: each v1 controller's cgroup, the v2 one and
+ * the parents the harness gives moat (MOAT_TEST_ROOT_CGROUP,
+ * MOAT_TEST_ROOTLESS_CGROUP). */
+static int leftover_leaves(void)
+{
+	char *text = moat_cg_read("/proc/self", "cgroup");
+	ck_assert_ptr_nonnull(text);
+	struct moat_cg_self self;
+	ck_assert_int_eq(moat_cg_parse_self(text, &self), 0);
+	free(text);
+	char *parents[MOAT_V1__COUNT + 3] = { NULL };
+	int np = 0;
+	bool unified = unified_host();
+	if (self.v2 &&
+	    asprintf(&parents[np], "%s%s", unified ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified",
+		     self.v2) > 0)
+		np++;
+	for (int i = 0; !unified && i < MOAT_V1__COUNT; i++)
+		if (self.v1[i] && asprintf(&parents[np], "/sys/fs/cgroup/%s%s",
+					   moat_cg_v1_name((enum moat_cg_v1ctl)i), self.v1[i]) > 0)
+			np++;
+	moat_cg_self_free(&self);
+	for (int m = MODE_ROOT; m <= MODE_ROOTLESS; m++) {
+		const char *given = harness_cgroup_parent(m);
+		if (given && (parents[np] = strdup(given)))
+			np++;
+	}
+	int left = 0;
+	for (int i = 0; i < np; i++) {
+		DIR *d = opendir(parents[i]);
+		struct dirent *e;
+		while (d && (e = readdir(d))) {
+			/* a leaf whose moat is gone was left behind; live ones may
+			 * belong to runs of other test processes */
+			if (moat_cg_leaf_stale(e->d_name, moat_cg_pid_alive) ||
+			    harness_leaf_stale(e->d_name)) {
+				fprintf(stderr, "leftover cgroup %s/%s\n", parents[i], e->d_name);
+				left++;
+			}
+		}
+		if (d)
+			closedir(d);
+		free(parents[i]);
+	}
+	return left;
+}
+
+/* Host mounts, leaving out network-namespace handles under /run/netns that
+ * other suites (network peers) create and remove concurrently. */
+static int mount_count(void)
+{
+	char *t = moat_cg_read("/proc/self", "mountinfo");
+	ck_assert_ptr_nonnull(t);
+	int n = 0;
+	for (char *line = t; line && *line;) {
+		char *nl = strchr(line, '\n');
+		if (nl)
+			*nl = '\0';
+		/* fields: id parent major:minor root mountpoint ... */
+		char mp[4096] = "";
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) == 1 && strncmp(mp, "/run/netns", 10))
+			n++;
+		line = nl ? nl + 1 : NULL;
+	}
+	free(t);
+	return n;
+}
+
+START_TEST(many_runs_leave_nothing)
+{
+	HARNESS_MODE_GUARD(_i);
+	int mounts = mount_count();
+	char marker[64], code[256];
+	snprintf(marker, sizeof marker, "moatmany%ld%d", (long)getpid(), _i);
+	for (int i = 0; i < 100; i++) {
+		struct run_out o;
+		harness_exec_code(_i, "sh", "true", ",\"memoryMb\":64,\"pidsLimit\":32", &o);
+		ck_assert_msg(o.status == 0 && harness_num(&o, "exitCode") == 0, "run %d: %s %s", i,
+			      o.out, o.err);
+		harness_free(&o);
+	}
+	/* 8 in parallel, each leaving a background process behind it */
+	snprintf(code, sizeof code, "(exec -a %s sleep 1000) &\necho ok", marker);
+	/* 8 runs share the CPUs: the default timeout (30 s) scaled */
+	char extra[96];
+	snprintf(extra, sizeof extra, ",\"memoryMb\":64,\"cpus\":0.5,\"timeout\":%ld",
+		 MS(30000));
+	pid_t kids[8];
+	for (int k = 0; k < 8; k++) {
+		kids[k] = fork();
+		ck_assert_int_ge(kids[k], 0);
+		if (kids[k] == 0) {
+			struct run_out o;
+			harness_exec_code(_i, "bash", code, extra, &o);
+			bool ok = o.status == 0 && harness_str(&o, "stdout") &&
+				  !strcmp(harness_str(&o, "stdout"), "ok\n");
+			harness_free(&o);
+			_exit(ok ? 0 : 1);
+		}
+	}
+	for (int k = 0; k < 8; k++) {
+		int st;
+		ck_assert_int_eq(waitpid(kids[k], &st, 0), kids[k]);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "parallel run %d failed", k);
+	}
+	ck_assert_int_eq(leftover_leaves(), 0);
+	ck_assert_int_eq(count_marker(marker), 0);
+	ck_assert_int_eq(mount_count(), mounts);
+}
+END_TEST
+
+/* ---- reporting -------------------------------------------------------------- */
+
+START_TEST(no_limits_no_warnings_but_stats)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "python", "print(sum(range(10**6)))", "", &o);
+	expect_result(&o);
+	ck_assert_str_eq(limit_of(&o, "memory"), "none");
+	ck_assert_str_eq(limit_of(&o, "pids"), "none");
+	ck_assert_str_eq(limit_of(&o, "cpu"), "none");
+	ck_assert_int_eq(warning_count(&o), 0);
+	if (_i == MODE_ROOT) {
+		/* a leaf is created anyway: statistics are reported */
+		ck_assert_msg(harness_num(&o, "memoryPeakBytes") > 0, "%s", o.out);
+		ck_assert_msg(harness_num(&o, "cpuTimeMs") >= 0, "%s", o.out);
+	}
+	harness_free(&o);
+}
+END_TEST
+
+START_TEST(strict_limits)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "python", "print('ran')",
+			  ",\"memoryMb\":128,\"pidsLimit\":64,\"cpus\":1,\"strictLimits\":true", &o);
+	if (_i == MODE_ROOT) {
+		expect_result(&o);
+		ck_assert_str_eq(harness_str(&o, "stdout"), "ran\n");
+		ck_assert_str_eq(limit_of(&o, "memory"), root_mech());
+		ck_assert_str_eq(limit_of(&o, "pids"), root_mech());
+		ck_assert_str_eq(limit_of(&o, "cpu"), root_mech());
+		ck_assert_int_eq(warning_count(&o), 0);
+	} else {
+		harness_free(&o);
+		harness_exec_code(_i, "python", "print('ran')", ",\"memoryMb\":128", &o);
+		expect_result(&o);
+		bool cgroup = rootless_has_cgroup(&o);
+		harness_free(&o);
+		harness_exec_code(_i, "python", "print('ran')",
+				  ",\"memoryMb\":128,\"strictLimits\":true", &o);
+		if (cgroup) {
+			expect_result(&o);
+		} else {
+			ck_assert_msg(o.status == 3, "status %d: %s", o.status, o.out);
+			ck_assert_str_eq(harness_error_type(&o), "SandboxUnavailableError");
+			const cJSON *e = cJSON_GetObjectItemCaseSensitive(o.json, "error");
+			const cJSON *m = cJSON_GetObjectItemCaseSensitive(e, "message");
+			ck_assert_msg(cJSON_IsString(m) && strstr(m->valuestring, "memoryMb"), "%s",
+				      o.out);
+		}
+	}
+	harness_free(&o);
+}
+END_TEST
+
+START_TEST(rootless_fallback_is_reported)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "python", "print('ran')", ",\"memoryMb\":128,\"pidsLimit\":64", &o);
+	expect_result(&o);
+	if (_i == MODE_ROOTLESS && harness_cgroup_parent(MODE_ROOTLESS) && unified_host()) {
+		/* a delegated cgroup v2 subtree (tools/vm): no fallback at all */
+		ck_assert_str_eq(limit_of(&o, "memory"), "cgroup-v2");
+		ck_assert_str_eq(limit_of(&o, "pids"), "cgroup-v2");
+		ck_assert_int_eq(warning_count(&o), 0);
+	} else if (_i == MODE_ROOTLESS && !rootless_has_cgroup(&o)) {
+		ck_assert_str_eq(limit_of(&o, "memory"), "rlimit");
+		ck_assert_str_eq(limit_of(&o, "pids"), "rlimit");
+		ck_assert_str_eq(limit_of(&o, "cpu"), "none");
+		ck_assert_msg(has_warning(&o, "RLIMIT_DATA") && has_warning(&o, "RLIMIT_NPROC"), "%s",
+			      o.out);
+	}
+	harness_free(&o);
+}
+END_TEST
+
+Suite *limits_suite(void)
+{
+	Suite *s = suite_create("limits");
+	TCase *tc = tcase_create("limits");
+	tcase_set_timeout(tc, 120);
+	tcase_add_loop_test(tc, memory_hog_is_oom_killed, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, node_runs_under_memory_limit, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, fork_loop_stops_at_the_limit, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, bash_fork_bomb_ends_cleanly, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, pids_failure_sets_killed_by, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, cpu_share_is_limited, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, timeout_kills_a_tree_at_once, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, many_runs_leave_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, no_limits_no_warnings_but_stats, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, strict_limits, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, rootless_fallback_is_reported, MODE_ROOT, MODE_ROOTLESS + 1);
+	suite_add_tcase(s, tc);
+	return s;
+}

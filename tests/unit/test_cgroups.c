@@ -1,0 +1,313 @@
+/* cgroups: parsers for /proc/self/cgroup and the controller files (fixtures
+ * under tests/fixtures/cgroup/ for the v2 files this host lacks), cpu.max
+ * formatting, leaf naming and stale-leaf detection. */
+#include <errno.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "cgroups/cgroups.h"
+#include "cgroups/internal.h"
+#include "suites.h"
+
+#define FIXTURES "tests/fixtures/cgroup"
+
+static char *fixture(const char *name)
+{
+	char *t = moat_cg_read(FIXTURES, name);
+	ck_assert_msg(t != NULL, "cannot read " FIXTURES "/%s (run from the repository root): %s",
+		      name, strerror(errno));
+	return t;
+}
+
+START_TEST(self_v1)
+{
+	char *t = fixture("proc_self_cgroup.v1");
+	struct moat_cg_self s;
+	ck_assert_int_eq(moat_cg_parse_self(t, &s), 0);
+	ck_assert_str_eq(s.v1[MOAT_V1_MEMORY], "/process_api/47f3f0fa921a61f3558b918ad24950cd");
+	ck_assert_str_eq(s.v1[MOAT_V1_PIDS], "/");
+	ck_assert_str_eq(s.v1[MOAT_V1_CPU], "/");
+	ck_assert_str_eq(s.v1[MOAT_V1_CPUACCT], "/");
+	ck_assert_str_eq(s.v2, "/");
+	moat_cg_self_free(&s);
+	free(t);
+}
+END_TEST
+
+START_TEST(self_v2)
+{
+	char *t = fixture("proc_self_cgroup.v2");
+	struct moat_cg_self s;
+	ck_assert_int_eq(moat_cg_parse_self(t, &s), 0);
+	ck_assert_str_eq(s.v2, "/user.slice/user-1000.slice/user@1000.service/app.slice/run-u42.scope");
+	for (int i = 0; i < MOAT_V1__COUNT; i++)
+		ck_assert_ptr_null(s.v1[i]);
+	moat_cg_self_free(&s);
+	free(t);
+}
+END_TEST
+
+START_TEST(self_hybrid)
+{
+	char *t = fixture("proc_self_cgroup.hybrid");
+	struct moat_cg_self s;
+	ck_assert_int_eq(moat_cg_parse_self(t, &s), 0);
+	const char *scope = "/user.slice/user-1000.slice/session-3.scope";
+	ck_assert_str_eq(s.v1[MOAT_V1_CPU], scope);     /* "cpu,cpuacct" names both */
+	ck_assert_str_eq(s.v1[MOAT_V1_CPUACCT], scope);
+	ck_assert_str_eq(s.v1[MOAT_V1_MEMORY], scope);
+	ck_assert_str_eq(s.v1[MOAT_V1_PIDS], scope);
+	ck_assert_str_eq(s.v2, scope);
+	moat_cg_self_free(&s);
+	free(t);
+}
+END_TEST
+
+START_TEST(self_edge_cases)
+{
+	struct moat_cg_self s;
+	/* ':' inside a path; no trailing newline; name= hierarchies ignored */
+	ck_assert_int_eq(moat_cg_parse_self("3:name=systemd:/x\n0::/a:b/c", &s), 0);
+	ck_assert_str_eq(s.v2, "/a:b/c");
+	moat_cg_self_free(&s);
+	ck_assert_int_eq(moat_cg_parse_self("", &s), 0);
+	ck_assert_ptr_null(s.v2);
+	moat_cg_self_free(&s);
+	ck_assert_int_eq(moat_cg_parse_self("garbage\n", &s), -1);
+	ck_assert_int_eq(moat_cg_parse_self("x:memory:/\n", &s), -1);
+	ck_assert_int_eq(moat_cg_parse_self("4:memory:relative\n", &s), -1);
+	/* memoryx is not memory */
+	ck_assert_int_eq(moat_cg_parse_self("4:memoryx,pidsy:/q\n", &s), 0);
+	ck_assert_ptr_null(s.v1[MOAT_V1_MEMORY]);
+	ck_assert_ptr_null(s.v1[MOAT_V1_PIDS]);
+	moat_cg_self_free(&s);
+}
+END_TEST
+
+START_TEST(memory_events)
+{
+	char *t = fixture("memory.events");
+	int64_t v;
+	ck_assert_int_eq(moat_cg_kv_get(t, "oom_kill", &v), 1);
+	ck_assert_int_eq(v, 2);
+	ck_assert_int_eq(moat_cg_kv_get(t, "oom_group_kill", &v), 1);
+	ck_assert_int_eq(v, 1);
+	ck_assert_int_eq(moat_cg_kv_get(t, "oom", &v), 1); /* not a prefix match */
+	ck_assert_int_eq(v, 3);
+	ck_assert_int_eq(moat_cg_kv_get(t, "max", &v), 1);
+	ck_assert_int_eq(v, 1342);
+	ck_assert_int_eq(moat_cg_kv_get(t, "absent", &v), 0);
+	free(t);
+	t = fixture("memory.events.clean");
+	ck_assert_int_eq(moat_cg_kv_get(t, "oom_kill", &v), 1);
+	ck_assert_int_eq(v, 0);
+	free(t);
+}
+END_TEST
+
+START_TEST(pids_events_and_cpu_stat)
+{
+	char *t = fixture("pids.events");
+	int64_t v;
+	ck_assert_int_eq(moat_cg_kv_get(t, "max", &v), 1);
+	ck_assert_int_eq(v, 17);
+	free(t);
+	t = fixture("cpu.stat");
+	ck_assert_int_eq(moat_cg_kv_get(t, "usage_usec", &v), 1);
+	ck_assert_int_eq(v, 523417);
+	ck_assert_int_eq(moat_cg_kv_get(t, "usage", &v), 0);
+	free(t);
+}
+END_TEST
+
+START_TEST(v1_oom_control)
+{
+	char *t = fixture("memory.oom_control");
+	int64_t v;
+	ck_assert_int_eq(moat_cg_kv_get(t, "oom_kill", &v), 1);
+	ck_assert_int_eq(v, 1);
+	ck_assert_int_eq(moat_cg_kv_get(t, "under_oom", &v), 1);
+	ck_assert_int_eq(v, 0);
+	ck_assert_int_eq(moat_cg_kv_get(t, "oom_kill_disable", &v), 1);
+	ck_assert_int_eq(v, 0);
+	free(t);
+	/* kernels before 4.13 have no oom_kill line */
+	ck_assert_int_eq(moat_cg_kv_get("oom_kill_disable 0\nunder_oom 0\n", "oom_kill", &v), 0);
+}
+END_TEST
+
+START_TEST(single_numbers)
+{
+	int64_t v;
+	char *t = fixture("memory.peak");
+	ck_assert_int_eq(moat_cg_parse_number(t, &v), 1);
+	ck_assert_int_eq(v, 67108864);
+	free(t);
+	ck_assert_int_eq(moat_cg_parse_number("max\n", &v), 1);
+	ck_assert(v == INT64_MAX);
+	ck_assert_int_eq(moat_cg_parse_number("", &v), 0);
+	ck_assert_int_eq(moat_cg_parse_number("12x\n", &v), 0);
+	ck_assert_int_eq(moat_cg_parse_number("maximum", &v), 0);
+	t = fixture("cpu.max.default");
+	ck_assert_int_eq(moat_cg_parse_number(t, &v), 1); /* first field */
+	ck_assert(v == INT64_MAX);
+	free(t);
+}
+END_TEST
+
+START_TEST(cpu_max_format)
+{
+	char buf[64];
+	ck_assert_int_eq(moat_cg_format_cpu_max(0.25, buf, sizeof buf), 0);
+	ck_assert_str_eq(buf, "25000 100000");
+	ck_assert_int_eq(moat_cg_format_cpu_max(1, buf, sizeof buf), 0);
+	ck_assert_str_eq(buf, "100000 100000");
+	ck_assert_int_eq(moat_cg_format_cpu_max(1.5, buf, sizeof buf), 0);
+	ck_assert_str_eq(buf, "150000 100000");
+	ck_assert_int_eq(moat_cg_format_cpu_max(0.333, buf, sizeof buf), 0);
+	ck_assert_str_eq(buf, "33300 100000");
+	/* below the kernel minimum of 1 ms */
+	ck_assert_int_eq(moat_cg_format_cpu_max(0.001, buf, sizeof buf), 0);
+	ck_assert_str_eq(buf, "1000 100000");
+	ck_assert_int_eq(moat_cg_format_cpu_max(0.25, buf, 5), -1);
+	ck_assert_int_eq(moat_cg_cpu_quota(0.5), 50000);
+}
+END_TEST
+
+static bool alive_only_42(pid_t pid)
+{
+	return pid == 42;
+}
+
+START_TEST(leaf_names)
+{
+	char buf[64];
+	ck_assert_int_eq(moat_cg_leaf_name(1234, 7, buf, sizeof buf), 0);
+	ck_assert_str_eq(buf, "moat-1234-7");
+	ck_assert_int_eq(moat_cg_leaf_name(1234, 7, buf, 6), -1);
+	pid_t pid = 0;
+	ck_assert_int_eq(moat_cg_leaf_pid("moat-1234-7", &pid), 1);
+	ck_assert_int_eq(pid, 1234);
+	ck_assert_int_eq(moat_cg_leaf_pid("moat-99-" MOAT_CG_SUPERVISOR_SUFFIX, &pid), 1);
+	ck_assert_int_eq(pid, 99);
+	const char *bad[] = { "moat-", "moat-12", "moat-12-", "moat--1", "moat-0-1", "moat-x-1",
+			      "other-12-1", "moat-99999999999-1", "moat-12x-1" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		ck_assert_msg(moat_cg_leaf_pid(bad[i], &pid) == 0, "%s accepted", bad[i]);
+	ck_assert(moat_cg_leaf_stale("moat-41-3", alive_only_42));
+	ck_assert(!moat_cg_leaf_stale("moat-42-3", alive_only_42));
+	ck_assert(!moat_cg_leaf_stale("user.slice", alive_only_42));
+	ck_assert(moat_cg_pid_alive(getpid()));
+}
+END_TEST
+
+/* Stale-leaf removal on plain directories (what rmdir sees is the same). */
+START_TEST(remove_stale_dirs)
+{
+	char tmpl[] = "/tmp/moat-cg-test-XXXXXX";
+	char *dir = mkdtemp(tmpl);
+	ck_assert_ptr_nonnull(dir);
+	/* a pid that cannot exist (above pid_max) and our own */
+	char dead[128], live[128], other[128];
+	snprintf(dead, sizeof dead, "%s/moat-2147483646-1", dir);
+	snprintf(live, sizeof live, "%s/moat-%ld-1", dir, (long)getpid());
+	snprintf(other, sizeof other, "%s/unrelated", dir);
+	ck_assert_int_eq(mkdir(dead, 0700), 0);
+	ck_assert_int_eq(mkdir(live, 0700), 0);
+	ck_assert_int_eq(mkdir(other, 0700), 0);
+	moat_cg_remove_stale(dir);
+	ck_assert_int_eq(access(dead, F_OK), -1);
+	ck_assert_int_eq(access(live, F_OK), 0);
+	ck_assert_int_eq(access(other, F_OK), 0);
+	ck_assert_int_eq(moat_cg_rmdir_wait(live), 0);
+	ck_assert_int_eq(moat_cg_rmdir_wait(live), 0); /* already gone: fine */
+	rmdir(other);
+	rmdir(dir);
+}
+END_TEST
+
+START_TEST(file_helpers)
+{
+	char tmpl[] = "/tmp/moat-cg-test-XXXXXX";
+	char *dir = mkdtemp(tmpl);
+	ck_assert_ptr_nonnull(dir);
+	char *path = moat_cg_path(dir, "f");
+	FILE *f = fopen(path, "w");
+	ck_assert_ptr_nonnull(f);
+	fclose(f);
+	ck_assert_int_eq(moat_cg_write(dir, "f", "12345\n"), 0);
+	char *t = moat_cg_read(dir, "f");
+	ck_assert_str_eq(t, "12345\n");
+	free(t);
+	/* larger than the first read buffer */
+	size_t big = 100000;
+	char *s = malloc(big + 1);
+	memset(s, 'a', big);
+	s[big] = '\0';
+	ck_assert_int_eq(moat_cg_write(dir, "f", s), 0);
+	t = moat_cg_read(dir, "f");
+	ck_assert_uint_eq(strlen(t), big);
+	free(t);
+	free(s);
+	ck_assert_ptr_null(moat_cg_read(dir, "missing"));
+	ck_assert_int_eq(moat_cg_write(dir, "missing", "1"), -1);
+	unlink(path);
+	free(path);
+	rmdir(dir);
+}
+END_TEST
+
+START_TEST(mech_names_and_describe)
+{
+	ck_assert_str_eq(moat_cg_mech_name(MOAT_CG_V2), "cgroup-v2");
+	ck_assert_str_eq(moat_cg_mech_name(MOAT_CG_V1), "cgroup-v1");
+	ck_assert_str_eq(moat_cg_mech_name(MOAT_CG_RLIMIT), "rlimit");
+	ck_assert_str_eq(moat_cg_mech_name(MOAT_CG_NONE), "none");
+	char *buf = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&buf, &len);
+	ck_assert_ptr_nonnull(f);
+	ck_assert_int_eq(moat_cgroup_describe(f), 0);
+	fclose(f);
+	ck_assert_ptr_nonnull(strstr(buf, "limit memory:"));
+	ck_assert_ptr_nonnull(strstr(buf, "limit pids:"));
+	ck_assert_ptr_nonnull(strstr(buf, "limit cpu:"));
+	ck_assert_ptr_nonnull(strstr(buf, "kill on timeout:"));
+	free(buf);
+}
+END_TEST
+
+/* NULL-safety of the runner-facing calls. */
+START_TEST(null_safe)
+{
+	moat_cgroup_finish(NULL, NULL);
+	ck_assert_int_eq(moat_cgroup_clone_fd(NULL), -1);
+	ck_assert_int_eq(moat_cgroup_kill(NULL), -1);
+}
+END_TEST
+
+Suite *cgroups_suite(void)
+{
+	Suite *s = suite_create("cgroups");
+	TCase *tc = tcase_create("parse");
+	tcase_add_test(tc, self_v1);
+	tcase_add_test(tc, self_v2);
+	tcase_add_test(tc, self_hybrid);
+	tcase_add_test(tc, self_edge_cases);
+	tcase_add_test(tc, memory_events);
+	tcase_add_test(tc, pids_events_and_cpu_stat);
+	tcase_add_test(tc, v1_oom_control);
+	tcase_add_test(tc, single_numbers);
+	tcase_add_test(tc, cpu_max_format);
+	tcase_add_test(tc, leaf_names);
+	tcase_add_test(tc, remove_stale_dirs);
+	tcase_add_test(tc, file_helpers);
+	tcase_add_test(tc, mech_names_and_describe);
+	tcase_add_test(tc, null_safe);
+	suite_add_tcase(s, tc);
+	return s;
+}
