@@ -79,6 +79,16 @@ struct moat_request {
 	uint64_t pids_limit;      /* 0: not requested */
 	bool strict_limits;
 	uint64_t max_output_bytes; /* per stream; default MOAT_DEFAULT_OUTPUT_CAP */
+	/* Egress allowlist ("allowedHosts"): when has_allowed_hosts, the sandbox
+	 * reaches the network only through moat's HTTP/HTTPS proxy, and only the
+	 * listed "scheme://host[:port]" entries (none: no egress). */
+	bool has_allowed_hosts;
+	char **allowed_hosts;
+	size_t allowed_hosts_count;
+	/* "allowedCidrs" (for tests): ranges the proxy may connect to although
+	 * the address rules refuse them (private, loopback, documentation...). */
+	char **allowed_cidrs;
+	size_t allowed_cidrs_count;
 };
 
 /* A request with defaults and no code; free with moat_request_free. */
@@ -118,6 +128,7 @@ struct moat_result {
 	 * emitted as "network" / "files" when not NULL. */
 	char *network_json;        /* the network mode and, for the allowlist, connections */
 	char *files_json;          /* "outputs" files collected after the run */
+	char *seccomp_json;        /* with seccomp_log: the calls the filter refused */
 };
 
 struct moat_result *moat_result_new(void);
@@ -138,6 +149,7 @@ struct moat_run_options {
 	const char *policy_path;   /* NULL: embedded default seccomp policy */
 	uint64_t tmpfs_bytes;      /* /tmp and /sandbox size; 0: 64 MiB */
 	uint32_t root_host_id;     /* host uid/gid for sandbox 65534 when run as root; 0: 65534 */
+	bool seccomp_log;          /* report every call the filter refuses (result "seccomp") */
 	/* Called with each chunk of captured output (within the cap), as it comes. */
 	void (*on_output)(void *ctx, enum moat_stream stream, const char *buf, size_t len);
 	void *output_ctx;

@@ -10,6 +10,7 @@
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
+#include "net/net.h"
 
 #define MAX_TIMEOUT_MS (24ull * 60 * 60 * 1000)
 #define MAX_ENV_COUNT 1024u
@@ -26,7 +27,7 @@
 
 #define LANG_NAMES "python, javascript, typescript, bash, sh (aliases: py, python3, js, node, ts, shell)"
 #define KEY_NAMES "code, language, timeout, env, files, stdin, network, memoryMb, cpus, " \
-	"pidsLimit, strictLimits, maxOutputBytes"
+	"pidsLimit, strictLimits, maxOutputBytes, allowedHosts, allowedCidrs"
 
 /* Defined in buf.c (proposed for core.h). */
 
@@ -39,6 +40,15 @@ struct moat_request *moat_request_new(void)
 	req->timeout_ms = MOAT_DEFAULT_TIMEOUT_MS;
 	req->max_output_bytes = MOAT_DEFAULT_OUTPUT_CAP;
 	return req;
+}
+
+static void free_strs(char **v, size_t n)
+{
+	if (!v)
+		return;
+	for (size_t i = 0; i < n; i++)
+		free(v[i]);
+	free(v);
 }
 
 static void free_kvs(struct moat_kv *kv, size_t n)
@@ -60,6 +70,8 @@ void moat_request_free(struct moat_request *req)
 	free_kvs(req->env, req->env_count);
 	free_kvs(req->files, req->files_count);
 	free(req->stdin_data);
+	free_strs(req->allowed_hosts, req->allowed_hosts_count);
+	free_strs(req->allowed_cidrs, req->allowed_cidrs_count);
 	free(req);
 }
 
@@ -290,7 +302,8 @@ int moat_request_validate(const struct moat_request *req, struct moat_error *err
 	if (req->max_output_bytes == 0 || req->max_output_bytes > MAX_OUTPUT_BYTES)
 		return range_error_u64(err, "maxOutputBytes", 1, MAX_OUTPUT_BYTES,
 				       req->max_output_bytes);
-	return 0;
+	/* network, allowedHosts, allowedCidrs: the rules live with the proxy */
+	return moat_net_validate(req, err);
 }
 
 /* ---- JSON ---- */
@@ -503,9 +516,42 @@ static int get_kvs(const cJSON *item, const char *key, size_t max_count, const c
 	return 0;
 }
 
+/* allowedHosts / allowedCidrs: an array of strings (each checked later by
+ * moat_net_validate). */
+static int get_strs(const cJSON *item, const char *key, char ***out, size_t *out_count,
+		    struct moat_error *err)
+{
+	if (!cJSON_IsArray(item))
+		return type_error(err, key, "an array of strings", item);
+	size_t n = 0;
+	for (const cJSON *c = item->child; c; c = c->next)
+		n++;
+	if (n > MOAT_NET_MAX_ENTRIES)
+		return moat_error_set(err, MOAT_ERR_POLICY, 0, "too many \"%s\" entries: %zu (max %u)",
+				      key, n, MOAT_NET_MAX_ENTRIES);
+	char **v = calloc(n + 1, sizeof *v);
+	if (!v)
+		return oom_error(err);
+	free_strs(*out, *out_count);
+	*out = v;
+	*out_count = 0;
+	size_t i = 0;
+	for (const cJSON *c = item->child; c; c = c->next, i++) {
+		if (!cJSON_IsString(c) || !c->valuestring)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "\"%s\" entry %zu must be a string, got %s", key, i,
+					      json_type_name(c));
+		v[i] = dup_bytes(c->valuestring, strlen(c->valuestring));
+		if (!v[i])
+			return oom_error(err);
+		(*out_count)++;
+	}
+	return 0;
+}
+
 enum req_key {
 	K_CODE, K_LANGUAGE, K_TIMEOUT, K_ENV, K_FILES, K_STDIN, K_NETWORK, K_MEMORY, K_CPUS,
-	K_PIDS, K_STRICT, K_MAXOUT, K__COUNT,
+	K_PIDS, K_STRICT, K_MAXOUT, K_ALLOWED_HOSTS, K_ALLOWED_CIDRS, K__COUNT,
 };
 
 static const char *const key_names[K__COUNT] = {
@@ -513,6 +559,7 @@ static const char *const key_names[K__COUNT] = {
 	[K_ENV] = "env", [K_FILES] = "files", [K_STDIN] = "stdin", [K_NETWORK] = "network",
 	[K_MEMORY] = "memoryMb", [K_CPUS] = "cpus", [K_PIDS] = "pidsLimit",
 	[K_STRICT] = "strictLimits", [K_MAXOUT] = "maxOutputBytes",
+	[K_ALLOWED_HOSTS] = "allowedHosts", [K_ALLOWED_CIDRS] = "allowedCidrs",
 };
 
 static int fill_request(const cJSON *root, struct moat_request *req, struct moat_error *err)
@@ -583,6 +630,13 @@ static int fill_request(const cJSON *root, struct moat_request *req, struct moat
 			break;
 		case K_MAXOUT:
 			rc = get_uint(item, name, 1, MAX_OUTPUT_BYTES, &req->max_output_bytes, err);
+			break;
+		case K_ALLOWED_HOSTS:
+			req->has_allowed_hosts = true;
+			rc = get_strs(item, name, &req->allowed_hosts, &req->allowed_hosts_count, err);
+			break;
+		case K_ALLOWED_CIDRS:
+			rc = get_strs(item, name, &req->allowed_cidrs, &req->allowed_cidrs_count, err);
 			break;
 		case K__COUNT:
 			break;

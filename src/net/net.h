@@ -12,11 +12,26 @@
 
 struct moat_net;
 
+/* Most entries in "allowedHosts" and in "allowedCidrs". */
+#define MOAT_NET_MAX_ENTRIES 256u
+/* The loopback address and port of the allowlist proxy inside the sandbox. */
+#define MOAT_NET_PROXY_PORT 3128
+#define MOAT_NET_PROXY_URL "http://127.0.0.1:3128"
+
+/* Request rules of the network modes (called by moat_request_validate):
+ * "network": true with "allowedHosts" is contradictory (SandboxConfigError);
+ * malformed allowedHosts entries, CIDRs, port ranges and bare wildcards
+ * are a SandboxPolicyError; "allowedCidrs" needs "allowedHosts". */
+int moat_net_validate(const struct moat_request *req, struct moat_error *err);
+
 int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 		     struct moat_error *err);
 /* Extra "NAME=value" entries for the program's environment (e.g. proxy
  * variables), NULL-terminated; NULL when none. */
 char *const *moat_net_env(const struct moat_net *net);
+/* Text of the sandbox's /etc/resolv.conf, or NULL when the mode has no DNS
+ * (the file is then absent). Valid until moat_net_finish. */
+const char *moat_net_resolv_conf(const struct moat_net *net);
 /* An fd pid 1 must keep open for child_setup (e.g. a socketpair end), or -1. */
 int moat_net_child_fd(const struct moat_net *net);
 /* Child side, pid 1 with its namespace capabilities: bring lo up and set up

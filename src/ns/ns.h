@@ -60,6 +60,7 @@ struct moat_plan_input {
 	uint64_t tmpfs_bytes;
 	const struct moat_request *req;
 	const char *code_name;       /* "main.py" */
+	const char *resolv_conf;     /* text of /etc/resolv.conf (network on), or NULL: absent */
 };
 
 /* Supervisor side. */

@@ -202,6 +202,22 @@ static int add_generated(struct moat_mount_plan *p, const char *path, const char
 	return 0;
 }
 
+/* A generated file of the default root (text not owned: must outlive the plan). */
+static int add_text_file(struct moat_mount_plan *p, const char *path, const char *text)
+{
+	char *dst = join(p->base, path);
+	struct moat_mount_op *op = NULL;
+	if (dst && add_mkdirs(p, path, false) == 0)
+		op = add_op(p, MOAT_OP_WRITE, NULL, dst);
+	free(dst);
+	if (!op)
+		return -1;
+	op->data = text;
+	op->data_len = strlen(text);
+	op->mode = 0644;
+	return 0;
+}
+
 /* Splits the plan text into lines and either checks (p NULL) or builds. */
 static int run_plan_text(struct moat_mount_plan *p, const char *text, struct moat_error *err)
 {
@@ -468,6 +484,8 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 		if (run_plan_text(p, text, err) < 0)
 			goto fail;
 		if (add_mkdirs(p, "/tmp", true) < 0 || add_mkdirs(p, "/sandbox", true) < 0)
+			goto oom;
+		if (in->resolv_conf && add_text_file(p, "/etc/resolv.conf", in->resolv_conf) < 0)
 			goto oom;
 	}
 	if (add_dev(p, tmpfs) < 0 || add_proc(p) < 0 ||

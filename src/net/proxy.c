@@ -1,0 +1,1057 @@
+/* The allowlist proxy: serves, from the supervisor (host namespace), a
+ * listening socket that lives on 127.0.0.1 inside the sandbox.
+ *
+ * One request per connection: CONNECT host:port (checked as https) opens a
+ * tunnel; an absolute-URI http:// request is checked (its Host header must
+ * name the same host and port), rewritten to origin form with
+ * "Connection: close", and only its Content-Length body is forwarded.
+ * Names are resolved once here; every address is checked (loopback,
+ * private, link-local, multicast, metadata... refused unless allowedCidrs
+ * covers it) and the connection goes to a checked address, never to a
+ * second resolution. A refusal is "403 Forbidden" with X-Moat-Refused.
+ *
+ * Bounds: PROXY_MAX_CONNS at once, PROXY_MAX_TOTAL per run, PROXY_BYTE_CAP
+ * relayed per run, a 16 KiB request head, head/connect/idle timeouts. Each
+ * connection runs in its own thread; stopping wakes them all (eventfd) and
+ * waits a bounded time; a thread still inside getaddrinfo is detached and
+ * frees nothing shared until the last reference goes. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <strings.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "net/internal.h"
+
+#define PROXY_MAX_CONNS 32
+#define PROXY_MAX_TOTAL 4096
+#define PROXY_MAX_LOG 256
+#define PROXY_BYTE_CAP (256ull * 1024 * 1024)
+#define PROXY_HEAD_MAX 16384
+#define PROXY_HEAD_TIMEOUT_MS 10000
+#define PROXY_CONNECT_TIMEOUT_MS 10000
+#define PROXY_IDLE_TIMEOUT_MS 60000
+#define PROXY_REPLY_TIMEOUT_MS 2000
+#define PROXY_STOP_GRACE_MS 2000
+#define PROXY_RELAY_BUF 16384
+#define PROXY_MAX_ADDRS 16
+#define PROXY_STACK (256 * 1024)
+
+struct log_entry {
+	char host[MOAT_HOST_MAX + 1];
+	uint16_t port;
+	bool allowed;
+	const char *method; /* "CONNECT" or "HTTP" */
+	char reason[640];
+	uint64_t sent, received;
+};
+
+struct worker {
+	pthread_t thread;
+	bool used;
+	bool done;
+};
+
+struct moat_proxy {
+	pthread_mutex_t mu;
+	unsigned refs;
+	int stop_fd;
+	int sock_fd;
+	int listen_fd;
+	pthread_t acceptor;
+	bool acceptor_started;
+	struct moat_allowlist al;
+	struct worker workers[PROXY_MAX_CONNS];
+	uint64_t total;
+	uint64_t bytes;
+	uint64_t busy_refusals;
+	uint64_t malformed;
+	struct log_entry *log;
+	size_t log_len;
+	uint64_t log_dropped;
+};
+
+struct conn {
+	struct moat_proxy *p;
+	int slot;
+	int cfd;
+	int ofd;
+	int log_idx;
+	uint64_t sent, received;
+	char *head;
+	size_t head_len, have;
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void proxy_unref(struct moat_proxy *p)
+{
+	pthread_mutex_lock(&p->mu);
+	unsigned left = --p->refs;
+	pthread_mutex_unlock(&p->mu);
+	if (left)
+		return;
+	if (p->stop_fd >= 0)
+		close(p->stop_fd);
+	if (p->sock_fd >= 0)
+		close(p->sock_fd);
+	if (p->listen_fd >= 0)
+		close(p->listen_fd);
+	moat_allowlist_free(&p->al);
+	free(p->log);
+	pthread_mutex_destroy(&p->mu);
+	free(p);
+}
+
+/* 1: fd ready; 0: deadline passed; -1: stopping or poll error. */
+static int wait_fd(struct moat_proxy *p, int fd, short events, int64_t deadline)
+{
+	for (;;) {
+		int64_t left = deadline - mono_ms();
+		if (left <= 0)
+			return 0;
+		struct pollfd pf[2] = { { .fd = fd, .events = events }, { .fd = p->stop_fd, .events = POLLIN } };
+		int r = poll(pf, 2, (int)(left > 60000 ? 60000 : left));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 || pf[1].revents)
+			return -1;
+		if (r > 0)
+			return 1;
+	}
+}
+
+/* Writes all of buf before the deadline; -1 otherwise. */
+static int write_all(struct moat_proxy *p, int fd, const char *buf, size_t len, int64_t deadline)
+{
+	while (len) {
+		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+		if (n > 0) {
+			buf += n;
+			len -= (size_t)n;
+			continue;
+		}
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (wait_fd(p, fd, POLLOUT, deadline) <= 0)
+				return -1;
+			continue;
+		}
+		return -1;
+	}
+	return 0;
+}
+
+/* ---- log ---- */
+
+static int log_add(struct moat_proxy *p, const char *method, const char *host, uint16_t port)
+{
+	pthread_mutex_lock(&p->mu);
+	int idx = -1;
+	if (p->log_len < PROXY_MAX_LOG) {
+		idx = (int)p->log_len++;
+		struct log_entry *e = &p->log[idx];
+		memset(e, 0, sizeof *e);
+		snprintf(e->host, sizeof e->host, "%s", host);
+		e->port = port;
+		e->method = method;
+	} else {
+		p->log_dropped++;
+	}
+	pthread_mutex_unlock(&p->mu);
+	return idx;
+}
+
+static void log_verdict(struct conn *c, bool allowed, const char *reason)
+{
+	if (c->log_idx < 0)
+		return;
+	pthread_mutex_lock(&c->p->mu);
+	c->p->log[c->log_idx].allowed = allowed;
+	if (reason)
+		snprintf(c->p->log[c->log_idx].reason, sizeof c->p->log[c->log_idx].reason, "%s",
+			 reason);
+	pthread_mutex_unlock(&c->p->mu);
+}
+
+/* ---- replies ---- */
+
+/* reason: our own text (printable ASCII) */
+static void reply(struct conn *c, int code, const char *phrase, const char *header,
+		  const char *reason)
+{
+	char buf[512];
+	int n = snprintf(buf, sizeof buf,
+			 "HTTP/1.1 %d %s\r\n%s: %s\r\nContent-Type: text/plain\r\n"
+			 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n",
+			 code, phrase, header, reason, strlen(reason) + 1, reason);
+	if (n > 0 && (size_t)n < sizeof buf)
+		(void)write_all(c->p, c->cfd, buf, (size_t)n, mono_ms() + PROXY_REPLY_TIMEOUT_MS);
+}
+
+static void refuse(struct conn *c, const char *reason)
+{
+	log_verdict(c, false, reason);
+	reply(c, 403, "Forbidden", "X-Moat-Refused", reason);
+}
+
+static void bad_request(struct conn *c, const char *reason)
+{
+	pthread_mutex_lock(&c->p->mu);
+	c->p->malformed++;
+	pthread_mutex_unlock(&c->p->mu);
+	reply(c, 400, "Bad Request", "X-Moat-Refused", reason);
+}
+
+/* ---- the request head ---- */
+
+static int read_head(struct conn *c)
+{
+	c->head = malloc(PROXY_HEAD_MAX + 1);
+	if (!c->head)
+		return -1;
+	int64_t deadline = mono_ms() + PROXY_HEAD_TIMEOUT_MS;
+	for (;;) {
+		if (c->have >= 4) {
+			char *end = memmem(c->head, c->have, "\r\n\r\n", 4);
+			if (end) {
+				c->head_len = (size_t)(end - c->head) + 4;
+				return 0;
+			}
+		}
+		if (c->have >= PROXY_HEAD_MAX) {
+			bad_request(c, "request head larger than 16 KiB");
+			return -1;
+		}
+		ssize_t n = recv(c->cfd, c->head + c->have, PROXY_HEAD_MAX - c->have, 0);
+		if (n > 0) {
+			c->have += (size_t)n;
+			continue;
+		}
+		if (n == 0)
+			return -1;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -1;
+		int w = wait_fd(c->p, c->cfd, POLLIN, deadline);
+		if (w == 0)
+			bad_request(c, "timed out reading the request head");
+		if (w <= 0)
+			return -1;
+	}
+}
+
+static bool is_tchar(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') ||
+	       (ch && strchr("!#$%&'*+-.^_`|~", ch));
+}
+
+struct header {
+	const char *name, *value;
+	size_t name_len, value_len;
+};
+
+struct request {
+	const char *method;
+	size_t method_len;
+	const char *target;
+	size_t target_len;
+	const char *version; /* "HTTP/1.0" or "HTTP/1.1" */
+	struct header *h;
+	size_t nh;
+};
+
+static bool name_is(const struct header *h, const char *name)
+{
+	return h->name_len == strlen(name) && !strncasecmp(h->name, name, h->name_len);
+}
+
+/* Splits the head into the request line and headers; NULL on success or
+ * the reason it is malformed. */
+static const char *parse_head(struct conn *c, struct request *rq)
+{
+	memset(rq, 0, sizeof *rq);
+	const char *s = c->head, *end = c->head + c->head_len - 2; /* keep the last CRLF */
+	const char *eol = memmem(s, (size_t)(end - s), "\r\n", 2);
+	if (!eol)
+		return "malformed request line";
+	const char *sp1 = memchr(s, ' ', (size_t)(eol - s));
+	const char *sp2 = sp1 ? memchr(sp1 + 1, ' ', (size_t)(eol - sp1 - 1)) : NULL;
+	if (!sp1 || !sp2 || memchr(sp2 + 1, ' ', (size_t)(eol - sp2 - 1)))
+		return "malformed request line";
+	rq->method = s;
+	rq->method_len = (size_t)(sp1 - s);
+	rq->target = sp1 + 1;
+	rq->target_len = (size_t)(sp2 - sp1 - 1);
+	rq->version = sp2 + 1;
+	if (rq->method_len == 0 || rq->method_len > 32 || rq->target_len == 0)
+		return "malformed request line";
+	for (size_t i = 0; i < rq->method_len; i++)
+		if (!is_tchar(s[i]))
+			return "malformed request line";
+	for (size_t i = 0; i < rq->target_len; i++)
+		if ((unsigned char)rq->target[i] <= 0x20 || (unsigned char)rq->target[i] >= 0x7f)
+			return "malformed request target";
+	if ((size_t)(eol - rq->version) != 8 ||
+	    (memcmp(rq->version, "HTTP/1.1", 8) && memcmp(rq->version, "HTTP/1.0", 8)))
+		return "only HTTP/1.0 and HTTP/1.1 are supported";
+	size_t cap = 0;
+	for (const char *l = eol + 2; l < end;) {
+		const char *le = memmem(l, (size_t)(end - l) + 2, "\r\n", 2);
+		if (!le)
+			return "malformed header";
+		if (*l == ' ' || *l == '\t')
+			return "folded headers are not accepted";
+		const char *colon = memchr(l, ':', (size_t)(le - l));
+		if (!colon || colon == l)
+			return "malformed header";
+		for (const char *k = l; k < colon; k++)
+			if (!is_tchar(*k))
+				return "malformed header name";
+		const char *v = colon + 1, *ve = le;
+		while (v < ve && (*v == ' ' || *v == '\t'))
+			v++;
+		while (ve > v && (ve[-1] == ' ' || ve[-1] == '\t'))
+			ve--;
+		for (const char *k = v; k < ve; k++)
+			if ((unsigned char)*k < 0x20 && *k != '\t')
+				return "control characters in a header";
+		if (rq->nh == cap) {
+			cap = cap ? cap * 2 : 16;
+			struct header *nh = realloc(rq->h, cap * sizeof *nh);
+			if (!nh)
+				return "out of memory";
+			rq->h = nh;
+		}
+		rq->h[rq->nh++] = (struct header){ l, v, (size_t)(colon - l), (size_t)(ve - v) };
+		l = le + 2;
+	}
+	/* a bare CR or LF anywhere in the head */
+	for (const char *k = c->head; k < c->head + c->head_len; k++)
+		if ((*k == '\r' && k[1] != '\n') || (*k == '\n' && (k == c->head || k[-1] != '\r')))
+			return "bare CR or LF in the request head";
+	return NULL;
+}
+
+/* host[:port] of an authority; default_port when absent. */
+static int parse_authority(const char *s, size_t len, uint16_t default_port, bool port_required,
+			   struct moat_host *h, uint16_t *port)
+{
+	if (memchr(s, '@', len))
+		return -1;
+	size_t hlen = len;
+	const char *ps = NULL;
+	if (len && s[0] == '[') {
+		const char *close = memchr(s, ']', len);
+		if (!close)
+			return -1;
+		hlen = (size_t)(close - s) + 1;
+		if (hlen < len) {
+			if (s[hlen] != ':')
+				return -1;
+			ps = s + hlen + 1;
+		}
+	} else {
+		const char *colon = memchr(s, ':', len);
+		if (colon) {
+			hlen = (size_t)(colon - s);
+			ps = colon + 1;
+		}
+	}
+	if (moat_host_parse(s, hlen, h) < 0)
+		return -1;
+	if (!ps) {
+		if (port_required)
+			return -1;
+		*port = default_port;
+		return 0;
+	}
+	size_t pl = (size_t)(s + len - ps);
+	if (pl == 0 || pl > 5)
+		return -1;
+	unsigned v = 0;
+	for (size_t i = 0; i < pl; i++) {
+		if (ps[i] < '0' || ps[i] > '9')
+			return -1;
+		v = v * 10 + (unsigned)(ps[i] - '0');
+	}
+	if (v == 0 || v > 65535)
+		return -1;
+	*port = (uint16_t)v;
+	return 0;
+}
+
+/* ---- upstream ---- */
+
+struct addr {
+	int family;
+	uint8_t a[16];
+};
+
+/* Resolves (names) and checks every address; fills ok[] with the permitted
+ * ones. NULL, or the refusal reason (written into why). */
+static const char *resolve_checked(struct conn *c, const struct moat_host *h, struct addr *ok,
+				   size_t *nok, char *why, size_t whylen)
+{
+	*nok = 0;
+	struct addr all[PROXY_MAX_ADDRS];
+	size_t n = 0;
+	if (h->kind == MOAT_HOST_IPV4) {
+		all[0].family = AF_INET;
+		memcpy(all[0].a, h->addr, 4);
+		n = 1;
+	} else if (h->kind == MOAT_HOST_IPV6) {
+		all[0].family = AF_INET6;
+		memcpy(all[0].a, h->addr, 16);
+		n = 1;
+	} else {
+		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+		struct addrinfo *res = NULL;
+		int rc = getaddrinfo(h->text, NULL, &hints, &res);
+		if (rc != 0) {
+			snprintf(why, whylen, "cannot resolve %s", h->text);
+			return why;
+		}
+		for (struct addrinfo *ai = res; ai && n < PROXY_MAX_ADDRS; ai = ai->ai_next) {
+			if (ai->ai_family == AF_INET) {
+				all[n].family = AF_INET;
+				memcpy(all[n].a, &((struct sockaddr_in *)(void *)ai->ai_addr)->sin_addr, 4);
+				n++;
+			} else if (ai->ai_family == AF_INET6) {
+				all[n].family = AF_INET6;
+				memcpy(all[n].a, &((struct sockaddr_in6 *)(void *)ai->ai_addr)->sin6_addr, 16);
+				n++;
+			}
+		}
+		freeaddrinfo(res);
+	}
+	const char *first = NULL;
+	char first_ip[INET6_ADDRSTRLEN] = "";
+	for (size_t i = 0; i < n; i++) {
+		moat_addr_unmap(&all[i].family, all[i].a);
+		const char *r = moat_addr_refusal(&c->p->al, all[i].family, all[i].a);
+		if (!r) {
+			ok[(*nok)++] = all[i];
+		} else if (!first) {
+			first = r;
+			inet_ntop(all[i].family, all[i].a, first_ip, sizeof first_ip);
+		}
+	}
+	if (*nok)
+		return NULL;
+	if (!first) {
+		snprintf(why, whylen, "%s has no address", h->text);
+		return why;
+	}
+	snprintf(why, whylen, "%s address %s is not allowed", first, first_ip);
+	return why;
+}
+
+static int connect_one(struct conn *c, const struct addr *a, uint16_t port, int64_t deadline)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl;
+	memset(&ss, 0, sizeof ss);
+	if (a->family == AF_INET) {
+		struct sockaddr_in *sin = (struct sockaddr_in *)&ss;
+		sin->sin_family = AF_INET;
+		sin->sin_port = htons(port);
+		memcpy(&sin->sin_addr, a->a, 4);
+		sl = sizeof *sin;
+	} else {
+		struct sockaddr_in6 *sin6 = (struct sockaddr_in6 *)&ss;
+		sin6->sin6_family = AF_INET6;
+		sin6->sin6_port = htons(port);
+		memcpy(&sin6->sin6_addr, a->a, 16);
+		sl = sizeof *sin6;
+	}
+	int fd = socket(a->family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	if (fd < 0)
+		return -1;
+	if (connect(fd, (struct sockaddr *)&ss, sl) == 0)
+		return fd;
+	if (errno == EINPROGRESS && wait_fd(c->p, fd, POLLOUT, deadline) == 1) {
+		int e = 0;
+		socklen_t el = sizeof e;
+		if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &e, &el) == 0 && e == 0)
+			return fd;
+	}
+	close(fd);
+	return -1;
+}
+
+/* ---- relay ---- */
+
+static bool count_bytes(struct moat_proxy *p, size_t n)
+{
+	pthread_mutex_lock(&p->mu);
+	p->bytes += n;
+	bool over = p->bytes > PROXY_BYTE_CAP;
+	pthread_mutex_unlock(&p->mu);
+	return !over;
+}
+
+/* body_left: bytes of the client still forwarded (UINT64_MAX: a tunnel);
+ * the rest of what the client sends is read and dropped. */
+static void relay(struct conn *c, uint64_t body_left, bool tunnel, const char **end_reason)
+{
+	char *up = malloc(PROXY_RELAY_BUF), *down = malloc(PROXY_RELAY_BUF);
+	size_t up_len = 0, up_off = 0, down_len = 0, down_off = 0;
+	bool c_eof = false, o_eof = false, o_shut = false, c_shut = false;
+	*end_reason = NULL;
+	if (!up || !down)
+		goto out;
+	for (;;) {
+		if (o_eof && down_len == down_off) {
+			if (!tunnel || c_eof)
+				break;
+			if (!c_shut) {
+				shutdown(c->cfd, SHUT_WR);
+				c_shut = true;
+			}
+		}
+		if (c_eof && up_len == up_off && tunnel && !o_shut) {
+			shutdown(c->ofd, SHUT_WR);
+			o_shut = true;
+		}
+		if (c_eof && o_eof && up_len == up_off && down_len == down_off)
+			break;
+		struct pollfd pf[3] = {
+			{ .fd = c->cfd, .events = (short)((!c_eof && up_len == up_off ? POLLIN : 0) |
+							  (down_len > down_off ? POLLOUT : 0)) },
+			{ .fd = c->ofd, .events = (short)((!o_eof && down_len == down_off ? POLLIN : 0) |
+							  (up_len > up_off ? POLLOUT : 0)) },
+			{ .fd = c->p->stop_fd, .events = POLLIN },
+		};
+		int r = poll(pf, 3, PROXY_IDLE_TIMEOUT_MS);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 || pf[2].revents) {
+			*end_reason = "the run ended";
+			break;
+		}
+		if (r == 0) {
+			*end_reason = "idle timeout";
+			break;
+		}
+		if ((pf[0].revents & (POLLERR | POLLNVAL)) || (pf[1].revents & (POLLERR | POLLNVAL)))
+			break;
+		/* client → origin */
+		if (pf[0].revents & (POLLIN | POLLHUP) && !c_eof && up_len == up_off) {
+			ssize_t n = recv(c->cfd, up, PROXY_RELAY_BUF, 0);
+			if (n == 0) {
+				c_eof = true;
+			} else if (n > 0) {
+				if (!count_bytes(c->p, (size_t)n)) {
+					*end_reason = "byte cap reached";
+					break;
+				}
+				size_t keep = (uint64_t)n < body_left ? (size_t)n : (size_t)body_left;
+				if (body_left != UINT64_MAX)
+					body_left -= keep;
+				up_len = keep;
+				up_off = 0;
+				c->sent += keep;
+			} else if (errno != EINTR && errno != EAGAIN) {
+				break;
+			}
+		}
+		if (pf[1].revents & POLLOUT && up_len > up_off) {
+			ssize_t n = send(c->ofd, up + up_off, up_len - up_off, MSG_NOSIGNAL);
+			if (n > 0)
+				up_off += (size_t)n;
+			else if (n < 0 && errno != EINTR && errno != EAGAIN)
+				break;
+			if (up_off == up_len)
+				up_len = up_off = 0;
+		}
+		/* origin → client */
+		if (pf[1].revents & (POLLIN | POLLHUP) && !o_eof && down_len == down_off) {
+			ssize_t n = recv(c->ofd, down, PROXY_RELAY_BUF, 0);
+			if (n == 0) {
+				o_eof = true;
+			} else if (n > 0) {
+				if (!count_bytes(c->p, (size_t)n)) {
+					*end_reason = "byte cap reached";
+					break;
+				}
+				down_len = (size_t)n;
+				down_off = 0;
+				c->received += (size_t)n;
+			} else if (errno != EINTR && errno != EAGAIN) {
+				break;
+			}
+		}
+		if (pf[0].revents & POLLOUT && down_len > down_off) {
+			ssize_t n = send(c->cfd, down + down_off, down_len - down_off, MSG_NOSIGNAL);
+			if (n > 0)
+				down_off += (size_t)n;
+			else if (n < 0 && errno != EINTR && errno != EAGAIN)
+				break;
+			if (down_off == down_len)
+				down_len = down_off = 0;
+		}
+	}
+out:
+	free(up);
+	free(down);
+}
+
+/* ---- one connection ---- */
+
+static void handle(struct conn *c)
+{
+	struct request rq;
+	if (read_head(c) < 0)
+		return;
+	const char *bad = parse_head(c, &rq);
+	if (bad) {
+		bad_request(c, bad);
+		free(rq.h);
+		return;
+	}
+	bool tunnel = rq.method_len == 7 && !memcmp(rq.method, "CONNECT", 7);
+	struct moat_host h;
+	uint16_t port = 0;
+	const char *path = NULL;
+	size_t path_len = 0;
+	uint64_t body = 0;
+	char why[600];
+	struct addr ok[PROXY_MAX_ADDRS];
+	size_t nok = 0;
+	if (tunnel) {
+		if (parse_authority(rq.target, rq.target_len, 0, true, &h, &port) < 0) {
+			bad_request(c, "CONNECT needs host:port (a valid ASCII host name or IP address)");
+			goto out;
+		}
+	} else {
+		if (rq.target_len >= 8 && !strncasecmp(rq.target, "https://", 8)) {
+			c->log_idx = -1;
+			bad_request(c, "https:// URLs go through CONNECT");
+			goto out;
+		}
+		if (rq.target_len < 7 || strncasecmp(rq.target, "http://", 7)) {
+			bad_request(c, "not a proxy request (expected an absolute http:// URL or CONNECT)");
+			goto out;
+		}
+		const char *auth = rq.target + 7;
+		size_t alen = 0;
+		while (7 + alen < rq.target_len && !strchr("/?#", auth[alen]))
+			alen++;
+		if (parse_authority(auth, alen, 80, false, &h, &port) < 0) {
+			bad_request(c, "malformed host in the URL (ASCII names and IP addresses only)");
+			goto out;
+		}
+		path = auth + alen;
+		path_len = rq.target_len - 7 - alen;
+		const char *frag = memchr(path, '#', path_len);
+		if (frag)
+			path_len = (size_t)(frag - path);
+		/* Content-Length only; one Host, naming the URL's host and port */
+		size_t nhost = 0, ncl = 0;
+		const struct header *hosth = NULL;
+		for (size_t i = 0; i < rq.nh; i++) {
+			if (name_is(&rq.h[i], "transfer-encoding")) {
+				c->log_idx = log_add(c->p, "HTTP", h.text, port);
+				refuse(c, "Transfer-Encoding request bodies are not supported");
+				goto out;
+			}
+			if (name_is(&rq.h[i], "host")) {
+				nhost++;
+				hosth = &rq.h[i];
+			}
+			if (name_is(&rq.h[i], "content-length")) {
+				uint64_t v = 0;
+				if (rq.h[i].value_len == 0 || rq.h[i].value_len > 15) {
+					bad_request(c, "bad Content-Length");
+					goto out;
+				}
+				for (size_t k = 0; k < rq.h[i].value_len; k++) {
+					char d = rq.h[i].value[k];
+					if (d < '0' || d > '9') {
+						bad_request(c, "bad Content-Length");
+						goto out;
+					}
+					v = v * 10 + (uint64_t)(d - '0');
+				}
+				if (ncl++ && v != body) {
+					bad_request(c, "conflicting Content-Length headers");
+					goto out;
+				}
+				body = v;
+			}
+		}
+		c->log_idx = log_add(c->p, "HTTP", h.text, port);
+		if (nhost > 1) {
+			refuse(c, "more than one Host header");
+			goto out;
+		}
+		if (hosth) {
+			struct moat_host hh;
+			uint16_t hp = 0;
+			if (parse_authority(hosth->value, hosth->value_len, 80, false, &hh, &hp) < 0 ||
+			    strcmp(hh.text, h.text) || hp != port) {
+				refuse(c, "the Host header does not match the request URL");
+				goto out;
+			}
+		} else if (!memcmp(rq.version, "HTTP/1.1", 8)) {
+			bad_request(c, "HTTP/1.1 request without a Host header");
+			goto out;
+		}
+	}
+	if (tunnel)
+		c->log_idx = log_add(c->p, "CONNECT", h.text, port);
+	if (!moat_allowlist_match(&c->p->al, tunnel, &h, port)) {
+		snprintf(why, sizeof why, "%s://%s%s%s:%u is not in allowedHosts",
+			 tunnel ? "https" : "http", h.kind == MOAT_HOST_IPV6 ? "[" : "", h.text,
+			 h.kind == MOAT_HOST_IPV6 ? "]" : "", port);
+		refuse(c, why);
+		goto out;
+	}
+	const char *r = resolve_checked(c, &h, ok, &nok, why, sizeof why);
+	if (r) {
+		refuse(c, r);
+		goto out;
+	}
+	int64_t deadline = mono_ms() + PROXY_CONNECT_TIMEOUT_MS;
+	for (size_t i = 0; i < nok && c->ofd < 0; i++)
+		c->ofd = connect_one(c, &ok[i], port, deadline);
+	if (c->ofd < 0) {
+		log_verdict(c, false, "connection to the host failed");
+		reply(c, 502, "Bad Gateway", "X-Moat-Error", "connection to the host failed");
+		goto out;
+	}
+	log_verdict(c, true, NULL);
+	size_t extra = c->have - c->head_len; /* bytes after the head */
+	if (tunnel) {
+		static const char ok200[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+		if (write_all(c->p, c->cfd, ok200, sizeof ok200 - 1,
+			      mono_ms() + PROXY_REPLY_TIMEOUT_MS) < 0)
+			goto out;
+		if (extra && (write_all(c->p, c->ofd, c->head + c->head_len, extra,
+					mono_ms() + PROXY_REPLY_TIMEOUT_MS) < 0))
+			goto out;
+		c->sent += extra;
+		const char *end_reason;
+		relay(c, UINT64_MAX, true, &end_reason);
+		if (end_reason)
+			log_verdict(c, true, end_reason);
+		goto out;
+	}
+	{
+		/* the request in origin form, hop-by-hop headers dropped */
+		struct moat_buf b = { 0 };
+		moat_buf_append(&b, rq.method, rq.method_len);
+		moat_buf_append(&b, " ", 1);
+		if (path_len == 0 || path[0] != '/')
+			moat_buf_append(&b, "/", 1);
+		moat_buf_append(&b, path, path_len);
+		moat_buf_append(&b, " ", 1);
+		moat_buf_append(&b, rq.version, 8);
+		moat_buf_append(&b, "\r\n", 2);
+		bool have_host = false;
+		for (size_t i = 0; i < rq.nh; i++) {
+			const struct header *hd = &rq.h[i];
+			if (name_is(hd, "connection") || name_is(hd, "proxy-connection") ||
+			    name_is(hd, "keep-alive") || name_is(hd, "proxy-authorization") ||
+			    name_is(hd, "te") || name_is(hd, "upgrade") || name_is(hd, "trailer"))
+				continue;
+			have_host |= name_is(hd, "host");
+			moat_buf_append(&b, hd->name, hd->name_len);
+			moat_buf_append(&b, ": ", 2);
+			moat_buf_append(&b, hd->value, hd->value_len);
+			moat_buf_append(&b, "\r\n", 2);
+		}
+		if (!have_host)
+			moat_buf_appendf(&b, "Host: %s%s%s:%u\r\n", h.kind == MOAT_HOST_IPV6 ? "[" : "",
+					 h.text, h.kind == MOAT_HOST_IPV6 ? "]" : "", port);
+		moat_buf_append(&b, "Connection: close\r\n\r\n", 21);
+		size_t first = extra < body ? extra : (size_t)body;
+		moat_buf_append(&b, c->head + c->head_len, first);
+		body -= first;
+		c->sent += first;
+		bool oom = b.oom;
+		int wr = oom ? -1 : write_all(c->p, c->ofd, b.data, b.len,
+					       mono_ms() + PROXY_CONNECT_TIMEOUT_MS);
+		moat_buf_free(&b);
+		if (wr < 0)
+			goto out;
+		const char *end_reason;
+		relay(c, body, false, &end_reason);
+		if (end_reason)
+			log_verdict(c, true, end_reason);
+	}
+out:
+	free(rq.h);
+}
+
+static void *worker_main(void *arg)
+{
+	struct conn *c = arg;
+	struct moat_proxy *p = c->p;
+	handle(c);
+	if (c->log_idx >= 0) {
+		pthread_mutex_lock(&p->mu);
+		p->log[c->log_idx].sent = c->sent;
+		p->log[c->log_idx].received = c->received;
+		pthread_mutex_unlock(&p->mu);
+	}
+	close(c->cfd);
+	if (c->ofd >= 0)
+		close(c->ofd);
+	free(c->head);
+	pthread_mutex_lock(&p->mu);
+	p->workers[c->slot].done = true;
+	pthread_mutex_unlock(&p->mu);
+	free(c);
+	proxy_unref(p);
+	return NULL;
+}
+
+/* ---- acceptor ---- */
+
+static int receive_listener(struct moat_proxy *p)
+{
+	for (;;) {
+		int w = wait_fd(p, p->sock_fd, POLLIN, mono_ms() + 24LL * 3600 * 1000);
+		if (w <= 0)
+			return -1;
+		char byte;
+		struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+		union {
+			struct cmsghdr h;
+			char b[CMSG_SPACE(sizeof(int))];
+		} ctl;
+		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+				     .msg_controllen = sizeof ctl.b };
+		ssize_t n = recvmsg(p->sock_fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+		if (n < 0 && (errno == EINTR || errno == EAGAIN))
+			continue;
+		if (n <= 0)
+			return -1; /* the sandbox ended before passing it */
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+		if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+		    cm->cmsg_len != CMSG_LEN(sizeof(int)) || (mh.msg_flags & MSG_CTRUNC))
+			return -1;
+		int fd;
+		memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+		int listening = 0;
+		socklen_t l = sizeof listening;
+		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &l) < 0 || !listening) {
+			close(fd);
+			return -1;
+		}
+		fcntl(fd, F_SETFL, O_NONBLOCK);
+		p->listen_fd = fd;
+		close(p->sock_fd);
+		p->sock_fd = -1;
+		return 0;
+	}
+}
+
+static void reap_workers(struct moat_proxy *p)
+{
+	for (int i = 0; i < PROXY_MAX_CONNS; i++) {
+		pthread_mutex_lock(&p->mu);
+		bool done = p->workers[i].used && p->workers[i].done;
+		pthread_mutex_unlock(&p->mu);
+		if (done) {
+			pthread_join(p->workers[i].thread, NULL);
+			p->workers[i].used = p->workers[i].done = false;
+		}
+	}
+}
+
+static void refuse_busy(struct moat_proxy *p, int fd, const char *why)
+{
+	char buf[256];
+	int n = snprintf(buf, sizeof buf,
+			 "HTTP/1.1 503 Service Unavailable\r\nX-Moat-Refused: %s\r\n"
+			 "Content-Length: 0\r\nConnection: close\r\n\r\n", why);
+	if (n > 0)
+		(void)send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
+	close(fd);
+	pthread_mutex_lock(&p->mu);
+	p->busy_refusals++;
+	pthread_mutex_unlock(&p->mu);
+}
+
+static void *acceptor_main(void *arg)
+{
+	struct moat_proxy *p = arg;
+	if (receive_listener(p) < 0)
+		return NULL;
+	pthread_attr_t attr;
+	bool have_attr = pthread_attr_init(&attr) == 0;
+	if (have_attr)
+		pthread_attr_setstacksize(&attr, PROXY_STACK);
+	for (;;) {
+		if (wait_fd(p, p->listen_fd, POLLIN, mono_ms() + 60000) < 0)
+			break;
+		reap_workers(p);
+		int fd = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0)
+			continue;
+		int slot = -1;
+		for (int i = 0; i < PROXY_MAX_CONNS && slot < 0; i++)
+			if (!p->workers[i].used)
+				slot = i;
+		pthread_mutex_lock(&p->mu);
+		bool over_total = p->total >= PROXY_MAX_TOTAL;
+		bool over_bytes = p->bytes > PROXY_BYTE_CAP;
+		if (!over_total && slot >= 0)
+			p->total++;
+		pthread_mutex_unlock(&p->mu);
+		if (slot < 0 || over_total || over_bytes) {
+			refuse_busy(p, fd, slot < 0 ? "too many connections at once"
+					   : over_total ? "connection limit of the run reached"
+							: "byte limit of the run reached");
+			continue;
+		}
+		struct conn *c = calloc(1, sizeof *c);
+		if (!c) {
+			close(fd);
+			continue;
+		}
+		c->p = p;
+		c->slot = slot;
+		c->cfd = fd;
+		c->ofd = -1;
+		c->log_idx = -1;
+		pthread_mutex_lock(&p->mu);
+		p->refs++;
+		p->workers[slot].used = true;
+		p->workers[slot].done = false;
+		pthread_mutex_unlock(&p->mu);
+		if (pthread_create(&p->workers[slot].thread, have_attr ? &attr : NULL, worker_main, c) != 0) {
+			pthread_mutex_lock(&p->mu);
+			p->refs--;
+			p->workers[slot].used = false;
+			pthread_mutex_unlock(&p->mu);
+			close(fd);
+			free(c);
+		}
+	}
+	if (have_attr)
+		pthread_attr_destroy(&attr);
+	return NULL;
+}
+
+/* ---- interface ---- */
+
+int moat_proxy_new(struct moat_allowlist *al, int sock_fd, struct moat_proxy **out,
+		   struct moat_error *err)
+{
+	struct moat_proxy *p = calloc(1, sizeof *p);
+	if (!p) {
+		close(sock_fd);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
+	p->refs = 1;
+	p->sock_fd = sock_fd;
+	p->listen_fd = -1;
+	p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	p->log = calloc(PROXY_MAX_LOG, sizeof *p->log);
+	pthread_mutex_init(&p->mu, NULL);
+	p->al = *al;
+	memset(al, 0, sizeof *al);
+	if (p->stop_fd < 0 || !p->log) {
+		int e = errno;
+		proxy_unref(p);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, e, "cannot set up the proxy: %s",
+				      strerror(e));
+	}
+	*out = p;
+	return 0;
+}
+
+int moat_proxy_start(struct moat_proxy *p, struct moat_error *err)
+{
+	int rc = pthread_create(&p->acceptor, NULL, acceptor_main, p);
+	if (rc != 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, rc, "cannot start the proxy: %s",
+				      strerror(rc));
+	p->acceptor_started = true;
+	return 0;
+}
+
+static void render(struct moat_proxy *p, struct moat_buf *b)
+{
+	pthread_mutex_lock(&p->mu);
+	moat_buf_append(b, ",\"connections\":[", 16);
+	for (size_t i = 0; i < p->log_len; i++) {
+		const struct log_entry *e = &p->log[i];
+		moat_buf_appendf(b, "%s{\"method\":\"%s\",\"host\":", i ? "," : "", e->method);
+		moat_buf_append_json_string(b, e->host, strlen(e->host));
+		moat_buf_appendf(b, ",\"port\":%u,\"allowed\":%s", e->port,
+				 e->allowed ? "true" : "false");
+		if (e->reason[0]) {
+			moat_buf_append(b, ",\"reason\":", 10);
+			moat_buf_append_json_string(b, e->reason, strlen(e->reason));
+		}
+		moat_buf_appendf(b, ",\"sent\":%llu,\"received\":%llu}", (unsigned long long)e->sent,
+				 (unsigned long long)e->received);
+	}
+	moat_buf_append(b, "]", 1);
+	if (p->log_dropped)
+		moat_buf_appendf(b, ",\"connectionsNotListed\":%llu",
+				 (unsigned long long)p->log_dropped);
+	if (p->busy_refusals)
+		moat_buf_appendf(b, ",\"busyRefusals\":%llu", (unsigned long long)p->busy_refusals);
+	if (p->malformed)
+		moat_buf_appendf(b, ",\"malformedRequests\":%llu", (unsigned long long)p->malformed);
+	moat_buf_appendf(b, ",\"bytes\":%llu", (unsigned long long)p->bytes);
+	pthread_mutex_unlock(&p->mu);
+}
+
+void moat_proxy_stop(struct moat_proxy *p, struct moat_buf *b)
+{
+	if (!p)
+		return;
+	uint64_t one = 1;
+	if (write(p->stop_fd, &one, sizeof one) < 0) {
+		/* an eventfd write cannot fail short of overflow */
+	}
+	if (p->acceptor_started)
+		pthread_join(p->acceptor, NULL);
+	int64_t deadline = mono_ms() + PROXY_STOP_GRACE_MS;
+	for (int i = 0; i < PROXY_MAX_CONNS; i++) {
+		if (!p->workers[i].used)
+			continue;
+		int64_t left = deadline - mono_ms();
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		if (left < 0)
+			left = 0;
+		ts.tv_sec += left / 1000;
+		ts.tv_nsec += (left % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		if (pthread_timedjoin_np(p->workers[i].thread, NULL, &ts) != 0)
+			pthread_detach(p->workers[i].thread); /* stuck resolving: it lets go itself */
+		p->workers[i].used = false;
+	}
+	if (b)
+		render(p, b);
+	proxy_unref(p);
+}

@@ -1,0 +1,300 @@
+/* Network: the allowedHosts grammar (Spin semantics), host
+ * canonicalisation, matching, and the address rules of the proxy. */
+#include <arpa/inet.h>
+#include <check.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "net/internal.h"
+#include "suites.h"
+
+static bool entry_ok(const char *s)
+{
+	struct moat_allow_entry e;
+	struct moat_error err = { 0 };
+	int rc = moat_allow_parse_entry(s, &e, &err);
+	if (rc == 0)
+		free(e.host);
+	else
+		ck_assert_int_eq(err.type, MOAT_ERR_POLICY);
+	moat_error_clear(&err);
+	return rc == 0;
+}
+
+START_TEST(entries_accepted)
+{
+	static const char *const ok[] = {
+		"https://api.example.com", "http://api.example.com:8080", "https://*.example.com",
+		"https://*.example.com:*", "http://example.com:*", "HTTPS://API.Example.COM",
+		"https://api.example.com.", "https://api.example.com/", "http://198.51.100.2:80",
+		"http://[2001:db8::1]:8080", "https://xn--bcher-kva.example", "http://a_b.example.com",
+	};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++)
+		ck_assert_msg(entry_ok(ok[i]), "refused: %s", ok[i]);
+}
+END_TEST
+
+START_TEST(entries_refused)
+{
+	static const char *const bad[] = {
+		"", "api.example.com", "ftp://api.example.com", "*://api.example.com",
+		"https://", "https://*", "http://*:*", "https://*.com", "https://a.*.example.com",
+		"https://*example.com", "https://**.example.com", "https://api.example.com:80-90",
+		"https://api.example.com:", "https://api.example.com:0",
+		"https://api.example.com:65536", "https://api.example.com:http",
+		"http://10.0.0.0/8", "https://198.51.100.0/24", "https://api.example.com/path",
+		"https://api.example.com?q", "https://api.example.com#f", "https://user@api.example.com",
+		"https://api example.com", "https://bücher.example", "http://[::1",
+		"http://::1:80", "http://[fe80::1%eth0]", "https://api..example.com",
+		"http://1.2.3.4.5", "http://0x", "http://999.1.1.1", "https://api.example.com\n",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		ck_assert_msg(!entry_ok(bad[i]), "accepted: %s", bad[i]);
+}
+END_TEST
+
+START_TEST(entry_fields)
+{
+	struct moat_allow_entry e;
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(moat_allow_parse_entry("HTTPS://*.Example.COM.", &e, &err), 0);
+	ck_assert(e.https && e.wildcard && !e.any_port);
+	ck_assert_int_eq(e.port, 443);
+	ck_assert_str_eq(e.host, "example.com");
+	free(e.host);
+	ck_assert_int_eq(moat_allow_parse_entry("http://example.com", &e, &err), 0);
+	ck_assert_int_eq(e.port, 80);
+	free(e.host);
+	ck_assert_int_eq(moat_allow_parse_entry("http://0x7f.1:81", &e, &err), 0);
+	ck_assert_str_eq(e.host, "127.0.0.1");
+	free(e.host);
+	/* the reasons name the problem */
+	ck_assert_int_eq(moat_allow_parse_entry("http://10.0.0.0/8", &e, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "CIDR"));
+	ck_assert_int_eq(moat_allow_parse_entry("http://a.com:1-2", &e, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "port ranges"));
+	ck_assert_int_eq(moat_allow_parse_entry("http://*", &e, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "bare wildcard"));
+	moat_error_clear(&err);
+}
+END_TEST
+
+static const char *canon(const char *s)
+{
+	static struct moat_host h;
+	if (moat_host_parse(s, strlen(s), &h) < 0)
+		return NULL;
+	return h.text;
+}
+
+START_TEST(ipv4_spellings)
+{
+	static const char *const loop[] = {
+		"127.0.0.1", "127.1", "0x7f.1", "0x7F.0.0.1", "0177.0.0.1", "017700000001",
+		"2130706433", "0x7f000001", "127.0.1", "[::ffff:127.0.0.1]", "[::ffff:7f00:1]",
+		"127.0.0.1.",
+	};
+	for (size_t i = 0; i < sizeof loop / sizeof loop[0]; i++) {
+		const char *c = canon(loop[i]);
+		ck_assert_msg(c && !strcmp(c, "127.0.0.1"), "%s -> %s", loop[i], c ? c : "(null)");
+	}
+	ck_assert_str_eq(canon("3232235777"), "192.168.1.1");
+	ck_assert_str_eq(canon("0xa9.0xfe.0xa9.0xfe"), "169.254.169.254");
+	ck_assert_str_eq(canon("2852039166"), "169.254.169.254");
+	ck_assert_str_eq(canon("Api.Example.COM."), "api.example.com");
+	ck_assert_str_eq(canon("[2001:DB8:0::1]"), "2001:db8::1");
+	static const char *const bad[] = {
+		"256.1.1.1", "1.2.3.4.5", "0x100.1", "09.1.1.1", "4294967296", "1.2.3.256",
+		"1..2", "", ".", "a..b", "exa mple.com", "ex%61mple.com", "[::1", "[fe80::1%1]",
+		"[1.2.3.4]", "caf\xc3\xa9.example", "*.example.com", "0x",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		ck_assert_msg(!canon(bad[i]), "accepted: %s", bad[i]);
+}
+END_TEST
+
+static const char *cls(const char *text)
+{
+	uint8_t a[16];
+	if (inet_pton(AF_INET, text, a) == 1)
+		return moat_addr_class(AF_INET, a);
+	ck_assert_int_eq(inet_pton(AF_INET6, text, a), 1);
+	return moat_addr_class(AF_INET6, a);
+}
+
+START_TEST(address_classes)
+{
+	static const char *const cases[][2] = {
+		{ "127.0.0.1", "loopback" }, { "127.255.0.9", "loopback" }, { "::1", "loopback" },
+		{ "0.0.0.0", "unspecified" }, { "0.1.2.3", "unspecified" }, { "::", "unspecified" },
+		{ "10.1.2.3", "private" }, { "172.16.0.1", "private" }, { "172.31.255.255", "private" },
+		{ "192.168.0.1", "private" }, { "fd12::1", "private" }, { "fc00::1", "private" },
+		{ "100.64.0.1", "shared address space (CGNAT)" },
+		{ "100.127.255.255", "shared address space (CGNAT)" },
+		{ "169.254.1.1", "link-local" }, { "fe80::1", "link-local" },
+		{ "169.254.169.254", "cloud metadata" }, { "fd00:ec2::254", "cloud metadata" },
+		{ "224.0.0.1", "multicast" }, { "239.1.1.1", "multicast" }, { "ff02::1", "multicast" },
+		{ "::ffff:127.0.0.1", "loopback" }, { "::ffff:169.254.169.254", "cloud metadata" },
+		{ "::ffff:10.0.0.1", "private" }, { "64:ff9b::7f00:1", "loopback" },
+		{ "2002:7f00:1::", "loopback" }, { "::7f00:1", "reserved" },
+		{ "198.51.100.2", "documentation" }, { "203.0.113.9", "documentation" },
+		{ "192.0.2.1", "documentation" }, { "2001:db8::1", "documentation" },
+		{ "255.255.255.255", "reserved" }, { "240.0.0.1", "reserved" },
+		{ "198.18.0.1", "reserved" }, { "fec0::1", "reserved" }, { "2001::1", "reserved" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const char *c = cls(cases[i][0]);
+		ck_assert_msg(c && !strcmp(c, cases[i][1]), "%s: %s, want %s", cases[i][0],
+			      c ? c : "public", cases[i][1]);
+	}
+	static const char *const pub[] = {
+		"1.1.1.1", "8.8.8.8", "172.15.255.255", "172.32.0.1", "100.63.255.255",
+		"100.128.0.1", "169.253.255.255", "2606:4700::1111", "::ffff:8.8.8.8",
+		"64:ff9b::808:808", "2002:808:808::1",
+	};
+	for (size_t i = 0; i < sizeof pub / sizeof pub[0]; i++)
+		ck_assert_msg(!cls(pub[i]), "%s: %s", pub[i], cls(pub[i]));
+}
+END_TEST
+
+START_TEST(cidr_allowance)
+{
+	struct moat_allowlist al = { 0 };
+	struct moat_cidr c[2];
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(moat_cidr_parse("198.51.100.0/24", &c[0], &err), 0);
+	ck_assert_int_eq(moat_cidr_parse("fd00::/8", &c[1], &err), 0);
+	al.cidrs = c;
+	al.cidr_count = 2;
+	uint8_t a[16];
+	inet_pton(AF_INET, "198.51.100.2", a);
+	ck_assert_ptr_null(moat_addr_refusal(&al, AF_INET, a));
+	ck_assert_str_eq(moat_addr_refusal(NULL, AF_INET, a), "documentation");
+	inet_pton(AF_INET6, "::ffff:198.51.100.2", a);
+	ck_assert_ptr_null(moat_addr_refusal(&al, AF_INET6, a));
+	inet_pton(AF_INET, "203.0.113.5", a);
+	ck_assert_str_eq(moat_addr_refusal(&al, AF_INET, a), "documentation");
+	inet_pton(AF_INET, "127.0.0.1", a);
+	ck_assert_str_eq(moat_addr_refusal(&al, AF_INET, a), "loopback");
+	static const char *const bad[] = { "198.51.100.1/24", "10.0.0.0", "10.0.0.0/33",
+					   "10.0.0.0/0", "10.0.0.0/x", "host/8", "::/129" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		struct moat_cidr x;
+		ck_assert_msg(moat_cidr_parse(bad[i], &x, &err) < 0, "accepted %s", bad[i]);
+		ck_assert_int_eq(err.type, MOAT_ERR_POLICY);
+	}
+	moat_error_clear(&err);
+}
+END_TEST
+
+static bool matches(const char *const *entries, size_t n, bool https, const char *host,
+		    uint16_t port)
+{
+	struct moat_allowlist al = { 0 };
+	al.entries = calloc(n, sizeof *al.entries);
+	struct moat_error err = { 0 };
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_int_eq(moat_allow_parse_entry(entries[i], &al.entries[i], &err), 0);
+		al.count++;
+	}
+	struct moat_host h;
+	ck_assert_int_eq(moat_host_parse(host, strlen(host), &h), 0);
+	bool m = moat_allowlist_match(&al, https, &h, port);
+	moat_allowlist_free(&al);
+	return m;
+}
+
+START_TEST(matching)
+{
+	const char *wild[] = { "https://*.example.com" };
+	ck_assert(matches(wild, 1, true, "api.example.com", 443));
+	ck_assert(matches(wild, 1, true, "a.b.example.com", 443));
+	ck_assert(matches(wild, 1, true, "API.EXAMPLE.COM.", 443));
+	ck_assert(!matches(wild, 1, true, "example.com", 443));       /* apex */
+	ck_assert(!matches(wild, 1, true, "evil-example.com", 443));  /* lookalike */
+	ck_assert(!matches(wild, 1, true, "example.com.evil.net", 443));
+	ck_assert(!matches(wild, 1, true, "api.example.com", 8443));  /* port */
+	ck_assert(!matches(wild, 1, false, "api.example.com", 443));  /* scheme */
+	const char *apex[] = { "http://example.com:*" };
+	ck_assert(matches(apex, 1, false, "example.com", 1));
+	ck_assert(matches(apex, 1, false, "example.com", 65535));
+	ck_assert(!matches(apex, 1, false, "api.example.com", 80));
+	const char *ip[] = { "http://127.0.0.1:8080" };
+	ck_assert(matches(ip, 1, false, "2130706433", 8080));
+	ck_assert(matches(ip, 1, false, "[::ffff:127.0.0.1]", 8080));
+	ck_assert(!matches(ip, 1, false, "127.0.0.2", 8080));
+	ck_assert(!matches(NULL, 0, false, "example.com", 80)); /* no entries: no egress */
+}
+END_TEST
+
+static int parse(const char *json, struct moat_error *err)
+{
+	struct moat_request *req = NULL;
+	int rc = moat_request_parse_json(json, strlen(json), &req, err);
+	moat_request_free(req);
+	return rc;
+}
+
+START_TEST(request_keys)
+{
+	struct moat_error err = { 0 };
+	struct moat_request *req = NULL;
+	const char *j = "{\"code\":\"1\",\"allowedHosts\":[\"https://*.example.com\"],"
+			"\"allowedCidrs\":[\"198.51.100.0/24\"]}";
+	ck_assert_int_eq(moat_request_parse_json(j, strlen(j), &req, &err), 0);
+	ck_assert(req->has_allowed_hosts);
+	ck_assert_uint_eq(req->allowed_hosts_count, 1);
+	ck_assert_str_eq(req->allowed_hosts[0], "https://*.example.com");
+	ck_assert_uint_eq(req->allowed_cidrs_count, 1);
+	moat_request_free(req);
+	j = "{\"code\":\"1\",\"allowedHosts\":[]}";
+	ck_assert_int_eq(moat_request_parse_json(j, strlen(j), &req, &err), 0);
+	ck_assert(req->has_allowed_hosts);
+	ck_assert_uint_eq(req->allowed_hosts_count, 0);
+	moat_request_free(req);
+
+	ck_assert_int_eq(parse("{\"code\":\"1\",\"network\":true,\"allowedHosts\":[]}", &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	ck_assert_int_eq(parse("{\"code\":\"1\",\"allowedCidrs\":[\"10.0.0.0/8\"]}", &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	ck_assert_int_eq(parse("{\"code\":\"1\",\"allowedHosts\":\"https://a.com\"}", &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	ck_assert_int_eq(parse("{\"code\":\"1\",\"allowedHosts\":[1]}", &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	ck_assert_int_eq(parse("{\"code\":\"1\",\"allowedHosts\":[\"https://*\"]}", &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_POLICY);
+	ck_assert_int_eq(parse("{\"code\":\"1\",\"allowedHosts\":[\"10.0.0.0/8\"]}", &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_POLICY);
+	ck_assert_int_eq(parse("{\"code\":\"1\",\"allowedHosts\":[],\"allowedCidrs\":[\"1.2.3.4/33\"]}",
+			       &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_POLICY);
+	moat_error_clear(&err);
+
+	/* requests built in code go through the same rules */
+	req = moat_request_new();
+	req->code = strdup("1");
+	req->code_len = 1;
+	req->network = true;
+	req->has_allowed_hosts = true;
+	ck_assert_int_eq(moat_request_validate(req, &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	moat_request_free(req);
+	moat_error_clear(&err);
+}
+END_TEST
+
+Suite *net_suite(void)
+{
+	Suite *s = suite_create("net");
+	TCase *tc = tcase_create("allowlist");
+	tcase_add_test(tc, entries_accepted);
+	tcase_add_test(tc, entries_refused);
+	tcase_add_test(tc, entry_fields);
+	tcase_add_test(tc, ipv4_spellings);
+	tcase_add_test(tc, address_classes);
+	tcase_add_test(tc, cidr_allowance);
+	tcase_add_test(tc, matching);
+	tcase_add_test(tc, request_keys);
+	suite_add_tcase(s, tc);
+	return s;
+}
