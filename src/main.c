@@ -8,7 +8,7 @@
 static void usage(FILE *f)
 {
 	fputs("usage: moat run [-l LANG] [-c CODE | FILE | -] [options]   run a program\n"
-	      "       moat exec [--policy FILE] [--rootfs DIR]          JSON request on stdin\n"
+	      "       moat exec [--provider NAME] [--config FILE]       JSON request on stdin\n"
 	      "       moat doctor                                      what this host supports\n"
 	      "       moat policy check FILE | moat policy show [FILE] seccomp policies\n"
 	      "       moat version\n"

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/config.h"
 #include "core/core.h"
+#include "providers/providers.h"
 
 #define MAX_INPUT_BYTES (256u * 1024u * 1024u)
 #define MAX_STDIN_BYTES (64u * 1024u * 1024u)
@@ -32,7 +34,12 @@ static void run_usage(FILE *f)
 	      "  --max-output BYTES    capture cap per stream (default 1 MiB)\n"
 	      "  --net                 allow network egress\n"
 	      "  --policy FILE         seccomp policy (Docker JSON format)\n"
+	      "  --seccomp-log         report every system call the policy refused\n"
 	      "  --rootfs DIR          a prepared root directory instead of the host's /usr\n"
+	      "  --provider NAME       native (default), docker, e2b, daytona or none\n"
+	      "  --config FILE         config file (default: $MOAT_CONFIG, ./moat.json,\n"
+	      "                        ./aistack.config.json, ~/.config/moat/config.json,\n"
+	      "                        /etc/moat/config.json)\n"
 	      "  --json                print the result as JSON instead of streaming output\n"
 	      "Exit status: the program's; 124 on timeout; 128+N when killed by signal N;\n"
 	      "2 for a bad request or policy refusal; 3 when the sandbox is unavailable.\n", f);
@@ -150,8 +157,32 @@ static int print_json_result(const struct moat_result *r)
 
 enum {
 	OPT_TIMEOUT = 256, OPT_MEMORY, OPT_CPUS, OPT_PIDS, OPT_STRICT, OPT_ENV, OPT_FILE,
-	OPT_STDIN, OPT_MAXOUT, OPT_NET, OPT_POLICY, OPT_ROOTFS, OPT_JSON, OPT_HELP,
+	OPT_STDIN, OPT_MAXOUT, OPT_NET, OPT_POLICY, OPT_ROOTFS, OPT_JSON, OPT_HELP, OPT_SCLOG,
+	OPT_PROVIDER, OPT_CONFIG,
 };
+
+/* Loads the config, fills what the request did not set, checks the provider
+ * name and runs the request with it. */
+static int run_with_provider(struct moat_request *req, unsigned given, const char *provider,
+			     const char *config_path, const struct moat_run_options *opts,
+			     const char **used, struct moat_result **res, struct moat_error *err)
+{
+	struct moat_config *cfg = NULL;
+	*used = provider ? provider : "native";
+	if (provider && !moat_provider_get(provider))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "--provider: unknown provider \"%s\" (native, docker, e2b, "
+				      "daytona, none)", provider);
+	if (moat_config_load(config_path, &cfg, err) < 0)
+		return -1;
+	if (!provider)
+		*used = moat_provider_get(cfg->provider)->name;
+	moat_config_apply(cfg, req, given);
+	struct moat_provider_options po = { .cfg = cfg, .run = opts };
+	int rc = moat_provider_run(*used, req, &po, res, err);
+	moat_config_free(cfg);
+	return rc;
+}
 
 int cli_run(int argc, char **argv)
 {
@@ -170,9 +201,14 @@ int cli_run(int argc, char **argv)
 		{ "policy", required_argument, NULL, OPT_POLICY },
 		{ "rootfs", required_argument, NULL, OPT_ROOTFS },
 		{ "json", no_argument, NULL, OPT_JSON }, { "help", no_argument, NULL, OPT_HELP },
+		{ "seccomp-log", no_argument, NULL, OPT_SCLOG },
+		{ "provider", required_argument, NULL, OPT_PROVIDER },
+		{ "config", required_argument, NULL, OPT_CONFIG },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_error err = { 0 };
+	const char *provider = NULL, *config_path = NULL, *used = "native";
+	unsigned given = 0;
 	struct moat_request *req = moat_request_new();
 	struct moat_run_options opts;
 	moat_run_options_init(&opts);
@@ -201,6 +237,7 @@ int cli_run(int argc, char **argv)
 			code_arg = optarg;
 			break;
 		case OPT_TIMEOUT:
+			given |= MOAT_REQ_HAS_TIMEOUT;
 			if (parse_duration(optarg, &req->timeout_ms) < 0) {
 				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 					       "--timeout: expected a duration like 500ms, 5s or 2m, got \"%s\"",
@@ -209,6 +246,7 @@ int cli_run(int argc, char **argv)
 			}
 			break;
 		case OPT_MEMORY:
+			given |= MOAT_REQ_HAS_MEMORY;
 			if (parse_size_mb(optarg, &req->memory_mb) < 0) {
 				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 					       "--memory: expected a size like 256M or 1G, got \"%s\"", optarg);
@@ -216,6 +254,7 @@ int cli_run(int argc, char **argv)
 			}
 			break;
 		case OPT_CPUS: {
+			given |= MOAT_REQ_HAS_CPUS;
 			char *end;
 			errno = 0;
 			req->cpus = strtod(optarg, &end);
@@ -227,6 +266,7 @@ int cli_run(int argc, char **argv)
 			break;
 		}
 		case OPT_PIDS:
+			given |= MOAT_REQ_HAS_PIDS;
 			if (parse_u64(optarg, &req->pids_limit) < 0 || req->pids_limit == 0) {
 				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 					       "--pids: expected a positive integer, got \"%s\"", optarg);
@@ -234,6 +274,7 @@ int cli_run(int argc, char **argv)
 			}
 			break;
 		case OPT_MAXOUT:
+			given |= MOAT_REQ_HAS_MAXOUT;
 			if (parse_u64(optarg, &req->max_output_bytes) < 0 || req->max_output_bytes == 0) {
 				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 					       "--max-output: expected a positive integer, got \"%s\"", optarg);
@@ -241,6 +282,7 @@ int cli_run(int argc, char **argv)
 			}
 			break;
 		case OPT_STRICT:
+			given |= MOAT_REQ_HAS_STRICT;
 			req->strict_limits = true;
 			break;
 		case OPT_ENV: {
@@ -280,6 +322,7 @@ int cli_run(int argc, char **argv)
 			stdin_path = optarg;
 			break;
 		case OPT_NET:
+			given |= MOAT_REQ_HAS_NETWORK;
 			req->network = true;
 			break;
 		case OPT_POLICY:
@@ -290,6 +333,15 @@ int cli_run(int argc, char **argv)
 			break;
 		case OPT_JSON:
 			json = true;
+			break;
+		case OPT_SCLOG:
+			opts.seccomp_log = true;
+			break;
+		case OPT_PROVIDER:
+			provider = optarg;
+			break;
+		case OPT_CONFIG:
+			config_path = optarg;
 			break;
 		case OPT_HELP:
 			run_usage(stdout);
@@ -336,7 +388,7 @@ int cli_run(int argc, char **argv)
 	if (!json) {
 		opts.on_output = stream_out;
 	}
-	if (moat_run(req, &opts, &res, &err) < 0)
+	if (run_with_provider(req, given, provider, config_path, &opts, &used, &res, &err) < 0)
 		goto fail;
 	if (json) {
 		if (print_json_result(res) < 0)
@@ -346,6 +398,8 @@ int cli_run(int argc, char **argv)
 	} else {
 		for (size_t i = 0; i < res->warnings_count; i++)
 			fprintf(stderr, "moat: warning: %s\n", res->warnings[i]);
+		if (res->seccomp_json)
+			fprintf(stderr, "moat: seccomp: %s\n", res->seccomp_json);
 		if (res->stdout_truncated)
 			fprintf(stderr, "moat: stdout truncated at %zu bytes\n", res->stdout_len);
 		if (res->stderr_truncated)
@@ -374,11 +428,15 @@ int cli_exec(int argc, char **argv)
 	static const struct option longopts[] = {
 		{ "policy", required_argument, NULL, OPT_POLICY },
 		{ "rootfs", required_argument, NULL, OPT_ROOTFS },
+		{ "provider", required_argument, NULL, OPT_PROVIDER },
+		{ "config", required_argument, NULL, OPT_CONFIG },
+		{ "seccomp-log", no_argument, NULL, OPT_SCLOG },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_run_options opts;
 	moat_run_options_init(&opts);
 	struct moat_error err = { 0 };
+	const char *provider = NULL, *config_path = NULL, *used = "native";
 	optind = 1;
 	int c;
 	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
@@ -386,6 +444,12 @@ int cli_exec(int argc, char **argv)
 			opts.policy_path = optarg;
 		else if (c == OPT_ROOTFS)
 			opts.rootfs_dir = optarg;
+		else if (c == OPT_SCLOG)
+			opts.seccomp_log = true;
+		else if (c == OPT_PROVIDER)
+			provider = used = optarg;
+		else if (c == OPT_CONFIG)
+			config_path = optarg;
 		else
 			return 2;
 	}
@@ -401,10 +465,11 @@ int cli_exec(int argc, char **argv)
 	if (cli_read_file("-", MAX_INPUT_BYTES, &input, &len, &err) < 0)
 		goto fail;
 	int rc = moat_request_parse_json(input, len, &req, &err);
+	unsigned given = rc == 0 ? moat_config_request_keys(input, len) : 0;
 	free(input);
 	if (rc < 0)
 		goto fail;
-	rc = moat_run(req, &opts, &res, &err);
+	rc = run_with_provider(req, given, provider, config_path, &opts, &used, &res, &err);
 	moat_request_free(req);
 	if (rc < 0)
 		goto fail;
@@ -412,7 +477,7 @@ int cli_exec(int argc, char **argv)
 	moat_result_free(res);
 	return rc < 0 ? 3 : 0;
 fail:;
-	char *json = moat_error_to_json(&err, "native");
+	char *json = moat_error_to_json(&err, moat_provider_get(used) ? used : "native");
 	int status = moat_error_exit_code(err.type);
 	if (json) {
 		fputs(json, stdout);

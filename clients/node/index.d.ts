@@ -1,0 +1,89 @@
+// Types for moat-sandbox (hand-written; the package has no runtime dependencies).
+
+export type SandboxProvider = 'native' | 'docker' | 'e2b' | 'daytona' | 'none';
+export type SandboxLanguage = 'python' | 'javascript' | 'typescript' | 'bash' | 'sh';
+
+/** The `sandbox` object of aistack.config.json, plus moat's own keys. */
+export interface SandboxConfig {
+  /** Default 'native'. 'none' refuses every run with SandboxPolicyError. */
+  provider?: SandboxProvider;
+  /** Wall-clock ms per run (default 30000). */
+  timeout?: number;
+  memoryMb?: number;
+  cpus?: number;
+  pidsLimit?: number;
+  /** Default network for runs that do not say (default false). */
+  network?: boolean;
+  /** Passed to moat as E2B_API_KEY in its environment, never written to disk. */
+  e2bApiKey?: string;
+  daytonaApiUrl?: string;
+  /** Passed to moat as DAYTONA_API_KEY in its environment, never written to disk. */
+  daytonaApiKey?: string;
+  /** Docker images by language. */
+  images?: Partial<Record<SandboxLanguage, string>>;
+  strictLimits?: boolean;
+  maxOutputBytes?: number;
+  e2bApiUrl?: string;
+  e2bTemplate?: string;
+  e2bSandboxUrl?: string;
+  dockerPath?: string;
+  policy?: string;
+  rootfs?: string;
+  /** Client only: the moat binary (default $MOAT_BIN, else `moat` on PATH). */
+  moatPath?: string;
+  /** Client only: how long past `timeout` to wait for moat before killing it. */
+  deadlineGraceMs?: number;
+  /** Client only: use this moat config file instead of writing one from cfg. */
+  configPath?: string;
+}
+
+export interface RunOptions {
+  language?: SandboxLanguage;
+  timeout?: number;
+  env?: Record<string, string>;
+  files?: Record<string, string>;
+  stdin?: string;
+  network?: boolean;
+  memoryMb?: number;
+  cpus?: number;
+  pidsLimit?: number;
+  strictLimits?: boolean;
+  maxOutputBytes?: number;
+}
+
+export interface RunResult {
+  stdout: string;
+  stderr: string;
+  /** null when the program was killed (timeout, OOM, signal). */
+  exitCode: number | null;
+  timedOut: boolean;
+  durationMs: number;
+  provider: SandboxProvider;
+  signal?: string | null;
+  oomKilled?: boolean;
+  killedBy?: string | null;
+  memoryPeakBytes?: number | null;
+  cpuTimeMs?: number | null;
+  stdoutTruncated?: boolean;
+  stderrTruncated?: boolean;
+  limits?: { memory: string; pids: string; cpu: string };
+  warnings?: string[];
+  [extra: string]: unknown;
+}
+
+export interface Sandbox {
+  readonly provider: SandboxProvider;
+  run(code: string, opts?: RunOptions): Promise<RunResult>;
+  /** Stops running moat processes and removes the client's temporary config. */
+  dispose(): Promise<void>;
+}
+
+export function createSandbox(cfg?: SandboxConfig | null): Sandbox;
+
+export class SandboxError extends Error {
+  constructor(message: string, options?: { provider?: string });
+  provider?: string;
+}
+export class SandboxUnavailableError extends SandboxError {}
+export class SandboxPolicyError extends SandboxError {}
+export class SandboxConfigError extends SandboxError {}

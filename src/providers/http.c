@@ -1,0 +1,376 @@
+/* HTTPS for the remote providers (libcurl): URL policy, DNS pinning,
+ * bounded bodies, secrets kept out of messages. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include <curl/curl.h>
+
+#include "providers/internal.h"
+
+#define MAX_BODY_BYTES (64u * 1024u * 1024u)
+#define EXCERPT_BYTES 200u
+
+static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
+static CURLcode curl_init_rc = CURLE_FAILED_INIT;
+
+static void curl_init(void)
+{
+	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
+}
+
+bool moat_http_test_mode(void)
+{
+	const char *v = getenv("MOAT_TEST_ALLOW_HTTP");
+	return v && !strcmp(v, "1");
+}
+
+static bool v4_forbidden(uint32_t a) /* host order */
+{
+	uint8_t b0 = (uint8_t)(a >> 24), b1 = (uint8_t)(a >> 16);
+	return b0 == 0 || b0 == 10 || b0 == 127 ||             /* this net, private, loopback */
+	       (b0 == 100 && (b1 & 0xC0) == 64) ||             /* 100.64/10 CGNAT */
+	       (b0 == 169 && b1 == 254) ||                     /* link-local, metadata */
+	       (b0 == 172 && (b1 & 0xF0) == 16) ||             /* 172.16/12 */
+	       (b0 == 192 && b1 == 168) ||                     /* 192.168/16 */
+	       (b0 == 192 && b1 == 0 && (uint8_t)(a >> 8) == 0) || /* 192.0.0/24 */
+	       (b0 == 198 && (b1 & 0xFE) == 18) ||             /* 198.18/15 benchmarking */
+	       b0 >= 224;                                      /* multicast, reserved, broadcast */
+}
+
+bool moat_addr_forbidden(int family, const void *addr)
+{
+	if (family == AF_INET) {
+		uint32_t a = ntohl(((const struct in_addr *)addr)->s_addr);
+		return v4_forbidden(a);
+	}
+	if (family != AF_INET6)
+		return true;
+	const uint8_t *b = ((const struct in6_addr *)addr)->s6_addr;
+	static const uint8_t zero[16] = { 0 };
+	if (!memcmp(b, zero, 15) && (b[15] == 0 || b[15] == 1))
+		return true; /* :: and ::1 */
+	/* ::ffff:a.b.c.d (mapped), ::a.b.c.d (compatible), 64:ff9b::a.b.c.d (NAT64) */
+	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
+	static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0 };
+	if (!memcmp(b, mapped, 12) || !memcmp(b, zero, 12) || !memcmp(b, nat64, 12)) {
+		uint32_t a = ((uint32_t)b[12] << 24) | ((uint32_t)b[13] << 16) |
+			     ((uint32_t)b[14] << 8) | b[15];
+		return v4_forbidden(a);
+	}
+	if ((b[0] & 0xFE) == 0xFC)
+		return true; /* fc00::/7 unique local (fd00:ec2::254 metadata included) */
+	if (b[0] == 0xFE && (b[1] & 0xC0) == 0x80)
+		return true; /* fe80::/10 link-local */
+	if (b[0] == 0xFE && (b[1] & 0xC0) == 0xC0)
+		return true; /* fec0::/10 site-local (deprecated) */
+	if (b[0] == 0xFF)
+		return true; /* multicast */
+	if (b[0] == 0x20 && b[1] == 0x02) {
+		uint32_t a = ((uint32_t)b[2] << 24) | ((uint32_t)b[3] << 16) |
+			     ((uint32_t)b[4] << 8) | b[5];
+		return v4_forbidden(a); /* 6to4 of a forbidden v4 */
+	}
+	return false;
+}
+
+void moat_redact(char **s, const char *secret)
+{
+	if (!s || !*s || !secret || !*secret)
+		return;
+	size_t sl = strlen(secret);
+	struct moat_buf b = { 0 };
+	const char *p = *s, *hit;
+	while ((hit = strstr(p, secret))) {
+		moat_buf_append(&b, p, (size_t)(hit - p));
+		moat_buf_append(&b, "[redacted]", 10);
+		p = hit + sl;
+	}
+	if (p == *s)
+		return;
+	moat_buf_append(&b, p, strlen(p));
+	char *n = moat_buf_take(&b);
+	if (!n) {
+		/* cannot build the copy: blank the original rather than leak */
+		memset(*s, '*', strlen(*s));
+		return;
+	}
+	free(*s);
+	*s = n;
+}
+
+static int fail(struct moat_http *h, struct moat_error *err, int e, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int fail(struct moat_http *h, struct moat_error *err, int e, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *msg = NULL;
+	if (vasprintf(&msg, fmt, ap) < 0)
+		msg = NULL;
+	va_end(ap);
+	moat_redact(&msg, h ? h->secret : NULL);
+	moat_error_set(err, MOAT_ERR_UNAVAILABLE, e, "%s: %s", h && h->provider ? h->provider : "http",
+		       msg ? msg : "out of memory");
+	free(msg);
+	return -1;
+}
+
+int moat_http_open(struct moat_http *h, const char *url, const char *secret,
+		   const char *provider, struct moat_error *err)
+{
+	memset(h, 0, sizeof *h);
+	h->secret = secret;
+	h->provider = provider;
+	pthread_once(&curl_once, curl_init);
+	if (curl_init_rc != CURLE_OK)
+		return fail(h, err, 0, "libcurl could not be initialised");
+	CURLU *u = curl_url();
+	char *scheme = NULL, *host = NULL, *port = NULL, *user = NULL, *query = NULL;
+	int rc = -1;
+	if (!u)
+		return fail(h, err, ENOMEM, "out of memory");
+	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
+		fail(h, err, 0, "the API URL is not a valid URL");
+		goto out;
+	}
+	curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
+	curl_url_get(u, CURLUPART_HOST, &host, 0);
+	curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT);
+	curl_url_get(u, CURLUPART_USER, &user, 0);
+	curl_url_get(u, CURLUPART_QUERY, &query, 0);
+	if (!scheme || !host || !port) {
+		fail(h, err, 0, "the API URL has no scheme or host");
+		goto out;
+	}
+	if (user || query) {
+		fail(h, err, 0, "the API URL must not carry credentials or a query");
+		goto out;
+	}
+	bool test_http = moat_http_test_mode() && !strcmp(host, "127.0.0.1");
+	if (strcmp(scheme, "https") && !(test_http && !strcmp(scheme, "http"))) {
+		fail(h, err, 0, "the API URL must be https");
+		goto out;
+	}
+	/* resolve, refuse non-public addresses, pin the first one */
+	char bare[256];
+	size_t hl = strlen(host);
+	if (hl >= sizeof bare) {
+		fail(h, err, 0, "the API host name is too long");
+		goto out;
+	}
+	if (host[0] == '[' && hl > 2) {
+		memcpy(bare, host + 1, hl - 2);
+		bare[hl - 2] = '\0';
+	} else {
+		memcpy(bare, host, hl + 1);
+	}
+	struct addrinfo hints, *ai = NULL;
+	memset(&hints, 0, sizeof hints);
+	hints.ai_socktype = SOCK_STREAM;
+	int gai = getaddrinfo(bare, NULL, &hints, &ai);
+	if (gai != 0 || !ai) {
+		fail(h, err, 0, "cannot resolve the API host %s: %s", bare, gai_strerror(gai));
+		goto out;
+	}
+	char addr[INET6_ADDRSTRLEN + 2] = "";
+	bool bad = false;
+	for (struct addrinfo *p = ai; p; p = p->ai_next) {
+		const void *a = p->ai_family == AF_INET
+			? (const void *)&((struct sockaddr_in *)p->ai_addr)->sin_addr
+			: (const void *)&((struct sockaddr_in6 *)p->ai_addr)->sin6_addr;
+		if (p->ai_family != AF_INET && p->ai_family != AF_INET6)
+			continue;
+		char text[INET6_ADDRSTRLEN];
+		inet_ntop(p->ai_family, a, text, sizeof text);
+		bool allowed_loopback = test_http && p->ai_family == AF_INET &&
+					!strcmp(text, "127.0.0.1");
+		if (moat_addr_forbidden(p->ai_family, a) && !allowed_loopback) {
+			bad = true;
+			break;
+		}
+		if (!addr[0]) {
+			if (p->ai_family == AF_INET6)
+				snprintf(addr, sizeof addr, "[%s]", text);
+			else
+				snprintf(addr, sizeof addr, "%s", text);
+		}
+	}
+	freeaddrinfo(ai);
+	if (bad) {
+		fail(h, err, 0, "the API host %s resolves to a private, loopback or metadata "
+		     "address; refused", bare);
+		goto out;
+	}
+	if (!addr[0]) {
+		fail(h, err, 0, "the API host %s has no usable address", bare);
+		goto out;
+	}
+	char *pin = NULL;
+	if (asprintf(&pin, "%s:%s:%s", bare, port, addr) < 0) {
+		fail(h, err, ENOMEM, "out of memory");
+		goto out;
+	}
+	h->resolve = curl_slist_append(NULL, pin);
+	free(pin);
+	h->base = strdup(url);
+	h->curl = curl_easy_init();
+	if (!h->resolve || !h->base || !h->curl) {
+		fail(h, err, ENOMEM, "out of memory");
+		goto out;
+	}
+	size_t bl = strlen(h->base);
+	while (bl > 0 && h->base[bl - 1] == '/')
+		h->base[--bl] = '\0';
+	rc = 0;
+out:
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(port);
+	curl_free(user);
+	curl_free(query);
+	curl_url_cleanup(u);
+	if (rc < 0)
+		moat_http_close(h);
+	return rc;
+}
+
+void moat_http_close(struct moat_http *h)
+{
+	if (!h)
+		return;
+	if (h->curl)
+		curl_easy_cleanup(h->curl);
+	curl_slist_free_all(h->resolve);
+	free(h->base);
+	h->curl = NULL;
+	h->resolve = NULL;
+	h->base = NULL;
+}
+
+void moat_http_resp_free(struct moat_http_resp *resp)
+{
+	if (resp)
+		moat_buf_free(&resp->body);
+}
+
+struct sink {
+	struct moat_http_resp *resp;
+	bool (*on_data)(void *ctx, const char *p, size_t n);
+	void *ctx;
+	bool too_big;
+};
+
+static size_t on_write(char *p, size_t size, size_t nmemb, void *userdata)
+{
+	struct sink *s = userdata;
+	size_t n = size * nmemb;
+	if (s->on_data)
+		return s->on_data(s->ctx, p, n) ? n : 0;
+	if (s->resp->body.len + n > MAX_BODY_BYTES) {
+		s->too_big = true;
+		return 0;
+	}
+	moat_buf_append(&s->resp->body, p, n);
+	return s->resp->body.oom ? 0 : n;
+}
+
+int moat_http_request(struct moat_http *h, const char *method, const char *path,
+		      const char *const *headers, const char *body, size_t body_len,
+		      uint64_t timeout_ms, bool (*on_data)(void *ctx, const char *p, size_t n),
+		      void *ctx, struct moat_http_resp *resp, struct moat_error *err)
+{
+	memset(resp, 0, sizeof *resp);
+	CURL *c = h->curl;
+	char *url = NULL;
+	struct curl_slist *hl = NULL;
+	char errbuf[CURL_ERROR_SIZE] = "";
+	struct sink s = { resp, on_data, ctx, false };
+	int rc = -1;
+	if (asprintf(&url, "%s%s", h->base, path) < 0)
+		return fail(h, err, ENOMEM, "out of memory");
+	for (const char *const *p = headers; p && *p; p++) {
+		struct curl_slist *n = curl_slist_append(hl, *p);
+		if (!n) {
+			fail(h, err, ENOMEM, "out of memory");
+			goto out;
+		}
+		hl = n;
+	}
+	const char *proto = moat_http_test_mode() ? "https,http" : "https";
+	curl_easy_reset(c);
+	curl_easy_setopt(c, CURLOPT_URL, url);
+	curl_easy_setopt(c, CURLOPT_RESOLVE, (struct curl_slist *)h->resolve);
+	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, proto);
+	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, proto);
+	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
+	curl_easy_setopt(c, CURLOPT_PROXY, "");
+	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
+	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
+	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(timeout_ms ? timeout_ms : 1));
+	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 15000L);
+	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
+	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
+	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
+	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
+	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
+	curl_easy_setopt(c, CURLOPT_USERAGENT, "moat/" MOAT_VERSION);
+	if (body) {
+		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
+		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+	} else if (!strcmp(method, "GET")) {
+		curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+	}
+	CURLcode cr = curl_easy_perform(c);
+	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp->status);
+	if (cr == CURLE_OPERATION_TIMEDOUT) {
+		resp->timed_out = true;
+		rc = 0;
+	} else if (cr == CURLE_WRITE_ERROR && on_data) {
+		rc = 0; /* the consumer stopped reading */
+	} else if (cr != CURLE_OK) {
+		fail(h, err, 0, "%s %s failed: %s", method, path,
+		     s.too_big ? "response too large" : errbuf[0] ? errbuf : curl_easy_strerror(cr));
+	} else {
+		rc = 0;
+	}
+out:
+	curl_slist_free_all(hl);
+	free(url);
+	return rc;
+}
+
+int moat_http_status_error(struct moat_http *h, const char *what,
+			   const struct moat_http_resp *resp, struct moat_error *err)
+{
+	if (resp->status == 0)
+		return fail(h, err, 0, "%s: no response", what);
+	/* redact before cutting: a cut could split the secret (keys are far
+	 * shorter than the margin kept past the excerpt) */
+	char *body = NULL;
+	if (resp->body.data && resp->body.len) {
+		size_t take = resp->body.len > 4 * EXCERPT_BYTES + 4096 ? 4 * EXCERPT_BYTES + 4096
+									 : resp->body.len;
+		body = strndup(resp->body.data, take);
+		moat_redact(&body, h->secret);
+	}
+	char excerpt[EXCERPT_BYTES + 1];
+	size_t n = 0;
+	for (size_t i = 0; body && body[i] && n < EXCERPT_BYTES; i++) {
+		char ch = body[i];
+		excerpt[n++] = (ch >= 0x20 && ch < 0x7f) ? ch : ' ';
+	}
+	excerpt[n] = '\0';
+	free(body);
+	return fail(h, err, 0, "%s: HTTP %ld%s%s%s", what, resp->status,
+		    resp->status == 401 || resp->status == 403 ? " (check the API key)" : "",
+		    n ? ": " : "", excerpt);
+}

@@ -1,0 +1,116 @@
+/* Provider dispatch, and the two simplest providers: native and none. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "providers/internal.h"
+
+static int native_run(const struct moat_request *req, const struct moat_provider_options *o,
+		      struct moat_result **out, struct moat_error *err)
+{
+	struct moat_run_options opts;
+	if (o->run)
+		opts = *o->run;
+	else
+		moat_run_options_init(&opts);
+	if (!opts.policy_path && o->cfg->policy_path)
+		opts.policy_path = o->cfg->policy_path;
+	if (!opts.rootfs_dir && o->cfg->rootfs_dir)
+		opts.rootfs_dir = o->cfg->rootfs_dir;
+	if (moat_run(req, &opts, out, err) < 0)
+		return -1;
+	(*out)->provider = "native";
+	return 0;
+}
+
+static int none_run(const struct moat_request *req, const struct moat_provider_options *o,
+		    struct moat_result **out, struct moat_error *err)
+{
+	(void)req;
+	(void)out;
+	return moat_error_set(err, MOAT_ERR_POLICY, 0,
+			      "sandboxing is disabled (provider \"none\"%s%s): refusing to run "
+			      "code; set \"provider\" to native, docker, e2b or daytona",
+			      o->cfg->source ? " from " : "", o->cfg->source ? o->cfg->source : "");
+}
+
+static const struct moat_provider PROVIDERS[] = {
+	{ "native", native_run },
+	{ "docker", moat_docker_run },
+	{ "e2b", moat_e2b_run },
+	{ "daytona", moat_daytona_run },
+	{ "none", none_run },
+};
+
+const struct moat_provider *moat_provider_get(const char *name)
+{
+	if (!name)
+		return NULL;
+	for (size_t i = 0; i < sizeof PROVIDERS / sizeof PROVIDERS[0]; i++)
+		if (!strcmp(PROVIDERS[i].name, name))
+			return &PROVIDERS[i];
+	return NULL;
+}
+
+int moat_provider_run(const char *name, const struct moat_request *req,
+		      const struct moat_provider_options *o, struct moat_result **out,
+		      struct moat_error *err)
+{
+	*out = NULL;
+	if (!o || !o->cfg)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "no configuration");
+	if (!name)
+		name = o->cfg->provider ? o->cfg->provider : "native";
+	const struct moat_provider *p = moat_provider_get(name);
+	if (!p)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "unknown provider (native, docker, e2b, daytona, none)");
+	if (moat_request_validate(req, err) < 0)
+		return -1;
+	if (p->run(req, o, out, err) < 0)
+		return -1;
+	(*out)->provider = p->name;
+	for (size_t i = 0; i < o->cfg->warnings_count; i++)
+		if (moat_result_warn(*out, "%s", o->cfg->warnings[i]) < 0) {
+			moat_result_free(*out);
+			*out = NULL;
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		}
+	return 0;
+}
+
+uint64_t moat_prov_now_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+void moat_prov_output(struct moat_result *res, const struct moat_provider_options *o,
+		      enum moat_stream which, const char *buf, size_t len, size_t cap)
+{
+	char **dst = which == MOAT_STDOUT ? &res->stdout_buf : &res->stderr_buf;
+	size_t *dlen = which == MOAT_STDOUT ? &res->stdout_len : &res->stderr_len;
+	bool *trunc = which == MOAT_STDOUT ? &res->stdout_truncated : &res->stderr_truncated;
+	size_t keep = len;
+	if (*dlen >= cap)
+		keep = 0;
+	else if (keep > cap - *dlen)
+		keep = cap - *dlen;
+	if (keep < len)
+		*trunc = true;
+	if (keep == 0)
+		return;
+	char *nb = realloc(*dst, *dlen + keep + 1);
+	if (!nb) {
+		*trunc = true;
+		return;
+	}
+	memcpy(nb + *dlen, buf, keep);
+	*dlen += keep;
+	nb[*dlen] = '\0';
+	*dst = nb;
+	if (o && o->run && o->run->on_output)
+		o->run->on_output(o->run->output_ctx, which, buf, keep);
+}
