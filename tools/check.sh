@@ -12,12 +12,19 @@ echo "== unit tests (AddressSanitizer + UBSan)"
 echo "== integration and security tests ($(id -un): root mode $( [ "$(id -u)" -eq 0 ] && echo on || echo off ), rootless mode on)"
 MOAT_BIN="$(pwd)/$BUILD/moat" "$BUILD/test-integration" 2>&1 | tee -a "$log" || status=1
 
+echo "== node client tests (clients/node, against the built binary)"
+MOAT_BIN="$(pwd)/$BUILD/moat" node --test clients/node/test/ 2>&1 | tee -a "$log" || status=1
+
 # Check prints "NN%: Checks: T, Failures: F, Errors: E" per runner
 total=0; bad=0
 for line in $(sed -n 's/.*Checks: \([0-9]*\), Failures: \([0-9]*\), Errors: \([0-9]*\).*/\1:\2:\3/p' "$log"); do
 	t=${line%%:*}; rest=${line#*:}; f=${rest%%:*}; e=${rest#*:}
 	total=$((total + t)); bad=$((bad + f + e))
 done
+# node --test prints "# pass N" and "# fail N"
+np=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -1)
+nf=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -1)
+total=$((total + ${np:-0} + ${nf:-0})); bad=$((bad + ${nf:-0}))
 if [ "$total" -eq 0 ]; then
 	echo "check: no test ran" >&2
 	status=1

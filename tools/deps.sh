@@ -2,10 +2,11 @@
 # Installs the Debian packages moat needs to build, test and run, when missing.
 # As root it runs apt-get; otherwise it uses sudo if it can, else prints the line.
 set -eu
-BUILD="gcc make pkg-config libseccomp-dev libcap-dev libnl-3-dev libnl-route-3-dev libcjson-dev check libsubunit-dev"
-RUNTIME="python3 nodejs esbuild bash"
+BUILD="gcc make pkg-config libseccomp-dev libcap-dev libnl-3-dev libnl-route-3-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev"
+RUNTIME="python3 nodejs esbuild bash passt slirp4netns"
+TEST="iproute2"
 missing=""
-for p in $BUILD $RUNTIME; do
+for p in $BUILD $RUNTIME $TEST; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
 if [ -z "$missing" ]; then

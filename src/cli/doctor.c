@@ -12,6 +12,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cgroups/cgroups.h"
 #include "cli/cli.h"
 #include "ns/ns.h"
 #include "seccomp/seccomp.h"
@@ -129,14 +130,22 @@ int cli_doctor(int argc, char **argv)
 	}
 
 	cgroup_report();
-	printf("resource limits:    none in this build: memoryMb, cpus and pidsLimit are reported\n"
-	       "                    as not enforced (strictLimits refuses to run)\n");
+	moat_cgroup_describe(stdout);
 
 	const char *pasta = find_exec("pasta", path, sizeof path);
 	printf("pasta:              %s\n", pasta ? pasta : "not found (Debian package 'passt')");
 	const char *slirp = find_exec("slirp4netns", path, sizeof path);
 	printf("slirp4netns:        %s\n", slirp ? slirp : "not found");
-	printf("network: true       refused in this build (no user-mode stack wired in)\n");
+	bool tun = access("/dev/net/tun", R_OK | W_OK) == 0;
+	if (!tun)
+		printf("network: true       UNAVAILABLE: /dev/net/tun is not readable and writable "
+		       "by this user (Debian's default is mode 0666)\n");
+	else if (pasta || slirp)
+		printf("network: true       egress through %s\n", pasta ? "pasta" : "slirp4netns");
+	else
+		printf("network: true       UNAVAILABLE: install the Debian package 'passt' "
+		       "(or 'slirp4netns')\n");
+	printf("allowedHosts        egress through moat's own HTTP/HTTPS proxy (no tools needed)\n");
 
 	static const char *const interp[] = { "python3", "node", "bash", "sh" };
 	for (size_t i = 0; i < sizeof interp / sizeof interp[0]; i++) {

@@ -31,6 +31,7 @@ void moat_result_free(struct moat_result *res)
 	free(res->warnings);
 	free(res->network_json);
 	free(res->files_json);
+	free(res->seccomp_json);
 	free(res);
 }
 
@@ -181,6 +182,10 @@ char *moat_result_to_json(const struct moat_result *res)
 	if (res->files_json) {
 		put_key(&b, &first, "files");
 		moat_buf_append(&b, res->files_json, strlen(res->files_json));
+	}
+	if (res->seccomp_json) {
+		put_key(&b, &first, "seccomp");
+		moat_buf_append(&b, res->seccomp_json, strlen(res->seccomp_json));
 	}
 	moat_buf_append(&b, "}", 1);
 	return moat_buf_take(&b);

@@ -6,10 +6,13 @@
  * only, no allocation, no stdio. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -22,8 +25,32 @@ static void report(int fd, int32_t kind, int32_t step, int32_t err, int32_t deta
 	struct moat_report r = { .kind = kind, .step = step, .err = err, .detail = detail };
 	ssize_t n;
 	do
-		n = write(fd, &r, sizeof r);
+		n = send(fd, &r, sizeof r, MSG_NOSIGNAL);
 	while (n < 0 && errno == EINTR);
+}
+
+/* Hands the seccomp listener to the supervisor: one record with the fd. */
+static int send_listener(int fd, int listener)
+{
+	struct moat_report r = { .kind = MOAT_REPORT_LISTENER };
+	struct iovec iov = { .iov_base = &r, .iov_len = sizeof r };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	memset(&u, 0, sizeof u);
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			      .msg_controllen = sizeof u.buf };
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+	cm->cmsg_level = SOL_SOCKET;
+	cm->cmsg_type = SCM_RIGHTS;
+	cm->cmsg_len = CMSG_LEN(sizeof(int));
+	memcpy(CMSG_DATA(cm), &listener, sizeof(int));
+	ssize_t n;
+	do
+		n = sendmsg(fd, &msg, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n == (ssize_t)sizeof r ? 0 : -1;
 }
 
 __attribute__((noreturn)) static void fail(const struct moat_child *c, enum moat_step step,
@@ -112,10 +139,16 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 	if (moat_priv_no_new_privs() < 0)
 		fail(c, MOAT_STEP_NNP, 0);
 	if (c->seccomp) {
-		int rc = moat_seccomp_install(c->seccomp);
+		int listener = -1;
+		int rc = moat_seccomp_install(c->seccomp, &listener);
 		if (rc < 0) {
 			errno = -rc;
 			fail(c, MOAT_STEP_SECCOMP, 0);
+		}
+		if (listener >= 0) {
+			if (send_listener(c->report_fd, listener) < 0)
+				fail(c, MOAT_STEP_SECCOMP, 1);
+			close(listener);
 		}
 	}
 	if (c->transpile) {
@@ -160,6 +193,16 @@ __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_
 				continue;
 			_exit(126); /* no children left and no status: should not happen */
 		}
+		if (WIFSTOPPED(st)) {
+			/* the program made init its tracer (PTRACE_TRACEME, where a
+			 * policy allows it): never hold a tracee stopped, let it go
+			 * with the signal it stopped for */
+			int sig = WSTOPSIG(st) == SIGTRAP ? 0 : WSTOPSIG(st);
+			ptrace(PTRACE_DETACH, w, NULL, (void *)(long)sig);
+			continue;
+		}
+		if (!WIFEXITED(st) && !WIFSIGNALED(st))
+			continue;
 		if (w == program) {
 			report(c->report_fd, MOAT_REPORT_STATUS, 0, 0, st);
 			/* exiting kills every other process of the pid namespace */
@@ -189,6 +232,14 @@ void moat_child_main(const struct moat_child *c)
 
 	if (moat_priv_become_nobody(c->as_root) < 0)
 		fail(c, MOAT_STEP_IDS, 0);
+	/* As root the uid change above cleared the parent-death signal: set it
+	 * again, then make sure the supervisor did not die in between (its end
+	 * of the report socket would be closed). */
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		fail(c, MOAT_STEP_SYNC, 0);
+	struct pollfd alive = { .fd = c->report_fd, .events = POLLIN | POLLRDHUP };
+	if (poll(&alive, 1, 0) < 0 || (alive.revents & (POLLHUP | POLLRDHUP | POLLERR)))
+		_exit(125);
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		fail(c, MOAT_STEP_PRIVATE, 0);
 	size_t op = 0;

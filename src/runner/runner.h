@@ -33,6 +33,7 @@ enum moat_step {
 enum moat_report_kind {
 	MOAT_REPORT_SETUP_FAILED = 1, /* step, err, detail */
 	MOAT_REPORT_STATUS = 2,       /* detail = wait status of the program */
+	MOAT_REPORT_LISTENER = 3,     /* carries the seccomp listener fd (SCM_RIGHTS) */
 };
 
 struct moat_report {
@@ -56,7 +57,7 @@ struct moat_child {
 	int net_fd;     /* kept for moat_net_child_setup, or -1 */
 	bool as_root;
 	int sync_fd;    /* read: one byte when the id maps are written */
-	int report_fd;  /* write: struct moat_report records */
+	int report_fd;  /* SOCK_SEQPACKET: struct moat_report records (+ fds) */
 	int stdin_fd;
 	int stdout_fd;
 	int stderr_fd;

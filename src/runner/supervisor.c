@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/timerfd.h>
 #include <sys/wait.h>
@@ -241,9 +242,41 @@ static int setup_error(const struct moat_report *r, const struct moat_mount_plan
 struct run_state {
 	int sync_w, report_r, stdin_w, stdout_r, stderr_r;
 	int sync_r, report_w, stdin_r, stdout_w, stderr_w;
-	int pidfd, timerfd, epfd;
+	int pidfd, timerfd, epfd, listener;
 	pid_t pid;
 };
+
+/* One report record; a listener fd that comes with it is stored in *fd_out.
+ * Returns 1 for a record, 0 for nothing now (EAGAIN), -1 at EOF or error. */
+static int recv_report(int sock, struct moat_report *r, int *fd_out)
+{
+	struct iovec iov = { .iov_base = r, .iov_len = sizeof *r };
+	union {
+		char buf[CMSG_SPACE(sizeof(int))];
+		struct cmsghdr align;
+	} u;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			      .msg_controllen = sizeof u.buf };
+	ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (n < 0)
+		return (errno == EAGAIN || errno == EINTR) ? 0 : -1;
+	if (n == 0)
+		return -1;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
+		    cm->cmsg_len == CMSG_LEN(sizeof(int))) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+			if (*fd_out < 0 && r->kind == MOAT_REPORT_LISTENER)
+				*fd_out = fd;
+			else
+				close(fd); /* never keep an fd we did not ask for */
+		}
+	}
+	if ((size_t)n != sizeof *r || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+		return 0; /* malformed: ignore it */
+	return 1;
+}
 
 static void close_fd(int *fd)
 {
@@ -349,6 +382,7 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	memset(&priv, 0, sizeof priv);
 	struct moat_cgroup *cg = NULL;
 	struct moat_net *net = NULL;
+	struct moat_seccomp_log *sclog = NULL;
 	struct moat_mount_plan *plan = NULL;
 	struct moat_exec program = { 0 }, transpile = { 0 };
 	bool need_transpile = false;
@@ -370,7 +404,7 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	uint64_t tmpfs = opts->tmpfs_bytes ? opts->tmpfs_bytes : MOAT_DEFAULT_TMPFS_BYTES;
 	if (moat_net_prepare(req, &net, err) < 0)
 		goto out;
-	if (moat_seccomp_prepare(opts->policy_path, false, &seccomp, err) < 0)
+	if (moat_seccomp_prepare(opts->policy_path, opts->seccomp_log, &seccomp, err) < 0)
 		goto out;
 	if (moat_priv_prepare(&priv, tmpfs, err) < 0)
 		goto out;
@@ -383,12 +417,17 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	}
 	struct moat_plan_input pin = {
 		.rootfs_dir = opts->rootfs_dir, .tmpfs_bytes = tmpfs, .req = req,
-		.code_name = code_name,
+		.code_name = code_name, .resolv_conf = moat_net_resolv_conf(net),
 	};
 	if (moat_plan_build(&pin, &plan, err) < 0)
 		goto out;
 
-	if (make_pipe(&st.sync_r, &st.sync_w, 0) < 0 || make_pipe(&st.report_r, &st.report_w, 0) < 0 ||
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) == 0) {
+		st.report_r = sp[0];
+		st.report_w = sp[1];
+	}
+	if (st.report_r < 0 || make_pipe(&st.sync_r, &st.sync_w, 0) < 0 ||
 	    make_pipe(&st.stdin_r, &st.stdin_w, 0) < 0 || make_pipe(&st.stdout_r, &st.stdout_w, 0) < 0 ||
 	    make_pipe(&st.stderr_r, &st.stderr_w, 0) < 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "pipe: %s", strerror(errno));
@@ -478,9 +517,12 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	struct stream se = { st.stderr_r, MOAT_STDERR, &res->stderr_buf, &res->stderr_len,
 			     &res->stderr_truncated, cap, 0 };
 	size_t stdin_off = 0;
-	struct moat_report rep_buf[4];
-	size_t rep_have = 0;
+	if (opts->seccomp_log && !(sclog = moat_seccomp_log_new())) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		goto kill_out;
+	}
 	bool have_status = false, have_setup_error = false, exited = false, draining = false;
+	bool init_unreported = false;
 	struct moat_report status = { 0 }, setup = { 0 };
 
 	while (st.stdout_r >= 0 || st.stderr_r >= 0 || st.report_r >= 0 || !exited) {
@@ -501,27 +543,29 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 					close_fd(fd == st.stdout_r ? &st.stdout_r : &st.stderr_r);
 				}
 			} else if (fd == st.report_r) {
-				char *p = (char *)rep_buf + rep_have;
-				ssize_t r = read(st.report_r, p, sizeof rep_buf - rep_have);
-				if (r > 0) {
-					rep_have += (size_t)r;
-					size_t whole = rep_have / sizeof(struct moat_report);
-					for (size_t k = 0; k < whole; k++) {
-						if (rep_buf[k].kind == MOAT_REPORT_STATUS && !have_status) {
-							status = rep_buf[k];
-							have_status = true;
-						} else if (rep_buf[k].kind == MOAT_REPORT_SETUP_FAILED &&
-							   !have_setup_error) {
-							setup = rep_buf[k];
-							have_setup_error = true;
-						}
+				struct moat_report r;
+				int got;
+				while ((got = recv_report(st.report_r, &r, &st.listener)) > 0) {
+					if (r.kind == MOAT_REPORT_STATUS && !have_status) {
+						status = r;
+						have_status = true;
+					} else if (r.kind == MOAT_REPORT_SETUP_FAILED && !have_setup_error) {
+						setup = r;
+						have_setup_error = true;
+					} else if (r.kind == MOAT_REPORT_LISTENER && st.listener >= 0 &&
+						   (!sclog || epoll_add(st.epfd, st.listener, EPOLLIN) < 0)) {
+						/* unanswered, the filtered calls fail with ENOSYS */
+						close_fd(&st.listener);
 					}
-					memmove(rep_buf, (char *)rep_buf + whole * sizeof(struct moat_report),
-						rep_have - whole * sizeof(struct moat_report));
-					rep_have -= whole * sizeof(struct moat_report);
-				} else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+				}
+				if (got < 0) {
 					epoll_ctl(st.epfd, EPOLL_CTL_DEL, fd, NULL);
 					close_fd(&st.report_r);
+				}
+			} else if (st.listener >= 0 && fd == st.listener) {
+				if (moat_seccomp_log_handle(seccomp, st.listener, sclog) < 0) {
+					epoll_ctl(st.epfd, EPOLL_CTL_DEL, fd, NULL);
+					close_fd(&st.listener);
 				}
 			} else if (fd == st.stdin_w) {
 				ssize_t w = write(st.stdin_w, req->stdin_data + stdin_off,
@@ -585,12 +629,17 @@ loop_done:;
 		/* init died without reporting: killed from outside (OOM killer, admin) */
 		res->signal = si.si_code == CLD_KILLED || si.si_code == CLD_DUMPED ? si.si_status : SIGKILL;
 		res->killed_by = "signal";
+		init_unreported = true;
+	}
+	if (sclog && !(res->seccomp_json = moat_seccomp_log_json(sclog)))
+		(void)moat_result_warn(res, "out of memory rendering the seccomp log");
+	moat_cgroup_finish(cg, res);
+	cg = NULL;
+	/* an OOM group kill takes the init too: finish has said why */
+	if (init_unreported && !strcmp(res->killed_by, "signal"))
 		(void)moat_result_warn(res, "the sandbox init ended without reporting the "
 				       "program's status (si_code %d, status %d)", si.si_code,
 				       si.si_status);
-	}
-	moat_cgroup_finish(cg, res);
-	cg = NULL;
 	moat_net_finish(net, res);
 	net = NULL;
 	*out = res;
@@ -611,7 +660,7 @@ out:
 	}
 	int *fds[] = { &st.sync_w, &st.report_r, &st.stdin_w, &st.stdout_r, &st.stderr_r,
 		       &st.sync_r, &st.report_w, &st.stdin_r, &st.stdout_w, &st.stderr_w,
-		       &st.pidfd, &st.timerfd, &st.epfd };
+		       &st.pidfd, &st.timerfd, &st.epfd, &st.listener };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		close_fd(fds[i]);
 	if (mask_set) {
@@ -621,6 +670,7 @@ out:
 			;
 		pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
 	}
+	moat_seccomp_log_free(sclog);
 	moat_cgroup_finish(cg, NULL);
 	moat_net_finish(net, NULL);
 	moat_plan_free(plan);

@@ -11,5 +11,9 @@ Suite *result_suite(void);
 Suite *jsonw_suite(void);
 Suite *seccomp_policy_suite(void);
 Suite *rootfs_plan_suite(void);
+Suite *net_suite(void);
+Suite *providers_suite(void);
+Suite *config_suite(void);
+Suite *cgroups_suite(void);
 
 #endif

@@ -1,0 +1,37 @@
+/* Runs every integration and security suite against $MOAT_BIN, as root and
+ * as uid 65534. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "suites.h"
+
+int main(void)
+{
+	Suite *(*suites[])(void) = {
+		runner_suite, isolation_suite, requests_suite, cli_suite, escape_suite,
+		network_suite, providers_cli_suite, limits_suite, seccomp_escape_suite,
+	};
+	/* copy the binary once, in the parent, where uid 65534 can run it */
+	const char *moat = harness_moat();
+	if (!harness_is_root())
+		fprintf(stderr, "note: not root: only the rootless mode runs\n");
+	SRunner *sr = srunner_create(NULL);
+	for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)
+		srunner_add_suite(sr, suites[i]());
+	srunner_run_all(sr, CK_NORMAL);
+	int failed = srunner_ntests_failed(sr);
+	srunner_free(sr);
+	/* remove the copy and its directory */
+	char dir[4096];
+	snprintf(dir, sizeof dir, "%s", moat);
+	unlink(moat);
+	char *slash = strrchr(dir, '/');
+	if (slash) {
+		*slash = '\0';
+		rmdir(dir);
+	}
+	return failed ? EXIT_FAILURE : EXIT_SUCCESS;
+}

@@ -1,0 +1,16 @@
+/* Every integration and security suite; tests/integration/main.c runs them. */
+#ifndef MOAT_TESTS_INTEGRATION_SUITES_H
+#define MOAT_TESTS_INTEGRATION_SUITES_H
+#include <check.h>
+
+Suite *runner_suite(void);
+Suite *isolation_suite(void);
+Suite *requests_suite(void);
+Suite *cli_suite(void);
+Suite *escape_suite(void);
+Suite *network_suite(void);
+Suite *providers_cli_suite(void);
+Suite *limits_suite(void);
+Suite *seccomp_escape_suite(void);
+
+#endif

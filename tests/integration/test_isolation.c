@@ -1,0 +1,760 @@
+/* DESIGN.md §4 invariants 1, 2, 3, 5, 6, 7 and the output/tmpfs/rlimit parts
+ * of 8, checked from inside real sandboxes, as root and rootless (loop index =
+ * harness mode). Each program prints a verdict that is compared exactly. */
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "suites.h"
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+/* Runs python code through moat exec and compares its stdout exactly. */
+static void expect_py_env(int mode, const char *code, const char *extra, const char *want)
+{
+	struct run_out o;
+	harness_exec_code(mode, "python", code, extra, &o);
+	ck_assert_msg(o.status == 0 && harness_error_type(&o) == NULL, "mode %d: status %d: %s",
+		      mode, o.status, o.out);
+	const char *so = harness_str(&o, "stdout");
+	ck_assert_msg(harness_num(&o, "exitCode") == 0, "mode %d: program failed: stdout [%s] stderr [%s]",
+		      mode, so, harness_str(&o, "stderr"));
+	ck_assert_msg(so && strcmp(so, want) == 0, "mode %d:\n got [%s]\nwant [%s]\nstderr [%s]", mode,
+		      so, want, harness_str(&o, "stderr"));
+	harness_free(&o);
+}
+
+static void expect_py(int mode, const char *code, const char *want)
+{
+	expect_py_env(mode, code, "", want);
+}
+
+static long now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+	return strcmp(*(const char *const *)a, *(const char *const *)b);
+}
+
+/* Python repr of a sorted list of names: ['a', 'b']. */
+static void py_list(const char **names, size_t n, char *buf, size_t len)
+{
+	qsort(names, n, sizeof *names, cmp_str);
+	size_t off = (size_t)snprintf(buf, len, "[");
+	for (size_t i = 0; i < n && off < len; i++)
+		off += (size_t)snprintf(buf + off, len - off, "%s'%s'", i ? ", " : "", names[i]);
+	if (off < len)
+		snprintf(buf + off, len - off, "]");
+}
+
+/* A python prelude: err(f) runs f and returns 'ok' or the errno name. */
+#define PY_ERR                                                         \
+	"import errno, os\n"                                           \
+	"def err(f):\n"                                                \
+	"    try:\n"                                                   \
+	"        f()\n"                                                \
+	"        return 'ok'\n"                                        \
+	"    except OSError as e:\n"                                   \
+	"        return errno.errorcode.get(e.errno, str(e))\n"        \
+	"def w(p, data='x', mode='a'):\n"                              \
+	"    def f():\n"                                               \
+	"        with open(p, mode) as fh:\n"                          \
+	"            fh.write(data)\n"                                 \
+	"    return err(f)\n"
+
+/* moat started by hand, for what harness_run cannot do: a terminal as its
+ * stdio, an inherited host fd, being killed mid-run. Its stdout and stderr
+ * both go to *out_fd. */
+static pid_t spawn_moat(int mode, const char *const *args, const char *stdin_text, bool pty,
+			bool leak_fd, int *out_fd)
+{
+	const char *moat = harness_moat();
+	int p[2] = { -1, -1 }, in[2] = { -1, -1 }, master = -1;
+	char slave[128] = "";
+	if (pty) {
+		master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+		ck_assert_msg(master >= 0, "posix_openpt: %s", strerror(errno));
+		ck_assert_int_eq(grantpt(master), 0);
+		ck_assert_int_eq(unlockpt(master), 0);
+		ck_assert_int_eq(ptsname_r(master, slave, sizeof slave), 0);
+	} else {
+		ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	}
+	ck_assert_int_eq(pipe2(in, O_CLOEXEC), 0);
+	size_t argc = 0;
+	while (args[argc])
+		argc++;
+	char **argv = calloc(argc + 2, sizeof *argv);
+	ck_assert_ptr_nonnull(argv);
+	argv[0] = (char *)"moat";
+	for (size_t i = 0; i < argc; i++)
+		argv[i + 1] = (char *)args[i];
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int o = p[1];
+		if (pty) {
+			setsid();
+			o = open(slave, O_RDWR);
+			if (o < 0 || ioctl(o, TIOCSCTTY, 0) < 0)
+				_exit(97);
+			dup2(o, 0);
+		} else {
+			dup2(in[0], 0);
+		}
+		dup2(o, 1);
+		dup2(o, 2);
+		if (leak_fd) {
+			/* a host fd without FD_CLOEXEC: moat must not pass it on */
+			int f = open("/etc/hostname", O_RDONLY);
+			if (f < 0 || dup2(f, 7) < 0)
+				_exit(96);
+		}
+		if (mode == MODE_ROOTLESS && geteuid() == 0 &&
+		    (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+		     setresuid(65534, 65534, 65534) < 0))
+			_exit(99);
+		char *envp[] = { (char *)"PATH=/usr/bin:/bin",
+				 (char *)HARNESS_CANARY_NAME "=" HARNESS_CANARY_VALUE,
+				 (char *)"HOME=/nonexistent", NULL };
+		execve(moat, argv, envp);
+		_exit(98);
+	}
+	free(argv);
+	close(in[0]);
+	if (stdin_text) {
+		size_t len = strlen(stdin_text);
+		ck_assert_int_eq(write(in[1], stdin_text, len), (ssize_t)len);
+	}
+	close(in[1]);
+	if (pty) {
+		*out_fd = master;
+	} else {
+		close(p[1]);
+		*out_fd = p[0];
+	}
+	return pid;
+}
+
+/* Reads fd until EOF (or EIO on a pty), until `until` appears when not NULL,
+ * or until timeout_ms. Returns the malloc'd text (\r removed). */
+static char *read_until(int fd, const char *until, long timeout_ms)
+{
+	size_t len = 0, cap = 4096;
+	char *buf = malloc(cap);
+	ck_assert_ptr_nonnull(buf);
+	buf[0] = '\0';
+	long t0 = now_ms();
+	while (now_ms() - t0 < timeout_ms) {
+		if (until && strstr(buf, until))
+			break;
+		struct pollfd pfd = { fd, POLLIN, 0 };
+		if (poll(&pfd, 1, 100) <= 0)
+			continue;
+		char chunk[4096];
+		ssize_t n = read(fd, chunk, sizeof chunk);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		for (ssize_t i = 0; i < n; i++) {
+			if (chunk[i] == '\r')
+				continue;
+			if (len + 2 > cap) {
+				cap *= 2;
+				buf = realloc(buf, cap);
+				ck_assert_ptr_nonnull(buf);
+			}
+			buf[len++] = chunk[i];
+		}
+		buf[len] = '\0';
+	}
+	return buf;
+}
+
+static int wait_status(pid_t pid)
+{
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+static int count_marker(const char *marker)
+{
+	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char path[300];
+		snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		char buf[4096];
+		ssize_t r = read(fd, buf, sizeof buf);
+		close(fd);
+		if (r > 0 && memmem(buf, (size_t)r, marker, strlen(marker)))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* ---- invariant 1: nothing of the host writable ----------------------------- */
+
+START_TEST(root_and_binds_read_only)
+{
+	HARNESS_MODE_GUARD(_i);
+	expect_py(_i,
+		  PY_ERR
+		  "bad = []\n"
+		  "for p in ['/newfile', '/usr/newfile', '/usr/bin/python3', '/etc/passwd', '/etc/newfile',\n"
+		  "          '/etc/ld.so.cache', '/dev/newfile', '/bin/newfile', '/lib/newfile',\n"
+		  "          '/etc/ssl/certs/new.pem', '/usr/lib/newfile']:\n"
+		  "    r = w(p)\n"
+		  "    if r not in ('EROFS', 'EACCES'): bad.append((p, r))\n"
+		  "for d in ['/newdir', '/usr/newdir', '/etc/newdir', '/dev/newdir', '/usr/share/newdir']:\n"
+		  "    r = err(lambda: os.mkdir(d))\n"
+		  "    if r not in ('EROFS', 'EACCES'): bad.append((d, r))\n"
+		  "for p in ['/etc/passwd', '/usr/bin/env']:\n"
+		  "    r = err(lambda: os.utime(p))\n"
+		  "    if r not in ('EROFS', 'EACCES', 'EPERM'): bad.append(('utime ' + p, r))\n"
+		  "print('writes', bad)\n"
+		  "print('root', w('/x'), 'usr', w('/usr/x'), 'etc', w('/etc/x'), 'dev', w('/dev/x'))\n",
+		  "writes []\nroot EROFS usr EROFS etc EROFS dev EROFS\n");
+}
+END_TEST
+
+START_TEST(mount_flags)
+{
+	HARNESS_MODE_GUARD(_i);
+	/* every mount nosuid; rw only the scratch tmpfs and /proc itself; nodev
+	 * except the bound device nodes; no exec from /tmp, /dev, /dev/shm, /proc */
+	expect_py(_i,
+		  "bad = []\n"
+		  "seen = set()\n"
+		  "for line in open('/proc/self/mountinfo'):\n"
+		  "    f = line.split()\n"
+		  "    root, mp, opts = f[3], f[4], f[5].split(',')\n"
+		  "    seen.add(mp)\n"
+		  "    if 'nosuid' not in opts: bad.append(('suid', mp))\n"
+		  "    if 'ro' not in opts and mp not in ('/tmp', '/sandbox', '/dev/shm', '/proc'):\n"
+		  "        bad.append(('rw', mp))\n"
+		  "    dev = root in ('/null', '/zero', '/full', '/random', '/urandom')\n"
+		  "    if 'nodev' not in opts and not dev: bad.append(('dev', mp))\n"
+		  "    if mp in ('/tmp', '/dev', '/dev/shm', '/proc') and 'noexec' not in opts:\n"
+		  "        bad.append(('exec', mp))\n"
+		  "print(bad, sorted(seen & {'/', '/usr', '/tmp', '/sandbox', '/proc', '/dev', '/dev/shm'}))\n",
+		  "[] ['/', '/dev', '/dev/shm', '/proc', '/sandbox', '/tmp', '/usr']\n");
+}
+END_TEST
+
+START_TEST(scratch_dirs_writable_tmp_noexec)
+{
+	HARNESS_MODE_GUARD(_i);
+	expect_py(_i,
+		  PY_ERR
+		  "import shutil, subprocess\n"
+		  "print('empty', os.listdir('/tmp'), os.listdir('/dev/shm'), os.listdir('/sandbox'))\n"
+		  "def run(d):\n"
+		  "    shutil.copy('/bin/true', d + '/t')\n"
+		  "    os.chmod(d + '/t', 0o755)\n"
+		  "    try:\n"
+		  "        return 'exit %d' % subprocess.run([d + '/t']).returncode\n"
+		  "    except OSError as e:\n"
+		  "        return type(e).__name__\n"
+		  "print('tmp', run('/tmp'), 'shm', run('/dev/shm'), 'sandbox', run('/sandbox'))\n"
+		  "for d in ['/tmp', '/sandbox', '/dev/shm']:\n"
+		  "    os.mkdir(d + '/sub')\n"
+		  "    open(d + '/sub/f', 'w').write('data ' + d)\n"
+		  "    print(open(d + '/sub/f').read(), oct(os.stat(d).st_mode & 0o7777))\n",
+		  "empty [] [] ['main.py']\n"
+		  "tmp PermissionError shm PermissionError sandbox exit 0\n"
+		  "data /tmp 0o1777\ndata /sandbox 0o755\ndata /dev/shm 0o1777\n");
+}
+END_TEST
+
+START_TEST(tmpfs_size_capped)
+{
+	HARNESS_MODE_GUARD(_i);
+	/* two 40 MiB files (each under RLIMIT_FSIZE) cannot both fit in 64 MiB */
+	expect_py(_i,
+		  "import errno, os\n"
+		  "chunk = b'z' * (1 << 20)\n"
+		  "for d in ['/tmp', '/sandbox', '/dev/shm']:\n"
+		  "    total, res = 0, 'ok'\n"
+		  "    try:\n"
+		  "        for name in ['a', 'b']:\n"
+		  "            fd = os.open(d + '/' + name, os.O_WRONLY | os.O_CREAT, 0o600)\n"
+		  "            try:\n"
+		  "                for _ in range(40):\n"
+		  "                    total += os.write(fd, chunk)\n"
+		  "            finally:\n"
+		  "                os.close(fd)\n"
+		  "    except OSError as e:\n"
+		  "        res = errno.errorcode[e.errno]\n"
+		  "    print(d, res, 60 << 20 <= total <= 64 << 20)\n"
+		  "    for name in ['a', 'b']:\n"
+		  "        if os.path.exists(d + '/' + name): os.unlink(d + '/' + name)\n",
+		  "/tmp ENOSPC True\n/sandbox ENOSPC True\n/dev/shm ENOSPC True\n");
+}
+END_TEST
+
+START_TEST(dev_minimal)
+{
+	HARNESS_MODE_GUARD(_i);
+	expect_py(_i,
+		  PY_ERR
+		  "print(sorted(os.listdir('/dev')))\n"
+		  "print([p for p in ['/dev/tty', '/dev/console', '/dev/sda', '/dev/vda', '/dev/mem',\n"
+		  "       '/dev/kmsg', '/dev/ptmx', '/dev/pts', '/dev/net/tun', '/dev/fuse'] if os.path.lexists(p)])\n"
+		  "print('null', w('/dev/null'), repr(open('/dev/null', 'rb').read()))\n"
+		  "print('zero', open('/dev/zero', 'rb').read(4))\n"
+		  "print('urandom', len(open('/dev/urandom', 'rb').read(16)), len(open('/dev/random', 'rb').read(8)))\n"
+		  "print('full', w('/dev/full'))\n"
+		  "print('shm', w('/dev/shm/x', 'shared'), open('/dev/shm/x').read())\n"
+		  "print('mknod', err(lambda: os.mknod('/tmp/n', 0o600 | 0o020000, os.makedev(1, 3))))\n",
+		  "['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n"
+		  "[]\n"
+		  "null ok b''\n"
+		  "zero b'\\x00\\x00\\x00\\x00'\n"
+		  "urandom 16 8\n"
+		  "full ENOSPC\n"
+		  "shm ok shared\n"
+		  "mknod EPERM\n");
+}
+END_TEST
+
+/* ---- invariant 2: host files not visible -------------------------------------- */
+
+START_TEST(host_paths_hidden)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *names[16] = { "proc", "dev", "sandbox", "tmp", "etc", "usr" };
+	size_t n = 6;
+	static const char *const links[] = { "bin", "sbin", "lib", "lib32", "lib64", "libx32" };
+	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
+		char path[32];
+		struct stat st;
+		snprintf(path, sizeof path, "/%s", links[i]);
+		if (lstat(path, &st) == 0 && (S_ISLNK(st.st_mode) || S_ISDIR(st.st_mode)))
+			names[n++] = links[i];
+	}
+	char list[512], want[1024];
+	py_list(names, n, list, sizeof list);
+	snprintf(want, sizeof want, "%s\n[]\n[]\n", list);
+	expect_py(_i,
+		  "import os\n"
+		  "print(sorted(os.listdir('/')))\n"
+		  "print([p for p in ['/root', '/home', '/run', '/var', '/srv', '/opt', '/mnt', '/media',\n"
+		  "       '/boot', '/sys', '/work', '/old_root', '/lost+found', '/.dockerenv', '/var/run',\n"
+		  "       '/run/user', '/tmp/.X11-unix', '/proc/sys/fs/binfmt_misc/register'] if os.path.lexists(p)])\n"
+		  /* absolute symlinks (merged /usr) point into the sandbox, never out */
+		  "print([p for p in os.listdir('/') if os.path.islink('/' + p) and\n"
+		  "       not os.path.realpath('/' + p).startswith('/usr/')])\n",
+		  want);
+}
+END_TEST
+
+START_TEST(etc_only_planned_files)
+{
+	HARNESS_MODE_GUARD(_i);
+	/* what rootfs/default.plan binds when the host has it, plus the generated files */
+	static const char *const plan[][2] = {
+		{ "/etc/ld.so.cache", "ld.so.cache" }, { "/etc/ld.so.conf", "ld.so.conf" },
+		{ "/etc/ld.so.conf.d", "ld.so.conf.d" }, { "/etc/localtime", "localtime" },
+		{ "/etc/nsswitch.conf", "nsswitch.conf" }, { "/etc/alternatives", "alternatives" },
+		{ "/etc/ssl/certs", "ssl" }, { "/etc/ssl/openssl.cnf", "ssl" },
+		{ "/etc/ca-certificates.conf", "ca-certificates.conf" }, { "/etc/mime.types", "mime.types" },
+		{ "/etc/python3", "python3" }, { "/etc/python3.11", "python3.11" },
+		{ "/etc/python3.12", "python3.12" }, { "/etc/python3.13", "python3.13" },
+	};
+	const char *names[32] = { "passwd", "group", "hosts", "hostname" };
+	size_t n = 4;
+	for (size_t i = 0; i < sizeof plan / sizeof plan[0]; i++) {
+		struct stat st;
+		if (stat(plan[i][0], &st) < 0)
+			continue;
+		bool dup = false;
+		for (size_t k = 0; k < n; k++)
+			dup |= !strcmp(names[k], plan[i][1]);
+		if (!dup)
+			names[n++] = plan[i][1];
+	}
+	char list[1024], want[2048];
+	py_list(names, n, list, sizeof list);
+	snprintf(want, sizeof want,
+		 "%s\n['nobody', 'root']\n['nogroup', 'root']\nmoat\n", list);
+	expect_py(_i,
+		  "import os\n"
+		  "print(sorted(os.listdir('/etc')))\n"
+		  "print(sorted(l.split(':')[0] for l in open('/etc/passwd') if l.strip()))\n"
+		  "print(sorted(l.split(':')[0] for l in open('/etc/group') if l.strip()))\n"
+		  "print(open('/etc/hostname').read().strip())\n",
+		  want);
+}
+END_TEST
+
+/* ---- invariant 3: identity and privileges ----------------------------------------- */
+
+START_TEST(ids_are_nobody)
+{
+	HARNESS_MODE_GUARD(_i);
+	expect_py(_i,
+		  "import os, subprocess\n"
+		  "print(os.getresuid(), os.getresgid(), os.getgroups())\n"
+		  "print(subprocess.run(['id'], capture_output=True, text=True).stdout, end='')\n"
+		  "print(os.stat('/sandbox/main.py').st_uid, os.stat('/tmp').st_uid)\n",
+		  "(65534, 65534, 65534) (65534, 65534, 65534) []\n"
+		  "uid=65534(nobody) gid=65534(nogroup) groups=65534(nogroup)\n"
+		  "65534 65534\n");
+}
+END_TEST
+
+START_TEST(no_capabilities_no_new_privs)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *code = "for l in open('/proc/self/status'):\n"
+			   "    if l.startswith(('Cap', 'NoNewPrivs')): print(l.split()[0], l.split()[1])\n";
+	const char *want = "CapInh: 0000000000000000\nCapPrm: 0000000000000000\n"
+			   "CapEff: 0000000000000000\nCapBnd: 0000000000000000\n"
+			   "CapAmb: 0000000000000000\nNoNewPrivs: 1\n";
+	expect_py(_i, code, want);
+	/* the same for a grandchild started through bash */
+	char *bash = NULL;
+	ck_assert_int_ge(asprintf(&bash, "python3 - <<'EOF'\n%sEOF\n", code), 0);
+	struct run_out o;
+	harness_exec_code(_i, "bash", bash, "", &o);
+	ck_assert_msg(harness_num(&o, "exitCode") == 0, "%s", o.out);
+	ck_assert_str_eq(harness_str(&o, "stdout"), want);
+	harness_free(&o);
+	free(bash);
+}
+END_TEST
+
+START_TEST(only_sandbox_pids)
+{
+	HARNESS_MODE_GUARD(_i);
+	expect_py(_i,
+		  "import os\n"
+		  "pids = [p for p in os.listdir('/proc') if p.isdigit()]\n"
+		  "print(os.getpid() <= 3, os.getppid(), '1' in pids, len(pids) < 10)\n"
+		  "print(open('/proc/1/status').read().count('NSpid'))\n"
+		  "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('NSpid')])\n",
+		  "True 1 True True\n1\n['2']\n");
+}
+END_TEST
+
+START_TEST(hostname_is_moat)
+{
+	HARNESS_MODE_GUARD(_i);
+	expect_py(_i,
+		  "import os, socket\n"
+		  "print(socket.gethostname(), os.uname().nodename,\n"
+		  "      open('/proc/sys/kernel/hostname').read().strip(),\n"
+		  "      open('/proc/sys/kernel/domainname').read().strip())\n",
+		  "moat moat moat moat\n");
+}
+END_TEST
+
+START_TEST(proc_protected)
+{
+	HARNESS_MODE_GUARD(_i);
+	/* masked files read empty when the host has them, are absent otherwise */
+	static const char *const masked[] = { "kcore", "kallsyms", "keys", "timer_list", "kmsg" };
+	char want[1024] = "sys []\nsysrq blocked\n";
+	for (size_t i = 0; i < sizeof masked / sizeof masked[0]; i++) {
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%s", masked[i]);
+		size_t off = strlen(want);
+		snprintf(want + off, sizeof want - off, "%s %s\n", masked[i],
+			 access(path, F_OK) == 0 ? "empty" : "absent");
+	}
+	expect_py(_i,
+		  PY_ERR
+		  "bad = []\n"
+		  "for p in ['/proc/sys/kernel/hostname', '/proc/sys/kernel/core_pattern',\n"
+		  "          '/proc/sys/vm/drop_caches', '/proc/sys/kernel/modprobe', '/proc/sys/net/ipv4/ip_forward']:\n"
+		  "    r = w(p, '1\\n', 'w')\n"
+		  "    if r not in ('EROFS', 'EACCES', 'EPERM', 'ENOENT'): bad.append((p, r))\n"
+		  "print('sys', bad)\n"
+		  "print('sysrq', 'blocked' if w('/proc/sysrq-trigger', 'h', 'w') != 'ok' else 'WRITABLE')\n"
+		  "for n in ['kcore', 'kallsyms', 'keys', 'timer_list', 'kmsg']:\n"
+		  "    p = '/proc/' + n\n"
+		  "    if not os.path.exists(p): print(n, 'absent'); continue\n"
+		  "    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)\n"
+		  "    try: data = os.read(fd, 4096)\n"
+		  "    except OSError as e: data = errno.errorcode[e.errno].encode()\n"
+		  "    os.close(fd)\n"
+		  "    print(n, 'empty' if data == b'' else 'LEAKS %r' % data[:40])\n",
+		  want);
+}
+END_TEST
+
+START_TEST(proc1_not_accessible)
+{
+	HARNESS_MODE_GUARD(_i);
+	expect_py(_i,
+		  "import os\n"
+		  "def rd(p):\n"
+		  "    try:\n"
+		  "        open(p, 'rb').read(1)\n"
+		  "        return 'READABLE'\n"
+		  "    except OSError as e:\n"
+		  "        return type(e).__name__\n"
+		  "def ls(p):\n"
+		  "    try:\n"
+		  "        os.listdir(p)\n"
+		  "        return 'LISTED'\n"
+		  "    except OSError as e:\n"
+		  "        return type(e).__name__\n"
+		  "print(rd('/proc/1/environ'), rd('/proc/1/mem'), ls('/proc/1/root/'), ls('/proc/1/fd'))\n"
+		  "print([l.split()[1] for l in open('/proc/1/status') if l.startswith(('CapEff', 'CapPrm', 'Uid'))])\n",
+		  "PermissionError PermissionError PermissionError PermissionError\n"
+		  "['65534', '0000000000000000', '0000000000000000']\n");
+}
+END_TEST
+
+/* ---- invariant 5: network ----------------------------------------------------- */
+
+START_TEST(network_only_loopback)
+{
+	HARNESS_MODE_GUARD(_i);
+	/* a host TCP listener on 127.0.0.1 and a host abstract unix socket */
+	int tcp = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	ck_assert_int_ge(tcp, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	ck_assert_int_eq(bind(tcp, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(listen(tcp, 16), 0);
+	socklen_t alen = sizeof a;
+	ck_assert_int_eq(getsockname(tcp, (struct sockaddr *)&a, &alen), 0);
+	int port = ntohs(a.sin_port);
+
+	char abstract[64];
+	snprintf(abstract, sizeof abstract, "moat-test-abstract-%ld-%d", (long)getpid(), _i);
+	int ux = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	ck_assert_int_ge(ux, 0);
+	struct sockaddr_un u = { .sun_family = AF_UNIX };
+	memcpy(u.sun_path + 1, abstract, strlen(abstract));
+	socklen_t ulen = (socklen_t)(offsetof(struct sockaddr_un, sun_path) + 1 + strlen(abstract));
+	ck_assert_int_eq(bind(ux, (struct sockaddr *)&u, ulen), 0);
+	ck_assert_int_eq(listen(ux, 16), 0);
+
+	char code[4096];
+	snprintf(code, sizeof code,
+		 "import errno, socket\n"
+		 /* /proc/net/dev lists this netns; if_nameindex needs NETLINK_ROUTE,
+		  * which the seccomp policy may refuse (EPERM) */
+		 "print([l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]])\n"
+		 "try: print(socket.if_nameindex() == [(1, 'lo')])\n"
+		 "except PermissionError: print(True)\n"
+		 "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n"
+		 "c = socket.create_connection(s.getsockname(), timeout=3); a, _ = s.accept()\n"
+		 "c.sendall(b'ping'); print('lo', a.recv(4).decode())\n"
+		 "def conn(fam, addr, typ=socket.SOCK_STREAM):\n"
+		 "    c = socket.socket(fam, typ); c.settimeout(3)\n"
+		 "    try:\n"
+		 "        if typ == socket.SOCK_DGRAM: c.sendto(b'x', addr); return 'sent'\n"
+		 "        c.connect(addr); return 'CONNECTED'\n"
+		 "    except OSError as e: return errno.errorcode.get(e.errno, str(e))\n"
+		 "print('host', conn(socket.AF_INET, ('127.0.0.1', %d)))\n"
+		 "print('abstract', conn(socket.AF_UNIX, '\\0%s'))\n"
+		 "print('ext', conn(socket.AF_INET, ('198.51.100.1', 80)))\n"
+		 "print('udp', conn(socket.AF_INET, ('198.51.100.1', 53), socket.SOCK_DGRAM))\n"
+		 "print('dns', conn(socket.AF_INET, ('8.8.8.8', 53)))\n",
+		 port, abstract);
+	expect_py(_i, code,
+		  "['lo']\nTrue\nlo ping\nhost ECONNREFUSED\nabstract ECONNREFUSED\n"
+		  "ext ENETUNREACH\nudp ENETUNREACH\ndns ENETUNREACH\n");
+	/* nothing reached the host listeners */
+	ck_assert_int_lt(accept(tcp, NULL, NULL), 0);
+	ck_assert_int_eq(errno, EAGAIN);
+	ck_assert_int_lt(accept(ux, NULL, NULL), 0);
+	ck_assert_int_eq(errno, EAGAIN);
+	close(tcp);
+	close(ux);
+}
+END_TEST
+
+/* ---- invariant 6: environment, fds, terminal ------------------------------------ */
+
+START_TEST(host_env_absent)
+{
+	HARNESS_MODE_GUARD(_i);
+	expect_py_env(_i,
+		      "import os\n"
+		      "print(sorted(os.environ))\n"
+		      "raw = open('/proc/self/environ', 'rb').read()\n"
+		      "print(b'" HARNESS_CANARY_VALUE "' in raw, b'" HARNESS_CANARY_NAME "' in raw, os.environ['FOO'])\n",
+		      ",\"env\":{\"FOO\":\"bar\"}",
+		      "['FOO', 'HOME', 'LANG', 'PATH', 'TMPDIR']\nFalse False bar\n");
+	expect_py(_i, "import os\nprint(sorted(os.environ))\n", "['HOME', 'LANG', 'PATH', 'TMPDIR']\n");
+}
+END_TEST
+
+START_TEST(no_host_fds)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *code = "import os\n"
+			   "print(sorted(os.listdir('/proc/self/fd'), key=int),\n"
+			   "      [os.readlink('/proc/self/fd/%d' % i).split(':')[0] for i in range(3)])\n";
+	/* moat is started with a leaked host fd 7 */
+	const char *args[] = { "run", "-l", "python", "-c", code, NULL };
+	int out;
+	pid_t pid = spawn_moat(_i, args, "", false, true, &out);
+	char *text = read_until(out, NULL, 30000);
+	close(out);
+	int st = wait_status(pid);
+	ck_assert_msg(st == 0, "status %d: %s", st, text);
+	/* 0-2 and the directory listdir itself opened */
+	ck_assert_str_eq(text, "['0', '1', '2', '3'] ['pipe', 'pipe', 'pipe']\n");
+	free(text);
+}
+END_TEST
+
+START_TEST(no_terminal_inside)
+{
+	HARNESS_MODE_GUARD(_i);
+	/* moat itself runs on a terminal (stdin, stdout, stderr, controlling tty) */
+	const char *code = "import os, errno\n"
+			   "try:\n"
+			   "    open('/dev/tty'); t = 'TTY'\n"
+			   "except OSError as e:\n"
+			   "    t = errno.errorcode[e.errno]\n"
+			   "print('tty', [os.isatty(i) for i in range(3)], open('/proc/self/stat').read().split()[6], t)\n";
+	const char *args[] = { "run", "-l", "python", "-c", code, NULL };
+	int out;
+	pid_t pid = spawn_moat(_i, args, NULL, true, false, &out);
+	char *text = read_until(out, NULL, 30000);
+	close(out);
+	int st = wait_status(pid);
+	ck_assert_msg(st == 0, "status %d: %s", st, text);
+	ck_assert_str_eq(text, "tty [False, False, False] 0 ENOENT\n");
+	free(text);
+}
+END_TEST
+
+/* ---- invariant 7: nothing outlives a run ---------------------------------------- */
+
+START_TEST(supervisor_killed_kills_sandbox)
+{
+	HARNESS_MODE_GUARD(_i);
+	char marker[96], code[512];
+	snprintf(marker, sizeof marker, "moat-orphan-%ld-%d-m", (long)getpid(), _i);
+	snprintf(code, sizeof code,
+		 "for i in 1 2 3; do (exec -a %s sleep 30) & done\n"
+		 "(exec -a %s sleep 30 &)\n"
+		 "sleep 0.2; echo ready; wait\n",
+		 marker, marker);
+	/* code through stdin: the marker is in no argv but the sleeps' */
+	const char *args[] = { "run", "-l", "bash", "-", NULL };
+	int out;
+	pid_t pid = spawn_moat(_i, args, code, false, false, &out);
+	char *text = read_until(out, "ready\n", 20000);
+	ck_assert_msg(strstr(text, "ready\n"), "no ready: %s", text);
+	int started = 0;
+	for (int i = 0; i < 40 && started < 4; i++) {
+		started = count_marker(marker);
+		if (started < 4)
+			usleep(50000);
+	}
+	ck_assert_int_eq(started, 4);
+	/* the sandbox init, to clean up if the test fails */
+	char path[64], kids[256] = "";
+	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (!fgets(kids, sizeof kids, f))
+			kids[0] = '\0';
+		fclose(f);
+	}
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	ck_assert_int_eq(wait_status(pid), 128 + SIGKILL);
+	int left = -1;
+	for (int i = 0; i < 20 && left != 0; i++) {
+		left = count_marker(marker);
+		if (left)
+			usleep(100000);
+	}
+	if (left) /* do not leave them behind: killing the init ends its namespace */
+		for (char *p = strtok(kids, " \n"); p; p = strtok(NULL, " \n"))
+			kill(atoi(p), SIGKILL);
+	close(out);
+	free(text);
+	ck_assert_msg(left == 0, "%d sandbox processes outlived a killed supervisor (mode %d)", left,
+		      _i);
+}
+END_TEST
+
+/* ---- invariant 8: rlimits ------------------------------------------------------- */
+
+START_TEST(rlimits_set)
+{
+	HARNESS_MODE_GUARD(_i);
+	expect_py(_i,
+		  "import resource as r\n"
+		  "core = r.getrlimit(r.RLIMIT_CORE)\n"
+		  "nofile = r.getrlimit(r.RLIMIT_NOFILE)\n"
+		  "fsize = r.getrlimit(r.RLIMIT_FSIZE)\n"
+		  "print(core, 0 < nofile[0] <= nofile[1] <= 1024, r.RLIM_INFINITY not in fsize)\n"
+		  "try:\n"
+		  "    r.setrlimit(r.RLIMIT_NOFILE, (4096, 4096)); print('raised')\n"
+		  "except (ValueError, OSError) as e:\n"
+		  "    print('cannot raise')\n",
+		  "(0, 0) True True\ncannot raise\n");
+}
+END_TEST
+
+Suite *isolation_suite(void)
+{
+	Suite *s = suite_create("isolation");
+	TCase *tc = tcase_create("isolation");
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, root_and_binds_read_only, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, mount_flags, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, scratch_dirs_writable_tmp_noexec, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, tmpfs_size_capped, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, dev_minimal, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, host_paths_hidden, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, etc_only_planned_files, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ids_are_nobody, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, no_capabilities_no_new_privs, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, only_sandbox_pids, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, hostname_is_moat, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, proc_protected, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, proc1_not_accessible, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, network_only_loopback, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, host_env_absent, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, no_host_fds, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, no_terminal_inside, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, supervisor_killed_kills_sandbox, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, rlimits_set, MODE_ROOT, MODE_ROOTLESS + 1);
+	suite_add_tcase(s, tc);
+	return s;
+}

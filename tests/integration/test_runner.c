@@ -1,0 +1,453 @@
+/* End-to-end behaviour of a run: languages, exit codes, inputs, outputs,
+ * timeouts, process cleanup, output caps, limits. Each test runs as root and
+ * rootless (loop index = harness mode). */
+#include <ctype.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "harness.h"
+#include "suites.h"
+
+/* ---- helpers ---------------------------------------------------------------- */
+
+static long now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
+}
+
+/* A marker unique to this test process and mode, for /proc scans. */
+static void make_marker(char *buf, size_t len, const char *what, int mode)
+{
+	snprintf(buf, len, "moat-%s-%ld-%d-m", what, (long)getpid(), mode);
+}
+
+/* Number of host processes whose argv contains marker. */
+static int count_marker(const char *marker)
+{
+	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
+	int n = 0;
+	struct dirent *e;
+	size_t mlen = strlen(marker);
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char path[300];
+		snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		char buf[4096];
+		ssize_t r = read(fd, buf, sizeof buf);
+		close(fd);
+		if (r > 0 && memmem(buf, (size_t)r, marker, mlen))
+			n++;
+	}
+	closedir(d);
+	return n;
+}
+
+/* Asserts a normal exit with exitCode code and returns stdout. */
+static const char *expect_exit(const struct run_out *o, int code)
+{
+	ck_assert_msg(o->status == 0, "moat exec status %d: %s %s", o->status, o->out, o->err);
+	ck_assert_msg(harness_error_type(o) == NULL, "error result: %s", o->out);
+	ck_assert_msg(harness_num(o, "exitCode") == code, "exitCode != %d: %s", code, o->out);
+	ck_assert_msg(!harness_bool(o, "timedOut"), "timed out: %s", o->out);
+	const char *so = harness_str(o, "stdout");
+	ck_assert_msg(so != NULL, "no stdout in %s", o->out);
+	return so;
+}
+
+static void expect_lang(int mode, const char *lang, const char *code, const char *want)
+{
+	struct run_out o;
+	harness_exec_code(mode, lang, code, "", &o);
+	const char *so = expect_exit(&o, 0);
+	ck_assert_msg(strcmp(so, want) == 0, "%s (mode %d): stdout [%s], want [%s]; stderr [%s]",
+		      lang, mode, so, want, harness_str(&o, "stderr"));
+	ck_assert_str_eq(harness_str(&o, "stderr"), "");
+	ck_assert_str_eq(harness_str(&o, "provider"), "native");
+	ck_assert(harness_is_null(&o, "signal"));
+	ck_assert(harness_is_null(&o, "killedBy"));
+	harness_free(&o);
+}
+
+/* ---- tests ---------------------------------------------------------------- */
+
+START_TEST(every_language_runs)
+{
+	HARNESS_MODE_GUARD(_i);
+	expect_lang(_i, "python", "import sys\nprint('py', sys.version_info[0])", "py 3\n");
+	expect_lang(_i, "javascript", "const a = [1, 2, 3];\nconsole.log('js', a.reduce((x, y) => x + y));",
+		    "js 6\n");
+	expect_lang(_i, "typescript",
+		    "interface Point { x: number; y: number }\n"
+		    "type Label = `p${number}`;\n"
+		    "function add(p: Point): number { return p.x + p.y; }\n"
+		    "const p: Point = { x: 40, y: 2 };\n"
+		    "const l: Label = `p${add(p)}`;\n"
+		    "console.log(`ts ${add(p)} ${l}`);",
+		    "ts 42 p42\n");
+	expect_lang(_i, "bash", "declare -A m=([k]=v)\necho \"bash ${m[k]} $((6*7))\"", "bash v 42\n");
+	expect_lang(_i, "sh", "x=4; echo \"sh $((x+1))\"", "sh 5\n");
+}
+END_TEST
+
+START_TEST(run_prints_42)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *args[] = { "run", "-l", "python", "-c", "print(6*7)", NULL };
+	struct run_out o;
+	harness_run(_i, args, NULL, 0, &o);
+	ck_assert_msg(o.status == 0, "status %d, stderr %s", o.status, o.err);
+	ck_assert_str_eq(o.out, "42\n");
+	ck_assert_str_eq(o.err, "");
+	harness_free(&o);
+}
+END_TEST
+
+START_TEST(exit_code_propagates)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "python", "import sys\nprint('bye')\nsys.exit(7)", "", &o);
+	ck_assert_str_eq(expect_exit(&o, 7), "bye\n");
+	ck_assert(harness_is_null(&o, "killedBy"));
+	harness_free(&o);
+
+	harness_exec_code(_i, "bash", "exit 213", "", &o);
+	expect_exit(&o, 213);
+	harness_free(&o);
+
+	const char *args[] = { "run", "-l", "python", "-c", "raise SystemExit(7)", NULL };
+	harness_run(_i, args, NULL, 0, &o);
+	ck_assert_msg(o.status == 7, "moat run status %d (want 7): %s", o.status, o.err);
+	harness_free(&o);
+}
+END_TEST
+
+START_TEST(files_env_stdin_byte_exact)
+{
+	HARNESS_MODE_GUARD(_i);
+	/* 1 MiB+ of UTF-8 stdin the program regenerates and compares itself */
+	size_t n_lines = 80000;
+	size_t cap = n_lines * 20 + 1;
+	char *in = malloc(cap);
+	ck_assert_ptr_nonnull(in);
+	size_t len = 0;
+	for (size_t i = 0; i < n_lines; i++)
+		len += (size_t)snprintf(in + len, cap - len, "line %06zu \xc3\xbc\xe2\x9c\x93\n", i);
+	ck_assert_uint_gt(len, 1024 * 1024);
+	char *qin = harness_json_quote(in);
+	const char *code =
+		"import os, sys\n"
+		"want = ''.join('line %06d \\u00fc\\u2713\\n' % i for i in range(80000)).encode()\n"
+		"got = sys.stdin.buffer.read()\n"
+		"out = sys.stdout.buffer\n"
+		"out.write(b'stdin %d %s\\n' % (len(got), str(got == want).encode()))\n"
+		"for p in ['a/b/c/deep.txt', 'a/top.txt', 'x.bin']:\n"
+		"    out.write(open(p, 'rb').read() + b'|')\n"
+		"out.write(b'\\n')\n"
+		"for k in ['GREETING', 'EMPTY', 'WITH_EQ', 'SPACES']:\n"
+		"    out.write(os.environb[k.encode()] + b'|')\n"
+		"out.write(b'\\n')\n"
+		"out.write(repr([sorted(os.listdir('/sandbox')), sorted(os.listdir('/sandbox/a'))]).encode() + b'\\n')\n";
+	char *extra = NULL;
+	ck_assert_int_ge(asprintf(&extra,
+				  ",\"stdin\":%s,"
+				  "\"files\":{\"a/b/c/deep.txt\":\"d\\u00e9ep \\u2603\\n\\ttab\","
+				  "\"a/top.txt\":\"top\",\"x.bin\":\"\\u0001\\u007f\\u00ff\"},"
+				  "\"env\":{\"GREETING\":\"gr\\u00fc\\u00dfe \\u2713\",\"EMPTY\":\"\","
+				  "\"WITH_EQ\":\"a=b=c\",\"SPACES\":\"  x  y  \"}",
+				  qin), 0);
+	struct run_out o;
+	harness_exec_code(_i, "python", code, extra, &o);
+	const char *so = expect_exit(&o, 0);
+	char want[512];
+	snprintf(want, sizeof want,
+		 "stdin %zu True\n"
+		 "d\xc3\xa9" "ep \xe2\x98\x83\n\ttab|top|\x01\x7f\xc3\xbf|\n"
+		 "gr\xc3\xbc\xc3\x9f" "e \xe2\x9c\x93||a=b=c|  x  y  |\n"
+		 "[['a', 'main.py', 'x.bin'], ['b', 'top.txt']]\n",
+		 len);
+	ck_assert_msg(strcmp(so, want) == 0, "stdout [%s]\nwant [%s]\nstderr [%s]", so, want,
+		      harness_str(&o, "stderr"));
+	harness_free(&o);
+	free(extra);
+	free(qin);
+	free(in);
+}
+END_TEST
+
+START_TEST(stdout_stderr_separated)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *code = "import sys\n"
+			   "for i in range(3):\n"
+			   "    print('out', i, flush=True)\n"
+			   "    print('err', i, file=sys.stderr, flush=True)\n";
+	struct run_out o;
+	harness_exec_code(_i, "python", code, "", &o);
+	ck_assert_str_eq(expect_exit(&o, 0), "out 0\nout 1\nout 2\n");
+	ck_assert_str_eq(harness_str(&o, "stderr"), "err 0\nerr 1\nerr 2\n");
+	harness_free(&o);
+
+	const char *args[] = { "run", "-l", "python", "-c", code, NULL };
+	harness_run(_i, args, NULL, 0, &o);
+	ck_assert_int_eq(o.status, 0);
+	ck_assert_str_eq(o.out, "out 0\nout 1\nout 2\n");
+	ck_assert_str_eq(o.err, "err 0\nerr 1\nerr 2\n");
+	harness_free(&o);
+}
+END_TEST
+
+START_TEST(timeout_kills)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	long t0 = now_ms();
+	harness_exec_code(_i, "bash", "echo before\nsleep 30\necho after", ",\"timeout\":1000", &o);
+	long wall = now_ms() - t0;
+	ck_assert_msg(o.status == 0, "status %d: %s", o.status, o.out);
+	ck_assert_msg(harness_bool(&o, "timedOut"), "not timed out: %s", o.out);
+	ck_assert_msg(harness_is_null(&o, "exitCode"), "exitCode not null: %s", o.out);
+	ck_assert_str_eq(harness_str(&o, "killedBy"), "timeout");
+	ck_assert_str_eq(harness_str(&o, "stdout"), "before\n");
+	double d = harness_num(&o, "durationMs");
+	ck_assert_msg(d >= 900 && d <= 5000, "durationMs %g", d);
+	ck_assert_msg(wall < 6000, "wall %ld ms", wall);
+	harness_free(&o);
+}
+END_TEST
+
+static void check_daemon_gone(int mode, const char *lang, const char *code, const char *marker)
+{
+	struct run_out o;
+	long t0 = now_ms();
+	harness_exec_code(mode, lang, code, "", &o);
+	long wall = now_ms() - t0;
+	/* the daemon was really running inside before the program exited */
+	ck_assert_str_eq(expect_exit(&o, 0), "daemon 1\n");
+	ck_assert_msg(wall < 5000, "run with a daemon took %ld ms", wall);
+	ck_assert_msg(harness_num(&o, "durationMs") < 5000, "%s", o.out);
+	int left = count_marker(marker);
+	ck_assert_msg(left == 0, "%d daemon process(es) with %s outlived the run (mode %d)", left,
+		      marker, mode);
+	harness_free(&o);
+}
+
+START_TEST(daemon_does_not_outlive_run)
+{
+	HARNESS_MODE_GUARD(_i);
+	char marker[96], code[2048];
+	make_marker(marker, sizeof marker, "shdaemon", _i);
+	/* the subshell exits at once: sleep is reparented to init */
+	snprintf(code, sizeof code,
+		 "(exec -a %s sleep 30 &)\n"
+		 "for try in 1 2 3 4 5 6 7 8 9 10; do\n"
+		 "  n=0; for f in /proc/[0-9]*/cmdline; do\n"
+		 "    a=; read -r -d '' a < \"$f\" 2>/dev/null; [ \"$a\" = %s ] && n=$((n+1))\n"
+		 "  done\n"
+		 "  [ $n = 1 ] && break; sleep 0.05\n"
+		 "done\n"
+		 "echo daemon $n\n",
+		 marker, marker);
+	check_daemon_gone(_i, "bash", code, marker);
+
+	make_marker(marker, sizeof marker, "pydaemon", _i);
+	snprintf(code, sizeof code,
+		 "import os, time\n"
+		 "M = '%s'\n"
+		 "if os.fork() == 0:\n"
+		 "    os.setsid()\n"
+		 "    if os.fork() == 0:\n"
+		 "        os.execv('/bin/sleep', [M, '30'])\n"
+		 "    os._exit(0)\n"
+		 "os.wait()\n"
+		 "def seen():\n"
+		 "    n = 0\n"
+		 "    for p in os.listdir('/proc'):\n"
+		 "        if p.isdigit():\n"
+		 "            try:\n"
+		 "                if open('/proc/%%s/cmdline' %% p, 'rb').read().split(b'\\0')[0] == M.encode(): n += 1\n"
+		 "            except OSError: pass\n"
+		 "    return n\n"
+		 "for _ in range(50):\n"
+		 "    if seen(): break\n"
+		 "    time.sleep(0.02)\n"
+		 "print('daemon', seen())\n",
+		 marker);
+	check_daemon_gone(_i, "python", code, marker);
+}
+END_TEST
+
+START_TEST(timeout_kills_process_tree)
+{
+	HARNESS_MODE_GUARD(_i);
+	char marker[96], code[1024];
+	make_marker(marker, sizeof marker, "tree", _i);
+	/* 4 children that each start 4 grandchildren: 20 processes */
+	snprintf(code, sizeof code,
+		 "for i in 1 2 3 4; do\n"
+		 "  ( for j in 1 2 3 4; do (exec -a %s sleep 30) & done; exec -a %s sleep 30 ) &\n"
+		 "done\n"
+		 "for try in 1 2 3 4 5 6 7 8 9 10; do\n"
+		 "  n=0; for f in /proc/[0-9]*/cmdline; do\n"
+		 "    a=; read -r -d '' a < \"$f\" 2>/dev/null; [ \"$a\" = %s ] && n=$((n+1))\n"
+		 "  done\n"
+		 "  [ $n = 20 ] && break; sleep 0.05\n"
+		 "done\n"
+		 "echo tree $n\n"
+		 "wait\n",
+		 marker, marker, marker);
+	struct run_out o;
+	harness_exec_code(_i, "bash", code, ",\"timeout\":2500", &o);
+	ck_assert_msg(harness_bool(&o, "timedOut"), "%s", o.out);
+	ck_assert_str_eq(harness_str(&o, "killedBy"), "timeout");
+	ck_assert_str_eq(harness_str(&o, "stdout"), "tree 20\n");
+	int left = count_marker(marker);
+	ck_assert_msg(left == 0, "%d of 20 processes outlived the timeout (mode %d)", left, _i);
+	harness_free(&o);
+}
+END_TEST
+
+START_TEST(output_cap)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "python",
+			  "import sys\nsys.stdout.write('x' * 100000)\nsys.stdout.flush()\n"
+			  "sys.stderr.write('small')\n",
+			  ",\"maxOutputBytes\":1000", &o);
+	const char *so = expect_exit(&o, 0);
+	ck_assert_uint_eq(strlen(so), 1000);
+	ck_assert_uint_eq(strspn(so, "x"), 1000);
+	ck_assert(harness_bool(&o, "stdoutTruncated"));
+	ck_assert(!harness_bool(&o, "stderrTruncated"));
+	ck_assert_str_eq(harness_str(&o, "stderr"), "small");
+	harness_free(&o);
+
+	/* stderr has its own cap */
+	harness_exec_code(_i, "python", "import sys\nsys.stderr.write('e' * 5000)\nprint('ok')",
+			  ",\"maxOutputBytes\":100", &o);
+	ck_assert_str_eq(expect_exit(&o, 0), "ok\n");
+	ck_assert_uint_eq(strlen(harness_str(&o, "stderr")), 100);
+	ck_assert(harness_bool(&o, "stderrTruncated"));
+	ck_assert(!harness_bool(&o, "stdoutTruncated"));
+	harness_free(&o);
+}
+END_TEST
+
+START_TEST(binary_output_is_valid_json)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "python",
+			  "import sys\n"
+			  "sys.stdout.buffer.write(b'a\\xffb\\xc3\\xa9\\x01\\x00z\\xe2\\x82')\n"
+			  "sys.stderr.buffer.write(b'\\x80\\x80e')\n",
+			  "", &o);
+	ck_assert_msg(o.json != NULL, "not JSON: %s", o.out);
+	const char *so = expect_exit(&o, 0);
+	/* cJSON cuts the string at the decoded NUL */
+	ck_assert_str_eq(so, "a\xef\xbf\xbd" "b\xc3\xa9\x01");
+	ck_assert_msg(strstr(o.out, "\\u0000z"), "no \\u0000 escape in %s", o.out);
+	ck_assert_msg(strstr(o.out, "\\u0001"), "no \\u0001 escape in %s", o.out);
+	ck_assert_msg(strstr(o.out, "z\xef\xbf\xbd"), "truncated sequence not replaced: %s", o.out);
+	const char *se = harness_str(&o, "stderr");
+	ck_assert_msg(se && strcmp(se, "\xef\xbf\xbd\xef\xbf\xbd" "e") == 0, "stderr [%s]", se);
+	/* the raw result text is valid UTF-8 with no raw control bytes */
+	for (size_t i = 0; i < o.out_len; i++)
+		ck_assert_msg((unsigned char)o.out[i] >= 0x20 || o.out[i] == '\n',
+			      "raw control byte 0x%02x at %zu", (unsigned char)o.out[i], i);
+	harness_free(&o);
+}
+END_TEST
+
+START_TEST(killed_by_signal)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "python", "import os\nprint('x', flush=True)\nos.kill(os.getpid(), 9)",
+			  "", &o);
+	ck_assert_int_eq(o.status, 0);
+	ck_assert_msg(harness_is_null(&o, "exitCode"), "%s", o.out);
+	ck_assert_str_eq(harness_str(&o, "signal"), "SIGKILL");
+	ck_assert_str_eq(harness_str(&o, "killedBy"), "signal");
+	ck_assert(!harness_bool(&o, "timedOut"));
+	ck_assert_str_eq(harness_str(&o, "stdout"), "x\n");
+	harness_free(&o);
+
+	const char *args[] = { "run", "-l", "python", "-c", "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)", NULL };
+	harness_run(_i, args, NULL, 0, &o);
+	ck_assert_msg(o.status == 128 + 15, "moat run status %d: %s", o.status, o.err);
+	harness_free(&o);
+}
+END_TEST
+
+START_TEST(limits_fallback_reported)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "python", "print('ran')", ",\"memoryMb\":128", &o);
+	ck_assert_str_eq(expect_exit(&o, 0), "ran\n");
+	const cJSON *limits = cJSON_GetObjectItemCaseSensitive(o.json, "limits");
+	const cJSON *mem = cJSON_GetObjectItemCaseSensitive(limits, "memory");
+	const cJSON *warn = cJSON_GetObjectItemCaseSensitive(o.json, "warnings");
+	ck_assert_msg(cJSON_IsString(mem) && cJSON_IsArray(warn), "%s", o.out);
+	bool enforced_by_cgroup = !strncmp(mem->valuestring, "cgroup-", 7);
+	if (!enforced_by_cgroup) {
+		/* today: "none"; any fallback must be reported */
+		ck_assert_msg(!strcmp(mem->valuestring, "none") || !strcmp(mem->valuestring, "rlimit"),
+			      "limits.memory %s", mem->valuestring);
+		ck_assert_msg(cJSON_GetArraySize(warn) > 0, "fallback without warning: %s", o.out);
+	}
+	harness_free(&o);
+
+	harness_exec_code(_i, "python", "print('ran')", ",\"memoryMb\":128,\"strictLimits\":true", &o);
+	if (enforced_by_cgroup) {
+		expect_exit(&o, 0);
+	} else {
+		ck_assert_msg(o.status == 3, "status %d: %s", o.status, o.out);
+		ck_assert_str_eq(harness_error_type(&o), "SandboxUnavailableError");
+		ck_assert_ptr_null(harness_str(&o, "stdout"));
+	}
+	harness_free(&o);
+
+	/* no limit requested: no warning */
+	harness_exec_code(_i, "python", "print('ran')", "", &o);
+	expect_exit(&o, 0);
+	ck_assert_int_eq(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(o.json, "warnings")), 0);
+	harness_free(&o);
+}
+END_TEST
+
+Suite *runner_suite(void)
+{
+	Suite *s = suite_create("runner");
+	TCase *tc = tcase_create("runner");
+	tcase_set_timeout(tc, 60);
+	tcase_add_loop_test(tc, every_language_runs, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, run_prints_42, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, exit_code_propagates, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, files_env_stdin_byte_exact, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, stdout_stderr_separated, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, timeout_kills, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, daemon_does_not_outlive_run, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, timeout_kills_process_tree, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, output_cap, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, binary_output_is_valid_json, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, killed_by_signal, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, limits_fallback_reported, MODE_ROOT, MODE_ROOTLESS + 1);
+	suite_add_tcase(s, tc);
+	return s;
+}
