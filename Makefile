@@ -2,10 +2,13 @@
 CC      ?= cc
 PREFIX  ?= /usr/local
 BUILD   := build
-PKGS    := libseccomp libcap libnl-3.0 libnl-route-3.0 libcjson libcurl
+PKGS    := libseccomp libcap libnl-3.0 libnl-route-3.0 libcjson
+# libcurl: headers at build time, loaded with dlopen only by the remote
+# providers, so a sandbox start does not load its ~30 libraries
+CURL_CFLAGS := $(shell pkg-config --cflags libcurl 2>/dev/null)
 
-PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null)
-PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread -lm
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CURL_CFLAGS)
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread -ldl -lm
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include <cjson/cJSON.h>
-#include <curl/curl.h>
+#include "providers/curl_dl.h"
 
 #include "providers/internal.h"
 

@@ -11,20 +11,12 @@
 #include <string.h>
 #include <sys/socket.h>
 
-#include <curl/curl.h>
+#include "providers/curl_dl.h"
 
 #include "providers/internal.h"
 
 #define MAX_BODY_BYTES (64u * 1024u * 1024u)
 #define EXCERPT_BYTES 200u
-
-static pthread_once_t curl_once = PTHREAD_ONCE_INIT;
-static CURLcode curl_init_rc = CURLE_FAILED_INIT;
-
-static void curl_init(void)
-{
-	curl_init_rc = curl_global_init(CURL_GLOBAL_DEFAULT);
-}
 
 bool moat_http_test_mode(void)
 {
@@ -129,9 +121,9 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 	memset(h, 0, sizeof *h);
 	h->secret = secret;
 	h->provider = provider;
-	pthread_once(&curl_once, curl_init);
-	if (curl_init_rc != CURLE_OK)
-		return fail(h, err, 0, "libcurl could not be initialised");
+	const char *why = NULL;
+	if (moat_curl_load(&why) < 0)
+		return fail(h, err, 0, "%s", why);
 	CURLU *u = curl_url();
 	char *scheme = NULL, *host = NULL, *port = NULL, *user = NULL, *query = NULL;
 	int rc = -1;
