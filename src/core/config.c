@@ -319,6 +319,22 @@ static int load_file(const char *path, bool optional, struct moat_config **out,
 	if (fd < 0) {
 		if (optional && (errno == ENOENT || errno == ENOTDIR))
 			return 1;
+		/* a search location inside a directory we may not enter (HOME
+		 * still pointing at another user's home): nothing to read there.
+		 * A file we can see but not read is an error. */
+		if (optional && errno == EACCES) {
+			char *dir = strdup(path);
+			char *slash = dir ? strrchr(dir, '/') : NULL;
+			bool hidden = false;
+			if (slash && slash != dir) {
+				*slash = '\0';
+				hidden = access(dir, X_OK) < 0;
+			}
+			free(dir);
+			if (hidden)
+				return 1;
+			errno = EACCES;
+		}
 		return moat_error_set(err, MOAT_ERR_CONFIG, errno, "cannot open config %s: %s",
 				      path, strerror(errno));
 	}
