@@ -55,6 +55,10 @@ enum moat_language {
 #define MOAT_MAX_CODE_BYTES (5u * 1024u * 1024u)
 #define MOAT_DEFAULT_TIMEOUT_MS 30000u
 #define MOAT_DEFAULT_OUTPUT_CAP (1024u * 1024u)
+#define MOAT_MAX_OUTPUT_PATTERNS 64u
+#define MOAT_OUTPUT_FILE_CAP (1024u * 1024u)        /* bytes of one returned file */
+#define MOAT_OUTPUT_TOTAL_CAP (8u * 1024u * 1024u)  /* bytes of all returned files */
+#define MOAT_OUTPUT_MAX_FILES 100u
 
 struct moat_kv {
 	char *key;
@@ -89,6 +93,11 @@ struct moat_request {
 	 * the address rules refuse them (private, loopback, documentation...). */
 	char **allowed_cidrs;
 	size_t allowed_cidrs_count;
+	/* "outputs": glob patterns (fnmatch, '*' stays within one directory)
+	 * relative to /sandbox; matching regular files written by the program
+	 * come back in the result's "files" (capped, base64 when binary). */
+	char **outputs;
+	size_t outputs_count;
 };
 
 /* A request with defaults and no code; free with moat_request_free. */

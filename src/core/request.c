@@ -72,6 +72,7 @@ void moat_request_free(struct moat_request *req)
 	free(req->stdin_data);
 	free_strs(req->allowed_hosts, req->allowed_hosts_count);
 	free_strs(req->allowed_cidrs, req->allowed_cidrs_count);
+	free_strs(req->outputs, req->outputs_count);
 	free(req);
 }
 
@@ -270,6 +271,33 @@ static int cpus_error(struct moat_error *err, double got)
 			      "\"cpus\" must be greater than 0 and at most 1024, got %.15g", got);
 }
 
+/* "outputs" patterns: relative, no ".." component, no NUL, bounded. */
+static int check_outputs(const struct moat_request *req, struct moat_error *err)
+{
+	if (req->outputs_count > MOAT_MAX_OUTPUT_PATTERNS)
+		return moat_error_set(err, MOAT_ERR_POLICY, 0,
+				      "too many \"outputs\" patterns: %zu (max %u)", req->outputs_count,
+				      MOAT_MAX_OUTPUT_PATTERNS);
+	for (size_t i = 0; i < req->outputs_count; i++) {
+		const char *p = req->outputs[i];
+		size_t len = p ? strlen(p) : 0;
+		bool dotdot = false;
+		for (const char *c = p; c && *c;) {
+			size_t n = strcspn(c, "/");
+			if (n == 2 && c[0] == '.' && c[1] == '.')
+				dotdot = true;
+			c += n;
+			if (*c == '/')
+				c++;
+		}
+		if (!p || len == 0 || len > 1024 || p[0] == '/' || dotdot)
+			return moat_error_set(err, MOAT_ERR_POLICY, 0,
+					      "\"outputs\" entry %zu must be a non-empty pattern relative "
+					      "to /sandbox without \"..\" (at most 1024 bytes)", i);
+	}
+	return 0;
+}
+
 int moat_request_validate(const struct moat_request *req, struct moat_error *err)
 {
 	if (!req)
@@ -302,6 +330,8 @@ int moat_request_validate(const struct moat_request *req, struct moat_error *err
 	if (req->max_output_bytes == 0 || req->max_output_bytes > MAX_OUTPUT_BYTES)
 		return range_error_u64(err, "maxOutputBytes", 1, MAX_OUTPUT_BYTES,
 				       req->max_output_bytes);
+	if (check_outputs(req, err) < 0)
+		return -1;
 	/* network, allowedHosts, allowedCidrs: the rules live with the proxy */
 	return moat_net_validate(req, err);
 }
@@ -551,7 +581,7 @@ static int get_strs(const cJSON *item, const char *key, char ***out, size_t *out
 
 enum req_key {
 	K_CODE, K_LANGUAGE, K_TIMEOUT, K_ENV, K_FILES, K_STDIN, K_NETWORK, K_MEMORY, K_CPUS,
-	K_PIDS, K_STRICT, K_MAXOUT, K_ALLOWED_HOSTS, K_ALLOWED_CIDRS, K__COUNT,
+	K_PIDS, K_STRICT, K_MAXOUT, K_ALLOWED_HOSTS, K_ALLOWED_CIDRS, K_OUTPUTS, K__COUNT,
 };
 
 static const char *const key_names[K__COUNT] = {
@@ -560,6 +590,7 @@ static const char *const key_names[K__COUNT] = {
 	[K_MEMORY] = "memoryMb", [K_CPUS] = "cpus", [K_PIDS] = "pidsLimit",
 	[K_STRICT] = "strictLimits", [K_MAXOUT] = "maxOutputBytes",
 	[K_ALLOWED_HOSTS] = "allowedHosts", [K_ALLOWED_CIDRS] = "allowedCidrs",
+	[K_OUTPUTS] = "outputs",
 };
 
 static int fill_request(const cJSON *root, struct moat_request *req, struct moat_error *err)
@@ -637,6 +668,9 @@ static int fill_request(const cJSON *root, struct moat_request *req, struct moat
 			break;
 		case K_ALLOWED_CIDRS:
 			rc = get_strs(item, name, &req->allowed_cidrs, &req->allowed_cidrs_count, err);
+			break;
+		case K_OUTPUTS:
+			rc = get_strs(item, name, &req->outputs, &req->outputs_count, err);
 			break;
 		case K__COUNT:
 			break;

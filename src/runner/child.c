@@ -204,6 +204,10 @@ __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_
 		if (!WIFEXITED(st) && !WIFSIGNALED(st))
 			continue;
 		if (w == program) {
+			if (c->outputs_fd >= 0) {
+				moat_outputs_collect(c);
+				close(c->outputs_fd);
+			}
 			report(c->report_fd, MOAT_REPORT_STATUS, 0, 0, st);
 			/* exiting kills every other process of the pid namespace */
 			_exit(0);
@@ -218,8 +222,8 @@ void moat_child_main(const struct moat_child *c)
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		fail(c, MOAT_STEP_SYNC, 0);
 	int keep[] = { c->sync_fd, c->report_fd, c->stdin_fd, c->stdout_fd, c->stderr_fd,
-		       c->net_fd };
-	if (close_all_except(keep, 6) < 0)
+		       c->net_fd, c->outputs_fd };
+	if (close_all_except(keep, 7) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
 	char go;
 	ssize_t n;

@@ -61,10 +61,22 @@ struct moat_child {
 	int stdin_fd;
 	int stdout_fd;
 	int stderr_fd;
+	char *const *outputs; /* "outputs" patterns, sent by pid 1 after the program */
+	size_t outputs_count;
+	int outputs_fd;       /* write end of the outputs stream, or -1 */
 	const struct moat_exec *transpile; /* NULL unless the language needs it */
 	const struct moat_exec *program;
 	char **envp;
 };
+
+/* "outputs" (outputs.c). Sandbox side, pid 1 after the program exited:
+ * stream matching files to c->outputs_fd. System calls only. */
+void moat_outputs_collect(const struct moat_child *c);
+/* Supervisor side: the most bytes a stream may carry, and rendering of a
+ * collected stream into res->files_json (+ warnings). */
+size_t moat_outputs_stream_cap(void);
+int moat_outputs_render(const char *stream, size_t len, bool stream_cut,
+			struct moat_result *res);
 
 /* The clone3 child: pid 1 of the new namespaces. Never returns. */
 __attribute__((noreturn)) void moat_child_main(const struct moat_child *c);

@@ -242,7 +242,7 @@ static int setup_error(const struct moat_report *r, const struct moat_mount_plan
 struct run_state {
 	int sync_w, report_r, stdin_w, stdout_r, stderr_r;
 	int sync_r, report_w, stdin_r, stdout_w, stderr_w;
-	int pidfd, timerfd, epfd, listener;
+	int pidfd, timerfd, epfd, listener, outputs_r, outputs_w;
 	pid_t pid;
 };
 
@@ -383,6 +383,8 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	struct moat_cgroup *cg = NULL;
 	struct moat_net *net = NULL;
 	struct moat_seccomp_log *sclog = NULL;
+	struct moat_buf outs = { 0 }; /* the "outputs" stream */
+	bool outs_cut = false;
 	struct moat_mount_plan *plan = NULL;
 	struct moat_exec program = { 0 }, transpile = { 0 };
 	bool need_transpile = false;
@@ -427,7 +429,8 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 		st.report_r = sp[0];
 		st.report_w = sp[1];
 	}
-	if (st.report_r < 0 || make_pipe(&st.sync_r, &st.sync_w, 0) < 0 ||
+	if ((req->outputs_count && make_pipe(&st.outputs_r, &st.outputs_w, 0) < 0) ||
+	    st.report_r < 0 || make_pipe(&st.sync_r, &st.sync_w, 0) < 0 ||
 	    make_pipe(&st.stdin_r, &st.stdin_w, 0) < 0 || make_pipe(&st.stdout_r, &st.stdout_w, 0) < 0 ||
 	    make_pipe(&st.stderr_r, &st.stderr_w, 0) < 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "pipe: %s", strerror(errno));
@@ -443,6 +446,8 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	struct moat_child child = {
 		.plan = plan, .priv = &priv, .seccomp = seccomp, .as_root = as_root,
 		.net = net, .net_fd = moat_net_child_fd(net),
+		.outputs = req->outputs, .outputs_count = req->outputs_count,
+		.outputs_fd = st.outputs_w,
 		.sync_fd = st.sync_r, .report_fd = st.report_w, .stdin_fd = st.stdin_r,
 		.stdout_fd = st.stdout_w, .stderr_fd = st.stderr_w,
 		.transpile = need_transpile ? &transpile : NULL, .program = &program, .envp = envp,
@@ -470,6 +475,7 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	close_fd(&st.stdin_r);
 	close_fd(&st.stdout_w);
 	close_fd(&st.stderr_w);
+	close_fd(&st.outputs_w);
 
 	uid_t host_uid = as_root ? (opts->root_host_id ? opts->root_host_id : MOAT_SANDBOX_UID) : getuid();
 	gid_t host_gid = as_root ? (opts->root_host_id ? opts->root_host_id : MOAT_SANDBOX_GID) : getgid();
@@ -499,6 +505,11 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	fcntl(st.stdout_r, F_SETFL, O_NONBLOCK);
 	fcntl(st.stderr_r, F_SETFL, O_NONBLOCK);
 	fcntl(st.report_r, F_SETFL, O_NONBLOCK);
+	if (st.outputs_r >= 0 && (fcntl(st.outputs_r, F_SETFL, O_NONBLOCK) < 0 ||
+				  epoll_add(st.epfd, st.outputs_r, EPOLLIN) < 0)) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "outputs pipe: %s", strerror(errno));
+		goto kill_out;
+	}
 	if (req->stdin_len == 0)
 		close_fd(&st.stdin_w);
 	else
@@ -525,7 +536,9 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	bool init_unreported = false;
 	struct moat_report status = { 0 }, setup = { 0 };
 
-	while (st.stdout_r >= 0 || st.stderr_r >= 0 || st.report_r >= 0 || !exited) {
+	size_t outs_cap = moat_outputs_stream_cap();
+	while (st.stdout_r >= 0 || st.stderr_r >= 0 || st.report_r >= 0 || st.outputs_r >= 0 ||
+	       !exited) {
 		struct epoll_event evs[8];
 		int n = epoll_wait(st.epfd, evs, 8, -1);
 		if (n < 0) {
@@ -561,6 +574,19 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 				if (got < 0) {
 					epoll_ctl(st.epfd, EPOLL_CTL_DEL, fd, NULL);
 					close_fd(&st.report_r);
+				}
+			} else if (st.outputs_r >= 0 && fd == st.outputs_r) {
+				ssize_t r = read(st.outputs_r, chunk, READ_CHUNK);
+				if (r > 0) {
+					size_t keep = (size_t)r;
+					if (outs.len + keep > outs_cap) {
+						keep = outs_cap - outs.len;
+						outs_cut = true;
+					}
+					moat_buf_append(&outs, chunk, keep);
+				} else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
+					epoll_ctl(st.epfd, EPOLL_CTL_DEL, fd, NULL);
+					close_fd(&st.outputs_r);
 				}
 			} else if (st.listener >= 0 && fd == st.listener) {
 				if (moat_seccomp_log_handle(seccomp, st.listener, sclog) < 0) {
@@ -631,6 +657,9 @@ loop_done:;
 		res->killed_by = "signal";
 		init_unreported = true;
 	}
+	if (req->outputs_count &&
+	    moat_outputs_render(outs.data ? outs.data : "", outs.len, outs_cut || outs.oom, res) < 0)
+		(void)moat_result_warn(res, "out of memory rendering the outputs");
 	if (sclog && !(res->seccomp_json = moat_seccomp_log_json(sclog)))
 		(void)moat_result_warn(res, "out of memory rendering the seccomp log");
 	moat_cgroup_finish(cg, res);
@@ -660,7 +689,8 @@ out:
 	}
 	int *fds[] = { &st.sync_w, &st.report_r, &st.stdin_w, &st.stdout_r, &st.stderr_r,
 		       &st.sync_r, &st.report_w, &st.stdin_r, &st.stdout_w, &st.stderr_w,
-		       &st.pidfd, &st.timerfd, &st.epfd, &st.listener };
+		       &st.pidfd, &st.timerfd, &st.epfd, &st.listener, &st.outputs_r,
+		       &st.outputs_w };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		close_fd(fds[i]);
 	if (mask_set) {
@@ -670,6 +700,7 @@ out:
 			;
 		pthread_sigmask(SIG_SETMASK, &old_mask, NULL);
 	}
+	moat_buf_free(&outs);
 	moat_seccomp_log_free(sclog);
 	moat_cgroup_finish(cg, NULL);
 	moat_net_finish(net, NULL);

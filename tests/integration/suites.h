@@ -12,5 +12,6 @@ Suite *network_suite(void);
 Suite *providers_cli_suite(void);
 Suite *limits_suite(void);
 Suite *seccomp_escape_suite(void);
+Suite *outputs_suite(void);
 
 #endif

@@ -1,0 +1,318 @@
+/* "outputs": files the program wrote under /sandbox, returned in the result.
+ *
+ * Sandbox side (pid 1, after the program exited): walk /sandbox with system
+ * calls only, match the request's patterns, and stream matching regular
+ * files over a pipe — never following a symlink, never opening anything but
+ * a regular file, within fixed bounds.
+ * Supervisor side: collect the stream (bounded) and render result.files. */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <fnmatch.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/core.h"
+#include "runner/runner.h"
+
+#define WALK_MAX_DEPTH 16
+#define WALK_MAX_ENTRIES 10000
+#define PATH_CAP 4096
+#define FLAG_TRUNCATED 1u
+#define FLAG_SUMMARY 2u
+
+struct out_hdr {
+	uint32_t path_len;
+	uint32_t flags;
+	uint64_t size;     /* the file's size (summary record: files left out) */
+	uint32_t data_len;
+	uint32_t pad;
+};
+
+struct walk {
+	char *const *patterns;
+	size_t npatterns;
+	int fd;
+	bool broken;       /* the supervisor stopped reading */
+	size_t total;
+	unsigned files;
+	unsigned entries;
+	unsigned omitted;
+	char path[PATH_CAP];
+	char copy[65536];
+};
+
+static int write_all(struct walk *w, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0 && !w->broken) {
+		ssize_t n = write(w->fd, p, len);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			w->broken = true;
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return w->broken ? -1 : 0;
+}
+
+static bool matches(const struct walk *w, const char *path)
+{
+	for (size_t i = 0; i < w->npatterns; i++)
+		if (fnmatch(w->patterns[i], path, FNM_PATHNAME | FNM_PERIOD) == 0)
+			return true;
+	return false;
+}
+
+static void emit_file(struct walk *w, int dirfd, const char *name, size_t plen)
+{
+	if (w->files >= MOAT_OUTPUT_MAX_FILES || w->total >= MOAT_OUTPUT_TOTAL_CAP) {
+		w->omitted++;
+		return;
+	}
+	int fd = openat(dirfd, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0)
+		return;
+	struct stat st;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return;
+	}
+	uint64_t size = st.st_size > 0 ? (uint64_t)st.st_size : 0;
+	uint64_t want = size;
+	if (want > MOAT_OUTPUT_FILE_CAP)
+		want = MOAT_OUTPUT_FILE_CAP;
+	if (want > MOAT_OUTPUT_TOTAL_CAP - w->total)
+		want = MOAT_OUTPUT_TOTAL_CAP - w->total;
+	struct out_hdr h = { .path_len = (uint32_t)plen, .size = size, .data_len = (uint32_t)want,
+			     .flags = want < size ? FLAG_TRUNCATED : 0 };
+	if (write_all(w, &h, sizeof h) < 0 || write_all(w, w->path, plen) < 0) {
+		close(fd);
+		return;
+	}
+	uint64_t off = 0;
+	while (off < want) {
+		size_t chunk = want - off > sizeof w->copy ? sizeof w->copy : (size_t)(want - off);
+		ssize_t n = pread(fd, w->copy, chunk, (off_t)off);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			/* the file shrank under us: keep the stream aligned */
+			memset(w->copy, 0, chunk);
+			n = (ssize_t)chunk;
+		}
+		if (write_all(w, w->copy, (size_t)n) < 0)
+			break;
+		off += (uint64_t)n;
+	}
+	close(fd);
+	w->total += want;
+	w->files++;
+}
+
+static void walk_dir(struct walk *w, int dirfd, size_t plen, int depth)
+{
+	char dbuf[8192];
+	for (;;) {
+		long n = syscall(SYS_getdents64, dirfd, dbuf, sizeof dbuf);
+		if (n <= 0)
+			return;
+		for (long off = 0; off < n;) {
+			struct dirent64 *d = (struct dirent64 *)(dbuf + off);
+			off += d->d_reclen;
+			const char *name = d->d_name;
+			if (!strcmp(name, ".") || !strcmp(name, ".."))
+				continue;
+			if (depth == 0 && !strncmp(name, ".moat", 5))
+				continue; /* moat's own files (the TypeScript bundle) */
+			if (++w->entries > WALK_MAX_ENTRIES || w->broken)
+				return;
+			size_t nlen = strlen(name);
+			size_t np = plen + (plen ? 1 : 0) + nlen;
+			if (np >= PATH_CAP)
+				continue;
+			if (plen)
+				w->path[plen] = '/';
+			memcpy(w->path + plen + (plen ? 1 : 0), name, nlen + 1);
+			unsigned char type = d->d_type;
+			if (type == DT_UNKNOWN) {
+				struct stat st;
+				if (fstatat(dirfd, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+					continue;
+				type = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_LNK;
+			}
+			if (type == DT_DIR && depth + 1 < WALK_MAX_DEPTH) {
+				int sub = openat(dirfd, name,
+						 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+				if (sub >= 0) {
+					walk_dir(w, sub, np, depth + 1);
+					close(sub);
+				}
+			} else if (type == DT_REG && matches(w, w->path)) {
+				emit_file(w, dirfd, name, np);
+			}
+			w->path[plen] = '\0';
+		}
+	}
+}
+
+void moat_outputs_collect(const struct moat_child *c)
+{
+	struct walk *w = NULL;
+	/* pid 1 is single-threaded here; the walk state is too big for the stack
+	 * of a process whose stack size we do not control, so map it */
+	void *mem = (void *)syscall(SYS_mmap, NULL, sizeof *w, 3 /* RW */, 0x22 /* PRIVATE|ANON */, -1,
+				    0);
+	if (mem == (void *)-1)
+		return;
+	w = mem;
+	w->patterns = c->outputs;
+	w->npatterns = c->outputs_count;
+	w->fd = c->outputs_fd;
+	int root = open(MOAT_SANDBOX_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+	if (root >= 0) {
+		walk_dir(w, root, 0, 0);
+		close(root);
+	}
+	if (w->omitted || w->entries > WALK_MAX_ENTRIES) {
+		struct out_hdr h = { .flags = FLAG_SUMMARY, .size = w->omitted,
+				     .pad = w->entries > WALK_MAX_ENTRIES };
+		write_all(w, &h, sizeof h);
+	}
+	syscall(SYS_munmap, mem, sizeof *w);
+}
+
+/* ---- supervisor side ---- */
+
+size_t moat_outputs_stream_cap(void)
+{
+	return MOAT_OUTPUT_TOTAL_CAP +
+	       MOAT_OUTPUT_MAX_FILES * (sizeof(struct out_hdr) + PATH_CAP) + 2 * sizeof(struct out_hdr);
+}
+
+static bool valid_utf8(const unsigned char *s, size_t len)
+{
+	size_t i = 0;
+	while (i < len) {
+		unsigned char c = s[i];
+		if (c == 0)
+			return false;
+		if (c < 0x80) {
+			i++;
+			continue;
+		}
+		size_t n;
+		uint32_t cp;
+		if ((c & 0xE0) == 0xC0) {
+			n = 1;
+			cp = c & 0x1F;
+		} else if ((c & 0xF0) == 0xE0) {
+			n = 2;
+			cp = c & 0x0F;
+		} else if ((c & 0xF8) == 0xF0) {
+			n = 3;
+			cp = c & 0x07;
+		} else {
+			return false;
+		}
+		if (n >= len - i) /* needs bytes i+1 .. i+n */
+			return false;
+		for (size_t k = 1; k <= n; k++) {
+			if ((s[i + k] & 0xC0) != 0x80)
+				return false;
+			cp = (cp << 6) | (s[i + k] & 0x3F);
+		}
+		if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
+		    cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
+			return false;
+		i += n + 1;
+	}
+	return true;
+}
+
+static void append_base64(struct moat_buf *b, const unsigned char *s, size_t len)
+{
+	static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	char q[4];
+	moat_buf_append(b, "\"", 1);
+	for (size_t i = 0; i < len; i += 3) {
+		uint32_t v = (uint32_t)s[i] << 16;
+		if (i + 1 < len)
+			v |= (uint32_t)s[i + 1] << 8;
+		if (i + 2 < len)
+			v |= s[i + 2];
+		q[0] = tbl[(v >> 18) & 63];
+		q[1] = tbl[(v >> 12) & 63];
+		q[2] = i + 1 < len ? tbl[(v >> 6) & 63] : '=';
+		q[3] = i + 2 < len ? tbl[v & 63] : '=';
+		moat_buf_append(b, q, 4);
+	}
+	moat_buf_append(b, "\"", 1);
+}
+
+int moat_outputs_render(const char *stream, size_t len, bool stream_cut, struct moat_result *res)
+{
+	struct moat_buf b = { 0 };
+	size_t off = 0;
+	bool first = true;
+	unsigned long omitted = 0;
+	bool too_many_entries = false, damaged = stream_cut;
+	moat_buf_append(&b, "{", 1);
+	while (off + sizeof(struct out_hdr) <= len) {
+		struct out_hdr h;
+		memcpy(&h, stream + off, sizeof h);
+		off += sizeof h;
+		if (h.flags & FLAG_SUMMARY) {
+			omitted += h.size;
+			too_many_entries = h.pad != 0;
+			continue;
+		}
+		if (h.path_len == 0 || h.path_len >= PATH_CAP || h.data_len > MOAT_OUTPUT_FILE_CAP ||
+		    len - off < (size_t)h.path_len + h.data_len) {
+			damaged = true;
+			break;
+		}
+		const char *path = stream + off;
+		const unsigned char *data = (const unsigned char *)stream + off + h.path_len;
+		off += (size_t)h.path_len + h.data_len;
+		if (!first)
+			moat_buf_append(&b, ",", 1);
+		first = false;
+		moat_buf_append_json_string(&b, path, h.path_len);
+		bool text = valid_utf8(data, h.data_len);
+		moat_buf_appendf(&b, ":{\"size\":%llu,\"truncated\":%s,\"encoding\":\"%s\",\"content\":",
+				 (unsigned long long)h.size, (h.flags & FLAG_TRUNCATED) ? "true" : "false",
+				 text ? "utf8" : "base64");
+		if (text)
+			moat_buf_append_json_string(&b, (const char *)data, h.data_len);
+		else
+			append_base64(&b, data, h.data_len);
+		moat_buf_append(&b, "}", 1);
+	}
+	if (off != len)
+		damaged = true;
+	moat_buf_append(&b, "}", 1);
+	char *json = moat_buf_take(&b);
+	if (!json)
+		return -1;
+	free(res->files_json);
+	res->files_json = json;
+	if (omitted)
+		(void)moat_result_warn(res, "outputs: %lu matching file(s) left out (at most %u files "
+				       "and %u bytes are returned)", omitted, MOAT_OUTPUT_MAX_FILES,
+				       MOAT_OUTPUT_TOTAL_CAP);
+	if (too_many_entries)
+		(void)moat_result_warn(res, "outputs: /sandbox holds more than %d entries; the "
+				       "rest was not searched", WALK_MAX_ENTRIES);
+	if (damaged)
+		(void)moat_result_warn(res, "outputs: the file stream ended early (the sandbox "
+				       "was killed while sending files); partial list");
+	return 0;
+}
