@@ -49,6 +49,17 @@ export interface RunOptions {
   pidsLimit?: number;
   strictLimits?: boolean;
   maxOutputBytes?: number;
+  /** Egress only to these `scheme://host[:port]` entries, through moat's proxy. */
+  allowedHosts?: string[];
+  /** Glob patterns under /sandbox whose files come back in `result.files`. */
+  outputs?: string[];
+}
+
+export interface OutputFile {
+  size: number;
+  truncated: boolean;
+  encoding: 'utf8' | 'base64';
+  content: string;
 }
 
 export interface RunResult {
@@ -68,6 +79,9 @@ export interface RunResult {
   stderrTruncated?: boolean;
   limits?: { memory: string; pids: string; cpu: string };
   warnings?: string[];
+  /** With `outputs`: the matching files, by path relative to /sandbox. */
+  files?: Record<string, OutputFile>;
+  network?: { mode: string; [extra: string]: unknown };
   [extra: string]: unknown;
 }
 

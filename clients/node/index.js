@@ -33,7 +33,7 @@ const CLIENT_KEYS = new Set(['moatPath', 'deadlineGraceMs', 'configPath']);
 // API keys travel to moat through its environment, never through a file.
 const KEY_ENV = { e2bApiKey: 'E2B_API_KEY', daytonaApiKey: 'DAYTONA_API_KEY' };
 const REQUEST_KEYS = ['language', 'timeout', 'env', 'files', 'stdin', 'network', 'memoryMb',
-  'cpus', 'pidsLimit', 'strictLimits', 'maxOutputBytes'];
+  'cpus', 'pidsLimit', 'strictLimits', 'maxOutputBytes', 'allowedHosts', 'outputs'];
 const DEFAULT_TIMEOUT = 30000;
 // How long past the sandbox timeout the client waits for moat itself: remote
 // providers also create and delete a sandbox, which takes longer.

@@ -79,6 +79,15 @@ test('files and stdin', async () => {
   assert.equal(r.stdout, 'ABC\nfrom stdin\n');
 });
 
+test('outputs: files written under /sandbox come back', async () => {
+  const r = await sandbox.run("open('out.txt','w').write('made inside')\nopen('b.bin','wb').write(b'\\x00\\x01')",
+    { outputs: ['*.txt', '*.bin'] });
+  assert.equal(r.exitCode, 0);
+  assert.deepEqual(r.files['out.txt'], { size: 11, truncated: false, encoding: 'utf8', content: 'made inside' });
+  assert.equal(r.files['b.bin'].encoding, 'base64');
+  assert.equal(Buffer.from(r.files['b.bin'].content, 'base64').toString('hex'), '0001');
+});
+
 test('bad env name: SandboxPolicyError', async () => {
   await assert.rejects(sandbox.run('print(1)', { env: { 'BAD;NAME': 'x' } }), (e) => {
     assert.ok(e instanceof SandboxPolicyError);
