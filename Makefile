@@ -95,6 +95,10 @@ check-vm: $(BUILD)/moat $(BUILD)/test-integration
 	tools/vm/run-vm.sh -- env MOAT_BIN=$(CURDIR)/$(BUILD)/moat CK_RUN_SUITE=$(VM_SUITES) \
 	    $(BUILD)/test-integration
 
+# Figures, not tests: moat vs bare, unshare and bubblewrap (bench/README.md).
+bench: $(BUILD)/moat
+	sh bench/run.sh $(BUILD)/moat
+
 check-node: $(BUILD)/moat
 	MOAT_BIN=$(CURDIR)/$(BUILD)/moat node --test clients/node/test/
 
