@@ -16,6 +16,8 @@
 #include "harness.h"
 
 #define HARNESS_TIMEOUT_MS 120000
+/* the uid rootless runs drop to */
+#define ROOTLESS_UID 65534
 
 static char moat_copy[4096];
 
@@ -24,27 +26,116 @@ bool harness_is_root(void)
 	return geteuid() == 0;
 }
 
+double harness_slowdown(void)
+{
+	const char *s = getenv("MOAT_TEST_SLOWDOWN");
+	if (!s || !*s)
+		return 1;
+	char *end;
+	errno = 0;
+	double v = strtod(s, &end);
+	if (errno || *end || !(v >= 1) || v > 1000)
+		return 1;
+	return v;
+}
+
+long harness_scale_ms(long ms)
+{
+	return (long)((double)ms * harness_slowdown());
+}
+
+const char *harness_cgroup_parent(int mode)
+{
+	const char *v = getenv(mode == MODE_ROOT ? "MOAT_TEST_ROOT_CGROUP" : "MOAT_TEST_ROOTLESS_CGROUP");
+	if (!v || v[0] != '/' || !harness_is_root())
+		return NULL;
+	return v;
+}
+
+/* In the forked child, still root: moves it into a new leaf
+ * parent/h-<pid> owned by ROOTLESS_UID, so that moat, once it runs as that
+ * uid, may move its sandbox into leaves of parent (cgroup v2 migration needs
+ * write access to the common ancestor's cgroup.procs). Async-signal-safe
+ * enough for a child of a single-threaded process. 0, or -1 after perror. */
+static int child_enter_leaf(const char *parent)
+{
+	char leaf[4096], file[4200], pid[24];
+	snprintf(leaf, sizeof leaf, "%s/h-%ld", parent, (long)getpid());
+	snprintf(pid, sizeof pid, "%ld", (long)getpid());
+	if (mkdir(leaf, 0755) < 0 && errno != EEXIST) {
+		perror("harness: mkdir rootless cgroup leaf");
+		return -1;
+	}
+	static const char *const own[] = { "", "/cgroup.procs", "/cgroup.subtree_control",
+					   "/cgroup.threads" };
+	for (size_t i = 0; i < sizeof own / sizeof own[0]; i++) {
+		snprintf(file, sizeof file, "%s%s", leaf, own[i]);
+		if (chown(file, ROOTLESS_UID, ROOTLESS_UID) < 0) {
+			perror("harness: chown rootless cgroup leaf");
+			return -1;
+		}
+	}
+	snprintf(file, sizeof file, "%s/cgroup.procs", leaf);
+	int fd = open(file, O_WRONLY | O_CLOEXEC);
+	if (fd < 0 || write(fd, pid, strlen(pid)) != (ssize_t)strlen(pid)) {
+		perror("harness: join rootless cgroup leaf");
+		if (fd >= 0)
+			close(fd);
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/* After the run: removes the child's leaf; its processes may take a moment
+ * to leave it. */
+static void remove_leaf(const char *parent, pid_t pid)
+{
+	char leaf[4096];
+	snprintf(leaf, sizeof leaf, "%s/h-%ld", parent, (long)pid);
+	for (int i = 0; i < 200; i++) {
+		if (rmdir(leaf) == 0 || errno == ENOENT)
+			return;
+		if (errno != EBUSY)
+			break;
+		struct timespec ts = { 0, 10 * 1000 * 1000 };
+		nanosleep(&ts, NULL);
+	}
+	ck_abort_msg("cannot remove the harness's cgroup %s: %s", leaf, strerror(errno));
+}
+
+/* Runs in main() before any test, so it reports with stdio, not Check. */
+#define SETUP_CHECK(cond, ...)                                          \
+	do {                                                            \
+		if (!(cond)) {                                          \
+			fprintf(stderr, "harness: " __VA_ARGS__);       \
+			fputc('\n', stderr);                            \
+			exit(2);                                        \
+		}                                                       \
+	} while (0)
+
 const char *harness_moat(void)
 {
 	if (moat_copy[0])
 		return moat_copy;
 	const char *bin = getenv("MOAT_BIN");
-	ck_assert_msg(bin && *bin, "MOAT_BIN is not set");
+	SETUP_CHECK(bin && *bin, "MOAT_BIN is not set");
 	char dir[] = "/tmp/moat-test-XXXXXX";
-	ck_assert_msg(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
-	ck_assert_int_eq(chmod(dir, 0755), 0);
+	SETUP_CHECK(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
+	SETUP_CHECK(chmod(dir, 0755) == 0, "chmod %s: %s", dir, strerror(errno));
 	snprintf(moat_copy, sizeof moat_copy, "%s/moat", dir);
 	int in = open(bin, O_RDONLY | O_CLOEXEC);
-	ck_assert_msg(in >= 0, "open %s: %s", bin, strerror(errno));
+	SETUP_CHECK(in >= 0, "open %s: %s", bin, strerror(errno));
 	int out = open(moat_copy, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
-	ck_assert_msg(out >= 0, "create %s: %s", moat_copy, strerror(errno));
+	SETUP_CHECK(out >= 0, "create %s: %s", moat_copy, strerror(errno));
 	char buf[65536];
 	ssize_t n;
 	while ((n = read(in, buf, sizeof buf)) > 0)
-		ck_assert_int_eq(write(out, buf, (size_t)n), n);
+		SETUP_CHECK(write(out, buf, (size_t)n) == n, "write %s: %s", moat_copy, strerror(errno));
+	SETUP_CHECK(n == 0, "read %s: %s", bin, strerror(errno));
 	close(in);
-	ck_assert_int_eq(fchmod(out, 0755), 0);
-	close(out);
+	SETUP_CHECK(fchmod(out, 0755) == 0, "fchmod: %s", strerror(errno));
+	SETUP_CHECK(close(out) == 0, "close: %s", strerror(errno));
 	return moat_copy;
 }
 
@@ -82,27 +173,35 @@ void harness_run(int mode, const char *const *args, const char *stdin_data, size
 	argv[0] = (char *)"moat";
 	for (size_t i = 0; i < argc; i++)
 		argv[i + 1] = (char *)args[i];
+	const char *cg_parent = harness_cgroup_parent(mode);
+	char *cg_env = NULL;
+	if (cg_parent)
+		ck_assert_int_ge(asprintf(&cg_env, "MOAT_CGROUP_PARENT=%s", cg_parent), 0);
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
 		dup2(in_p[0], 0);
 		dup2(out_p[1], 1);
 		dup2(err_p[1], 2);
+		if (mode == MODE_ROOTLESS && cg_parent && child_enter_leaf(cg_parent) < 0)
+			_exit(97);
 		if (mode == MODE_ROOTLESS && geteuid() == 0) {
-			if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
-			    setresuid(65534, 65534, 65534) < 0) {
+			if (setgroups(0, NULL) < 0 ||
+			    setresgid(ROOTLESS_UID, ROOTLESS_UID, ROOTLESS_UID) < 0 ||
+			    setresuid(ROOTLESS_UID, ROOTLESS_UID, ROOTLESS_UID) < 0) {
 				perror("harness: drop to 65534");
 				_exit(99);
 			}
 		}
 		char *envp[] = { (char *)"PATH=/usr/bin:/bin",
 				 (char *)HARNESS_CANARY_NAME "=" HARNESS_CANARY_VALUE,
-				 (char *)"HOME=/nonexistent", NULL };
+				 (char *)"HOME=/nonexistent", cg_env, NULL };
 		execve(moat, argv, envp);
 		perror("harness: execve moat");
 		_exit(98);
 	}
 	free(argv);
+	free(cg_env);
 	close(in_p[0]);
 	close(out_p[1]);
 	close(err_p[1]);
@@ -115,14 +214,18 @@ void harness_run(int mode, const char *const *args, const char *stdin_data, size
 	}
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
+	const long watchdog_ms = harness_scale_ms(HARNESS_TIMEOUT_MS);
 	int ofd = out_p[0], efd = err_p[0];
 	char buf[65536];
 	while (ofd >= 0 || efd >= 0) {
 		struct pollfd p[3] = { { ofd, POLLIN, 0 }, { efd, POLLIN, 0 }, { in_fd, POLLOUT, 0 } };
 		int r = poll(p, 3, 1000);
-		if (elapsed_ms(&t0) > HARNESS_TIMEOUT_MS) {
+		if (elapsed_ms(&t0) > watchdog_ms) {
 			kill(pid, SIGKILL);
-			ck_abort_msg("moat did not finish within %d ms", HARNESS_TIMEOUT_MS);
+			waitpid(pid, NULL, 0);
+			if (mode == MODE_ROOTLESS && cg_parent)
+				remove_leaf(cg_parent, pid);
+			ck_abort_msg("moat did not finish within %ld ms", watchdog_ms);
 		}
 		if (r <= 0)
 			continue;
@@ -153,6 +256,8 @@ void harness_run(int mode, const char *const *args, const char *stdin_data, size
 		close(in_fd);
 	int st;
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	if (mode == MODE_ROOTLESS && cg_parent)
+		remove_leaf(cg_parent, pid);
 	out->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 	if (!out->out)
 		append(&out->out, &out->out_len, "", 0);

@@ -29,6 +29,26 @@ struct run_out {
 const char *harness_moat(void);
 /* true when the harness can run the root mode (it runs as root). */
 bool harness_is_root(void);
+/* How much slower than the development host this machine starts and runs
+ * processes: $MOAT_TEST_SLOWDOWN (tools/vm/run-vm.sh sets 40 under TCG), at
+ * least 1; 1 when unset or not a number. Scales the harness's watchdog and
+ * the tests' wall-time timeouts, sleeps and bands. */
+double harness_slowdown(void);
+/* ms scaled by harness_slowdown(), for wall-time values. */
+long harness_scale_ms(long ms);
+/*
+ * Cgroups the environment provides for moat (tools/vm sets both):
+ *  - MOAT_TEST_ROOT_CGROUP: a cgroup2 directory with the memory, pids and cpu
+ *    controllers enabled in its subtree; root-mode runs get it as
+ *    MOAT_CGROUP_PARENT.
+ *  - MOAT_TEST_ROOTLESS_CGROUP: the same, delegated to uid 65534. For each
+ *    rootless run the harness (as root, before dropping privileges) moves the
+ *    child into a leaf h-<pid> of it, owned by 65534, and passes the subtree
+ *    as MOAT_CGROUP_PARENT; the leaf is removed after the run. Only when the
+ *    harness runs as root: otherwise it cannot put moat into the subtree.
+ * Unset: moat gets no MOAT_CGROUP_PARENT and picks its cgroup itself.
+ * Returns the directory for mode, or NULL. */
+const char *harness_cgroup_parent(int mode);
 /* Runs moat with args (NULL-terminated, without argv[0]) in mode, feeding
  * stdin. Aborts the test on harness failure. */
 void harness_run(int mode, const char *const *args, const char *stdin_data, size_t stdin_len,

@@ -255,9 +255,36 @@ static int write_u64(const char *dir, const char *file, unsigned long long v)
 	return moat_cg_write(dir, file, buf);
 }
 
+/* true when processes live in dir (its cgroup.procs is not empty) */
+static bool has_procs(const char *dir)
+{
+	char *t = moat_cg_read(dir, "cgroup.procs");
+	bool any = t && t[strspn(t, " \n")] != '\0';
+	free(t);
+	return any;
+}
+
+/* Writes op ("+memory") to parent's cgroup.subtree_control. Below the
+ * root, a cgroup where processes live gets no controller: the kernel
+ * refuses the domain ones (memory) with EBUSY, and would accept the
+ * threaded ones (pids, cpu) but that makes the cgroup a thread root, whose
+ * domain children are invalid (clone3 CLONE_INTO_CGROUP into the run's
+ * leaf fails with EOPNOTSUPP), so they are refused here the same way. */
+static int v2_enable_one(const struct probe *p, const char *op)
+{
+	if (strcmp(p->v2_parent, p->v2_mount) && has_procs(p->v2_parent)) {
+		errno = EBUSY;
+		return -1;
+	}
+	return moat_cg_write(p->v2_parent, "cgroup.subtree_control", op);
+}
+
 /* Enables the available controllers in parent's subtree, moving moat into
- * a sibling leaf first when it lives in parent. Returns a reason string
- * (malloc'd) when some controller could not be enabled, else NULL. */
+ * a sibling leaf first when it lives in parent. When other processes live
+ * there too, moat moves back and removes that leaf: it would gain nothing,
+ * and an empty leaf of a moat that has exited is only removed by a later
+ * run. Returns a reason string (malloc'd) when some controller could not
+ * be enabled, else NULL. */
 static char *v2_enable(struct probe *p)
 {
 	char *cur = moat_cg_read(p->v2_parent, "cgroup.subtree_control");
@@ -268,7 +295,7 @@ static char *v2_enable(struct probe *p)
 			continue;
 		char op[16];
 		snprintf(op, sizeof op, "+%s", V2_CTL[i]);
-		int rc = moat_cg_write(p->v2_parent, "cgroup.subtree_control", op);
+		int rc = v2_enable_one(p, op);
 		if (rc < 0 && errno == EBUSY && p->v2_own && !tried_move &&
 		    strcmp(p->v2_parent, p->v2_mount)) {
 			/* no internal processes: leave the parent for a sibling leaf */
@@ -280,12 +307,7 @@ static char *v2_enable(struct probe *p)
 			snprintf(pid, sizeof pid, "%ld", (long)getpid());
 			bool moved = sup && moat_cg_write(sup, "cgroup.procs", pid) == 0;
 			if (moved)
-				rc = moat_cg_write(p->v2_parent, "cgroup.subtree_control", op);
-			/* Still busy (other processes live in the parent): the leaf
-			 * gains nothing, and nobody would remove it when moat exits
-			 * (until a later run finds it stale). Go back and remove it;
-			 * the parent has no controllers enabled, so moat may live
-			 * there again. */
+				rc = v2_enable_one(p, op);
 			if (sup && rc < 0) {
 				int e = errno;
 				if (!moved || moat_cg_write(p->v2_parent, "cgroup.procs", pid) == 0)
@@ -682,26 +704,6 @@ int moat_cgroup_describe(FILE *out)
 	else if (p.v2_why)
 		fprintf(out, "cgroup2 parent:     none%s: %s\n",
 			p.v2_pure ? "" : " (on this hybrid host only for cgroup.kill)", p.v2_why);
-	static const int v1_of[L__COUNT] = { MOAT_V1_MEMORY, MOAT_V1_PIDS, MOAT_V1_CPU };
-	for (int i = 0; i < L__COUNT; i++) {
-		const char *label[L__COUNT] = { "limit memory:", "limit pids:", "limit cpu:" };
-		fprintf(out, "%-20s", label[i]);
-		if (p.v2_pure && p.v2_parent && p.v2_avail[i]) {
-			fprintf(out, "cgroup-v2 (%s in %s)\n", V2_CTL[i], p.v2_parent);
-		} else if (!p.v2_pure && p.v1_parent[v1_of[i]]) {
-			fprintf(out, "cgroup-v1 (%s)\n", p.v1_parent[v1_of[i]]);
-		} else {
-			const char *w = p.v2_pure ? (p.v2_parent ? "controller not available" : p.v2_why)
-						  : p.v1_why[v1_of[i]];
-			const char *m = i == L_MEMORY ? "rlimit (RLIMIT_DATA per process)"
-				      : i == L_PIDS ? "rlimit (RLIMIT_NPROC per user)"
-						    : "none (no rlimit expresses a CPU share)";
-			fprintf(out, "%s: %s; strictLimits refuses\n", m, w ? w : "no cgroup");
-		}
-	}
-	bool kill = p.v2_parent != NULL;
-	fprintf(out, "%-20s%s\n", "kill on timeout:",
-		kill ? "cgroup.kill" : "SIGKILL to the sandbox's pid-namespace init");
 	probe_free(&p);
 	return 0;
 }
