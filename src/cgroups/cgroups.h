@@ -34,8 +34,9 @@ int moat_cgroup_kill(struct moat_cgroup *cg);
 /* After the run: statistics and oom/pids detection into res, then remove
  * everything that was created. NULL-safe. */
 void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res);
-/* For `moat doctor`: which mechanism a run would use for each limit and
- * why, one line each; changes nothing on the host. Returns 0. */
+/* For `moat doctor`: where cgroup v2 is and which parent moat would use;
+ * changes nothing on the host. What a run really gets is found by a trial
+ * prepare/finish (see src/cli/doctor.c). Returns 0. */
 int moat_cgroup_describe(FILE *out);
 
 #endif

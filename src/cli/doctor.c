@@ -14,6 +14,7 @@
 
 #include "cgroups/cgroups.h"
 #include "cli/cli.h"
+#include "priv/priv.h"
 #include "ns/ns.h"
 #include "seccomp/seccomp.h"
 
@@ -84,6 +85,41 @@ static void cgroup_report(void)
 	       stat("/sys/fs/cgroup/cpu", &st) == 0 ? "v1" : "absent");
 }
 
+/* What a run asking for every limit would really get: the same decision a
+ * run makes (a leaf is created and removed again). */
+static void trial_limits(void)
+{
+	struct moat_request *req = moat_request_new();
+	struct moat_result *res = moat_result_new();
+	struct moat_priv_plan priv;
+	struct moat_error err = { 0 };
+	struct moat_cgroup *cg = NULL;
+	if (!req || !res || moat_priv_prepare(&priv, 64u << 20, &err) < 0) {
+		printf("limits:             cannot tell (out of memory)\n");
+		goto out;
+	}
+	req->memory_mb = 256;
+	req->pids_limit = 64;
+	req->cpus = 1;
+	if (moat_cgroup_prepare(req, res, &priv, &cg, &err) < 0) {
+		printf("limits:             a run would fail: %s\n", err.message);
+	} else {
+		printf("limit memory:       %s\nlimit pids:         %s\nlimit cpu:          %s\n",
+		       res->limit_memory, res->limit_pids, res->limit_cpu);
+		printf("kill on timeout:    %s\n", moat_cgroup_clone_fd(cg) >= 0
+							  ? "cgroup.kill"
+							  : "SIGKILL to the sandbox's pid-namespace init");
+		for (size_t i = 0; i < res->warnings_count; i++)
+			printf("  warning:          %s\n", res->warnings[i]);
+	}
+	moat_cgroup_finish(cg, NULL);
+	moat_priv_release(&priv);
+out:
+	moat_error_clear(&err);
+	moat_result_free(res);
+	moat_request_free(req);
+}
+
 int cli_doctor(int argc, char **argv)
 {
 	(void)argc;
@@ -131,6 +167,7 @@ int cli_doctor(int argc, char **argv)
 
 	cgroup_report();
 	moat_cgroup_describe(stdout);
+	trial_limits();
 
 	const char *pasta = find_exec("pasta", path, sizeof path);
 	printf("pasta:              %s\n", pasta ? pasta : "not found (Debian package 'passt')");
