@@ -1,4 +1,6 @@
 /* Integration test harness (see harness.h). */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
@@ -334,4 +336,29 @@ const char *harness_error_type(const struct run_out *out)
 	const cJSON *e = cJSON_GetObjectItemCaseSensitive(out->json, "error");
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "type");
 	return cJSON_IsString(t) ? t->valuestring : NULL;
+}
+
+int harness_count_marker(const char *marker)
+{
+	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
+	int n = 0;
+	struct dirent *e;
+	size_t mlen = strlen(marker);
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char path[300];
+		snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		char buf[4096];
+		ssize_t r = read(fd, buf, sizeof buf);
+		close(fd);
+		if (r > 0 && memmem(buf, (size_t)r, marker, mlen))
+			n++;
+	}
+	closedir(d);
+	return n;
 }

@@ -60,6 +60,8 @@ void harness_exec(int mode, const char *request_json, struct run_out *out);
 void harness_exec_code(int mode, const char *lang, const char *code, const char *extra_json,
 		       struct run_out *out);
 void harness_free(struct run_out *out);
+/* Number of host processes whose command line contains marker. */
+int harness_count_marker(const char *marker);
 /* JSON helpers on out->json */
 const char *harness_str(const struct run_out *out, const char *key);   /* NULL if absent/null */
 double harness_num(const struct run_out *out, const char *key);        /* NAN if absent/null */

@@ -407,6 +407,26 @@ START_TEST(doctor_ok)
 	char l[256];
 	snprintf(l, sizeof l, "%.*s", (int)(n < 255 ? n : 255), line);
 	ck_assert_msg(strstr(l, " ok"), "user namespaces not ok: %s", l);
+	/* doctor's limits are what a run asking for every limit really gets */
+	char want[3][64];
+	static const char *const keys[] = { "memory", "pids", "cpu" };
+	static const char *const labels[] = { "limit memory:", "limit pids:", "limit cpu:" };
+	for (int k = 0; k < 3; k++) {
+		const char *p = strstr(o.out, labels[k]);
+		ck_assert_msg(p, "doctor has no \"%s\" line: %s", labels[k], o.out);
+		p += strlen(labels[k]);
+		while (*p == ' ')
+			p++;
+		snprintf(want[k], sizeof want[k], "%.*s", (int)strcspn(p, " \n"), p);
+	}
+	harness_free(&o);
+	harness_exec_code(_i, "sh", "true", ",\"memoryMb\":256,\"pidsLimit\":64,\"cpus\":1", &o);
+	const cJSON *limits = cJSON_GetObjectItemCaseSensitive(o.json, "limits");
+	for (int k = 0; k < 3; k++) {
+		const cJSON *v = cJSON_GetObjectItemCaseSensitive(limits, keys[k]);
+		ck_assert_msg(cJSON_IsString(v) && !strcmp(v->valuestring, want[k]),
+			      "doctor says %s for %s, a run got: %s", want[k], keys[k], o.out);
+	}
 	harness_free(&o);
 }
 END_TEST

@@ -202,30 +202,6 @@ static int wait_status(pid_t pid)
 	return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-static int count_marker(const char *marker)
-{
-	DIR *d = opendir("/proc");
-	ck_assert_ptr_nonnull(d);
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (!isdigit((unsigned char)e->d_name[0]))
-			continue;
-		char path[300];
-		snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		char buf[4096];
-		ssize_t r = read(fd, buf, sizeof buf);
-		close(fd);
-		if (r > 0 && memmem(buf, (size_t)r, marker, strlen(marker)))
-			n++;
-	}
-	closedir(d);
-	return n;
-}
-
 /* ---- invariant 1: nothing of the host writable ----------------------------- */
 
 START_TEST(root_and_binds_read_only)
@@ -680,7 +656,7 @@ START_TEST(supervisor_killed_kills_sandbox)
 	ck_assert_msg(strstr(text, "ready\n"), "no ready: %s", text);
 	int started = 0;
 	for (int i = 0; i < 40 && started < 4; i++) {
-		started = count_marker(marker);
+		started = harness_count_marker(marker);
 		if (started < 4)
 			usleep(50000);
 	}
@@ -698,7 +674,7 @@ START_TEST(supervisor_killed_kills_sandbox)
 	ck_assert_int_eq(wait_status(pid), 128 + SIGKILL);
 	int left = -1;
 	for (int i = 0; i < 20 && left != 0; i++) {
-		left = count_marker(marker);
+		left = harness_count_marker(marker);
 		if (left)
 			usleep(100000);
 	}

@@ -277,31 +277,6 @@ END_TEST
 
 /* ---- kill, cleanup ------------------------------------------------------------ */
 
-static int count_marker(const char *marker)
-{
-	DIR *d = opendir("/proc");
-	ck_assert_ptr_nonnull(d);
-	int n = 0;
-	struct dirent *e;
-	size_t mlen = strlen(marker);
-	while ((e = readdir(d))) {
-		if (!isdigit((unsigned char)e->d_name[0]))
-			continue;
-		char path[300];
-		snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		char buf[4096];
-		ssize_t r = read(fd, buf, sizeof buf);
-		close(fd);
-		if (r > 0 && memmem(buf, (size_t)r, marker, mlen))
-			n++;
-	}
-	closedir(d);
-	return n;
-}
-
 START_TEST(timeout_kills_a_tree_at_once)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -322,7 +297,7 @@ START_TEST(timeout_kills_a_tree_at_once)
 	ck_assert(harness_is_null(&o, "exitCode"));
 	ck_assert_str_eq(harness_str(&o, "stdout"), "started\n");
 	ck_assert_msg(took < MS(6000), "timeout %ld ms, run took %ld ms", timeout, took);
-	ck_assert_int_eq(count_marker(marker), 0);
+	ck_assert_int_eq(harness_count_marker(marker), 0);
 	harness_free(&o);
 }
 END_TEST
@@ -443,7 +418,7 @@ START_TEST(many_runs_leave_nothing)
 		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "parallel run %d failed", k);
 	}
 	ck_assert_int_eq(leftover_leaves(), 0);
-	ck_assert_int_eq(count_marker(marker), 0);
+	ck_assert_int_eq(harness_count_marker(marker), 0);
 	ck_assert_int_eq(mount_count(), mounts);
 }
 END_TEST

@@ -29,32 +29,6 @@ static void make_marker(char *buf, size_t len, const char *what, int mode)
 	snprintf(buf, len, "moat-%s-%ld-%d-m", what, (long)getpid(), mode);
 }
 
-/* Number of host processes whose argv contains marker. */
-static int count_marker(const char *marker)
-{
-	DIR *d = opendir("/proc");
-	ck_assert_ptr_nonnull(d);
-	int n = 0;
-	struct dirent *e;
-	size_t mlen = strlen(marker);
-	while ((e = readdir(d))) {
-		if (!isdigit((unsigned char)e->d_name[0]))
-			continue;
-		char path[300];
-		snprintf(path, sizeof path, "/proc/%s/cmdline", e->d_name);
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd < 0)
-			continue;
-		char buf[4096];
-		ssize_t r = read(fd, buf, sizeof buf);
-		close(fd);
-		if (r > 0 && memmem(buf, (size_t)r, marker, mlen))
-			n++;
-	}
-	closedir(d);
-	return n;
-}
-
 /* Asserts a normal exit with exitCode code and returns stdout. */
 static const char *expect_exit(const struct run_out *o, int code)
 {
@@ -240,7 +214,7 @@ static void check_daemon_gone(int mode, const char *lang, const char *code, cons
 	ck_assert_str_eq(expect_exit(&o, 0), "daemon 1\n");
 	ck_assert_msg(wall < harness_scale_ms(5000), "run with a daemon took %ld ms", wall);
 	ck_assert_msg(harness_num(&o, "durationMs") < harness_scale_ms(5000), "%s", o.out);
-	int left = count_marker(marker);
+	int left = harness_count_marker(marker);
 	ck_assert_msg(left == 0, "%d daemon process(es) with %s outlived the run (mode %d)", left,
 		      marker, mode);
 	harness_free(&o);
@@ -315,7 +289,7 @@ START_TEST(timeout_kills_process_tree)
 	ck_assert_msg(harness_bool(&o, "timedOut"), "%s", o.out);
 	ck_assert_str_eq(harness_str(&o, "killedBy"), "timeout");
 	ck_assert_str_eq(harness_str(&o, "stdout"), "tree 20\n");
-	int left = count_marker(marker);
+	int left = harness_count_marker(marker);
 	ck_assert_msg(left == 0, "%d of 20 processes outlived the timeout (mode %d)", left, _i);
 	harness_free(&o);
 }

@@ -273,10 +273,10 @@ START_TEST(mech_names_and_describe)
 	ck_assert_ptr_nonnull(f);
 	ck_assert_int_eq(moat_cgroup_describe(f), 0);
 	fclose(f);
-	ck_assert_ptr_nonnull(strstr(buf, "limit memory:"));
-	ck_assert_ptr_nonnull(strstr(buf, "limit pids:"));
-	ck_assert_ptr_nonnull(strstr(buf, "limit cpu:"));
-	ck_assert_ptr_nonnull(strstr(buf, "kill on timeout:"));
+	/* the probe names cgroup2 and where a run's v2 leaf would go; the
+	 * per-limit verdict comes from a trial run (cli/doctor_ok checks it) */
+	ck_assert_msg(strstr(buf, "cgroup2"), "%s", buf);
+	ck_assert_msg(strstr(buf, "cgroup2 parent:"), "%s", buf);
 	free(buf);
 }
 END_TEST
