@@ -79,13 +79,17 @@ static int add_mkdirs(struct moat_mount_plan *p, const char *rel, bool self)
 		char c = tmp[i];
 		tmp[i] = '\0';
 		char *dst = join(p->base, tmp);
-		struct moat_mount_op *op = dst ? add_op(p, MOAT_OP_MKDIR, NULL, dst) : NULL;
+		bool have = false;
+		for (size_t k = 0; dst && k < p->count && !have; k++)
+			have = p->ops[k].kind == MOAT_OP_MKDIR && !strcmp(p->ops[k].dst, dst);
+		struct moat_mount_op *op = !dst ? NULL : have ? &p->ops[0] : add_op(p, MOAT_OP_MKDIR, NULL, dst);
 		free(dst);
 		if (!op) {
 			free(tmp);
 			return -1;
 		}
-		op->mode = 0755;
+		if (!have)
+			op->mode = 0755;
 		tmp[i] = c;
 	}
 	free(tmp);
@@ -128,8 +132,8 @@ static int add_ro_bind(struct moat_mount_plan *p, const char *src, bool optional
 		goto out;
 	op->recursive = true;
 	op->optional = optional;
-	if (add_setattr(p, dst, RO_ATTRS, true) < 0)
-		goto out;
+	/* made read-only, nosuid, nodev together with the root (one recursive
+	 * mount_setattr in moat_plan_build, before anything writable is mounted) */
 	rc = 0;
 out:
 	free(dst);
@@ -487,6 +491,12 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 			goto oom;
 		if (in->resolv_conf && add_text_file(p, "/etc/resolv.conf", in->resolv_conf) < 0)
 			goto oom;
+		if (add_mkdirs(p, "/dev", true) < 0 || add_mkdirs(p, "/proc", true) < 0)
+			goto oom;
+		/* the root and every bind of the plan: read-only, nosuid, nodev,
+		 * recursively, before anything writable is mounted on top */
+		if (add_setattr(p, p->base, RO_ATTRS, true) < 0)
+			goto oom;
 	}
 	if (add_dev(p, tmpfs) < 0 || add_proc(p) < 0 ||
 	    add_tmpfs(p, "/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, tmpfs) < 0 ||
@@ -503,8 +513,6 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 				goto oom;
 	}
 	if (!add_op(p, MOAT_OP_PIVOT, NULL, p->base))
-		goto oom;
-	if (!in->rootfs_dir && add_setattr(p, "/", RO_ATTRS, false) < 0)
 		goto oom;
 	if (!add_op(p, MOAT_OP_CHDIR, NULL, MOAT_SANDBOX_DIR))
 		goto oom;

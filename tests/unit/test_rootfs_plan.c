@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -78,12 +79,27 @@ START_TEST(plan_never_touches_host_paths)
 	}
 	ck_assert(pivoted);
 	ck_assert(saw_code);
-	/* after the pivot, the root is made read-only */
-	bool ro_root = false;
-	for (size_t i = 0; i < p->count; i++)
-		if (p->ops[i].kind == MOAT_OP_SETATTR && !strcmp(p->ops[i].dst, "/"))
-			ro_root = true;
-	ck_assert(ro_root);
+	/* the root and every bind of the plan are made read-only, nosuid, nodev
+	 * by one recursive setattr on the base, after every bind and before the
+	 * first writable mount (/dev, /proc, /tmp, /sandbox) */
+	size_t ro = p->count, first_rw = p->count;
+	for (size_t i = 0; i < p->count; i++) {
+		const struct moat_mount_op *op = &p->ops[i];
+		if (op->kind == MOAT_OP_SETATTR && !strcmp(op->dst, p->base) && op->recursive &&
+		    (op->attr_set & MOUNT_ATTR_RDONLY) && (op->attr_set & MOUNT_ATTR_NOSUID) &&
+		    (op->attr_set & MOUNT_ATTR_NODEV) && ro == p->count)
+			ro = i;
+		if (op->kind == MOAT_OP_TMPFS && strcmp(op->dst, p->base) && first_rw == p->count)
+			first_rw = i;
+	}
+	ck_assert_msg(ro < p->count, "no recursive read-only setattr on the base");
+	ck_assert_msg(ro < first_rw, "setattr %zu comes after a writable mount %zu", ro, first_rw);
+	/* host binds after it are only the device nodes, which get their own */
+	for (size_t i = ro + 1; i < p->count; i++)
+		if (p->ops[i].kind == MOAT_OP_BIND && strncmp(p->ops[i].src, p->base, bl))
+			ck_assert_msg(!strncmp(p->ops[i].src, "/dev/", 5), "bind of %s after the setattr",
+				      p->ops[i].src);
+
 	moat_plan_free(p);
 	moat_request_free(req);
 }
