@@ -67,10 +67,12 @@ stage1() {
 	mkdir -p /mnt/rw/upper /mnt/rw/work
 	mount -t overlay -o lowerdir=/mnt/lower,upperdir=/mnt/rw/upper,workdir=/mnt/rw/work \
 		overlay /newroot || die "cannot mount the overlay root"
-	mount -t 9p -o trans=virtio,version=9p2000.L,cache=mmap,msize=512000 \
-		repo "/newroot$REPO" || die "cannot mount the repository (9p tag repo) at $REPO"
 	mount -t tmpfs -o mode=755,nosuid,nodev tmpfs /newroot/run
-	mkdir -p /newroot/run/moat-vm
+	# the repository is bound at its own path only in stage 2, after /tmp is
+	# mounted: a clone under /tmp or /run would otherwise be hidden
+	mkdir -p /newroot/run/moat-vm /newroot/run/moat-repo
+	mount -t 9p -o trans=virtio,version=9p2000.L,cache=mmap,msize=512000 \
+		repo /newroot/run/moat-repo || die "cannot mount the repository (9p tag repo)"
 	cp /bin/busybox /init /newroot/run/moat-vm/
 	for m in dev proc sys; do
 		mount --move "/$m" "/newroot/$m" || die "cannot move /$m"
@@ -99,6 +101,8 @@ stage2() {
 	$BB ln -sf /proc/self/fd/2 /dev/stderr
 	$BB hostname moat-vm
 	$BB ip link set lo up 2>/dev/null
+	$BB mkdir -p "$REPO" && $BB mount -o bind /run/moat-repo "$REPO" ||
+		die "cannot bind the repository at $REPO"
 
 	# Pure cgroup v2: PID 1 goes to a leaf so the root only has kernel threads.
 	# moat gets a parent of its own for root runs (moat-root, passed to moat
