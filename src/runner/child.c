@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/mount.h>
@@ -173,6 +174,14 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 	fail(c, MOAT_STEP_EXEC, 0);
 }
 
+/* The stack pid 2 runs on while it shares pid 1's memory (see below). */
+static char program_stack[256 * 1024] __attribute__((aligned(64)));
+
+static int program_entry(void *arg)
+{
+	program_main(arg);
+}
+
 /* pid 1 after the fork: no capabilities, not dumpable (the program runs as
  * the same uid and must not ptrace it), reaps until the program exits. */
 __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_t program)
@@ -260,10 +269,21 @@ void moat_child_main(const struct moat_child *c)
 	if (c->net_fd >= 0)
 		close(c->net_fd);
 
-	pid_t program = fork();
+	pid_t program;
+	if (c->transpile) {
+		/* the program forks the transpiler itself: it needs its own memory */
+		program = fork();
+		if (program == 0)
+			program_main(c);
+	} else {
+		/* pid 2 shares pid 1's memory until its execve, while pid 1 waits
+		 * (CLONE_VFORK): no page-table copy of the supervisor's image,
+		 * about 1 ms per run here. It runs on a stack of its own and only
+		 * makes system calls before execve or _exit. */
+		program = clone(program_entry, program_stack + sizeof program_stack,
+				CLONE_VM | CLONE_VFORK | SIGCHLD, (void *)c);
+	}
 	if (program < 0)
 		fail(c, MOAT_STEP_FORK, 0);
-	if (program == 0)
-		program_main(c);
 	init_main(c, program);
 }
