@@ -1,19 +1,18 @@
 /* moat doctor: what this host supports and what a run will use. */
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "cgroups/cgroups.h"
 #include "cli/cli.h"
+#include "net/net.h"
 #include "priv/priv.h"
 #include "ns/ns.h"
 #include "seccomp/seccomp.h"
@@ -34,7 +33,7 @@ static int read_text(const char *path, char *buf, size_t len)
 
 static const char *find_exec(const char *name, char *buf, size_t len)
 {
-	static const char *const dirs[] = { "/usr/local/bin", "/usr/bin", "/bin", "/usr/sbin" };
+	static const char *const dirs[] = { "/usr/local/bin", "/usr/bin", "/bin" };
 	for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
 		snprintf(buf, len, "%s/%s", dirs[i], name);
 		if (access(buf, X_OK) == 0)
@@ -60,29 +59,6 @@ static int try_userns(int *err_out)
 	}
 	*err_out = WIFEXITED(st) ? WEXITSTATUS(st) : EINTR;
 	return *err_out == 0 ? 0 : -1;
-}
-
-static void cgroup_report(void)
-{
-	struct statfs sfs;
-	if (statfs("/sys/fs/cgroup", &sfs) < 0) {
-		printf("cgroups:            no /sys/fs/cgroup\n");
-		return;
-	}
-	if ((unsigned long)sfs.f_type == (unsigned long)CGROUP2_SUPER_MAGIC) {
-		char ctl[256] = "";
-		read_text("/sys/fs/cgroup/cgroup.controllers", ctl, sizeof ctl);
-		printf("cgroups:            v2 (unified); root controllers: %s\n", ctl[0] ? ctl : "none");
-		return;
-	}
-	struct stat st;
-	bool unified = statfs("/sys/fs/cgroup/unified", &sfs) == 0 &&
-		       (unsigned long)sfs.f_type == (unsigned long)CGROUP2_SUPER_MAGIC;
-	printf("cgroups:            v1%s; memory %s, pids %s, cpu %s\n",
-	       unified ? " hybrid (cgroup2 at /sys/fs/cgroup/unified)" : "",
-	       stat("/sys/fs/cgroup/memory", &st) == 0 ? "v1" : "absent",
-	       stat("/sys/fs/cgroup/pids", &st) == 0 ? "v1" : "absent",
-	       stat("/sys/fs/cgroup/cpu", &st) == 0 ? "v1" : "absent");
 }
 
 /* What a run asking for every limit would really get: the same decision a
@@ -115,6 +91,30 @@ static void trial_limits(void)
 	moat_cgroup_finish(cg, NULL);
 	moat_priv_release(&priv);
 out:
+	moat_error_clear(&err);
+	moat_result_free(res);
+	moat_request_free(req);
+}
+
+/* What "network": true would get: the same preparation a run makes (tool
+ * lookup, MOAT_NET_STACK, /dev/net/tun), nothing started. */
+static void trial_network(void)
+{
+	struct moat_request *req = moat_request_new();
+	struct moat_result *res = moat_result_new();
+	struct moat_error err = { 0 };
+	struct moat_net *net = NULL;
+	if (!req || !res) {
+		printf("network: true       cannot tell (out of memory)\n");
+	} else {
+		req->network = true;
+		if (moat_net_prepare(req, &net, &err) < 0) {
+			printf("network: true       UNAVAILABLE: %s\n", err.message);
+		} else {
+			moat_net_finish(net, res);
+			printf("network: true       %s\n", res->network_json ? res->network_json : "ok");
+		}
+	}
 	moat_error_clear(&err);
 	moat_result_free(res);
 	moat_request_free(req);
@@ -165,23 +165,10 @@ int cli_doctor(int argc, char **argv)
 		moat_error_clear(&err);
 	}
 
-	cgroup_report();
 	moat_cgroup_describe(stdout);
 	trial_limits();
 
-	const char *pasta = find_exec("pasta", path, sizeof path);
-	printf("pasta:              %s\n", pasta ? pasta : "not found (Debian package 'passt')");
-	const char *slirp = find_exec("slirp4netns", path, sizeof path);
-	printf("slirp4netns:        %s\n", slirp ? slirp : "not found");
-	bool tun = access("/dev/net/tun", R_OK | W_OK) == 0;
-	if (!tun)
-		printf("network: true       UNAVAILABLE: /dev/net/tun is not readable and writable "
-		       "by this user (Debian's default is mode 0666)\n");
-	else if (pasta || slirp)
-		printf("network: true       egress through %s\n", pasta ? "pasta" : "slirp4netns");
-	else
-		printf("network: true       UNAVAILABLE: install the Debian package 'passt' "
-		       "(or 'slirp4netns')\n");
+	trial_network();
 	printf("allowedHosts        egress through moat's own HTTP/HTTPS proxy (no tools needed)\n");
 
 	static const char *const interp[] = { "python3", "node", "bash", "sh" };

@@ -383,8 +383,7 @@ int cli_run(int argc, char **argv)
 	if (stdin_path && cli_read_file(stdin_path, MAX_STDIN_BYTES, &req->stdin_data,
 					&req->stdin_len, &err) < 0)
 		goto fail;
-	if (moat_request_validate(req, &err) < 0)
-		goto fail;
+	/* validated by moat_provider_run, after the config filled its defaults */
 	if (!json) {
 		opts.on_output = stream_out;
 	}

@@ -102,6 +102,24 @@ static size_t utf8_seq_len(const unsigned char *s, size_t avail)
 	return n;
 }
 
+bool moat_utf8_text(const char *str, size_t len)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	for (size_t i = 0; i < len;) {
+		if (s[i] == 0)
+			return false;
+		if (s[i] < 0x80) {
+			i++;
+			continue;
+		}
+		size_t n = utf8_seq_len(s + i, len - i);
+		if (n == 0)
+			return false;
+		i += n;
+	}
+	return true;
+}
+
 void moat_buf_append_json_string(struct moat_buf *b, const char *str, size_t len)
 {
 	static const char hex[] = "0123456789abcdef";

@@ -41,6 +41,9 @@ void moat_buf_appendf(struct moat_buf *b, const char *fmt, ...)
  * is kept, each invalid byte becomes U+FFFD, control bytes and NUL are
  * \u-escaped, '"' and '\\' escaped. */
 void moat_buf_append_json_string(struct moat_buf *b, const char *s, size_t len);
+/* true when s is valid UTF-8 (RFC 3629) without a NUL byte: text that a
+ * JSON string carries unchanged. */
+bool moat_utf8_text(const char *s, size_t len);
 /* Appends s for an error message: printable ASCII kept, '"' and '\\'
  * escaped, other bytes as \xNN, cut at max bytes with "...". */
 void moat_buf_append_quoted(struct moat_buf *b, const char *s, size_t len, size_t max);

@@ -542,3 +542,10 @@ const char *moat_addr_refusal(const struct moat_allowlist *al, int family, const
 			return NULL;
 	return why;
 }
+
+const char *moat_net_addr_refused(int family, const void *addr)
+{
+	if (family != AF_INET && family != AF_INET6)
+		return "not an IP address";
+	return moat_addr_refusal(NULL, family, addr);
+}

@@ -24,6 +24,13 @@ struct moat_net;
  * are a SandboxPolicyError; "allowedCidrs" needs "allowedHosts". */
 int moat_net_validate(const struct moat_request *req, struct moat_error *err);
 
+/* Why an address must never be connected to on behalf of a sandbox (proxy
+ * and remote providers alike): "loopback", "private", "link-local",
+ * "cloud metadata", "multicast", "documentation", "reserved", ... — in
+ * every IPv6 form that embeds an IPv4 address too; NULL when it is a public
+ * unicast address. family: AF_INET (4 bytes) or AF_INET6 (16 bytes). */
+const char *moat_net_addr_refused(int family, const void *addr);
+
 int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 		     struct moat_error *err);
 /* Extra "NAME=value" entries for the program's environment (e.g. proxy

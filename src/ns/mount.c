@@ -122,11 +122,7 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd)
 	}
 	case MOAT_OP_PROC:
 		return mount("proc", op->dst, "proc", op->flags, NULL);
-	case MOAT_OP_SANDBOX_FILE:
-		if (*sandbox_fd < 0) {
-			/* the sandbox dir is the last tmpfs mounted before the files */
-			return -1;
-		}
+	case MOAT_OP_SANDBOX_FILE: /* moat_plan_apply opened the sandbox dir */
 		return write_sandbox_file(*sandbox_fd, op->dst, op->data, op->data_len, op->mode);
 	case MOAT_OP_PIVOT:
 		if (chdir(op->dst) < 0)

@@ -13,6 +13,7 @@
 
 #include "providers/curl_dl.h"
 
+#include "net/net.h"
 #include "providers/internal.h"
 
 #define MAX_BODY_BYTES (64u * 1024u * 1024u)
@@ -22,55 +23,6 @@ bool moat_http_test_mode(void)
 {
 	const char *v = getenv("MOAT_TEST_ALLOW_HTTP");
 	return v && !strcmp(v, "1");
-}
-
-static bool v4_forbidden(uint32_t a) /* host order */
-{
-	uint8_t b0 = (uint8_t)(a >> 24), b1 = (uint8_t)(a >> 16);
-	return b0 == 0 || b0 == 10 || b0 == 127 ||             /* this net, private, loopback */
-	       (b0 == 100 && (b1 & 0xC0) == 64) ||             /* 100.64/10 CGNAT */
-	       (b0 == 169 && b1 == 254) ||                     /* link-local, metadata */
-	       (b0 == 172 && (b1 & 0xF0) == 16) ||             /* 172.16/12 */
-	       (b0 == 192 && b1 == 168) ||                     /* 192.168/16 */
-	       (b0 == 192 && b1 == 0 && (uint8_t)(a >> 8) == 0) || /* 192.0.0/24 */
-	       (b0 == 198 && (b1 & 0xFE) == 18) ||             /* 198.18/15 benchmarking */
-	       b0 >= 224;                                      /* multicast, reserved, broadcast */
-}
-
-bool moat_addr_forbidden(int family, const void *addr)
-{
-	if (family == AF_INET) {
-		uint32_t a = ntohl(((const struct in_addr *)addr)->s_addr);
-		return v4_forbidden(a);
-	}
-	if (family != AF_INET6)
-		return true;
-	const uint8_t *b = ((const struct in6_addr *)addr)->s6_addr;
-	static const uint8_t zero[16] = { 0 };
-	if (!memcmp(b, zero, 15) && (b[15] == 0 || b[15] == 1))
-		return true; /* :: and ::1 */
-	/* ::ffff:a.b.c.d (mapped), ::a.b.c.d (compatible), 64:ff9b::a.b.c.d (NAT64) */
-	static const uint8_t mapped[12] = { 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff };
-	static const uint8_t nat64[12] = { 0, 0x64, 0xff, 0x9b, 0, 0, 0, 0, 0, 0, 0, 0 };
-	if (!memcmp(b, mapped, 12) || !memcmp(b, zero, 12) || !memcmp(b, nat64, 12)) {
-		uint32_t a = ((uint32_t)b[12] << 24) | ((uint32_t)b[13] << 16) |
-			     ((uint32_t)b[14] << 8) | b[15];
-		return v4_forbidden(a);
-	}
-	if ((b[0] & 0xFE) == 0xFC)
-		return true; /* fc00::/7 unique local (fd00:ec2::254 metadata included) */
-	if (b[0] == 0xFE && (b[1] & 0xC0) == 0x80)
-		return true; /* fe80::/10 link-local */
-	if (b[0] == 0xFE && (b[1] & 0xC0) == 0xC0)
-		return true; /* fec0::/10 site-local (deprecated) */
-	if (b[0] == 0xFF)
-		return true; /* multicast */
-	if (b[0] == 0x20 && b[1] == 0x02) {
-		uint32_t a = ((uint32_t)b[2] << 24) | ((uint32_t)b[3] << 16) |
-			     ((uint32_t)b[4] << 8) | b[5];
-		return v4_forbidden(a); /* 6to4 of a forbidden v4 */
-	}
-	return false;
 }
 
 void moat_redact(char **s, const char *secret)
@@ -184,7 +136,7 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 		inet_ntop(p->ai_family, a, text, sizeof text);
 		bool allowed_loopback = test_http && p->ai_family == AF_INET &&
 					!strcmp(text, "127.0.0.1");
-		if (moat_addr_forbidden(p->ai_family, a) && !allowed_loopback) {
+		if (moat_net_addr_refused(p->ai_family, a) && !allowed_loopback) {
 			bad = true;
 			break;
 		}

@@ -70,12 +70,6 @@ const char *moat_docker_default_image(enum moat_language lang);
 
 /* ---- remote helpers (exposed for the unit tests) ---- */
 
-/* true for addresses a remote provider must never reach: loopback, private
- * (10/8, 172.16/12, 192.168/16, fc00::/7), link-local and metadata
- * (169.254/16, fe80::/10, fd00:ec2::254), CGNAT (100.64/10), 0/8, multicast,
- * broadcast, unspecified, and IPv4-mapped/compatible forms of those.
- * family: AF_INET or AF_INET6; addr: struct in_addr / in6_addr. */
-bool moat_addr_forbidden(int family, const void *addr);
 /* Removes every occurrence of secret from s (in place), replacing it with
  * "[redacted]" (s is reallocated). No-op when secret is NULL or empty. */
 void moat_redact(char **s, const char *secret);

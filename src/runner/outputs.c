@@ -197,46 +197,6 @@ size_t moat_outputs_stream_cap(void)
 	       MOAT_OUTPUT_MAX_FILES * (sizeof(struct out_hdr) + PATH_CAP) + 2 * sizeof(struct out_hdr);
 }
 
-static bool valid_utf8(const unsigned char *s, size_t len)
-{
-	size_t i = 0;
-	while (i < len) {
-		unsigned char c = s[i];
-		if (c == 0)
-			return false;
-		if (c < 0x80) {
-			i++;
-			continue;
-		}
-		size_t n;
-		uint32_t cp;
-		if ((c & 0xE0) == 0xC0) {
-			n = 1;
-			cp = c & 0x1F;
-		} else if ((c & 0xF0) == 0xE0) {
-			n = 2;
-			cp = c & 0x0F;
-		} else if ((c & 0xF8) == 0xF0) {
-			n = 3;
-			cp = c & 0x07;
-		} else {
-			return false;
-		}
-		if (n >= len - i) /* needs bytes i+1 .. i+n */
-			return false;
-		for (size_t k = 1; k <= n; k++) {
-			if ((s[i + k] & 0xC0) != 0x80)
-				return false;
-			cp = (cp << 6) | (s[i + k] & 0x3F);
-		}
-		if ((n == 1 && cp < 0x80) || (n == 2 && cp < 0x800) || (n == 3 && cp < 0x10000) ||
-		    cp > 0x10FFFF || (cp >= 0xD800 && cp <= 0xDFFF))
-			return false;
-		i += n + 1;
-	}
-	return true;
-}
-
 static void append_base64(struct moat_buf *b, const unsigned char *s, size_t len)
 {
 	static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
@@ -286,7 +246,7 @@ int moat_outputs_render(const char *stream, size_t len, bool stream_cut, struct 
 			moat_buf_append(&b, ",", 1);
 		first = false;
 		moat_buf_append_json_string(&b, path, h.path_len);
-		bool text = valid_utf8(data, h.data_len);
+		bool text = moat_utf8_text((const char *)data, h.data_len);
 		moat_buf_appendf(&b, ":{\"size\":%llu,\"truncated\":%s,\"encoding\":\"%s\",\"content\":",
 				 (unsigned long long)h.size, (h.flags & FLAG_TRUNCATED) ? "true" : "false",
 				 text ? "utf8" : "base64");

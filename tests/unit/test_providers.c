@@ -11,6 +11,7 @@
 #include "suites.h"
 #include "core/config.h"
 #include "core/core.h"
+#include "net/net.h"
 #include "providers/providers.h"
 
 #define CODE_MARK "print('code-marker-7f3a')"
@@ -316,14 +317,14 @@ static bool forbidden4(const char *s)
 {
 	struct in_addr a;
 	ck_assert_int_eq(inet_pton(AF_INET, s, &a), 1);
-	return moat_addr_forbidden(AF_INET, &a);
+	return moat_net_addr_refused(AF_INET, &a) != NULL;
 }
 
 static bool forbidden6(const char *s)
 {
 	struct in6_addr a;
 	ck_assert_int_eq(inet_pton(AF_INET6, s, &a), 1);
-	return moat_addr_forbidden(AF_INET6, &a);
+	return moat_net_addr_refused(AF_INET6, &a) != NULL;
 }
 
 START_TEST(addresses)
