@@ -30,7 +30,7 @@ SAN_LIB_OBJS := $(patsubst src/%.c,$(BUILD)/san/%.o,$(LIB_SRCS)) $(BUILD)/san/ge
 UNIT_SRCS  := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRCS := $(sort $(wildcard tests/integration/*.c tests/security/*.c)) tests/harness.c
 
-.PHONY: all deps check check-unit check-integration check-node check-vm install clean bench
+.PHONY: all deps check check-unit check-integration check-node check-vm install clean bench timeline
 all: $(BUILD)/moat
 
 deps:
@@ -99,6 +99,11 @@ check-vm: $(BUILD)/moat $(BUILD)/test-integration
 bench: $(BUILD)/moat
 	sh bench/run.sh $(BUILD)/moat
 
+# Where start-up time goes, step by step: an instrumented build (src/core/stamp.h).
+timeline:
+	$(MAKE) BUILD=build-timeline CFLAGS="-O2 -g -DMOAT_TIMELINE" build-timeline/moat
+	sh bench/timeline.sh build-timeline/moat
+
 check-node: $(BUILD)/moat
 	MOAT_BIN=$(CURDIR)/$(BUILD)/moat node --test clients/node/test/
 
@@ -107,6 +112,6 @@ install: $(BUILD)/moat
 	install -D -m 0644 policies/default.json $(DESTDIR)$(PREFIX)/share/moat/policies/default.json
 
 clean:
-	rm -rf $(BUILD)
+	rm -rf $(BUILD) build-timeline
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "core/stamp.h"
 
 static void usage(FILE *f)
 {
@@ -18,14 +19,19 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	/* output relays must see EPIPE, not die of SIGPIPE */
+	moat_stamp("main");
 	signal(SIGPIPE, SIG_IGN);
 	if (argc < 2) {
 		usage(stderr);
 		return 2;
 	}
 	const char *cmd = argv[1];
-	if (!strcmp(cmd, "run"))
-		return cli_run(argc - 1, argv + 1);
+	if (!strcmp(cmd, "run")) {
+		int rc = cli_run(argc - 1, argv + 1);
+		moat_stamp("cli: done");
+		moat_stamp_dump();
+		return rc;
+	}
 	if (!strcmp(cmd, "exec"))
 		return cli_exec(argc - 1, argv + 1);
 	if (!strcmp(cmd, "doctor"))

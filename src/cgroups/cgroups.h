@@ -27,7 +27,7 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 			struct moat_error *err);
 /* A directory fd for clone3(CLONE_INTO_CGROUP), or -1. */
 int moat_cgroup_clone_fd(const struct moat_cgroup *cg);
-/* After clone, before the child is released (v1: join the controllers). */
+/* After clone, before the child forks the program (v1: join the controllers). */
 int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_error *err);
 /* Kill every process of the run at once; -1 when this mechanism cannot. */
 int moat_cgroup_kill(struct moat_cgroup *cg);

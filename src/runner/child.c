@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "runner/runner.h"
+#include "core/stamp.h"
 
 static void report(int fd, int32_t kind, int32_t step, int32_t err, int32_t detail)
 {
@@ -59,6 +60,17 @@ __attribute__((noreturn)) static void fail(const struct moat_child *c, enum moat
 {
 	report(c->report_fd, MOAT_REPORT_SETUP_FAILED, step, errno, detail);
 	_exit(127);
+}
+
+/* Blocks until the supervisor sends the byte want; -1 on EOF or anything else. */
+static int wait_for(int fd, char want)
+{
+	char got;
+	ssize_t n;
+	do
+		n = read(fd, &got, 1);
+	while (n < 0 && errno == EINTR);
+	return n == 1 && got == want ? 0 : -1;
 }
 
 /* Closes every fd but the ones in keep (unsorted, may hold -1). */
@@ -112,6 +124,7 @@ static void exec_candidates(const struct moat_exec *e, char **envp)
 /* pid 2: becomes the program. */
 __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 {
+	moat_stamp("pid2: started");
 	reset_signals();
 	if (setsid() < 0)
 		fail(c, MOAT_STEP_FDS, 0);
@@ -132,6 +145,7 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 	c = &local;
 	if (syscall(SYS_close_range, 4U, ~0U, 0) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
+	moat_stamp("pid2: fds done");
 	umask(022);
 	if (moat_priv_apply_rlimits(c->priv) < 0)
 		fail(c, MOAT_STEP_RLIMITS, 0);
@@ -139,6 +153,7 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 		fail(c, MOAT_STEP_CAPS, 0);
 	if (moat_priv_no_new_privs() < 0)
 		fail(c, MOAT_STEP_NNP, 0);
+	moat_stamp("pid2: caps dropped");
 	if (c->seccomp) {
 		int listener = -1;
 		int rc = moat_seccomp_install(c->seccomp, &listener);
@@ -170,6 +185,7 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
 			_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
 	}
+	moat_stamp("pid2: seccomp on, execve");
 	exec_candidates(c->program, c->envp);
 	fail(c, MOAT_STEP_EXEC, 0);
 }
@@ -213,6 +229,7 @@ __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_
 		if (!WIFEXITED(st) && !WIFSIGNALED(st))
 			continue;
 		if (w == program) {
+			moat_stamp("init: program reaped");
 			if (c->outputs_fd >= 0) {
 				moat_outputs_collect(c);
 				close(c->outputs_fd);
@@ -228,20 +245,16 @@ void moat_child_main(const struct moat_child *c)
 {
 	/* if the supervisor dies from here on, so does pid 1 and with it the
 	 * whole pid namespace; before this point the sync read sees EOF */
+	moat_stamp("init: started");
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		fail(c, MOAT_STEP_SYNC, 0);
 	int keep[] = { c->sync_fd, c->report_fd, c->stdin_fd, c->stdout_fd, c->stderr_fd,
 		       c->net_fd, c->outputs_fd };
 	if (close_all_except(keep, 7) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
-	char go;
-	ssize_t n;
-	do
-		n = read(c->sync_fd, &go, 1);
-	while (n < 0 && errno == EINTR);
-	if (n != 1)
+	if (wait_for(c->sync_fd, 'g') < 0)
 		_exit(125); /* the supervisor gave up: nothing to report to */
-	close(c->sync_fd);
+	moat_stamp("init: released");
 
 	if (moat_priv_become_nobody(c->as_root) < 0)
 		fail(c, MOAT_STEP_IDS, 0);
@@ -253,6 +266,7 @@ void moat_child_main(const struct moat_child *c)
 	struct pollfd alive = { .fd = c->report_fd, .events = POLLIN | POLLRDHUP };
 	if (poll(&alive, 1, 0) < 0 || (alive.revents & (POLLHUP | POLLRDHUP | POLLERR)))
 		_exit(125);
+	moat_stamp("init: ids set");
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		fail(c, MOAT_STEP_PRIVATE, 0);
 	size_t op = 0;
@@ -261,6 +275,7 @@ void moat_child_main(const struct moat_child *c)
 		errno = op_errno;
 		fail(c, MOAT_STEP_MOUNT, (int)op);
 	}
+	moat_stamp("init: mounts done");
 	if (sethostname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0 ||
 	    setdomainname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0)
 		fail(c, MOAT_STEP_HOSTNAME, 0);
@@ -268,6 +283,15 @@ void moat_child_main(const struct moat_child *c)
 		fail(c, MOAT_STEP_NET, 0);
 	if (c->net_fd >= 0)
 		close(c->net_fd);
+
+	moat_stamp("init: net done, clone pid 2");
+	/* The supervisor joins this process to the run's cgroups (v1) while
+	 * the mounts above are made; the program is forked only once that is
+	 * done, so it starts inside every limit. */
+	if (wait_for(c->sync_fd, 'c') < 0)
+		_exit(125);
+	close(c->sync_fd);
+	moat_stamp("init: cgroups joined");
 
 	pid_t program;
 	if (c->transpile) {
@@ -285,5 +309,6 @@ void moat_child_main(const struct moat_child *c)
 	}
 	if (program < 0)
 		fail(c, MOAT_STEP_FORK, 0);
+	moat_stamp("init: pid 2 exec'd");
 	init_main(c, program);
 }

@@ -56,7 +56,8 @@ struct moat_child {
 	const struct moat_net *net;
 	int net_fd;     /* kept for moat_net_child_setup, or -1 */
 	bool as_root;
-	int sync_fd;    /* read: one byte when the id maps are written */
+	int sync_fd;    /* read: 'g' when the id maps are written, then 'c' when
+			 * the run's cgroups are joined (EOF: the supervisor gave up) */
 	int report_fd;  /* SOCK_SEQPACKET: struct moat_report records (+ fds) */
 	int stdin_fd;
 	int stdout_fd;

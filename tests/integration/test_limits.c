@@ -444,6 +444,57 @@ START_TEST(no_limits_no_warnings_but_stats)
 }
 END_TEST
 
+/* The program runs inside the run's cgroups from its first instruction: the
+ * supervisor joins pid 1 to the v1 leaves while pid 1 builds the mounts, and
+ * pid 1 forks the program only after that (a program outside its leaves
+ * would escape every cgroup limit). */
+START_TEST(program_starts_inside_its_cgroups)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "bash", "cat /proc/self/cgroup",
+			  ",\"memoryMb\":128,\"pidsLimit\":50,\"cpus\":1", &o);
+	expect_result(&o);
+	const char *text = harness_str(&o, "stdout");
+	static const struct {
+		const char *key, *v1;
+	} lim[] = { { "memory", ":memory:" }, { "pids", ":pids:" }, { "cpu", ":cpu," } };
+	int checked = 0;
+	for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
+		const char *mech = limit_of(&o, lim[i].key);
+		const char *line = NULL;
+		if (!strcmp(mech, "cgroup-v1")) {
+			line = strstr(text, lim[i].v1);
+			if (!line && !strcmp(lim[i].key, "cpu"))
+				line = strstr(text, ":cpu:"); /* cpu mounted alone */
+		} else if (!strcmp(mech, "cgroup-v2")) {
+			line = strstr(text, "0::");
+		} else {
+			continue; /* rlimit fallback (rootless without delegation) */
+		}
+		ck_assert_msg(line, "%s: no %s line in %s", mech, lim[i].key, text);
+		const char *eol = strchr(line, '\n');
+		ck_assert_ptr_nonnull(eol);
+		if (!strcmp(mech, "cgroup-v1")) {
+			/* v1: the namespace root is the supervisor's cgroup, the
+			 * program must be in the run's leaf below it */
+			char *leaf = strstr(line, ":/moat-");
+			ck_assert_msg(leaf && leaf < eol, "%s limit %s, but the program is in %.*s",
+				      lim[i].key, mech, (int)(eol - line), line);
+		} else {
+			/* v2: cloned into the leaf, which is its namespace root */
+			ck_assert_msg(eol - line == 4 && !strncmp(line, "0::/", 4),
+				      "%s limit %s, but the program is in %.*s", lim[i].key, mech,
+				      (int)(eol - line), line);
+		}
+		checked++;
+	}
+	if (_i == MODE_ROOT)
+		ck_assert_int_eq(checked, 3);
+	harness_free(&o);
+}
+END_TEST
+
 START_TEST(strict_limits)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -516,6 +567,7 @@ Suite *limits_suite(void)
 	tcase_add_loop_test(tc, timeout_kills_a_tree_at_once, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, many_runs_leave_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, no_limits_no_warnings_but_stats, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, program_starts_inside_its_cgroups, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, strict_limits, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, rootless_fallback_is_reported, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
