@@ -38,10 +38,8 @@ int main(int argc, char **argv)
 		return cli_doctor(argc - 1, argv + 1);
 	if (!strcmp(cmd, "policy"))
 		return cli_policy(argc - 1, argv + 1);
-	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version")) {
-		printf("moat %s\n", MOAT_VERSION);
-		return 0;
-	}
+	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
+		return cli_version();
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {
 		usage(stdout);
 		return 0;

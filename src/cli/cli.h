@@ -9,6 +9,8 @@ int cli_run(int argc, char **argv);
 int cli_exec(int argc, char **argv);
 int cli_doctor(int argc, char **argv);
 int cli_policy(int argc, char **argv);
+/* moat version: moat and its libraries, with their linkage. */
+int cli_version(void);
 
 /* Reads a whole file ("-" = stdin) up to max bytes into a malloc'd buffer. */
 int cli_read_file(const char *path, size_t max, char **out, size_t *len, struct moat_error *err);

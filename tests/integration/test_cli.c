@@ -356,8 +356,34 @@ START_TEST(version_and_commands)
 	const char *version[] = { "version", NULL };
 	run(MODE_ROOTLESS, version, NULL, &o);
 	ck_assert_int_eq(o.status, 0);
-	ck_assert_msg(!strncmp(o.out, "moat 0.", 7) && o.out[o.out_len - 1] == '\n' &&
-		      memchr(o.out, '\n', o.out_len) == o.out + o.out_len - 1, "version: %s", o.out);
+	ck_assert_msg(!strncmp(o.out, "moat 0.", 7) && o.out[o.out_len - 1] == '\n', "version: %s",
+		      o.out);
+	/* each library line says how it is linked, and says it truly: the
+	 * dynamic loader's list of what it loads must agree */
+	static const char *const libs[][2] = { { "\nlibseccomp ", "libseccomp.so" },
+					       { "\nlibnl ", "libnl-3.so" },
+					       { "\nlibcap ", "libcap.so" },
+					       { "\ncJSON ", "libcjson.so" } };
+	char *cmd = NULL;
+	ck_assert_int_gt(asprintf(&cmd, "LD_TRACE_LOADED_OBJECTS=1 '%s'", harness_moat()), 0);
+	FILE *p = popen(cmd, "r");
+	ck_assert_ptr_nonnull(p);
+	char loaded[8192];
+	size_t n = fread(loaded, 1, sizeof loaded - 1, p);
+	loaded[n] = 0;
+	pclose(p);
+	free(cmd);
+	for (size_t i = 0; i < sizeof libs / sizeof libs[0]; i++) {
+		const char *line = strstr(o.out, libs[i][0]);
+		ck_assert_msg(line, "no %s line in: %s", libs[i][0] + 1, o.out);
+		const char *eol = strchr(line + 1, '\n');
+		ck_assert_ptr_nonnull(eol);
+		bool shared = strstr(loaded, libs[i][1]) != NULL;
+		const char *want = shared ? "(shared)" : "(static)";
+		ck_assert_msg(eol - line > 9 && !strncmp(eol - 8, want, 8),
+			      "%.*s: expected %s (loader: %s)", (int)(eol - line - 1), line + 1, want,
+			      loaded);
+	}
 	harness_free(&o);
 
 	const char *none[] = { NULL };
