@@ -17,7 +17,8 @@
  *  - otherwise rlimits for the program: memory → RLIMIT_DATA, pids →
  *    RLIMIT_NPROC, cpu → not expressible (reported "none").
  * Leaves are named moat-<pid>-<counter>; leaves of supervisors that no
- * longer exist are removed (rmdir only, never killed) when a run prepares.
+ * longer exist are removed (rmdir only, never killed) by later runs, while
+ * their program starts (moat_cgroup_sweep).
  * Liveness is kill(pid, 0) in moat's pid namespace, so two moats in
  * different pid namespaces sharing one cgroup parent should not share it.
  *
@@ -63,6 +64,7 @@ struct moat_cgroup {
 	int v2_fd;                        /* O_PATH fd of v2_leaf, or -1 */
 	bool v2_ctl[L__COUNT];            /* controller enabled in v2_leaf */
 	char *v1_leaf[MOAT_V1__COUNT];    /* absolute paths, or NULL */
+	char *sweep[MOAT_V1__COUNT + 1];  /* parents to clear of stale leaves, or NULL */
 };
 
 /* What the host offers, found without changing anything. */
@@ -370,7 +372,7 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 
 	/* v2: a leaf in the parent (pure v2: the limits; hybrid: kill + stats) */
 	if (p.v2_parent) {
-		moat_cg_remove_stale(p.v2_parent);
+		cg->sweep[MOAT_V1__COUNT] = strdup(p.v2_parent);
 		char *ewhy = p.v2_pure ? v2_enable(&p) : NULL;
 		cg->v2_leaf = make_leaf(p.v2_parent, name);
 		if (cg->v2_leaf)
@@ -409,7 +411,7 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 		for (int i = 0; i < MOAT_V1__COUNT; i++) {
 			if (!p.v1_parent[i])
 				continue;
-			moat_cg_remove_stale(p.v1_parent[i]);
+			cg->sweep[i] = strdup(p.v1_parent[i]);
 			cg->v1_leaf[i] = make_leaf(p.v1_parent[i], name);
 			if (!cg->v1_leaf[i] && !p.v1_why[i])
 				p.v1_why[i] = fmt("cannot create a cgroup under %s: %s", p.v1_parent[i],
@@ -572,6 +574,18 @@ int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_error *err
 	return 0;
 }
 
+void moat_cgroup_sweep(struct moat_cgroup *cg)
+{
+	if (!cg)
+		return;
+	for (int i = 0; i <= MOAT_V1__COUNT; i++) {
+		if (cg->sweep[i])
+			moat_cg_remove_stale(cg->sweep[i]);
+		free(cg->sweep[i]);
+		cg->sweep[i] = NULL;
+	}
+}
+
 int moat_cgroup_kill(struct moat_cgroup *cg)
 {
 	if (!cg || !cg->v2_leaf)
@@ -666,6 +680,8 @@ static void cg_free(struct moat_cgroup *cg, struct moat_result *res)
 		return;
 	if (cg->v2_fd >= 0)
 		close(cg->v2_fd);
+	for (int i = 0; i <= MOAT_V1__COUNT; i++)
+		free(cg->sweep[i]);
 	if (cg->v2_leaf)
 		cg_remove(res, cg->v2_leaf, true);
 	free(cg->v2_leaf);

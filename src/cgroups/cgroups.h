@@ -29,6 +29,10 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 int moat_cgroup_clone_fd(const struct moat_cgroup *cg);
 /* After clone, before the child forks the program (v1: join the controllers). */
 int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_error *err);
+/* Removes the leaves of moats that no longer run from the parents this run
+ * uses (rmdir only). The supervisor calls it once the program is on its way,
+ * so it is not on the start-up path. NULL-safe, once per run. */
+void moat_cgroup_sweep(struct moat_cgroup *cg);
 /* Kill every process of the run at once; -1 when this mechanism cannot. */
 int moat_cgroup_kill(struct moat_cgroup *cg);
 /* After the run: statistics and oom/pids detection into res, then remove

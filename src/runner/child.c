@@ -235,6 +235,7 @@ __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_
 				close(c->outputs_fd);
 			}
 			report(c->report_fd, MOAT_REPORT_STATUS, 0, 0, st);
+			moat_stamp("init: status sent, exiting");
 			/* exiting kills every other process of the pid namespace */
 			_exit(0);
 		}

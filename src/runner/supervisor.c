@@ -519,6 +519,10 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	arm_timer(st.timerfd, req->timeout_ms);
 	if (moat_net_start(net, err) < 0)
 		goto kill_out;
+	/* the child needs nothing more from us: housekeeping now runs beside
+	 * its start instead of before it */
+	moat_cgroup_sweep(cg);
+	moat_stamp("sup: stale leaves swept");
 
 	fcntl(st.stdout_r, F_SETFL, O_NONBLOCK);
 	fcntl(st.stderr_r, F_SETFL, O_NONBLOCK);

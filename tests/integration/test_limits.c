@@ -3,6 +3,7 @@
  * behind. As root on a cgroup v1/v2 host the limits are cgroups; rootless
  * without delegation they fall back to rlimits and say so. */
 #include <ctype.h>
+#include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <linux/magic.h>
@@ -10,6 +11,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -314,15 +316,14 @@ static bool harness_leaf_stale(const char *name)
 
 /* Parents of moat's leaves: each v1 controller's cgroup, the v2 one and
  * the parents the harness gives moat (MOAT_TEST_ROOT_CGROUP,
- * MOAT_TEST_ROOTLESS_CGROUP). */
-static int leftover_leaves(void)
+ * MOAT_TEST_ROOTLESS_CGROUP). Fills parents (malloc'd), returns how many. */
+static int leaf_parents(char *parents[MOAT_V1__COUNT + 3])
 {
 	char *text = moat_cg_read("/proc/self", "cgroup");
 	ck_assert_ptr_nonnull(text);
 	struct moat_cg_self self;
 	ck_assert_int_eq(moat_cg_parse_self(text, &self), 0);
 	free(text);
-	char *parents[MOAT_V1__COUNT + 3] = { NULL };
 	int np = 0;
 	bool unified = unified_host();
 	if (self.v2 &&
@@ -339,6 +340,13 @@ static int leftover_leaves(void)
 		if (given && (parents[np] = strdup(given)))
 			np++;
 	}
+	return np;
+}
+
+static int leftover_leaves(void)
+{
+	char *parents[MOAT_V1__COUNT + 3] = { NULL };
+	int np = leaf_parents(parents);
 	int left = 0;
 	for (int i = 0; i < np; i++) {
 		DIR *d = opendir(parents[i]);
@@ -420,6 +428,85 @@ START_TEST(many_runs_leave_nothing)
 	ck_assert_int_eq(leftover_leaves(), 0);
 	ck_assert_int_eq(harness_count_marker(marker), 0);
 	ck_assert_int_eq(mount_count(), mounts);
+}
+END_TEST
+
+/* The parents a moat of this mode puts its leaves in: the one the harness
+ * gives it (MOAT_CGROUP_PARENT), else, as root, its own v2 cgroup and, on a
+ * v1 host, its v1 cgroups. Rootless without one: none. */
+static int used_parents(int mode, char *parents[MOAT_V1__COUNT + 3])
+{
+	int np = 0;
+	const char *given = harness_cgroup_parent(mode);
+	if (given)
+		parents[np++] = strdup(given);
+	if (mode != MODE_ROOT)
+		return np;
+	char *text = moat_cg_read("/proc/self", "cgroup");
+	ck_assert_ptr_nonnull(text);
+	struct moat_cg_self self;
+	ck_assert_int_eq(moat_cg_parse_self(text, &self), 0);
+	free(text);
+	bool unified = unified_host();
+	if (!given && self.v2 &&
+	    asprintf(&parents[np], "%s%s", unified ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified",
+		     self.v2) > 0)
+		np++;
+	for (int i = 0; !unified && i < MOAT_V1__COUNT; i++)
+		if (self.v1[i] && asprintf(&parents[np], "/sys/fs/cgroup/%s%s",
+					   moat_cg_v1_name((enum moat_cg_v1ctl)i), self.v1[i]) > 0)
+			np++;
+	moat_cg_self_free(&self);
+	return np;
+}
+
+/* A leaf left by a moat that died (its pid is gone) is removed by the next run
+ * that uses the same parent; a leaf of a live pid is left alone. */
+START_TEST(stale_leaves_are_swept)
+{
+	HARNESS_MODE_GUARD(_i);
+	pid_t dead = fork();
+	ck_assert_int_ge(dead, 0);
+	if (dead == 0)
+		_exit(0);
+	ck_assert_int_eq(waitpid(dead, NULL, 0), dead);
+	char *parents[MOAT_V1__COUNT + 3] = { NULL };
+	int np = used_parents(_i, parents);
+	char *stale[MOAT_V1__COUNT + 3] = { NULL }, *live[MOAT_V1__COUNT + 3] = { NULL };
+	int planted = 0;
+	for (int i = 0; i < np; i++) {
+		ck_assert_int_gt(asprintf(&stale[i], "%s/moat-%ld-7", parents[i], (long)dead), 0);
+		ck_assert_int_gt(asprintf(&live[i], "%s/moat-%ld-7", parents[i], (long)getpid()), 0);
+		/* rootless without delegation cannot create any: nothing to sweep */
+		if (mkdir(stale[i], 0755) == 0) {
+			planted++;
+			ck_assert_int_eq(mkdir(live[i], 0755), 0);
+		} else {
+			free(stale[i]);
+			free(live[i]);
+			stale[i] = live[i] = NULL;
+		}
+	}
+	if (_i == MODE_ROOT)
+		ck_assert_int_gt(planted, 0);
+	struct run_out o;
+	harness_exec_code(_i, "sh", "true", ",\"memoryMb\":64,\"pidsLimit\":32,\"cpus\":1", &o);
+	ck_assert_msg(o.status == 0 && harness_num(&o, "exitCode") == 0, "%s %s", o.out, o.err);
+	harness_free(&o);
+	for (int i = 0; i < np; i++) {
+		if (stale[i]) {
+			struct stat sb;
+			bool gone = stat(stale[i], &sb) < 0 && errno == ENOENT;
+			bool kept = stat(live[i], &sb) == 0;
+			rmdir(stale[i]);
+			rmdir(live[i]);
+			ck_assert_msg(gone, "stale leaf %s was not removed", stale[i]);
+			ck_assert_msg(kept, "the live moat's leaf %s was removed", live[i]);
+		}
+		free(stale[i]);
+		free(live[i]);
+		free(parents[i]);
+	}
 }
 END_TEST
 
@@ -566,6 +653,7 @@ Suite *limits_suite(void)
 	tcase_add_loop_test(tc, cpu_share_is_limited, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, timeout_kills_a_tree_at_once, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, many_runs_leave_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, stale_leaves_are_swept, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, no_limits_no_warnings_but_stats, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, program_starts_inside_its_cgroups, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, strict_limits, MODE_ROOT, MODE_ROOTLESS + 1);
