@@ -31,6 +31,11 @@ fi
 if [ ! -x "$DRIVER" ] || [ "$here/driver.c" -nt "$DRIVER" ]; then
 	$CC -std=gnu11 -O2 -Wall -Wextra -Werror -o "$DRIVER" "$here/driver.c" -lm
 fi
+# the namespace floor: clone3 into moat's namespaces + id maps + exec, nothing else
+NSFLOOR=$(dirname "$DRIVER")/$(basename "$DRIVER" | sed 's/driver/nsfloor/')
+if [ ! -x "$NSFLOOR" ] || [ "$here/nsfloor.c" -nt "$NSFLOOR" ]; then
+	$CC -std=gnu11 -O2 -Wall -Wextra -Werror -o "$NSFLOOR" "$here/nsfloor.c"
+fi
 
 notes=""
 note() { notes="$notes$(printf '@note\t%s' "$*")
@@ -107,6 +112,8 @@ cases=$work/cases.tsv
 			"$UNSHARE" --user --map-user=65534 --map-group=65534 --pid --fork \
 			--kill-child --mount --mount-proc --net --ipc --uts --cgroup -- "$interp" "$f" |
 			sed "s/$tab\$//")"
+		# ns-floor: the namespaces alone, the least any such sandbox does
+		printf 'case\t%s\tns-floor\t-\t%s\t%s\t%s\n' "$wl" "$NSFLOOR" "$interp" "$f"
 		# bubblewrap: moat's default root (rootfs/default.plan) assembled by hand
 		if [ -n "$BWRAP" ]; then
 			set -- --unshare-all --unshare-user --die-with-parent --new-session \
@@ -140,6 +147,7 @@ limits=$("$MOAT" run --json --memory 256M --pids 64 --cpus 1 -l sh "$work/true/m
 printf '@note\t%s\n' \
 	"every runner runs INTERPRETER FILE with the same file and the same environment (moat runs /sandbox/main.EXT the same way); true = sh running exec /bin/true" \
 	"overhead = median(runner) - median(bare); ratio to bwrap = overhead(runner) / overhead(bwrap); p10/p90 = spread" \
+	"ns-floor = bench/nsfloor.c: one more process, clone3 into moat's seven namespaces, uid/gid maps, exec of the program as pid 1; no mounts, /proc, seccomp, cgroups or init: the least any namespace sandbox pays on this host" \
 	"launcher peak RSS / CPU = VmHWM and on-CPU time (schedstat) of the launched process itself at its exit, children excluded (moat: the supervisor alone; bwrap: its outer process; bare: the program), median of $MEMRUNS separate untimed runs under ptrace" \
 	>>"$cases"
 
