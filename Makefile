@@ -54,9 +54,9 @@ all: $(BUILD)/moat
 deps:
 	@sh tools/deps.sh
 
-$(BUILD)/embed: tools/embed.c
+$(BUILD)/embed: tools/embed.c src/seccomp/sha256.c src/seccomp/sha256.h
 	@mkdir -p $(@D)
-	$(CC) -std=gnu11 $(WARN) -O1 -o $@ $<
+	$(CC) -std=gnu11 $(WARN) -O1 -Isrc -o $@ tools/embed.c src/seccomp/sha256.c
 
 $(GEN_SRC): $(BUILD)/embed $(EMBEDDED)
 	@mkdir -p $(@D)

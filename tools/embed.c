@@ -1,8 +1,14 @@
 /* Build-time tool: turns files into C arrays so the moat binary needs no
- * files beside it.  usage: embed OUT.c NAME=FILE [NAME=FILE]... */
+ * files beside it.  usage: embed OUT.c NAME=FILE [NAME=FILE]...
+ *
+ * For each file it emits NAME[] (the bytes and a trailing NUL), NAME_len and
+ * NAME_sha256[32], the SHA-256 of the bytes, computed here once so that a run
+ * does not hash the embedded default policy to build its BPF cache key. It is
+ * linked with src/seccomp/sha256.c, the code moat hashes with at run time. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include "seccomp/sha256.h"
 
 static int emit(FILE *out, const char *name, const char *path)
 {
@@ -12,10 +18,14 @@ static int emit(FILE *out, const char *name, const char *path)
 		return -1;
 	}
 	fprintf(out, "const unsigned char %s[] = {", name);
+	struct sc_sha256 sha;
+	sc_sha256_init(&sha);
 	size_t n = 0;
 	int c;
 	while ((c = fgetc(in)) != EOF) {
 		fprintf(out, "%s0x%02x,", (n % 16) ? "" : "\n\t", c);
+		unsigned char byte = (unsigned char)c;
+		sc_sha256_update(&sha, &byte, 1);
 		n++;
 	}
 	int bad = ferror(in);
@@ -25,7 +35,13 @@ static int emit(FILE *out, const char *name, const char *path)
 		return -1;
 	}
 	/* a trailing NUL so text can be used as a C string; not counted */
-	fprintf(out, "\n\t0x00\n};\nconst unsigned long %s_len = %zuUL;\n\n", name, n);
+	fprintf(out, "\n\t0x00\n};\nconst unsigned long %s_len = %zuUL;\n", name, n);
+	uint8_t digest[SC_SHA256_LEN];
+	sc_sha256_final(&sha, digest);
+	fprintf(out, "const unsigned char %s_sha256[%d] = {", name, SC_SHA256_LEN);
+	for (int i = 0; i < SC_SHA256_LEN; i++)
+		fprintf(out, "%s0x%02x,", (i % 16) ? "" : "\n\t", digest[i]);
+	fprintf(out, "\n};\n\n");
 	return 0;
 }
 

@@ -14,7 +14,10 @@
  *   policy is rejected. Likewise a conditional rule next to an unconditional
  *   rule with another action for the same syscall is rejected (libseccomp
  *   would drop the conditional one), and so are two unconditional rules that
- *   give one syscall different actions (e.g. listed as allowed and denied). */
+ *   give one syscall different actions (e.g. listed as allowed and denied).
+ * - The program is laid out as a binary tree on the syscall number
+ *   (SCMP_FLTATR_CTL_OPTIMIZE 2, struct sc_compile_opts): shorter paths for
+ *   every call and a cheaper install; no verdict changes. */
 #include <errno.h>
 #include <seccomp.h>
 #include <stdlib.h>
@@ -183,8 +186,19 @@ static int export_bpf(scmp_filter_ctx ctx, struct moat_seccomp_prog *prog,
 	return 0;
 }
 
+const struct sc_compile_opts sc_compile_defaults = {
+	.revision = SC_COMPILE_REVISION,
+	.optimize = 2,
+};
+
 int sc_compile(const struct sc_policy *p, struct moat_seccomp_prog **out,
 	       struct moat_error *err)
+{
+	return sc_compile_with(p, &sc_compile_defaults, out, err);
+}
+
+int sc_compile_with(const struct sc_policy *p, const struct sc_compile_opts *opts,
+		    struct moat_seccomp_prog **out, struct moat_error *err)
 {
 	*out = NULL;
 	if (check_conflicts(p, err) < 0)
@@ -202,6 +216,8 @@ int sc_compile(const struct sc_policy *p, struct moat_seccomp_prog **out,
 	int arc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);
 	if (arc == 0)
 		arc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_NNP, 0); /* we set it ourselves */
+	if (arc == 0) /* the layout only: same verdicts (see internal.h) */
+		arc = seccomp_attr_set(ctx, SCMP_FLTATR_CTL_OPTIMIZE, opts->optimize);
 	if (arc < 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, -arc, "seccomp: filter attributes: %s",
 			       strerror(-arc));

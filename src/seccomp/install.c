@@ -31,29 +31,45 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 	struct sc_host host;
 	if (sc_host_detect(&host, err) < 0)
 		return -1;
-	char *buf;
-	size_t len;
-	if (sc_policy_read(policy_path, &buf, &len, err) < 0)
-		return -1;
+	/* The embedded default is neither read nor hashed on a hit: its digest
+	 * was computed at build time (tools/embed.c). A --policy file is read and
+	 * hashed on every run (it may have changed). */
+	char *buf = NULL;
+	size_t len = 0;
+	uint8_t policy_sha[SC_SHA256_LEN];
+	bool hashed = false;
+	if (policy_path) {
+		if (sc_policy_read(policy_path, &buf, &len, err) < 0)
+			return -1;
+		sc_sha256(buf, len, policy_sha);
+		hashed = true;
+	} else {
+		memcpy(policy_sha, moat_embedded_default_policy_sha256, SC_SHA256_LEN);
+	}
 	uint8_t key[SC_SHA256_LEN];
-	sc_cache_key(buf, len, &host, key);
+	sc_cache_key(policy_sha, &host, &sc_compile_defaults, key);
 	struct moat_seccomp_prog *prog = NULL;
 	if (sc_cache_load(key, &prog) == 0) {
+		bool was_read = buf != NULL;
 		free(buf);
 		if (log_denied && sc_notify_rewrite(prog, err) < 0) {
 			moat_seccomp_prog_free(prog);
 			return -1;
 		}
-		last_stats = (struct sc_stats){ .from_cache = true, .prepare_ns = now_ns() - t0 };
+		last_stats = (struct sc_stats){ .from_cache = true, .policy_hashed = hashed,
+						.policy_read = was_read,
+						.prepare_ns = now_ns() - t0 };
 		*out = prog;
 		return 0;
 	}
 	uint64_t t1 = now_ns();
+	if (!buf && sc_policy_read(policy_path, &buf, &len, err) < 0)
+		return -1;
 	struct sc_policy *pol = NULL;
 	int rc = sc_policy_parse(buf, len, &host, &pol, err);
 	free(buf);
 	if (rc == 0)
-		rc = sc_compile(pol, &prog, err);
+		rc = sc_compile_with(pol, &sc_compile_defaults, &prog, err);
 	sc_policy_free(pol);
 	uint64_t t2 = now_ns();
 	if (rc == 0)
@@ -74,9 +90,9 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 		}
 		return -1;
 	}
-	last_stats = (struct sc_stats){
-		.from_cache = false, .prepare_ns = now_ns() - t0, .compile_ns = t2 - t1
-	};
+	last_stats = (struct sc_stats){ .from_cache = false, .policy_hashed = hashed,
+					.policy_read = true, .prepare_ns = now_ns() - t0,
+					.compile_ns = t2 - t1 };
 	*out = prog;
 	return 0;
 }

@@ -11,19 +11,13 @@
 #include <linux/seccomp.h>
 #include "moat.h"
 #include "seccomp/seccomp.h"
+#include "seccomp/sha256.h"
 
-/* ---- SHA-256 ---- */
-#define SC_SHA256_LEN 32
-struct sc_sha256 {
-	uint32_t h[8];
-	uint64_t total;
-	uint8_t buf[64];
-	size_t used;
-};
-void sc_sha256_init(struct sc_sha256 *s);
-void sc_sha256_update(struct sc_sha256 *s, const void *data, size_t len);
-void sc_sha256_final(struct sc_sha256 *s, uint8_t out[SC_SHA256_LEN]);
-void sc_sha256(const void *data, size_t len, uint8_t out[SC_SHA256_LEN]);
+/* ---- SHA-256 (seccomp/sha256.h) ---- */
+/* SHA-256 of the embedded default policy, computed at build time by
+ * tools/embed.c (generated next to moat_embedded_default_policy): the cache
+ * key of a run with the default policy needs no hashing of the policy. */
+extern const unsigned char moat_embedded_default_policy_sha256[SC_SHA256_LEN];
 
 /* ---- the host a policy is evaluated for (includes/excludes) ---- */
 struct sc_host {
@@ -88,8 +82,28 @@ struct moat_seccomp_prog {
 	struct sock_filter *notify_insns;
 };
 
+/* How a policy is turned into BPF. Every field is part of the cache key, so
+ * a program compiled with other options is never loaded from the cache.
+ * revision: bump it whenever compile.c would emit a different program for
+ * the same policy and options (a new attribute, another rule translation).
+ * optimize: libseccomp's SCMP_FLTATR_CTL_OPTIMIZE. 2 (the default) lays the
+ * syscall numbers out as a binary tree: any call is decided in about 25
+ * instructions instead of up to ~265 with the linear layout (1), and the
+ * kernel's per-filter action cache, which runs the filter for every syscall
+ * number at install time, has ten times less to do. The verdicts are the
+ * same (checked by the unit tests). */
+struct sc_compile_opts {
+	uint32_t revision;
+	uint32_t optimize;
+};
+#define SC_COMPILE_REVISION 2u
+extern const struct sc_compile_opts sc_compile_defaults;
+
+/* sc_compile_with(p, &sc_compile_defaults, ...) */
 int sc_compile(const struct sc_policy *p, struct moat_seccomp_prog **out,
 	       struct moat_error *err);
+int sc_compile_with(const struct sc_policy *p, const struct sc_compile_opts *opts,
+		    struct moat_seccomp_prog **out, struct moat_error *err);
 
 /* ---- --seccomp-log (notify.c) ---- */
 /* Derives prog->notify_insns from prog->insns. Fails (MOAT_ERR_CONFIG) on a
@@ -102,15 +116,20 @@ int sc_notify_rewrite(struct moat_seccomp_prog *prog, struct moat_error *err);
  * by 32 or more, falling off the end). */
 int sc_bpf_run(const struct sock_filter *insns, size_t len, const struct seccomp_data *d,
 	       uint32_t *ret);
+/* sc_bpf_run that also counts the instructions executed (*steps; tests). */
+int sc_bpf_run_counted(const struct sock_filter *insns, size_t len,
+		       const struct seccomp_data *d, uint32_t *ret, size_t *steps);
 /* true when sc_bpf_run knows the opcode (for tests). */
 bool sc_bpf_opcode_known(uint16_t code);
 
 /* ---- cache ---- */
-/* The cache key: SHA-256 over policy bytes, native arch, kernel release,
- * libseccomp version and moat version. The cache holds the program as
- * compiled; the --seccomp-log rewrite is derived after loading. */
-void sc_cache_key(const char *policy, size_t len, const struct sc_host *host,
-		  uint8_t key[SC_SHA256_LEN]);
+/* The cache key: SHA-256 over the policy's SHA-256 (policy_sha: for the
+ * embedded default, moat_embedded_default_policy_sha256 from the build; for a
+ * --policy file, hashed at run time), the compile options, native arch,
+ * kernel release, libseccomp version and moat version. The cache holds the
+ * program as compiled; the --seccomp-log rewrite is derived after loading. */
+void sc_cache_key(const uint8_t policy_sha[SC_SHA256_LEN], const struct sc_host *host,
+		  const struct sc_compile_opts *opts, uint8_t key[SC_SHA256_LEN]);
 /* 0 and *out on a valid hit; -1 on a miss or anything wrong (never an error). */
 int sc_cache_load(const uint8_t key[SC_SHA256_LEN], struct moat_seccomp_prog **out);
 /* Best effort: returns 0 when stored, -1 otherwise. */
@@ -124,6 +143,8 @@ char *sc_cache_file_name(const uint8_t key[SC_SHA256_LEN]);
 /* Timings of the last moat_seccomp_prepare (nanoseconds). */
 struct sc_stats {
 	bool from_cache;
+	bool policy_hashed; /* the policy bytes were hashed (a --policy file, not the default) */
+	bool policy_read;   /* the policy bytes were read (a file, or a cache miss) */
 	uint64_t prepare_ns; /* whole prepare: read + key + (load | parse+compile+store) */
 	uint64_t compile_ns; /* parse + compile, 0 on a hit */
 };

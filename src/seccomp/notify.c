@@ -130,15 +130,24 @@ static int alu(uint16_t op, uint32_t *a, uint32_t v)
 int sc_bpf_run(const struct sock_filter *insns, size_t len, const struct seccomp_data *d,
 	       uint32_t *ret)
 {
+	size_t steps;
+	return sc_bpf_run_counted(insns, len, d, ret, &steps);
+}
+
+int sc_bpf_run_counted(const struct sock_filter *insns, size_t len,
+		       const struct seccomp_data *d, uint32_t *ret, size_t *steps)
+{
 	uint32_t a = 0, x = 0, mem[SC_BPF_MEMWORDS];
 	unsigned mem_set = 0;
 	const unsigned char *data = (const unsigned char *)d;
+	*steps = 0;
 	if (!insns || !d || len == 0 || len > SC_MAX_INSNS)
 		return -1;
 	/* Jumps are forward only: pc grows every step, so this ends. */
 	for (size_t pc = 0; pc < len; pc++) {
 		const struct sock_filter *f = &insns[pc];
 		uint32_t k = f->k;
+		++*steps;
 		if (!sc_bpf_opcode_known(f->code))
 			return -1;
 		switch (BPF_CLASS(f->code)) {

@@ -1,7 +1,8 @@
 /* SHA-256 (FIPS 180-4), small and dependency-free: used to key the BPF cache
- * and to check cached programs. Not constant-time; nothing secret goes in. */
+ * and to check cached programs, and at build time by tools/embed.c to hash
+ * the embedded default policy. Not constant-time; nothing secret goes in. */
 #include <string.h>
-#include "seccomp/internal.h"
+#include "seccomp/sha256.h"
 
 static const uint32_t K[64] = {
 	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,

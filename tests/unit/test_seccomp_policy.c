@@ -652,8 +652,7 @@ static char *cache_file(const char *dir)
 	struct moat_error err = { 0 };
 	ck_assert_int_eq(sc_host_detect(&h, &err), 0);
 	uint8_t key[SC_SHA256_LEN];
-	sc_cache_key((const char *)moat_embedded_default_policy, moat_embedded_default_policy_len,
-		     &h, key);
+	sc_cache_key(moat_embedded_default_policy_sha256, &h, &sc_compile_defaults, key);
 	char *name = sc_cache_file_name(key), *path = NULL;
 	ck_assert_int_ge(asprintf(&path, "%s/%s", dir, name), 0);
 	free(name);
@@ -820,6 +819,127 @@ START_TEST(prepare_reports_errors)
 	rm_rf(dir);
 	free(dir);
 	sc_cache_set_dir(NULL);
+}
+END_TEST
+
+/* The digest tools/embed.c wrote at build time is the run-time SHA-256 of the
+ * embedded bytes (a stale or wrong one would key the cache on the wrong
+ * policy). */
+START_TEST(embedded_policy_digest_is_built_in)
+{
+	uint8_t d[SC_SHA256_LEN];
+	sc_sha256(moat_embedded_default_policy, moat_embedded_default_policy_len, d);
+	ck_assert_mem_eq(d, moat_embedded_default_policy_sha256, SC_SHA256_LEN);
+	/* and it is the policy's, not that of an empty or other input */
+	uint8_t e[SC_SHA256_LEN];
+	sc_sha256("", 0, e);
+	ck_assert(memcmp(e, moat_embedded_default_policy_sha256, SC_SHA256_LEN) != 0);
+}
+END_TEST
+
+/* Every input of the cache key changes it: the policy digest, each compile
+ * option (so BPF compiled with another layout or by an older compile.c is
+ * never loaded), the kernel release and the architecture. */
+START_TEST(cache_key_covers_every_input)
+{
+	struct sc_host h;
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(sc_host_detect(&h, &err), 0);
+	uint8_t sha[SC_SHA256_LEN];
+	memcpy(sha, moat_embedded_default_policy_sha256, SC_SHA256_LEN);
+	struct sc_compile_opts o = sc_compile_defaults;
+	ck_assert_uint_eq(o.optimize, 2);
+	ck_assert_uint_eq(o.revision, SC_COMPILE_REVISION);
+	uint8_t base[SC_SHA256_LEN], again[SC_SHA256_LEN], k[SC_SHA256_LEN];
+	sc_cache_key(sha, &h, &o, base);
+	sc_cache_key(sha, &h, &o, again);
+	ck_assert_mem_eq(base, again, SC_SHA256_LEN);
+	/* the run-time digest of the embedded bytes gives the same key */
+	uint8_t rt[SC_SHA256_LEN];
+	sc_sha256(moat_embedded_default_policy, moat_embedded_default_policy_len, rt);
+	sc_cache_key(rt, &h, &o, k);
+	ck_assert_mem_eq(base, k, SC_SHA256_LEN);
+
+	struct sc_compile_opts v = o;
+	v.optimize = 1;
+	sc_cache_key(sha, &h, &v, k);
+	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "optimize not in the key");
+	v = o;
+	v.revision++;
+	sc_cache_key(sha, &h, &v, k);
+	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "revision not in the key");
+	uint8_t sha2[SC_SHA256_LEN];
+	memcpy(sha2, sha, SC_SHA256_LEN);
+	sha2[SC_SHA256_LEN - 1] ^= 1;
+	sc_cache_key(sha2, &h, &o, k);
+	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "policy digest not in the key");
+	struct sc_host h2 = h;
+	h2.release[0] ^= 1;
+	sc_cache_key(sha, &h2, &o, k);
+	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "kernel release not in the key");
+	h2 = h;
+	h2.scmp_arch ^= 1;
+	sc_cache_key(sha, &h2, &o, k);
+	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "arch not in the key");
+
+	/* file names: 64 lowercase hex digits of the key + ".bpf" */
+	char *name = sc_cache_file_name(base);
+	char want[2 * SC_SHA256_LEN + 5];
+	hex(base, SC_SHA256_LEN, want);
+	strcat(want, ".bpf");
+	ck_assert_str_eq(name, want);
+	free(name);
+}
+END_TEST
+
+/* A run with the embedded default neither reads nor hashes the policy when
+ * the cache hits (its digest is built in); a --policy file is read and
+ * hashed on every run, so an edited file is never served a stale program. */
+START_TEST(prepare_hashes_only_policy_files)
+{
+	char *tmp = make_tmpdir();
+	char *dir = NULL;
+	ck_assert_int_ge(asprintf(&dir, "%s/cache", tmp), 0);
+	sc_cache_set_dir(dir);
+	struct moat_error err = { 0 };
+	struct moat_seccomp_prog *prog = NULL;
+	struct sc_stats st;
+	for (int round = 0; round < 2; round++) {
+		ck_assert_int_eq(moat_seccomp_prepare(NULL, false, &prog, &err), 0);
+		sc_stats_get(&st);
+		ck_assert(st.from_cache == (round == 1));
+		ck_assert(!st.policy_hashed);
+		ck_assert(st.policy_read == (round == 0)); /* read to compile on the miss only */
+		moat_seccomp_prog_free(prog);
+	}
+	char *path = write_tmp(tmp, "p.json", "{\"defaultAction\": \"SCMP_ACT_ALLOW\", "
+					      "\"syscalls\": [{\"names\": [\"ptrace\"], "
+					      "\"action\": \"SCMP_ACT_ERRNO\"}]}");
+	for (int round = 0; round < 2; round++) {
+		ck_assert_msg(moat_seccomp_prepare(path, false, &prog, &err) == 0, "%s", err.message);
+		sc_stats_get(&st);
+		ck_assert(st.from_cache == (round == 1));
+		ck_assert(st.policy_hashed);
+		ck_assert(st.policy_read);
+		moat_seccomp_prog_free(prog);
+	}
+	/* the file changes: another key, so a miss and a new program */
+	free(write_tmp(tmp, "p.json", "{\"defaultAction\": \"SCMP_ACT_ALLOW\", "
+				     "\"syscalls\": [{\"names\": [\"ptrace\", \"bpf\"], "
+				     "\"action\": \"SCMP_ACT_ERRNO\"}]}"));
+	ck_assert_int_eq(moat_seccomp_prepare(path, false, &prog, &err), 0);
+	sc_stats_get(&st);
+	ck_assert(!st.from_cache);
+	struct seccomp_data d = { .nr = SYS_bpf, .arch = seccomp_arch_native() };
+	uint32_t ret;
+	ck_assert_int_eq(sc_bpf_run(prog->insns, prog->len, &d, &ret), 0);
+	ck_assert_uint_eq(ret, SECCOMP_RET_ERRNO | EPERM);
+	moat_seccomp_prog_free(prog);
+	sc_cache_set_dir(NULL);
+	free(path);
+	free(dir);
+	rm_rf(tmp);
+	free(tmp);
 }
 END_TEST
 
@@ -1438,6 +1558,117 @@ START_TEST(bpf_interpreter_matches_kernel)
 }
 END_TEST
 
+/* ---- the binary-tree layout (SCMP_FLTATR_CTL_OPTIMIZE 2) ---- */
+
+static struct moat_seccomp_prog *compile_file(const char *path, uint32_t optimize)
+{
+	struct moat_error err = { 0 };
+	struct sc_host h;
+	ck_assert_int_eq(sc_host_detect(&h, &err), 0);
+	char *buf;
+	size_t len;
+	ck_assert_int_eq(sc_policy_read(path, &buf, &len, &err), 0);
+	struct sc_policy *p = NULL;
+	ck_assert_msg(sc_policy_parse(buf, len, &h, &p, &err) == 0, "%s", err.message);
+	free(buf);
+	struct sc_compile_opts o = sc_compile_defaults;
+	o.optimize = optimize;
+	struct moat_seccomp_prog *prog = NULL;
+	ck_assert_msg(sc_compile_with(p, &o, &prog, &err) == 0, "%s", err.message);
+	sc_policy_free(p);
+	return prog;
+}
+
+/* The tree gives exactly the return value of libseccomp's linear layout on
+ * every probe of the kernel comparison (all syscall numbers with several
+ * argument patterns, the conditional calls' corner values), on x32 and
+ * out-of-range numbers, and on foreign and unknown architectures. */
+static void check_same_verdicts(const char *path, const char *what)
+{
+	struct moat_seccomp_prog *lin = compile_file(path, 1), *tree = compile_file(path, 2);
+	ck_assert_msg(lin->len != tree->len || memcmp(lin->insns, tree->insns,
+						      lin->len * sizeof *lin->insns) != 0,
+		      "%s: the optimize attribute changed nothing", what);
+	struct probe *p;
+	size_t n = make_probes(&p);
+	static const long extra_nrs[] = { -1, 0x3fffffffL, 0x40000000L, 0x40000000L | 1,
+					  0x40000000L | 101, 0x40000000L | 0x1ff, 0x7fffffffL,
+					  470, 471, 512, 1023, 1024 };
+	uint32_t arches[] = { seccomp_arch_native(), 0x40000003 /* AUDIT_ARCH_I386 */,
+			      0xc00000b7 /* AUDIT_ARCH_AARCH64 */, 0, 0xffffffff };
+	size_t compared = 0;
+	for (size_t a = 0; a < sizeof arches / sizeof arches[0]; a++) {
+		for (size_t i = 0; i < n + sizeof extra_nrs / sizeof extra_nrs[0]; i++) {
+			struct seccomp_data d = { .arch = arches[a] };
+			if (i < n) {
+				d.nr = (int)p[i].nr;
+				for (int k = 0; k < 6; k++)
+					d.args[k] = p[i].a[k];
+			} else {
+				d.nr = (int)extra_nrs[i - n];
+			}
+			uint32_t r1, r2;
+			ck_assert_int_eq(sc_bpf_run(lin->insns, lin->len, &d, &r1), 0);
+			ck_assert_int_eq(sc_bpf_run(tree->insns, tree->len, &d, &r2), 0);
+			ck_assert_msg(r1 == r2,
+				      "%s: nr %d arch %#x args %#llx %#llx: linear %#x, tree %#x",
+				      what, d.nr, d.arch, (unsigned long long)d.args[0],
+				      (unsigned long long)d.args[1], r1, r2);
+			compared++;
+		}
+	}
+	fprintf(stderr, "%s: linear %u insns, tree %u insns, %zu probes give the same verdict\n",
+		what, lin->len, tree->len, compared);
+	free(p);
+	moat_seccomp_prog_free(lin);
+	moat_seccomp_prog_free(tree);
+}
+
+START_TEST(tree_layout_same_verdicts)
+{
+	check_same_verdicts(NULL, "default policy");
+	const char *fx = fixture_path();
+	ck_assert_msg(fx != NULL, "docker-default-seccomp.json fixture not found");
+	check_same_verdicts(fx, "docker fixture");
+}
+END_TEST
+
+/* The default program is the tree: every native call, conditional ones
+ * included, is decided within a few dozen instructions (the linear layout
+ * needs up to ~265 for calls near its end, such as ioctl and socket). */
+START_TEST(default_program_decides_in_few_steps)
+{
+	struct moat_seccomp_prog *prog = default_prog();
+	struct moat_seccomp_prog *lin = compile_file(NULL, 1);
+	struct probe *p;
+	size_t n = make_probes(&p);
+	size_t worst = 0, worst_lin = 0;
+	long worst_nr = -1;
+	for (size_t i = 0; i < n; i++) {
+		struct seccomp_data d = { .nr = (int)p[i].nr, .arch = seccomp_arch_native() };
+		for (int k = 0; k < 6; k++)
+			d.args[k] = p[i].a[k];
+		uint32_t ret;
+		size_t steps;
+		ck_assert_int_eq(sc_bpf_run_counted(prog->insns, prog->len, &d, &ret, &steps), 0);
+		if (steps > worst) {
+			worst = steps;
+			worst_nr = p[i].nr;
+		}
+		ck_assert_int_eq(sc_bpf_run_counted(lin->insns, lin->len, &d, &ret, &steps), 0);
+		if (steps > worst_lin)
+			worst_lin = steps;
+	}
+	fprintf(stderr, "default policy: longest path %zu insns (nr %ld) as a tree, %zu linear\n",
+		worst, worst_nr, worst_lin);
+	ck_assert_uint_le(worst, 40);
+	ck_assert_uint_gt(worst_lin, 100); /* the measure itself works */
+	free(p);
+	moat_seccomp_prog_free(lin);
+	moat_seccomp_prog_free(prog);
+}
+END_TEST
+
 /* A child installs the filter in log mode and hands the listener over
  * SCM_RIGHTS (as the runner's pid 2 does); the parent answers. */
 static int send_fd(int sock, int fd)
@@ -1711,8 +1942,13 @@ Suite *seccomp_policy_suite(void)
 	tcase_add_test(tc, policy_check_and_show);
 	tcase_add_test(tc, cache_hit_miss_and_corruption);
 	tcase_add_test(tc, prepare_reports_errors);
+	tcase_add_test(tc, embedded_policy_digest_is_built_in);
+	tcase_add_test(tc, cache_key_covers_every_input);
+	tcase_add_test(tc, prepare_hashes_only_policy_files);
 	tcase_add_test(tc, notify_rewrite);
 	tcase_add_test(tc, bpf_interpreter_ops);
+	tcase_add_test(tc, tree_layout_same_verdicts);
+	tcase_add_test(tc, default_program_decides_in_few_steps);
 	tcase_set_timeout(tc, 30);
 	suite_add_tcase(s, tc);
 
