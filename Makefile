@@ -2,6 +2,9 @@
 CC      ?= cc
 PREFIX  ?= /usr/local
 BUILD   := build
+comma   := ,
+empty   :=
+space   := $(empty) $(empty)
 PKGS    := libseccomp libcap libnl-3.0 libnl-route-3.0 libcjson
 # libcurl: headers at build time, loaded with dlopen only by the remote
 # providers, so a sandbox start does not load its ~30 libraries
@@ -40,6 +43,8 @@ LIB_SRCS := $(sort $(filter-out src/cli/% src/main.c,$(wildcard src/*/*.c)))
 CLI_SRCS := src/main.c $(sort $(wildcard src/cli/*.c))
 GEN_SRC  := $(BUILD)/gen/embedded.c
 EMBEDDED := policies/default.json rootfs/default.plan
+# the seccomp BPF cache is keyed on a digest of the policy compiler's sources
+SECCOMP_COMPILER := src/seccomp/policy.c src/seccomp/compile.c src/seccomp/internal.h
 
 LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/embedded.o
 CLI_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(CLI_SRCS))
@@ -58,10 +63,11 @@ $(BUILD)/embed: tools/embed.c src/seccomp/sha256.c src/seccomp/sha256.h
 	@mkdir -p $(@D)
 	$(CC) -std=gnu11 $(WARN) -O1 -Isrc -o $@ tools/embed.c src/seccomp/sha256.c
 
-$(GEN_SRC): $(BUILD)/embed $(EMBEDDED)
+$(GEN_SRC): $(BUILD)/embed $(EMBEDDED) $(SECCOMP_COMPILER)
 	@mkdir -p $(@D)
 	$(BUILD)/embed $@ moat_embedded_default_policy=policies/default.json \
-	    moat_embedded_rootfs_plan=rootfs/default.plan
+	    moat_embedded_rootfs_plan=rootfs/default.plan \
+	    'moat_embedded_seccomp_compiler#$(subst $(space),$(comma),$(strip $(SECCOMP_COMPILER)))'
 
 $(BUILD)/obj/gen/embedded.o: $(GEN_SRC)
 	@mkdir -p $(@D)

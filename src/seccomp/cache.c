@@ -1,5 +1,6 @@
-/* Compiled-BPF cache: compile a policy once per (policy bytes, compile
- * options, native arch, kernel release, libseccomp version, moat version).
+/* Compiled-BPF cache: compile a policy once per (policy bytes, compiler
+ * sources, compile options, native arch, kernel release, libseccomp version,
+ * moat version).
  *
  * Location: /var/cache/moat/seccomp for root, else
  * $XDG_CACHE_HOME/moat/seccomp or ~/.cache/moat/seccomp. Poisoning is kept
@@ -16,6 +17,7 @@
  * for the embedded default comes from the build), open + fstat of the
  * directory and of the entry, one readv and the SHA-256 of the body (~2.9 KB
  * for the default policy, ~10 us here). */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -61,14 +63,14 @@ void sc_cache_key(const uint8_t policy_sha[SC_SHA256_LEN], const struct sc_host 
 {
 	struct sc_sha256 s;
 	sc_sha256_init(&s);
-	/* v3: the policy enters as its digest, and the compile options are in */
-	hash_field(&s, "moat-seccomp-cache-v3", 21);
+	/* v4: the policy and the compiler's sources enter as digests */
+	hash_field(&s, "moat-seccomp-cache-v4", 21);
 	hash_field(&s, MOAT_VERSION, strlen(MOAT_VERSION));
 	const struct scmp_version *v = seccomp_version();
 	uint32_t ver[3] = { v ? v->major : 0, v ? v->minor : 0, v ? v->micro : 0 };
 	hash_field(&s, ver, sizeof ver);
-	uint32_t o[2] = { opts->revision, opts->optimize };
-	hash_field(&s, o, sizeof o);
+	hash_field(&s, opts->compiler, SC_SHA256_LEN);
+	hash_field(&s, &opts->optimize, sizeof opts->optimize);
 	hash_field(&s, &host->scmp_arch, sizeof host->scmp_arch);
 	hash_field(&s, host->release, strlen(host->release));
 	hash_field(&s, policy_sha, SC_SHA256_LEN);
@@ -225,6 +227,59 @@ bad:
 	return -1;
 }
 
+/* Entries from other builds, kernels or policies are never loaded again, so
+ * they would pile up: after each store (a miss, so rare), only the
+ * SC_CACHE_KEEP most recently written entries are kept. A removed entry that
+ * is still wanted is compiled again on its next use. */
+static void prune(int dfd, const char *keep_name)
+{
+	int fd = openat(dfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+	DIR *d = fd >= 0 ? fdopendir(fd) : NULL;
+	if (!d) {
+		if (fd >= 0)
+			close(fd);
+		return;
+	}
+	struct entry {
+		char name[SC_SHA256_LEN * 2 + 5];
+		struct timespec mtime;
+	} *e = NULL;
+	size_t n = 0, cap = 0;
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		size_t len = strlen(de->d_name);
+		struct stat st;
+		if (len != SC_SHA256_LEN * 2 + 4 || strcmp(de->d_name + SC_SHA256_LEN * 2, ".bpf") ||
+		    !strcmp(de->d_name, keep_name) ||
+		    fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
+			continue;
+		if (n == cap) {
+			size_t nc = cap ? cap * 2 : 64;
+			struct entry *ne = nc <= 4096 ? realloc(e, nc * sizeof *e) : NULL;
+			if (!ne)
+				break;
+			e = ne;
+			cap = nc;
+		}
+		memcpy(e[n].name, de->d_name, len + 1);
+		e[n].mtime = st.st_mtim;
+		n++;
+	}
+	closedir(d);
+	/* keep the SC_CACHE_KEEP - 1 newest others (plus the entry just stored) */
+	while (n >= SC_CACHE_KEEP) {
+		size_t old = 0;
+		for (size_t i = 1; i < n; i++)
+			if (e[i].mtime.tv_sec < e[old].mtime.tv_sec ||
+			    (e[i].mtime.tv_sec == e[old].mtime.tv_sec &&
+			     e[i].mtime.tv_nsec < e[old].mtime.tv_nsec))
+				old = i;
+		(void)unlinkat(dfd, e[old].name, 0);
+		e[old] = e[--n];
+	}
+	free(e);
+}
+
 int sc_cache_store(const uint8_t key[SC_SHA256_LEN], const struct moat_seccomp_prog *prog)
 {
 	if (!prog || prog->len == 0 || prog->len > SC_MAX_INSNS)
@@ -258,10 +313,12 @@ int sc_cache_store(const uint8_t key[SC_SHA256_LEN], const struct moat_seccomp_p
 	bool ok = write_all(fd, &h, sizeof h) == 0 && write_all(fd, prog->insns, body) == 0;
 	if (close(fd) != 0)
 		ok = false;
-	if (ok && renameat(dfd, tmp, dfd, name) == 0)
+	if (ok && renameat(dfd, tmp, dfd, name) == 0) {
 		rc = 0;
-	else
+		prune(dfd, name);
+	} else {
 		unlinkat(dfd, tmp, 0);
+	}
 out:
 	free(tmp);
 	free(name);

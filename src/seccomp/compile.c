@@ -187,7 +187,7 @@ static int export_bpf(scmp_filter_ctx ctx, struct moat_seccomp_prog *prog,
 }
 
 const struct sc_compile_opts sc_compile_defaults = {
-	.revision = SC_COMPILE_REVISION,
+	.compiler = moat_embedded_seccomp_compiler_sha256,
 	.optimize = 2,
 };
 

@@ -82,10 +82,15 @@ struct moat_seccomp_prog {
 	struct sock_filter *notify_insns;
 };
 
+/* Digest of the policy compiler's own sources (policy.c, compile.c,
+ * internal.h), computed at build time by tools/embed.c: part of every cache
+ * key, so a build whose compiler differs never loads a program an older one
+ * cached. */
+extern const unsigned char moat_embedded_seccomp_compiler_sha256[SC_SHA256_LEN];
+
 /* How a policy is turned into BPF. Every field is part of the cache key, so
  * a program compiled with other options is never loaded from the cache.
- * revision: bump it whenever compile.c would emit a different program for
- * the same policy and options (a new attribute, another rule translation).
+ * compiler: the digest above (a pointer, so that tests can vary it).
  * optimize: libseccomp's SCMP_FLTATR_CTL_OPTIMIZE. 2 (the default) lays the
  * syscall numbers out as a binary tree: any call is decided in about 25
  * instructions instead of up to ~265 with the linear layout (1), and the
@@ -93,10 +98,9 @@ struct moat_seccomp_prog {
  * number at install time, has ten times less to do. The verdicts are the
  * same (checked by the unit tests). */
 struct sc_compile_opts {
-	uint32_t revision;
+	const unsigned char *compiler; /* SC_SHA256_LEN bytes */
 	uint32_t optimize;
 };
-#define SC_COMPILE_REVISION 2u
 extern const struct sc_compile_opts sc_compile_defaults;
 
 /* sc_compile_with(p, &sc_compile_defaults, ...) */
@@ -132,7 +136,10 @@ void sc_cache_key(const uint8_t policy_sha[SC_SHA256_LEN], const struct sc_host 
 		  const struct sc_compile_opts *opts, uint8_t key[SC_SHA256_LEN]);
 /* 0 and *out on a valid hit; -1 on a miss or anything wrong (never an error). */
 int sc_cache_load(const uint8_t key[SC_SHA256_LEN], struct moat_seccomp_prog **out);
-/* Best effort: returns 0 when stored, -1 otherwise. */
+/* Entries kept in the cache directory (the newest by mtime); see prune(). */
+#define SC_CACHE_KEEP 32
+/* Best effort: returns 0 when stored, -1 otherwise. Then prunes the
+ * directory to the SC_CACHE_KEEP newest entries. */
 int sc_cache_store(const uint8_t key[SC_SHA256_LEN], const struct moat_seccomp_prog *prog);
 /* Tests: dir NULL = the default location, "" = no cache, else that directory
  * (created 0700 if missing; must be owned by us and not group/other-accessible). */

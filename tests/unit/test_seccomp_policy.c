@@ -837,8 +837,101 @@ START_TEST(embedded_policy_digest_is_built_in)
 }
 END_TEST
 
+/* Entries of other builds and kernels are never loaded again: a store (a
+ * miss) keeps the SC_CACHE_KEEP newest entries and touches nothing else. */
+START_TEST(cache_keeps_the_newest_entries)
+{
+	char *dir = make_tmpdir();
+	ck_assert_int_eq(chmod(dir, 0700), 0);
+	sc_cache_set_dir(dir);
+	int extra = 8;
+	for (int i = 0; i < SC_CACHE_KEEP + extra; i++) {
+		char *p = NULL;
+		ck_assert_int_gt(asprintf(&p, "%s/%064x.bpf", dir, i), 0);
+		int fd = open(p, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
+		ck_assert_int_ge(fd, 0);
+		close(fd);
+		/* entry i written i hours ago: 0 is the newest */
+		struct timespec ts[2] = { { time(NULL) - 3600L * i, 0 }, { time(NULL) - 3600L * i, 0 } };
+		ck_assert_int_eq(utimensat(AT_FDCWD, p, ts, 0), 0);
+		free(p);
+	}
+	char *other = NULL;
+	ck_assert_int_gt(asprintf(&other, "%s/notes.txt", dir), 0);
+	int fd = open(other, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	struct timespec old[2] = { { 1, 0 }, { 1, 0 } };
+	ck_assert_int_eq(utimensat(AT_FDCWD, other, old, 0), 0);
+
+	bool hit;
+	struct moat_seccomp_prog *a = prepare_default(false, &hit);
+	ck_assert(!hit);
+	char *stored = cache_file(dir);
+	struct stat st;
+	ck_assert_msg(stat(stored, &st) == 0, "the new entry was pruned");
+	ck_assert_msg(stat(other, &st) == 0, "a file that is not an entry was removed");
+	int left = 0;
+	for (int i = 0; i < SC_CACHE_KEEP + extra; i++) {
+		char *p = NULL;
+		ck_assert_int_gt(asprintf(&p, "%s/%064x.bpf", dir, i), 0);
+		bool present = stat(p, &st) == 0;
+		/* the SC_CACHE_KEEP - 1 newest stay beside the new one */
+		ck_assert_msg(present == (i < SC_CACHE_KEEP - 1), "entry %d %s", i,
+			      present ? "kept" : "removed");
+		left += present;
+		free(p);
+	}
+	ck_assert_int_eq(left, SC_CACHE_KEEP - 1);
+	/* and it still loads */
+	struct moat_seccomp_prog *b = prepare_default(false, &hit);
+	ck_assert(hit);
+	moat_seccomp_prog_free(b);
+	moat_seccomp_prog_free(a);
+	sc_cache_set_dir(NULL);
+	free(stored);
+	free(other);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
+/* The compiler digest in the binary is that of the sources it was built
+ * from (run from the repository root, as make check does). */
+START_TEST(compiler_digest_matches_sources)
+{
+	static const char *const files[] = { "src/seccomp/policy.c", "src/seccomp/compile.c",
+					     "src/seccomp/internal.h" };
+	struct sc_sha256 s;
+	sc_sha256_init(&s);
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+		FILE *f = fopen(files[i], "rb");
+		ck_assert_msg(f, "cannot read %s (run from the repository root)", files[i]);
+		char *data = NULL;
+		size_t cap = 0;
+		ck_assert_int_eq(fseek(f, 0, SEEK_END), 0);
+		long n = ftell(f);
+		ck_assert_int_ge(n, 1);
+		rewind(f);
+		cap = (size_t)n;
+		data = malloc(cap);
+		ck_assert_ptr_nonnull(data);
+		ck_assert_uint_eq(fread(data, 1, cap, f), cap);
+		fclose(f);
+		uint64_t len = cap;
+		sc_sha256_update(&s, &len, sizeof len);
+		sc_sha256_update(&s, data, cap);
+		free(data);
+	}
+	uint8_t d[SC_SHA256_LEN];
+	sc_sha256_final(&s, d);
+	ck_assert_mem_eq(d, moat_embedded_seccomp_compiler_sha256, SC_SHA256_LEN);
+	ck_assert_ptr_eq(sc_compile_defaults.compiler, moat_embedded_seccomp_compiler_sha256);
+}
+END_TEST
+
 /* Every input of the cache key changes it: the policy digest, each compile
- * option (so BPF compiled with another layout or by an older compile.c is
+ * option and the compiler's source digest (so BPF compiled with another layout or by an older compile.c is
  * never loaded), the kernel release and the architecture. */
 START_TEST(cache_key_covers_every_input)
 {
@@ -849,7 +942,7 @@ START_TEST(cache_key_covers_every_input)
 	memcpy(sha, moat_embedded_default_policy_sha256, SC_SHA256_LEN);
 	struct sc_compile_opts o = sc_compile_defaults;
 	ck_assert_uint_eq(o.optimize, 2);
-	ck_assert_uint_eq(o.revision, SC_COMPILE_REVISION);
+	ck_assert_ptr_eq(o.compiler, moat_embedded_seccomp_compiler_sha256);
 	uint8_t base[SC_SHA256_LEN], again[SC_SHA256_LEN], k[SC_SHA256_LEN];
 	sc_cache_key(sha, &h, &o, base);
 	sc_cache_key(sha, &h, &o, again);
@@ -865,9 +958,12 @@ START_TEST(cache_key_covers_every_input)
 	sc_cache_key(sha, &h, &v, k);
 	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "optimize not in the key");
 	v = o;
-	v.revision++;
+	uint8_t other_compiler[SC_SHA256_LEN];
+	memcpy(other_compiler, o.compiler, SC_SHA256_LEN);
+	other_compiler[0] ^= 1;
+	v.compiler = other_compiler;
 	sc_cache_key(sha, &h, &v, k);
-	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "revision not in the key");
+	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "compiler digest not in the key");
 	uint8_t sha2[SC_SHA256_LEN];
 	memcpy(sha2, sha, SC_SHA256_LEN);
 	sha2[SC_SHA256_LEN - 1] ^= 1;
@@ -1943,6 +2039,8 @@ Suite *seccomp_policy_suite(void)
 	tcase_add_test(tc, cache_hit_miss_and_corruption);
 	tcase_add_test(tc, prepare_reports_errors);
 	tcase_add_test(tc, embedded_policy_digest_is_built_in);
+	tcase_add_test(tc, compiler_digest_matches_sources);
+	tcase_add_test(tc, cache_keeps_the_newest_entries);
 	tcase_add_test(tc, cache_key_covers_every_input);
 	tcase_add_test(tc, prepare_hashes_only_policy_files);
 	tcase_add_test(tc, notify_rewrite);
