@@ -13,6 +13,15 @@
 #include "core/core.h"
 #include "net/net.h"
 
+/* ---- rtnetlink requests (rtnl.c) ----------------------------------------- */
+
+/* Append one request to *buf (realloc'd; *len grows by its aligned size):
+ * set interface ifindex up, or add a prohibit route to one host address
+ * (family AF_INET or AF_INET6, addr 4 or 16 bytes). 0, or -1 (ENOMEM, bad
+ * family) with *buf and *len unchanged. */
+int moat_rtnl_link_up(uint8_t **buf, size_t *len, int ifindex);
+int moat_rtnl_prohibit(uint8_t **buf, size_t *len, int family, const void *addr);
+
 /* ---- allowlist grammar (allow.c) ---------------------------------------- */
 
 #define MOAT_HOST_MAX 253u

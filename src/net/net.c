@@ -7,8 +7,8 @@
  *             through moat's HTTP/HTTPS proxy, whose listening socket pid 1
  *             opens on 127.0.0.1 inside and passes to the supervisor.
  *
- * Netlink requests (lo up, prohibit routes) are built with libnl-route in
- * the supervisor and only sent by pid 1, which must not allocate. */
+ * Netlink requests (lo up, prohibit routes; rtnl.c) are built in the
+ * supervisor and only sent by pid 1, which must not allocate. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
@@ -21,9 +21,6 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include <netlink/msg.h>
-#include <netlink/route/link.h>
-#include <netlink/route/route.h>
 
 #include "net/internal.h"
 
@@ -49,61 +46,14 @@ static char *const PROXY_ENV[] = {
 
 /* ---- netlink requests (supervisor side) ---- */
 
-static int nl_append(struct moat_net *net, struct nl_msg *msg)
-{
-	struct nlmsghdr *h = nlmsg_hdr(msg);
-	h->nlmsg_flags |= NLM_F_REQUEST | NLM_F_ACK;
-	size_t len = NLMSG_ALIGN(h->nlmsg_len);
-	uint8_t *nb = realloc(net->nl, net->nl_len + len);
-	if (!nb)
-		return -1;
-	memset(nb + net->nl_len, 0, len);
-	memcpy(nb + net->nl_len, h, h->nlmsg_len);
-	((struct nlmsghdr *)(void *)(nb + net->nl_len))->nlmsg_seq = (uint32_t)(net->nl_len + 1);
-	net->nl = nb;
-	net->nl_len += len;
-	return 0;
-}
-
 static int add_lo_up(struct moat_net *net)
 {
-	struct rtnl_link *orig = rtnl_link_alloc(), *chg = rtnl_link_alloc();
-	struct nl_msg *msg = NULL;
-	int rc = -1;
-	if (orig && chg) {
-		rtnl_link_set_ifindex(orig, 1); /* lo is always 1 in a new namespace */
-		rtnl_link_set_flags(chg, IFF_UP);
-		if (rtnl_link_build_change_request(orig, chg, 0, &msg) == 0)
-			rc = nl_append(net, msg);
-	}
-	nlmsg_free(msg);
-	rtnl_link_put(orig);
-	rtnl_link_put(chg);
-	return rc;
+	return moat_rtnl_link_up(&net->nl, &net->nl_len, 1); /* lo is 1 in a new namespace */
 }
 
 static int add_prohibit(struct moat_net *net, int family, const void *addr)
 {
-	struct rtnl_route *r = rtnl_route_alloc();
-	unsigned len = family == AF_INET ? 4 : 16;
-	struct nl_addr *a = nl_addr_build(family, addr, len);
-	struct nl_msg *msg = NULL;
-	int rc = -1;
-	if (r && a) {
-		nl_addr_set_prefixlen(a, (int)len * 8);
-		rtnl_route_set_family(r, (uint8_t)family);
-		rtnl_route_set_table(r, RT_TABLE_MAIN);
-		rtnl_route_set_type(r, RTN_PROHIBIT);
-		rtnl_route_set_protocol(r, RTPROT_STATIC);
-		rtnl_route_set_scope(r, RT_SCOPE_UNIVERSE);
-		if (rtnl_route_set_dst(r, a) == 0 &&
-		    rtnl_route_build_add_request(r, NLM_F_CREATE | NLM_F_REPLACE, &msg) == 0)
-			rc = nl_append(net, msg);
-	}
-	nlmsg_free(msg);
-	nl_addr_put(a);
-	rtnl_route_put(r);
-	return rc;
+	return moat_rtnl_prohibit(&net->nl, &net->nl_len, family, addr);
 }
 
 /* Egress: every address of the host (its loopback is already the sandbox's

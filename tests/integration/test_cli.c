@@ -361,7 +361,6 @@ START_TEST(version_and_commands)
 	/* each library line says how it is linked, and says it truly: the
 	 * dynamic loader's list of what it loads must agree */
 	static const char *const libs[][2] = { { "\nlibseccomp ", "libseccomp.so" },
-					       { "\nlibnl ", "libnl-3.so" },
 					       { "\nlibcap ", "libcap.so" },
 					       { "\ncJSON ", "libcjson.so" } };
 	char *cmd = NULL;

@@ -5,6 +5,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <linux/if.h>
+#include <linux/netlink.h>
+#include <linux/rtnetlink.h>
+
 #include "net/internal.h"
 #include "suites.h"
 
@@ -283,6 +287,66 @@ START_TEST(request_keys)
 }
 END_TEST
 
+/* The rtnetlink requests pid 1 sends, field by field as the kernel reads
+ * them: lo up, then prohibit routes for an IPv4 and an IPv6 address. */
+START_TEST(rtnl_requests)
+{
+	uint8_t *buf = NULL;
+	size_t len = 0;
+	static const uint8_t v4[4] = { 192, 0, 2, 7 };
+	static const uint8_t v6[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 9 };
+	ck_assert_int_eq(moat_rtnl_link_up(&buf, &len, 1), 0);
+	ck_assert_int_eq(moat_rtnl_prohibit(&buf, &len, AF_INET, v4), 0);
+	ck_assert_int_eq(moat_rtnl_prohibit(&buf, &len, AF_INET6, v6), 0);
+	ck_assert_int_eq(moat_rtnl_prohibit(&buf, &len, AF_UNIX, v4), -1);
+	size_t off = 0;
+	int n = 0;
+	while (off < len) {
+		const struct nlmsghdr *h = (const struct nlmsghdr *)(const void *)(buf + off);
+		ck_assert(NLMSG_OK(h, len - off));
+		ck_assert_uint_eq(h->nlmsg_seq, off + 1);
+		ck_assert_uint_eq(h->nlmsg_flags & (NLM_F_REQUEST | NLM_F_ACK), NLM_F_REQUEST | NLM_F_ACK);
+		if (n == 0) {
+			ck_assert_uint_eq(h->nlmsg_type, RTM_NEWLINK);
+			ck_assert_uint_eq(h->nlmsg_len, NLMSG_LENGTH(sizeof(struct ifinfomsg)));
+			const struct ifinfomsg *i = NLMSG_DATA(h);
+			ck_assert_int_eq(i->ifi_family, AF_UNSPEC);
+			ck_assert_int_eq(i->ifi_index, 1);
+			ck_assert_uint_eq(i->ifi_flags, IFF_UP);
+			ck_assert_uint_eq(i->ifi_change, IFF_UP);
+		} else {
+			bool six = n == 2;
+			size_t alen = six ? 16 : 4;
+			ck_assert_uint_eq(h->nlmsg_type, RTM_NEWROUTE);
+			ck_assert_uint_eq(h->nlmsg_flags & (NLM_F_CREATE | NLM_F_REPLACE),
+					  NLM_F_CREATE | NLM_F_REPLACE);
+			const struct rtmsg *r = NLMSG_DATA(h);
+			ck_assert_int_eq(r->rtm_family, six ? AF_INET6 : AF_INET);
+			ck_assert_int_eq(r->rtm_dst_len, alen * 8);
+			ck_assert_int_eq(r->rtm_src_len, 0);
+			ck_assert_int_eq(r->rtm_table, RT_TABLE_MAIN);
+			ck_assert_int_eq(r->rtm_protocol, RTPROT_STATIC);
+			ck_assert_int_eq(r->rtm_scope, RT_SCOPE_UNIVERSE);
+			ck_assert_int_eq(r->rtm_type, RTN_PROHIBIT);
+			int attrs = (int)RTM_PAYLOAD(h);
+			int dst = 0;
+			for (const struct rtattr *a = RTM_RTA(r); RTA_OK(a, attrs); a = RTA_NEXT(a, attrs)) {
+				ck_assert_uint_eq(a->rta_type, RTA_DST);
+				ck_assert_uint_eq(RTA_PAYLOAD(a), alen);
+				ck_assert_mem_eq(RTA_DATA(a), six ? v6 : v4, alen);
+				dst++;
+			}
+			ck_assert_int_eq(dst, 1);
+		}
+		off += NLMSG_ALIGN(h->nlmsg_len);
+		n++;
+	}
+	ck_assert_int_eq(n, 3);
+	ck_assert_uint_eq(off, len);
+	free(buf);
+}
+END_TEST
+
 Suite *net_suite(void)
 {
 	Suite *s = suite_create("net");
@@ -295,6 +359,7 @@ Suite *net_suite(void)
 	tcase_add_test(tc, cidr_allowance);
 	tcase_add_test(tc, matching);
 	tcase_add_test(tc, request_keys);
+	tcase_add_test(tc, rtnl_requests);
 	suite_add_tcase(s, tc);
 	return s;
 }
