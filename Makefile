@@ -24,6 +24,9 @@ ifeq ($(STATIC_DEPS),yes)
 STATIC_MISSING := $(strip $(foreach l,$(STATIC_LIBS),$(if $(wildcard $(shell $(CC) \
                   -print-file-name=lib$(l).a)),,$(l))))
 endif
+ifneq ($(STATIC_MISSING),)
+$(warning no static archive for: $(STATIC_MISSING); moat links all of $(STATIC_LIBS) shared)
+endif
 ifeq ($(STATIC_DEPS)$(STATIC_MISSING),yes)
 MOAT_LIBS := -Wl,-Bstatic $(addprefix -l,$(STATIC_LIBS)) -Wl,-Bdynamic \
              $(shell pkg-config --libs libcjson 2>/dev/null) -pthread -ldl -lm
