@@ -158,6 +158,20 @@ int cli_doctor(int argc, char **argv)
 		if (moat_seccomp_prepare(NULL, false, &prog, &err) == 0) {
 			printf("seccomp:            filter mode; default policy compiles\n");
 			moat_seccomp_prog_free(prog);
+			prog = NULL;
+			/* a second prepare shows whether the first one could store it */
+			char *dir = moat_seccomp_cache_dir();
+			if (moat_seccomp_prepare(NULL, false, &prog, &err) == 0 &&
+			    moat_seccomp_last_from_cache())
+				printf("seccomp cache:      %s\n", dir);
+			else
+				printf("seccomp cache:      none usable (%s%s): every run compiles its "
+				       "filter (a few ms); set HOME or XDG_CACHE_HOME to a directory "
+				       "you own\n", dir ? dir : "no HOME or XDG_CACHE_HOME",
+				       dir ? " is not a directory you own with mode 0700, or cannot be "
+					     "created" : "");
+			moat_seccomp_prog_free(prog);
+			free(dir);
 		} else {
 			printf("seccomp:            default policy FAILED: %s\n", err.message);
 			ok = false;

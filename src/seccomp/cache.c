@@ -134,6 +134,13 @@ static char *default_dir(uid_t euid)
 	return d;
 }
 
+char *moat_seccomp_cache_dir(void)
+{
+	if (dir_overridden)
+		return dir_override && dir_override[0] ? strdup(dir_override) : NULL;
+	return default_dir(geteuid());
+}
+
 /* The cache directory fd, or -1 when there is no usable cache. */
 static int open_dir(uid_t euid)
 {

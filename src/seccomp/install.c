@@ -11,6 +11,11 @@
 
 static struct sc_stats last_stats;
 
+bool moat_seccomp_last_from_cache(void)
+{
+	return last_stats.from_cache;
+}
+
 void sc_stats_get(struct sc_stats *out)
 {
 	*out = last_stats;

@@ -37,6 +37,14 @@ int moat_seccomp_log_handle(const struct moat_seccomp_prog *prog, int listener_f
 /* {"denied":[{"syscall":"ptrace","errno":"EPERM","count":1},...]} — malloc'd. */
 char *moat_seccomp_log_json(const struct moat_seccomp_log *log);
 
+/* For `moat doctor`: where this user's compiled filters are cached (malloc'd
+ * path; NULL when there is none: root uses /var/cache/moat/seccomp, others
+ * $XDG_CACHE_HOME or $HOME/.cache), and whether the last
+ * moat_seccomp_prepare took its program from there. Without a usable cache
+ * every run compiles its filter (a few ms). */
+char *moat_seccomp_cache_dir(void);
+bool moat_seccomp_last_from_cache(void);
+
 /* `moat policy check FILE`: 0 when valid; otherwise -1 with an error whose
  * message names the JSON path of the bad entry (e.g. syscalls[3].args[0].op). */
 int moat_seccomp_policy_check(const char *path, struct moat_error *err);

@@ -432,6 +432,13 @@ START_TEST(doctor_ok)
 	char l[256];
 	snprintf(l, sizeof l, "%.*s", (int)(n < 255 ? n : 255), line);
 	ck_assert_msg(strstr(l, " ok"), "user namespaces not ok: %s", l);
+	/* the seccomp cache line tells the truth: root has /var/cache/moat;
+	 * the harness's uid 65534 runs with HOME=/nonexistent, so it has none */
+	const char *cache = strstr(o.out, "seccomp cache:");
+	ck_assert_msg(cache, "no seccomp cache line: %s", o.out);
+	const char *want_cache = _i == MODE_ROOT ? "seccomp cache:      /var/cache/moat/seccomp\n"
+						 : "seccomp cache:      none usable (/nonexistent/";
+	ck_assert_msg(!strncmp(cache, want_cache, strlen(want_cache)), "%s", o.out);
 	/* doctor's limits are what a run asking for every limit really gets */
 	char want[3][64];
 	static const char *const keys[] = { "memory", "pids", "cpu" };
