@@ -286,6 +286,20 @@ static void close_fd(int *fd)
 	*fd = -1;
 }
 
+/* A run that fails after clone3: the child is killed (closing sync_w alone
+ * makes it exit at its next wait) and reaped. */
+static void reap_child(struct run_state *st)
+{
+	if (st->pid <= 0)
+		return;
+	close_fd(&st->sync_w);
+	syscall(SYS_pidfd_send_signal, st->pidfd, SIGKILL, NULL, 0);
+	siginfo_t si;
+	while (waitid(P_PIDFD, (id_t)st->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+		;
+	st->pid = -1;
+}
+
 static int make_pipe(int *r, int *w, int extra_flags)
 {
 	int p[2];
@@ -507,11 +521,27 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	moat_stamp("sup: released");
 	/* joining the v1 cgroups takes ~0.7 ms here: done while the child
 	 * builds its mounts; it forks the program only after 'c' */
-	if (moat_cgroup_attach(cg, st.pid, err) < 0)
-		goto out; /* EOF instead of 'c': the child exits, reaped below */
-	if (write(st.sync_w, "c", 1) != 1) {
+	bool joined = moat_cgroup_attach(cg, st.pid, err) == 0;
+	if (joined && write(st.sync_w, "c", 1) != 1) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cannot release the sandbox: %s",
 			       strerror(errno));
+		joined = false;
+	}
+	if (!joined) {
+		/* the child may have failed on its own meanwhile (a mount refused,
+		 * files that do not fit): its report is the real cause, not the
+		 * ESRCH or EPIPE this step then got */
+		reap_child(&st);
+		struct moat_report r;
+		int got, fd = -1;
+		while ((got = recv_report(st.report_r, &r, &fd)) > 0)
+			if (r.kind == MOAT_REPORT_SETUP_FAILED) {
+				moat_error_clear(err);
+				setup_error(&r, plan, &program, need_transpile ? &transpile : NULL, err);
+				break;
+			}
+		if (fd >= 0)
+			close(fd);
 		goto out;
 	}
 	moat_stamp("sup: cgroups attached");
@@ -659,7 +689,9 @@ loop_done:;
 	st.pid = -1;
 	res->duration_ms = now_ms() - t0;
 
-	if (have_setup_error && !have_status) {
+	/* a setup failure means the program never started (pid 2 reports only
+	 * before its execve), even when init then reports pid 2's exit 127 */
+	if (have_setup_error) {
 		setup_error(&setup, plan, &program, need_transpile ? &transpile : NULL, err);
 		goto out;
 	}
@@ -705,14 +737,7 @@ loop_done:;
 kill_out:
 	syscall(SYS_pidfd_send_signal, st.pidfd, SIGKILL, NULL, 0);
 out:
-	if (st.pid > 0) {
-		/* the child was started but the run failed: kill and reap it */
-		close_fd(&st.sync_w);
-		syscall(SYS_pidfd_send_signal, st.pidfd, SIGKILL, NULL, 0);
-		siginfo_t si2;
-		while (waitid(P_PIDFD, (id_t)st.pidfd, &si2, WEXITED) < 0 && errno == EINTR)
-			;
-	}
+	reap_child(&st); /* the child was started but the run failed */
 	int *fds[] = { &st.sync_w, &st.report_r, &st.stdin_w, &st.stdout_r, &st.stderr_r,
 		       &st.sync_r, &st.report_w, &st.stdin_r, &st.stdout_w, &st.stderr_w,
 		       &st.pidfd, &st.timerfd, &st.epfd, &st.listener, &st.outputs_r,

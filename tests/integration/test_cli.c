@@ -418,6 +418,35 @@ START_TEST(exec_takes_no_arguments)
 }
 END_TEST
 
+/* A root without the interpreter: the run fails as unavailable and names
+ * the interpreter, even though init also sees the program's process exit 127
+ * (a setup report wins over that status: the program never started). */
+START_TEST(missing_interpreter_is_explained)
+{
+	HARNESS_MODE_GUARD(_i);
+	char dir[] = "/tmp/moat-noroot.XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(chmod(dir, 0755), 0);
+	static const char *const subs[] = { "proc", "dev", "tmp", "sandbox" };
+	char path[128];
+	for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, subs[i]);
+		ck_assert_int_eq(mkdir(path, 0755), 0);
+	}
+	const char *args[] = { "run", "--rootfs", dir, "-c", "print(1)", NULL };
+	expect_run_error(_i, args, 3, "SandboxUnavailableError");
+	struct run_out o;
+	run(_i, args, NULL, &o);
+	ck_assert_msg(strstr(o.err, "python3 is not installed in the sandbox root"), "%s", o.err);
+	harness_free(&o);
+	for (size_t i = 0; i < sizeof subs / sizeof subs[0]; i++) {
+		snprintf(path, sizeof path, "%s/%s", dir, subs[i]);
+		rmdir(path);
+	}
+	rmdir(dir);
+}
+END_TEST
+
 START_TEST(doctor_ok)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -540,6 +569,7 @@ Suite *cli_suite(void)
 	tcase_add_test(tc, version_and_commands);
 	tcase_add_loop_test(tc, exec_takes_no_arguments, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, doctor_ok, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, missing_interpreter_is_explained, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, userns_unavailable_is_explained, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
