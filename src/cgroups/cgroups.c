@@ -63,7 +63,11 @@ struct moat_cgroup {
 	char *v2_leaf;                    /* absolute path, or NULL */
 	int v2_fd;                        /* O_PATH fd of v2_leaf, or -1 */
 	bool v2_ctl[L__COUNT];            /* controller enabled in v2_leaf */
-	char *v1_leaf[MOAT_V1__COUNT];    /* absolute paths, or NULL */
+	char *v1_leaf[MOAT_V1__COUNT];    /* absolute paths, or NULL; created in attach */
+	/* v1 limits, written in moat_cgroup_attach (0: none) */
+	unsigned long long v1_mem, v1_pids;
+	int64_t v1_cpu_quota;
+	bool v1_memsw;                    /* memory.memsw.limit_in_bytes exists */
 	char *sweep[MOAT_V1__COUNT + 1];  /* parents to clear of stale leaves, or NULL */
 };
 
@@ -406,16 +410,20 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 				why[i] = strdup(p.v2_why ? p.v2_why : "no usable cgroup2 parent");
 	}
 
-	/* v1: a leaf per controller under the cgroup moat is in */
+	/* v1: a leaf per controller under the cgroup moat is in, where the
+	 * probe found the parent writable. They are created, limited and joined
+	 * in moat_cgroup_attach, after clone3, while the child builds its mounts
+	 * (none of it is needed before); a failure there fails the run. */
 	if (!p.v2_pure) {
 		for (int i = 0; i < MOAT_V1__COUNT; i++) {
 			if (!p.v1_parent[i])
 				continue;
 			cg->sweep[i] = strdup(p.v1_parent[i]);
-			cg->v1_leaf[i] = make_leaf(p.v1_parent[i], name);
-			if (!cg->v1_leaf[i] && !p.v1_why[i])
-				p.v1_why[i] = fmt("cannot create a cgroup under %s: %s", p.v1_parent[i],
-						  strerror(errno));
+			cg->v1_leaf[i] = moat_cg_path(p.v1_parent[i], name);
+			if (!cg->v1_leaf[i]) {
+				rc = moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				goto fail;
+			}
 		}
 		static const int v1_of[L__COUNT] = { MOAT_V1_MEMORY, MOAT_V1_PIDS, MOAT_V1_CPU };
 		for (int i = 0; i < L__COUNT; i++)
@@ -441,32 +449,27 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 					goto fail;
 			}
 		} else {
-			const char *leaf = cg->v1_leaf[MOAT_V1_MEMORY];
-			if (write_u64(leaf, "memory.limit_in_bytes", bytes) < 0)
-				why[L_MEMORY] = fmt("cannot set memory.limit_in_bytes: %s", strerror(errno));
-			else {
-				cg->mech[L_MEMORY] = MOAT_CG_V1;
-				char *ms = moat_cg_path(leaf, "memory.memsw.limit_in_bytes");
-				bool has = ms && access(ms, F_OK) == 0;
-				free(ms);
-				if (!has) {
-					if (warn(res, err, "memoryMb does not limit swap: this kernel has no "
-						 "memory.memsw.limit_in_bytes (enable swapaccount=1)") < 0)
-						goto fail;
-				} else if (write_u64(leaf, "memory.memsw.limit_in_bytes", bytes) < 0 &&
-					   warn(res, err, "memoryMb does not limit swap: cannot set "
-						"memory.memsw.limit_in_bytes: %s", strerror(errno)) < 0) {
-					goto fail;
-				}
-			}
+			/* the parent has the same files as the leaf will */
+			cg->mech[L_MEMORY] = MOAT_CG_V1;
+			cg->v1_mem = bytes;
+			char *ms = moat_cg_path(p.v1_parent[MOAT_V1_MEMORY], "memory.memsw.limit_in_bytes");
+			cg->v1_memsw = ms && access(ms, F_OK) == 0;
+			free(ms);
+			if (!cg->v1_memsw &&
+			    warn(res, err, "memoryMb does not limit swap: this kernel has no "
+				 "memory.memsw.limit_in_bytes (enable swapaccount=1)") < 0)
+				goto fail;
 		}
 	}
 	if (want[L_PIDS] && !why[L_PIDS]) {
-		const char *leaf = cg->v2_ctl[L_PIDS] ? cg->v2_leaf : cg->v1_leaf[MOAT_V1_PIDS];
-		if (write_u64(leaf, "pids.max", req->pids_limit) < 0)
+		if (!cg->v2_ctl[L_PIDS]) {
+			cg->v1_pids = req->pids_limit;
+			cg->mech[L_PIDS] = MOAT_CG_V1;
+		} else if (write_u64(cg->v2_leaf, "pids.max", req->pids_limit) < 0) {
 			why[L_PIDS] = fmt("cannot set pids.max: %s", strerror(errno));
-		else
-			cg->mech[L_PIDS] = cg->v2_ctl[L_PIDS] ? MOAT_CG_V2 : MOAT_CG_V1;
+		} else {
+			cg->mech[L_PIDS] = MOAT_CG_V2;
+		}
 	}
 	if (want[L_CPU] && !why[L_CPU]) {
 		char val[64];
@@ -477,13 +480,8 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 			else
 				cg->mech[L_CPU] = MOAT_CG_V2;
 		} else {
-			const char *leaf = cg->v1_leaf[MOAT_V1_CPU];
-			if (write_u64(leaf, "cpu.cfs_period_us", MOAT_CG_CPU_PERIOD) < 0 ||
-			    write_u64(leaf, "cpu.cfs_quota_us",
-				      (unsigned long long)moat_cg_cpu_quota(req->cpus)) < 0)
-				why[L_CPU] = fmt("cannot set cpu.cfs_quota_us: %s", strerror(errno));
-			else
-				cg->mech[L_CPU] = MOAT_CG_V1;
+			cg->v1_cpu_quota = moat_cg_cpu_quota(req->cpus);
+			cg->mech[L_CPU] = MOAT_CG_V1;
 		}
 	}
 
@@ -557,20 +555,41 @@ int moat_cgroup_clone_fd(const struct moat_cgroup *cg)
 	return cg ? cg->v2_fd : -1;
 }
 
-int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_error *err)
+static int attach_fail(struct moat_error *err, const char *what, const char *where)
+{
+	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cannot %s %s: %s", what, where,
+			      strerror(errno));
+}
+
+int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_result *res,
+		       struct moat_error *err)
 {
 	if (!cg)
 		return 0;
+	for (int i = 0; i < MOAT_V1__COUNT; i++)
+		if (cg->v1_leaf[i] && mkdir(cg->v1_leaf[i], 0755) < 0 && errno != EEXIST)
+			return attach_fail(err, "create the cgroup", cg->v1_leaf[i]);
+	const char *mem = cg->v1_leaf[MOAT_V1_MEMORY];
+	if (cg->v1_mem) {
+		if (write_u64(mem, "memory.limit_in_bytes", cg->v1_mem) < 0)
+			return attach_fail(err, "set memory.limit_in_bytes in", mem);
+		if (cg->v1_memsw && write_u64(mem, "memory.memsw.limit_in_bytes", cg->v1_mem) < 0 &&
+		    moat_result_warn(res, "memoryMb does not limit swap: cannot set "
+				     "memory.memsw.limit_in_bytes: %s", strerror(errno)) < 0)
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
+	if (cg->v1_pids && write_u64(cg->v1_leaf[MOAT_V1_PIDS], "pids.max", cg->v1_pids) < 0)
+		return attach_fail(err, "set pids.max in", cg->v1_leaf[MOAT_V1_PIDS]);
+	const char *cpu = cg->v1_leaf[MOAT_V1_CPU];
+	if (cg->v1_cpu_quota && (write_u64(cpu, "cpu.cfs_period_us", MOAT_CG_CPU_PERIOD) < 0 ||
+				 write_u64(cpu, "cpu.cfs_quota_us",
+					   (unsigned long long)cg->v1_cpu_quota) < 0))
+		return attach_fail(err, "set cpu.cfs_quota_us in", cpu);
 	char buf[24];
 	snprintf(buf, sizeof buf, "%ld", (long)pid);
-	for (int i = 0; i < MOAT_V1__COUNT; i++) {
-		if (!cg->v1_leaf[i])
-			continue;
-		if (moat_cg_write(cg->v1_leaf[i], "cgroup.procs", buf) < 0)
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
-					      "cannot move the sandbox into %s: %s", cg->v1_leaf[i],
-					      strerror(errno));
-	}
+	for (int i = 0; i < MOAT_V1__COUNT; i++)
+		if (cg->v1_leaf[i] && moat_cg_write(cg->v1_leaf[i], "cgroup.procs", buf) < 0)
+			return attach_fail(err, "move the sandbox into", cg->v1_leaf[i]);
 	return 0;
 }
 

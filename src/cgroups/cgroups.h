@@ -27,8 +27,14 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 			struct moat_error *err);
 /* A directory fd for clone3(CLONE_INTO_CGROUP), or -1. */
 int moat_cgroup_clone_fd(const struct moat_cgroup *cg);
-/* After clone, before the child forks the program (v1: join the controllers). */
-int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_error *err);
+/* After clone, before the child forks the program. v1: create the leaves the
+ * prepare step chose, write their limits and move pid into them; nothing of
+ * it is needed before clone3, so the supervisor does it while the child
+ * builds its mounts. A failure fails the run (the prepare step only chose
+ * parents the probe found writable); a swap limit that cannot be set is a
+ * warning in res, as before. */
+int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_result *res,
+		       struct moat_error *err);
 /* Removes the leaves of moats that no longer run from the parents this run
  * uses (rmdir only). The supervisor calls it once the program is on its way,
  * so it is not on the start-up path. NULL-safe, once per run. */

@@ -70,11 +70,16 @@ int moat_priv_become_nobody(bool as_root)
 	return 0;
 }
 
-int moat_priv_drop_caps(const struct moat_priv_plan *p)
+int moat_priv_drop_bounding(const struct moat_priv_plan *p)
 {
 	for (int c = 0; c <= p->last_cap; c++)
 		if (prctl(PR_CAPBSET_DROP, c, 0, 0, 0) < 0 && errno != EINVAL)
 			return -1;
+	return 0;
+}
+
+int moat_priv_clear_caps(const struct moat_priv_plan *p)
+{
 	if (prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) < 0 && errno != EINVAL)
 		return -1;
 	return cap_set_proc(p->empty);

@@ -33,8 +33,12 @@ void moat_priv_release(struct moat_priv_plan *p);
 /* Child side. Each returns 0 or -1 with errno set. */
 /* As root, drop the supplementary groups; then become 65534:65534. */
 int moat_priv_become_nobody(bool as_root);
-/* Empty the bounding and ambient sets, then every capability set. */
-int moat_priv_drop_caps(const struct moat_priv_plan *p);
+/* Empty the bounding set. It only limits what an execve may grant, so pid 1
+ * drops it first thing (its own capabilities stay) and the program inherits
+ * it empty. */
+int moat_priv_drop_bounding(const struct moat_priv_plan *p);
+/* Empty the ambient set, then every capability set. */
+int moat_priv_clear_caps(const struct moat_priv_plan *p);
 int moat_priv_no_new_privs(void);
 int moat_priv_apply_rlimits(const struct moat_priv_plan *p);
 

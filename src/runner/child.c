@@ -125,8 +125,9 @@ static void exec_candidates(const struct moat_exec *e, char **envp)
 __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 {
 	moat_stamp("pid2: started");
-	reset_signals();
-	if (setsid() < 0)
+	/* pid 1 reset every signal and the mask at its start; it ignores
+	 * SIGPIPE for its own writes, the program gets the default */
+	if (signal(SIGPIPE, SIG_DFL) == SIG_ERR || setsid() < 0)
 		fail(c, MOAT_STEP_FDS, 0);
 	/* move the four fds out of the way, then to 0, 1, 2 and 3 */
 	int fds[4] = { c->stdin_fd, c->stdout_fd, c->stderr_fd, c->report_fd };
@@ -149,7 +150,8 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 	umask(022);
 	if (moat_priv_apply_rlimits(c->priv) < 0)
 		fail(c, MOAT_STEP_RLIMITS, 0);
-	if (moat_priv_drop_caps(c->priv) < 0)
+	/* the bounding set is already empty (pid 1 dropped it) */
+	if (moat_priv_clear_caps(c->priv) < 0)
 		fail(c, MOAT_STEP_CAPS, 0);
 	if (moat_priv_no_new_privs() < 0)
 		fail(c, MOAT_STEP_NNP, 0);
@@ -205,7 +207,7 @@ __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_
 	close(c->stdin_fd);
 	close(c->stdout_fd);
 	close(c->stderr_fd);
-	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || moat_priv_drop_caps(c->priv) < 0 ||
+	if (prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) < 0 || moat_priv_clear_caps(c->priv) < 0 ||
 	    moat_priv_no_new_privs() < 0) {
 		kill(program, SIGKILL);
 		fail(c, MOAT_STEP_INIT, 0);
@@ -253,6 +255,13 @@ void moat_child_main(const struct moat_child *c)
 		       c->net_fd, c->outputs_fd };
 	if (close_all_except(keep, 7) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
+	/* Work for the program's sake, done here while the supervisor writes the
+	 * id maps (pid 2 inherits both): every signal back to its default with
+	 * an empty mask, then SIGPIPE ignored for init's own writes (pid 2 resets
+	 * it); and the bounding set emptied. */
+	reset_signals();
+	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR || moat_priv_drop_bounding(c->priv) < 0)
+		fail(c, MOAT_STEP_CAPS, 0);
 	if (wait_for(c->sync_fd, 'g') < 0)
 		_exit(125); /* the supervisor gave up: nothing to report to */
 	moat_stamp("init: released");

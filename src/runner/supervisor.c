@@ -327,6 +327,27 @@ static void arm_timer(int tfd, uint64_t ms)
 	timerfd_settime(tfd, 0, &it, NULL);
 }
 
+/* A step of the release failed (id maps, 'g', the cgroup join, 'c'): the
+ * child is killed and reaped, and if it had already failed on its own (its
+ * setup report is queued before it exits), that report is the real cause,
+ * not the ESRCH or EPIPE the step then got. */
+static void child_report_wins(struct run_state *st, const struct moat_mount_plan *plan,
+			      const struct moat_exec *program, const struct moat_exec *transpile,
+			      struct moat_error *err)
+{
+	reap_child(st);
+	struct moat_report r;
+	int fd = -1;
+	while (recv_report(st->report_r, &r, &fd) > 0)
+		if (r.kind == MOAT_REPORT_SETUP_FAILED) {
+			moat_error_clear(err);
+			setup_error(&r, plan, program, transpile, err);
+			break;
+		}
+	if (fd >= 0)
+		close(fd);
+}
+
 static pid_t do_clone3(int cgroup_fd, int *pidfd)
 {
 	struct clone_args args;
@@ -511,37 +532,26 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 			free(m);
 		}
 		free(diag);
-		goto out; /* closing sync_w makes the child exit; reaped below */
+		child_report_wins(&st, plan, &program, need_transpile ? &transpile : NULL, err);
+		goto out;
 	}
 	if (write(st.sync_w, "g", 1) != 1) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cannot release the sandbox: %s",
 			       strerror(errno));
+		child_report_wins(&st, plan, &program, need_transpile ? &transpile : NULL, err);
 		goto out;
 	}
 	moat_stamp("sup: released");
-	/* joining the v1 cgroups takes ~0.7 ms here: done while the child
-	 * builds its mounts; it forks the program only after 'c' */
-	bool joined = moat_cgroup_attach(cg, st.pid, err) == 0;
+	/* creating, limiting and joining the v1 cgroups takes ~1 ms here: done
+	 * while the child builds its mounts; it forks the program only after 'c' */
+	bool joined = moat_cgroup_attach(cg, st.pid, res, err) == 0;
 	if (joined && write(st.sync_w, "c", 1) != 1) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cannot release the sandbox: %s",
 			       strerror(errno));
 		joined = false;
 	}
 	if (!joined) {
-		/* the child may have failed on its own meanwhile (a mount refused,
-		 * files that do not fit): its report is the real cause, not the
-		 * ESRCH or EPIPE this step then got */
-		reap_child(&st);
-		struct moat_report r;
-		int got, fd = -1;
-		while ((got = recv_report(st.report_r, &r, &fd)) > 0)
-			if (r.kind == MOAT_REPORT_SETUP_FAILED) {
-				moat_error_clear(err);
-				setup_error(&r, plan, &program, need_transpile ? &transpile : NULL, err);
-				break;
-			}
-		if (fd >= 0)
-			close(fd);
+		child_report_wins(&st, plan, &program, need_transpile ? &transpile : NULL, err);
 		goto out;
 	}
 	moat_stamp("sup: cgroups attached");
