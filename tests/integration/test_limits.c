@@ -317,16 +317,17 @@ static bool harness_leaf_stale(const char *name)
 /* Parents of moat's leaves: each v1 controller's cgroup, the v2 one and
  * the parents the harness gives moat (MOAT_TEST_ROOT_CGROUP,
  * MOAT_TEST_ROOTLESS_CGROUP). Fills parents (malloc'd), returns how many. */
-static int leaf_parents(char *parents[MOAT_V1__COUNT + 3])
+/* Appends moat's own parents at parents[np]: its v2 cgroup (when with_v2)
+ * and, on a v1 host, each v1 controller's cgroup. Returns the new count. */
+static int self_parents(char *parents[MOAT_V1__COUNT + 3], int np, bool with_v2)
 {
 	char *text = moat_cg_read("/proc/self", "cgroup");
 	ck_assert_ptr_nonnull(text);
 	struct moat_cg_self self;
 	ck_assert_int_eq(moat_cg_parse_self(text, &self), 0);
 	free(text);
-	int np = 0;
 	bool unified = unified_host();
-	if (self.v2 &&
+	if (with_v2 && self.v2 &&
 	    asprintf(&parents[np], "%s%s", unified ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified",
 		     self.v2) > 0)
 		np++;
@@ -335,6 +336,12 @@ static int leaf_parents(char *parents[MOAT_V1__COUNT + 3])
 					   moat_cg_v1_name((enum moat_cg_v1ctl)i), self.v1[i]) > 0)
 			np++;
 	moat_cg_self_free(&self);
+	return np;
+}
+
+static int leaf_parents(char *parents[MOAT_V1__COUNT + 3])
+{
+	int np = self_parents(parents, 0, true);
 	for (int m = MODE_ROOT; m <= MODE_ROOTLESS; m++) {
 		const char *given = harness_cgroup_parent(m);
 		if (given && (parents[np] = strdup(given)))
@@ -440,24 +447,7 @@ static int used_parents(int mode, char *parents[MOAT_V1__COUNT + 3])
 	const char *given = harness_cgroup_parent(mode);
 	if (given)
 		parents[np++] = strdup(given);
-	if (mode != MODE_ROOT)
-		return np;
-	char *text = moat_cg_read("/proc/self", "cgroup");
-	ck_assert_ptr_nonnull(text);
-	struct moat_cg_self self;
-	ck_assert_int_eq(moat_cg_parse_self(text, &self), 0);
-	free(text);
-	bool unified = unified_host();
-	if (!given && self.v2 &&
-	    asprintf(&parents[np], "%s%s", unified ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified",
-		     self.v2) > 0)
-		np++;
-	for (int i = 0; !unified && i < MOAT_V1__COUNT; i++)
-		if (self.v1[i] && asprintf(&parents[np], "/sys/fs/cgroup/%s%s",
-					   moat_cg_v1_name((enum moat_cg_v1ctl)i), self.v1[i]) > 0)
-			np++;
-	moat_cg_self_free(&self);
-	return np;
+	return mode == MODE_ROOT ? self_parents(parents, np, !given) : np;
 }
 
 /* A leaf left by a moat that died (its pid is gone) is removed by the next run
