@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include "seccomp/sha256.h"
 
 static void emit_digest_array(FILE *out, const char *name, const uint8_t *digest)
@@ -66,33 +67,27 @@ static int emit_digest(FILE *out, const char *name, char *files)
 			perror(f);
 			return -1;
 		}
-		unsigned char *data = NULL;
-		size_t len = 0, cap = 0;
+		/* the length first (fstat), then the bytes as they are read */
+		struct stat st;
+		if (fstat(fileno(in), &st) < 0 || !S_ISREG(st.st_mode)) {
+			fprintf(stderr, "embed: %s is not a regular file\n", f);
+			fclose(in);
+			return -1;
+		}
+		uint64_t n = (uint64_t)st.st_size, got = 0;
+		sc_sha256_update(&sha, &n, sizeof n);
 		int c;
 		while ((c = fgetc(in)) != EOF) {
-			if (len == cap) {
-				unsigned char *nd = realloc(data, cap ? cap * 2 : 4096);
-				if (!nd) {
-					free(data);
-					fclose(in);
-					return -1;
-				}
-				data = nd;
-				cap = cap ? cap * 2 : 4096;
-			}
-			data[len++] = (unsigned char)c;
+			unsigned char byte = (unsigned char)c;
+			sc_sha256_update(&sha, &byte, 1);
+			got++;
 		}
 		int bad = ferror(in);
 		fclose(in);
-		if (bad) {
-			free(data);
+		if (bad || got != n) {
 			fprintf(stderr, "embed: read error on %s\n", f);
 			return -1;
 		}
-		uint64_t n = len;
-		sc_sha256_update(&sha, &n, sizeof n);
-		sc_sha256_update(&sha, data ? (const void *)data : (const void *)"", len);
-		free(data);
 	}
 	uint8_t digest[SC_SHA256_LEN];
 	sc_sha256_final(&sha, digest);
