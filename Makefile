@@ -33,6 +33,10 @@ MOAT_LIBS := -Wl,-Bstatic $(addprefix -l,$(STATIC_LIBS)) -Wl,-Bdynamic \
 else
 MOAT_LIBS := $(PKG_LIBS)
 endif
+# libnftnl builds the sandbox's nftables batch at build time (tools/nftgen.c);
+# the unit tests decode it with the same library. moat itself links neither.
+NFT_CFLAGS := $(shell pkg-config --cflags libnftnl libmnl 2>/dev/null)
+NFT_LIBS   := $(shell pkg-config --libs libnftnl libmnl 2>/dev/null)
 CHECK_CFLAGS := $(shell pkg-config --cflags check 2>/dev/null)
 CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
@@ -49,14 +53,19 @@ EMBEDDED := policies/default.json rootfs/default.plan
 # the seccomp BPF cache is keyed on a digest of the policy compiler's sources
 SECCOMP_COMPILER := src/seccomp/policy.c src/seccomp/compile.c src/seccomp/internal.h
 
-LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/embedded.o
+NFT_SRC  := $(BUILD)/gen/nft_batch.c
+
+LIB_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(LIB_SRCS)) $(BUILD)/obj/gen/embedded.o \
+            $(BUILD)/obj/gen/nft_batch.o
 CLI_OBJS := $(patsubst src/%.c,$(BUILD)/obj/%.o,$(CLI_SRCS))
-SAN_LIB_OBJS := $(patsubst src/%.c,$(BUILD)/san/%.o,$(LIB_SRCS)) $(BUILD)/san/gen/embedded.o
+SAN_LIB_OBJS := $(patsubst src/%.c,$(BUILD)/san/%.o,$(LIB_SRCS)) $(BUILD)/san/gen/embedded.o \
+                $(BUILD)/san/gen/nft_batch.o
 
 UNIT_SRCS  := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRCS := $(sort $(wildcard tests/integration/*.c tests/security/*.c)) tests/harness.c
 
-.PHONY: all deps check check-unit check-integration check-node check-vm install clean bench timeline
+.PHONY: all deps check check-unit check-integration check-node check-vm install clean bench \
+        bench-egress timeline
 all: $(BUILD)/moat
 
 deps:
@@ -72,10 +81,18 @@ $(GEN_SRC): $(BUILD)/embed $(EMBEDDED) $(SECCOMP_COMPILER)
 	    moat_embedded_rootfs_plan=rootfs/default.plan \
 	    'moat_embedded_seccomp_compiler#$(subst $(space),$(comma),$(strip $(SECCOMP_COMPILER)))'
 
-$(BUILD)/obj/gen/embedded.o: $(GEN_SRC)
+$(BUILD)/nftgen: tools/nftgen.c src/net/nft.h
+	@mkdir -p $(@D)
+	$(CC) -std=gnu11 $(WARN) -O1 -Isrc $(NFT_CFLAGS) -o $@ tools/nftgen.c $(NFT_LIBS)
+
+$(NFT_SRC): $(BUILD)/nftgen
+	@mkdir -p $(@D)
+	$(BUILD)/nftgen $@
+
+$(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) -c -o $@ $<
-$(BUILD)/san/gen/embedded.o: $(GEN_SRC)
+$(BUILD)/san/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SAN) -c -o $@ $<
 
@@ -98,8 +115,8 @@ $(BUILD)/moat: $(CLI_OBJS) $(BUILD)/libmoat.a
 
 # Unit tests: pure logic, built with AddressSanitizer and UBSan.
 $(BUILD)/test-unit: $(UNIT_SRCS) $(BUILD)/libmoat-san.a
-	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) -Itests -o $@ $(UNIT_SRCS) \
-	    $(BUILD)/libmoat-san.a $(PKG_LIBS) $(CHECK_LIBS)
+	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(NFT_CFLAGS) -Itests -o $@ $(UNIT_SRCS) \
+	    $(BUILD)/libmoat-san.a $(PKG_LIBS) $(CHECK_LIBS) $(NFT_LIBS)
 
 # Integration and security tests: run build/moat for real, as root and as uid 65534.
 $(BUILD)/test-integration: $(INTEG_SRCS) tests/harness.h $(BUILD)/libmoat.a
@@ -125,6 +142,11 @@ check-vm: $(BUILD)/moat $(BUILD)/test-integration
 # Figures, not tests: moat vs bare, unshare and bubblewrap (bench/README.md).
 bench: $(BUILD)/moat
 	sh bench/run.sh $(BUILD)/moat
+
+# Bulk egress throughput (moat vs pasta vs bare) and 256 parallel connections,
+# in network namespaces of its own (root).
+bench-egress: $(BUILD)/moat
+	sh bench/egress.sh $(CURDIR)/$(BUILD)/moat
 
 # Where start-up time goes, step by step: an instrumented build (src/core/stamp.h).
 timeline:

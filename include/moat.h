@@ -77,6 +77,9 @@ struct moat_request {
 	size_t files_count;
 	char *stdin_data;         /* may be NULL: empty stdin */
 	size_t stdin_len;
+	/* Egress ("network": true): every TCP connection and DNS query of the
+	 * program ends in moat, which connects only to public unicast addresses
+	 * that are not the host's own (the result's "network" lists them). */
 	bool network;
 	uint64_t memory_mb;       /* 0: not requested */
 	double cpus;              /* 0: not requested */
@@ -84,13 +87,16 @@ struct moat_request {
 	bool strict_limits;
 	uint64_t max_output_bytes; /* per stream; default MOAT_DEFAULT_OUTPUT_CAP */
 	/* Egress allowlist ("allowedHosts"): when has_allowed_hosts, the sandbox
-	 * reaches the network only through moat's HTTP/HTTPS proxy, and only the
-	 * listed "scheme://host[:port]" entries (none: no egress). */
+	 * reaches only the listed "scheme://host[:port]" entries (none: no
+	 * egress), through moat's HTTP/HTTPS proxy or directly to an address
+	 * moat's DNS answered for an allowed name, with a matching TLS SNI or
+	 * HTTP Host. */
 	bool has_allowed_hosts;
 	char **allowed_hosts;
 	size_t allowed_hosts_count;
-	/* "allowedCidrs" (for tests): ranges the proxy may connect to although
-	 * the address rules refuse them (private, loopback, documentation...). */
+	/* "allowedCidrs" (with allowedHosts): ranges egress may connect to
+	 * although the address classes refuse them (private, documentation...);
+	 * never the host's own addresses. */
 	char **allowed_cidrs;
 	size_t allowed_cidrs_count;
 	/* "outputs": glob patterns (fnmatch, '*' stays within one directory)
@@ -135,7 +141,7 @@ struct moat_result {
 	const char *provider;      /* static: "native" */
 	/* Rendered by the module that owns them (valid JSON values, malloc'd),
 	 * emitted as "network" / "files" when not NULL. */
-	char *network_json;        /* the network mode and, for the allowlist, connections */
+	char *network_json;        /* the network mode and, with egress, every connection */
 	char *files_json;          /* "outputs" files collected after the run */
 	char *seccomp_json;        /* with seccomp_log: the calls the filter refused */
 };

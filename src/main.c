@@ -1,5 +1,6 @@
 /* moat — run untrusted code in a fresh Linux sandbox. CLI dispatch only. */
 #include <signal.h>
+#include <sys/resource.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -26,6 +27,14 @@ int main(int argc, char **argv)
 		return 2;
 	}
 	const char *cmd = argv[1];
+	/* network egress holds two fds per relayed connection in this process;
+	 * the program's own limit is set inside (RLIMIT_NOFILE 1024) */
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max &&
+	    nofile.rlim_cur < 4096) {
+		nofile.rlim_cur = nofile.rlim_max < 4096 ? nofile.rlim_max : 4096;
+		(void)setrlimit(RLIMIT_NOFILE, &nofile);
+	}
 	if (!strcmp(cmd, "run")) {
 		int rc = cli_run(argc - 1, argv + 1);
 		moat_stamp("cli: done");

@@ -2,8 +2,8 @@
 # Installs the Debian packages moat needs to build, test and run, when missing.
 # As root it runs apt-get; otherwise it uses sudo if it can, else prints the line.
 set -eu
-BUILD="gcc make pkg-config libseccomp-dev libcap-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev"
-RUNTIME="python3 nodejs esbuild bash passt slirp4netns"
+BUILD="gcc make pkg-config libseccomp-dev libcap-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev libnftnl-dev libmnl-dev"
+RUNTIME="python3 nodejs esbuild bash"
 TEST="iproute2"
 missing=""
 for p in $BUILD $RUNTIME $TEST; do

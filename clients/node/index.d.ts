@@ -81,7 +81,25 @@ export interface RunResult {
   warnings?: string[];
   /** With `outputs`: the matching files, by path relative to /sandbox. */
   files?: Record<string, OutputFile>;
-  network?: { mode: string; [extra: string]: unknown };
+  /** The network mode and, with egress, every connection and DNS question moat decided on. */
+  network?: {
+    mode: 'none' | 'egress' | 'allowlist';
+    connections?: Array<{
+      kind: 'tcp' | 'dns' | 'proxy';
+      method?: string;
+      host: string;
+      address?: string;
+      port?: number;
+      allowed: boolean;
+      reason?: string;
+      answers?: string[];
+      sent?: number;
+      received?: number;
+    }>;
+    connectionsNotListed?: number;
+    bytes?: number;
+    [extra: string]: unknown;
+  };
   [extra: string]: unknown;
 }
 

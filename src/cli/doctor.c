@@ -96,28 +96,19 @@ out:
 	moat_request_free(req);
 }
 
-/* What "network": true would get: the same preparation a run makes (tool
- * lookup, MOAT_NET_STACK, /dev/net/tun), nothing started. */
-static void trial_network(void)
+/* What "network": true and "allowedHosts" need: the sandbox's egress
+ * setup (nftables inside a user namespace) tried for real. */
+static bool trial_network(void)
 {
-	struct moat_request *req = moat_request_new();
-	struct moat_result *res = moat_result_new();
 	struct moat_error err = { 0 };
-	struct moat_net *net = NULL;
-	if (!req || !res) {
-		printf("network: true       cannot tell (out of memory)\n");
-	} else {
-		req->network = true;
-		if (moat_net_prepare(req, &net, &err) < 0) {
-			printf("network: true       UNAVAILABLE: %s\n", err.message);
-		} else {
-			moat_net_finish(net, res);
-			printf("network: true       %s\n", res->network_json ? res->network_json : "ok");
-		}
-	}
+	bool ok = moat_net_probe(&err) == 0;
+	if (ok)
+		printf("network egress:     ok: nftables inside a user namespace; every connection "
+		       "of \"network\": true or \"allowedHosts\" passes moat's address policy\n");
+	else
+		printf("network egress:     UNAVAILABLE: %s\n", err.message ? err.message : "?");
 	moat_error_clear(&err);
-	moat_result_free(res);
-	moat_request_free(req);
+	return ok;
 }
 
 int cli_doctor(int argc, char **argv)
@@ -182,8 +173,8 @@ int cli_doctor(int argc, char **argv)
 	moat_cgroup_describe(stdout);
 	trial_limits();
 
+	/* a host without it still runs every request without network */
 	trial_network();
-	printf("allowedHosts        egress through moat's own HTTP/HTTPS proxy (no tools needed)\n");
 
 	static const char *const interp[] = { "python3", "node", "bash", "sh" };
 	for (size_t i = 0; i < sizeof interp / sizeof interp[0]; i++) {

@@ -382,23 +382,32 @@ int moat_allowlist_build(const struct moat_request *req, struct moat_allowlist *
 	return 0;
 }
 
+/* Does entry e name host h (its port and scheme aside)? */
+static bool entry_names(const struct moat_allow_entry *e, const struct moat_host *h)
+{
+	if (!e->wildcard)
+		return !strcmp(h->text, e->host);
+	size_t tl = strlen(h->text), sl = strlen(e->host);
+	return h->kind == MOAT_HOST_NAME && tl > sl + 1 && h->text[tl - sl - 1] == '.' &&
+	       !strcmp(h->text + tl - sl, e->host);
+}
+
 bool moat_allowlist_match(const struct moat_allowlist *al, bool https, const struct moat_host *h,
 			  uint16_t port)
 {
-	size_t tl = strlen(h->text);
 	for (size_t i = 0; i < al->count; i++) {
 		const struct moat_allow_entry *e = &al->entries[i];
-		if (e->https != https || (!e->any_port && e->port != port))
-			continue;
-		if (e->wildcard) {
-			size_t sl = strlen(e->host);
-			if (h->kind == MOAT_HOST_NAME && tl > sl + 1 && h->text[tl - sl - 1] == '.' &&
-			    !strcmp(h->text + tl - sl, e->host))
-				return true;
-		} else if (!strcmp(h->text, e->host)) {
+		if (e->https == https && (e->any_port || e->port == port) && entry_names(e, h))
 			return true;
-		}
 	}
+	return false;
+}
+
+bool moat_allowlist_match_name(const struct moat_allowlist *al, const struct moat_host *h)
+{
+	for (size_t i = 0; i < al->count; i++)
+		if (entry_names(&al->entries[i], h))
+			return true;
 	return false;
 }
 
@@ -447,66 +456,77 @@ static bool in_prefix(const uint8_t *a, const uint8_t *net, unsigned prefix)
 	return true;
 }
 
+/* IANA IPv4 special-purpose registry; first match wins. */
+static const struct {
+	uint32_t net;
+	unsigned prefix;
+	const char *why;
+} v4_rules[] = {
+	{ 0xa9fea9feu, 32, "cloud metadata" },	/* 169.254.169.254 */
+	{ 0xa9feaa02u, 32, "cloud metadata" },	/* 169.254.170.2 (ECS task) */
+	{ 0x646464c8u, 32, "cloud metadata" },	/* 100.100.100.200 (Alibaba) */
+	{ 0xffffffffu, 32, "broadcast" },
+	{ 0x00000000u, 8, "unspecified" },
+	{ 0x0a000000u, 8, "private" },
+	{ 0x7f000000u, 8, "loopback" },
+	{ 0x64400000u, 10, "shared address space (CGNAT)" },
+	{ 0xa9fe0000u, 16, "link-local" },
+	{ 0xac100000u, 12, "private" },
+	{ 0xc0000000u, 24, "reserved" },	/* IETF protocol assignments */
+	{ 0xc0000200u, 24, "documentation" },
+	{ 0xc0586300u, 24, "reserved" },	/* 6to4 relay anycast */
+	{ 0xc0a80000u, 16, "private" },
+	{ 0xc6120000u, 15, "benchmarking" },
+	{ 0xc6336400u, 24, "documentation" },
+	{ 0xcb007100u, 24, "documentation" },
+	{ 0xe0000000u, 4, "multicast" },
+	{ 0xf0000000u, 4, "reserved" },
+};
+
 static const char *class4(const uint8_t *a)
 {
-	if (in4(a, 0xa9fea9feu, 32))
-		return "cloud metadata";
-	if (in4(a, 0x00000000u, 8))
-		return "unspecified";
-	if (in4(a, 0x7f000000u, 8))
-		return "loopback";
-	if (in4(a, 0x0a000000u, 8) || in4(a, 0xac100000u, 12) || in4(a, 0xc0a80000u, 16))
-		return "private";
-	if (in4(a, 0x64400000u, 10))
-		return "shared address space (CGNAT)";
-	if (in4(a, 0xa9fe0000u, 16))
-		return "link-local";
-	if (in4(a, 0xe0000000u, 4))
-		return "multicast";
-	if (in4(a, 0xc0000200u, 24) || in4(a, 0xc6336400u, 24) || in4(a, 0xcb007100u, 24))
-		return "documentation";
-	if (in4(a, 0xc0000000u, 24) || in4(a, 0xc6120000u, 15) || in4(a, 0xf0000000u, 4))
-		return "reserved";
+	for (size_t i = 0; i < sizeof v4_rules / sizeof v4_rules[0]; i++)
+		if (in4(a, v4_rules[i].net, v4_rules[i].prefix))
+			return v4_rules[i].why;
 	return NULL;
 }
 
+/* IPv6: only global unicast (2000::/3) minus the IANA special-purpose
+ * registry is public. Rules with v4 != 0 judge the IPv4 address carried at
+ * that byte offset instead. First match wins. */
+static const struct {
+	uint8_t net[16];
+	unsigned prefix;
+	unsigned v4;
+	const char *why;
+} v6_rules[] = {
+	{ { 0xfd, 0x00, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54 }, 128, 0, "cloud metadata" },
+	{ { 0 }, 128, 0, "unspecified" },
+	{ { [15] = 1 }, 128, 0, "loopback" },
+	{ { 0 }, 96, 0, "reserved" },				/* IPv4-compatible */
+	{ { [10] = 0xff, [11] = 0xff }, 96, 12, NULL },		/* IPv4-mapped */
+	{ { [8] = 0xff, [9] = 0xff }, 96, 0, "reserved" },	/* SIIT ::ffff:0:0:0/96 */
+	{ { 0x00, 0x64, 0xff, 0x9b }, 96, 12, NULL },		/* NAT64 well-known */
+	{ { 0x00, 0x64, 0xff, 0x9b, 0x00, 0x01 }, 48, 0, "reserved" }, /* local NAT64 */
+	{ { 0x01, 0x00 }, 64, 0, "reserved" },			/* discard-only */
+	{ { 0xfc }, 7, 0, "private" },
+	{ { 0xfe, 0x80 }, 10, 0, "link-local" },
+	{ { 0xfe, 0xc0 }, 10, 0, "reserved" },			/* site-local */
+	{ { 0xff }, 8, 0, "multicast" },
+	{ { 0x20, 0x01, 0x0d, 0xb8 }, 32, 0, "documentation" },
+	{ { 0x20, 0x01, 0x00, 0x02 }, 48, 0, "benchmarking" },
+	{ { 0x20, 0x01 }, 23, 0, "reserved" },		/* Teredo, ORCHID, ... */
+	{ { 0x20, 0x02 }, 16, 2, NULL },			/* 6to4 */
+	{ { 0x3f, 0xff }, 20, 0, "documentation" },
+};
+
 static const char *class6(const uint8_t *a)
 {
-	static const uint8_t zero[16] = { 0 };
-	static const uint8_t metadata[16] = { 0xfd, 0x00, 0x0e, 0xc2, [15] = 0x54, [14] = 0x02 };
-	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
-	static const uint8_t nat64[12] = { 0x00, 0x64, 0xff, 0x9b };
-	static const uint8_t nat64_local[16] = { 0x00, 0x64, 0xff, 0x9b, 0x00, 0x01 };
-	static const uint8_t discard[16] = { 0x01, 0x00 };
-	static const uint8_t doc[16] = { 0x20, 0x01, 0x0d, 0xb8 };
-	static const uint8_t ietf[16] = { 0x20, 0x01 };
-	static const uint8_t sixtofour[16] = { 0x20, 0x02 };
-	if (!memcmp(a, metadata, 16))
-		return "cloud metadata";
-	if (!memcmp(a, zero, 16))
-		return "unspecified";
-	if (!memcmp(a, zero, 15) && a[15] == 1)
-		return "loopback";
-	if (!memcmp(a, mapped, 12) || !memcmp(a, nat64, 12))
-		return class4(a + 12);
-	if (in_prefix(a, sixtofour, 16))
-		return class4(a + 2);
-	if (!memcmp(a, zero, 12))
-		return "reserved"; /* IPv4-compatible (deprecated) */
-	if (in_prefix(a, nat64_local, 48) || in_prefix(a, discard, 64))
-		return "reserved";
-	if (in_prefix(a, doc, 32))
-		return "documentation";
-	if (in_prefix(a, ietf, 23))
-		return "reserved"; /* Teredo, benchmarking, ORCHID */
-	if ((a[0] & 0xfe) == 0xfc)
-		return "private";
-	if (a[0] == 0xfe && (a[1] & 0xc0) == 0x80)
-		return "link-local";
-	if (a[0] == 0xfe && (a[1] & 0xc0) == 0xc0)
-		return "reserved"; /* site-local (deprecated) */
-	if (a[0] == 0xff)
-		return "multicast";
+	for (size_t i = 0; i < sizeof v6_rules / sizeof v6_rules[0]; i++)
+		if (in_prefix(a, v6_rules[i].net, v6_rules[i].prefix))
+			return v6_rules[i].v4 ? class4(a + v6_rules[i].v4) : v6_rules[i].why;
+	if ((a[0] & 0xe0) != 0x20)
+		return "not global unicast";
 	return NULL;
 }
 
@@ -547,5 +567,5 @@ const char *moat_net_addr_refused(int family, const void *addr)
 {
 	if (family != AF_INET && family != AF_INET6)
 		return "not an IP address";
-	return moat_addr_refusal(NULL, family, addr);
+	return moat_egress_refusal(NULL, family, addr);
 }

@@ -1,6 +1,7 @@
-/* net internals shared by net.c (modes), allow.c (allowlist grammar and the
- * address rules), proxy.c (the allowlist proxy) and stack.c (pasta,
- * slirp4netns). Unit tests include this header too. */
+/* net internals shared by net.c (modes, pid 1's setup), allow.c (allowlist
+ * grammar and the address rules), local.c (the host's own addresses),
+ * netlog.c (the connection log), egress.c (transparent TCP and DNS) and
+ * proxy.c (the explicit allowlist proxy). Unit tests include this header. */
 #ifndef MOAT_NET_INTERNAL_H
 #define MOAT_NET_INTERNAL_H
 
@@ -16,11 +17,16 @@
 /* ---- rtnetlink requests (rtnl.c) ----------------------------------------- */
 
 /* Append one request to *buf (realloc'd; *len grows by its aligned size):
- * set interface ifindex up, or add a prohibit route to one host address
- * (family AF_INET or AF_INET6, addr 4 or 16 bytes). 0, or -1 (ENOMEM, bad
- * family) with *buf and *len unchanged. */
+ * set interface ifindex up, or add a default route (family AF_INET or
+ * AF_INET6) through interface ifindex, with preferred source src (4 or 16
+ * bytes, or NULL). 0, or -1 (ENOMEM, bad family) with *buf and *len
+ * unchanged. */
 int moat_rtnl_link_up(uint8_t **buf, size_t *len, int ifindex);
-int moat_rtnl_prohibit(uint8_t **buf, size_t *len, int family, const void *addr);
+int moat_rtnl_default_route(uint8_t **buf, size_t *len, int family, int ifindex,
+			    const void *src);
+/* Appends an RTM_GETROUTE request for one destination (and the uid whose
+ * route it is) to *buf. */
+int moat_rtnl_get_route(uint8_t **buf, size_t *len, int family, const void *dst, uid_t uid);
 
 /* ---- allowlist grammar (allow.c) ---------------------------------------- */
 
@@ -89,40 +95,71 @@ const char *moat_addr_refusal(const struct moat_allowlist *al, int family, const
 /* An IPv4-mapped IPv6 address becomes the IPv4 address (in place). */
 void moat_addr_unmap(int *family, uint8_t *addr);
 
+/* ---- the host's own addresses (local.c) -------------------------------- */
+
+/* "host address" when the host holds addr on one of its interfaces now, or
+ * routes it locally (local, broadcast, multicast, anycast route types);
+ * NULL otherwise. Asked at connect time, never cached. */
+const char *moat_addr_host_local(int family, const uint8_t *addr);
+/* The one egress policy: moat_addr_refusal (classes, unless allowedCidrs
+ * covers the address), then moat_addr_host_local (never excepted). */
+const char *moat_egress_refusal(const struct moat_allowlist *al, int family, const uint8_t *addr);
+/* Does any allowedHosts entry name this host, whatever its scheme or port? */
+bool moat_allowlist_match_name(const struct moat_allowlist *al, const struct moat_host *h);
+
+/* ---- connection log (netlog.c) ------------------------------------------ */
+
+struct moat_netlog;
+enum moat_netlog_counter {
+	MOAT_NETLOG_BYTES,     /* relayed, both ways, every path */
+	MOAT_NETLOG_BUSY,      /* refused for a concurrency or total limit */
+	MOAT_NETLOG_MALFORMED, /* malformed proxy requests or DNS queries */
+	MOAT_NETLOG_COUNTERS
+};
+/* Reference counted: the threads of the egress paths each hold one, so a
+ * thread still resolving a name when the run ends never sees it freed. */
+struct moat_netlog *moat_netlog_new(void);
+struct moat_netlog *moat_netlog_ref(struct moat_netlog *l);
+void moat_netlog_unref(struct moat_netlog *l); /* NULL-safe */
+/* A new entry (kind and method: static strings); its index, or -1 when the
+ * log is full (the entry is then only counted). Every call below takes
+ * -1 and does nothing. */
+int moat_netlog_add(struct moat_netlog *l, const char *kind, const char *method,
+		    const char *host, uint16_t port);
+void moat_netlog_host(struct moat_netlog *l, int idx, const char *host, const char *address);
+void moat_netlog_verdict(struct moat_netlog *l, int idx, bool allowed, const char *reason);
+void moat_netlog_answers(struct moat_netlog *l, int idx, const char *answers);
+void moat_netlog_bytes(struct moat_netlog *l, int idx, uint64_t sent, uint64_t received);
+void moat_netlog_count(struct moat_netlog *l, enum moat_netlog_counter c, uint64_t n);
+uint64_t moat_netlog_counter(struct moat_netlog *l, enum moat_netlog_counter c);
+/* Appends ,"connections":[...] and the counters. */
+void moat_netlog_render(struct moat_netlog *l, struct moat_buf *b);
+void moat_netlog_addr_text(int family, const uint8_t *addr, char out[48]);
+
+/* ---- transparent egress and DNS (egress.c) ------------------------------ */
+
+struct moat_egress;
+/* al: NULL for open egress ("network": true), else the allowlist (taken
+ * over, *al emptied). log: one reference is taken. sock_fd: the
+ * supervisor's end of the socketpair on which pid 1 passes its sockets
+ * (owned, closed on failure too). */
+int moat_egress_new(struct moat_allowlist *al, struct moat_netlog *log, int sock_fd,
+		    struct moat_egress **out, struct moat_error *err);
+int moat_egress_start(struct moat_egress *e, struct moat_error *err);
+/* Stops every thread (bounded wait) and releases; NULL-safe. */
+void moat_egress_stop(struct moat_egress *e);
+
 /* ---- proxy (proxy.c) ------------------------------------------------------ */
 
 struct moat_proxy;
 
-/* Takes ownership of *al (emptied). sock_fd: the supervisor's end of the
- * socketpair over which the sandbox passes the listening socket (owned). */
-int moat_proxy_new(struct moat_allowlist *al, int sock_fd, struct moat_proxy **out,
-		   struct moat_error *err);
+/* Takes ownership of *al (emptied) and one reference to log. sock_fd: the
+ * supervisor's end of the socketpair over which the sandbox passes the
+ * listening socket (owned). */
+int moat_proxy_new(struct moat_allowlist *al, struct moat_netlog *log, int sock_fd,
+		   struct moat_proxy **out, struct moat_error *err);
 int moat_proxy_start(struct moat_proxy *p, struct moat_error *err);
-/* Stops and releases the proxy; appends the connection log as JSON
- * ("connections":[...]) to b when b is not NULL. */
-void moat_proxy_stop(struct moat_proxy *p, struct moat_buf *b);
-
-/* ---- user-mode stack (stack.c) ------------------------------------------ */
-
-enum moat_stack_kind { MOAT_STACK_PASTA, MOAT_STACK_SLIRP4NETNS };
-
-struct moat_stack {
-	enum moat_stack_kind kind;
-	char *path;        /* the executable */
-	char **argv;       /* built in prepare; "/proc/self/fd/3" is the netns */
-	pid_t pid;
-	int pidfd;
-	int devnull;
-};
-
-/* Finds the tool (pasta first; $MOAT_NET_STACK may name one) and builds its
- * argv. SandboxUnavailableError naming the Debian packages when none. */
-int moat_stack_prepare(struct moat_stack *s, struct moat_error *err);
-/* Starts the tool in the sandbox's network namespace and waits until it has
- * configured it. */
-int moat_stack_attach(struct moat_stack *s, pid_t child, bool as_root, struct moat_error *err);
-void moat_stack_stop(struct moat_stack *s);
-const char *moat_stack_name(const struct moat_stack *s);
-const char *moat_stack_resolv_conf(const struct moat_stack *s);
+/* Stops and releases the proxy (its entries stay in the log). */
+void moat_proxy_stop(struct moat_proxy *p);
 
 #endif

@@ -1,40 +1,49 @@
-/* Network modes.
- *  none       a fresh network namespace with only lo, up (the default);
- *  egress     "network": true: pasta (or slirp4netns) gives the namespace a
- *             user-mode uplink; the host's own addresses and cloud metadata
- *             are made unreachable with prohibit routes inside;
- *  allowlist  "allowedHosts": only lo; the program reaches the network
- *             through moat's HTTP/HTTPS proxy, whose listening socket pid 1
- *             opens on 127.0.0.1 inside and passes to the supervisor.
+/* Network modes. Every mode starts from a fresh network namespace whose only
+ * interface is lo; nothing ever gets a second one.
+ *  none       lo, up (the default);
+ *  egress     "network": true: lo plus default routes through it, and the
+ *             nftables table of net/nft.h: every TCP connection and DNS
+ *             query ends in the supervisor (egress.c), which applies the one
+ *             address policy and only then connects from the host;
+ *  allowlist  "allowedHosts": the same, with the allowlist's names as the
+ *             policy, plus the explicit HTTP/HTTPS proxy on 127.0.0.1:3128
+ *             (proxy.c) for programs that honour HTTP_PROXY.
  *
- * Netlink requests (lo up, prohibit routes; rtnl.c) are built in the
- * supervisor and only sent by pid 1, which must not allocate. */
+ * The rtnetlink requests (rtnl.c) are built in the supervisor and the
+ * nftables batch at build time (tools/nftgen.c); pid 1 only sends them,
+ * opens the sockets the supervisor serves and passes them out, all before
+ * the program exists and while it still holds CAP_NET_ADMIN in its user
+ * namespace. */
 #include <arpa/inet.h>
 #include <errno.h>
-#include <ifaddrs.h>
+#include <fcntl.h>
+#include <sched.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
-#include <net/if.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
-
 #include "net/internal.h"
+#include "net/nft.h"
 
 enum net_mode { NET_NONE, NET_EGRESS, NET_ALLOWLIST };
 
 struct moat_net {
 	enum net_mode mode;
-	uint8_t *nl;          /* netlink requests for pid 1, back to back */
+	uint8_t *nl;               /* rtnetlink requests for pid 1, back to back */
 	size_t nl_len;
-	int child_fd, sup_fd; /* allowlist: the socketpair for the listening socket */
-	struct moat_allowlist al;
+	int eg_child, eg_sup;      /* socketpair: pid 1's egress sockets */
+	int px_child, px_sup;      /* allowlist: the proxy's listening socket */
+	struct moat_allowlist al;  /* allowlist: the egress relay's copy */
+	struct moat_allowlist pal; /* allowlist: the proxy's copy */
+	struct moat_netlog *log;
+	struct moat_egress *egress;
 	struct moat_proxy *proxy;
-	struct moat_stack stack;
-	bool stack_ready;
 };
 
 static char *const PROXY_ENV[] = {
@@ -44,55 +53,18 @@ static char *const PROXY_ENV[] = {
 	"NO_PROXY=localhost,127.0.0.1,::1", "no_proxy=localhost,127.0.0.1,::1", NULL,
 };
 
-/* ---- netlink requests (supervisor side) ---- */
+static const char RESOLV_CONF[] = "nameserver 127.0.0.1\n";
 
-static int add_lo_up(struct moat_net *net)
+static int pair(int *child, int *sup, struct moat_error *err)
 {
-	return moat_rtnl_link_up(&net->nl, &net->nl_len, 1); /* lo is 1 in a new namespace */
-}
-
-static int add_prohibit(struct moat_net *net, int family, const void *addr)
-{
-	return moat_rtnl_prohibit(&net->nl, &net->nl_len, family, addr);
-}
-
-/* Egress: every address of the host (its loopback is already the sandbox's
- * own lo) and the cloud metadata service become unreachable inside. */
-static int add_host_blocks(struct moat_net *net, struct moat_error *err)
-{
-	static const uint8_t meta4[4] = { 169, 254, 169, 254 };
-	static const uint8_t meta6[16] = { 0xfd, 0x00, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54 };
-	if (add_prohibit(net, AF_INET, meta4) < 0 || add_prohibit(net, AF_INET6, meta6) < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-	struct ifaddrs *ifa = NULL;
-	if (getifaddrs(&ifa) < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
-				      "cannot list the host's addresses (getifaddrs: %s)",
+	int sv[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
 				      strerror(errno));
-	int rc = 0;
-	for (struct ifaddrs *i = ifa; i && rc == 0; i = i->ifa_next) {
-		if (!i->ifa_addr)
-			continue;
-		if (i->ifa_addr->sa_family == AF_INET) {
-			const struct in_addr *a = &((const struct sockaddr_in *)(void *)i->ifa_addr)->sin_addr;
-			if ((ntohl(a->s_addr) >> 24) == 127)
-				continue;
-			rc = add_prohibit(net, AF_INET, a);
-		} else if (i->ifa_addr->sa_family == AF_INET6) {
-			const struct in6_addr *a = &((const struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr;
-			/* link-local addresses are only reachable on their own link */
-			if (IN6_IS_ADDR_LOOPBACK(a) || IN6_IS_ADDR_LINKLOCAL(a))
-				continue;
-			rc = add_prohibit(net, AF_INET6, a);
-		}
-	}
-	freeifaddrs(ifa);
-	if (rc < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	*sup = sv[0];
+	*child = sv[1];
 	return 0;
 }
-
-/* ---- the interface ---- */
 
 int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 		     struct moat_error *err)
@@ -103,30 +75,33 @@ int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 	struct moat_net *net = calloc(1, sizeof *net);
 	if (!net)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-	net->child_fd = net->sup_fd = -1;
-	net->stack.pid = -1;
-	net->stack.pidfd = net->stack.devnull = -1;
+	net->eg_child = net->eg_sup = net->px_child = net->px_sup = -1;
 	net->mode = req->network ? NET_EGRESS : req->has_allowed_hosts ? NET_ALLOWLIST : NET_NONE;
-	if (add_lo_up(net) < 0) {
+	static const uint8_t lo4[4] = { 127, 0, 0, 1 };
+	/* lo is interface 1 in a new namespace */
+	if (moat_rtnl_link_up(&net->nl, &net->nl_len, 1) < 0 ||
+	    (net->mode != NET_NONE &&
+	     (moat_rtnl_default_route(&net->nl, &net->nl_len, AF_INET, 1, lo4) < 0 ||
+	      moat_rtnl_default_route(&net->nl, &net->nl_len, AF_INET6, 1, NULL) < 0))) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM,
-			       "cannot build the netlink request for lo");
+			       "cannot build the netlink requests for lo");
 		goto fail;
 	}
-	if (net->mode == NET_EGRESS) {
-		if (moat_stack_prepare(&net->stack, err) < 0 || add_host_blocks(net, err) < 0)
-			goto fail;
-	} else if (net->mode == NET_ALLOWLIST) {
-		int sv[2];
-		if (moat_allowlist_build(req, &net->al, err) < 0)
-			goto fail;
-		if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) < 0) {
-			moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
-				       strerror(errno));
-			goto fail;
-		}
-		net->sup_fd = sv[0];
-		net->child_fd = sv[1];
+	if (net->mode == NET_NONE) {
+		*out = net;
+		return 0;
 	}
+	if (!(net->log = moat_netlog_new())) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		goto fail;
+	}
+	if (pair(&net->eg_child, &net->eg_sup, err) < 0)
+		goto fail;
+	if (net->mode == NET_ALLOWLIST &&
+	    (moat_allowlist_build(req, &net->al, err) < 0 ||
+	     moat_allowlist_build(req, &net->pal, err) < 0 ||
+	     pair(&net->px_child, &net->px_sup, err) < 0))
+		goto fail;
 	*out = net;
 	return 0;
 fail:
@@ -141,103 +116,181 @@ char *const *moat_net_env(const struct moat_net *net)
 
 const char *moat_net_resolv_conf(const struct moat_net *net)
 {
-	return net && net->mode == NET_EGRESS ? moat_stack_resolv_conf(&net->stack) : NULL;
+	return net && net->mode != NET_NONE ? RESOLV_CONF : NULL;
 }
 
-int moat_net_child_fd(const struct moat_net *net)
+size_t moat_net_child_fds(const struct moat_net *net, int fds[2])
 {
-	return net ? net->child_fd : -1;
+	size_t n = 0;
+	if (net && net->eg_child >= 0)
+		fds[n++] = net->eg_child;
+	if (net && net->px_child >= 0)
+		fds[n++] = net->px_child;
+	return n;
 }
 
-/* Sends each prepared request and checks its acknowledgement. */
-static int send_netlink(const struct moat_net *net)
+/* ---- pid 1: system calls only ---- */
+
+/* Sends len bytes of netlink messages in one datagram over a new socket of
+ * protocol proto and reads answers until acks acknowledgements came. An
+ * error answer fails, except a route for IPv6 on a kernel without it. */
+static int transact(int proto, const void *msgs, size_t len, unsigned acks)
 {
-	int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	int s = socket(AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, proto);
 	if (s < 0)
 		return -1;
 	struct sockaddr_nl kernel = { .nl_family = AF_NETLINK };
-	size_t off = 0;
 	int rc = 0;
-	while (rc == 0 && off < net->nl_len) {
-		const struct nlmsghdr *h = (const struct nlmsghdr *)(const void *)(net->nl + off);
-		ssize_t n;
-		do
-			n = sendto(s, h, h->nlmsg_len, 0, (struct sockaddr *)&kernel, sizeof kernel);
-		while (n < 0 && errno == EINTR);
-		if (n < 0) {
+	ssize_t n;
+	do
+		n = sendto(s, msgs, len, 0, (struct sockaddr *)&kernel, sizeof kernel);
+	while (n < 0 && errno == EINTR);
+	if (n != (ssize_t)len) {
+		rc = -1;
+		goto out;
+	}
+	union {
+		struct nlmsghdr h;
+		char b[8192];
+	} ans;
+	while (rc == 0 && acks) {
+		n = recv(s, &ans, sizeof ans, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n == 0)
+				errno = EPROTO;
 			rc = -1;
 			break;
 		}
-		/* the kernel's answer: one NLMSG_ERROR (error 0 = ack) */
-		union {
-			struct nlmsghdr h;
-			char b[4096];
-		} ans;
-		for (;;) {
-			n = recv(s, &ans, sizeof ans, 0);
-			if (n < 0 && errno == EINTR)
+		for (struct nlmsghdr *h = &ans.h; rc == 0 && NLMSG_OK(h, (size_t)n);
+		     h = NLMSG_NEXT(h, n)) {
+			if (h->nlmsg_type != NLMSG_ERROR ||
+			    h->nlmsg_len < NLMSG_LENGTH(sizeof(struct nlmsgerr)))
 				continue;
-			if (n < (ssize_t)NLMSG_LENGTH(sizeof(struct nlmsgerr))) {
-				if (n >= 0)
-					errno = EPROTO;
-				rc = -1;
-				break;
-			}
-			if (ans.h.nlmsg_seq != h->nlmsg_seq || ans.h.nlmsg_type != NLMSG_ERROR)
+			const struct nlmsgerr *e = NLMSG_DATA(h);
+			acks--;
+			if (e->error == 0)
 				continue;
-			const struct nlmsgerr *e = NLMSG_DATA(&ans.h);
-			if (e->error != 0) {
-				const struct rtmsg *rtm = NLMSG_DATA(h);
-				/* a kernel without IPv6 has no IPv6 traffic to block */
-				if (!(e->error == -EAFNOSUPPORT && h->nlmsg_type == RTM_NEWROUTE &&
-				      rtm->rtm_family == AF_INET6)) {
-					errno = -e->error;
-					rc = -1;
-				}
-			}
-			break;
+			/* a kernel without IPv6 has no IPv6 traffic to route */
+			if (e->error == -EAFNOSUPPORT && proto == NETLINK_ROUTE &&
+			    e->msg.nlmsg_type == RTM_NEWROUTE)
+				continue;
+			errno = -e->error;
+			rc = -1;
 		}
-		off += NLMSG_ALIGN(h->nlmsg_len);
 	}
+out:;
 	int saved = errno;
 	close(s);
 	errno = saved;
 	return rc;
 }
 
-/* Allowlist: the proxy's listening socket, opened here in the sandbox's
- * namespace and handed to the supervisor. */
-static int pass_listener(const struct moat_net *net)
+static unsigned count_messages(const uint8_t *buf, size_t len)
 {
-	int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	unsigned n = 0;
+	for (size_t off = 0; off + NLMSG_HDRLEN <= len;) {
+		const struct nlmsghdr *h = (const struct nlmsghdr *)(const void *)(buf + off);
+		off += NLMSG_ALIGN(h->nlmsg_len);
+		n++;
+	}
+	return n;
+}
+
+/* A socket bound to the loopback address of family on port. */
+static int bound(int family, int type, uint16_t port)
+{
+	int s = socket(family, type | SOCK_CLOEXEC, 0);
 	if (s < 0)
 		return -1;
 	int one = 1;
-	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(MOAT_NET_PROXY_PORT),
-				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
-	int rc = -1;
-	if (setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one) == 0 &&
-	    bind(s, (struct sockaddr *)&sa, sizeof sa) == 0 && listen(s, 128) == 0) {
-		char byte = 'L';
-		struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-		union {
-			struct cmsghdr h;
-			char b[CMSG_SPACE(sizeof(int))];
-		} ctl;
-		memset(&ctl, 0, sizeof ctl);
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-				     .msg_controllen = sizeof ctl.b };
-		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-		c->cmsg_level = SOL_SOCKET;
-		c->cmsg_type = SCM_RIGHTS;
-		c->cmsg_len = CMSG_LEN(sizeof(int));
-		memcpy(CMSG_DATA(c), &s, sizeof s);
-		ssize_t n;
-		do
-			n = sendmsg(net->child_fd, &mh, MSG_NOSIGNAL);
-		while (n < 0 && errno == EINTR);
-		rc = n == 1 ? 0 : -1;
+	int rc;
+	if (family == AF_INET) {
+		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons(port),
+					  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+		rc = bind(s, (struct sockaddr *)&sa, sizeof sa);
+	} else {
+		struct sockaddr_in6 sa = { .sin6_family = AF_INET6, .sin6_port = htons(port),
+					   .sin6_addr = IN6ADDR_LOOPBACK_INIT };
+		rc = setsockopt(s, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+		if (rc == 0)
+			rc = bind(s, (struct sockaddr *)&sa, sizeof sa);
 	}
+	if (rc == 0 && type == SOCK_STREAM)
+		rc = listen(s, 4096);
+	if (rc < 0) {
+		int saved = errno;
+		close(s);
+		errno = saved;
+		return -1;
+	}
+	return s;
+}
+
+/* Passes fds (with one data byte) over sock. */
+static int pass(int sock, uint8_t byte, const int *fds, size_t n)
+{
+	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(4 * sizeof(int))];
+	} ctl;
+	memset(&ctl, 0, sizeof ctl);
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+			     .msg_controllen = CMSG_SPACE(n * sizeof(int)) };
+	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+	c->cmsg_level = SOL_SOCKET;
+	c->cmsg_type = SCM_RIGHTS;
+	c->cmsg_len = CMSG_LEN(n * sizeof(int));
+	memcpy(CMSG_DATA(c), fds, n * sizeof(int));
+	ssize_t r;
+	do
+		r = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (r < 0 && errno == EINTR);
+	return r == 1 ? 0 : -1;
+}
+
+/* The egress sockets, in egress.c's order (TCP v4, v6, UDP v4, v6); an
+ * IPv6 socket is left out (its bit clear) on a kernel without IPv6. */
+static int pass_egress(const struct moat_net *net)
+{
+	static const struct { int family, type; uint16_t port; } want[4] = {
+		{ AF_INET, SOCK_STREAM, MOAT_NET_EGRESS_PORT },
+		{ AF_INET6, SOCK_STREAM, MOAT_NET_EGRESS_PORT },
+		{ AF_INET, SOCK_DGRAM, MOAT_NET_DNS_PORT },
+		{ AF_INET6, SOCK_DGRAM, MOAT_NET_DNS_PORT },
+	};
+	int fds[4];
+	size_t n = 0;
+	uint8_t mask = 0;
+	int rc = 0;
+	for (int i = 0; i < 4 && rc == 0; i++) {
+		int s = bound(want[i].family, want[i].type, want[i].port);
+		if (s < 0 && want[i].family == AF_INET6 && errno == EAFNOSUPPORT)
+			continue;
+		if (s < 0) {
+			rc = -1;
+			break;
+		}
+		fds[n++] = s;
+		mask |= (uint8_t)(1u << i);
+	}
+	if (rc == 0)
+		rc = pass(net->eg_child, mask, fds, n);
+	int saved = errno;
+	for (size_t i = 0; i < n; i++)
+		close(fds[i]);
+	errno = saved;
+	return rc;
+}
+
+static int pass_proxy(const struct moat_net *net)
+{
+	int s = bound(AF_INET, SOCK_STREAM, MOAT_NET_PROXY_PORT);
+	if (s < 0)
+		return -1;
+	int rc = pass(net->px_child, 'L', &s, 1);
 	int saved = errno;
 	close(s);
 	errno = saved;
@@ -246,34 +299,69 @@ static int pass_listener(const struct moat_net *net)
 
 int moat_net_child_setup(const struct moat_net *net)
 {
-	if (send_netlink(net) < 0)
-		return -1;
-	if (net->mode == NET_ALLOWLIST && pass_listener(net) < 0)
-		return -1;
+	if (transact(NETLINK_ROUTE, net->nl, net->nl_len, count_messages(net->nl, net->nl_len)) < 0)
+		return -MOAT_NET_STEP_LINK;
+	if (net->mode == NET_NONE)
+		return 0;
+	if (transact(NETLINK_NETFILTER, moat_nft_batch, moat_nft_batch_len, moat_nft_batch_acks) < 0)
+		return -MOAT_NET_STEP_NFT;
+	if (pass_egress(net) < 0 || (net->mode == NET_ALLOWLIST && pass_proxy(net) < 0))
+		return -MOAT_NET_STEP_SOCKETS;
 	return 0;
 }
 
+int moat_net_setup_error(int step, int errnum, struct moat_error *err)
+{
+	if (step == MOAT_NET_STEP_NFT)
+		return moat_error_set(
+			err, MOAT_ERR_UNAVAILABLE, errnum,
+			"network egress needs nftables with NAT inside an unprivileged user "
+			"namespace, and installing moat's rules failed: %s. Use a kernel with "
+			"CONFIG_NF_TABLES, CONFIG_NF_TABLES_INET, CONFIG_NFT_NAT, CONFIG_NFT_REDIR "
+			"and CONFIG_NF_CONNTRACK (built in or loaded: `modprobe nft_redir nft_chain_nat`), "
+			"or run without \"network\"/\"allowedHosts\"; `moat doctor` checks this",
+			strerror(errnum));
+	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errnum,
+			      "sandbox setup failed while %s: %s",
+			      step == MOAT_NET_STEP_LINK ? "bringing up and routing lo"
+							 : "opening the egress sockets",
+			      strerror(errnum));
+}
+
+/* ---- supervisor, after clone ---- */
+
 int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err)
 {
-	if (net->child_fd >= 0) {
-		close(net->child_fd); /* the child has its copy */
-		net->child_fd = -1;
+	(void)child;
+	(void)err;
+	/* the child has its copies */
+	if (net->eg_child >= 0) {
+		close(net->eg_child);
+		net->eg_child = -1;
 	}
-	if (net->mode == NET_EGRESS) {
-		if (moat_stack_attach(&net->stack, child, geteuid() == 0, err) < 0)
-			return -1;
-		net->stack_ready = true;
+	if (net->px_child >= 0) {
+		close(net->px_child);
+		net->px_child = -1;
 	}
 	return 0;
 }
 
 int moat_net_start(struct moat_net *net, struct moat_error *err)
 {
+	if (net->mode == NET_NONE)
+		return 0;
+	int sock = net->eg_sup;
+	net->eg_sup = -1;
+	if (moat_egress_new(net->mode == NET_ALLOWLIST ? &net->al : NULL, net->log, sock,
+			    &net->egress, err) < 0 ||
+	    moat_egress_start(net->egress, err) < 0)
+		return -1;
 	if (net->mode != NET_ALLOWLIST)
 		return 0;
-	if (moat_proxy_new(&net->al, net->sup_fd, &net->proxy, err) < 0)
+	sock = net->px_sup;
+	net->px_sup = -1;
+	if (moat_proxy_new(&net->pal, net->log, sock, &net->proxy, err) < 0)
 		return -1;
-	net->sup_fd = -1; /* owned by the proxy now */
 	return moat_proxy_start(net->proxy, err);
 }
 
@@ -281,29 +369,73 @@ void moat_net_finish(struct moat_net *net, struct moat_result *res)
 {
 	if (!net)
 		return;
-	struct moat_buf b = { 0 };
-	bool render = res && !res->network_json;
-	if (render) {
+	/* stopped first, so the log below is final */
+	moat_proxy_stop(net->proxy);
+	moat_egress_stop(net->egress);
+	if (res && !res->network_json) {
 		static const char *const names[] = { "none", "egress", "allowlist" };
+		struct moat_buf b = { 0 };
 		moat_buf_appendf(&b, "{\"mode\":\"%s\"", names[net->mode]);
-		if (net->mode == NET_EGRESS)
-			moat_buf_appendf(&b, ",\"stack\":\"%s\"", moat_stack_name(&net->stack));
-		if (net->mode == NET_ALLOWLIST && !net->proxy)
-			moat_buf_appendf(&b, ",\"connections\":[]");
-	}
-	if (net->proxy)
-		moat_proxy_stop(net->proxy, render ? &b : NULL);
-	moat_stack_stop(&net->stack);
-	if (render) {
+		if (net->log)
+			moat_netlog_render(net->log, &b);
 		moat_buf_append(&b, "}", 1);
 		res->network_json = moat_buf_take(&b);
+		moat_buf_free(&b);
 	}
-	moat_buf_free(&b);
-	if (net->child_fd >= 0)
-		close(net->child_fd);
-	if (net->sup_fd >= 0)
-		close(net->sup_fd);
+	int *fds[] = { &net->eg_child, &net->eg_sup, &net->px_child, &net->px_sup };
+	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+		if (*fds[i] >= 0)
+			close(*fds[i]);
+	moat_netlog_unref(net->log);
 	moat_allowlist_free(&net->al);
+	moat_allowlist_free(&net->pal);
 	free(net->nl);
 	free(net);
+}
+
+/* ---- moat doctor ---- */
+
+int moat_net_probe(struct moat_error *err)
+{
+	struct moat_request *req = moat_request_new();
+	if (!req)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	req->network = true;
+	struct moat_net *net = NULL;
+	int rc = moat_net_prepare(req, &net, err);
+	moat_request_free(req);
+	if (rc < 0)
+		return -1;
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0) {
+		moat_net_finish(net, NULL);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "pipe: %s", strerror(errno));
+	}
+	pid_t pid = fork();
+	if (pid == 0) {
+		int out[2] = { 0, 0 };
+		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
+			out[0] = -1, out[1] = errno;
+		else if ((out[0] = moat_net_child_setup(net)) < 0)
+			out[1] = errno;
+		_exit(write(p[1], out, sizeof out) == sizeof out ? 0 : 1);
+	}
+	close(p[1]);
+	int got[2] = { -1, EIO };
+	ssize_t n = pid < 0 ? -1 : read(p[0], got, sizeof got);
+	int saved = errno;
+	close(p[0]);
+	if (pid > 0)
+		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
+			;
+	moat_net_finish(net, NULL);
+	if (pid < 0 || n != (ssize_t)sizeof got)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, saved, "cannot run the probe");
+	if (got[0] == -1)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, got[1],
+				      "cannot create a user and network namespace: %s",
+				      strerror(got[1]));
+	if (got[0] < 0)
+		return moat_net_setup_error(-got[0], got[1], err);
+	return 0;
 }

@@ -1,9 +1,10 @@
-/* net: the sandbox's network. Default: a new network namespace with only
- * lo (up). Other modes (egress through a user-mode stack, an allowlist
- * proxy) plug in through the same calls. Order, as the runner calls them:
- *   prepare (supervisor, before clone) → child_setup (pid 1, caps held,
- *   before the mount plan) → attach (supervisor, after clone, before the
- *   child is released) → start (supervisor, after release) → finish. */
+/* net: the sandbox's network. Always a new network namespace with only lo
+ * (up). With egress ("network": true or "allowedHosts") every connection
+ * leaving lo is redirected inside to sockets the supervisor serves, which
+ * apply one address policy (net.c, egress.c). Order, as the runner calls
+ * them: prepare (supervisor, before clone) → child_setup (pid 1, caps
+ * held) → attach (supervisor, after clone, before the child is released)
+ * → start (supervisor, after release) → finish. */
 #ifndef MOAT_NET_NET_H
 #define MOAT_NET_NET_H
 
@@ -24,11 +25,13 @@ struct moat_net;
  * are a SandboxPolicyError; "allowedCidrs" needs "allowedHosts". */
 int moat_net_validate(const struct moat_request *req, struct moat_error *err);
 
-/* Why an address must never be connected to on behalf of a sandbox (proxy
- * and remote providers alike): "loopback", "private", "link-local",
- * "cloud metadata", "multicast", "documentation", "reserved", ... — in
- * every IPv6 form that embeds an IPv4 address too; NULL when it is a public
- * unicast address. family: AF_INET (4 bytes) or AF_INET6 (16 bytes). */
+/* Why an address must never be connected to on behalf of a sandbox (the
+ * one policy of transparent egress, the DNS answerer, the proxy and the
+ * remote providers): "loopback", "private", "link-local", "cloud metadata",
+ * "multicast", "documentation", "reserved", ... — in every IPv6 form that
+ * embeds an IPv4 address too — or "host address" when a host interface
+ * holds it now; NULL when it is a public unicast address. family: AF_INET
+ * (4 bytes) or AF_INET6 (16 bytes). */
 const char *moat_net_addr_refused(int family, const void *addr);
 
 int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
@@ -39,11 +42,22 @@ char *const *moat_net_env(const struct moat_net *net);
 /* Text of the sandbox's /etc/resolv.conf, or NULL when the mode has no DNS
  * (the file is then absent). Valid until moat_net_finish. */
 const char *moat_net_resolv_conf(const struct moat_net *net);
-/* An fd pid 1 must keep open for child_setup (e.g. a socketpair end), or -1. */
-int moat_net_child_fd(const struct moat_net *net);
+/* The fds pid 1 must keep open for child_setup (socketpair ends), at most
+ * 2: stored in fds, their number returned. */
+size_t moat_net_child_fds(const struct moat_net *net, int fds[2]);
+/* What child_setup was doing when it failed. */
+enum moat_net_step { MOAT_NET_STEP_LINK = 1, MOAT_NET_STEP_NFT, MOAT_NET_STEP_SOCKETS };
 /* Child side, pid 1 with its namespace capabilities: bring lo up and set up
- * the mode. System calls only (async-signal-safe). 0, or -1 with errno. */
+ * the mode. System calls only (async-signal-safe). 0, or -step (enum
+ * moat_net_step) with errno. */
 int moat_net_child_setup(const struct moat_net *net);
+/* The SandboxUnavailableError for a child_setup failure at step with
+ * errnum; names what is missing and the fix. Returns -1. */
+int moat_net_setup_error(int step, int errnum, struct moat_error *err);
+/* For `moat doctor`: the egress setup of a run (lo, routes, nftables,
+ * sockets) done for real in a throwaway user and network namespace. 0, or
+ * -1 with the SandboxUnavailableError a run would get. */
+int moat_net_probe(struct moat_error *err);
 /* Supervisor: after clone, before release. */
 int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err);
 /* Supervisor: after the child was released. */

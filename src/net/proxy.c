@@ -5,10 +5,12 @@
  * tunnel; an absolute-URI http:// request is checked (its Host header must
  * name the same host and port), rewritten to origin form with
  * "Connection: close", and only its Content-Length body is forwarded.
- * Names are resolved once here; every address is checked (loopback,
- * private, link-local, multicast, metadata... refused unless allowedCidrs
- * covers it) and the connection goes to a checked address, never to a
- * second resolution. A refusal is "403 Forbidden" with X-Moat-Refused.
+ * Names are resolved once here; every address passes the one egress policy
+ * (moat_egress_refusal: loopback, private, link-local, metadata... refused
+ * unless allowedCidrs covers it; the host's own addresses always) and the
+ * connection goes to a checked address, never to a second resolution. A
+ * refusal is "403 Forbidden" with X-Moat-Refused. Each request is an entry
+ * of the run's network log (kind "proxy").
  *
  * Bounds: PROXY_MAX_CONNS at once, PROXY_MAX_TOTAL per run, PROXY_BYTE_CAP
  * relayed per run, a 16 KiB request head, head/connect/idle timeouts. Each
@@ -35,7 +37,6 @@
 
 #define PROXY_MAX_CONNS 32
 #define PROXY_MAX_TOTAL 4096
-#define PROXY_MAX_LOG 256
 #define PROXY_BYTE_CAP (256ull * 1024 * 1024)
 #define PROXY_HEAD_MAX 16384
 #define PROXY_HEAD_TIMEOUT_MS 10000
@@ -46,15 +47,6 @@
 #define PROXY_RELAY_BUF 16384
 #define PROXY_MAX_ADDRS 16
 #define PROXY_STACK (256 * 1024)
-
-struct log_entry {
-	char host[MOAT_HOST_MAX + 1];
-	uint16_t port;
-	bool allowed;
-	const char *method; /* "CONNECT" or "HTTP" */
-	char reason[640];
-	uint64_t sent, received;
-};
 
 struct worker {
 	pthread_t thread;
@@ -74,11 +66,7 @@ struct moat_proxy {
 	struct worker workers[PROXY_MAX_CONNS];
 	uint64_t total;
 	uint64_t bytes;
-	uint64_t busy_refusals;
-	uint64_t malformed;
-	struct log_entry *log;
-	size_t log_len;
-	uint64_t log_dropped;
+	struct moat_netlog *log;
 };
 
 struct conn {
@@ -113,7 +101,7 @@ static void proxy_unref(struct moat_proxy *p)
 	if (p->listen_fd >= 0)
 		close(p->listen_fd);
 	moat_allowlist_free(&p->al);
-	free(p->log);
+	moat_netlog_unref(p->log);
 	pthread_mutex_destroy(&p->mu);
 	free(p);
 }
@@ -162,32 +150,12 @@ static int write_all(struct moat_proxy *p, int fd, const char *buf, size_t len, 
 
 static int log_add(struct moat_proxy *p, const char *method, const char *host, uint16_t port)
 {
-	pthread_mutex_lock(&p->mu);
-	int idx = -1;
-	if (p->log_len < PROXY_MAX_LOG) {
-		idx = (int)p->log_len++;
-		struct log_entry *e = &p->log[idx];
-		memset(e, 0, sizeof *e);
-		snprintf(e->host, sizeof e->host, "%s", host);
-		e->port = port;
-		e->method = method;
-	} else {
-		p->log_dropped++;
-	}
-	pthread_mutex_unlock(&p->mu);
-	return idx;
+	return moat_netlog_add(p->log, "proxy", method, host, port);
 }
 
 static void log_verdict(struct conn *c, bool allowed, const char *reason)
 {
-	if (c->log_idx < 0)
-		return;
-	pthread_mutex_lock(&c->p->mu);
-	c->p->log[c->log_idx].allowed = allowed;
-	if (reason)
-		snprintf(c->p->log[c->log_idx].reason, sizeof c->p->log[c->log_idx].reason, "%s",
-			 reason);
-	pthread_mutex_unlock(&c->p->mu);
+	moat_netlog_verdict(c->p->log, c->log_idx, allowed, reason);
 }
 
 /* ---- replies ---- */
@@ -213,9 +181,7 @@ static void refuse(struct conn *c, const char *reason)
 
 static void bad_request(struct conn *c, const char *reason)
 {
-	pthread_mutex_lock(&c->p->mu);
-	c->p->malformed++;
-	pthread_mutex_unlock(&c->p->mu);
+	moat_netlog_count(c->p->log, MOAT_NETLOG_MALFORMED, 1);
 	reply(c, 400, "Bad Request", "X-Moat-Refused", reason);
 }
 
@@ -447,7 +413,7 @@ static const char *resolve_checked(struct conn *c, const struct moat_host *h, st
 	char first_ip[INET6_ADDRSTRLEN] = "";
 	for (size_t i = 0; i < n; i++) {
 		moat_addr_unmap(&all[i].family, all[i].a);
-		const char *r = moat_addr_refusal(&c->p->al, all[i].family, all[i].a);
+		const char *r = moat_egress_refusal(&c->p->al, all[i].family, all[i].a);
 		if (!r) {
 			ok[(*nok)++] = all[i];
 		} else if (!first) {
@@ -808,12 +774,7 @@ static void *worker_main(void *arg)
 	struct conn *c = arg;
 	struct moat_proxy *p = c->p;
 	handle(c);
-	if (c->log_idx >= 0) {
-		pthread_mutex_lock(&p->mu);
-		p->log[c->log_idx].sent = c->sent;
-		p->log[c->log_idx].received = c->received;
-		pthread_mutex_unlock(&p->mu);
-	}
+	moat_netlog_bytes(p->log, c->log_idx, c->sent, c->received);
 	close(c->cfd);
 	if (c->ofd >= 0)
 		close(c->ofd);
@@ -889,9 +850,7 @@ static void refuse_busy(struct moat_proxy *p, int fd, const char *why)
 	if (n > 0)
 		(void)send(fd, buf, (size_t)n, MSG_NOSIGNAL | MSG_DONTWAIT);
 	close(fd);
-	pthread_mutex_lock(&p->mu);
-	p->busy_refusals++;
-	pthread_mutex_unlock(&p->mu);
+	moat_netlog_count(p->log, MOAT_NETLOG_BUSY, 1);
 }
 
 static void *acceptor_main(void *arg)
@@ -957,8 +916,8 @@ static void *acceptor_main(void *arg)
 
 /* ---- interface ---- */
 
-int moat_proxy_new(struct moat_allowlist *al, int sock_fd, struct moat_proxy **out,
-		   struct moat_error *err)
+int moat_proxy_new(struct moat_allowlist *al, struct moat_netlog *log, int sock_fd,
+		   struct moat_proxy **out, struct moat_error *err)
 {
 	struct moat_proxy *p = calloc(1, sizeof *p);
 	if (!p) {
@@ -969,11 +928,11 @@ int moat_proxy_new(struct moat_allowlist *al, int sock_fd, struct moat_proxy **o
 	p->sock_fd = sock_fd;
 	p->listen_fd = -1;
 	p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
-	p->log = calloc(PROXY_MAX_LOG, sizeof *p->log);
+	p->log = moat_netlog_ref(log);
 	pthread_mutex_init(&p->mu, NULL);
 	p->al = *al;
 	memset(al, 0, sizeof *al);
-	if (p->stop_fd < 0 || !p->log) {
+	if (p->stop_fd < 0) {
 		int e = errno;
 		proxy_unref(p);
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, e, "cannot set up the proxy: %s",
@@ -993,36 +952,7 @@ int moat_proxy_start(struct moat_proxy *p, struct moat_error *err)
 	return 0;
 }
 
-static void render(struct moat_proxy *p, struct moat_buf *b)
-{
-	pthread_mutex_lock(&p->mu);
-	moat_buf_append(b, ",\"connections\":[", 16);
-	for (size_t i = 0; i < p->log_len; i++) {
-		const struct log_entry *e = &p->log[i];
-		moat_buf_appendf(b, "%s{\"method\":\"%s\",\"host\":", i ? "," : "", e->method);
-		moat_buf_append_json_string(b, e->host, strlen(e->host));
-		moat_buf_appendf(b, ",\"port\":%u,\"allowed\":%s", e->port,
-				 e->allowed ? "true" : "false");
-		if (e->reason[0]) {
-			moat_buf_append(b, ",\"reason\":", 10);
-			moat_buf_append_json_string(b, e->reason, strlen(e->reason));
-		}
-		moat_buf_appendf(b, ",\"sent\":%llu,\"received\":%llu}", (unsigned long long)e->sent,
-				 (unsigned long long)e->received);
-	}
-	moat_buf_append(b, "]", 1);
-	if (p->log_dropped)
-		moat_buf_appendf(b, ",\"connectionsNotListed\":%llu",
-				 (unsigned long long)p->log_dropped);
-	if (p->busy_refusals)
-		moat_buf_appendf(b, ",\"busyRefusals\":%llu", (unsigned long long)p->busy_refusals);
-	if (p->malformed)
-		moat_buf_appendf(b, ",\"malformedRequests\":%llu", (unsigned long long)p->malformed);
-	moat_buf_appendf(b, ",\"bytes\":%llu", (unsigned long long)p->bytes);
-	pthread_mutex_unlock(&p->mu);
-}
-
-void moat_proxy_stop(struct moat_proxy *p, struct moat_buf *b)
+void moat_proxy_stop(struct moat_proxy *p)
 {
 	if (!p)
 		return;
@@ -1051,7 +981,6 @@ void moat_proxy_stop(struct moat_proxy *p, struct moat_buf *b)
 			pthread_detach(p->workers[i].thread); /* stuck resolving: it lets go itself */
 		p->workers[i].used = false;
 	}
-	if (b)
-		render(p, b);
+	moat_netlog_count(p->log, MOAT_NETLOG_BYTES, p->bytes);
 	proxy_unref(p);
 }

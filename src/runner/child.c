@@ -252,8 +252,8 @@ void moat_child_main(const struct moat_child *c)
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		fail(c, MOAT_STEP_SYNC, 0);
 	int keep[] = { c->sync_fd, c->report_fd, c->stdin_fd, c->stdout_fd, c->stderr_fd,
-		       c->net_fd, c->outputs_fd };
-	if (close_all_except(keep, 7) < 0)
+		       c->net_fds[0], c->net_fds[1], c->outputs_fd };
+	if (close_all_except(keep, 8) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
 	/* Work for the program's sake, done here while the supervisor writes the
 	 * id maps (pid 2 inherits both): every signal back to its default with
@@ -289,10 +289,12 @@ void moat_child_main(const struct moat_child *c)
 	if (sethostname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0 ||
 	    setdomainname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0)
 		fail(c, MOAT_STEP_HOSTNAME, 0);
-	if (moat_net_child_setup(c->net) < 0)
-		fail(c, MOAT_STEP_NET, 0);
-	if (c->net_fd >= 0)
-		close(c->net_fd);
+	int net_step = moat_net_child_setup(c->net);
+	if (net_step < 0)
+		fail(c, MOAT_STEP_NET, -net_step);
+	for (int i = 0; i < 2; i++)
+		if (c->net_fds[i] >= 0)
+			close(c->net_fds[i]);
 
 	moat_stamp("init: net done, clone pid 2");
 	/* The supervisor joins this process to the run's cgroups (v1) while

@@ -27,7 +27,7 @@ enum moat_step {
 	MOAT_STEP_EXEC,
 	MOAT_STEP_INIT,
 	MOAT_STEP_PRIVATE,    /* making the mount tree private */
-	MOAT_STEP_NET,        /* network setup inside */
+	MOAT_STEP_NET,        /* network setup inside; detail = enum moat_net_step */
 };
 
 enum moat_report_kind {
@@ -54,7 +54,7 @@ struct moat_child {
 	const struct moat_priv_plan *priv;
 	const struct moat_seccomp_prog *seccomp; /* NULL: none */
 	const struct moat_net *net;
-	int net_fd;     /* kept for moat_net_child_setup, or -1 */
+	int net_fds[2]; /* kept for moat_net_child_setup, or -1 */
 	bool as_root;
 	int sync_fd;    /* read: 'g' when the id maps are written, then 'c' when
 			 * the run's cgroups are joined (EOF: the supervisor gave up) */

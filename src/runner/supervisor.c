@@ -233,6 +233,8 @@ static int setup_error(const struct moat_report *r, const struct moat_mount_plan
 					      ? "; TypeScript needs esbuild (Debian package 'esbuild')"
 					      : "");
 	}
+	if (r->step == MOAT_STEP_NET && r->detail > 0)
+		return moat_net_setup_error(r->detail, r->err, err);
 	char *diag = (r->err == EPERM || r->err == EACCES) ? moat_userns_diagnose() : NULL;
 	moat_error_set(err, MOAT_ERR_UNAVAILABLE, r->err, "sandbox setup failed while %s: %s%s%s",
 		       what, strerror(r->err), diag ? "; " : "", diag ? diag : "");
@@ -486,13 +488,14 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 
 	struct moat_child child = {
 		.plan = plan, .priv = &priv, .seccomp = seccomp, .as_root = as_root,
-		.net = net, .net_fd = moat_net_child_fd(net),
+		.net = net, .net_fds = { -1, -1 },
 		.outputs = req->outputs, .outputs_count = req->outputs_count,
 		.outputs_fd = st.outputs_w,
 		.sync_fd = st.sync_r, .report_fd = st.report_w, .stdin_fd = st.stdin_r,
 		.stdout_fd = st.stdout_w, .stderr_fd = st.stderr_w,
 		.transpile = need_transpile ? &transpile : NULL, .program = &program, .envp = envp,
 	};
+	moat_net_child_fds(net, child.net_fds);
 
 	/* a sandbox that stops reading its stdin must not kill the supervisor */
 	if (pthread_sigmask(SIG_BLOCK, &pipe_set, &old_mask) == 0)

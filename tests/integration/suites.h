@@ -13,5 +13,6 @@ Suite *providers_cli_suite(void);
 Suite *limits_suite(void);
 Suite *seccomp_escape_suite(void);
 Suite *outputs_suite(void);
+Suite *egress_suite(void);
 
 #endif

@@ -1,464 +1,360 @@
-/* Network modes, with real traffic and no internet: the suite makes its own
- * peer host — a network namespace joined to the host by a veth pair,
- * 198.51.100.1/24 on the host end and 198.51.100.2/24 in the peer, running
- * a small HTTP server — plus "secret" servers on the host's 127.0.0.1 and on
- * its own address 198.51.100.1. Everything is created and removed here.
- * Names for the allowlist are mapped to the peer with a private /etc/hosts
- * bind-mounted in a mount namespace of the moat process only. Needs root to
- * build the peer; each mode runs as root and rootless. */
+/* Network modes against a wall, with real traffic and nothing on the real
+ * machine touched. The suite builds its own "host": a network namespace H
+ * (ip netns add), and runs moat inside it (the forked child joins H before
+ * exec: setns as root, then drops to 65534 for the rootless mode). Around H,
+ * all made and removed here, names unique by pid:
+ *
+ *   H    lo: the "host-secret" service (HTTP and UDP echo, port 8080) on
+ *        127.0.0.1 and ::1, and the same on every other address of H:
+ *        10.77.0.1 and 10.78.0.1 (lan0), 10.79.0.1 and fd00:79::1 (meta0),
+ *        11.77.0.1 and 2a01:4f8:77::1 (pub0) and each veth's fe80::
+ *        link-local. A DNS server on 127.0.0.1:53 and [::1]:53 answering
+ *        from the suite's hosts table (what H's resolv.conf names).
+ *        Default routes via the public peer.
+ *   LAN  10.77.0.2 on the other end of lan0: an RFC1918 peer ("lan-secret").
+ *   META 169.254.169.254 and fd00:ec2::254, port 80 and 8080, answering
+ *        "CREDENTIALS", behind meta0 (10.79.0.2, fd00:79::2). H reaches them
+ *        two ways: a plain route in the main table (root-mode moat runs as
+ *        root: H is ours, so a plain route is fine) and, for the sandbox user,
+ *        a policy route: `ip rule add uidrange 65534-65534 lookup 77` with the
+ *        same routes in table 77 (what a cloud host that exposes metadata to
+ *        unprivileged users looks like; rootless moat and its helpers run as
+ *        65534).
+ *   PUB  the public peer, public-looking (not documentation, not
+ *        special-purpose) addresses 11.77.0.2 and 2a01:4f8:77::2: "public-ok"
+ *        on 8080 (HTTP + UDP echo) and 8081, a TCP echo on 9000.
+ *
+ * Names: moat's mount namespace gets a private /etc/hosts with the same
+ * table (public.test, meta.test, lan.test, hostaddr.test, hostlo.test, ...),
+ * a private /etc/resolv.conf naming H's DNS server, and a sysfs of H.
+ *
+ * The probe (PY_LIB + PY_SWEEP, run inside the sandbox) tries every target
+ * over TCP and UDP, IPv4 and IPv6, plainly, with SO_BINDTODEVICE and with
+ * IP_UNICAST_IF/IPV6_UNICAST_IF on every interface the sandbox has, and by
+ * name through the sandbox's resolver; one line per attempt, "name:ok
+ * <reply>" or "name:fail <error>". Before any test the same probe runs in H
+ * itself, as root and as 65534, and every service must answer: a later
+ * "fail" means the sandbox stopped it, not that the service was down.
+ *
+ * Every check of a test is evaluated and all failures are reported together
+ * (also on stderr), so one run lists every hole. The addresses below are
+ * repeated in the python strings. Needs root to build the topology; each
+ * test runs as root and rootless. */
+#include <ctype.h>
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
 #include <poll.h>
 #include <sched.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/time.h>
 #include <sys/wait.h>
-#include <arpa/inet.h>
-#include <netinet/in.h>
 #include <time.h>
 #include <unistd.h>
 
 #include "harness.h"
 #include "suites.h"
 
-#define PEER_ADDR "198.51.100.2"
-#define HOST_ADDR "198.51.100.1"
-#define PEER_PORT 8080
+#define PUB4 "11.77.0.2"
+#define PUB6 "2a01:4f8:77::2"
+#define H_PUB4 "11.77.0.1"
+#define H_PUB6 "2a01:4f8:77::1"
+#define H_LAN "10.77.0.1"
+#define H_SECOND "10.78.0.1"
+#define LAN_PEER "10.77.0.2"
+#define H_META4 "10.79.0.1"
+#define M_LINK4 "10.79.0.2"
+#define H_META6 "fd00:79::1"
+#define M_LINK6 "fd00:79::2"
+#define META4 "169.254.169.254"
+#define META6 "fd00:ec2::254"
+#define PORT 8080
+#define PY "/usr/bin/python3"
+#define ROOTLESS_ID 65534
+
+enum { NS_H, NS_LAN, NS_META, NS_PUB, NS_COUNT };
+static const char *const NS_TAG[NS_COUNT] = { "H", "L", "M", "P" };
 
 static bool ready;
-static char ns_name[32], veth_host[16], veth_peer[16];
-static char dir[64], hosts_path[96], server_path[96];
-static int secret_port;
-static pid_t servers[3];
+static char ns_name[NS_COUNT][32];
+static char dir[64], hosts_path[96], resolv_path[96], server_path[96], dns_path[96];
+static char ll_spec[512]; /* "lan0=fe80::..,meta0=..,pub0=.." : H's link-locals */
+static ino_t h_ino;
+static pid_t servers[8];
+static int nservers;
 
+/* The hosts table: moat's /etc/hosts and H's DNS server. */
+static const char HOSTS[] =
+	"127.0.0.1 localhost\n"
+	"::1 localhost\n"
+	PUB4 " public.test mixed.test api.example.com sub.example.com example.com "
+	"evil-example.com other.test\n"
+	PUB6 " public.test\n"
+	H_SECOND " mixed.test hostaddr.test self.test\n"
+	META4 " meta.test\n"
+	META6 " meta.test\n"
+	LAN_PEER " lan.test\n"
+	"127.0.0.1 hostlo.test local.test\n"
+	"::1 hostlo.test\n"
+	H_PUB4 " hostpub.test\n"
+	H_PUB6 " hostpub.test\n"
+	"10.0.0.1 private.test\n";
+
+/* ---- python: services ---- */
+
+/* server.py TAG ADDR,... PORT,... [ECHO_PORT]: on every address and port an
+ * HTTP responder ("TAG host=.. path=.. via=..") and a UDP echo ("TAG udp
+ * via=.."), plus a TCP echo on ECHO_PORT. "ready" once all are bound. */
 static const char SERVER_PY[] =
-	"import sys, http.server, socketserver\n"
-	"tag, addr, port = sys.argv[1], sys.argv[2], int(sys.argv[3])\n"
-	"class H(http.server.BaseHTTPRequestHandler):\n"
-	"    def do_GET(self):\n"
-	"        b = ('%s host=%s path=%s\\n' % (tag, self.headers.get('Host'), self.path)).encode()\n"
-	"        self.send_response(200)\n"
-	"        self.send_header('Content-Length', str(len(b)))\n"
-	"        self.end_headers()\n"
-	"        self.wfile.write(b)\n"
-	"    def log_message(self, *a):\n"
-	"        pass\n"
-	"class S(socketserver.ThreadingMixIn, http.server.HTTPServer):\n"
-	"    daemon_threads = True\n"
-	"    allow_reuse_address = True\n"
-	"S((addr, port), H).serve_forever()\n";
-
-static int run_argv(const char *const *argv)
-{
-	pid_t p = fork();
-	if (p < 0)
-		return -1;
-	if (p == 0) {
-		int fd = open("/dev/null", O_RDWR);
-		if (fd >= 0) {
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		execvp(argv[0], (char *const *)argv);
-		_exit(127);
-	}
-	int st;
-	while (waitpid(p, &st, 0) < 0 && errno == EINTR)
-		;
-	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
-
-#define RUN(...) run_argv((const char *const[]){ __VA_ARGS__, NULL })
-
-static pid_t start_server(bool in_peer, const char *tag, const char *addr, int port)
-{
-	char ps[16];
-	snprintf(ps, sizeof ps, "%d", port);
-	pid_t p = fork();
-	if (p == 0) {
-		int fd = open("/dev/null", O_RDWR);
-		if (fd >= 0) {
-			dup2(fd, 0);
-			dup2(fd, 1);
-			dup2(fd, 2);
-		}
-		if (in_peer)
-			execlp("ip", "ip", "netns", "exec", ns_name, "python3", server_path, tag, addr,
-			       ps, (char *)NULL);
-		else
-			execlp("python3", "python3", server_path, tag, addr, ps, (char *)NULL);
-		_exit(127);
-	}
-	return p;
-}
-
-/* The host reaches addr:port (the peer through the veth). */
-static bool wait_port(const char *addr, int port)
-{
-	for (int i = 0; i < 200; i++) {
-		int s = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-		struct timeval tv = { .tv_sec = 1 };
-		setsockopt(s, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-		struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port) };
-		inet_pton(AF_INET, addr, &sa.sin_addr);
-		int rc = connect(s, (struct sockaddr *)&sa, sizeof sa);
-		close(s);
-		if (rc == 0)
-			return true;
-		usleep(50000);
-	}
-	return false;
-}
-
-static void write_file(const char *path, const char *text)
-{
-	FILE *f = fopen(path, "we");
-	if (f) {
-		fputs(text, f);
-		fclose(f);
-	}
-	chmod(path, 0644);
-}
-
-static void peer_teardown(void)
-{
-	for (int i = 0; i < 3; i++)
-		if (servers[i] > 0) {
-			kill(servers[i], SIGKILL);
-			waitpid(servers[i], NULL, 0);
-			servers[i] = 0;
-		}
-	if (ns_name[0]) {
-		/* the python server in the peer is a child of "ip netns exec": gone with it */
-		RUN("ip", "netns", "pids", ns_name);
-		RUN("ip", "netns", "del", ns_name);
-		RUN("ip", "link", "del", veth_host);
-	}
-	if (dir[0]) {
-		unlink(hosts_path);
-		unlink(server_path);
-		rmdir(dir);
-	}
-	ready = false;
-}
-
-static void peer_setup(void)
-{
-	if (!harness_is_root()) {
-		fprintf(stderr, "note: network suite needs root to build its peer host; not run\n");
-		return;
-	}
-	harness_moat();
-	int id = (int)getpid() % 100000;
-	snprintf(ns_name, sizeof ns_name, "moatpeer%d", id);
-	snprintf(veth_host, sizeof veth_host, "mtv%dh", id);
-	snprintf(veth_peer, sizeof veth_peer, "mtv%dp", id);
-	snprintf(dir, sizeof dir, "/tmp/moat-nettest-%d", id);
-	secret_port = 20000 + id % 20000;
-	if (mkdir(dir, 0755) < 0 && errno != EEXIST)
-		return;
-	chmod(dir, 0755);
-	snprintf(hosts_path, sizeof hosts_path, "%s/hosts", dir);
-	snprintf(server_path, sizeof server_path, "%s/server.py", dir);
-	write_file(server_path, SERVER_PY);
-	write_file(hosts_path, "127.0.0.1 localhost local.test\n"
-			       PEER_ADDR " api.example.com sub.example.com example.com "
-			       "evil-example.com other.test\n"
-			       "10.0.0.1 private.test\n");
-	char peer_cidr[] = PEER_ADDR "/24", host_cidr[] = HOST_ADDR "/24";
-	if (RUN("ip", "netns", "add", ns_name) || RUN("ip", "link", "add", veth_host, "type", "veth",
-						      "peer", "name", veth_peer) ||
-	    RUN("ip", "link", "set", veth_peer, "netns", ns_name) ||
-	    RUN("ip", "addr", "add", host_cidr, "dev", veth_host) ||
-	    RUN("ip", "link", "set", veth_host, "up") ||
-	    RUN("ip", "-n", ns_name, "addr", "add", peer_cidr, "dev", veth_peer) ||
-	    RUN("ip", "-n", ns_name, "link", "set", veth_peer, "up") ||
-	    RUN("ip", "-n", ns_name, "link", "set", "lo", "up")) {
-		fprintf(stderr, "note: network suite could not build its peer (iproute2, veth)\n");
-		peer_teardown();
-		return;
-	}
-	servers[0] = start_server(true, "peer-ok", PEER_ADDR, PEER_PORT);
-	servers[1] = start_server(false, "host-loopback-secret", "127.0.0.1", secret_port);
-	servers[2] = start_server(false, "host-address-secret", HOST_ADDR, secret_port);
-	bool up_peer = wait_port(PEER_ADDR, PEER_PORT), up_lo = wait_port("127.0.0.1", secret_port),
-	     up_addr = wait_port(HOST_ADDR, secret_port);
-	if (!up_peer || !up_lo || !up_addr) {
-		fprintf(stderr, "note: network suite: test servers did not start (peer %d, "
-			"host loopback %d, host address %d)\n", up_peer, up_lo, up_addr);
-		peer_teardown();
-		return;
-	}
-	ready = true;
-}
-
-#define PEER_GUARD(mode)                                                              \
-	do {                                                                          \
-		HARNESS_MODE_GUARD(mode);                                             \
-		if (!ready) {                                                         \
-			fprintf(stderr, "note: %s: no peer host; not run\n", __func__); \
-			return;                                                       \
-		}                                                                     \
-	} while (0)
-
-/* moat exec as harness_exec does, with extra environment and optionally the
- * private /etc/hosts (a mount namespace of the moat process only). */
-static void net_exec(int mode, const char *request, const char *extra_env, bool hosts,
-		     struct run_out *out)
-{
-	memset(out, 0, sizeof *out);
-	int in_p[2], out_p[2], err_p[2];
-	ck_assert_int_eq(pipe2(in_p, O_CLOEXEC), 0);
-	ck_assert_int_eq(pipe2(out_p, O_CLOEXEC), 0);
-	ck_assert_int_eq(pipe2(err_p, O_CLOEXEC), 0);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		dup2(in_p[0], 0);
-		dup2(out_p[1], 1);
-		dup2(err_p[1], 2);
-		if (hosts && (unshare(CLONE_NEWNS) < 0 ||
-			      mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
-			      mount(hosts_path, "/etc/hosts", NULL, MS_BIND, NULL) < 0)) {
-			perror("net_exec: private /etc/hosts");
-			_exit(97);
-		}
-		if (mode == MODE_ROOTLESS &&
-		    (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
-		     setresuid(65534, 65534, 65534) < 0)) {
-			perror("net_exec: drop to 65534");
-			_exit(99);
-		}
-		char *envp[] = { (char *)"PATH=/usr/bin:/bin", (char *)"HOME=/nonexistent",
-				 (char *)extra_env, NULL };
-		char *argv[] = { (char *)"moat", (char *)"exec", NULL };
-		execve(harness_moat(), argv, envp);
-		_exit(98);
-	}
-	close(in_p[0]);
-	close(out_p[1]);
-	close(err_p[1]);
-	size_t len = strlen(request);
-	ck_assert_int_eq(write(in_p[1], request, len), (ssize_t)len); /* fits the pipe */
-	close(in_p[1]);
-	int fds[2] = { out_p[0], err_p[0] };
-	char buf[65536];
-	time_t t0 = time(NULL);
-	while (fds[0] >= 0 || fds[1] >= 0) {
-		struct pollfd pf[2] = { { fds[0], POLLIN, 0 }, { fds[1], POLLIN, 0 } };
-		if (poll(pf, 2, 1000) < 0 && errno != EINTR)
-			break;
-		if (time(NULL) - t0 > 120) {
-			kill(pid, SIGKILL);
-			ck_abort_msg("moat did not finish");
-		}
-		for (int i = 0; i < 2; i++) {
-			if (fds[i] < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
-				continue;
-			ssize_t n = read(fds[i], buf, sizeof buf);
-			if (n <= 0) {
-				close(fds[i]);
-				fds[i] = -1;
-				continue;
-			}
-			char **b = i == 0 ? &out->out : &out->err;
-			size_t *l = i == 0 ? &out->out_len : &out->err_len;
-			char *nb = realloc(*b, *l + (size_t)n + 1);
-			ck_assert_ptr_nonnull(nb);
-			memcpy(nb + *l, buf, (size_t)n);
-			*l += (size_t)n;
-			nb[*l] = '\0';
-			*b = nb;
-		}
-	}
-	int st;
-	waitpid(pid, &st, 0);
-	out->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	out->json = out->out ? cJSON_Parse(out->out) : NULL;
-	ck_assert_msg(out->json, "moat printed no JSON (status %d): %s / %s", out->status,
-		      out->out ? out->out : "", out->err ? out->err : "");
-}
-
-static char *request(const char *code, const char *extra_json)
-{
-	char *q = harness_json_quote(code);
-	char *r = NULL;
-	ck_assert_int_ge(asprintf(&r, "{\"language\":\"python\",\"timeout\":60000,\"code\":%s%s}", q,
-				  extra_json), 0);
-	free(q);
-	return r;
-}
-
-static const char *stdout_of(const struct run_out *o)
-{
-	const char *s = harness_str(o, "stdout");
-	ck_assert_msg(s, "no stdout in %s", o->out);
-	return s;
-}
-
-/* A line "name:..." of the program's output must contain want. */
-static void expect_line(const char *out, const char *name, const char *want)
-{
-	size_t nl = strlen(name);
-	for (const char *l = out; l && *l;) {
-		const char *e = strchr(l, '\n');
-		size_t len = e ? (size_t)(e - l) : strlen(l);
-		if (len > nl && !strncmp(l, name, nl) && l[nl] == ':') {
-			char *line = strndup(l, len);
-			ck_assert_msg(strstr(line, want), "%s: got \"%s\", want \"%s\"", name, line, want);
-			free(line);
-			return;
-		}
-		l = e ? e + 1 : NULL;
-	}
-	ck_abort_msg("no line for %s in output:\n%s", name, out);
-}
-
-static const char *network_mode(const struct run_out *o)
-{
-	cJSON *n = cJSON_GetObjectItemCaseSensitive(o->json, "network");
-	cJSON *m = n ? cJSON_GetObjectItemCaseSensitive(n, "mode") : NULL;
-	return cJSON_IsString(m) ? m->valuestring : NULL;
-}
-
-/* Python: try(name, host, port) prints "name:ok <first bytes>" or "name:fail <error>". */
-static const char PY_TRY[] =
-	"import socket, os\n"
-	"def tryget(name, host, port, t=3):\n"
+	"import socket, sys, threading\n"
+	"tag, addrs, ports = sys.argv[1], sys.argv[2].split(','), [int(p) for p in sys.argv[3].split(',')]\n"
+	"echo = int(sys.argv[4]) if len(sys.argv) > 4 else 0\n"
+	"def sa(a, p):\n"
+	"    if '%' in a:\n"
+	"        h, i = a.split('%')\n"
+	"        return socket.AF_INET6, (h, p, 0, socket.if_nametoindex(i))\n"
+	"    return (socket.AF_INET6, (a, p, 0, 0)) if ':' in a else (socket.AF_INET, (a, p))\n"
+	"def http(c, via):\n"
 	"    try:\n"
-	"        s = socket.create_connection((host, port), timeout=t)\n"
-	"        s.sendall(b'GET /probe HTTP/1.0\\r\\nHost: x\\r\\n\\r\\n')\n"
+	"        c.settimeout(3)\n"
 	"        d = b''\n"
-	"        while True:\n"
-	"            b = s.recv(4096)\n"
+	"        while b'\\r\\n\\r\\n' not in d and len(d) < 65536:\n"
+	"            b = c.recv(4096)\n"
 	"            if not b: break\n"
 	"            d += b\n"
-	"        print('%s:ok %s' % (name, d.split(b'\\r\\n\\r\\n')[-1].decode('latin1').strip()))\n"
+	"        lines = d.decode('latin1').split('\\r\\n')\n"
+	"        path = lines[0].split(' ')[1] if lines[0].count(' ') >= 2 else '?'\n"
+	"        host = ''\n"
+	"        for l in lines[1:]:\n"
+	"            if l.lower().startswith('host:'): host = l[5:].strip()\n"
+	"        b = ('%s host=%s path=%s via=%s\\n' % (tag, host, path, via)).encode()\n"
+	"        c.sendall(b'HTTP/1.0 200 OK\\r\\nContent-Length: %d\\r\\nConnection: close\\r\\n\\r\\n' % len(b) + b)\n"
+	"    except OSError:\n"
+	"        pass\n"
+	"    finally:\n"
+	"        c.close()\n"
+	"def echo_conn(c):\n"
+	"    try:\n"
+	"        while True:\n"
+	"            b = c.recv(65536)\n"
+	"            if not b: break\n"
+	"            c.sendall(b)\n"
+	"    except OSError:\n"
+	"        pass\n"
+	"    finally:\n"
+	"        c.close()\n"
+	"def tcp(a, p, fn):\n"
+	"    f, addr = sa(a, p)\n"
+	"    s = socket.socket(f, socket.SOCK_STREAM)\n"
+	"    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+	"    if f == socket.AF_INET6: s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n"
+	"    s.bind(addr)\n"
+	"    s.listen(1024)\n"
+	"    via = '%s:%d' % (a, p)\n"
+	"    def loop():\n"
+	"        while True:\n"
+	"            c, _ = s.accept()\n"
+	"            threading.Thread(target=fn, args=(c, via) if fn is http else (c,), daemon=True).start()\n"
+	"    threading.Thread(target=loop, daemon=True).start()\n"
+	"def udp(a, p):\n"
+	"    f, addr = sa(a, p)\n"
+	"    s = socket.socket(f, socket.SOCK_DGRAM)\n"
+	"    if f == socket.AF_INET6: s.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)\n"
+	"    s.bind(addr)\n"
+	"    via = '%s:%d' % (a, p)\n"
+	"    def loop():\n"
+	"        while True:\n"
+	"            d, peer = s.recvfrom(65536)\n"
+	"            s.sendto(('%s udp via=%s\\n' % (tag, via)).encode(), peer)\n"
+	"    threading.Thread(target=loop, daemon=True).start()\n"
+	"for a in addrs:\n"
+	"    for p in ports:\n"
+	"        tcp(a, p, http)\n"
+	"        udp(a, p)\n"
+	"    if echo:\n"
+	"        tcp(a, echo, echo_conn)\n"
+	"print('ready', flush=True)\n"
+	"threading.Event().wait()\n";
+
+/* dns.py HOSTS: A and AAAA answers from a hosts table on 127.0.0.1:53 and [::1]:53
+ * (NXDOMAIN for other names). */
+static const char DNS_PY[] =
+	"import socket, struct, sys, threading\n"
+	"table = {}\n"
+	"for l in open(sys.argv[1]):\n"
+	"    f = l.split('#')[0].split()\n"
+	"    for n in f[1:]:\n"
+	"        table.setdefault(n.lower().rstrip('.'), []).append(f[0])\n"
+	"def answer(q):\n"
+	"    if len(q) < 12: return None\n"
+	"    qid, flags, qd = struct.unpack('!HHH', q[:6])\n"
+	"    if qd != 1: return None\n"
+	"    i, labels = 12, []\n"
+	"    while i < len(q) and q[i]:\n"
+	"        labels.append(q[i + 1:i + 1 + q[i]].decode('latin1'))\n"
+	"        i += 1 + q[i]\n"
+	"    i += 1\n"
+	"    if i + 4 > len(q): return None\n"
+	"    qtype, qclass = struct.unpack('!HH', q[i:i + 4])\n"
+	"    question = q[12:i + 4]\n"
+	"    name = '.'.join(labels).lower()\n"
+	"    ans = []\n"
+	"    if name in table:\n"
+	"        rcode = 0\n"
+	"        for a in table[name]:\n"
+	"            if qtype == 1 and ':' not in a:\n"
+	"                ans.append(struct.pack('!HHHIH', 0xc00c, 1, 1, 5, 4) + socket.inet_pton(socket.AF_INET, a))\n"
+	"            if qtype == 28 and ':' in a:\n"
+	"                ans.append(struct.pack('!HHHIH', 0xc00c, 28, 1, 5, 16) + socket.inet_pton(socket.AF_INET6, a))\n"
+	"    else:\n"
+	"        rcode = 3\n"
+	"    hdr = struct.pack('!HHHHHH', qid, 0x8180 | (flags & 0x0100) | rcode, 1, len(ans), 0, 0)\n"
+	"    return hdr + question + b''.join(ans)\n"
+	"def serve(f, a):\n"
+	"    s = socket.socket(f, socket.SOCK_DGRAM)\n"
+	"    s.bind((a, 53))\n"
+	"    while True:\n"
+	"        q, peer = s.recvfrom(4096)\n"
+	"        r = answer(q)\n"
+	"        if r: s.sendto(r, peer)\n"
+	"for f, a in ((socket.AF_INET, '127.0.0.1'), (socket.AF_INET6, '::1')):\n"
+	"    threading.Thread(target=serve, args=(f, a), daemon=True).start()\n"
+	"print('ready', flush=True)\n"
+	"threading.Event().wait()\n";
+
+/* ---- python: the probe (run in the sandbox, and in H to verify the services) ---- */
+
+/* attempt(proto, addr, port, host, bind, uif, scope, data) -> "ok <reply>" | "fail <error>" */
+static const char PY_LIB[] =
+	"import socket, struct, sys, os\n"
+	"from concurrent.futures import ThreadPoolExecutor\n"
+	"T = 1.5\n"
+	"P = 8080\n"
+	"def ifaces():\n"
+	"    try:\n"
+	"        return [l.split(':')[0].strip() for l in open('/proc/net/dev').read().splitlines()[2:]]\n"
+	"    except OSError:\n"
+	"        return [n for _, n in socket.if_nameindex()]\n"
+	"def attempt(proto, addr, port, host, bind=None, uif=None, scope=None, data=None):\n"
+	"    v6 = ':' in addr\n"
+	"    s = socket.socket(socket.AF_INET6 if v6 else socket.AF_INET,\n"
+	"                      socket.SOCK_STREAM if proto == 'tcp' else socket.SOCK_DGRAM)\n"
+	"    try:\n"
+	"        s.settimeout(T)\n"
+	"        if bind:\n"
+	"            s.setsockopt(socket.SOL_SOCKET, socket.SO_BINDTODEVICE, bind.encode())\n"
+	"        if uif:\n"
+	"            s.setsockopt(socket.IPPROTO_IPV6 if v6 else socket.IPPROTO_IP, 76 if v6 else 50,\n"
+	"                         struct.pack('!I', socket.if_nametoindex(uif)))\n"
+	"        s.connect((addr, port, 0, socket.if_nametoindex(scope) if scope else 0) if v6 else (addr, port))\n"
+	"        if proto == 'tcp':\n"
+	"            s.sendall(data or b'GET /probe HTTP/1.0\\r\\nHost: ' + host.encode() + b'\\r\\n\\r\\n')\n"
+	"            d = b''\n"
+	"            while len(d) < 65536:\n"
+	"                b = s.recv(4096)\n"
+	"                if not b or data: d += b; break\n"
+	"                d += b\n"
+	"            if not data:\n"
+	"                head, _, d = d.partition(b'\\r\\n\\r\\n')\n"
+	"                st = head.split(b' ')[1] if head.count(b' ') >= 1 else b'?'\n"
+	"                if d.strip() and st != b'200':\n"
+	"                    return 'fail http %s %s' % (st.decode('latin1'), d.decode('latin1').strip()[:80])\n"
+	"        else:\n"
+	"            s.send(data or b'probe')\n"
+	"            d = s.recv(4096)\n"
+	"        if not d.strip():\n"
+	"            return 'fail closed without a reply'\n"
+	"        return 'ok ' + d.decode('latin1').strip().replace('\\n', ' ')\n"
 	"    except OSError as e:\n"
-	"        print('%s:fail %s' % (name, e))\n"
-	"def gateway():\n"
-	"    for l in open('/proc/net/route').read().splitlines()[1:]:\n"
-	"        f = l.split()\n"
-	"        if f[1] == '00000000':\n"
-	"            return socket.inet_ntoa(bytes.fromhex(f[2])[::-1])\n"
-	"    return '192.0.2.1'\n";
+	"        return 'fail %s' % (e,)\n"
+	"    finally:\n"
+	"        s.close()\n";
 
-/* ---- default: only lo ---- */
+/* The sweep: every target x protocol x variant, and by name; needs LLSPEC
+ * and VERIFY (plain attempts only, plus the echo service) defined before it. */
+static const char PY_SWEEP[] =
+	"LL = dict(x.split('=', 1) for x in LLSPEC.split(',') if x)\n"
+	"TARGETS = [('meta4', '169.254.169.254', 80), ('meta6', 'fd00:ec2::254', 80),\n"
+	"           ('hostaddr', '10.78.0.1', P), ('hostlan', '10.77.0.1', P), ('hostmeta4', '10.79.0.1', P),\n"
+	"           ('hostmeta6', 'fd00:79::1', P), ('hostlo4', '127.0.0.1', P), ('hostlo6', '::1', P),\n"
+	"           ('hostpub4', '11.77.0.1', P), ('hostpub6', '2a01:4f8:77::1', P),\n"
+	"           ('lan', '10.77.0.2', P), ('public4', '11.77.0.2', P), ('public6', '2a01:4f8:77::2', P)]\n"
+	"TARGETS += [('hostll-' + k, v, P) for k, v in sorted(LL.items())]\n"
+	"NAMES = ['public.test', 'mixed.test', 'meta.test', 'lan.test', 'hostaddr.test', 'hostlo.test',\n"
+	"         'hostpub.test', 'self.test']\n"
+	"IFS = ifaces()\n"
+	"def gateways():\n"
+	"    g = []\n"
+	"    try:\n"
+	"        for l in open('/proc/net/route').read().splitlines()[1:]:\n"
+	"            f = l.split()\n"
+	"            if f[1] == '00000000' and f[2] != '00000000':\n"
+	"                g.append(('gw4', socket.inet_ntoa(bytes.fromhex(f[2])[::-1]), P, None))\n"
+	"        for l in open('/proc/net/ipv6_route').read().splitlines():\n"
+	"            f = l.split()\n"
+	"            if f[0] == '0' * 32 and f[1] == '00' and f[4] != '0' * 32:\n"
+	"                a = socket.inet_ntop(socket.AF_INET6, bytes.fromhex(f[4]))\n"
+	"                g.append(('gw6', a, P, f[9]))\n"
+	"    except OSError:\n"
+	"        pass\n"
+	"    return g\n"
+	"def hostport(a, p):\n"
+	"    return '[%s]:%d' % (a, p) if ':' in a else '%s:%d' % (a, p)\n"
+	"jobs = []\n"
+	"for proto in ('tcp', 'udp'):\n"
+	"    for name, addr, port in TARGETS + [g[:3] for g in gateways()]:\n"
+	"        h = hostport(addr, port)\n"
+	"        if addr.startswith('fe80:'):\n"
+	"            for i in IFS:\n"
+	"                if VERIFY and i != name.split('-')[-1]:\n"
+	"                    continue\n"
+	"                jobs.append(('%s-%s-scope=%s' % (proto, name, i), (proto, addr, port, h, None, None, i)))\n"
+	"                if not VERIFY:\n"
+	"                    jobs.append(('%s-%s-scope=%s+bind=%s' % (proto, name, i, i),\n"
+	"                                 (proto, addr, port, h, i, None, i)))\n"
+	"            continue\n"
+	"        jobs.append(('%s-%s-plain' % (proto, name), (proto, addr, port, h)))\n"
+	"        if VERIFY:\n"
+	"            continue\n"
+	"        for i in IFS:\n"
+	"            jobs.append(('%s-%s-bind=%s' % (proto, name, i), (proto, addr, port, h, i)))\n"
+	"            jobs.append(('%s-%s-uif=%s' % (proto, name, i), (proto, addr, port, h, None, i)))\n"
+	"if VERIFY:\n"
+	"    jobs.append(('echo-public4', ('tcp', '11.77.0.2', 9000, '', None, None, None, b'echo\\n')))\n"
+	"    jobs.append(('echo-public6', ('tcp', '2a01:4f8:77::2', 9000, '', None, None, None, b'echo\\n')))\n"
+	"def resolve(n):\n"
+	"    try:\n"
+	"        r = socket.getaddrinfo(n, P, proto=socket.IPPROTO_TCP)\n"
+	"        return sorted(set(x[4][0] for x in r))\n"
+	"    except OSError as e:\n"
+	"        return e\n"
+	"lines = []\n"
+	"with ThreadPoolExecutor(48) as ex:\n"
+	"    for n, r in zip(NAMES, ex.map(resolve, NAMES)):\n"
+	"        if isinstance(r, list):\n"
+	"            lines.append('dns-%s:ok %s' % (n, ','.join(r)))\n"
+	"            for a in r:\n"
+	"                for proto in ('tcp', 'udp'):\n"
+	"                    jobs.append(('%s-name-%s-%s' % (proto, n, a.replace(':', '-')),\n"
+	"                                 (proto, a, P, '%s:%d' % (n, P))))\n"
+	"        else:\n"
+	"            lines.append('dns-%s:fail %s' % (n, r))\n"
+	"    lines += ['%s:%s' % (j[0], r) for j, r in zip(jobs, ex.map(lambda j: attempt(*j[1]), jobs))]\n"
+	"print('ifaces:%s' % ','.join(IFS))\n"
+	"for l in sorted(lines):\n"
+	"    print(l)\n";
 
-START_TEST(default_only_lo)
-{
-	PEER_GUARD(_i);
-	char code[4096];
-	snprintf(code, sizeof code,
-		 "%s"
-		 "srv = socket.socket(); srv.bind(('127.0.0.1', 8000)); srv.listen()\n"
-		 "c = socket.create_connection(('127.0.0.1', 8000)); a, _ = srv.accept()\n"
-		 "c.sendall(b'hi'); print('local:ok' if a.recv(2) == b'hi' else 'local:bad')\n"
-		 "tryget('peer', '%s', %d)\n"
-		 "tryget('hostlo', '127.0.0.1', %d)\n"
-		 "tryget('hostaddr', '%s', %d)\n"
-		 "tryget('any', '1.1.1.1', 80)\n"
-		 "print('resolv:%%s' %% os.path.exists('/etc/resolv.conf'))\n"
-		 "print('ifaces:%%s' %% sorted(os.listdir('/sys/class/net')) if os.path.exists('/sys/class/net') else 'ifaces:n/a')\n",
-		 PY_TRY, PEER_ADDR, PEER_PORT, secret_port, HOST_ADDR, secret_port);
-	char *req = request(code, "");
-	struct run_out o;
-	net_exec(_i, req, NULL, false, &o);
-	const char *out = stdout_of(&o);
-	expect_line(out, "local", "local:ok");
-	expect_line(out, "peer", "peer:fail");
-	expect_line(out, "hostlo", "hostlo:fail");
-	expect_line(out, "hostaddr", "hostaddr:fail");
-	expect_line(out, "any", "any:fail");
-	expect_line(out, "resolv", "False");
-	ck_assert_str_eq(network_mode(&o), "none");
-	harness_free(&o);
-	free(req);
-}
-END_TEST
-
-/* ---- network: true ---- */
-
-static void egress_check(int mode, const char *stack_env, const char *stack)
-{
-	char code[4096];
-	snprintf(code, sizeof code,
-		 "%s"
-		 "tryget('peer', '%s', %d)\n"
-		 "tryget('hostlo', '127.0.0.1', %d)\n"
-		 "tryget('gateway', gateway(), %d)\n"
-		 "tryget('hostaddr', '%s', %d)\n"
-		 "tryget('metadata', '169.254.169.254', 80)\n"
-		 "print('resolv:%%s' %% open('/etc/resolv.conf').read().strip())\n",
-		 PY_TRY, PEER_ADDR, PEER_PORT, secret_port, secret_port, HOST_ADDR, secret_port);
-	char *req = request(code, ",\"network\":true");
-	struct run_out o;
-	net_exec(mode, req, stack_env, false, &o);
-	const char *out = stdout_of(&o);
-	expect_line(out, "peer", "peer:ok peer-ok");
-	expect_line(out, "hostlo", "hostlo:fail");
-	expect_line(out, "gateway", "gateway:fail");
-	expect_line(out, "hostaddr", "hostaddr:fail");
-	expect_line(out, "metadata", "metadata:fail");
-	expect_line(out, "resolv", "nameserver");
-	ck_assert_msg(!strstr(out, "secret"), "a host service answered:\n%s", out);
-	ck_assert_str_eq(network_mode(&o), "egress");
-	cJSON *n = cJSON_GetObjectItemCaseSensitive(o.json, "network");
-	cJSON *s = cJSON_GetObjectItemCaseSensitive(n, "stack");
-	ck_assert(cJSON_IsString(s));
-	ck_assert_str_eq(s->valuestring, stack);
-	harness_free(&o);
-	free(req);
-}
-
-START_TEST(egress_pasta)
-{
-	PEER_GUARD(_i);
-	egress_check(_i, NULL, "pasta");
-}
-END_TEST
-
-START_TEST(egress_slirp4netns)
-{
-	PEER_GUARD(_i);
-	egress_check(_i, "MOAT_NET_STACK=slirp4netns", "slirp4netns");
-}
-END_TEST
-
-/* After the run, no pasta/slirp4netns of ours is left and the run's
- * namespaces are gone with it. */
-START_TEST(egress_torn_down)
-{
-	PEER_GUARD(_i);
-	char *req = request("print('x')", ",\"network\":true");
-	struct run_out o;
-	net_exec(_i, req, NULL, false, &o);
-	ck_assert_int_eq(o.status, 0);
-	harness_free(&o);
-	free(req);
-	FILE *p = popen("pgrep -f -- '[-]-netns /proc/self/fd/3' | wc -l", "r");
-	ck_assert_ptr_nonnull(p);
-	int n = -1;
-	ck_assert_int_eq(fscanf(p, "%d", &n), 1);
-	pclose(p);
-	ck_assert_int_eq(n, 0);
-}
-END_TEST
-
-/* ---- allowedHosts: the proxy ---- */
-
+/* The explicit proxy at 127.0.0.1:3128: get(name, url[, host]), connect(name, host:port[, then]). */
 static const char PY_PROXY[] =
-	"import socket\n"
-	"P = ('127.0.0.1', 3128)\n"
+	"PROXY = ('127.0.0.1', 3128)\n"
 	"def talk(raw, then=None):\n"
-	"    s = socket.create_connection(P, timeout=15)\n"
+	"    s = socket.create_connection(PROXY, timeout=15)\n"
 	"    s.sendall(raw.encode())\n"
 	"    d = b''\n"
 	"    while b'\\r\\n\\r\\n' not in d:\n"
@@ -489,13 +385,1324 @@ static const char PY_PROXY[] =
 	"    try: show(name, talk('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' % (hp, hp), then))\n"
 	"    except OSError as e: print('%s:error:%s' % (name, e))\n";
 
+/* hc(name, host, port[, Host header]): a plain http.client GET (no proxy). */
+static const char PY_HTTP_CLIENT[] =
+	"import http.client\n"
+	"def hc(name, host, port, hosthdr=None):\n"
+	"    try:\n"
+	"        c = http.client.HTTPConnection(host, port, timeout=5)\n"
+	"        c.request('GET', '/hc', headers={'Host': hosthdr} if hosthdr else {})\n"
+	"        r = c.getresponse()\n"
+	"        b = r.read().decode('latin1').strip()\n"
+	"        c.close()\n"
+	"        print('%s:%s %d %s' % (name, 'ok' if r.status == 200 and b else 'fail', r.status, b))\n"
+	"    except Exception as e:\n"
+	"        print('%s:fail %s' % (name, e))\n";
+
+/* 256 connections to the public peer's echo, all open at once, 4 KiB each. */
+static const char PY_PARALLEL[] =
+	"import asyncio\n"
+	"N, HOST = 256, '11.77.0.2'\n"
+	"async def opener(i):\n"
+	"    return await asyncio.wait_for(asyncio.open_connection(HOST, 9000), 30)\n"
+	"async def talk(i, rw):\n"
+	"    r, w = rw\n"
+	"    data = bytes([65 + i % 26]) * 4096\n"
+	"    w.write(data)\n"
+	"    await w.drain()\n"
+	"    got = await asyncio.wait_for(r.readexactly(len(data)), 30)\n"
+	"    return got == data\n"
+	"async def main():\n"
+	"    conns = await asyncio.gather(*(opener(i) for i in range(N)), return_exceptions=True)\n"
+	"    live = [(i, c) for i, c in enumerate(conns) if not isinstance(c, BaseException)]\n"
+	"    res = await asyncio.gather(*(talk(i, c) for i, c in live), return_exceptions=True)\n"
+	"    for _, (r, w) in live:\n"
+	"        w.close()\n"
+	"    good = sum(1 for x in res if x is True)\n"
+	"    errs = sorted(set(repr(x) for x in list(conns) + list(res) if isinstance(x, BaseException)))\n"
+	"    print('parallel:%s %d/%d open %d %s' % ('ok' if good == N else 'fail', good, N, len(live), errs[:3]))\n"
+	"asyncio.run(main())\n";
+
+/* ---- the program's lines: "name:result" ---- */
+
+struct lines {
+	char *buf;
+	char **name, **res; /* "name:res" */
+	size_t n;
+};
+
+static void lines_parse(const char *text, struct lines *ls)
+{
+	memset(ls, 0, sizeof *ls);
+	ls->buf = strdup(text ? text : "");
+	size_t cap = 1;
+	for (const char *p = ls->buf; *p; p++)
+		cap += *p == '\n';
+	ls->name = calloc(cap, sizeof *ls->name);
+	ls->res = calloc(cap, sizeof *ls->res);
+	ck_assert(ls->buf && ls->name && ls->res);
+	char *save = NULL;
+	for (char *l = strtok_r(ls->buf, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		char *c = strchr(l, ':');
+		if (!c)
+			continue;
+		*c = '\0';
+		ls->name[ls->n] = l;
+		ls->res[ls->n++] = c + 1;
+	}
+}
+
+static const char *lines_get(const struct lines *ls, const char *name)
+{
+	for (size_t i = 0; i < ls->n; i++)
+		if (!strcmp(ls->name[i], name))
+			return ls->res[i];
+	return NULL;
+}
+
+static void lines_free(struct lines *ls)
+{
+	free(ls->buf);
+	free(ls->name);
+	free(ls->res);
+}
+
+/* ---- processes and the topology ---- */
+
+static int run_argv(const char *const *argv)
+{
+	pid_t p = fork();
+	if (p < 0)
+		return -1;
+	if (p == 0) {
+		int fd = open("/dev/null", O_RDWR);
+		if (fd >= 0) {
+			dup2(fd, 0);
+			dup2(fd, 1);
+			dup2(fd, 2);
+		}
+		execvp(argv[0], (char *const *)argv);
+		_exit(127);
+	}
+	int st;
+	while (waitpid(p, &st, 0) < 0 && errno == EINTR)
+		;
+	return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+#define RUN(...) run_argv((const char *const[]){ __VA_ARGS__, NULL })
+
+static long now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
+}
+
+static void write_file(const char *path, const char *text)
+{
+	FILE *f = fopen(path, "we");
+	if (f) {
+		fputs(text, f);
+		fclose(f);
+	}
+	chmod(path, 0644);
+}
+
+/* In a forked child: joins the named network namespace. */
+static int enter_netns(const char *name)
+{
+	char path[96];
+	snprintf(path, sizeof path, "/run/netns/%s", name);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
+		perror("network suite: setns");
+		return -1;
+	}
+	close(fd);
+	return 0;
+}
+
+/* In a forked child, in H: a mount namespace of its own with the suite's
+ * /etc/hosts and /etc/resolv.conf and H's sysfs (what `ip netns exec` does). */
+static int enter_h_files(void)
+{
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount(hosts_path, "/etc/hosts", NULL, MS_BIND, NULL) < 0 ||
+	    mount(resolv_path, "/etc/resolv.conf", NULL, MS_BIND, NULL) < 0) {
+		perror("network suite: private /etc/hosts and /etc/resolv.conf");
+		return -1;
+	}
+	if (umount2("/sys", MNT_DETACH) == 0)
+		mount("sysfs", "/sys", "sysfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, NULL);
+	return 0;
+}
+
+static int drop_to_rootless(void)
+{
+	if (setgroups(0, NULL) < 0 || setresgid(ROOTLESS_ID, ROOTLESS_ID, ROOTLESS_ID) < 0 ||
+	    setresuid(ROOTLESS_ID, ROOTLESS_ID, ROOTLESS_ID) < 0) {
+		perror("network suite: drop to 65534");
+		return -1;
+	}
+	return 0;
+}
+
+/* Writes /proc/sys/<path> = value inside a namespace (sysctl files answer
+ * for the netns of the process that opens them). */
+static int ns_sysctl(const char *ns, const char *path, const char *value)
+{
+	pid_t p = fork();
+	if (p < 0)
+		return -1;
+	if (p == 0) {
+		if (enter_netns(ns) < 0)
+			_exit(1);
+		char file[160];
+		snprintf(file, sizeof file, "/proc/sys/%s", path);
+		int fd = open(file, O_WRONLY | O_CLOEXEC);
+		_exit(fd >= 0 && write(fd, value, strlen(value)) == (ssize_t)strlen(value) ? 0 : 1);
+	}
+	int st;
+	waitpid(p, &st, 0);
+	return WIFEXITED(st) && WEXITSTATUS(st) == 0 ? 0 : -1;
+}
+
+/* Reads fd until EOF, until `until` appears (when given) or until the
+ * deadline; returns what was read (malloc'd). */
+static char *read_until(int fd, const char *until, long timeout_ms)
+{
+	size_t len = 0;
+	char *buf = calloc(1, 1);
+	long end = now_ms() + timeout_ms;
+	while (buf && now_ms() < end && !(until && strstr(buf, until))) {
+		struct pollfd pf = { fd, POLLIN, 0 };
+		if (poll(&pf, 1, 200) <= 0)
+			continue;
+		char tmp[4096];
+		ssize_t n = read(fd, tmp, sizeof tmp);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0)
+			break;
+		char *nb = realloc(buf, len + (size_t)n + 1);
+		if (!nb)
+			break;
+		buf = nb;
+		memcpy(buf + len, tmp, (size_t)n);
+		len += (size_t)n;
+		buf[len] = '\0';
+	}
+	return buf;
+}
+
+/* A python service in namespace ns; waits for its "ready". */
+static bool start_server(int ns, const char *script, const char *const *args)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0 || nservers >= (int)(sizeof servers / sizeof servers[0]))
+		return false;
+	pid_t pid = fork();
+	if (pid < 0)
+		return false;
+	if (pid == 0) {
+		char log[128];
+		snprintf(log, sizeof log, "%s/%s-%d.log", dir, NS_TAG[ns], nservers);
+		int nul = open("/dev/null", O_RDONLY), lf = open(log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+		if (nul < 0 || lf < 0 || dup2(nul, 0) < 0 || dup2(p[1], 1) < 0 || dup2(lf, 2) < 0)
+			_exit(126);
+		if (enter_netns(ns_name[ns]) < 0)
+			_exit(126);
+		const char *argv[12] = { PY, script };
+		for (int i = 0; args[i] && i < 9; i++)
+			argv[i + 2] = args[i];
+		execv(PY, (char *const *)argv);
+		_exit(127);
+	}
+	servers[nservers++] = pid;
+	close(p[1]);
+	char *out = read_until(p[0], "ready\n", harness_scale_ms(15000));
+	close(p[0]);
+	bool ok = out && strstr(out, "ready\n");
+	if (!ok)
+		fprintf(stderr, "note: network suite: a service in %s did not start (log: %s/%s-%d.log)\n",
+			ns_name[ns], dir, NS_TAG[ns], nservers - 1);
+	free(out);
+	return ok;
+}
+
+/* Runs python code in H with the suite's files, as root or as 65534;
+ * returns its stdout (malloc'd). */
+static char *python_in_h(bool rootless, const char *code)
+{
+	char path[128];
+	snprintf(path, sizeof path, "%s/verify-%d.py", dir, (int)rootless);
+	write_file(path, code);
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return NULL;
+	pid_t pid = fork();
+	if (pid < 0)
+		return NULL;
+	if (pid == 0) {
+		int nul = open("/dev/null", O_RDWR);
+		if (nul < 0 || dup2(nul, 0) < 0 || dup2(p[1], 1) < 0 || dup2(nul, 2) < 0)
+			_exit(126);
+		if (enter_netns(ns_name[NS_H]) < 0 || enter_h_files() < 0 ||
+		    (rootless && drop_to_rootless() < 0))
+			_exit(126);
+		execl(PY, PY, path, (char *)NULL);
+		_exit(127);
+	}
+	close(p[1]);
+	char *out = read_until(p[0], NULL, harness_scale_ms(60000));
+	close(p[0]);
+	kill(pid, SIGKILL);
+	waitpid(pid, NULL, 0);
+	unlink(path);
+	return out;
+}
+
+/* SIGKILL to every process in the suite's namespace name except the
+ * suite's own services when keep_services (what a failed teardown test left
+ * behind, e.g. an orphaned pasta holding the sandbox's namespace); the
+ * namespaces are the suite's own, so is everything in them. */
+static void kill_ns_procs(const char *name, bool keep_services)
+{
+	char path[96];
+	struct stat st;
+	snprintf(path, sizeof path, "/run/netns/%s", name);
+	if (stat(path, &st) < 0)
+		return;
+	DIR *d = opendir("/proc");
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		pid_t pid = (pid_t)atoi(e->d_name);
+		if (pid <= 0 || pid == getpid())
+			continue;
+		char p[64];
+		struct stat ns;
+		snprintf(p, sizeof p, "/proc/%d/ns/net", (int)pid);
+		if (stat(p, &ns) < 0 || ns.st_ino != st.st_ino || ns.st_dev != st.st_dev)
+			continue;
+		bool service = false;
+		for (int i = 0; i < nservers; i++)
+			service |= servers[i] == pid;
+		if (!(keep_services && service))
+			kill(pid, SIGKILL);
+	}
+	if (d)
+		closedir(d);
+}
+
+static void topology_teardown(void)
+{
+	for (int i = 0; i < nservers; i++) {
+		kill(servers[i], SIGKILL);
+		waitpid(servers[i], NULL, 0);
+	}
+	nservers = 0;
+	for (int i = NS_COUNT - 1; i >= 0; i--)
+		if (ns_name[i][0]) {
+			kill_ns_procs(ns_name[i], false);
+			RUN("ip", "netns", "del", ns_name[i]); /* its veth ends go with it */
+			ns_name[i][0] = '\0';
+		}
+	if (dir[0]) {
+		DIR *d = opendir(dir);
+		struct dirent *e;
+		while (d && (e = readdir(d))) {
+			char p[400];
+			if (e->d_name[0] == '.')
+				continue;
+			snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
+			unlink(p);
+		}
+		if (d)
+			closedir(d);
+		rmdir(dir);
+		dir[0] = '\0';
+	}
+	ready = false;
+}
+
+#define IPH(...) RUN("ip", "-n", ns_name[NS_H], __VA_ARGS__)
+
+static bool build_links(void)
+{
+	const char *l = ns_name[NS_LAN], *m = ns_name[NS_META], *p = ns_name[NS_PUB];
+	for (int i = 0; i < NS_COUNT; i++)
+		if (RUN("ip", "netns", "add", ns_name[i]) ||
+		    ns_sysctl(ns_name[i], "net/ipv6/conf/default/accept_dad", "0") ||
+		    ns_sysctl(ns_name[i], "net/ipv6/conf/all/accept_dad", "0") ||
+		    RUN("ip", "-n", ns_name[i], "link", "set", "lo", "up"))
+			return false;
+	return !IPH("link", "add", "lan0", "type", "veth", "peer", "name", "eth0", "netns", l) &&
+	       !IPH("link", "add", "meta0", "type", "veth", "peer", "name", "eth0", "netns", m) &&
+	       !IPH("link", "add", "pub0", "type", "veth", "peer", "name", "eth0", "netns", p) &&
+	       !IPH("addr", "add", H_LAN "/24", "dev", "lan0") &&
+	       !IPH("addr", "add", H_SECOND "/32", "dev", "lan0") &&
+	       !IPH("addr", "add", H_META4 "/30", "dev", "meta0") &&
+	       !IPH("addr", "add", H_META6 "/64", "dev", "meta0", "nodad") &&
+	       !IPH("addr", "add", H_PUB4 "/24", "dev", "pub0") &&
+	       !IPH("addr", "add", H_PUB6 "/64", "dev", "pub0", "nodad") &&
+	       !IPH("link", "set", "lan0", "up") && !IPH("link", "set", "meta0", "up") &&
+	       !IPH("link", "set", "pub0", "up") &&
+	       /* the LAN peer */
+	       !RUN("ip", "-n", l, "addr", "add", LAN_PEER "/24", "dev", "eth0") &&
+	       !RUN("ip", "-n", l, "link", "set", "eth0", "up") &&
+	       !RUN("ip", "-n", l, "route", "add", "default", "via", H_LAN) &&
+	       /* the metadata service */
+	       !RUN("ip", "-n", m, "addr", "add", M_LINK4 "/30", "dev", "eth0") &&
+	       !RUN("ip", "-n", m, "addr", "add", M_LINK6 "/64", "dev", "eth0", "nodad") &&
+	       !RUN("ip", "-n", m, "addr", "add", META4 "/32", "dev", "lo") &&
+	       !RUN("ip", "-n", m, "addr", "add", META6 "/128", "dev", "lo") &&
+	       !RUN("ip", "-n", m, "link", "set", "eth0", "up") &&
+	       !RUN("ip", "-n", m, "route", "add", "default", "via", H_META4) &&
+	       !RUN("ip", "-n", m, "-6", "route", "add", "default", "via", H_META6) &&
+	       /* the public peer */
+	       !RUN("ip", "-n", p, "addr", "add", PUB4 "/24", "dev", "eth0") &&
+	       !RUN("ip", "-n", p, "addr", "add", PUB6 "/64", "dev", "eth0", "nodad") &&
+	       !RUN("ip", "-n", p, "link", "set", "eth0", "up") &&
+	       !RUN("ip", "-n", p, "route", "add", "default", "via", H_PUB4) &&
+	       !RUN("ip", "-n", p, "-6", "route", "add", "default", "via", H_PUB6) &&
+	       /* H: default routes via the public peer (pasta needs one to copy) */
+	       !IPH("route", "add", "default", "via", PUB4) &&
+	       !IPH("-6", "route", "add", "default", "via", PUB6) &&
+	       /* metadata: a plain route (root-mode runs) ... */
+	       !IPH("route", "add", META4 "/32", "via", M_LINK4) &&
+	       !IPH("-6", "route", "add", META6 "/128", "via", M_LINK6) &&
+	       /* ... and a policy route for the sandbox user (rootless runs) */
+	       !IPH("route", "add", META4 "/32", "via", M_LINK4, "table", "77") &&
+	       !IPH("-6", "route", "add", META6 "/128", "via", M_LINK6, "table", "77") &&
+	       !IPH("rule", "add", "uidrange", "65534-65534", "lookup", "77", "priority", "100") &&
+	       !IPH("-6", "rule", "add", "uidrange", "65534-65534", "lookup", "77", "priority", "100");
+}
+
+/* H's link-local addresses: ll_spec "lan0=fe80::..,..." and the service
+ * address list "fe80::..%lan0,...". */
+static bool link_locals(char *addrs, size_t size)
+{
+	char cmd[160];
+	snprintf(cmd, sizeof cmd, "ip -n %s -6 -o addr show scope link", ns_name[NS_H]);
+	FILE *f = popen(cmd, "r");
+	if (!f)
+		return false;
+	char line[512];
+	int n = 0;
+	ll_spec[0] = addrs[0] = '\0';
+	while (fgets(line, sizeof line, f)) {
+		char dev[32], addr[64];
+		if (sscanf(line, "%*d: %31s inet6 %63[0-9a-f:]/", dev, addr) != 2)
+			continue;
+		size_t a = strlen(ll_spec), b = strlen(addrs);
+		snprintf(ll_spec + a, sizeof ll_spec - a, "%s%s=%s", n ? "," : "", dev, addr);
+		snprintf(addrs + b, size - b, ",%s%%%s", addr, dev);
+		n++;
+	}
+	pclose(f);
+	return n == 3;
+}
+
+static char *probe_code(bool verify, const char *extra);
+
+/* The probe in H, as root and as 65534: every line must be "ok" and the
+ * key services must be among them. */
+static bool verify_services(void)
+{
+	static const char *const must[] = {
+		"tcp-meta4-plain:ok CREDENTIALS", "tcp-meta6-plain:ok CREDENTIALS",
+		"udp-meta4-plain:ok CREDENTIALS", "tcp-hostlo4-plain:ok host-secret",
+		"tcp-hostlo6-plain:ok host-secret", "udp-hostlo4-plain:ok host-secret",
+		"udp-hostlo6-plain:ok host-secret", "tcp-hostaddr-plain:ok host-secret",
+		"tcp-hostpub4-plain:ok host-secret", "tcp-hostll-lan0-scope=lan0:ok host-secret",
+		"udp-hostll-pub0-scope=pub0:ok host-secret", "tcp-lan-plain:ok lan-secret",
+		"udp-lan-plain:ok lan-secret", "tcp-public4-plain:ok public-ok",
+		"tcp-public6-plain:ok public-ok", "udp-public4-plain:ok public-ok",
+		"udp-public6-plain:ok public-ok", "echo-public4:ok echo", "echo-public6:ok echo",
+		"dns-public.test:ok " PUB4 "," PUB6, "dns-meta.test:ok " META4 "," META6,
+		"tcp-name-public.test-11.77.0.2:ok public-ok",
+	};
+	char *code = probe_code(true, "");
+	bool ok = true;
+	for (int rootless = 0; rootless < 2 && ok; rootless++) {
+		char *out = NULL;
+		for (int attempt = 0; attempt < 3; attempt++) {
+			free(out);
+			out = python_in_h(rootless, code);
+			struct lines ls;
+			lines_parse(out, &ls);
+			bool all = lines_get(&ls, "ifaces") != NULL;
+			for (size_t i = 0; all && i < ls.n; i++)
+				all = !strcmp(ls.name[i], "ifaces") || !strncmp(ls.res[i], "ok ", 3);
+			lines_free(&ls);
+			for (size_t i = 0; all && i < sizeof must / sizeof must[0]; i++)
+				all = strstr(out, must[i]) != NULL;
+			if (all)
+				break;
+			if (attempt == 2) {
+				fprintf(stderr, "note: network suite: a service does not answer from H (as %s); "
+					"probe output:\n%s\n", rootless ? "65534" : "root", out ? out : "(none)");
+				ok = false;
+			}
+			usleep(300000);
+		}
+		free(out);
+	}
+	free(code);
+	return ok;
+}
+
+static void topology_setup(void)
+{
+	if (!harness_is_root()) {
+		fprintf(stderr, "note: network suite needs root to build its host namespace; not run\n");
+		return;
+	}
+	if (access(PY, X_OK) < 0) {
+		fprintf(stderr, "note: network suite needs %s; not run\n", PY);
+		return;
+	}
+	harness_moat();
+	int id = (int)getpid() % 100000;
+	for (int i = 0; i < NS_COUNT; i++)
+		snprintf(ns_name[i], sizeof ns_name[i], "moatw%s%d", NS_TAG[i], id);
+	snprintf(dir, sizeof dir, "/tmp/moat-nettest-%d", id);
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		fprintf(stderr, "note: network suite: mkdir %s: %s; not run\n", dir, strerror(errno));
+		dir[0] = '\0';
+		return;
+	}
+	chmod(dir, 0755);
+	snprintf(hosts_path, sizeof hosts_path, "%s/hosts", dir);
+	snprintf(resolv_path, sizeof resolv_path, "%s/resolv.conf", dir);
+	snprintf(server_path, sizeof server_path, "%s/server.py", dir);
+	snprintf(dns_path, sizeof dns_path, "%s/dns.py", dir);
+	write_file(hosts_path, HOSTS);
+	write_file(resolv_path, "nameserver 127.0.0.1\noptions timeout:1 attempts:2\n");
+	write_file(server_path, SERVER_PY);
+	write_file(dns_path, DNS_PY);
+	char ll_addrs[512], h_addrs[1024];
+	if (!build_links() || !link_locals(ll_addrs, sizeof ll_addrs)) {
+		fprintf(stderr, "note: network suite could not build its namespaces (iproute2, veth, "
+			"IPv6); not run\n");
+		topology_teardown();
+		return;
+	}
+	char path[96];
+	struct stat st;
+	snprintf(path, sizeof path, "/run/netns/%s", ns_name[NS_H]);
+	if (stat(path, &st) < 0) {
+		topology_teardown();
+		return;
+	}
+	h_ino = st.st_ino;
+	snprintf(h_addrs, sizeof h_addrs, "127.0.0.1,::1,%s,%s,%s,%s,%s,%s%s", H_LAN, H_SECOND,
+		 H_META4, H_META6, H_PUB4, H_PUB6, ll_addrs);
+	bool up = start_server(NS_H, server_path, (const char *const[]){ "host-secret", h_addrs, "8080", NULL }) &&
+		  start_server(NS_H, dns_path, (const char *const[]){ hosts_path, NULL }) &&
+		  start_server(NS_LAN, server_path, (const char *const[]){ "lan-secret", LAN_PEER, "8080", NULL }) &&
+		  start_server(NS_META, server_path,
+			       (const char *const[]){ "CREDENTIALS", META4 "," META6, "80,8080", NULL }) &&
+		  start_server(NS_PUB, server_path,
+			       (const char *const[]){ "public-ok", PUB4 "," PUB6, "8080,8081", "9000", NULL });
+	if (!up || !verify_services()) {
+		fprintf(stderr, "note: network suite: its services are not all up; not run\n");
+		topology_teardown();
+		return;
+	}
+	ready = true;
+}
+
+#define PEER_GUARD(mode)                                                                    \
+	do {                                                                                \
+		HARNESS_MODE_GUARD(mode);                                                   \
+		if (!ready) {                                                               \
+			fprintf(stderr, "note: %s: no host namespace (see above); not run\n", \
+				__func__);                                                  \
+			return;                                                             \
+		}                                                                           \
+	} while (0)
+
+/* ---- moat inside H ---- */
+
+struct moat_proc {
+	pid_t pid;
+	int out, err;
+};
+
+/* Starts moat with argv in H (private files; 65534 for the rootless mode),
+ * stdin from a pipe holding `input` (must fit the pipe). */
+static void moat_start(int mode, const char *const *argv, const char *input, struct moat_proc *mp)
+{
+	int in_p[2], out_p[2], err_p[2];
+	ck_assert_int_eq(pipe2(in_p, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(out_p, O_CLOEXEC), 0);
+	ck_assert_int_eq(pipe2(err_p, O_CLOEXEC), 0);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		dup2(in_p[0], 0);
+		dup2(out_p[1], 1);
+		dup2(err_p[1], 2);
+		if (enter_netns(ns_name[NS_H]) < 0 || enter_h_files() < 0)
+			_exit(97);
+		if (mode == MODE_ROOTLESS && drop_to_rootless() < 0)
+			_exit(99);
+		char *envp[] = { (char *)"PATH=/usr/bin:/bin", (char *)"HOME=/nonexistent",
+				 (char *)HARNESS_CANARY_NAME "=" HARNESS_CANARY_VALUE, NULL };
+		execve(harness_moat(), (char *const *)argv, envp);
+		_exit(98);
+	}
+	close(in_p[0]);
+	close(out_p[1]);
+	close(err_p[1]);
+	size_t len = input ? strlen(input) : 0;
+	ck_assert_msg(len < 65536, "request too large for the pipe");
+	if (len)
+		ck_assert_int_eq(write(in_p[1], input, len), (ssize_t)len);
+	close(in_p[1]);
+	mp->pid = pid;
+	mp->out = out_p[0];
+	mp->err = err_p[0];
+}
+
+static void append(char **b, size_t *l, const char *data, size_t n)
+{
+	char *nb = realloc(*b, *l + n + 1);
+	ck_assert_ptr_nonnull(nb);
+	memcpy(nb + *l, data, n);
+	*l += n;
+	nb[*l] = '\0';
+	*b = nb;
+}
+
+/* Reads moat's stdout and stderr to EOF (appending to out), reaps it. */
+static void moat_finish(struct moat_proc *mp, struct run_out *out)
+{
+	int fds[2] = { mp->out, mp->err };
+	char buf[65536];
+	long end = now_ms() + harness_scale_ms(120000);
+	while (fds[0] >= 0 || fds[1] >= 0) {
+		struct pollfd pf[2] = { { fds[0], POLLIN, 0 }, { fds[1], POLLIN, 0 } };
+		if (poll(pf, 2, 1000) < 0 && errno != EINTR)
+			break;
+		if (now_ms() > end) {
+			kill(mp->pid, SIGKILL);
+			waitpid(mp->pid, NULL, 0);
+			ck_abort_msg("moat did not finish; stdout so far: %s", out->out ? out->out : "");
+		}
+		for (int i = 0; i < 2; i++) {
+			if (fds[i] < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
+				continue;
+			ssize_t n = read(fds[i], buf, sizeof buf);
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n <= 0) {
+				close(fds[i]);
+				fds[i] = -1;
+				continue;
+			}
+			if (i == 0)
+				append(&out->out, &out->out_len, buf, (size_t)n);
+			else
+				append(&out->err, &out->err_len, buf, (size_t)n);
+		}
+	}
+	int st;
+	waitpid(mp->pid, &st, 0);
+	out->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+	if (!out->out)
+		append(&out->out, &out->out_len, "", 0);
+	if (!out->err)
+		append(&out->err, &out->err_len, "", 0);
+}
+
+/* moat exec with a JSON request, in H. */
+static void net_exec(int mode, const char *request, struct run_out *out)
+{
+	memset(out, 0, sizeof *out);
+	struct moat_proc mp;
+	moat_start(mode, (const char *const[]){ "moat", "exec", NULL }, request, &mp);
+	moat_finish(&mp, out);
+	out->json = cJSON_Parse(out->out);
+	ck_assert_msg(out->json, "moat printed no JSON (status %d): %s / %s", out->status, out->out,
+		      out->err);
+}
+
+static char *request(const char *code, const char *extra_json)
+{
+	char *q = harness_json_quote(code);
+	char *r = NULL;
+	ck_assert_int_ge(asprintf(&r, "{\"language\":\"python\",\"timeout\":60000,\"code\":%s%s}", q,
+				  extra_json), 0);
+	free(q);
+	return r;
+}
+
+static char *probe_code(bool verify, const char *extra)
+{
+	char *c = NULL;
+	if (asprintf(&c, "LLSPEC = '%s'\nVERIFY = %s\n%s%s%s", ll_spec, verify ? "True" : "False",
+		     PY_LIB, PY_SWEEP, extra) < 0)
+		return NULL;
+	return c;
+}
+
+/* ---- the checks ---- */
+
+/* Every expectation of a test is checked; the failures are listed together. */
+struct verdict {
+	char test[96];
+	char *log;
+	size_t len;
+	int failed;
+};
+
+static void v_init(struct verdict *v, const char *test, int mode)
+{
+	memset(v, 0, sizeof *v);
+	snprintf(v->test, sizeof v->test, "%s (%s)", test, mode == MODE_ROOT ? "root" : "rootless");
+}
+
+__attribute__((format(printf, 3, 4))) static void v_expect(struct verdict *v, bool ok,
+							   const char *fmt, ...)
+{
+	if (ok)
+		return;
+	char msg[1024];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	v->failed++;
+	append(&v->log, &v->len, "  - ", 4);
+	append(&v->log, &v->len, msg, strlen(msg));
+	append(&v->log, &v->len, "\n", 1);
+}
+
+/* The line name: exists and its result contains want. */
+static void v_line(struct verdict *v, const struct lines *ls, const char *name, const char *want)
+{
+	const char *r = lines_get(ls, name);
+	v_expect(v, r && strstr(r, want), "%s: want \"%s\", got \"%s\"", name, want,
+		 r ? r : "(no line)");
+}
+
+/* The line name starts with "fail" (refused). */
+static void v_fail(struct verdict *v, const struct lines *ls, const char *name)
+{
+	const char *r = lines_get(ls, name);
+	v_expect(v, r && !strncmp(r, "fail", 4), "%s: want a refusal, got \"%s\"", name,
+		 r ? r : "(no line)");
+}
+
+static void v_done(struct verdict *v, const struct run_out *o)
+{
+	if (!v->failed) {
+		free(v->log);
+		return;
+	}
+	const char *so = o ? harness_str(o, "stdout") : NULL;
+	const char *se = o ? harness_str(o, "stderr") : NULL;
+	cJSON *net = o ? cJSON_GetObjectItemCaseSensitive(o->json, "network") : NULL;
+	char *nj = net ? cJSON_PrintUnformatted(net) : NULL;
+	fprintf(stderr, "FAILED %s: %d expectation(s):\n%s--- program stdout ---\n%s\n"
+		"--- program stderr ---\n%s\n--- moat stderr ---\n%s\n--- result.network ---\n%s\n",
+		v->test, v->failed, v->log, so ? so : "(none)", se ? se : "(none)",
+		o && o->err ? o->err : "", nj ? nj : "(none)");
+	free(nj);
+	ck_abort_msg("%s: %d expectation(s) failed (all listed on stderr):\n%.3000s", v->test,
+		     v->failed, v->log);
+}
+
+static const char *network_mode(const struct run_out *o)
+{
+	cJSON *n = cJSON_GetObjectItemCaseSensitive(o->json, "network");
+	cJSON *m = n ? cJSON_GetObjectItemCaseSensitive(n, "mode") : NULL;
+	return cJSON_IsString(m) ? m->valuestring : "(none)";
+}
+
+static cJSON *connections(const struct run_out *o)
+{
+	cJSON *n = cJSON_GetObjectItemCaseSensitive(o->json, "network");
+	cJSON *c = n ? cJSON_GetObjectItemCaseSensitive(n, "connections") : NULL;
+	return cJSON_IsArray(c) ? c : NULL;
+}
+
+static const char *str_item(const cJSON *c, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, key);
+	return cJSON_IsString(v) ? v->valuestring : NULL;
+}
+
+static double num_item(const cJSON *c, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(c, key);
+	return cJSON_IsNumber(v) ? v->valuedouble : -1;
+}
+
+/* A connection entry: kind (NULL: any), host or address (one of a
+ * "|"-separated list: "host" may be the name moat's DNS answered for the
+ * address), port (-1: any), allowed; for a refusal also a reason, for an
+ * allowed one received > 0 when want_bytes. */
+static bool has_conn(const struct run_out *o, const char *kind, const char *hosts, int port,
+		     bool allowed, bool want_bytes)
+{
+	cJSON *c, *all = connections(o);
+	cJSON_ArrayForEach(c, all) {
+		const char *k = str_item(c, "kind"), *h = str_item(c, "host"), *r = str_item(c, "reason");
+		cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "allowed");
+		if ((kind && (!k || strcmp(k, kind))) || !h || !cJSON_IsBool(a) || cJSON_IsTrue(a) != allowed)
+			continue;
+		const char *addr = str_item(c, "address");
+		char want[256], have[300], have_addr[300];
+		snprintf(want, sizeof want, "|%s|", hosts);
+		snprintf(have, sizeof have, "|%s|", h);
+		snprintf(have_addr, sizeof have_addr, "|%s|", addr ? addr : "");
+		if ((!strstr(want, have) && !(addr && strstr(want, have_addr))) ||
+		    (port >= 0 && num_item(c, "port") != port))
+			continue;
+		if (!allowed && (!r || !*r))
+			continue;
+		if (allowed && want_bytes && !(num_item(c, "received") > 0))
+			continue;
+		return true;
+	}
+	return false;
+}
+
+/* Names whose every address is a host's, private or metadata address. */
+static const char *const FORBIDDEN_NAMES[] = { "meta.test", "lan.test", "hostaddr.test",
+					       "hostlo.test", "hostpub.test", "self.test" };
+static const char *const FORBIDDEN_ADDRS[] = { META4, META6, LAN_PEER, H_SECOND, H_LAN,
+					       "127.0.0.1", "::1", H_PUB4, H_PUB6 };
+
+static bool addr_in(const char *list, const char *addr)
+{
+	char *l = strdup(list), *save = NULL;
+	bool found = false;
+	for (char *a = strtok_r(l, ", ", &save); a && !found; a = strtok_r(NULL, ", ", &save))
+		found = !strcmp(a, addr);
+	free(l);
+	return found;
+}
+
+enum wall { WALL_NONE, WALL_EGRESS, WALL_ALLOWLIST };
+
+/* The sweep's lines: nothing of H, the LAN or the metadata service
+ * answers; UDP never leaves; a TCP answer is only ever the public peer
+ * (egress), or only for public.test by name (allowlist), or nothing (none). */
+static void check_sweep(struct verdict *v, const struct lines *ls, enum wall w)
+{
+	size_t attempts = 0;
+	for (size_t i = 0; i < ls->n; i++) {
+		const char *n = ls->name[i], *r = ls->res[i];
+		if (!strcmp(n, "ifaces") || !strncmp(n, "dns-", 4))
+			continue;
+		if (strncmp(n, "tcp-", 4) && strncmp(n, "udp-", 4))
+			continue;
+		attempts++;
+		if (strstr(r, "secret") || strstr(r, "CREDENTIALS")) {
+			v_expect(v, false, "%s: a host/LAN/metadata service answered: %s", n, r);
+			continue;
+		}
+		if (strncmp(r, "ok", 2))
+			continue;
+		bool may = w == WALL_EGRESS ? !strncmp(n, "tcp-", 4)
+			 : w == WALL_ALLOWLIST ? !strncmp(n, "tcp-name-public.test-", 21)
+					       : false;
+		v_expect(v, may && !strncmp(r, "ok public-ok", 12), "%s: must be refused, got \"%s\"",
+			 n, r);
+	}
+	v_expect(v, attempts >= 60, "the probe made only %zu attempts", attempts);
+	for (size_t i = 0; i < sizeof FORBIDDEN_NAMES / sizeof FORBIDDEN_NAMES[0]; i++) {
+		char name[64];
+		snprintf(name, sizeof name, "dns-%s", FORBIDDEN_NAMES[i]);
+		const char *r = lines_get(ls, name);
+		v_expect(v, r != NULL, "%s: no line", name);
+		if (!r || strncmp(r, "ok", 2))
+			continue;
+		for (size_t j = 0; j < sizeof FORBIDDEN_ADDRS / sizeof FORBIDDEN_ADDRS[0]; j++)
+			v_expect(v, !addr_in(r + 2, FORBIDDEN_ADDRS[j]),
+				 "%s: the sandbox's resolver returned %s (%s)", name, FORBIDDEN_ADDRS[j], r);
+	}
+	if (w == WALL_NONE)
+		return;
+	v_line(v, ls, "dns-public.test", PUB4);
+	v_line(v, ls, "dns-public.test", PUB6);
+	const char *want_ok[] = { "tcp-name-public.test-11.77.0.2", "tcp-name-public.test-2a01-4f8-77--2",
+				  "tcp-public4-plain", "tcp-public6-plain", "tcp-name-mixed.test-11.77.0.2" };
+	for (size_t i = 0; i < (w == WALL_EGRESS ? 5u : 2u); i++)
+		v_line(v, ls, want_ok[i], "ok public-ok");
+	if (w == WALL_EGRESS) {
+		const char *m = lines_get(ls, "dns-mixed.test");
+		v_expect(v, m && !strncmp(m, "ok", 2) && addr_in(m + 2, PUB4) && !addr_in(m + 2, H_SECOND),
+			 "dns-mixed.test: want only the public address %s, got \"%s\"", PUB4,
+			 m ? m : "(no line)");
+	}
+}
+
+/* ---- default: only lo ---- */
+
+START_TEST(default_only_lo)
+{
+	PEER_GUARD(_i);
+	char *code = probe_code(false,
+				"srv = socket.socket(); srv.bind(('127.0.0.1', 8000)); srv.listen()\n"
+				"c = socket.create_connection(('127.0.0.1', 8000)); a, _ = srv.accept()\n"
+				"c.sendall(b'hi'); print('local:ok' if a.recv(2) == b'hi' else 'local:bad')\n"
+				"print('resolv:%s' % os.path.exists('/etc/resolv.conf'))\n");
+	char *req = request(code, "");
+	struct run_out o;
+	net_exec(_i, req, &o);
+	struct lines ls;
+	lines_parse(harness_str(&o, "stdout"), &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	check_sweep(&v, &ls, WALL_NONE);
+	v_line(&v, &ls, "local", "ok");
+	v_line(&v, &ls, "resolv", "False");
+	const char *ifs = lines_get(&ls, "ifaces");
+	v_expect(&v, ifs && !strcmp(ifs, "lo"), "interfaces: want only lo, got %s", ifs ? ifs : "?");
+	v_expect(&v, !strcmp(network_mode(&o), "none"), "network.mode %s, want none", network_mode(&o));
+	v_done(&v, &o);
+	lines_free(&ls);
+	harness_free(&o);
+	free(req);
+	free(code);
+}
+END_TEST
+
+/* ---- network: true ---- */
+
+START_TEST(egress_wall)
+{
+	PEER_GUARD(_i);
+	char *code = probe_code(false, "");
+	char *req = request(code, ",\"network\":true");
+	struct run_out o;
+	net_exec(_i, req, &o);
+	struct lines ls;
+	lines_parse(harness_str(&o, "stdout"), &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	check_sweep(&v, &ls, WALL_EGRESS);
+	v_expect(&v, !strcmp(network_mode(&o), "egress"), "network.mode %s, want egress",
+		 network_mode(&o));
+	cJSON *net = cJSON_GetObjectItemCaseSensitive(o.json, "network");
+	v_expect(&v, !cJSON_GetObjectItemCaseSensitive(net, "stack"), "network.stack is still reported");
+	v_expect(&v, connections(&o) != NULL, "network.connections is missing");
+	v_expect(&v, has_conn(&o, "tcp", META4, 80, false, false),
+		 "no refused tcp connection to %s:80 with a reason in network.connections", META4);
+	v_expect(&v, has_conn(&o, "tcp", PUB4 "|" PUB6 "|public.test|mixed.test", PORT, true, true),
+		 "no allowed tcp connection to the public peer with received > 0 in network.connections");
+	v_done(&v, &o);
+	lines_free(&ls);
+	harness_free(&o);
+	free(req);
+	free(code);
+}
+END_TEST
+
+/* 256 TCP connections open at once from inside, each echoing 4 KiB. */
+START_TEST(egress_parallel)
+{
+	PEER_GUARD(_i);
+	char *req = request(PY_PARALLEL, ",\"network\":true");
+	struct run_out o;
+	net_exec(_i, req, &o);
+	struct lines ls;
+	lines_parse(harness_str(&o, "stdout"), &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	v_line(&v, &ls, "parallel", "ok 256/256 open 256");
+	v_done(&v, &o);
+	lines_free(&ls);
+	harness_free(&o);
+	free(req);
+}
+END_TEST
+
+/* ---- teardown: namespaces and processes ---- */
+
+struct inoset {
+	unsigned long *v;
+	size_t n, cap;
+};
+
+static bool inoset_has(const struct inoset *s, unsigned long x)
+{
+	for (size_t i = 0; i < s->n; i++)
+		if (s->v[i] == x)
+			return true;
+	return false;
+}
+
+static void inoset_add(struct inoset *s, unsigned long x)
+{
+	if (!x || inoset_has(s, x))
+		return;
+	if (s->n == s->cap) {
+		s->cap = s->cap ? 2 * s->cap : 64;
+		s->v = realloc(s->v, s->cap * sizeof *s->v);
+		ck_assert_ptr_nonnull(s->v);
+	}
+	s->v[s->n++] = x;
+}
+
+static unsigned long ns_ino(const char *path)
+{
+	struct stat st;
+	return stat(path, &st) == 0 ? (unsigned long)st.st_ino : 0;
+}
+
+/* Every network namespace a process, a thread or an open fd holds. */
+static void netns_snapshot(struct inoset *s)
+{
+	s->n = 0;
+	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char p[300];
+		snprintf(p, sizeof p, "/proc/%s/task", e->d_name);
+		DIR *t = opendir(p);
+		struct dirent *te;
+		while (t && (te = readdir(t))) {
+			if (!isdigit((unsigned char)te->d_name[0]))
+				continue;
+			char q[600];
+			snprintf(q, sizeof q, "/proc/%s/task/%s/ns/net", e->d_name, te->d_name);
+			inoset_add(s, ns_ino(q));
+		}
+		if (t)
+			closedir(t);
+		snprintf(p, sizeof p, "/proc/%s/fd", e->d_name);
+		DIR *f = opendir(p);
+		while (f && (te = readdir(f))) {
+			char q[600], link[64];
+			snprintf(q, sizeof q, "/proc/%s/fd/%s", e->d_name, te->d_name);
+			ssize_t n = readlink(q, link, sizeof link - 1);
+			unsigned long ino;
+			if (n > 0) {
+				link[n] = '\0';
+				if (sscanf(link, "net:[%lu]", &ino) == 1)
+					inoset_add(s, ino);
+			}
+		}
+		if (f)
+			closedir(f);
+	}
+	closedir(d);
+}
+
+/* "pid (comm)" of processes in or holding namespace ino, and the count of
+ * processes in it. */
+static int ns_holders(unsigned long ino, char *buf, size_t size)
+{
+	int n = 0;
+	if (size)
+		buf[0] = '\0';
+	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char p[300];
+		snprintf(p, sizeof p, "/proc/%s/ns/net", e->d_name);
+		if (ns_ino(p) != ino)
+			continue;
+		n++;
+		char comm[64] = "?";
+		snprintf(p, sizeof p, "/proc/%s/comm", e->d_name);
+		FILE *f = fopen(p, "re");
+		if (f) {
+			if (fgets(comm, sizeof comm, f))
+				comm[strcspn(comm, "\n")] = '\0';
+			fclose(f);
+		}
+		size_t l = strlen(buf);
+		snprintf(buf + l, size - l, "%s %s(%s)", l ? "," : "", e->d_name, comm);
+	}
+	closedir(d);
+	return n;
+}
+
+static bool has_marker(const char *pid, const char *marker)
+{
+	char p[300], buf[8192];
+	snprintf(p, sizeof p, "/proc/%s/cmdline", pid);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return false;
+	ssize_t r = read(fd, buf, sizeof buf);
+	close(fd);
+	return r > 0 && memmem(buf, (size_t)r, marker, strlen(marker));
+}
+
+/* The pid of a process other than `not` whose command line holds marker. */
+static pid_t find_marker(const char *marker, pid_t not)
+{
+	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
+	struct dirent *e;
+	pid_t found = 0;
+	while (!found && (e = readdir(d)))
+		if (isdigit((unsigned char)e->d_name[0]) && atoi(e->d_name) != not &&
+		    has_marker(e->d_name, marker))
+			found = atoi(e->d_name);
+	closedir(d);
+	return found;
+}
+
+/* Processes holding network namespace ino (in it, or by an open fd); the
+ * number of those that belong to the run: in H (an orphaned uplink helper),
+ * in the run's user namespace user_ns, or with marker in their command
+ * line. The others (another program on this machine made a namespace
+ * meanwhile) are only described. */
+static int ns_related(unsigned long ino, unsigned long user_ns, const char *marker, char *buf,
+		      size_t size)
+{
+	int related = 0;
+	buf[0] = '\0';
+	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char p[300];
+		snprintf(p, sizeof p, "/proc/%s/ns/net", e->d_name);
+		unsigned long net = ns_ino(p);
+		bool holds = net == ino;
+		snprintf(p, sizeof p, "/proc/%s/fd", e->d_name);
+		DIR *f = holds ? NULL : opendir(p);
+		struct dirent *fe;
+		while (f && !holds && (fe = readdir(f))) {
+			char q[600], link[64];
+			unsigned long x;
+			snprintf(q, sizeof q, "/proc/%s/fd/%s", e->d_name, fe->d_name);
+			ssize_t n = readlink(q, link, sizeof link - 1);
+			if (n > 0) {
+				link[n] = '\0';
+				holds = sscanf(link, "net:[%lu]", &x) == 1 && x == ino;
+			}
+		}
+		if (f)
+			closedir(f);
+		if (!holds)
+			continue;
+		snprintf(p, sizeof p, "/proc/%s/ns/user", e->d_name);
+		bool ours = net == (unsigned long)h_ino || (user_ns && ns_ino(p) == user_ns) ||
+			    has_marker(e->d_name, marker);
+		related += ours;
+		char comm[64] = "?";
+		snprintf(p, sizeof p, "/proc/%s/comm", e->d_name);
+		FILE *cf = fopen(p, "re");
+		if (cf) {
+			if (fgets(comm, sizeof comm, cf))
+				comm[strcspn(comm, "\n")] = '\0';
+			fclose(cf);
+		}
+		size_t l = strlen(buf);
+		snprintf(buf + l, size - l, "%s %s(%s)%s", l ? "," : "", e->d_name, comm,
+			 ours ? "" : "[not of this run]");
+	}
+	closedir(d);
+	return related;
+}
+
+
+/* A program holding a relayed connection; moat ends with the program
+ * (_i / 2 == 0), or is killed with SIGTERM (1) or SIGKILL (2) mid-run. No
+ * process of the run and no network namespace may remain, and H holds
+ * exactly the processes it held before. */
+START_TEST(egress_teardown)
+{
+	int mode = _i % 2, how = _i / 2;
+	static const char *const HOW[] = { "exit", "SIGTERM", "SIGKILL" };
+	PEER_GUARD(mode);
+	char marker[64], code[2048];
+	snprintf(marker, sizeof marker, "moatwallmark%dx%d", (int)getpid(), _i);
+	snprintf(code, sizeof code,
+		 "import os\n"
+		 "inner = r'''\n"
+		 "import socket, time\n"
+		 "s = socket.create_connection(('" PUB4 "', 9000), timeout=10)\n"
+		 "s.sendall(b'hold\\n')\n"
+		 "print('connected:' + s.recv(100).decode().strip(), flush=True)\n"
+		 "time.sleep(%d)\n"
+		 "print('done', flush=True)\n"
+		 "'''\n"
+		 "os.execv('/usr/bin/python3', ['python3', '-c', inner, '%s'])\n",
+		 how ? 90 : 3, marker);
+	struct inoset before = { 0 }, after = { 0 };
+	netns_snapshot(&before);
+	char holders[2048];
+	int in_h = ns_holders(h_ino, holders, sizeof holders);
+
+	struct moat_proc mp;
+	moat_start(mode,
+		   (const char *const[]){ "moat", "run", "--net", "--timeout", "100s", "-l", "python",
+					  "-c", code, NULL },
+		   NULL, &mp);
+	struct run_out o = { 0 };
+	char *early = read_until(mp.out, "connected:", harness_scale_ms(30000));
+	append(&o.out, &o.out_len, early ? early : "", early ? strlen(early) : 0);
+	free(early);
+	if (!strstr(o.out, "connected:hold")) {
+		kill(mp.pid, SIGKILL);
+		moat_finish(&mp, &o);
+		ck_abort_msg("%s: the program did not connect: stdout %s stderr %s", HOW[how], o.out, o.err);
+	}
+	unsigned long sandbox_ns = 0, sandbox_user = 0;
+	for (int i = 0; i < 100 && !sandbox_ns; i++) {
+		pid_t sp = find_marker(marker, mp.pid);
+		char p[64];
+		snprintf(p, sizeof p, "/proc/%d/ns/net", (int)sp);
+		if (sp > 0)
+			sandbox_ns = ns_ino(p);
+		snprintf(p, sizeof p, "/proc/%d/ns/user", (int)sp);
+		if (sp > 0)
+			sandbox_user = ns_ino(p);
+		if (!sandbox_ns)
+			usleep(20000);
+	}
+	if (how)
+		kill(mp.pid, how == 1 ? SIGTERM : SIGKILL);
+	moat_finish(&mp, &o);
+
+	struct verdict v;
+	v_init(&v, __func__, mode);
+	char *name = v.test + strlen(v.test);
+	snprintf(name, sizeof v.test - strlen(v.test), " %s", HOW[how]);
+	v_expect(&v, sandbox_ns && sandbox_ns != h_ino, "could not find the sandbox's namespace");
+	if (how == 0)
+		v_expect(&v, o.status == 0 && strstr(o.out, "done"), "the run did not finish: status %d",
+			 o.status);
+	int markers = -1, in_h_after = -1;
+	bool clean = false;
+	long end = now_ms() + harness_scale_ms(10000);
+	do {
+		markers = harness_count_marker(marker);
+		netns_snapshot(&after);
+		in_h_after = ns_holders(h_ino, holders, sizeof holders);
+		clean = markers == 0 && in_h_after <= in_h && !inoset_has(&after, sandbox_ns);
+		for (size_t i = 0; clean && i < after.n; i++) {
+			char who[512];
+			clean = inoset_has(&before, after.v[i]) ||
+				!ns_related(after.v[i], sandbox_user, marker, who, sizeof who);
+		}
+		if (!clean)
+			usleep(100000);
+	} while (!clean && now_ms() < end);
+	v_expect(&v, markers == 0, "%d process(es) of the run remain", markers);
+	v_expect(&v, in_h_after <= in_h, "H holds %d processes, %d before: %s", in_h_after, in_h,
+		 holders);
+	v_expect(&v, !inoset_has(&after, sandbox_ns), "the sandbox's network namespace %lu remains",
+		 sandbox_ns);
+	for (size_t i = 0; i < after.n; i++) {
+		char who[512];
+		if (inoset_has(&before, after.v[i]))
+			continue;
+		if (ns_related(after.v[i], sandbox_user, marker, who, sizeof who))
+			v_expect(&v, false, "a new network namespace %lu remains, held by:%s", after.v[i],
+				 who);
+		else
+			fprintf(stderr, "note: %s: a new network namespace %lu held by%s is not this "
+				"run's; not counted\n", v.test, after.v[i], who[0] ? who : " nothing");
+	}
+	free(before.v);
+	free(after.v);
+	if (v.failed) {
+		/* leave nothing behind for the next test */
+		fprintf(stderr, "moat output: %s / %s\n", o.out, o.err);
+		for (pid_t p; markers > 0 && (p = find_marker(marker, 0)) > 0; markers--)
+			kill(p, SIGKILL);
+		kill_ns_procs(ns_name[NS_H], true);
+	}
+	v_done(&v, NULL);
+	harness_free(&o);
+}
+END_TEST
+
+/* ---- allowedHosts ---- */
+
+/* Transparent connections to what moat's DNS returned for an allowed name,
+ * when the Host header matches; the explicit proxy; allowed names that
+ * resolve to a host address are refused both ways. */
+START_TEST(allowlist_transparent)
+{
+	PEER_GUARD(_i);
+	char *extra = NULL;
+	ck_assert_int_ge(asprintf(&extra, "%s%s"
+				  "get('proxy', 'http://public.test:8080/x')\n"
+				  "hc('hc-name', 'public.test', 8080)\n"
+				  "hc('hc-addr', '" PUB4 "', 8080, 'public.test:8080')\n"
+				  "hc('hc-addr6', '" PUB6 "', 8080, 'public.test:8080')\n"
+				  "hc('hc-otherhost', 'public.test', 8080, 'other.test:8080')\n"
+				  "hc('hc-addr-otherhost', '" PUB4 "', 8080, 'other.test:8080')\n"
+				  "hc('hc-otherport', 'public.test', 8081)\n"
+				  "hc('hc-hostpub', 'hostpub.test', 8080)\n"
+				  "hc('hc-self', 'self.test', 8080)\n"
+				  "get('proxy-self', 'http://self.test:8080/')\n"
+				  "get('proxy-hostpub', 'http://hostpub.test:8080/')\n",
+				  PY_PROXY, PY_HTTP_CLIENT), 0);
+	char *code = probe_code(false, extra);
+	char *req = request(code, ",\"allowedHosts\":[\"http://public.test:8080\","
+			    "\"http://self.test:8080\",\"http://hostpub.test:8080\"]");
+	struct run_out o;
+	net_exec(_i, req, &o);
+	const char *out = harness_str(&o, "stdout");
+	struct lines ls;
+	lines_parse(out, &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	check_sweep(&v, &ls, WALL_ALLOWLIST);
+	v_line(&v, &ls, "proxy", "200::public-ok host=public.test:8080 path=/x");
+	v_line(&v, &ls, "hc-name", "ok 200 public-ok host=public.test:8080 path=/hc");
+	v_line(&v, &ls, "hc-addr", "ok 200 public-ok host=public.test:8080 path=/hc");
+	v_line(&v, &ls, "hc-addr6", "ok 200 public-ok host=public.test:8080 path=/hc");
+	v_fail(&v, &ls, "hc-otherhost");
+	v_fail(&v, &ls, "hc-addr-otherhost");
+	v_fail(&v, &ls, "hc-otherport");
+	v_fail(&v, &ls, "hc-hostpub");
+	v_fail(&v, &ls, "hc-self");
+	v_line(&v, &ls, "proxy-self", "403:");
+	v_line(&v, &ls, "proxy-hostpub", "403:");
+	v_expect(&v, out && !strstr(out, "secret") && !strstr(out, "CREDENTIALS"),
+		 "a host/LAN/metadata service answered");
+	v_expect(&v, !strcmp(network_mode(&o), "allowlist"), "network.mode %s, want allowlist",
+		 network_mode(&o));
+	cJSON *c, *all = connections(&o);
+	v_expect(&v, all != NULL, "network.connections is missing");
+	cJSON_ArrayForEach(c, all)
+		v_expect(&v, str_item(c, "kind") != NULL, "a connection entry has no \"kind\"");
+	v_expect(&v, has_conn(&o, "proxy", "public.test", 8080, true, true),
+		 "no allowed proxy entry for public.test:8080 with received > 0");
+	v_expect(&v, has_conn(&o, "tcp", "public.test|" PUB4 "|" PUB6, 8080, true, true),
+		 "no allowed transparent tcp entry for public.test:8080 with received > 0");
+	v_expect(&v, has_conn(&o, NULL, "hostpub.test|" H_PUB4 "|" H_PUB6, -1, false, false),
+		 "no refused entry with a reason for hostpub.test");
+	v_done(&v, &o);
+	lines_free(&ls);
+	harness_free(&o);
+	free(req);
+	free(code);
+	free(extra);
+}
+END_TEST
+
+/* The explicit proxy's rules, every spelling of a refused address. */
 START_TEST(allowlist_proxy)
 {
 	PEER_GUARD(_i);
-	char code[8192];
-	int sp = secret_port;
-	snprintf(code, sizeof code,
-		 "%s"
+	char *code = NULL;
+	ck_assert_int_ge(asprintf(&code, "%s%s"
 		 "get('http', 'http://api.example.com:8080/x')\n"
 		 "connect('connect', 'api.example.com:8080', 'GET /t HTTP/1.0\\r\\nHost: api.example.com\\r\\n\\r\\n')\n"
 		 "get('wildcard', 'http://sub.example.com:8080/w')\n"
@@ -507,118 +1714,130 @@ START_TEST(allowlist_proxy)
 		 "get('apex', 'http://example.com:8080/')\n"
 		 "get('hostheader', 'http://api.example.com:8080/', 'other.test:8080')\n"
 		 "get('hostheader-port', 'http://api.example.com:8080/', 'api.example.com:9999')\n"
-		 "get('lo-literal', 'http://127.0.0.1:%d/')\n"
-		 "get('lo-decimal', 'http://2130706433:%d/')\n"
-		 "get('lo-octal', 'http://0177.0.0.1:%d/')\n"
-		 "get('lo-hex', 'http://0x7f.1:%d/')\n"
-		 "get('lo-mapped', 'http://[::ffff:127.0.0.1]:%d/')\n"
-		 "get('lo-mapped-hex', 'http://[::ffff:7f00:1]:%d/')\n"
-		 "connect('lo-connect', '0x7f000001:%d')\n"
-		 "get('lo-name', 'http://local.test:%d/')\n"
-		 "get('hostaddr', 'http://%s:%d/')\n"
+		 "get('lo-literal', 'http://127.0.0.1:8080/')\n"
+		 "get('lo-decimal', 'http://2130706433:8080/')\n"
+		 "get('lo-octal', 'http://0177.0.0.1:8080/')\n"
+		 "get('lo-hex', 'http://0x7f.1:8080/')\n"
+		 "get('lo-mapped', 'http://[::ffff:127.0.0.1]:8080/')\n"
+		 "get('lo-mapped-hex', 'http://[::ffff:7f00:1]:8080/')\n"
+		 "connect('lo-connect', '0x7f000001:8080')\n"
+		 "get('lo-name', 'http://local.test:8080/')\n"
+		 "get('hostaddr', 'http://" H_SECOND ":8080/')\n"
+		 "get('hostpub', 'http://" H_PUB4 ":8080/')\n"
 		 "get('metadata', 'http://169.254.169.254/')\n"
 		 "get('metadata-hex', 'http://0xa9fea9fe/')\n"
 		 "get('private', 'http://10.0.0.1:8080/')\n"
 		 "get('private-name', 'http://private.test:8080/')\n"
 		 "get('https-absolute', 'https://api.example.com:8080/')\n"
-		 "tryget('direct', '%s', %d)\n",
-		 PY_PROXY, sp, sp, sp, sp, sp, sp, sp, sp, HOST_ADDR, sp, PEER_ADDR, PEER_PORT);
-	/* PY_TRY for tryget */
-	char *full = NULL;
-	ck_assert_int_ge(asprintf(&full, "%s%s", PY_TRY, code), 0);
-	char extra[2048];
-	snprintf(extra, sizeof extra,
-		 ",\"allowedHosts\":[\"http://api.example.com:8080\",\"https://api.example.com:8080\","
-		 "\"http://*.example.com:8080\",\"http://127.0.0.1:%d\",\"https://127.0.0.1:%d\","
-		 "\"http://local.test:%d\",\"http://%s:%d\",\"http://169.254.169.254\","
-		 "\"http://10.0.0.1:8080\",\"http://private.test:8080\"],"
-		 "\"allowedCidrs\":[\"198.51.100.2/32\"]",
-		 sp, sp, sp, HOST_ADDR, sp);
-	char *req = request(full, extra);
+		 "get('cidr', 'http://lan.test:8080/c')\n"
+		 "print('direct:' + attempt('tcp', '" PUB4 "', 8080, 'api.example.com:8080'))\n",
+		 PY_LIB, PY_PROXY), 0);
+	char *req = request(code,
+			    ",\"allowedHosts\":[\"http://api.example.com:8080\",\"https://api.example.com:8080\","
+			    "\"http://*.example.com:8080\",\"http://127.0.0.1:8080\",\"https://127.0.0.1:8080\","
+			    "\"http://local.test:8080\",\"http://" H_SECOND ":8080\",\"http://" H_PUB4 ":8080\","
+			    "\"http://169.254.169.254\",\"http://10.0.0.1:8080\",\"http://private.test:8080\","
+			    "\"http://lan.test:8080\"],"
+			    "\"allowedCidrs\":[\"" LAN_PEER "/32\"]");
 	struct run_out o;
-	net_exec(_i, req, NULL, true, &o);
-	const char *out = stdout_of(&o);
-	expect_line(out, "http", "http:200::peer-ok host=api.example.com:8080 path=/x");
-	expect_line(out, "connect", "connect:200::peer-ok host=api.example.com path=/t");
-	expect_line(out, "wildcard", "wildcard:200::peer-ok host=sub.example.com:8080");
-	expect_line(out, "otherport", "otherport:403:http://api.example.com:8081 is not in allowedHosts");
-	expect_line(out, "connect-otherport", "connect-otherport:403:");
-	expect_line(out, "otherhost", "otherhost:403:http://other.test:8080 is not in");
-	expect_line(out, "connect-otherhost", "connect-otherhost:403:https://other.test:8080 is not in");
-	expect_line(out, "lookalike", "lookalike:403:");
-	expect_line(out, "apex", "apex:403:");
-	expect_line(out, "hostheader", "hostheader:403:the Host header does not match");
-	expect_line(out, "hostheader-port", "hostheader-port:403:the Host header does not match");
+	net_exec(_i, req, &o);
+	const char *out = harness_str(&o, "stdout");
+	struct lines ls;
+	lines_parse(out, &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	v_line(&v, &ls, "http", "200::public-ok host=api.example.com:8080 path=/x");
+	v_line(&v, &ls, "connect", "200::public-ok host=api.example.com path=/t");
+	v_line(&v, &ls, "wildcard", "200::public-ok host=sub.example.com:8080");
+	v_line(&v, &ls, "otherport", "403:http://api.example.com:8081 is not in allowedHosts");
+	v_line(&v, &ls, "connect-otherport", "403:");
+	v_line(&v, &ls, "otherhost", "403:http://other.test:8080 is not in");
+	v_line(&v, &ls, "connect-otherhost", "403:https://other.test:8080 is not in");
+	v_line(&v, &ls, "lookalike", "403:");
+	v_line(&v, &ls, "apex", "403:");
+	v_line(&v, &ls, "hostheader", "403:the Host header does not match");
+	v_line(&v, &ls, "hostheader-port", "403:the Host header does not match");
 	static const char *const lo[] = { "lo-literal", "lo-decimal", "lo-octal", "lo-hex",
 					  "lo-mapped", "lo-mapped-hex", "lo-connect", "lo-name" };
-	for (size_t i = 0; i < sizeof lo / sizeof lo[0]; i++) {
-		char want[64];
-		snprintf(want, sizeof want, "%s:403:loopback address 127.0.0.1", lo[i]);
-		expect_line(out, lo[i], want);
-	}
-	expect_line(out, "hostaddr", "hostaddr:403:documentation address 198.51.100.1");
-	expect_line(out, "metadata", "metadata:403:cloud metadata address 169.254.169.254");
-	expect_line(out, "metadata-hex", "metadata-hex:403:cloud metadata");
-	expect_line(out, "private", "private:403:private address 10.0.0.1");
-	expect_line(out, "private-name", "private-name:403:private address 10.0.0.1");
-	expect_line(out, "https-absolute", "https-absolute:400:");
-	expect_line(out, "direct", "direct:fail");
-	ck_assert_msg(!strstr(out, "secret"), "a host service answered:\n%s", out);
+	for (size_t i = 0; i < sizeof lo / sizeof lo[0]; i++)
+		v_line(&v, &ls, lo[i], "403:loopback address 127.0.0.1");
+	v_line(&v, &ls, "hostaddr", "403:private address " H_SECOND);
+	v_line(&v, &ls, "hostpub", "403:");
+	v_line(&v, &ls, "metadata", "403:cloud metadata address 169.254.169.254");
+	v_line(&v, &ls, "metadata-hex", "403:cloud metadata");
+	v_line(&v, &ls, "private", "403:private address 10.0.0.1");
+	v_line(&v, &ls, "private-name", "403:private address 10.0.0.1");
+	v_line(&v, &ls, "https-absolute", "400:");
+	v_line(&v, &ls, "cidr", "200::lan-secret host=lan.test:8080 path=/c");
+	v_fail(&v, &ls, "direct");
+	v_expect(&v, out && !strstr(out, "host-secret") && !strstr(out, "CREDENTIALS"),
+		 "a host or metadata service answered");
 
-	/* the result reports the mode and each connection */
-	ck_assert_str_eq(network_mode(&o), "allowlist");
-	cJSON *conns = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o.json, "network"),
-							"connections");
-	ck_assert(cJSON_IsArray(conns));
+	v_expect(&v, !strcmp(network_mode(&o), "allowlist"), "network.mode %s, want allowlist",
+		 network_mode(&o));
+	cJSON *conns = connections(&o), *c;
+	v_expect(&v, conns != NULL, "network.connections is missing");
 	int allowed = 0, refused = 0;
 	bool saw_api = false;
-	cJSON *c;
 	cJSON_ArrayForEach(c, conns) {
+		const char *k = str_item(c, "kind");
+		if (k && !strcmp(k, "dns"))
+			continue;
 		cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "allowed");
-		cJSON *h = cJSON_GetObjectItemCaseSensitive(c, "host");
-		cJSON *p = cJSON_GetObjectItemCaseSensitive(c, "port");
-		cJSON *r = cJSON_GetObjectItemCaseSensitive(c, "received");
-		ck_assert(cJSON_IsBool(a) && cJSON_IsString(h) && cJSON_IsNumber(p) && cJSON_IsNumber(r));
+		const char *h = str_item(c, "host");
+		bool shape = cJSON_IsBool(a) && h && num_item(c, "port") >= 0 && num_item(c, "received") >= 0;
+		v_expect(&v, shape, "a connection entry lacks allowed/host/port/received");
+		if (!shape)
+			continue;
 		if (cJSON_IsTrue(a)) {
 			allowed++;
-			if (!strcmp(h->valuestring, "api.example.com") && p->valueint == 8080 &&
-			    r->valuedouble > 0)
-				saw_api = true;
+			saw_api |= !strcmp(h, "api.example.com") && num_item(c, "port") == 8080 &&
+				   num_item(c, "received") > 0;
 		} else {
 			refused++;
-			ck_assert(cJSON_IsString(cJSON_GetObjectItemCaseSensitive(c, "reason")));
+			v_expect(&v, str_item(c, "reason") != NULL, "a refused entry for %s has no reason", h);
 		}
 	}
-	ck_assert_int_eq(allowed, 3);
-	ck_assert_int_ge(refused, 20);
-	ck_assert(saw_api);
+	v_expect(&v, allowed == 4, "%d allowed connections, want 4 (http, connect, wildcard, cidr)",
+		 allowed);
+	v_expect(&v, refused >= 20, "%d refused connections, want >= 20", refused);
+	v_expect(&v, saw_api, "no allowed entry for api.example.com:8080 with received > 0");
+	v_done(&v, &o);
+	lines_free(&ls);
 	harness_free(&o);
 	free(req);
-	free(full);
+	free(code);
 }
 END_TEST
 
-/* No entries: no egress at all, and the sandbox still has only lo. */
+/* No entries: no egress at all. */
 START_TEST(allowlist_empty)
 {
 	PEER_GUARD(_i);
-	char code[4096];
-	snprintf(code, sizeof code, "%s%s"
-		 "get('any', 'http://api.example.com:8080/')\n"
-		 "tryget('direct', '%s', %d)\n",
-		 PY_TRY, PY_PROXY, PEER_ADDR, PEER_PORT);
+	char *extra = NULL;
+	ck_assert_int_ge(asprintf(&extra, "%sget('any', 'http://public.test:8080/')\n", PY_PROXY), 0);
+	char *code = probe_code(false, extra);
 	char *req = request(code, ",\"allowedHosts\":[]");
 	struct run_out o;
-	net_exec(_i, req, NULL, true, &o);
-	const char *out = stdout_of(&o);
-	expect_line(out, "any", "any:403:");
-	expect_line(out, "direct", "direct:fail");
+	net_exec(_i, req, &o);
+	struct lines ls;
+	lines_parse(harness_str(&o, "stdout"), &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	check_sweep(&v, &ls, WALL_NONE);
+	v_line(&v, &ls, "any", "403:");
+	v_expect(&v, !strcmp(network_mode(&o), "allowlist"), "network.mode %s, want allowlist",
+		 network_mode(&o));
+	v_done(&v, &o);
+	lines_free(&ls);
 	harness_free(&o);
 	free(req);
+	free(code);
+	free(extra);
 }
 END_TEST
 
-/* ---- request rules (no peer needed) ---- */
+/* ---- request rules (no topology needed) ---- */
 
 START_TEST(refused_requests)
 {
@@ -646,13 +1865,15 @@ END_TEST
 Suite *network_suite(void)
 {
 	Suite *s = suite_create("network");
-	TCase *tc = tcase_create("modes");
-	tcase_set_timeout(tc, 180);
-	tcase_add_unchecked_fixture(tc, peer_setup, peer_teardown);
+	TCase *tc = tcase_create("wall");
+	tcase_set_timeout(tc, 120);
+	tcase_add_unchecked_fixture(tc, topology_setup, topology_teardown);
 	tcase_add_loop_test(tc, default_only_lo, MODE_ROOT, MODE_ROOTLESS + 1);
-	tcase_add_loop_test(tc, egress_pasta, MODE_ROOT, MODE_ROOTLESS + 1);
-	tcase_add_loop_test(tc, egress_slirp4netns, MODE_ROOT, MODE_ROOTLESS + 1);
-	tcase_add_loop_test(tc, egress_torn_down, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, egress_wall, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, egress_parallel, MODE_ROOT, MODE_ROOTLESS + 1);
+	/* index = mode + 2 * (0 exit, 1 SIGTERM, 2 SIGKILL) */
+	tcase_add_loop_test(tc, egress_teardown, 0, 6);
+	tcase_add_loop_test(tc, allowlist_transparent, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_proxy, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_empty, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, refused_requests, MODE_ROOT, MODE_ROOTLESS + 1);

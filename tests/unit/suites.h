@@ -15,5 +15,8 @@ Suite *net_suite(void);
 Suite *providers_suite(void);
 Suite *config_suite(void);
 Suite *cgroups_suite(void);
+Suite *sniff_suite(void);
+Suite *dnsmsg_suite(void);
+Suite *egress_suite(void);
 
 #endif

@@ -143,8 +143,23 @@ START_TEST(address_classes)
 		{ "2002:7f00:1::", "loopback" }, { "::7f00:1", "reserved" },
 		{ "198.51.100.2", "documentation" }, { "203.0.113.9", "documentation" },
 		{ "192.0.2.1", "documentation" }, { "2001:db8::1", "documentation" },
-		{ "255.255.255.255", "reserved" }, { "240.0.0.1", "reserved" },
-		{ "198.18.0.1", "reserved" }, { "fec0::1", "reserved" }, { "2001::1", "reserved" },
+		{ "255.255.255.255", "broadcast" }, { "240.0.0.1", "reserved" },
+		{ "198.18.0.1", "benchmarking" }, { "198.19.255.255", "benchmarking" },
+		{ "fec0::1", "reserved" }, { "2001::1", "reserved" },
+		{ "169.254.170.2", "cloud metadata" }, { "100.100.100.200", "cloud metadata" },
+		{ "192.0.0.8", "reserved" }, { "192.88.99.1", "reserved" },
+		{ "255.255.255.254", "reserved" }, { "::ffff:0:7f00:1", "reserved" },
+		{ "::ffff:0:808:808", "reserved" }, { "3fff::1", "documentation" },
+		{ "3fff:fff:ffff::1", "documentation" }, { "2001:2::1", "benchmarking" },
+		{ "2001:0:4136:e378:8000:63bf:3fff:fdd2", "reserved" }, /* Teredo */
+		{ "2001:20::1", "reserved" }, { "2001:1ff::1", "reserved" },
+		{ "100::1", "reserved" }, { "64:ff9b:1::1", "reserved" },
+		{ "2002:a9fe:a9fe::", "cloud metadata" }, { "2002:a9fe:101::", "link-local" },
+		{ "2002:c0a8:1::1", "private" }, { "64:ff9b::a9fe:a9fe", "cloud metadata" },
+		{ "::ffff:0.0.0.0", "unspecified" }, { "::ffff:255.255.255.255", "broadcast" },
+		{ "4000::1", "not global unicast" }, { "1::1", "not global unicast" },
+		{ "e000::1", "not global unicast" }, { "::2", "reserved" },
+		{ "64:ff9b:0:0:1::1", "not global unicast" }, { "fe00::1", "not global unicast" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const char *c = cls(cases[i][0]);
@@ -154,7 +169,9 @@ START_TEST(address_classes)
 	static const char *const pub[] = {
 		"1.1.1.1", "8.8.8.8", "172.15.255.255", "172.32.0.1", "100.63.255.255",
 		"100.128.0.1", "169.253.255.255", "2606:4700::1111", "::ffff:8.8.8.8",
-		"64:ff9b::808:808", "2002:808:808::1",
+		"64:ff9b::808:808", "2002:808:808::1", "11.22.33.44", "2a01:4f8::1",
+		"2001:200::1", "2003::1", "3ffe::1", "3fff:1000::1", "223.255.255.255",
+		"192.0.1.1", "192.88.98.1", "198.20.0.1", "198.17.255.255",
 	};
 	for (size_t i = 0; i < sizeof pub / sizeof pub[0]; i++)
 		ck_assert_msg(!cls(pub[i]), "%s: %s", pub[i], cls(pub[i]));
@@ -289,16 +306,42 @@ END_TEST
 
 /* The rtnetlink requests pid 1 sends, field by field as the kernel reads
  * them: lo up, then prohibit routes for an IPv4 and an IPv6 address. */
+/* Every attribute of one rtnetlink message, checked against want. */
+struct want_attr {
+	unsigned short type;
+	const void *data;
+	size_t len;
+};
+
+static void check_attrs(const struct nlmsghdr *h, const struct want_attr *want, int nwant)
+{
+	const struct rtmsg *r = NLMSG_DATA(h);
+	int attrs = (int)RTM_PAYLOAD(h), seen = 0;
+	for (const struct rtattr *a = RTM_RTA(r); RTA_OK(a, attrs); a = RTA_NEXT(a, attrs)) {
+		ck_assert_int_lt(seen, nwant);
+		ck_assert_uint_eq(a->rta_type, want[seen].type);
+		ck_assert_uint_eq(RTA_PAYLOAD(a), want[seen].len);
+		ck_assert_mem_eq(RTA_DATA(a), want[seen].data, want[seen].len);
+		seen++;
+	}
+	ck_assert_int_eq(seen, nwant);
+}
+
 START_TEST(rtnl_requests)
 {
 	uint8_t *buf = NULL;
 	size_t len = 0;
-	static const uint8_t v4[4] = { 192, 0, 2, 7 };
-	static const uint8_t v6[16] = { 0x20, 0x01, 0x0d, 0xb8, [15] = 9 };
+	static const uint8_t lo4[4] = { 127, 0, 0, 1 };
+	static const uint8_t v6[16] = { 0x2a, 0x01, 0x04, 0xf8, [15] = 9 };
 	ck_assert_int_eq(moat_rtnl_link_up(&buf, &len, 1), 0);
-	ck_assert_int_eq(moat_rtnl_prohibit(&buf, &len, AF_INET, v4), 0);
-	ck_assert_int_eq(moat_rtnl_prohibit(&buf, &len, AF_INET6, v6), 0);
-	ck_assert_int_eq(moat_rtnl_prohibit(&buf, &len, AF_UNIX, v4), -1);
+	ck_assert_int_eq(moat_rtnl_default_route(&buf, &len, AF_INET, 1, lo4), 0);
+	ck_assert_int_eq(moat_rtnl_default_route(&buf, &len, AF_INET6, 1, NULL), 0);
+	ck_assert_int_eq(moat_rtnl_get_route(&buf, &len, AF_INET6, v6, 65534), 0);
+	size_t before = len;
+	ck_assert_int_eq(moat_rtnl_default_route(&buf, &len, AF_UNIX, 1, NULL), -1);
+	ck_assert_int_eq(moat_rtnl_get_route(&buf, &len, AF_UNIX, v6, 0), -1);
+	ck_assert_uint_eq(len, before);
+	uint32_t oif = 1, uid = 65534;
 	size_t off = 0;
 	int n = 0;
 	while (off < len) {
@@ -314,34 +357,33 @@ START_TEST(rtnl_requests)
 			ck_assert_int_eq(i->ifi_index, 1);
 			ck_assert_uint_eq(i->ifi_flags, IFF_UP);
 			ck_assert_uint_eq(i->ifi_change, IFF_UP);
-		} else {
+		} else if (n == 1 || n == 2) {
+			/* default dev lo [src 127.0.0.1]: a new route, never replacing one */
 			bool six = n == 2;
-			size_t alen = six ? 16 : 4;
 			ck_assert_uint_eq(h->nlmsg_type, RTM_NEWROUTE);
-			ck_assert_uint_eq(h->nlmsg_flags & (NLM_F_CREATE | NLM_F_REPLACE),
-					  NLM_F_CREATE | NLM_F_REPLACE);
+			ck_assert_uint_eq(h->nlmsg_flags & (NLM_F_CREATE | NLM_F_EXCL | NLM_F_REPLACE),
+					  NLM_F_CREATE | NLM_F_EXCL);
 			const struct rtmsg *r = NLMSG_DATA(h);
 			ck_assert_int_eq(r->rtm_family, six ? AF_INET6 : AF_INET);
-			ck_assert_int_eq(r->rtm_dst_len, alen * 8);
-			ck_assert_int_eq(r->rtm_src_len, 0);
+			ck_assert_int_eq(r->rtm_dst_len, 0);
 			ck_assert_int_eq(r->rtm_table, RT_TABLE_MAIN);
 			ck_assert_int_eq(r->rtm_protocol, RTPROT_STATIC);
-			ck_assert_int_eq(r->rtm_scope, RT_SCOPE_UNIVERSE);
-			ck_assert_int_eq(r->rtm_type, RTN_PROHIBIT);
-			int attrs = (int)RTM_PAYLOAD(h);
-			int dst = 0;
-			for (const struct rtattr *a = RTM_RTA(r); RTA_OK(a, attrs); a = RTA_NEXT(a, attrs)) {
-				ck_assert_uint_eq(a->rta_type, RTA_DST);
-				ck_assert_uint_eq(RTA_PAYLOAD(a), alen);
-				ck_assert_mem_eq(RTA_DATA(a), six ? v6 : v4, alen);
-				dst++;
-			}
-			ck_assert_int_eq(dst, 1);
+			ck_assert_int_eq(r->rtm_scope, six ? RT_SCOPE_UNIVERSE : RT_SCOPE_LINK);
+			ck_assert_int_eq(r->rtm_type, RTN_UNICAST);
+			struct want_attr w[2] = { { RTA_OIF, &oif, 4 }, { RTA_PREFSRC, lo4, 4 } };
+			check_attrs(h, w, six ? 1 : 2);
+		} else {
+			ck_assert_uint_eq(h->nlmsg_type, RTM_GETROUTE);
+			const struct rtmsg *r = NLMSG_DATA(h);
+			ck_assert_int_eq(r->rtm_family, AF_INET6);
+			ck_assert_int_eq(r->rtm_dst_len, 128);
+			struct want_attr w[2] = { { RTA_DST, v6, 16 }, { RTA_UID, &uid, 4 } };
+			check_attrs(h, w, 2);
 		}
 		off += NLMSG_ALIGN(h->nlmsg_len);
 		n++;
 	}
-	ck_assert_int_eq(n, 3);
+	ck_assert_int_eq(n, 4);
 	ck_assert_uint_eq(off, len);
 	free(buf);
 }

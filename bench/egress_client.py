@@ -1,0 +1,58 @@
+# The client of bench/egress.sh; the same file runs bare, under pasta and as
+# moat's program. Environment: EGRESS_HOST, EGRESS_PORT, and either
+# EGRESS_BYTES (download that many bytes from the stream port; prints
+# "egress-bytes <n> seconds <s> MBps <x>") or EGRESS_PARALLEL=N (N
+# connections to the echo port, all open at once, 4 KiB each way; prints
+# "egress-parallel ok|fail <good>/<N> ...").
+import asyncio, os, socket, time
+
+host, port = os.environ['EGRESS_HOST'], int(os.environ['EGRESS_PORT'])
+
+
+def download(total):
+    buf = bytearray(1 << 20)
+    view = memoryview(buf)
+    t0 = time.monotonic()
+    s = socket.create_connection((host, port), timeout=60)
+    s.sendall(b'%d\n' % total)
+    got = 0
+    while True:
+        n = s.recv_into(view)
+        if not n:
+            break
+        got += n
+    s.close()
+    dt = time.monotonic() - t0
+    print('egress-bytes %d seconds %.3f MBps %.1f' % (got, dt, got / dt / 1e6))
+    if got != total:
+        raise SystemExit('short read: %d of %d bytes' % (got, total))
+
+
+async def parallel(n):
+    async def opener():
+        return await asyncio.wait_for(asyncio.open_connection(host, port), 30)
+
+    async def talk(i, rw):
+        r, w = rw
+        data = bytes([65 + i % 26]) * 4096
+        w.write(data)
+        await w.drain()
+        return await asyncio.wait_for(r.readexactly(len(data)), 30) == data
+
+    conns = await asyncio.gather(*(opener() for _ in range(n)), return_exceptions=True)
+    live = [(i, c) for i, c in enumerate(conns) if not isinstance(c, BaseException)]
+    res = await asyncio.gather(*(talk(i, c) for i, c in live), return_exceptions=True)
+    for _, (_, w) in live:
+        w.close()
+    good = sum(1 for x in res if x is True)
+    errs = sorted(set(repr(x) for x in list(conns) + list(res) if isinstance(x, BaseException)))
+    print('egress-parallel %s %d/%d open %d %s' % ('ok' if good == n else 'fail', good, n,
+                                                   len(live), errs[:3]))
+    if good != n:
+        raise SystemExit(1)
+
+
+if os.environ.get('EGRESS_PARALLEL'):
+    asyncio.run(parallel(int(os.environ['EGRESS_PARALLEL'])))
+else:
+    download(int(os.environ['EGRESS_BYTES']))

@@ -1,0 +1,832 @@
+/* Transparent egress: the supervisor's side of the nftables redirects that
+ * pid 1 installs inside the sandbox (net/nft.h). Nothing leaves the
+ * sandbox's network namespace by itself: its only interface is lo, every
+ * TCP connection to a non-loopback address lands on a listening socket pid
+ * 1 opened and passed here, every DNS query on a UDP socket likewise.
+ *
+ *  TCP  the original destination (SO_ORIGINAL_DST) passes the one policy
+ *       (moat_egress_refusal: public unicast, not the host's own, at
+ *       connect time); with "allowedHosts" the connection must also go to
+ *       an address this run's DNS answered for an allowed name, and its
+ *       first bytes (TLS SNI or HTTP Host) must name that host, checked
+ *       with the allowlist's scheme and port rules. Only then the
+ *       supervisor connects from the host and relays both ways.
+ *  DNS  A and AAAA questions are resolved here with the host's resolver;
+ *       only addresses the policy allows are answered (with "allowedHosts",
+ *       only for allowed names); other types get an empty answer.
+ *
+ * One thread accepts and receives; each connection and each question runs
+ * in a detached thread that holds a reference, bounded in number. Stopping
+ * wakes them all (eventfd) and waits a bounded time; a thread still inside
+ * getaddrinfo lets go of its reference when it returns. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "net/dnsmsg.h"
+#include "net/internal.h"
+#include "net/sniff.h"
+
+#define EG_MAX_CONNS 512          /* connections relayed at once */
+#define EG_MAX_TOTAL 65536        /* connections per run */
+#define EG_MAX_DNS 64             /* questions being resolved at once */
+#define EG_MAX_RECORDS 4096       /* (name, address) pairs remembered per run */
+#define EG_MAX_ANSWERS 16
+#define EG_CONNECT_TIMEOUT_MS 10000
+#define EG_SNIFF_TIMEOUT_MS 10000
+#define EG_STOP_GRACE_MS 2000
+#define EG_RELAY_BUF 32768        /* each way, allocated once connected */
+#define EG_STACK (192 * 1024)
+#define EG_DNS_TTL 30
+#define EG_DNS_MAX 4096           /* largest query read */
+#define ORIGINAL_DST 80           /* SO_ORIGINAL_DST, IP6T_SO_ORIGINAL_DST */
+
+/* pid 1 passes its sockets in this order; the message's one data byte says
+ * which are present (IPv6 may be missing on a host without it). */
+enum { SOCK_TCP4, SOCK_TCP6, SOCK_UDP4, SOCK_UDP6, SOCK_COUNT };
+
+struct record {
+	int family;
+	uint8_t a[16];
+	char *name;
+};
+
+struct moat_egress {
+	pthread_mutex_t mu;
+	pthread_cond_t idle;      /* signalled when a worker ends */
+	unsigned refs;
+	unsigned conns, dns;      /* workers running */
+	uint64_t total;
+	int stop_fd;
+	int sock_fd;
+	int fds[SOCK_COUNT];
+	bool allowlist;
+	struct moat_allowlist al;
+	struct moat_netlog *log;
+	pthread_t thread;
+	bool started;
+	struct record *rec;
+	size_t nrec;
+};
+
+static int64_t mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static void egress_unref(struct moat_egress *e)
+{
+	pthread_mutex_lock(&e->mu);
+	unsigned left = --e->refs;
+	pthread_mutex_unlock(&e->mu);
+	if (left)
+		return;
+	if (e->stop_fd >= 0)
+		close(e->stop_fd);
+	if (e->sock_fd >= 0)
+		close(e->sock_fd);
+	for (int i = 0; i < SOCK_COUNT; i++)
+		if (e->fds[i] >= 0)
+			close(e->fds[i]);
+	for (size_t i = 0; i < e->nrec; i++)
+		free(e->rec[i].name);
+	free(e->rec);
+	moat_allowlist_free(&e->al);
+	moat_netlog_unref(e->log);
+	pthread_cond_destroy(&e->idle);
+	pthread_mutex_destroy(&e->mu);
+	free(e);
+}
+
+/* 1: fd ready; 0: deadline passed; -1: stopping or poll error. */
+static int wait_fd(struct moat_egress *e, int fd, short events, int64_t deadline)
+{
+	for (;;) {
+		int64_t left = deadline - mono_ms();
+		if (left <= 0)
+			return 0;
+		struct pollfd pf[2] = { { .fd = fd, .events = events },
+					{ .fd = e->stop_fd, .events = POLLIN } };
+		int r = poll(pf, 2, (int)(left > 60000 ? 60000 : left));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 || pf[1].revents)
+			return -1;
+		if (r > 0)
+			return 1;
+	}
+}
+
+/* Ends a connection with a reset, so the program sees it refused at once. */
+static void reset_close(int fd)
+{
+	struct linger l = { .l_onoff = 1, .l_linger = 0 };
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+	close(fd);
+}
+
+/* ---- what this run's DNS answered ---- */
+
+static void remember(struct moat_egress *e, const char *name, int family, const uint8_t *a)
+{
+	pthread_mutex_lock(&e->mu);
+	bool have = false;
+	for (size_t i = 0; i < e->nrec && !have; i++)
+		have = e->rec[i].family == family && !memcmp(e->rec[i].a, a, family == AF_INET ? 4 : 16) &&
+		       !strcmp(e->rec[i].name, name);
+	if (!have && e->nrec < EG_MAX_RECORDS) {
+		if (!e->rec)
+			e->rec = calloc(EG_MAX_RECORDS, sizeof *e->rec);
+		char *n = e->rec ? strdup(name) : NULL;
+		if (n) {
+			struct record *r = &e->rec[e->nrec++];
+			r->family = family;
+			memcpy(r->a, a, family == AF_INET ? 4 : 16);
+			r->name = n;
+		}
+	}
+	pthread_mutex_unlock(&e->mu);
+}
+
+/* Was a answered for name (or, name NULL: for any name; the first one is
+ * copied to out)? */
+static bool answered(struct moat_egress *e, const char *name, int family, const uint8_t *a,
+		     char *out, size_t outlen)
+{
+	pthread_mutex_lock(&e->mu);
+	bool found = false;
+	for (size_t i = 0; i < e->nrec && !found; i++) {
+		const struct record *r = &e->rec[i];
+		if (r->family != family || memcmp(r->a, a, family == AF_INET ? 4 : 16) ||
+		    (name && strcmp(r->name, name)))
+			continue;
+		found = true;
+		if (out)
+			snprintf(out, outlen, "%s", r->name);
+	}
+	pthread_mutex_unlock(&e->mu);
+	return found;
+}
+
+/* ---- TCP ---- */
+
+struct conn {
+	struct moat_egress *e;
+	int cfd, ofd;
+	int family;
+	uint8_t addr[16];
+	uint16_t port;
+	char text[48];
+	int idx;
+	uint8_t *first;   /* bytes read from the program before connecting */
+	size_t first_len;
+	uint64_t sent, received;
+};
+
+static void refuse(struct conn *c, const char *why)
+{
+	moat_netlog_verdict(c->e->log, c->idx, false, why);
+}
+
+/* Allowlist: reads the program's first bytes and checks the name they carry
+ * against this run's DNS answers and the allowlist. NULL, or why not
+ * (written into why). */
+static const char *check_named(struct conn *c, char *why, size_t whylen)
+{
+	c->first = malloc(MOAT_SNIFF_MAX);
+	if (!c->first)
+		return "out of memory";
+	char name[254] = "";
+	enum moat_sniff_kind kind = MOAT_SNIFF_MORE;
+	int64_t deadline = mono_ms() + EG_SNIFF_TIMEOUT_MS;
+	while (kind == MOAT_SNIFF_MORE) {
+		if (c->first_len == MOAT_SNIFF_MAX) {
+			kind = MOAT_SNIFF_OTHER;
+			break;
+		}
+		ssize_t n = recv(c->cfd, c->first + c->first_len, MOAT_SNIFF_MAX - c->first_len, 0);
+		if (n > 0) {
+			c->first_len += (size_t)n;
+			kind = moat_sniff(c->first, c->first_len, name);
+			continue;
+		}
+		if (n == 0)
+			return "the program closed the connection before naming a host";
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return "the connection failed before naming a host";
+		int w = wait_fd(c->e, c->cfd, POLLIN, deadline);
+		if (w == 0)
+			return "no TLS ClientHello or HTTP request in time (allowedHosts needs one)";
+		if (w < 0)
+			return "the run ended";
+	}
+	if (kind == MOAT_SNIFF_OTHER)
+		return "neither TLS nor HTTP: allowedHosts checks the TLS SNI or the HTTP Host";
+	if (!name[0])
+		return kind == MOAT_SNIFF_TLS ? "TLS without a server name (SNI)"
+					      : "HTTP request without a Host header";
+	struct moat_host h;
+	if (moat_host_parse(name, strlen(name), &h) < 0) {
+		snprintf(why, whylen, "malformed host name in the %s",
+			 kind == MOAT_SNIFF_TLS ? "TLS SNI" : "HTTP Host header");
+		return why;
+	}
+	moat_netlog_host(c->e->log, c->idx, h.text, c->text);
+	bool tls = kind == MOAT_SNIFF_TLS;
+	if (!moat_allowlist_match(&c->e->al, tls, &h, c->port)) {
+		snprintf(why, whylen, "%s://%s%s%s:%u is not in allowedHosts", tls ? "https" : "http",
+			 h.kind == MOAT_HOST_IPV6 ? "[" : "", h.text,
+			 h.kind == MOAT_HOST_IPV6 ? "]" : "", c->port);
+		return why;
+	}
+	/* a name must have been resolved by moat to this very address; an IP
+	 * literal must be this address */
+	bool literal_here = h.kind != MOAT_HOST_NAME &&
+			    (h.kind == MOAT_HOST_IPV4) == (c->family == AF_INET) &&
+			    !memcmp(h.addr, c->addr, c->family == AF_INET ? 4 : 16);
+	if (h.kind != MOAT_HOST_NAME ? !literal_here : !answered(c->e, h.text, c->family, c->addr, NULL, 0)) {
+		snprintf(why, whylen, "%s is not an address moat's DNS answered for %s", c->text, h.text);
+		return why;
+	}
+	return NULL;
+}
+
+static int connect_out(struct conn *c)
+{
+	int s = socket(c->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -errno;
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof ss);
+	socklen_t sl;
+	if (c->family == AF_INET) {
+		struct sockaddr_in *sa = (struct sockaddr_in *)&ss;
+		sa->sin_family = AF_INET;
+		sa->sin_port = htons(c->port);
+		memcpy(&sa->sin_addr, c->addr, 4);
+		sl = sizeof *sa;
+	} else {
+		struct sockaddr_in6 *sa = (struct sockaddr_in6 *)&ss;
+		sa->sin6_family = AF_INET6;
+		sa->sin6_port = htons(c->port);
+		memcpy(&sa->sin6_addr, c->addr, 16);
+		sl = sizeof *sa;
+	}
+	if (connect(s, (struct sockaddr *)&ss, sl) < 0 && errno != EINPROGRESS) {
+		int e = errno;
+		close(s);
+		return -e;
+	}
+	int w = wait_fd(c->e, s, POLLOUT, mono_ms() + EG_CONNECT_TIMEOUT_MS);
+	int soerr = 0;
+	socklen_t el = sizeof soerr;
+	if (w <= 0 || getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &el) < 0 || soerr) {
+		close(s);
+		return w == 0 ? -ETIMEDOUT : w < 0 ? -ECANCELED : -(soerr ? soerr : EIO);
+	}
+	return s;
+}
+
+/* Sends all of buf on a non-blocking socket; -1 when it fails or the run
+ * ends. */
+static int send_all(struct moat_egress *e, int fd, const uint8_t *buf, size_t len)
+{
+	while (len) {
+		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
+		if (n > 0) {
+			buf += n;
+			len -= (size_t)n;
+		} else if (n < 0 && errno == EINTR) {
+			continue;
+		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (wait_fd(e, fd, POLLOUT, mono_ms() + 24LL * 3600 * 1000) <= 0)
+				return -1;
+		} else {
+			return -1;
+		}
+	}
+	return 0;
+}
+
+/* Both directions until both ended (a half close is passed on) or the run
+ * stops. */
+static void relay(struct conn *c)
+{
+	uint8_t *buf[2] = { malloc(EG_RELAY_BUF), malloc(EG_RELAY_BUF) };
+	size_t len[2] = { 0, 0 }, off[2] = { 0, 0 };
+	int from[2] = { c->cfd, c->ofd }, to[2] = { c->ofd, c->cfd };
+	bool eof[2] = { false, false }, shut[2] = { false, false };
+	uint64_t *count[2] = { &c->sent, &c->received };
+	if (!buf[0] || !buf[1])
+		goto out;
+	while (!(shut[0] && shut[1])) {
+		struct pollfd pf[3] = { { .fd = c->cfd }, { .fd = c->ofd },
+					{ .fd = c->e->stop_fd, .events = POLLIN } };
+		for (int d = 0; d < 2; d++) {
+			if (!eof[d] && len[d] == 0)
+				pf[d == 0 ? 0 : 1].events |= POLLIN;
+			if (len[d] > off[d])
+				pf[d == 0 ? 1 : 0].events |= POLLOUT;
+		}
+		int r = poll(pf, 3, -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 || pf[2].revents || ((pf[0].revents | pf[1].revents) & (POLLERR | POLLNVAL)))
+			break;
+		bool failed = false;
+		for (int d = 0; d < 2 && !failed; d++) {
+			struct pollfd *in = &pf[d == 0 ? 0 : 1], *out = &pf[d == 0 ? 1 : 0];
+			if (!eof[d] && len[d] == 0 && (in->revents & (POLLIN | POLLHUP | POLLERR))) {
+				ssize_t n = recv(from[d], buf[d], EG_RELAY_BUF, 0);
+				if (n > 0) {
+					len[d] = (size_t)n;
+					off[d] = 0;
+					*count[d] += (uint64_t)n;
+				} else if (n == 0) {
+					eof[d] = true;
+				} else if (errno != EINTR && errno != EAGAIN) {
+					failed = true;
+				}
+			}
+			if (len[d] > off[d] && (out->revents & (POLLOUT | POLLERR | POLLHUP))) {
+				ssize_t n = send(to[d], buf[d] + off[d], len[d] - off[d], MSG_NOSIGNAL);
+				if (n > 0)
+					off[d] += (size_t)n;
+				else if (n < 0 && errno != EINTR && errno != EAGAIN)
+					failed = true;
+				if (off[d] == len[d])
+					len[d] = off[d] = 0;
+			}
+			if (eof[d] && len[d] == 0 && !shut[d]) {
+				shutdown(to[d], SHUT_WR);
+				shut[d] = true;
+			}
+		}
+		if (failed)
+			break;
+	}
+out:
+	free(buf[0]);
+	free(buf[1]);
+}
+
+static void *conn_main(void *arg)
+{
+	struct conn *c = arg;
+	struct moat_egress *e = c->e;
+	char why[600];
+	const char *no = NULL;
+	struct sockaddr_storage od;
+	socklen_t ol = sizeof od;
+	memset(&od, 0, sizeof od);
+	if (getsockopt(c->cfd, c->family == AF_INET ? SOL_IP : SOL_IPV6, ORIGINAL_DST, &od, &ol) < 0) {
+		c->idx = moat_netlog_add(e->log, "tcp", NULL, "?", 0);
+		refuse(c, "no original destination (not a redirected connection)");
+		goto out;
+	}
+	if (c->family == AF_INET) {
+		const struct sockaddr_in *sa = (const struct sockaddr_in *)&od;
+		memcpy(c->addr, &sa->sin_addr, 4);
+		c->port = ntohs(sa->sin_port);
+	} else {
+		const struct sockaddr_in6 *sa = (const struct sockaddr_in6 *)&od;
+		memcpy(c->addr, &sa->sin6_addr, 16);
+		c->port = ntohs(sa->sin6_port);
+	}
+	moat_netlog_addr_text(c->family, c->addr, c->text);
+	char name[254];
+	bool named = answered(e, NULL, c->family, c->addr, name, sizeof name);
+	c->idx = moat_netlog_add(e->log, "tcp", NULL, named ? name : c->text, c->port);
+	if (named)
+		moat_netlog_host(e->log, c->idx, NULL, c->text);
+	/* the address first: nothing is read from a connection that cannot go out */
+	const char *cls = moat_egress_refusal(e->allowlist ? &e->al : NULL, c->family, c->addr);
+	if (cls) {
+		snprintf(why, sizeof why, "%s address %s", cls, c->text);
+		no = why;
+	} else if (e->allowlist) {
+		no = check_named(c, why, sizeof why);
+	}
+	if (no) {
+		refuse(c, no);
+		goto out;
+	}
+	int s = connect_out(c);
+	if (s < 0) {
+		snprintf(why, sizeof why, "connection to %s port %u failed: %s", c->text, c->port,
+			 strerror(-s));
+		refuse(c, why);
+		goto out;
+	}
+	c->ofd = s;
+	moat_netlog_verdict(e->log, c->idx, true, NULL);
+	if (c->first_len && send_all(e, c->ofd, c->first, c->first_len) < 0)
+		goto out;
+	c->sent += c->first_len;
+	relay(c);
+out:
+	moat_netlog_bytes(e->log, c->idx, c->sent, c->received);
+	moat_netlog_count(e->log, MOAT_NETLOG_BYTES, c->sent + c->received);
+	if (c->ofd >= 0) {
+		close(c->ofd);
+		close(c->cfd);
+	} else {
+		reset_close(c->cfd);
+	}
+	free(c->first);
+	free(c);
+	pthread_mutex_lock(&e->mu);
+	e->conns--;
+	pthread_cond_broadcast(&e->idle);
+	pthread_mutex_unlock(&e->mu);
+	egress_unref(e);
+	return NULL;
+}
+
+/* ---- DNS ---- */
+
+struct question {
+	struct moat_egress *e;
+	int fd;
+	struct sockaddr_storage peer;
+	socklen_t peer_len;
+	size_t len;
+	uint8_t msg[];
+};
+
+static const char *qtype_name(uint16_t t)
+{
+	switch (t) {
+	case 1: return "A";
+	case 28: return "AAAA";
+	case 5: return "CNAME";
+	case 15: return "MX";
+	case 16: return "TXT";
+	case 33: return "SRV";
+	case 65: return "HTTPS";
+	default: return "other";
+	}
+}
+
+static void answer(struct question *q, const uint8_t *msg, size_t len)
+{
+	(void)sendto(q->fd, msg, len, MSG_NOSIGNAL | MSG_DONTWAIT, (struct sockaddr *)&q->peer,
+		     q->peer_len);
+}
+
+static void *dns_main(void *arg)
+{
+	struct question *q = arg;
+	struct moat_egress *e = q->e;
+	struct moat_dns_query dq;
+	uint8_t out[512];
+	int bad_id = -1;
+	if (moat_dns_parse_query(q->msg, q->len, &dq, &bad_id) < 0) {
+		moat_netlog_count(e->log, MOAT_NETLOG_MALFORMED, 1);
+		int n = bad_id >= 0 ? moat_dns_build_formerr((uint16_t)bad_id, out, sizeof out) : -1;
+		if (n > 0)
+			answer(q, out, (size_t)n);
+		goto done;
+	}
+	int idx = moat_netlog_add(e->log, "dns", qtype_name(dq.qtype), dq.name, 0);
+	int rcode = 0;
+	bool refused_by_policy = false; /* else an entry is allowed, answered or not */
+	struct moat_dns_addr ok[EG_MAX_ANSWERS];
+	size_t nok = 0;
+	char why[600] = "";
+	struct moat_buf refused = { 0 }, answers = { 0 };
+	struct moat_host h;
+	int family = dq.qtype == 1 ? AF_INET : dq.qtype == 28 ? AF_INET6 : 0;
+	if (dq.qclass != 1) {
+		rcode = 5;
+		snprintf(why, sizeof why, "only class IN is answered");
+	} else if (!dq.name[0] || moat_host_parse(dq.name, strlen(dq.name), &h) < 0) {
+		rcode = 3;
+		snprintf(why, sizeof why, "not a valid host name");
+	} else if (e->allowlist && !moat_allowlist_match_name(&e->al, &h)) {
+		/* NXDOMAIN, not REFUSED: resolvers retry a refusal elsewhere */
+		rcode = 3;
+		refused_by_policy = true;
+		snprintf(why, sizeof why, "%s is not in allowedHosts", h.text);
+	} else if (family) {
+		struct addrinfo hints = { .ai_family = family, .ai_socktype = SOCK_STREAM,
+					  .ai_flags = AI_ADDRCONFIG };
+		struct addrinfo *res = NULL;
+		int rc = getaddrinfo(h.text, NULL, &hints, &res);
+		if (rc == EAI_NONAME) {
+			rcode = 3;
+			snprintf(why, sizeof why, "no such name");
+		} else if (rc != 0 && rc != EAI_NODATA && rc != EAI_ADDRFAMILY) {
+			rcode = 2;
+			snprintf(why, sizeof why, "the host cannot resolve %s: %s", h.text, gai_strerror(rc));
+		}
+		for (struct addrinfo *ai = rc == 0 ? res : NULL; ai && nok < EG_MAX_ANSWERS; ai = ai->ai_next) {
+			if (ai->ai_family != family)
+				continue;
+			struct moat_dns_addr a = { .family = family };
+			memcpy(a.a, family == AF_INET
+				? (const void *)&((struct sockaddr_in *)(void *)ai->ai_addr)->sin_addr
+				: (const void *)&((struct sockaddr_in6 *)(void *)ai->ai_addr)->sin6_addr,
+			       family == AF_INET ? 4 : 16);
+			bool dup = false;
+			for (size_t i = 0; i < nok && !dup; i++)
+				dup = !memcmp(ok[i].a, a.a, 16);
+			if (dup)
+				continue;
+			char text[48];
+			moat_netlog_addr_text(family, a.a, text);
+			const char *cls = moat_egress_refusal(e->allowlist ? &e->al : NULL, family, a.a);
+			if (cls) {
+				moat_buf_appendf(&refused, "%s%s address %s", refused.len ? ", " : "", cls, text);
+				continue;
+			}
+			ok[nok++] = a;
+			moat_buf_appendf(&answers, "%s%s", answers.len ? " " : "", text);
+			remember(e, h.text, family, a.a);
+		}
+		if (res)
+			freeaddrinfo(res);
+		if (!nok && refused.len && !refused.oom) {
+			refused_by_policy = true;
+			snprintf(why, sizeof why, "%s resolves only to refused addresses: %s", h.text,
+				 refused.data);
+		}
+	}
+	if (answers.len && !answers.oom)
+		moat_netlog_answers(e->log, idx, answers.data);
+	moat_netlog_verdict(e->log, idx, !refused_by_policy && rcode != 5, why[0] ? why : NULL);
+	moat_buf_free(&refused);
+	moat_buf_free(&answers);
+	int n = moat_dns_build_response(&dq, q->msg, rcode, ok, nok, EG_DNS_TTL, out, sizeof out);
+	if (n > 0)
+		answer(q, out, (size_t)n);
+done:
+	free(q);
+	pthread_mutex_lock(&e->mu);
+	e->dns--;
+	pthread_cond_broadcast(&e->idle);
+	pthread_mutex_unlock(&e->mu);
+	egress_unref(e);
+	return NULL;
+}
+
+/* ---- the accepting thread ---- */
+
+static int receive_sockets(struct moat_egress *e)
+{
+	if (wait_fd(e, e->sock_fd, POLLIN, mono_ms() + 24LL * 3600 * 1000) <= 0)
+		return -1;
+	uint8_t mask = 0;
+	struct iovec iov = { .iov_base = &mask, .iov_len = 1 };
+	union {
+		struct cmsghdr h;
+		char b[CMSG_SPACE(SOCK_COUNT * sizeof(int))];
+	} ctl;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
+			     .msg_controllen = sizeof ctl.b };
+	ssize_t n;
+	do
+		n = recvmsg(e->sock_fd, &mh, MSG_CMSG_CLOEXEC);
+	while (n < 0 && errno == EINTR);
+	if (n != 1)
+		return -1; /* the sandbox ended before passing them */
+	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
+	if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
+	    (mh.msg_flags & MSG_CTRUNC))
+		return -1;
+	size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+	int fds[SOCK_COUNT];
+	memcpy(fds, CMSG_DATA(cm), nfd * sizeof(int));
+	size_t k = 0;
+	for (int i = 0; i < SOCK_COUNT; i++)
+		if ((mask & (1u << i)) && k < nfd)
+			e->fds[i] = fds[k++];
+	for (; k < nfd; k++)
+		close(fds[k]);
+	for (int i = 0; i < SOCK_COUNT; i++)
+		if (e->fds[i] >= 0 && fcntl(e->fds[i], F_SETFL, O_NONBLOCK) < 0)
+			return -1;
+	close(e->sock_fd);
+	e->sock_fd = -1;
+	return 0;
+}
+
+static void spawn(struct moat_egress *e, pthread_attr_t *attr, void *(*fn)(void *), void *arg)
+{
+	pthread_t t;
+	if (pthread_create(&t, attr, fn, arg) == 0)
+		return;
+	/* undo what the caller counted */
+	pthread_mutex_lock(&e->mu);
+	if (fn == conn_main)
+		e->conns--;
+	else
+		e->dns--;
+	e->refs--;
+	pthread_mutex_unlock(&e->mu);
+	if (fn == conn_main) {
+		struct conn *c = arg;
+		reset_close(c->cfd);
+		free(c);
+	} else {
+		free(arg);
+	}
+}
+
+/* Accepts what is pending; false when the supervisor is out of fds or
+ * memory (the caller stops accepting for a moment instead of spinning). */
+static bool accept_all(struct moat_egress *e, pthread_attr_t *attr, int lfd, int family)
+{
+	for (;;) {
+		int fd = accept4(lfd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
+		if (fd < 0)
+			return !(errno == EMFILE || errno == ENFILE || errno == ENOBUFS ||
+				 errno == ENOMEM);
+		pthread_mutex_lock(&e->mu);
+		bool busy = e->conns >= EG_MAX_CONNS || e->total >= EG_MAX_TOTAL;
+		if (!busy) {
+			e->conns++;
+			e->total++;
+			e->refs++;
+		}
+		pthread_mutex_unlock(&e->mu);
+		struct conn *c = busy ? NULL : calloc(1, sizeof *c);
+		if (!c) {
+			if (!busy) {
+				pthread_mutex_lock(&e->mu);
+				e->conns--;
+				e->refs--;
+				pthread_mutex_unlock(&e->mu);
+			}
+			moat_netlog_count(e->log, MOAT_NETLOG_BUSY, 1);
+			reset_close(fd);
+			continue;
+		}
+		c->e = e;
+		c->cfd = fd;
+		c->ofd = -1;
+		c->idx = -1;
+		c->family = family;
+		spawn(e, attr, conn_main, c);
+	}
+}
+
+static void receive_all(struct moat_egress *e, pthread_attr_t *attr, int fd)
+{
+	for (;;) {
+		struct question *q = malloc(sizeof *q + EG_DNS_MAX);
+		if (!q)
+			return;
+		q->peer_len = sizeof q->peer;
+		ssize_t n = recvfrom(fd, q->msg, EG_DNS_MAX, MSG_TRUNC, (struct sockaddr *)&q->peer,
+				     &q->peer_len);
+		if (n < 0 || n > EG_DNS_MAX) {
+			free(q);
+			if (n < 0)
+				return;
+			moat_netlog_count(e->log, MOAT_NETLOG_MALFORMED, 1);
+			continue;
+		}
+		q->e = e;
+		q->fd = fd;
+		q->len = (size_t)n;
+		pthread_mutex_lock(&e->mu);
+		bool busy = e->dns >= EG_MAX_DNS;
+		if (!busy) {
+			e->dns++;
+			e->refs++;
+		}
+		pthread_mutex_unlock(&e->mu);
+		if (busy) {
+			/* the resolver retries; a flood only costs itself */
+			moat_netlog_count(e->log, MOAT_NETLOG_BUSY, 1);
+			free(q);
+			continue;
+		}
+		spawn(e, attr, dns_main, q);
+	}
+}
+
+static void *egress_main(void *arg)
+{
+	struct moat_egress *e = arg;
+	if (receive_sockets(e) < 0)
+		return NULL;
+	pthread_attr_t attr;
+	if (pthread_attr_init(&attr) != 0)
+		return NULL;
+	if (pthread_attr_setstacksize(&attr, EG_STACK) != 0 ||
+	    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED) != 0) {
+		pthread_attr_destroy(&attr);
+		return NULL;
+	}
+	bool paused = false; /* out of fds: pending connections wait a moment */
+	for (;;) {
+		struct pollfd pf[SOCK_COUNT + 1];
+		for (int i = 0; i < SOCK_COUNT; i++)
+			pf[i] = (struct pollfd){ .fd = e->fds[i], .events = POLLIN };
+		if (paused)
+			pf[SOCK_TCP4].fd = pf[SOCK_TCP6].fd = -1;
+		pf[SOCK_COUNT] = (struct pollfd){ .fd = e->stop_fd, .events = POLLIN };
+		int r = poll(pf, SOCK_COUNT + 1, paused ? 100 : -1);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 || pf[SOCK_COUNT].revents)
+			break;
+		bool ok = true;
+		if (paused || (pf[SOCK_TCP4].revents & POLLIN))
+			ok &= accept_all(e, &attr, e->fds[SOCK_TCP4], AF_INET);
+		if (e->fds[SOCK_TCP6] >= 0 && (paused || (pf[SOCK_TCP6].revents & POLLIN)))
+			ok &= accept_all(e, &attr, e->fds[SOCK_TCP6], AF_INET6);
+		paused = !ok;
+		if (pf[SOCK_UDP4].revents & POLLIN)
+			receive_all(e, &attr, e->fds[SOCK_UDP4]);
+		if (pf[SOCK_UDP6].revents & POLLIN)
+			receive_all(e, &attr, e->fds[SOCK_UDP6]);
+	}
+	pthread_attr_destroy(&attr);
+	return NULL;
+}
+
+/* ---- interface ---- */
+
+int moat_egress_new(struct moat_allowlist *al, struct moat_netlog *log, int sock_fd,
+		    struct moat_egress **out, struct moat_error *err)
+{
+	*out = NULL;
+	struct moat_egress *e = calloc(1, sizeof *e);
+	if (!e) {
+		close(sock_fd);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
+	pthread_mutex_init(&e->mu, NULL);
+	pthread_condattr_t ca;
+	pthread_condattr_init(&ca);
+	pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+	pthread_cond_init(&e->idle, &ca);
+	pthread_condattr_destroy(&ca);
+	e->refs = 1;
+	e->sock_fd = sock_fd;
+	for (int i = 0; i < SOCK_COUNT; i++)
+		e->fds[i] = -1;
+	e->log = moat_netlog_ref(log);
+	if (al) {
+		e->allowlist = true;
+		e->al = *al;
+		memset(al, 0, sizeof *al);
+	}
+	e->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (e->stop_fd < 0) {
+		int errno_ = errno;
+		egress_unref(e);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno_, "eventfd: %s",
+				      strerror(errno_));
+	}
+	*out = e;
+	return 0;
+}
+
+int moat_egress_start(struct moat_egress *e, struct moat_error *err)
+{
+	int rc = pthread_create(&e->thread, NULL, egress_main, e);
+	if (rc != 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, rc,
+				      "cannot start the egress relay: %s", strerror(rc));
+	e->started = true;
+	return 0;
+}
+
+void moat_egress_stop(struct moat_egress *e)
+{
+	if (!e)
+		return;
+	uint64_t one = 1;
+	if (write(e->stop_fd, &one, sizeof one) < 0) {
+		/* an eventfd write cannot fail short of overflow */
+	}
+	if (e->started)
+		pthread_join(e->thread, NULL);
+	struct timespec until;
+	clock_gettime(CLOCK_MONOTONIC, &until);
+	until.tv_sec += EG_STOP_GRACE_MS / 1000;
+	pthread_mutex_lock(&e->mu);
+	while ((e->conns || e->dns) && pthread_cond_timedwait(&e->idle, &e->mu, &until) == 0)
+		;
+	pthread_mutex_unlock(&e->mu);
+	egress_unref(e);
+}
