@@ -158,10 +158,36 @@ static long elapsed_ms(const struct timespec *t0)
 	return (t.tv_sec - t0->tv_sec) * 1000 + (t.tv_nsec - t0->tv_nsec) / 1000000;
 }
 
-void harness_run(int mode, const char *const *args, const char *stdin_data, size_t stdin_len,
-		 struct run_out *out)
+/* Writes what the pipe takes now of the rest of p's stdin; closes it when
+ * all is written or moat stopped reading (a moat that exits without reading
+ * stdin gives EPIPE, not a SIGPIPE that would kill the test). */
+static void feed_stdin(struct harness_proc *p)
 {
-	memset(out, 0, sizeof *out);
+	struct sigaction ign = { .sa_handler = SIG_IGN }, old;
+	sigaction(SIGPIPE, &ign, &old);
+	while (p->in >= 0) {
+		ssize_t n = 0;
+		if (p->in_off < p->in_len) {
+			n = write(p->in, p->in_data + p->in_off, p->in_len - p->in_off);
+			if (n > 0) {
+				p->in_off += (size_t)n;
+				continue;
+			}
+			if (n < 0 && errno == EINTR)
+				continue;
+			if (n < 0 && errno == EAGAIN)
+				break;
+		}
+		close(p->in);
+		p->in = -1;
+	}
+	sigaction(SIGPIPE, &old, NULL);
+}
+
+void harness_start(int mode, const char *const *args, const char *stdin_data, size_t stdin_len,
+		   const char *const *env, harness_prep_fn prep, void *arg, struct harness_proc *p)
+{
+	memset(p, 0, sizeof *p);
 	const char *moat = harness_moat();
 	int in_p[2], out_p[2], err_p[2];
 	ck_assert_int_eq(pipe2(in_p, O_CLOEXEC), 0);
@@ -175,10 +201,14 @@ void harness_run(int mode, const char *const *args, const char *stdin_data, size
 	argv[0] = (char *)"moat";
 	for (size_t i = 0; i < argc; i++)
 		argv[i + 1] = (char *)args[i];
-	const char *cg_parent = harness_cgroup_parent(mode);
+	const char *cg_parent = env ? NULL : harness_cgroup_parent(mode);
 	char *cg_env = NULL;
 	if (cg_parent)
 		ck_assert_int_ge(asprintf(&cg_env, "MOAT_CGROUP_PARENT=%s", cg_parent), 0);
+	char *harness_env[] = { (char *)"PATH=/usr/bin:/bin",
+				(char *)HARNESS_CANARY_NAME "=" HARNESS_CANARY_VALUE,
+				(char *)"HOME=/nonexistent", cg_env, NULL };
+	char *const *envp = env ? (char *const *)env : harness_env;
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -186,6 +216,8 @@ void harness_run(int mode, const char *const *args, const char *stdin_data, size
 		dup2(out_p[1], 1);
 		dup2(err_p[1], 2);
 		if (mode == MODE_ROOTLESS && cg_parent && child_enter_leaf(cg_parent) < 0)
+			_exit(97);
+		if (prep && prep(mode, arg) < 0)
 			_exit(97);
 		if (mode == MODE_ROOTLESS && geteuid() == 0) {
 			if (setgroups(0, NULL) < 0 ||
@@ -195,9 +227,6 @@ void harness_run(int mode, const char *const *args, const char *stdin_data, size
 				_exit(99);
 			}
 		}
-		char *envp[] = { (char *)"PATH=/usr/bin:/bin",
-				 (char *)HARNESS_CANARY_NAME "=" HARNESS_CANARY_VALUE,
-				 (char *)"HOME=/nonexistent", cg_env, NULL };
 		execve(moat, argv, envp);
 		perror("harness: execve moat");
 		_exit(98);
@@ -207,33 +236,41 @@ void harness_run(int mode, const char *const *args, const char *stdin_data, size
 	close(in_p[0]);
 	close(out_p[1]);
 	close(err_p[1]);
-	fcntl(in_p[1], F_SETFL, O_NONBLOCK);
-	size_t off = 0;
-	int in_fd = in_p[1];
-	if (stdin_len == 0) {
-		close(in_fd);
-		in_fd = -1;
-	}
+	p->pid = pid;
+	p->out = out_p[0];
+	p->err = err_p[0];
+	p->in = in_p[1];
+	p->in_data = stdin_data;
+	p->in_len = stdin_data ? stdin_len : 0;
+	p->leaf_parent = mode == MODE_ROOTLESS ? cg_parent : NULL;
+	fcntl(p->in, F_SETFL, O_NONBLOCK);
+	feed_stdin(p);
+}
+
+void harness_finish(struct harness_proc *p, struct run_out *out)
+{
 	struct timespec t0;
 	clock_gettime(CLOCK_MONOTONIC, &t0);
 	const long watchdog_ms = harness_scale_ms(HARNESS_TIMEOUT_MS);
-	int ofd = out_p[0], efd = err_p[0];
+	int *fds[2] = { &p->out, &p->err };
 	char buf[65536];
-	while (ofd >= 0 || efd >= 0) {
-		struct pollfd p[3] = { { ofd, POLLIN, 0 }, { efd, POLLIN, 0 }, { in_fd, POLLOUT, 0 } };
-		int r = poll(p, 3, 1000);
+	while (p->out >= 0 || p->err >= 0) {
+		struct pollfd pf[3] = { { p->out, POLLIN, 0 }, { p->err, POLLIN, 0 },
+					{ p->in, POLLOUT, 0 } };
+		int r = poll(pf, 3, 1000);
 		if (elapsed_ms(&t0) > watchdog_ms) {
-			kill(pid, SIGKILL);
-			waitpid(pid, NULL, 0);
-			if (mode == MODE_ROOTLESS && cg_parent)
-				remove_leaf(cg_parent, pid);
-			ck_abort_msg("moat did not finish within %ld ms", watchdog_ms);
+			kill(p->pid, SIGKILL);
+			waitpid(p->pid, NULL, 0);
+			if (p->leaf_parent)
+				remove_leaf(p->leaf_parent, p->pid);
+			ck_abort_msg("moat did not finish within %ld ms; stdout so far: %s", watchdog_ms,
+				     out->out ? out->out : "");
 		}
 		if (r <= 0)
 			continue;
 		for (int i = 0; i < 2; i++) {
-			int *fd = i == 0 ? &ofd : &efd;
-			if (*fd >= 0 && (p[i].revents & (POLLIN | POLLHUP | POLLERR))) {
+			int *fd = fds[i];
+			if (*fd >= 0 && (pf[i].revents & (POLLIN | POLLHUP | POLLERR))) {
 				ssize_t n = read(*fd, buf, sizeof buf);
 				if (n > 0)
 					append(i == 0 ? &out->out : &out->err,
@@ -244,28 +281,32 @@ void harness_run(int mode, const char *const *args, const char *stdin_data, size
 				}
 			}
 		}
-		if (in_fd >= 0 && (p[2].revents & (POLLOUT | POLLERR | POLLHUP))) {
-			ssize_t n = write(in_fd, stdin_data + off, stdin_len - off);
-			if (n > 0)
-				off += (size_t)n;
-			if ((n < 0 && errno != EAGAIN && errno != EINTR) || off == stdin_len) {
-				close(in_fd);
-				in_fd = -1;
-			}
-		}
+		if (p->in >= 0 && (pf[2].revents & (POLLOUT | POLLERR | POLLHUP)))
+			feed_stdin(p);
 	}
-	if (in_fd >= 0)
-		close(in_fd);
+	if (p->in >= 0) {
+		close(p->in);
+		p->in = -1;
+	}
 	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	if (mode == MODE_ROOTLESS && cg_parent)
-		remove_leaf(cg_parent, pid);
+	ck_assert_int_eq(waitpid(p->pid, &st, 0), p->pid);
+	if (p->leaf_parent)
+		remove_leaf(p->leaf_parent, p->pid);
 	out->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 	if (!out->out)
 		append(&out->out, &out->out_len, "", 0);
 	if (!out->err)
 		append(&out->err, &out->err_len, "", 0);
 	out->json = cJSON_ParseWithLength(out->out, out->out_len);
+}
+
+void harness_run(int mode, const char *const *args, const char *stdin_data, size_t stdin_len,
+		 struct run_out *out)
+{
+	memset(out, 0, sizeof *out);
+	struct harness_proc p;
+	harness_start(mode, args, stdin_data, stdin_len, NULL, NULL, NULL, &p);
+	harness_finish(&p, out);
 }
 
 void harness_exec(int mode, const char *request_json, struct run_out *out)

@@ -5,6 +5,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <sys/types.h>
 #include <check.h>
 #include <cjson/cJSON.h>
 
@@ -50,9 +51,46 @@ long harness_scale_ms(long ms);
  * Returns the directory for mode, or NULL. */
 const char *harness_cgroup_parent(int mode);
 /* Runs moat with args (NULL-terminated, without argv[0]) in mode, feeding
- * stdin. Aborts the test on harness failure. */
+ * stdin: harness_start with the harness's environment and no prep, then
+ * harness_finish. Aborts the test on harness failure. */
 void harness_run(int mode, const char *const *args, const char *stdin_data, size_t stdin_len,
 		 struct run_out *out);
+
+/* A step the forked child runs before it execs moat: after its stdin, stdout
+ * and stderr are wired (and, rootless, it joined its cgroup leaf), with the
+ * harness's privileges, so as root when the harness is root, also for the
+ * rootless mode: the drop to 65534 comes after it. 0, or -1 after saying why
+ * on stderr (the child then exits 97). */
+typedef int (*harness_prep_fn)(int mode, void *arg);
+
+/* A moat started by harness_start and not yet finished. */
+struct harness_proc {
+	pid_t pid;   /* moat: the test may signal it before harness_finish */
+	int out;     /* read end of moat's stdout: the test may read the start of
+		      * it itself before harness_finish (what it reads is its own) */
+	int err;     /* read end of moat's stderr */
+	/* the harness's */
+	int in;               /* write end of moat's stdin, or -1 once closed */
+	const char *in_data;  /* what is left to feed: in_data[in_off..in_len) */
+	size_t in_len, in_off;
+	const char *leaf_parent; /* the rootless child's cgroup leaf is under it, or NULL */
+};
+
+/* Starts moat with args (NULL-terminated, without argv[0]) in mode and
+ * returns without waiting for it. env: NULL for the harness's environment
+ * (PATH, HOME, the canary, MOAT_CGROUP_PARENT from harness_cgroup_parent and,
+ * rootless, the cgroup leaf), or exactly these variables (NULL-terminated),
+ * and then no cgroup is arranged: moat picks its own. prep: NULL, or run in
+ * the child with arg (see harness_prep_fn). stdin_data is fed as the pipe
+ * takes it, here and in harness_finish, then stdin is closed; it must stay
+ * valid until harness_finish. Aborts the test on harness failure. */
+void harness_start(int mode, const char *const *args, const char *stdin_data, size_t stdin_len,
+		   const char *const *env, harness_prep_fn prep, void *arg, struct harness_proc *p);
+/* Feeds the rest of stdin, reads moat's stdout and stderr to EOF (appended to
+ * out->out and out->err, which start zeroed or hold what the test read from
+ * p->out), reaps moat (out->status) and parses stdout (out->json). Kills moat
+ * and aborts the test after harness_scale_ms(120 s). */
+void harness_finish(struct harness_proc *p, struct run_out *out);
 /* moat exec with a JSON request; out->json is the parsed result or error. */
 void harness_exec(int mode, const char *request_json, struct run_out *out);
 /* Convenience: exec a request {"language":lang,"code":code,...extra} where

@@ -926,45 +926,16 @@ static void topology_setup(void)
 
 /* ---- moat inside H ---- */
 
-struct moat_proc {
-	pid_t pid;
-	int out, err;
-};
+/* moat's environment in H: the harness's without a cgroup parent (moat
+ * picks its own cgroup). */
+static const char *const H_ENV[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
+				     HARNESS_CANARY_NAME "=" HARNESS_CANARY_VALUE, NULL };
 
-/* Starts moat with argv in H (private files; 65534 for the rootless mode),
- * stdin from a pipe holding `input` (must fit the pipe). */
-static void moat_start(int mode, const char *const *argv, const char *input, struct moat_proc *mp)
+/* harness_prep_fn: moat's child joins H with the suite's files (as root; the
+ * harness drops to 65534 after it for the rootless mode). */
+static int enter_h(int mode, void *arg)
 {
-	int in_p[2], out_p[2], err_p[2];
-	ck_assert_int_eq(pipe2(in_p, O_CLOEXEC), 0);
-	ck_assert_int_eq(pipe2(out_p, O_CLOEXEC), 0);
-	ck_assert_int_eq(pipe2(err_p, O_CLOEXEC), 0);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		dup2(in_p[0], 0);
-		dup2(out_p[1], 1);
-		dup2(err_p[1], 2);
-		if (enter_netns(ns_name[NS_H]) < 0 || enter_h_files() < 0)
-			_exit(97);
-		if (mode == MODE_ROOTLESS && drop_to_rootless() < 0)
-			_exit(99);
-		char *envp[] = { (char *)"PATH=/usr/bin:/bin", (char *)"HOME=/nonexistent",
-				 (char *)HARNESS_CANARY_NAME "=" HARNESS_CANARY_VALUE, NULL };
-		execve(harness_moat(), (char *const *)argv, envp);
-		_exit(98);
-	}
-	close(in_p[0]);
-	close(out_p[1]);
-	close(err_p[1]);
-	size_t len = input ? strlen(input) : 0;
-	ck_assert_msg(len < 65536, "request too large for the pipe");
-	if (len)
-		ck_assert_int_eq(write(in_p[1], input, len), (ssize_t)len);
-	close(in_p[1]);
-	mp->pid = pid;
-	mp->out = out_p[0];
-	mp->err = err_p[0];
+	return enter_netns(ns_name[NS_H]) < 0 || enter_h_files() < 0 ? -1 : 0;
 }
 
 static void append(char **b, size_t *l, const char *data, size_t n)
@@ -977,55 +948,14 @@ static void append(char **b, size_t *l, const char *data, size_t n)
 	*b = nb;
 }
 
-/* Reads moat's stdout and stderr to EOF (appending to out), reaps it. */
-static void moat_finish(struct moat_proc *mp, struct run_out *out)
-{
-	int fds[2] = { mp->out, mp->err };
-	char buf[65536];
-	long end = now_ms() + harness_scale_ms(120000);
-	while (fds[0] >= 0 || fds[1] >= 0) {
-		struct pollfd pf[2] = { { fds[0], POLLIN, 0 }, { fds[1], POLLIN, 0 } };
-		if (poll(pf, 2, 1000) < 0 && errno != EINTR)
-			break;
-		if (now_ms() > end) {
-			kill(mp->pid, SIGKILL);
-			waitpid(mp->pid, NULL, 0);
-			ck_abort_msg("moat did not finish; stdout so far: %s", out->out ? out->out : "");
-		}
-		for (int i = 0; i < 2; i++) {
-			if (fds[i] < 0 || !(pf[i].revents & (POLLIN | POLLHUP | POLLERR)))
-				continue;
-			ssize_t n = read(fds[i], buf, sizeof buf);
-			if (n < 0 && errno == EINTR)
-				continue;
-			if (n <= 0) {
-				close(fds[i]);
-				fds[i] = -1;
-				continue;
-			}
-			if (i == 0)
-				append(&out->out, &out->out_len, buf, (size_t)n);
-			else
-				append(&out->err, &out->err_len, buf, (size_t)n);
-		}
-	}
-	int st;
-	waitpid(mp->pid, &st, 0);
-	out->status = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-	if (!out->out)
-		append(&out->out, &out->out_len, "", 0);
-	if (!out->err)
-		append(&out->err, &out->err_len, "", 0);
-}
-
 /* moat exec with a JSON request, in H. */
 static void net_exec(int mode, const char *request, struct run_out *out)
 {
 	memset(out, 0, sizeof *out);
-	struct moat_proc mp;
-	moat_start(mode, (const char *const[]){ "moat", "exec", NULL }, request, &mp);
-	moat_finish(&mp, out);
-	out->json = cJSON_Parse(out->out);
+	struct harness_proc p;
+	harness_start(mode, (const char *const[]){ "exec", NULL }, request, strlen(request), H_ENV,
+		      enter_h, NULL, &p);
+	harness_finish(&p, out);
 	ck_assert_msg(out->json, "moat printed no JSON (status %d): %s / %s", out->status, out->out,
 		      out->err);
 }
@@ -1545,18 +1475,18 @@ START_TEST(egress_teardown)
 	char holders[2048];
 	int in_h = ns_holders(h_ino, holders, sizeof holders);
 
-	struct moat_proc mp;
-	moat_start(mode,
-		   (const char *const[]){ "moat", "run", "--net", "--timeout", "100s", "-l", "python",
-					  "-c", code, NULL },
-		   NULL, &mp);
+	struct harness_proc mp;
+	harness_start(mode,
+		      (const char *const[]){ "run", "--net", "--timeout", "100s", "-l", "python", "-c",
+					     code, NULL },
+		      NULL, 0, H_ENV, enter_h, NULL, &mp);
 	struct run_out o = { 0 };
 	char *early = read_until(mp.out, "connected:", harness_scale_ms(30000));
 	append(&o.out, &o.out_len, early ? early : "", early ? strlen(early) : 0);
 	free(early);
 	if (!strstr(o.out, "connected:hold")) {
 		kill(mp.pid, SIGKILL);
-		moat_finish(&mp, &o);
+		harness_finish(&mp, &o);
 		ck_abort_msg("%s: the program did not connect: stdout %s stderr %s", HOW[how], o.out, o.err);
 	}
 	unsigned long sandbox_ns = 0, sandbox_user = 0;
@@ -1574,7 +1504,7 @@ START_TEST(egress_teardown)
 	}
 	if (how)
 		kill(mp.pid, how == 1 ? SIGTERM : SIGKILL);
-	moat_finish(&mp, &o);
+	harness_finish(&mp, &o);
 
 	struct verdict v;
 	v_init(&v, __func__, mode);
