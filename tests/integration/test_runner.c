@@ -284,8 +284,15 @@ START_TEST(timeout_kills_process_tree)
 		 "echo tree $n\n"
 		 "wait\n",
 		 marker, marker, marker);
+	/* long enough for the tree to be built on a slow host (qemu TCG under
+	 * load took more than 2.5 s), short enough to keep the test quick */
+	long timeout = harness_scale_ms(2500);
+	if (timeout > 10000)
+		timeout = 10000;
+	char extra[64];
+	snprintf(extra, sizeof extra, ",\"timeout\":%ld", timeout);
 	struct run_out o;
-	harness_exec_code(_i, "bash", code, ",\"timeout\":2500", &o);
+	harness_exec_code(_i, "bash", code, extra, &o);
 	ck_assert_msg(harness_bool(&o, "timedOut"), "%s", o.out);
 	ck_assert_str_eq(harness_str(&o, "killedBy"), "timeout");
 	ck_assert_str_eq(harness_str(&o, "stdout"), "tree 20\n");
