@@ -1,8 +1,8 @@
 /* Privilege reduction: ids, capabilities (libcap), no_new_privs, rlimits. */
 #include <errno.h>
-#include <grp.h>
 #include <string.h>
 #include <sys/prctl.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "ns/ns.h"
@@ -59,13 +59,21 @@ void moat_priv_release(struct moat_priv_plan *p)
 	p->empty = NULL;
 }
 
+/* Raw system calls, not glibc's setgroups/setresgid/setresuid: in a process
+ * glibc believes multi-threaded those change the ids of every thread it
+ * knows (nptl "setxid": SIGSETXID to each, then wait). pid 1 is a raw clone3
+ * copy of such a process when a host program runs moat from several
+ * threads: the threads glibc lists do not exist here, and one that was
+ * being created at clone time is waited for forever, so the sandbox hung
+ * until its timeout without running anything. The calling thread is the
+ * whole process here, which is all the raw calls change. */
 int moat_priv_become_nobody(bool as_root)
 {
-	if (as_root && setgroups(0, NULL) < 0)
+	if (as_root && syscall(SYS_setgroups, 0, NULL) < 0)
 		return -1;
-	if (setresgid(MOAT_SANDBOX_GID, MOAT_SANDBOX_GID, MOAT_SANDBOX_GID) < 0)
+	if (syscall(SYS_setresgid, MOAT_SANDBOX_GID, MOAT_SANDBOX_GID, MOAT_SANDBOX_GID) < 0)
 		return -1;
-	if (setresuid(MOAT_SANDBOX_UID, MOAT_SANDBOX_UID, MOAT_SANDBOX_UID) < 0)
+	if (syscall(SYS_setresuid, MOAT_SANDBOX_UID, MOAT_SANDBOX_UID, MOAT_SANDBOX_UID) < 0)
 		return -1;
 	return 0;
 }
