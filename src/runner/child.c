@@ -21,6 +21,7 @@
 
 #include "runner/runner.h"
 #include "core/stamp.h"
+#include "core/sys.h"
 
 static void report(int fd, int32_t kind, int32_t step, int32_t err, int32_t detail)
 {
@@ -170,7 +171,7 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 		}
 	}
 	if (c->transpile) {
-		pid_t t = fork();
+		pid_t t = moat_sys_fork();
 		if (t < 0)
 			fail(c, MOAT_STEP_TRANSPILE, 0);
 		if (t == 0) {
@@ -307,8 +308,10 @@ void moat_child_main(const struct moat_child *c)
 
 	pid_t program;
 	if (c->transpile) {
-		/* the program forks the transpiler itself: it needs its own memory */
-		program = fork();
+		/* the program forks the transpiler itself: it needs its own memory
+		 * (a raw fork: glibc's would take locks copied from the
+		 * supervisor's other threads, see core/sys.h) */
+		program = moat_sys_fork();
 		if (program == 0)
 			program_main(c);
 	} else {
