@@ -47,6 +47,7 @@
 
 #include "cgroups/cgroups.h"
 #include "cgroups/internal.h"
+#include "core/sys.h"
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
 #define CGROUP_UNIFIED CGROUP_ROOT "/unified"
@@ -85,17 +86,7 @@ struct probe {
 	char *v1_why[MOAT_V1__COUNT];
 };
 
-static char *fmt(const char *f, ...) __attribute__((format(printf, 1, 2)));
-static char *fmt(const char *f, ...)
-{
-	va_list ap;
-	va_start(ap, f);
-	char *s;
-	if (vasprintf(&s, f, ap) < 0)
-		s = NULL;
-	va_end(ap);
-	return s;
-}
+#define fmt moat_format
 
 static bool is_fs(const char *path, unsigned long magic)
 {
@@ -342,15 +333,12 @@ static int warn(struct moat_result *res, struct moat_error *err, const char *f, 
 {
 	va_list ap;
 	va_start(ap, f);
-	char *s;
-	int n = vasprintf(&s, f, ap);
+	char *s = moat_vformat(f, ap);
 	va_end(ap);
-	if (n < 0 || moat_result_warn(res, "%s", s) < 0) {
-		if (n >= 0)
-			free(s);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-	}
+	int rc = s ? moat_result_warn(res, "%s", s) : -1;
 	free(s);
+	if (rc < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	return 0;
 }
 

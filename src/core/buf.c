@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/sys.h"
 
 
 /* Makes room for `extra` more bytes plus a trailing NUL. */
@@ -54,17 +55,14 @@ void moat_buf_appendf(struct moat_buf *b, const char *fmt, ...)
 		return;
 	va_list ap;
 	va_start(ap, fmt);
-	va_list ap2;
-	va_copy(ap2, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	char *s = moat_vformat(fmt, ap);
 	va_end(ap);
-	if (n < 0) {
+	if (!s) {
 		b->oom = true; /* formatting failed: treat like an allocation failure */
-	} else if (buf_reserve(b, (size_t)n)) {
-		vsnprintf(b->data + b->len, (size_t)n + 1, fmt, ap2);
-		b->len += (size_t)n;
+		return;
 	}
-	va_end(ap2);
+	moat_buf_append(b, s, strlen(s));
+	free(s);
 }
 
 /* Length of the valid UTF-8 sequence starting at s (RFC 3629: no overlongs,

@@ -5,6 +5,11 @@
 
 #include "moat.h"
 
+/* ---- errors ---- */
+/* Wraps err's message as "prefix: message; suffix" (either may be NULL),
+ * keeping its type and errno. Returns -1. */
+int moat_error_wrap(struct moat_error *err, const char *prefix, const char *suffix);
+
 /* ---- language table ---- */
 struct moat_lang_info {
 	enum moat_language id;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/sys.h"
 
 int moat_error_set(struct moat_error *err, enum moat_error_type type,
 		   int sys_errno, const char *fmt, ...)
@@ -14,24 +15,24 @@ int moat_error_set(struct moat_error *err, enum moat_error_type type,
 		return -1;
 	/* Format before freeing the old message: the arguments may refer to it
 	 * (wrapping: moat_error_set(err, t, e, "context: %s", err->message)). */
-	char *msg = NULL;
 	va_list ap;
 	va_start(ap, fmt);
-	va_list ap2;
-	va_copy(ap2, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	char *msg = moat_vformat(fmt, ap);
 	va_end(ap);
-	if (n >= 0) {
-		msg = malloc((size_t)n + 1);
-		if (msg)
-			vsnprintf(msg, (size_t)n + 1, fmt, ap2);
-	}
-	va_end(ap2);
 	free(err->message);
 	err->message = msg; /* NULL on OOM: the type still says what failed */
 	err->type = type;
 	err->sys_errno = sys_errno;
 	return -1;
+}
+
+int moat_error_wrap(struct moat_error *err, const char *prefix, const char *suffix)
+{
+	if (!err || !err->message)
+		return -1;
+	return moat_error_set(err, err->type, err->sys_errno, "%s%s%s%s%s", prefix ? prefix : "",
+			      prefix ? ": " : "", err->message, suffix ? "; " : "",
+			      suffix ? suffix : "");
 }
 
 void moat_error_clear(struct moat_error *err)

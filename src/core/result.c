@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/core.h"
+#include "core/sys.h"
 
 struct moat_result *moat_result_new(void)
 {
@@ -48,14 +49,8 @@ int moat_result_warn(struct moat_result *res, const char *fmt, ...)
 
 	va_list ap;
 	va_start(ap, fmt);
-	va_list ap2;
-	va_copy(ap2, ap);
-	int n = vsnprintf(NULL, 0, fmt, ap);
+	char *msg = moat_vformat(fmt, ap);
 	va_end(ap);
-	char *msg = n < 0 ? NULL : malloc((size_t)n + 1);
-	if (msg)
-		vsnprintf(msg, (size_t)n + 1, fmt, ap2);
-	va_end(ap2);
 	if (!msg)
 		return -1;
 	list[res->warnings_count++] = msg;

@@ -1,9 +1,147 @@
-/* Small system helpers shared by the modules (see sys.h). */
+/* Small helpers shared by the modules (see sys.h). */
+#include <errno.h>
+#include <poll.h>
 #include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/sys.h"
+
+int64_t moat_mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+uint64_t moat_mono_ns(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+int moat_write_all(int fd, const void *buf, size_t len)
+{
+	const char *p = buf;
+	while (len > 0) {
+		ssize_t n = write(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n == 0)
+				errno = EIO;
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+union fd_control {
+	char buf[CMSG_SPACE(MOAT_SYS_MAX_FDS * sizeof(int))];
+	struct cmsghdr align;
+};
+
+int moat_send_fds(int sock, const void *data, size_t len, const int *fds, size_t nfds)
+{
+	if (nfds > MOAT_SYS_MAX_FDS || len == 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	struct iovec iov = { .iov_base = (void *)data, .iov_len = len };
+	union fd_control u;
+	memset(&u, 0, sizeof u);
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds) {
+		msg.msg_control = u.buf;
+		msg.msg_controllen = CMSG_SPACE(nfds * sizeof(int));
+		struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
+		cm->cmsg_level = SOL_SOCKET;
+		cm->cmsg_type = SCM_RIGHTS;
+		cm->cmsg_len = CMSG_LEN(nfds * sizeof(int));
+		memcpy(CMSG_DATA(cm), fds, nfds * sizeof(int));
+	}
+	ssize_t n;
+	do
+		n = sendmsg(sock, &msg, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	if ((size_t)n != len) {
+		errno = EMSGSIZE;
+		return -1;
+	}
+	return 0;
+}
+
+ssize_t moat_recv_fds(int sock, void *data, size_t len, int *fds, size_t max_fds,
+		      size_t *nfds, int flags)
+{
+	*nfds = 0;
+	struct iovec iov = { .iov_base = data, .iov_len = len };
+	union fd_control u;
+	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			      .msg_controllen = sizeof u.buf };
+	ssize_t n;
+	do
+		n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | flags);
+	while (n < 0 && errno == EINTR);
+	if (n < 0)
+		return -1;
+	size_t got = 0;
+	bool over = (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) != 0;
+	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
+		if (cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(cm) + i * sizeof(int), sizeof fd);
+			if (got < max_fds)
+				fds[got++] = fd;
+			else {
+				close(fd);
+				over = true;
+			}
+		}
+	}
+	if (over) {
+		for (size_t i = 0; i < got; i++)
+			close(fds[i]);
+		errno = EMSGSIZE;
+		return -1;
+	}
+	*nfds = got;
+	return n;
+}
+
+int moat_pdeathsig_rearm(pid_t parent, int parent_fd)
+{
+	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
+		return -1;
+	if (parent > 0 && getppid() != parent) {
+		errno = ESRCH;
+		return -1;
+	}
+	if (parent_fd >= 0) {
+		struct pollfd alive = { .fd = parent_fd, .events = POLLIN | POLLRDHUP };
+		if (poll(&alive, 1, 0) < 0)
+			return -1;
+		if (alive.revents & (POLLHUP | POLLRDHUP | POLLERR)) {
+			errno = ESRCH;
+			return -1;
+		}
+	}
+	return 0;
+}
 
 pid_t moat_sys_fork(void)
 {
@@ -15,4 +153,34 @@ pid_t moat_sys_fork(void)
 #else
 	return (pid_t)syscall(SYS_clone, (long)SIGCHLD, 0L, 0L, 0L, 0L);
 #endif
+}
+
+char *moat_vformat(const char *fmt, va_list ap)
+{
+	va_list again;
+	va_copy(again, ap);
+	int n = vsnprintf(NULL, 0, fmt, ap);
+	char *s = n >= 0 ? malloc((size_t)n + 1) : NULL;
+	if (s)
+		vsnprintf(s, (size_t)n + 1, fmt, again);
+	va_end(again);
+	return s;
+}
+
+char *moat_format(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *s = moat_vformat(fmt, ap);
+	va_end(ap);
+	return s;
+}
+
+size_t moat_cap_take(size_t have, size_t len, size_t cap, bool *truncated)
+{
+	size_t room = have < cap ? cap - have : 0;
+	if (len <= room)
+		return len;
+	*truncated = true;
+	return room;
 }

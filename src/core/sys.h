@@ -1,12 +1,53 @@
-/* Small system helpers shared by the modules, so that each exists once.
+/* Small helpers shared by the modules, so that each exists once: the
+ * monotonic clock, complete writes, fd passing, the parent-death signal,
+ * a raw fork, message formatting and output capping.
  *
- * Marked "child-safe": system calls only (no allocation, no locks, no
- * stdio), callable in a raw clone3 child of a multi-threaded process, where
- * any lock another thread held at clone time stays held forever. */
+ * "Child-safe" marks the ones that make system calls only (no allocation,
+ * no locks, no stdio): they may run in a raw clone3 child of a
+ * multi-threaded process, where a lock another thread held at clone time
+ * stays held forever. Each of those returns 0 (or a count), or -1 with
+ * errno set: the one error convention of the sandbox side. */
 #ifndef MOAT_CORE_SYS_H
 #define MOAT_CORE_SYS_H
 
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
 #include <sys/types.h>
+
+/* CLOCK_MONOTONIC in milliseconds / nanoseconds. Child-safe. */
+int64_t moat_mono_ms(void);
+uint64_t moat_mono_ns(void);
+
+/* Writes all of buf to a blocking fd, retrying EINTR and short writes.
+ * 0, or -1 with errno (a write of 0 bytes counts as EIO). Child-safe. */
+int moat_write_all(int fd, const void *buf, size_t len);
+
+/* The most fds one message passes. */
+#define MOAT_SYS_MAX_FDS 4
+
+/* Sends one record of len bytes (len > 0) carrying nfds file descriptors
+ * (SCM_RIGHTS; nfds <= MOAT_SYS_MAX_FDS, may be 0) over a Unix socket,
+ * without SIGPIPE. 0 when the whole record went, else -1 with errno.
+ * Child-safe. */
+int moat_send_fds(int sock, const void *data, size_t len, const int *fds, size_t nfds);
+
+/* Receives one record into data (up to len bytes) and the fds it carries
+ * (made O_CLOEXEC) into fds[0..*nfds). flags: extra recvmsg flags
+ * (MSG_DONTWAIT). Returns the bytes received (0: the peer closed), or -1
+ * with errno: EMSGSIZE when the record or its fds did not fit (more than
+ * max_fds, or truncated) — every fd that came with it is closed then, so
+ * no fd is ever kept unasked. EINTR is retried. */
+ssize_t moat_recv_fds(int sock, void *data, size_t len, int *fds, size_t max_fds,
+		      size_t *nfds, int flags);
+
+/* Re-arms the parent-death signal (SIGKILL), which a change of ids clears,
+ * then makes sure the parent did not die before it was armed: parent > 0
+ * must still be getppid() (useless across a pid namespace, where getppid()
+ * is 0), and parent_fd >= 0, a socket whose peer the parent holds, must not
+ * be hung up. 0, or -1 with errno (ESRCH: the parent is gone). Child-safe. */
+int moat_pdeathsig_rearm(pid_t parent, int parent_fd);
 
 /* fork() without glibc: a raw clone(SIGCHLD) system call. glibc's fork()
  * takes the malloc and stdio locks and runs atfork handlers, which deadlocks
@@ -15,5 +56,15 @@
  * a copy of the caller's memory and must make only system calls before it
  * execs or exits. Returns like fork(). Child-safe. */
 pid_t moat_sys_fork(void);
+
+/* printf into a new malloc'd string; NULL when out of memory. The
+ * arguments may point into memory the caller frees right after. */
+char *moat_vformat(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));
+char *moat_format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* Output capping: of len new bytes, how many fit when have bytes are kept
+ * already and at most cap may be; sets *truncated when some do not.
+ * Child-safe. */
+size_t moat_cap_take(size_t have, size_t len, size_t cap, bool *truncated);
 
 #endif

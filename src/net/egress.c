@@ -35,6 +35,7 @@
 #include <unistd.h>
 
 #include "net/dnsmsg.h"
+#include "core/sys.h"
 #include "net/internal.h"
 #include "net/sniff.h"
 
@@ -80,13 +81,6 @@ struct moat_egress {
 	size_t nrec;
 };
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void egress_unref(struct moat_egress *e)
 {
 	pthread_mutex_lock(&e->mu);
@@ -115,7 +109,7 @@ static void egress_unref(struct moat_egress *e)
 static int wait_fd(struct moat_egress *e, int fd, short events, int64_t deadline)
 {
 	for (;;) {
-		int64_t left = deadline - mono_ms();
+		int64_t left = deadline - moat_mono_ms();
 		if (left <= 0)
 			return 0;
 		struct pollfd pf[2] = { { .fd = fd, .events = events },
@@ -211,7 +205,7 @@ static const char *check_named(struct conn *c, char *why, size_t whylen)
 		return "out of memory";
 	char name[254] = "";
 	enum moat_sniff_kind kind = MOAT_SNIFF_MORE;
-	int64_t deadline = mono_ms() + EG_SNIFF_TIMEOUT_MS;
+	int64_t deadline = moat_mono_ms() + EG_SNIFF_TIMEOUT_MS;
 	while (kind == MOAT_SNIFF_MORE) {
 		if (c->first_len == MOAT_SNIFF_MAX) {
 			kind = MOAT_SNIFF_OTHER;
@@ -292,7 +286,7 @@ static int connect_out(struct conn *c)
 		close(s);
 		return -e;
 	}
-	int w = wait_fd(c->e, s, POLLOUT, mono_ms() + EG_CONNECT_TIMEOUT_MS);
+	int w = wait_fd(c->e, s, POLLOUT, moat_mono_ms() + EG_CONNECT_TIMEOUT_MS);
 	int soerr = 0;
 	socklen_t el = sizeof soerr;
 	if (w <= 0 || getsockopt(s, SOL_SOCKET, SO_ERROR, &soerr, &el) < 0 || soerr) {
@@ -314,7 +308,7 @@ static int send_all(struct moat_egress *e, int fd, const uint8_t *buf, size_t le
 		} else if (n < 0 && errno == EINTR) {
 			continue;
 		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			if (wait_fd(e, fd, POLLOUT, mono_ms() + 24LL * 3600 * 1000) <= 0)
+			if (wait_fd(e, fd, POLLOUT, moat_mono_ms() + 24LL * 3600 * 1000) <= 0)
 				return -1;
 		} else {
 			return -1;
@@ -589,29 +583,17 @@ done:
 
 static int receive_sockets(struct moat_egress *e)
 {
-	if (wait_fd(e, e->sock_fd, POLLIN, mono_ms() + 24LL * 3600 * 1000) <= 0)
+	if (wait_fd(e, e->sock_fd, POLLIN, moat_mono_ms() + 24LL * 3600 * 1000) <= 0)
 		return -1;
 	uint8_t mask = 0;
-	struct iovec iov = { .iov_base = &mask, .iov_len = 1 };
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(SOCK_COUNT * sizeof(int))];
-	} ctl;
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-			     .msg_controllen = sizeof ctl.b };
-	ssize_t n;
-	do
-		n = recvmsg(e->sock_fd, &mh, MSG_CMSG_CLOEXEC);
-	while (n < 0 && errno == EINTR);
-	if (n != 1)
-		return -1; /* the sandbox ended before passing them */
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-	if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-	    (mh.msg_flags & MSG_CTRUNC))
-		return -1;
-	size_t nfd = (cm->cmsg_len - CMSG_LEN(0)) / sizeof(int);
 	int fds[SOCK_COUNT];
-	memcpy(fds, CMSG_DATA(cm), nfd * sizeof(int));
+	size_t nfd = 0;
+	ssize_t n = moat_recv_fds(e->sock_fd, &mask, 1, fds, SOCK_COUNT, &nfd, 0);
+	if (n != 1 || nfd == 0) {
+		for (size_t i = 0; i < nfd; i++)
+			close(fds[i]);
+		return -1; /* the sandbox ended before passing them */
+	}
 	size_t k = 0;
 	for (int i = 0; i < SOCK_COUNT; i++)
 		if ((mask & (1u << i)) && k < nfd)

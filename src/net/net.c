@@ -28,6 +28,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "core/sys.h"
 #include "net/internal.h"
 #include "net/nft.h"
 
@@ -231,24 +232,7 @@ static int bound(int family, int type, uint16_t port)
 /* Passes fds (with one data byte) over sock. */
 static int pass(int sock, uint8_t byte, const int *fds, size_t n)
 {
-	struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-	union {
-		struct cmsghdr h;
-		char b[CMSG_SPACE(4 * sizeof(int))];
-	} ctl;
-	memset(&ctl, 0, sizeof ctl);
-	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-			     .msg_controllen = CMSG_SPACE(n * sizeof(int)) };
-	struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
-	c->cmsg_level = SOL_SOCKET;
-	c->cmsg_type = SCM_RIGHTS;
-	c->cmsg_len = CMSG_LEN(n * sizeof(int));
-	memcpy(CMSG_DATA(c), fds, n * sizeof(int));
-	ssize_t r;
-	do
-		r = sendmsg(sock, &mh, MSG_NOSIGNAL);
-	while (r < 0 && errno == EINTR);
-	return r == 1 ? 0 : -1;
+	return moat_send_fds(sock, &byte, 1, fds, n);
 }
 
 /* The egress sockets, in egress.c's order (TCP v4, v6, UDP v4, v6); an

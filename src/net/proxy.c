@@ -33,6 +33,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/sys.h"
 #include "net/internal.h"
 
 #define PROXY_MAX_CONNS 32
@@ -80,13 +81,6 @@ struct conn {
 	size_t head_len, have;
 };
 
-static int64_t mono_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
 static void proxy_unref(struct moat_proxy *p)
 {
 	pthread_mutex_lock(&p->mu);
@@ -110,7 +104,7 @@ static void proxy_unref(struct moat_proxy *p)
 static int wait_fd(struct moat_proxy *p, int fd, short events, int64_t deadline)
 {
 	for (;;) {
-		int64_t left = deadline - mono_ms();
+		int64_t left = deadline - moat_mono_ms();
 		if (left <= 0)
 			return 0;
 		struct pollfd pf[2] = { { .fd = fd, .events = events }, { .fd = p->stop_fd, .events = POLLIN } };
@@ -170,7 +164,7 @@ static void reply(struct conn *c, int code, const char *phrase, const char *head
 			 "Content-Length: %zu\r\nConnection: close\r\n\r\n%s\n",
 			 code, phrase, header, reason, strlen(reason) + 1, reason);
 	if (n > 0 && (size_t)n < sizeof buf)
-		(void)write_all(c->p, c->cfd, buf, (size_t)n, mono_ms() + PROXY_REPLY_TIMEOUT_MS);
+		(void)write_all(c->p, c->cfd, buf, (size_t)n, moat_mono_ms() + PROXY_REPLY_TIMEOUT_MS);
 }
 
 static void refuse(struct conn *c, const char *reason)
@@ -192,7 +186,7 @@ static int read_head(struct conn *c)
 	c->head = malloc(PROXY_HEAD_MAX + 1);
 	if (!c->head)
 		return -1;
-	int64_t deadline = mono_ms() + PROXY_HEAD_TIMEOUT_MS;
+	int64_t deadline = moat_mono_ms() + PROXY_HEAD_TIMEOUT_MS;
 	for (;;) {
 		if (c->have >= 4) {
 			char *end = memmem(c->head, c->have, "\r\n\r\n", 4);
@@ -697,7 +691,7 @@ static void handle(struct conn *c)
 		refuse(c, r);
 		goto out;
 	}
-	int64_t deadline = mono_ms() + PROXY_CONNECT_TIMEOUT_MS;
+	int64_t deadline = moat_mono_ms() + PROXY_CONNECT_TIMEOUT_MS;
 	for (size_t i = 0; i < nok && c->ofd < 0; i++)
 		c->ofd = connect_one(c, &ok[i], port, deadline);
 	if (c->ofd < 0) {
@@ -710,10 +704,10 @@ static void handle(struct conn *c)
 	if (tunnel) {
 		static const char ok200[] = "HTTP/1.1 200 Connection established\r\n\r\n";
 		if (write_all(c->p, c->cfd, ok200, sizeof ok200 - 1,
-			      mono_ms() + PROXY_REPLY_TIMEOUT_MS) < 0)
+			      moat_mono_ms() + PROXY_REPLY_TIMEOUT_MS) < 0)
 			goto out;
 		if (extra && (write_all(c->p, c->ofd, c->head + c->head_len, extra,
-					mono_ms() + PROXY_REPLY_TIMEOUT_MS) < 0))
+					moat_mono_ms() + PROXY_REPLY_TIMEOUT_MS) < 0))
 			goto out;
 		c->sent += extra;
 		const char *end_reason;
@@ -756,7 +750,7 @@ static void handle(struct conn *c)
 		c->sent += first;
 		bool oom = b.oom;
 		int wr = oom ? -1 : write_all(c->p, c->ofd, b.data, b.len,
-					       mono_ms() + PROXY_CONNECT_TIMEOUT_MS);
+					       moat_mono_ms() + PROXY_CONNECT_TIMEOUT_MS);
 		moat_buf_free(&b);
 		if (wr < 0)
 			goto out;
@@ -792,35 +786,30 @@ static void *worker_main(void *arg)
 static int receive_listener(struct moat_proxy *p)
 {
 	for (;;) {
-		int w = wait_fd(p, p->sock_fd, POLLIN, mono_ms() + 24LL * 3600 * 1000);
+		int w = wait_fd(p, p->sock_fd, POLLIN, moat_mono_ms() + 24LL * 3600 * 1000);
 		if (w <= 0)
 			return -1;
 		char byte;
-		struct iovec iov = { .iov_base = &byte, .iov_len = 1 };
-		union {
-			struct cmsghdr h;
-			char b[CMSG_SPACE(sizeof(int))];
-		} ctl;
-		struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = ctl.b,
-				     .msg_controllen = sizeof ctl.b };
-		ssize_t n = recvmsg(p->sock_fd, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-		if (n < 0 && (errno == EINTR || errno == EAGAIN))
-			continue;
-		if (n <= 0)
-			return -1; /* the sandbox ended before passing it */
-		struct cmsghdr *cm = CMSG_FIRSTHDR(&mh);
-		if (!cm || cm->cmsg_level != SOL_SOCKET || cm->cmsg_type != SCM_RIGHTS ||
-		    cm->cmsg_len != CMSG_LEN(sizeof(int)) || (mh.msg_flags & MSG_CTRUNC))
-			return -1;
 		int fd;
-		memcpy(&fd, CMSG_DATA(cm), sizeof fd);
+		size_t nfd = 0;
+		ssize_t n = moat_recv_fds(p->sock_fd, &byte, 1, &fd, 1, &nfd, MSG_DONTWAIT);
+		if (n < 0 && errno == EAGAIN)
+			continue;
+		if (n <= 0 || nfd != 1) {
+			if (nfd)
+				close(fd);
+			return -1; /* the sandbox ended before passing it */
+		}
 		int listening = 0;
 		socklen_t l = sizeof listening;
 		if (getsockopt(fd, SOL_SOCKET, SO_ACCEPTCONN, &listening, &l) < 0 || !listening) {
 			close(fd);
 			return -1;
 		}
-		fcntl(fd, F_SETFL, O_NONBLOCK);
+		if (fcntl(fd, F_SETFL, O_NONBLOCK) < 0) {
+			close(fd);
+			return -1;
+		}
 		p->listen_fd = fd;
 		close(p->sock_fd);
 		p->sock_fd = -1;
@@ -863,7 +852,7 @@ static void *acceptor_main(void *arg)
 	if (have_attr)
 		pthread_attr_setstacksize(&attr, PROXY_STACK);
 	for (;;) {
-		if (wait_fd(p, p->listen_fd, POLLIN, mono_ms() + 60000) < 0)
+		if (wait_fd(p, p->listen_fd, POLLIN, moat_mono_ms() + 60000) < 0)
 			break;
 		reap_workers(p);
 		int fd = accept4(p->listen_fd, NULL, NULL, SOCK_CLOEXEC | SOCK_NONBLOCK);
@@ -962,11 +951,11 @@ void moat_proxy_stop(struct moat_proxy *p)
 	}
 	if (p->acceptor_started)
 		pthread_join(p->acceptor, NULL);
-	int64_t deadline = mono_ms() + PROXY_STOP_GRACE_MS;
+	int64_t deadline = moat_mono_ms() + PROXY_STOP_GRACE_MS;
 	for (int i = 0; i < PROXY_MAX_CONNS; i++) {
 		if (!p->workers[i].used)
 			continue;
-		int64_t left = deadline - mono_ms();
+		int64_t left = deadline - moat_mono_ms();
 		struct timespec ts;
 		clock_gettime(CLOCK_REALTIME, &ts);
 		if (left < 0)

@@ -9,6 +9,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/sys.h"
 #include "ns/ns.h"
 
 #ifndef AT_RECURSIVE
@@ -24,27 +25,12 @@ static int sys_mount_setattr(const char *path, bool recursive, uint64_t attr_set
 	return (int)syscall(SYS_mount_setattr, AT_FDCWD, path, flags, &attr, sizeof attr);
 }
 
-static int write_all(int fd, const char *data, size_t len)
-{
-	while (len > 0) {
-		ssize_t n = write(fd, data, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			return -1;
-		}
-		data += n;
-		len -= (size_t)n;
-	}
-	return 0;
-}
-
 static int write_new_file(int dirfd, const char *name, const char *data, size_t len, mode_t mode)
 {
 	int fd = openat(dirfd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
 	if (fd < 0)
 		return -1;
-	int rc = write_all(fd, data, len);
+	int rc = moat_write_all(fd, data, len);
 	int saved = errno;
 	close(fd);
 	errno = saved;

@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include "providers/curl_dl.h"
 
+#include "core/sys.h"
 #include "providers/internal.h"
 
 #define DAYTONA_API_URL "https://app.daytona.io/api"
@@ -131,12 +132,12 @@ static int create(struct dctx *d, const struct moat_request *req, char **id,
 		if (strcmp(state_of(j), "started")) {
 			/* poll until started */
 			char *path = NULL;
-			uint64_t end = moat_prov_now_ms() + START_WAIT_MS;
+			int64_t end = moat_mono_ms() + START_WAIT_MS;
 			rc = -1;
 			if (asprintf(&path, "/sandbox/%s", *id) < 0) {
 				moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 			} else {
-				while (moat_prov_now_ms() < end) {
+				while (moat_mono_ms() < end) {
 					struct moat_http_resp pr;
 					cJSON *pj = json_request(d, "GET", path, NULL, 15000,
 								 "waiting for the sandbox", &pr, err);
@@ -283,7 +284,7 @@ int moat_daytona_run(const struct moat_request *req, const struct moat_provider_
 		goto out;
 	}
 	d.auth = auth;
-	uint64_t t0 = moat_prov_now_ms();
+	int64_t t0 = moat_mono_ms();
 	if (create(&d, req, &id, err) < 0) {
 		if (!d.id)
 			goto out; /* nothing was created */
@@ -308,14 +309,14 @@ int moat_daytona_run(const struct moat_request *req, const struct moat_provider_
 	cJSON_AddStringToObject(b, "cwd", WORKDIR);
 	cJSON_AddNumberToObject(b, "timeout", (double)((req->timeout_ms + 999) / 1000));
 	struct moat_http_resp r;
-	uint64_t te = moat_prov_now_ms();
+	int64_t te = moat_mono_ms();
 	cJSON *j = json_request(&d, "POST", path, b, req->timeout_ms + NET_MARGIN_MS,
 				"running the code", &r, err);
 	cJSON_Delete(b);
 	bool timed_out = r.timed_out;
 	moat_http_resp_free(&r);
-	uint64_t ran = moat_prov_now_ms() - te;
-	res->duration_ms = moat_prov_now_ms() - t0;
+	uint64_t ran = (uint64_t)(moat_mono_ms() - te);
+	res->duration_ms = (uint64_t)(moat_mono_ms() - t0);
 	res->limit_memory = res->limit_pids = res->limit_cpu = "none";
 	const cJSON *code = cJSON_GetObjectItemCaseSensitive(j, "exitCode");
 	const cJSON *out_text = cJSON_GetObjectItemCaseSensitive(j, "result");

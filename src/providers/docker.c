@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/sys.h"
 #include "providers/internal.h"
 
 #define DOCKER_MEMORY_MB 512u
@@ -284,13 +285,13 @@ static pid_t spawn(char **argv, char **envp, int in, int outfd, int errfd, const
 /* Waits for pid up to ms; SIGKILLs it after that. Returns the wait status. */
 static int wait_bounded(pid_t pid, uint64_t ms)
 {
-	uint64_t end = moat_prov_now_ms() + ms;
+	int64_t end = moat_mono_ms() + (int64_t)ms;
 	int st = 0;
 	for (;;) {
 		pid_t r = waitpid(pid, &st, WNOHANG);
 		if (r == pid || (r < 0 && errno != EINTR))
 			return st;
-		if (moat_prov_now_ms() >= end) {
+		if (moat_mono_ms() >= end) {
 			kill(pid, SIGKILL);
 			while (waitpid(pid, &st, 0) < 0 && errno == EINTR)
 				;
@@ -382,7 +383,7 @@ int moat_docker_run(const struct moat_request *req, const struct moat_provider_o
 	if (sigprocmask(SIG_BLOCK, &stop_set, &old_mask) == 0)
 		masked = true;
 	sfd = signalfd(-1, &stop_set, SFD_CLOEXEC | SFD_NONBLOCK);
-	uint64_t t0 = moat_prov_now_ms();
+	int64_t t0 = moat_mono_ms();
 	pid = spawn(cmd.argv, cmd.envp, in_p[0], out_p[1], err_p[1], &old_mask);
 	if (pid < 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "fork: %s", strerror(errno));
@@ -396,7 +397,7 @@ int moat_docker_run(const struct moat_request *req, const struct moat_provider_o
 
 	size_t cap = req->max_output_bytes ? req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
 	size_t off = 0;
-	uint64_t deadline = t0 + req->timeout_ms;
+	int64_t deadline = t0 + (int64_t)req->timeout_ms;
 	bool killed = false, stopped = false;
 	char *chunk = malloc(65536);
 	if (!chunk) {
@@ -404,12 +405,12 @@ int moat_docker_run(const struct moat_request *req, const struct moat_provider_o
 		goto out;
 	}
 	while (out_p[0] >= 0 || err_p[0] >= 0) {
-		uint64_t now = moat_prov_now_ms();
+		int64_t now = moat_mono_ms();
 		if (!killed && now >= deadline) {
 			res->timed_out = true;
 			killed = true;
 			docker_kill(&cmd, &old_mask);
-			deadline = moat_prov_now_ms() + EXIT_WAIT_MS;
+			deadline = moat_mono_ms() + EXIT_WAIT_MS;
 			continue;
 		}
 		if (killed && now >= deadline)
@@ -452,13 +453,13 @@ int moat_docker_run(const struct moat_request *req, const struct moat_provider_o
 			    !killed) {
 				killed = stopped = true;
 				docker_kill(&cmd, &old_mask);
-				deadline = moat_prov_now_ms() + EXIT_WAIT_MS;
+				deadline = moat_mono_ms() + EXIT_WAIT_MS;
 			}
 		}
 	}
 	int st = wait_bounded(pid, EXIT_WAIT_MS);
 	pid = -1;
-	res->duration_ms = moat_prov_now_ms() - t0;
+	res->duration_ms = (uint64_t)(moat_mono_ms() - t0);
 	res->limit_memory = res->limit_pids = res->limit_cpu = "docker";
 	if (stopped) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, EINTR,

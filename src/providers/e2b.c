@@ -10,6 +10,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/sys.h"
 #include "providers/internal.h"
 
 #define E2B_API_URL "https://api.e2b.dev"
@@ -239,7 +240,7 @@ int moat_e2b_run(const struct moat_request *req, const struct moat_provider_opti
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 		goto out;
 	}
-	uint64_t t0 = moat_prov_now_ms();
+	int64_t t0 = moat_mono_ms();
 	if (create_sandbox(&api, key_header, cfg->e2b_template ? cfg->e2b_template : E2B_TEMPLATE,
 			   req, &id, &token, err) < 0)
 		goto out;
@@ -276,7 +277,7 @@ int moat_e2b_run(const struct moat_request *req, const struct moat_provider_opti
 		goto del;
 	if (st.line.len && !st.bad)
 		handle_line(&st, st.line.data, st.line.len); /* last line without '\n' */
-	res->duration_ms = moat_prov_now_ms() - t0;
+	res->duration_ms = (uint64_t)(moat_mono_ms() - t0);
 	res->limit_memory = res->limit_pids = res->limit_cpu = "none";
 	if (r.timed_out) {
 		res->timed_out = true;

@@ -15,6 +15,7 @@
 
 #include "net/net.h"
 #include "providers/internal.h"
+#include "core/sys.h"
 
 #define MAX_BODY_BYTES (64u * 1024u * 1024u)
 #define EXCERPT_BYTES 200u
@@ -56,9 +57,7 @@ static int fail(struct moat_http *h, struct moat_error *err, int e, const char *
 {
 	va_list ap;
 	va_start(ap, fmt);
-	char *msg = NULL;
-	if (vasprintf(&msg, fmt, ap) < 0)
-		msg = NULL;
+	char *msg = moat_vformat(fmt, ap);
 	va_end(ap);
 	moat_redact(&msg, h ? h->secret : NULL);
 	moat_error_set(err, MOAT_ERR_UNAVAILABLE, e, "%s: %s", h && h->provider ? h->provider : "http",

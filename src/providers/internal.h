@@ -16,7 +16,6 @@ int moat_e2b_run(const struct moat_request *req, const struct moat_provider_opti
 int moat_daytona_run(const struct moat_request *req, const struct moat_provider_options *o,
 		     struct moat_result **out, struct moat_error *err);
 
-uint64_t moat_prov_now_ms(void);
 /* Appends to a result stream within the request's cap, and streams it. */
 void moat_prov_output(struct moat_result *res, const struct moat_provider_options *o,
 		      enum moat_stream which, const char *buf, size_t len, size_t cap);

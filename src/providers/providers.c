@@ -2,8 +2,8 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
+#include "core/sys.h"
 #include "providers/internal.h"
 
 static int native_run(const struct moat_request *req, const struct moat_provider_options *o,
@@ -80,26 +80,13 @@ int moat_provider_run(const char *name, const struct moat_request *req,
 	return 0;
 }
 
-uint64_t moat_prov_now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
-
 void moat_prov_output(struct moat_result *res, const struct moat_provider_options *o,
 		      enum moat_stream which, const char *buf, size_t len, size_t cap)
 {
 	char **dst = which == MOAT_STDOUT ? &res->stdout_buf : &res->stderr_buf;
 	size_t *dlen = which == MOAT_STDOUT ? &res->stdout_len : &res->stderr_len;
 	bool *trunc = which == MOAT_STDOUT ? &res->stdout_truncated : &res->stderr_truncated;
-	size_t keep = len;
-	if (*dlen >= cap)
-		keep = 0;
-	else if (keep > cap - *dlen)
-		keep = cap - *dlen;
-	if (keep < len)
-		*trunc = true;
+	size_t keep = moat_cap_take(*dlen, len, cap, trunc);
 	if (keep == 0)
 		return;
 	char *nb = realloc(*dst, *dlen + keep + 1);

@@ -36,24 +36,7 @@ static void report(int fd, int32_t kind, int32_t step, int32_t err, int32_t deta
 static int send_listener(int fd, int listener)
 {
 	struct moat_report r = { .kind = MOAT_REPORT_LISTENER };
-	struct iovec iov = { .iov_base = &r, .iov_len = sizeof r };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	memset(&u, 0, sizeof u);
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			      .msg_controllen = sizeof u.buf };
-	struct cmsghdr *cm = CMSG_FIRSTHDR(&msg);
-	cm->cmsg_level = SOL_SOCKET;
-	cm->cmsg_type = SCM_RIGHTS;
-	cm->cmsg_len = CMSG_LEN(sizeof(int));
-	memcpy(CMSG_DATA(cm), &listener, sizeof(int));
-	ssize_t n;
-	do
-		n = sendmsg(fd, &msg, MSG_NOSIGNAL);
-	while (n < 0 && errno == EINTR);
-	return n == (ssize_t)sizeof r ? 0 : -1;
+	return moat_send_fds(fd, &r, sizeof r, &listener, 1);
 }
 
 __attribute__((noreturn)) static void fail(const struct moat_child *c, enum moat_step step,
@@ -271,12 +254,13 @@ void moat_child_main(const struct moat_child *c)
 		fail(c, MOAT_STEP_IDS, 0);
 	/* As root the uid change above cleared the parent-death signal: set it
 	 * again, then make sure the supervisor did not die in between (its end
-	 * of the report socket would be closed). */
-	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
-		fail(c, MOAT_STEP_SYNC, 0);
-	struct pollfd alive = { .fd = c->report_fd, .events = POLLIN | POLLRDHUP };
-	if (poll(&alive, 1, 0) < 0 || (alive.revents & (POLLHUP | POLLRDHUP | POLLERR)))
+	 * of the report socket would be closed; getppid() is 0 across the pid
+	 * namespace, so it cannot tell). */
+	if (moat_pdeathsig_rearm(0, c->report_fd) < 0) {
+		if (errno != ESRCH)
+			fail(c, MOAT_STEP_SYNC, 0);
 		_exit(125);
+	}
 	moat_stamp("init: ids set");
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		fail(c, MOAT_STEP_PRIVATE, 0);

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/core.h"
+#include "core/sys.h"
 #include "runner/runner.h"
 
 #define WALK_MAX_DEPTH 16
@@ -46,20 +47,11 @@ struct walk {
 	char copy[65536];
 };
 
+/* Once a write fails (the supervisor stopped reading) nothing more is sent. */
 static int write_all(struct walk *w, const void *buf, size_t len)
 {
-	const char *p = buf;
-	while (len > 0 && !w->broken) {
-		ssize_t n = write(w->fd, p, len);
-		if (n < 0) {
-			if (errno == EINTR)
-				continue;
-			w->broken = true;
-			return -1;
-		}
-		p += n;
-		len -= (size_t)n;
-	}
+	if (!w->broken && moat_write_all(w->fd, buf, len) < 0)
+		w->broken = true;
 	return w->broken ? -1 : 0;
 }
 

@@ -22,6 +22,7 @@
 #include "net/net.h"
 #include "runner/runner.h"
 #include "core/stamp.h"
+#include "core/sys.h"
 
 #define DRAIN_GRACE_MS 2000
 #define READ_CHUNK 65536
@@ -33,13 +34,6 @@ static const char *const EXEC_DIRS[] = { "/usr/local/bin", "/usr/bin", "/bin" };
 void moat_run_options_init(struct moat_run_options *opts)
 {
 	memset(opts, 0, sizeof *opts);
-}
-
-static uint64_t now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
 static void free_strv(char **v)
@@ -155,11 +149,7 @@ static int stream_read(struct stream *s, const struct moat_run_options *opts, ch
 		return (errno == EAGAIN || errno == EINTR) ? 0 : -1;
 	if (n == 0)
 		return -1; /* EOF */
-	size_t keep = (size_t)n;
-	if (*s->len + keep > s->cap) {
-		keep = s->cap - *s->len;
-		*s->truncated = true;
-	}
+	size_t keep = moat_cap_take(*s->len, (size_t)n, s->cap, s->truncated);
 	if (keep == 0)
 		return 0;
 	if (*s->len + keep > s->alloc) {
@@ -253,30 +243,18 @@ struct run_state {
  * Returns 1 for a record, 0 for nothing now (EAGAIN), -1 at EOF or error. */
 static int recv_report(int sock, struct moat_report *r, int *fd_out)
 {
-	struct iovec iov = { .iov_base = r, .iov_len = sizeof *r };
-	union {
-		char buf[CMSG_SPACE(sizeof(int))];
-		struct cmsghdr align;
-	} u;
-	struct msghdr msg = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
-			      .msg_controllen = sizeof u.buf };
-	ssize_t n = recvmsg(sock, &msg, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	int fd;
+	size_t nfd;
+	ssize_t n = moat_recv_fds(sock, r, sizeof *r, &fd, 1, &nfd, MSG_DONTWAIT);
 	if (n < 0)
-		return (errno == EAGAIN || errno == EINTR) ? 0 : -1;
+		return (errno == EAGAIN || errno == EMSGSIZE) ? 0 : -1; /* EMSGSIZE: malformed */
 	if (n == 0)
 		return -1;
-	for (struct cmsghdr *cm = CMSG_FIRSTHDR(&msg); cm; cm = CMSG_NXTHDR(&msg, cm)) {
-		if (cm->cmsg_level == SOL_SOCKET && cm->cmsg_type == SCM_RIGHTS &&
-		    cm->cmsg_len == CMSG_LEN(sizeof(int))) {
-			int fd;
-			memcpy(&fd, CMSG_DATA(cm), sizeof fd);
-			if (*fd_out < 0 && r->kind == MOAT_REPORT_LISTENER)
-				*fd_out = fd;
-			else
-				close(fd); /* never keep an fd we did not ask for */
-		}
-	}
-	if ((size_t)n != sizeof *r || (msg.msg_flags & (MSG_TRUNC | MSG_CTRUNC)))
+	if (nfd && *fd_out < 0 && r->kind == MOAT_REPORT_LISTENER && (size_t)n == sizeof *r)
+		*fd_out = fd;
+	else if (nfd)
+		close(fd); /* never keep an fd we did not ask for */
+	if ((size_t)n != sizeof *r)
 		return 0; /* malformed: ignore it */
 	return 1;
 }
@@ -412,7 +390,7 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	if (moat_request_validate(req, err) < 0)
 		return -1;
 
-	uint64_t t0 = now_ms();
+	int64_t t0 = moat_mono_ms();
 	int rc = -1;
 	struct moat_result *res = moat_result_new();
 	struct moat_seccomp_prog *seccomp = NULL;
@@ -528,12 +506,8 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 	if (moat_idmap_write(st.pid, as_root, host_uid, host_gid, err) < 0 ||
 	    moat_net_attach(net, st.pid, err) < 0) {
 		char *diag = moat_userns_diagnose();
-		if (diag && err->message) {
-			char *m = err->message;
-			err->message = NULL;
-			moat_error_set(err, err->type, err->sys_errno, "%s; %s", m, diag);
-			free(m);
-		}
+		if (diag)
+			moat_error_wrap(err, NULL, diag);
 		free(diag);
 		child_report_wins(&st, plan, &program, need_transpile ? &transpile : NULL, err);
 		goto out;
@@ -643,12 +617,9 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
 			} else if (st.outputs_r >= 0 && fd == st.outputs_r) {
 				ssize_t r = read(st.outputs_r, chunk, READ_CHUNK);
 				if (r > 0) {
-					size_t keep = (size_t)r;
-					if (outs.len + keep > outs_cap) {
-						keep = outs_cap - outs.len;
-						outs_cut = true;
-					}
-					moat_buf_append(&outs, chunk, keep);
+					moat_buf_append(&outs, chunk,
+							moat_cap_take(outs.len, (size_t)r, outs_cap,
+								      &outs_cut));
 				} else if (r == 0 || (errno != EAGAIN && errno != EINTR)) {
 					epoll_ctl(st.epfd, EPOLL_CTL_DEL, fd, NULL);
 					close_fd(&st.outputs_r);
@@ -700,7 +671,7 @@ loop_done:;
 		;
 	moat_stamp("sup: reaped");
 	st.pid = -1;
-	res->duration_ms = now_ms() - t0;
+	res->duration_ms = (uint64_t)(moat_mono_ms() - t0);
 
 	/* a setup failure means the program never started (pid 2 reports only
 	 * before its execve), even when init then reports pid 2's exit 127 */

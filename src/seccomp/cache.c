@@ -28,6 +28,7 @@
 #include <sys/stat.h>
 #include <sys/uio.h>
 #include <unistd.h>
+#include "core/sys.h"
 #include "seccomp/internal.h"
 
 #define CACHE_MAGIC "MOATBPF\x01"
@@ -164,20 +165,6 @@ static int open_dir(uid_t euid)
 		fd = -1;
 	}
 	return fd;
-}
-
-static int write_all(int fd, const void *buf, size_t len)
-{
-	size_t done = 0;
-	while (done < len) {
-		ssize_t r = write(fd, (const char *)buf + done, len - done);
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r <= 0)
-			return -1;
-		done += (size_t)r;
-	}
-	return 0;
 }
 
 int sc_cache_load(const uint8_t key[SC_SHA256_LEN], struct moat_seccomp_prog **out)
@@ -317,7 +304,7 @@ int sc_cache_store(const uint8_t key[SC_SHA256_LEN], const struct moat_seccomp_p
 	sc_sha256(prog->insns, body, h.body_sha);
 	h.n_insns = prog->len;
 	h.flags = prog->log ? CACHE_FLAG_LOG : 0;
-	bool ok = write_all(fd, &h, sizeof h) == 0 && write_all(fd, prog->insns, body) == 0;
+	bool ok = moat_write_all(fd, &h, sizeof h) == 0 && moat_write_all(fd, prog->insns, body) == 0;
 	if (close(fd) != 0)
 		ok = false;
 	if (ok && renameat(dfd, tmp, dfd, name) == 0) {

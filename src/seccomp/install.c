@@ -7,6 +7,8 @@
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
+#include "core/core.h"
+#include "core/sys.h"
 #include "seccomp/internal.h"
 
 static struct sc_stats last_stats;
@@ -21,18 +23,11 @@ void sc_stats_get(struct sc_stats *out)
 	*out = last_stats;
 }
 
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
-}
-
 int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 			 struct moat_seccomp_prog **out, struct moat_error *err)
 {
 	*out = NULL;
-	uint64_t t0 = now_ns();
+	uint64_t t0 = moat_mono_ns();
 	struct sc_host host;
 	if (sc_host_detect(&host, err) < 0)
 		return -1;
@@ -63,11 +58,11 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 		}
 		last_stats = (struct sc_stats){ .from_cache = true, .policy_hashed = hashed,
 						.policy_read = was_read,
-						.prepare_ns = now_ns() - t0 };
+						.prepare_ns = moat_mono_ns() - t0 };
 		*out = prog;
 		return 0;
 	}
-	uint64_t t1 = now_ns();
+	uint64_t t1 = moat_mono_ns();
 	if (!buf && sc_policy_read(policy_path, &buf, &len, err) < 0)
 		return -1;
 	struct sc_policy *pol = NULL;
@@ -76,7 +71,7 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 	if (rc == 0)
 		rc = sc_compile_with(pol, &sc_compile_defaults, &prog, err);
 	sc_policy_free(pol);
-	uint64_t t2 = now_ns();
+	uint64_t t2 = moat_mono_ns();
 	if (rc == 0)
 		sc_cache_store(key, prog); /* the program as compiled, never the rewrite */
 	if (rc == 0 && log_denied && sc_notify_rewrite(prog, err) < 0) {
@@ -86,17 +81,11 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 	}
 	if (rc < 0) {
 		/* name the policy in the message */
-		if (err && err->message) {
-			char *m = err->message;
-			err->message = NULL;
-			moat_error_set(err, err->type, err->sys_errno, "%s: %s",
-				       policy_path ? policy_path : "(embedded default policy)", m);
-			free(m);
-		}
-		return -1;
+		return moat_error_wrap(err, policy_path ? policy_path : "(embedded default policy)",
+				       NULL);
 	}
 	last_stats = (struct sc_stats){ .from_cache = false, .policy_hashed = hashed,
-					.policy_read = true, .prepare_ns = now_ns() - t0,
+					.policy_read = true, .prepare_ns = moat_mono_ns() - t0,
 					.compile_ns = t2 - t1 };
 	*out = prog;
 	return 0;

@@ -26,6 +26,7 @@
 #include <sys/utsname.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include "core/core.h"
 #include "core/embedded.h"
 #include "seccomp/internal.h"
 
@@ -1030,14 +1031,7 @@ int sc_policy_read(const char *path, char **buf, size_t *len, struct moat_error 
 /* Prefixes an error message with the file name. */
 static int prefix_error(struct moat_error *err, const char *path)
 {
-	if (!err || !err->message)
-		return -1;
-	char *m = err->message;
-	err->message = NULL;
-	moat_error_set(err, err->type, err->sys_errno, "%s: %s",
-		       path ? path : "(embedded default policy)", m);
-	free(m);
-	return -1;
+	return moat_error_wrap(err, path ? path : "(embedded default policy)", NULL);
 }
 
 int sc_policy_check(const char *path, FILE *notes, struct moat_error *err)
