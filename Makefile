@@ -71,9 +71,9 @@ all: $(BUILD)/moat
 deps:
 	@sh tools/deps.sh
 
-$(BUILD)/embed: tools/embed.c src/seccomp/sha256.c src/seccomp/sha256.h
+$(BUILD)/embed: tools/embed.c src/core/sha256.c src/core/sha256.h
 	@mkdir -p $(@D)
-	$(CC) -std=gnu11 $(WARN) -O1 -Isrc -o $@ tools/embed.c src/seccomp/sha256.c
+	$(CC) -std=gnu11 $(WARN) -O1 -Isrc -o $@ tools/embed.c src/core/sha256.c
 
 $(GEN_SRC): $(BUILD)/embed $(EMBEDDED) $(SECCOMP_COMPILER)
 	@mkdir -p $(@D)

@@ -4,7 +4,7 @@
  * For each file it emits NAME[] (the bytes and a trailing NUL), NAME_len and
  * NAME_sha256[32], the SHA-256 of the bytes, computed here once so that a run
  * does not hash the embedded default policy to build its BPF cache key. It is
- * linked with src/seccomp/sha256.c, the code moat hashes with at run time.
+ * linked with src/core/sha256.c, the code moat hashes with at run time.
  *
  * NAME#FILE,FILE,... emits only NAME_sha256: the digest of the files' lengths
  * and bytes, in order (what moat keys its seccomp BPF cache on: the sources
@@ -14,12 +14,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include "seccomp/sha256.h"
+#include "core/sha256.h"
 
 static void emit_digest_array(FILE *out, const char *name, const uint8_t *digest)
 {
-	fprintf(out, "const unsigned char %s_sha256[%d] = {", name, SC_SHA256_LEN);
-	for (int i = 0; i < SC_SHA256_LEN; i++)
+	fprintf(out, "const unsigned char %s_sha256[%d] = {", name, MOAT_SHA256_LEN);
+	for (int i = 0; i < MOAT_SHA256_LEN; i++)
 		fprintf(out, "%s0x%02x,", (i % 16) ? "" : "\n\t", digest[i]);
 	fprintf(out, "\n};\n\n");
 }
@@ -32,14 +32,14 @@ static int emit(FILE *out, const char *name, const char *path)
 		return -1;
 	}
 	fprintf(out, "const unsigned char %s[] = {", name);
-	struct sc_sha256 sha;
-	sc_sha256_init(&sha);
+	struct moat_sha256_ctx sha;
+	moat_sha256_init(&sha);
 	size_t n = 0;
 	int c;
 	while ((c = fgetc(in)) != EOF) {
 		fprintf(out, "%s0x%02x,", (n % 16) ? "" : "\n\t", c);
 		unsigned char byte = (unsigned char)c;
-		sc_sha256_update(&sha, &byte, 1);
+		moat_sha256_update(&sha, &byte, 1);
 		n++;
 	}
 	int bad = ferror(in);
@@ -50,8 +50,8 @@ static int emit(FILE *out, const char *name, const char *path)
 	}
 	/* a trailing NUL so text can be used as a C string; not counted */
 	fprintf(out, "\n\t0x00\n};\nconst unsigned long %s_len = %zuUL;\n", name, n);
-	uint8_t digest[SC_SHA256_LEN];
-	sc_sha256_final(&sha, digest);
+	uint8_t digest[MOAT_SHA256_LEN];
+	moat_sha256_final(&sha, digest);
 	emit_digest_array(out, name, digest);
 	return 0;
 }
@@ -59,8 +59,8 @@ static int emit(FILE *out, const char *name, const char *path)
 /* NAME_sha256 over (8-byte length, bytes) of each comma-separated file */
 static int emit_digest(FILE *out, const char *name, char *files)
 {
-	struct sc_sha256 sha;
-	sc_sha256_init(&sha);
+	struct moat_sha256_ctx sha;
+	moat_sha256_init(&sha);
 	for (char *f = strtok(files, ","); f; f = strtok(NULL, ",")) {
 		FILE *in = fopen(f, "rb");
 		if (!in) {
@@ -75,11 +75,11 @@ static int emit_digest(FILE *out, const char *name, char *files)
 			return -1;
 		}
 		uint64_t n = (uint64_t)st.st_size, got = 0;
-		sc_sha256_update(&sha, &n, sizeof n);
+		moat_sha256_update(&sha, &n, sizeof n);
 		int c;
 		while ((c = fgetc(in)) != EOF) {
 			unsigned char byte = (unsigned char)c;
-			sc_sha256_update(&sha, &byte, 1);
+			moat_sha256_update(&sha, &byte, 1);
 			got++;
 		}
 		int bad = ferror(in);
@@ -89,8 +89,8 @@ static int emit_digest(FILE *out, const char *name, char *files)
 			return -1;
 		}
 	}
-	uint8_t digest[SC_SHA256_LEN];
-	sc_sha256_final(&sha, digest);
+	uint8_t digest[MOAT_SHA256_LEN];
+	moat_sha256_final(&sha, digest);
 	emit_digest_array(out, name, digest);
 	return 0;
 }

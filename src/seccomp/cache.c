@@ -36,8 +36,8 @@
 
 struct cache_hdr {
 	char magic[8];
-	uint8_t key[SC_SHA256_LEN];
-	uint8_t body_sha[SC_SHA256_LEN];
+	uint8_t key[MOAT_SHA256_LEN];
+	uint8_t body_sha[MOAT_SHA256_LEN];
 	uint32_t n_insns;
 	uint32_t flags;
 };
@@ -52,43 +52,43 @@ void sc_cache_set_dir(const char *dir)
 	dir_overridden = dir != NULL;
 }
 
-static void hash_field(struct sc_sha256 *s, const void *data, size_t len)
+static void hash_field(struct moat_sha256_ctx *s, const void *data, size_t len)
 {
 	uint64_t n = len;
-	sc_sha256_update(s, &n, sizeof n);
-	sc_sha256_update(s, data, len);
+	moat_sha256_update(s, &n, sizeof n);
+	moat_sha256_update(s, data, len);
 }
 
-void sc_cache_key(const uint8_t policy_sha[SC_SHA256_LEN], const struct sc_host *host,
-		  const struct sc_compile_opts *opts, uint8_t key[SC_SHA256_LEN])
+void sc_cache_key(const uint8_t policy_sha[MOAT_SHA256_LEN], const struct sc_host *host,
+		  const struct sc_compile_opts *opts, uint8_t key[MOAT_SHA256_LEN])
 {
-	struct sc_sha256 s;
-	sc_sha256_init(&s);
+	struct moat_sha256_ctx s;
+	moat_sha256_init(&s);
 	/* v4: the policy and the compiler's sources enter as digests */
 	hash_field(&s, "moat-seccomp-cache-v4", 21);
 	hash_field(&s, MOAT_VERSION, strlen(MOAT_VERSION));
 	const struct scmp_version *v = seccomp_version();
 	uint32_t ver[3] = { v ? v->major : 0, v ? v->minor : 0, v ? v->micro : 0 };
 	hash_field(&s, ver, sizeof ver);
-	hash_field(&s, opts->compiler, SC_SHA256_LEN);
+	hash_field(&s, opts->compiler, MOAT_SHA256_LEN);
 	hash_field(&s, &opts->optimize, sizeof opts->optimize);
 	hash_field(&s, &host->scmp_arch, sizeof host->scmp_arch);
 	hash_field(&s, host->release, strlen(host->release));
-	hash_field(&s, policy_sha, SC_SHA256_LEN);
-	sc_sha256_final(&s, key);
+	hash_field(&s, policy_sha, MOAT_SHA256_LEN);
+	moat_sha256_final(&s, key);
 }
 
-char *sc_cache_file_name(const uint8_t key[SC_SHA256_LEN])
+char *sc_cache_file_name(const uint8_t key[MOAT_SHA256_LEN])
 {
 	static const char hexdig[] = "0123456789abcdef";
-	char *name = malloc(SC_SHA256_LEN * 2 + 5);
+	char *name = malloc(MOAT_SHA256_LEN * 2 + 5);
 	if (!name)
 		return NULL;
-	for (size_t i = 0; i < SC_SHA256_LEN; i++) {
+	for (size_t i = 0; i < MOAT_SHA256_LEN; i++) {
 		name[2 * i] = hexdig[key[i] >> 4];
 		name[2 * i + 1] = hexdig[key[i] & 15];
 	}
-	memcpy(name + 2 * SC_SHA256_LEN, ".bpf", 5);
+	memcpy(name + 2 * MOAT_SHA256_LEN, ".bpf", 5);
 	return name;
 }
 
@@ -167,7 +167,7 @@ static int open_dir(uid_t euid)
 	return fd;
 }
 
-int sc_cache_load(const uint8_t key[SC_SHA256_LEN], struct moat_seccomp_prog **out)
+int sc_cache_load(const uint8_t key[MOAT_SHA256_LEN], struct moat_seccomp_prog **out)
 {
 	*out = NULL;
 	uid_t euid = geteuid();
@@ -202,13 +202,13 @@ int sc_cache_load(const uint8_t key[SC_SHA256_LEN], struct moat_seccomp_prog **o
 		got = readv(fd, iov, 3);
 	while (got < 0 && errno == EINTR);
 	if (got != st.st_size || memcmp(h.magic, CACHE_MAGIC, 8) != 0 ||
-	    memcmp(h.key, key, SC_SHA256_LEN) != 0 || h.n_insns == 0 ||
+	    memcmp(h.key, key, MOAT_SHA256_LEN) != 0 || h.n_insns == 0 ||
 	    h.n_insns > SC_MAX_INSNS || (h.flags & ~CACHE_FLAG_LOG) != 0 ||
 	    h.n_insns * sizeof(struct sock_filter) != body)
 		goto bad;
-	uint8_t sha[SC_SHA256_LEN];
-	sc_sha256(prog->insns, body, sha);
-	if (memcmp(sha, h.body_sha, SC_SHA256_LEN) != 0)
+	uint8_t sha[MOAT_SHA256_LEN];
+	moat_sha256(prog->insns, body, sha);
+	if (memcmp(sha, h.body_sha, MOAT_SHA256_LEN) != 0)
 		goto bad;
 	close(fd);
 	prog->len = (unsigned short)h.n_insns;
@@ -235,7 +235,7 @@ static void prune(int dfd, const char *keep_name)
 		return;
 	}
 	struct entry {
-		char name[SC_SHA256_LEN * 2 + 5];
+		char name[MOAT_SHA256_LEN * 2 + 5];
 		struct timespec mtime;
 	} *e = NULL;
 	size_t n = 0, cap = 0;
@@ -243,7 +243,7 @@ static void prune(int dfd, const char *keep_name)
 	while ((de = readdir(d))) {
 		size_t len = strlen(de->d_name);
 		struct stat st;
-		if (len != SC_SHA256_LEN * 2 + 4 || strcmp(de->d_name + SC_SHA256_LEN * 2, ".bpf") ||
+		if (len != MOAT_SHA256_LEN * 2 + 4 || strcmp(de->d_name + MOAT_SHA256_LEN * 2, ".bpf") ||
 		    !strcmp(de->d_name, keep_name) ||
 		    fstatat(dfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0 || !S_ISREG(st.st_mode))
 			continue;
@@ -274,7 +274,7 @@ static void prune(int dfd, const char *keep_name)
 	free(e);
 }
 
-int sc_cache_store(const uint8_t key[SC_SHA256_LEN], const struct moat_seccomp_prog *prog)
+int sc_cache_store(const uint8_t key[MOAT_SHA256_LEN], const struct moat_seccomp_prog *prog)
 {
 	if (!prog || prog->len == 0 || prog->len > SC_MAX_INSNS)
 		return -1;
@@ -299,9 +299,9 @@ int sc_cache_store(const uint8_t key[SC_SHA256_LEN], const struct moat_seccomp_p
 	struct cache_hdr h;
 	memset(&h, 0, sizeof h);
 	memcpy(h.magic, CACHE_MAGIC, 8);
-	memcpy(h.key, key, SC_SHA256_LEN);
+	memcpy(h.key, key, MOAT_SHA256_LEN);
 	size_t body = prog->len * sizeof(struct sock_filter);
-	sc_sha256(prog->insns, body, h.body_sha);
+	moat_sha256(prog->insns, body, h.body_sha);
 	h.n_insns = prog->len;
 	h.flags = prog->log ? CACHE_FLAG_LOG : 0;
 	bool ok = moat_write_all(fd, &h, sizeof h) == 0 && moat_write_all(fd, prog->insns, body) == 0;

@@ -36,17 +36,17 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 	 * hashed on every run (it may have changed). */
 	char *buf = NULL;
 	size_t len = 0;
-	uint8_t policy_sha[SC_SHA256_LEN];
+	uint8_t policy_sha[MOAT_SHA256_LEN];
 	bool hashed = false;
 	if (policy_path) {
 		if (sc_policy_read(policy_path, &buf, &len, err) < 0)
 			return -1;
-		sc_sha256(buf, len, policy_sha);
+		moat_sha256(buf, len, policy_sha);
 		hashed = true;
 	} else {
-		memcpy(policy_sha, moat_embedded_default_policy_sha256, SC_SHA256_LEN);
+		memcpy(policy_sha, moat_embedded_default_policy_sha256, MOAT_SHA256_LEN);
 	}
-	uint8_t key[SC_SHA256_LEN];
+	uint8_t key[MOAT_SHA256_LEN];
 	sc_cache_key(policy_sha, &host, &sc_compile_defaults, key);
 	struct moat_seccomp_prog *prog = NULL;
 	if (sc_cache_load(key, &prog) == 0) {

@@ -11,13 +11,13 @@
 #include <linux/seccomp.h>
 #include "moat.h"
 #include "seccomp/seccomp.h"
-#include "seccomp/sha256.h"
+#include "core/sha256.h"
 
-/* ---- SHA-256 (seccomp/sha256.h) ---- */
+/* ---- SHA-256 (core/sha256.h) ---- */
 /* SHA-256 of the embedded default policy, computed at build time by
  * tools/embed.c (generated next to moat_embedded_default_policy): the cache
  * key of a run with the default policy needs no hashing of the policy. */
-extern const unsigned char moat_embedded_default_policy_sha256[SC_SHA256_LEN];
+extern const unsigned char moat_embedded_default_policy_sha256[MOAT_SHA256_LEN];
 
 /* ---- the host a policy is evaluated for (includes/excludes) ---- */
 struct sc_host {
@@ -86,7 +86,7 @@ struct moat_seccomp_prog {
  * internal.h), computed at build time by tools/embed.c: part of every cache
  * key, so a build whose compiler differs never loads a program an older one
  * cached. */
-extern const unsigned char moat_embedded_seccomp_compiler_sha256[SC_SHA256_LEN];
+extern const unsigned char moat_embedded_seccomp_compiler_sha256[MOAT_SHA256_LEN];
 
 /* How a policy is turned into BPF. Every field is part of the cache key, so
  * a program compiled with other options is never loaded from the cache.
@@ -98,7 +98,7 @@ extern const unsigned char moat_embedded_seccomp_compiler_sha256[SC_SHA256_LEN];
  * number at install time, has ten times less to do. The verdicts are the
  * same (checked by the unit tests). */
 struct sc_compile_opts {
-	const unsigned char *compiler; /* SC_SHA256_LEN bytes */
+	const unsigned char *compiler; /* MOAT_SHA256_LEN bytes */
 	uint32_t optimize;
 };
 extern const struct sc_compile_opts sc_compile_defaults;
@@ -132,20 +132,20 @@ bool sc_bpf_opcode_known(uint16_t code);
  * --policy file, hashed at run time), the compile options, native arch,
  * kernel release, libseccomp version and moat version. The cache holds the
  * program as compiled; the --seccomp-log rewrite is derived after loading. */
-void sc_cache_key(const uint8_t policy_sha[SC_SHA256_LEN], const struct sc_host *host,
-		  const struct sc_compile_opts *opts, uint8_t key[SC_SHA256_LEN]);
+void sc_cache_key(const uint8_t policy_sha[MOAT_SHA256_LEN], const struct sc_host *host,
+		  const struct sc_compile_opts *opts, uint8_t key[MOAT_SHA256_LEN]);
 /* 0 and *out on a valid hit; -1 on a miss or anything wrong (never an error). */
-int sc_cache_load(const uint8_t key[SC_SHA256_LEN], struct moat_seccomp_prog **out);
+int sc_cache_load(const uint8_t key[MOAT_SHA256_LEN], struct moat_seccomp_prog **out);
 /* Entries kept in the cache directory (the newest by mtime); see prune(). */
 #define SC_CACHE_KEEP 32
 /* Best effort: returns 0 when stored, -1 otherwise. Then prunes the
  * directory to the SC_CACHE_KEEP newest entries. */
-int sc_cache_store(const uint8_t key[SC_SHA256_LEN], const struct moat_seccomp_prog *prog);
+int sc_cache_store(const uint8_t key[MOAT_SHA256_LEN], const struct moat_seccomp_prog *prog);
 /* Tests: dir NULL = the default location, "" = no cache, else that directory
  * (created 0700 if missing; must be owned by us and not group/other-accessible). */
 void sc_cache_set_dir(const char *dir);
 /* Cache file name for a key: 64 hex chars + ".bpf" (malloc'd). */
-char *sc_cache_file_name(const uint8_t key[SC_SHA256_LEN]);
+char *sc_cache_file_name(const uint8_t key[MOAT_SHA256_LEN]);
 
 /* Timings of the last moat_seccomp_prepare (nanoseconds). */
 struct sc_stats {

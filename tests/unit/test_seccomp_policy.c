@@ -127,38 +127,38 @@ START_TEST(sha256_vectors)
 		{ "abcdefghbcdefghicdefghijdefghijkefghijklfghijklmghijklmnhijklmnoijklmnopjklmnopqklmnopqrlmnopqrsmnopqrstnopqrstu",
 		  "cf5b16a778af8380036ce59e7b0492370b249b11e8f07a51afac45037afee9d1" },
 	};
-	uint8_t d[SC_SHA256_LEN];
+	uint8_t d[MOAT_SHA256_LEN];
 	char h[65];
 	for (size_t i = 0; i < sizeof v / sizeof v[0]; i++) {
-		sc_sha256(v[i].in, strlen(v[i].in), d);
+		moat_sha256(v[i].in, strlen(v[i].in), d);
 		hex(d, sizeof d, h);
 		ck_assert_str_eq(h, v[i].out);
 	}
 	/* one million 'a', fed in odd-sized pieces */
-	struct sc_sha256 s;
-	sc_sha256_init(&s);
+	struct moat_sha256_ctx s;
+	moat_sha256_init(&s);
 	char chunk[997];
 	memset(chunk, 'a', sizeof chunk);
 	size_t left = 1000000;
 	while (left) {
 		size_t n = left < sizeof chunk ? left : sizeof chunk;
-		sc_sha256_update(&s, chunk, n);
+		moat_sha256_update(&s, chunk, n);
 		left -= n;
 	}
-	sc_sha256_final(&s, d);
+	moat_sha256_final(&s, d);
 	hex(d, sizeof d, h);
 	ck_assert_str_eq(h, "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
 	/* byte by byte == one shot, across block boundaries */
-	uint8_t msg[300], d2[SC_SHA256_LEN];
+	uint8_t msg[300], d2[MOAT_SHA256_LEN];
 	for (size_t i = 0; i < sizeof msg; i++)
 		msg[i] = (uint8_t)(i * 7 + 3);
 	for (size_t len = 0; len <= sizeof msg; len += 1) {
-		sc_sha256(msg, len, d);
-		sc_sha256_init(&s);
+		moat_sha256(msg, len, d);
+		moat_sha256_init(&s);
 		for (size_t i = 0; i < len; i++)
-			sc_sha256_update(&s, &msg[i], 1);
-		sc_sha256_final(&s, d2);
-		ck_assert_mem_eq(d, d2, SC_SHA256_LEN);
+			moat_sha256_update(&s, &msg[i], 1);
+		moat_sha256_final(&s, d2);
+		ck_assert_mem_eq(d, d2, MOAT_SHA256_LEN);
 	}
 }
 END_TEST
@@ -651,7 +651,7 @@ static char *cache_file(const char *dir)
 	struct sc_host h;
 	struct moat_error err = { 0 };
 	ck_assert_int_eq(sc_host_detect(&h, &err), 0);
-	uint8_t key[SC_SHA256_LEN];
+	uint8_t key[MOAT_SHA256_LEN];
 	sc_cache_key(moat_embedded_default_policy_sha256, &h, &sc_compile_defaults, key);
 	char *name = sc_cache_file_name(key), *path = NULL;
 	ck_assert_int_ge(asprintf(&path, "%s/%s", dir, name), 0);
@@ -827,13 +827,13 @@ END_TEST
  * policy). */
 START_TEST(embedded_policy_digest_is_built_in)
 {
-	uint8_t d[SC_SHA256_LEN];
-	sc_sha256(moat_embedded_default_policy, moat_embedded_default_policy_len, d);
-	ck_assert_mem_eq(d, moat_embedded_default_policy_sha256, SC_SHA256_LEN);
+	uint8_t d[MOAT_SHA256_LEN];
+	moat_sha256(moat_embedded_default_policy, moat_embedded_default_policy_len, d);
+	ck_assert_mem_eq(d, moat_embedded_default_policy_sha256, MOAT_SHA256_LEN);
 	/* and it is the policy's, not that of an empty or other input */
-	uint8_t e[SC_SHA256_LEN];
-	sc_sha256("", 0, e);
-	ck_assert(memcmp(e, moat_embedded_default_policy_sha256, SC_SHA256_LEN) != 0);
+	uint8_t e[MOAT_SHA256_LEN];
+	moat_sha256("", 0, e);
+	ck_assert(memcmp(e, moat_embedded_default_policy_sha256, MOAT_SHA256_LEN) != 0);
 }
 END_TEST
 
@@ -902,8 +902,8 @@ START_TEST(compiler_digest_matches_sources)
 {
 	static const char *const files[] = { "src/seccomp/policy.c", "src/seccomp/compile.c",
 					     "src/seccomp/internal.h" };
-	struct sc_sha256 s;
-	sc_sha256_init(&s);
+	struct moat_sha256_ctx s;
+	moat_sha256_init(&s);
 	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
 		FILE *f = fopen(files[i], "rb");
 		ck_assert_msg(f, "cannot read %s (run from the repository root)", files[i]);
@@ -919,13 +919,13 @@ START_TEST(compiler_digest_matches_sources)
 		ck_assert_uint_eq(fread(data, 1, cap, f), cap);
 		fclose(f);
 		uint64_t len = cap;
-		sc_sha256_update(&s, &len, sizeof len);
-		sc_sha256_update(&s, data, cap);
+		moat_sha256_update(&s, &len, sizeof len);
+		moat_sha256_update(&s, data, cap);
 		free(data);
 	}
-	uint8_t d[SC_SHA256_LEN];
-	sc_sha256_final(&s, d);
-	ck_assert_mem_eq(d, moat_embedded_seccomp_compiler_sha256, SC_SHA256_LEN);
+	uint8_t d[MOAT_SHA256_LEN];
+	moat_sha256_final(&s, d);
+	ck_assert_mem_eq(d, moat_embedded_seccomp_compiler_sha256, MOAT_SHA256_LEN);
 	ck_assert_ptr_eq(sc_compile_defaults.compiler, moat_embedded_seccomp_compiler_sha256);
 }
 END_TEST
@@ -938,50 +938,50 @@ START_TEST(cache_key_covers_every_input)
 	struct sc_host h;
 	struct moat_error err = { 0 };
 	ck_assert_int_eq(sc_host_detect(&h, &err), 0);
-	uint8_t sha[SC_SHA256_LEN];
-	memcpy(sha, moat_embedded_default_policy_sha256, SC_SHA256_LEN);
+	uint8_t sha[MOAT_SHA256_LEN];
+	memcpy(sha, moat_embedded_default_policy_sha256, MOAT_SHA256_LEN);
 	struct sc_compile_opts o = sc_compile_defaults;
 	ck_assert_uint_eq(o.optimize, 2);
 	ck_assert_ptr_eq(o.compiler, moat_embedded_seccomp_compiler_sha256);
-	uint8_t base[SC_SHA256_LEN], again[SC_SHA256_LEN], k[SC_SHA256_LEN];
+	uint8_t base[MOAT_SHA256_LEN], again[MOAT_SHA256_LEN], k[MOAT_SHA256_LEN];
 	sc_cache_key(sha, &h, &o, base);
 	sc_cache_key(sha, &h, &o, again);
-	ck_assert_mem_eq(base, again, SC_SHA256_LEN);
+	ck_assert_mem_eq(base, again, MOAT_SHA256_LEN);
 	/* the run-time digest of the embedded bytes gives the same key */
-	uint8_t rt[SC_SHA256_LEN];
-	sc_sha256(moat_embedded_default_policy, moat_embedded_default_policy_len, rt);
+	uint8_t rt[MOAT_SHA256_LEN];
+	moat_sha256(moat_embedded_default_policy, moat_embedded_default_policy_len, rt);
 	sc_cache_key(rt, &h, &o, k);
-	ck_assert_mem_eq(base, k, SC_SHA256_LEN);
+	ck_assert_mem_eq(base, k, MOAT_SHA256_LEN);
 
 	struct sc_compile_opts v = o;
 	v.optimize = 1;
 	sc_cache_key(sha, &h, &v, k);
-	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "optimize not in the key");
+	ck_assert_msg(memcmp(base, k, MOAT_SHA256_LEN) != 0, "optimize not in the key");
 	v = o;
-	uint8_t other_compiler[SC_SHA256_LEN];
-	memcpy(other_compiler, o.compiler, SC_SHA256_LEN);
+	uint8_t other_compiler[MOAT_SHA256_LEN];
+	memcpy(other_compiler, o.compiler, MOAT_SHA256_LEN);
 	other_compiler[0] ^= 1;
 	v.compiler = other_compiler;
 	sc_cache_key(sha, &h, &v, k);
-	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "compiler digest not in the key");
-	uint8_t sha2[SC_SHA256_LEN];
-	memcpy(sha2, sha, SC_SHA256_LEN);
-	sha2[SC_SHA256_LEN - 1] ^= 1;
+	ck_assert_msg(memcmp(base, k, MOAT_SHA256_LEN) != 0, "compiler digest not in the key");
+	uint8_t sha2[MOAT_SHA256_LEN];
+	memcpy(sha2, sha, MOAT_SHA256_LEN);
+	sha2[MOAT_SHA256_LEN - 1] ^= 1;
 	sc_cache_key(sha2, &h, &o, k);
-	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "policy digest not in the key");
+	ck_assert_msg(memcmp(base, k, MOAT_SHA256_LEN) != 0, "policy digest not in the key");
 	struct sc_host h2 = h;
 	h2.release[0] ^= 1;
 	sc_cache_key(sha, &h2, &o, k);
-	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "kernel release not in the key");
+	ck_assert_msg(memcmp(base, k, MOAT_SHA256_LEN) != 0, "kernel release not in the key");
 	h2 = h;
 	h2.scmp_arch ^= 1;
 	sc_cache_key(sha, &h2, &o, k);
-	ck_assert_msg(memcmp(base, k, SC_SHA256_LEN) != 0, "arch not in the key");
+	ck_assert_msg(memcmp(base, k, MOAT_SHA256_LEN) != 0, "arch not in the key");
 
 	/* file names: 64 lowercase hex digits of the key + ".bpf" */
 	char *name = sc_cache_file_name(base);
-	char want[2 * SC_SHA256_LEN + 5];
-	hex(base, SC_SHA256_LEN, want);
+	char want[2 * MOAT_SHA256_LEN + 5];
+	hex(base, MOAT_SHA256_LEN, want);
 	strcat(want, ".bpf");
 	ck_assert_str_eq(name, want);
 	free(name);

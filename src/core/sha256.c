@@ -2,7 +2,7 @@
  * and to check cached programs, and at build time by tools/embed.c to hash
  * the embedded default policy. Not constant-time; nothing secret goes in. */
 #include <string.h>
-#include "seccomp/sha256.h"
+#include "core/sha256.h"
 
 static const uint32_t K[64] = {
 	0x428a2f98, 0x71374491, 0xb5c0fbcf, 0xe9b5dba5, 0x3956c25b, 0x59f111f1,
@@ -60,7 +60,7 @@ static void block(uint32_t h[8], const uint8_t p[64])
 	h[7] += k;
 }
 
-void sc_sha256_init(struct sc_sha256 *s)
+void moat_sha256_init(struct moat_sha256_ctx *s)
 {
 	static const uint32_t iv[8] = {
 		0x6a09e667, 0xbb67ae85, 0x3c6ef372, 0xa54ff53a,
@@ -71,7 +71,7 @@ void sc_sha256_init(struct sc_sha256 *s)
 	s->used = 0;
 }
 
-void sc_sha256_update(struct sc_sha256 *s, const void *data, size_t len)
+void moat_sha256_update(struct moat_sha256_ctx *s, const void *data, size_t len)
 {
 	const uint8_t *p = data;
 	s->total += len;
@@ -96,18 +96,18 @@ void sc_sha256_update(struct sc_sha256 *s, const void *data, size_t len)
 	}
 }
 
-void sc_sha256_final(struct sc_sha256 *s, uint8_t out[SC_SHA256_LEN])
+void moat_sha256_final(struct moat_sha256_ctx *s, uint8_t out[MOAT_SHA256_LEN])
 {
 	uint64_t bits = s->total * 8;
 	uint8_t pad = 0x80;
-	sc_sha256_update(s, &pad, 1);
+	moat_sha256_update(s, &pad, 1);
 	pad = 0;
 	while (s->used != 56)
-		sc_sha256_update(s, &pad, 1);
+		moat_sha256_update(s, &pad, 1);
 	uint8_t len_be[8];
 	for (int i = 0; i < 8; i++)
 		len_be[i] = (uint8_t)(bits >> (56 - 8 * i));
-	sc_sha256_update(s, len_be, 8);
+	moat_sha256_update(s, len_be, 8);
 	for (int i = 0; i < 8; i++) {
 		out[4 * i] = (uint8_t)(s->h[i] >> 24);
 		out[4 * i + 1] = (uint8_t)(s->h[i] >> 16);
@@ -117,10 +117,10 @@ void sc_sha256_final(struct sc_sha256 *s, uint8_t out[SC_SHA256_LEN])
 	memset(s, 0, sizeof *s);
 }
 
-void sc_sha256(const void *data, size_t len, uint8_t out[SC_SHA256_LEN])
+void moat_sha256(const void *data, size_t len, uint8_t out[MOAT_SHA256_LEN])
 {
-	struct sc_sha256 s;
-	sc_sha256_init(&s);
-	sc_sha256_update(&s, data, len);
-	sc_sha256_final(&s, out);
+	struct moat_sha256_ctx s;
+	moat_sha256_init(&s);
+	moat_sha256_update(&s, data, len);
+	moat_sha256_final(&s, out);
 }
