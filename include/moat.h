@@ -171,7 +171,49 @@ struct moat_run_options {
 };
 
 void moat_run_options_init(struct moat_run_options *opts);
+/* Runs req in a fresh sandbox: moat_sandbox_create, _start, _wait and
+ * _release below, in that order. opts may be NULL (defaults). On success
+ * *out is the result (free with moat_result_free), whatever the program
+ * did; -1 only when the sandbox could not run it. */
 int moat_run(const struct moat_request *req, const struct moat_run_options *opts,
 	     struct moat_result **out, struct moat_error *err);
+
+/* ---- running in phases ------------------------------------------------------
+ *
+ * For a long-lived caller (a service, a pool of prepared sandboxes), the
+ * phases of moat_run one by one (docs/ARCHITECTURE.md, "A run"):
+ *
+ *   create   validates req and builds its sandbox up to "only the program is
+ *            missing": the seccomp filter compiled, the cgroups created and
+ *            joined, pid 1 cloned into new namespaces with its ids mapped and
+ *            building the filesystem. Nothing of the request's code runs.
+ *   start    pid 1 forks the program (uid 65534, no capabilities,
+ *            no_new_privs, seccomp) and the wall-clock timeout starts.
+ *   wait     relays output (opts->on_output) and stdin until the sandbox has
+ *            ended, then returns the result, as moat_run does. A setup step
+ *            pid 1 fails after create (a mount, the interpreter missing) is
+ *            the error of wait.
+ *   release  kills what still runs, removes the cgroups, closes and frees
+ *            everything. Call it exactly once for every created sandbox,
+ *            after a failed start or wait too. NULL is a no-op.
+ *
+ * req, opts and everything they point to are borrowed until release. Each
+ * call returns 0, or -1 with *err filled; after a -1 only release remains.
+ * One sandbox is used by one thread at a time (any thread; phases may
+ * move between threads); different sandboxes are independent.
+ *
+ * Not split yet, honestly:
+ *  - create needs the request: the filesystem (code, files), the network
+ *    mode, the limits and the environment are built from it before clone3.
+ *    A sandbox prepared before its request is known (the warm pool) needs
+ *    a channel that carries the code and files to pid 1 after create; it
+ *    does not exist yet.
+ *  - the result's durationMs counts from create, as for moat_run. */
+struct moat_sandbox;
+int moat_sandbox_create(const struct moat_request *req, const struct moat_run_options *opts,
+			struct moat_sandbox **out, struct moat_error *err);
+int moat_sandbox_start(struct moat_sandbox *sb, struct moat_error *err);
+int moat_sandbox_wait(struct moat_sandbox *sb, struct moat_result **out, struct moat_error *err);
+void moat_sandbox_release(struct moat_sandbox *sb);
 
 #endif

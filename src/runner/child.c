@@ -46,17 +46,6 @@ __attribute__((noreturn)) static void fail(const struct moat_child *c, enum moat
 	_exit(127);
 }
 
-/* Blocks until the supervisor sends the byte want; -1 on EOF or anything else. */
-static int wait_for(int fd, char want)
-{
-	char got;
-	ssize_t n;
-	do
-		n = read(fd, &got, 1);
-	while (n < 0 && errno == EINTR);
-	return n == 1 && got == want ? 0 : -1;
-}
-
 /* Closes every fd but the ones in keep (unsorted, may hold -1). */
 static int close_all_except(const int *keep, int n)
 {
@@ -246,7 +235,7 @@ void moat_child_main(const struct moat_child *c)
 	reset_signals();
 	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR || moat_priv_drop_bounding(c->priv) < 0)
 		fail(c, MOAT_STEP_CAPS, 0);
-	if (wait_for(c->sync_fd, 'g') < 0)
+	if (moat_sync_wait(c->sync_fd, MOAT_SYNC_IDS) < 0)
 		_exit(125); /* the supervisor gave up: nothing to report to */
 	moat_stamp("init: released");
 
@@ -285,7 +274,7 @@ void moat_child_main(const struct moat_child *c)
 	/* The supervisor joins this process to the run's cgroups (v1) while
 	 * the mounts above are made; the program is forked only once that is
 	 * done, so it starts inside every limit. */
-	if (wait_for(c->sync_fd, 'c') < 0)
+	if (moat_sync_wait(c->sync_fd, MOAT_SYNC_START) < 0)
 		_exit(125);
 	close(c->sync_fd);
 	moat_stamp("init: cgroups joined");

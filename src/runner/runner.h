@@ -1,10 +1,14 @@
-/* runner internals: what the supervisor hands the child, and what the child
- * reports back. Only runner/ knows the order of the steps. */
+/* The handover between the supervisor and the sandbox (both sides of
+ * runner/): what the supervisor hands pid 1 (struct moat_child), the sync
+ * bytes that release it step by step, and the records it reports back.
+ * docs/ARCHITECTURE.md draws the sequence. */
 #ifndef MOAT_RUNNER_RUNNER_H
 #define MOAT_RUNNER_RUNNER_H
 
+#include <errno.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <unistd.h>
 
 #include "ns/ns.h"
 #include "priv/priv.h"
@@ -29,6 +33,41 @@ enum moat_step {
 	MOAT_STEP_PRIVATE,    /* making the mount tree private */
 	MOAT_STEP_NET,        /* network setup inside; detail = enum moat_net_step */
 };
+
+/* The supervisor releases pid 1 with one byte per step over the sync pipe,
+ * in this order. EOF (or any other byte) instead: the supervisor gave up,
+ * and pid 1 exits (125) without reporting. */
+enum moat_sync {
+	/* uid_map/gid_map are written (and the network attached): become
+	 * 65534, build the mounts, set up lo */
+	MOAT_SYNC_IDS = 'g',
+	/* the run's cgroups hold pid 1 (v1 join done) and the run is started:
+	 * fork the program. Until this byte only moat's own code runs. */
+	MOAT_SYNC_START = 'c',
+};
+
+/* Supervisor side. 0, or -1 with errno (EPIPE: pid 1 is gone). */
+static inline int moat_sync_send(int fd, enum moat_sync what)
+{
+	char b = (char)what;
+	ssize_t n;
+	do
+		n = write(fd, &b, 1);
+	while (n < 0 && errno == EINTR);
+	return n == 1 ? 0 : -1;
+}
+
+/* pid 1: blocks until the supervisor sends what. 0, or -1 on EOF or any
+ * other byte. System calls only. */
+static inline int moat_sync_wait(int fd, enum moat_sync what)
+{
+	char got;
+	ssize_t n;
+	do
+		n = read(fd, &got, 1);
+	while (n < 0 && errno == EINTR);
+	return n == 1 && got == (char)what ? 0 : -1;
+}
 
 enum moat_report_kind {
 	MOAT_REPORT_SETUP_FAILED = 1, /* step, err, detail */
@@ -56,8 +95,7 @@ struct moat_child {
 	const struct moat_net *net;
 	int net_fds[2]; /* kept for moat_net_child_setup, or -1 */
 	bool as_root;
-	int sync_fd;    /* read: 'g' when the id maps are written, then 'c' when
-			 * the run's cgroups are joined (EOF: the supervisor gave up) */
+	int sync_fd;    /* read: enum moat_sync bytes (EOF: the supervisor gave up) */
 	int report_fd;  /* SOCK_SEQPACKET: struct moat_report records (+ fds) */
 	int stdin_fd;
 	int stdout_fd;

@@ -18,5 +18,6 @@ Suite *cgroups_suite(void);
 Suite *sniff_suite(void);
 Suite *dnsmsg_suite(void);
 Suite *egress_suite(void);
+Suite *collect_suite(void);
 
 #endif

@@ -1,0 +1,141 @@
+/* Collecting a run: reap pid 1, decode how the program ended (a pure
+ * function, unit-tested), render what pid 1 sent (outputs) and what the
+ * supervisor saw (seccomp log, cgroup statistics, network log). And the
+ * errors for the setup failures pid 1 and pid 2 report. */
+#include <errno.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "core/stamp.h"
+#include "core/sys.h"
+#include "runner/run.h"
+
+bool run_decode(const struct run_end *e, struct moat_result *res)
+{
+	res->timed_out = e->timed_out;
+	if (e->have_status && !e->timed_out) {
+		int ws = e->status;
+		if (WIFEXITED(ws)) {
+			res->exited = true;
+			res->exit_code = WEXITSTATUS(ws);
+		} else if (WIFSIGNALED(ws)) {
+			res->signal = WTERMSIG(ws);
+			res->killed_by = res->signal == SIGSYS ? "seccomp" : "signal";
+		}
+		return false;
+	}
+	if (e->timed_out) {
+		res->signal = SIGKILL;
+		res->killed_by = "timeout";
+		return false;
+	}
+	/* pid 1 died without reporting: killed from outside (OOM killer, admin) */
+	res->signal = e->init_code == CLD_KILLED || e->init_code == CLD_DUMPED ? e->init_status
+									       : SIGKILL;
+	res->killed_by = "signal";
+	return true;
+}
+
+static const char *step_name(enum moat_step step)
+{
+	switch (step) {
+	case MOAT_STEP_SYNC: return "starting the sandbox";
+	case MOAT_STEP_IDS: return "switching to uid/gid 65534";
+	case MOAT_STEP_PRIVATE: return "making the mount tree private";
+	case MOAT_STEP_NET: return "setting up the network";
+	case MOAT_STEP_MOUNT: return "building the sandbox filesystem";
+	case MOAT_STEP_HOSTNAME: return "setting the hostname";
+	case MOAT_STEP_FORK: return "forking the program";
+	case MOAT_STEP_FDS: return "setting up file descriptors";
+	case MOAT_STEP_RLIMITS: return "setting resource limits";
+	case MOAT_STEP_CAPS: return "dropping capabilities";
+	case MOAT_STEP_NNP: return "setting no_new_privs";
+	case MOAT_STEP_SECCOMP: return "installing the seccomp filter";
+	case MOAT_STEP_TRANSPILE: return "starting the transpiler";
+	case MOAT_STEP_EXEC: return "starting the interpreter";
+	case MOAT_STEP_INIT: return "starting the sandbox init";
+	case MOAT_STEP_NONE: break;
+	}
+	return "sandbox setup";
+}
+
+int run_setup_error(const struct run *r, const struct moat_report *rep, struct moat_error *err)
+{
+	const struct moat_mount_plan *plan = r->plan;
+	char what[512];
+	if (rep->step == MOAT_STEP_MOUNT && rep->detail >= 0 && (size_t)rep->detail < plan->count) {
+		const struct moat_mount_op *op = &plan->ops[rep->detail];
+		moat_plan_describe(plan, (size_t)rep->detail, what, sizeof what);
+		if (op->user_data && (rep->err == ENOSPC || rep->err == EEXIST ||
+				      rep->err == ENOTDIR || rep->err == EFBIG))
+			return moat_error_set(err, MOAT_ERR_POLICY, rep->err,
+					      "request files do not fit the sandbox: %s: %s", what,
+					      strerror(rep->err));
+	} else {
+		snprintf(what, sizeof what, "%s", step_name((enum moat_step)rep->step));
+	}
+	if ((rep->step == MOAT_STEP_EXEC || rep->step == MOAT_STEP_TRANSPILE) &&
+	    (rep->err == ENOENT || rep->err == ENOTDIR)) {
+		const struct moat_exec *e = rep->step == MOAT_STEP_EXEC ? &r->program
+			: r->need_transpile ? &r->transpile : NULL;
+		const char *name = e && e->argv ? e->argv[0] : "the interpreter";
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, rep->err,
+				      "%s is not installed in the sandbox root (looked in %s)%s", name,
+				      RUN_SANDBOX_PATH,
+				      rep->step == MOAT_STEP_TRANSPILE
+					      ? "; TypeScript needs esbuild (Debian package 'esbuild')"
+					      : "");
+	}
+	if (rep->step == MOAT_STEP_NET && rep->detail > 0)
+		return moat_net_setup_error(rep->detail, rep->err, err);
+	char *diag = (rep->err == EPERM || rep->err == EACCES) ? moat_userns_diagnose() : NULL;
+	moat_error_set(err, MOAT_ERR_UNAVAILABLE, rep->err, "sandbox setup failed while %s: %s%s%s",
+		       what, strerror(rep->err), diag ? "; " : "", diag ? diag : "");
+	free(diag);
+	return -1;
+}
+
+int run_collect(struct run *r, struct moat_result **out, struct moat_error *err)
+{
+	siginfo_t si;
+	memset(&si, 0, sizeof si);
+	while (waitid(P_PIDFD, (id_t)r->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+		;
+	moat_stamp("sup: reaped");
+	r->pid = -1;
+	struct moat_result *res = r->res;
+	res->duration_ms = (uint64_t)(moat_mono_ms() - r->t0);
+
+	/* a setup failure means the program never started (pid 2 reports only
+	 * before its execve), even when pid 1 then reports pid 2's exit 127 */
+	if (r->have_setup)
+		return run_setup_error(r, &r->setup, err);
+	struct run_end end = {
+		.have_status = r->have_status, .status = r->status.detail,
+		.timed_out = res->timed_out, .init_code = si.si_code, .init_status = si.si_status,
+	};
+	bool unreported = run_decode(&end, res);
+	if (r->req->outputs_count &&
+	    moat_outputs_render(r->outs.data ? r->outs.data : "", r->outs.len,
+				r->outs_cut || r->outs.oom, res) < 0)
+		(void)moat_result_warn(res, "out of memory rendering the outputs");
+	if (r->sclog && !(res->seccomp_json = moat_seccomp_log_json(r->sclog)))
+		(void)moat_result_warn(res, "out of memory rendering the seccomp log");
+	moat_cgroup_finish(r->cg, res);
+	r->cg = NULL;
+	moat_stamp("sup: cgroup finished");
+	/* an OOM group kill takes pid 1 too: finish has said why */
+	if (unreported && !strcmp(res->killed_by, "signal"))
+		(void)moat_result_warn(res, "the sandbox init ended without reporting the "
+				       "program's status (si_code %d, status %d)", si.si_code,
+				       si.si_status);
+	moat_net_finish(r->net, res);
+	r->net = NULL;
+	moat_stamp("sup: net finished");
+	*out = res;
+	r->res = NULL;
+	return 0;
+}

@@ -1,0 +1,261 @@
+/* The prepare phase: everything a run needs that can be built before
+ * clone3, owned by struct run; and run_release, which frees all of it. */
+#include <errno.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/stamp.h"
+#include "core/sys.h"
+#include "runner/run.h"
+
+static const char *const EXEC_DIRS[] = { "/usr/local/bin", "/usr/bin", "/bin" };
+#define TS_OUTPUT "/sandbox/.moat-main.mjs"
+
+static void free_strv(char **v)
+{
+	if (!v)
+		return;
+	for (char **p = v; *p; p++)
+		free(*p);
+	free(v);
+}
+
+static void exec_free(struct moat_exec *e)
+{
+	free_strv(e->paths);
+	free_strv(e->argv);
+	e->paths = e->argv = NULL;
+}
+
+/* NULL-terminated copy of n strings. */
+static char **strv_new(const char *const *items, size_t n)
+{
+	char **v = calloc(n + 1, sizeof *v);
+	if (!v)
+		return NULL;
+	for (size_t i = 0; i < n; i++) {
+		v[i] = strdup(items[i]);
+		if (!v[i]) {
+			free_strv(v);
+			return NULL;
+		}
+	}
+	return v;
+}
+
+static int exec_init(struct moat_exec *e, const char *name, const char *const *argv, size_t argc)
+{
+	size_t nd = sizeof EXEC_DIRS / sizeof EXEC_DIRS[0];
+	e->paths = calloc(nd + 1, sizeof *e->paths);
+	e->argv = strv_new(argv, argc);
+	if (!e->paths || !e->argv)
+		return -1;
+	for (size_t i = 0; i < nd; i++)
+		if (asprintf(&e->paths[i], "%s/%s", EXEC_DIRS[i], name) < 0) {
+			e->paths[i] = NULL;
+			return -1;
+		}
+	return 0;
+}
+
+/* The program (and the transpiler, for TypeScript) and the name of the
+ * code file. */
+static int lang_setup(struct run *r)
+{
+	const struct moat_lang_info *li = moat_lang_get(r->req->language);
+	if (!li)
+		return -1;
+	if (asprintf(&r->code_name, "main.%s", li->ext) < 0) {
+		r->code_name = NULL;
+		return -1;
+	}
+	char *code_path = NULL;
+	if (asprintf(&code_path, MOAT_SANDBOX_DIR "/%s", r->code_name) < 0)
+		return -1;
+	int rc;
+	r->need_transpile = li->transpiler != NULL;
+	if (li->transpiler) {
+		const char *targv[] = { li->transpiler, code_path, "--bundle", "--platform=node",
+					"--format=esm", "--packages=external", "--log-level=error",
+					"--outfile=" TS_OUTPUT };
+		const char *pargv[] = { li->interpreter, TS_OUTPUT };
+		rc = exec_init(&r->transpile, li->transpiler, targv, sizeof targv / sizeof targv[0]);
+		if (rc == 0)
+			rc = exec_init(&r->program, li->interpreter, pargv, 2);
+	} else {
+		const char *pargv[] = { li->interpreter, code_path };
+		rc = exec_init(&r->program, li->interpreter, pargv, 2);
+	}
+	free(code_path);
+	return rc;
+}
+
+static bool env_has(const struct moat_request *req, const char *name)
+{
+	for (size_t i = 0; i < req->env_count; i++)
+		if (!strcmp(req->env[i].key, name))
+			return true;
+	return false;
+}
+
+/* The program's whole environment: moat's minimal defaults, the network
+ * mode's variables and the request's allowlist. Nothing of the host
+ * environment is ever copied. */
+static char **build_envp(const struct moat_request *req, char *const *net_env)
+{
+	static const char *const defaults[][2] = {
+		{ "PATH", RUN_SANDBOX_PATH }, { "HOME", MOAT_SANDBOX_DIR },
+		{ "LANG", "C.UTF-8" }, { "TMPDIR", "/tmp" },
+	};
+	size_t nd = sizeof defaults / sizeof defaults[0];
+	size_t nn = 0;
+	while (net_env && net_env[nn])
+		nn++;
+	char **envp = calloc(nd + nn + req->env_count + 1, sizeof *envp);
+	if (!envp)
+		return NULL;
+	size_t n = 0;
+	for (size_t i = 0; i < nd; i++) {
+		if (env_has(req, defaults[i][0]))
+			continue;
+		if (asprintf(&envp[n], "%s=%s", defaults[i][0], defaults[i][1]) < 0)
+			goto fail;
+		n++;
+	}
+	for (size_t i = 0; i < nn; i++) {
+		if (!(envp[n] = strdup(net_env[i])))
+			goto fail;
+		n++;
+	}
+	for (size_t i = 0; i < req->env_count; i++) {
+		if (asprintf(&envp[n], "%s=%s", req->env[i].key, req->env[i].value) < 0)
+			goto fail;
+		n++;
+	}
+	return envp;
+fail:
+	envp[n] = NULL;
+	free_strv(envp);
+	return NULL;
+}
+
+static int make_pipe(int *rd, int *wr)
+{
+	int p[2];
+	if (pipe2(p, O_CLOEXEC) < 0)
+		return -1;
+	*rd = p[0];
+	*wr = p[1];
+	return 0;
+}
+
+/* Pipes for sync, stdin, stdout, stderr (and outputs), the report socket,
+ * the epoll set and the wall-clock timer; all O_CLOEXEC. */
+static int make_channels(struct run *r, struct moat_error *err)
+{
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) == 0) {
+		r->report_r = sp[0];
+		r->report_w = sp[1];
+	}
+	if ((r->req->outputs_count && make_pipe(&r->outputs_r, &r->outputs_w) < 0) ||
+	    r->report_r < 0 || make_pipe(&r->sync_r, &r->sync_w) < 0 ||
+	    make_pipe(&r->stdin_r, &r->stdin_w) < 0 || make_pipe(&r->stdout_r, &r->stdout_w) < 0 ||
+	    make_pipe(&r->stderr_r, &r->stderr_w) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "pipe: %s", strerror(errno));
+	r->epfd = epoll_create1(EPOLL_CLOEXEC);
+	r->timerfd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
+	if (r->epfd < 0 || r->timerfd < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll/timerfd: %s",
+				      strerror(errno));
+	return 0;
+}
+
+void run_init(struct run *r, const struct moat_request *req, const struct moat_run_options *opts)
+{
+	memset(r, 0, sizeof *r);
+	r->req = req;
+	if (opts)
+		r->opts = *opts;
+	else
+		moat_run_options_init(&r->opts);
+	r->as_root = geteuid() == 0;
+	r->t0 = moat_mono_ms();
+	int *fds[] = { &r->sync_w, &r->report_r, &r->stdin_w, &r->stdout_r, &r->stderr_r,
+		       &r->outputs_r, &r->sync_r, &r->report_w, &r->stdin_r, &r->stdout_w,
+		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
+		       &r->listener };
+	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+		*fds[i] = -1;
+	r->pid = -1;
+}
+
+int run_prepare(struct run *r, struct moat_error *err)
+{
+	const struct moat_request *req = r->req;
+	if (!(r->res = moat_result_new()))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	moat_stamp("sup: run start");
+	uint64_t tmpfs = r->opts.tmpfs_bytes ? r->opts.tmpfs_bytes : MOAT_DEFAULT_TMPFS_BYTES;
+	if (moat_net_prepare(req, &r->net, err) < 0)
+		return -1;
+	moat_stamp("sup: net prepared");
+	if (moat_seccomp_prepare(r->opts.policy_path, r->opts.seccomp_log, &r->seccomp, err) < 0)
+		return -1;
+	moat_stamp("sup: seccomp prepared");
+	if (moat_priv_prepare(&r->priv, tmpfs, err) < 0)
+		return -1;
+	if (moat_cgroup_prepare(req, r->res, &r->priv, &r->cg, err) < 0)
+		return -1;
+	moat_stamp("sup: cgroup prepared");
+	if (lang_setup(r) < 0 || !(r->envp = build_envp(req, moat_net_env(r->net))) ||
+	    !(r->chunk = malloc(RUN_READ_CHUNK)) ||
+	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new())))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	struct moat_plan_input pin = {
+		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = req,
+		.code_name = r->code_name, .resolv_conf = moat_net_resolv_conf(r->net),
+	};
+	if (moat_plan_build(&pin, &r->plan, err) < 0)
+		return -1;
+	moat_stamp("sup: plan built");
+	return make_channels(r, err);
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+void run_release(struct run *r)
+{
+	run_kill(r); /* a child still there: the run failed or was abandoned */
+	int *fds[] = { &r->sync_w, &r->report_r, &r->stdin_w, &r->stdout_r, &r->stderr_r,
+		       &r->outputs_r, &r->sync_r, &r->report_w, &r->stdin_r, &r->stdout_w,
+		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
+		       &r->listener };
+	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
+		close_fd(fds[i]);
+	moat_buf_free(&r->outs);
+	moat_seccomp_log_free(r->sclog);
+	moat_cgroup_finish(r->cg, NULL);
+	moat_net_finish(r->net, NULL);
+	moat_plan_free(r->plan);
+	moat_priv_release(&r->priv);
+	moat_seccomp_prog_free(r->seccomp);
+	exec_free(&r->program);
+	exec_free(&r->transpile);
+	free_strv(r->envp);
+	free(r->code_name);
+	free(r->chunk);
+	moat_result_free(r->res);
+}

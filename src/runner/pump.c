@@ -1,0 +1,252 @@
+/* The pump: one epoll loop that relays the program's output and stdin,
+ * reads pid 1's reports, answers the seccomp listener and enforces the
+ * wall-clock timeout, until pid 1 has ended and every stream is drained.
+ * Each watched fd is an entry that carries its own handler. */
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/stamp.h"
+#include "core/sys.h"
+#include "runner/run.h"
+
+#define DRAIN_GRACE_MS 2000
+
+static int watch(struct run *r, enum pump_slot slot, uint32_t events)
+{
+	struct epoll_event ev = { .events = events, .data.ptr = &r->pump[slot] };
+	return epoll_ctl(r->epfd, EPOLL_CTL_ADD, *r->pump[slot].fd, &ev);
+}
+
+/* The entry is done: unwatched and its fd closed. */
+static void pump_drop(struct run *r, struct pump_entry *e)
+{
+	epoll_ctl(r->epfd, EPOLL_CTL_DEL, *e->fd, NULL);
+	close(*e->fd);
+	*e->fd = -1;
+}
+
+/* ---- handlers ---- */
+
+static int on_output(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	struct run_stream *s = e == &r->pump[PUMP_STDOUT] ? &r->out : &r->errout;
+	ssize_t n = read(*e->fd, r->chunk, RUN_READ_CHUNK);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return PUMP_GO;
+	if (n <= 0) { /* EOF or error */
+		pump_drop(r, e);
+		return PUMP_GO;
+	}
+	size_t keep = moat_cap_take(*s->len, (size_t)n, s->cap, s->truncated);
+	if (keep == 0)
+		return PUMP_GO;
+	if (*s->len + keep > s->alloc) {
+		size_t na = s->alloc ? s->alloc : 4096;
+		while (na < *s->len + keep)
+			na *= 2;
+		if (na > s->cap)
+			na = s->cap;
+		char *nb = realloc(*s->buf, na);
+		if (!nb) {
+			*s->truncated = true;
+			return PUMP_GO;
+		}
+		*s->buf = nb;
+		s->alloc = na;
+	}
+	memcpy(*s->buf + *s->len, r->chunk, keep);
+	*s->len += keep;
+	if (r->opts.on_output)
+		r->opts.on_output(r->opts.output_ctx, s->which, r->chunk, keep);
+	return PUMP_GO;
+}
+
+/* One report record; a listener fd that comes with it is kept in
+ * r->listener. 1 for a record, 0 for nothing now, -1 at EOF or error. */
+static int recv_report(struct run *r, struct moat_report *rep)
+{
+	int fd;
+	size_t nfd;
+	ssize_t n = moat_recv_fds(r->report_r, rep, sizeof *rep, &fd, 1, &nfd, MSG_DONTWAIT);
+	if (n < 0)
+		return (errno == EAGAIN || errno == EMSGSIZE) ? 0 : -1; /* EMSGSIZE: malformed */
+	if (n == 0)
+		return -1;
+	bool whole = (size_t)n == sizeof *rep;
+	if (nfd && whole && r->listener < 0 && rep->kind == MOAT_REPORT_LISTENER)
+		r->listener = fd;
+	else if (nfd)
+		close(fd); /* never keep an fd we did not ask for */
+	return whole ? 1 : 0; /* a record of another size is ignored */
+}
+
+static int on_report(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	struct moat_report rep;
+	int got;
+	while ((got = recv_report(r, &rep)) > 0) {
+		if (rep.kind == MOAT_REPORT_STATUS && !r->have_status) {
+			r->status = rep;
+			r->have_status = true;
+		} else if (rep.kind == MOAT_REPORT_SETUP_FAILED && !r->have_setup) {
+			r->setup = rep;
+			r->have_setup = true;
+		} else if (rep.kind == MOAT_REPORT_LISTENER && r->listener >= 0 &&
+			   (!r->sclog || watch(r, PUMP_LISTENER, EPOLLIN) < 0)) {
+			/* unanswered, the filtered calls fail with ENOSYS */
+			close(r->listener);
+			r->listener = -1;
+		}
+	}
+	if (got < 0)
+		pump_drop(r, e);
+	return PUMP_GO;
+}
+
+static int on_outputs(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	ssize_t n = read(*e->fd, r->chunk, RUN_READ_CHUNK);
+	if (n > 0)
+		moat_buf_append(&r->outs, r->chunk,
+				moat_cap_take(r->outs.len, (size_t)n, moat_outputs_stream_cap(),
+					      &r->outs_cut));
+	else if (n == 0 || (errno != EAGAIN && errno != EINTR))
+		pump_drop(r, e);
+	return PUMP_GO;
+}
+
+static int on_listener(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	if (moat_seccomp_log_handle(r->seccomp, r->listener, r->sclog) < 0)
+		pump_drop(r, e);
+	return PUMP_GO;
+}
+
+static int on_stdin(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	const struct moat_request *req = r->req;
+	ssize_t w = write(r->stdin_w, req->stdin_data + r->stdin_off, req->stdin_len - r->stdin_off);
+	if (w > 0)
+		r->stdin_off += (size_t)w;
+	if ((w < 0 && errno != EAGAIN && errno != EINTR) || r->stdin_off == req->stdin_len)
+		pump_drop(r, e);
+	return PUMP_GO;
+}
+
+static int on_timer(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	uint64_t ticks;
+	if (read(r->timerfd, &ticks, sizeof ticks) < 0)
+		return PUMP_GO;
+	if (r->draining) {
+		/* output pipes still open after the sandbox died: give up */
+		(void)moat_result_warn(r->res, "output was still open %d ms after the sandbox "
+				       "ended; stopped reading", DRAIN_GRACE_MS);
+		return PUMP_STOP;
+	}
+	if (!r->exited && !r->have_status) {
+		r->res->timed_out = true;
+		if (moat_cgroup_kill(r->cg) < 0)
+			syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+	}
+	return PUMP_GO;
+}
+
+/* pid 1 has ended: what is still in the pipes gets DRAIN_GRACE_MS. */
+static int on_ended(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	moat_stamp("sup: pidfd readable");
+	epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->pidfd, NULL); /* the pidfd stays: collect reaps */
+	r->exited = true;
+	r->draining = true;
+	run_arm_timer(r, DRAIN_GRACE_MS);
+	return PUMP_GO;
+}
+
+/* ---- the loop ---- */
+
+int pump_watch(struct run *r, struct moat_error *err)
+{
+	r->pump[PUMP_STDOUT] = (struct pump_entry){ &r->stdout_r, on_output };
+	r->pump[PUMP_STDERR] = (struct pump_entry){ &r->stderr_r, on_output };
+	r->pump[PUMP_REPORT] = (struct pump_entry){ &r->report_r, on_report };
+	r->pump[PUMP_OUTPUTS] = (struct pump_entry){ &r->outputs_r, on_outputs };
+	r->pump[PUMP_LISTENER] = (struct pump_entry){ &r->listener, on_listener };
+	r->pump[PUMP_STDIN] = (struct pump_entry){ &r->stdin_w, on_stdin };
+	r->pump[PUMP_TIMER] = (struct pump_entry){ &r->timerfd, on_timer };
+	r->pump[PUMP_EXIT] = (struct pump_entry){ &r->pidfd, on_ended };
+	size_t cap = r->req->max_output_bytes ? r->req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
+	r->out = (struct run_stream){ MOAT_STDOUT, &r->res->stdout_buf, &r->res->stdout_len,
+				      &r->res->stdout_truncated, cap, 0 };
+	r->errout = (struct run_stream){ MOAT_STDERR, &r->res->stderr_buf, &r->res->stderr_len,
+					 &r->res->stderr_truncated, cap, 0 };
+
+	fcntl(r->stdout_r, F_SETFL, O_NONBLOCK);
+	fcntl(r->stderr_r, F_SETFL, O_NONBLOCK);
+	fcntl(r->report_r, F_SETFL, O_NONBLOCK);
+	if (r->outputs_r >= 0 && (fcntl(r->outputs_r, F_SETFL, O_NONBLOCK) < 0 ||
+				  watch(r, PUMP_OUTPUTS, EPOLLIN) < 0))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "outputs pipe: %s",
+				      strerror(errno));
+	if (r->req->stdin_len == 0) {
+		close(r->stdin_w);
+		r->stdin_w = -1;
+	} else {
+		fcntl(r->stdin_w, F_SETFL, O_NONBLOCK);
+	}
+	if (watch(r, PUMP_STDOUT, EPOLLIN) < 0 || watch(r, PUMP_STDERR, EPOLLIN) < 0 ||
+	    watch(r, PUMP_REPORT, EPOLLIN) < 0 || watch(r, PUMP_TIMER, EPOLLIN) < 0 ||
+	    watch(r, PUMP_EXIT, EPOLLIN) < 0 ||
+	    (r->stdin_w >= 0 && watch(r, PUMP_STDIN, EPOLLOUT) < 0))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_ctl: %s",
+				      strerror(errno));
+	return 0;
+}
+
+static int pump(struct run *r, struct moat_error *err)
+{
+	while (r->stdout_r >= 0 || r->stderr_r >= 0 || r->report_r >= 0 || r->outputs_r >= 0 ||
+	       !r->exited) {
+		struct epoll_event evs[8];
+		int n = epoll_wait(r->epfd, evs, 8, -1);
+		if (n < 0) {
+			if (errno == EINTR)
+				continue;
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_wait: %s",
+					      strerror(errno));
+		}
+		for (int i = 0; i < n; i++) {
+			struct pump_entry *e = evs[i].data.ptr;
+			if (*e->fd < 0)
+				continue; /* dropped by an earlier handler of this batch */
+			int rc = e->ready(r, e, err);
+			if (rc < 0)
+				return -1;
+			if (rc == PUMP_STOP)
+				return 0;
+		}
+	}
+	return 0;
+}
+
+int run_pump(struct run *r, struct moat_error *err)
+{
+	if (!r->started || r->pid <= 0)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "the sandbox is not running (start it first, wait once)");
+	/* the program may close its stdin while we write to it */
+	struct sigpipe_guard g;
+	sigpipe_block(&g);
+	int rc = pump(r, err);
+	sigpipe_restore(&g);
+	return rc;
+}

@@ -1,0 +1,146 @@
+/* The supervisor side of one run (private to runner/): struct run owns
+ * every resource of a run, and each phase below takes it one step further.
+ * A failed phase leaves the run as it is; run_release frees whatever was
+ * acquired, on every path. The order (supervisor.c):
+ *
+ *   moat_request_validate   nothing is acquired before the request passed
+ *   run_prepare   prepare.c  result, network, seccomp BPF, privileges,
+ *                            cgroups, program, environment, mount plan,
+ *                            pipes, epoll, timer
+ *   run_spawn     start.c    clone3 into new namespaces; id maps; network
+ *                            attach; MOAT_SYNC_IDS; cgroup join; the
+ *                            supervisor's ends made non-blocking and watched
+ *   run_start     start.c    MOAT_SYNC_START (pid 1 forks the program),
+ *                            wall-clock timer, network relays, stale-leaf sweep
+ *   run_pump      pump.c     relay output and stdin, answer the seccomp
+ *                            listener, enforce the timeout, until pid 1 ends
+ *   run_collect   collect.c  reap pid 1, decode how the program ended, outputs,
+ *                            seccomp log, cgroup statistics, network log
+ *   run_release   prepare.c  kill and reap a child still there, close, free
+ */
+#ifndef MOAT_RUNNER_RUN_H
+#define MOAT_RUNNER_RUN_H
+
+#include <signal.h>
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "cgroups/cgroups.h"
+#include "core/core.h"
+#include "runner/runner.h"
+
+#define RUN_READ_CHUNK 65536
+/* The program's PATH; the interpreters are looked up in these directories. */
+#define RUN_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin"
+
+/* One captured output stream. */
+struct run_stream {
+	enum moat_stream which;
+	char **buf;
+	size_t *len;
+	bool *truncated;
+	size_t cap;
+	size_t alloc;
+};
+
+struct run;
+
+/* An fd the pump watches, with the handler that serves it. ready returns
+ * PUMP_GO, PUMP_STOP (leave the loop now) or -1 with *err set (the run
+ * fails). A handler that is done with its fd calls pump_drop. */
+enum { PUMP_GO = 0, PUMP_STOP = 1 };
+struct pump_entry {
+	int *fd; /* the struct run member it watches */
+	int (*ready)(struct run *r, struct pump_entry *e, struct moat_error *err);
+};
+enum pump_slot {
+	PUMP_STDOUT, PUMP_STDERR, PUMP_REPORT, PUMP_OUTPUTS, PUMP_LISTENER, PUMP_STDIN,
+	PUMP_TIMER, PUMP_EXIT, PUMP__COUNT
+};
+
+/* What the supervisor knows when pid 1 has ended: the input of the pure
+ * status decoder. */
+struct run_end {
+	bool have_status; /* pid 1 reported the program's wait status */
+	int status;       /* that wait status */
+	bool timed_out;   /* the wall-clock timer killed the run */
+	int init_code;    /* how pid 1 itself ended (siginfo si_code: CLD_*) */
+	int init_status;  /* and its si_status */
+};
+
+struct run {
+	/* what to run: borrowed from the caller until run_release */
+	const struct moat_request *req;
+	struct moat_run_options opts;
+	bool as_root;
+	int64_t t0; /* durationMs counts from here (validation passed) */
+
+	/* prepare: built before clone3 */
+	struct moat_result *res;
+	struct moat_net *net;
+	struct moat_seccomp_prog *seccomp;
+	struct moat_seccomp_log *sclog; /* opts.seccomp_log */
+	struct moat_priv_plan priv;
+	struct moat_cgroup *cg;
+	struct moat_mount_plan *plan;
+	struct moat_exec program, transpile;
+	bool need_transpile;
+	char *code_name;
+	char **envp;
+	char *chunk; /* RUN_READ_CHUNK bytes for reads */
+
+	/* the channels: the supervisor's ends, then the child's (closed in
+	 * the supervisor once clone3 returned); -1 when closed */
+	int sync_w, report_r, stdin_w, stdout_r, stderr_r, outputs_r;
+	int sync_r, report_w, stdin_r, stdout_w, stderr_w, outputs_w;
+	int epfd, timerfd, pidfd, listener;
+	pid_t pid; /* pid 1 of the sandbox, as the host sees it; -1 when reaped */
+	bool started;
+
+	/* pump */
+	struct pump_entry pump[PUMP__COUNT];
+	struct run_stream out, errout;
+	size_t stdin_off;
+	struct moat_buf outs; /* the "outputs" stream */
+	bool outs_cut;
+	bool exited, draining;
+	bool have_status, have_setup;
+	struct moat_report status, setup;
+};
+
+/* prepare.c */
+void run_init(struct run *r, const struct moat_request *req, const struct moat_run_options *opts);
+int run_prepare(struct run *r, struct moat_error *err);
+void run_release(struct run *r);
+
+/* start.c */
+int run_spawn(struct run *r, struct moat_error *err);
+int run_start(struct run *r, struct moat_error *err);
+/* (Re)arms the run's timer to fire once, ms from now. */
+void run_arm_timer(struct run *r, uint64_t ms);
+/* Kills and reaps pid 1 if it is still there. */
+void run_kill(struct run *r);
+/* SIGPIPE blocked in the calling thread for the span of a phase that
+ * writes to a pipe pid 1 may have closed (the sync bytes, stdin). */
+struct sigpipe_guard {
+	sigset_t old;
+	bool set;
+};
+void sigpipe_block(struct sigpipe_guard *g);
+void sigpipe_restore(struct sigpipe_guard *g);
+
+/* pump.c */
+int run_pump(struct run *r, struct moat_error *err);
+/* Registers the pump's entries (run_spawn, once the child has its ends). */
+int pump_watch(struct run *r, struct moat_error *err);
+
+/* collect.c */
+int run_collect(struct run *r, struct moat_result **out, struct moat_error *err);
+/* Pure: how the program ended, into res->exited/exit_code/signal/killed_by.
+ * Returns true when pid 1 ended without reporting the program's status
+ * (killed from outside), which deserves a warning. */
+bool run_decode(const struct run_end *e, struct moat_result *res);
+/* The error for a setup failure pid 1 or pid 2 reported. Returns -1. */
+int run_setup_error(const struct run *r, const struct moat_report *rep, struct moat_error *err);
+
+#endif

@@ -1,0 +1,228 @@
+/* Spawning and starting: clone3 into new namespaces, the id maps, the
+ * release of pid 1 step by step (enum moat_sync), the cgroup join, then
+ * the start of the program with the wall-clock timer running. */
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/sched.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/timerfd.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/stamp.h"
+#include "runner/run.h"
+
+void sigpipe_block(struct sigpipe_guard *g)
+{
+	sigset_t pipe_set;
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	g->set = pthread_sigmask(SIG_BLOCK, &pipe_set, &g->old) == 0;
+}
+
+void sigpipe_restore(struct sigpipe_guard *g)
+{
+	if (!g->set)
+		return;
+	/* drop a SIGPIPE raised by our own writes before unblocking */
+	sigset_t pipe_set;
+	sigemptyset(&pipe_set);
+	sigaddset(&pipe_set, SIGPIPE);
+	struct timespec zero = { 0, 0 };
+	while (sigtimedwait(&pipe_set, NULL, &zero) > 0)
+		;
+	pthread_sigmask(SIG_SETMASK, &g->old, NULL);
+	g->set = false;
+}
+
+static void close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+void run_kill(struct run *r)
+{
+	if (r->pid <= 0)
+		return;
+	close_fd(&r->sync_w); /* alone, this makes pid 1 exit at its next sync wait */
+	syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+	siginfo_t si;
+	while (waitid(P_PIDFD, (id_t)r->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+		;
+	r->pid = -1;
+}
+
+/* A step of the release failed (id maps, a sync byte, the cgroup join): the
+ * child is killed and reaped, and if it had already failed on its own (its
+ * setup report is queued before it exits), that report is the real cause,
+ * not the ESRCH or EPIPE the step then got. Returns -1. */
+static int child_report_wins(struct run *r, struct moat_error *err)
+{
+	run_kill(r);
+	struct moat_report rep;
+	ssize_t n;
+	while ((n = recv(r->report_r, &rep, sizeof rep, MSG_DONTWAIT)) > 0) {
+		if ((size_t)n == sizeof rep && rep.kind == MOAT_REPORT_SETUP_FAILED) {
+			moat_error_clear(err);
+			run_setup_error(r, &rep, err);
+			break;
+		}
+	}
+	return -1;
+}
+
+static pid_t do_clone3(int cgroup_fd, int *pidfd)
+{
+	struct clone_args args;
+	memset(&args, 0, sizeof args);
+	args.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
+		     CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+	args.pidfd = (uint64_t)(uintptr_t)pidfd;
+	args.exit_signal = SIGCHLD;
+#ifdef CLONE_INTO_CGROUP
+	if (cgroup_fd >= 0) {
+		args.flags |= CLONE_INTO_CGROUP;
+		args.cgroup = (uint64_t)cgroup_fd;
+	}
+#else
+	(void)cgroup_fd;
+#endif
+	return (pid_t)syscall(SYS_clone3, &args, sizeof args);
+}
+
+static int clone_sandbox(struct run *r, struct moat_error *err)
+{
+	struct moat_child child = {
+		.plan = r->plan, .priv = &r->priv, .seccomp = r->seccomp, .as_root = r->as_root,
+		.net = r->net, .net_fds = { -1, -1 },
+		.outputs = r->req->outputs, .outputs_count = r->req->outputs_count,
+		.outputs_fd = r->outputs_w,
+		.sync_fd = r->sync_r, .report_fd = r->report_w, .stdin_fd = r->stdin_r,
+		.stdout_fd = r->stdout_w, .stderr_fd = r->stderr_w,
+		.transpile = r->need_transpile ? &r->transpile : NULL, .program = &r->program,
+		.envp = r->envp,
+	};
+	moat_net_child_fds(r->net, child.net_fds);
+	moat_stamp("sup: fds ready, clone3");
+	r->pid = do_clone3(moat_cgroup_clone_fd(r->cg), &r->pidfd);
+	if (r->pid < 0) {
+		int e = errno;
+		char *diag = moat_userns_diagnose();
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, e,
+			       "cannot create the sandbox namespaces (clone3: %s)%s%s", strerror(e),
+			       diag ? "; " : "", diag ? diag : "");
+		free(diag);
+		return -1;
+	}
+	if (r->pid == 0)
+		moat_child_main(&child); /* pid 1: never returns */
+	moat_stamp("sup: clone3 returned");
+	/* the child's ends live on in the child only */
+	close_fd(&r->sync_r);
+	close_fd(&r->report_w);
+	close_fd(&r->stdin_r);
+	close_fd(&r->stdout_w);
+	close_fd(&r->stderr_w);
+	close_fd(&r->outputs_w);
+	return 0;
+}
+
+static int map_ids(struct run *r, struct moat_error *err)
+{
+	const struct moat_run_options *o = &r->opts;
+	uid_t host_uid = r->as_root ? (o->root_host_id ? o->root_host_id : MOAT_SANDBOX_UID)
+				    : getuid();
+	gid_t host_gid = r->as_root ? (o->root_host_id ? o->root_host_id : MOAT_SANDBOX_GID)
+				    : getgid();
+	if (moat_idmap_write(r->pid, r->as_root, host_uid, host_gid, err) < 0 ||
+	    moat_net_attach(r->net, r->pid, err) < 0) {
+		char *diag = moat_userns_diagnose();
+		if (diag)
+			moat_error_wrap(err, NULL, diag);
+		free(diag);
+		return -1;
+	}
+	return 0;
+}
+
+static int spawn(struct run *r, struct moat_error *err)
+{
+	if (clone_sandbox(r, err) < 0)
+		return -1;
+	if (map_ids(r, err) < 0)
+		return child_report_wins(r, err);
+	if (moat_sync_send(r->sync_w, MOAT_SYNC_IDS) < 0) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cannot release the sandbox: %s",
+			       strerror(errno));
+		return child_report_wins(r, err);
+	}
+	moat_stamp("sup: released");
+	/* creating, limiting and joining the v1 cgroups takes ~1 ms here: done
+	 * while the child builds its mounts; it forks the program only after
+	 * MOAT_SYNC_START */
+	if (moat_cgroup_attach(r->cg, r->pid, r->res, err) < 0)
+		return child_report_wins(r, err);
+	moat_stamp("sup: cgroups attached");
+	/* still while the child mounts: our ends non-blocking and watched */
+	return pump_watch(r, err);
+}
+
+int run_spawn(struct run *r, struct moat_error *err)
+{
+	/* a sandbox that is gone when a sync byte is written must not kill
+	 * the supervisor with SIGPIPE */
+	struct sigpipe_guard g;
+	sigpipe_block(&g);
+	int rc = spawn(r, err);
+	sigpipe_restore(&g);
+	return rc;
+}
+
+void run_arm_timer(struct run *r, uint64_t ms)
+{
+	struct itimerspec it;
+	memset(&it, 0, sizeof it);
+	it.it_value.tv_sec = (time_t)(ms / 1000);
+	it.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
+	if (ms == 0)
+		it.it_value.tv_nsec = 1;
+	timerfd_settime(r->timerfd, 0, &it, NULL);
+}
+
+static int start(struct run *r, struct moat_error *err)
+{
+	if (moat_sync_send(r->sync_w, MOAT_SYNC_START) < 0) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cannot release the sandbox: %s",
+			       strerror(errno));
+		return child_report_wins(r, err);
+	}
+	close_fd(&r->sync_w);
+	r->started = true;
+	run_arm_timer(r, r->req->timeout_ms);
+	if (moat_net_start(r->net, err) < 0)
+		return -1;
+	/* the child needs nothing more from us: housekeeping now runs beside
+	 * its start instead of before it */
+	moat_cgroup_sweep(r->cg);
+	moat_stamp("sup: stale leaves swept");
+	return 0;
+}
+
+int run_start(struct run *r, struct moat_error *err)
+{
+	if (r->started || r->pid <= 0)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "the sandbox was already started");
+	struct sigpipe_guard g;
+	sigpipe_block(&g);
+	int rc = start(r, err);
+	sigpipe_restore(&g);
+	return rc;
+}
