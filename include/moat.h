@@ -2,7 +2,33 @@
  *
  * One run: parse/validate a request, run it in a fresh sandbox, get a result.
  * Every fallible function returns 0 on success or -1 and fills *err
- * (type, errno, message); nothing in the library exits the process. */
+ * (type, errno, message); nothing in the library exits the process.
+ * docs/ARCHITECTURE.md maps the modules behind it and the order of a run.
+ *
+ * Threads, signals and child processes. libmoat may be called from several
+ * threads at once, each call with its own request, result and error (a
+ * sandbox of the phase API by one thread at a time). It installs no signal
+ * handler and changes no process-wide disposition: while a phase writes to
+ * a pipe the sandbox may have closed it blocks SIGPIPE in the calling
+ * thread only, and drops a SIGPIPE it raised itself before unblocking.
+ * Every fd it opens is O_CLOEXEC. The sandbox's pid 1 is a child of the
+ * calling thread created without an exit signal: it raises no SIGCHLD, and
+ * wait() and waitpid(-1, ...) do not see it. What the host program must
+ * not do while runs may be in flight:
+ *  - reap children it did not create with __WALL or __WCLONE (that would
+ *    take moat's pid 1 and lose the run's status);
+ *  - end the thread that called moat_run or moat_sandbox_create before
+ *    that sandbox is released: pid 1 holds a parent-death signal, which
+ *    the kernel sends when the creating *thread* exits; the sandbox is
+ *    then killed (fail-safe, but the run is lost);
+ *  - call setenv/putenv/unsetenv (moat reads HOME, XDG_CACHE_HOME,
+ *    MOAT_CGROUP_PARENT; glibc's getenv is not safe against them), or move
+ *    itself to another cgroup;
+ *  - close or dup2 over fds it does not own (a close_range in another
+ *    thread takes moat's pipes with it).
+ * The docker provider forks the docker CLI as an ordinary
+ * child (SIGCHLD): a host that reaps every child with waitpid(-1) takes its
+ * status. */
 #ifndef MOAT_H
 #define MOAT_H
 

@@ -20,12 +20,16 @@ static struct {
 
 void moat_stamp(const char *name)
 {
-	if (!tl) {
+	if (!__atomic_load_n(&tl, __ATOMIC_ACQUIRE)) {
 		void *p = mmap(NULL, sizeof *tl, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
 			       -1, 0);
 		if (p == MAP_FAILED)
 			return;
-		tl = p;
+		void *none = NULL;
+		/* two threads may map at once: the first page wins */
+		if (!__atomic_compare_exchange_n(&tl, &none, p, false, __ATOMIC_ACQ_REL,
+						 __ATOMIC_ACQUIRE))
+			munmap(p, sizeof *tl);
 	}
 	struct timespec ts;
 	clock_gettime(CLOCK_MONOTONIC, &ts);

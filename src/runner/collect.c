@@ -102,7 +102,7 @@ int run_collect(struct run *r, struct moat_result **out, struct moat_error *err)
 {
 	siginfo_t si;
 	memset(&si, 0, sizeof si);
-	while (waitid(P_PIDFD, (id_t)r->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+	while (waitid(P_PIDFD, (id_t)r->pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR)
 		;
 	moat_stamp("sup: reaped");
 	r->pid = -1;

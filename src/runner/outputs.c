@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <fnmatch.h>
+#include <locale.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -157,6 +159,12 @@ static void walk_dir(struct walk *w, int dirfd, size_t plen, int depth)
 
 void moat_outputs_collect(const struct moat_child *c)
 {
+	/* fnmatch in a multibyte locale (a host program that called
+	 * setlocale) converts long names with malloc, whose locks may be held
+	 * forever in this copy of a threaded supervisor; in the C locale it
+	 * matches bytes without allocating, as the moat CLI always did */
+	if (c->c_locale)
+		uselocale(c->c_locale);
 	struct walk *w = NULL;
 	/* pid 1 is single-threaded here; the walk state is too big for the stack
 	 * of a process whose stack size we do not control, so map it */
@@ -182,6 +190,20 @@ void moat_outputs_collect(const struct moat_child *c)
 }
 
 /* ---- supervisor side ---- */
+
+static locale_t c_locale;
+static pthread_once_t c_locale_once = PTHREAD_ONCE_INIT;
+
+static void make_c_locale(void)
+{
+	c_locale = newlocale(LC_ALL_MASK, "C", (locale_t)0);
+}
+
+locale_t moat_outputs_locale(void)
+{
+	pthread_once(&c_locale_once, make_c_locale);
+	return c_locale;
+}
 
 size_t moat_outputs_stream_cap(void)
 {

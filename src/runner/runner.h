@@ -6,6 +6,7 @@
 #define MOAT_RUNNER_RUNNER_H
 
 #include <errno.h>
+#include <locale.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <unistd.h>
@@ -103,6 +104,7 @@ struct moat_child {
 	char *const *outputs; /* "outputs" patterns, sent by pid 1 after the program */
 	size_t outputs_count;
 	int outputs_fd;       /* write end of the outputs stream, or -1 */
+	locale_t c_locale;    /* the C locale for matching them, or (locale_t)0 */
 	const struct moat_exec *transpile; /* NULL unless the language needs it */
 	const struct moat_exec *program;
 	char **envp;
@@ -111,8 +113,11 @@ struct moat_child {
 /* "outputs" (outputs.c). Sandbox side, pid 1 after the program exited:
  * stream matching files to c->outputs_fd. System calls only. */
 void moat_outputs_collect(const struct moat_child *c);
-/* Supervisor side: the most bytes a stream may carry, and rendering of a
+/* Supervisor side: the C locale pid 1 matches the patterns in (made once
+ * per process; (locale_t)0 if it cannot be), the most bytes a stream may
+ * carry, and rendering of a
  * collected stream into res->files_json (+ warnings). */
+locale_t moat_outputs_locale(void);
 size_t moat_outputs_stream_cap(void);
 int moat_outputs_render(const char *stream, size_t len, bool stream_cut,
 			struct moat_result *res);

@@ -55,7 +55,7 @@ void run_kill(struct run *r)
 	close_fd(&r->sync_w); /* alone, this makes pid 1 exit at its next sync wait */
 	syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
 	siginfo_t si;
-	while (waitid(P_PIDFD, (id_t)r->pidfd, &si, WEXITED) < 0 && errno == EINTR)
+	while (waitid(P_PIDFD, (id_t)r->pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR)
 		;
 	r->pid = -1;
 }
@@ -86,7 +86,10 @@ static pid_t do_clone3(int cgroup_fd, int *pidfd)
 	args.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
 		     CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
 	args.pidfd = (uint64_t)(uintptr_t)pidfd;
-	args.exit_signal = SIGCHLD;
+	/* no exit signal: pid 1 raises no SIGCHLD in the host program, and
+	 * wait()/waitpid(-1) there do not see it (only __WALL/__WCLONE do);
+	 * moat waits for it through its pidfd */
+	args.exit_signal = 0;
 #ifdef CLONE_INTO_CGROUP
 	if (cgroup_fd >= 0) {
 		args.flags |= CLONE_INTO_CGROUP;
@@ -105,6 +108,7 @@ static int clone_sandbox(struct run *r, struct moat_error *err)
 		.net = r->net, .net_fds = { -1, -1 },
 		.outputs = r->req->outputs, .outputs_count = r->req->outputs_count,
 		.outputs_fd = r->outputs_w,
+		.c_locale = r->req->outputs_count ? moat_outputs_locale() : (locale_t)0,
 		.sync_fd = r->sync_r, .report_fd = r->report_w, .stdin_fd = r->stdin_r,
 		.stdout_fd = r->stdout_w, .stderr_fd = r->stderr_w,
 		.transpile = r->need_transpile ? &r->transpile : NULL, .program = &r->program,

@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <seccomp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,14 +43,31 @@ struct cache_hdr {
 	uint32_t flags;
 };
 
+/* The tests' override of the cache directory: process-wide, so read and
+ * written under a lock. */
+static pthread_mutex_t override_mu = PTHREAD_MUTEX_INITIALIZER;
 static char *dir_override; /* NULL: default; "": disabled */
 static bool dir_overridden;
 
 void sc_cache_set_dir(const char *dir)
 {
+	pthread_mutex_lock(&override_mu);
 	free(dir_override);
 	dir_override = dir ? strdup(dir) : NULL;
 	dir_overridden = dir != NULL;
+	pthread_mutex_unlock(&override_mu);
+}
+
+static char *default_dir(uid_t euid);
+
+/* The cache directory to use (malloc'd), or NULL for none. */
+static char *cache_dir(uid_t euid)
+{
+	pthread_mutex_lock(&override_mu);
+	bool overridden = dir_overridden;
+	char *dir = overridden && dir_override && dir_override[0] ? strdup(dir_override) : NULL;
+	pthread_mutex_unlock(&override_mu);
+	return overridden ? dir : default_dir(euid);
 }
 
 static void hash_field(struct moat_sha256_ctx *s, const void *data, size_t len)
@@ -137,19 +155,13 @@ static char *default_dir(uid_t euid)
 
 char *moat_seccomp_cache_dir(void)
 {
-	if (dir_overridden)
-		return dir_override && dir_override[0] ? strdup(dir_override) : NULL;
-	return default_dir(geteuid());
+	return cache_dir(geteuid());
 }
 
 /* The cache directory fd, or -1 when there is no usable cache. */
 static int open_dir(uid_t euid)
 {
-	char *dir;
-	if (dir_overridden)
-		dir = dir_override && dir_override[0] ? strdup(dir_override) : NULL;
-	else
-		dir = default_dir(euid);
+	char *dir = cache_dir(euid);
 	if (!dir)
 		return -1;
 	if (dir[0] != '/' || strlen(dir) >= PATH_MAX) {

@@ -19,6 +19,7 @@
  *   (SCMP_FLTATR_CTL_OPTIMIZE 2, struct sc_compile_opts): shorter paths for
  *   every call and a cheaper install; no verdict changes. */
 #include <errno.h>
+#include <pthread.h>
 #include <seccomp.h>
 #include <stdlib.h>
 #include <string.h>
@@ -197,8 +198,25 @@ int sc_compile(const struct sc_policy *p, struct moat_seccomp_prog **out,
 	return sc_compile_with(p, &sc_compile_defaults, out, err);
 }
 
+/* libseccomp probes the kernel lazily and keeps the answers (API level,
+ * supported actions and flags) in process-wide variables without a lock:
+ * filters are compiled one at a time. It is rare (a BPF cache miss). */
+static pthread_mutex_t compile_mu = PTHREAD_MUTEX_INITIALIZER;
+
+static int compile_locked(const struct sc_policy *p, const struct sc_compile_opts *opts,
+			  struct moat_seccomp_prog **out, struct moat_error *err);
+
 int sc_compile_with(const struct sc_policy *p, const struct sc_compile_opts *opts,
 		    struct moat_seccomp_prog **out, struct moat_error *err)
+{
+	pthread_mutex_lock(&compile_mu);
+	int rc = compile_locked(p, opts, out, err);
+	pthread_mutex_unlock(&compile_mu);
+	return rc;
+}
+
+static int compile_locked(const struct sc_policy *p, const struct sc_compile_opts *opts,
+			  struct moat_seccomp_prog **out, struct moat_error *err)
 {
 	*out = NULL;
 	if (check_conflicts(p, err) < 0)

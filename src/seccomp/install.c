@@ -11,7 +11,9 @@
 #include "core/sys.h"
 #include "seccomp/internal.h"
 
-static struct sc_stats last_stats;
+/* Per thread: what the calling thread's last prepare did (moat doctor and
+ * the tests ask right after their own prepare). */
+static _Thread_local struct sc_stats last_stats;
 
 bool moat_seccomp_last_from_cache(void)
 {
