@@ -1,6 +1,7 @@
 #!/bin/bash
-# make check: unit tests (ASan/UBSan), then integration and security tests
-# against the built binary, as root and as uid 65534. Prints one summary line.
+# make check: unit tests (ASan/UBSan), the thread test (TSan), then
+# integration and security tests against the built binary, as root and as
+# uid 65534. Prints one summary line.
 set -u -o pipefail
 BUILD=${1:-build}
 log=$(mktemp)
@@ -9,6 +10,9 @@ status=0
 
 echo "== unit tests (AddressSanitizer + UBSan)"
 "$BUILD/test-unit" 2>&1 | tee -a "$log" || status=1
+echo "== libmoat from 8 threads at once (ThreadSanitizer; root mode and uid 65534)"
+TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$BUILD/test-threads" 2>&1 | tee -a "$log" || status=1
+
 echo "== integration and security tests ($(id -un): root mode $( [ "$(id -u)" -eq 0 ] && echo on || echo off ), rootless mode on)"
 MOAT_BIN="$(pwd)/$BUILD/moat" "$BUILD/test-integration" 2>&1 | tee -a "$log" || status=1
 

@@ -155,6 +155,25 @@ pid_t moat_sys_fork(void)
 #endif
 }
 
+void moat_sys_exit(int code)
+{
+	for (;;)
+		syscall(SYS_exit_group, code);
+}
+
+#ifdef __SANITIZE_THREAD__
+void __tsan_ignore_thread_begin(void);
+void AnnotateIgnoreSyncBegin(const char *file, int line);
+#endif
+
+void moat_sys_child_begin(void)
+{
+#ifdef __SANITIZE_THREAD__
+	__tsan_ignore_thread_begin();
+	AnnotateIgnoreSyncBegin(__FILE__, __LINE__);
+#endif
+}
+
 char *moat_vformat(const char *fmt, va_list ap)
 {
 	va_list again;

@@ -57,6 +57,23 @@ int moat_pdeathsig_rearm(pid_t parent, int parent_fd);
  * execs or exits. Returns like fork(). Child-safe. */
 pid_t moat_sys_fork(void);
 
+/* _exit without interposers: the exit_group system call. In a raw clone
+ * child no library gets to run exit-time work (a sanitizer's final report
+ * would judge a process it never saw start). Child-safe. */
+__attribute__((noreturn)) void moat_sys_exit(int code);
+
+/* First call of a raw clone3 child. In ThreadSanitizer builds (make
+ * check-threads) it makes TSan ignore the child's memory accesses and
+ * synchronisation: the child is a new process whose copied fds and memory
+ * TSan would judge against the parent's other threads; elsewhere it does
+ * nothing. MOAT_SYS_TSAN is 1 in those builds. Child-safe. */
+void moat_sys_child_begin(void);
+#ifdef __SANITIZE_THREAD__
+#define MOAT_SYS_TSAN 1
+#else
+#define MOAT_SYS_TSAN 0
+#endif
+
 /* printf into a new malloc'd string; NULL when out of memory. The
  * arguments may point into memory the caller frees right after. */
 char *moat_vformat(const char *fmt, va_list ap) __attribute__((format(printf, 1, 0)));

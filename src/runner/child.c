@@ -43,7 +43,7 @@ __attribute__((noreturn)) static void fail(const struct moat_child *c, enum moat
 					   int detail)
 {
 	report(c->report_fd, MOAT_REPORT_SETUP_FAILED, step, errno, detail);
-	_exit(127);
+	moat_sys_exit(127);
 }
 
 /* Closes every fd but the ones in keep (unsorted, may hold -1). */
@@ -156,16 +156,19 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 				fail(c, MOAT_STEP_TRANSPILE, 0);
 		/* a transpiler that did not start has already reported */
 		if (WIFEXITED(st) && WEXITSTATUS(st) == 127)
-			_exit(127);
+			moat_sys_exit(127);
 		if (!WIFEXITED(st) || WEXITSTATUS(st) != 0)
-			_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
+			moat_sys_exit(WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st));
 	}
 	moat_stamp("pid2: seccomp on, execve");
 	exec_candidates(c->program, c->envp);
 	fail(c, MOAT_STEP_EXEC, 0);
 }
 
-/* The stack pid 2 runs on while it shares pid 1's memory (see below). */
+/* The stack pid 2 runs on while it shares pid 1's memory (see below).
+ * Mutable static state, but never shared: only pid 1 and pid 2 touch it,
+ * in pid 1's own copy of the supervisor's memory, one at a time (pid 1
+ * waits until pid 2 has exec'd). */
 static char program_stack[256 * 1024] __attribute__((aligned(64)));
 
 static int program_entry(void *arg)
@@ -191,7 +194,7 @@ __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_
 		if (w < 0) {
 			if (errno == EINTR)
 				continue;
-			_exit(126); /* no children left and no status: should not happen */
+			moat_sys_exit(126); /* no children left and no status: should not happen */
 		}
 		if (WIFSTOPPED(st)) {
 			/* the program made init its tracer (PTRACE_TRACEME, where a
@@ -212,13 +215,14 @@ __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_
 			report(c->report_fd, MOAT_REPORT_STATUS, 0, 0, st);
 			moat_stamp("init: status sent, exiting");
 			/* exiting kills every other process of the pid namespace */
-			_exit(0);
+			moat_sys_exit(0);
 		}
 	}
 }
 
 void moat_child_main(const struct moat_child *c)
 {
+	moat_sys_child_begin();
 	/* if the supervisor dies from here on, so does pid 1 and with it the
 	 * whole pid namespace; before this point the sync read sees EOF */
 	moat_stamp("init: started");
@@ -236,7 +240,7 @@ void moat_child_main(const struct moat_child *c)
 	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR || moat_priv_drop_bounding(c->priv) < 0)
 		fail(c, MOAT_STEP_CAPS, 0);
 	if (moat_sync_wait(c->sync_fd, MOAT_SYNC_IDS) < 0)
-		_exit(125); /* the supervisor gave up: nothing to report to */
+		moat_sys_exit(125); /* the supervisor gave up: nothing to report to */
 	moat_stamp("init: released");
 
 	if (moat_priv_become_nobody(c->as_root) < 0)
@@ -248,7 +252,7 @@ void moat_child_main(const struct moat_child *c)
 	if (moat_pdeathsig_rearm(0, c->report_fd) < 0) {
 		if (errno != ESRCH)
 			fail(c, MOAT_STEP_SYNC, 0);
-		_exit(125);
+		moat_sys_exit(125);
 	}
 	moat_stamp("init: ids set");
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
@@ -275,15 +279,17 @@ void moat_child_main(const struct moat_child *c)
 	 * the mounts above are made; the program is forked only once that is
 	 * done, so it starts inside every limit. */
 	if (moat_sync_wait(c->sync_fd, MOAT_SYNC_START) < 0)
-		_exit(125);
+		moat_sys_exit(125);
 	close(c->sync_fd);
 	moat_stamp("init: cgroups joined");
 
 	pid_t program;
-	if (c->transpile) {
+	if (c->transpile || MOAT_SYS_TSAN) {
 		/* the program forks the transpiler itself: it needs its own memory
 		 * (a raw fork: glibc's would take locks copied from the
-		 * supervisor's other threads, see core/sys.h) */
+		 * supervisor's other threads, see core/sys.h). ThreadSanitizer
+		 * builds take this path always: TSan intercepts clone() with
+		 * CLONE_VFORK and takes its own locks, copied here too. */
 		program = moat_sys_fork();
 		if (program == 0)
 			program_main(c);
