@@ -76,6 +76,11 @@ enum moat_language {
 	MOAT_LANG__COUNT,
 };
 
+/* Accepts canonical names and aliases (py, python3, js, node, ts, shell). */
+int moat_lang_from_name(const char *name, enum moat_language *out);
+/* By file extension (.py .js .mjs .cjs .ts .mts .sh .bash); -1 when unknown. */
+int moat_lang_from_path(const char *path, enum moat_language *out);
+
 /* ---- request ------------------------------------------------------------- */
 
 #define MOAT_MAX_CODE_BYTES (5u * 1024u * 1024u)
@@ -85,6 +90,7 @@ enum moat_language {
 #define MOAT_OUTPUT_FILE_CAP (1024u * 1024u)        /* bytes of one returned file */
 #define MOAT_OUTPUT_TOTAL_CAP (8u * 1024u * 1024u)  /* bytes of all returned files */
 #define MOAT_OUTPUT_MAX_FILES 100u
+#define MOAT_MAX_LIST_ENTRIES 256u /* entries of "allowedHosts", "allowedCidrs", "outputs" in JSON */
 
 struct moat_kv {
 	char *key;

@@ -5,7 +5,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "core/stamp.h"
 
 static void usage(FILE *f)
 {
@@ -20,7 +19,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
 	/* output relays must see EPIPE, not die of SIGPIPE */
-	moat_stamp("main");
+	moat_timeline_mark("main");
 	signal(SIGPIPE, SIG_IGN);
 	if (argc < 2) {
 		usage(stderr);
@@ -37,8 +36,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(cmd, "run")) {
 		int rc = cli_run(argc - 1, argv + 1);
-		moat_stamp("cli: done");
-		moat_stamp_dump();
+		moat_timeline_mark("cli: done");
+		moat_timeline_dump();
 		return rc;
 	}
 	if (!strcmp(cmd, "exec"))

@@ -41,6 +41,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
@@ -70,6 +71,8 @@ struct moat_cgroup {
 	int64_t v1_cpu_quota;
 	bool v1_memsw;                    /* memory.memsw.limit_in_bytes exists */
 	char *sweep[MOAT_V1__COUNT + 1];  /* parents to clear of stale leaves, or NULL */
+	struct moat_cgroup_rlimit rl[MOAT_CGROUP_MAX_RLIMITS]; /* fallbacks for the program */
+	size_t nrl;
 };
 
 /* What the host offers, found without changing anything. */
@@ -345,8 +348,7 @@ static int warn(struct moat_result *res, struct moat_error *err, const char *f, 
 static void cg_free(struct moat_cgroup *cg, struct moat_result *res);
 
 int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
-			struct moat_priv_plan *priv, struct moat_cgroup **out,
-			struct moat_error *err)
+			struct moat_cgroup **out, struct moat_error *err)
 {
 	*out = NULL;
 	res->limit_memory = res->limit_pids = res->limit_cpu = "none";
@@ -487,9 +489,8 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 		}
 		int wr = 0;
 		if (i == L_MEMORY) {
-			if (moat_priv_add_rlimit(priv, RLIMIT_DATA, (rlim_t)(req->memory_mb * MIB),
-						 err) < 0)
-				goto fail;
+			cg->rl[cg->nrl++] = (struct moat_cgroup_rlimit){ RLIMIT_DATA,
+									  req->memory_mb * MIB };
 			cg->mech[i] = MOAT_CG_RLIMIT;
 			wr = warn(res, err, "memoryMb is enforced per process with RLIMIT_DATA, not a "
 				  "cgroup (%s): each process may allocate %llu MiB of heap; file and "
@@ -503,8 +504,8 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 					  "(RLIMIT_AS is not used: node reserves ~800 MiB of address space)",
 					  NODE_MIN_DATA_MB);
 		} else if (i == L_PIDS) {
-			if (moat_priv_add_rlimit(priv, RLIMIT_NPROC, (rlim_t)req->pids_limit, err) < 0)
-				goto fail;
+			cg->rl[cg->nrl++] = (struct moat_cgroup_rlimit){ RLIMIT_NPROC,
+									  req->pids_limit };
 			cg->mech[i] = MOAT_CG_RLIMIT;
 			if (geteuid() == 0)
 				wr = warn(res, err, "pidsLimit is enforced with RLIMIT_NPROC, not a cgroup "
@@ -536,6 +537,15 @@ fail:
 	probe_free(&p);
 	cg_free(cg, NULL);
 	return rc;
+}
+
+size_t moat_cgroup_rlimits(const struct moat_cgroup *cg,
+			   struct moat_cgroup_rlimit out[MOAT_CGROUP_MAX_RLIMITS])
+{
+	size_t n = cg ? cg->nrl : 0;
+	for (size_t i = 0; i < n; i++)
+		out[i] = cg->rl[i];
+	return n;
 }
 
 int moat_cgroup_clone_fd(const struct moat_cgroup *cg)
@@ -710,6 +720,34 @@ void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res)
 }
 
 /* ---- moat doctor --------------------------------------------------------- */
+
+int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_error *err)
+{
+	*out = NULL;
+	*group_kill = false;
+	struct moat_request *req = moat_request_new();
+	struct moat_result *res = moat_result_new();
+	if (!req || !res) {
+		moat_request_free(req);
+		moat_result_free(res);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
+	/* a run asking for every limit */
+	req->memory_mb = 256;
+	req->pids_limit = 64;
+	req->cpus = 1;
+	struct moat_cgroup *cg = NULL;
+	int rc = moat_cgroup_prepare(req, res, &cg, err);
+	moat_request_free(req);
+	if (rc < 0) {
+		moat_result_free(res);
+		return -1;
+	}
+	*group_kill = moat_cgroup_clone_fd(cg) >= 0;
+	moat_cgroup_finish(cg, NULL);
+	*out = res;
+	return 0;
+}
 
 int moat_cgroup_describe(FILE *out)
 {

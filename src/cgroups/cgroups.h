@@ -12,19 +12,28 @@
 #ifndef MOAT_CGROUPS_CGROUPS_H
 #define MOAT_CGROUPS_CGROUPS_H
 
+#include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
-#include "moat.h"
-#include "priv/priv.h"
+#include "moat_admin.h" /* moat_cgroup_describe, moat_limits_probe */
 
 struct moat_cgroup;
 
 /* Supervisor, before clone: choose the mechanism for each requested limit,
- * create what is needed, fill res->limit_* and warnings, add rlimit
- * fallbacks to priv. */
+ * create what is needed, fill res->limit_* and warnings. A limit that falls
+ * back to an rlimit is listed by moat_cgroup_rlimits, for the runner to
+ * apply to the program. */
 int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
-			struct moat_priv_plan *priv, struct moat_cgroup **out,
-			struct moat_error *err);
+			struct moat_cgroup **out, struct moat_error *err);
+/* The rlimit fallbacks prepare chose (memory → RLIMIT_DATA, pids →
+ * RLIMIT_NPROC), at most MOAT_CGROUP_MAX_RLIMITS: their number. */
+#define MOAT_CGROUP_MAX_RLIMITS 2
+struct moat_cgroup_rlimit {
+	int resource;
+	uint64_t value;
+};
+size_t moat_cgroup_rlimits(const struct moat_cgroup *cg,
+			   struct moat_cgroup_rlimit out[MOAT_CGROUP_MAX_RLIMITS]);
 /* A directory fd for clone3(CLONE_INTO_CGROUP), or -1. */
 int moat_cgroup_clone_fd(const struct moat_cgroup *cg);
 /* After clone, before the child forks the program. v1: create the leaves the
@@ -44,9 +53,8 @@ int moat_cgroup_kill(struct moat_cgroup *cg);
 /* After the run: statistics and oom/pids detection into res, then remove
  * everything that was created. NULL-safe. */
 void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res);
-/* For `moat doctor`: where cgroup v2 is and which parent moat would use;
- * changes nothing on the host. What a run really gets is found by a trial
- * prepare/finish (see src/cli/doctor.c). Returns 0. */
-int moat_cgroup_describe(FILE *out);
+/* moat doctor (moat_admin.h): moat_cgroup_describe says where cgroup v2
+ * is and which parent moat would use, changing nothing; moat_limits_probe
+ * finds what a run really gets by a trial prepare/finish. */
 
 #endif

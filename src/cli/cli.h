@@ -1,9 +1,10 @@
-/* The moat command line: a thin client of libmoat. */
+/* The moat command line: a thin client of libmoat, through its two public
+ * headers only (include/moat.h, include/moat_admin.h). */
 #ifndef MOAT_CLI_CLI_H
 #define MOAT_CLI_CLI_H
 
 #include <stddef.h>
-#include "moat.h"
+#include "moat_admin.h"
 
 int cli_run(int argc, char **argv);
 int cli_exec(int argc, char **argv);

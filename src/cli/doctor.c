@@ -10,12 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "cgroups/cgroups.h"
 #include "cli/cli.h"
-#include "net/net.h"
-#include "priv/priv.h"
-#include "ns/ns.h"
-#include "seccomp/seccomp.h"
 
 static int read_text(const char *path, char *buf, size_t len)
 {
@@ -65,35 +60,23 @@ static int try_userns(int *err_out)
  * run makes (a leaf is created and removed again). */
 static void trial_limits(void)
 {
-	struct moat_request *req = moat_request_new();
-	struct moat_result *res = moat_result_new();
-	struct moat_priv_plan priv;
+	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
-	struct moat_cgroup *cg = NULL;
-	if (!req || !res || moat_priv_prepare(&priv, 64u << 20, &err) < 0) {
-		printf("limits:             cannot tell (out of memory)\n");
-		goto out;
-	}
-	req->memory_mb = 256;
-	req->pids_limit = 64;
-	req->cpus = 1;
-	if (moat_cgroup_prepare(req, res, &priv, &cg, &err) < 0) {
-		printf("limits:             a run would fail: %s\n", err.message);
+	bool group_kill = false;
+	if (moat_limits_probe(&res, &group_kill, &err) < 0) {
+		printf("limits:             a run would fail: %s\n",
+		       err.message ? err.message : "out of memory");
 	} else {
 		printf("limit memory:       %s\nlimit pids:         %s\nlimit cpu:          %s\n",
 		       res->limit_memory, res->limit_pids, res->limit_cpu);
-		printf("kill on timeout:    %s\n", moat_cgroup_clone_fd(cg) >= 0
+		printf("kill on timeout:    %s\n", group_kill
 							  ? "cgroup.kill"
 							  : "SIGKILL to the sandbox's pid-namespace init");
 		for (size_t i = 0; i < res->warnings_count; i++)
 			printf("  warning:          %s\n", res->warnings[i]);
 	}
-	moat_cgroup_finish(cg, NULL);
-	moat_priv_release(&priv);
-out:
 	moat_error_clear(&err);
 	moat_result_free(res);
-	moat_request_free(req);
 }
 
 /* What "network": true and "allowedHosts" need: the sandbox's egress
@@ -144,16 +127,12 @@ int cli_doctor(int argc, char **argv)
 		printf("seccomp:            UNAVAILABLE (kernel built without it)\n");
 		ok = false;
 	} else {
-		struct moat_seccomp_prog *prog = NULL;
 		struct moat_error err = { 0 };
-		if (moat_seccomp_prepare(NULL, false, &prog, &err) == 0) {
+		char *dir = NULL;
+		bool cached = false;
+		if (moat_seccomp_probe(&dir, &cached, &err) == 0) {
 			printf("seccomp:            filter mode; default policy compiles\n");
-			moat_seccomp_prog_free(prog);
-			prog = NULL;
-			/* a second prepare shows whether the first one could store it */
-			char *dir = moat_seccomp_cache_dir();
-			if (moat_seccomp_prepare(NULL, false, &prog, &err) == 0 &&
-			    moat_seccomp_last_from_cache())
+			if (cached)
 				printf("seccomp cache:      %s\n", dir);
 			else
 				printf("seccomp cache:      none usable (%s%s): every run compiles its "
@@ -161,7 +140,6 @@ int cli_doctor(int argc, char **argv)
 				       "you own\n", dir ? dir : "no HOME or XDG_CACHE_HOME",
 				       dir ? " is not a directory you own with mode 0700, or cannot be "
 					     "created" : "");
-			moat_seccomp_prog_free(prog);
 			free(dir);
 		} else {
 			printf("seccomp:            default policy FAILED: %s\n", err.message);

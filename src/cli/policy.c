@@ -3,7 +3,6 @@
 #include <string.h>
 
 #include "cli/cli.h"
-#include "seccomp/seccomp.h"
 
 int cli_policy(int argc, char **argv)
 {

@@ -8,9 +8,6 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "core/config.h"
-#include "core/core.h"
-#include "providers/providers.h"
 
 #define MAX_INPUT_BYTES (256u * 1024u * 1024u)
 #define MAX_STDIN_BYTES (64u * 1024u * 1024u)
@@ -169,14 +166,14 @@ static int run_with_provider(struct moat_request *req, unsigned given, const cha
 {
 	struct moat_config *cfg = NULL;
 	*used = provider ? provider : "native";
-	if (provider && !moat_provider_get(provider))
+	if (provider && !moat_provider_name(provider))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "--provider: unknown provider \"%s\" (native, docker, e2b, "
 				      "daytona, none)", provider);
 	if (moat_config_load(config_path, &cfg, err) < 0)
 		return -1;
 	if (!provider)
-		*used = moat_provider_get(cfg->provider)->name;
+		*used = moat_provider_name(moat_config_provider(cfg));
 	moat_config_apply(cfg, req, given);
 	struct moat_provider_options po = { .cfg = cfg, .run = opts };
 	int rc = moat_provider_run(*used, req, &po, res, err);
@@ -476,7 +473,7 @@ int cli_exec(int argc, char **argv)
 	moat_result_free(res);
 	return rc < 0 ? 3 : 0;
 fail:;
-	char *json = moat_error_to_json(&err, moat_provider_get(used) ? used : "native");
+	char *json = moat_error_to_json(&err, moat_provider_name(used) ? used : "native");
 	int status = moat_error_exit_code(err.type);
 	if (json) {
 		fputs(json, stdout);

@@ -452,3 +452,8 @@ const char *moat_config_image(const struct moat_config *cfg, const char *languag
 			return cfg->images[i].value;
 	return NULL;
 }
+
+const char *moat_config_provider(const struct moat_config *cfg)
+{
+	return cfg && cfg->provider ? cfg->provider : "native";
+}

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "moat.h"
+#include "moat_admin.h" /* the public part: load, free, apply, request keys */
 
 struct moat_config {
 	char *source;          /* file the values came from; NULL: built-in defaults */
@@ -47,30 +47,12 @@ struct moat_config {
 	size_t warnings_count;
 };
 
-/* Which request fields were given explicitly (the config fills the others). */
-enum {
-	MOAT_REQ_HAS_TIMEOUT = 1u << 0,
-	MOAT_REQ_HAS_MEMORY = 1u << 1,
-	MOAT_REQ_HAS_CPUS = 1u << 2,
-	MOAT_REQ_HAS_PIDS = 1u << 3,
-	MOAT_REQ_HAS_NETWORK = 1u << 4,
-	MOAT_REQ_HAS_STRICT = 1u << 5,
-	MOAT_REQ_HAS_MAXOUT = 1u << 6,
-};
-
-/* Finds and loads the config (search order above). explicit_path may be NULL. */
-int moat_config_load(const char *explicit_path, struct moat_config **out, struct moat_error *err);
 /* Parses config text. aistack: take the top-level "sandbox" object. source
  * names the text in messages. */
 int moat_config_parse(const char *buf, size_t len, bool aistack, const char *source,
 		      struct moat_config **out, struct moat_error *err);
 /* A config with built-in defaults (provider "native"). */
 struct moat_config *moat_config_new(void);
-void moat_config_free(struct moat_config *cfg);
-/* Fills the request fields not in `given` (MOAT_REQ_HAS_*) from the config. */
-void moat_config_apply(const struct moat_config *cfg, struct moat_request *req, unsigned given);
-/* Which of the MOAT_REQ_HAS_* keys a (valid) JSON request names. */
-unsigned moat_config_request_keys(const char *json, size_t len);
 /* The image for a language: from "images" (by canonical name), else NULL. */
 const char *moat_config_image(const struct moat_config *cfg, const char *language);
 

@@ -5,6 +5,20 @@
 
 #include "moat.h"
 
+/* ---- the sandbox's identity (ns maps it, priv becomes it) ---- */
+#define MOAT_SANDBOX_UID 65534
+#define MOAT_SANDBOX_GID 65534
+
+/* ---- requests ---- */
+/* The rules of the request's own fields (code, language, env, files,
+ * limits, outputs), without the network's: moat_request_validate
+ * (runner/validate.c) is this plus each module's rules. */
+int moat_request_check(const struct moat_request *req, struct moat_error *err);
+/* JSON → request, checked by moat_request_check (moat_request_parse_json
+ * adds the network's rules). */
+int moat_request_parse(const char *buf, size_t len, struct moat_request **out,
+		       struct moat_error *err);
+
 /* ---- errors ---- */
 /* Wraps err's message as "prefix: message; suffix" (either may be NULL),
  * keeping its type and errno. Returns -1. */
@@ -19,10 +33,7 @@ struct moat_lang_info {
 	const char *transpiler;  /* run first inside the sandbox (TypeScript: "esbuild"), or NULL */
 };
 const struct moat_lang_info *moat_lang_get(enum moat_language id);
-/* Accepts canonical names and aliases (py, python3, js, node, ts, shell). */
-int moat_lang_from_name(const char *name, enum moat_language *out);
-/* By file extension (.py .js .mjs .cjs .ts .mts .sh .bash); -1 when unknown. */
-int moat_lang_from_path(const char *path, enum moat_language *out);
+/* moat_lang_from_name and moat_lang_from_path are public (moat.h). */
 
 /* ---- paths ---- */
 /* A path for `files`: non-empty, relative, no NUL (len is the real length),

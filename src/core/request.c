@@ -10,7 +10,6 @@
 #include <cjson/cJSON.h>
 
 #include "core/core.h"
-#include "net/net.h"
 
 #define MAX_TIMEOUT_MS (24ull * 60 * 60 * 1000)
 #define MAX_ENV_COUNT 1024u
@@ -298,7 +297,7 @@ static int check_outputs(const struct moat_request *req, struct moat_error *err)
 	return 0;
 }
 
-int moat_request_validate(const struct moat_request *req, struct moat_error *err)
+int moat_request_check(const struct moat_request *req, struct moat_error *err)
 {
 	if (!req)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "no request");
@@ -330,10 +329,9 @@ int moat_request_validate(const struct moat_request *req, struct moat_error *err
 	if (req->max_output_bytes == 0 || req->max_output_bytes > MAX_OUTPUT_BYTES)
 		return range_error_u64(err, "maxOutputBytes", 1, MAX_OUTPUT_BYTES,
 				       req->max_output_bytes);
-	if (check_outputs(req, err) < 0)
-		return -1;
-	/* network, allowedHosts, allowedCidrs: the rules live with the proxy */
-	return moat_net_validate(req, err);
+	/* network, allowedHosts, allowedCidrs: their rules live with the
+	 * network (moat_request_validate, runner/validate.c, adds them) */
+	return check_outputs(req, err);
 }
 
 /* ---- JSON ---- */
@@ -505,7 +503,7 @@ static int get_uint(const cJSON *item, const char *key, uint64_t min, uint64_t m
 }
 
 /* env / files: a JSON object of strings, kept in document order. Names are
- * checked by moat_request_validate (duplicates included). */
+ * checked by moat_request_check (duplicates included). */
 static int get_kvs(const cJSON *item, const char *key, size_t max_count, const char *what,
 		   struct moat_kv **out, size_t *out_count, struct moat_error *err)
 {
@@ -556,9 +554,9 @@ static int get_strs(const cJSON *item, const char *key, char ***out, size_t *out
 	size_t n = 0;
 	for (const cJSON *c = item->child; c; c = c->next)
 		n++;
-	if (n > MOAT_NET_MAX_ENTRIES)
+	if (n > MOAT_MAX_LIST_ENTRIES)
 		return moat_error_set(err, MOAT_ERR_POLICY, 0, "too many \"%s\" entries: %zu (max %u)",
-				      key, n, MOAT_NET_MAX_ENTRIES);
+				      key, n, MOAT_MAX_LIST_ENTRIES);
 	char **v = calloc(n + 1, sizeof *v);
 	if (!v)
 		return oom_error(err);
@@ -682,11 +680,11 @@ static int fill_request(const cJSON *root, struct moat_request *req, struct moat
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "missing required key \"code\"");
 	/* "language" is optional and defaults to "python", as in the aistack
 	 * contract (moat_request_new set it). */
-	return moat_request_validate(req, err);
+	return moat_request_check(req, err);
 }
 
-int moat_request_parse_json(const char *buf, size_t len, struct moat_request **out,
-			    struct moat_error *err)
+int moat_request_parse(const char *buf, size_t len, struct moat_request **out,
+		       struct moat_error *err)
 {
 	if (!out)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "no output for the request");

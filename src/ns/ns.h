@@ -10,10 +10,9 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <sys/types.h>
-#include "moat.h"
+#include "core/core.h"
+#include "moat_admin.h" /* moat_userns_diagnose */
 
-#define MOAT_SANDBOX_UID 65534
-#define MOAT_SANDBOX_GID 65534
 #define MOAT_SANDBOX_DIR "/sandbox"
 #define MOAT_HOSTNAME "moat"
 #define MOAT_DEFAULT_TMPFS_BYTES (64ull * 1024 * 1024)
@@ -83,8 +82,7 @@ int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op, int *
 int moat_idmap_write(pid_t pid, bool as_root, uid_t host_uid, gid_t host_gid,
 		     struct moat_error *err);
 
-/* Explains why user namespaces are unavailable on this host, or NULL when no
- * known restriction is found. Returns a malloc'd sentence with the fix. */
-char *moat_userns_diagnose(void);
+/* moat_userns_diagnose (moat_admin.h): why user namespaces are unavailable
+ * here, with the fix; the runner adds it to clone3 and id-map errors. */
 
 #endif

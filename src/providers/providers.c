@@ -53,6 +53,12 @@ const struct moat_provider *moat_provider_get(const char *name)
 	return NULL;
 }
 
+const char *moat_provider_name(const char *name)
+{
+	const struct moat_provider *p = moat_provider_get(name);
+	return p ? p->name : NULL;
+}
+
 int moat_provider_run(const char *name, const struct moat_request *req,
 		      const struct moat_provider_options *o, struct moat_result **out,
 		      struct moat_error *err)

@@ -25,12 +25,7 @@
 #include <stdint.h>
 
 #include "core/config.h"
-#include "moat.h"
-
-struct moat_provider_options {
-	const struct moat_config *cfg;          /* never NULL */
-	const struct moat_run_options *run;     /* native options; streaming callback for all */
-};
+#include "moat_admin.h" /* the public part: options, name, run */
 
 struct moat_provider {
 	const char *name;
@@ -40,11 +35,6 @@ struct moat_provider {
 
 /* By name ("native", "docker", "e2b", "daytona", "none"); NULL when unknown. */
 const struct moat_provider *moat_provider_get(const char *name);
-/* Runs req with the provider named by name (NULL: o->cfg->provider). Config
- * warnings are added to the result's warnings. */
-int moat_provider_run(const char *name, const struct moat_request *req,
-		      const struct moat_provider_options *o, struct moat_result **out,
-		      struct moat_error *err);
 
 /* ---- docker (exposed for the unit tests) ---- */
 

@@ -212,8 +212,12 @@ int run_prepare(struct run *r, struct moat_error *err)
 	moat_stamp("sup: seccomp prepared");
 	if (moat_priv_prepare(&r->priv, tmpfs, err) < 0)
 		return -1;
-	if (moat_cgroup_prepare(req, r->res, &r->priv, &r->cg, err) < 0)
+	if (moat_cgroup_prepare(req, r->res, &r->cg, err) < 0)
 		return -1;
+	struct moat_cgroup_rlimit rl[MOAT_CGROUP_MAX_RLIMITS];
+	for (size_t i = 0, n = moat_cgroup_rlimits(r->cg, rl); i < n; i++)
+		if (moat_priv_add_rlimit(&r->priv, rl[i].resource, (rlim_t)rl[i].value, err) < 0)
+			return -1;
 	moat_stamp("sup: cgroup prepared");
 	if (lang_setup(r) < 0 || !(r->envp = build_envp(req, moat_net_env(r->net))) ||
 	    !(r->chunk = malloc(RUN_READ_CHUNK)) ||

@@ -5,7 +5,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
-#include "moat.h"
+#include "moat_admin.h" /* policy check/show, moat_seccomp_probe */
 
 /* A compiled filter for the native architecture, ready to install. */
 struct moat_seccomp_prog;
@@ -45,10 +45,7 @@ char *moat_seccomp_log_json(const struct moat_seccomp_log *log);
 char *moat_seccomp_cache_dir(void);
 bool moat_seccomp_last_from_cache(void);
 
-/* `moat policy check FILE`: 0 when valid; otherwise -1 with an error whose
- * message names the JSON path of the bad entry (e.g. syscalls[3].args[0].op). */
-int moat_seccomp_policy_check(const char *path, struct moat_error *err);
-/* `moat policy show`: writes the effective policy as Docker-format JSON. */
-int moat_seccomp_policy_show(const char *path, FILE *out, struct moat_error *err);
+/* moat_seccomp_policy_check, moat_seccomp_policy_show and
+ * moat_seccomp_probe are public: moat_admin.h. */
 
 #endif

@@ -1,0 +1,95 @@
+/* moat_admin — libmoat's second public header: what a command line or an
+ * operator tool needs besides running code (moat.h). Configuration files,
+ * the providers of the aistack sandbox contract, the host checks behind
+ * `moat doctor`, the seccomp policy tools and the start-up timeline.
+ * A program that only runs sandboxes needs moat.h alone. */
+#ifndef MOAT_ADMIN_H
+#define MOAT_ADMIN_H
+
+#include <stdbool.h>
+#include <stdio.h>
+
+#include "moat.h"
+
+/* ---- configuration ---------------------------------------------------------
+ * moat.json, or the "sandbox" object of an aistack.config.json; the search
+ * order is the README's ("Providers and configuration"). */
+
+struct moat_config;
+
+/* Finds and loads the config (explicit_path may be NULL: the search order). */
+int moat_config_load(const char *explicit_path, struct moat_config **out, struct moat_error *err);
+void moat_config_free(struct moat_config *cfg);
+/* The provider the config selects: never NULL ("native" without a file). */
+const char *moat_config_provider(const struct moat_config *cfg);
+
+/* Which request fields the caller gave explicitly; the config fills the
+ * others. */
+enum {
+	MOAT_REQ_HAS_TIMEOUT = 1u << 0,
+	MOAT_REQ_HAS_MEMORY = 1u << 1,
+	MOAT_REQ_HAS_CPUS = 1u << 2,
+	MOAT_REQ_HAS_PIDS = 1u << 3,
+	MOAT_REQ_HAS_NETWORK = 1u << 4,
+	MOAT_REQ_HAS_STRICT = 1u << 5,
+	MOAT_REQ_HAS_MAXOUT = 1u << 6,
+};
+/* Fills the request fields not in given (MOAT_REQ_HAS_*) from the config. */
+void moat_config_apply(const struct moat_config *cfg, struct moat_request *req, unsigned given);
+/* Which of the MOAT_REQ_HAS_* keys a (valid) JSON request names. */
+unsigned moat_config_request_keys(const char *json, size_t len);
+
+/* ---- providers ---------------------------------------------------------------
+ * native (moat_run), docker, e2b, daytona, none: one interface. */
+
+/* The provider's name as moat spells it, or NULL when unknown. */
+const char *moat_provider_name(const char *name);
+
+struct moat_provider_options {
+	const struct moat_config *cfg;      /* never NULL */
+	const struct moat_run_options *run; /* native options; streaming callback for all */
+};
+/* Validates req and runs it with the provider named name (NULL: the
+ * config's). The config's warnings are added to the result's. */
+int moat_provider_run(const char *name, const struct moat_request *req,
+		      const struct moat_provider_options *o, struct moat_result **out,
+		      struct moat_error *err);
+
+/* ---- the host (moat doctor) -------------------------------------------------- */
+
+/* Why user namespaces are unavailable here, with the fix, or NULL when no
+ * known restriction is found (malloc'd). */
+char *moat_userns_diagnose(void);
+/* Where cgroup v2 is and which parent moat would use; changes nothing. */
+int moat_cgroup_describe(FILE *out);
+/* What a run asking for every limit would get on this host, decided as a
+ * run decides (a cgroup leaf is created and removed again): *out holds
+ * limit_memory/pids/cpu and the warnings; *group_kill is true when a
+ * timeout kills the whole cgroup at once (cgroup.kill). */
+int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_error *err);
+/* The egress setup of a run ("network": true) done for real in a
+ * throwaway user and network namespace: 0, or the error a run would get. */
+int moat_net_probe(struct moat_error *err);
+/* Compiles the default seccomp policy as a run would, twice: 0 when it
+ * compiles. *cache_dir: where this user's compiled filters are cached
+ * (malloc'd, or NULL when there is no usable place); *cached: the second
+ * compile came from that cache. */
+int moat_seccomp_probe(char **cache_dir, bool *cached, struct moat_error *err);
+
+/* ---- seccomp policies -------------------------------------------------------- */
+
+/* `moat policy check FILE`: 0 when valid; otherwise the error names the
+ * JSON path of the bad entry (e.g. syscalls[3].args[0].op). */
+int moat_seccomp_policy_check(const char *path, struct moat_error *err);
+/* `moat policy show`: the effective policy (path NULL: the embedded
+ * default) as Docker-format JSON. */
+int moat_seccomp_policy_show(const char *path, FILE *out, struct moat_error *err);
+
+/* ---- start-up timeline (make timeline) -------------------------------------
+ * In a build with -DMOAT_TIMELINE: mark a named point in time, and print
+ * every point recorded by the supervisor, pid 1 and pid 2 to stderr.
+ * Otherwise both do nothing. */
+void moat_timeline_mark(const char *name);
+void moat_timeline_dump(void);
+
+#endif
