@@ -126,7 +126,7 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd)
 	return -1;
 }
 
-int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op, int *failed_errno)
+int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op)
 {
 	int sandbox_fd = -1;
 	size_t base_len = strlen(plan->base);
@@ -137,7 +137,7 @@ int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op, int *
 			char path[4096];
 			if (base_len + sizeof MOAT_SANDBOX_DIR >= sizeof path) {
 				*failed_op = i;
-				*failed_errno = ENAMETOOLONG;
+				errno = ENAMETOOLONG;
 				return -1;
 			}
 			memcpy(path, plan->base, base_len);
@@ -145,7 +145,6 @@ int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op, int *
 			sandbox_fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 			if (sandbox_fd < 0) {
 				*failed_op = i;
-				*failed_errno = errno;
 				return -1;
 			}
 		}
@@ -157,9 +156,10 @@ int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op, int *
 			if (op->optional && (errno == ENOENT || errno == ENOTDIR))
 				continue;
 			*failed_op = i;
-			*failed_errno = errno;
+			int saved = errno;
 			if (sandbox_fd >= 0)
 				close(sandbox_fd);
+			errno = saved;
 			return -1;
 		}
 	}

@@ -72,9 +72,9 @@ int moat_plan_check_text(const char *text, struct moat_error *err);
 /* Human description of op i for error messages: "bind /usr on /usr". */
 int moat_plan_describe(const struct moat_mount_plan *plan, size_t i, char *buf, size_t len);
 
-/* Child side: applies every op in order. On failure returns -1 and sets
- * *failed_op and *failed_errno. Async-signal-safe. */
-int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op, int *failed_errno);
+/* Child side: applies every op in order. 0, or -1 with errno and the index
+ * of the op that failed in *failed_op. System calls only. */
+int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op);
 
 /* Supervisor side: write the child's uid/gid maps. Rootless: caller → 65534,
  * setgroups denied. Root: 65534 → host_id (never 0), setgroups left allowed

@@ -131,11 +131,8 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 	moat_stamp("pid2: caps dropped");
 	if (c->seccomp) {
 		int listener = -1;
-		int rc = moat_seccomp_install(c->seccomp, &listener);
-		if (rc < 0) {
-			errno = -rc;
+		if (moat_seccomp_install(c->seccomp, &listener) < 0)
 			fail(c, MOAT_STEP_SECCOMP, 0);
-		}
 		if (listener >= 0) {
 			if (send_listener(c->report_fd, listener) < 0)
 				fail(c, MOAT_STEP_SECCOMP, 1);
@@ -258,11 +255,8 @@ void moat_child_main(const struct moat_child *c)
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		fail(c, MOAT_STEP_PRIVATE, 0);
 	size_t op = 0;
-	int op_errno = 0;
-	if (moat_plan_apply(c->plan, &op, &op_errno) < 0) {
-		errno = op_errno;
+	if (moat_plan_apply(c->plan, &op) < 0)
 		fail(c, MOAT_STEP_MOUNT, (int)op);
-	}
 	moat_stamp("init: mounts done");
 	if (sethostname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0 ||
 	    setdomainname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0)

@@ -117,11 +117,11 @@ int moat_seccomp_install(const struct moat_seccomp_prog *prog, int *listener_fd)
 {
 	if (listener_fd)
 		*listener_fd = -1;
-	if (!prog || !prog->insns || prog->len == 0)
-		return -EINVAL;
-	bool notify = prog->notify_insns != NULL;
-	if (notify && !listener_fd)
-		return -EINVAL;
+	bool notify = prog && prog->notify_insns != NULL;
+	if (!prog || !prog->insns || prog->len == 0 || (notify && !listener_fd)) {
+		errno = EINVAL;
+		return -1;
+	}
 	struct sock_fprog fprog = {
 		.len = prog->len,
 		.filter = notify ? prog->notify_insns : prog->insns,
@@ -136,7 +136,7 @@ int moat_seccomp_install(const struct moat_seccomp_prog *prog, int *listener_fd)
 	 * (get_unused_fd_flags(O_CLOEXEC); checked by the unit tests). */
 	long rc = syscall(SYS_seccomp, SECCOMP_SET_MODE_FILTER, flags, &fprog);
 	if (rc < 0)
-		return -errno;
+		return -1;
 	if (notify)
 		*listener_fd = (int)rc;
 	return 0;

@@ -18,7 +18,7 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 void moat_seccomp_prog_free(struct moat_seccomp_prog *prog);
 
 /* Child side, after no_new_privs: async-signal-safe (no allocation, no
- * locks, only the seccomp syscall). Returns 0 or -errno. When the program
+ * locks, only the seccomp syscall). 0, or -1 with errno. When the program
  * was prepared with log_denied, the filter is installed with a user
  * notification listener whose fd is stored in *listener_fd (else -1): every
  * call the policy refuses with an errno is then sent to the supervisor, which
