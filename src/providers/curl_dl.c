@@ -2,13 +2,21 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <stddef.h>
+#include <stdio.h>
 
 #include "providers/curl_dl.h"
 
 struct moat_curl_fns moat_curl_fns;
 
+/* Written once, under once; read-only afterwards. */
 static pthread_once_t once = PTHREAD_ONCE_INIT;
 static const char *load_error;
+static char version_error[160];
+
+/* 7.85.0: CURLOPT_PROTOCOLS_STR and CURLOPT_REDIR_PROTOCOLS_STR, which moat
+ * sets to restrict requests to https. An older libcurl would refuse them;
+ * moat refuses it first rather than ever run without the restriction. */
+#define CURL_MIN_VERSION 0x075500
 
 #define SYM(field, name)                                                   \
 	do {                                                               \
@@ -42,6 +50,17 @@ static void load(void)
 	SYM(url_set, "curl_url_set");
 	SYM(url_get, "curl_url_get");
 	SYM(url_cleanup, "curl_url_cleanup");
+	curl_version_info_data *(*version_info)(CURLversion);
+	*(void **)&version_info = dlsym(h, "curl_version_info");
+	const curl_version_info_data *v = version_info ? version_info(CURLVERSION_NOW) : NULL;
+	if (!v || v->version_num < CURL_MIN_VERSION) {
+		snprintf(version_error, sizeof version_error,
+			 "the installed libcurl (%s) is older than 7.85.0, which moat needs to "
+			 "restrict remote requests to https (CURLOPT_PROTOCOLS_STR)",
+			 v && v->version ? v->version : "unknown version");
+		load_error = version_error;
+		return;
+	}
 	if (moat_curl_fns.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
 		load_error = "libcurl could not be initialised";
 }

@@ -393,7 +393,12 @@ int moat_docker_run(const struct moat_request *req, const struct moat_provider_o
 	close(out_p[1]);
 	close(err_p[1]);
 	in_p[0] = out_p[1] = err_p[1] = -1;
-	fcntl(in_p[1], F_SETFL, O_NONBLOCK);
+	if (fcntl(in_p[1], F_SETFL, O_NONBLOCK) < 0) {
+		/* a blocking write of the code would stall the timeout */
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "fcntl: %s", strerror(errno));
+		docker_kill(&cmd, &old_mask);
+		goto out;
+	}
 
 	size_t cap = req->max_output_bytes ? req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
 	size_t off = 0;

@@ -249,29 +249,42 @@ int moat_http_request(struct moat_http *h, const char *method, const char *path,
 	}
 	const char *proto = moat_http_test_mode() ? "https,http" : "https";
 	curl_easy_reset(c);
-	curl_easy_setopt(c, CURLOPT_URL, url);
-	curl_easy_setopt(c, CURLOPT_RESOLVE, (struct curl_slist *)h->resolve);
-	curl_easy_setopt(c, CURLOPT_PROTOCOLS_STR, proto);
-	curl_easy_setopt(c, CURLOPT_REDIR_PROTOCOLS_STR, proto);
-	curl_easy_setopt(c, CURLOPT_FOLLOWLOCATION, 0L);
-	curl_easy_setopt(c, CURLOPT_PROXY, "");
-	curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-	curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 1L);
-	curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 2L);
-	curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, (long)(timeout_ms ? timeout_ms : 1));
-	curl_easy_setopt(c, CURLOPT_CONNECTTIMEOUT_MS, 15000L);
-	curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, method);
-	curl_easy_setopt(c, CURLOPT_HTTPHEADER, hl);
-	curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_write);
-	curl_easy_setopt(c, CURLOPT_WRITEDATA, &s);
-	curl_easy_setopt(c, CURLOPT_ERRORBUFFER, errbuf);
-	curl_easy_setopt(c, CURLOPT_USERAGENT, "moat/" MOAT_VERSION);
+	/* every option is part of the policy (pinned address, https only, no
+	 * redirects, no proxy, verified TLS, bounded time): one libcurl
+	 * refuses fails the request instead of running without it */
+#define SETOPT(opt, val)                                                                  \
+	do {                                                                              \
+		CURLcode oc = curl_easy_setopt(c, opt, val);                              \
+		if (oc != CURLE_OK) {                                                     \
+			fail(h, err, 0, "libcurl refused " #opt ": %s",                   \
+			     curl_easy_strerror(oc));                                     \
+			goto out;                                                         \
+		}                                                                         \
+	} while (0)
+	SETOPT(CURLOPT_URL, url);
+	SETOPT(CURLOPT_RESOLVE, (struct curl_slist *)h->resolve);
+	SETOPT(CURLOPT_PROTOCOLS_STR, proto);
+	SETOPT(CURLOPT_REDIR_PROTOCOLS_STR, proto);
+	SETOPT(CURLOPT_FOLLOWLOCATION, 0L);
+	SETOPT(CURLOPT_PROXY, "");
+	SETOPT(CURLOPT_NOSIGNAL, 1L);
+	SETOPT(CURLOPT_SSL_VERIFYPEER, 1L);
+	SETOPT(CURLOPT_SSL_VERIFYHOST, 2L);
+	SETOPT(CURLOPT_TIMEOUT_MS, (long)(timeout_ms ? timeout_ms : 1));
+	SETOPT(CURLOPT_CONNECTTIMEOUT_MS, 15000L);
+	SETOPT(CURLOPT_CUSTOMREQUEST, method);
+	SETOPT(CURLOPT_HTTPHEADER, hl);
+	SETOPT(CURLOPT_WRITEFUNCTION, on_write);
+	SETOPT(CURLOPT_WRITEDATA, &s);
+	SETOPT(CURLOPT_ERRORBUFFER, errbuf);
+	SETOPT(CURLOPT_USERAGENT, "moat/" MOAT_VERSION);
 	if (body) {
-		curl_easy_setopt(c, CURLOPT_POSTFIELDS, body);
-		curl_easy_setopt(c, CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
+		SETOPT(CURLOPT_POSTFIELDS, body);
+		SETOPT(CURLOPT_POSTFIELDSIZE_LARGE, (curl_off_t)body_len);
 	} else if (!strcmp(method, "GET")) {
-		curl_easy_setopt(c, CURLOPT_HTTPGET, 1L);
+		SETOPT(CURLOPT_HTTPGET, 1L);
 	}
+#undef SETOPT
 	CURLcode cr = curl_easy_perform(c);
 	curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &resp->status);
 	if (cr == CURLE_OPERATION_TIMEDOUT) {

@@ -168,8 +168,7 @@ static int on_ended(struct run *r, struct pump_entry *e, struct moat_error *err)
 	epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->pidfd, NULL); /* the pidfd stays: collect reaps */
 	r->exited = true;
 	r->draining = true;
-	run_arm_timer(r, DRAIN_GRACE_MS);
-	return PUMP_GO;
+	return run_arm_timer(r, DRAIN_GRACE_MS, err) < 0 ? -1 : PUMP_GO;
 }
 
 /* ---- the loop ---- */
@@ -190,18 +189,20 @@ int pump_watch(struct run *r, struct moat_error *err)
 	r->errout = (struct run_stream){ MOAT_STDERR, &r->res->stderr_buf, &r->res->stderr_len,
 					 &r->res->stderr_truncated, cap, 0 };
 
-	fcntl(r->stdout_r, F_SETFL, O_NONBLOCK);
-	fcntl(r->stderr_r, F_SETFL, O_NONBLOCK);
-	fcntl(r->report_r, F_SETFL, O_NONBLOCK);
-	if (r->outputs_r >= 0 && (fcntl(r->outputs_r, F_SETFL, O_NONBLOCK) < 0 ||
-				  watch(r, PUMP_OUTPUTS, EPOLLIN) < 0))
+	/* a blocking read or write here would stall the timeout: fail instead */
+	if (fcntl(r->stdout_r, F_SETFL, O_NONBLOCK) < 0 ||
+	    fcntl(r->stderr_r, F_SETFL, O_NONBLOCK) < 0 ||
+	    fcntl(r->report_r, F_SETFL, O_NONBLOCK) < 0 ||
+	    (r->outputs_r >= 0 && fcntl(r->outputs_r, F_SETFL, O_NONBLOCK) < 0) ||
+	    (r->req->stdin_len > 0 && fcntl(r->stdin_w, F_SETFL, O_NONBLOCK) < 0))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "fcntl(O_NONBLOCK): %s",
+				      strerror(errno));
+	if (r->outputs_r >= 0 && watch(r, PUMP_OUTPUTS, EPOLLIN) < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "outputs pipe: %s",
 				      strerror(errno));
 	if (r->req->stdin_len == 0) {
 		close(r->stdin_w);
 		r->stdin_w = -1;
-	} else {
-		fcntl(r->stdin_w, F_SETFL, O_NONBLOCK);
 	}
 	if (watch(r, PUMP_STDOUT, EPOLLIN) < 0 || watch(r, PUMP_STDERR, EPOLLIN) < 0 ||
 	    watch(r, PUMP_REPORT, EPOLLIN) < 0 || watch(r, PUMP_TIMER, EPOLLIN) < 0 ||

@@ -116,8 +116,9 @@ void run_release(struct run *r);
 /* start.c */
 int run_spawn(struct run *r, struct moat_error *err);
 int run_start(struct run *r, struct moat_error *err);
-/* (Re)arms the run's timer to fire once, ms from now. */
-void run_arm_timer(struct run *r, uint64_t ms);
+/* (Re)arms the run's timer to fire once, ms from now. 0, or -1 with *err:
+ * the run must fail then (no timer is no wall-clock kill). */
+int run_arm_timer(struct run *r, uint64_t ms, struct moat_error *err);
 /* Kills and reaps pid 1 if it is still there. */
 void run_kill(struct run *r);
 /* SIGPIPE blocked in the calling thread for the span of a phase that

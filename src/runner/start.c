@@ -190,7 +190,7 @@ int run_spawn(struct run *r, struct moat_error *err)
 	return rc;
 }
 
-void run_arm_timer(struct run *r, uint64_t ms)
+int run_arm_timer(struct run *r, uint64_t ms, struct moat_error *err)
 {
 	struct itimerspec it;
 	memset(&it, 0, sizeof it);
@@ -198,7 +198,11 @@ void run_arm_timer(struct run *r, uint64_t ms)
 	it.it_value.tv_nsec = (long)(ms % 1000) * 1000000L;
 	if (ms == 0)
 		it.it_value.tv_nsec = 1;
-	timerfd_settime(r->timerfd, 0, &it, NULL);
+	if (timerfd_settime(r->timerfd, 0, &it, NULL) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+				      "cannot arm the run's timer (timerfd_settime: %s)",
+				      strerror(errno));
+	return 0;
 }
 
 static int start(struct run *r, struct moat_error *err)
@@ -210,8 +214,8 @@ static int start(struct run *r, struct moat_error *err)
 	}
 	close_fd(&r->sync_w);
 	r->started = true;
-	run_arm_timer(r, r->req->timeout_ms);
-	if (moat_net_start(r->net, err) < 0)
+	/* no timer, no wall-clock kill: the run fails instead */
+	if (run_arm_timer(r, r->req->timeout_ms, err) < 0 || moat_net_start(r->net, err) < 0)
 		return -1;
 	/* the child needs nothing more from us: housekeeping now runs beside
 	 * its start instead of before it */
