@@ -141,7 +141,7 @@ struct moat_request {
 /* A request with defaults and no code; free with moat_request_free. */
 struct moat_request *moat_request_new(void);
 void moat_request_free(struct moat_request *req);
-/* Parse one JSON request (DESIGN.md §3) and validate it. */
+/* Parse one JSON request (README.md, "JSON contract") and validate it. */
 int moat_request_parse_json(const char *buf, size_t len,
 			    struct moat_request **out, struct moat_error *err);
 /* Validate a request built in code (the CLI): same rules as the parser. */
@@ -183,7 +183,7 @@ void moat_result_free(struct moat_result *res);
 /* Adds a formatted warning; returns -1 on OOM. */
 int moat_result_warn(struct moat_result *res, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
-/* Result JSON (DESIGN.md §3). Output bytes are made valid UTF-8: invalid
+/* Result JSON (README.md, "JSON contract"). Output bytes are made valid UTF-8: invalid
  * sequences become U+FFFD, NUL and control bytes are \u-escaped. */
 char *moat_result_to_json(const struct moat_result *res);
 

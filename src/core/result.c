@@ -1,4 +1,4 @@
-/* The result of one run and its JSON form (DESIGN.md §3). Written with the
+/* The result of one run and its JSON form (README.md, "JSON contract"). Written with the
  * moat_buf writer, not cJSON: output may hold NUL and invalid UTF-8. */
 #include <inttypes.h>
 #include <signal.h>
