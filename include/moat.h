@@ -11,10 +11,11 @@
  * handler and changes no process-wide disposition: while a phase writes to
  * a pipe the sandbox may have closed it blocks SIGPIPE in the calling
  * thread only, and drops a SIGPIPE it raised itself before unblocking.
- * Every fd it opens is O_CLOEXEC. The sandbox's pid 1 is a child of the
- * calling thread created without an exit signal: it raises no SIGCHLD, and
- * wait() and waitpid(-1, ...) do not see it. What the host program must
- * not do while runs may be in flight:
+ * Every fd moat opens is O_CLOEXEC (libcurl, loaded only by the e2b and
+ * daytona providers, opens its own sockets). The sandbox's pid 1 is a child
+ * of the calling thread created without an exit signal: it raises no
+ * SIGCHLD, and wait() and waitpid(-1, ...) do not see it. What the host
+ * program must not do while runs may be in flight:
  *  - reap children it did not create with __WALL or __WCLONE (that would
  *    take moat's pid 1 and lose the run's status);
  *  - end the thread that called moat_run or moat_sandbox_create before
@@ -26,9 +27,11 @@
  *    itself to another cgroup;
  *  - close or dup2 over fds it does not own (a close_range in another
  *    thread takes moat's pipes with it).
- * The docker provider forks the docker CLI as an ordinary
- * child (SIGCHLD): a host that reaps every child with waitpid(-1) takes its
- * status. */
+ * A program that changed its own uid or gid is not dumpable, and the kernel
+ * then refuses it the id maps of its sandboxes: it sets PR_SET_DUMPABLE back
+ * to 1 (as an execve would) before running moat. The docker provider forks
+ * the docker CLI as an ordinary child (SIGCHLD): a host that reaps every
+ * child with waitpid(-1) takes its status. */
 #ifndef MOAT_H
 #define MOAT_H
 
