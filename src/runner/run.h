@@ -8,10 +8,11 @@
  *                            cgroups, program, environment, mount plan,
  *                            pipes, epoll, timer
  *   run_spawn     start.c    clone3 into new namespaces; id maps; network
- *                            attach; MOAT_SYNC_IDS; cgroup join; the
- *                            supervisor's ends made non-blocking and watched
+ *                            attach; MOAT_SYNC_IDS; cgroup join
  *   run_start     start.c    MOAT_SYNC_START (pid 1 forks the program),
- *                            wall-clock timer, network relays, stale-leaf sweep
+ *                            wall-clock timer, network relays, stale-leaf
+ *                            sweep, the supervisor's ends non-blocking and
+ *                            watched
  *   run_pump      pump.c     relay output and stdin, answer the seccomp
  *                            listener, enforce the timeout, until pid 1 ends
  *   run_collect   collect.c  reap pid 1, decode how the program ended, outputs,
@@ -132,7 +133,7 @@ void sigpipe_restore(struct sigpipe_guard *g);
 
 /* pump.c */
 int run_pump(struct run *r, struct moat_error *err);
-/* Registers the pump's entries (run_spawn, once the child has its ends). */
+/* Registers the pump's entries (run_start, once pid 1 was released). */
 int pump_watch(struct run *r, struct moat_error *err);
 
 /* collect.c */

@@ -175,8 +175,7 @@ static int spawn(struct run *r, struct moat_error *err)
 	if (moat_cgroup_attach(r->cg, r->pid, r->res, err) < 0)
 		return child_report_wins(r, err);
 	moat_stamp("sup: cgroups attached");
-	/* still while the child mounts: our ends non-blocking and watched */
-	return pump_watch(r, err);
+	return 0;
 }
 
 int run_spawn(struct run *r, struct moat_error *err)
@@ -221,7 +220,9 @@ static int start(struct run *r, struct moat_error *err)
 	 * its start instead of before it */
 	moat_cgroup_sweep(r->cg);
 	moat_stamp("sup: stale leaves swept");
-	return 0;
+	/* pid 1 usually waits for MOAT_SYNC_START (the cgroup join is the
+	 * slower side): the pump's setup comes after it, beside the fork */
+	return pump_watch(r, err);
 }
 
 int run_start(struct run *r, struct moat_error *err)
