@@ -3,7 +3,8 @@
  * A failed phase leaves the run as it is; run_release frees whatever was
  * acquired, on every path. The order (supervisor.c):
  *
- *   moat_request_validate   nothing is acquired before the request passed
+ *   moat_request_validate  validate.c  core's rules, then the network's;
+ *                            nothing is acquired before the request passed
  *   run_prepare   prepare.c  result, network, seccomp BPF, privileges,
  *                            cgroups, program, environment, mount plan,
  *                            pipes, epoll, timer
