@@ -45,6 +45,44 @@ int moat_write_all(int fd, const void *buf, size_t len)
 	return 0;
 }
 
+int moat_wait_or_stop(int fd, short events, int stop_fd, int64_t deadline)
+{
+	for (;;) {
+		int64_t left = deadline - moat_mono_ms();
+		if (left <= 0)
+			return 0;
+		struct pollfd pf[2] = { { .fd = fd, .events = events },
+					{ .fd = stop_fd, .events = POLLIN } };
+		int r = poll(pf, 2, (int)(left > 60000 ? 60000 : left));
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0 || pf[1].revents)
+			return -1;
+		if (r > 0)
+			return 1;
+	}
+}
+
+int moat_send_all_until(int fd, const void *buf, size_t len, int stop_fd, int64_t deadline)
+{
+	const char *p = buf;
+	while (len) {
+		ssize_t n = send(fd, p, len, MSG_NOSIGNAL);
+		if (n > 0) {
+			p += n;
+			len -= (size_t)n;
+		} else if (n < 0 && errno == EINTR) {
+			continue;
+		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+			if (moat_wait_or_stop(fd, POLLOUT, stop_fd, deadline) <= 0)
+				return -1;
+		} else {
+			return -1;
+		}
+	}
+	return 0;
+}
+
 union fd_control {
 	char buf[CMSG_SPACE(MOAT_SYS_MAX_FDS * sizeof(int))];
 	struct cmsghdr align;

@@ -24,6 +24,15 @@ uint64_t moat_mono_ns(void);
  * 0, or -1 with errno (a write of 0 bytes counts as EIO). Child-safe. */
 int moat_write_all(int fd, const void *buf, size_t len);
 
+/* For the threads of a run's network paths: waits until fd has events,
+ * stop_fd becomes readable or the deadline (moat_mono_ms) passes. 1: fd
+ * ready; 0: deadline passed; -1: stopping or poll error. */
+int moat_wait_or_stop(int fd, short events, int stop_fd, int64_t deadline);
+/* Sends all of buf on a non-blocking socket (MSG_NOSIGNAL), waiting with
+ * moat_wait_or_stop; 0, or -1 when it fails, the run stops or the
+ * deadline passes. */
+int moat_send_all_until(int fd, const void *buf, size_t len, int stop_fd, int64_t deadline);
+
 /* The most fds one message passes. */
 #define MOAT_SYS_MAX_FDS 4
 

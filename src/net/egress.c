@@ -105,23 +105,9 @@ static void egress_unref(struct moat_egress *e)
 	free(e);
 }
 
-/* 1: fd ready; 0: deadline passed; -1: stopping or poll error. */
 static int wait_fd(struct moat_egress *e, int fd, short events, int64_t deadline)
 {
-	for (;;) {
-		int64_t left = deadline - moat_mono_ms();
-		if (left <= 0)
-			return 0;
-		struct pollfd pf[2] = { { .fd = fd, .events = events },
-					{ .fd = e->stop_fd, .events = POLLIN } };
-		int r = poll(pf, 2, (int)(left > 60000 ? 60000 : left));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 || pf[1].revents)
-			return -1;
-		if (r > 0)
-			return 1;
-	}
+	return moat_wait_or_stop(fd, events, e->stop_fd, deadline);
 }
 
 /* Ends a connection with a reset, so the program sees it refused at once. */
@@ -296,27 +282,6 @@ static int connect_out(struct conn *c)
 	return s;
 }
 
-/* Sends all of buf on a non-blocking socket; -1 when it fails or the run
- * ends. */
-static int send_all(struct moat_egress *e, int fd, const uint8_t *buf, size_t len)
-{
-	while (len) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-		if (n > 0) {
-			buf += n;
-			len -= (size_t)n;
-		} else if (n < 0 && errno == EINTR) {
-			continue;
-		} else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			if (wait_fd(e, fd, POLLOUT, moat_mono_ms() + 24LL * 3600 * 1000) <= 0)
-				return -1;
-		} else {
-			return -1;
-		}
-	}
-	return 0;
-}
-
 /* Both directions until both ended (a half close is passed on) or the run
  * stops. */
 static void relay(struct conn *c)
@@ -429,7 +394,8 @@ static void *conn_main(void *arg)
 	}
 	c->ofd = s;
 	moat_netlog_verdict(e->log, c->idx, true, NULL);
-	if (c->first_len && send_all(e, c->ofd, c->first, c->first_len) < 0)
+	if (c->first_len && moat_send_all_until(c->ofd, c->first, c->first_len, e->stop_fd,
+						moat_mono_ms() + EG_CONNECT_TIMEOUT_MS) < 0)
 		goto out;
 	c->sent += c->first_len;
 	relay(c);

@@ -100,44 +100,14 @@ static void proxy_unref(struct moat_proxy *p)
 	free(p);
 }
 
-/* 1: fd ready; 0: deadline passed; -1: stopping or poll error. */
 static int wait_fd(struct moat_proxy *p, int fd, short events, int64_t deadline)
 {
-	for (;;) {
-		int64_t left = deadline - moat_mono_ms();
-		if (left <= 0)
-			return 0;
-		struct pollfd pf[2] = { { .fd = fd, .events = events }, { .fd = p->stop_fd, .events = POLLIN } };
-		int r = poll(pf, 2, (int)(left > 60000 ? 60000 : left));
-		if (r < 0 && errno == EINTR)
-			continue;
-		if (r < 0 || pf[1].revents)
-			return -1;
-		if (r > 0)
-			return 1;
-	}
+	return moat_wait_or_stop(fd, events, p->stop_fd, deadline);
 }
 
-/* Writes all of buf before the deadline; -1 otherwise. */
 static int write_all(struct moat_proxy *p, int fd, const char *buf, size_t len, int64_t deadline)
 {
-	while (len) {
-		ssize_t n = send(fd, buf, len, MSG_NOSIGNAL);
-		if (n > 0) {
-			buf += n;
-			len -= (size_t)n;
-			continue;
-		}
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-			if (wait_fd(p, fd, POLLOUT, deadline) <= 0)
-				return -1;
-			continue;
-		}
-		return -1;
-	}
-	return 0;
+	return moat_send_all_until(fd, buf, len, p->stop_fd, deadline);
 }
 
 /* ---- log ---- */
