@@ -1329,6 +1329,21 @@ static void netns_snapshot(struct inoset *s)
 	closedir(d);
 }
 
+/* Appends ", pid(comm)note" to buf. */
+static void describe_proc(char *buf, size_t size, const char *pid, const char *note)
+{
+	char p[300], comm[64] = "?";
+	snprintf(p, sizeof p, "/proc/%s/comm", pid);
+	FILE *f = fopen(p, "re");
+	if (f) {
+		if (fgets(comm, sizeof comm, f))
+			comm[strcspn(comm, "\n")] = '\0';
+		fclose(f);
+	}
+	size_t l = strlen(buf);
+	snprintf(buf + l, size - l, "%s %s(%s)%s", l ? "," : "", pid, comm, note);
+}
+
 /* "pid (comm)" of processes in or holding namespace ino, and the count of
  * processes in it. */
 static int ns_holders(unsigned long ino, char *buf, size_t size)
@@ -1347,16 +1362,7 @@ static int ns_holders(unsigned long ino, char *buf, size_t size)
 		if (ns_ino(p) != ino)
 			continue;
 		n++;
-		char comm[64] = "?";
-		snprintf(p, sizeof p, "/proc/%s/comm", e->d_name);
-		FILE *f = fopen(p, "re");
-		if (f) {
-			if (fgets(comm, sizeof comm, f))
-				comm[strcspn(comm, "\n")] = '\0';
-			fclose(f);
-		}
-		size_t l = strlen(buf);
-		snprintf(buf + l, size - l, "%s %s(%s)", l ? "," : "", e->d_name, comm);
+		describe_proc(buf, size, e->d_name, "");
 	}
 	closedir(d);
 	return n;
@@ -1430,17 +1436,7 @@ static int ns_related(unsigned long ino, unsigned long user_ns, const char *mark
 		bool ours = net == (unsigned long)h_ino || (user_ns && ns_ino(p) == user_ns) ||
 			    has_marker(e->d_name, marker);
 		related += ours;
-		char comm[64] = "?";
-		snprintf(p, sizeof p, "/proc/%s/comm", e->d_name);
-		FILE *cf = fopen(p, "re");
-		if (cf) {
-			if (fgets(comm, sizeof comm, cf))
-				comm[strcspn(comm, "\n")] = '\0';
-			fclose(cf);
-		}
-		size_t l = strlen(buf);
-		snprintf(buf + l, size - l, "%s %s(%s)%s", l ? "," : "", e->d_name, comm,
-			 ours ? "" : "[not of this run]");
+		describe_proc(buf, size, e->d_name, ours ? "" : "[not of this run]");
 	}
 	closedir(d);
 	return related;
