@@ -281,16 +281,19 @@ static int pass_proxy(const struct moat_net *net)
 	return rc;
 }
 
-int moat_net_child_setup(const struct moat_net *net)
+int moat_net_child_setup(const struct moat_net *net, int *step)
 {
+	*step = MOAT_NET_STEP_LINK;
 	if (transact(NETLINK_ROUTE, net->nl, net->nl_len, count_messages(net->nl, net->nl_len)) < 0)
-		return -MOAT_NET_STEP_LINK;
+		return -1;
 	if (net->mode == NET_NONE)
 		return 0;
+	*step = MOAT_NET_STEP_NFT;
 	if (transact(NETLINK_NETFILTER, moat_nft_batch, moat_nft_batch_len, moat_nft_batch_acks) < 0)
-		return -MOAT_NET_STEP_NFT;
+		return -1;
+	*step = MOAT_NET_STEP_SOCKETS;
 	if (pass_egress(net) < 0 || (net->mode == NET_ALLOWLIST && pass_proxy(net) < 0))
-		return -MOAT_NET_STEP_SOCKETS;
+		return -1;
 	return 0;
 }
 
@@ -398,10 +401,11 @@ int moat_net_probe(struct moat_error *err)
 	pid_t pid = fork();
 	if (pid == 0) {
 		int out[2] = { 0, 0 };
+		int step = 0;
 		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
 			out[0] = -1, out[1] = errno;
-		else if ((out[0] = moat_net_child_setup(net)) < 0)
-			out[1] = errno;
+		else if (moat_net_child_setup(net, &step) < 0)
+			out[0] = -step, out[1] = errno;
 		_exit(write(p[1], out, sizeof out) == sizeof out ? 0 : 1);
 	}
 	close(p[1]);

@@ -48,9 +48,9 @@ size_t moat_net_child_fds(const struct moat_net *net, int fds[2]);
 /* What child_setup was doing when it failed. */
 enum moat_net_step { MOAT_NET_STEP_LINK = 1, MOAT_NET_STEP_NFT, MOAT_NET_STEP_SOCKETS };
 /* Child side, pid 1 with its namespace capabilities: bring lo up and set up
- * the mode. System calls only (async-signal-safe). 0, or -step (enum
- * moat_net_step) with errno. */
-int moat_net_child_setup(const struct moat_net *net);
+ * the mode. System calls only (async-signal-safe). 0, or -1 with errno and
+ * *step (enum moat_net_step) saying which part failed. */
+int moat_net_child_setup(const struct moat_net *net, int *step);
 /* The SandboxUnavailableError for a child_setup failure at step with
  * errnum; names what is missing and the fix. Returns -1. */
 int moat_net_setup_error(int step, int errnum, struct moat_error *err);

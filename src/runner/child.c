@@ -261,9 +261,9 @@ void moat_child_main(const struct moat_child *c)
 	if (sethostname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0 ||
 	    setdomainname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0)
 		fail(c, MOAT_STEP_HOSTNAME, 0);
-	int net_step = moat_net_child_setup(c->net);
-	if (net_step < 0)
-		fail(c, MOAT_STEP_NET, -net_step);
+	int net_step = 0;
+	if (moat_net_child_setup(c->net, &net_step) < 0)
+		fail(c, MOAT_STEP_NET, net_step);
 	for (int i = 0; i < 2; i++)
 		if (c->net_fds[i] >= 0)
 			close(c->net_fds[i]);
