@@ -45,6 +45,8 @@ struct moat_net {
 	struct moat_netlog *log;
 	struct moat_egress *egress;
 	struct moat_proxy *proxy;
+	char *cidrs_json;          /* "allowedCidrs" as given, reported with the result */
+	size_t cidr_count;
 };
 
 static char *const PROXY_ENV[] = {
@@ -98,6 +100,21 @@ int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 	}
 	if (pair(&net->eg_child, &net->eg_sup, err) < 0)
 		goto fail;
+	if (req->allowed_cidrs_count) {
+		struct moat_buf b = { 0 };
+		for (size_t i = 0; i < req->allowed_cidrs_count; i++) {
+			moat_buf_append(&b, i ? "," : "[", 1);
+			moat_buf_append_json_string(&b, req->allowed_cidrs[i], strlen(req->allowed_cidrs[i]));
+		}
+		moat_buf_append(&b, "]", 1);
+		net->cidrs_json = moat_buf_take(&b);
+		moat_buf_free(&b);
+		net->cidr_count = req->allowed_cidrs_count;
+		if (!net->cidrs_json) {
+			moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			goto fail;
+		}
+	}
 	if (net->mode == NET_ALLOWLIST &&
 	    (moat_allowlist_build(req, &net->al, err) < 0 ||
 	     moat_allowlist_build(req, &net->pal, err) < 0 ||
@@ -363,6 +380,12 @@ void moat_net_finish(struct moat_net *net, struct moat_result *res)
 		static const char *const names[] = { "none", "egress", "allowlist" };
 		struct moat_buf b = { 0 };
 		moat_buf_appendf(&b, "{\"mode\":\"%s\"", names[net->mode]);
+		/* an exception to the address policy is never silent */
+		if (net->cidrs_json) {
+			moat_buf_appendf(&b, ",\"allowedCidrs\":%s", net->cidrs_json);
+			moat_result_warn(res, "allowedCidrs let %zu range(s) past moat's address classes "
+					 "(never the host's own addresses)", net->cidr_count);
+		}
 		if (net->log)
 			moat_netlog_render(net->log, &b);
 		moat_buf_append(&b, "}", 1);
@@ -374,6 +397,7 @@ void moat_net_finish(struct moat_net *net, struct moat_result *res)
 		if (*fds[i] >= 0)
 			close(*fds[i]);
 	moat_netlog_unref(net->log);
+	free(net->cidrs_json);
 	moat_allowlist_free(&net->al);
 	moat_allowlist_free(&net->pal);
 	free(net->nl);

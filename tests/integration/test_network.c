@@ -1695,6 +1695,16 @@ START_TEST(allowlist_proxy)
 	v_line(&v, &ls, "private-name", "403:private address 10.0.0.1");
 	v_line(&v, &ls, "https-absolute", "400:");
 	v_line(&v, &ls, "cidr", "200::lan-secret host=lan.test:8080 path=/c");
+	/* the exception is reported, in network and in warnings */
+	cJSON *cidrs = cJSON_GetObjectItemCaseSensitive(
+		cJSON_GetObjectItemCaseSensitive(o.json, "network"), "allowedCidrs");
+	v_expect(&v, cJSON_IsArray(cidrs) && cJSON_GetArraySize(cidrs) == 1 &&
+			     !strcmp(cJSON_GetArrayItem(cidrs, 0)->valuestring, LAN_PEER "/32"),
+		 "network.allowedCidrs does not report the exception");
+	cJSON *warn = cJSON_GetObjectItemCaseSensitive(o.json, "warnings");
+	v_expect(&v, cJSON_GetArraySize(warn) >= 1 &&
+			     strstr(cJSON_GetArrayItem(warn, 0)->valuestring, "allowedCidrs"),
+		 "no warning names allowedCidrs");
 	v_fail(&v, &ls, "direct");
 	v_expect(&v, out && !strstr(out, "host-secret") && !strstr(out, "CREDENTIALS"),
 		 "a host or metadata service answered");
