@@ -164,7 +164,7 @@ struct moat_result {
 	int signal;         /* terminating signal, 0 when none */
 	bool timed_out;
 	bool oom_killed;
-	const char *killed_by; /* static: "timeout","oom","pids","seccomp","signal"; NULL */
+	const char *killed_by; /* static: "timeout","oom","pids","seccomp","signal","cancelled"; NULL */
 	uint64_t duration_ms;
 	int64_t memory_peak_bytes; /* -1: unknown */
 	int64_t cpu_time_ms;       /* -1: unknown */
@@ -203,6 +203,19 @@ struct moat_run_options {
 	/* Called with each chunk of captured output (within the cap), as it comes. */
 	void (*on_output)(void *ctx, enum moat_stream stream, const char *buf, size_t len);
 	void *output_ctx;
+	/* A host directory bound read-only (nosuid, nodev) at /opt/moat/runtime
+	 * (the service's handler shims); NULL: none. With rootfs_dir, that root
+	 * must have the empty directory /opt/moat/runtime. */
+	const char *runtime_dir;
+	/* Cancellation, both -1 after moat_run_options_init (a zeroed struct
+	 * would watch fd 0). While the run waits: cancel_fd readable (an
+	 * eventfd, a pipe; moat never reads it), or hangup_fd's peer gone (a
+	 * connected socket: EPOLLRDHUP, EPOLLHUP or EPOLLERR; a half-close by
+	 * the peer counts) kills the sandbox; the result then has killedBy
+	 * "cancelled" (unless the program had ended first). Both stay the
+	 * caller's; the same fd may serve many runs, not both roles in one. */
+	int cancel_fd;
+	int hangup_fd;
 };
 
 void moat_run_options_init(struct moat_run_options *opts);

@@ -14,6 +14,8 @@
 #include "moat_admin.h" /* moat_userns_diagnose */
 
 #define MOAT_SANDBOX_DIR "/sandbox"
+/* where moat_run_options.runtime_dir appears inside (read-only) */
+#define MOAT_RUNTIME_MOUNT "/opt/moat/runtime"
 #define MOAT_HOSTNAME "moat"
 #define MOAT_DEFAULT_TMPFS_BYTES (64ull * 1024 * 1024)
 
@@ -60,6 +62,7 @@ struct moat_plan_input {
 	const struct moat_request *req;
 	const char *code_name;       /* "main.py" */
 	const char *resolv_conf;     /* text of /etc/resolv.conf (network on), or NULL: absent */
+	const char *runtime_dir;     /* host directory bound read-only at MOAT_RUNTIME_MOUNT, or NULL */
 };
 
 /* Supervisor side. */

@@ -106,6 +106,36 @@ static int add_setattr(struct moat_mount_plan *p, const char *dst, uint64_t attr
 	return 0;
 }
 
+/* The service's runtime shims (opts.runtime_dir): a host directory bound
+ * at MOAT_RUNTIME_MOUNT. In a prepared root the mount point must exist: the
+ * root is bound read-only and nothing can be created in it. */
+static int add_runtime_bind(struct moat_mount_plan *p, const char *src, bool prepared,
+			    struct moat_error *err)
+{
+	struct stat st;
+	if (src[0] != '/')
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "the runtime directory must be an absolute path: %s", src);
+	if (stat(src, &st) < 0 || !S_ISDIR(st.st_mode))
+		return moat_error_set(err, MOAT_ERR_CONFIG, errno,
+				      "the runtime directory %s is not a directory", src);
+	char *dst = join(p->base, MOAT_RUNTIME_MOUNT);
+	if (!dst)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	int rc = 0;
+	if (!prepared && add_mkdirs(p, MOAT_RUNTIME_MOUNT, true) < 0)
+		rc = -1;
+	struct moat_mount_op *op = rc < 0 ? NULL : add_op(p, MOAT_OP_BIND, src, dst);
+	if (!op)
+		rc = -1;
+	else
+		op->recursive = true;
+	free(dst);
+	if (rc < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	return 0;
+}
+
 /* A read-only bind of host path src at the same path inside. */
 static int add_ro_bind(struct moat_mount_plan *p, const char *src, bool optional,
 		       struct moat_error *err)
@@ -478,6 +508,21 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 		if (!op)
 			goto oom;
 		op->recursive = true;
+		if (in->runtime_dir) {
+			char *mp = join(in->rootfs_dir, MOAT_RUNTIME_MOUNT);
+			struct stat st;
+			bool ok = mp && lstat(mp, &st) == 0 && S_ISDIR(st.st_mode);
+			free(mp);
+			if (!ok) {
+				moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					       "--rootfs %s has no %s directory (the mount point of the "
+					       "service's runtime; rootfs/build-rootfs.sh creates it)",
+					       in->rootfs_dir, MOAT_RUNTIME_MOUNT);
+				goto fail;
+			}
+			if (add_runtime_bind(p, in->runtime_dir, true, err) < 0)
+				goto fail;
+		}
 		if (add_setattr(p, p->base, RO_ATTRS, true) < 0)
 			goto oom;
 	} else {
@@ -491,6 +536,8 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 			goto oom;
 		if (in->resolv_conf && add_text_file(p, "/etc/resolv.conf", in->resolv_conf) < 0)
 			goto oom;
+		if (in->runtime_dir && add_runtime_bind(p, in->runtime_dir, false, err) < 0)
+			goto fail;
 		if (add_mkdirs(p, "/dev", true) < 0 || add_mkdirs(p, "/proc", true) < 0)
 			goto oom;
 		/* the root and every bind of the plan: read-only, nosuid, nodev,

@@ -16,7 +16,7 @@
 bool run_decode(const struct run_end *e, struct moat_result *res)
 {
 	res->timed_out = e->timed_out;
-	if (e->have_status && !e->timed_out) {
+	if (e->have_status && !e->timed_out && !e->cancelled) {
 		int ws = e->status;
 		if (WIFEXITED(ws)) {
 			res->exited = true;
@@ -27,9 +27,9 @@ bool run_decode(const struct run_end *e, struct moat_result *res)
 		}
 		return false;
 	}
-	if (e->timed_out) {
+	if (e->timed_out || e->cancelled) {
 		res->signal = SIGKILL;
-		res->killed_by = "timeout";
+		res->killed_by = e->timed_out ? "timeout" : "cancelled";
 		return false;
 	}
 	/* pid 1 died without reporting: killed from outside (OOM killer, admin) */
@@ -115,7 +115,7 @@ int run_collect(struct run *r, struct moat_result **out, struct moat_error *err)
 		return run_setup_error(r, &r->setup, err);
 	struct run_end end = {
 		.have_status = r->have_status, .status = r->status.detail,
-		.timed_out = res->timed_out, .init_code = si.si_code, .init_status = si.si_status,
+		.timed_out = res->timed_out, .cancelled = r->cancelled, .init_code = si.si_code, .init_status = si.si_status,
 	};
 	bool unreported = run_decode(&end, res);
 	if (r->req->outputs_count &&

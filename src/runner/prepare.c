@@ -226,6 +226,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 	struct moat_plan_input pin = {
 		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = req,
 		.code_name = r->code_name, .resolv_conf = moat_net_resolv_conf(r->net),
+		.runtime_dir = r->opts.runtime_dir,
 	};
 	if (moat_plan_build(&pin, &r->plan, err) < 0)
 		return -1;

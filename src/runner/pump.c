@@ -161,6 +161,21 @@ static int on_timer(struct run *r, struct pump_entry *e, struct moat_error *err)
 	return PUMP_GO;
 }
 
+/* The caller cancelled (cancel_fd readable) or its client hung up
+ * (hangup_fd): kill the sandbox as the timeout does. The fd is the caller's:
+ * unwatched, never read or closed. */
+static int on_cancel(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	epoll_ctl(r->epfd, EPOLL_CTL_DEL, *e->fd, NULL);
+	*e->fd = -1;
+	if (!r->exited && !r->have_status && !r->res->timed_out && !r->cancelled) {
+		r->cancelled = true;
+		if (moat_cgroup_kill(r->cg) < 0)
+			syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+	}
+	return PUMP_GO;
+}
+
 /* pid 1 has ended: what is still in the pipes gets DRAIN_GRACE_MS. */
 static int on_ended(struct run *r, struct pump_entry *e, struct moat_error *err)
 {
@@ -183,6 +198,10 @@ int pump_watch(struct run *r, struct moat_error *err)
 	r->pump[PUMP_STDIN] = (struct pump_entry){ &r->stdin_w, on_stdin };
 	r->pump[PUMP_TIMER] = (struct pump_entry){ &r->timerfd, on_timer };
 	r->pump[PUMP_EXIT] = (struct pump_entry){ &r->pidfd, on_ended };
+	r->cancel_fd = r->opts.cancel_fd;
+	r->hangup_fd = r->opts.hangup_fd;
+	r->pump[PUMP_CANCEL] = (struct pump_entry){ &r->cancel_fd, on_cancel };
+	r->pump[PUMP_HANGUP] = (struct pump_entry){ &r->hangup_fd, on_cancel };
 	size_t cap = r->req->max_output_bytes ? r->req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
 	r->out = (struct run_stream){ MOAT_STDOUT, &r->res->stdout_buf, &r->res->stdout_len,
 				      &r->res->stdout_truncated, cap, 0 };
@@ -210,6 +229,10 @@ int pump_watch(struct run *r, struct moat_error *err)
 	    (r->stdin_w >= 0 && watch(r, PUMP_STDIN, EPOLLOUT) < 0))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_ctl: %s",
 				      strerror(errno));
+	if ((r->cancel_fd >= 0 && watch(r, PUMP_CANCEL, EPOLLIN) < 0) ||
+	    (r->hangup_fd >= 0 && watch(r, PUMP_HANGUP, EPOLLRDHUP) < 0))
+		return moat_error_set(err, MOAT_ERR_CONFIG, errno,
+				      "cannot watch the cancellation fd: %s", strerror(errno));
 	return 0;
 }
 

@@ -57,7 +57,7 @@ struct pump_entry {
 };
 enum pump_slot {
 	PUMP_STDOUT, PUMP_STDERR, PUMP_REPORT, PUMP_OUTPUTS, PUMP_LISTENER, PUMP_STDIN,
-	PUMP_TIMER, PUMP_EXIT, PUMP__COUNT
+	PUMP_TIMER, PUMP_EXIT, PUMP_CANCEL, PUMP_HANGUP, PUMP__COUNT
 };
 
 /* What the supervisor knows when pid 1 has ended: the input of the pure
@@ -66,6 +66,7 @@ struct run_end {
 	bool have_status; /* pid 1 reported the program's wait status */
 	int status;       /* that wait status */
 	bool timed_out;   /* the wall-clock timer killed the run */
+	bool cancelled;   /* opts.cancel_fd / hangup_fd killed the run */
 	int init_code;    /* how pid 1 itself ended (siginfo si_code: CLD_*) */
 	int init_status;  /* and its si_status */
 };
@@ -105,7 +106,8 @@ struct run {
 	size_t stdin_off;
 	struct moat_buf outs; /* the "outputs" stream */
 	bool outs_cut;
-	bool exited, draining;
+	bool exited, draining, cancelled;
+	int cancel_fd, hangup_fd; /* copies of the caller's fds; -1 once unwatched */
 	bool have_status, have_setup;
 	struct moat_report status, setup;
 };

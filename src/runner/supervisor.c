@@ -14,6 +14,8 @@ struct moat_sandbox {
 void moat_run_options_init(struct moat_run_options *opts)
 {
 	memset(opts, 0, sizeof *opts);
+	opts->cancel_fd = -1;
+	opts->hangup_fd = -1;
 }
 
 int moat_sandbox_create(const struct moat_request *req, const struct moat_run_options *opts,
