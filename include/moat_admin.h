@@ -7,6 +7,7 @@
 #define MOAT_ADMIN_H
 
 #include <stdbool.h>
+#include <signal.h>
 #include <stdio.h>
 
 #include "moat.h"
@@ -91,5 +92,30 @@ int moat_seccomp_policy_show(const char *path, FILE *out, struct moat_error *err
  * Otherwise both do nothing. */
 void moat_timeline_mark(const char *name);
 void moat_timeline_dump(void);
+
+/* ---- the HTTP service (moat serve; docs/SERVE.md) ------------------------------
+ * libmicrohttpd is loaded with dlopen when the service starts, so no other
+ * command pays for loading it. */
+
+struct moat_serve_options {
+	int listen_fd;            /* bound and listening, O_CLOEXEC; the service closes it */
+	const char *listen_desc;  /* "127.0.0.1:3000", "unix:/run/user/1000/moat.sock" */
+	const char *unlink_path;  /* a unix socket removed when it stops accepting, or NULL */
+	const char *token;        /* bearer token, or NULL: no authentication */
+	unsigned max_concurrent;  /* > 0 */
+	unsigned queue;
+	unsigned grace_s;
+	unsigned client_timeout_s;
+	const char *runtime_dir;  /* bound at /opt/moat/runtime; NULL: handlers unavailable */
+	const char *rootfs_dir;   /* NULL: the config's, else the host-derived root */
+	const struct moat_config *cfg; /* never NULL: policy, rootfs and the "serve" limits */
+	FILE *log;                /* access log and notices */
+};
+
+/* Serves until one of stop (blocked in every thread by the caller before
+ * this call) arrives, then shuts down (SERVE.md: --grace). 0 after a clean
+ * stop; -1 with *err when it could not start. */
+int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
+		   struct moat_error *err);
 
 #endif

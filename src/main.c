@@ -10,6 +10,7 @@ static void usage(FILE *f)
 {
 	fputs("usage: moat run [-l LANG] [-c CODE | FILE | -] [options]   run a program\n"
 	      "       moat exec [--provider NAME] [--config FILE]       JSON request on stdin\n"
+	      "       moat serve [--listen HOST:PORT | --socket PATH]   the HTTP service\n"
 	      "       moat doctor                                      what this host supports\n"
 	      "       moat policy check FILE | moat policy show [FILE] seccomp policies\n"
 	      "       moat version\n"
@@ -42,6 +43,8 @@ int main(int argc, char **argv)
 	}
 	if (!strcmp(cmd, "exec"))
 		return cli_exec(argc - 1, argv + 1);
+	if (!strcmp(cmd, "serve"))
+		return cli_serve(argc - 1, argv + 1);
 	if (!strcmp(cmd, "doctor"))
 		return cli_doctor(argc - 1, argv + 1);
 	if (!strcmp(cmd, "policy"))

@@ -16,6 +16,9 @@ TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$BUILD/test-threads" 2>&1 | tee -a "
 echo "== integration and security tests ($(id -un): root mode $( [ "$(id -u)" -eq 0 ] && echo on || echo off ), rootless mode on)"
 MOAT_BIN="$(pwd)/$BUILD/moat" "$BUILD/test-integration" 2>&1 | tee -a "$log" || status=1
 
+echo "== handler runtime shims (runtime/, on the host's python3 and node)"
+bash tests/runtime/run.sh 2>&1 | tee -a "$log" || status=1
+
 echo "== node client tests (clients/node, against the built binary)"
 MOAT_BIN="$(pwd)/$BUILD/moat" node --test clients/node/test/ 2>&1 | tee -a "$log" || status=1
 
@@ -25,13 +28,17 @@ for line in $(sed -n 's/.*Checks: \([0-9]*\), Failures: \([0-9]*\), Errors: \([0
 	t=${line%%:*}; rest=${line#*:}; f=${rest%%:*}; e=${rest#*:}
 	total=$((total + t)); bad=$((bad + f + e))
 done
-# node --test prints "# pass N" and "# fail N"
-np=$(sed -n 's/^# pass \([0-9]*\)$/\1/p' "$log" | tail -1)
-nf=$(sed -n 's/^# fail \([0-9]*\)$/\1/p' "$log" | tail -1)
-total=$((total + ${np:-0} + ${nf:-0})); bad=$((bad + ${nf:-0}))
+# node --test prints "# pass N", "# fail N", "# skipped N" per run
+sum() { sed -n "s/^# $1 \([0-9]*\)\$/\1/p" "$log" | awk '{s+=$1} END {print s+0}'; }
+np=$(sum pass); nf=$(sum fail); ns=$(sum skipped)
+# python unittest: "Ran N tests", then "OK" or "FAILED (failures=F, errors=E, skipped=S)"
+pr=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in .*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+pf=$(grep -E '^(OK|FAILED) \(' "$log" | grep -oE '(failures|errors)=[0-9]+' | cut -d= -f2 | awk '{s+=$1} END {print s+0}')
+ps=$(grep -E '^(OK|FAILED) \(' "$log" | grep -oE 'skipped=[0-9]+' | cut -d= -f2 | awk '{s+=$1} END {print s+0}')
+total=$((total + np + nf + pr - ps)); bad=$((bad + nf + pf)); skipped=$((ns + ps))
 if [ "$total" -eq 0 ]; then
 	echo "check: no test ran" >&2
 	status=1
 fi
-echo "check: $((total - bad)) passed, $bad failed"
+echo "check: $((total - bad)) passed, $bad failed, $skipped skipped"
 exit $status

@@ -2,7 +2,7 @@
 # Installs the Debian packages moat needs to build, test and run, when missing.
 # As root it runs apt-get; otherwise it uses sudo if it can, else prints the line.
 set -eu
-BUILD="gcc make pkg-config libseccomp-dev libcap-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev libnftnl-dev libmnl-dev"
+BUILD="gcc make pkg-config libseccomp-dev libcap-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev libnftnl-dev libmnl-dev libmicrohttpd-dev"
 RUNTIME="python3 nodejs esbuild bash"
 TEST="iproute2"
 missing=""

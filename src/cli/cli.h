@@ -9,6 +9,7 @@
 int cli_run(int argc, char **argv);
 int cli_exec(int argc, char **argv);
 int cli_doctor(int argc, char **argv);
+int cli_serve(int argc, char **argv);
 int cli_policy(int argc, char **argv);
 /* moat version: moat and its libraries, with their linkage. */
 int cli_version(void);

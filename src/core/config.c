@@ -47,7 +47,7 @@ void moat_config_free(struct moat_config *cfg)
 	char **strs[] = { &cfg->source, &cfg->provider, &cfg->e2b_api_key, &cfg->e2b_api_url,
 			  &cfg->e2b_sandbox_url, &cfg->e2b_template, &cfg->daytona_api_url,
 			  &cfg->daytona_api_key, &cfg->docker_path, &cfg->policy_path,
-			  &cfg->rootfs_dir };
+			  &cfg->rootfs_dir, &cfg->serve_json };
 	for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
 		free(*strs[i]);
 	for (size_t i = 0; i < cfg->images_count; i++) {
@@ -251,6 +251,11 @@ static int fill(struct moat_config *cfg, const cJSON *obj, const char *source,
 			rc = get_str(it, source, &cfg->rootfs_dir, err);
 		} else if (!strcmp(k, "images")) {
 			rc = get_images(cfg, it, source, err);
+		} else if (!strcmp(k, "serve")) {
+			/* moat serve's limits: checked by the service (serve/limits.c) */
+			free(cfg->serve_json);
+			if (!(cfg->serve_json = cJSON_PrintUnformatted(it)))
+				return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 		} else if (warn(cfg, source, k, "is not a moat setting; ignored") < 0) {
 			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 		}

@@ -41,6 +41,7 @@ struct moat_config {
 	char *docker_path;     /* NULL: "docker" looked up on $PATH */
 	char *policy_path;     /* native: seccomp policy file */
 	char *rootfs_dir;      /* native: prepared root directory */
+	char *serve_json;      /* the "serve" object (moat serve's limits) as JSON, or NULL */
 	struct moat_kv *images; /* language name → container image (docker) */
 	size_t images_count;
 	char **warnings;       /* unknown keys and the like */

@@ -19,6 +19,11 @@ int moat_request_check(const struct moat_request *req, struct moat_error *err);
 int moat_request_parse(const char *buf, size_t len, struct moat_request **out,
 		       struct moat_error *err);
 
+/* The checks a JSON text gets before cJSON parses it: no raw NUL byte, no
+ * nesting deeper than the request parser allows (-1, SandboxConfigError);
+ * *nul_escape tells whether a string holds a \u0000 escape. */
+int moat_json_prescan(const char *buf, size_t len, bool *nul_escape, struct moat_error *err);
+
 /* ---- errors ---- */
 /* Wraps err's message as "prefix: message; suffix" (either may be NULL),
  * keeping its type and errno. Returns -1. */

@@ -423,6 +423,15 @@ static int prescan(const char *buf, size_t len, struct scan *sc, struct moat_err
 	return 0;
 }
 
+int moat_json_prescan(const char *buf, size_t len, bool *nul_escape, struct moat_error *err)
+{
+	struct scan sc;
+	if (prescan(buf, len, &sc, err) < 0)
+		return -1;
+	*nul_escape = sc.nul_escape;
+	return 0;
+}
+
 static const char *json_type_name(const cJSON *item)
 {
 	if (cJSON_IsNull(item))

@@ -1,0 +1,420 @@
+/* moat serve: the command line of the HTTP service (docs/SERVE.md): the
+ * listener, the token, the runtime shims, then libmoat's moat_serve_run. */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+#define TOKEN_MIN 16
+#define TOKEN_MAX 4096
+
+static void usage(FILE *f)
+{
+	fputs("usage: moat serve [--listen HOST:PORT | --socket PATH] [--token-file F]\n"
+	      "                  [--max-concurrent N] [--queue N] [--config F] [--rootfs DIR]\n"
+	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
+	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
+	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: as root\n"
+	      "127.0.0.1:3000, otherwise the unix socket $XDG_RUNTIME_DIR/moat.sock.\n",
+	      f);
+}
+
+static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static int bad(const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	fputs("moat serve: ", stderr);
+	vfprintf(stderr, fmt, ap);
+	fputc('\n', stderr);
+	va_end(ap);
+	return 2;
+}
+
+static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+{
+	char *end;
+	errno = 0;
+	unsigned long v = strtoul(s, &end, 10);
+	if (errno || end == s || *end || v < lo || v > hi || s[0] == '-')
+		return -1;
+	*out = (unsigned)v;
+	return 0;
+}
+
+/* "127.0.0.1:3000", "[::1]:3000". Numeric addresses only. */
+static int tcp_listener(const char *spec, bool *loopback)
+{
+	char host[INET6_ADDRSTRLEN + 2];
+	const char *colon = strrchr(spec, ':');
+	if (!colon || colon == spec || (size_t)(colon - spec) >= sizeof host)
+		return -1;
+	memcpy(host, spec, (size_t)(colon - spec));
+	host[colon - spec] = '\0';
+	unsigned port;
+	if (parse_uint(colon + 1, 1, 65535, &port) < 0)
+		return -1;
+	struct sockaddr_storage ss;
+	memset(&ss, 0, sizeof ss);
+	socklen_t sl;
+	size_t hl = strlen(host);
+	if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+		host[hl - 1] = '\0';
+		struct sockaddr_in6 *a = (struct sockaddr_in6 *)&ss;
+		a->sin6_family = AF_INET6;
+		a->sin6_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
+			return -1;
+		*loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
+		sl = sizeof *a;
+	} else {
+		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
+		a->sin_family = AF_INET;
+		a->sin_port = htons((uint16_t)port);
+		if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
+			return -1;
+		*loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
+		sl = sizeof *a;
+	}
+	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return -2;
+	int one = 1;
+	setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+	if (ss.ss_family == AF_INET6)
+		setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &one, sizeof one);
+	if (bind(fd, (struct sockaddr *)&ss, sl) < 0 || listen(fd, 128) < 0) {
+		int e = errno;
+		close(fd);
+		errno = e;
+		return -2;
+	}
+	return fd;
+}
+
+/* A unix socket with mode 0600; an existing socket file at path is
+ * replaced, anything else there is an error. */
+static int unix_listener(const char *path, const char **why)
+{
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	if (strlen(path) >= sizeof a.sun_path) {
+		*why = "the socket path is too long";
+		return -1;
+	}
+	strcpy(a.sun_path, path);
+	struct stat st;
+	if (lstat(path, &st) == 0) {
+		if (!S_ISSOCK(st.st_mode)) {
+			*why = "a file that is not a socket is in the way";
+			return -1;
+		}
+		if (unlink(path) < 0) {
+			*why = strerror(errno);
+			return -1;
+		}
+	}
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	if (fd < 0) {
+		*why = strerror(errno);
+		return -1;
+	}
+	mode_t old = umask(0177);
+	int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
+	int e = errno;
+	umask(old);
+	if (rc < 0 || chmod(path, 0600) < 0 || listen(fd, 128) < 0) {
+		e = rc < 0 ? e : errno;
+		close(fd);
+		if (rc == 0)
+			unlink(path);
+		*why = strerror(e);
+		return -1;
+	}
+	return fd;
+}
+
+/* The token: the file's first line, at least 16 bytes of printable ASCII
+ * without spaces; the file must be private to its owner. */
+static char *read_token(const char *path)
+{
+	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	if (fd < 0) {
+		fprintf(stderr, "moat serve: --token-file %s: %s\n", path, strerror(errno));
+		return NULL;
+	}
+	struct stat st;
+	char *buf = NULL;
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		fprintf(stderr, "moat serve: --token-file %s is not a regular file\n", path);
+		goto out;
+	}
+	if (st.st_mode & 077) {
+		fprintf(stderr, "moat serve: --token-file %s is readable or writable by others "
+				"(mode %04o); chmod 600 it\n", path, (unsigned)(st.st_mode & 07777));
+		goto out;
+	}
+	if (!(buf = calloc(1, TOKEN_MAX + 1)))
+		goto out;
+	ssize_t n = read(fd, buf, TOKEN_MAX);
+	if (n < 0) {
+		fprintf(stderr, "moat serve: --token-file %s: %s\n", path, strerror(errno));
+		goto fail;
+	}
+	buf[n] = '\0';
+	buf[strcspn(buf, "\r\n")] = '\0';
+	size_t len = strlen(buf);
+	for (size_t i = 0; i < len; i++)
+		if (buf[i] <= 0x20 || buf[i] == 0x7f) {
+			fprintf(stderr, "moat serve: --token-file %s: the token must be printable "
+					"ASCII without spaces\n", path);
+			goto fail;
+		}
+	if (len < TOKEN_MIN) {
+		fprintf(stderr, "moat serve: --token-file %s: the token must be at least %d "
+				"bytes\n", path, TOKEN_MIN);
+		goto fail;
+	}
+	goto out;
+fail:
+	free(buf);
+	buf = NULL;
+out:
+	close(fd);
+	return buf;
+}
+
+static bool is_dir(const char *p)
+{
+	struct stat st;
+	return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* $MOAT_RUNTIME_DIR, else next to the binary: ../share/moat/runtime
+ * (installed) or ../runtime (the build tree). Malloc'd or NULL. */
+static char *find_runtime(void)
+{
+	const char *env = getenv("MOAT_RUNTIME_DIR");
+	if (env && *env)
+		return realpath(env, NULL);
+	char *exe = realpath("/proc/self/exe", NULL);
+	if (!exe)
+		return NULL;
+	char *slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	static const char *const rel[] = { "/../share/moat/runtime", "/../runtime" };
+	char *found = NULL;
+	for (size_t i = 0; i < 2 && !found; i++) {
+		char *p = NULL;
+		if (asprintf(&p, "%s%s", exe, rel[i]) < 0)
+			break;
+		if (is_dir(p))
+			found = realpath(p, NULL);
+		free(p);
+	}
+	free(exe);
+	return found;
+}
+
+int cli_serve(int argc, char **argv)
+{
+	static const struct option longs[] = {
+		{ "listen", required_argument, NULL, 'l' },
+		{ "socket", required_argument, NULL, 's' },
+		{ "token-file", required_argument, NULL, 't' },
+		{ "max-concurrent", required_argument, NULL, 'm' },
+		{ "queue", required_argument, NULL, 'q' },
+		{ "config", required_argument, NULL, 'c' },
+		{ "rootfs", required_argument, NULL, 'r' },
+		{ "runtime", required_argument, NULL, 'R' },
+		{ "grace", required_argument, NULL, 'g' },
+		{ "client-timeout", required_argument, NULL, 'T' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *listen_spec = NULL, *sock = NULL, *token_file = NULL, *config = NULL;
+	const char *rootfs = NULL, *runtime = NULL;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
+	bool have_queue = false;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+h", longs, NULL)) != -1) {
+		switch (c) {
+		case 'l': listen_spec = optarg; break;
+		case 's': sock = optarg; break;
+		case 't': token_file = optarg; break;
+		case 'c': config = optarg; break;
+		case 'r': rootfs = optarg; break;
+		case 'R': runtime = optarg; break;
+		case 'm':
+			if (parse_uint(optarg, 1, 4096, &maxc) < 0)
+				return bad("--max-concurrent wants a number from 1 to 4096, not %s",
+					   optarg);
+			break;
+		case 'q':
+			if (parse_uint(optarg, 0, 65536, &queue) < 0)
+				return bad("--queue wants a number from 0 to 65536, not %s", optarg);
+			have_queue = true;
+			break;
+		case 'g':
+			if (parse_uint(optarg, 0, 3600, &grace) < 0)
+				return bad("--grace wants seconds from 0 to 3600, not %s", optarg);
+			break;
+		case 'T':
+			if (parse_uint(optarg, 1, 3600, &client_to) < 0)
+				return bad("--client-timeout wants seconds from 1 to 3600, not %s",
+					   optarg);
+			break;
+		case 'h':
+			usage(stdout);
+			return 0;
+		default:
+			usage(stderr);
+			return 2;
+		}
+	}
+	if (optind < argc)
+		return bad("unexpected argument %s", argv[optind]);
+	if (listen_spec && sock)
+		return bad("%s", "--listen and --socket exclude each other");
+	if (!have_queue)
+		queue = maxc > 16384 ? 65536 : 4 * maxc;
+
+	char *sock_path = NULL;
+	if (!listen_spec && !sock) {
+		if (geteuid() == 0) {
+			listen_spec = "127.0.0.1:3000";
+		} else {
+			const char *xdg = getenv("XDG_RUNTIME_DIR");
+			if (!xdg || xdg[0] != '/')
+				return bad("%s", "XDG_RUNTIME_DIR is not set: give --socket PATH or "
+						 "--listen HOST:PORT");
+			if (asprintf(&sock_path, "%s/moat.sock", xdg) < 0)
+				return 3;
+			sock = sock_path;
+		}
+	}
+
+	char *token = NULL;
+	if (token_file && !(token = read_token(token_file)))
+		return 2;
+
+	struct moat_error err = { 0 };
+	struct moat_config *cfg = NULL;
+	int rc = 2;
+	char *rt = NULL, *desc = NULL;
+	int fd = -1;
+	if (moat_config_load(config, &cfg, &err) < 0) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	if (strcmp(moat_config_provider(cfg), "native"))
+		fprintf(stderr, "moat serve: the config selects provider \"%s\"; the service "
+				"runs every request with the native sandbox\n",
+			moat_config_provider(cfg));
+	if (runtime) {
+		if (!is_dir(runtime) || !(rt = realpath(runtime, NULL))) {
+			rc = bad("--runtime %s is not a directory", runtime);
+			goto out;
+		}
+	} else if (!(rt = find_runtime())) {
+		fprintf(stderr, "moat serve: no runtime shims found ($MOAT_RUNTIME_DIR, "
+				"../share/moat/runtime or ../runtime next to moat): handler-mode "
+				"requests will get 503; scripts work\n");
+	}
+
+	if (listen_spec) {
+		bool loopback = false;
+		fd = tcp_listener(listen_spec, &loopback);
+		if (fd == -1) {
+			rc = bad("--listen wants a numeric HOST:PORT (127.0.0.1:3000, [::1]:3000), "
+				 "not %s", listen_spec);
+			goto out;
+		}
+		if (fd == -2) {
+			fprintf(stderr, "moat serve: cannot listen on %s: %s\n", listen_spec,
+				strerror(errno));
+			rc = 3;
+			goto out;
+		}
+		if (!loopback && !token) {
+			close(fd);
+			fd = -1;
+			rc = bad("--listen %s is not a loopback address: anyone who reaches it "
+				 "could run code on this machine; give --token-file", listen_spec);
+			goto out;
+		}
+		desc = strdup(listen_spec);
+	} else {
+		const char *why = "";
+		if ((fd = unix_listener(sock, &why)) < 0) {
+			fprintf(stderr, "moat serve: cannot listen on %s: %s\n", sock, why);
+			rc = 3;
+			goto out;
+		}
+		if (asprintf(&desc, "unix:%s", sock) < 0)
+			desc = NULL;
+	}
+
+	/* each connection and each run hold fds (a run about ten, with egress two
+	 * per relayed connection): take what the hard limit allows */
+	struct rlimit nofile;
+	if (getrlimit(RLIMIT_NOFILE, &nofile) == 0 && nofile.rlim_cur < nofile.rlim_max) {
+		nofile.rlim_cur = nofile.rlim_max > 65536 ? 65536 : nofile.rlim_max;
+		(void)setrlimit(RLIMIT_NOFILE, &nofile);
+	}
+	sigset_t stop;
+	sigemptyset(&stop);
+	sigaddset(&stop, SIGTERM);
+	sigaddset(&stop, SIGINT);
+	sigaddset(&stop, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &stop, NULL); /* every thread started after this inherits it */
+	signal(SIGPIPE, SIG_IGN);
+
+	struct moat_serve_options o = {
+		.listen_fd = fd, .listen_desc = desc ? desc : "?", .unlink_path = sock,
+		.token = token, .max_concurrent = maxc, .queue = queue, .grace_s = grace,
+		.client_timeout_s = client_to, .runtime_dir = rt, .rootfs_dir = rootfs, .cfg = cfg,
+		.log = stderr,
+	};
+	fd = -1; /* the service's now */
+	if (moat_serve_run(&o, &stop, &err) < 0) {
+		rc = cli_fail(&err);
+		if (sock)
+			unlink(sock);
+	} else {
+		rc = 0;
+	}
+out:
+	if (fd >= 0) {
+		close(fd);
+		if (sock)
+			unlink(sock);
+	}
+	moat_error_clear(&err);
+	moat_config_free(cfg);
+	if (token) {
+		explicit_bzero(token, strlen(token));
+		free(token);
+	}
+	free(rt);
+	free(desc);
+	free(sock_path);
+	return rc;
+}

@@ -1,0 +1,117 @@
+/* serve: pieces of the HTTP service that are pure logic (envelope, limits,
+ * handler frames, metrics) and are unit-tested without a server. */
+#ifndef MOAT_SERVE_INTERNAL_H
+#define MOAT_SERVE_INTERNAL_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "serve/serve.h"
+
+#define SERVE_SCRIPT_OUTPUT_CAP (256u * 1024u)   /* Spin: stdout/stderr of a script */
+#define SERVE_MAX_BODY (6u * 1024u * 1024u)      /* a request body */
+#define SERVE_MAX_SANDBOX_ID 256u
+#define SERVE_MAX_HANDLER_HEADERS 100u
+#define SERVE_MAX_HEAD_BYTES (64u * 1024u)       /* the handler's head line */
+
+/* ---- operator limits (config "serve" object) ---- */
+struct serve_limits {
+	uint64_t def_timeout_ms, max_timeout_ms;
+	uint64_t def_memory_mb, max_memory_mb;
+	double def_cpus, max_cpus;
+	uint64_t def_pids, max_pids;
+	bool allow_open_network;
+	uint64_t max_response_bytes;
+};
+/* Built-in values (SERVE.md); max_cpus: online CPUs. */
+void serve_limits_default(struct serve_limits *l);
+/* The "serve" object of a config (JSON text; NULL: nothing to do). Unknown
+ * keys, wrong types and a default above its max are SandboxConfigErrors. */
+int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_error *err);
+/* Fills what the request did not give (MOAT_REQ_HAS_* in given) with the
+ * defaults and refuses (SandboxPolicyError) what exceeds a max. */
+int serve_limits_apply(const struct serve_limits *l, struct moat_request *req, unsigned given,
+		       struct moat_error *err);
+
+/* ---- the Spin envelope ---- */
+enum serve_mode { SERVE_SCRIPT, SERVE_HANDLER };
+struct serve_input { /* the request a handler gets */
+	char *method, *path, *body;
+	size_t body_len;
+	char **headers; /* name, value, name, value... */
+	size_t headers_count; /* pairs */
+};
+struct serve_envelope {
+	struct moat_request *req; /* ready to run: bootstrap + files for handlers */
+	enum serve_mode mode;
+	bool kv_enabled;
+	struct serve_input input;
+};
+/* Parses the body of POST /py/... (lang python) or /ts/... (typescript).
+ * -1 with *err: SandboxConfigError (400), or *too_large (413). */
+int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
+			 struct serve_envelope *out, bool *too_large, struct moat_error *err);
+void serve_envelope_free(struct serve_envelope *env);
+/* Handler detection (SERVE.md "Mode"). */
+bool serve_is_handler(const char *code, size_t len, enum moat_language lang);
+
+/* ---- handler frames (SERVE.md "The handler protocol") ---- */
+enum frame_state { FRAME_HEAD, FRAME_LEN, FRAME_BODY, FRAME_END, FRAME_FAILED };
+struct frame_sink { /* what the parser reports */
+	void (*head)(void *ctx, int status, char **headers, size_t count); /* headers: owned */
+	void (*body)(void *ctx, const char *buf, size_t len);
+	void *ctx;
+};
+struct frame_parser {
+	enum frame_state state;
+	struct moat_buf line; /* the head line or a length line being read */
+	uint64_t remaining;   /* bytes of the current chunk */
+	uint64_t body_total, body_cap;
+	bool head_seen;
+	char *error;          /* FRAME_FAILED: why (malloc'd, one line) */
+	struct frame_sink sink;
+};
+void frame_init(struct frame_parser *p, uint64_t body_cap, const struct frame_sink *sink);
+void frame_feed(struct frame_parser *p, const char *buf, size_t len);
+/* The program ended: a parser not in FRAME_END fails ("no response"). */
+void frame_finish(struct frame_parser *p);
+void frame_free(struct frame_parser *p);
+/* A handler's response header is passed on: name a token, value printable. */
+bool frame_header_ok(const char *name, const char *value);
+/* Headers moat sets itself (framing, hop-by-hop): dropped. */
+bool frame_header_dropped(const char *name);
+
+/* ---- metrics ---- */
+enum serve_route { R_PY, R_TS, R_V1_RUN, R_HEALTHZ, R_METRICS, R_OTHER, R__COUNT };
+enum serve_outcome {
+	O_OK, O_ERROR, O_TIMEOUT, O_OOM, O_KILLED, O_DISCONNECTED, O_BAD_REQUEST,
+	O_UNAUTHORIZED, O_REJECTED, O_UNAVAILABLE, O__COUNT
+};
+#define SERVE_LANGS (MOAT_LANG__COUNT + 1) /* + "none" */
+#define SERVE_BUCKETS 14
+struct serve_metrics {
+	pthread_mutex_t mu;
+	uint64_t requests[R__COUNT][SERVE_LANGS][O__COUNT];
+	uint64_t buckets[R__COUNT][SERVE_BUCKETS + 1]; /* last: +Inf */
+	double sum[R__COUNT];
+	uint64_t count[R__COUNT];
+	int64_t in_flight, queued;
+	uint64_t rejected;
+};
+const char *serve_route_name(enum serve_route r);
+const char *serve_outcome_name(enum serve_outcome o);
+void serve_metrics_init(struct serve_metrics *m);
+void serve_metrics_record(struct serve_metrics *m, enum serve_route r, int lang,
+			  enum serve_outcome o, double seconds);
+/* Prometheus text format; malloc'd. */
+char *serve_metrics_render(struct serve_metrics *m);
+
+/* The one-line "error" of a Spin script result (NULL on success). */
+char *serve_script_error(const struct moat_result *res, const struct moat_request *req);
+/* The outcome a finished run counts as. */
+enum serve_outcome serve_run_outcome(const struct moat_result *res);
+
+#endif

@@ -1,0 +1,232 @@
+/* The operator's limits (the config's "serve" object) and how a finished
+ * run is reported: the Spin "error" line and the metrics outcome. */
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cjson/cJSON.h>
+
+#include "serve/internal.h"
+
+#define MAX_TIMEOUT_MS (24ull * 3600 * 1000)
+
+void serve_limits_default(struct serve_limits *l)
+{
+	long n = sysconf(_SC_NPROCESSORS_ONLN);
+	*l = (struct serve_limits){
+		.def_timeout_ms = 10000, .max_timeout_ms = 60000,
+		.def_memory_mb = 256, .max_memory_mb = 1024,
+		.def_cpus = 1, .max_cpus = n > 0 ? (double)n : 1,
+		.def_pids = 64, .max_pids = 256,
+		.allow_open_network = false,
+		.max_response_bytes = 16u * 1024u * 1024u,
+	};
+}
+
+static int get_num(const cJSON *it, const char *where, double lo, double hi, double *out,
+		   struct moat_error *err)
+{
+	if (!cJSON_IsNumber(it) || it->valuedouble < lo || it->valuedouble > hi)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "config serve.%s.%s must be a number from %g to %g", where,
+				      it->string, lo, hi);
+	*out = it->valuedouble;
+	return 0;
+}
+
+static int parse_set(const cJSON *obj, const char *where, uint64_t *timeout, uint64_t *mem,
+		     double *cpus, uint64_t *pids, struct moat_error *err)
+{
+	if (!cJSON_IsObject(obj))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "config serve.%s must be an object",
+				      where);
+	for (const cJSON *it = obj->child; it; it = it->next) {
+		double v = 0;
+		const char *k = it->string ? it->string : "";
+		if (!strcmp(k, "timeout")) {
+			if (get_num(it, where, 1, (double)MAX_TIMEOUT_MS, &v, err) < 0)
+				return -1;
+			*timeout = (uint64_t)v;
+		} else if (!strcmp(k, "memoryMb")) {
+			if (get_num(it, where, 16, 1024.0 * 1024, &v, err) < 0)
+				return -1;
+			*mem = (uint64_t)v;
+		} else if (!strcmp(k, "cpus")) {
+			if (get_num(it, where, 0.01, 1024, &v, err) < 0)
+				return -1;
+			*cpus = v;
+		} else if (!strcmp(k, "pidsLimit")) {
+			if (get_num(it, where, 1, 1 << 22, &v, err) < 0)
+				return -1;
+			*pids = (uint64_t)v;
+		} else {
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "config serve.%s: unknown key \"%.64s\" (timeout, "
+					      "memoryMb, cpus, pidsLimit)", where, k);
+		}
+	}
+	return 0;
+}
+
+int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_error *err)
+{
+	if (!json)
+		return 0;
+	cJSON *root = cJSON_Parse(json);
+	int rc = -1;
+	if (!cJSON_IsObject(root)) {
+		moat_error_set(err, MOAT_ERR_CONFIG, 0, "config \"serve\" must be an object");
+		goto out;
+	}
+	for (const cJSON *it = root->child; it; it = it->next) {
+		const char *k = it->string ? it->string : "";
+		if (!strcmp(k, "defaults")) {
+			if (parse_set(it, "defaults", &l->def_timeout_ms, &l->def_memory_mb,
+				      &l->def_cpus, &l->def_pids, err) < 0)
+				goto out;
+		} else if (!strcmp(k, "max")) {
+			if (parse_set(it, "max", &l->max_timeout_ms, &l->max_memory_mb, &l->max_cpus,
+				      &l->max_pids, err) < 0)
+				goto out;
+		} else if (!strcmp(k, "allowOpenNetwork")) {
+			if (!cJSON_IsBool(it)) {
+				moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					       "config serve.allowOpenNetwork must be a boolean");
+				goto out;
+			}
+			l->allow_open_network = cJSON_IsTrue(it);
+		} else if (!strcmp(k, "maxResponseBytes")) {
+			double v = 0;
+			if (get_num(it, "", 1024, 1024.0 * 1024 * 1024, &v, err) < 0)
+				goto out;
+			l->max_response_bytes = (uint64_t)v;
+		} else {
+			moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				       "config serve: unknown key \"%.64s\" (defaults, max, "
+				       "allowOpenNetwork, maxResponseBytes)", k);
+			goto out;
+		}
+	}
+	if (l->def_timeout_ms > l->max_timeout_ms || l->def_memory_mb > l->max_memory_mb ||
+	    l->def_cpus > l->max_cpus || l->def_pids > l->max_pids) {
+		moat_error_set(err, MOAT_ERR_CONFIG, 0,
+			       "config serve: a default is above its max (timeout %llu/%llu ms, "
+			       "memoryMb %llu/%llu, cpus %g/%g, pidsLimit %llu/%llu)",
+			       (unsigned long long)l->def_timeout_ms,
+			       (unsigned long long)l->max_timeout_ms,
+			       (unsigned long long)l->def_memory_mb,
+			       (unsigned long long)l->max_memory_mb, l->def_cpus, l->max_cpus,
+			       (unsigned long long)l->def_pids, (unsigned long long)l->max_pids);
+		goto out;
+	}
+	rc = 0;
+out:
+	cJSON_Delete(root);
+	return rc;
+}
+
+static int over(struct moat_error *err, const char *what, double asked, double max,
+		const char *unit)
+{
+	return moat_error_set(err, MOAT_ERR_POLICY, 0,
+			      "%s %g%s exceeds this server's maximum %g%s", what, asked, unit, max,
+			      unit);
+}
+
+int serve_limits_apply(const struct serve_limits *l, struct moat_request *req, unsigned given,
+		       struct moat_error *err)
+{
+	if (!(given & MOAT_REQ_HAS_TIMEOUT))
+		req->timeout_ms = l->def_timeout_ms;
+	if (!(given & MOAT_REQ_HAS_MEMORY))
+		req->memory_mb = l->def_memory_mb;
+	if (!(given & MOAT_REQ_HAS_CPUS))
+		req->cpus = l->def_cpus;
+	if (!(given & MOAT_REQ_HAS_PIDS))
+		req->pids_limit = l->def_pids;
+	if (req->timeout_ms > l->max_timeout_ms)
+		return over(err, "timeout", (double)req->timeout_ms, (double)l->max_timeout_ms,
+			    " ms");
+	if (req->memory_mb > l->max_memory_mb)
+		return over(err, "memoryMb", (double)req->memory_mb, (double)l->max_memory_mb, "");
+	if (req->cpus > l->max_cpus)
+		return over(err, "cpus", req->cpus, l->max_cpus, "");
+	if (req->pids_limit > l->max_pids)
+		return over(err, "pidsLimit", (double)req->pids_limit, (double)l->max_pids, "");
+	if (req->network && !l->allow_open_network)
+		return moat_error_set(err, MOAT_ERR_POLICY, 0,
+				      "\"network\": true (open egress) is not allowed on this server "
+				      "(config serve.allowOpenNetwork); use \"allowedHosts\"");
+	return 0;
+}
+
+/* The last non-empty line of stderr, bounded and printable. */
+static void last_line(const struct moat_result *res, struct moat_buf *b)
+{
+	const char *s = res->stderr_buf;
+	size_t n = res->stderr_len;
+	while (n && (s[n - 1] == '\n' || s[n - 1] == '\r' || s[n - 1] == ' '))
+		n--;
+	size_t start = n;
+	while (start && s[start - 1] != '\n')
+		start--;
+	size_t len = n - start;
+	if (len > 300) {
+		start = n - 300;
+		len = 300;
+	}
+	if (!len)
+		return;
+	moat_buf_append(b, ": ", 2);
+	for (size_t i = 0; i < len; i++) {
+		unsigned char c = (unsigned char)s[start + i];
+		char ch = (c < 0x20 || c == 0x7f) ? ' ' : (char)c;
+		moat_buf_append(b, &ch, 1);
+	}
+}
+
+char *serve_script_error(const struct moat_result *res, const struct moat_request *req)
+{
+	struct moat_buf b = { 0 };
+	if (res->exited && res->exit_code == 0)
+		return NULL;
+	const char *k = res->killed_by ? res->killed_by : "";
+	if (res->exited) {
+		moat_buf_appendf(&b, "exit code %d", res->exit_code);
+		last_line(res, &b);
+	} else if (res->timed_out || !strcmp(k, "timeout")) {
+		moat_buf_appendf(&b, "timed out after %llu ms", (unsigned long long)req->timeout_ms);
+	} else if (res->oom_killed || !strcmp(k, "oom")) {
+		moat_buf_appendf(&b, "memory limit exceeded (%llu MiB)",
+				 (unsigned long long)req->memory_mb);
+	} else if (!strcmp(k, "pids")) {
+		moat_buf_appendf(&b, "process limit reached (%llu)",
+				 (unsigned long long)req->pids_limit);
+	} else if (!strcmp(k, "seccomp")) {
+		moat_buf_appendf(&b, "killed by seccomp (a forbidden system call)");
+	} else if (!strcmp(k, "cancelled")) {
+		moat_buf_appendf(&b, "cancelled");
+	} else {
+		const char *abbrev = res->signal > 0 ? sigabbrev_np(res->signal) : NULL;
+		if (abbrev)
+			moat_buf_appendf(&b, "killed by signal SIG%s", abbrev);
+		else
+			moat_buf_appendf(&b, "killed by signal %d", res->signal);
+	}
+	return moat_buf_take(&b);
+}
+
+enum serve_outcome serve_run_outcome(const struct moat_result *res)
+{
+	const char *k = res->killed_by ? res->killed_by : "";
+	if (res->exited)
+		return res->exit_code == 0 ? O_OK : O_ERROR;
+	if (res->timed_out || !strcmp(k, "timeout"))
+		return O_TIMEOUT;
+	if (res->oom_killed || !strcmp(k, "oom"))
+		return O_OOM;
+	if (!strcmp(k, "cancelled"))
+		return O_DISCONNECTED;
+	return O_KILLED;
+}

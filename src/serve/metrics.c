@@ -1,0 +1,114 @@
+/* Counters of the service, rendered in the Prometheus text format. */
+#include <string.h>
+
+#include "serve/internal.h"
+
+static const double bucket_le[SERVE_BUCKETS] = {
+	0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300,
+};
+
+static const char *const route_names[R__COUNT] = {
+	[R_PY] = "py", [R_TS] = "ts", [R_V1_RUN] = "v1_run", [R_HEALTHZ] = "healthz",
+	[R_METRICS] = "metrics", [R_OTHER] = "other",
+};
+
+static const char *const outcome_names[O__COUNT] = {
+	[O_OK] = "ok", [O_ERROR] = "error", [O_TIMEOUT] = "timeout", [O_OOM] = "oom",
+	[O_KILLED] = "killed", [O_DISCONNECTED] = "disconnected", [O_BAD_REQUEST] = "bad_request",
+	[O_UNAUTHORIZED] = "unauthorized", [O_REJECTED] = "rejected",
+	[O_UNAVAILABLE] = "unavailable",
+};
+
+const char *serve_route_name(enum serve_route r)
+{
+	return (unsigned)r < R__COUNT ? route_names[r] : "other";
+}
+
+const char *serve_outcome_name(enum serve_outcome o)
+{
+	return (unsigned)o < O__COUNT ? outcome_names[o] : "error";
+}
+
+static const char *lang_label(int lang)
+{
+	const struct moat_lang_info *li = lang >= 0 ? moat_lang_get((enum moat_language)lang) : NULL;
+	return li ? li->name : "none";
+}
+
+void serve_metrics_init(struct serve_metrics *m)
+{
+	memset(m, 0, sizeof *m);
+	pthread_mutex_init(&m->mu, NULL);
+}
+
+void serve_metrics_record(struct serve_metrics *m, enum serve_route r, int lang,
+			  enum serve_outcome o, double seconds)
+{
+	if ((unsigned)r >= R__COUNT)
+		r = R_OTHER;
+	if ((unsigned)o >= O__COUNT)
+		o = O_ERROR;
+	size_t li = lang >= 0 && lang < MOAT_LANG__COUNT ? (size_t)lang : MOAT_LANG__COUNT;
+	pthread_mutex_lock(&m->mu);
+	m->requests[r][li][o]++;
+	size_t b = 0;
+	while (b < SERVE_BUCKETS && seconds > bucket_le[b])
+		b++;
+	m->buckets[r][b]++;
+	m->sum[r] += seconds;
+	m->count[r]++;
+	if (o == O_REJECTED)
+		m->rejected++;
+	pthread_mutex_unlock(&m->mu);
+}
+
+char *serve_metrics_render(struct serve_metrics *m)
+{
+	struct moat_buf b = { 0 };
+	pthread_mutex_lock(&m->mu);
+	moat_buf_appendf(&b, "# HELP moat_serve_requests_total Requests answered, by route, "
+			     "language and outcome.\n# TYPE moat_serve_requests_total counter\n");
+	for (int r = 0; r < R__COUNT; r++)
+		for (int l = 0; l < SERVE_LANGS; l++)
+			for (int o = 0; o < O__COUNT; o++)
+				if (m->requests[r][l][o])
+					moat_buf_appendf(&b, "moat_serve_requests_total{route=\"%s\","
+							     "language=\"%s\",outcome=\"%s\"} %llu\n",
+							 route_names[r],
+							 lang_label(l < MOAT_LANG__COUNT ? l : -1),
+							 outcome_names[o],
+							 (unsigned long long)m->requests[r][l][o]);
+	moat_buf_appendf(&b, "# HELP moat_serve_request_duration_seconds Time from the request "
+			     "to its answer.\n# TYPE moat_serve_request_duration_seconds histogram\n");
+	for (int r = 0; r < R__COUNT; r++) {
+		if (!m->count[r])
+			continue;
+		uint64_t cum = 0;
+		for (int i = 0; i <= SERVE_BUCKETS; i++) {
+			cum += m->buckets[r][i];
+			if (i < SERVE_BUCKETS)
+				moat_buf_appendf(&b, "moat_serve_request_duration_seconds_bucket{route="
+						     "\"%s\",le=\"%g\"} %llu\n", route_names[r],
+						 bucket_le[i], (unsigned long long)cum);
+			else
+				moat_buf_appendf(&b, "moat_serve_request_duration_seconds_bucket{route="
+						     "\"%s\",le=\"+Inf\"} %llu\n", route_names[r],
+						 (unsigned long long)cum);
+		}
+		moat_buf_appendf(&b, "moat_serve_request_duration_seconds_sum{route=\"%s\"} %.6f\n"
+				     "moat_serve_request_duration_seconds_count{route=\"%s\"} %llu\n",
+				 route_names[r], m->sum[r], route_names[r],
+				 (unsigned long long)m->count[r]);
+	}
+	moat_buf_appendf(&b, "# HELP moat_serve_in_flight Runs in progress.\n"
+			     "# TYPE moat_serve_in_flight gauge\nmoat_serve_in_flight %lld\n"
+			     "# HELP moat_serve_queued Requests waiting for a run slot.\n"
+			     "# TYPE moat_serve_queued gauge\nmoat_serve_queued %lld\n"
+			     "# HELP moat_serve_rejected_total Requests refused with 503 because "
+			     "every slot and the queue were full.\n"
+			     "# TYPE moat_serve_rejected_total counter\nmoat_serve_rejected_total %llu\n",
+			 (long long)m->in_flight, (long long)m->queued,
+			 (unsigned long long)m->rejected);
+	pthread_mutex_unlock(&m->mu);
+	return moat_buf_take(&b);
+}

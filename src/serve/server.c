@@ -1,0 +1,876 @@
+/* `moat serve`: libmicrohttpd with a thread per connection. Each request is
+ * routed, authenticated and size-checked from its headers, its body is
+ * buffered (capped), then it waits for a run slot (bounded queue) and runs
+ * in a fresh sandbox: scripts and /v1/run in the connection's thread,
+ * handlers in a worker thread that streams the response to the connection's
+ * thread as it comes. docs/SERVE.md is the contract. */
+#include <errno.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/sha256.h"
+#include "core/sys.h"
+#include "serve/internal.h"
+#include "serve/mhd_dl.h"
+
+#define READER_BLOCK (64u * 1024u)
+#define PER_IP_LIMIT 64u
+#define CONNECTION_LIMIT 512u
+#define HEADER_MEMORY (32u * 1024u)
+
+struct server {
+	const struct moat_serve_options *o;
+	struct serve_limits limits;
+	struct serve_metrics metrics;
+	struct MHD_Daemon *d;
+	pthread_mutex_t mu; /* running, waiting, stopping */
+	pthread_cond_t cv;
+	unsigned running, waiting;
+	bool stopping;
+	int cancel_fd; /* eventfd: written when the grace period is over */
+	bool auth;
+	uint8_t token_hash[MOAT_SHA256_LEN];
+	pthread_mutex_t log_mu;
+};
+
+/* A handler's response on its way from the worker to the connection. */
+struct stream {
+	struct frame_parser frame;
+	bool head_ready, finished;
+	int status;
+	char **headers;
+	size_t headers_count;
+	struct moat_buf pending; /* body bytes not yet taken by MHD */
+	size_t pending_off;
+	struct moat_result *res;
+	struct moat_error err;
+	bool run_failed;
+};
+
+struct req {
+	struct server *s;
+	pthread_mutex_t mu; /* refs, st */
+	pthread_cond_t cv;
+	int refs;
+	enum serve_route route;
+	int lang; /* -1: none */
+	const char *mode; /* "script", "handler", NULL */
+	bool is_post, done_headers, too_large;
+	struct moat_buf body;
+	int64_t t0;
+	uint64_t bytes_out;
+	unsigned status;
+	enum serve_outcome outcome;
+	char method[16];
+	char *path;
+	char remote[INET6_ADDRSTRLEN + 8];
+	int conn_fd; /* dup of the client socket while a run watches it */
+	struct serve_envelope env;
+	struct stream st;
+	bool has_slot;
+};
+
+static int64_t now_ms(void)
+{
+	return moat_mono_ms();
+}
+
+/* ---- access log ---- */
+
+static void log_request(struct req *q)
+{
+	struct server *s = q->s;
+	struct moat_buf b = { 0 };
+	char ts[64];
+	struct timespec tv;
+	struct tm tm;
+	clock_gettime(CLOCK_REALTIME, &tv);
+	gmtime_r(&tv.tv_sec, &tm);
+	strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
+	moat_buf_appendf(&b, "{\"ts\":\"%s.%03ldZ\",\"remote\":", ts, tv.tv_nsec / 1000000);
+	moat_buf_append_json_string(&b, q->remote, strlen(q->remote));
+	moat_buf_append(&b, ",\"method\":", 10);
+	moat_buf_append_json_string(&b, q->method, strlen(q->method));
+	moat_buf_append(&b, ",\"path\":", 8);
+	const char *p = q->path ? q->path : "";
+	moat_buf_append_json_string(&b, p, strlen(p) > 256 ? 256 : strlen(p));
+	moat_buf_appendf(&b, ",\"route\":\"%s\",\"status\":%u,\"outcome\":\"%s\",\"durationMs\":%lld,"
+			     "\"bytesIn\":%zu,\"bytesOut\":%llu",
+			 serve_route_name(q->route), q->status, serve_outcome_name(q->outcome),
+			 (long long)(now_ms() - q->t0), q->body.len,
+			 (unsigned long long)q->bytes_out);
+	if (q->lang >= 0)
+		moat_buf_appendf(&b, ",\"language\":\"%s\"",
+				 moat_lang_get((enum moat_language)q->lang)->name);
+	if (q->mode)
+		moat_buf_appendf(&b, ",\"mode\":\"%s\"", q->mode);
+	moat_buf_append(&b, "}\n", 2);
+	if (!b.oom && b.data) {
+		pthread_mutex_lock(&s->log_mu);
+		fwrite(b.data, 1, b.len, s->o->log);
+		fflush(s->o->log);
+		pthread_mutex_unlock(&s->log_mu);
+	}
+	moat_buf_free(&b);
+}
+
+static void req_unref(struct req *q)
+{
+	pthread_mutex_lock(&q->mu);
+	int left = --q->refs;
+	pthread_mutex_unlock(&q->mu);
+	if (left)
+		return;
+	log_request(q);
+	serve_metrics_record(&q->s->metrics, q->route, q->lang, q->outcome,
+			     (double)(now_ms() - q->t0) / 1000.0);
+	if (q->conn_fd >= 0)
+		close(q->conn_fd);
+	moat_buf_free(&q->body);
+	free(q->path);
+	serve_envelope_free(&q->env);
+	frame_free(&q->st.frame);
+	for (size_t i = 0; i < 2 * q->st.headers_count; i++)
+		free(q->st.headers[i]);
+	free(q->st.headers);
+	moat_buf_free(&q->st.pending);
+	moat_result_free(q->st.res);
+	moat_error_clear(&q->st.err);
+	pthread_mutex_destroy(&q->mu);
+	pthread_cond_destroy(&q->cv);
+	free(q);
+}
+
+/* ---- responses ---- */
+
+static enum MHD_Result respond(struct req *q, struct MHD_Connection *c, unsigned status,
+			       char *body, const char *ctype, const char *h1, const char *v1)
+{
+	size_t len = body ? strlen(body) : 0;
+	struct MHD_Response *r = MHD_create_response_from_buffer(len, body ? body : (char *)"",
+								 body ? MHD_RESPMEM_MUST_FREE
+								      : MHD_RESPMEM_PERSISTENT);
+	if (!r) {
+		free(body);
+		return MHD_NO;
+	}
+	MHD_add_response_header(r, "Content-Type", ctype);
+	MHD_add_response_header(r, "Cache-Control", "no-store");
+	if (h1)
+		MHD_add_response_header(r, h1, v1);
+	q->status = status;
+	q->bytes_out = len;
+	enum MHD_Result rc = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return rc;
+}
+
+static char *error_json(const char *type, const char *msg)
+{
+	struct moat_buf b = { 0 };
+	moat_buf_append(&b, "{\"error\":{\"type\":", 17);
+	moat_buf_append_json_string(&b, type, strlen(type));
+	moat_buf_append(&b, ",\"message\":", 11);
+	moat_buf_append_json_string(&b, msg, strlen(msg));
+	moat_buf_append(&b, ",\"provider\":\"native\"}}\n", 23);
+	return moat_buf_take(&b);
+}
+
+static enum MHD_Result fail(struct req *q, struct MHD_Connection *c, unsigned status,
+			    const char *type, enum serve_outcome outcome, const char *msg)
+{
+	q->outcome = outcome;
+	const char *h = NULL, *v = NULL;
+	if (status == 401)
+		h = "WWW-Authenticate", v = "Bearer";
+	else if (status == 405)
+		h = "Allow", v = q->route == R_HEALTHZ || q->route == R_METRICS ? "GET" : "POST";
+	else if (status == 503)
+		h = "Retry-After", v = "1";
+	return respond(q, c, status, error_json(type, msg), "application/json", h, v);
+}
+
+/* A moat error: 400 config, 403 policy, 503 unavailable. */
+static enum MHD_Result fail_moat(struct req *q, struct MHD_Connection *c,
+				 const struct moat_error *err)
+{
+	const char *msg = err->message ? err->message : "error";
+	const char *type = moat_error_type_name(err->type);
+	switch (err->type) {
+	case MOAT_ERR_POLICY:
+		return fail(q, c, 403, type, O_BAD_REQUEST, msg);
+	case MOAT_ERR_UNAVAILABLE:
+		return fail(q, c, 503, type, O_UNAVAILABLE, msg);
+	default:
+		return fail(q, c, 400, "SandboxConfigError", O_BAD_REQUEST, msg);
+	}
+}
+
+static void put_key_str(struct moat_buf *b, const char *key, const char *s, size_t len)
+{
+	moat_buf_appendf(b, ",\"%s\":", key);
+	if (s)
+		moat_buf_append_json_string(b, s, len);
+	else
+		moat_buf_append(b, "null", 4);
+}
+
+/* The Spin script result, with moat's extra fields. */
+static char *script_json(const struct moat_result *res, const struct moat_request *req)
+{
+	struct moat_buf b = { 0 };
+	moat_buf_append(&b, "{\"stdout\":", 10);
+	moat_buf_append_json_string(&b, res->stdout_buf ? res->stdout_buf : "", res->stdout_len);
+	put_key_str(&b, "stderr", res->stderr_buf ? res->stderr_buf : "", res->stderr_len);
+	char *e = serve_script_error(res, req);
+	put_key_str(&b, "error", e, e ? strlen(e) : 0);
+	free(e);
+	moat_buf_appendf(&b, ",\"stdoutTruncated\":%s,\"stderrTruncated\":%s,\"exitCode\":",
+			 res->stdout_truncated ? "true" : "false",
+			 res->stderr_truncated ? "true" : "false");
+	if (res->exited)
+		moat_buf_appendf(&b, "%d", res->exit_code);
+	else
+		moat_buf_append(&b, "null", 4);
+	moat_buf_appendf(&b, ",\"timedOut\":%s", res->timed_out ? "true" : "false");
+	put_key_str(&b, "killedBy", res->killed_by, res->killed_by ? strlen(res->killed_by) : 0);
+	moat_buf_appendf(&b, ",\"durationMs\":%llu,\"limits\":{\"memory\":\"%s\",\"pids\":\"%s\","
+			     "\"cpu\":\"%s\"},\"warnings\":[",
+			 (unsigned long long)res->duration_ms,
+			 res->limit_memory ? res->limit_memory : "none",
+			 res->limit_pids ? res->limit_pids : "none",
+			 res->limit_cpu ? res->limit_cpu : "none");
+	for (size_t i = 0; i < res->warnings_count; i++) {
+		if (i)
+			moat_buf_append(&b, ",", 1);
+		moat_buf_append_json_string(&b, res->warnings[i], strlen(res->warnings[i]));
+	}
+	moat_buf_append(&b, "]}\n", 3);
+	return moat_buf_take(&b);
+}
+
+/* ---- run slots ---- */
+
+static void gauges(struct server *s)
+{
+	pthread_mutex_lock(&s->metrics.mu);
+	s->metrics.in_flight = s->running;
+	s->metrics.queued = s->waiting;
+	pthread_mutex_unlock(&s->metrics.mu);
+}
+
+/* 0: a slot is ours; -1: busy (queue full) or stopping. */
+static int admit(struct server *s, bool *stopping)
+{
+	int rc = -1;
+	pthread_mutex_lock(&s->mu);
+	if (s->stopping)
+		goto out;
+	if (s->running >= s->o->max_concurrent) {
+		if (s->waiting >= s->o->queue)
+			goto out;
+		s->waiting++;
+		gauges(s);
+		while (!s->stopping && s->running >= s->o->max_concurrent)
+			pthread_cond_wait(&s->cv, &s->mu);
+		s->waiting--;
+		if (s->stopping) {
+			gauges(s);
+			goto out;
+		}
+	}
+	s->running++;
+	gauges(s);
+	rc = 0;
+out:
+	*stopping = s->stopping;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+static void release_slot(struct server *s)
+{
+	pthread_mutex_lock(&s->mu);
+	s->running--;
+	gauges(s);
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void run_options(struct req *q, struct moat_run_options *opts)
+{
+	const struct moat_serve_options *o = q->s->o;
+	moat_run_options_init(opts);
+	opts->rootfs_dir = o->rootfs_dir ? o->rootfs_dir : o->cfg->rootfs_dir;
+	opts->policy_path = o->cfg->policy_path;
+	opts->runtime_dir = o->runtime_dir;
+	opts->cancel_fd = q->s->cancel_fd;
+	opts->hangup_fd = q->conn_fd;
+}
+
+/* ---- handlers: the worker and the streamed response ---- */
+
+static void on_head(void *ctx, int status, char **headers, size_t count)
+{
+	struct req *q = ctx; /* q->mu held by on_output */
+	q->st.status = status;
+	q->st.headers = headers;
+	q->st.headers_count = count;
+	q->st.head_ready = true;
+	pthread_cond_broadcast(&q->cv);
+}
+
+static void on_body(void *ctx, const char *buf, size_t len)
+{
+	struct req *q = ctx;
+	moat_buf_append(&q->st.pending, buf, len);
+	pthread_cond_broadcast(&q->cv);
+}
+
+static void on_output(void *ctx, enum moat_stream stream, const char *buf, size_t len)
+{
+	struct req *q = ctx;
+	if (stream != MOAT_STDOUT)
+		return;
+	pthread_mutex_lock(&q->mu);
+	frame_feed(&q->st.frame, buf, len);
+	if (q->st.frame.state == FRAME_FAILED)
+		pthread_cond_broadcast(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+}
+
+static void *handler_worker(void *arg)
+{
+	struct req *q = arg;
+	struct server *s = q->s;
+	struct moat_run_options opts;
+	run_options(q, &opts);
+	opts.on_output = on_output;
+	opts.output_ctx = q;
+	struct moat_result *res = NULL;
+	struct moat_error err = { 0 };
+	int rc = moat_run(q->env.req, &opts, &res, &err);
+	pthread_mutex_lock(&q->mu);
+	frame_finish(&q->st.frame);
+	q->st.res = res;
+	q->st.err = err;
+	q->st.run_failed = rc < 0;
+	q->st.finished = true;
+	enum serve_outcome ro = rc < 0 ? O_UNAVAILABLE : serve_run_outcome(res);
+	if (rc < 0)
+		q->outcome = err.type == MOAT_ERR_UNAVAILABLE ? O_UNAVAILABLE : O_BAD_REQUEST;
+	else if (q->st.frame.state == FRAME_END)
+		q->outcome = O_OK; /* complete; a hang-up after it only ends the teardown */
+	else if (ro == O_OK || (ro == O_DISCONNECTED && q->st.frame.state == FRAME_FAILED))
+		q->outcome = O_ERROR;
+	else
+		q->outcome = ro;
+	pthread_cond_broadcast(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+	req_unref(q);
+	release_slot(s); /* last: shutdown waits for it */
+	return NULL;
+}
+
+static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct req *q = cls;
+	pthread_mutex_lock(&q->mu);
+	while (q->st.pending.len == q->st.pending_off && !q->st.finished &&
+	       q->st.frame.state != FRAME_END && q->st.frame.state != FRAME_FAILED)
+		pthread_cond_wait(&q->cv, &q->mu);
+	size_t have = q->st.pending.len - q->st.pending_off;
+	ssize_t rc;
+	if (have) {
+		size_t n = have < max ? have : max;
+		memcpy(buf, q->st.pending.data + q->st.pending_off, n);
+		q->st.pending_off += n;
+		if (q->st.pending_off == q->st.pending.len)
+			q->st.pending.len = q->st.pending_off = 0;
+		q->bytes_out += n;
+		rc = (ssize_t)n;
+	} else if (q->st.frame.state == FRAME_END) {
+		rc = MHD_CONTENT_READER_END_OF_STREAM;
+	} else {
+		rc = MHD_CONTENT_READER_END_WITH_ERROR; /* truncated after the head */
+	}
+	pthread_mutex_unlock(&q->mu);
+	return rc;
+}
+
+static void stream_free(void *cls)
+{
+	req_unref(cls);
+}
+
+static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
+{
+	pthread_t t;
+	frame_init(&q->st.frame, q->s->limits.max_response_bytes,
+		   &(struct frame_sink){ on_head, on_body, q });
+	pthread_mutex_lock(&q->mu);
+	q->refs++; /* the worker's */
+	pthread_mutex_unlock(&q->mu);
+	pthread_attr_t attr;
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int e = pthread_create(&t, &attr, handler_worker, q);
+	pthread_attr_destroy(&attr);
+	if (e) {
+		pthread_mutex_lock(&q->mu);
+		q->refs--;
+		pthread_mutex_unlock(&q->mu);
+		release_slot(q->s);
+		q->has_slot = false;
+		return fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
+			    "cannot start a worker thread");
+	}
+	q->has_slot = false; /* the worker releases it */
+	pthread_mutex_lock(&q->mu);
+	while (!q->st.head_ready && !q->st.finished && q->st.frame.state != FRAME_FAILED)
+		pthread_cond_wait(&q->cv, &q->mu);
+	if (q->st.head_ready) {
+		int status = q->st.status;
+		pthread_mutex_unlock(&q->mu);
+		struct MHD_Response *r = MHD_create_response_from_callback(
+			MHD_SIZE_UNKNOWN, READER_BLOCK, stream_read, q, stream_free);
+		if (!r)
+			return MHD_NO;
+		pthread_mutex_lock(&q->mu);
+		q->refs++; /* the response's */
+		pthread_mutex_unlock(&q->mu);
+		for (size_t i = 0; i < q->st.headers_count; i++)
+			MHD_add_response_header(r, q->st.headers[2 * i], q->st.headers[2 * i + 1]);
+		q->status = (unsigned)status;
+		enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
+		MHD_destroy_response(r);
+		return rc;
+	}
+	/* no head: wait for the run's end, then answer with what is known */
+	while (!q->st.finished)
+		pthread_cond_wait(&q->cv, &q->mu);
+	pthread_mutex_unlock(&q->mu);
+	if (q->st.run_failed)
+		return fail_moat(q, c, &q->st.err);
+	struct moat_result *res = q->st.res;
+	char *why = q->st.frame.error ? q->st.frame.error : "the handler wrote no response";
+	char *script_err = serve_script_error(res, q->env.req);
+	struct moat_buf b = { 0 };
+	moat_buf_append(&b, "{\"stdout\":\"\"", 12);
+	put_key_str(&b, "stderr", res->stderr_buf ? res->stderr_buf : "", res->stderr_len);
+	struct moat_buf msg = { 0 };
+	/* a kill (timeout, memory) says more than the missing response */
+	if (script_err && !res->exited)
+		moat_buf_appendf(&msg, "%s", script_err);
+	else
+		moat_buf_appendf(&msg, "%s", why);
+	put_key_str(&b, "error", msg.data ? msg.data : "handler failed", msg.len);
+	moat_buf_free(&msg);
+	free(script_err);
+	moat_buf_appendf(&b, ",\"exitCode\":");
+	if (res->exited)
+		moat_buf_appendf(&b, "%d", res->exit_code);
+	else
+		moat_buf_append(&b, "null", 4);
+	moat_buf_appendf(&b, ",\"timedOut\":%s,\"durationMs\":%llu}\n",
+			 res->timed_out ? "true" : "false", (unsigned long long)res->duration_ms);
+	if (q->outcome == O_OK)
+		q->outcome = O_ERROR;
+	enum serve_outcome keep = q->outcome;
+	enum MHD_Result rc = respond(q, c, 500, moat_buf_take(&b), "application/json", NULL, NULL);
+	q->outcome = keep;
+	return rc;
+}
+
+/* ---- routes ---- */
+
+static enum MHD_Result run_script(struct req *q, struct MHD_Connection *c,
+				  const struct moat_request *req, bool v1)
+{
+	struct moat_run_options opts;
+	run_options(q, &opts);
+	struct moat_result *res = NULL;
+	struct moat_error err = { 0 };
+	int rc = moat_run(req, &opts, &res, &err);
+	release_slot(q->s);
+	q->has_slot = false;
+	if (rc < 0) {
+		enum MHD_Result r = fail_moat(q, c, &err);
+		moat_error_clear(&err);
+		return r;
+	}
+	q->outcome = serve_run_outcome(res);
+	char *body = v1 ? moat_result_to_json(res) : script_json(res, req);
+	moat_result_free(res);
+	if (!body)
+		return MHD_NO;
+	enum serve_outcome keep = q->outcome;
+	enum MHD_Result r = respond(q, c, 200, body, "application/json", NULL, NULL);
+	q->outcome = keep;
+	return r;
+}
+
+static enum MHD_Result take_slot(struct req *q, struct MHD_Connection *c)
+{
+	bool stopping;
+	if (admit(q->s, &stopping) < 0)
+		return fail(q, c, 503, "ServerBusy", O_REJECTED,
+			    stopping ? "the server is shutting down"
+				     : "every run slot and the queue are full; retry later");
+	q->has_slot = true;
+	/* the run watches the client: a hang-up kills it */
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0)
+		q->conn_fd = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
+	return MHD_YES;
+}
+
+static enum MHD_Result spin_route(struct req *q, struct MHD_Connection *c)
+{
+	enum moat_language lang = q->route == R_PY ? MOAT_LANG_PYTHON : MOAT_LANG_TYPESCRIPT;
+	q->lang = (int)lang;
+	bool too_large;
+	struct moat_error err = { 0 };
+	enum MHD_Result r;
+	if (serve_envelope_parse(q->body.data ? q->body.data : "", q->body.len, lang, &q->env,
+				 &too_large, &err) < 0) {
+		r = too_large ? fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST, err.message)
+			      : fail_moat(q, c, &err);
+		moat_error_clear(&err);
+		return r;
+	}
+	q->mode = q->env.mode == SERVE_HANDLER ? "handler" : "script";
+	if (q->env.kv_enabled)
+		return fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
+			    "kvEnabled: the scoped key-value store is not available on this server "
+			    "yet");
+	if (q->env.mode == SERVE_HANDLER && !q->s->o->runtime_dir)
+		return fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
+			    "handlers need the runtime shims (moat serve --runtime DIR)");
+	if (serve_limits_apply(&q->s->limits, q->env.req, 0, &err) < 0 ||
+	    moat_request_validate(q->env.req, &err) < 0) {
+		r = fail_moat(q, c, &err);
+		moat_error_clear(&err);
+		return r;
+	}
+	if (q->env.mode == SERVE_HANDLER)
+		q->env.req->max_output_bytes = q->s->limits.max_response_bytes + 1024 * 1024;
+	r = take_slot(q, c);
+	if (!q->has_slot)
+		return r;
+	if (q->env.mode == SERVE_HANDLER)
+		return run_handler(q, c);
+	return run_script(q, c, q->env.req, false);
+}
+
+static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
+{
+	struct moat_request *req = NULL;
+	struct moat_error err = { 0 };
+	enum MHD_Result r;
+	const char *body = q->body.data ? q->body.data : "";
+	if (moat_request_parse_json(body, q->body.len, &req, &err) < 0 ||
+	    serve_limits_apply(&q->s->limits, req,
+			       moat_config_request_keys(body, q->body.len), &err) < 0 ||
+	    moat_request_validate(req, &err) < 0) {
+		if (req)
+			q->lang = (int)req->language;
+		r = fail_moat(q, c, &err);
+		moat_error_clear(&err);
+		moat_request_free(req);
+		return r;
+	}
+	q->lang = (int)req->language;
+	q->mode = "script";
+	r = take_slot(q, c);
+	if (r == MHD_YES && q->has_slot)
+		r = run_script(q, c, req, true);
+	moat_request_free(req);
+	return r;
+}
+
+static bool token_ok(struct server *s, struct MHD_Connection *c)
+{
+	if (!s->auth)
+		return true;
+	const char *h = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Authorization");
+	if (!h || strncasecmp(h, "Bearer ", 7))
+		return false;
+	uint8_t got[MOAT_SHA256_LEN];
+	moat_sha256(h + 7, strlen(h + 7), got);
+	unsigned diff = 0;
+	for (size_t i = 0; i < MOAT_SHA256_LEN; i++)
+		diff |= got[i] ^ s->token_hash[i];
+	return diff == 0;
+}
+
+static enum serve_route route_of(const char *url)
+{
+	if (!strncmp(url, "/py/", 4))
+		return R_PY;
+	if (!strncmp(url, "/ts/", 4))
+		return R_TS;
+	if (!strcmp(url, "/v1/run"))
+		return R_V1_RUN;
+	if (!strcmp(url, "/healthz"))
+		return R_HEALTHZ;
+	if (!strcmp(url, "/metrics"))
+		return R_METRICS;
+	return R_OTHER;
+}
+
+static void describe_remote(struct req *q, struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+	const struct sockaddr *sa = ci ? ci->client_addr : NULL;
+	snprintf(q->remote, sizeof q->remote, "unix");
+	if (sa && sa->sa_family == AF_INET)
+		inet_ntop(AF_INET, &((const struct sockaddr_in *)sa)->sin_addr, q->remote,
+			  sizeof q->remote);
+	else if (sa && sa->sa_family == AF_INET6)
+		inet_ntop(AF_INET6, &((const struct sockaddr_in6 *)sa)->sin6_addr, q->remote,
+			  sizeof q->remote);
+}
+
+/* The first call: headers only. Anything that can be refused without the
+ * body is refused here, before a byte of it is read. */
+static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const char *url,
+				  const char *method)
+{
+	struct server *s = q->s;
+	q->route = route_of(url);
+	bool get_route = q->route == R_HEALTHZ || q->route == R_METRICS;
+	if (q->route == R_OTHER)
+		return fail(q, c, 404, "NotFound", O_BAD_REQUEST, "no such route");
+	if ((get_route && strcmp(method, "GET") && strcmp(method, "HEAD")) ||
+	    (!get_route && strcmp(method, "POST")))
+		return fail(q, c, 405, "MethodNotAllowed", O_BAD_REQUEST,
+			    get_route ? "this route takes GET" : "this route takes POST");
+	if (q->route == R_HEALTHZ)
+		return respond(q, c, 200, strdup("{\"status\":\"ok\"}\n"), "application/json", NULL,
+			       NULL);
+	if (!token_ok(s, c))
+		return fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
+			    "a valid bearer token is required (Authorization: Bearer ...)");
+	if (q->route == R_METRICS)
+		return respond(q, c, 200, serve_metrics_render(&s->metrics),
+			       "text/plain; version=0.0.4", NULL, NULL);
+	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+	if (cl) {
+		char *end;
+		errno = 0;
+		unsigned long long n = strtoull(cl, &end, 10);
+		if (errno || *end || end == cl || n > SERVE_MAX_BODY)
+			return fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
+				    "the request body is larger than 6 MiB");
+	}
+	q->is_post = true;
+	return MHD_YES;
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const char *url,
+				  const char *method, const char *version,
+				  const char *upload_data, size_t *upload_data_size, void **con_cls)
+{
+	struct server *s = cls;
+	struct req *q = *con_cls;
+	if (!q) {
+		if (!(q = calloc(1, sizeof *q)))
+			return MHD_NO;
+		q->s = s;
+		q->refs = 1;
+		q->lang = -1;
+		q->conn_fd = -1;
+		q->t0 = now_ms();
+		q->outcome = O_OK;
+		pthread_mutex_init(&q->mu, NULL);
+		pthread_cond_init(&q->cv, NULL);
+		snprintf(q->method, sizeof q->method, "%s", method);
+		q->path = strdup(url);
+		describe_remote(q, c);
+		*con_cls = q;
+		q->done_headers = true;
+		return on_headers(q, c, url, method);
+	}
+	if (!q->is_post)
+		return MHD_YES;
+	if (*upload_data_size) {
+		if (!q->too_large && q->body.len + *upload_data_size > SERVE_MAX_BODY)
+			q->too_large = true; /* the rest is read and dropped, never kept */
+		if (!q->too_large)
+			moat_buf_append(&q->body, upload_data, *upload_data_size);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	q->is_post = false; /* answered once */
+	if (q->too_large || q->body.oom)
+		return fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
+			    "the request body is larger than 6 MiB");
+	return q->route == R_V1_RUN ? v1_route(q, c) : spin_route(q, c);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
+			 enum MHD_RequestTerminationCode toe)
+{
+	struct req *q = *con_cls;
+	if (!q)
+		return;
+	*con_cls = NULL;
+	if (q->has_slot) {
+		release_slot(q->s);
+		q->has_slot = false;
+	}
+	pthread_mutex_lock(&q->mu);
+	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && q->outcome == O_OK)
+		q->outcome = O_DISCONNECTED;
+	pthread_mutex_unlock(&q->mu);
+	req_unref(q);
+}
+
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+	struct server *s = cls;
+	pthread_mutex_lock(&s->log_mu);
+	fputs("moat serve: http: ", s->o->log);
+	vfprintf(s->o->log, fmt, ap);
+	fflush(s->o->log);
+	pthread_mutex_unlock(&s->log_mu);
+}
+
+/* ---- start and stop ---- */
+
+static void notice(struct server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void notice(struct server *s, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	pthread_mutex_lock(&s->log_mu);
+	fputs("moat serve: ", s->o->log);
+	vfprintf(s->o->log, fmt, ap);
+	fputc('\n', s->o->log);
+	fflush(s->o->log);
+	pthread_mutex_unlock(&s->log_mu);
+	va_end(ap);
+}
+
+/* Waits until no run holds a slot, or deadline (CLOCK_MONOTONIC ms, 0: none). */
+static bool wait_idle(struct server *s, int64_t deadline)
+{
+	pthread_mutex_lock(&s->mu);
+	while (s->running > 0) {
+		int64_t left = deadline - now_ms();
+		if (left <= 0)
+			break;
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_sec += left / 1000;
+		ts.tv_nsec += (left % 1000) * 1000000;
+		if (ts.tv_nsec >= 1000000000) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000;
+		}
+		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+	}
+	bool idle = s->running == 0;
+	pthread_mutex_unlock(&s->mu);
+	return idle;
+}
+
+int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
+		   struct moat_error *err)
+{
+	const char *why;
+	if (moat_mhd_load(&why) < 0) {
+		close(o->listen_fd);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "moat serve: %s", why);
+	}
+	struct server *s = calloc(1, sizeof *s);
+	if (!s) {
+		close(o->listen_fd);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
+	s->o = o;
+	serve_limits_default(&s->limits);
+	serve_metrics_init(&s->metrics);
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	pthread_mutex_init(&s->log_mu, NULL);
+	s->cancel_fd = -1;
+	int rc = -1;
+	if (serve_limits_parse(o->cfg->serve_json, &s->limits, err) < 0) {
+		close(o->listen_fd);
+		goto out;
+	}
+	if (o->token) {
+		s->auth = true;
+		moat_sha256(o->token, strlen(o->token), s->token_hash);
+	}
+	if ((s->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "eventfd: %s", strerror(errno));
+		close(o->listen_fd);
+		goto out;
+	}
+	s->d = MHD_start_daemon(
+		MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
+			MHD_USE_ITC | MHD_USE_ERROR_LOG,
+		0, NULL, NULL, on_request, s,
+		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)o->listen_fd,
+		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->client_timeout_s,
+		MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONNECTION_LIMIT,
+		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)PER_IP_LIMIT,
+		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEMORY,
+		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+		MHD_OPTION_END);
+	if (!s->d) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+			       "moat serve: cannot start the HTTP server on %s", o->listen_desc);
+		close(o->listen_fd);
+		goto out;
+	}
+	notice(s, "listening on %s (max %u runs at once, queue %u%s)", o->listen_desc,
+	       o->max_concurrent, o->queue, o->token ? ", bearer token required" : "");
+
+	int sig = 0;
+	while (sigwait(stop, &sig) != 0)
+		;
+	notice(s, "%s: stopping (in-flight runs get %u s)", sigabbrev_np(sig) ? sigabbrev_np(sig)
+									   : "signal", o->grace_s);
+	pthread_mutex_lock(&s->mu);
+	s->stopping = true; /* queued requests get 503 */
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	MHD_socket l = MHD_quiesce_daemon(s->d);
+	if (l != MHD_INVALID_SOCKET)
+		close(l);
+	if (o->unlink_path)
+		unlink(o->unlink_path);
+	if (!wait_idle(s, now_ms() + (int64_t)o->grace_s * 1000)) {
+		notice(s, "grace period over: killing the runs still in flight");
+		uint64_t one = 1;
+		if (write(s->cancel_fd, &one, sizeof one) < 0)
+			notice(s, "cannot cancel the runs: %s", strerror(errno));
+		if (!wait_idle(s, now_ms() + 30000))
+			notice(s, "runs still in flight 30 s after they were killed");
+	}
+	MHD_stop_daemon(s->d);
+	notice(s, "stopped");
+	rc = 0;
+out:
+	if (s->cancel_fd >= 0)
+		close(s->cancel_fd);
+	free(s);
+	return rc;
+}
