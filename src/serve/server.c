@@ -28,6 +28,13 @@
 #define CONNECTION_LIMIT 512u
 #define HEADER_MEMORY (32u * 1024u)
 
+/* A client connection, for the request deadline (below). */
+struct conn {
+	int fd;
+	int64_t deadline; /* ms (monotonic) by which the request must be in; 0: none */
+	struct conn *prev, *next;
+};
+
 struct server {
 	const struct moat_serve_options *o;
 	struct serve_limits limits;
@@ -41,6 +48,14 @@ struct server {
 	bool auth;
 	uint8_t token_hash[MOAT_SHA256_LEN];
 	pthread_mutex_t log_mu;
+	/* the request deadline: MHD's timeout only counts idle time, so a client
+	 * that trickles a byte now and then would hold its thread forever */
+	pthread_mutex_t conns_mu;
+	pthread_cond_t conns_cv;
+	struct conn *conns;
+	bool watchdog_stop;
+	pthread_t watchdog;
+	bool have_watchdog;
 };
 
 /* A handler's response on its way from the worker to the connection. */
@@ -644,6 +659,84 @@ static void describe_remote(struct req *q, struct MHD_Connection *c)
 			  sizeof q->remote);
 }
 
+/* ---- request deadline ---- */
+
+static void conn_deadline(struct server *s, struct MHD_Connection *c, bool arm)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct conn *k = ci ? ci->socket_context : NULL;
+	if (!k)
+		return;
+	pthread_mutex_lock(&s->conns_mu);
+	k->deadline = arm ? now_ms() + (int64_t)s->o->client_timeout_s * 1000 : 0;
+	pthread_mutex_unlock(&s->conns_mu);
+}
+
+static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
+			  enum MHD_ConnectionNotificationCode code)
+{
+	struct server *s = cls;
+	if (code == MHD_CONNECTION_NOTIFY_STARTED) {
+		const union MHD_ConnectionInfo *ci =
+			MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+		struct conn *k = calloc(1, sizeof *k);
+		if (!k || !ci) {
+			free(k);
+			return;
+		}
+		k->fd = ci->connect_fd;
+		pthread_mutex_lock(&s->conns_mu);
+		k->deadline = now_ms() + (int64_t)s->o->client_timeout_s * 1000;
+		k->next = s->conns;
+		if (s->conns)
+			s->conns->prev = k;
+		s->conns = k;
+		pthread_mutex_unlock(&s->conns_mu);
+		*socket_context = k;
+	} else if (code == MHD_CONNECTION_NOTIFY_CLOSED && *socket_context) {
+		/* MHD closes the socket after this call: from here on the fd may
+		 * be another connection's, so it leaves the list first */
+		struct conn *k = *socket_context;
+		pthread_mutex_lock(&s->conns_mu);
+		if (k->prev)
+			k->prev->next = k->next;
+		else
+			s->conns = k->next;
+		if (k->next)
+			k->next->prev = k->prev;
+		pthread_mutex_unlock(&s->conns_mu);
+		free(k);
+		*socket_context = NULL;
+	}
+}
+
+/* Every half second: a connection whose request (headers and body) is not in
+ * by its deadline is shut down; MHD then closes it. */
+static void *watchdog(void *arg)
+{
+	struct server *s = arg;
+	pthread_mutex_lock(&s->conns_mu);
+	while (!s->watchdog_stop) {
+		int64_t now = now_ms();
+		for (struct conn *k = s->conns; k; k = k->next)
+			if (k->deadline && now > k->deadline) {
+				shutdown(k->fd, SHUT_RDWR);
+				k->deadline = 0;
+			}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		ts.tv_nsec += 500 * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&s->conns_cv, &s->conns_mu, &ts);
+	}
+	pthread_mutex_unlock(&s->conns_mu);
+	return NULL;
+}
+
 /* The first call: headers only. Anything that can be refused without the
  * body is refused here, before a byte of it is read. */
 static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const char *url,
@@ -715,6 +808,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		return MHD_YES;
 	}
 	q->is_post = false; /* answered once */
+	conn_deadline(s, c, false); /* the request is in: the run's timeout takes over */
 	if (q->too_large || q->body.oom)
 		return fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
 			    "the request body is larger than 6 MiB");
@@ -725,6 +819,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
 	struct req *q = *con_cls;
+	conn_deadline(cls, c, true); /* the next request on this connection */
 	if (!q)
 		return;
 	*con_cls = NULL;
@@ -807,6 +902,8 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	pthread_mutex_init(&s->log_mu, NULL);
+	pthread_mutex_init(&s->conns_mu, NULL);
+	pthread_cond_init(&s->conns_cv, NULL);
 	s->cancel_fd = -1;
 	int rc = -1;
 	if (serve_limits_parse(o->cfg->serve_json, &s->limits, err) < 0) {
@@ -822,6 +919,14 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		close(o->listen_fd);
 		goto out;
 	}
+	if ((errno = pthread_create(&s->watchdog, NULL, watchdog, s)) != 0) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+			       "moat serve: cannot start the request-deadline thread: %s",
+			       strerror(errno));
+		close(o->listen_fd);
+		goto out;
+	}
+	s->have_watchdog = true;
 	s->d = MHD_start_daemon(
 		MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
 			MHD_USE_ITC | MHD_USE_ERROR_LOG,
@@ -833,6 +938,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)PER_IP_LIMIT,
 		MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEMORY,
 		MHD_OPTION_NOTIFY_COMPLETED, on_completed, s,
+		MHD_OPTION_NOTIFY_CONNECTION, on_connection, s,
 		MHD_OPTION_END);
 	if (!s->d) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
@@ -869,6 +975,13 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	notice(s, "stopped");
 	rc = 0;
 out:
+	if (s->have_watchdog) {
+		pthread_mutex_lock(&s->conns_mu);
+		s->watchdog_stop = true;
+		pthread_cond_broadcast(&s->conns_cv);
+		pthread_mutex_unlock(&s->conns_mu);
+		pthread_join(s->watchdog, NULL);
+	}
 	if (s->cancel_fd >= 0)
 		close(s->cancel_fd);
 	free(s);
