@@ -80,9 +80,28 @@ fail:;
 	return -1;
 }
 
-static int apply_one(const struct moat_mount_op *op, int *sandbox_fd)
+static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held)
 {
 	switch (op->kind) {
+	case MOAT_OP_HOLD:
+		if (*held >= 0)
+			close(*held);
+		*held = open(op->src, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		return *held < 0 ? -1 : 0;
+	case MOAT_OP_BIND_HELD: {
+		char path[64];
+		if (*held < 0) {
+			errno = EBADF;
+			return -1;
+		}
+		snprintf(path, sizeof path, "/proc/self/fd/%d", *held);
+		int rc = mount(path, op->dst, NULL, MS_BIND | MS_REC, NULL);
+		int saved = errno;
+		close(*held);
+		*held = -1;
+		errno = saved;
+		return rc;
+	}
 	case MOAT_OP_MKDIR:
 		if (mkdir(op->dst, op->mode) < 0 && errno != EEXIST)
 			return -1;
@@ -128,7 +147,7 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd)
 
 int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op)
 {
-	int sandbox_fd = -1;
+	int sandbox_fd = -1, held = -1;
 	size_t base_len = strlen(plan->base);
 	for (size_t i = 0; i < plan->count; i++) {
 		const struct moat_mount_op *op = &plan->ops[i];
@@ -152,18 +171,22 @@ int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op)
 			close(sandbox_fd);
 			sandbox_fd = -1;
 		}
-		if (apply_one(op, &sandbox_fd) < 0) {
+		if (apply_one(op, &sandbox_fd, &held) < 0) {
 			if (op->optional && (errno == ENOENT || errno == ENOTDIR))
 				continue;
 			*failed_op = i;
 			int saved = errno;
 			if (sandbox_fd >= 0)
 				close(sandbox_fd);
+			if (held >= 0)
+				close(held);
 			errno = saved;
 			return -1;
 		}
 	}
 	if (sandbox_fd >= 0)
 		close(sandbox_fd);
+	if (held >= 0)
+		close(held);
 	return 0;
 }

@@ -31,6 +31,9 @@ enum moat_op_kind {
 	MOAT_OP_SANDBOX_FILE, /* dst relative to the sandbox dir: parents made, data written */
 	MOAT_OP_PIVOT,     /* dst becomes /, the old root is detached */
 	MOAT_OP_CHDIR,     /* dst */
+	MOAT_OP_HOLD,      /* src: opened (O_PATH) before anything is mounted on the base,
+			    * which may hide it (a source under /tmp) */
+	MOAT_OP_BIND_HELD, /* the held source → dst (recursive), then closed */
 };
 
 struct moat_mount_op {

@@ -125,7 +125,8 @@ static int add_runtime_bind(struct moat_mount_plan *p, const char *src, bool pre
 	int rc = 0;
 	if (!prepared && add_mkdirs(p, MOAT_RUNTIME_MOUNT, true) < 0)
 		rc = -1;
-	struct moat_mount_op *op = rc < 0 ? NULL : add_op(p, MOAT_OP_BIND, src, dst);
+	/* the source was held (opened) by the plan's first op */
+	struct moat_mount_op *op = rc < 0 ? NULL : add_op(p, MOAT_OP_BIND_HELD, src, dst);
 	if (!op)
 		rc = -1;
 	else
@@ -500,6 +501,10 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 	uint64_t tmpfs = in->tmpfs_bytes ? in->tmpfs_bytes : MOAT_DEFAULT_TMPFS_BYTES;
 	if (!p->base)
 		goto oom;
+	/* first, while every host path is still visible */
+	if (in->runtime_dir && in->runtime_dir[0] == '/' &&
+	    !add_op(p, MOAT_OP_HOLD, in->runtime_dir, NULL))
+		goto oom;
 
 	if (in->rootfs_dir) {
 		if (check_rootfs_dir(in->rootfs_dir, err) < 0)
@@ -609,6 +614,8 @@ int moat_plan_describe(const struct moat_mount_plan *p, size_t i, char *buf, siz
 	case MOAT_OP_SANDBOX_FILE: return snprintf(buf, len, "write file /sandbox/%s", dst);
 	case MOAT_OP_PIVOT: return snprintf(buf, len, "pivot_root into the new root");
 	case MOAT_OP_CHDIR: return snprintf(buf, len, "chdir %s", dst);
+	case MOAT_OP_HOLD: return snprintf(buf, len, "open %s", op->src);
+	case MOAT_OP_BIND_HELD: return snprintf(buf, len, "bind %s on %s", op->src, dst);
 	}
 	return snprintf(buf, len, "step %zu", i);
 }

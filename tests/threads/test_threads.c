@@ -17,7 +17,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
 #include <sys/prctl.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -276,6 +278,213 @@ START_TEST(threads_run_mixed_programs)
 }
 END_TEST
 
+
+/* ---- the options a long-lived caller uses (moat serve) ----
+ * cancel_fd and hangup_fd kill runs from outside their threads; runtime_dir
+ * is bound read-only. Root and rootless, like the batch above. */
+
+static bool enter_mode(int mode, const char *test)
+{
+	if (mode == 0 && geteuid() != 0) {
+		fprintf(stderr, "note: threads: %s: root mode needs root; not run\n", test);
+		return false;
+	}
+	if (mode == 1 && geteuid() == 0)
+		become_rootless();
+	return true;
+}
+
+struct sleeper {
+	pthread_t thread;
+	struct moat_run_options opts;
+	struct moat_result *res;
+	int rc;
+	double took;
+};
+
+static void *sleeper_main(void *arg)
+{
+	struct sleeper *sl = arg;
+	struct moat_request *req = moat_request_new();
+	req->language = MOAT_LANG_PYTHON;
+	req->code = strdup("import time\nprint('started', flush=True)\ntime.sleep(30)\n");
+	req->code_len = strlen(req->code);
+	req->timeout_ms = 30000;
+	struct moat_error err = { 0 };
+	double t0 = now_s();
+	sl->rc = moat_run(req, &sl->opts, &sl->res, &err);
+	sl->took = now_s() - t0;
+	if (sl->rc < 0)
+		fprintf(stderr, "threads: run failed: %s\n", err.message);
+	moat_error_clear(&err);
+	moat_request_free(req);
+	return NULL;
+}
+
+START_TEST(options_cancel_fd_kills_runs)
+{
+	if (!enter_mode(_i, "cancel_fd"))
+		return;
+	int fds_before = count_fds();
+	int efd = eventfd(0, EFD_CLOEXEC);
+	ck_assert_int_ge(efd, 0);
+	struct sleeper sl[4];
+	memset(sl, 0, sizeof sl);
+	for (int i = 0; i < 4; i++) {
+		moat_run_options_init(&sl[i].opts);
+		ck_assert_int_eq(sl[i].opts.cancel_fd, -1);
+		ck_assert_int_eq(sl[i].opts.hangup_fd, -1);
+		sl[i].opts.cancel_fd = efd; /* one fd cancels them all */
+		ck_assert_int_eq(pthread_create(&sl[i].thread, NULL, sleeper_main, &sl[i]), 0);
+	}
+	usleep((useconds_t)(1500000 * slowdown()));
+	uint64_t one = 1;
+	ck_assert_int_eq(write(efd, &one, sizeof one), (ssize_t)sizeof one);
+	for (int i = 0; i < 4; i++) {
+		ck_assert_int_eq(pthread_join(sl[i].thread, NULL), 0);
+		ck_assert_int_eq(sl[i].rc, 0);
+		struct moat_result *r = sl[i].res;
+		ck_assert_msg(!r->exited && r->killed_by && !strcmp(r->killed_by, "cancelled"),
+			      "run %d: exited %d killedBy %s", i, r->exited,
+			      r->killed_by ? r->killed_by : "null");
+		ck_assert(!r->timed_out);
+		ck_assert_msg(sl[i].took < 15 * slowdown(), "run %d took %.1f s", i, sl[i].took);
+		moat_result_free(r);
+	}
+	/* still readable: a run started now is cancelled at once */
+	struct sleeper late;
+	memset(&late, 0, sizeof late);
+	moat_run_options_init(&late.opts);
+	late.opts.cancel_fd = efd;
+	sleeper_main(&late);
+	ck_assert_int_eq(late.rc, 0);
+	ck_assert_str_eq(late.res->killed_by, "cancelled");
+	moat_result_free(late.res);
+	uint64_t v;
+	ck_assert_int_eq(read(efd, &v, sizeof v), (ssize_t)sizeof v); /* moat never read it */
+	ck_assert_int_eq((int)v, 1);
+	close(efd);
+	ck_assert_int_eq(count_fds(), fds_before);
+}
+END_TEST
+
+START_TEST(options_hangup_fd_kills_run)
+{
+	if (!enter_mode(_i, "hangup_fd"))
+		return;
+	int fds_before = count_fds();
+	int sv[2];
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv), 0);
+	/* a peer that is still there: the run ends by itself, not cancelled */
+	struct moat_request *req = moat_request_new();
+	req->language = MOAT_LANG_PYTHON;
+	req->code = strdup("print(6 * 7)");
+	req->code_len = strlen(req->code);
+	struct moat_run_options opts;
+	moat_run_options_init(&opts);
+	opts.hangup_fd = sv[0];
+	struct moat_result *res = NULL;
+	struct moat_error err = { 0 };
+	ck_assert_msg(moat_run(req, &opts, &res, &err) == 0, "%s", err.message);
+	ck_assert(res->exited && res->exit_code == 0 && !res->killed_by);
+	moat_result_free(res);
+	moat_request_free(req);
+	/* data from the peer is not a hang-up */
+	ck_assert_int_eq(write(sv[1], "x", 1), 1);
+	struct sleeper sl;
+	memset(&sl, 0, sizeof sl);
+	moat_run_options_init(&sl.opts);
+	sl.opts.hangup_fd = sv[0];
+	ck_assert_int_eq(pthread_create(&sl.thread, NULL, sleeper_main, &sl), 0);
+	usleep((useconds_t)(1500000 * slowdown()));
+	close(sv[1]); /* the client goes away */
+	ck_assert_int_eq(pthread_join(sl.thread, NULL), 0);
+	ck_assert_int_eq(sl.rc, 0);
+	ck_assert_msg(sl.res->killed_by && !strcmp(sl.res->killed_by, "cancelled"), "killedBy %s",
+		      sl.res->killed_by ? sl.res->killed_by : "null");
+	ck_assert_msg(sl.took < 15 * slowdown(), "took %.1f s", sl.took);
+	/* the run ran long enough to start: the hang-up, not the data, ended it */
+	ck_assert_msg(sl.res->stdout_len >= 7 && !memcmp(sl.res->stdout_buf, "started", 7),
+		      "stdout %.*s", (int)sl.res->stdout_len, sl.res->stdout_buf);
+	moat_result_free(sl.res);
+	close(sv[0]);
+	ck_assert_int_eq(count_fds(), fds_before);
+}
+END_TEST
+
+START_TEST(options_runtime_dir_is_read_only)
+{
+	/* made before the drop; world-writable on the host, so that only the
+	 * read-only mount can stop the writes below (not permissions); under
+	 * /tmp, which the sandbox's root is assembled on */
+	char dir[] = "/tmp/moat-runtime-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	char file[64];
+	snprintf(file, sizeof file, "%s/shim.txt", dir);
+	FILE *f = fopen(file, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs("shim-content", f);
+	fclose(f);
+	ck_assert_int_eq(chmod(file, 0666), 0);
+	if (!enter_mode(_i, "runtime_dir")) {
+		unlink(file);
+		rmdir(dir);
+		return;
+	}
+	struct moat_request *req = moat_request_new();
+	req->language = MOAT_LANG_PYTHON;
+	req->code = strdup(
+		"import os, errno\n"
+		"print(open('/opt/moat/runtime/shim.txt').read())\n"
+		"for how in ('a', 'new'):\n"
+		"    try:\n"
+		"        p = '/opt/moat/runtime/shim.txt' if how == 'a' else '/opt/moat/runtime/x'\n"
+		"        open(p, 'a' if how == 'a' else 'w').write('x')\n"
+		"        print('WROTE', p)\n"
+		"    except OSError as e:\n"
+		"        print(errno.errorcode[e.errno])\n"
+		"try:\n"
+		"    os.chmod('/opt/moat/runtime/shim.txt', 0o777); print('CHMOD')\n"
+		"except OSError as e:\n"
+		"    print(errno.errorcode[e.errno])\n");
+	req->code_len = strlen(req->code);
+	struct moat_run_options opts;
+	moat_run_options_init(&opts);
+	opts.runtime_dir = dir;
+	struct moat_result *res = NULL;
+	struct moat_error err = { 0 };
+	ck_assert_msg(moat_run(req, &opts, &res, &err) == 0, "%s", err.message);
+	ck_assert_msg(res->exited && res->exit_code == 0, "stderr %.*s", (int)res->stderr_len,
+		      res->stderr_buf);
+	ck_assert_msg(res->stdout_len == strlen("shim-content\nEROFS\nEROFS\nEROFS\n") &&
+			      !memcmp(res->stdout_buf, "shim-content\nEROFS\nEROFS\nEROFS\n",
+				      res->stdout_len),
+		      "stdout %.*s", (int)res->stdout_len, res->stdout_buf);
+	moat_result_free(res);
+	/* without the option there is no /opt at all */
+	moat_run_options_init(&opts);
+	free(req->code);
+	req->code = strdup("import os\nprint(os.path.exists('/opt'))");
+	req->code_len = strlen(req->code);
+	ck_assert_msg(moat_run(req, &opts, &res, &err) == 0, "%s", err.message);
+	ck_assert_msg(res->stdout_len == 6 && !memcmp(res->stdout_buf, "False\n", 6),
+		      "stdout %.*s", (int)res->stdout_len, res->stdout_buf);
+	moat_result_free(res);
+	/* a relative or missing directory is a config error, before anything starts */
+	opts.runtime_dir = "relative/dir";
+	ck_assert_int_eq(moat_run(req, &opts, &res, &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	opts.runtime_dir = "/nonexistent-moat-runtime";
+	ck_assert_int_eq(moat_run(req, &opts, &res, &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	moat_error_clear(&err);
+	moat_request_free(req);
+	unlink(file);
+	rmdir(dir);
+}
+END_TEST
+
 static Suite *threads_suite(void)
 {
 	Suite *s = suite_create("threads");
@@ -284,6 +493,12 @@ static Suite *threads_suite(void)
 	tcase_set_timeout(tc, 300.0 * slowdown());
 	tcase_add_loop_test(tc, threads_run_mixed_programs, 0, 2);
 	suite_add_tcase(s, tc);
+	TCase *opt = tcase_create("options");
+	tcase_set_timeout(opt, 120.0 * slowdown());
+	tcase_add_loop_test(opt, options_cancel_fd_kills_runs, 0, 2);
+	tcase_add_loop_test(opt, options_hangup_fd_kills_run, 0, 2);
+	tcase_add_loop_test(opt, options_runtime_dir_is_read_only, 0, 2);
+	suite_add_tcase(s, opt);
 	return s;
 }
 
