@@ -27,6 +27,9 @@
 #define PER_IP_LIMIT 64u
 #define CONNECTION_LIMIT 512u
 #define HEADER_MEMORY (32u * 1024u)
+/* request bodies buffered at once, over all connections (512 × 6 MiB would
+ * be 3 GiB): past it a request is answered 503 and its body dropped */
+#define BODY_BUDGET (256ull * 1024 * 1024)
 
 /* A client connection, for the request deadline (below). */
 struct conn {
@@ -40,9 +43,10 @@ struct server {
 	struct serve_limits limits;
 	struct serve_metrics metrics;
 	struct MHD_Daemon *d;
-	pthread_mutex_t mu; /* running, waiting, stopping */
+	pthread_mutex_t mu; /* running, waiting, stopping, body_bytes */
 	pthread_cond_t cv;
 	unsigned running, waiting;
+	uint64_t body_bytes;
 	bool stopping;
 	int cancel_fd; /* eventfd: written when the grace period is over */
 	bool auth;
@@ -80,7 +84,8 @@ struct req {
 	enum serve_route route;
 	int lang; /* -1: none */
 	const char *mode; /* "script", "handler", NULL */
-	bool is_post, done_headers, too_large;
+	bool is_post, done_headers, too_large, over_budget;
+	uint64_t budget; /* bytes of s->body_bytes this request holds */
 	struct moat_buf body;
 	int64_t t0;
 	uint64_t bytes_out;
@@ -151,6 +156,11 @@ static void req_unref(struct req *q)
 			     (double)(now_ms() - q->t0) / 1000.0);
 	if (q->conn_fd >= 0)
 		close(q->conn_fd);
+	if (q->budget) {
+		pthread_mutex_lock(&q->s->mu);
+		q->s->body_bytes -= q->budget;
+		pthread_mutex_unlock(&q->s->mu);
+	}
 	moat_buf_free(&q->body);
 	free(q->path);
 	serve_envelope_free(&q->env);
@@ -800,18 +810,32 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (!q->is_post)
 		return MHD_YES;
 	if (*upload_data_size) {
-		if (!q->too_large && q->body.len + *upload_data_size > SERVE_MAX_BODY)
+		size_t n = *upload_data_size;
+		if (!q->too_large && q->body.len + n > SERVE_MAX_BODY)
 			q->too_large = true; /* the rest is read and dropped, never kept */
-		if (!q->too_large)
-			moat_buf_append(&q->body, upload_data, *upload_data_size);
+		if (!q->too_large && !q->over_budget) {
+			pthread_mutex_lock(&s->mu);
+			if (s->body_bytes + n > BODY_BUDGET) {
+				q->over_budget = true;
+			} else {
+				s->body_bytes += n;
+				q->budget += n;
+			}
+			pthread_mutex_unlock(&s->mu);
+		}
+		if (!q->too_large && !q->over_budget)
+			moat_buf_append(&q->body, upload_data, n);
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
 	q->is_post = false; /* answered once */
 	conn_deadline(s, c, false); /* the request is in: the run's timeout takes over */
-	if (q->too_large || q->body.oom)
+	if (q->too_large)
 		return fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
 			    "the request body is larger than 6 MiB");
+	if (q->over_budget || q->body.oom)
+		return fail(q, c, 503, "ServerBusy", O_REJECTED,
+			    "too many request bodies are being received at once; retry later");
 	return q->route == R_V1_RUN ? v1_route(q, c) : spin_route(q, c);
 }
 
