@@ -19,6 +19,26 @@ MOAT_BIN="$(pwd)/$BUILD/moat" "$BUILD/test-integration" 2>&1 | tee -a "$log" || 
 echo "== handler runtime shims (runtime/, on the host's python3 and node)"
 bash tests/runtime/run.sh 2>&1 | tee -a "$log" || status=1
 
+# The Spin toolbox root (rootfs/build-rootfs.sh --profile spin; .ci/run builds
+# it): every module imported inside a sandbox, as root and as uid 65534.
+# Without MOAT_SPIN_ROOTFS the check is skipped, and counted as such.
+echo "== Spin toolbox (tests/spin/check-toolbox.sh)"
+toolbox_skipped=0
+if [ -n "${MOAT_SPIN_ROOTFS:-}" ] && [ -d "$MOAT_SPIN_ROOTFS" ]; then
+	bash tests/spin/check-toolbox.sh "$MOAT_SPIN_ROOTFS" "$(pwd)/$BUILD/moat" 2>&1 | tee -a "$log" || status=1
+	if [ "$(id -u)" -eq 0 ]; then
+		rl=$(mktemp -d /tmp/moat-toolbox-XXXXXX)
+		cp "$BUILD/moat" "$rl/moat" && chmod 755 "$rl" "$rl/moat"
+		(cd /tmp && setpriv --reuid=65534 --regid=65534 --clear-groups env HOME=/tmp \
+			bash "$OLDPWD/tests/spin/check-toolbox.sh" "$MOAT_SPIN_ROOTFS" "$rl/moat") 2>&1 \
+			| tee -a "$log" || status=1
+		rm -rf "$rl"
+	fi
+else
+	echo "skipped: MOAT_SPIN_ROOTFS is not set (build one: sudo rootfs/build-rootfs.sh --profile spin DIR)"
+	toolbox_skipped=1
+fi
+
 echo "== node client tests (clients/node, against the built binary)"
 MOAT_BIN="$(pwd)/$BUILD/moat" node --test clients/node/test/ 2>&1 | tee -a "$log" || status=1
 
@@ -35,7 +55,11 @@ np=$(sum pass); nf=$(sum fail); ns=$(sum skipped)
 pr=$(sed -n 's/^Ran \([0-9]*\) tests\{0,1\} in .*/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
 pf=$(grep -E '^(OK|FAILED) \(' "$log" | grep -oE '(failures|errors)=[0-9]+' | cut -d= -f2 | awk '{s+=$1} END {print s+0}')
 ps=$(grep -E '^(OK|FAILED) \(' "$log" | grep -oE 'skipped=[0-9]+' | cut -d= -f2 | awk '{s+=$1} END {print s+0}')
-total=$((total + np + nf + pr - ps)); bad=$((bad + nf + pf)); skipped=$((ns + ps))
+total=$((total + np + nf + pr - ps)); bad=$((bad + nf + pf)); skipped=$((ns + ps + toolbox_skipped))
+# tests/spin/check-toolbox.sh: "check-toolbox: N passed, M failed" per run
+tp=$(sed -n 's/^check-toolbox: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
+tf=$(sed -n 's/^check-toolbox: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$log" | awk '{s+=$1} END {print s+0}')
+total=$((total + tp + tf)); bad=$((bad + tf))
 if [ "$total" -eq 0 ]; then
 	echo "check: no test ran" >&2
 	status=1

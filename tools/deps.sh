@@ -4,7 +4,7 @@
 set -eu
 BUILD="gcc make pkg-config libseccomp-dev libcap-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev libnftnl-dev libmnl-dev libmicrohttpd-dev"
 RUNTIME="python3 nodejs esbuild bash"
-TEST="iproute2"
+TEST="iproute2 curl debootstrap"
 missing=""
 for p in $BUILD $RUNTIME $TEST; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
