@@ -1,13 +1,12 @@
-"""Request and Response, shaped like Spin's `spin_sdk.http`."""
+"""Request and Response, shaped like Spin's `spin_sdk.http`.
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Optional, Union
+Plain classes rather than dataclasses: every handler run imports this module,
+and dataclasses + typing cost it several milliseconds of start-up.
+"""
 
 __all__ = ["Request", "Response"]
 
 
-@dataclass
 class Request:
     """An incoming HTTP request.
 
@@ -15,16 +14,39 @@ class Request:
     lower-case names to values, `body` is the raw body (b"" when empty).
     """
 
-    method: str
-    uri: str
-    headers: Mapping[str, str]
-    body: Optional[bytes]
+    __slots__ = ("method", "uri", "headers", "body")
+
+    def __init__(self, method, uri, headers, body):
+        self.method = method
+        self.uri = uri
+        self.headers = headers
+        self.body = body
+
+    def __repr__(self):
+        return (f"Request(method={self.method!r}, uri={self.uri!r}, "
+                f"headers={self.headers!r}, body={self.body!r})")
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.method, self.uri, self.headers, self.body) == (
+            other.method, other.uri, other.headers, other.body)
 
 
-@dataclass
 class Response:
     """An HTTP response. `body` may be bytes, str (sent as UTF-8) or None."""
 
-    status: int
-    headers: Optional[Mapping[str, str]] = None
-    body: Optional[Union[bytes, str]] = None
+    __slots__ = ("status", "headers", "body")
+
+    def __init__(self, status, headers=None, body=None):
+        self.status = status
+        self.headers = headers
+        self.body = body
+
+    def __repr__(self):
+        return f"Response(status={self.status!r}, headers={self.headers!r}, body={self.body!r})"
+
+    def __eq__(self, other):
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return (self.status, self.headers, self.body) == (other.status, other.headers, other.body)
