@@ -68,7 +68,7 @@ UNIT_SRCS  := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRCS := $(sort $(wildcard tests/integration/*.c tests/security/*.c)) tests/harness.c
 
 .PHONY: all deps check check-unit check-integration check-node check-threads check-vm install \
-        clean bench bench-egress timeline
+        clean bench bench-egress bench-serve timeline
 all: $(BUILD)/moat
 
 deps:
@@ -169,6 +169,11 @@ bench: $(BUILD)/moat
 # in network namespaces of its own (root).
 bench-egress: $(BUILD)/moat
 	sh bench/egress.sh $(CURDIR)/$(BUILD)/moat
+
+# moat serve: latency and throughput of scripts and handlers at 1, 2 and 8
+# clients, beside moat exec spawned per request (bench/README.md).
+bench-serve: $(BUILD)/moat
+	sh bench/serve.sh $(CURDIR)/$(BUILD)/moat
 
 # Where start-up time goes, step by step: an instrumented build (src/core/stamp.h).
 timeline:

@@ -35,6 +35,16 @@ export interface SandboxConfig {
   deadlineGraceMs?: number;
   /** Client only: use this moat config file instead of writing one from cfg. */
   configPath?: string;
+  /**
+   * Client only: run through a `moat serve` at this `http://` or `https://` address
+   * (`POST <url>/v1/run`) instead of spawning `moat exec`. Exclusive with `socketPath`;
+   * needs provider 'native' (the default).
+   */
+  url?: string;
+  /** Client only: run through a `moat serve` listening on this unix socket. */
+  socketPath?: string;
+  /** Client only: the service's bearer token (`Authorization: Bearer`); needs url or socketPath. */
+  token?: string;
 }
 
 export interface RunOptions {
@@ -106,7 +116,10 @@ export interface RunResult {
 export interface Sandbox {
   readonly provider: SandboxProvider;
   run(code: string, opts?: RunOptions): Promise<RunResult>;
-  /** Stops running moat processes and removes the client's temporary config. */
+  /**
+   * Stops running moat processes and removes the client's temporary config; through
+   * `moat serve`, aborts the requests in flight (they reject with SandboxError).
+   */
   dispose(): Promise<void>;
 }
 
@@ -115,7 +128,14 @@ export function createSandbox(cfg?: SandboxConfig | null): Sandbox;
 export class SandboxError extends Error {
   constructor(message: string, options?: { provider?: string });
   provider?: string;
+  /** Through `moat serve`: the HTTP status of the refusal (400, 401, 403, 413, 503...). */
+  status?: number;
+  /** Through `moat serve`: the service's `error.type` (e.g. 'AuthenticationError', 'ServerBusy'). */
+  errorType?: string;
 }
-export class SandboxUnavailableError extends SandboxError {}
+export class SandboxUnavailableError extends SandboxError {
+  /** Through `moat serve`: the service's `Retry-After` in ms (ServerBusy, shutting down). */
+  retryAfterMs?: number;
+}
 export class SandboxPolicyError extends SandboxError {}
 export class SandboxConfigError extends SandboxError {}

@@ -1,9 +1,13 @@
 'use strict';
 // moat-sandbox: the aistack sandbox contract on top of the `moat` binary.
 // Every run spawns `moat exec --provider P --config F`, writes the JSON
-// request to its stdin and parses the JSON result. No runtime dependencies.
+// request to its stdin and parses the JSON result; with `url` or `socketPath`
+// it POSTs the same request to a `moat serve` instead (/v1/run). No runtime
+// dependencies.
 const { spawn } = require('node:child_process');
 const fs = require('node:fs');
+const http = require('node:http');
+const https = require('node:https');
 const os = require('node:os');
 const path = require('node:path');
 
@@ -29,7 +33,7 @@ const ERROR_CLASSES = {
 };
 const PROVIDERS = ['native', 'docker', 'e2b', 'daytona', 'none'];
 // Keys only this client understands: never written to moat's config file.
-const CLIENT_KEYS = new Set(['moatPath', 'deadlineGraceMs', 'configPath']);
+const CLIENT_KEYS = new Set(['moatPath', 'deadlineGraceMs', 'configPath', 'url', 'socketPath', 'token']);
 // API keys travel to moat through its environment, never through a file.
 const KEY_ENV = { e2bApiKey: 'E2B_API_KEY', daytonaApiKey: 'DAYTONA_API_KEY' };
 const REQUEST_KEYS = ['language', 'timeout', 'env', 'files', 'stdin', 'network', 'memoryMb',
@@ -39,6 +43,13 @@ const DEFAULT_TIMEOUT = 30000;
 // providers also create and delete a sandbox, which takes longer.
 const DEFAULT_GRACE = { native: 5000, docker: 20000, e2b: 180000, daytona: 300000, none: 5000 };
 const KILL_WAIT_MS = 2000;
+// The config keys moat exec reads as request defaults; a service gets them in every request.
+const DEFAULT_KEYS = ['timeout', 'memoryMb', 'cpus', 'pidsLimit', 'network', 'strictLimits',
+  'maxOutputBytes'];
+// An idle keep-alive connection is closed by the client after this long, well before the
+// service's own idle timeout (--client-timeout, default 15 s), so that a request is never
+// written to a connection the service is closing at that moment.
+const FREE_SOCKET_MS = 1000;
 
 function createSandbox(cfg) {
   if (cfg === undefined || cfg === null) cfg = {};
@@ -54,6 +65,12 @@ function createSandbox(cfg) {
   const grace = cfg.deadlineGraceMs === undefined ? DEFAULT_GRACE[provider] : cfg.deadlineGraceMs;
   if (typeof grace !== 'number' || !(grace >= 0)) {
     throw new SandboxConfigError('deadlineGraceMs must be a number >= 0', { provider });
+  }
+  const service = cfg.url !== undefined || cfg.socketPath !== undefined;
+  if (service) return createServiceSandbox(cfg, provider, grace);
+  if (cfg.token !== undefined) {
+    throw new SandboxConfigError('token needs url or socketPath (a moat serve to send it to)',
+      { provider });
   }
   const keyEnv = {};
   const moatCfg = {};
@@ -165,6 +182,188 @@ function createSandbox(cfg) {
     disposed = true;
     for (const c of children) c.kill('SIGTERM');
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
+  }
+
+  return { provider, run, dispose };
+}
+
+// ---- moat serve: POST /v1/run --------------------------------------------------------
+
+// Where the service is and how to reach it; every problem is a SandboxConfigError. Messages
+// name at most the scheme, host and port (`where`), never the token nor a rejected url.
+function serviceTarget(cfg, provider) {
+  const bad = (msg) => new SandboxConfigError(msg, { provider });
+  if (provider !== 'native') {
+    throw bad(`url/socketPath: moat serve runs the native provider only, not ${JSON.stringify(provider)}`);
+  }
+  if (cfg.url !== undefined && cfg.socketPath !== undefined) {
+    throw bad('url and socketPath are exclusive: give one');
+  }
+  if (cfg.token !== undefined &&
+      (typeof cfg.token !== 'string' || !/^[\x21-\x7e]+$/.test(cfg.token))) {
+    throw bad('token must be a non-empty string of printable ASCII without spaces');
+  }
+  if (cfg.socketPath !== undefined) {
+    if (typeof cfg.socketPath !== 'string' || cfg.socketPath === '' || cfg.socketPath.includes('\0')) {
+      throw bad('socketPath must be a non-empty string (the path of the service\'s unix socket)');
+    }
+    return { mod: http, where: `unix:${cfg.socketPath}`, options: { socketPath: cfg.socketPath },
+      path: '/v1/run' };
+  }
+  if (typeof cfg.url !== 'string') throw bad('url must be a string such as "http://127.0.0.1:3000"');
+  let u;
+  try { u = new URL(cfg.url); } catch { throw bad('url is not a valid URL (e.g. "http://127.0.0.1:3000")'); }
+  if (u.protocol !== 'http:' && u.protocol !== 'https:') {
+    throw bad(`url must be http:// or https://, not ${u.protocol.slice(0, 20)}//`);
+  }
+  if (u.username || u.password) throw bad('url must not carry credentials: use the token option');
+  if (u.search || u.hash) throw bad('url must not have a query or a fragment');
+  const hostname = u.hostname.replace(/^\[(.*)\]$/, '$1');
+  const base = u.pathname.replace(/\/+$/, '');
+  return {
+    mod: u.protocol === 'https:' ? https : http,
+    where: `${u.protocol}//${u.host}`,
+    options: { hostname, port: u.port || (u.protocol === 'https:' ? 443 : 80) },
+    path: `${base}/v1/run`,
+  };
+}
+
+// Retry-After: delay-seconds or an HTTP date → ms (undefined when absent or unreadable).
+function retryAfterMs(value) {
+  if (typeof value !== 'string' || value.trim() === '') return undefined;
+  if (/^\s*\d+\s*$/.test(value)) return Number(value) * 1000;
+  const t = Date.parse(value);
+  return Number.isNaN(t) ? undefined : Math.max(0, t - Date.now());
+}
+
+// An HTTP answer that is not a result → the contract's error classes. A known `type` wins;
+// otherwise the status decides: the request or the client's setup is wrong (400, 401 bad or
+// missing token, 404/405 url is not a moat serve) → SandboxConfigError; refused by the
+// service's policy or size limits (403, 413) → SandboxPolicyError; the service cannot run it
+// now (429, 5xx: ServerBusy, shutting down, cannot isolate, not implemented) →
+// SandboxUnavailableError, with retryAfterMs when the service sent Retry-After.
+const TYPED = { SandboxConfigError, SandboxPolicyError, SandboxUnavailableError };
+function serviceError(status, json, headers, ctx) {
+  const info = json && typeof json === 'object' && json.error && typeof json.error === 'object'
+    ? json.error : null;
+  const type = info && typeof info.type === 'string' ? info.type : undefined;
+  let message = info && info.message !== undefined && info.message !== null
+    ? String(info.message) : `moat serve answered HTTP ${status} without an error object`;
+  let Cls;
+  if (type && Object.prototype.hasOwnProperty.call(TYPED, type)) Cls = TYPED[type];
+  else if (status === 400 || status === 401 || status === 404 || status === 405) Cls = SandboxConfigError;
+  else if (status === 403 || status === 413) Cls = SandboxPolicyError;
+  else if (status === 429 || status >= 500) Cls = SandboxUnavailableError;
+  else Cls = SandboxError;
+  if (status === 401) message += ctx.hasToken ? ' (the token was refused)' : ' (no token configured: set token)';
+  if (status === 404 || status === 405) message += ` (POST ${ctx.path} at ${ctx.where}: is this a moat serve?)`;
+  const provider = info && typeof info.provider === 'string' ? info.provider : ctx.provider;
+  const err = new Cls(message, { provider });
+  err.status = status;
+  if (type) err.errorType = type;
+  const after = retryAfterMs(headers['retry-after']);
+  if (after !== undefined) err.retryAfterMs = after;
+  return err;
+}
+
+function createServiceSandbox(cfg, provider, grace) {
+  const target = serviceTarget(cfg, provider);
+  const token = cfg.token;
+  const agent = new target.mod.Agent({ keepAlive: true, timeout: FREE_SOCKET_MS });
+  const inflight = new Set();
+  let disposed = false;
+
+  function run(code, opts) {
+    if (disposed) return Promise.reject(new SandboxError('sandbox disposed', { provider }));
+    if (typeof code !== 'string') {
+      return Promise.reject(new SandboxConfigError('code must be a string', { provider }));
+    }
+    if (opts === undefined || opts === null) opts = {};
+    if (typeof opts !== 'object' || Array.isArray(opts)) {
+      return Promise.reject(new SandboxConfigError('run(code, opts): opts must be an object', { provider }));
+    }
+    const request = { code };
+    for (const k of DEFAULT_KEYS) if (cfg[k] !== undefined) request[k] = cfg[k];
+    for (const k of REQUEST_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
+    const timeout = typeof request.timeout === 'number' ? request.timeout : DEFAULT_TIMEOUT;
+    const deadline = timeout + grace;
+    const body = Buffer.from(JSON.stringify(request), 'utf8');
+    const headers = {
+      'Content-Type': 'application/json',
+      'Content-Length': String(body.length),
+      Accept: 'application/json',
+    };
+    if (token !== undefined) headers.Authorization = `Bearer ${token}`;
+    const started = Date.now();
+    const ctx = { provider, where: target.where, path: target.path, hasToken: token !== undefined };
+
+    return new Promise((resolve, reject) => {
+      let settled = false;
+      let req;
+      const entry = { abort: null };
+      const finish = (fn, value) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        inflight.delete(entry);
+        fn(value);
+      };
+      entry.abort = (err) => { finish(reject, err); req.destroy(); };
+      // The service enforces the sandbox timeout itself (a normal result with timedOut);
+      // this deadline only fires when it does not answer at all.
+      const timer = setTimeout(() => entry.abort(new SandboxUnavailableError(
+        `moat serve did not answer within ${deadline} ms (sandbox timeout ${timeout} ms + ${grace} ms); aborted the request`,
+        { provider })), deadline);
+      try {
+        req = target.mod.request({
+          ...target.options, method: 'POST', path: target.path, headers, agent,
+        });
+      } catch (e) {
+        clearTimeout(timer);
+        reject(new SandboxUnavailableError(`cannot call moat serve at ${target.where}: ${e.message}`,
+          { provider }));
+        return;
+      }
+      inflight.add(entry);
+      req.on('error', (e) => finish(reject, new SandboxUnavailableError(
+        `cannot reach moat serve at ${target.where}: ${e.message}`, { provider })));
+      req.on('response', (res) => {
+        const chunks = [];
+        res.on('data', (d) => chunks.push(d));
+        const cut = () => finish(reject, new SandboxUnavailableError(
+          `moat serve at ${target.where} closed the connection before the whole answer`, { provider }));
+        res.on('error', cut);
+        res.on('aborted', cut);
+        res.on('end', () => {
+          if (!res.complete) { cut(); return; }
+          let json;
+          try { json = JSON.parse(Buffer.concat(chunks).toString('utf8')); } catch { json = undefined; }
+          if (res.statusCode !== 200 || (json && typeof json === 'object' && json.error)) {
+            finish(reject, serviceError(res.statusCode, json, res.headers, ctx));
+            return;
+          }
+          if (!json || typeof json !== 'object' || Array.isArray(json)) {
+            finish(reject, new SandboxUnavailableError(
+              'moat serve answered with something that is not a result', { provider }));
+            return;
+          }
+          if (typeof json.durationMs !== 'number') json.durationMs = Date.now() - started;
+          if (json.provider === undefined) json.provider = provider;
+          finish(resolve, json);
+        });
+      });
+      req.end(body);
+    });
+  }
+
+  async function dispose() {
+    if (disposed) return;
+    disposed = true;
+    for (const e of [...inflight]) {
+      e.abort(new SandboxError('sandbox disposed while the run was in flight; the request was aborted',
+        { provider }));
+    }
+    agent.destroy();
   }
 
   return { provider, run, dispose };

@@ -1,0 +1,204 @@
+// Load generator for bench/serve.sh: latency percentiles and throughput of `moat serve`
+// (over its unix socket, one keep-alive connection per client) next to `moat exec`
+// spawned per request. Node built-ins only. Figures, not a test: nothing is asserted.
+//
+//   node bench/serve-load.mjs --socket PATH --moat PATH [--cpus N] [--queue N]
+// Environment: REQUESTS per cell (200), WARMUP requests per cell, not timed (10),
+// CLIENTS (1,2,8), WORKLOADS (py-script,py-handler,ts-handler,exec-py).
+import http from 'node:http';
+import { spawn } from 'node:child_process';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
+
+const args = {};
+for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].replace(/^--/, '')] = process.argv[i + 1];
+const SOCKET = args.socket;
+const MOAT = args.moat;
+if (!SOCKET || !MOAT) {
+  console.error('usage: node bench/serve-load.mjs --socket PATH --moat PATH [--cpus N] [--queue N]');
+  process.exit(2);
+}
+const REQUESTS = Number(process.env.REQUESTS || 200);
+const WARMUP = Number(process.env.WARMUP ?? 10);
+const CLIENTS = (process.env.CLIENTS || '1,2,8').split(',').map(Number).filter((n) => n > 0);
+const WORKLOADS = (process.env.WORKLOADS || 'py-script,py-handler,ts-handler,exec-py').split(',');
+
+// The service's built-in per-run defaults (docs/SERVE.md), given to `moat exec` too so both
+// sides run under the same limits.
+const LIMITS = { timeout: 10000, memoryMb: 256, cpus: 1, pidsLimit: 64 };
+
+const PY_SCRIPT = 'print(6*7)';
+const PY_HANDLER = `from spin_sdk.http import Response
+
+def handle_request(request):
+    return Response(200, {"content-type": "text/plain"}, "hello " + request.uri)
+`;
+const TS_HANDLER = `export default {
+  async fetch(request: Request): Promise<Response> {
+    const path: string = new URL(request.url).pathname;
+    return new Response("hello " + path, { headers: { "content-type": "text/plain" } });
+  },
+};
+`;
+
+let seq = 0;
+function post(agent, route, envelope) {
+  const body = Buffer.from(JSON.stringify(envelope));
+  return new Promise((resolve) => {
+    const req = http.request({
+      socketPath: SOCKET, agent, method: 'POST', path: route,
+      headers: { 'Content-Type': 'application/json', 'Content-Length': body.length },
+    }, (res) => {
+      const chunks = [];
+      res.on('data', (d) => chunks.push(d));
+      res.on('end', () => resolve({ status: res.statusCode, body: Buffer.concat(chunks).toString('utf8'), complete: res.complete }));
+      res.on('error', (e) => resolve({ status: 0, body: String(e.message) }));
+    });
+    req.on('error', (e) => resolve({ status: 0, body: String(e.message) }));
+    req.end(body);
+  });
+}
+
+// Each workload: one request → null when the answer is right, else a short reason.
+const workloads = {
+  'py-script': {
+    what: 'POST /py/run, script `print(6*7)`',
+    async once(agent) {
+      const r = await post(agent, '/py/run', { code: PY_SCRIPT, sandboxId: `bench-${++seq}` });
+      if (r.status !== 200) return `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
+      const j = JSON.parse(r.body);
+      return j.stdout === '42\n' && j.exitCode === 0 ? null : `unexpected result ${r.body.slice(0, 200)}`;
+    },
+  },
+  'py-handler': {
+    what: 'POST /py/run, Python handle_request → Response',
+    async once(agent) {
+      const r = await post(agent, '/py/run', { code: PY_HANDLER, sandboxId: `bench-${++seq}`, input: { path: '/x' } });
+      return r.status === 200 && r.body === 'hello /x' ? null : `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
+    },
+  },
+  'ts-handler': {
+    what: 'POST /ts/run, TS `export default { fetch }` (esbuild in the sandbox)',
+    async once(agent) {
+      const r = await post(agent, '/ts/run', { code: TS_HANDLER, sandboxId: `bench-${++seq}`, input: { path: '/x' } });
+      return r.status === 200 && r.body === 'hello /x' ? null : `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
+    },
+  },
+  'exec-py': {
+    what: '`moat exec` spawned per request, script `print(6*7)`',
+    once(agent, cfgFile) {
+      return new Promise((resolve) => {
+        const child = spawn(MOAT, ['exec', '--config', cfgFile], { stdio: ['pipe', 'pipe', 'pipe'] });
+        const out = [];
+        const err = [];
+        child.stdout.on('data', (d) => out.push(d));
+        child.stderr.on('data', (d) => err.push(d));
+        child.on('error', (e) => resolve(e.message));
+        child.on('close', (code) => {
+          let j;
+          try { j = JSON.parse(Buffer.concat(out).toString('utf8')); } catch { /* below */ }
+          if (j && j.stdout === '42\n' && j.exitCode === 0) resolve(null);
+          else resolve(`exit ${code}: ${Buffer.concat(out).toString().slice(0, 200)} ${Buffer.concat(err).toString().slice(0, 200)}`);
+        });
+        child.stdin.on('error', () => {});
+        child.stdin.end(JSON.stringify({ code: PY_SCRIPT, language: 'python', ...LIMITS }));
+      });
+    },
+  },
+};
+
+function pct(sorted, p) {
+  if (sorted.length === 0) return NaN;
+  return sorted[Math.min(sorted.length - 1, Math.max(0, Math.ceil((p / 100) * sorted.length) - 1))];
+}
+
+// `total` requests over `clients` workers pulling from one counter; latency of each.
+async function drive(w, clients, total, cfgFile) {
+  const agent = new http.Agent({ keepAlive: true, maxSockets: clients });
+  const lat = [];
+  const errors = [];
+  let next = 0;
+  const t0 = process.hrtime.bigint();
+  await Promise.all(Array.from({ length: clients }, async () => {
+    while (next < total) {
+      next++;
+      const s = process.hrtime.bigint();
+      let why;
+      try { why = await w.once(agent, cfgFile); } catch (e) { why = String(e.message); }
+      const ms = Number(process.hrtime.bigint() - s) / 1e6;
+      if (why) errors.push(why); else lat.push(ms);
+    }
+  }));
+  const secs = Number(process.hrtime.bigint() - t0) / 1e9;
+  agent.destroy();
+  return { lat: lat.sort((a, b) => a - b), errors, secs };
+}
+
+async function waitHealthy() {
+  const t0 = Date.now();
+  for (;;) {
+    const ok = await new Promise((resolve) => {
+      const req = http.get({ socketPath: SOCKET, path: '/healthz', timeout: 1000 }, (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode === 200));
+      });
+      req.on('timeout', () => req.destroy());
+      req.on('error', () => resolve(false));
+    });
+    if (ok) return;
+    if (Date.now() - t0 > 20000) throw new Error(`moat serve did not answer GET /healthz on ${SOCKET} within 20 s`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+}
+
+const fmt = (x) => (Number.isFinite(x) ? x.toFixed(1) : '-');
+
+async function main() {
+  await waitHealthy();
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-bench-exec-'));
+  const cfgFile = path.join(dir, 'moat.json');
+  fs.writeFileSync(cfgFile, JSON.stringify({ provider: 'native' }), { mode: 0o600 });
+  const rows = [];
+  const failures = [];
+  try {
+    for (const clients of CLIENTS) {
+      for (const name of WORKLOADS) {
+        const w = workloads[name];
+        if (!w) throw new Error(`unknown workload ${name} (${Object.keys(workloads).join(', ')})`);
+        if (WARMUP > 0) await drive(w, clients, WARMUP, cfgFile);
+        const r = await drive(w, clients, REQUESTS, cfgFile);
+        rows.push({ name, clients, ...r });
+        if (r.errors.length) failures.push(`${name} ×${clients}: ${r.errors.length} failed, first: ${r.errors[0]}`);
+        process.stderr.write(`bench-serve: ${name} ×${clients}: ${(REQUESTS / r.secs).toFixed(1)} req/s\n`);
+      }
+    }
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+
+  const load = os.loadavg().map((x) => x.toFixed(2)).join(' ');
+  console.log(`## moat serve vs moat exec — ${new Date().toISOString()}`);
+  console.log('');
+  console.log(`${os.cpus().length} CPUs (${os.cpus()[0]?.model?.trim() ?? '?'}), Linux ${os.release()}, ` +
+    `node ${process.version}, load average after: ${load}. moat serve on a unix socket, ` +
+    `--max-concurrent ${args.cpus ?? '?'} --queue ${args.queue ?? '?'}; ${REQUESTS} requests per cell after ` +
+    `${WARMUP} not timed; one keep-alive connection per client; run limits ${JSON.stringify(LIMITS)} ` +
+    '(the service\'s defaults, sent to moat exec as well). Latency from request to the whole answer.');
+  console.log('');
+  console.log('| workload | clients | ok | failed | p50 ms | p90 ms | p99 ms | req/s |');
+  console.log('|---|---:|---:|---:|---:|---:|---:|---:|');
+  for (const r of rows) {
+    console.log(`| ${r.name} | ${r.clients} | ${r.lat.length} | ${r.errors.length} | ${fmt(pct(r.lat, 50))} | ` +
+      `${fmt(pct(r.lat, 90))} | ${fmt(pct(r.lat, 99))} | ${(r.lat.length / r.secs).toFixed(1)} |`);
+  }
+  console.log('');
+  for (const name of WORKLOADS) console.log(`- \`${name}\`: ${workloads[name].what}`);
+  if (failures.length) {
+    console.log('');
+    for (const f of failures) console.log(`- FAILED ${f}`);
+    process.exitCode = 1;
+  }
+}
+
+main().catch((e) => { console.error(`bench-serve: ${e.message}`); process.exit(1); });

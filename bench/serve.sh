@@ -1,0 +1,51 @@
+#!/bin/sh
+# moat serve benchmark: latency (p50/p90/p99) and throughput of a Python script, a Python
+# handler and a TS handler through `moat serve` on a unix socket, next to `moat exec`
+# spawned per request, at 1, 2 and 8 concurrent clients. Prints a Markdown table.
+# Figures, not a test: nothing is asserted on timing.
+#
+#   sh bench/serve.sh [PATH/TO/moat]
+# Environment: REQUESTS per cell (200), WARMUP per cell, not timed (10), CLIENTS (1,2,8),
+# WORKLOADS (py-script,py-handler,ts-handler,exec-py), RUNTIME (the handler shims, default
+# runtime/ of this checkout), QUEUE (--queue, 1024), NODE (node).
+set -eu
+
+here=$(cd "$(dirname "$0")" && pwd)
+MOAT=${1:-$here/../build/moat}
+MOAT=$(cd "$(dirname "$MOAT")" && pwd)/$(basename "$MOAT")
+RUNTIME=${RUNTIME:-$here/../runtime}
+QUEUE=${QUEUE:-1024}
+NODE=${NODE:-node}
+
+[ -x "$MOAT" ] || { echo "bench-serve: $MOAT not built (run make)" >&2; exit 2; }
+"$MOAT" serve --help >/dev/null 2>&1 ||
+	{ echo "bench-serve: $MOAT has no working 'serve' command" >&2; exit 2; }
+command -v "$NODE" >/dev/null || { echo "bench-serve: node not found (set NODE)" >&2; exit 2; }
+[ -d "$RUNTIME" ] || { echo "bench-serve: no runtime directory at $RUNTIME (set RUNTIME)" >&2; exit 2; }
+CPUS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc)
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/moat-bench-serve.XXXXXX")
+sock=$tmp/moat.sock
+pid=
+cleanup() {
+	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
+		kill -TERM "$pid" 2>/dev/null || true
+		wait "$pid" 2>/dev/null || true
+	fi
+	rm -rf "$tmp"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# The access log (one JSON line per request) goes to a file; its tail is shown on failure.
+"$MOAT" serve --socket "$sock" --runtime "$RUNTIME" --max-concurrent "$CPUS" --queue "$QUEUE" \
+	2>"$tmp/serve.log" &
+pid=$!
+
+rc=0
+"$NODE" "$here/serve-load.mjs" --socket "$sock" --moat "$MOAT" --cpus "$CPUS" --queue "$QUEUE" || rc=$?
+if [ "$rc" != 0 ]; then
+	echo "bench-serve: failed (exit $rc); the end of moat serve's log:" >&2
+	tail -n 20 "$tmp/serve.log" >&2 || true
+fi
+exit "$rc"
