@@ -46,6 +46,8 @@ struct server {
 	pthread_mutex_t mu; /* running, waiting, stopping, body_bytes */
 	pthread_cond_t cv;
 	unsigned running, waiting;
+	unsigned active; /* requests not yet answered and logged (their response may
+			  * still be on its way after the run's slot is free) */
 	uint64_t body_bytes;
 	bool stopping;
 	int cancel_fd; /* eventfd: written when the grace period is over */
@@ -156,11 +158,11 @@ static void req_unref(struct req *q)
 			     (double)(now_ms() - q->t0) / 1000.0);
 	if (q->conn_fd >= 0)
 		close(q->conn_fd);
-	if (q->budget) {
-		pthread_mutex_lock(&q->s->mu);
-		q->s->body_bytes -= q->budget;
-		pthread_mutex_unlock(&q->s->mu);
-	}
+	pthread_mutex_lock(&q->s->mu);
+	q->s->body_bytes -= q->budget;
+	q->s->active--;
+	pthread_cond_broadcast(&q->s->cv);
+	pthread_mutex_unlock(&q->s->mu);
 	moat_buf_free(&q->body);
 	free(q->path);
 	serve_envelope_free(&q->env);
@@ -794,6 +796,9 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 			return MHD_NO;
 		q->s = s;
 		q->refs = 1;
+		pthread_mutex_lock(&s->mu);
+		s->active++;
+		pthread_mutex_unlock(&s->mu);
 		q->lang = -1;
 		q->conn_fd = -1;
 		q->t0 = now_ms();
@@ -884,11 +889,12 @@ static void notice(struct server *s, const char *fmt, ...)
 	va_end(ap);
 }
 
-/* Waits until no run holds a slot, or deadline (CLOCK_MONOTONIC ms, 0: none). */
+/* Waits until no run holds a slot and every request has been answered, or
+ * deadline (CLOCK_MONOTONIC ms). */
 static bool wait_idle(struct server *s, int64_t deadline)
 {
 	pthread_mutex_lock(&s->mu);
-	while (s->running > 0) {
+	while (s->running > 0 || s->active > 0) {
 		int64_t left = deadline - now_ms();
 		if (left <= 0)
 			break;
@@ -902,7 +908,7 @@ static bool wait_idle(struct server *s, int64_t deadline)
 		}
 		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
 	}
-	bool idle = s->running == 0;
+	bool idle = s->running == 0 && s->active == 0;
 	pthread_mutex_unlock(&s->mu);
 	return idle;
 }

@@ -14,5 +14,6 @@ Suite *limits_suite(void);
 Suite *seccomp_escape_suite(void);
 Suite *outputs_suite(void);
 Suite *egress_suite(void);
+Suite *serve_suite(void);
 
 #endif
