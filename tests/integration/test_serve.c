@@ -2660,6 +2660,53 @@ static bool selected(const char *list, const char *name)
 	return false;
 }
 
+/* moat serve --rootfs <the Spin toolbox root>: a Python handler and a TS handler
+ * that import toolbox modules, with the runtime shims bound into a prepared
+ * root. Needs MOAT_SPIN_ROOTFS (rootfs/build-rootfs.sh --profile spin). */
+START_TEST(spin_rootfs_handlers)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *root = getenv("MOAT_SPIN_ROOTFS");
+	if (!root || !*root) {
+		fprintf(stderr, "note: %s: MOAT_SPIN_ROOTFS is not set; not run\n", __func__);
+		return;
+	}
+	const char *args[] = { "--rootfs", root, NULL };
+	struct server s;
+	struct server_opts o = { .socket = true, .args = args };
+	server_start(&s, _i, &o);
+	struct resp r;
+	const char *py[] = { "-d",
+			     "{\"sandboxId\":\"d\",\"code\":\"import numpy, tabulate\\n"
+			     "from spin_sdk.http import Response\\n"
+			     "def handle_request(request):\\n"
+			     "    t = tabulate.tabulate([[int(numpy.arange(4).sum())]], tablefmt='plain')\\n"
+			     "    return Response(200, {'content-type': 'text/plain'}, t.strip())\\n\"}",
+			     NULL };
+	struct req q = { .path = "/py/run", .extra = py };
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 200 && r.curl_rc == 0 && !strcmp(r.body, "6"),
+		      "python handler in the spin root: HTTP %d curl %d: [%.600s] %s", r.code,
+		      r.curl_rc, r.body, r.err);
+	resp_free(&r);
+	const char *ts[] = { "-d",
+			     "{\"sandboxId\":\"d\",\"code\":\"import { z } from 'zod';\\n"
+			     "import dayjs from 'dayjs';\\n"
+			     "export default { async fetch(req) {\\n"
+			     "  const n = z.number().parse(41) + 1;\\n"
+			     "  return new Response(n + ' ' + dayjs('2024-01-01').add(1, 'day').format('YYYY-MM-DD'));\\n"
+			     "} }\\n\"}",
+			     NULL };
+	struct req q2 = { .path = "/ts/run", .extra = ts };
+	call(&s, &q2, &r);
+	ck_assert_msg(r.code == 200 && r.curl_rc == 0 && !strcmp(r.body, "42 2024-01-02"),
+		      "TS handler in the spin root: HTTP %d curl %d: [%.600s] %s", r.code, r.curl_rc,
+		      r.body, r.err);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -2703,6 +2750,7 @@ Suite *serve_suite(void)
 	ADD(connection_limit);
 	ADD(socket_listener);
 	ADD(rootless_default_listener);
+	ADD(spin_rootfs_handlers);
 #undef ADD
 	suite_add_tcase(s, tc);
 	return s;
