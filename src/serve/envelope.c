@@ -100,7 +100,7 @@ static bool is_token(const char *s)
 static bool printable_value(const char *s)
 {
 	for (; *s; s++)
-		if ((unsigned char)*s < 0x20 && *s != '\t')
+		if (((unsigned char)*s < 0x20 && *s != '\t') || *s == 0x7f)
 			return false;
 	return true;
 }
@@ -111,6 +111,10 @@ static int parse_input(const cJSON *in, struct serve_input *out, struct moat_err
 		return bad(err, "\"input\" must be an object");
 	for (const cJSON *it = in->child; it; it = it->next) {
 		const char *k = it->string ? it->string : "";
+		for (const cJSON *o = in->child; o != it; o = o->next)
+			if (o->string && !strcmp(o->string, k))
+				return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+						      "duplicate key \"input.%.64s\"", k);
 		if (!strcmp(k, "method") || !strcmp(k, "path") || !strcmp(k, "body")) {
 			if (!cJSON_IsString(it))
 				return moat_error_set(err, MOAT_ERR_CONFIG, 0,
@@ -264,9 +268,17 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 		return -1;
 	if (nul)
 		return bad(err, "NUL characters are not allowed in the envelope");
-	cJSON *root = cJSON_ParseWithLength(body, len);
+	const char *end = NULL;
+	cJSON *root = cJSON_ParseWithLengthOpts(body, len, &end, 0);
 	if (!root)
 		return bad(err, "malformed JSON");
+	for (size_t off = end && end >= body ? (size_t)(end - body) : len; off < len; off++)
+		if (body[off] != ' ' && body[off] != '\t' && body[off] != '\n' && body[off] != '\r') {
+			cJSON_Delete(root);
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "unexpected data after the JSON value at byte offset %zu",
+					      off);
+		}
 	int rc = -1;
 	if (!cJSON_IsObject(root)) {
 		bad(err, "the envelope must be a JSON object");

@@ -31,7 +31,7 @@ void frame_free(struct frame_parser *p)
 
 static void fail(struct frame_parser *p, const char *fmt, const char *detail, size_t dlen)
 {
-	if (p->state == FRAME_FAILED || p->state == FRAME_END)
+	if (p->state == FRAME_FAILED)
 		return;
 	p->state = FRAME_FAILED;
 	struct moat_buf b = { 0 };
@@ -81,7 +81,28 @@ bool frame_header_ok(const char *name, const char *value)
 /* The head: {"status": 200..599, "headers": [[name, value]...]}. */
 static void take_head(struct frame_parser *p, const char *json, size_t len)
 {
-	cJSON *root = cJSON_ParseWithLength(json, len);
+	/* strict: one object, nothing after it, no \u0000 (cJSON would cut a
+	 * string there), no key twice */
+	bool nul = false;
+	struct moat_error perr = { 0 };
+	if (moat_json_prescan(json, len, &nul, &perr) < 0 || nul) {
+		moat_error_clear(&perr);
+		fail(p, "the handler's response head is malformed", NULL, 0);
+		return;
+	}
+	const char *end = NULL;
+	cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+	if (root && end && (size_t)(end - json) < len) {
+		cJSON_Delete(root);
+		root = NULL;
+	}
+	for (const cJSON *a = root ? root->child : NULL; a; a = a->next)
+		for (const cJSON *b = a->next; b; b = b->next)
+			if (a->string && b->string && !strcmp(a->string, b->string)) {
+				cJSON_Delete(root);
+				fail(p, "the handler's response head is malformed", NULL, 0);
+				return;
+			}
 	const cJSON *st = root ? cJSON_GetObjectItemCaseSensitive(root, "status") : NULL;
 	const cJSON *hs = root ? cJSON_GetObjectItemCaseSensitive(root, "headers") : NULL;
 	char **headers = NULL;
@@ -141,7 +162,10 @@ out:
 static void take_line(struct frame_parser *p, const char *l, size_t len)
 {
 	if (len >= 6 && !memcmp(l, "error ", 6)) {
-		fail(p, "", l + 6, len - 6);
+		if (len == 6)
+			fail(p, "the handler failed (no message)", NULL, 0);
+		else
+			fail(p, "", l + 6, len - 6);
 		return;
 	}
 	if (p->state == FRAME_HEAD) {

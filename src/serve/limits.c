@@ -29,8 +29,8 @@ static int get_num(const cJSON *it, const char *where, double lo, double hi, dou
 {
 	if (!cJSON_IsNumber(it) || it->valuedouble < lo || it->valuedouble > hi)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-				      "config serve.%s.%s must be a number from %g to %g", where,
-				      it->string, lo, hi);
+				      "config serve.%s%s%s must be a number from %.15g to %.15g", where,
+				      *where ? "." : "", it->string, lo, hi);
 	*out = it->valuedouble;
 	return 0;
 }
@@ -130,8 +130,8 @@ static int over(struct moat_error *err, const char *what, double asked, double m
 		const char *unit)
 {
 	return moat_error_set(err, MOAT_ERR_POLICY, 0,
-			      "%s %g%s exceeds this server's maximum %g%s", what, asked, unit, max,
-			      unit);
+			      "%s %.15g%s exceeds this server's maximum %.15g%s", what, asked, unit,
+			      max, unit);
 }
 
 int serve_limits_apply(const struct serve_limits *l, struct moat_request *req, unsigned given,

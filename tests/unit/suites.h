@@ -19,5 +19,6 @@ Suite *sniff_suite(void);
 Suite *dnsmsg_suite(void);
 Suite *egress_suite(void);
 Suite *collect_suite(void);
+Suite *serve_suite(void);
 
 #endif
