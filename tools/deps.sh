@@ -9,6 +9,9 @@ missing=""
 for p in $BUILD $RUNTIME $TEST; do
 	dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing="$missing $p"
 done
+# npm builds the Spin toolbox root (rootfs/build-rootfs.sh --profile spin);
+# NodeSource's nodejs ships its own and conflicts with Debian's npm package
+command -v npm >/dev/null 2>&1 || missing="$missing npm"
 if [ -z "$missing" ]; then
 	echo "deps: all packages present"
 	exit 0
