@@ -13,6 +13,9 @@
  *    that includes caps never applies, excluding by caps never excludes),
  *    minKernel against uname -r.
  *  - SCMP_ACT_ERRNO without errnoRet returns defaultErrnoRet, else EPERM.
+ *  - SCMP_CMP_MASKED_EQ: value is the mask, valueTwo the expected result; a
+ *    valueTwo with bits outside the mask is refused (libseccomp would compile
+ *    (arg & value) == (valueTwo & value), a condition the policy never wrote).
  *  - A syscall name libseccomp does not know, or that does not exist on this
  *    architecture, is skipped (it cannot be allowed) and recorded as a note. */
 #include <ctype.h>
@@ -659,6 +662,19 @@ static int parse_arg(struct pctx *c, const cJSON *v, const char *path, struct sc
 	if (out->value_two != 0 && out->op != SCMP_CMP_MASKED_EQ) {
 		perr(c, p, "only meaningful with SCMP_CMP_MASKED_EQ (value is the mask, "
 			   "valueTwo the expected result)");
+		goto out;
+	}
+	/* (arg & value) == valueTwo can never hold when valueTwo has a bit
+	 * outside the mask, but libseccomp compiles (arg & value) ==
+	 * (valueTwo & value): a rule that matches calls the policy never
+	 * named (an ERRNO rule refusing them, an ALLOW rule letting them in). */
+	if (out->op == SCMP_CMP_MASKED_EQ && (out->value_two & ~out->value) != 0) {
+		perr(c, p, "0x%llx has bits outside the mask (value 0x%llx): the condition "
+			   "can never hold, but libseccomp would compile (arg & 0x%llx) == 0x%llx "
+			   "and match other calls; clear those bits or widen the mask",
+		     (unsigned long long)out->value_two, (unsigned long long)out->value,
+		     (unsigned long long)out->value,
+		     (unsigned long long)(out->value_two & out->value));
 		goto out;
 	}
 	rc = 0;
