@@ -113,6 +113,23 @@ int sc_compile_with(const struct sc_policy *p, const struct sc_compile_opts *opt
 /* Derives prog->notify_insns from prog->insns. Fails (MOAT_ERR_CONFIG) on a
  * program whose errno cannot be known statically (RET A), ENOMEM otherwise. */
 int sc_notify_rewrite(struct moat_seccomp_prog *prog, struct moat_error *err);
+/* How the supervisor answers one notification: always with an errno (err,
+ * > 0), never by letting the call run. unexplained: the original program's
+ * verdict on the call is not RET ERRNO with a non-zero errno (the interpreter
+ * disagrees with the kernel, which notified), so the answer is EPERM;
+ * unknown: the interpreter could not run the program at all (also
+ * unexplained). */
+struct sc_answer {
+	int err;
+	bool unknown;
+	bool unexplained;
+};
+/* Builds the answer to req from prog->insns: resp (resp_size bytes, at least
+ * sizeof *resp: the kernel's SECCOMP_GET_NOTIF_SIZES) is zeroed, then gets
+ * req's id and error = -out->err; its flags are always 0 (never
+ * SECCOMP_USER_NOTIF_FLAG_CONTINUE). */
+void sc_notify_answer(const struct moat_seccomp_prog *prog, const struct seccomp_notif *req,
+		      struct seccomp_notif_resp *resp, size_t resp_size, struct sc_answer *out);
 /* A classic-BPF interpreter with the kernel's seccomp semantics (the opcodes
  * seccomp_check_filter accepts; seccomp_data is 64 bytes). Returns 0 with the
  * filter's return value in *ret, or -1 for a program it cannot run (unknown

@@ -8,9 +8,12 @@
  * exactly what it would without --seccomp-log) and counts the call.
  *
  * The supervisor never reads the task's memory and never lets a call through
- * unless the original program allows it (which the rewrite makes
- * impossible), so the usual TOCTOU concerns of user notification do not
- * apply: the answer depends on registers only, as the filter's does. */
+ * (it always answers with an errno, never SECCOMP_USER_NOTIF_FLAG_CONTINUE),
+ * so the usual TOCTOU concerns of user notification do not apply: the answer
+ * depends on registers only, as the filter's does. Should the interpreter
+ * ever disagree with the kernel (its verdict is not an errno), the call is
+ * refused with EPERM and logged as "unexplained": a divergence can make an
+ * answer less exact, never let a refused call run. */
 #include <errno.h>
 #include <poll.h>
 #include <seccomp.h>
@@ -251,8 +254,9 @@ int sc_bpf_run_counted(const struct sock_filter *insns, size_t len,
 
 struct sc_log_entry {
 	int nr;
-	int err;      /* the errno answered */
-	bool unknown; /* the interpreter could not run the program: EPERM */
+	int err;          /* the errno answered */
+	bool unknown;     /* the interpreter could not run the program: EPERM */
+	bool unexplained; /* not the program's errno (struct sc_answer): EPERM */
 	uint64_t count;
 };
 
@@ -296,11 +300,12 @@ void moat_seccomp_log_free(struct moat_seccomp_log *log)
 	free(log);
 }
 
-static void log_record(struct moat_seccomp_log *log, int nr, int err, bool unknown)
+static void log_record(struct moat_seccomp_log *log, int nr, const struct sc_answer *a)
 {
 	for (size_t i = 0; i < log->n; i++) {
 		struct sc_log_entry *e = &log->e[i];
-		if (e->nr == nr && e->err == err && e->unknown == unknown) {
+		if (e->nr == nr && e->err == a->err && e->unknown == a->unknown &&
+		    e->unexplained == a->unexplained) {
 			e->count++;
 			return;
 		}
@@ -319,41 +324,40 @@ static void log_record(struct moat_seccomp_log *log, int nr, int err, bool unkno
 		log->e = e;
 		log->cap = cap;
 	}
-	log->e[log->n++] = (struct sc_log_entry){ .nr = nr, .err = err, .unknown = unknown,
-						  .count = 1 };
+	log->e[log->n++] = (struct sc_log_entry){ .nr = nr, .err = a->err, .unknown = a->unknown,
+						  .unexplained = a->unexplained, .count = 1 };
 }
 
-/* The answer the original filter gives to one call. *err: the errno to
- * return; *cont: let the call run; *unknown: not decidable (EPERM). */
-static void decide(const struct moat_seccomp_prog *prog, const struct seccomp_data *d,
-		   int *err, bool *cont, bool *unknown)
+/* The answer to one notification. The rewrite turned exactly the program's
+ * RET ERRNO returns into RET USER_NOTIF, so the original program, run on the
+ * same seccomp_data, must give RET ERRNO with a non-zero errno: that errno is
+ * the answer. Any other outcome means the interpreter and the kernel disagree
+ * (an interpreter bug, a program it cannot run): the call is refused all the
+ * same, with EPERM, and recorded as unexplained. The call is never let
+ * through (no SECCOMP_USER_NOTIF_FLAG_CONTINUE): a divergence the program
+ * could steer with its arguments would otherwise be a filter bypass. */
+void sc_notify_answer(const struct moat_seccomp_prog *prog, const struct seccomp_notif *req,
+		      struct seccomp_notif_resp *resp, size_t resp_size, struct sc_answer *out)
 {
 	uint32_t ret;
-	*err = 0;
-	*cont = false;
-	*unknown = false;
-	if (sc_bpf_run(prog->insns, prog->len, d, &ret) < 0) {
-		*err = EPERM;
-		*unknown = true;
-		return;
-	}
-	switch (ret & SECCOMP_RET_ACTION_FULL) {
-	case SECCOMP_RET_ERRNO: {
+	*out = (struct sc_answer){ .err = EPERM };
+	if (!prog || !prog->insns ||
+	    sc_bpf_run(prog->insns, prog->len, &req->data, &ret) < 0) {
+		out->unknown = true;
+		out->unexplained = true;
+	} else if ((ret & SECCOMP_RET_ACTION_FULL) == SECCOMP_RET_ERRNO &&
+		   (ret & SECCOMP_RET_DATA) != 0) {
 		uint32_t e = ret & SECCOMP_RET_DATA;
-		*err = (int)(e > SC_MAX_ERRNO ? SC_MAX_ERRNO : e);
-		return;
+		out->err = (int)(e > SC_MAX_ERRNO ? SC_MAX_ERRNO : e);
+	} else {
+		/* allow or log (the kernel asked, so the interpreter is
+		 * wrong), kill, trap, trace or notify (left unchanged in the
+		 * installed filter), errno 0 (no policy compiles to it) */
+		out->unexplained = true;
 	}
-	case SECCOMP_RET_ALLOW:
-	case SECCOMP_RET_LOG:
-		*cont = true;
-		return;
-	default:
-		/* kill, trap, trace or notify: the rewrite leaves these in the
-		 * installed filter, so they never reach here */
-		*err = EPERM;
-		*unknown = true;
-		return;
-	}
+	memset(resp, 0, resp_size);
+	resp->id = req->id;
+	resp->error = -out->err; /* flags stay 0: never CONTINUE */
 }
 
 static int handle_one(const struct moat_seccomp_prog *prog, int fd, struct moat_seccomp_log *log)
@@ -366,26 +370,17 @@ static int handle_one(const struct moat_seccomp_prog *prog, int fd, struct moat_
 		return -1;
 	}
 	const struct seccomp_notif *req = log->req;
-	int err;
-	bool cont, unknown;
-	decide(prog, &req->data, &err, &cont, &unknown);
-	struct seccomp_notif_resp *resp = log->resp;
-	memset(resp, 0, log->resp_size);
-	resp->id = req->id;
-	if (cont)
-		resp->flags = SECCOMP_USER_NOTIF_FLAG_CONTINUE;
-	else
-		resp->error = -err;
+	struct sc_answer a;
+	sc_notify_answer(prog, req, log->resp, log->resp_size, &a);
 	int rc;
 	do
-		rc = ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, resp);
+		rc = ioctl(fd, SECCOMP_IOCTL_NOTIF_SEND, log->resp);
 	while (rc != 0 && errno == EINTR);
 	/* ENOENT: the task died or its call was interrupted by a signal before
 	 * the answer; the attempt is still worth reporting. */
 	if (rc != 0 && errno != ENOENT)
 		return -1;
-	if (!cont)
-		log_record(log, req->data.nr, err, unknown);
+	log_record(log, req->data.nr, &a);
 	return 0;
 }
 
@@ -435,6 +430,8 @@ char *moat_seccomp_log_json(const struct moat_seccomp_log *log)
 			moat_buf_appendf(&b, "\"%d\"", e->err);
 		if (e->unknown)
 			moat_buf_appendf(&b, ",\"unknown\":true");
+		if (e->unexplained)
+			moat_buf_appendf(&b, ",\"unexplained\":true");
 		moat_buf_appendf(&b, ",\"count\":%llu}", (unsigned long long)e->count);
 	}
 	moat_buf_appendf(&b, "]");

@@ -30,11 +30,17 @@ struct moat_seccomp_log;
 struct moat_seccomp_log *moat_seccomp_log_new(void);
 void moat_seccomp_log_free(struct moat_seccomp_log *log);
 /* Answers one pending notification on listener_fd (readable): evaluates the
- * original policy on the call, replies with its errno, counts the call.
+ * original policy on the call, replies with its errno, counts the call. The
+ * call is never let through: a verdict that is not an errno (the interpreter
+ * disagrees with the kernel) is answered EPERM and counted as unexplained.
  * Returns 0, or -1 when the listener is gone (all filtered tasks exited). */
 int moat_seccomp_log_handle(const struct moat_seccomp_prog *prog, int listener_fd,
 			    struct moat_seccomp_log *log);
-/* {"denied":[{"syscall":"ptrace","errno":"EPERM","count":1},...]} — malloc'd. */
+/* {"denied":[{"syscall":"ptrace","nr":101,"errno":"EPERM","count":1},...]}
+ * — malloc'd. An entry answered EPERM because the policy's verdict could not
+ * be reproduced carries "unexplained":true (and "unknown":true when the
+ * interpreter could not run the program); "dropped":N counts calls past the
+ * entry limit. */
 char *moat_seccomp_log_json(const struct moat_seccomp_log *log);
 
 /* For `moat doctor`: where this user's compiled filters are cached (malloc'd

@@ -1914,8 +1914,11 @@ static int log_child_body(void)
 }
 
 /* Runs body under prog in log mode; returns the child's wait status and the
- * log's JSON in *json. */
-static int run_logged(const struct moat_seccomp_prog *prog, int (*body)(void), char **json)
+ * log's JSON in *json. The child installs prog (its notify rewrite); the
+ * parent answers as the runner does, from answering's program (prog itself,
+ * or a stand-in to make the supervisor's verdict differ from the kernel's). */
+static int run_logged_as(const struct moat_seccomp_prog *prog,
+			 const struct moat_seccomp_prog *answering, int (*body)(void), char **json)
 {
 	int sv[2];
 	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
@@ -1944,7 +1947,7 @@ static int run_logged(const struct moat_seccomp_prog *prog, int (*body)(void), c
 		struct pollfd p = { .fd = lfd, .events = POLLIN };
 		int r = poll(&p, 1, 10000);
 		ck_assert_int_eq(r, 1);
-		if (moat_seccomp_log_handle(prog, lfd, log) < 0)
+		if (moat_seccomp_log_handle(answering, lfd, log) < 0)
 			break;
 	}
 	close(lfd);
@@ -1954,6 +1957,11 @@ static int run_logged(const struct moat_seccomp_prog *prog, int (*body)(void), c
 	ck_assert_ptr_nonnull(*json);
 	moat_seccomp_log_free(log);
 	return st;
+}
+
+static int run_logged(const struct moat_seccomp_prog *prog, int (*body)(void), char **json)
+{
+	return run_logged_as(prog, prog, body, json);
 }
 
 static int clean_child_body(void)
@@ -2049,8 +2057,8 @@ START_TEST(log_listener_is_cloexec)
 END_TEST
 
 /* A program the interpreter cannot run: the call is refused with EPERM and
- * reported as unknown. The installed filter is the real rewrite; the
- * "original" the supervisor evaluates is a broken one. */
+ * reported as unknown (and unexplained). The installed filter is the real
+ * rewrite; the "original" the supervisor evaluates is a broken one. */
 static int unknown_child_body(void)
 {
 	return denied(syscall(SYS_ptrace, 0, 0, 0, 0), EPERM) ? 0 : 1;
@@ -2062,42 +2070,179 @@ START_TEST(log_unknown_program_answers_eperm)
 	struct sock_filter broken[] = { BPF_STMT(0xffff, 0) };
 	struct moat_seccomp_prog fake = { .insns = broken, .len = 1,
 					  .notify_insns = prog->notify_insns };
-	int sv[2];
-	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv), 0);
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		close(sv[0]);
-		if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0)
-			_exit(200);
-		int lfd = -2;
-		if (moat_seccomp_install(prog, &lfd) != 0 || lfd < 0)
-			_exit(201);
-		if (send_fd(sv[1], lfd) != 0)
-			_exit(202);
-		close(lfd);
-		_exit(unknown_child_body());
-	}
-	close(sv[1]);
-	int lfd = recv_fd(sv[0]);
-	close(sv[0]);
-	ck_assert_int_ge(lfd, 0);
-	struct moat_seccomp_log *log = moat_seccomp_log_new();
-	for (;;) {
-		struct pollfd p = { .fd = lfd, .events = POLLIN };
-		ck_assert_int_eq(poll(&p, 1, 10000), 1);
-		if (moat_seccomp_log_handle(&fake, lfd, log) < 0)
-			break;
-	}
-	close(lfd);
-	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	char *json = NULL;
+	int st = run_logged_as(prog, &fake, unknown_child_body, &json);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
-	char *json = moat_seccomp_log_json(log);
 	ck_assert_str_eq(json, "{\"denied\":[{\"syscall\":\"ptrace\",\"nr\":101,\"errno\":"
-			       "\"EPERM\",\"unknown\":true,\"count\":1}]}");
+			       "\"EPERM\",\"unknown\":true,\"unexplained\":true,\"count\":1}]}");
 	free(json);
-	moat_seccomp_log_free(log);
+	moat_seccomp_prog_free(prog);
+}
+END_TEST
+
+/* The response builder, called for every kind of verdict the original
+ * program can give: the answer is always an errno (error < 0, flags 0), never
+ * SECCOMP_USER_NOTIF_FLAG_CONTINUE; only RET ERRNO with a non-zero errno is
+ * explained, everything else is EPERM and unexplained. */
+static void check_answer(const struct moat_seccomp_prog *prog, const struct seccomp_data *d,
+			 int want_err, bool want_unexplained, bool want_unknown, const char *what)
+{
+	union {
+		struct seccomp_notif_resp resp;
+		unsigned char bytes[256]; /* a kernel with a larger response */
+	} u;
+	memset(&u, 0xa5, sizeof u); /* stale bytes, CONTINUE bit included */
+	struct seccomp_notif req;
+	memset(&req, 0, sizeof req);
+	req.id = 0x1122334455667788ULL;
+	req.pid = 42;
+	req.data = *d;
+	struct sc_answer a = { .err = -1, .unknown = !want_unknown,
+			       .unexplained = !want_unexplained };
+	sc_notify_answer(prog, &req, &u.resp, sizeof u, &a);
+	ck_assert_msg(u.resp.flags == 0, "%s: flags %#x", what, u.resp.flags);
+	ck_assert_msg(!(u.resp.flags & SECCOMP_USER_NOTIF_FLAG_CONTINUE), "%s: CONTINUE", what);
+	ck_assert_msg(u.resp.error < 0, "%s: error %d", what, u.resp.error);
+	ck_assert_int_eq(u.resp.val, 0);
+	ck_assert_uint_eq(u.resp.id, req.id);
+	for (size_t i = sizeof u.resp; i < sizeof u; i++)
+		ck_assert_msg(u.bytes[i] == 0, "%s: byte %zu of the response not cleared", what, i);
+	ck_assert_msg(a.err == want_err && u.resp.error == -want_err, "%s: errno %d / %d, want %d",
+		      what, a.err, u.resp.error, want_err);
+	ck_assert_msg(a.unexplained == want_unexplained, "%s: unexplained %d", what,
+		      a.unexplained);
+	ck_assert_msg(a.unknown == want_unknown, "%s: unknown %d", what, a.unknown);
+}
+
+START_TEST(notify_answer_never_continues)
+{
+	static const struct {
+		uint32_t ret;
+		int err;
+		bool unexplained;
+		const char *what;
+	} verdicts[] = {
+		{ SECCOMP_RET_ALLOW, EPERM, true, "allow" },
+		{ SECCOMP_RET_LOG, EPERM, true, "log" },
+		{ SECCOMP_RET_ERRNO | EPERM, EPERM, false, "errno EPERM" },
+		{ SECCOMP_RET_ERRNO | EACCES, EACCES, false, "errno EACCES" },
+		{ SECCOMP_RET_ERRNO | ENOSYS, ENOSYS, false, "errno ENOSYS" },
+		{ SECCOMP_RET_ERRNO | 4095, 4095, false, "errno 4095" },
+		{ SECCOMP_RET_ERRNO | 0xffff, 4095, false, "errno 0xffff (capped)" },
+		{ SECCOMP_RET_ERRNO | 0, EPERM, true, "errno 0" },
+		{ SECCOMP_RET_KILL_PROCESS, EPERM, true, "kill process" },
+		{ SECCOMP_RET_KILL_THREAD, EPERM, true, "kill thread" },
+		{ SECCOMP_RET_TRAP | 7, EPERM, true, "trap" },
+		{ SECCOMP_RET_TRACE | 7, EPERM, true, "trace" },
+		{ SECCOMP_RET_USER_NOTIF, EPERM, true, "user notif" },
+		{ 0x7ff00001U, EPERM, true, "allow with data" },
+		{ 0x12345678U, EPERM, true, "unknown action" },
+	};
+	struct seccomp_data d = { .nr = SYS_unshare, .arch = seccomp_arch_native() };
+	for (size_t i = 0; i < sizeof verdicts / sizeof verdicts[0]; i++) {
+		/* RET K and RET A with the same value */
+		struct sock_filter k[] = { BPF_STMT(BPF_RET | BPF_K, verdicts[i].ret) };
+		struct sock_filter a[] = { BPF_STMT(BPF_LD | BPF_IMM, verdicts[i].ret),
+					   BPF_STMT(BPF_RET | BPF_A, 0) };
+		struct moat_seccomp_prog pk = { .insns = k, .len = 1 };
+		struct moat_seccomp_prog pa = { .insns = a, .len = 2 };
+		check_answer(&pk, &d, verdicts[i].err, verdicts[i].unexplained, false,
+			     verdicts[i].what);
+		check_answer(&pa, &d, verdicts[i].err, verdicts[i].unexplained, false,
+			     verdicts[i].what);
+	}
+	/* programs the interpreter cannot run, and no program at all */
+	struct sock_filter broken[] = { BPF_STMT(0xffff, 0) };
+	struct sock_filter falls_off[] = { BPF_STMT(BPF_LD | BPF_IMM, 0) };
+	struct moat_seccomp_prog pb = { .insns = broken, .len = 1 };
+	struct moat_seccomp_prog pf = { .insns = falls_off, .len = 1 };
+	struct moat_seccomp_prog empty = { 0 };
+	check_answer(&pb, &d, EPERM, true, true, "unknown opcode");
+	check_answer(&pf, &d, EPERM, true, true, "falls off the end");
+	check_answer(&empty, &d, EPERM, true, true, "no instructions");
+	check_answer(NULL, &d, EPERM, true, true, "no program");
+
+	/* the default policy on every probe of the kernel comparison: its
+	 * errno where it refuses, EPERM (unexplained) where it allows or kills
+	 * (the kernel never notifies those) */
+	struct moat_seccomp_prog *prog = default_prog();
+	struct probe *p;
+	size_t n = make_probes(&p);
+	size_t explained = 0, unexplained = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct seccomp_data pd = { .nr = (int)p[i].nr, .arch = seccomp_arch_native() };
+		for (int j = 0; j < 6; j++)
+			pd.args[j] = p[i].a[j];
+		uint32_t ret;
+		ck_assert_int_eq(sc_bpf_run(prog->insns, prog->len, &pd, &ret), 0);
+		bool is_errno = (ret & SECCOMP_RET_ACTION_FULL) == SECCOMP_RET_ERRNO &&
+				(ret & SECCOMP_RET_DATA) != 0;
+		int e = (int)(ret & SECCOMP_RET_DATA);
+		check_answer(prog, &pd, is_errno ? e : EPERM, !is_errno, false, "default policy");
+		if (is_errno)
+			explained++;
+		else
+			unexplained++;
+	}
+	ck_assert_uint_gt(explained, 100);
+	ck_assert_uint_gt(unexplained, 100); /* allowed calls were probed too */
+	free(p);
+	moat_seccomp_prog_free(prog);
+}
+END_TEST
+
+/* The interpreter disagreeing with the kernel, for real: the child runs
+ * under the default policy's rewrite, which notifies unshare; the supervisor
+ * answers from a stand-in program whose verdict is not an errno. unshare(0)
+ * is a no-op that succeeds if the call runs: it must fail with EPERM, and
+ * the log must say the answer was unexplained. */
+static int divergence_child_body(void)
+{
+	if (!denied(syscall(SYS_unshare, 0), EPERM))
+		return 1;
+	if (!denied(syscall(SYS_unshare, 0), EPERM))
+		return 2;
+	return syscall(SYS_getpid) > 0 ? 0 : 3; /* allowed by the filter: no notification */
+}
+
+START_TEST(log_divergence_never_lets_the_call_through)
+{
+	static const struct {
+		uint32_t ret;
+		const char *what;
+	} stand_ins[] = {
+		{ SECCOMP_RET_ALLOW, "allow" },
+		{ SECCOMP_RET_LOG, "log" },
+		{ SECCOMP_RET_KILL_PROCESS, "kill process" },
+		{ SECCOMP_RET_TRAP, "trap" },
+		{ SECCOMP_RET_ERRNO | 0, "errno 0" },
+	};
+	struct moat_seccomp_prog *prog = log_prog(NULL);
+	char *want = NULL;
+	ck_assert_int_ge(asprintf(&want,
+				  "{\"denied\":[{\"syscall\":\"unshare\",\"nr\":%d,\"errno\":"
+				  "\"EPERM\",\"unexplained\":true,\"count\":2}]}",
+				  SYS_unshare),
+			 0);
+	for (size_t i = 0; i < sizeof stand_ins / sizeof stand_ins[0]; i++) {
+		struct sock_filter f[] = { BPF_STMT(BPF_RET | BPF_K, stand_ins[i].ret) };
+		struct moat_seccomp_prog fake = { .insns = f, .len = 1,
+						  .notify_insns = prog->notify_insns };
+		char *json = NULL;
+		int st = run_logged_as(prog, &fake, divergence_child_body, &json);
+		ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: child status 0x%x",
+			      stand_ins[i].what, st);
+		ck_assert_msg(strcmp(json, want) == 0, "%s: %s", stand_ins[i].what, json);
+		free(json);
+	}
+	/* the real program explains the same calls: EPERM, nothing unexplained */
+	char *json = NULL;
+	int st = run_logged(prog, divergence_child_body, &json);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "child status 0x%x", st);
+	ck_assert_ptr_null(strstr(json, "unexplained"));
+	ck_assert_ptr_nonnull(strstr(json, "\"syscall\":\"unshare\""));
+	free(json);
+	free(want);
 	moat_seccomp_prog_free(prog);
 }
 END_TEST
@@ -2125,6 +2270,7 @@ Suite *seccomp_policy_suite(void)
 	tcase_add_test(tc, cache_key_covers_every_input);
 	tcase_add_test(tc, prepare_hashes_only_policy_files);
 	tcase_add_test(tc, notify_rewrite);
+	tcase_add_test(tc, notify_answer_never_continues);
 	tcase_add_test(tc, bpf_interpreter_ops);
 	tcase_add_test(tc, tree_layout_same_verdicts);
 	tcase_add_test(tc, default_program_decides_in_few_steps);
@@ -2141,6 +2287,7 @@ Suite *seccomp_policy_suite(void)
 	tcase_add_test(run, log_install_and_handle);
 	tcase_add_test(run, log_listener_is_cloexec);
 	tcase_add_test(run, log_unknown_program_answers_eperm);
+	tcase_add_test(run, log_divergence_never_lets_the_call_through);
 	tcase_set_timeout(run, 30);
 	suite_add_tcase(s, run);
 	return s;
