@@ -142,6 +142,15 @@ $(BUILD)/test-threads: tests/threads/test_threads.c $(BUILD)/libmoat-tsan.a
 	$(CC) $(ALL_CFLAGS) $(TSAN) $(CHECK_CFLAGS) -o $@ tests/threads/test_threads.c \
 	    $(BUILD)/libmoat-tsan.a $(PKG_LIBS) $(CHECK_LIBS)
 
+# Landlock alone: libmoat with the test-only MOAT_TEST_NO_MOUNT_WALL plan
+# (the root stays writable), so that only Landlock can refuse (tests/landlock).
+$(BUILD)/nowall/plan.o: src/ns/plan.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -DMOAT_TEST_NO_MOUNT_WALL -c -o $@ $<
+$(BUILD)/test-landlock: tests/landlock/test_landlock.c $(BUILD)/nowall/plan.o $(BUILD)/libmoat.a
+	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -o $@ tests/landlock/test_landlock.c \
+	    $(BUILD)/nowall/plan.o $(BUILD)/libmoat.a $(PKG_LIBS) $(CHECK_LIBS)
+
 check-threads: $(BUILD)/test-threads
 	TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)" $(BUILD)/test-threads
 
@@ -151,7 +160,8 @@ check-unit: $(BUILD)/test-unit
 check-integration: $(BUILD)/moat $(BUILD)/test-integration
 	MOAT_BIN=$(CURDIR)/$(BUILD)/moat $(BUILD)/test-integration
 
-check: $(BUILD)/moat $(BUILD)/test-unit $(BUILD)/test-threads $(BUILD)/test-integration
+check: $(BUILD)/moat $(BUILD)/test-unit $(BUILD)/test-threads $(BUILD)/test-integration \
+       $(BUILD)/test-landlock
 	@bash tools/check.sh $(BUILD)
 
 # The limits and runner suites again on a pure cgroup v2 kernel under qemu

@@ -13,6 +13,9 @@ echo "== unit tests (AddressSanitizer + UBSan)"
 echo "== libmoat from 8 threads at once (ThreadSanitizer; root mode and uid 65534)"
 TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$BUILD/test-threads" 2>&1 | tee -a "$log" || status=1
 
+echo "== Landlock alone (a test-only build without the read-only mounts; root and uid 65534)"
+"$BUILD/test-landlock" 2>&1 | tee -a "$log" || status=1
+
 echo "== integration and security tests ($(id -un): root mode $( [ "$(id -u)" -eq 0 ] && echo on || echo off ), rootless mode on)"
 MOAT_BIN="$(pwd)/$BUILD/moat" "$BUILD/test-integration" 2>&1 | tee -a "$log" || status=1
 

@@ -14,6 +14,14 @@
 #include "ns/ns.h"
 
 #define RO_ATTRS (MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV)
+/* The test-only build behind tests/landlock (make check builds it as
+ * build/test-landlock, never as moat) leaves the root writable, to prove that
+ * Landlock alone refuses what the read-only mounts normally refuse first. */
+#ifdef MOAT_TEST_NO_MOUNT_WALL
+#define WALL_ATTRS 0
+#else
+#define WALL_ATTRS RO_ATTRS
+#endif
 
 static const char PASSWD[] =
 	"root:x:0:0:root:/nonexistent:/usr/sbin/nologin\n"
@@ -528,7 +536,7 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 			if (add_runtime_bind(p, in->runtime_dir, true, err) < 0)
 				goto fail;
 		}
-		if (add_setattr(p, p->base, RO_ATTRS, true) < 0)
+		if (WALL_ATTRS && add_setattr(p, p->base, WALL_ATTRS, true) < 0)
 			goto oom;
 	} else {
 		if (add_tmpfs(p, "", MS_NOSUID | MS_NODEV, 0755, 4 * 1024 * 1024) < 0)
@@ -547,7 +555,7 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 			goto oom;
 		/* the root and every bind of the plan: read-only, nosuid, nodev,
 		 * recursively, before anything writable is mounted on top */
-		if (add_setattr(p, p->base, RO_ATTRS, true) < 0)
+		if (WALL_ATTRS && add_setattr(p, p->base, WALL_ATTRS, true) < 0)
 			goto oom;
 	}
 	if (add_dev(p, tmpfs) < 0 || add_proc(p) < 0 ||

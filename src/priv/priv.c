@@ -15,6 +15,7 @@ int moat_priv_prepare(struct moat_priv_plan *p, uint64_t fsize_bytes, struct moa
 	if (p->last_cap < CAP_SETPCAP)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
 				      "cannot tell how many capabilities this kernel has");
+	p->landlock_abi = moat_landlock_abi();
 	p->empty = cap_init(); /* cap_init returns every set cleared */
 	if (!p->empty)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cap_init: %s", strerror(errno));

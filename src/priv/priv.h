@@ -22,6 +22,7 @@ struct moat_priv_plan {
 	cap_t empty;        /* every set cleared, allocated in the supervisor */
 	struct moat_rlimit rlimits[MOAT_MAX_RLIMITS];
 	int rlimit_count;
+	int landlock_abi;   /* the kernel's Landlock ABI; 0: not available */
 };
 
 int moat_priv_prepare(struct moat_priv_plan *p, uint64_t fsize_bytes, struct moat_error *err);
@@ -41,5 +42,12 @@ int moat_priv_drop_bounding(const struct moat_priv_plan *p);
 int moat_priv_clear_caps(const struct moat_priv_plan *p);
 int moat_priv_no_new_privs(void);
 int moat_priv_apply_rlimits(const struct moat_priv_plan *p);
+/* Landlock (landlock.c): the second filesystem wall, granting what the
+ * mount plan allows (SECURITY.md). After no_new_privs, in the program.
+ * 0 when applied or when the kernel has none (p->landlock_abi 0). */
+int moat_priv_landlock(const struct moat_priv_plan *p);
+/* The kernel's Landlock ABI version; 0 when Landlock is unavailable
+ * (not built, or not in the lsm= list). */
+int moat_landlock_abi(void);
 
 #endif

@@ -128,6 +128,8 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 		fail(c, MOAT_STEP_CAPS, 0);
 	if (moat_priv_no_new_privs() < 0)
 		fail(c, MOAT_STEP_NNP, 0);
+	if (moat_priv_landlock(c->priv) < 0)
+		fail(c, MOAT_STEP_LANDLOCK, 0);
 	moat_stamp("pid2: caps dropped");
 	if (c->seccomp) {
 		int listener = -1;

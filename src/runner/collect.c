@@ -53,6 +53,7 @@ static const char *step_name(enum moat_step step)
 	case MOAT_STEP_RLIMITS: return "setting resource limits";
 	case MOAT_STEP_CAPS: return "dropping capabilities";
 	case MOAT_STEP_NNP: return "setting no_new_privs";
+	case MOAT_STEP_LANDLOCK: return "restricting the filesystem with Landlock";
 	case MOAT_STEP_SECCOMP: return "installing the seccomp filter";
 	case MOAT_STEP_TRANSPILE: return "starting the transpiler";
 	case MOAT_STEP_EXEC: return "starting the interpreter";

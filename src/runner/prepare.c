@@ -212,6 +212,11 @@ int run_prepare(struct run *r, struct moat_error *err)
 	moat_stamp("sup: seccomp prepared");
 	if (moat_priv_prepare(&r->priv, tmpfs, err) < 0)
 		return -1;
+	if (r->priv.landlock_abi < 1 &&
+	    moat_result_warn(r->res, "Landlock is not available on this kernel (not built, or "
+			     "not in the lsm= boot list): the read-only mounts are the only "
+			     "filesystem wall, without a second one") < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	if (moat_cgroup_prepare(req, r->res, &r->cg, err) < 0)
 		return -1;
 	struct moat_cgroup_rlimit rl[MOAT_CGROUP_MAX_RLIMITS];

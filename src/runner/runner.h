@@ -33,6 +33,7 @@ enum moat_step {
 	MOAT_STEP_INIT,
 	MOAT_STEP_PRIVATE,    /* making the mount tree private */
 	MOAT_STEP_NET,        /* network setup inside; detail = enum moat_net_step */
+	MOAT_STEP_LANDLOCK,
 };
 
 /* The supervisor releases pid 1 with one byte per step over the sync pipe,
