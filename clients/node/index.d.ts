@@ -70,6 +70,9 @@ export interface OutputFile {
   truncated: boolean;
   encoding: 'utf8' | 'base64';
   content: string;
+  /** Only when the path is not valid UTF-8 (its key then starts with `.moat-nonutf8/`):
+   * the path's exact bytes, base64. */
+  pathBase64?: string;
 }
 
 export interface RunResult {

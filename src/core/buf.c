@@ -100,6 +100,12 @@ static size_t utf8_seq_len(const unsigned char *s, size_t avail)
 	return n;
 }
 
+size_t moat_utf8_char_len(const char *str, size_t avail)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	return s[0] < 0x80 ? 1 : utf8_seq_len(s, avail);
+}
+
 bool moat_utf8_text(const char *str, size_t len)
 {
 	const unsigned char *s = (const unsigned char *)str;

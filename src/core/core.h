@@ -65,6 +65,9 @@ void moat_buf_append_json_string(struct moat_buf *b, const char *s, size_t len);
 /* true when s is valid UTF-8 (RFC 3629) without a NUL byte: text that a
  * JSON string carries unchanged. */
 bool moat_utf8_text(const char *s, size_t len);
+/* How many bytes at s (avail > 0 of them) make one character: 1 for ASCII,
+ * 2-4 for a valid UTF-8 sequence (RFC 3629), 0 when s[0] starts none. */
+size_t moat_utf8_char_len(const char *s, size_t avail);
 /* Appends s for an error message: printable ASCII kept, '"' and '\\'
  * escaped, other bytes as \xNN, cut at max bytes with "...". */
 void moat_buf_append_quoted(struct moat_buf *b, const char *s, size_t len, size_t max);

@@ -25,16 +25,6 @@
 #define WALK_MAX_DEPTH 16
 #define WALK_MAX_ENTRIES 10000
 #define PATH_CAP 4096
-#define FLAG_TRUNCATED 1u
-#define FLAG_SUMMARY 2u
-
-struct out_hdr {
-	uint32_t path_len;
-	uint32_t flags;
-	uint64_t size;     /* the file's size (summary record: files left out) */
-	uint32_t data_len;
-	uint32_t pad;
-};
 
 struct walk {
 	char *const *patterns;
@@ -85,8 +75,9 @@ static void emit_file(struct walk *w, int dirfd, const char *name, size_t plen)
 		want = MOAT_OUTPUT_FILE_CAP;
 	if (want > MOAT_OUTPUT_TOTAL_CAP - w->total)
 		want = MOAT_OUTPUT_TOTAL_CAP - w->total;
-	struct out_hdr h = { .path_len = (uint32_t)plen, .size = size, .data_len = (uint32_t)want,
-			     .flags = want < size ? FLAG_TRUNCATED : 0 };
+	struct moat_out_hdr h = { .path_len = (uint32_t)plen, .size = size,
+				  .data_len = (uint32_t)want,
+				  .flags = want < size ? MOAT_OUT_TRUNCATED : 0 };
 	if (write_all(w, &h, sizeof h) < 0 || write_all(w, w->path, plen) < 0) {
 		close(fd);
 		return;
@@ -124,8 +115,10 @@ static void walk_dir(struct walk *w, int dirfd, size_t plen, int depth)
 			const char *name = d->d_name;
 			if (!strcmp(name, ".") || !strcmp(name, ".."))
 				continue;
+			/* moat's own files (the TypeScript bundle); and so no
+			 * path returned starts with MOAT_OUT_ESCAPED_PREFIX */
 			if (depth == 0 && !strncmp(name, ".moat", 5))
-				continue; /* moat's own files (the TypeScript bundle) */
+				continue;
 			if (++w->entries > WALK_MAX_ENTRIES || w->broken)
 				return;
 			size_t nlen = strlen(name);
@@ -182,8 +175,8 @@ void moat_outputs_collect(const struct moat_child *c)
 		close(root);
 	}
 	if (w->omitted || w->entries > WALK_MAX_ENTRIES) {
-		struct out_hdr h = { .flags = FLAG_SUMMARY, .size = w->omitted,
-				     .pad = w->entries > WALK_MAX_ENTRIES };
+		struct moat_out_hdr h = { .flags = MOAT_OUT_SUMMARY, .size = w->omitted,
+					  .pad = w->entries > WALK_MAX_ENTRIES };
 		write_all(w, &h, sizeof h);
 	}
 	syscall(SYS_munmap, mem, sizeof *w);
@@ -208,7 +201,8 @@ locale_t moat_outputs_locale(void)
 size_t moat_outputs_stream_cap(void)
 {
 	return MOAT_OUTPUT_TOTAL_CAP +
-	       MOAT_OUTPUT_MAX_FILES * (sizeof(struct out_hdr) + PATH_CAP) + 2 * sizeof(struct out_hdr);
+	       MOAT_OUTPUT_MAX_FILES * (sizeof(struct moat_out_hdr) + PATH_CAP) +
+	       2 * sizeof(struct moat_out_hdr);
 }
 
 static void append_base64(struct moat_buf *b, const unsigned char *s, size_t len)
@@ -231,6 +225,42 @@ static void append_base64(struct moat_buf *b, const unsigned char *s, size_t len
 	moat_buf_append(b, "\"", 1);
 }
 
+/* The key of path in result.files, unique and reversible (README,
+ * "outputs"). A path that is valid UTF-8 is its own key. Any other path
+ * becomes MOAT_OUT_ESCAPED_PREFIX followed by the path with '%' and every
+ * byte that does not belong to a valid UTF-8 character written as %XX;
+ * true then (the entry also carries the raw path as "pathBase64").
+ * Distinct paths get distinct keys: the escaping can be undone, and an
+ * escaped key starts with ".moat", which no path the walk returns does. */
+static bool append_key(struct moat_buf *b, const char *path, size_t len)
+{
+	static const char hex[] = "0123456789ABCDEF";
+	if (moat_utf8_text(path, len)) {
+		moat_buf_append_json_string(b, path, len);
+		return false;
+	}
+	struct moat_buf k = { 0 };
+	moat_buf_append(&k, MOAT_OUT_ESCAPED_PREFIX, strlen(MOAT_OUT_ESCAPED_PREFIX));
+	for (size_t i = 0; i < len;) {
+		unsigned char c = (unsigned char)path[i];
+		size_t n = moat_utf8_char_len(path + i, len - i);
+		if (n == 0 || c == '%') {
+			char esc[3] = { '%', hex[c >> 4], hex[c & 15] };
+			moat_buf_append(&k, esc, 3);
+			i++;
+		} else {
+			moat_buf_append(&k, path + i, n);
+			i += n;
+		}
+	}
+	if (k.oom)
+		b->oom = true;
+	else
+		moat_buf_append_json_string(b, k.data, k.len);
+	moat_buf_free(&k);
+	return true;
+}
+
 int moat_outputs_render(const char *stream, size_t len, bool stream_cut, struct moat_result *res)
 {
 	struct moat_buf b = { 0 };
@@ -239,11 +269,11 @@ int moat_outputs_render(const char *stream, size_t len, bool stream_cut, struct 
 	unsigned long omitted = 0;
 	bool too_many_entries = false, damaged = stream_cut;
 	moat_buf_append(&b, "{", 1);
-	while (off + sizeof(struct out_hdr) <= len) {
-		struct out_hdr h;
+	while (off + sizeof(struct moat_out_hdr) <= len) {
+		struct moat_out_hdr h;
 		memcpy(&h, stream + off, sizeof h);
 		off += sizeof h;
-		if (h.flags & FLAG_SUMMARY) {
+		if (h.flags & MOAT_OUT_SUMMARY) {
 			omitted += h.size;
 			too_many_entries = h.pad != 0;
 			continue;
@@ -259,15 +289,19 @@ int moat_outputs_render(const char *stream, size_t len, bool stream_cut, struct 
 		if (!first)
 			moat_buf_append(&b, ",", 1);
 		first = false;
-		moat_buf_append_json_string(&b, path, h.path_len);
+		bool escaped = append_key(&b, path, h.path_len);
 		bool text = moat_utf8_text((const char *)data, h.data_len);
 		moat_buf_appendf(&b, ":{\"size\":%llu,\"truncated\":%s,\"encoding\":\"%s\",\"content\":",
-				 (unsigned long long)h.size, (h.flags & FLAG_TRUNCATED) ? "true" : "false",
+				 (unsigned long long)h.size, (h.flags & MOAT_OUT_TRUNCATED) ? "true" : "false",
 				 text ? "utf8" : "base64");
 		if (text)
 			moat_buf_append_json_string(&b, (const char *)data, h.data_len);
 		else
 			append_base64(&b, data, h.data_len);
+		if (escaped) {
+			moat_buf_append(&b, ",\"pathBase64\":", 14);
+			append_base64(&b, (const unsigned char *)path, h.path_len);
+		}
 		moat_buf_append(&b, "}", 1);
 	}
 	if (off != len)

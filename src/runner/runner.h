@@ -111,8 +111,27 @@ struct moat_child {
 	char **envp;
 };
 
-/* "outputs" (outputs.c). Sandbox side, pid 1 after the program exited:
- * stream matching files to c->outputs_fd. System calls only. */
+/* "outputs" (outputs.c). The stream pid 1 sends the supervisor: for each
+ * file a header, the path (path_len bytes, relative to /sandbox), then
+ * data_len bytes of content; at most one summary record (flags
+ * MOAT_OUT_SUMMARY: size = files left out, pad != 0 = the walk stopped at
+ * its entry cap) at the end. */
+struct moat_out_hdr {
+	uint32_t path_len;
+	uint32_t flags;
+	uint64_t size;     /* the file's size (summary record: files left out) */
+	uint32_t data_len;
+	uint32_t pad;
+};
+#define MOAT_OUT_TRUNCATED 1u
+#define MOAT_OUT_SUMMARY 2u
+/* result.files keys of paths that are not valid UTF-8 start with this: the
+ * walk never returns a path whose first name starts with ".moat", so no
+ * other key can (README, "outputs"). */
+#define MOAT_OUT_ESCAPED_PREFIX ".moat-nonutf8/"
+
+/* Sandbox side, pid 1 after the program exited: stream matching files to
+ * c->outputs_fd. System calls only. */
 void moat_outputs_collect(const struct moat_child *c);
 /* Supervisor side: the C locale pid 1 matches the patterns in (made once
  * per process; (locale_t)0 if it cannot be), the most bytes a stream may

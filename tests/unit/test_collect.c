@@ -1,10 +1,14 @@
 /* Unit tests: how a run's end is decoded into the result (run_decode in
- * src/runner/collect.c), from what the supervisor knows when pid 1 ended. */
+ * src/runner/collect.c), from what the supervisor knows when pid 1 ended;
+ * and how the outputs stream becomes result.files (moat_outputs_render in
+ * src/runner/outputs.c). */
 #include <signal.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
 #include <check.h>
+#include <cjson/cJSON.h>
 
 #include "suites.h"
 #include "runner/run.h"
@@ -99,6 +103,168 @@ START_TEST(init_ending_unreported_is_flagged)
 }
 END_TEST
 
+/* ---- outputs: the stream pid 1 sends, rendered into result.files ---- */
+
+/* Appends one file record (path, content) to a stream. */
+static void put_file(struct moat_buf *st, const char *path, size_t path_len, const char *data)
+{
+	struct moat_out_hdr h = { .path_len = (uint32_t)path_len, .size = strlen(data),
+				  .data_len = (uint32_t)strlen(data) };
+	moat_buf_append(st, &h, sizeof h);
+	moat_buf_append(st, path, path_len);
+	moat_buf_append(st, data, strlen(data));
+}
+
+static cJSON *render(const struct moat_buf *st, struct moat_result **out)
+{
+	struct moat_result *res = moat_result_new();
+	ck_assert_ptr_nonnull(res);
+	*out = res;
+	ck_assert_int_eq(moat_outputs_render(st->data ? st->data : "", st->len, false, res), 0);
+	cJSON *files = cJSON_Parse(res->files_json);
+	ck_assert_msg(cJSON_IsObject(files), "not an object: %s", res->files_json);
+	return files;
+}
+
+static int hexval(char c)
+{
+	return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+}
+
+/* The README's rule backwards: the path a key stands for, or NULL when the
+ * key is not a well-formed escaped key. */
+static char *unescape_key(const char *key, size_t *len)
+{
+	const char *pre = MOAT_OUT_ESCAPED_PREFIX;
+	if (strncmp(key, pre, strlen(pre)))
+		return NULL;
+	key += strlen(pre);
+	char *out = malloc(strlen(key) + 1);
+	size_t n = 0;
+	for (const char *p = key; *p; p++) {
+		if (*p != '%') {
+			out[n++] = *p;
+			continue;
+		}
+		int hi = hexval(p[1]), lo = hi < 0 ? -1 : hexval(p[2]);
+		if (lo < 0) {
+			free(out);
+			return NULL;
+		}
+		out[n++] = (char)(hi << 4 | lo);
+		p += 2;
+	}
+	*len = n;
+	return out;
+}
+
+static size_t unbase64(const char *s, char *out)
+{
+	static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	size_t n = 0, bits = 0;
+	uint32_t acc = 0;
+	for (; *s && *s != '='; s++) {
+		const char *q = strchr(tbl, *s);
+		ck_assert_ptr_nonnull(q);
+		acc = acc << 6 | (uint32_t)(q - tbl);
+		bits += 6;
+		if (bits >= 8) {
+			bits -= 8;
+			out[n++] = (char)(acc >> bits);
+		}
+	}
+	return n;
+}
+
+START_TEST(output_keys_are_unique_and_reversible)
+{
+	/* every path a file may have: valid UTF-8 ones (with '%' and with a
+	 * name that looks escaped) and invalid ones that used to become the
+	 * same key with U+FFFD */
+	static const struct { const char *path; const char *key; } cases[] = {
+		{ "out/report\xff.txt", ".moat-nonutf8/out/report%FF.txt" },
+		{ "out/report\xfe.txt", ".moat-nonutf8/out/report%FE.txt" },
+		{ "out/report\xef\xbf\xbd.txt", "out/report\xef\xbf\xbd.txt" }, /* a real U+FFFD */
+		{ "out/report%FF.txt", "out/report%FF.txt" },
+		{ "out/100%\xff", ".moat-nonutf8/out/100%25%FF" },
+		{ "out/100%25\xff", ".moat-nonutf8/out/100%2525%FF" },
+		{ "out/r\xc3\xa9sum\xc3\xa9.txt", "out/r\xc3\xa9sum\xc3\xa9.txt" },
+		{ "\xc3\xa9/\xe9.txt", ".moat-nonutf8/\xc3\xa9/%E9.txt" }, /* Latin-1 é */
+		{ "s\xed\xa0\x80.txt", ".moat-nonutf8/s%ED%A0%80.txt" },  /* a surrogate */
+		{ "o\xc0\xaf.txt", ".moat-nonutf8/o%C0%AF.txt" },          /* overlong '/' */
+		{ "cut\xe2\x82", ".moat-nonutf8/cut%E2%82" },              /* cut short */
+		{ "nl\n\xff", ".moat-nonutf8/nl\n%FF" },
+	};
+	const size_t n = sizeof cases / sizeof cases[0];
+	struct moat_buf st = { 0 };
+	for (size_t i = 0; i < n; i++) {
+		char data[16];
+		snprintf(data, sizeof data, "file %zu", i);
+		put_file(&st, cases[i].path, strlen(cases[i].path), data);
+	}
+	struct moat_result *res;
+	cJSON *files = render(&st, &res);
+	/* one member per file, no key twice */
+	ck_assert_int_eq(cJSON_GetArraySize(files), (int)n);
+	for (const cJSON *a = files->child; a; a = a->next)
+		for (const cJSON *b = a->next; b; b = b->next)
+			ck_assert_msg(strcmp(a->string, b->string), "key twice: %s", a->string);
+	for (size_t i = 0; i < n; i++) {
+		const cJSON *e = cJSON_GetObjectItemCaseSensitive(files, cases[i].key);
+		ck_assert_msg(e, "no key for case %zu: %s", i, res->files_json);
+		char data[16];
+		snprintf(data, sizeof data, "file %zu", i);
+		ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(e, "content")->valuestring, data);
+		const cJSON *raw = cJSON_GetObjectItemCaseSensitive(e, "pathBase64");
+		size_t plen = strlen(cases[i].path);
+		if (!strcmp(cases[i].key, cases[i].path)) {
+			/* valid UTF-8: the key is the path, nothing added */
+			ck_assert_ptr_null(raw);
+			ck_assert_int_ne(strncmp(cases[i].key, ".moat", 5), 0);
+			continue;
+		}
+		/* the key and pathBase64 both give back the exact bytes */
+		ck_assert_msg(cJSON_IsString(raw), "case %zu has no pathBase64", i);
+		char back[64];
+		ck_assert_uint_eq(unbase64(raw->valuestring, back), plen);
+		ck_assert(!memcmp(back, cases[i].path, plen));
+		size_t klen = 0;
+		char *from_key = unescape_key(cases[i].key, &klen);
+		ck_assert_ptr_nonnull(from_key);
+		ck_assert_uint_eq(klen, plen);
+		ck_assert(!memcmp(from_key, cases[i].path, plen));
+		free(from_key);
+	}
+	ck_assert_uint_eq(res->warnings_count, 0);
+	cJSON_Delete(files);
+	moat_result_free(res);
+	moat_buf_free(&st);
+}
+END_TEST
+
+START_TEST(output_entries_keep_their_fields)
+{
+	struct moat_buf st = { 0 };
+	put_file(&st, "a.txt", 5, "hi \xc3\xa9");
+	put_file(&st, "b\xff.bin", 6, "\x01\x02\xff");
+	struct moat_result *res;
+	cJSON *files = render(&st, &res);
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(files, "a.txt");
+	ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(a, "encoding")->valuestring, "utf8");
+	ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(a, "content")->valuestring, "hi \xc3\xa9");
+	ck_assert(cJSON_GetObjectItemCaseSensitive(a, "size")->valuedouble == 5);
+	ck_assert(cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(a, "truncated")));
+	const cJSON *b = cJSON_GetObjectItemCaseSensitive(files, ".moat-nonutf8/b%FF.bin");
+	ck_assert_ptr_nonnull(b);
+	ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(b, "encoding")->valuestring, "base64");
+	ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(b, "content")->valuestring, "AQL/");
+	ck_assert_str_eq(cJSON_GetObjectItemCaseSensitive(b, "pathBase64")->valuestring, "Yv8uYmlu");
+	cJSON_Delete(files);
+	moat_result_free(res);
+	moat_buf_free(&st);
+}
+END_TEST
+
 Suite *collect_suite(void)
 {
 	Suite *s = suite_create("collect");
@@ -107,6 +273,10 @@ Suite *collect_suite(void)
 	tcase_add_test(tc, a_signal_names_its_cause);
 	tcase_add_test(tc, timeout_wins_over_a_status);
 	tcase_add_test(tc, init_ending_unreported_is_flagged);
+	suite_add_tcase(s, tc);
+	tc = tcase_create("outputs");
+	tcase_add_test(tc, output_keys_are_unique_and_reversible);
+	tcase_add_test(tc, output_entries_keep_their_fields);
 	suite_add_tcase(s, tc);
 	return s;
 }
