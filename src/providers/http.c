@@ -51,18 +51,39 @@ void moat_redact(char **s, const char *secret)
 	*s = n;
 }
 
+static int vfail(struct moat_http *h, struct moat_error *err, enum moat_error_type type, int e,
+		 const char *fmt, va_list ap)
+{
+	char *msg = moat_vformat(fmt, ap);
+	moat_redact(&msg, h ? h->secret : NULL);
+	moat_error_set(err, msg ? type : MOAT_ERR_UNAVAILABLE, e, "%s: %s",
+		       h && h->provider ? h->provider : "http", msg ? msg : "out of memory");
+	free(msg);
+	return -1;
+}
+
+/* The host or the service failed us: SandboxUnavailableError. */
 static int fail(struct moat_http *h, struct moat_error *err, int e, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 static int fail(struct moat_http *h, struct moat_error *err, int e, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	char *msg = moat_vformat(fmt, ap);
+	vfail(h, err, MOAT_ERR_UNAVAILABLE, e, fmt, ap);
 	va_end(ap);
-	moat_redact(&msg, h ? h->secret : NULL);
-	moat_error_set(err, MOAT_ERR_UNAVAILABLE, e, "%s: %s", h && h->provider ? h->provider : "http",
-		       msg ? msg : "out of memory");
-	free(msg);
+	return -1;
+}
+
+/* The configured URL itself is wrong (whatever the network does):
+ * SandboxConfigError, exit 2, like any other mistake in the config. */
+static int bad_url(struct moat_http *h, struct moat_error *err, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int bad_url(struct moat_http *h, struct moat_error *err, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	vfail(h, err, MOAT_ERR_CONFIG, 0, fmt, ap);
+	va_end(ap);
 	return -1;
 }
 
@@ -81,7 +102,7 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 	if (!u)
 		return fail(h, err, ENOMEM, "out of memory");
 	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
-		fail(h, err, 0, "the API URL is not a valid URL");
+		bad_url(h, err, "the API URL is not a valid URL");
 		goto out;
 	}
 	curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
@@ -90,23 +111,23 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 	curl_url_get(u, CURLUPART_USER, &user, 0);
 	curl_url_get(u, CURLUPART_QUERY, &query, 0);
 	if (!scheme || !host || !port) {
-		fail(h, err, 0, "the API URL has no scheme or host");
+		bad_url(h, err, "the API URL has no scheme or host");
 		goto out;
 	}
 	if (user || query) {
-		fail(h, err, 0, "the API URL must not carry credentials or a query");
+		bad_url(h, err, "the API URL must not carry credentials or a query");
 		goto out;
 	}
 	bool test_http = moat_http_test_mode() && !strcmp(host, "127.0.0.1");
 	if (strcmp(scheme, "https") && !(test_http && !strcmp(scheme, "http"))) {
-		fail(h, err, 0, "the API URL must be https");
+		bad_url(h, err, "the API URL must be https");
 		goto out;
 	}
 	/* resolve, refuse non-public addresses, pin the first one */
 	char bare[256];
 	size_t hl = strlen(host);
 	if (hl >= sizeof bare) {
-		fail(h, err, 0, "the API host name is too long");
+		bad_url(h, err, "the API host name is too long");
 		goto out;
 	}
 	if (host[0] == '[' && hl > 2) {

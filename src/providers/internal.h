@@ -36,7 +36,10 @@ struct moat_http_resp {
 	bool timed_out;
 };
 
-/* Checks url (https, public address after DNS; see providers.h) and pins it. */
+/* Checks url (https, public address after DNS; see providers.h) and pins it.
+ * A URL that is wrong in itself (not a URL, not https, credentials or a
+ * query) is a SandboxConfigError; one whose host does not resolve, or
+ * resolves to a refused address, a SandboxUnavailableError. */
 int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 		   const char *provider, struct moat_error *err);
 void moat_http_close(struct moat_http *h);

@@ -11,7 +11,8 @@
  * key or setting is a SandboxUnavailableError. API keys come only from the
  * config or E2B_API_KEY / DAYTONA_API_KEY and never appear in messages.
  *
- * Remote URLs must be https and must not resolve to a private, loopback,
+ * Remote URLs must be https (otherwise a SandboxConfigError: the config is
+ * wrong, not the host) and must not resolve to a private, loopback,
  * link-local, CGNAT or metadata address; the checked address is pinned with
  * CURLOPT_RESOLVE (no DNS rebinding between check and connect), redirects
  * and proxies are off. Test-only escape hatch: with MOAT_TEST_ALLOW_HTTP=1 in

@@ -690,9 +690,10 @@ START_TEST(e2b_error_timeout_and_failures)
 	ck_assert_ptr_nonnull(strstr(error_message(&out), "[redacted]"));
 	assert_no_key(&out);
 	harness_free(&out);
-	/* without the test switch plain http (and loopback) is refused */
+	/* without the test switch plain http is a mistake in the config */
 	run_e2b("{\"code\":\"1\"}", false, &out);
-	ck_assert_str_eq(harness_error_type(&out), "SandboxUnavailableError");
+	ck_assert_int_eq(out.status, 2);
+	ck_assert_str_eq(harness_error_type(&out), "SandboxConfigError");
 	ck_assert_ptr_nonnull(strstr(error_message(&out), "https"));
 	harness_free(&out);
 	server_stop(&s);
@@ -807,6 +808,50 @@ START_TEST(daytona_timeout_and_failures)
 }
 END_TEST
 
+/* A daytonaApiUrl that is not a plain https URL is a mistake in the
+ * config (SandboxConfigError, exit 2), found before any request is sent;
+ * an https URL whose host is refused stays SandboxUnavailableError. */
+START_TEST(daytona_url_mistakes_are_config_errors)
+{
+	struct server s;
+	server_start(&s, "ok");
+	/* on_server: the URL is the test server's, with its port */
+	static const struct { const char *url, *type, *msg; int status; bool on_server; } cases[] = {
+		{ "http://127.0.0.1", "SandboxConfigError", "must be https", 2, true },
+		{ "http://example.com/api", "SandboxConfigError", "must be https", 2, false },
+		{ "https://user:pw@example.com/api", "SandboxConfigError", "credentials", 2, false },
+		{ "not a url", "SandboxConfigError", "not a valid URL", 2, false },
+		{ "https://127.0.0.1", "SandboxUnavailableError", "private", 3, true },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		char url[128], text[400];
+		if (cases[i].on_server)
+			snprintf(url, sizeof url, "%s:%d/", cases[i].url, s.port);
+		else
+			snprintf(url, sizeof url, "%s", cases[i].url);
+		snprintf(text, sizeof text, "{\"provider\":\"daytona\",\"daytonaApiUrl\":\"%s\"}", url);
+		mkpath(dt_cfg_path, sizeof dt_cfg_path, "daytona.json");
+		write_file(dt_cfg_path, text, 0644);
+		/* no MOAT_TEST_ALLOW_HTTP: the policy as shipped */
+		const char *env[] = { "PATH=/usr/bin:/bin", "DAYTONA_API_KEY=" KEY, NULL };
+		const char *args[] = { "exec", "--config", dt_cfg_path, NULL };
+		struct run_out out;
+		run_moat(args, env, tmpdir, "{\"code\":\"1\"}", &out);
+		ck_assert_msg(out.status == cases[i].status, "%s: status %d %s %s", url, out.status,
+			      out.out, out.err);
+		ck_assert_msg(harness_error_type(&out) && !strcmp(harness_error_type(&out), cases[i].type),
+			      "%s: %s", url, out.out);
+		ck_assert_msg(strstr(error_message(&out), cases[i].msg), "%s: %s", url, out.out);
+		assert_no_key(&out);
+		harness_free(&out);
+	}
+	server_stop(&s);
+	cJSON *reqs = server_requests(&s);
+	ck_assert_int_eq(cJSON_GetArraySize(reqs), 0); /* nothing reached the API */
+	cJSON_Delete(reqs);
+}
+END_TEST
+
 /* ---------------------------------------------------------------- live */
 
 static void live(const char *provider, const char *key_var)
@@ -868,6 +913,7 @@ Suite *providers_cli_suite(void)
 	tcase_add_test(tc, e2b_error_timeout_and_failures);
 	tcase_add_test(tc, daytona_contract);
 	tcase_add_test(tc, daytona_timeout_and_failures);
+	tcase_add_test(tc, daytona_url_mistakes_are_config_errors);
 	tcase_add_test(tc, live_e2b);
 	tcase_add_test(tc, live_daytona);
 	suite_add_tcase(s, tc);

@@ -408,14 +408,18 @@ END_TEST
 START_TEST(remote_url_policy)
 {
 	unsetenv("MOAT_TEST_ALLOW_HTTP");
-	static const struct { const char *url; const char *msg; } cases[] = {
-		{ "http://example.com/api", "https" },
-		{ "https://127.0.0.1/api", "private" },
-		{ "https://localhost/api", "private" },
-		{ "https://169.254.169.254/api", "private" },
-		{ "https://[::1]/api", "private" },
-		{ "https://user:pw@example.com/api", "credentials" },
-		{ "not a url", "valid" },
+	/* a URL that is wrong in itself is a mistake in the config; a host
+	 * that resolves to a refused address is the host's */
+	static const struct { const char *url; const char *msg; enum moat_error_type type; } cases[] = {
+		{ "http://example.com/api", "https", MOAT_ERR_CONFIG },
+		{ "ftp://example.com/api", "https", MOAT_ERR_CONFIG },
+		{ "https://127.0.0.1/api", "private", MOAT_ERR_UNAVAILABLE },
+		{ "https://localhost/api", "private", MOAT_ERR_UNAVAILABLE },
+		{ "https://169.254.169.254/api", "private", MOAT_ERR_UNAVAILABLE },
+		{ "https://[::1]/api", "private", MOAT_ERR_UNAVAILABLE },
+		{ "https://user:pw@example.com/api", "credentials", MOAT_ERR_CONFIG },
+		{ "https://example.com/api?x=1", "query", MOAT_ERR_CONFIG },
+		{ "not a url", "valid", MOAT_ERR_CONFIG },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char conf[256];
@@ -428,7 +432,8 @@ START_TEST(remote_url_policy)
 		struct moat_request *r = req_new();
 		struct moat_result *res = NULL;
 		ck_assert_int_eq(moat_provider_run(NULL, r, &o, &res, &err), -1);
-		ck_assert_int_eq(err.type, MOAT_ERR_UNAVAILABLE);
+		ck_assert_msg(err.type == cases[i].type, "%s: %s is a %s", cases[i].url, err.message,
+			      moat_error_type_name(err.type));
 		ck_assert_msg(strstr(err.message, cases[i].msg), "%s: %s", cases[i].url, err.message);
 		ck_assert_ptr_null(strstr(err.message, "KEY-123456"));
 		moat_error_clear(&err);
@@ -447,6 +452,7 @@ START_TEST(remote_url_policy)
 	struct moat_result *res = NULL;
 	ck_assert_int_eq(moat_provider_run(NULL, r, &o, &res, &err), -1);
 	ck_assert_ptr_nonnull(strstr(err.message, "https"));
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
 	unsetenv("MOAT_TEST_ALLOW_HTTP");
 	moat_error_clear(&err);
 	moat_request_free(r);
