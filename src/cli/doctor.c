@@ -57,8 +57,10 @@ static int try_userns(int *err_out)
 }
 
 /* What a run asking for every limit would really get: the same decision a
- * run makes (a leaf is created and removed again). */
-static void trial_limits(void)
+ * run makes (a leaf is created and removed again). Returns the result that
+ * names the mechanisms (the caller frees it), or NULL when such a run
+ * would fail. */
+static struct moat_result *trial_limits(void)
 {
 	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
@@ -66,6 +68,7 @@ static void trial_limits(void)
 	if (moat_limits_probe(&res, &group_kill, &err) < 0) {
 		printf("limits:             a run would fail: %s\n",
 		       err.message ? err.message : "out of memory");
+		res = NULL;
 	} else {
 		printf("limit memory:       %s\nlimit pids:         %s\nlimit cpu:          %s\n",
 		       res->limit_memory, res->limit_pids, res->limit_cpu);
@@ -76,7 +79,39 @@ static void trial_limits(void)
 			printf("  warning:          %s\n", res->warnings[i]);
 	}
 	moat_error_clear(&err);
-	moat_result_free(res);
+	return res;
+}
+
+static bool by_cgroup(const char *mechanism)
+{
+	return !strncmp(mechanism, "cgroup-", 7);
+}
+
+/* The verdict on limits, apart from isolation: a rootless run without a
+ * delegated cgroup is fully isolated yet has only rlimits, or nothing, as
+ * limits, and must not be told otherwise. */
+static void limits_verdict(const struct moat_result *res)
+{
+	printf("verdict limits:     ");
+	if (!res) {
+		printf("a run asking for a limit fails here (see \"limits\" above)\n");
+		return;
+	}
+	const char *const names[] = { "memory", "pids", "cpu" };
+	const char *const mech[] = { res->limit_memory, res->limit_pids, res->limit_cpu };
+	bool all = true;
+	for (int i = 0; i < 3; i++) {
+		const char *m = mech[i] ? mech[i] : "none";
+		all = all && by_cgroup(m);
+		printf("%s%s %s%s", i ? ", " : "", names[i], m,
+		       !strcmp(m, "rlimit") ? " (fallback)" : !strcmp(m, "none") ? " (not enforced)"
+									: "");
+	}
+	if (all)
+		printf(": all enforced by cgroups\n");
+	else
+		printf(": weaker than a cgroup, see the warnings above (\"strictLimits\": true "
+		       "refuses to run here)\n");
 }
 
 /* What "network": true and "allowedHosts" need: the sandbox's egress
@@ -149,7 +184,7 @@ int cli_doctor(int argc, char **argv)
 	}
 
 	moat_cgroup_describe(stdout);
-	trial_limits();
+	struct moat_result *limits = trial_limits();
 
 	/* a host without it still runs every request without network */
 	trial_network();
@@ -164,7 +199,12 @@ int cli_doctor(int argc, char **argv)
 	       esb ? "esbuild transpiles inside the sandbox, node runs the result"
 		   : "UNAVAILABLE: node 20 has no type stripping and esbuild is missing "
 		     "(apt-get install esbuild)");
-	printf("verdict:            %s\n", ok ? "runs are fully isolated on this host"
-					     : "runs will fail closed until the items above are fixed");
+	/* isolation and limits are separate claims: a host can give the one
+	 * without the other */
+	printf("verdict isolation:  %s\n",
+	       ok ? "complete: each run gets its own namespaces and the seccomp filter"
+		  : "UNAVAILABLE: runs will fail closed until the items above are fixed");
+	limits_verdict(limits);
+	moat_result_free(limits);
 	return ok ? 0 : 3;
 }

@@ -492,6 +492,78 @@ START_TEST(doctor_ok)
 }
 END_TEST
 
+/* The line of out that starts with label, without it and the padding. */
+static void doctor_line(const char *out, const char *label, char *buf, size_t len)
+{
+	const char *p = strstr(out, label);
+	ck_assert_msg(p && (p == out || p[-1] == '\n'), "doctor has no \"%s\" line: %s", label, out);
+	p += strlen(label);
+	while (*p == ' ')
+		p++;
+	snprintf(buf, len, "%.*s", (int)strcspn(p, "\n"), p);
+}
+
+/* doctor's verdict keeps isolation and limits apart, and names each limit
+ * by the mechanism the trial run got: "rlimit (fallback)", "none (not
+ * enforced)" and a pointer to the warnings whenever a limit is short of a
+ * cgroup; never "fully isolated" for a host that only isolates. */
+static void check_doctor_verdict(const struct run_out *o)
+{
+	ck_assert_msg(o->status == 0, "doctor status %d: %s %s", o->status, o->out, o->err);
+	ck_assert_msg(!strstr(o->out, "fully isolated"), "%s", o->out);
+	char line[512];
+	doctor_line(o->out, "verdict isolation:", line, sizeof line);
+	ck_assert_msg(!strncmp(line, "complete", 8), "isolation verdict: %s", line);
+	ck_assert_msg(!strstr(line, "limit"), "the isolation verdict speaks of limits: %s", line);
+	char verdict[512];
+	doctor_line(o->out, "verdict limits:", verdict, sizeof verdict);
+	static const char *const names[] = { "memory", "pids", "cpu" };
+	static const char *const labels[] = { "limit memory:", "limit pids:", "limit cpu:" };
+	bool all_cgroup = true;
+	for (int k = 0; k < 3; k++) {
+		char mech[64], want[128];
+		doctor_line(o->out, labels[k], mech, sizeof mech);
+		bool cg = !strncmp(mech, "cgroup-", 7);
+		all_cgroup = all_cgroup && cg;
+		snprintf(want, sizeof want, "%s %s%s", names[k], mech,
+			 !strcmp(mech, "rlimit") ? " (fallback)"
+			 : !strcmp(mech, "none") ? " (not enforced)" : "");
+		ck_assert_msg(strstr(verdict, want), "%s is \"%s\", the verdict says: %s", names[k],
+			      mech, verdict);
+	}
+	if (all_cgroup) {
+		ck_assert_msg(strstr(verdict, "all enforced by cgroups"), "%s", verdict);
+	} else {
+		ck_assert_msg(!strstr(verdict, "all enforced"), "claims limits it lacks: %s", verdict);
+		ck_assert_msg(strstr(verdict, "see the warnings"), "%s", verdict);
+		ck_assert_msg(strstr(o->out, "  warning:"), "no warning to see: %s", o->out);
+	}
+}
+
+START_TEST(doctor_verdict_separates_limits)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	const char *args[] = { "doctor", NULL };
+	run(_i, args, NULL, &o);
+	check_doctor_verdict(&o);
+	harness_free(&o);
+	if (_i != MODE_ROOTLESS)
+		return;
+	/* uid 65534 with no cgroup it may write: the limits fall back to
+	 * rlimits (memory, pids) and nothing (cpu), and the verdict says so */
+	const char *env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
+			      "MOAT_CGROUP_PARENT=/moat-test-no-such-cgroup", NULL };
+	struct harness_proc p;
+	harness_start(_i, args, NULL, 0, env, NULL, NULL, &p);
+	memset(&o, 0, sizeof o);
+	harness_finish(&p, &o);
+	check_doctor_verdict(&o);
+	ck_assert_msg(!strstr(o.out, "all enforced by cgroups"), "%s", o.out);
+	harness_free(&o);
+}
+END_TEST
+
 /* A host that refuses user namespaces: moat fails closed with the cause and
  * the fix. The refusal is made real by a user namespace of the test's own
  * whose user.max_user_namespaces is 0 (the knob is per namespace). */
@@ -569,6 +641,7 @@ Suite *cli_suite(void)
 	tcase_add_test(tc, version_and_commands);
 	tcase_add_loop_test(tc, exec_takes_no_arguments, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, doctor_ok, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, doctor_verdict_separates_limits, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, missing_interpreter_is_explained, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, userns_unavailable_is_explained, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
