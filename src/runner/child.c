@@ -82,6 +82,142 @@ static void reset_signals(void)
 			signal(s, SIG_DFL);
 }
 
+/* What pid 1 shows as its command line instead of the supervisor's. */
+static const char INIT_NAME[] = "moat-init";
+
+/* Reads the numeric fields of /proc/self/stat numbered in want[] (as in
+ * proc(5), ascending) into out[]. System calls only. */
+static int read_self_stat(const int *want, int n, unsigned long *out)
+{
+	char buf[2048];
+	int fd = open("/proc/self/stat", O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t len = 0;
+	while (len < sizeof buf - 1) {
+		ssize_t r = read(fd, buf + len, sizeof buf - 1 - len);
+		if (r < 0 && errno == EINTR)
+			continue;
+		if (r < 0) {
+			int e = errno;
+			close(fd);
+			errno = e;
+			return -1;
+		}
+		if (r == 0)
+			break;
+		len += (size_t)r;
+	}
+	close(fd);
+	buf[len] = '\0';
+	/* field 2, the command name, may hold spaces and ')': field 3 starts
+	 * after the last ')' */
+	const char *p = strrchr(buf, ')');
+	int field = 2, k = 0;
+	while (p && *++p && k < n) {
+		if (*p == ' ')
+			continue;
+		field++;
+		unsigned long v = 0;
+		bool digits = false;
+		for (; *p >= '0' && *p <= '9'; p++, digits = true)
+			v = v * 10 + (unsigned long)(*p - '0');
+		if (field == want[k]) {
+			if (!digits)
+				break;
+			out[k++] = v;
+		}
+		while (*p && *p != ' ')
+			p++;
+		if (!*p)
+			break;
+	}
+	if (k < n) {
+		errno = EINVAL;
+		return -1;
+	}
+	return 0;
+}
+
+/* Writes len bytes of data (NULL: zeros) at addr of this process's memory
+ * through mem, a /proc/self/mem fd: an address the kernel cannot write
+ * fails instead of faulting. */
+static int poke(int mem, unsigned long addr, const char *data, size_t len)
+{
+	static const char zeros[4096];
+	while (len) {
+		size_t n = len < sizeof zeros ? len : sizeof zeros;
+		ssize_t w = pwrite(mem, data ? data : zeros, n, (off_t)addr);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			return -1;
+		}
+		addr += (unsigned long)w;
+		len -= (size_t)w;
+		if (data)
+			data += w;
+	}
+	return 0;
+}
+
+/* pid 1 is a copy of the supervisor, and /proc/1/cmdline is readable by
+ * every process of the sandbox (dumpability does not guard it): the host's
+ * command line (--env values, host paths) must not be there, nor its
+ * environment or its name. The name becomes INIT_NAME; both areas are
+ * overwritten in pid 1's own copy (INIT_NAME, then zeros); then, where the
+ * kernel allows it without a capability (PR_SET_MM_MAP without exe_fd:
+ * CONFIG_CHECKPOINT_RESTORE), the command line is shrunk to INIT_NAME alone
+ * and the environment emptied. Runs while the host's /proc is still
+ * mounted. System calls only. */
+static int hide_host_cmdline(void)
+{
+	enum { START_CODE, END_CODE, START_STACK, START_DATA, END_DATA, START_BRK, ARG_START,
+	       ARG_END, ENV_START, ENV_END, NFIELDS };
+	static const int fields[NFIELDS] = { 26, 27, 28, 45, 46, 47, 48, 49, 50, 51 };
+	unsigned long v[NFIELDS];
+	/* raw prctl: sanitizers intercept PR_SET_NAME and take their thread
+	 * registry's lock, which another thread of the supervisor may have
+	 * held at clone3 */
+	if (syscall(SYS_prctl, PR_SET_NAME, INIT_NAME, 0, 0, 0) < 0 ||
+	    read_self_stat(fields, NFIELDS, v) < 0)
+		return -1;
+	if (v[ARG_END] < v[ARG_START] || v[ENV_END] < v[ENV_START]) {
+		errno = EINVAL;
+		return -1;
+	}
+	size_t arg_len = v[ARG_END] - v[ARG_START];
+	/* a shorter area (argv[0] of a few bytes) is only zeroed */
+	size_t name_len = arg_len >= sizeof INIT_NAME ? sizeof INIT_NAME : 0;
+	int mem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+	if (mem < 0)
+		return -1;
+	int rc = -1;
+	if (poke(mem, v[ARG_START], INIT_NAME, name_len) < 0 ||
+	    poke(mem, v[ARG_START] + name_len, NULL, arg_len - name_len) < 0 ||
+	    poke(mem, v[ENV_START], NULL, v[ENV_END] - v[ENV_START]) < 0)
+		goto out;
+	rc = 0;
+	struct prctl_mm_map map = {
+		.start_code = v[START_CODE], .end_code = v[END_CODE],
+		.start_data = v[START_DATA], .end_data = v[END_DATA],
+		.start_brk = v[START_BRK], .brk = (unsigned long)syscall(SYS_brk, 0),
+		.start_stack = v[START_STACK],
+		.arg_start = v[ARG_START], .arg_end = v[ARG_START] + name_len,
+		.env_start = v[ENV_START], .env_end = v[ENV_START],
+		.exe_fd = (uint32_t)-1,
+	};
+	/* best effort: without it the areas read as INIT_NAME and zeros */
+	(void)syscall(SYS_prctl, PR_SET_MM, PR_SET_MM_MAP, &map, sizeof map, 0);
+out:;
+	int e = errno;
+	close(mem);
+	errno = e;
+	return rc;
+}
+
 /* Tries each candidate path; returns only when none could be executed. */
 static void exec_candidates(const struct moat_exec *e, char **envp)
 {
@@ -234,10 +370,13 @@ void moat_child_main(const struct moat_child *c)
 	/* Work for the program's sake, done here while the supervisor writes the
 	 * id maps (pid 2 inherits both): every signal back to its default with
 	 * an empty mask, then SIGPIPE ignored for init's own writes (pid 2 resets
-	 * it); and the bounding set emptied. */
+	 * it); the bounding set emptied; the host's command line and
+	 * environment wiped from /proc/1/cmdline. */
 	reset_signals();
 	if (signal(SIGPIPE, SIG_IGN) == SIG_ERR || moat_priv_drop_bounding(c->priv) < 0)
 		fail(c, MOAT_STEP_CAPS, 0);
+	if (hide_host_cmdline() < 0)
+		fail(c, MOAT_STEP_CMDLINE, 0);
 	if (moat_sync_wait(c->sync_fd, MOAT_SYNC_IDS) < 0)
 		moat_sys_exit(125); /* the supervisor gave up: nothing to report to */
 	moat_stamp("init: released");

@@ -518,6 +518,63 @@ START_TEST(proc1_not_accessible)
 }
 END_TEST
 
+/* pid 1 is a copy of moat: its command line, environment and name are the
+ * host's unless pid 1 hides them. moat is run with a distinctive --env value
+ * and host paths (--file, --config, --policy, the binary's own path); none
+ * of them may show in any process of the sandbox but as the program's own
+ * environment (the --env value is meant for it). */
+START_TEST(proc1_hides_host_command_line)
+{
+	HARNESS_MODE_GUARD(_i);
+	char dir[64];
+	snprintf(dir, sizeof dir, "/tmp/moat-argvleak-%ld-XXXXXX", (long)getpid());
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(chmod(dir, 0755), 0);
+	static const char *const names[] = { "data.txt", "config.json", "policy.json" };
+	static const char *const texts[] = { "host data\n", "{}\n",
+					     "{\"defaultAction\":\"SCMP_ACT_ALLOW\"}\n" };
+	char paths[3][128];
+	for (int i = 0; i < 3; i++) {
+		snprintf(paths[i], sizeof paths[i], "%s/%s", dir, names[i]);
+		int fd = open(paths[i], O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+		ck_assert_int_ge(fd, 0);
+		ck_assert_int_eq(write(fd, texts[i], strlen(texts[i])), (ssize_t)strlen(texts[i]));
+		ck_assert_int_eq(fchmod(fd, 0644), 0);
+		close(fd);
+	}
+	char file_arg[160], env_arg[64], code[2048];
+	snprintf(file_arg, sizeof file_arg, "f.txt=%s", paths[0]);
+	snprintf(env_arg, sizeof env_arg, "ARGV_SECRET=argv-secret-%ld-q7", (long)getpid());
+	snprintf(code, sizeof code,
+		 "import os\n"
+		 "secrets = [b'%s', b'%s', b'%s', b'%s', b'moat-argvleak']\n"
+		 "def rd(p):\n"
+		 "    try: return open(p, 'rb').read()\n"
+		 "    except OSError as e: return type(e).__name__.encode()\n"
+		 "leaks = []\n"
+		 "for pid in [p for p in os.listdir('/proc') if p.isdigit()]:\n"
+		 "    for f in ('cmdline', 'comm', 'stat', 'status', 'environ'):\n"
+		 "        if pid == str(os.getpid()) and f == 'environ': continue\n"
+		 "        data = rd('/proc/%%s/%%s' %% (pid, f))\n"
+		 "        leaks += [(pid, f, s) for s in secrets if s in data]\n"
+		 "print(leaks, open('f.txt').read().strip(), os.environ['ARGV_SECRET'] == '%s')\n"
+		 "print(rd('/proc/1/cmdline').rstrip(b'\\0'), rd('/proc/1/comm'), rd('/proc/1/environ'))\n",
+		 strchr(env_arg, '=') + 1, HARNESS_CANARY_VALUE, harness_moat(), dir,
+		 strchr(env_arg, '=') + 1);
+	const char *args[] = { "run", "--config", paths[1], "--policy", paths[2], "--env", env_arg,
+			       "--file", file_arg, "-l", "python", "-c", code, NULL };
+	struct run_out o;
+	harness_run(_i, args, NULL, 0, &o);
+	for (int i = 0; i < 3; i++)
+		unlink(paths[i]);
+	rmdir(dir);
+	ck_assert_msg(o.status == 0, "mode %d: status %d: %s %s", _i, o.status, o.out, o.err);
+	ck_assert_str_eq(o.out, "[] host data True\n"
+				"b'moat-init' b'moat-init\\n' b'PermissionError'\n");
+	harness_free(&o);
+}
+END_TEST
+
 /* ---- invariant 5: network ----------------------------------------------------- */
 
 START_TEST(network_only_loopback)
@@ -726,6 +783,7 @@ Suite *isolation_suite(void)
 	tcase_add_loop_test(tc, hostname_is_moat, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, proc_protected, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, proc1_not_accessible, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, proc1_hides_host_command_line, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, network_only_loopback, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, host_env_absent, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, no_host_fds, MODE_ROOT, MODE_ROOTLESS + 1);
