@@ -417,6 +417,12 @@ void moat_child_main(const struct moat_child *c)
 		moat_sys_exit(125);
 	close(c->sync_fd);
 	moat_stamp("init: cgroups joined");
+	/* clone3 rooted the cgroup namespace where the supervisor was; the v1
+	 * leaves were joined after it, so /proc/self/cgroup would show them
+	 * (moat-<host pid>-<n>). A new namespace here is rooted at the leaves:
+	 * every path reads "/". */
+	if (unshare(CLONE_NEWCGROUP) < 0)
+		fail(c, MOAT_STEP_CGROUPNS, 0);
 
 	pid_t program;
 	if (c->transpile || MOAT_SYS_TSAN) {

@@ -59,6 +59,7 @@ static const char *step_name(enum moat_step step)
 	case MOAT_STEP_EXEC: return "starting the interpreter";
 	case MOAT_STEP_INIT: return "starting the sandbox init";
 	case MOAT_STEP_CMDLINE: return "hiding the host command line";
+	case MOAT_STEP_CGROUPNS: return "entering the run's cgroup namespace";
 	case MOAT_STEP_NONE: break;
 	}
 	return "sandbox setup";

@@ -35,6 +35,7 @@ enum moat_step {
 	MOAT_STEP_NET,        /* network setup inside; detail = enum moat_net_step */
 	MOAT_STEP_LANDLOCK,
 	MOAT_STEP_CMDLINE,    /* hiding the host's command line from /proc/1/cmdline */
+	MOAT_STEP_CGROUPNS,   /* the cgroup namespace rooted at the run's leaves */
 };
 
 /* The supervisor releases pid 1 with one byte per step over the sync pipe,

@@ -575,6 +575,50 @@ START_TEST(proc1_hides_host_command_line)
 }
 END_TEST
 
+/* The cgroup namespace is rooted at the run's leaves: /proc/self/cgroup
+ * shows "/" for every hierarchy, never the leaf moat made on the host
+ * (moat-<moat's pid>-<n>) or anything above it. With limits, so that as root
+ * the leaves exist (cgroup v1 joins them after clone3). */
+START_TEST(cgroup_paths_hide_the_host)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *code = "import sys\n"
+			   "sys.stdout.write(open('/proc/self/cgroup').read() + open('/proc/1/cgroup').read())\n";
+	const char *args[] = { "run", "--json", "--memory", "128", "--pids", "50", "--cpus", "1",
+			       "-l", "python", "-c", code, NULL };
+	struct harness_proc p;
+	harness_start(_i, args, NULL, 0, NULL, NULL, NULL, &p);
+	struct run_out o = { 0 };
+	harness_finish(&p, &o);
+	ck_assert_msg(o.status == 0 && o.json && harness_num(&o, "exitCode") == 0,
+		      "mode %d: status %d: %s %s", _i, o.status, o.out, o.err);
+	if (_i == MODE_ROOT) {
+		const cJSON *lim = cJSON_GetObjectItemCaseSensitive(o.json, "limits");
+		const cJSON *mem = cJSON_GetObjectItemCaseSensitive(lim, "memory");
+		ck_assert_msg(cJSON_IsString(mem) && !strncmp(mem->valuestring, "cgroup-", 7),
+			      "no cgroup leaf was made: %s", o.out);
+	}
+	const char *text = harness_str(&o, "stdout");
+	char pid[16];
+	snprintf(pid, sizeof pid, "%d", (int)p.pid);
+	ck_assert_msg(text && !strstr(text, "moat-"), "mode %d: %s", _i, text);
+	int lines = 0;
+	for (const char *l = text; *l; lines++) {
+		const char *eol = strchr(l, '\n');
+		ck_assert_ptr_nonnull(eol);
+		/* hierarchy id, controllers, path: the path is the last field */
+		const char *path = eol;
+		while (path > l && path[-1] != ':')
+			path--;
+		ck_assert_msg(eol - path == 1 && *path == '/' && !memmem(path, (size_t)(eol - path), pid, strlen(pid)),
+			      "mode %d: %.*s", _i, (int)(eol - l), l);
+		l = eol + 1;
+	}
+	ck_assert_int_gt(lines, 1);
+	harness_free(&o);
+}
+END_TEST
+
 /* ---- invariant 5: network ----------------------------------------------------- */
 
 START_TEST(network_only_loopback)
@@ -784,6 +828,7 @@ Suite *isolation_suite(void)
 	tcase_add_loop_test(tc, proc_protected, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, proc1_not_accessible, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, proc1_hides_host_command_line, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, cgroup_paths_hide_the_host, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, network_only_loopback, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, host_env_absent, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, no_host_fds, MODE_ROOT, MODE_ROOTLESS + 1);

@@ -521,53 +521,126 @@ START_TEST(no_limits_no_warnings_but_stats)
 }
 END_TEST
 
-/* The program runs inside the run's cgroups from its first instruction: the
- * supervisor joins pid 1 to the v1 leaves while pid 1 builds the mounts, and
- * pid 1 forks the program only after that (a program outside its leaves
- * would escape every cgroup limit). */
-START_TEST(program_starts_inside_its_cgroups)
+/* The line of /proc/<pid>/cgroup text for the hierarchy that holds a limit
+ * (mech "cgroup-v1" or "cgroup-v2"), with its length; NULL if none. */
+static const char *cgroup_line(const char *text, const char *mech, const char *key, int *len)
 {
-	HARNESS_MODE_GUARD(_i);
-	struct run_out o;
-	harness_exec_code(_i, "bash", "cat /proc/self/cgroup",
-			  ",\"memoryMb\":128,\"pidsLimit\":50,\"cpus\":1", &o);
-	expect_result(&o);
-	const char *text = harness_str(&o, "stdout");
 	static const struct {
 		const char *key, *v1;
 	} lim[] = { { "memory", ":memory:" }, { "pids", ":pids:" }, { "cpu", ":cpu," } };
+	const char *line = NULL;
+	if (!strcmp(mech, "cgroup-v2")) {
+		line = !strncmp(text, "0::", 3) ? text : strstr(text, "\n0::");
+		if (line && *line == '\n')
+			line++;
+	} else {
+		for (size_t i = 0; i < sizeof lim / sizeof lim[0] && !line; i++)
+			if (!strcmp(lim[i].key, key))
+				line = strstr(text, lim[i].v1);
+		if (!line && !strcmp(key, "cpu"))
+			line = strstr(text, ":cpu:"); /* cpu mounted alone */
+		while (line && line > text && line[-1] != '\n')
+			line--;
+	}
+	if (!line)
+		return NULL;
+	const char *eol = strchr(line, '\n');
+	*len = eol ? (int)(eol - line) : (int)strlen(line);
+	return line;
+}
+
+/* The only child of pid (its main thread's), or 0. */
+static pid_t only_child(pid_t pid)
+{
+	char path[64], buf[64] = "";
+	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return 0;
+	if (!fgets(buf, sizeof buf, f))
+		buf[0] = '\0';
+	fclose(f);
+	return (pid_t)atoi(buf);
+}
+
+static char *read_text(const char *path)
+{
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return NULL;
+	char *buf = calloc(1, 8192);
+	ck_assert_ptr_nonnull(buf);
+	size_t n = fread(buf, 1, 8191, f);
+	buf[n] = '\0';
+	fclose(f);
+	return buf;
+}
+
+/* The program runs inside the run's cgroups from its first instruction: the
+ * supervisor joins pid 1 to the v1 leaves while pid 1 builds the mounts, and
+ * pid 1 forks the program only after that (a program outside its leaves
+ * would escape every cgroup limit). Inside, the cgroup namespace is rooted
+ * at the leaves, so the program's first instruction sees "/" for each limited
+ * hierarchy: it is at the namespace root, not outside it ("/.."). From the
+ * host, while it still runs, that same process is in the leaf moat made
+ * (moat-<moat's pid>-<n>); nothing in the sandbox can move it, so the
+ * namespace root is that leaf. */
+START_TEST(program_starts_inside_its_cgroups)
+{
+	HARNESS_MODE_GUARD(_i);
+	char req[512];
+	snprintf(req, sizeof req,
+		 "{\"language\":\"bash\",\"code\":\"cat /proc/self/cgroup; exec sleep %ld\","
+		 "\"memoryMb\":128,\"pidsLimit\":50,\"cpus\":1}",
+		 (MS(3000) + 999) / 1000);
+	struct harness_proc p;
+	harness_start(_i, (const char *const[]){ "exec", NULL }, req, strlen(req), NULL, NULL, NULL,
+		      &p);
+	/* the program once it exec'd sleep: moat → pid 1 → pid 2 */
+	char *host = NULL;
+	long t0 = now_ms();
+	while (!host && now_ms() - t0 < MS(10000)) {
+		pid_t init = only_child(p.pid);
+		pid_t prog = init > 0 ? only_child(init) : 0;
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%d/comm", (int)prog);
+		char *comm = prog > 0 ? read_text(path) : NULL;
+		if (comm && !strcmp(comm, "sleep\n")) {
+			snprintf(path, sizeof path, "/proc/%d/cgroup", (int)prog);
+			host = read_text(path);
+		}
+		free(comm);
+		if (!host)
+			usleep(10000);
+	}
+	struct run_out o = { 0 };
+	harness_finish(&p, &o);
+	expect_result(&o);
+	ck_assert_msg(host, "the program was not seen running: %s", o.out);
+	const char *text = harness_str(&o, "stdout");
+	char leaf[32];
+	snprintf(leaf, sizeof leaf, "/moat-%d-", (int)p.pid);
+	static const char *const keys[] = { "memory", "pids", "cpu" };
 	int checked = 0;
-	for (size_t i = 0; i < sizeof lim / sizeof lim[0]; i++) {
-		const char *mech = limit_of(&o, lim[i].key);
-		const char *line = NULL;
-		if (!strcmp(mech, "cgroup-v1")) {
-			line = strstr(text, lim[i].v1);
-			if (!line && !strcmp(lim[i].key, "cpu"))
-				line = strstr(text, ":cpu:"); /* cpu mounted alone */
-		} else if (!strcmp(mech, "cgroup-v2")) {
-			line = strstr(text, "0::");
-		} else {
+	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+		const char *mech = limit_of(&o, keys[i]);
+		if (strncmp(mech, "cgroup-", 7))
 			continue; /* rlimit fallback (rootless without delegation) */
-		}
-		ck_assert_msg(line, "%s: no %s line in %s", mech, lim[i].key, text);
-		const char *eol = strchr(line, '\n');
-		ck_assert_ptr_nonnull(eol);
-		if (!strcmp(mech, "cgroup-v1")) {
-			/* v1: the namespace root is the supervisor's cgroup, the
-			 * program must be in the run's leaf below it */
-			char *leaf = strstr(line, ":/moat-");
-			ck_assert_msg(leaf && leaf < eol, "%s limit %s, but the program is in %.*s",
-				      lim[i].key, mech, (int)(eol - line), line);
-		} else {
-			/* v2: cloned into the leaf, which is its namespace root */
-			ck_assert_msg(eol - line == 4 && !strncmp(line, "0::/", 4),
-				      "%s limit %s, but the program is in %.*s", lim[i].key, mech,
-				      (int)(eol - line), line);
-		}
+		int len = 0, hlen = 0;
+		const char *line = cgroup_line(text, mech, keys[i], &len);
+		ck_assert_msg(line, "%s: no %s line in %s", mech, keys[i], text);
+		ck_assert_msg(len >= 2 && !strncmp(line + len - 2, ":/", 2),
+			      "%s limit %s, but the program started in %.*s", keys[i], mech, len, line);
+		const char *hline = cgroup_line(host, mech, keys[i], &hlen);
+		ck_assert_msg(hline, "%s: no %s line in the host's %s", mech, keys[i], host);
+		ck_assert_msg(memmem(hline, (size_t)hlen, leaf, strlen(leaf)),
+			      "%s limit %s, but the host sees the program in %.*s", keys[i], mech, hlen,
+			      hline);
 		checked++;
 	}
 	if (_i == MODE_ROOT)
 		ck_assert_int_eq(checked, 3);
+	free(host);
 	harness_free(&o);
 }
 END_TEST
