@@ -127,6 +127,8 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held)
 	}
 	case MOAT_OP_PROC:
 		return mount("proc", op->dst, "proc", op->flags, NULL);
+	case MOAT_OP_DEVPTS:
+		return mount("devpts", op->dst, "devpts", op->flags, op->src);
 	case MOAT_OP_SANDBOX_FILE: /* moat_plan_apply opened the sandbox dir */
 		return write_sandbox_file(*sandbox_fd, op->dst, op->data, op->data_len, op->mode);
 	case MOAT_OP_PIVOT:

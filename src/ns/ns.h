@@ -18,6 +18,8 @@
 #define MOAT_RUNTIME_MOUNT "/opt/moat/runtime"
 #define MOAT_HOSTNAME "moat"
 #define MOAT_DEFAULT_TMPFS_BYTES (64ull * 1024 * 1024)
+/* the most pseudo-terminals a sandbox may hold at once (its devpts max=) */
+#define MOAT_MAX_PTYS 64
 
 enum moat_op_kind {
 	MOAT_OP_MKDIR,     /* dst; an existing directory is fine */
@@ -34,6 +36,7 @@ enum moat_op_kind {
 	MOAT_OP_HOLD,      /* src: opened (O_PATH) before anything is mounted on the base,
 			    * which may hide it (a source under /tmp) */
 	MOAT_OP_BIND_HELD, /* the held source → dst (recursive), then closed */
+	MOAT_OP_DEVPTS,    /* dst: a new devpts instance, mount flags, data (its options) */
 };
 
 struct moat_mount_op {
@@ -42,7 +45,7 @@ struct moat_mount_op {
 	char *dst;
 	const char *data;   /* not owned */
 	size_t data_len;
-	unsigned long flags; /* MS_* for TMPFS/PROC */
+	unsigned long flags; /* MS_* for TMPFS/PROC/DEVPTS */
 	uint64_t attr_set;   /* MOUNT_ATTR_* for SETATTR */
 	mode_t mode;
 	bool recursive;

@@ -390,6 +390,31 @@ static int add_dev(struct moat_mount_plan *p, uint64_t shm_bytes)
 		if (!op)
 			goto out;
 	}
+	/* The sandbox's own pseudo-terminals: a new devpts instance (the host's
+	 * ptys are in another and stay invisible), /dev/ptmx a link to its
+	 * multiplexer. Not nodev, or no pty could be opened; the kernel allows
+	 * its device nodes in a user namespace. New ptys belong to the opener
+	 * (65534) with group 65534, mapped in both modes; at most
+	 * MOAT_MAX_PTYS at once, so a sandbox cannot drain the host's shared
+	 * pty count (kernel.pty.max). */
+	char *pts = join(dev, "pts"), *ptmx = join(dev, "ptmx");
+	struct moat_mount_op *op = NULL;
+	if (pts && ptmx && add_mkdirs(p, "/dev/pts", true) == 0)
+		op = add_op(p, MOAT_OP_DEVPTS, NULL, pts);
+	if (op) {
+		op->flags = MS_NOSUID | MS_NOEXEC;
+		if (asprintf(&op->src, "newinstance,ptmxmode=0666,mode=0620,gid=%u,max=%u",
+			     (unsigned)MOAT_SANDBOX_GID, (unsigned)MOAT_MAX_PTYS) < 0) {
+			op->src = NULL;
+			op = NULL;
+		}
+	}
+	if (op)
+		op = add_op(p, MOAT_OP_SYMLINK, "pts/ptmx", ptmx);
+	free(pts);
+	free(ptmx);
+	if (!op)
+		goto out;
 	if (add_mkdirs(p, "/dev/shm", true) < 0 ||
 	    add_tmpfs(p, "/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, shm_bytes) < 0 ||
 	    add_setattr(p, dev, RO_ATTRS | MOUNT_ATTR_NOEXEC, false) < 0)
@@ -619,6 +644,7 @@ int moat_plan_describe(const struct moat_mount_plan *p, size_t i, char *buf, siz
 	case MOAT_OP_SYMLINK: return snprintf(buf, len, "symlink %s -> %s", dst, op->src);
 	case MOAT_OP_WRITE: return snprintf(buf, len, "write %s", dst);
 	case MOAT_OP_PROC: return snprintf(buf, len, "mount proc on %s", dst);
+	case MOAT_OP_DEVPTS: return snprintf(buf, len, "mount devpts on %s", dst);
 	case MOAT_OP_SANDBOX_FILE: return snprintf(buf, len, "write file /sandbox/%s", dst);
 	case MOAT_OP_PIVOT: return snprintf(buf, len, "pivot_root into the new root");
 	case MOAT_OP_CHDIR: return snprintf(buf, len, "chdir %s", dst);

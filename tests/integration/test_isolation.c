@@ -230,8 +230,9 @@ END_TEST
 START_TEST(mount_flags)
 {
 	HARNESS_MODE_GUARD(_i);
-	/* every mount nosuid; rw only the scratch tmpfs and /proc itself; nodev
-	 * except the bound device nodes; no exec from /tmp, /dev, /dev/shm, /proc */
+	/* every mount nosuid; rw only the scratch tmpfs, /proc itself and the
+	 * private devpts; nodev except the bound device nodes and devpts; no
+	 * exec from /tmp, /dev, /dev/shm, /dev/pts, /proc */
 	expect_py(_i,
 		  "bad = []\n"
 		  "seen = set()\n"
@@ -240,14 +241,14 @@ START_TEST(mount_flags)
 		  "    root, mp, opts = f[3], f[4], f[5].split(',')\n"
 		  "    seen.add(mp)\n"
 		  "    if 'nosuid' not in opts: bad.append(('suid', mp))\n"
-		  "    if 'ro' not in opts and mp not in ('/tmp', '/sandbox', '/dev/shm', '/proc'):\n"
+		  "    if 'ro' not in opts and mp not in ('/tmp', '/sandbox', '/dev/shm', '/dev/pts', '/proc'):\n"
 		  "        bad.append(('rw', mp))\n"
-		  "    dev = root in ('/null', '/zero', '/full', '/random', '/urandom')\n"
+		  "    dev = root in ('/null', '/zero', '/full', '/random', '/urandom') or mp == '/dev/pts'\n"
 		  "    if 'nodev' not in opts and not dev: bad.append(('dev', mp))\n"
-		  "    if mp in ('/tmp', '/dev', '/dev/shm', '/proc') and 'noexec' not in opts:\n"
+		  "    if mp in ('/tmp', '/dev', '/dev/shm', '/dev/pts', '/proc') and 'noexec' not in opts:\n"
 		  "        bad.append(('exec', mp))\n"
-		  "print(bad, sorted(seen & {'/', '/usr', '/tmp', '/sandbox', '/proc', '/dev', '/dev/shm'}))\n",
-		  "[] ['/', '/dev', '/dev/shm', '/proc', '/sandbox', '/tmp', '/usr']\n");
+		  "print(bad, sorted(seen & {'/', '/usr', '/tmp', '/sandbox', '/proc', '/dev', '/dev/shm', '/dev/pts'}))\n",
+		  "[] ['/', '/dev', '/dev/pts', '/dev/shm', '/proc', '/sandbox', '/tmp', '/usr']\n");
 }
 END_TEST
 
@@ -309,7 +310,7 @@ START_TEST(dev_minimal)
 		  PY_ERR
 		  "print(sorted(os.listdir('/dev')))\n"
 		  "print([p for p in ['/dev/tty', '/dev/console', '/dev/sda', '/dev/vda', '/dev/mem',\n"
-		  "       '/dev/kmsg', '/dev/ptmx', '/dev/pts', '/dev/net/tun', '/dev/fuse'] if os.path.lexists(p)])\n"
+		  "       '/dev/kmsg', '/dev/tty0', '/dev/net/tun', '/dev/fuse'] if os.path.lexists(p)])\n"
 		  "print('null', w('/dev/null'), repr(open('/dev/null', 'rb').read()))\n"
 		  "print('zero', open('/dev/zero', 'rb').read(4))\n"
 		  "print('urandom', len(open('/dev/urandom', 'rb').read(16)), len(open('/dev/random', 'rb').read(8)))\n"
@@ -317,7 +318,7 @@ START_TEST(dev_minimal)
 		  "print('shm', w('/dev/shm/x', 'shared'), open('/dev/shm/x').read())\n"
 		  /* EPERM: no CAP_MKNOD; EACCES: Landlock refuses it first */
 		  "print('mknod', err(lambda: os.mknod('/tmp/n', 0o600 | 0o020000, os.makedev(1, 3))) in ('EPERM', 'EACCES'))\n",
-		  "['fd', 'full', 'null', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n"
+		  "['fd', 'full', 'null', 'ptmx', 'pts', 'random', 'shm', 'stderr', 'stdin', 'stdout', 'urandom', 'zero']\n"
 		  "[]\n"
 		  "null ok b''\n"
 		  "zero b'\\x00\\x00\\x00\\x00'\n"
@@ -325,6 +326,76 @@ START_TEST(dev_minimal)
 		  "full ENOSPC\n"
 		  "shm ok shared\n"
 		  "mknod True\n");
+}
+END_TEST
+
+/* Pseudo-terminals: a private devpts instance. openpty works and a pair
+ * carries bytes both ways; pty.fork and pty.spawn give a child a
+ * controlling terminal; script(1) runs where the host has it; /dev/pts holds only the sandbox's
+ * own (a host pty exists meanwhile: it is in another instance, whose device
+ * number the sandbox's /dev/pts does not have); TIOCSTI and TIOCLINUX on a
+ * pty are the filter's EACCES (the kernel never answers that); at most
+ * MOAT_MAX_PTYS (64) at once. */
+START_TEST(ptys_private_instance)
+{
+	HARNESS_MODE_GUARD(_i);
+	int host_pty = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+	ck_assert_msg(host_pty >= 0, "posix_openpt: %s", strerror(errno));
+	struct stat host_pts;
+	ck_assert_int_eq(stat("/dev/pts", &host_pts), 0);
+	bool script = access("/usr/bin/script", X_OK) == 0;
+	char want[1024];
+	snprintf(want, sizeof want,
+		 "roundtrip b'ping\\n' b'pong\\n'\n"
+		 "pts/ptmx ['0', 'ptmx'] /dev/pts/0 0o620 65534 65534 ptmx 0o666\n"
+		 "other instance True\n"
+		 "TIOCSTI EACCES TIOCLINUX EACCES\n"
+		 "fork b'/dev/pts/1\\r\\nin a pty\\r\\n'\n"
+		 "spawn b'/dev/pts/1\\r\\n' 0\n"
+		 "%s"
+		 "max 64 ENOSPC\n",
+		 script ? "script b'/dev/pts/1\\r\\n'\n" : "");
+	char code[4096];
+	snprintf(code, sizeof code,
+		 "import errno, fcntl, os, pty, subprocess, termios, tty\n"
+		 "m, s = os.openpty()\n"
+		 "tty.setraw(s)\n"
+		 "os.write(m, b'ping\\n'); a = os.read(s, 100)\n"
+		 "os.write(s, b'pong\\n'); b = os.read(m, 100)\n"
+		 "print('roundtrip', a, b)\n"
+		 "st = os.stat(os.ttyname(s))\n"
+		 "print(os.readlink('/dev/ptmx'), sorted(os.listdir('/dev/pts')), os.ttyname(s),\n"
+		 "      oct(st.st_mode & 0o7777), st.st_uid, st.st_gid,\n"
+		 "      'ptmx', oct(os.stat('/dev/ptmx').st_mode & 0o7777))\n"
+		 "print('other instance', os.stat('/dev/pts').st_dev != %llu)\n"
+		 "def io(req):\n"
+		 "    try: fcntl.ioctl(s, req, b'x'); return 'ok'\n"
+		 "    except OSError as e: return errno.errorcode[e.errno]\n"
+		 "print('TIOCSTI', io(termios.TIOCSTI), 'TIOCLINUX', io(0x541C))\n"
+		 "pid, fd = pty.fork()\n"
+		 "if pid == 0:\n"
+		 "    os.execv('/bin/sh', ['sh', '-c', 'tty; echo in a pty'])\n"
+		 "out = b''\n"
+		 "while True:\n"
+		 "    try: d = os.read(fd, 1000)\n"
+		 "    except OSError: break\n"
+		 "    if not d: break\n"
+		 "    out += d\n"
+		 "os.waitpid(pid, 0); os.close(fd)\n"
+		 "print('fork', out)\n"
+		 "r = subprocess.run(['python3', '-c', 'import pty, sys; sys.exit(pty.spawn([\"tty\"]))'],\n"
+		 "                   capture_output=True, timeout=20)\n"
+		 "print('spawn', r.stdout, r.returncode)\n"
+		 "if os.path.exists('/usr/bin/script'):\n"
+		 "    r = subprocess.run(['script', '-qc', 'tty', '/dev/null'], capture_output=True, timeout=20)\n"
+		 "    print('script', r.stdout)\n"
+		 "n = [(m, s)]\n"
+		 "try:\n"
+		 "    while len(n) < 200: n.append(os.openpty())\n"
+		 "except OSError as e: print('max', len(n), errno.errorcode[e.errno])\n",
+		 (unsigned long long)host_pts.st_dev);
+	expect_py(_i, code, want);
+	close(host_pty);
 }
 END_TEST
 
@@ -819,6 +890,7 @@ Suite *isolation_suite(void)
 	tcase_add_loop_test(tc, scratch_dirs_writable_tmp_noexec, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, tmpfs_size_capped, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, dev_minimal, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ptys_private_instance, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, host_paths_hidden, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, etc_only_planned_files, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ids_are_nobody, MODE_ROOT, MODE_ROOTLESS + 1);

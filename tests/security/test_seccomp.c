@@ -67,6 +67,10 @@ static const char deny_py[] =
 	"t(\"open_by_handle_at\", 304, -1, 0, 0)\n"
 	"t(\"tiocsti\", 16, 0, 0x5412, ch)\n"
 	"t(\"tioclinux\", 16, 0, 0x541C, ch)\n"
+	"import fcntl, termios\n"
+	"pm, ps = os.openpty()\n"
+	"fcntl.ioctl(ps, termios.TIOCSCTTY, 0)\n"
+	"t(\"tiocsti_pty\", 16, ps, 0x5412, ch)\n"
 	"t(\"af_vsock\", 41, 40, 1, 0)\n"
 	"t(\"af_packet\", 41, 17, 3, 0)\n"
 	"t(\"clone3\", 435, 0, 0)\n";
@@ -88,6 +92,7 @@ static const char deny_expected[] =
 	"open_by_handle_at EPERM\n"
 	"tiocsti EACCES\n"
 	"tioclinux EACCES\n"
+	"tiocsti_pty EACCES\n"
 	"af_vsock EPERM\n"
 	"af_packet EPERM\n"
 	"clone3 ENOSYS\n";
@@ -114,6 +119,9 @@ static const struct {
 	{ "open_by_handle_at", NULL },
 	{ "tiocsti", "ENOTTY" },
 	{ "tioclinux", "ENOTTY" },
+	/* on its own controlling pty: OK, or EIO where dev.tty.legacy_tiocsti
+	 * is 0 */
+	{ "tiocsti_pty", NULL },
 	{ "af_vsock", NULL },
 	/* af_packet: EPERM without the filter too (no CAP_NET_RAW); the
 	 * --seccomp-log test shows the filter refused it */
@@ -132,7 +140,7 @@ static const struct {
 	{ "perf_event_open", "EPERM", 1 }, { "userfaultfd", "EPERM", 1 },
 	{ "io_uring_setup", "EPERM", 1 }, { "kexec_load", "EPERM", 1 },
 	{ "init_module", "EPERM", 1 },   { "open_by_handle_at", "EPERM", 1 },
-	{ "ioctl", "EACCES", 2 },        { "socket", "EPERM", 2 },
+	{ "ioctl", "EACCES", 3 },        { "socket", "EPERM", 2 },
 	{ "clone3", "ENOSYS", 1 },
 };
 

@@ -105,6 +105,59 @@ START_TEST(plan_never_touches_host_paths)
 }
 END_TEST
 
+/* /dev/pts is a new devpts instance of the sandbox's own, never a bind of
+ * the host's; /dev/ptmx points into it; mounted nosuid, noexec but not
+ * nodev (its nodes must open), with the pty cap. */
+START_TEST(devpts_is_a_private_instance)
+{
+	struct moat_error err = { 0 };
+	struct moat_mount_plan *p = build(NULL, NULL, &err);
+	ck_assert_msg(p, "%s", err.message);
+	char pts[256], ptmx[256], dev[256], max[32];
+	snprintf(pts, sizeof pts, "%s/dev/pts", p->base);
+	snprintf(ptmx, sizeof ptmx, "%s/dev/ptmx", p->base);
+	snprintf(dev, sizeof dev, "%s/dev", p->base);
+	snprintf(max, sizeof max, "max=%d", MOAT_MAX_PTYS);
+	int devpts = 0, links = 0;
+	size_t dev_tmpfs = p->count, dev_ro = p->count, at = p->count;
+	for (size_t i = 0; i < p->count; i++) {
+		const struct moat_mount_op *op = &p->ops[i];
+		if (op->kind == MOAT_OP_BIND)
+			ck_assert_msg(strncmp(op->src, "/dev/pts", 8) && strcmp(op->src, "/dev/ptmx") &&
+					      strncmp(op->src, "/dev/tty", 8) && strcmp(op->src, "/dev/console"),
+				      "bind of the host's %s", op->src);
+		if (op->kind == MOAT_OP_TMPFS && !strcmp(op->dst, dev))
+			dev_tmpfs = i;
+		if (op->kind == MOAT_OP_SETATTR && !strcmp(op->dst, dev))
+			dev_ro = i;
+		if (op->kind == MOAT_OP_DEVPTS) {
+			devpts++;
+			at = i;
+			ck_assert_str_eq(op->dst, pts);
+			ck_assert_ptr_nonnull(strstr(op->src, "newinstance"));
+			ck_assert_ptr_nonnull(strstr(op->src, "ptmxmode=0666"));
+			ck_assert_ptr_nonnull(strstr(op->src, "gid=65534"));
+			ck_assert_ptr_nonnull(strstr(op->src, max));
+			ck_assert(op->flags & MS_NOSUID);
+			ck_assert(op->flags & MS_NOEXEC);
+			ck_assert(!(op->flags & MS_NODEV));
+		}
+		if (op->kind == MOAT_OP_SYMLINK && !strcmp(op->dst, ptmx)) {
+			links++;
+			ck_assert_str_eq(op->src, "pts/ptmx");
+		}
+	}
+	ck_assert_int_eq(devpts, 1);
+	ck_assert_int_eq(links, 1);
+	/* on the /dev tmpfs, before /dev is made read-only */
+	ck_assert(dev_tmpfs < at && at < dev_ro && dev_ro < p->count);
+	char what[256];
+	moat_plan_describe(p, at, what, sizeof what);
+	ck_assert_str_eq(what, "mount devpts on /dev/pts");
+	moat_plan_free(p);
+}
+END_TEST
+
 START_TEST(missing_paths)
 {
 	struct moat_error err = { 0 };
@@ -162,6 +215,7 @@ Suite *rootfs_plan_suite(void)
 	tcase_add_test(tc, embedded_plan_is_valid);
 	tcase_add_test(tc, bad_plan_lines);
 	tcase_add_test(tc, plan_never_touches_host_paths);
+	tcase_add_test(tc, devpts_is_a_private_instance);
 	tcase_add_test(tc, missing_paths);
 	tcase_add_test(tc, rootfs_dir_needs_mount_points);
 	suite_add_tcase(s, tc);
