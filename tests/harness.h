@@ -98,6 +98,10 @@ void harness_exec(int mode, const char *request_json, struct run_out *out);
 void harness_exec_code(int mode, const char *lang, const char *code, const char *extra_json,
 		       struct run_out *out);
 void harness_free(struct run_out *out);
+/* Path of tests/fixtures/<rel> in this checkout: from its top (where make
+ * check runs the tests), else beside the test binary (build/../tests/...);
+ * NULL when neither is readable. */
+const char *harness_fixture(const char *rel);
 /* Number of host processes whose command line contains marker. */
 int harness_count_marker(const char *marker);
 /* JSON helpers on out->json */

@@ -349,20 +349,14 @@ static char *slurp(const char *path, size_t *len)
 	return buf;
 }
 
+/* Docker's default profile, shipped in the checkout (tests/fixtures/seccomp/
+ * README.md), or $MOAT_DOCKER_SECCOMP_FIXTURE. */
 static const char *docker_fixture(void)
 {
-	static const char *const candidates[] = {
-		"../shared/fixtures/docker-default-seccomp.json",
-		"../../shared/fixtures/docker-default-seccomp.json",
-		"/work/shared/fixtures/docker-default-seccomp.json",
-	};
 	const char *env = getenv("MOAT_DOCKER_SECCOMP_FIXTURE");
-	if (env && access(env, R_OK) == 0)
-		return env;
-	for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
-		if (access(candidates[i], R_OK) == 0)
-			return candidates[i];
-	return NULL;
+	if (env && *env)
+		return access(env, R_OK) == 0 ? env : NULL;
+	return harness_fixture("seccomp/docker-default.json");
 }
 
 static void tmp_make(struct tmp *t, bool with_docker)
@@ -376,7 +370,7 @@ static void tmp_make(struct tmp *t, bool with_docker)
 	t->docker[0] = '\0';
 	if (with_docker) {
 		const char *src = docker_fixture();
-		ck_assert_msg(src != NULL, "docker-default-seccomp.json fixture not found");
+		ck_assert_msg(src != NULL, "tests/fixtures/seccomp/docker-default.json not found");
 		size_t len;
 		char *data = slurp(src, &len);
 		ck_assert_ptr_nonnull(data);

@@ -64,20 +64,29 @@ static struct sc_policy *parse_ok(const char *json)
 	return p;
 }
 
+/* Docker's default profile, shipped in the checkout (tests/fixtures/seccomp/
+ * README.md): found from the checkout's top, where make check runs the
+ * tests, or from the test binary's directory (build/); or
+ * $MOAT_DOCKER_SECCOMP_FIXTURE. */
+#define DOCKER_FIXTURE "tests/fixtures/seccomp/docker-default.json"
 static const char *fixture_path(void)
 {
-	static const char *const candidates[] = {
-		"../shared/fixtures/docker-default-seccomp.json",
-		"../../shared/fixtures/docker-default-seccomp.json",
-		"/work/shared/fixtures/docker-default-seccomp.json",
-	};
 	const char *env = getenv("MOAT_DOCKER_SECCOMP_FIXTURE");
-	if (env && access(env, R_OK) == 0)
-		return env;
-	for (size_t i = 0; i < sizeof candidates / sizeof candidates[0]; i++)
-		if (access(candidates[i], R_OK) == 0)
-			return candidates[i];
-	return NULL;
+	if (env && *env)
+		return access(env, R_OK) == 0 ? env : NULL;
+	if (access(DOCKER_FIXTURE, R_OK) == 0)
+		return DOCKER_FIXTURE;
+	static char beside[4096 + 8 + sizeof DOCKER_FIXTURE];
+	char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0)
+		return NULL;
+	exe[n] = '\0';
+	char *slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	snprintf(beside, sizeof beside, "%s/../%s", exe, DOCKER_FIXTURE);
+	return access(beside, R_OK) == 0 ? beside : NULL;
 }
 
 static char *make_tmpdir(void)
@@ -577,7 +586,7 @@ END_TEST
 START_TEST(docker_fixture_loads_and_compiles)
 {
 	const char *path = fixture_path();
-	ck_assert_msg(path != NULL, "docker-default-seccomp.json fixture not found");
+	ck_assert_msg(path != NULL, DOCKER_FIXTURE " not found");
 	struct moat_error err = { 0 };
 	char *buf;
 	size_t len;
@@ -1390,7 +1399,7 @@ START_TEST(notify_rewrite)
 	check_rewrite(prog, "default policy");
 	moat_seccomp_prog_free(prog);
 	const char *fx = fixture_path();
-	ck_assert_msg(fx != NULL, "docker-default-seccomp.json fixture not found");
+	ck_assert_msg(fx != NULL, DOCKER_FIXTURE " not found");
 	prog = log_prog(fx);
 	check_rewrite(prog, "docker fixture");
 	moat_seccomp_prog_free(prog);
@@ -1727,7 +1736,7 @@ START_TEST(bpf_interpreter_matches_kernel)
 	compare_with_kernel(prog, "default policy");
 	moat_seccomp_prog_free(prog);
 	const char *fx = fixture_path();
-	ck_assert_msg(fx != NULL, "docker-default-seccomp.json fixture not found");
+	ck_assert_msg(fx != NULL, DOCKER_FIXTURE " not found");
 	prog = log_prog(fx);
 	compare_with_kernel(prog, "docker fixture");
 	moat_seccomp_prog_free(prog);
@@ -1804,7 +1813,7 @@ START_TEST(tree_layout_same_verdicts)
 {
 	check_same_verdicts(NULL, "default policy");
 	const char *fx = fixture_path();
-	ck_assert_msg(fx != NULL, "docker-default-seccomp.json fixture not found");
+	ck_assert_msg(fx != NULL, DOCKER_FIXTURE " not found");
 	check_same_verdicts(fx, "docker fixture");
 }
 END_TEST
