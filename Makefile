@@ -66,6 +66,13 @@ TSAN_LIB_OBJS := $(patsubst src/%.c,$(BUILD)/tsan/%.o,$(LIB_SRCS)) $(BUILD)/tsan
 
 UNIT_SRCS  := $(sort $(wildcard tests/unit/*.c))
 INTEG_SRCS := $(sort $(wildcard tests/integration/*.c tests/security/*.c)) tests/harness.c
+THREAD_SRCS := tests/threads/test_threads.c
+# one object per test source, each with its .d (-MMD -MP): a test binary is
+# rebuilt when a header one of its sources includes changes (src/*/internal.h,
+# tests/harness.h, ...), not only when a .c does
+UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
+INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
+THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
 .PHONY: all deps check check-unit check-integration check-node check-threads check-vm install \
         clean bench bench-egress bench-serve timeline
@@ -126,20 +133,29 @@ $(BUILD)/moat: $(CLI_OBJS) $(BUILD)/libmoat.a
 	$(CC) $(ALL_CFLAGS) -Wl,-z,relro,-z,now -o $@ $(CLI_OBJS) $(BUILD)/libmoat.a $(MOAT_LIBS)
 
 # Unit tests: pure logic, built with AddressSanitizer and UBSan.
-$(BUILD)/test-unit: $(UNIT_SRCS) $(BUILD)/libmoat-san.a
-	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(NFT_CFLAGS) -Itests -o $@ $(UNIT_SRCS) \
+$(BUILD)/tests/san/%.o: tests/%.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(NFT_CFLAGS) -Itests -MMD -MP -c -o $@ $<
+$(BUILD)/test-unit: $(UNIT_OBJS) $(BUILD)/libmoat-san.a
+	$(CC) $(ALL_CFLAGS) $(SAN) -o $@ $(UNIT_OBJS) \
 	    $(BUILD)/libmoat-san.a $(PKG_LIBS) $(CHECK_LIBS) $(NFT_LIBS)
 
 # Integration and security tests: run build/moat for real, as root and as uid 65534.
-$(BUILD)/test-integration: $(INTEG_SRCS) tests/harness.h $(BUILD)/libmoat.a
-	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Itests -o $@ $(INTEG_SRCS) \
+$(BUILD)/tests/obj/%.o: tests/%.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Itests -MMD -MP -c -o $@ $<
+$(BUILD)/test-integration: $(INTEG_OBJS) $(BUILD)/libmoat.a
+	$(CC) $(ALL_CFLAGS) -o $@ $(INTEG_OBJS) \
 	    $(BUILD)/libmoat.a $(PKG_LIBS) $(CHECK_LIBS)
 
 # libmoat from 8 threads at once in one process, under ThreadSanitizer: any
 # race report fails (exit 66), and so do a hung run, a leaked fd, a child
 # left to reap or a cgroup leaf left behind. As root and as uid 65534.
-$(BUILD)/test-threads: tests/threads/test_threads.c $(BUILD)/libmoat-tsan.a
-	$(CC) $(ALL_CFLAGS) $(TSAN) $(CHECK_CFLAGS) -o $@ tests/threads/test_threads.c \
+$(BUILD)/tests/tsan/%.o: tests/%.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) $(TSAN) $(CHECK_CFLAGS) -MMD -MP -c -o $@ $<
+$(BUILD)/test-threads: $(THREAD_OBJS) $(BUILD)/libmoat-tsan.a
+	$(CC) $(ALL_CFLAGS) $(TSAN) -o $@ $(THREAD_OBJS) \
 	    $(BUILD)/libmoat-tsan.a $(PKG_LIBS) $(CHECK_LIBS)
 
 # Landlock alone: libmoat with the test-only MOAT_TEST_NO_MOUNT_WALL plan
