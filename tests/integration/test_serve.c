@@ -33,6 +33,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <net/if.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -2607,14 +2610,71 @@ START_TEST(socket_listener)
 }
 END_TEST
 
-/* Rootless defaults: $XDG_RUNTIME_DIR/moat.sock; without it and without a
- * flag, an error. */
-START_TEST(rootless_default_listener)
+/* As root, in a network namespace of the test's own: loopback up, nothing
+ * else. 0, or -1 after saying why. */
+static int private_netns(void)
+{
+	if (unshare(CLONE_NEWNET) < 0) {
+		perror("serve test: unshare(CLONE_NEWNET)");
+		return -1;
+	}
+	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+	struct ifreq ifr;
+	memset(&ifr, 0, sizeof ifr);
+	snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
+	int rc = fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0 ? -1 : 0;
+	ifr.ifr_flags |= IFF_UP;
+	if (rc == 0)
+		rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
+	if (rc < 0)
+		perror("serve test: bring lo up");
+	if (fd >= 0)
+		close(fd);
+	return rc;
+}
+
+/* The root default, 127.0.0.1:3000, also with XDG_RUNTIME_DIR set: the
+ * test moves itself (and so the server and its curl calls) into a network
+ * namespace of its own, where the fixed port is free and nothing else on
+ * the machine sees it. */
+static void root_default_listener(void)
+{
+	int host_net = open("/proc/self/ns/net", O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(host_net, 0);
+	ck_assert_msg(private_netns() == 0, "cannot make the test's network namespace");
+	char xdg[] = "/tmp/moat-serve-xdg-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(xdg));
+	char xdg_env[128];
+	snprintf(xdg_env, sizeof xdg_env, "XDG_RUNTIME_DIR=%s", xdg);
+	const char *env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", xdg_env, NULL };
+	struct server s;
+	struct server_opts o = { .no_listener = true, .env = env };
+	server_spawn(&s, MODE_ROOT, &o);
+	snprintf(s.url, sizeof s.url, "http://127.0.0.1:3000");
+	server_wait_ready(&s);
+	struct resp r;
+	run_py(&s, "print('on the root default')", NULL, &r);
+	expect_script("on the root default listener", &r);
+	const char *out = jstr(r.json, "stdout");
+	ck_assert_msg(out && !strcmp(out, "on the root default\n"), "stdout: %.600s", r.body);
+	resp_free(&r);
+	char sock[160];
+	snprintf(sock, sizeof sock, "%s/moat.sock", xdg);
+	ck_assert_msg(access(sock, F_OK) < 0, "as root, moat serve made %s", sock);
+	server_stop(&s);
+	rmdir(xdg);
+	ck_assert_int_eq(setns(host_net, CLONE_NEWNET), 0);
+	close(host_net);
+}
+
+/* The default listener: as root 127.0.0.1:3000; rootless
+ * $XDG_RUNTIME_DIR/moat.sock, and without it and without a flag, an
+ * error. */
+START_TEST(default_listener)
 {
 	HARNESS_MODE_GUARD(_i);
 	if (_i == MODE_ROOT) {
-		fprintf(stderr, "note: %s: the root default (127.0.0.1:3000) is not started by the "
-			"tests (a fixed port); not run\n", __func__);
+		root_default_listener();
 		return;
 	}
 	struct server s;
@@ -2749,7 +2809,7 @@ Suite *serve_suite(void)
 	ADD(malformed_http);
 	ADD(connection_limit);
 	ADD(socket_listener);
-	ADD(rootless_default_listener);
+	ADD(default_listener);
 	ADD(spin_rootfs_handlers);
 #undef ADD
 	suite_add_tcase(s, tc);
