@@ -177,13 +177,25 @@ START_TEST(search_order)
 	struct moat_config *cfg = NULL;
 	struct moat_error err = { 0 };
 
-	/* nothing: built-in defaults (native) — unless /etc/moat/config.json exists */
+	/* nothing: built-in defaults (native) — on a machine with
+	 * /etc/moat/config.json, that file, the last place searched (checked
+	 * either way: it must not skip the check) */
+	int rc = moat_config_load(NULL, &cfg, &err);
 	if (access("/etc/moat/config.json", F_OK) != 0) {
-		ck_assert_int_eq(moat_config_load(NULL, &cfg, &err), 0);
+		ck_assert_int_eq(rc, 0);
 		ck_assert_str_eq(cfg->provider, "native");
 		ck_assert_ptr_null(cfg->source);
-		moat_config_free(cfg);
+	} else if (rc == 0) {
+		ck_assert_msg(cfg->source && !strcmp(cfg->source, "/etc/moat/config.json"),
+			      "with /etc/moat/config.json and nothing else: source %s",
+			      cfg->source ? cfg->source : "(defaults)");
+	} else {
+		ck_assert_msg(err.message && strstr(err.message, "/etc/moat/config.json"),
+			      "with /etc/moat/config.json and nothing else: %s", err.message);
+		moat_error_clear(&err);
 	}
+	moat_config_free(cfg);
+	cfg = NULL;
 	/* ~/.config/moat/config.json */
 	snprintf(path, sizeof path, "%s/home", dir);
 	mkdir(path, 0755);
