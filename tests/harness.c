@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/random.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -377,6 +378,14 @@ const char *harness_error_type(const struct run_out *out)
 	const cJSON *e = cJSON_GetObjectItemCaseSensitive(out->json, "error");
 	const cJSON *t = cJSON_GetObjectItemCaseSensitive(e, "type");
 	return cJSON_IsString(t) ? t->valuestring : NULL;
+}
+
+void harness_marker(char *buf, size_t size, const char *tag, int index)
+{
+	unsigned long long r = 0;
+	ck_assert_int_eq(getrandom(&r, sizeof r, 0), (ssize_t)sizeof r);
+	ck_assert_int_lt(snprintf(buf, size, "%s%ldx%dr%016llx", tag, (long)getpid(), index, r),
+			 (int)size);
 }
 
 const char *harness_fixture(const char *rel)

@@ -102,6 +102,11 @@ void harness_free(struct run_out *out);
  * check runs the tests), else beside the test binary (build/../tests/...);
  * NULL when neither is readable. */
 const char *harness_fixture(const char *rel);
+/* Writes "<tag><pid>x<index>r<64 random bits in hex>" to buf: a marker for
+ * the command lines of one test run that no other process on the machine
+ * carries (not a leftover of an earlier run whose pid was reused, not a run
+ * in another pid namespace with the same pid). Letters and digits only. */
+void harness_marker(char *buf, size_t size, const char *tag, int index);
 /* Number of host processes whose command line contains marker. */
 int harness_count_marker(const char *marker);
 /* JSON helpers on out->json */

@@ -53,6 +53,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -1413,11 +1414,89 @@ static pid_t find_marker(const char *marker, pid_t not)
 	return found;
 }
 
+/* The parent of pid, or 0. */
+static pid_t parent_of(pid_t pid)
+{
+	char p[64], buf[1024];
+	snprintf(p, sizeof p, "/proc/%ld/stat", (long)pid);
+	int fd = open(p, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return 0;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return 0;
+	buf[n] = '\0';
+	char *end = strrchr(buf, ')'); /* comm may hold spaces and parens */
+	long ppid = 0;
+	if (!end || sscanf(end + 1, " %*c %ld", &ppid) != 1)
+		return 0;
+	return (pid_t)ppid;
+}
+
+/* Is pid a descendant of this (test) process? With the test a child
+ * subreaper, every process moat started stays one, also once moat is gone:
+ * an orphan is reparented to the test, not to pid 1. */
+static bool is_ours(pid_t pid)
+{
+	pid_t self = getpid();
+	for (int depth = 0; pid > 1 && depth < 64; depth++) {
+		pid = parent_of(pid);
+		if (pid == self)
+			return true;
+	}
+	return false;
+}
+
+/* Processes of the run still alive after moat was reaped: the test's
+ * children (what moat started and left behind, reparented to the test),
+ * after reaping those that already exited. Their count; described in buf
+ * (and killed, with kill_them). Only this process's: nothing else on the
+ * machine is counted. */
+static int run_leftovers(char *buf, size_t size, bool kill_them)
+{
+	while (waitpid(-1, NULL, WNOHANG | __WALL) > 0)
+		;
+	buf[0] = '\0';
+	int n = 0;
+	char p[64];
+	snprintf(p, sizeof p, "/proc/%ld/task", (long)getpid());
+	DIR *d = opendir(p);
+	ck_assert_ptr_nonnull(d);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char f[384], kids[4096];
+		snprintf(f, sizeof f, "%s/%s/children", p, e->d_name);
+		int fd = open(f, O_RDONLY | O_CLOEXEC);
+		ssize_t r = fd < 0 ? -1 : read(fd, kids, sizeof kids - 1);
+		if (fd >= 0)
+			close(fd);
+		if (r <= 0)
+			continue;
+		kids[r] = '\0';
+		char *save = NULL;
+		for (char *tok = strtok_r(kids, " \n", &save); tok; tok = strtok_r(NULL, " \n", &save)) {
+			n++;
+			describe_proc(buf, size, tok, "");
+			if (kill_them)
+				kill((pid_t)atol(tok), SIGKILL);
+		}
+	}
+	closedir(d);
+	if (kill_them)
+		while (waitpid(-1, NULL, __WALL) > 0)
+			;
+	return n;
+}
+
 /* Processes holding network namespace ino (in it, or by an open fd); the
- * number of those that belong to the run: in H (an orphaned uplink helper),
- * in the run's user namespace user_ns, or with marker in their command
- * line. The others (another program on this machine made a namespace
- * meanwhile) are only described. */
+ * number of those that belong to the run: descendants of the test, in H
+ * (an orphaned uplink helper), in the run's user namespace user_ns, or with
+ * marker in their command line. The others (another program on this
+ * machine made a namespace meanwhile, or took the number of one that is
+ * gone) are only described. */
 static int ns_related(unsigned long ino, unsigned long user_ns, const char *marker, char *buf,
 		      size_t size)
 {
@@ -1452,7 +1531,7 @@ static int ns_related(unsigned long ino, unsigned long user_ns, const char *mark
 			continue;
 		snprintf(p, sizeof p, "/proc/%s/ns/user", e->d_name);
 		bool ours = net == (unsigned long)h_ino || (user_ns && ns_ino(p) == user_ns) ||
-			    has_marker(e->d_name, marker);
+			    has_marker(e->d_name, marker) || is_ours((pid_t)atoi(e->d_name));
 		related += ours;
 		describe_proc(buf, size, e->d_name, ours ? "" : "[not of this run]");
 	}
@@ -1463,15 +1542,20 @@ static int ns_related(unsigned long ino, unsigned long user_ns, const char *mark
 
 /* A program holding a relayed connection; moat ends with the program
  * (_i / 2 == 0), or is killed with SIGTERM (1) or SIGKILL (2) mid-run. No
- * process of the run and no network namespace may remain, and H holds
- * exactly the processes it held before. */
+ * process of the run and no network namespace of it may remain, and H
+ * holds exactly the processes it held before. Only this run's processes
+ * and namespaces count, whatever else runs on the machine: the test is a
+ * child subreaper, so all that moat started stays its descendant, and the
+ * marker in the program's command line is unique to the run. */
 START_TEST(egress_teardown)
 {
 	int mode = _i % 2, how = _i / 2;
 	static const char *const HOW[] = { "exit", "SIGTERM", "SIGKILL" };
 	PEER_GUARD(mode);
-	char marker[64], code[2048];
-	snprintf(marker, sizeof marker, "moatwallmark%dx%d", (int)getpid(), _i);
+	char marker[80], code[2048];
+	harness_marker(marker, sizeof marker, "moatwallmark", _i);
+	/* orphans of moat (its sandbox, a helper) come to this per-test process */
+	ck_assert_int_eq(prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), 0);
 	snprintf(code, sizeof code,
 		 "import os\n"
 		 "inner = r'''\n"
@@ -1528,14 +1612,21 @@ START_TEST(egress_teardown)
 	if (how == 0)
 		v_expect(&v, o.status == 0 && strstr(o.out, "done"), "the run did not finish: status %d",
 			 o.status);
-	int markers = -1, in_h_after = -1;
+	int markers = -1, in_h_after = -1, left = -1, sandbox_left = -1;
+	char left_desc[2048] = "", sandbox_desc[512] = "";
 	bool clean = false;
 	long end = now_ms() + harness_scale_ms(10000);
 	do {
 		markers = harness_count_marker(marker);
+		left = run_leftovers(left_desc, sizeof left_desc, false);
 		netns_snapshot(&after);
 		in_h_after = ns_holders(h_ino, holders, sizeof holders);
-		clean = markers == 0 && in_h_after <= in_h && !inoset_has(&after, sandbox_ns);
+		/* a number the sandbox's namespace had may name another's by now */
+		sandbox_left = inoset_has(&after, sandbox_ns)
+				       ? ns_related(sandbox_ns, sandbox_user, marker, sandbox_desc,
+						    sizeof sandbox_desc)
+				       : 0;
+		clean = markers == 0 && left == 0 && in_h_after <= in_h && sandbox_left == 0;
 		for (size_t i = 0; clean && i < after.n; i++) {
 			char who[512];
 			clean = inoset_has(&before, after.v[i]) ||
@@ -1544,11 +1635,12 @@ START_TEST(egress_teardown)
 		if (!clean)
 			usleep(100000);
 	} while (!clean && now_ms() < end);
-	v_expect(&v, markers == 0, "%d process(es) of the run remain", markers);
+	v_expect(&v, markers == 0, "%d process(es) with the run's marker remain", markers);
+	v_expect(&v, left == 0, "%d process(es) started by the run remain:%s", left, left_desc);
 	v_expect(&v, in_h_after <= in_h, "H holds %d processes, %d before: %s", in_h_after, in_h,
 		 holders);
-	v_expect(&v, !inoset_has(&after, sandbox_ns), "the sandbox's network namespace %lu remains",
-		 sandbox_ns);
+	v_expect(&v, sandbox_left == 0, "the sandbox's network namespace %lu remains, held by:%s",
+		 sandbox_ns, sandbox_desc);
 	for (size_t i = 0; i < after.n; i++) {
 		char who[512];
 		if (inoset_has(&before, after.v[i]))
@@ -1567,6 +1659,7 @@ START_TEST(egress_teardown)
 		fprintf(stderr, "moat output: %s / %s\n", o.out, o.err);
 		for (pid_t p; markers > 0 && (p = find_marker(marker, 0)) > 0; markers--)
 			kill(p, SIGKILL);
+		run_leftovers(left_desc, sizeof left_desc, true);
 		kill_ns_procs(ns_name[NS_H], true);
 	}
 	v_done(&v, NULL);
