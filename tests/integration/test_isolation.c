@@ -815,7 +815,7 @@ START_TEST(supervisor_killed_kills_sandbox)
 {
 	HARNESS_MODE_GUARD(_i);
 	char marker[96], code[512];
-	snprintf(marker, sizeof marker, "moat-orphan-%ld-%d-m", (long)getpid(), _i);
+	harness_marker(marker, sizeof marker, "moatorphan", _i);
 	snprintf(code, sizeof code,
 		 "for i in 1 2 3; do (exec -a %s sleep 30) & done\n"
 		 "(exec -a %s sleep 30 &)\n"

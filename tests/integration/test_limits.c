@@ -283,7 +283,7 @@ START_TEST(timeout_kills_a_tree_at_once)
 {
 	HARNESS_MODE_GUARD(_i);
 	char marker[64], code[512], extra[64];
-	snprintf(marker, sizeof marker, "moatlim%ld%d", (long)getpid(), _i);
+	harness_marker(marker, sizeof marker, "moatlim", _i);
 	snprintf(code, sizeof code,
 		 "for i in $(seq 50); do (exec -a %s sleep 1000) & done\n"
 		 "echo started\nwait\n", marker);
@@ -400,7 +400,7 @@ START_TEST(many_runs_leave_nothing)
 	HARNESS_MODE_GUARD(_i);
 	int mounts = mount_count();
 	char marker[64], code[256];
-	snprintf(marker, sizeof marker, "moatmany%ld%d", (long)getpid(), _i);
+	harness_marker(marker, sizeof marker, "moatmany", _i);
 	for (int i = 0; i < 100; i++) {
 		struct run_out o;
 		harness_exec_code(_i, "sh", "true", ",\"memoryMb\":64,\"pidsLimit\":32", &o);

@@ -24,9 +24,12 @@ static long now_ms(void)
 }
 
 /* A marker unique to this test process and mode, for /proc scans. */
+/* what, the pid, mode and random bits: see harness_marker */
 static void make_marker(char *buf, size_t len, const char *what, int mode)
 {
-	snprintf(buf, len, "moat-%s-%ld-%d-m", what, (long)getpid(), mode);
+	char tag[64];
+	snprintf(tag, sizeof tag, "moat%s", what);
+	harness_marker(buf, len, tag, mode);
 }
 
 /* Asserts a normal exit with exitCode code and returns stdout. */
