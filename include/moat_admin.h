@@ -76,6 +76,9 @@ int moat_net_probe(struct moat_error *err);
  * (malloc'd, or NULL when there is no usable place); *cached: the second
  * compile came from that cache. */
 int moat_seccomp_probe(char **cache_dir, bool *cached, struct moat_error *err);
+/* The kernel's Landlock ABI version (the program's second filesystem wall,
+ * SECURITY.md); 0 when the kernel has none. */
+int moat_landlock_version(void);
 
 /* ---- seccomp policies -------------------------------------------------------- */
 

@@ -183,6 +183,16 @@ int cli_doctor(int argc, char **argv)
 		moat_error_clear(&err);
 	}
 
+	/* the second filesystem wall: its absence weakens, it does not fail */
+	int ll = moat_landlock_version();
+	if (ll >= 1)
+		printf("landlock:           ABI %d: the program restricts itself to what the "
+		       "mounts allow%s\n", ll, ll >= 6 ? " (and no signals out of its sandbox)" : "");
+	else
+		printf("landlock:           not available (kernel without it, or not in the lsm= boot "
+		       "list): the read-only mounts are the only filesystem wall; every result "
+		       "warns\n");
+
 	moat_cgroup_describe(stdout);
 	struct moat_result *limits = trial_limits();
 
@@ -202,7 +212,10 @@ int cli_doctor(int argc, char **argv)
 	/* isolation and limits are separate claims: a host can give the one
 	 * without the other */
 	printf("verdict isolation:  %s\n",
-	       ok ? "complete: each run gets its own namespaces and the seccomp filter"
+	       ok ? (ll >= 1 ? "complete: each run gets its own namespaces, the seccomp filter and "
+			       "Landlock"
+			     : "complete: each run gets its own namespaces and the seccomp filter "
+			       "(no Landlock: see above)")
 		  : "UNAVAILABLE: runs will fail closed until the items above are fixed");
 	limits_verdict(limits);
 	moat_result_free(limits);

@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "harness.h"
@@ -515,6 +516,17 @@ static void check_doctor_verdict(const struct run_out *o)
 	doctor_line(o->out, "verdict isolation:", line, sizeof line);
 	ck_assert_msg(!strncmp(line, "complete", 8), "isolation verdict: %s", line);
 	ck_assert_msg(!strstr(line, "limit"), "the isolation verdict speaks of limits: %s", line);
+	/* Landlock: claimed exactly when this kernel has it */
+	long abi = syscall(444 /* landlock_create_ruleset */, NULL, 0, 1u);
+	char ll[512];
+	doctor_line(o->out, "landlock:", ll, sizeof ll);
+	if (abi >= 1) {
+		ck_assert_msg(!strncmp(ll, "ABI ", 4) && atol(ll + 4) == abi, "landlock line: %s", ll);
+		ck_assert_msg(strstr(line, "Landlock") && !strstr(line, "no Landlock"), "%s", line);
+	} else {
+		ck_assert_msg(!strncmp(ll, "not available", 13), "landlock line: %s", ll);
+		ck_assert_msg(strstr(line, "no Landlock"), "%s", line);
+	}
 	char verdict[512];
 	doctor_line(o->out, "verdict limits:", verdict, sizeof verdict);
 	static const char *const names[] = { "memory", "pids", "cpu" };

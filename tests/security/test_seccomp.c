@@ -71,6 +71,7 @@ static const char deny_py[] =
 	"pm, ps = os.openpty()\n"
 	"fcntl.ioctl(ps, termios.TIOCSCTTY, 0)\n"
 	"t(\"tiocsti_pty\", 16, ps, 0x5412, ch)\n"
+	"t(\"tiocsetd_pty\", 16, ps, 0x5423, ctypes.byref(ctypes.c_int(0)))\n"
 	"t(\"af_vsock\", 41, 40, 1, 0)\n"
 	"t(\"af_packet\", 41, 17, 3, 0)\n"
 	"t(\"clone3\", 435, 0, 0)\n";
@@ -93,6 +94,7 @@ static const char deny_expected[] =
 	"tiocsti EACCES\n"
 	"tioclinux EACCES\n"
 	"tiocsti_pty EACCES\n"
+	"tiocsetd_pty EACCES\n"
 	"af_vsock EPERM\n"
 	"af_packet EPERM\n"
 	"clone3 ENOSYS\n";
@@ -122,6 +124,7 @@ static const struct {
 	/* on its own controlling pty: OK, or EIO where dev.tty.legacy_tiocsti
 	 * is 0 */
 	{ "tiocsti_pty", NULL },
+	{ "tiocsetd_pty", "OK" }, /* N_TTY again: the kernel allows it */
 	{ "af_vsock", NULL },
 	/* af_packet: EPERM without the filter too (no CAP_NET_RAW); the
 	 * --seccomp-log test shows the filter refused it */

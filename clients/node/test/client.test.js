@@ -139,7 +139,8 @@ test('API keys never reach the config file', async () => {
     daytonaApiUrl: 'http://example.invalid/api' });
   try {
     await assert.rejects(s.run('print(1)'), (e) => {
-      assert.ok(e instanceof SandboxUnavailableError);
+      // a non-https URL is the caller's mistake: a config error (moat exits 2)
+      assert.ok(e instanceof SandboxConfigError, `${e.name}: ${e.message}`);
       assert.match(e.message, /https/);
       assert.ok(!e.message.includes('dk-secret-123'));
       return true;
