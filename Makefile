@@ -206,6 +206,15 @@ timeline:
 	$(MAKE) BUILD=build-timeline CFLAGS="-O2 -g -DMOAT_TIMELINE" build-timeline/moat
 	sh bench/timeline.sh build-timeline/moat
 
+# The soak's drivers (tests/soak/): moat exec, and moat_run from threads.
+$(BUILD)/soak/execsoak: tests/soak/execsoak.c tests/soak/soak.c tests/soak/soak.h
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/soak/execsoak.c tests/soak/soak.c $(PKG_LIBS)
+
+$(BUILD)/soak/libsoak: tests/soak/libsoak.c tests/soak/soak.c tests/soak/soak.h $(BUILD)/libmoat.a
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -o $@ tests/soak/libsoak.c tests/soak/soak.c $(BUILD)/libmoat.a $(PKG_LIBS)
+
 check-node: $(BUILD)/moat
 	MOAT_BIN=$(CURDIR)/$(BUILD)/moat node --test clients/node/test/
 
