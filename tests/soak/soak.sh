@@ -83,7 +83,7 @@ as() {
 	root) env -i PATH=/usr/bin:/bin HOME="$work/roothome" "$@" ;;
 	rootless) setpriv --reuid=65534 --regid=65534 --clear-groups \
 		env -i PATH=/usr/bin:/bin HOME="$work/home" "$@" ;;
-	user) env -i PATH=/usr/bin:/bin HOME="$HOME" ${XDG_CACHE_HOME:+XDG_CACHE_HOME="$XDG_CACHE_HOME"} "$@" ;;
+	user) env -i PATH=/usr/bin:/bin HOME="$HOME" XDG_CACHE_HOME="${XDG_CACHE_HOME:-$HOME/.cache}" "$@" ;;
 	esac
 }
 
@@ -116,7 +116,8 @@ list() {
 			}' ;;
 	leaves) find -H $(cg_roots) -mindepth 1 -type d -name 'moat-*' 2>/dev/null ;;
 	mounts) cat /proc/self/mountinfo ;;
-	netns) ls -l /proc/[0-9]*/ns/net 2>/dev/null | awk '{print $NF}' | sort -u ;;
+	# (a user that is not root sees only the namespaces of its own processes)
+	netns) ls -l /proc/[0-9]*/ns/net 2>/dev/null | awk '$NF ~ /^net:\[/ {print $NF}' | sort -u ;;
 	tmp) ls -A /tmp | grep -E '^\.?moat' ;;
 	cacheroot) [ "$uid" -eq 0 ] && ls -A /var/cache/moat/seccomp 2>/dev/null ;;
 	cacheuser) ls -A "$user_cache" 2>/dev/null ;;
