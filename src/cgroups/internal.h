@@ -30,6 +30,16 @@ struct moat_cg_self {
 int moat_cg_parse_self(const char *text, struct moat_cg_self *out);
 void moat_cg_self_free(struct moat_cg_self *s);
 
+/* The common ancestor of two cgroup paths of one hierarchy ("/a/b/c" and
+ * "/a/b/d" → "/a/b"; "/x" and "/y" → "/"), compared component by component
+ * ("/ab" is no ancestor of "/abc"); empty and "." components are ignored.
+ * cgroup v2 moves a process (cgroup.procs, CLONE_INTO_CGROUP) only for a
+ * caller that may write the cgroup.procs of the common ancestor of its
+ * cgroup and the destination. Malloc'd, or NULL with errno: EINVAL when a
+ * path is not absolute or has a ".." component (a cgroup outside the
+ * caller's cgroup namespace: "/../x"), ENOMEM. */
+char *moat_cg_common_ancestor(const char *a, const char *b);
+
 /* Flat-keyed files ("key value" per line: memory.events, pids.events,
  * cpu.stat, memory.oom_control): 1 and *out when key is present with a
  * number ("max" reads as INT64_MAX), 0 when absent or not a number. */

@@ -108,6 +108,61 @@ int moat_cg_parse_self(const char *text, struct moat_cg_self *out)
 	return 0;
 }
 
+/* The next component of *p (skipping '/' and "."): its start, *len, and
+ * *p past it; NULL at the end. */
+static const char *next_component(const char **p, size_t *len)
+{
+	for (;;) {
+		while (**p == '/')
+			(*p)++;
+		if (**p == '\0')
+			return NULL;
+		const char *c = *p;
+		size_t n = strcspn(c, "/");
+		*p = c + n;
+		if (n == 1 && c[0] == '.')
+			continue;
+		*len = n;
+		return c;
+	}
+}
+
+static bool has_dotdot(const char *path)
+{
+	const char *p = path, *c;
+	size_t n;
+	while ((c = next_component(&p, &n)))
+		if (n == 2 && !memcmp(c, "..", 2))
+			return true;
+	return false;
+}
+
+char *moat_cg_common_ancestor(const char *a, const char *b)
+{
+	if (!a || !b || a[0] != '/' || b[0] != '/' || has_dotdot(a) || has_dotdot(b)) {
+		errno = EINVAL;
+		return NULL;
+	}
+	size_t cap = strlen(a) + 2, len = 0;
+	char *out = malloc(cap);
+	if (!out) {
+		errno = ENOMEM;
+		return NULL;
+	}
+	const char *pa = a, *pb = b, *ca, *cb;
+	size_t na, nb;
+	while ((ca = next_component(&pa, &na)) && (cb = next_component(&pb, &nb)) && na == nb &&
+	       !memcmp(ca, cb, na)) {
+		out[len++] = '/';
+		memcpy(out + len, ca, na);
+		len += na;
+	}
+	if (len == 0)
+		out[len++] = '/';
+	out[len] = '\0';
+	return out;
+}
+
 int moat_cg_parse_number(const char *text, int64_t *out)
 {
 	while (*text == ' ' || *text == '\t')

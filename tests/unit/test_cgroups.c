@@ -281,6 +281,49 @@ START_TEST(mech_names_and_describe)
 }
 END_TEST
 
+/* cgroup v2's migration rule needs the common ancestor of moat's cgroup and
+ * the run's parent: component-wise, never a string prefix. */
+static void ancestor_is(const char *a, const char *b, const char *want)
+{
+	char *got = moat_cg_common_ancestor(a, b);
+	ck_assert_msg(got && !strcmp(got, want), "ancestor of %s and %s: %s, want %s", a, b,
+		      got ? got : "NULL", want);
+	free(got);
+	got = moat_cg_common_ancestor(b, a);
+	ck_assert_msg(got && !strcmp(got, want), "ancestor of %s and %s: %s, want %s", b, a,
+		      got ? got : "NULL", want);
+	free(got);
+}
+
+START_TEST(common_ancestor)
+{
+	/* the test layout of limits/unreachable_parent_falls_back: siblings */
+	ancestor_is("/moat-ca-1/a", "/moat-ca-1/b", "/moat-ca-1");
+	/* the harness's rootless layout: moat in a leaf under the parent */
+	ancestor_is("/moat-rootless/h-7", "/moat-rootless", "/moat-rootless");
+	/* moat's own delegated cgroup, before and after its supervisor leaf */
+	ancestor_is("/u.slice/run.scope", "/u.slice/run.scope", "/u.slice/run.scope");
+	ancestor_is("/u.slice/run.scope/moat-9-supervisor", "/u.slice/run.scope",
+		    "/u.slice/run.scope");
+	/* nothing shared but the root; a name prefix is not an ancestor */
+	ancestor_is("/init", "/moat-root", "/");
+	ancestor_is("/ab", "/abc/d", "/");
+	ancestor_is("/a/bc", "/a/b", "/a");
+	ancestor_is("/", "/x/y", "/");
+	ancestor_is("/", "/", "/");
+	/* repeated and trailing slashes, "." components */
+	ancestor_is("//a///b/", "/a/./b/c", "/a/b");
+	/* not computable: relative paths, a cgroup outside the namespace */
+	static const char *const bad[][2] = { { "a/b", "/a" }, { "", "/" }, { "/../x", "/x" },
+					      { "/a/../b", "/a" }, { "/a", "/a/.." } };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		errno = 0;
+		ck_assert_msg(!moat_cg_common_ancestor(bad[i][0], bad[i][1]) && errno == EINVAL,
+			      "%s, %s", bad[i][0], bad[i][1]);
+	}
+}
+END_TEST
+
 /* NULL-safety of the runner-facing calls. */
 START_TEST(null_safe)
 {
@@ -298,6 +341,7 @@ Suite *cgroups_suite(void)
 	tcase_add_test(tc, self_v2);
 	tcase_add_test(tc, self_hybrid);
 	tcase_add_test(tc, self_edge_cases);
+	tcase_add_test(tc, common_ancestor);
 	tcase_add_test(tc, memory_events);
 	tcase_add_test(tc, pids_events_and_cpu_stat);
 	tcase_add_test(tc, v1_oom_control);
