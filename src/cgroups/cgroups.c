@@ -119,6 +119,59 @@ static void probe_free(struct probe *p)
 	memset(p, 0, sizeof *p);
 }
 
+/* cgroup v2's migration rule: a process may be moved (clone3 with
+ * CLONE_INTO_CGROUP, or a write to cgroup.procs) only by a caller that may
+ * write cgroup.procs of the common ancestor of the process's cgroup and the
+ * destination (kernel: cgroup_procs_write_permission → cgroup_may_write, an
+ * inode_permission(MAY_WRITE) on that file). A run's leaf goes under dir,
+ * so that ancestor is the one of moat's cgroup and dir. Checked with
+ * faccessat(AT_EACCESS), which runs the same inode_permission with moat's
+ * effective credentials (mode, owner, group, ACLs, CAP_DAC_OVERRIDE); a copy
+ * of that logic over stat() would miss ACLs, supplementary groups and
+ * capabilities. It is stricter only where the kernel's check would fail
+ * anyway (a read-only mount, an unsearchable directory). NULL when the move
+ * is allowed, else why not (malloc'd): the run then falls back like a parent
+ * that is not writable, instead of failing in clone3 with EPERM. */
+static char *v2_migration_denied(const struct probe *p, const char *dir)
+{
+	size_t ml = strlen(p->v2_mount);
+	const char *rel = dir[ml] ? dir + ml : "/";
+	const char *self = p->self.v2;
+	if (!self)
+		return fmt("/proc/self/cgroup has no cgroup2 entry, so moat cannot tell whether "
+			   "it may move the sandbox into %s", dir);
+	char *anc = moat_cg_common_ancestor(self, rel);
+	if (!anc) {
+		if (errno == ENOMEM)
+			return NULL; /* clone3 will tell */
+		return fmt("moat's cgroup %s is outside its cgroup namespace, so it may not move "
+			   "the sandbox into %s (cgroup v2 moves processes only within the "
+			   "namespace); run moat in a cgroup inside the delegated subtree, e.g. "
+			   "`systemd-run --user --scope -p Delegate=yes moat ...`", self, dir);
+	}
+	char *ancdir = strcmp(anc, "/") ? fmt("%s%s", p->v2_mount, anc) : strdup(p->v2_mount);
+	char *procs = ancdir ? moat_cg_path(ancdir, "cgroup.procs") : NULL;
+	char *why = NULL;
+	if (procs && faccessat(AT_FDCWD, procs, W_OK, AT_EACCESS) < 0) {
+		int e = errno;
+		char *selfdir = strcmp(self, "/") ? fmt("%s%s", p->v2_mount, self)
+						  : strdup(p->v2_mount);
+		why = fmt("moat may not move the sandbox into a cgroup under %s: cgroup v2 allows "
+			  "the move only for a caller that may write cgroup.procs of the common "
+			  "ancestor of its own cgroup (%s) and the destination (the common-ancestor "
+			  "rule), here %s, and %s is not writable by uid %ld (%s); put moat in a "
+			  "cgroup inside the delegated subtree, e.g. `systemd-run --user --scope -p "
+			  "Delegate=yes moat ...`, or set MOAT_CGROUP_PARENT to a directory inside "
+			  "the subtree moat already runs in (%s)", dir, selfdir ? selfdir : self,
+			  ancdir, procs, (long)geteuid(), strerror(e), selfdir ? selfdir : self);
+		free(selfdir);
+	}
+	free(procs);
+	free(ancdir);
+	free(anc);
+	return why;
+}
+
 /* The v2 parent: $MOAT_CGROUP_PARENT or moat's own cgroup. */
 static void probe_v2_parent(struct probe *p)
 {
@@ -174,6 +227,11 @@ static void probe_v2_parent(struct probe *p)
 	if (!ok) {
 		p->v2_why = fmt("%s/cgroup.subtree_control is not writable; get delegation with "
 				"`systemd-run --user --scope -p Delegate=yes moat ...`", dir);
+		free(dir);
+		return;
+	}
+	p->v2_why = v2_migration_denied(p, dir);
+	if (p->v2_why) {
 		free(dir);
 		return;
 	}

@@ -6,7 +6,8 @@
  * RLIMIT_DATA, pids: RLIMIT_NPROC; cpu has none). On cgroup v2 the run's
  * leaf goes under $MOAT_CGROUP_PARENT when set (a cgroup path, "/moat.slice"
  * or "/sys/fs/cgroup/moat.slice", writable by the caller, with the memory,
- * pids and cpu controllers available), else under the caller's own cgroup
+ * pids and cpu controllers available, and reachable: the caller may write
+ * cgroup.procs of the common ancestor of its cgroup and that one), else under the caller's own cgroup
  * when it is delegated (`systemd-run --user --scope -p Delegate=yes moat
  * ...`); moat then moves itself into a sibling leaf moat-<pid>-supervisor. */
 #ifndef MOAT_CGROUPS_CGROUPS_H

@@ -703,6 +703,140 @@ START_TEST(rootless_fallback_is_reported)
 }
 END_TEST
 
+/* ---- cgroup v2's common-ancestor rule (issue 16) -------------------------- */
+
+/* Writes value to dir/file; 0 or -1 with errno. */
+static int put(const char *dir, const char *file, const char *value)
+{
+	return moat_cg_write(dir, file, value);
+}
+
+static void rmdir_wait(const char *dir)
+{
+	if (moat_cg_rmdir_wait(dir) < 0 && errno != ENOENT)
+		fprintf(stderr, "cannot remove the test's cgroup %s: %s\n", dir, strerror(errno));
+}
+
+/* In the forked child, as root before the drop to 65534: join cgroup arg. */
+static int join_cgroup(int mode, void *arg)
+{
+	char pid[24];
+	snprintf(pid, sizeof pid, "%ld", (long)getpid());
+	if (put(arg, "cgroup.procs", pid) < 0) {
+		perror("join the test's cgroup");
+		return -1;
+	}
+	return 0;
+}
+
+/* Runs a rootless moat exec in cgroup a with MOAT_CGROUP_PARENT=b. */
+static void exec_in(const char *a, const char *b, const char *req, struct run_out *o)
+{
+	char *parent_env = NULL;
+	ck_assert_int_ge(asprintf(&parent_env, "MOAT_CGROUP_PARENT=%s", b), 0);
+	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", parent_env, NULL };
+	struct harness_proc p;
+	memset(o, 0, sizeof *o);
+	harness_start(MODE_ROOTLESS, (const char *const[]){ "exec", NULL }, req, strlen(req), env,
+		      join_cgroup, (void *)a, &p);
+	harness_finish(&p, o);
+	free(parent_env);
+}
+
+/* uid 65534 owns cgroup B (delegated: B, its cgroup.procs, subtree_control
+ * and threads, controllers enabled below it), but moat runs in its sibling
+ * A, and their common ancestor C is root's. cgroup v2 then refuses every
+ * move of moat's processes into B's subtree (the common-ancestor rule): moat
+ * used to fail each run in clone3 (CLONE_INTO_CGROUP) with EPERM, reported
+ * as a namespace failure. Now it does not use B: the limits fall back to
+ * rlimits with a warning naming the rule, the ancestor and the fix, and
+ * strictLimits refuses with that same explanation. Needs root (to build the
+ * cgroups) and a cgroup v2 host with delegated controllers (tools/vm); moat
+ * itself runs rootless. */
+START_TEST(unreachable_parent_falls_back)
+{
+	const char *rootless = harness_cgroup_parent(MODE_ROOTLESS);
+	if (!unified_host() || !rootless) {
+		fprintf(stderr, "note: %s: %s; not run\n", __func__,
+			!unified_host() ? "cgroup v2 controllers absent (not a unified host)"
+					: "needs root and MOAT_TEST_ROOTLESS_CGROUP (make check-vm)");
+		return;
+	}
+	/* C is a sibling of the delegated subtree, under the same parent */
+	char *top = strdup(rootless), *c = NULL, *a = NULL, *b = NULL;
+	ck_assert_ptr_nonnull(top);
+	char *slash = strrchr(top, '/');
+	ck_assert_ptr_nonnull(slash);
+	*slash = '\0';
+	ck_assert_int_ge(asprintf(&c, "%s/moat-ca-%ld", *top ? top : "", (long)getpid()), 0);
+	ck_assert_int_ge(asprintf(&a, "%s/a", c), 0);
+	ck_assert_int_ge(asprintf(&b, "%s/b", c), 0);
+	ck_assert_msg(mkdir(c, 0755) == 0, "mkdir %s: %s", c, strerror(errno));
+	char why[8192] = "";
+	static const char *const ctl[] = { "+memory", "+pids", "+cpu" };
+	if (mkdir(a, 0755) < 0 || mkdir(b, 0755) < 0)
+		snprintf(why, sizeof why, "mkdir under %s: %s", c, strerror(errno));
+	for (size_t i = 0; !*why && i < sizeof ctl / sizeof ctl[0]; i++)
+		if (put(c, "cgroup.subtree_control", ctl[i]) < 0 ||
+		    put(b, "cgroup.subtree_control", ctl[i]) < 0)
+			snprintf(why, sizeof why, "enable %s below %s: %s", ctl[i], c, strerror(errno));
+	static const char *const own[] = { "", "/cgroup.procs", "/cgroup.subtree_control",
+					   "/cgroup.threads" };
+	for (size_t i = 0; !*why && i < sizeof own / sizeof own[0]; i++) {
+		char f[4200];
+		snprintf(f, sizeof f, "%s%s", b, own[i]);
+		if (chown(f, 65534, 65534) < 0)
+			snprintf(why, sizeof why, "chown %s: %s", f, strerror(errno));
+	}
+	struct run_out o = { 0 }, strict = { 0 };
+	if (!*why) {
+		exec_in(a, b, "{\"language\":\"python\",\"code\":\"print('ran')\","
+			      "\"memoryMb\":128,\"pidsLimit\":64}", &o);
+		exec_in(a, b, "{\"language\":\"python\",\"code\":\"print('ran')\","
+			      "\"memoryMb\":128,\"pidsLimit\":64,\"strictLimits\":true}", &strict);
+	}
+	/* moat made nothing in B: no leaf to leave behind */
+	int leaves = 0;
+	DIR *d = opendir(b);
+	struct dirent *e;
+	while (d && (e = readdir(d)))
+		if (!strncmp(e->d_name, "moat-", 5))
+			leaves++;
+	if (d)
+		closedir(d);
+	rmdir_wait(a);
+	rmdir_wait(b);
+	rmdir_wait(c);
+	ck_assert_msg(!*why, "setting up the cgroups: %s", why);
+	ck_assert_int_eq(leaves, 0);
+
+	expect_result(&o);
+	ck_assert_str_eq(harness_str(&o, "stdout"), "ran\n");
+	ck_assert_str_eq(limit_of(&o, "memory"), "rlimit");
+	ck_assert_str_eq(limit_of(&o, "pids"), "rlimit");
+	ck_assert_str_eq(limit_of(&o, "cpu"), "none");
+	char anc[4200];
+	snprintf(anc, sizeof anc, "here %s,", c);
+	ck_assert_msg(has_warning(&o, "common-ancestor rule") && has_warning(&o, anc) &&
+		      has_warning(&o, a) && has_warning(&o, "Delegate=yes") &&
+		      has_warning(&o, "RLIMIT_DATA"), "%s", o.out);
+
+	ck_assert_msg(strict.status == 3, "status %d: %s %s", strict.status, strict.out, strict.err);
+	ck_assert_str_eq(harness_error_type(&strict), "SandboxUnavailableError");
+	const cJSON *err = cJSON_GetObjectItemCaseSensitive(strict.json, "error");
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(err, "message");
+	ck_assert_msg(cJSON_IsString(m) && strstr(m->valuestring, "common-ancestor rule") &&
+		      strstr(m->valuestring, anc) && strstr(m->valuestring, "strictLimits") &&
+		      !strstr(m->valuestring, "clone3"), "%s", strict.out);
+	harness_free(&o);
+	harness_free(&strict);
+	free(top);
+	free(a);
+	free(b);
+	free(c);
+}
+END_TEST
+
 Suite *limits_suite(void)
 {
 	Suite *s = suite_create("limits");
@@ -721,6 +855,7 @@ Suite *limits_suite(void)
 	tcase_add_loop_test(tc, program_starts_inside_its_cgroups, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, strict_limits, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, rootless_fallback_is_reported, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_test(tc, unreachable_parent_falls_back);
 	suite_add_tcase(s, tc);
 	return s;
 }
