@@ -611,6 +611,11 @@ int moat_cgroup_clone_fd(const struct moat_cgroup *cg)
 	return cg ? cg->v2_fd : -1;
 }
 
+const char *moat_cgroup_clone_path(const struct moat_cgroup *cg)
+{
+	return cg && cg->v2_fd >= 0 ? cg->v2_leaf : NULL;
+}
+
 static int attach_fail(struct moat_error *err, const char *what, const char *where)
 {
 	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cannot %s %s: %s", what, where,

@@ -35,8 +35,10 @@ struct moat_cgroup_rlimit {
 };
 size_t moat_cgroup_rlimits(const struct moat_cgroup *cg,
 			   struct moat_cgroup_rlimit out[MOAT_CGROUP_MAX_RLIMITS]);
-/* A directory fd for clone3(CLONE_INTO_CGROUP), or -1. */
+/* A directory fd for clone3(CLONE_INTO_CGROUP), or -1; its path (for
+ * messages), or NULL. */
 int moat_cgroup_clone_fd(const struct moat_cgroup *cg);
+const char *moat_cgroup_clone_path(const struct moat_cgroup *cg);
 /* After clone, before the child forks the program. v1: create the leaves the
  * prepare step chose, write their limits and move pid into them; nothing of
  * it is needed before clone3, so the supervisor does it while the child

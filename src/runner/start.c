@@ -116,13 +116,28 @@ static int clone_sandbox(struct run *r, struct moat_error *err)
 	};
 	moat_net_child_fds(r->net, child.net_fds);
 	moat_stamp("sup: fds ready, clone3");
-	r->pid = do_clone3(moat_cgroup_clone_fd(r->cg), &r->pidfd);
+	int cgroup_fd = moat_cgroup_clone_fd(r->cg);
+	r->pid = do_clone3(cgroup_fd, &r->pidfd);
 	if (r->pid < 0) {
 		int e = errno;
 		char *diag = moat_userns_diagnose();
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, e,
-			       "cannot create the sandbox namespaces (clone3: %s)%s%s", strerror(e),
-			       diag ? "; " : "", diag ? diag : "");
+		/* clone3 also fails with EPERM/EACCES when the move into the
+		 * run's cgroup is refused (cgroup v2's common-ancestor rule; the
+		 * prepare step checks it, but the hierarchy may have changed) */
+		const char *leaf = cgroup_fd >= 0 && (e == EPERM || e == EACCES)
+					   ? moat_cgroup_clone_path(r->cg) : NULL;
+		if (leaf)
+			moat_error_set(err, MOAT_ERR_UNAVAILABLE, e,
+				       "cannot create the sandbox (clone3: %s): the move into cgroup %s "
+				       "(CLONE_INTO_CGROUP) may be the cause rather than the namespaces: "
+				       "cgroup v2 allows it only for a caller that may write cgroup.procs "
+				       "of the common ancestor of its own cgroup and that one (`moat "
+				       "doctor` checks it)%s%s", strerror(e), leaf,
+				       diag ? "; if not, the namespaces: " : "", diag ? diag : "");
+		else
+			moat_error_set(err, MOAT_ERR_UNAVAILABLE, e,
+				       "cannot create the sandbox namespaces (clone3: %s)%s%s",
+				       strerror(e), diag ? "; " : "", diag ? diag : "");
 		free(diag);
 		return -1;
 	}
