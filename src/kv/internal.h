@@ -1,0 +1,44 @@
+/* Private to src/kv: the backend table each store implements. */
+#ifndef MOAT_KV_INTERNAL_H
+#define MOAT_KV_INTERNAL_H
+
+#include "kv/kv.h"
+
+struct kv_backend {
+	const char *name;
+	int (*get)(void *h, const char *id, size_t idlen, const char *key, size_t klen,
+		   struct moat_kv_answer *a);
+	int (*set)(void *h, const char *id, size_t idlen, const char *key, size_t klen,
+		   const char *val, size_t vlen, const struct moat_kv_quota *q,
+		   struct moat_kv_answer *a);
+	int (*del)(void *h, const char *id, size_t idlen, const char *key, size_t klen,
+		   struct moat_kv_answer *a);
+	int (*exists)(void *h, const char *id, size_t idlen, const char *key, size_t klen,
+		      struct moat_kv_answer *a);
+	/* keys in byte order, encoded as u32le len | bytes into a->data */
+	int (*keys)(void *h, const char *id, size_t idlen, struct moat_kv_answer *a);
+	int (*clear)(void *h, const char *id, size_t idlen, uint64_t *removed,
+		     struct moat_kv_answer *a);
+	void (*close)(void *h);
+};
+
+struct moat_kv_store {
+	const struct kv_backend *be;
+	void *h;
+};
+
+/* Backend constructors: 0 and *h, or -1 with *err. */
+int kv_sqlite_open(const char *path, void **h, struct moat_error *err);
+extern const struct kv_backend kv_sqlite_backend;
+/* host, port, db, password (NULL: no AUTH). */
+int kv_redis_open(const char *host, unsigned port, unsigned db, const char *password, void **h,
+		  struct moat_error *err);
+extern const struct kv_backend kv_redis_backend;
+
+/* Fills a as ERROR of kind with a formatted message; returns the given rc. */
+int kv_fail(struct moat_kv_answer *a, int rc, const char *kind, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+/* Appends u32le len | bytes to b. */
+void kv_put_item(struct moat_buf *b, const char *s, size_t len);
+
+#endif
