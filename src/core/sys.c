@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
@@ -240,4 +241,23 @@ size_t moat_cap_take(size_t have, size_t len, size_t cap, bool *truncated)
 		return len;
 	*truncated = true;
 	return room;
+}
+
+int moat_mkdirs(char *path)
+{
+	for (char *p = path + 1;; p++) {
+		if (*p != '/' && *p != '\0')
+			continue;
+		char saved = *p;
+		*p = '\0';
+		int rc = mkdir(path, 0700);
+		int e = errno;
+		*p = saved;
+		if (rc != 0 && e != EEXIST) {
+			errno = e;
+			return -1;
+		}
+		if (saved == '\0')
+			return 0;
+	}
 }

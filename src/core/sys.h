@@ -91,6 +91,10 @@ char *moat_format(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Output capping: of len new bytes, how many fit when have bytes are kept
  * already and at most cap may be; sets *truncated when some do not.
  * Child-safe. */
+/* mkdir -p: creates the missing components of path (absolute) 0700. 0, or
+ * -1 with errno. path is modified during the call and restored. */
+int moat_mkdirs(char *path);
+
 size_t moat_cap_take(size_t have, size_t len, size_t cap, bool *truncated);
 
 #endif

@@ -118,24 +118,6 @@ static bool dir_trusted(int fd, uid_t euid)
 	       (st.st_mode & 077) == 0;
 }
 
-/* mkdir -p, creating missing components 0700. */
-static int mkdirs(char *path)
-{
-	for (char *p = path + 1;; p++) {
-		if (*p != '/' && *p != '\0')
-			continue;
-		char saved = *p;
-		*p = '\0';
-		int rc = mkdir(path, 0700);
-		int e = errno;
-		*p = saved;
-		if (rc != 0 && e != EEXIST)
-			return -1;
-		if (saved == '\0')
-			return 0;
-	}
-}
-
 static char *default_dir(uid_t euid)
 {
 	char *d = NULL;
@@ -169,7 +151,7 @@ static int open_dir(uid_t euid)
 		return -1;
 	}
 	int fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-	if (fd < 0 && errno == ENOENT && mkdirs(dir) == 0)
+	if (fd < 0 && errno == ENOENT && moat_mkdirs(dir) == 0)
 		fd = open(dir, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	free(dir);
 	if (fd >= 0 && !dir_trusted(fd, euid)) {
