@@ -1,0 +1,312 @@
+/* The SQLite backend (docs/KV.md): one table keyed by (sid, key), WAL,
+ * synchronous=FULL, every write one transaction committed before it
+ * returns. libsqlite3 is loaded with dlopen the first time a store is
+ * opened, so a run without kvEnabled does not map it. */
+#include <dlfcn.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <sqlite3.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "kv/internal.h"
+
+/* ---- libsqlite3 through dlopen ---- */
+
+static struct {
+	int (*open_v2)(const char *, sqlite3 **, int, const char *);
+	int (*close_v2)(sqlite3 *);
+	const char *(*errmsg)(sqlite3 *);
+	int (*exec)(sqlite3 *, const char *, int (*)(void *, int, char **, char **), void *,
+		    char **);
+	int (*prepare_v2)(sqlite3 *, const char *, int, sqlite3_stmt **, const char **);
+	int (*bind_blob)(sqlite3_stmt *, int, const void *, int, void (*)(void *));
+	int (*bind_int64)(sqlite3_stmt *, int, sqlite3_int64);
+	int (*step)(sqlite3_stmt *);
+	int (*reset)(sqlite3_stmt *);
+	int (*clear_bindings)(sqlite3_stmt *);
+	const void *(*column_blob)(sqlite3_stmt *, int);
+	int (*column_bytes)(sqlite3_stmt *, int);
+	sqlite3_int64 (*column_int64)(sqlite3_stmt *, int);
+	int (*finalize)(sqlite3_stmt *);
+	int (*busy_timeout)(sqlite3 *, int);
+	int (*changes)(sqlite3 *);
+} sq;
+
+static pthread_once_t sq_once = PTHREAD_ONCE_INIT;
+static const char *sq_error;
+
+static void sq_load(void)
+{
+	void *h = dlopen("libsqlite3.so.0", RTLD_NOW | RTLD_LOCAL);
+	if (!h) {
+		sq_error = "libsqlite3.so.0 cannot be loaded (Debian package libsqlite3-0)";
+		return;
+	}
+	static const struct { const char *name; void **slot; } syms[] = {
+#define S(f) { "sqlite3_" #f, (void **)&sq.f }
+		S(open_v2), S(close_v2), S(errmsg), S(exec), S(prepare_v2), S(bind_blob),
+		S(bind_int64), S(step), S(reset), S(clear_bindings), S(column_blob),
+		S(column_bytes), S(column_int64), S(finalize), S(busy_timeout), S(changes),
+#undef S
+	};
+	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
+		void *p = dlsym(h, syms[i].name);
+		if (!p) {
+			sq_error = "libsqlite3 lacks a function moat needs (3.24 or later is required)";
+			dlclose(h);
+			return;
+		}
+		*syms[i].slot = p;
+	}
+}
+
+/* ---- the store ---- */
+
+#define BUSY_MS 10000
+
+enum {
+	Q_GET, Q_EXISTS, Q_KEYS, Q_DEL, Q_USAGE, Q_PUT, Q_CLEAR, Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
+	Q__COUNT
+};
+static const char *const sql[Q__COUNT] = {
+	[Q_GET] = "SELECT value FROM kv WHERE sid = ?1 AND key = ?2",
+	[Q_EXISTS] = "SELECT 1 FROM kv WHERE sid = ?1 AND key = ?2",
+	[Q_KEYS] = "SELECT key FROM kv WHERE sid = ?1 ORDER BY key",
+	[Q_DEL] = "DELETE FROM kv WHERE sid = ?1 AND key = ?2",
+	/* the id's keys and bytes without the key being written */
+	[Q_USAGE] = "SELECT count(*), coalesce(sum(length(key) + length(value)), 0) FROM kv "
+		    "WHERE sid = ?1 AND key <> ?2",
+	[Q_PUT] = "INSERT INTO kv (sid, key, value) VALUES (?1, ?2, ?3) "
+		  "ON CONFLICT (sid, key) DO UPDATE SET value = excluded.value",
+	[Q_CLEAR] = "DELETE FROM kv WHERE sid = ?1",
+	[Q_BEGIN] = "BEGIN IMMEDIATE",
+	[Q_COMMIT] = "COMMIT",
+	[Q_ROLLBACK] = "ROLLBACK",
+};
+
+struct sqlite_store {
+	sqlite3 *db;
+	sqlite3_stmt *q[Q__COUNT];
+	char *path;
+};
+
+static void sqlite_close(void *h)
+{
+	struct sqlite_store *s = h;
+	if (!s)
+		return;
+	for (int i = 0; i < Q__COUNT; i++)
+		if (s->q[i])
+			sq.finalize(s->q[i]);
+	if (s->db)
+		sq.close_v2(s->db);
+	free(s->path);
+	free(s);
+}
+
+/* The file must be ours, regular, and not writable by anyone else: its
+ * rows are every sandbox's data. Created 0600 when missing. */
+static int check_file(const char *path, struct moat_error *err)
+{
+	int fd = open(path, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, 0600);
+	if (fd < 0)
+		return moat_error_set(err, errno == ELOOP ? MOAT_ERR_CONFIG : MOAT_ERR_UNAVAILABLE,
+				      errno, "key-value store %s: %s", path,
+				      errno == ELOOP ? "is a symbolic link" : strerror(errno));
+	struct stat st;
+	int rc = fstat(fd, &st);
+	int e = errno;
+	close(fd);
+	if (rc < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, e, "key-value store %s: %s", path,
+				      strerror(e));
+	if (!S_ISREG(st.st_mode) || st.st_uid != geteuid() || (st.st_mode & 022))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "key-value store %s must be a regular file owned by uid %u "
+				      "and writable by no one else", path, (unsigned)geteuid());
+	return 0;
+}
+
+int kv_sqlite_open(const char *path, void **h, struct moat_error *err)
+{
+	pthread_once(&sq_once, sq_load);
+	if (sq_error)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "key-value store: %s", sq_error);
+	if (path[0] != '/')
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "key-value store \"%s\": the path must be absolute", path);
+	if (check_file(path, err) < 0)
+		return -1;
+	struct sqlite_store *s = calloc(1, sizeof *s);
+	if (!s || !(s->path = strdup(path))) {
+		free(s);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
+	/* NOMUTEX: one store per run, used by one thread */
+	int rc = sq.open_v2(path, &s->db,
+			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, NULL);
+	if (rc == SQLITE_OK)
+		rc = sq.busy_timeout(s->db, BUSY_MS);
+	/* journal_mode first: the table is then created in WAL */
+	if (rc == SQLITE_OK)
+		rc = sq.exec(s->db,
+			     "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; "
+			     "CREATE TABLE IF NOT EXISTS kv (sid BLOB NOT NULL, key BLOB NOT NULL, "
+			     "value BLOB NOT NULL, PRIMARY KEY (sid, key)) WITHOUT ROWID;",
+			     NULL, NULL, NULL);
+	for (int i = 0; rc == SQLITE_OK && i < Q__COUNT; i++)
+		rc = sq.prepare_v2(s->db, sql[i], -1, &s->q[i], NULL);
+	if (rc != SQLITE_OK) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "key-value store %s: %s", path,
+			       s->db ? sq.errmsg(s->db) : "cannot open");
+		sqlite_close(s);
+		return -1;
+	}
+	*h = s;
+	return 0;
+}
+
+/* A statement bound to (id, key), ready to step. */
+static sqlite3_stmt *bound(struct sqlite_store *s, int which, const char *id, size_t idlen,
+			   const char *key, size_t klen)
+{
+	sqlite3_stmt *st = s->q[which];
+	sq.reset(st);
+	sq.clear_bindings(st);
+	sq.bind_blob(st, 1, id, (int)idlen, SQLITE_STATIC);
+	if (key)
+		sq.bind_blob(st, 2, klen ? key : "", (int)klen, SQLITE_STATIC);
+	return st;
+}
+
+static int db_fail(struct sqlite_store *s, struct moat_kv_answer *a)
+{
+	return kv_fail(a, -1, MOAT_KV_KIND_OTHER, "sqlite store %s: %s", s->path,
+		       sq.errmsg(s->db));
+}
+
+/* Runs a statement that returns no row; resets it. */
+static int run_done(struct sqlite_store *s, sqlite3_stmt *st, struct moat_kv_answer *a)
+{
+	int rc = sq.step(st);
+	sq.reset(st);
+	return rc == SQLITE_DONE ? 0 : db_fail(s, a);
+}
+
+static int sqlite_get(void *h, const char *id, size_t idlen, const char *key, size_t klen,
+		      struct moat_kv_answer *a)
+{
+	struct sqlite_store *s = h;
+	sqlite3_stmt *st = bound(s, Q_GET, id, idlen, key, klen);
+	int rc = sq.step(st);
+	if (rc == SQLITE_ROW) {
+		const void *v = sq.column_blob(st, 0);
+		moat_buf_append(&a->data, v ? v : "", (size_t)sq.column_bytes(st, 0));
+	} else if (rc == SQLITE_DONE) {
+		a->status = MOAT_KV_NOT_FOUND;
+	} else {
+		return db_fail(s, a);
+	}
+	sq.reset(st);
+	return 0;
+}
+
+static int sqlite_exists(void *h, const char *id, size_t idlen, const char *key, size_t klen,
+			 struct moat_kv_answer *a)
+{
+	struct sqlite_store *s = h;
+	sqlite3_stmt *st = bound(s, Q_EXISTS, id, idlen, key, klen);
+	int rc = sq.step(st);
+	sq.reset(st);
+	if (rc != SQLITE_ROW && rc != SQLITE_DONE)
+		return db_fail(s, a);
+	a->exists = rc == SQLITE_ROW;
+	return 0;
+}
+
+static int sqlite_keys(void *h, const char *id, size_t idlen, struct moat_kv_answer *a)
+{
+	struct sqlite_store *s = h;
+	sqlite3_stmt *st = bound(s, Q_KEYS, id, idlen, NULL, 0);
+	int rc;
+	while ((rc = sq.step(st)) == SQLITE_ROW) {
+		const void *k = sq.column_blob(st, 0);
+		kv_put_item(&a->data, k ? k : "", (size_t)sq.column_bytes(st, 0));
+	}
+	sq.reset(st);
+	return rc == SQLITE_DONE ? 0 : db_fail(s, a);
+}
+
+static int sqlite_del(void *h, const char *id, size_t idlen, const char *key, size_t klen,
+		      struct moat_kv_answer *a)
+{
+	struct sqlite_store *s = h;
+	return run_done(s, bound(s, Q_DEL, id, idlen, key, klen), a);
+}
+
+static int sqlite_clear(void *h, const char *id, size_t idlen, uint64_t *removed,
+			struct moat_kv_answer *a)
+{
+	struct sqlite_store *s = h;
+	if (run_done(s, bound(s, Q_CLEAR, id, idlen, NULL, 0), a) < 0)
+		return -1;
+	*removed = (uint64_t)sq.changes(s->db);
+	return 0;
+}
+
+/* Quota check and write in one IMMEDIATE transaction: a concurrent writer of
+ * the same id waits for it, and a refused write leaves nothing behind. */
+static int sqlite_set(void *h, const char *id, size_t idlen, const char *key, size_t klen,
+		      const char *val, size_t vlen, const struct moat_kv_quota *q,
+		      struct moat_kv_answer *a)
+{
+	struct sqlite_store *s = h;
+	if (run_done(s, s->q[Q_BEGIN], a) < 0)
+		return -1;
+	int failed = 0;
+	sqlite3_stmt *st = bound(s, Q_USAGE, id, idlen, key, klen);
+	if (sq.step(st) != SQLITE_ROW) {
+		failed = db_fail(s, a);
+		goto rollback;
+	}
+	uint64_t keys = (uint64_t)sq.column_int64(st, 0), bytes = (uint64_t)sq.column_int64(st, 1);
+	sq.reset(st);
+	if (keys + 1 > q->max_keys) {
+		kv_fail(a, 0, MOAT_KV_KIND_FULL, "quota: at most %llu keys per sandbox",
+			(unsigned long long)q->max_keys);
+		goto rollback;
+	}
+	if (bytes + klen + vlen > q->max_bytes) {
+		kv_fail(a, 0, MOAT_KV_KIND_FULL,
+			"quota: at most %llu bytes of keys and values per sandbox (%llu in use, "
+			"this write needs %zu)", (unsigned long long)q->max_bytes,
+			(unsigned long long)bytes, klen + vlen);
+		goto rollback;
+	}
+	st = bound(s, Q_PUT, id, idlen, key, klen);
+	sq.bind_blob(st, 3, vlen ? val : "", (int)vlen, SQLITE_STATIC);
+	if ((failed = run_done(s, st, a)) < 0 || (failed = run_done(s, s->q[Q_COMMIT], a)) < 0)
+		goto rollback;
+	return 0;
+rollback:
+	sq.reset(st);
+	struct moat_kv_answer ignored = { 0 };
+	(void)run_done(s, s->q[Q_ROLLBACK], &ignored);
+	moat_kv_answer_reset(&ignored);
+	return failed;
+}
+
+const struct kv_backend kv_sqlite_backend = {
+	.name = "sqlite",
+	.get = sqlite_get,
+	.set = sqlite_set,
+	.del = sqlite_del,
+	.exists = sqlite_exists,
+	.keys = sqlite_keys,
+	.clear = sqlite_clear,
+	.close = sqlite_close,
+};
