@@ -93,7 +93,8 @@ int moat_lang_from_path(const char *path, enum moat_language *out);
 #define MOAT_OUTPUT_FILE_CAP (1024u * 1024u)        /* bytes of one returned file */
 #define MOAT_OUTPUT_TOTAL_CAP (8u * 1024u * 1024u)  /* bytes of all returned files */
 #define MOAT_OUTPUT_MAX_FILES 100u
-#define MOAT_MAX_LIST_ENTRIES 256u /* entries of "allowedHosts", "allowedCidrs", "outputs" in JSON */
+#define MOAT_MAX_LIST_ENTRIES 256u
+#define MOAT_MAX_SANDBOX_ID 256u /* bytes of "sandboxId" */ /* entries of "allowedHosts", "allowedCidrs", "outputs" in JSON */
 
 struct moat_kv {
 	char *key;
@@ -139,6 +140,12 @@ struct moat_request {
 	 * come back in the result's "files" (capped, base64 when binary). */
 	char **outputs;
 	size_t outputs_count;
+	/* "sandboxId" (1..MOAT_MAX_SANDBOX_ID bytes of UTF-8, no NUL; NULL: none)
+	 * and "kvEnabled": the run gets the key-value store scoped to that id
+	 * (docs/KV.md) through the fd named by MOAT_KV_FD. */
+	char *sandbox_id;
+	size_t sandbox_id_len;
+	bool kv_enabled;
 };
 
 /* A request with defaults and no code; free with moat_request_free. */
@@ -216,6 +223,11 @@ struct moat_run_options {
 	 * caller's; the same fd may serve many runs, not both roles in one. */
 	int cancel_fd;
 	int hangup_fd;
+	/* The key-value store of a kvEnabled request (docs/KV.md): kv_store is
+	 * the --kv spec (NULL: the default SQLite file of this user); quotas
+	 * per sandboxId, 0 for the defaults (1024 keys, 64 MiB, 1 MiB a value). */
+	const char *kv_store;
+	uint64_t kv_max_keys, kv_max_bytes, kv_max_value;
 };
 
 void moat_run_options_init(struct moat_run_options *opts);

@@ -96,6 +96,25 @@ int moat_seccomp_policy_show(const char *path, FILE *out, struct moat_error *err
 void moat_timeline_mark(const char *name);
 void moat_timeline_dump(void);
 
+/* ---- the key-value store (moat kv; docs/KV.md) ------------------------------
+ * spec: as --kv (NULL: this user's default SQLite file). */
+
+/* The quota text of --kv-quota ("keys=N,bytes=N,value=N", sizes with K/M/G)
+ * into the run options' kv_max_*. */
+int moat_kv_quota_options(const char *text, struct moat_run_options *opts,
+			  struct moat_error *err);
+/* Opens the store and closes it again (moat serve at start, moat doctor):
+ * 0 and *desc ("sqlite", "redis", malloc'd), or -1 with the error a
+ * kvEnabled run would get. */
+int moat_kv_probe(const char *spec, char **desc, struct moat_error *err);
+/* `moat kv OP SANDBOXID [KEY]`: op "list" (JSON {"sandboxId","keys":[..]}),
+ * "export" (JSON {"sandboxId","items":[{"key","value"|"valueBase64"}..]}),
+ * "clear" (JSON {"sandboxId","removed":N}) or "get" (the value's bytes).
+ * *out is malloc'd (*out_len bytes). 0; 1 when "get" found no such key; -1
+ * with *err. */
+int moat_kv_admin(const char *spec, const char *op, const char *id, size_t id_len,
+		  const char *key, char **out, size_t *out_len, struct moat_error *err);
+
 /* ---- the HTTP service (moat serve; docs/SERVE.md) ------------------------------
  * libmicrohttpd is loaded with dlopen when the service starts, so no other
  * command pays for loading it. */
@@ -110,6 +129,11 @@ struct moat_serve_options {
 	unsigned grace_s;
 	unsigned client_timeout_s;
 	const char *runtime_dir;  /* bound at /opt/moat/runtime; NULL: handlers unavailable */
+	/* kvEnabled requests: the store spec (NULL: the default file), quotas
+	 * (0: defaults); kv_off refuses kvEnabled with 501 */
+	const char *kv_store;
+	uint64_t kv_max_keys, kv_max_bytes, kv_max_value;
+	bool kv_off;
 	const char *rootfs_dir;   /* NULL: the config's, else the host-derived root */
 	const struct moat_config *cfg; /* never NULL: policy, rootfs and the "serve" limits */
 	FILE *log;                /* access log and notices */

@@ -11,6 +11,7 @@ static void usage(FILE *f)
 	fputs("usage: moat run [-l LANG] [-c CODE | FILE | -] [options]   run a program\n"
 	      "       moat exec [--provider NAME] [--config FILE]       JSON request on stdin\n"
 	      "       moat serve [--listen HOST:PORT | --socket PATH]   the HTTP service\n"
+	      "       moat kv list|get|export|clear SANDBOXID [KEY]   the key-value store\n"
 	      "       moat doctor                                      what this host supports\n"
 	      "       moat policy check FILE | moat policy show [FILE] seccomp policies\n"
 	      "       moat version\n"
@@ -45,6 +46,8 @@ int main(int argc, char **argv)
 		return cli_exec(argc - 1, argv + 1);
 	if (!strcmp(cmd, "serve"))
 		return cli_serve(argc - 1, argv + 1);
+	if (!strcmp(cmd, "kv"))
+		return cli_kv(argc - 1, argv + 1);
 	if (!strcmp(cmd, "doctor"))
 		return cli_doctor(argc - 1, argv + 1);
 	if (!strcmp(cmd, "policy"))

@@ -3,6 +3,7 @@
 #ifndef MOAT_CLI_CLI_H
 #define MOAT_CLI_CLI_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include "moat_admin.h"
 
@@ -16,6 +17,13 @@ int cli_version(void);
 
 /* Reads a whole file ("-" = stdin) up to max bytes into a malloc'd buffer. */
 int cli_read_file(const char *path, size_t max, char **out, size_t *len, struct moat_error *err);
+/* true when p is a directory. */
+bool cli_is_dir(const char *p);
+/* The runtime shims: $MOAT_RUNTIME_DIR, else next to the binary:
+ * ../share/moat/runtime (installed) or ../runtime (the build tree).
+ * Malloc'd (a real path) or NULL. */
+char *cli_find_runtime(void);
+int cli_kv(int argc, char **argv);
 /* Prints "moat: <message>" on stderr and returns the error's exit code. */
 int cli_fail(const struct moat_error *err);
 

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
@@ -70,4 +71,37 @@ int cli_fail(const struct moat_error *err)
 	fprintf(stderr, "moat: %s: %s\n", moat_error_type_name(err->type),
 		err->message ? err->message : "unknown error");
 	return moat_error_exit_code(err->type);
+}
+
+bool cli_is_dir(const char *p)
+{
+	struct stat st;
+	return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* $MOAT_RUNTIME_DIR, else next to the binary: ../share/moat/runtime
+ * (installed) or ../runtime (the build tree). Malloc'd or NULL. */
+char *cli_find_runtime(void)
+{
+	const char *env = getenv("MOAT_RUNTIME_DIR");
+	if (env && *env)
+		return realpath(env, NULL);
+	char *exe = realpath("/proc/self/exe", NULL);
+	if (!exe)
+		return NULL;
+	char *slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	static const char *const rel[] = { "/../share/moat/runtime", "/../runtime" };
+	char *found = NULL;
+	for (size_t i = 0; i < 2 && !found; i++) {
+		char *p = NULL;
+		if (asprintf(&p, "%s%s", exe, rel[i]) < 0)
+			break;
+		if (cli_is_dir(p))
+			found = realpath(p, NULL);
+		free(p);
+	}
+	free(exe);
+	return found;
 }

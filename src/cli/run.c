@@ -155,7 +155,7 @@ static int print_json_result(const struct moat_result *r)
 enum {
 	OPT_TIMEOUT = 256, OPT_MEMORY, OPT_CPUS, OPT_PIDS, OPT_STRICT, OPT_ENV, OPT_FILE,
 	OPT_STDIN, OPT_MAXOUT, OPT_NET, OPT_POLICY, OPT_ROOTFS, OPT_JSON, OPT_HELP, OPT_SCLOG,
-	OPT_PROVIDER, OPT_CONFIG,
+	OPT_PROVIDER, OPT_CONFIG, OPT_KV, OPT_KV_QUOTA, OPT_RUNTIME,
 };
 
 /* Loads the config, fills what the request did not set, checks the provider
@@ -427,12 +427,16 @@ int cli_exec(int argc, char **argv)
 		{ "provider", required_argument, NULL, OPT_PROVIDER },
 		{ "config", required_argument, NULL, OPT_CONFIG },
 		{ "seccomp-log", no_argument, NULL, OPT_SCLOG },
+		{ "kv", required_argument, NULL, OPT_KV },
+		{ "kv-quota", required_argument, NULL, OPT_KV_QUOTA },
+		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_run_options opts;
 	moat_run_options_init(&opts);
 	struct moat_error err = { 0 };
-	const char *provider = NULL, *config_path = NULL, *used = "native";
+	const char *provider = NULL, *config_path = NULL, *used = "native", *runtime = NULL;
+	char *rt = NULL;
 	optind = 1;
 	int c;
 	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
@@ -446,7 +450,14 @@ int cli_exec(int argc, char **argv)
 			provider = used = optarg;
 		else if (c == OPT_CONFIG)
 			config_path = optarg;
-		else
+		else if (c == OPT_KV)
+			opts.kv_store = optarg;
+		else if (c == OPT_RUNTIME)
+			runtime = optarg;
+		else if (c == OPT_KV_QUOTA) {
+			if (moat_kv_quota_options(optarg, &opts, &err) < 0)
+				goto fail;
+		} else
 			return 2;
 	}
 	if (optind < argc) {
@@ -465,14 +476,31 @@ int cli_exec(int argc, char **argv)
 	free(input);
 	if (rc < 0)
 		goto fail;
+	/* the store's API comes from the runtime shims (docs/KV.md) */
+	if (req->kv_enabled) {
+		if (!(rt = runtime ? (cli_is_dir(runtime) ? realpath(runtime, NULL) : NULL)
+				   : cli_find_runtime())) {
+			moat_error_set(&err, MOAT_ERR_UNAVAILABLE, 0,
+				       runtime ? "--runtime: not a directory"
+					       : "kvEnabled needs the runtime shims (--runtime DIR, "
+						 "$MOAT_RUNTIME_DIR, or ../share/moat/runtime next to "
+						 "moat)");
+			moat_request_free(req);
+			goto fail;
+		}
+		opts.runtime_dir = rt;
+	}
 	rc = run_with_provider(req, given, provider, config_path, &opts, &used, &res, &err);
 	moat_request_free(req);
+	free(rt);
+	rt = NULL;
 	if (rc < 0)
 		goto fail;
 	rc = print_json_result(res);
 	moat_result_free(res);
 	return rc < 0 ? 3 : 0;
 fail:;
+	free(rt);
 	char *json = moat_error_to_json(&err, moat_provider_name(used) ? used : "native");
 	int status = moat_error_exit_code(err.type);
 	if (json) {

@@ -28,9 +28,12 @@ static void usage(FILE *f)
 	fputs("usage: moat serve [--listen HOST:PORT | --socket PATH] [--token-file F]\n"
 	      "                  [--max-concurrent N] [--queue N] [--config F] [--rootfs DIR]\n"
 	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
+	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
 	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
 	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: as root\n"
-	      "127.0.0.1:3000, otherwise the unix socket $XDG_RUNTIME_DIR/moat.sock.\n",
+	      "127.0.0.1:3000, otherwise the unix socket $XDG_RUNTIME_DIR/moat.sock.\n"
+	      "kvEnabled requests use the store of --kv (a file, sqlite:FILE or\n"
+	      "redis://HOST:PORT/DB; default: the SQLite file of this user); docs/KV.md.\n",
 	      f);
 }
 
@@ -198,39 +201,6 @@ out:
 	return buf;
 }
 
-static bool is_dir(const char *p)
-{
-	struct stat st;
-	return p && stat(p, &st) == 0 && S_ISDIR(st.st_mode);
-}
-
-/* $MOAT_RUNTIME_DIR, else next to the binary: ../share/moat/runtime
- * (installed) or ../runtime (the build tree). Malloc'd or NULL. */
-static char *find_runtime(void)
-{
-	const char *env = getenv("MOAT_RUNTIME_DIR");
-	if (env && *env)
-		return realpath(env, NULL);
-	char *exe = realpath("/proc/self/exe", NULL);
-	if (!exe)
-		return NULL;
-	char *slash = strrchr(exe, '/');
-	if (slash)
-		*slash = '\0';
-	static const char *const rel[] = { "/../share/moat/runtime", "/../runtime" };
-	char *found = NULL;
-	for (size_t i = 0; i < 2 && !found; i++) {
-		char *p = NULL;
-		if (asprintf(&p, "%s%s", exe, rel[i]) < 0)
-			break;
-		if (is_dir(p))
-			found = realpath(p, NULL);
-		free(p);
-	}
-	free(exe);
-	return found;
-}
-
 int cli_serve(int argc, char **argv)
 {
 	static const struct option longs[] = {
@@ -244,11 +214,15 @@ int cli_serve(int argc, char **argv)
 		{ "runtime", required_argument, NULL, 'R' },
 		{ "grace", required_argument, NULL, 'g' },
 		{ "client-timeout", required_argument, NULL, 'T' },
+		{ "kv", required_argument, NULL, 'k' },
+		{ "kv-quota", required_argument, NULL, 'Q' },
+		{ "no-kv", no_argument, NULL, 'N' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *listen_spec = NULL, *sock = NULL, *token_file = NULL, *config = NULL;
-	const char *rootfs = NULL, *runtime = NULL;
+	const char *rootfs = NULL, *runtime = NULL, *kv = NULL, *kv_quota = NULL;
+	bool no_kv = false;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
 	bool have_queue = false;
@@ -262,6 +236,9 @@ int cli_serve(int argc, char **argv)
 		case 'c': config = optarg; break;
 		case 'r': rootfs = optarg; break;
 		case 'R': runtime = optarg; break;
+		case 'k': kv = optarg; break;
+		case 'Q': kv_quota = optarg; break;
+		case 'N': no_kv = true; break;
 		case 'm':
 			if (parse_uint(optarg, 1, 4096, &maxc) < 0)
 				return bad("--max-concurrent wants a number from 1 to 4096, not %s",
@@ -293,6 +270,8 @@ int cli_serve(int argc, char **argv)
 		return bad("unexpected argument %s", argv[optind]);
 	if (listen_spec && sock)
 		return bad("%s", "--listen and --socket exclude each other");
+	if (no_kv && (kv || kv_quota))
+		return bad("%s", "--no-kv excludes --kv and --kv-quota");
 	if (!have_queue)
 		queue = maxc > 16384 ? 65536 : 4 * maxc;
 
@@ -329,14 +308,33 @@ int cli_serve(int argc, char **argv)
 				"runs every request with the native sandbox\n",
 			moat_config_provider(cfg));
 	if (runtime) {
-		if (!is_dir(runtime) || !(rt = realpath(runtime, NULL))) {
+		if (!cli_is_dir(runtime) || !(rt = realpath(runtime, NULL))) {
 			rc = bad("--runtime %s is not a directory", runtime);
 			goto out;
 		}
-	} else if (!(rt = find_runtime())) {
+	} else if (!(rt = cli_find_runtime())) {
 		fprintf(stderr, "moat serve: no runtime shims found ($MOAT_RUNTIME_DIR, "
 				"../share/moat/runtime or ../runtime next to moat): handler-mode "
 				"requests will get 503; scripts work\n");
+	}
+
+	struct moat_run_options kvo;
+	moat_run_options_init(&kvo);
+	if (kv_quota && moat_kv_quota_options(kv_quota, &kvo, &err) < 0) {
+		rc = cli_fail(&err);
+		goto out;
+	}
+	if (!no_kv) {
+		/* a store that cannot be opened is an operator's error: say so now,
+		 * not in the first kvEnabled request */
+		char *kind = NULL;
+		if (moat_kv_probe(kv, &kind, &err) < 0) {
+			fprintf(stderr, "moat serve: the key-value store: %s (--no-kv runs without "
+					"it)\n", err.message);
+			rc = moat_error_exit_code(err.type);
+			goto out;
+		}
+		free(kind);
 	}
 
 	if (listen_spec) {
@@ -391,7 +389,8 @@ int cli_serve(int argc, char **argv)
 		.listen_fd = fd, .listen_desc = desc ? desc : "?", .unlink_path = sock,
 		.token = token, .max_concurrent = maxc, .queue = queue, .grace_s = grace,
 		.client_timeout_s = client_to, .runtime_dir = rt, .rootfs_dir = rootfs, .cfg = cfg,
-		.log = stderr,
+		.log = stderr, .kv_store = kv, .kv_max_keys = kvo.kv_max_keys,
+		.kv_max_bytes = kvo.kv_max_bytes, .kv_max_value = kvo.kv_max_value, .kv_off = no_kv,
 	};
 	fd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {

@@ -234,3 +234,24 @@ void moat_buf_free(struct moat_buf *b)
 	b->cap = 0;
 	b->oom = false;
 }
+
+/* A JSON string of s in base64 (RFC 4648, with padding). */
+void moat_buf_append_base64(struct moat_buf *b, const unsigned char *s, size_t len)
+{
+	static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+	char q[4];
+	moat_buf_append(b, "\"", 1);
+	for (size_t i = 0; i < len; i += 3) {
+		uint32_t v = (uint32_t)s[i] << 16;
+		if (i + 1 < len)
+			v |= (uint32_t)s[i + 1] << 8;
+		if (i + 2 < len)
+			v |= s[i + 2];
+		q[0] = tbl[(v >> 18) & 63];
+		q[1] = tbl[(v >> 12) & 63];
+		q[2] = i + 1 < len ? tbl[(v >> 6) & 63] : '=';
+		q[3] = i + 2 < len ? tbl[v & 63] : '=';
+		moat_buf_append(b, q, 4);
+	}
+	moat_buf_append(b, "\"", 1);
+}

@@ -71,6 +71,8 @@ size_t moat_utf8_char_len(const char *s, size_t avail);
 /* Appends s for an error message: printable ASCII kept, '"' and '\\'
  * escaped, other bytes as \xNN, cut at max bytes with "...". */
 void moat_buf_append_quoted(struct moat_buf *b, const char *s, size_t len, size_t max);
+/* Appends a JSON string literal of s in base64 (RFC 4648, padded). */
+void moat_buf_append_base64(struct moat_buf *b, const unsigned char *s, size_t len);
 /* Takes the NUL-terminated data (NULL if oom) and resets the buffer. */
 char *moat_buf_take(struct moat_buf *b);
 void moat_buf_free(struct moat_buf *b);

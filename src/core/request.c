@@ -26,7 +26,8 @@
 
 #define LANG_NAMES "python, javascript, typescript, bash, sh (aliases: py, python3, js, node, ts, shell)"
 #define KEY_NAMES "code, language, timeout, env, files, stdin, network, memoryMb, cpus, " \
-	"pidsLimit, strictLimits, maxOutputBytes, allowedHosts, allowedCidrs"
+	"pidsLimit, strictLimits, maxOutputBytes, allowedHosts, allowedCidrs, outputs, " \
+	"sandboxId, kvEnabled"
 
 /* Defined in buf.c (proposed for core.h). */
 
@@ -72,6 +73,7 @@ void moat_request_free(struct moat_request *req)
 	free_strs(req->allowed_hosts, req->allowed_hosts_count);
 	free_strs(req->allowed_cidrs, req->allowed_cidrs_count);
 	free_strs(req->outputs, req->outputs_count);
+	free(req->sandbox_id);
 	free(req);
 }
 
@@ -329,6 +331,15 @@ int moat_request_check(const struct moat_request *req, struct moat_error *err)
 	if (req->max_output_bytes == 0 || req->max_output_bytes > MAX_OUTPUT_BYTES)
 		return range_error_u64(err, "maxOutputBytes", 1, MAX_OUTPUT_BYTES,
 				       req->max_output_bytes);
+	if (req->sandbox_id &&
+	    (req->sandbox_id_len < 1 || req->sandbox_id_len > MOAT_MAX_SANDBOX_ID ||
+	     !moat_utf8_text(req->sandbox_id, req->sandbox_id_len)))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "\"sandboxId\" must be 1 to %u bytes of UTF-8 without NUL "
+				      "(it has %zu bytes)", MOAT_MAX_SANDBOX_ID, req->sandbox_id_len);
+	if (req->kv_enabled && !req->sandbox_id)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "\"kvEnabled\" needs a \"sandboxId\": the store is scoped to it");
 	/* network, allowedHosts, allowedCidrs: their rules live with the
 	 * network (moat_request_validate, runner/validate.c, adds them) */
 	return check_outputs(req, err);
@@ -588,7 +599,8 @@ static int get_strs(const cJSON *item, const char *key, char ***out, size_t *out
 
 enum req_key {
 	K_CODE, K_LANGUAGE, K_TIMEOUT, K_ENV, K_FILES, K_STDIN, K_NETWORK, K_MEMORY, K_CPUS,
-	K_PIDS, K_STRICT, K_MAXOUT, K_ALLOWED_HOSTS, K_ALLOWED_CIDRS, K_OUTPUTS, K__COUNT,
+	K_PIDS, K_STRICT, K_MAXOUT, K_ALLOWED_HOSTS, K_ALLOWED_CIDRS, K_OUTPUTS, K_SANDBOX_ID,
+	K_KV, K__COUNT,
 };
 
 static const char *const key_names[K__COUNT] = {
@@ -597,7 +609,7 @@ static const char *const key_names[K__COUNT] = {
 	[K_MEMORY] = "memoryMb", [K_CPUS] = "cpus", [K_PIDS] = "pidsLimit",
 	[K_STRICT] = "strictLimits", [K_MAXOUT] = "maxOutputBytes",
 	[K_ALLOWED_HOSTS] = "allowedHosts", [K_ALLOWED_CIDRS] = "allowedCidrs",
-	[K_OUTPUTS] = "outputs",
+	[K_OUTPUTS] = "outputs", [K_SANDBOX_ID] = "sandboxId", [K_KV] = "kvEnabled",
 };
 
 static int fill_request(const cJSON *root, struct moat_request *req, struct moat_error *err)
@@ -678,6 +690,12 @@ static int fill_request(const cJSON *root, struct moat_request *req, struct moat
 			break;
 		case K_OUTPUTS:
 			rc = get_strs(item, name, &req->outputs, &req->outputs_count, err);
+			break;
+		case K_SANDBOX_ID:
+			rc = get_string(item, name, &req->sandbox_id, &req->sandbox_id_len, err);
+			break;
+		case K_KV:
+			rc = get_bool(item, name, &req->kv_enabled, err);
 			break;
 		case K__COUNT:
 			break;

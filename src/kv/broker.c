@@ -133,7 +133,9 @@ static int handle(struct moat_kv_broker *b, const char *p, uint32_t len)
 	}
 	if (op == OP_KEYS ? klen != 0 || vlen != 0
 			  : !moat_kv_key_valid(key, klen) || (op != OP_SET && vlen != 0)) {
-		const char *m = op == OP_KEYS || vlen ? "this request takes no key or value" : BAD_KEY;
+		const char *m = op == OP_KEYS			? "KEYS takes no key and no value"
+				: !moat_kv_key_valid(key, klen) ? BAD_KEY
+								: "only SET takes a value";
 		answer_error(b, MOAT_KV_KIND_INVALID, m, strlen(m));
 		return 0;
 	}

@@ -49,9 +49,9 @@ __attribute__((noreturn)) static void fail(const struct moat_child *c, enum moat
 /* Closes every fd but the ones in keep (unsorted, may hold -1). */
 static int close_all_except(const int *keep, int n)
 {
-	int sorted[8];
+	int sorted[9];
 	int m = 0;
-	for (int i = 0; i < n && m < 8; i++) {
+	for (int i = 0; i < n && m < 9; i++) {
 		if (keep[i] < 0)
 			continue;
 		int v = keep[i], j = m;
@@ -238,9 +238,12 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 	 * SIGPIPE for its own writes, the program gets the default */
 	if (signal(SIGPIPE, SIG_DFL) == SIG_ERR || setsid() < 0)
 		fail(c, MOAT_STEP_FDS, 0);
-	/* move the four fds out of the way, then to 0, 1, 2 and 3 */
-	int fds[4] = { c->stdin_fd, c->stdout_fd, c->stderr_fd, c->report_fd };
-	for (int i = 0; i < 4; i++) {
+	/* move the fds out of the way, then to 0, 1, 2, 3 (the report socket,
+	 * closed by execve) and 4 (the key-value socket, which the program
+	 * keeps) */
+	int fds[5] = { c->stdin_fd, c->stdout_fd, c->stderr_fd, c->report_fd, c->kv_fd };
+	int nfds = c->kv_fd >= 0 ? 5 : 4;
+	for (int i = 0; i < nfds; i++) {
 		fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
 		if (fds[i] < 0)
 			fail(c, MOAT_STEP_FDS, 0);
@@ -253,7 +256,9 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 	struct moat_child local = *c;
 	local.report_fd = 3;
 	c = &local;
-	if (syscall(SYS_close_range, 4U, ~0U, 0) < 0)
+	if (nfds == 5 && dup2(fds[4], RUN_KV_FD) < 0) /* dup2: not close-on-exec */
+		fail(c, MOAT_STEP_FDS, 0);
+	if (syscall(SYS_close_range, (unsigned)nfds, ~0U, 0) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
 	moat_stamp("pid2: fds done");
 	umask(022);
@@ -364,8 +369,8 @@ void moat_child_main(const struct moat_child *c)
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		fail(c, MOAT_STEP_SYNC, 0);
 	int keep[] = { c->sync_fd, c->report_fd, c->stdin_fd, c->stdout_fd, c->stderr_fd,
-		       c->net_fds[0], c->net_fds[1], c->outputs_fd };
-	if (close_all_except(keep, 8) < 0)
+		       c->net_fds[0], c->net_fds[1], c->outputs_fd, c->kv_fd };
+	if (close_all_except(keep, 9) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
 	/* Work for the program's sake, done here while the supervisor writes the
 	 * id maps (pid 2 inherits both): every signal back to its default with
@@ -444,6 +449,8 @@ void moat_child_main(const struct moat_child *c)
 	}
 	if (program < 0)
 		fail(c, MOAT_STEP_FORK, 0);
+	if (c->kv_fd >= 0)
+		close(c->kv_fd); /* the program's alone */
 	moat_stamp("init: pid 2 exec'd");
 	init_main(c, program);
 }

@@ -205,26 +205,6 @@ size_t moat_outputs_stream_cap(void)
 	       2 * sizeof(struct moat_out_hdr);
 }
 
-static void append_base64(struct moat_buf *b, const unsigned char *s, size_t len)
-{
-	static const char tbl[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-	char q[4];
-	moat_buf_append(b, "\"", 1);
-	for (size_t i = 0; i < len; i += 3) {
-		uint32_t v = (uint32_t)s[i] << 16;
-		if (i + 1 < len)
-			v |= (uint32_t)s[i + 1] << 8;
-		if (i + 2 < len)
-			v |= s[i + 2];
-		q[0] = tbl[(v >> 18) & 63];
-		q[1] = tbl[(v >> 12) & 63];
-		q[2] = i + 1 < len ? tbl[(v >> 6) & 63] : '=';
-		q[3] = i + 2 < len ? tbl[v & 63] : '=';
-		moat_buf_append(b, q, 4);
-	}
-	moat_buf_append(b, "\"", 1);
-}
-
 /* The key of path in result.files, unique and reversible (README,
  * "outputs"). A path that is valid UTF-8 is its own key. Any other path
  * becomes MOAT_OUT_ESCAPED_PREFIX followed by the path with '%' and every
@@ -297,10 +277,10 @@ int moat_outputs_render(const char *stream, size_t len, bool stream_cut, struct 
 		if (text)
 			moat_buf_append_json_string(&b, (const char *)data, h.data_len);
 		else
-			append_base64(&b, data, h.data_len);
+			moat_buf_append_base64(&b, data, h.data_len);
 		if (escaped) {
 			moat_buf_append(&b, ",\"pathBase64\":", 14);
-			append_base64(&b, (const unsigned char *)path, h.path_len);
+			moat_buf_append_base64(&b, (const unsigned char *)path, h.path_len);
 		}
 		moat_buf_append(&b, "}", 1);
 	}

@@ -108,8 +108,34 @@ static bool env_has(const struct moat_request *req, const char *name)
 /* The program's whole environment: moat's minimal defaults, the network
  * mode's variables and the request's allowlist. Nothing of the host
  * environment is ever copied. */
-static char **build_envp(const struct moat_request *req, char *const *net_env)
+/* The variables the runtime shims need (docs/KV.md): the store's fd, and
+ * where Python and node find spin_sdk and @spinframework/spin-kv when the
+ * shims are bound. A request's own PYTHONPATH/NODE_OPTIONS come after. */
+static int shim_env(const struct run *r, char **out, size_t *n)
 {
+	const struct moat_request *req = r->req;
+	if (req->kv_enabled && !(out[(*n)++] = strdup("MOAT_KV_FD=" RUN_KV_FD_STR)))
+		return -1;
+	if (!r->opts.runtime_dir)
+		return 0;
+	const char *py = NULL, *node = NULL;
+	for (size_t i = 0; i < req->env_count; i++) {
+		if (!strcmp(req->env[i].key, "PYTHONPATH"))
+			py = req->env[i].value;
+		else if (!strcmp(req->env[i].key, "NODE_OPTIONS"))
+			node = req->env[i].value;
+	}
+	if (!py && asprintf(&out[(*n)++], "PYTHONPATH=" RUN_RUNTIME_PY) < 0)
+		return -1;
+	if (asprintf(&out[(*n)++], "NODE_OPTIONS=--import=" RUN_RUNTIME_KV_HOOK "%s%s",
+		     node ? " " : "", node ? node : "") < 0)
+		return -1;
+	return 0;
+}
+
+static char **build_envp(const struct run *r, char *const *net_env)
+{
+	const struct moat_request *req = r->req;
 	static const char *const defaults[][2] = {
 		{ "PATH", RUN_SANDBOX_PATH }, { "HOME", MOAT_SANDBOX_DIR },
 		{ "LANG", "C.UTF-8" }, { "TMPDIR", "/tmp" },
@@ -118,10 +144,12 @@ static char **build_envp(const struct moat_request *req, char *const *net_env)
 	size_t nn = 0;
 	while (net_env && net_env[nn])
 		nn++;
-	char **envp = calloc(nd + nn + req->env_count + 1, sizeof *envp);
+	char **envp = calloc(nd + nn + req->env_count + 3 + 1, sizeof *envp);
 	if (!envp)
 		return NULL;
 	size_t n = 0;
+	if (shim_env(r, envp, &n) < 0)
+		goto fail;
 	for (size_t i = 0; i < nd; i++) {
 		if (env_has(req, defaults[i][0]))
 			continue;
@@ -178,6 +206,37 @@ static int make_channels(struct run *r, struct moat_error *err)
 	return 0;
 }
 
+/* kvEnabled: the store opened (a store that cannot be opened fails the run
+ * before it starts), the broker, and the socket the program gets. */
+static int kv_prepare(struct run *r, struct moat_error *err)
+{
+	if (!r->req->kv_enabled)
+		return 0;
+	moat_kv_quota_default(&r->kvq);
+	if (r->opts.kv_max_keys)
+		r->kvq.max_keys = r->opts.kv_max_keys;
+	if (r->opts.kv_max_bytes)
+		r->kvq.max_bytes = r->opts.kv_max_bytes;
+	if (r->opts.kv_max_value)
+		r->kvq.max_value = r->opts.kv_max_value;
+	if (r->kvq.max_value > MOAT_KV_LIMIT_MAX_VALUE)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "the key-value value quota is above %u bytes",
+				      MOAT_KV_LIMIT_MAX_VALUE);
+	if (moat_kv_open(r->opts.kv_store, &r->kv, err) < 0)
+		return -1;
+	if (!(r->broker = moat_kv_broker_new(r->kv, r->req->sandbox_id, r->req->sandbox_id_len,
+					     &r->kvq)))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
+				      strerror(errno));
+	r->kv_fd = sp[0];
+	r->kv_child = sp[1];
+	return 0;
+}
+
 void run_init(struct run *r, const struct moat_request *req, const struct moat_run_options *opts)
 {
 	memset(r, 0, sizeof *r);
@@ -191,7 +250,7 @@ void run_init(struct run *r, const struct moat_request *req, const struct moat_r
 	int *fds[] = { &r->sync_w, &r->report_r, &r->stdin_w, &r->stdout_r, &r->stderr_r,
 		       &r->outputs_r, &r->sync_r, &r->report_w, &r->stdin_r, &r->stdout_w,
 		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
-		       &r->listener };
+		       &r->listener, &r->kv_fd, &r->kv_child };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		*fds[i] = -1;
 	r->pid = -1;
@@ -224,7 +283,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 		if (moat_priv_add_rlimit(&r->priv, rl[i].resource, (rlim_t)rl[i].value, err) < 0)
 			return -1;
 	moat_stamp("sup: cgroup prepared");
-	if (lang_setup(r) < 0 || !(r->envp = build_envp(req, moat_net_env(r->net))) ||
+	if (lang_setup(r) < 0 || !(r->envp = build_envp(r, moat_net_env(r->net))) ||
 	    !(r->chunk = malloc(RUN_READ_CHUNK)) ||
 	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new())))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
@@ -236,7 +295,9 @@ int run_prepare(struct run *r, struct moat_error *err)
 	if (moat_plan_build(&pin, &r->plan, err) < 0)
 		return -1;
 	moat_stamp("sup: plan built");
-	return make_channels(r, err);
+	if (make_channels(r, err) < 0 || kv_prepare(r, err) < 0)
+		return -1;
+	return 0;
 }
 
 static void close_fd(int *fd)
@@ -252,10 +313,12 @@ void run_release(struct run *r)
 	int *fds[] = { &r->sync_w, &r->report_r, &r->stdin_w, &r->stdout_r, &r->stderr_r,
 		       &r->outputs_r, &r->sync_r, &r->report_w, &r->stdin_r, &r->stdout_w,
 		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
-		       &r->listener };
+		       &r->listener, &r->kv_fd, &r->kv_child };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		close_fd(fds[i]);
 	moat_buf_free(&r->outs);
+	moat_kv_broker_free(r->broker);
+	moat_kv_close(r->kv);
 	moat_seccomp_log_free(r->sclog);
 	moat_cgroup_finish(r->cg, NULL);
 	moat_net_finish(r->net, NULL);

@@ -142,6 +142,52 @@ static int on_stdin(struct run *r, struct pump_entry *e, struct moat_error *err)
 	return PUMP_GO;
 }
 
+/* The key-value socket: requests in, one answer out at a time. While an
+ * answer waits to be written the broker reads nothing more (a program that
+ * never reads its answers cannot make the supervisor buffer without end).
+ * A malformed stream, EOF or an error ends the connection: the program
+ * sees EOF, the run goes on. */
+static int kv_mode(struct run *r, bool writing)
+{
+	if (writing == r->kv_writing)
+		return 0;
+	struct epoll_event ev = { .events = writing ? EPOLLOUT : EPOLLIN,
+				  .data.ptr = &r->pump[PUMP_KV] };
+	r->kv_writing = writing;
+	return epoll_ctl(r->epfd, EPOLL_CTL_MOD, r->kv_fd, &ev);
+}
+
+static int on_kv(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	size_t len;
+	const char *p = moat_kv_broker_pending(r->broker, &len);
+	if (len) {
+		ssize_t w = write(r->kv_fd, p, len);
+		if (w < 0 && (errno == EAGAIN || errno == EINTR))
+			return PUMP_GO;
+		if (w <= 0)
+			goto end;
+		moat_kv_broker_consume(r->broker, (size_t)w);
+		/* requests already buffered are answered before reading more */
+		if (moat_kv_broker_pending(r->broker, &len) && len == 0 &&
+		    moat_kv_broker_feed(r->broker, NULL, 0) < 0)
+			goto end;
+	} else {
+		ssize_t n = read(r->kv_fd, r->chunk, RUN_READ_CHUNK);
+		if (n < 0 && (errno == EAGAIN || errno == EINTR))
+			return PUMP_GO;
+		if (n <= 0 || moat_kv_broker_feed(r->broker, r->chunk, (size_t)n) < 0)
+			goto end;
+	}
+	moat_kv_broker_pending(r->broker, &len);
+	if (kv_mode(r, len > 0) < 0)
+		goto end;
+	return PUMP_GO;
+end:
+	pump_drop(r, e);
+	return PUMP_GO;
+}
+
 static int on_timer(struct run *r, struct pump_entry *e, struct moat_error *err)
 {
 	uint64_t ticks;
@@ -202,6 +248,7 @@ int pump_watch(struct run *r, struct moat_error *err)
 	r->hangup_fd = r->opts.hangup_fd;
 	r->pump[PUMP_CANCEL] = (struct pump_entry){ &r->cancel_fd, on_cancel };
 	r->pump[PUMP_HANGUP] = (struct pump_entry){ &r->hangup_fd, on_cancel };
+	r->pump[PUMP_KV] = (struct pump_entry){ &r->kv_fd, on_kv };
 	size_t cap = r->req->max_output_bytes ? r->req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
 	r->out = (struct run_stream){ MOAT_STDOUT, &r->res->stdout_buf, &r->res->stdout_len,
 				      &r->res->stdout_truncated, cap, 0 };
@@ -213,7 +260,8 @@ int pump_watch(struct run *r, struct moat_error *err)
 	    fcntl(r->stderr_r, F_SETFL, O_NONBLOCK) < 0 ||
 	    fcntl(r->report_r, F_SETFL, O_NONBLOCK) < 0 ||
 	    (r->outputs_r >= 0 && fcntl(r->outputs_r, F_SETFL, O_NONBLOCK) < 0) ||
-	    (r->req->stdin_len > 0 && fcntl(r->stdin_w, F_SETFL, O_NONBLOCK) < 0))
+	    (r->req->stdin_len > 0 && fcntl(r->stdin_w, F_SETFL, O_NONBLOCK) < 0) ||
+	    (r->kv_fd >= 0 && fcntl(r->kv_fd, F_SETFL, O_NONBLOCK) < 0))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "fcntl(O_NONBLOCK): %s",
 				      strerror(errno));
 	if (r->outputs_r >= 0 && watch(r, PUMP_OUTPUTS, EPOLLIN) < 0)
@@ -226,7 +274,8 @@ int pump_watch(struct run *r, struct moat_error *err)
 	if (watch(r, PUMP_STDOUT, EPOLLIN) < 0 || watch(r, PUMP_STDERR, EPOLLIN) < 0 ||
 	    watch(r, PUMP_REPORT, EPOLLIN) < 0 || watch(r, PUMP_TIMER, EPOLLIN) < 0 ||
 	    watch(r, PUMP_EXIT, EPOLLIN) < 0 ||
-	    (r->stdin_w >= 0 && watch(r, PUMP_STDIN, EPOLLOUT) < 0))
+	    (r->stdin_w >= 0 && watch(r, PUMP_STDIN, EPOLLOUT) < 0) ||
+	    (r->kv_fd >= 0 && watch(r, PUMP_KV, EPOLLIN) < 0))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_ctl: %s",
 				      strerror(errno));
 	if ((r->cancel_fd >= 0 && watch(r, PUMP_CANCEL, EPOLLIN) < 0) ||

@@ -29,9 +29,13 @@
 
 #include "cgroups/cgroups.h"
 #include "core/core.h"
+#include "kv/kv.h"
 #include "runner/runner.h"
 
 #define RUN_READ_CHUNK 65536
+/* Where the runtime shims are, when opts.runtime_dir is bound. */
+#define RUN_RUNTIME_PY MOAT_RUNTIME_MOUNT "/python"
+#define RUN_RUNTIME_KV_HOOK MOAT_RUNTIME_MOUNT "/js/kv-register.mjs"
 /* The program's PATH; the interpreters are looked up in these directories. */
 #define RUN_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin"
 
@@ -57,7 +61,7 @@ struct pump_entry {
 };
 enum pump_slot {
 	PUMP_STDOUT, PUMP_STDERR, PUMP_REPORT, PUMP_OUTPUTS, PUMP_LISTENER, PUMP_STDIN,
-	PUMP_TIMER, PUMP_EXIT, PUMP_CANCEL, PUMP_HANGUP, PUMP__COUNT
+	PUMP_TIMER, PUMP_EXIT, PUMP_CANCEL, PUMP_HANGUP, PUMP_KV, PUMP__COUNT
 };
 
 /* What the supervisor knows when pid 1 has ended: the input of the pure
@@ -97,6 +101,13 @@ struct run {
 	int sync_w, report_r, stdin_w, stdout_r, stderr_r, outputs_r;
 	int sync_r, report_w, stdin_r, stdout_w, stderr_w, outputs_w;
 	int epfd, timerfd, pidfd, listener;
+	/* the key-value store (kvEnabled): the broker's end of the program's
+	 * socket, the program's end (kept by pid 2 as fd RUN_KV_FD) */
+	int kv_fd, kv_child;
+	struct moat_kv_store *kv;
+	struct moat_kv_broker *broker;
+	struct moat_kv_quota kvq;
+	bool kv_writing; /* the pump waits to write an answer, not to read */
 	pid_t pid; /* pid 1 of the sandbox, as the host sees it; -1 when reaped */
 	bool started;
 

@@ -92,6 +92,10 @@ struct moat_exec {
 	char **argv;        /* NULL-terminated */
 };
 
+/* The program's fd of the key-value store (its number is MOAT_KV_FD). */
+#define RUN_KV_FD 4
+#define RUN_KV_FD_STR "4"
+
 struct moat_child {
 	const struct moat_mount_plan *plan;
 	const struct moat_priv_plan *priv;
@@ -107,6 +111,7 @@ struct moat_child {
 	char *const *outputs; /* "outputs" patterns, sent by pid 1 after the program */
 	size_t outputs_count;
 	int outputs_fd;       /* write end of the outputs stream, or -1 */
+	int kv_fd;            /* the program's end of the key-value socket, or -1 */
 	locale_t c_locale;    /* the C locale for matching them, or (locale_t)0 */
 	const struct moat_exec *transpile; /* NULL unless the language needs it */
 	const struct moat_exec *program;

@@ -107,7 +107,7 @@ static int clone_sandbox(struct run *r, struct moat_error *err)
 		.plan = r->plan, .priv = &r->priv, .seccomp = r->seccomp, .as_root = r->as_root,
 		.net = r->net, .net_fds = { -1, -1 },
 		.outputs = r->req->outputs, .outputs_count = r->req->outputs_count,
-		.outputs_fd = r->outputs_w,
+		.outputs_fd = r->outputs_w, .kv_fd = r->kv_child,
 		.c_locale = r->req->outputs_count ? moat_outputs_locale() : (locale_t)0,
 		.sync_fd = r->sync_r, .report_fd = r->report_w, .stdin_fd = r->stdin_r,
 		.stdout_fd = r->stdout_w, .stderr_fd = r->stderr_w,
@@ -151,6 +151,7 @@ static int clone_sandbox(struct run *r, struct moat_error *err)
 	close_fd(&r->stdout_w);
 	close_fd(&r->stderr_w);
 	close_fd(&r->outputs_w);
+	close_fd(&r->kv_child);
 	return 0;
 }
 

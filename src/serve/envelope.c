@@ -349,6 +349,14 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 	req->code_len = code_len;
 	req->language = lang;
 	req->max_output_bytes = SERVE_SCRIPT_OUTPUT_CAP;
+	/* the store is scoped to the id (docs/KV.md); moat_request_validate
+	 * checks it is UTF-8 */
+	if (!(req->sandbox_id = strdup(sid->valuestring))) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		goto out;
+	}
+	req->sandbox_id_len = sid_len;
+	req->kv_enabled = out->kv_enabled;
 	size_t nh = hosts ? (size_t)cJSON_GetArraySize(hosts) : 0;
 	if (nh > MOAT_MAX_LIST_ENTRIES) {
 		bad(err, "\"allowedHosts\": too many entries");

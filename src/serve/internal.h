@@ -85,7 +85,7 @@ bool frame_header_ok(const char *name, const char *value);
 bool frame_header_dropped(const char *name);
 
 /* ---- metrics ---- */
-enum serve_route { R_PY, R_TS, R_V1_RUN, R_HEALTHZ, R_METRICS, R_OTHER, R__COUNT };
+enum serve_route { R_PY, R_TS, R_V1_RUN, R_HEALTHZ, R_METRICS, R_KV, R_OTHER, R__COUNT };
 enum serve_outcome {
 	O_OK, O_ERROR, O_TIMEOUT, O_OOM, O_KILLED, O_DISCONNECTED, O_BAD_REQUEST,
 	O_UNAUTHORIZED, O_REJECTED, O_UNAVAILABLE, O__COUNT

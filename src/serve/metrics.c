@@ -9,7 +9,7 @@ static const double bucket_le[SERVE_BUCKETS] = {
 
 static const char *const route_names[R__COUNT] = {
 	[R_PY] = "py", [R_TS] = "ts", [R_V1_RUN] = "v1_run", [R_HEALTHZ] = "healthz",
-	[R_METRICS] = "metrics", [R_OTHER] = "other",
+	[R_METRICS] = "metrics", [R_KV] = "kv", [R_OTHER] = "other",
 };
 
 static const char *const outcome_names[O__COUNT] = {

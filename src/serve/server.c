@@ -341,6 +341,10 @@ static void run_options(struct req *q, struct moat_run_options *opts)
 	opts->rootfs_dir = o->rootfs_dir ? o->rootfs_dir : o->cfg->rootfs_dir;
 	opts->policy_path = o->cfg->policy_path;
 	opts->runtime_dir = o->runtime_dir;
+	opts->kv_store = o->kv_store;
+	opts->kv_max_keys = o->kv_max_keys;
+	opts->kv_max_bytes = o->kv_max_bytes;
+	opts->kv_max_value = o->kv_max_value;
 	opts->cancel_fd = q->s->cancel_fd;
 	opts->hangup_fd = q->conn_fd;
 }
@@ -578,10 +582,9 @@ static enum MHD_Result spin_route(struct req *q, struct MHD_Connection *c)
 		return r;
 	}
 	q->mode = q->env.mode == SERVE_HANDLER ? "handler" : "script";
-	if (q->env.kv_enabled)
+	if (q->env.kv_enabled && q->s->o->kv_off)
 		return fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
-			    "kvEnabled: the scoped key-value store is not available on this server "
-			    "yet");
+			    "kvEnabled: this server runs without the key-value store (--no-kv)");
 	if (q->env.mode == SERVE_HANDLER && !q->s->o->runtime_dir)
 		return fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
 			    "handlers need the runtime shims (moat serve --runtime DIR)");
@@ -627,6 +630,27 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 	return r;
 }
 
+/* DELETE /v1/kv/<sandboxId>: retire an id's store. */
+static enum MHD_Result kv_delete(struct req *q, struct MHD_Connection *c, const char *id)
+{
+	const struct moat_serve_options *o = q->s->o;
+	if (o->kv_off)
+		return fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
+			    "this server runs without the key-value store (--no-kv)");
+	struct moat_error err = { 0 };
+	char *out = NULL;
+	size_t len;
+	if (moat_kv_admin(o->kv_store, "clear", id, strlen(id), NULL, &out, &len, &err) < 0) {
+		enum MHD_Result r = fail_moat(q, c, &err);
+		moat_error_clear(&err);
+		return r;
+	}
+	char *body = moat_format("%s\n", out);
+	free(out);
+	return body ? respond(q, c, 200, body, "application/json", NULL, NULL)
+		    : fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE, "out of memory");
+}
+
 static bool token_ok(struct server *s, struct MHD_Connection *c)
 {
 	if (!s->auth)
@@ -650,6 +674,8 @@ static enum serve_route route_of(const char *url)
 		return R_TS;
 	if (!strcmp(url, "/v1/run"))
 		return R_V1_RUN;
+	if (!strncmp(url, "/v1/kv/", 7))
+		return R_KV;
 	if (!strcmp(url, "/healthz"))
 		return R_HEALTHZ;
 	if (!strcmp(url, "/metrics"))
@@ -759,10 +785,12 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	bool get_route = q->route == R_HEALTHZ || q->route == R_METRICS;
 	if (q->route == R_OTHER)
 		return fail(q, c, 404, "NotFound", O_BAD_REQUEST, "no such route");
-	if ((get_route && strcmp(method, "GET") && strcmp(method, "HEAD")) ||
-	    (!get_route && strcmp(method, "POST")))
+	const char *want = get_route ? "GET" : q->route == R_KV ? "DELETE" : "POST";
+	if (strcmp(method, want) && !(get_route && !strcmp(method, "HEAD")))
 		return fail(q, c, 405, "MethodNotAllowed", O_BAD_REQUEST,
-			    get_route ? "this route takes GET" : "this route takes POST");
+			    get_route		  ? "this route takes GET"
+			    : q->route == R_KV ? "this route takes DELETE"
+					       : "this route takes POST");
 	if (q->route == R_HEALTHZ)
 		return respond(q, c, 200, strdup("{\"status\":\"ok\"}\n"), "application/json", NULL,
 			       NULL);
@@ -772,6 +800,8 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	if (q->route == R_METRICS)
 		return respond(q, c, 200, serve_metrics_render(&s->metrics),
 			       "text/plain; version=0.0.4", NULL, NULL);
+	if (q->route == R_KV)
+		return kv_delete(q, c, url + 7);
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
 	if (cl) {
 		char *end;

@@ -1,0 +1,68 @@
+/* moat kv: look into or retire a sandboxId's key-value store (docs/KV.md). */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli/cli.h"
+
+static void usage(FILE *f)
+{
+	fputs("usage: moat kv [--kv SPEC] list SANDBOXID      its keys (JSON)\n"
+	      "       moat kv [--kv SPEC] get SANDBOXID KEY   the value's bytes\n"
+	      "       moat kv [--kv SPEC] export SANDBOXID    keys and values (JSON)\n"
+	      "       moat kv [--kv SPEC] clear SANDBOXID     delete every key of the id\n"
+	      "SPEC: a file, sqlite:FILE or redis://HOST:PORT/DB (default: this user's\n"
+	      "SQLite file). Exit status: 0; 1 when get finds no such key; 2 for bad\n"
+	      "arguments; 3 when the store cannot be used.\n", f);
+}
+
+int cli_kv(int argc, char **argv)
+{
+	static const struct option longs[] = {
+		{ "kv", required_argument, NULL, 'k' },
+		{ "help", no_argument, NULL, 'h' },
+		{ 0 },
+	};
+	const char *spec = NULL;
+	int c;
+	optind = 1;
+	while ((c = getopt_long(argc, argv, "+h", longs, NULL)) != -1) {
+		if (c == 'k') {
+			spec = optarg;
+		} else if (c == 'h') {
+			usage(stdout);
+			return 0;
+		} else {
+			usage(stderr);
+			return 2;
+		}
+	}
+	argc -= optind;
+	argv += optind;
+	bool get = argc >= 1 && !strcmp(argv[0], "get");
+	if (argc != (get ? 3 : 2)) {
+		usage(stderr);
+		return 2;
+	}
+	struct moat_error err = { 0 };
+	char *out = NULL;
+	size_t len = 0;
+	int rc = moat_kv_admin(spec, argv[0], argv[1], strlen(argv[1]), get ? argv[2] : NULL, &out,
+			       &len, &err);
+	if (rc < 0) {
+		rc = cli_fail(&err);
+		moat_error_clear(&err);
+		return rc;
+	}
+	if (rc == 1) {
+		fprintf(stderr, "moat kv: %s has no key %s\n", argv[1], argv[2]);
+	} else {
+		fwrite(out, 1, len, stdout);
+		if (!get)
+			fputc('\n', stdout);
+	}
+	free(out);
+	return fflush(stdout) == 0 ? rc : 3;
+}
