@@ -20,5 +20,6 @@ Suite *dnsmsg_suite(void);
 Suite *egress_suite(void);
 Suite *collect_suite(void);
 Suite *serve_suite(void);
+Suite *kv_suite(void);
 
 #endif
