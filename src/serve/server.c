@@ -893,6 +893,7 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	req_unref(q);
 }
 
+__attribute__((format(printf, 2, 0)))
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	struct server *s = cls;
