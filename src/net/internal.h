@@ -151,6 +151,42 @@ void moat_egress_stop(struct moat_egress *e);
 
 /* ---- proxy (proxy.c) ------------------------------------------------------ */
 
+/* The proxy's reading of one request head (pure: unit-tested and fuzzed). */
+struct moat_proxy_header {
+	const char *name, *value;
+	size_t name_len, value_len;
+};
+
+struct moat_proxy_request {
+	const char *method;
+	size_t method_len;
+	const char *target;
+	size_t target_len;
+	const char *version;          /* "HTTP/1.0" or "HTTP/1.1" (8 bytes) */
+	struct moat_proxy_header *h;  /* malloc'd (free(h) whatever the verdict) */
+	size_t nh;
+	bool tunnel;                  /* CONNECT */
+	bool logged;                  /* named a host: gets a log entry (host, port) */
+	struct moat_host host;        /* valid when logged */
+	uint16_t port;
+	const char *path;             /* http: what follows the authority, no fragment */
+	size_t path_len;
+	uint64_t body;                /* http: Content-Length */
+};
+
+enum { MOAT_PROXY_OK = 0, MOAT_PROXY_BAD = 400, MOAT_PROXY_REFUSED = 403 };
+
+/* Parses a request head (head_len bytes ending with the blank line's CRLF,
+ * pointers into head) and applies the refusals that need no allowlist:
+ * 400 for a malformed head (bare CR or LF, folded or malformed headers, bad
+ * or conflicting Content-Length, an https:// or origin-form target, a bad
+ * authority, HTTP/1.1 without Host), 403 for Transfer-Encoding, two Host
+ * headers or a Host that differs from the URL's. Returns MOAT_PROXY_OK, or
+ * the status with *reason (static text). The allowlist and the addresses are
+ * checked after, by the caller. */
+int moat_proxy_parse_request(const char *head, size_t head_len, struct moat_proxy_request *rq,
+			     const char **reason);
+
 struct moat_proxy;
 
 /* Takes ownership of *al (emptied) and one reference to log. sock_fd: the

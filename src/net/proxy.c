@@ -194,32 +194,16 @@ static bool is_tchar(char ch)
 	       (ch && strchr("!#$%&'*+-.^_`|~", ch));
 }
 
-struct header {
-	const char *name, *value;
-	size_t name_len, value_len;
-};
-
-struct request {
-	const char *method;
-	size_t method_len;
-	const char *target;
-	size_t target_len;
-	const char *version; /* "HTTP/1.0" or "HTTP/1.1" */
-	struct header *h;
-	size_t nh;
-};
-
-static bool name_is(const struct header *h, const char *name)
+static bool name_is(const struct moat_proxy_header *h, const char *name)
 {
 	return h->name_len == strlen(name) && !strncasecmp(h->name, name, h->name_len);
 }
 
 /* Splits the head into the request line and headers; NULL on success or
  * the reason it is malformed. */
-static const char *parse_head(struct conn *c, struct request *rq)
+static const char *parse_head(const char *head, size_t head_len, struct moat_proxy_request *rq)
 {
-	memset(rq, 0, sizeof *rq);
-	const char *s = c->head, *end = c->head + c->head_len - 2; /* keep the last CRLF */
+	const char *s = head, *end = head + head_len - 2; /* keep the last CRLF */
 	const char *eol = memmem(s, (size_t)(end - s), "\r\n", 2);
 	if (!eol)
 		return "malformed request line";
@@ -266,17 +250,17 @@ static const char *parse_head(struct conn *c, struct request *rq)
 				return "control characters in a header";
 		if (rq->nh == cap) {
 			cap = cap ? cap * 2 : 16;
-			struct header *nh = realloc(rq->h, cap * sizeof *nh);
+			struct moat_proxy_header *nh = realloc(rq->h, cap * sizeof *nh);
 			if (!nh)
 				return "out of memory";
 			rq->h = nh;
 		}
-		rq->h[rq->nh++] = (struct header){ l, v, (size_t)(colon - l), (size_t)(ve - v) };
+		rq->h[rq->nh++] = (struct moat_proxy_header){ l, v, (size_t)(colon - l), (size_t)(ve - v) };
 		l = le + 2;
 	}
 	/* a bare CR or LF anywhere in the head */
-	for (const char *k = c->head; k < c->head + c->head_len; k++)
-		if ((*k == '\r' && k[1] != '\n') || (*k == '\n' && (k == c->head || k[-1] != '\r')))
+	for (const char *k = head; k < head + head_len; k++)
+		if ((*k == '\r' && k[1] != '\n') || (*k == '\n' && (k == head || k[-1] != '\r')))
 			return "bare CR or LF in the request head";
 	return NULL;
 }
@@ -327,6 +311,104 @@ static int parse_authority(const char *s, size_t len, uint16_t default_port, boo
 		return -1;
 	*port = (uint16_t)v;
 	return 0;
+}
+
+int moat_proxy_parse_request(const char *head, size_t head_len, struct moat_proxy_request *rq,
+			     const char **reason)
+{
+	memset(rq, 0, sizeof *rq);
+	*reason = NULL;
+	if (head_len < 4 || memcmp(head + head_len - 4, "\r\n\r\n", 4)) {
+		*reason = "malformed request head";
+		return MOAT_PROXY_BAD;
+	}
+	const char *bad = parse_head(head, head_len, rq);
+	if (bad) {
+		*reason = bad;
+		return MOAT_PROXY_BAD;
+	}
+	rq->tunnel = rq->method_len == 7 && !memcmp(rq->method, "CONNECT", 7);
+	if (rq->tunnel) {
+		if (parse_authority(rq->target, rq->target_len, 0, true, &rq->host, &rq->port) < 0) {
+			*reason = "CONNECT needs host:port (a valid ASCII host name or IP address)";
+			return MOAT_PROXY_BAD;
+		}
+		rq->logged = true;
+		return MOAT_PROXY_OK;
+	}
+	if (rq->target_len >= 8 && !strncasecmp(rq->target, "https://", 8)) {
+		*reason = "https:// URLs go through CONNECT";
+		return MOAT_PROXY_BAD;
+	}
+	if (rq->target_len < 7 || strncasecmp(rq->target, "http://", 7)) {
+		*reason = "not a proxy request (expected an absolute http:// URL or CONNECT)";
+		return MOAT_PROXY_BAD;
+	}
+	const char *auth = rq->target + 7;
+	size_t alen = 0;
+	while (7 + alen < rq->target_len && !strchr("/?#", auth[alen]))
+		alen++;
+	if (parse_authority(auth, alen, 80, false, &rq->host, &rq->port) < 0) {
+		*reason = "malformed host in the URL (ASCII names and IP addresses only)";
+		return MOAT_PROXY_BAD;
+	}
+	rq->path = auth + alen;
+	rq->path_len = rq->target_len - 7 - alen;
+	const char *frag = memchr(rq->path, '#', rq->path_len);
+	if (frag)
+		rq->path_len = (size_t)(frag - rq->path);
+	/* Content-Length only; one Host, naming the URL's host and port */
+	size_t nhost = 0, ncl = 0;
+	const struct moat_proxy_header *hosth = NULL;
+	for (size_t i = 0; i < rq->nh; i++) {
+		if (name_is(&rq->h[i], "transfer-encoding")) {
+			rq->logged = true;
+			*reason = "Transfer-Encoding request bodies are not supported";
+			return MOAT_PROXY_REFUSED;
+		}
+		if (name_is(&rq->h[i], "host")) {
+			nhost++;
+			hosth = &rq->h[i];
+		}
+		if (name_is(&rq->h[i], "content-length")) {
+			uint64_t v = 0;
+			if (rq->h[i].value_len == 0 || rq->h[i].value_len > 15) {
+				*reason = "bad Content-Length";
+				return MOAT_PROXY_BAD;
+			}
+			for (size_t k = 0; k < rq->h[i].value_len; k++) {
+				char d = rq->h[i].value[k];
+				if (d < '0' || d > '9') {
+					*reason = "bad Content-Length";
+					return MOAT_PROXY_BAD;
+				}
+				v = v * 10 + (uint64_t)(d - '0');
+			}
+			if (ncl++ && v != rq->body) {
+				*reason = "conflicting Content-Length headers";
+				return MOAT_PROXY_BAD;
+			}
+			rq->body = v;
+		}
+	}
+	rq->logged = true;
+	if (nhost > 1) {
+		*reason = "more than one Host header";
+		return MOAT_PROXY_REFUSED;
+	}
+	if (hosth) {
+		struct moat_host hh;
+		uint16_t hp = 0;
+		if (parse_authority(hosth->value, hosth->value_len, 80, false, &hh, &hp) < 0 ||
+		    strcmp(hh.text, rq->host.text) || hp != rq->port) {
+			*reason = "the Host header does not match the request URL";
+			return MOAT_PROXY_REFUSED;
+		}
+	} else if (!memcmp(rq->version, "HTTP/1.1", 8)) {
+		*reason = "HTTP/1.1 request without a Host header";
+		return MOAT_PROXY_BAD;
+	}
+	return MOAT_PROXY_OK;
 }
 
 /* ---- upstream ---- */
@@ -549,106 +631,30 @@ out:
 
 static void handle(struct conn *c)
 {
-	struct request rq;
 	if (read_head(c) < 0)
 		return;
-	const char *bad = parse_head(c, &rq);
-	if (bad) {
-		bad_request(c, bad);
-		free(rq.h);
-		return;
-	}
-	bool tunnel = rq.method_len == 7 && !memcmp(rq.method, "CONNECT", 7);
-	struct moat_host h;
-	uint16_t port = 0;
-	const char *path = NULL;
-	size_t path_len = 0;
-	uint64_t body = 0;
+	struct moat_proxy_request rq;
+	const char *bad = NULL;
+	int verdict = moat_proxy_parse_request(c->head, c->head_len, &rq, &bad);
+	bool tunnel = rq.tunnel;
+	const struct moat_host h = rq.host;
+	uint16_t port = rq.port;
+	const char *path = rq.path;
+	size_t path_len = rq.path_len;
+	uint64_t body = rq.body;
 	char why[600];
 	struct addr ok[PROXY_MAX_ADDRS];
 	size_t nok = 0;
-	if (tunnel) {
-		if (parse_authority(rq.target, rq.target_len, 0, true, &h, &port) < 0) {
-			bad_request(c, "CONNECT needs host:port (a valid ASCII host name or IP address)");
-			goto out;
-		}
-	} else {
-		if (rq.target_len >= 8 && !strncasecmp(rq.target, "https://", 8)) {
-			c->log_idx = -1;
-			bad_request(c, "https:// URLs go through CONNECT");
-			goto out;
-		}
-		if (rq.target_len < 7 || strncasecmp(rq.target, "http://", 7)) {
-			bad_request(c, "not a proxy request (expected an absolute http:// URL or CONNECT)");
-			goto out;
-		}
-		const char *auth = rq.target + 7;
-		size_t alen = 0;
-		while (7 + alen < rq.target_len && !strchr("/?#", auth[alen]))
-			alen++;
-		if (parse_authority(auth, alen, 80, false, &h, &port) < 0) {
-			bad_request(c, "malformed host in the URL (ASCII names and IP addresses only)");
-			goto out;
-		}
-		path = auth + alen;
-		path_len = rq.target_len - 7 - alen;
-		const char *frag = memchr(path, '#', path_len);
-		if (frag)
-			path_len = (size_t)(frag - path);
-		/* Content-Length only; one Host, naming the URL's host and port */
-		size_t nhost = 0, ncl = 0;
-		const struct header *hosth = NULL;
-		for (size_t i = 0; i < rq.nh; i++) {
-			if (name_is(&rq.h[i], "transfer-encoding")) {
-				c->log_idx = log_add(c->p, "HTTP", h.text, port);
-				refuse(c, "Transfer-Encoding request bodies are not supported");
-				goto out;
-			}
-			if (name_is(&rq.h[i], "host")) {
-				nhost++;
-				hosth = &rq.h[i];
-			}
-			if (name_is(&rq.h[i], "content-length")) {
-				uint64_t v = 0;
-				if (rq.h[i].value_len == 0 || rq.h[i].value_len > 15) {
-					bad_request(c, "bad Content-Length");
-					goto out;
-				}
-				for (size_t k = 0; k < rq.h[i].value_len; k++) {
-					char d = rq.h[i].value[k];
-					if (d < '0' || d > '9') {
-						bad_request(c, "bad Content-Length");
-						goto out;
-					}
-					v = v * 10 + (uint64_t)(d - '0');
-				}
-				if (ncl++ && v != body) {
-					bad_request(c, "conflicting Content-Length headers");
-					goto out;
-				}
-				body = v;
-			}
-		}
-		c->log_idx = log_add(c->p, "HTTP", h.text, port);
-		if (nhost > 1) {
-			refuse(c, "more than one Host header");
-			goto out;
-		}
-		if (hosth) {
-			struct moat_host hh;
-			uint16_t hp = 0;
-			if (parse_authority(hosth->value, hosth->value_len, 80, false, &hh, &hp) < 0 ||
-			    strcmp(hh.text, h.text) || hp != port) {
-				refuse(c, "the Host header does not match the request URL");
-				goto out;
-			}
-		} else if (!memcmp(rq.version, "HTTP/1.1", 8)) {
-			bad_request(c, "HTTP/1.1 request without a Host header");
-			goto out;
-		}
+	if (rq.logged)
+		c->log_idx = log_add(c->p, tunnel ? "CONNECT" : "HTTP", h.text, port);
+	if (verdict == MOAT_PROXY_BAD) {
+		bad_request(c, bad);
+		goto out;
 	}
-	if (tunnel)
-		c->log_idx = log_add(c->p, "CONNECT", h.text, port);
+	if (verdict == MOAT_PROXY_REFUSED) {
+		refuse(c, bad);
+		goto out;
+	}
 	if (!moat_allowlist_match(&c->p->al, tunnel, &h, port)) {
 		snprintf(why, sizeof why, "%s://%s%s%s:%u is not in allowedHosts",
 			 tunnel ? "https" : "http", h.kind == MOAT_HOST_IPV6 ? "[" : "", h.text,
@@ -699,7 +705,7 @@ static void handle(struct conn *c)
 		moat_buf_append(&b, "\r\n", 2);
 		bool have_host = false;
 		for (size_t i = 0; i < rq.nh; i++) {
-			const struct header *hd = &rq.h[i];
+			const struct moat_proxy_header *hd = &rq.h[i];
 			if (name_is(hd, "connection") || name_is(hd, "proxy-connection") ||
 			    name_is(hd, "keep-alive") || name_is(hd, "proxy-authorization") ||
 			    name_is(hd, "te") || name_is(hd, "upgrade") || name_is(hd, "trailer"))

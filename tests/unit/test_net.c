@@ -389,6 +389,100 @@ START_TEST(rtnl_requests)
 }
 END_TEST
 
+/* The explicit proxy's request head: what it forwards and what it refuses
+ * before any allowlist check (moat_proxy_parse_request). */
+static int proxy_head(const char *text, struct moat_proxy_request *rq, const char **reason)
+{
+	size_t len = strlen(text);
+	char *head = malloc(len); /* exact size: ASan sees an over-read */
+	ck_assert_ptr_nonnull(head);
+	memcpy(head, text, len);
+	int v = moat_proxy_parse_request(head, len, rq, reason);
+	free(rq->h);
+	rq->h = NULL;
+	free(head);
+	return v;
+}
+
+START_TEST(proxy_request_heads)
+{
+	struct moat_proxy_request rq;
+	const char *why;
+	ck_assert_int_eq(proxy_head("GET http://Example.com:8080/x?y#f HTTP/1.1\r\n"
+				    "Host: example.com:8080\r\nContent-Length: 3\r\n"
+				    "Content-Length: 3\r\n\r\n", &rq, &why), MOAT_PROXY_OK);
+	ck_assert_ptr_null(why);
+	ck_assert(!rq.tunnel && rq.logged);
+	ck_assert_str_eq(rq.host.text, "example.com");
+	ck_assert_uint_eq(rq.port, 8080);
+	ck_assert_uint_eq(rq.path_len, 4); /* "/x?y", the fragment cut */
+	ck_assert_uint_eq(rq.body, 3);
+	ck_assert_uint_eq(rq.nh, 3);
+	ck_assert_int_eq(proxy_head("CONNECT [2001:db8::1]:443 HTTP/1.1\r\n\r\n", &rq, &why),
+			 MOAT_PROXY_OK);
+	ck_assert(rq.tunnel && rq.logged);
+	ck_assert_str_eq(rq.host.text, "2001:db8::1");
+	ck_assert_uint_eq(rq.port, 443);
+	ck_assert_int_eq(proxy_head("GET http://a.example/ HTTP/1.0\r\n\r\n", &rq, &why),
+			 MOAT_PROXY_OK);
+	ck_assert_uint_eq(rq.port, 80);
+
+	static const struct {
+		const char *head;
+		int verdict;
+		bool logged;
+		const char *why;
+	} refused[] = {
+		{ "POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nTransfer-Encoding: chunked"
+		  "\r\n\r\n", MOAT_PROXY_REFUSED, true, "Transfer-Encoding" },
+		{ "POST http://a.example/ HTTP/1.1\r\nTransfer-Encoding: chunked\r\n"
+		  "Content-Length: x\r\n\r\n", MOAT_PROXY_REFUSED, true, "Transfer-Encoding" },
+		{ "POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: 5\r\n"
+		  "Content-Length: 6\r\n\r\n", MOAT_PROXY_BAD, false, "conflicting Content-Length" },
+		{ "POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: +5\r\n\r\n",
+		  MOAT_PROXY_BAD, false, "bad Content-Length" },
+		{ "POST http://a.example/ HTTP/1.1\r\nHost: a.example\r\nContent-Length: "
+		  "1234567890123456\r\n\r\n", MOAT_PROXY_BAD, false, "bad Content-Length" },
+		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nX-A: 1\r\n 2\r\n\r\n",
+		  MOAT_PROXY_BAD, false, "folded headers" },
+		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\n\tX-A: 1\r\n\r\n",
+		  MOAT_PROXY_BAD, false, "folded headers" },
+		/* a bare LF or CR: refused by whichever rule meets it first */
+		{ "GET http://a.example/ HTTP/1.1\nHost: a.example\r\n\r\n", MOAT_PROXY_BAD, false,
+		  "malformed request line" },
+		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nX-A: 1\r2\r\n\r\n",
+		  MOAT_PROXY_BAD, false, "control characters" },
+		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nX-A: 1\n\r\n\r\n",
+		  MOAT_PROXY_BAD, false, "control characters" },
+		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nX\rA: 1\r\n\r\n",
+		  MOAT_PROXY_BAD, false, "malformed header name" },
+		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n",
+		  MOAT_PROXY_REFUSED, true, "more than one Host" },
+		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example:81\r\n\r\n", MOAT_PROXY_REFUSED,
+		  true, "does not match" },
+		{ "GET http://a.example/ HTTP/1.1\r\n\r\n", MOAT_PROXY_BAD, true, "without a Host" },
+		{ "GET https://a.example/ HTTP/1.1\r\nHost: a.example\r\n\r\n", MOAT_PROXY_BAD, false,
+		  "go through CONNECT" },
+		{ "GET / HTTP/1.1\r\nHost: a.example\r\n\r\n", MOAT_PROXY_BAD, false,
+		  "not a proxy request" },
+		{ "GET http://u@a.example/ HTTP/1.1\r\n\r\n", MOAT_PROXY_BAD, false, "malformed host" },
+		{ "GET http://a.example/ HTTP/2.0\r\n\r\n", MOAT_PROXY_BAD, false, "only HTTP/1.0" },
+		{ "GET  http://a.example/ HTTP/1.1\r\n\r\n", MOAT_PROXY_BAD, false,
+		  "malformed request line" },
+		{ "CONNECT a.example HTTP/1.1\r\n\r\n", MOAT_PROXY_BAD, false, "CONNECT needs" },
+		{ "CONNECT a.example:0 HTTP/1.1\r\n\r\n", MOAT_PROXY_BAD, false, "CONNECT needs" },
+		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\n", MOAT_PROXY_BAD, false,
+		  "malformed request head" },
+	};
+	for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+		int v = proxy_head(refused[i].head, &rq, &why);
+		ck_assert_msg(v == refused[i].verdict, "%zu: verdict %d", i, v);
+		ck_assert_msg(rq.logged == refused[i].logged, "%zu: logged %d", i, rq.logged);
+		ck_assert_msg(why && strstr(why, refused[i].why), "%zu: %s", i, why ? why : "(none)");
+	}
+}
+END_TEST
+
 Suite *net_suite(void)
 {
 	Suite *s = suite_create("net");
@@ -402,6 +496,7 @@ Suite *net_suite(void)
 	tcase_add_test(tc, matching);
 	tcase_add_test(tc, request_keys);
 	tcase_add_test(tc, rtnl_requests);
+	tcase_add_test(tc, proxy_request_heads);
 	suite_add_tcase(s, tc);
 	return s;
 }
