@@ -75,7 +75,8 @@ INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
 .PHONY: all deps check check-unit check-integration check-node check-threads check-vm install \
-        clean bench bench-egress bench-serve timeline soak soak-short
+        clean bench bench-egress bench-serve timeline soak soak-short fuzz fuzz-build \
+        fuzz-toolchain
 all: $(BUILD)/moat
 
 deps:
@@ -229,6 +230,44 @@ soak: $(SOAK_DEPS)
 
 soak-short: $(SOAK_DEPS)
 	bash tests/soak/soak.sh --build $(BUILD) $(SOAK_SHORT_RUNS)
+
+# Fuzzing: one libFuzzer harness per parser of bytes a sandboxed program, a
+# client or a policy author controls (tests/fuzz/*.c, seeds in
+# tests/fuzz/corpus/NAME/). clang-14 with libFuzzer, ASan and UBSan; libmoat
+# is compiled again with the same flags under build/fuzz/. `make fuzz` runs
+# each harness for FUZZ_SECS seconds and prints its final libFuzzer stats
+# (cov, ft, exec/s); a crash, leak, UB report or timeout fails it
+# (reproducer under build/fuzz/crashes/). Not part of make check.
+FUZZ_CC    ?= clang-14
+FUZZ_SECS  ?= 10
+FUZZ_SAN   := -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS = -std=gnu11 $(WARN) -O1 -g -D_GNU_SOURCE -pthread -Iinclude -Isrc $(PKG_CFLAGS) $(FUZZ_SAN)
+FUZZ_NAMES := $(sort $(basename $(notdir $(wildcard tests/fuzz/*.c))))
+FUZZ_BINS  := $(addprefix $(BUILD)/fuzz/bin/,$(FUZZ_NAMES))
+FUZZ_LIB_OBJS := $(patsubst src/%.c,$(BUILD)/fuzz/obj/%.o,$(LIB_SRCS)) \
+                 $(BUILD)/fuzz/obj/gen/embedded.o $(BUILD)/fuzz/obj/gen/nft_batch.o
+
+fuzz-toolchain:
+	@command -v $(FUZZ_CC) >/dev/null 2>&1 || { echo "make fuzz: $(FUZZ_CC) not found" \
+	    "(apt-get install -y clang-14 libfuzzer-14-dev; tools/deps.sh installs them)" >&2; exit 1; }
+
+$(BUILD)/fuzz/obj/gen/%.o: $(BUILD)/gen/%.c | fuzz-toolchain
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c -o $@ $<
+$(BUILD)/fuzz/obj/%.o: src/%.c | fuzz-toolchain
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -MMD -MP -c -o $@ $<
+$(BUILD)/fuzz/libmoat-fuzz.a: $(FUZZ_LIB_OBJS)
+	@rm -f $@
+	ar rcs $@ $^
+$(BUILD)/fuzz/bin/%: tests/fuzz/%.c tests/fuzz/fuzz.h $(BUILD)/fuzz/libmoat-fuzz.a
+	@mkdir -p $(@D)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -Itests -o $@ $< $(BUILD)/fuzz/libmoat-fuzz.a $(PKG_LIBS)
+
+fuzz-build: $(FUZZ_BINS)
+
+fuzz: $(FUZZ_BINS)
+	@sh tools/fuzz.sh $(BUILD)/fuzz $(FUZZ_SECS) $(FUZZ_NAMES)
 
 check-node: $(BUILD)/moat
 	MOAT_BIN=$(CURDIR)/$(BUILD)/moat node --test clients/node/test/
