@@ -51,8 +51,10 @@ void moat_redact(char **s, const char *secret)
 	*s = n;
 }
 
-static int vfail(struct moat_http *h, struct moat_error *err, enum moat_error_type type, int e,
-		 const char *fmt, va_list ap)
+__attribute__((format(printf, 5, 0))) static int vfail(struct moat_http *h,
+							struct moat_error *err,
+							enum moat_error_type type, int e,
+							const char *fmt, va_list ap)
 {
 	char *msg = moat_vformat(fmt, ap);
 	moat_redact(&msg, h ? h->secret : NULL);
