@@ -176,7 +176,7 @@ static uint64_t max_request(const struct moat_kv_broker *b)
 
 int moat_kv_broker_feed(struct moat_kv_broker *b, const char *data, size_t len)
 {
-	if (b->skip) {
+	if (b->skip && len) {
 		size_t drop = len < b->skip ? len : (size_t)b->skip;
 		b->skip -= drop;
 		data += drop;
@@ -194,9 +194,9 @@ int moat_kv_broker_feed(struct moat_kv_broker *b, const char *data, size_t len)
 	}
 	while (b->out_off == b->out.len) {
 		size_t have = b->in.len - b->in_off;
-		const char *p = b->in.data + b->in_off;
 		if (have < 4)
 			break;
+		const char *p = b->in.data + b->in_off;
 		uint32_t n = le32(p);
 		if (n < 5)
 			return -1;
@@ -233,7 +233,7 @@ int moat_kv_broker_feed(struct moat_kv_broker *b, const char *data, size_t len)
 const char *moat_kv_broker_pending(const struct moat_kv_broker *b, size_t *len)
 {
 	*len = b->out.len - b->out_off;
-	return b->out.data + b->out_off;
+	return *len ? b->out.data + b->out_off : "";
 }
 
 void moat_kv_broker_consume(struct moat_kv_broker *b, size_t n)

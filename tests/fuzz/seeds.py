@@ -34,6 +34,18 @@ add("request", "bad-duplicate", '{"code":"x","code":"y"}')
 add("request", "bad-trailing", '{"code":"x"} x')
 add("request", "bad-deep", "[" * 200 + "]" * 200)
 
+# ---- kv_broker: moat_kv_broker_feed ------------------------------------------
+def kvreq(op, key=b"", val=b""):
+    body = bytes([op]) + struct.pack("<I", len(key)) + key + val
+    return struct.pack("<I", len(body)) + body
+
+
+add("kv_broker", "session", b"\x07" + kvreq(6, b"default") + kvreq(2, b"k", b"v") +
+    kvreq(1, b"k") + kvreq(4, b"k") + kvreq(5) + kvreq(3, b"k"))
+add("kv_broker", "too-large", b"\x40" + kvreq(2, b"k", b"x" * 600) + kvreq(1, b"k"))
+add("kv_broker", "bad-op", b"\x01" + kvreq(9, b"k"))
+add("kv_broker", "bad-key", b"\x10" + kvreq(1, b"a\x00b") + kvreq(2, b"", b"v"))
+
 # ---- seccomp_policy: sc_policy_parse + sc_compile ----------------------------
 add("seccomp_policy", "minimal", json.dumps({
     "defaultAction": "SCMP_ACT_ERRNO",
