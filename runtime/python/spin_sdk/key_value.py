@@ -99,7 +99,7 @@ class _Connection:
             except BlockingIOError:
                 self._wait(False)
                 continue
-            except BrokenPipeError:
+            except (BrokenPipeError, ConnectionResetError):
                 raise Error("other", _EOF) from None
             view = view[n:]
 
