@@ -147,7 +147,7 @@ function runClient(t, code, { broker = {}, noFd = false, nonblocking = false, no
   let cmd = process.execPath, args = [file];
   if (nonblocking) { // python sets O_NONBLOCK on fd 3, then becomes node
     cmd = "python3";
-    args = ["-c", "import os, sys; os.set_blocking(3, False); os.execv(sys.argv[1], sys.argv[1:])", process.execPath, file];
+    args = ["-c", "import os, sys; os.set_blocking(3, False); os.execvp(sys.argv[1], sys.argv[1:])", process.execPath, file];
   }
   const child = spawn(cmd, args, { cwd: dir, env, stdio: ["ignore", "pipe", "pipe", noFd ? "ignore" : "pipe"] });
   const state = noFd ? null : startBroker(child.stdio[3], broker);
