@@ -346,6 +346,9 @@ class TestOpen(KvTestCase):
         self.assertIsInstance(e, Exception)
         self.assertEqual((e.kind, e.message, str(e)), ("other", "boom", "boom"))
         self.assertEqual(repr(e), "Error('other', 'boom')")
+        import pickle
+        back = pickle.loads(pickle.dumps(e))
+        self.assertEqual((type(back), back.kind, back.message), (kv.Error, "other", "boom"))
 
 
 class TestNoFd(unittest.TestCase):

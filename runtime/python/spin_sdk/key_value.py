@@ -47,6 +47,9 @@ class Error(Exception):
     def __repr__(self):
         return f"Error({self.kind!r}, {self.message!r})"
 
+    def __reduce__(self):       # pickle (multiprocessing) with both fields
+        return (self.__class__, (self.kind, self.message))
+
 
 class _Connection:
     """The program's end of the broker socket, shared by every Store.
