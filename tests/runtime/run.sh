@@ -1,5 +1,6 @@
 #!/bin/sh
-# Host-side tests of the handler shims in runtime/ (no sandbox needed).
+# Host-side tests of the shims in runtime/: the handler bootstraps and the
+# key-value store (no sandbox and no broker needed: the tests fake it).
 # Uses Debian's python3, the interpreter the sandbox runs, when present.
 set -u
 here=$(cd "$(dirname "$0")" && pwd)

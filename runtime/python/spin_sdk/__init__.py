@@ -1,4 +1,5 @@
-"""A minimal stand-in for Spin's Python SDK, for handlers run by `moat serve`.
+"""A minimal stand-in for Spin's Python SDK, for programs run by moat.
 
-Only `spin_sdk.http.Request` and `spin_sdk.http.Response` are provided.
+`spin_sdk.http` (Request, Response) for `moat serve` handlers and
+`spin_sdk.key_value` (the scoped key-value store, docs/KV.md).
 """
