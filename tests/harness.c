@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <math.h>
 #include <poll.h>
 #include <signal.h>
@@ -429,4 +430,23 @@ int harness_count_marker(const char *marker)
 	}
 	closedir(d);
 	return n;
+}
+
+const char *harness_runtime_dir(void)
+{
+	static char dir[PATH_MAX];
+	if (dir[0])
+		return dir;
+	const char *bin = getenv("MOAT_BIN");
+	ck_assert_msg(bin && *bin, "MOAT_BIN is not set");
+	char real[PATH_MAX];
+	ck_assert_msg(realpath(bin, real), "realpath %s: %s", bin, strerror(errno));
+	char *slash = strrchr(real, '/');
+	ck_assert_ptr_nonnull(slash);
+	*slash = '\0';
+	char cand[PATH_MAX + 32];
+	snprintf(cand, sizeof cand, "%s/../runtime", real);
+	ck_assert_msg(realpath(cand, dir), "no runtime dir at %s (the handler shims of the "
+		      "checkout that built $MOAT_BIN): %s", cand, strerror(errno));
+	return dir;
 }

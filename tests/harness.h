@@ -109,6 +109,9 @@ const char *harness_fixture(const char *rel);
 void harness_marker(char *buf, size_t size, const char *tag, int index);
 /* Number of host processes whose command line contains marker. */
 int harness_count_marker(const char *marker);
+/* The runtime shims of the checkout that built $MOAT_BIN (its ../runtime),
+ * as a real path; aborts the test when there is none. */
+const char *harness_runtime_dir(void);
 /* JSON helpers on out->json */
 const char *harness_str(const struct run_out *out, const char *key);   /* NULL if absent/null */
 double harness_num(const struct run_out *out, const char *key);        /* NAN if absent/null */

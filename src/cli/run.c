@@ -476,10 +476,13 @@ int cli_exec(int argc, char **argv)
 	free(input);
 	if (rc < 0)
 		goto fail;
-	/* the store's API comes from the runtime shims (docs/KV.md) */
-	if (req->kv_enabled) {
-		if (!(rt = runtime ? (cli_is_dir(runtime) ? realpath(runtime, NULL) : NULL)
-				   : cli_find_runtime())) {
+	/* the store's API comes from the runtime shims (docs/KV.md); a Spin-style
+	 * request (a sandboxId) gets them without kvEnabled too, so that opening
+	 * the store says why it is not there */
+	if (req->kv_enabled || req->sandbox_id) {
+		rt = runtime ? (cli_is_dir(runtime) ? realpath(runtime, NULL) : NULL)
+			     : cli_find_runtime();
+		if (!rt && (runtime || req->kv_enabled)) {
 			moat_error_set(&err, MOAT_ERR_UNAVAILABLE, 0,
 				       runtime ? "--runtime: not a directory"
 					       : "kvEnabled needs the runtime shims (--runtime DIR, "

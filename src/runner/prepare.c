@@ -108,6 +108,20 @@ static bool env_has(const struct moat_request *req, const char *name)
 /* The program's whole environment: moat's minimal defaults, the network
  * mode's variables and the request's allowlist. Nothing of the host
  * environment is ever copied. */
+/* Does the program's text (its code or a file) name @spinframework/spin-kv? */
+static bool names_spin_kv(const struct moat_request *req)
+{
+	static const char pkg[] = "@spinframework/spin-kv";
+	if (req->language != MOAT_LANG_JAVASCRIPT && req->language != MOAT_LANG_TYPESCRIPT)
+		return false;
+	if (memmem(req->code, req->code_len, pkg, sizeof pkg - 1))
+		return true;
+	for (size_t i = 0; i < req->files_count; i++)
+		if (memmem(req->files[i].value, req->files[i].value_len, pkg, sizeof pkg - 1))
+			return true;
+	return false;
+}
+
 /* The variables the runtime shims need (docs/KV.md): the store's fd, and
  * where Python and node find spin_sdk and @spinframework/spin-kv when the
  * shims are bound. A request's own PYTHONPATH/NODE_OPTIONS come after. */
@@ -127,7 +141,10 @@ static int shim_env(const struct run *r, char **out, size_t *n)
 	}
 	if (!py && asprintf(&out[(*n)++], "PYTHONPATH=" RUN_RUNTIME_PY) < 0)
 		return -1;
-	if (asprintf(&out[(*n)++], "NODE_OPTIONS=--import=" RUN_RUNTIME_KV_HOOK "%s%s",
+	/* node's resolve hook costs 60-100 ms of start-up (a loader thread):
+	 * only for programs that name the package */
+	if (names_spin_kv(req) &&
+	    asprintf(&out[(*n)++], "NODE_OPTIONS=--import=" RUN_RUNTIME_KV_HOOK "%s%s",
 		     node ? " " : "", node ? node : "") < 0)
 		return -1;
 	return 0;

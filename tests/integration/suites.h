@@ -15,5 +15,6 @@ Suite *seccomp_escape_suite(void);
 Suite *outputs_suite(void);
 Suite *egress_suite(void);
 Suite *serve_suite(void);
+Suite *kv_suite(void);
 
 #endif

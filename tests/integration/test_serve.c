@@ -132,25 +132,6 @@ static void rm_flat_dir(const char *dir)
 
 /* The handler shims: runtime/ of the checkout that built $MOAT_BIN
  * (<dir of moat>/../runtime). */
-static const char *runtime_dir(void)
-{
-	static char dir[PATH_MAX];
-	if (dir[0])
-		return dir;
-	const char *bin = getenv("MOAT_BIN");
-	ck_assert_msg(bin && *bin, "MOAT_BIN is not set");
-	char real[PATH_MAX];
-	ck_assert_msg(realpath(bin, real), "realpath %s: %s", bin, strerror(errno));
-	char *slash = strrchr(real, '/');
-	ck_assert_ptr_nonnull(slash);
-	*slash = '\0';
-	char cand[PATH_MAX + 32];
-	snprintf(cand, sizeof cand, "%s/../runtime", real);
-	ck_assert_msg(realpath(cand, dir), "no runtime dir at %s (the handler shims of the "
-		      "checkout that built $MOAT_BIN): %s", cand, strerror(errno));
-	return dir;
-}
-
 static int free_port(void)
 {
 	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -424,7 +405,7 @@ static void server_spawn(struct server *s, int mode, const struct server_opts *o
 		}
 	}
 	argv[n++] = "--runtime";
-	argv[n++] = runtime_dir();
+	argv[n++] = harness_runtime_dir();
 	if (o->config) {
 		server_file(s, s->cfg, sizeof s->cfg, "moat.json", o->config, 0644);
 		argv[n++] = "--config";
