@@ -218,6 +218,8 @@ struct server_opts {
 	const char *const *args;  /* more arguments (NULL-terminated), or NULL */
 	bool no_listener;         /* neither --socket nor --listen: the test's args say */
 	const char *const *env;   /* NULL: the harness's environment (with its cgroups) */
+	const char *kv;           /* --kv SPEC; NULL: a store file in the server's dir;
+				   * "": no --kv (the tests' own args say) */
 };
 
 struct server {
@@ -233,6 +235,7 @@ struct server {
 	char outf[128];           /* its stdout */
 	char cfg[128];
 	char tokf[128];
+	char kvf[128];            /* the store file (--kv), "" when not ours */
 	char url[128];            /* http://127.0.0.1:PORT or http://localhost (socket) */
 	int calls;                /* curl calls made, for file names */
 	int open_calls;           /* started and not finished */
@@ -406,6 +409,14 @@ static void server_spawn(struct server *s, int mode, const struct server_opts *o
 	}
 	argv[n++] = "--runtime";
 	argv[n++] = harness_runtime_dir();
+	if (!o->kv) {
+		snprintf(s->kvf, sizeof s->kvf, "%s/kv.sqlite3", s->dir);
+		argv[n++] = "--kv";
+		argv[n++] = s->kvf;
+	} else if (*o->kv) {
+		argv[n++] = "--kv";
+		argv[n++] = o->kv;
+	}
 	if (o->config) {
 		server_file(s, s->cfg, sizeof s->cfg, "moat.json", o->config, 0644);
 		argv[n++] = "--config";
@@ -1510,9 +1521,8 @@ START_TEST(bad_envelopes)
 	ck_assert_str_eq(jstr(r.json, "stdout"), "kv off\n");
 	resp_free(&r);
 
-	/* the scoped store is not there yet */
 	run_py(&s, "print(1)", ",\"kvEnabled\":true", &r);
-	expect_error("kvEnabled true", &r, 501, "NotImplemented");
+	expect_script("kvEnabled true", &r);
 	resp_free(&r);
 	server_stop(&s);
 }
@@ -2748,6 +2758,166 @@ START_TEST(spin_rootfs_handlers)
 }
 END_TEST
 
+/* ---- tests: the scoped key-value store (docs/KV.md) ----------------------------------- */
+
+/* A Spin envelope with sandboxId id, kvEnabled kv, then extra. */
+static void run_kv(struct server *s, const char *route, const char *code, const char *id, bool kv,
+		   struct resp *r)
+{
+	char *qc = harness_json_quote(code), *qi = harness_json_quote(id), *e = NULL;
+	ck_assert_int_ge(asprintf(&e, "{\"code\":%s,\"sandboxId\":%s,\"kvEnabled\":%s}", qc, qi,
+				  kv ? "true" : "false"),
+			 0);
+	post(s, route, e, r);
+	free(e);
+	free(qc);
+	free(qi);
+}
+
+#define PY_VISIT                                                                       \
+	"from spin_sdk import key_value\n"                                              \
+	"from spin_sdk.http import Response\n"                                          \
+	"def handle_request(request):\n"                                                \
+	"    s = key_value.open_default()\n"                                            \
+	"    n = int(s.get('visits') or b'0') + 1\n"                                    \
+	"    s.set('visits', str(n).encode())\n"                                        \
+	"    return Response(200, {'content-type': 'text/plain'}, f'visit {n}'.encode())\n"
+
+START_TEST(kv_store)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true };
+	server_start(&s, _i, &o);
+	struct resp r;
+	/* a Python handler counts its visits, per sandboxId */
+	for (int i = 1; i <= 2; i++) {
+		run_kv(&s, "/py/visit", PY_VISIT, "user-a", true, &r);
+		char want[32];
+		snprintf(want, sizeof want, "visit %d", i);
+		ck_assert_msg(r.code == 200 && !strcmp(r.body, want), "visit %d: HTTP %d [%.400s]", i,
+			      r.code, r.body);
+		resp_free(&r);
+	}
+	run_kv(&s, "/py/visit", PY_VISIT, "user-b", true, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(r.body, "visit 1"), "user-b: [%.400s]", r.body);
+	resp_free(&r);
+	/* a TS handler reads what the Python one wrote */
+	run_kv(&s, "/ts/read",
+	       "import * as kv from \"@spinframework/spin-kv\";\n"
+	       "export default {\n"
+	       "  async fetch(req: Request): Promise<Response> {\n"
+	       "    const s = kv.openDefault();\n"
+	       "    const v = s.get(\"visits\");\n"
+	       "    return new Response(`ts sees ${new TextDecoder().decode(v!)} ${s.getKeys()}`);\n"
+	       "  },\n"
+	       "};\n",
+	       "user-a", true, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(r.body, "ts sees 2 visits"), "ts: HTTP %d [%.400s]",
+		      r.code, r.body);
+	resp_free(&r);
+	/* a script; and kvEnabled false: the program is told why */
+	run_kv(&s, "/py/run",
+	       "from spin_sdk import key_value\n"
+	       "try:\n"
+	       "    key_value.open_default()\n"
+	       "except key_value.Error as e:\n"
+	       "    print(e.kind)\n",
+	       "user-a", false, &r);
+	expect_script("kvEnabled false", &r);
+	ck_assert_str_eq(jstr(r.json, "stdout"), "access_denied\n");
+	resp_free(&r);
+	/* DELETE /v1/kv/<id> retires one id */
+	struct req q = { .method = "DELETE", .path = "/v1/kv/user-a" };
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(jstr(r.json, "sandboxId"), "user-a") &&
+			      jnum(r.json, "removed") == 1,
+		      "DELETE: HTTP %d %.300s", r.code, r.body);
+	resp_free(&r);
+	run_kv(&s, "/py/visit", PY_VISIT, "user-a", true, &r);
+	ck_assert_msg(!strcmp(r.body, "visit 1"), "after DELETE: [%.300s]", r.body);
+	resp_free(&r);
+	run_kv(&s, "/py/visit", PY_VISIT, "user-b", true, &r);
+	ck_assert_msg(!strcmp(r.body, "visit 2"), "user-b after DELETE of user-a: [%.300s]", r.body);
+	resp_free(&r);
+	struct req wrong = { .method = "POST", .path = "/v1/kv/user-b", .body = "{}" };
+	call(&s, &wrong, &r);
+	expect_error("POST /v1/kv", &r, 405, "MethodNotAllowed");
+	resp_free(&r);
+	char path[400] = "/v1/kv/";
+	memset(path + 7, 'x', 300);
+	path[307] = '\0';
+	struct req longid = { .method = "DELETE", .path = path };
+	call(&s, &longid, &r);
+	expect_error("DELETE of a 300-byte id", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* --no-kv: kvEnabled and DELETE /v1/kv are refused with 501, never
+ * silently run without the store. */
+START_TEST(kv_off)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	static const char *const args[] = { "--no-kv", NULL };
+	struct server_opts o = { .socket = true, .kv = "", .args = args };
+	server_start(&s, _i, &o);
+	struct resp r;
+	run_kv(&s, "/py/run", "print(1)", "a", true, &r);
+	expect_error("kvEnabled with --no-kv", &r, 501, "NotImplemented");
+	resp_free(&r);
+	struct req q = { .method = "DELETE", .path = "/v1/kv/a" };
+	call(&s, &q, &r);
+	expect_error("DELETE with --no-kv", &r, 501, "NotImplemented");
+	resp_free(&r);
+	run_kv(&s, "/py/run", "print(2)", "a", false, &r);
+	expect_script("kvEnabled false with --no-kv", &r);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* A set answered before the service is killed -9 is there for the next. */
+START_TEST(kv_survives_kill)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true };
+	server_start(&s, _i, &o);
+	struct resp r;
+	run_kv(&s, "/py/run",
+	       "from spin_sdk import key_value\n"
+	       "key_value.open_default().set('k', b'z' * 500000)\n"
+	       "print('set')\n",
+	       "durable", true, &r);
+	expect_script("set", &r);
+	ck_assert_str_eq(jstr(r.json, "stdout"), "set\n");
+	resp_free(&r);
+	char file[128];
+	snprintf(file, sizeof file, "%s", s.kvf);
+	ck_assert_int_eq(kill(s.p.pid, SIGKILL), 0);
+	server_wait_exit(&s, harness_scale_ms(10000));
+	unlink(s.sock); /* a killed server cannot remove its socket */
+	char kvarg[160];
+	snprintf(kvarg, sizeof kvarg, "%s", file);
+	struct server s2;
+	struct server_opts o2 = { .socket = true, .kv = kvarg };
+	server_start(&s2, _i, &o2);
+	run_kv(&s2, "/py/run",
+	       "from spin_sdk import key_value\n"
+	       "v = key_value.open_default().get('k')\n"
+	       "print(len(v), v == b'z' * 500000)\n",
+	       "durable", true, &r);
+	expect_script("get after kill -9", &r);
+	ck_assert_str_eq(jstr(r.json, "stdout"), "500000 True\n");
+	resp_free(&r);
+	server_stop(&s2);
+	server_cleanup(&s);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -2786,6 +2956,9 @@ Suite *serve_suite(void)
 	ADD(slowloris);
 	ADD(handler_late_failures);
 	ADD(sigint_stops);
+	ADD(kv_store);
+	ADD(kv_off);
+	ADD(kv_survives_kill);
 	ADD(ipv6_listener);
 	ADD(malformed_http);
 	ADD(connection_limit);
