@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/sys.h"
 #include "kv/internal.h"
 
 enum { OP_GET = 1, OP_SET, OP_DELETE, OP_EXISTS, OP_KEYS, OP_OPEN };
@@ -22,6 +23,7 @@ struct moat_kv_broker {
 	struct moat_buf out; /* the pending answer */
 	size_t out_off;
 	uint64_t skip; /* bytes still to drop of a request that was too large */
+	int64_t deadline; /* moat_mono_ms; 0: none */
 	uint64_t ops;
 	struct moat_kv_answer a;
 };
@@ -140,6 +142,17 @@ static int handle(struct moat_kv_broker *b, const char *p, uint32_t len)
 		return 0;
 	}
 	struct moat_kv_answer *a = &b->a;
+	if (b->deadline) {
+		int64_t left = b->deadline - moat_mono_ms();
+		if (left <= 0) {
+			static const char m[] = "the run's time is up";
+			answer_error(b, MOAT_KV_KIND_OTHER, m, sizeof m - 1);
+			return 0;
+		}
+		if (b->st->be->set_timeout)
+			b->st->be->set_timeout(b->st->h,
+					       left < KV_OP_WAIT_MS ? (unsigned)left : KV_OP_WAIT_MS);
+	}
 	switch (op) {
 	case OP_GET:
 		moat_kv_get(b->st, b->id, b->idlen, key, klen, a);
@@ -241,6 +254,11 @@ void moat_kv_broker_consume(struct moat_kv_broker *b, size_t n)
 	b->out_off += n;
 	if (b->out_off >= b->out.len)
 		b->out.len = b->out_off = 0;
+}
+
+void moat_kv_broker_set_deadline(struct moat_kv_broker *b, int64_t deadline_ms)
+{
+	b->deadline = deadline_ms;
 }
 
 uint64_t moat_kv_broker_ops(const struct moat_kv_broker *b)

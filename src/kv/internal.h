@@ -4,6 +4,9 @@
 
 #include "kv/kv.h"
 
+/* The longest an operation waits for a busy store. */
+#define KV_OP_WAIT_MS 10000u
+
 struct kv_backend {
 	const char *name;
 	int (*get)(void *h, const char *id, size_t idlen, const char *key, size_t klen,
@@ -20,6 +23,9 @@ struct kv_backend {
 	int (*clear)(void *h, const char *id, size_t idlen, uint64_t *removed,
 		     struct moat_kv_answer *a);
 	void (*close)(void *h);
+	/* How long the next operation may wait for the store (a busy SQLite
+	 * file, a slow Redis); NULL when the backend has its own fixed bound. */
+	void (*set_timeout)(void *h, unsigned ms);
 };
 
 struct moat_kv_store {

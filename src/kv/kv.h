@@ -104,7 +104,11 @@ int moat_kv_broker_feed(struct moat_kv_broker *b, const char *data, size_t len);
 /* The bytes waiting to go to the program; consume n of them once written. */
 const char *moat_kv_broker_pending(const struct moat_kv_broker *b, size_t *len);
 void moat_kv_broker_consume(struct moat_kv_broker *b, size_t n);
-/* How many requests were answered (the result's "kv" counters). */
+/* The run's deadline (CLOCK_MONOTONIC ms, moat_mono_ms): an operation
+ * never waits for the store past it, so the wall-clock timeout is not held
+ * up by the broker. 0: none (each operation waits at most 10 s). */
+void moat_kv_broker_set_deadline(struct moat_kv_broker *b, int64_t deadline_ms);
+/* How many requests were answered. */
 uint64_t moat_kv_broker_ops(const struct moat_kv_broker *b);
 
 #endif

@@ -66,7 +66,6 @@ static void sq_load(void)
 
 /* ---- the store ---- */
 
-#define BUSY_MS 10000
 
 enum {
 	Q_GET, Q_EXISTS, Q_KEYS, Q_DEL, Q_USAGE, Q_PUT, Q_CLEAR, Q_BEGIN, Q_COMMIT, Q_ROLLBACK,
@@ -150,7 +149,7 @@ int kv_sqlite_open(const char *path, void **h, struct moat_error *err)
 	int rc = sq.open_v2(path, &s->db,
 			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, NULL);
 	if (rc == SQLITE_OK)
-		rc = sq.busy_timeout(s->db, BUSY_MS);
+		rc = sq.busy_timeout(s->db, (int)KV_OP_WAIT_MS);
 	/* journal_mode first: the table is then created in WAL */
 	if (rc == SQLITE_OK)
 		rc = sq.exec(s->db,
@@ -300,7 +299,14 @@ rollback:
 	return failed;
 }
 
+static void sqlite_set_timeout(void *h, unsigned ms)
+{
+	struct sqlite_store *s = h;
+	sq.busy_timeout(s->db, ms ? (int)ms : 1);
+}
+
 const struct kv_backend kv_sqlite_backend = {
+	.set_timeout = sqlite_set_timeout,
 	.name = "sqlite",
 	.get = sqlite_get,
 	.set = sqlite_set,
