@@ -4,9 +4,9 @@
 # FUZZ (make fuzz only) is optional: a host that cannot install it (not root,
 # or a release without clang-14) still gets everything make check needs.
 set -eu
-BUILD="gcc make pkg-config libseccomp-dev libcap-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev libnftnl-dev libmnl-dev libmicrohttpd-dev"
+BUILD="gcc make pkg-config libseccomp-dev libcap-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev libnftnl-dev libmnl-dev libmicrohttpd-dev libhiredis-dev"
 RUNTIME="python3 nodejs esbuild bash"
-TEST="iproute2 curl debootstrap"
+TEST="iproute2 curl debootstrap redis-server"
 FUZZ="clang-14 libfuzzer-14-dev"
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
