@@ -606,7 +606,20 @@ static int r_clear(void *h, const char *id, size_t idlen, uint64_t *removed,
 	return 0;
 }
 
+/* The run's deadline bounds each command (docs/KV.md); a timed-out command
+ * leaves the connection unusable, and the run's later operations fail. */
+static void r_set_timeout(void *h, unsigned ms)
+{
+	struct kv_redis *r = h;
+	if (ms == 0)
+		ms = 1; /* 0 would be no timeout at all */
+	struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+	if (r->c && !r->c->err)
+		(void)redisSetTimeout(r->c, tv);
+}
+
 const struct kv_backend kv_redis_backend = {
+	.set_timeout = r_set_timeout,
 	.name = "redis",
 	.get = r_get,
 	.set = r_set,
