@@ -2918,6 +2918,100 @@ START_TEST(kv_survives_kill)
 }
 END_TEST
 
+/* A redis-server on a free loopback port for one test: no persistence
+ * beyond its own dir (appendfsync always, as docs/KV.md advises). pid 0
+ * when redis-server is not installed. */
+struct redis {
+	pid_t pid;
+	int port;
+	char dir[64];
+	char spec[64];
+};
+
+static void redis_start(struct redis *rd)
+{
+	memset(rd, 0, sizeof *rd);
+	if (system("command -v redis-server >/dev/null 2>&1 && "
+		   "command -v redis-cli >/dev/null 2>&1") != 0)
+		return;
+	snprintf(rd->dir, sizeof rd->dir, "/tmp/moat-redis-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(rd->dir));
+	rd->port = free_port();
+	char port[16];
+	snprintf(port, sizeof port, "%d", rd->port);
+	rd->pid = fork();
+	ck_assert_int_ge(rd->pid, 0);
+	if (rd->pid == 0) {
+		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+		dup2(null, 1);
+		dup2(null, 2);
+		execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
+		       "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir",
+		       rd->dir, "--daemonize", "no", (char *)NULL);
+		_exit(127);
+	}
+	known_add(rd->pid); /* not a leftover of the servers */
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "redis-cli -p %d ping 2>/dev/null | grep -q PONG", rd->port);
+	long t0 = now_ms();
+	while (system(cmd) != 0) {
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000), "redis-server did not start");
+		sleep_ms(50);
+	}
+	snprintf(rd->spec, sizeof rd->spec, "redis://127.0.0.1:%d/0", rd->port);
+}
+
+static void redis_stop(struct redis *rd)
+{
+	if (!rd->pid)
+		return;
+	kill(rd->pid, SIGTERM);
+	int st;
+	waitpid(rd->pid, &st, 0);
+	known_del(rd->pid);
+	char cmd[128]; /* redis 7 keeps its append-only files in a subdirectory */
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", rd->dir);
+	ck_assert_int_eq(system(cmd), 0);
+}
+
+/* Two services on one Redis: what one stores, the other serves; a DELETE on
+ * one retires the id for both. */
+START_TEST(kv_redis_two_nodes)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct redis rd;
+	redis_start(&rd);
+	if (!rd.pid) {
+		fprintf(stderr, "note: %s: redis-server is not installed; not run\n", __func__);
+		return;
+	}
+	struct server a, b;
+	struct server_opts o = { .kv = rd.spec };
+	server_start(&a, _i, &o);
+	server_start(&b, _i, &o);
+	ck_assert_int_ne(a.port, b.port);
+	struct resp r;
+	for (int i = 1; i <= 4; i++) {
+		run_kv(i % 2 ? &a : &b, "/py/visit", PY_VISIT, "shared-user", true, &r);
+		char want[32];
+		snprintf(want, sizeof want, "visit %d", i);
+		ck_assert_msg(r.code == 200 && !strcmp(r.body, want), "visit %d on node %c: [%.300s]",
+			      i, i % 2 ? 'a' : 'b', r.body);
+		resp_free(&r);
+	}
+	struct req q = { .method = "DELETE", .path = "/v1/kv/shared-user" };
+	call(&b, &q, &r);
+	ck_assert_msg(r.code == 200 && jnum(r.json, "removed") == 1, "DELETE: %.300s", r.body);
+	resp_free(&r);
+	run_kv(&a, "/py/visit", PY_VISIT, "shared-user", true, &r);
+	ck_assert_msg(!strcmp(r.body, "visit 1"), "after DELETE on b, a: [%.300s]", r.body);
+	resp_free(&r);
+	server_stop(&a);
+	server_stop(&b);
+	redis_stop(&rd);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -2959,6 +3053,7 @@ Suite *serve_suite(void)
 	ADD(kv_store);
 	ADD(kv_off);
 	ADD(kv_survives_kill);
+	ADD(kv_redis_two_nodes);
 	ADD(ipv6_listener);
 	ADD(malformed_http);
 	ADD(connection_limit);
