@@ -75,7 +75,7 @@ INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
 .PHONY: all deps check check-unit check-integration check-node check-threads check-vm install \
-        clean bench bench-egress bench-serve timeline soak soak-short fuzz fuzz-build \
+        clean bench bench-egress bench-serve bench-kv timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat
 
@@ -201,6 +201,11 @@ bench-egress: $(BUILD)/moat
 # clients, beside moat exec spawned per request (bench/README.md).
 bench-serve: $(BUILD)/moat
 	sh bench/serve.sh $(CURDIR)/$(BUILD)/moat
+
+# The key-value store from inside a sandbox: p50/p90/p99 of set and get
+# through the Python shim, SQLite and Redis (bench/kv.sh)
+bench-kv: $(BUILD)/moat
+	sh bench/kv.sh $(CURDIR)/$(BUILD)/moat
 
 # Where start-up time goes, step by step: an instrumented build (src/core/stamp.h).
 timeline:
