@@ -9,12 +9,12 @@
 
 static void usage(FILE *f)
 {
-	fputs("usage: moat kv [--kv SPEC] list SANDBOXID      its keys (JSON)\n"
+	fputs("usage: moat kv [--kv SPEC | --config F] list SANDBOXID   its keys (JSON)\n"
 	      "       moat kv [--kv SPEC] get SANDBOXID KEY   the value's bytes\n"
 	      "       moat kv [--kv SPEC] export SANDBOXID    keys and values (JSON)\n"
 	      "       moat kv [--kv SPEC] clear SANDBOXID     delete every key of the id\n"
-	      "SPEC: a file, sqlite:FILE or redis://HOST:PORT/DB (default: this user's\n"
-	      "SQLite file). Exit status: 0; 1 when get finds no such key; 2 for bad\n"
+	      "SPEC: a file, sqlite:FILE or redis://HOST:PORT/DB (default: the config's\n"
+	      "\"kv\", else this user's SQLite file). Exit status: 0; 1 when get finds no such key; 2 for bad\n"
 	      "arguments; 3 when the store cannot be used.\n", f);
 }
 
@@ -22,15 +22,18 @@ int cli_kv(int argc, char **argv)
 {
 	static const struct option longs[] = {
 		{ "kv", required_argument, NULL, 'k' },
+		{ "config", required_argument, NULL, 'c' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
-	const char *spec = NULL;
+	const char *spec = NULL, *config = NULL;
 	int c;
 	optind = 1;
 	while ((c = getopt_long(argc, argv, "+h", longs, NULL)) != -1) {
 		if (c == 'k') {
 			spec = optarg;
+		} else if (c == 'c') {
+			config = optarg;
 		} else if (c == 'h') {
 			usage(stdout);
 			return 0;
@@ -49,8 +52,18 @@ int cli_kv(int argc, char **argv)
 	struct moat_error err = { 0 };
 	char *out = NULL;
 	size_t len = 0;
+	struct moat_config *cfg = NULL;
+	if (!spec) { /* the config's "kv", as moat exec and moat serve use it */
+		if (moat_config_load(config, &cfg, &err) < 0) {
+			int st = cli_fail(&err);
+			moat_error_clear(&err);
+			return st;
+		}
+		spec = moat_config_kv_store(cfg);
+	}
 	int rc = moat_kv_admin(spec, argv[0], argv[1], strlen(argv[1]), get ? argv[2] : NULL, &out,
 			       &len, &err);
+	moat_config_free(cfg); /* spec is not used after this */
 	if (rc < 0) {
 		rc = cli_fail(&err);
 		moat_error_clear(&err);

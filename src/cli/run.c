@@ -175,6 +175,12 @@ static int run_with_provider(struct moat_request *req, unsigned given, const cha
 	if (!provider)
 		*used = moat_provider_name(moat_config_provider(cfg));
 	moat_config_apply(cfg, req, given);
+	if (req->kv_enabled && !opts->runtime_dir && *used && !strcmp(*used, "native")) {
+		moat_config_free(cfg);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "kvEnabled needs the runtime shims (--runtime DIR, "
+				      "$MOAT_RUNTIME_DIR, or ../share/moat/runtime next to moat)");
+	}
 	struct moat_provider_options po = { .cfg = cfg, .run = opts };
 	int rc = moat_provider_run(*used, req, &po, res, err);
 	moat_config_free(cfg);
@@ -482,16 +488,13 @@ int cli_exec(int argc, char **argv)
 	if (req->kv_enabled || req->sandbox_id) {
 		rt = runtime ? (cli_is_dir(runtime) ? realpath(runtime, NULL) : NULL)
 			     : cli_find_runtime();
-		if (!rt && (runtime || req->kv_enabled)) {
-			moat_error_set(&err, MOAT_ERR_UNAVAILABLE, 0,
-				       runtime ? "--runtime: not a directory"
-					       : "kvEnabled needs the runtime shims (--runtime DIR, "
-						 "$MOAT_RUNTIME_DIR, or ../share/moat/runtime next to "
-						 "moat)");
+		if (!rt && runtime) {
+			moat_error_set(&err, MOAT_ERR_CONFIG, 0, "--runtime %s: not a directory",
+				       runtime);
 			moat_request_free(req);
 			goto fail;
 		}
-		opts.runtime_dir = rt;
+		opts.runtime_dir = rt; /* none found: run_with_provider says so */
 	}
 	rc = run_with_provider(req, given, provider, config_path, &opts, &used, &res, &err);
 	moat_request_free(req);

@@ -318,6 +318,11 @@ int cli_serve(int argc, char **argv)
 				"requests will get 503; scripts work\n");
 	}
 
+	/* the flags win over the config's "kv" and "kvQuota" */
+	if (!kv && !no_kv)
+		kv = moat_config_kv_store(cfg);
+	if (!kv_quota && !no_kv)
+		kv_quota = moat_config_kv_quota(cfg);
 	struct moat_run_options kvo;
 	moat_run_options_init(&kvo);
 	if (kv_quota && moat_kv_quota_options(kv_quota, &kvo, &err) < 0) {

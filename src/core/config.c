@@ -47,7 +47,7 @@ void moat_config_free(struct moat_config *cfg)
 	char **strs[] = { &cfg->source, &cfg->provider, &cfg->e2b_api_key, &cfg->e2b_api_url,
 			  &cfg->e2b_sandbox_url, &cfg->e2b_template, &cfg->daytona_api_url,
 			  &cfg->daytona_api_key, &cfg->docker_path, &cfg->policy_path,
-			  &cfg->rootfs_dir, &cfg->serve_json };
+			  &cfg->rootfs_dir, &cfg->serve_json, &cfg->kv_store, &cfg->kv_quota };
 	for (size_t i = 0; i < sizeof strs / sizeof strs[0]; i++)
 		free(*strs[i]);
 	for (size_t i = 0; i < cfg->images_count; i++) {
@@ -251,6 +251,10 @@ static int fill(struct moat_config *cfg, const cJSON *obj, const char *source,
 			rc = get_str(it, source, &cfg->rootfs_dir, err);
 		} else if (!strcmp(k, "images")) {
 			rc = get_images(cfg, it, source, err);
+		} else if (!strcmp(k, "kv")) {
+			rc = get_str(it, source, &cfg->kv_store, err);
+		} else if (!strcmp(k, "kvQuota")) {
+			rc = get_str(it, source, &cfg->kv_quota, err);
 		} else if (!strcmp(k, "serve")) {
 			/* moat serve's limits: checked by the service (serve/limits.c) */
 			free(cfg->serve_json);
@@ -461,4 +465,14 @@ const char *moat_config_image(const struct moat_config *cfg, const char *languag
 const char *moat_config_provider(const struct moat_config *cfg)
 {
 	return cfg && cfg->provider ? cfg->provider : "native";
+}
+
+const char *moat_config_kv_store(const struct moat_config *cfg)
+{
+	return cfg ? cfg->kv_store : NULL;
+}
+
+const char *moat_config_kv_quota(const struct moat_config *cfg)
+{
+	return cfg ? cfg->kv_quota : NULL;
 }

@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/sys.h"
 #include "kv/internal.h"
 
 /* ---- libsqlite3 through dlopen ---- */
@@ -150,13 +151,25 @@ int kv_sqlite_open(const char *path, void **h, struct moat_error *err)
 			    SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_NOFOLLOW, NULL);
 	if (rc == SQLITE_OK)
 		rc = sq.busy_timeout(s->db, (int)KV_OP_WAIT_MS);
-	/* journal_mode first: the table is then created in WAL */
-	if (rc == SQLITE_OK)
+	/* journal_mode first: the table is then created in WAL. Switching the
+	 * mode, and reading the schema while another process recovers the WAL
+	 * after a crash, can answer SQLITE_BUSY without calling the busy
+	 * handler: such a start is retried, for as long as an operation may
+	 * wait (a "database is locked" never reaches the caller early) */
+	int64_t until = moat_mono_ms() + KV_OP_WAIT_MS;
+	for (unsigned nap = 1; rc == SQLITE_OK;) {
 		rc = sq.exec(s->db,
 			     "PRAGMA journal_mode = WAL; PRAGMA synchronous = FULL; "
 			     "CREATE TABLE IF NOT EXISTS kv (sid BLOB NOT NULL, key BLOB NOT NULL, "
 			     "value BLOB NOT NULL, PRIMARY KEY (sid, key)) WITHOUT ROWID;",
 			     NULL, NULL, NULL);
+		if (((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) ||
+		    moat_mono_ms() >= until)
+			break;
+		usleep(nap * 1000);
+		nap = nap < 32 ? nap * 2 : 32;
+		rc = SQLITE_OK;
+	}
 	for (int i = 0; rc == SQLITE_OK && i < Q__COUNT; i++)
 		rc = sq.prepare_v2(s->db, sql[i], -1, &s->q[i], NULL);
 	if (rc != SQLITE_OK) {

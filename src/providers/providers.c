@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "core/sys.h"
+#include "moat_admin.h"
 #include "providers/internal.h"
 
 static int native_run(const struct moat_request *req, const struct moat_provider_options *o,
@@ -18,6 +19,11 @@ static int native_run(const struct moat_request *req, const struct moat_provider
 		opts.policy_path = o->cfg->policy_path;
 	if (!opts.rootfs_dir && o->cfg->rootfs_dir)
 		opts.rootfs_dir = o->cfg->rootfs_dir;
+	if (!opts.kv_store && o->cfg->kv_store)
+		opts.kv_store = o->cfg->kv_store;
+	if (!opts.kv_max_keys && !opts.kv_max_bytes && !opts.kv_max_value && o->cfg->kv_quota &&
+	    moat_kv_quota_options(o->cfg->kv_quota, &opts, err) < 0)
+		return -1;
 	if (moat_run(req, &opts, out, err) < 0)
 		return -1;
 	(*out)->provider = "native";
@@ -74,6 +80,11 @@ int moat_provider_run(const char *name, const struct moat_request *req,
 				      "unknown provider (native, docker, e2b, daytona, none)");
 	if (moat_request_validate(req, err) < 0)
 		return -1;
+	/* the store lives in moat; another provider would run without it */
+	if (req->kv_enabled && p->run != native_run)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "\"kvEnabled\" needs the native provider (the key-value store "
+				      "is moat's own; provider \"%s\" has none)", p->name);
 	if (p->run(req, o, out, err) < 0)
 		return -1;
 	(*out)->provider = p->name;

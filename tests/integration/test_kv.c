@@ -242,8 +242,8 @@ START_TEST(kv_durable_after_kill)
 	bool seen = false;
 	for (int i = 0; i < 600 && !seen; i++) {
 		char cmd[512];
-		snprintf(cmd, sizeof cmd, "'%s' kv --kv '%s' get durable done >/dev/null 2>&1",
-			 getenv("MOAT_BIN"), st.file);
+		snprintf(cmd, sizeof cmd, "'%s' kv --kv '%s' get durable done >/dev/null 2>'%s/poll.err'",
+			 getenv("MOAT_BIN"), st.file, st.dir);
 		seen = _i == MODE_ROOT || !harness_is_root()
 			       ? system(cmd) == 0
 			       : false;
@@ -256,10 +256,20 @@ START_TEST(kv_durable_after_kill)
 		if (!seen)
 			usleep(50000);
 	}
-	ck_assert_msg(seen, "the program's set never became visible");
 	ck_assert_int_eq(kill(p.pid, SIGKILL), 0);
 	struct run_out o = { 0 };
 	harness_finish(&p, &o);
+	if (!seen) {
+		char errf[128], buf[512] = "";
+		snprintf(errf, sizeof errf, "%s/poll.err", st.dir);
+		FILE *f = fopen(errf, "r");
+		if (f) {
+			buf[fread(buf, 1, sizeof buf - 1, f)] = '\0';
+			fclose(f);
+		}
+		ck_abort_msg("the program's set never became visible: moat kv said [%s]; the run: "
+			     "%.500s %.300s", buf, o.out, o.err);
+	}
 	ck_assert_int_eq(o.status, 128 + SIGKILL);
 	harness_free(&o);
 	free(req);
@@ -437,6 +447,55 @@ START_TEST(kv_cli)
 }
 END_TEST
 
+/* The config's "kv" and "kvQuota" choose the store as --kv does; another
+ * provider refuses kvEnabled instead of running without the store. */
+START_TEST(kv_config_and_providers)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct store st;
+	store_make(&st, _i);
+	char cfg[128], text[256];
+	snprintf(cfg, sizeof cfg, "%s/moat.json", st.dir);
+	snprintf(text, sizeof text, "{\"kv\":\"sqlite:%s\",\"kvQuota\":\"keys=1\"}", st.file);
+	FILE *f = fopen(cfg, "w");
+	ck_assert_ptr_nonnull(f);
+	fputs(text, f);
+	ck_assert_int_eq(fclose(f), 0);
+	if (_i == MODE_ROOTLESS && harness_is_root())
+		ck_assert_int_eq(chown(cfg, ROOTLESS_ID, ROOTLESS_ID), 0);
+	const char *code = "from spin_sdk import key_value\n"
+			   "s = key_value.open_default()\n"
+			   "s.set('one', b'1')\n"
+			   "try:\n"
+			   "    s.set('two', b'2')\n"
+			   "except key_value.Error as e:\n"
+			   "    print(e.kind)\n";
+	char *qc = harness_json_quote(code), *req = NULL;
+	ck_assert_int_ge(asprintf(&req, "{\"code\":%s,\"sandboxId\":\"cfg\",\"kvEnabled\":true}", qc),
+			 0);
+	const char *args[] = { "exec", "--config", cfg, "--runtime", harness_runtime_dir(), NULL };
+	struct run_out o;
+	harness_run(_i, args, req, strlen(req), &o);
+	expect_ok("config store", &o);
+	ck_assert_str_eq(out_of(&o), "store_table_full\n");
+	harness_free(&o);
+	const char *list[] = { "kv", "--config", cfg, "list", "cfg", NULL };
+	harness_run(_i, list, "", 0, &o);
+	ck_assert_str_eq(o.out, "{\"sandboxId\":\"cfg\",\"keys\":[\"one\"]}\n");
+	harness_free(&o);
+	const char *docker[] = { "exec", "--provider", "docker", "--kv", st.file, NULL };
+	harness_run(_i, docker, req, strlen(req), &o);
+	ck_assert_msg(o.status == 2 && harness_error_type(&o) &&
+			      !strcmp(harness_error_type(&o), "SandboxConfigError") &&
+			      strstr(o.out, "native provider"),
+		      "kvEnabled with docker: %.400s", o.out);
+	harness_free(&o);
+	free(req);
+	free(qc);
+	store_drop(&st);
+}
+END_TEST
+
 Suite *kv_suite(void)
 {
 	Suite *s = suite_create("kv");
@@ -450,6 +509,7 @@ Suite *kv_suite(void)
 	tcase_add_loop_test(tc, kv_quotas_in_program, 0, 2);
 	tcase_add_loop_test(tc, kv_request_errors, 0, 2);
 	tcase_add_loop_test(tc, kv_cli, 0, 2);
+	tcase_add_loop_test(tc, kv_config_and_providers, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }
