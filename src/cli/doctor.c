@@ -199,6 +199,24 @@ int cli_doctor(int argc, char **argv)
 	/* a host without it still runs every request without network */
 	trial_network();
 
+	/* the key-value store of kvEnabled requests: opened as a run opens it */
+	{
+		struct moat_error err = { 0 };
+		char *kind = NULL;
+		if (moat_kv_probe(NULL, &kind, &err) == 0)
+			printf("kv store:           %s, the default file of this user opens "
+			       "(--kv or the config's \"kv\" choose another)\n", kind);
+		else
+			printf("kv store:           the default does not open: %s (kvEnabled requests "
+			       "need --kv or the config's \"kv\")\n", err.message);
+		free(kind);
+		moat_error_clear(&err);
+		char *rt = cli_find_runtime();
+		printf("runtime shims:      %s\n", rt ? rt : "not found (handlers and the store's "
+							   "API need --runtime DIR)");
+		free(rt);
+	}
+
 	static const char *const interp[] = { "python3", "node", "bash", "sh" };
 	for (size_t i = 0; i < sizeof interp / sizeof interp[0]; i++) {
 		const char *p = find_exec(interp[i], path, sizeof path);
