@@ -35,6 +35,9 @@ enum {
 	MOAT_REQ_HAS_STRICT = 1u << 5,
 	MOAT_REQ_HAS_MAXOUT = 1u << 6,
 };
+/* The config's "kv" (the store spec, docs/KV.md) and "kvQuota", or NULL. */
+const char *moat_config_kv_store(const struct moat_config *cfg);
+const char *moat_config_kv_quota(const struct moat_config *cfg);
 /* Fills the request fields not in given (MOAT_REQ_HAS_*) from the config. */
 void moat_config_apply(const struct moat_config *cfg, struct moat_request *req, unsigned given);
 /* Which of the MOAT_REQ_HAS_* keys a (valid) JSON request names. */
