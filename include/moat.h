@@ -207,6 +207,9 @@ struct moat_run_options {
 	uint64_t tmpfs_bytes;      /* /tmp and /sandbox size; 0: 64 MiB */
 	uint32_t root_host_id;     /* host uid/gid for sandbox 65534 when run as root; 0: 65534 */
 	bool seccomp_log;          /* report every call the filter refuses (result "seccomp") */
+	/* Refuse to run (SandboxUnavailableError) where a defense-in-depth layer
+	 * is missing (Landlock), instead of running with a warning. */
+	bool strict_isolation;
 	/* Called with each chunk of captured output (within the cap), as it comes. */
 	void (*on_output)(void *ctx, enum moat_stream stream, const char *buf, size_t len);
 	void *output_ctx;

@@ -32,6 +32,8 @@ static void run_usage(FILE *f)
 	      "  --net                 allow network egress\n"
 	      "  --policy FILE         seccomp policy (Docker JSON format)\n"
 	      "  --seccomp-log         report every system call the policy refused\n"
+	      "  --strict-isolation    refuse to run where Landlock (the second filesystem\n"
+	      "                        wall) is missing, instead of a warning\n"
 	      "  --rootfs DIR          a prepared root directory instead of the host's /usr\n"
 	      "  --provider NAME       native (default), docker, e2b, daytona or none\n"
 	      "  --config FILE         config file (default: $MOAT_CONFIG, ./moat.json,\n"
@@ -155,7 +157,7 @@ static int print_json_result(const struct moat_result *r)
 enum {
 	OPT_TIMEOUT = 256, OPT_MEMORY, OPT_CPUS, OPT_PIDS, OPT_STRICT, OPT_ENV, OPT_FILE,
 	OPT_STDIN, OPT_MAXOUT, OPT_NET, OPT_POLICY, OPT_ROOTFS, OPT_JSON, OPT_HELP, OPT_SCLOG,
-	OPT_PROVIDER, OPT_CONFIG, OPT_KV, OPT_KV_QUOTA, OPT_RUNTIME,
+	OPT_PROVIDER, OPT_CONFIG, OPT_KV, OPT_KV_QUOTA, OPT_RUNTIME, OPT_STRICT_ISO,
 };
 
 /* Loads the config, fills what the request did not set, checks the provider
@@ -207,6 +209,7 @@ int cli_run(int argc, char **argv)
 		{ "seccomp-log", no_argument, NULL, OPT_SCLOG },
 		{ "provider", required_argument, NULL, OPT_PROVIDER },
 		{ "config", required_argument, NULL, OPT_CONFIG },
+		{ "strict-isolation", no_argument, NULL, OPT_STRICT_ISO },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_error err = { 0 };
@@ -340,6 +343,9 @@ int cli_run(int argc, char **argv)
 		case OPT_SCLOG:
 			opts.seccomp_log = true;
 			break;
+		case OPT_STRICT_ISO:
+			opts.strict_isolation = true;
+			break;
 		case OPT_PROVIDER:
 			provider = optarg;
 			break;
@@ -436,6 +442,7 @@ int cli_exec(int argc, char **argv)
 		{ "kv", required_argument, NULL, OPT_KV },
 		{ "kv-quota", required_argument, NULL, OPT_KV_QUOTA },
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
+		{ "strict-isolation", no_argument, NULL, OPT_STRICT_ISO },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_run_options opts;
@@ -460,6 +467,8 @@ int cli_exec(int argc, char **argv)
 			opts.kv_store = optarg;
 		else if (c == OPT_RUNTIME)
 			runtime = optarg;
+		else if (c == OPT_STRICT_ISO)
+			opts.strict_isolation = true;
 		else if (c == OPT_KV_QUOTA) {
 			if (moat_kv_quota_options(optarg, &opts, &err) < 0)
 				goto fail;

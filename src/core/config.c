@@ -251,6 +251,8 @@ static int fill(struct moat_config *cfg, const cJSON *obj, const char *source,
 			rc = get_str(it, source, &cfg->rootfs_dir, err);
 		} else if (!strcmp(k, "images")) {
 			rc = get_images(cfg, it, source, err);
+		} else if (!strcmp(k, "strictIsolation")) {
+			rc = get_bool(it, source, &cfg->strict_isolation, err);
 		} else if (!strcmp(k, "kv")) {
 			rc = get_str(it, source, &cfg->kv_store, err);
 		} else if (!strcmp(k, "kvQuota")) {

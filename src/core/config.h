@@ -41,6 +41,7 @@ struct moat_config {
 	char *docker_path;     /* NULL: "docker" looked up on $PATH */
 	char *policy_path;     /* native: seccomp policy file */
 	char *rootfs_dir;      /* native: prepared root directory */
+	int strict_isolation;  /* "strictIsolation": refuse runs without Landlock (0/1) */
 	char *kv_store;        /* "kv": the store spec (docs/KV.md), or NULL */
 	char *kv_quota;        /* "kvQuota": "keys=N,bytes=N,value=N", or NULL */
 	char *serve_json;      /* the "serve" object (moat serve's limits) as JSON, or NULL */

@@ -134,3 +134,15 @@ int moat_priv_landlock(const struct moat_priv_plan *p)
 	errno = saved;
 	return rc < 0 ? -1 : 0;
 }
+
+int moat_landlock_decide(int abi, bool strict, struct moat_error *err)
+{
+	if (abi >= 1)
+		return 0;
+	if (strict)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "strict isolation: Landlock is not available on this kernel "
+				      "(not built, or not in the lsm= boot list), and the run would "
+				      "have only one filesystem wall; refusing to run");
+	return 1;
+}

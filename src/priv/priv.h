@@ -49,5 +49,12 @@ int moat_priv_landlock(const struct moat_priv_plan *p);
 /* The kernel's Landlock ABI version; 0 when Landlock is unavailable
  * (not built, or not in the lsm= list). */
 int moat_landlock_abi(void);
+/* Pure: what a run does about the kernel's Landlock ABI. abi >= 1: nothing
+ * (0). abi 0: with strict, -1 and *err (SandboxUnavailableError: the run is
+ * refused); without, 1: the caller adds MOAT_LANDLOCK_MISSING as a warning. */
+int moat_landlock_decide(int abi, bool strict, struct moat_error *err);
+#define MOAT_LANDLOCK_MISSING                                                        \
+	"Landlock is not available on this kernel (not built, or not in the lsm= boot " \
+	"list): the read-only mounts are the only filesystem wall, without a second one"
 
 #endif

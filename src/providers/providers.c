@@ -19,6 +19,8 @@ static int native_run(const struct moat_request *req, const struct moat_provider
 		opts.policy_path = o->cfg->policy_path;
 	if (!opts.rootfs_dir && o->cfg->rootfs_dir)
 		opts.rootfs_dir = o->cfg->rootfs_dir;
+	if (o->cfg->strict_isolation)
+		opts.strict_isolation = true;
 	if (!opts.kv_store && o->cfg->kv_store)
 		opts.kv_store = o->cfg->kv_store;
 	if (!opts.kv_max_keys && !opts.kv_max_bytes && !opts.kv_max_value && o->cfg->kv_quota &&

@@ -288,10 +288,10 @@ int run_prepare(struct run *r, struct moat_error *err)
 	moat_stamp("sup: seccomp prepared");
 	if (moat_priv_prepare(&r->priv, tmpfs, err) < 0)
 		return -1;
-	if (r->priv.landlock_abi < 1 &&
-	    moat_result_warn(r->res, "Landlock is not available on this kernel (not built, or "
-			     "not in the lsm= boot list): the read-only mounts are the only "
-			     "filesystem wall, without a second one") < 0)
+	int ll = moat_landlock_decide(r->priv.landlock_abi, r->opts.strict_isolation, err);
+	if (ll < 0)
+		return -1;
+	if (ll > 0 && moat_result_warn(r->res, "%s", MOAT_LANDLOCK_MISSING) < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	if (moat_cgroup_prepare(req, r->res, &r->cg, err) < 0)
 		return -1;

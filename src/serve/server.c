@@ -341,6 +341,7 @@ static void run_options(struct req *q, struct moat_run_options *opts)
 	opts->rootfs_dir = o->rootfs_dir ? o->rootfs_dir : o->cfg->rootfs_dir;
 	opts->policy_path = o->cfg->policy_path;
 	opts->runtime_dir = o->runtime_dir;
+	opts->strict_isolation = o->cfg->strict_isolation;
 	opts->kv_store = o->kv_store;
 	opts->kv_max_keys = o->kv_max_keys;
 	opts->kv_max_bytes = o->kv_max_bytes;

@@ -21,6 +21,7 @@ Suite *egress_suite(void);
 Suite *collect_suite(void);
 Suite *serve_suite(void);
 Suite *kv_suite(void);
+Suite *priv_suite(void);
 Suite *kv_redis_suite(void);
 
 #endif

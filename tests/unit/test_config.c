@@ -44,8 +44,12 @@ START_TEST(all_keys)
 		"\"python:3.11\",\"js\":\"node:20\"},\"strictLimits\":true,\"maxOutputBytes\":1000,"
 		"\"e2bApiUrl\":\"https://e.example.com\",\"e2bTemplate\":\"base\","
 		"\"e2bSandboxUrl\":\"https://{sandboxId}.example.com\",\"dockerPath\":\"/bin/docker\","
-		"\"policy\":\"/p.json\",\"rootfs\":\"/r\"}", false);
+		"\"policy\":\"/p.json\",\"rootfs\":\"/r\",\"strictIsolation\":true,"
+		"\"kv\":\"redis://127.0.0.1:6379/2\",\"kvQuota\":\"keys=5\"}", false);
 	ck_assert_str_eq(cfg->provider, "docker");
+	ck_assert_int_eq(cfg->strict_isolation, 1);
+	ck_assert_str_eq(moat_config_kv_store(cfg), "redis://127.0.0.1:6379/2");
+	ck_assert_str_eq(moat_config_kv_quota(cfg), "keys=5");
 	ck_assert_uint_eq(cfg->timeout_ms, 5000);
 	ck_assert_uint_eq(cfg->memory_mb, 256);
 	ck_assert(cfg->cpus == 0.5);
