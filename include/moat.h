@@ -186,6 +186,7 @@ struct moat_result {
 	char *network_json;        /* the network mode and, with egress, every connection */
 	char *files_json;          /* "outputs" files collected after the run */
 	char *seccomp_json;        /* with seccomp_log: the calls the filter refused */
+	bool pooled;               /* ran in a warm sandbox ("pool": true) */
 };
 
 struct moat_result *moat_result_new(void);
@@ -278,5 +279,26 @@ int moat_sandbox_create(const struct moat_request *req, const struct moat_run_op
 int moat_sandbox_start(struct moat_sandbox *sb, struct moat_error *err);
 int moat_sandbox_wait(struct moat_sandbox *sb, struct moat_result **out, struct moat_error *err);
 void moat_sandbox_release(struct moat_sandbox *sb);
+
+/* Warm sandboxes (moat serve's pool; docs/SERVE.md, "The pool").
+ * moat_sandbox_prewarm creates and starts a sandbox whose program is boot, a
+ * bootstrap (the runtime shims' moat_pool.py / pool.cjs) that waits on its
+ * stdin, locked down like any run, for one request. boot stays borrowed
+ * until release; opts' cancel/hangup fds and on_output are ignored (the
+ * request brings its own). The thread that prewarms must outlive the
+ * sandbox (pid 1's parent-death signal follows the creating thread). */
+int moat_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_options *opts,
+			 struct moat_sandbox **out, struct moat_error *err);
+/* NULL when req can be handed to a sandbox prewarmed with boot; otherwise
+ * why not (a static string): another language, network, outputs,
+ * kvEnabled, other limits, or an env variable read at interpreter start. */
+const char *moat_pool_refusal(const struct moat_request *boot, const struct moat_request *req);
+/* Hands the warm sandbox its one request (validated, and refused with a
+ * SandboxConfigError when moat_pool_refusal says no); per gives the
+ * request's cancel_fd, hangup_fd and on_output (may be NULL). req stays
+ * borrowed until release. Then moat_sandbox_wait as for any run: the result
+ * has "pool": true, durationMs and the timeout count from the delivery. */
+int moat_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
+			 const struct moat_run_options *per, struct moat_error *err);
 
 #endif

@@ -137,6 +137,8 @@ struct moat_serve_options {
 	const char *kv_store;
 	uint64_t kv_max_keys, kv_max_bytes, kv_max_value;
 	bool kv_off;
+	int pool;                 /* warm sandboxes per language (python, javascript); 0: none;
+				   * -1: the config's serve.pool, else sized to the memory */
 	const char *rootfs_dir;   /* NULL: the config's, else the host-derived root */
 	const struct moat_config *cfg; /* never NULL: policy, rootfs and the "serve" limits */
 	FILE *log;                /* access log and notices */

@@ -29,11 +29,14 @@ static void usage(FILE *f)
 	      "                  [--max-concurrent N] [--queue N] [--config F] [--rootfs DIR]\n"
 	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
 	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
+	      "                  [--pool N]\n"
 	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
 	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: as root\n"
 	      "127.0.0.1:3000, otherwise the unix socket $XDG_RUNTIME_DIR/moat.sock.\n"
 	      "kvEnabled requests use the store of --kv (a file, sqlite:FILE or\n"
-	      "redis://HOST:PORT/DB; default: the SQLite file of this user); docs/KV.md.\n",
+	      "redis://HOST:PORT/DB; default: the SQLite file of this user); docs/KV.md.\n"
+	      "--pool N keeps N warm python and javascript sandboxes each (0: none;\n"
+	      "default: config serve.pool, else 1-2 by available memory).\n",
 	      f);
 }
 
@@ -217,12 +220,14 @@ int cli_serve(int argc, char **argv)
 		{ "kv", required_argument, NULL, 'k' },
 		{ "kv-quota", required_argument, NULL, 'Q' },
 		{ "no-kv", no_argument, NULL, 'N' },
+		{ "pool", required_argument, NULL, 'P' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *listen_spec = NULL, *sock = NULL, *token_file = NULL, *config = NULL;
 	const char *rootfs = NULL, *runtime = NULL, *kv = NULL, *kv_quota = NULL;
 	bool no_kv = false;
+	int pool = -1;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
 	bool have_queue = false;
@@ -239,6 +244,13 @@ int cli_serve(int argc, char **argv)
 		case 'k': kv = optarg; break;
 		case 'Q': kv_quota = optarg; break;
 		case 'N': no_kv = true; break;
+		case 'P': {
+			unsigned n;
+			if (parse_uint(optarg, 0, 64, &n) < 0)
+				return bad("--pool wants a number from 0 to 64, not %s", optarg);
+			pool = (int)n;
+			break;
+		}
 		case 'm':
 			if (parse_uint(optarg, 1, 4096, &maxc) < 0)
 				return bad("--max-concurrent wants a number from 1 to 4096, not %s",
@@ -396,6 +408,7 @@ int cli_serve(int argc, char **argv)
 		.client_timeout_s = client_to, .runtime_dir = rt, .rootfs_dir = rootfs, .cfg = cfg,
 		.log = stderr, .kv_store = kv, .kv_max_keys = kvo.kv_max_keys,
 		.kv_max_bytes = kvo.kv_max_bytes, .kv_max_value = kvo.kv_max_value, .kv_off = no_kv,
+		.pool = pool,
 	};
 	fd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {

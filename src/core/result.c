@@ -182,6 +182,10 @@ char *moat_result_to_json(const struct moat_result *res)
 		put_key(&b, &first, "seccomp");
 		moat_buf_append(&b, res->seccomp_json, strlen(res->seccomp_json));
 	}
+	if (res->pooled) { /* only then: a cold result is unchanged */
+		put_key(&b, &first, "pool");
+		moat_buf_append(&b, "true", 4);
+	}
 	moat_buf_append(&b, "}", 1);
 	return moat_buf_take(&b);
 }

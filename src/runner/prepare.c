@@ -335,6 +335,7 @@ void run_release(struct run *r)
 		close_fd(fds[i]);
 	moat_buf_free(&r->outs);
 	moat_kv_broker_free(r->broker);
+	free(r->pool_frame);
 	moat_kv_close(r->kv);
 	moat_seccomp_log_free(r->sclog);
 	moat_cgroup_finish(r->cg, NULL);

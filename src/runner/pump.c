@@ -20,7 +20,7 @@
 
 #define DRAIN_GRACE_MS 2000
 
-static int watch(struct run *r, enum pump_slot slot, uint32_t events)
+int pump_watch_slot(struct run *r, enum pump_slot slot, uint32_t events)
 {
 	struct epoll_event ev = { .events = events, .data.ptr = &r->pump[slot] };
 	return epoll_ctl(r->epfd, EPOLL_CTL_ADD, *r->pump[slot].fd, &ev);
@@ -101,7 +101,7 @@ static int on_report(struct run *r, struct pump_entry *e, struct moat_error *err
 			r->setup = rep;
 			r->have_setup = true;
 		} else if (rep.kind == MOAT_REPORT_LISTENER && r->listener >= 0 &&
-			   (!r->sclog || watch(r, PUMP_LISTENER, EPOLLIN) < 0)) {
+			   (!r->sclog || pump_watch_slot(r, PUMP_LISTENER, EPOLLIN) < 0)) {
 			/* unanswered, the filtered calls fail with ENOSYS */
 			close(r->listener);
 			r->listener = -1;
@@ -133,11 +133,10 @@ static int on_listener(struct run *r, struct pump_entry *e, struct moat_error *e
 
 static int on_stdin(struct run *r, struct pump_entry *e, struct moat_error *err)
 {
-	const struct moat_request *req = r->req;
-	ssize_t w = write(r->stdin_w, req->stdin_data + r->stdin_off, req->stdin_len - r->stdin_off);
+	ssize_t w = write(r->stdin_w, r->stdin_data + r->stdin_off, r->stdin_len - r->stdin_off);
 	if (w > 0)
 		r->stdin_off += (size_t)w;
-	if ((w < 0 && errno != EAGAIN && errno != EINTR) || r->stdin_off == req->stdin_len)
+	if ((w < 0 && errno != EAGAIN && errno != EINTR) || r->stdin_off == r->stdin_len)
 		pump_drop(r, e);
 	return PUMP_GO;
 }
@@ -250,6 +249,9 @@ int pump_watch(struct run *r, struct moat_error *err)
 	r->pump[PUMP_HANGUP] = (struct pump_entry){ &r->hangup_fd, on_cancel };
 	r->pump[PUMP_KV] = (struct pump_entry){ &r->kv_fd, on_kv };
 	size_t cap = r->req->max_output_bytes ? r->req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
+	/* a warm sandbox's stdin waits for its request (run_deliver) */
+	r->stdin_data = r->pooled ? NULL : r->req->stdin_data;
+	r->stdin_len = r->pooled ? 0 : r->req->stdin_len;
 	r->out = (struct run_stream){ MOAT_STDOUT, &r->res->stdout_buf, &r->res->stdout_len,
 				      &r->res->stdout_truncated, cap, 0 };
 	r->errout = (struct run_stream){ MOAT_STDERR, &r->res->stderr_buf, &r->res->stderr_len,
@@ -260,26 +262,26 @@ int pump_watch(struct run *r, struct moat_error *err)
 	    fcntl(r->stderr_r, F_SETFL, O_NONBLOCK) < 0 ||
 	    fcntl(r->report_r, F_SETFL, O_NONBLOCK) < 0 ||
 	    (r->outputs_r >= 0 && fcntl(r->outputs_r, F_SETFL, O_NONBLOCK) < 0) ||
-	    (r->req->stdin_len > 0 && fcntl(r->stdin_w, F_SETFL, O_NONBLOCK) < 0) ||
+	    ((r->stdin_len > 0 || r->pooled) && fcntl(r->stdin_w, F_SETFL, O_NONBLOCK) < 0) ||
 	    (r->kv_fd >= 0 && fcntl(r->kv_fd, F_SETFL, O_NONBLOCK) < 0))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "fcntl(O_NONBLOCK): %s",
 				      strerror(errno));
-	if (r->outputs_r >= 0 && watch(r, PUMP_OUTPUTS, EPOLLIN) < 0)
+	if (r->outputs_r >= 0 && pump_watch_slot(r, PUMP_OUTPUTS, EPOLLIN) < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "outputs pipe: %s",
 				      strerror(errno));
-	if (r->req->stdin_len == 0) {
+	if (r->stdin_len == 0 && !r->pooled) {
 		close(r->stdin_w);
 		r->stdin_w = -1;
 	}
-	if (watch(r, PUMP_STDOUT, EPOLLIN) < 0 || watch(r, PUMP_STDERR, EPOLLIN) < 0 ||
-	    watch(r, PUMP_REPORT, EPOLLIN) < 0 || watch(r, PUMP_TIMER, EPOLLIN) < 0 ||
-	    watch(r, PUMP_EXIT, EPOLLIN) < 0 ||
-	    (r->stdin_w >= 0 && watch(r, PUMP_STDIN, EPOLLOUT) < 0) ||
-	    (r->kv_fd >= 0 && watch(r, PUMP_KV, EPOLLIN) < 0))
+	if (pump_watch_slot(r, PUMP_STDOUT, EPOLLIN) < 0 || pump_watch_slot(r, PUMP_STDERR, EPOLLIN) < 0 ||
+	    pump_watch_slot(r, PUMP_REPORT, EPOLLIN) < 0 || pump_watch_slot(r, PUMP_TIMER, EPOLLIN) < 0 ||
+	    pump_watch_slot(r, PUMP_EXIT, EPOLLIN) < 0 ||
+	    (r->stdin_len > 0 && pump_watch_slot(r, PUMP_STDIN, EPOLLOUT) < 0) ||
+	    (r->kv_fd >= 0 && pump_watch_slot(r, PUMP_KV, EPOLLIN) < 0))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_ctl: %s",
 				      strerror(errno));
-	if ((r->cancel_fd >= 0 && watch(r, PUMP_CANCEL, EPOLLIN) < 0) ||
-	    (r->hangup_fd >= 0 && watch(r, PUMP_HANGUP, EPOLLRDHUP) < 0))
+	if ((r->cancel_fd >= 0 && pump_watch_slot(r, PUMP_CANCEL, EPOLLIN) < 0) ||
+	    (r->hangup_fd >= 0 && pump_watch_slot(r, PUMP_HANGUP, EPOLLRDHUP) < 0))
 		return moat_error_set(err, MOAT_ERR_CONFIG, errno,
 				      "cannot watch the cancellation fd: %s", strerror(errno));
 	return 0;

@@ -108,6 +108,12 @@ struct run {
 	struct moat_kv_broker *broker;
 	struct moat_kv_quota kvq;
 	bool kv_writing; /* the pump waits to write an answer, not to read */
+	/* a warm sandbox (pool.c): started with a bootstrap request, waiting on
+	 * its stdin for the real one until run_deliver */
+	bool pooled, delivered;
+	const char *stdin_data; /* what the pump feeds to the program's stdin */
+	size_t stdin_len;
+	char *pool_frame;       /* the delivered request as the bootstrap reads it */
 	pid_t pid; /* pid 1 of the sandbox, as the host sees it; -1 when reaped */
 	bool started;
 
@@ -147,8 +153,19 @@ void sigpipe_restore(struct sigpipe_guard *g);
 
 /* pump.c */
 int run_pump(struct run *r, struct moat_error *err);
+/* Watches one more entry (its fd set) for events. */
+int pump_watch_slot(struct run *r, enum pump_slot slot, uint32_t events);
 /* Registers the pump's entries (run_start, once pid 1 was released). */
 int pump_watch(struct run *r, struct moat_error *err);
+
+/* pool.c */
+/* Hands a started warm sandbox its one real request (docs/SERVE.md, "The
+ * pool"): req must pass run_pool_refusal against the bootstrap request;
+ * req and its per-request options (hangup_fd, cancel_fd, on_output) are
+ * borrowed until release. The wall clock, durationMs and the output caps
+ * start over from here. */
+int run_deliver(struct run *r, const struct moat_request *req,
+		const struct moat_run_options *per, struct moat_error *err);
 
 /* collect.c */
 int run_collect(struct run *r, struct moat_result **out, struct moat_error *err);

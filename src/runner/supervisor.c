@@ -50,6 +50,41 @@ int moat_sandbox_wait(struct moat_sandbox *sb, struct moat_result **out, struct 
 	return run_collect(&sb->run, out, err);    /* 6. reap, decode, stats (collect.c) */
 }
 
+int moat_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_options *opts,
+			 struct moat_sandbox **out, struct moat_error *err)
+{
+	struct moat_run_options o;
+	if (opts)
+		o = *opts;
+	else
+		moat_run_options_init(&o);
+	o.cancel_fd = o.hangup_fd = -1; /* the request's, given at delivery */
+	o.on_output = NULL;
+	o.output_ctx = NULL;
+	struct moat_sandbox *sb;
+	if (moat_sandbox_create(boot, &o, &sb, err) < 0)
+		return -1;
+	sb->run.pooled = true;
+	if (run_start(&sb->run, err) < 0) {
+		moat_sandbox_release(sb);
+		return -1;
+	}
+	*out = sb;
+	return 0;
+}
+
+int moat_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
+			 const struct moat_run_options *per, struct moat_error *err)
+{
+	if (moat_request_validate(req, err) < 0)
+		return -1;
+	struct sigpipe_guard g;
+	sigpipe_block(&g);
+	int rc = run_deliver(&sb->run, req, per, err);
+	sigpipe_restore(&g);
+	return rc;
+}
+
 void moat_sandbox_release(struct moat_sandbox *sb)
 {
 	if (!sb)

@@ -7,6 +7,7 @@
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
 #include "core/core.h"
 #include "serve/serve.h"
@@ -25,6 +26,7 @@ struct serve_limits {
 	uint64_t def_pids, max_pids;
 	bool allow_open_network;
 	uint64_t max_response_bytes;
+	int pool; /* "pool": warm sandboxes per language; -1: not set */
 };
 /* Built-in values (SERVE.md); max_cpus: online CPUs. */
 void serve_limits_default(struct serve_limits *l);
@@ -108,6 +110,20 @@ void serve_metrics_record(struct serve_metrics *m, enum serve_route r, int lang,
 			  enum serve_outcome o, double seconds);
 /* Prometheus text format; malloc'd. */
 char *serve_metrics_render(struct serve_metrics *m);
+
+/* ---- the warm pool (pool.c) ---- */
+struct serve_pool;
+/* want sandboxes per language (python, javascript) prewarmed with opts and
+ * the Spin requests' limits; want 0: no pool (*out NULL). */
+int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_run_options *opts,
+		     const struct serve_limits *limits, FILE *log, struct moat_error *err);
+/* Stops refilling, releases the idle ones, waits for the ones in use. */
+void serve_pool_stop(struct serve_pool *p);
+/* moat_run, in a warm sandbox when p has one for req (p may be NULL). */
+int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
+		   const struct moat_run_options *opts, struct moat_result **out,
+		   struct moat_error *err);
+void serve_pool_render(struct serve_pool *p, struct moat_buf *b);
 
 /* The one-line "error" of a Spin script result (NULL on success). */
 char *serve_script_error(const struct moat_result *res, const struct moat_request *req);

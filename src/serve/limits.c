@@ -21,6 +21,7 @@ void serve_limits_default(struct serve_limits *l)
 		.def_pids = 64, .max_pids = 256,
 		.allow_open_network = false,
 		.max_response_bytes = 16u * 1024u * 1024u,
+		.pool = -1,
 	};
 }
 
@@ -101,10 +102,15 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 			if (get_num(it, "", 1024, 1024.0 * 1024 * 1024, &v, err) < 0)
 				goto out;
 			l->max_response_bytes = (uint64_t)v;
+		} else if (!strcmp(k, "pool")) {
+			double v = 0;
+			if (get_num(it, "", 0, 64, &v, err) < 0)
+				goto out;
+			l->pool = (int)v;
 		} else {
 			moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
-				       "allowOpenNetwork, maxResponseBytes)", k);
+				       "allowOpenNetwork, maxResponseBytes, pool)", k);
 			goto out;
 		}
 	}

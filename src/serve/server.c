@@ -62,6 +62,7 @@ struct server {
 	bool watchdog_stop;
 	pthread_t watchdog;
 	bool have_watchdog;
+	struct serve_pool *pool; /* warm sandboxes, or NULL (--pool 0) */
 };
 
 /* A handler's response on its way from the worker to the connection. */
@@ -391,7 +392,7 @@ static void *handler_worker(void *arg)
 	opts.output_ctx = q;
 	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
-	int rc = moat_run(q->env.req, &opts, &res, &err);
+	int rc = serve_pool_run(q->s->pool, q->env.req, &opts, &res, &err);
 	pthread_mutex_lock(&q->mu);
 	frame_finish(&q->st.frame);
 	q->st.res = res;
@@ -533,7 +534,7 @@ static enum MHD_Result run_script(struct req *q, struct MHD_Connection *c,
 	run_options(q, &opts);
 	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
-	int rc = moat_run(req, &opts, &res, &err);
+	int rc = serve_pool_run(q->s->pool, req, &opts, &res, &err);
 	release_slot(q->s);
 	q->has_slot = false;
 	if (rc < 0) {
@@ -629,6 +630,33 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 		r = run_script(q, c, req, true);
 	moat_request_free(req);
 	return r;
+}
+
+/* Warm sandboxes per language: --pool, else the config's serve.pool, else
+ * 2 with at least 4 GiB available, 1 with 1 GiB, none below (an idle
+ * python sandbox holds about 10 MiB, a node one about 40). */
+static unsigned pool_size(int flag, int config)
+{
+	if (flag >= 0)
+		return (unsigned)flag;
+	if (config >= 0)
+		return (unsigned)config;
+	long pages = sysconf(_SC_AVPHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	double mib = pages > 0 && psize > 0 ? (double)pages * (double)psize / 1048576.0 : 0;
+	return mib >= 4096 ? 2 : mib >= 1024 ? 1 : 0;
+}
+
+/* The service's metrics and the pool's. */
+static char *metrics_text(struct server *s)
+{
+	char *m = serve_metrics_render(&s->metrics);
+	if (!m || !s->pool)
+		return m;
+	struct moat_buf b = { 0 };
+	moat_buf_append(&b, m, strlen(m));
+	free(m);
+	serve_pool_render(s->pool, &b);
+	return moat_buf_take(&b);
 }
 
 /* DELETE /v1/kv/<sandboxId>: retire an id's store. */
@@ -799,8 +827,7 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 		return fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
 			    "a valid bearer token is required (Authorization: Bearer ...)");
 	if (q->route == R_METRICS)
-		return respond(q, c, 200, serve_metrics_render(&s->metrics),
-			       "text/plain; version=0.0.4", NULL, NULL);
+		return respond(q, c, 200, metrics_text(s), "text/plain; version=0.0.4", NULL, NULL);
 	if (q->route == R_KV)
 		return kv_delete(q, c, url + 7);
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
@@ -989,6 +1016,19 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		goto out;
 	}
 	s->have_watchdog = true;
+	unsigned want = pool_size(o->pool, s->limits.pool);
+	if (want) {
+		struct moat_run_options po;
+		moat_run_options_init(&po);
+		po.rootfs_dir = o->rootfs_dir ? o->rootfs_dir : o->cfg->rootfs_dir;
+		po.policy_path = o->cfg->policy_path;
+		po.runtime_dir = o->runtime_dir;
+		po.strict_isolation = o->cfg->strict_isolation;
+		if (serve_pool_start(&s->pool, want, &po, &s->limits, o->log, err) < 0) {
+			close(o->listen_fd);
+			goto out;
+		}
+	}
 	s->d = MHD_start_daemon(
 		MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
 			MHD_USE_ITC | MHD_USE_ERROR_LOG,
@@ -1044,6 +1084,7 @@ out:
 		pthread_mutex_unlock(&s->conns_mu);
 		pthread_join(s->watchdog, NULL);
 	}
+	serve_pool_stop(s->pool); /* after every run: the pool's thread owns their pid 1 */
 	if (s->cancel_fd >= 0)
 		close(s->cancel_fd);
 	free(s);

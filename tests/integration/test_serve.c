@@ -220,6 +220,8 @@ struct server_opts {
 	const char *const *env;   /* NULL: the harness's environment (with its cgroups) */
 	const char *kv;           /* --kv SPEC; NULL: a store file in the server's dir;
 				   * "": no --kv (the tests' own args say) */
+	int pool;                 /* --pool N; 0 (the tests of cold runs): --pool 0;
+				   * -1: no --pool (the service's default) */
 };
 
 struct server {
@@ -409,6 +411,12 @@ static void server_spawn(struct server *s, int mode, const struct server_opts *o
 	}
 	argv[n++] = "--runtime";
 	argv[n++] = harness_runtime_dir();
+	char pool[16];
+	if (o->pool >= 0) {
+		snprintf(pool, sizeof pool, "%d", o->pool);
+		argv[n++] = "--pool";
+		argv[n++] = pool;
+	}
 	if (!o->kv) {
 		snprintf(s->kvf, sizeof s->kvf, "%s/kv.sqlite3", s->dir);
 		argv[n++] = "--kv";
@@ -846,6 +854,13 @@ static void server_cleanup(struct server *s)
 			continue;
 		char d[400];
 		proc_desc(kids[i], d, sizeof d);
+		/* already dead: a sandbox's pid 1 killed with the server (no exit
+		 * signal: only __WALL reaps it) */
+		const char *rp = strrchr(d, ')');
+		if (rp && rp[1] == ' ' && rp[2] == 'Z') {
+			waitpid(kids[i], NULL, __WALL);
+			continue;
+		}
 		if (strlen(left) + strlen(d) + 2 < sizeof left) {
 			strcat(left, d);
 			strcat(left, "\n");
@@ -3012,6 +3027,267 @@ START_TEST(kv_redis_two_nodes)
 }
 END_TEST
 
+/* ---- tests: the warm pool (docs/SERVE.md, "The pool") --------------------------------- */
+
+static double pool_metric(struct server *s, const char *name, const char *label)
+{
+	char *m = get_metrics(s, NULL);
+	int found = 0;
+	double v = metric_sum(m, name, label, &found);
+	ck_assert_msg(found, "no %s in /metrics: %.1500s", name, m);
+	free(m);
+	return v;
+}
+
+/* Waits until the pool holds n ready sandboxes of lang. */
+static void pool_wait_ready(struct server *s, const char *lang, int n)
+{
+	char label[64];
+	snprintf(label, sizeof label, "language=\"%s\"", lang);
+	long t0 = now_ms();
+	while (pool_metric(s, "moat_pool_ready", label) < n) {
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000),
+			      "the pool never held %d %s sandbox(es)", n, lang);
+		sleep_ms(20);
+	}
+}
+
+/* POST /v1/run with body; the result JSON in r. */
+static void v1(struct server *s, const char *body, struct resp *r)
+{
+	post(s, "/v1/run", body, r);
+	ck_assert_msg(r->code == 200 && r->json, "/v1/run: HTTP %d %.500s", r->code, r->body);
+}
+
+static bool pooled(const struct resp *r)
+{
+	return cJSON_IsTrue(jget(r->json, "pool"));
+}
+
+/* An idle pooled server: exactly its ready sandboxes as children (each a
+ * pid 1), SIGTERM, exit 0, nothing left. */
+static void server_stop_pool(struct server *s, int idle)
+{
+	pid_t kids[64];
+	long t0 = now_ms();
+	int n;
+	while ((n = proc_children(s->p.pid, kids, 64)) != idle) {
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000),
+			      "%s: the idle pooled server has %d children (want its %d warm ones)",
+			      MODE_NAME[s->mode], n, idle);
+		sleep_ms(50);
+	}
+	int st = server_term(s, harness_scale_ms(15000), NULL);
+	ck_assert_msg(st == 0, "%s: pooled moat serve after SIGTERM: status %d", MODE_NAME[s->mode],
+		      st);
+	server_cleanup(s);
+}
+
+#define PY_DIRTY                                                                       \
+	"import os, json, random, sys, time\n"                                          \
+	"open('/tmp/x', 'w').write('left')\n"                                           \
+	"open('/sandbox/y', 'w').write('left')\n"                                       \
+	"os.environ['LEAK'] = '1'\n"                                                    \
+	"json.LEAK = 1\n"                                                               \
+	"sys.modules['leaked'] = json\n"                                                \
+	"random.seed(42)\n"                                                             \
+	"if os.fork() == 0:\n"                                                          \
+	"    os.setsid()\n"                                                             \
+	"    time.sleep(30)\n"                                                          \
+	"    os._exit(0)\n"                                                             \
+	"print('dirty')\n"
+#define PY_CLEAN                                                                       \
+	"import os, json, sys\n"                                                        \
+	"seen = [p for p in ('/tmp/x', '/sandbox/y') if os.path.exists(p)]\n"          \
+	"seen += [n for n in ('LEAK',) if n in os.environ]\n"                           \
+	"seen += ['json.LEAK'] if hasattr(json, 'LEAK') else []\n"                      \
+	"seen += ['leaked'] if 'leaked' in sys.modules else []\n"                       \
+	"pids = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())\n"           \
+	"print('clean' if not seen and pids == [1, 2] else 'SEEN %s %s' % (seen, pids))\n"
+
+/* Single use: what one request leaves (files, /tmp, environment, module
+ * state, a daemon) is seen by none of the next 20, pooled or not. */
+START_TEST(pool_single_use)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1 };
+	server_start(&s, _i, &o);
+	pool_wait_ready(&s, "python", 1);
+	struct resp r;
+	char *q = harness_json_quote(PY_DIRTY), *body = NULL;
+	ck_assert_int_ge(asprintf(&body, "{\"code\":%s}", q), 0);
+	v1(&s, body, &r);
+	ck_assert_msg(pooled(&r) && !strcmp(jstr(r.json, "stdout"), "dirty\n"), "%.500s", r.body);
+	resp_free(&r);
+	free(body);
+	free(q);
+	q = harness_json_quote(PY_CLEAN);
+	ck_assert_int_ge(asprintf(&body, "{\"code\":%s}", q), 0);
+	int warm = 0;
+	for (int i = 0; i < 20; i++) {
+		if (i % 2 == 0)
+			pool_wait_ready(&s, "python", 1);
+		v1(&s, body, &r);
+		ck_assert_msg(!strcmp(jstr(r.json, "stdout"), "clean\n"), "request %d saw the one "
+			      "before: %.500s", i, r.body);
+		warm += pooled(&r);
+		resp_free(&r);
+	}
+	ck_assert_msg(warm >= 10, "only %d of 20 requests were pooled", warm);
+	free(body);
+	free(q);
+	/* a handler, through the pool: its shims and input arrive with it */
+	pool_wait_ready(&s, "python", 1);
+	double used = pool_metric(&s, "moat_pool_used_total", NULL);
+	run_py(&s,
+	       "from spin_sdk.http import Response\n"
+	       "def handle_request(request):\n"
+	       "    return Response(200, {}, b'warm ' + request.body)\n",
+	       ",\"input\":{\"method\":\"POST\",\"body\":\"hi\"}", &r);
+	ck_assert_msg(r.code == 200 && !strcmp(r.body, "warm hi"), "handler: HTTP %d [%.300s]",
+		      r.code, r.body);
+	resp_free(&r);
+	ck_assert(pool_metric(&s, "moat_pool_used_total", NULL) == used + 1);
+	server_stop_pool(&s, 2);
+}
+END_TEST
+
+/* The request's wall clock starts at delivery; its limits are the pool's,
+ * in force; a request the pool cannot serve runs cold, correctly. */
+START_TEST(pool_limits_and_fallback)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1 };
+	server_start(&s, _i, &o);
+	pool_wait_ready(&s, "python", 1);
+	sleep_ms(1500); /* idle time is not the request's */
+	struct resp r;
+	v1(&s, "{\"code\":\"import time\\ntime.sleep(0.5)\\nprint('slept')\",\"timeout\":1000}",
+	   &r);
+	ck_assert_msg(pooled(&r) && !strcmp(jstr(r.json, "stdout"), "slept\n"), "%.500s", r.body);
+	resp_free(&r);
+	pool_wait_ready(&s, "python", 1);
+	v1(&s, "{\"code\":\"import time\\ntime.sleep(5)\",\"timeout\":300}", &r);
+	ck_assert_msg(pooled(&r) && cJSON_IsTrue(jget(r.json, "timedOut")) &&
+			      jnum(r.json, "durationMs") < harness_scale_ms(3000),
+		      "a pooled timeout: %.500s", r.body);
+	resp_free(&r);
+	/* the pool's memory limit (the service's default, 256 MiB) holds */
+	pool_wait_ready(&s, "python", 1);
+	v1(&s, "{\"code\":\"b = bytearray(400 * 1024 * 1024)\\nprint('allocated')\"}", &r);
+	ck_assert_msg(pooled(&r) && strcmp(jstr(r.json, "stdout") ? jstr(r.json, "stdout") : "",
+					   "allocated\n"),
+		      "400 MiB in a pooled 256 MiB sandbox: %.500s", r.body);
+	resp_free(&r);
+	/* cold: other limits, a start-up variable, network, outputs */
+	static const char *const cold[] = {
+		"{\"code\":\"print(1)\",\"memoryMb\":100}",
+		"{\"code\":\"print(1)\",\"env\":{\"PYTHONHASHSEED\":\"1\"}}",
+		"{\"code\":\"print(1)\",\"allowedHosts\":[]}",
+		"{\"code\":\"open('o.txt','w').write('x')\\nprint(1)\",\"outputs\":[\"o.txt\"]}",
+		"{\"code\":\"echo 1\",\"language\":\"bash\"}",
+	};
+	for (size_t i = 0; i < sizeof cold / sizeof cold[0]; i++) {
+		v1(&s, cold[i], &r);
+		ck_assert_msg(!pooled(&r) && !strcmp(jstr(r.json, "stdout"), "1\n"),
+			      "%s: %.500s", cold[i], r.body);
+		resp_free(&r);
+	}
+	/* stdin, argv, __name__ and the exit status as a cold run has them */
+	pool_wait_ready(&s, "python", 1);
+	v1(&s, "{\"code\":\"import sys\\nprint(repr(sys.stdin.read()), sys.argv, __name__)\\n"
+	       "sys.exit(3)\",\"stdin\":\"a\\nb\"}", &r);
+	ck_assert_msg(pooled(&r) && jnum(r.json, "exitCode") == 3 &&
+			      !strcmp(jstr(r.json, "stdout"), "'a\\nb' ['/sandbox/main.py'] __main__\n"),
+		      "%.500s", r.body);
+	resp_free(&r);
+	pool_wait_ready(&s, "python", 1);
+	v1(&s, "{\"code\":\"raise ValueError('boom')\"}", &r);
+	const char *err = jstr(r.json, "stderr");
+	ck_assert_msg(pooled(&r) && jnum(r.json, "exitCode") == 1 && err &&
+			      !strncmp(err, "Traceback (most recent call last):\n  File \"/sandbox/main.py\"",
+				       60) && strstr(err, "ValueError: boom") && !strstr(err, "moat_pool"),
+		      "an exception's trace: %.500s", r.body);
+	resp_free(&r);
+	pool_wait_ready(&s, "javascript", 1);
+	v1(&s, "{\"language\":\"javascript\",\"code\":\"const fs = require('fs');\\n"
+	       "console.log(fs.readFileSync(0, 'utf8'), process.argv[1], require.main === module);\\n"
+	       "process.exitCode = 4\",\"stdin\":\"js-in\"}", &r);
+	ck_assert_msg(pooled(&r) && jnum(r.json, "exitCode") == 4 &&
+			      !strcmp(jstr(r.json, "stdout"), "js-in /sandbox/main.js true\n"),
+		      "javascript: %.500s", r.body);
+	resp_free(&r);
+	server_stop_pool(&s, 2);
+}
+END_TEST
+
+/* 8 clients at once: every request answered right, no sandbox used twice
+ * (uses never exceed creations; every eligible request was pooled or
+ * counted cold). */
+START_TEST(pool_under_load)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	static const char *const args[] = { "--max-concurrent", "4", NULL };
+	struct server_opts o = { .socket = true, .pool = 2, .args = args };
+	server_start(&s, _i, &o);
+	pool_wait_ready(&s, "python", 2);
+	pool_wait_ready(&s, "javascript", 2);
+	enum { CLIENTS = 8, EACH = 4 };
+	struct call c[CLIENTS];
+	int done = 0;
+	for (int round = 0; round < EACH; round++) {
+		for (int i = 0; i < CLIENTS; i++) {
+			char body[256];
+			snprintf(body, sizeof body,
+				 i % 2 ? "{\"language\":\"javascript\",\"code\":\"console.log(%d)\"}"
+				       : "{\"code\":\"print(%d)\"}",
+				 round * CLIENTS + i);
+			struct req q = { .path = "/v1/run", .body = body };
+			call_start(&s, &q, &c[i]);
+		}
+		for (int i = 0; i < CLIENTS; i++) {
+			struct resp r;
+			call_finish(&c[i], &r);
+			char want[16];
+			snprintf(want, sizeof want, "%d\n", round * CLIENTS + i);
+			ck_assert_msg(r.code == 200 && r.json && jstr(r.json, "stdout") &&
+					      !strcmp(jstr(r.json, "stdout"), want),
+				      "request %d: HTTP %d %.400s", round * CLIENTS + i, r.code, r.body);
+			resp_free(&r);
+			done++;
+		}
+	}
+	double created = pool_metric(&s, "moat_pool_created_total", NULL),
+	       used = pool_metric(&s, "moat_pool_used_total", NULL),
+	       cold = pool_metric(&s, "moat_pool_cold_total", NULL),
+	       in_use = pool_metric(&s, "moat_pool_in_use", NULL);
+	ck_assert_msg(used + cold == done && used <= created && used >= 4 && in_use == 0,
+		      "created %.0f used %.0f cold %.0f in use %.0f of %d requests", created, used,
+		      cold, in_use, done);
+	server_stop_pool(&s, 4);
+}
+END_TEST
+
+/* kill -9 of the service: its warm sandboxes die with it (their pid 1's
+ * parent-death signal); nothing is left. */
+START_TEST(pool_killed)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 2 };
+	server_start(&s, _i, &o);
+	pool_wait_ready(&s, "python", 2);
+	pool_wait_ready(&s, "javascript", 2);
+	ck_assert_int_eq(kill(s.p.pid, SIGKILL), 0);
+	server_wait_exit(&s, harness_scale_ms(10000));
+	unlink(s.sock);
+	server_cleanup(&s); /* no process of it left (they would be ours: a subreaper) */
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -3054,6 +3330,10 @@ Suite *serve_suite(void)
 	ADD(kv_off);
 	ADD(kv_survives_kill);
 	ADD(kv_redis_two_nodes);
+	ADD(pool_single_use);
+	ADD(pool_limits_and_fallback);
+	ADD(pool_under_load);
+	ADD(pool_killed);
 	ADD(ipv6_listener);
 	ADD(malformed_http);
 	ADD(connection_limit);

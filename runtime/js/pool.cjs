@@ -1,0 +1,64 @@
+// moat's warm-sandbox bootstrap for JavaScript (docs/SERVE.md, "The pool").
+//
+// moat starts this in a sandbox that is already locked down (namespaces,
+// mounts, cgroup, no capabilities, no_new_privs, Landlock, seccomp, uid
+// 65534) and keeps node waiting here, initialised. It reads exactly one
+// request from fd 0 -- "MOATPOOL1 <n>\n", n bytes of JSON whose strings are
+// base64 (code, files, env), then the program's own stdin -- writes the
+// files, sets the environment and runs /sandbox/main.js as node's main
+// module, as `node /sandbox/main.js` would. Used once, then destroyed.
+// fd 0 is read with readSync and exactly: process.stdin never sees the
+// request, and the program reads its stdin from the first byte.
+"use strict";
+const fs = require("node:fs");
+const path = require("node:path");
+
+function readExact(n) {
+  const buf = Buffer.alloc(n);
+  let off = 0;
+  while (off < n) {
+    let got;
+    try {
+      got = fs.readSync(0, buf, off, n - off, null);
+    } catch (e) {
+      if (e.code === "EAGAIN") { Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, 1); continue; }
+      throw e;
+    }
+    if (got === 0) throw new Error("the request ended early");
+    off += got;
+  }
+  return buf;
+}
+
+function readHeader() {
+  const magic = "MOATPOOL1 ";
+  let line = "";
+  while (!line.endsWith("\n")) {
+    line += readExact(1).toString("latin1");
+    if (line.length > 32) throw new Error("bad request header");
+  }
+  if (!line.startsWith(magic)) throw new Error("bad request header");
+  return parseInt(line.slice(magic.length, -1), 10);
+}
+
+function main() {
+  const req = JSON.parse(readExact(readHeader()).toString("utf8"));
+  const b = (s) => Buffer.from(s, "base64");
+  const main = "/sandbox/main.js";
+  fs.writeFileSync(main, b(req.code));
+  for (const [p64, c64] of req.files) {
+    const p = path.join("/sandbox", b(p64).toString("utf8"));
+    fs.mkdirSync(path.dirname(p), { recursive: true });
+    fs.writeFileSync(p, b(c64));
+  }
+  for (const [k64, v64] of req.env) process.env[b(k64).toString("utf8")] = b(v64).toString("utf8");
+  process.chdir("/sandbox");
+  // what `node /sandbox/main.js` does: this bootstrap was loaded as that
+  // path, so its cache entry goes before the program takes the name
+  const Module = require("node:module");
+  delete require.cache[main];
+  process.argv[1] = main;
+  Module.runMain(main);
+}
+
+module.exports = { main };

@@ -1,0 +1,131 @@
+/* Warm sandboxes (moat serve's pool; docs/SERVE.md, "The pool"): a run
+ * started with a bootstrap request whose program is an interpreter waiting
+ * on its stdin (runtime/python/moat_pool.py, runtime/js/pool.cjs), fully
+ * locked down (namespaces, mounts, cgroup leaf, no_new_privs, empty
+ * capabilities, Landlock, seccomp, uid 65534) before it reads a byte of the
+ * request. run_deliver hands it exactly one request; the sandbox is
+ * released after that run like any other. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+
+#include "core/sys.h"
+#include "runner/run.h"
+
+#define POOL_MAGIC "MOATPOOL1"
+
+/* An env name the interpreter reads at start-up: a warm one cannot honour
+ * it. PYTHONPATH is the exception (the bootstrap puts it on sys.path). */
+static bool startup_env(enum moat_language lang, const char *name)
+{
+	if (lang == MOAT_LANG_PYTHON)
+		return !strncmp(name, "PYTHON", 6) && strcmp(name, "PYTHONPATH") != 0;
+	return !strncmp(name, "NODE_", 5) || !strcmp(name, "UV_THREADPOOL_SIZE");
+}
+
+const char *moat_pool_refusal(const struct moat_request *boot, const struct moat_request *req)
+{
+	if (req->language != boot->language)
+		return "another language";
+	if (req->language != MOAT_LANG_PYTHON && req->language != MOAT_LANG_JAVASCRIPT)
+		return "only python and javascript are kept warm";
+	if (req->network || req->has_allowed_hosts)
+		return "network access (warm sandboxes have none)";
+	if (req->outputs_count)
+		return "\"outputs\"";
+	if (req->kv_enabled)
+		return "kvEnabled (warm sandboxes have no store socket)";
+	if (req->memory_mb != boot->memory_mb || req->cpus != boot->cpus ||
+	    req->pids_limit != boot->pids_limit || req->strict_limits != boot->strict_limits)
+		return "limits other than the pool's";
+	for (size_t i = 0; i < req->env_count; i++)
+		if (startup_env(req->language, req->env[i].key))
+			return "an environment variable the interpreter reads at start-up";
+	return NULL;
+}
+
+static void put_b64(struct moat_buf *b, const char *s, size_t len)
+{
+	moat_buf_append_base64(b, (const unsigned char *)(s ? s : ""), s ? len : 0);
+}
+
+/* "MOATPOOL1 <n>\n" + n bytes of JSON (every string base64: the bytes
+ * exactly) + the request's stdin. */
+static char *pool_frame(const struct moat_request *req, size_t *len)
+{
+	struct moat_buf j = { 0 }, f = { 0 };
+	moat_buf_append(&j, "{\"code\":", 8);
+	put_b64(&j, req->code, req->code_len);
+	moat_buf_append(&j, ",\"files\":[", 10);
+	for (size_t i = 0; i < req->files_count; i++) {
+		moat_buf_append(&j, i ? ",[" : "[", i ? 2 : 1);
+		put_b64(&j, req->files[i].key, strlen(req->files[i].key));
+		moat_buf_append(&j, ",", 1);
+		put_b64(&j, req->files[i].value, req->files[i].value_len);
+		moat_buf_append(&j, "]", 1);
+	}
+	moat_buf_append(&j, "],\"env\":[", 9);
+	for (size_t i = 0; i < req->env_count; i++) {
+		moat_buf_append(&j, i ? ",[" : "[", i ? 2 : 1);
+		put_b64(&j, req->env[i].key, strlen(req->env[i].key));
+		moat_buf_append(&j, ",", 1);
+		put_b64(&j, req->env[i].value, req->env[i].value_len);
+		moat_buf_append(&j, "]", 1);
+	}
+	moat_buf_append(&j, "]}", 2);
+	if (j.oom) {
+		moat_buf_free(&j);
+		return NULL;
+	}
+	moat_buf_appendf(&f, POOL_MAGIC " %zu\n", j.len);
+	moat_buf_append(&f, j.data, j.len);
+	moat_buf_free(&j);
+	if (req->stdin_len)
+		moat_buf_append(&f, req->stdin_data, req->stdin_len);
+	if (f.oom) {
+		moat_buf_free(&f);
+		return NULL;
+	}
+	*len = f.len;
+	return moat_buf_take(&f);
+}
+
+int run_deliver(struct run *r, const struct moat_request *req,
+		const struct moat_run_options *per, struct moat_error *err)
+{
+	if (!r->pooled || !r->started || r->delivered || r->pid <= 0)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "not a warm sandbox waiting for its request");
+	const char *why = moat_pool_refusal(r->req, req);
+	if (why)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "this request cannot use a warm sandbox: %s", why);
+	size_t len = 0;
+	if (!(r->pool_frame = pool_frame(req, &len)))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	r->delivered = true;
+	r->req = req;
+	r->t0 = moat_mono_ms();
+	r->res->pooled = true;
+	size_t cap = req->max_output_bytes ? req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
+	r->out.cap = r->errout.cap = cap;
+	if (per) {
+		r->opts.on_output = per->on_output;
+		r->opts.output_ctx = per->output_ctx;
+		r->cancel_fd = per->cancel_fd;
+		r->hangup_fd = per->hangup_fd;
+		if ((r->cancel_fd >= 0 && pump_watch_slot(r, PUMP_CANCEL, EPOLLIN) < 0) ||
+		    (r->hangup_fd >= 0 && pump_watch_slot(r, PUMP_HANGUP, EPOLLRDHUP) < 0))
+			return moat_error_set(err, MOAT_ERR_CONFIG, errno,
+					      "cannot watch the cancellation fd: %s", strerror(errno));
+	}
+	r->stdin_data = r->pool_frame;
+	r->stdin_len = len;
+	r->stdin_off = 0;
+	if (pump_watch_slot(r, PUMP_STDIN, EPOLLOUT) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_ctl: %s",
+				      strerror(errno));
+	/* the request's wall clock starts now */
+	return run_arm_timer(r, req->timeout_ms, err);
+}

@@ -1,0 +1,278 @@
+/* The warm pool of moat serve (docs/SERVE.md, "The pool"): per language
+ * (python, javascript), up to `want` sandboxes prewarmed by one refill
+ * thread, each handed exactly one request and then released by the worker
+ * that ran it. A request the pool cannot serve, or that finds it empty,
+ * runs cold; a pool never shares a sandbox. The refill thread is the parent
+ * of every pooled sandbox's pid 1 (its parent-death signal follows that
+ * thread), so it lives until the last pooled sandbox is released. */
+#include <errno.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/sys.h"
+#include "serve/internal.h"
+
+#define POOL_LANGS 2
+#define POOL_MAX_IDLE_MS (10 * 60 * 1000) /* an idle sandbox is replaced after this */
+
+static const enum moat_language pool_lang[POOL_LANGS] = { MOAT_LANG_PYTHON,
+							  MOAT_LANG_JAVASCRIPT };
+static const char *const boot_code[POOL_LANGS] = {
+	"import moat_pool\nmoat_pool.main()\n",
+	"require(\"/opt/moat/runtime/js/pool.cjs\").main();\n",
+};
+
+struct slot {
+	struct moat_sandbox *sb;
+	int64_t born;
+};
+
+struct serve_pool {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	pthread_t thread;
+	bool started, stop;
+	unsigned want;
+	struct moat_run_options opts;
+	struct moat_request *boot[POOL_LANGS];
+	struct slot *ready[POOL_LANGS];
+	unsigned nready[POOL_LANGS];
+	unsigned in_use;
+	uint64_t created, used, failed, expired, cold[POOL_LANGS], busy_refill_ms;
+	char *last_error;
+	FILE *log;
+};
+
+static int lang_index(enum moat_language l)
+{
+	for (int i = 0; i < POOL_LANGS; i++)
+		if (pool_lang[i] == l)
+			return i;
+	return -1;
+}
+
+/* One sandbox for language i, outside the lock. */
+static void refill_one(struct serve_pool *p, int i)
+{
+	struct moat_sandbox *sb = NULL;
+	struct moat_error err = { 0 };
+	int64_t t0 = moat_mono_ms();
+	int rc = moat_sandbox_prewarm(p->boot[i], &p->opts, &sb, &err);
+	pthread_mutex_lock(&p->mu);
+	p->busy_refill_ms += (uint64_t)(moat_mono_ms() - t0);
+	if (rc < 0) {
+		p->failed++;
+		if (!p->last_error || strcmp(p->last_error, err.message ? err.message : "")) {
+			free(p->last_error);
+			p->last_error = err.message ? strdup(err.message) : NULL;
+			if (p->log)
+				fprintf(p->log, "moat serve: pool: cannot prewarm a %s sandbox: %s "
+						"(requests run cold)\n",
+					moat_lang_get(pool_lang[i])->name,
+					err.message ? err.message : "?");
+		}
+	} else {
+		p->created++;
+		p->ready[i][p->nready[i]++] = (struct slot){ sb, moat_mono_ms() };
+	}
+	pthread_mutex_unlock(&p->mu);
+	moat_error_clear(&err);
+}
+
+static void *refill_main(void *arg)
+{
+	struct serve_pool *p = arg;
+	unsigned fails = 0;
+	pthread_mutex_lock(&p->mu);
+	while (!p->stop) {
+		int need = -1;
+		for (int i = 0; i < POOL_LANGS && need < 0; i++)
+			if (p->nready[i] < p->want)
+				need = i;
+		/* the oldest idle sandbox past its age goes (a long-lived idle
+		 * interpreter is not a leak, but the pool is meant to be fresh) */
+		int64_t now = moat_mono_ms();
+		struct moat_sandbox *old = NULL;
+		for (int i = 0; i < POOL_LANGS && !old; i++)
+			if (p->nready[i] && now - p->ready[i][0].born > POOL_MAX_IDLE_MS) {
+				old = p->ready[i][0].sb;
+				memmove(&p->ready[i][0], &p->ready[i][1],
+					--p->nready[i] * sizeof p->ready[i][0]);
+				p->expired++;
+			}
+		if (old) {
+			pthread_mutex_unlock(&p->mu);
+			moat_sandbox_release(old);
+			pthread_mutex_lock(&p->mu);
+			continue;
+		}
+		if (need >= 0) {
+			uint64_t failed = p->failed;
+			pthread_mutex_unlock(&p->mu);
+			refill_one(p, need);
+			pthread_mutex_lock(&p->mu);
+			if (p->failed == failed) {
+				fails = 0;
+				continue;
+			}
+			/* a host that cannot prewarm: back off, requests run cold */
+			fails = fails < 10 ? fails + 1 : 10;
+		}
+		struct timespec ts;
+		clock_gettime(CLOCK_REALTIME, &ts);
+		long ms = need >= 0 ? 100L << fails : 1000;
+		ts.tv_sec += ms / 1000;
+		ts.tv_nsec += (ms % 1000) * 1000000L;
+		if (ts.tv_nsec >= 1000000000L) {
+			ts.tv_sec++;
+			ts.tv_nsec -= 1000000000L;
+		}
+		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+	}
+	/* stopping: the idle ones now, then wait for the ones in use (their
+	 * pid 1 dies with this thread) */
+	for (int i = 0; i < POOL_LANGS; i++)
+		while (p->nready[i]) {
+			struct moat_sandbox *sb = p->ready[i][--p->nready[i]].sb;
+			pthread_mutex_unlock(&p->mu);
+			moat_sandbox_release(sb);
+			pthread_mutex_lock(&p->mu);
+		}
+	while (p->in_use)
+		pthread_cond_wait(&p->cv, &p->mu);
+	pthread_mutex_unlock(&p->mu);
+	return NULL;
+}
+
+int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_run_options *opts,
+		     const struct serve_limits *limits, FILE *log, struct moat_error *err)
+{
+	*out = NULL;
+	if (want == 0)
+		return 0;
+	if (!opts->runtime_dir)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "--pool needs the runtime shims (--runtime DIR)");
+	struct serve_pool *p = calloc(1, sizeof *p);
+	if (!p)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	pthread_mutex_init(&p->mu, NULL);
+	pthread_cond_init(&p->cv, NULL);
+	p->want = want;
+	p->opts = *opts;
+	p->log = log;
+	for (int i = 0; i < POOL_LANGS; i++) {
+		struct moat_request *b = p->boot[i] = moat_request_new();
+		if (!b || !(p->ready[i] = calloc(want, sizeof *p->ready[i])) ||
+		    !(b->code = strdup(boot_code[i]))) {
+			serve_pool_stop(p);
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		}
+		b->code_len = strlen(b->code);
+		b->language = pool_lang[i];
+		b->max_output_bytes = SERVE_SCRIPT_OUTPUT_CAP;
+		/* the limits a Spin request gets: the pool serves exactly those */
+		if (serve_limits_apply(limits, b, 0, err) < 0) {
+			serve_pool_stop(p);
+			return -1;
+		}
+	}
+	int e = pthread_create(&p->thread, NULL, refill_main, p);
+	if (e) {
+		serve_pool_stop(p);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, e, "pool thread: %s", strerror(e));
+	}
+	p->started = true;
+	*out = p;
+	return 0;
+}
+
+void serve_pool_stop(struct serve_pool *p)
+{
+	if (!p)
+		return;
+	if (p->started) {
+		pthread_mutex_lock(&p->mu);
+		p->stop = true;
+		pthread_cond_broadcast(&p->cv);
+		pthread_mutex_unlock(&p->mu);
+		pthread_join(p->thread, NULL);
+	}
+	for (int i = 0; i < POOL_LANGS; i++) {
+		moat_request_free(p->boot[i]);
+		free(p->ready[i]);
+	}
+	free(p->last_error);
+	pthread_cond_destroy(&p->cv);
+	pthread_mutex_destroy(&p->mu);
+	free(p);
+}
+
+int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
+		   const struct moat_run_options *opts, struct moat_result **out,
+		   struct moat_error *err)
+{
+	int i = p ? lang_index(req->language) : -1;
+	struct moat_sandbox *sb = NULL;
+	if (i >= 0 && !moat_pool_refusal(p->boot[i], req)) {
+		pthread_mutex_lock(&p->mu);
+		if (p->nready[i] && !p->stop) {
+			sb = p->ready[i][--p->nready[i]].sb; /* the newest */
+			p->in_use++;
+			p->used++;
+			pthread_cond_broadcast(&p->cv);
+		} else {
+			p->cold[i]++;
+		}
+		pthread_mutex_unlock(&p->mu);
+	}
+	if (!sb)
+		return moat_run(req, opts, out, err);
+	*out = NULL;
+	int rc = moat_sandbox_deliver(sb, req, opts, err);
+	if (rc == 0)
+		rc = moat_sandbox_wait(sb, out, err);
+	moat_sandbox_release(sb);
+	pthread_mutex_lock(&p->mu);
+	p->in_use--;
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	return rc;
+}
+
+void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
+{
+	if (!p)
+		return;
+	pthread_mutex_lock(&p->mu);
+	moat_buf_appendf(b, "# HELP moat_pool_ready Warm sandboxes waiting for a request.\n"
+			    "# TYPE moat_pool_ready gauge\n");
+	for (int i = 0; i < POOL_LANGS; i++)
+		moat_buf_appendf(b, "moat_pool_ready{language=\"%s\"} %u\n",
+				 moat_lang_get(pool_lang[i])->name, p->nready[i]);
+	moat_buf_appendf(b, "# HELP moat_pool_cold_total Requests the pool could have served "
+			    "that found it empty.\n# TYPE moat_pool_cold_total counter\n");
+	for (int i = 0; i < POOL_LANGS; i++)
+		moat_buf_appendf(b, "moat_pool_cold_total{language=\"%s\"} %llu\n",
+				 moat_lang_get(pool_lang[i])->name, (unsigned long long)p->cold[i]);
+	moat_buf_appendf(b,
+			 "# HELP moat_pool_in_use Warm sandboxes running a request.\n"
+			 "# TYPE moat_pool_in_use gauge\nmoat_pool_in_use %u\n"
+			 "# HELP moat_pool_created_total Warm sandboxes prewarmed.\n"
+			 "# TYPE moat_pool_created_total counter\nmoat_pool_created_total %llu\n"
+			 "# HELP moat_pool_used_total Warm sandboxes handed a request (each once).\n"
+			 "# TYPE moat_pool_used_total counter\nmoat_pool_used_total %llu\n"
+			 "# HELP moat_pool_failed_total Prewarms that failed.\n"
+			 "# TYPE moat_pool_failed_total counter\nmoat_pool_failed_total %llu\n"
+			 "# HELP moat_pool_expired_total Idle sandboxes replaced for age.\n"
+			 "# TYPE moat_pool_expired_total counter\nmoat_pool_expired_total %llu\n"
+			 "# HELP moat_pool_refill_seconds_total Time spent prewarming.\n"
+			 "# TYPE moat_pool_refill_seconds_total counter\n"
+			 "moat_pool_refill_seconds_total %.3f\n",
+			 p->in_use, (unsigned long long)p->created, (unsigned long long)p->used,
+			 (unsigned long long)p->failed, (unsigned long long)p->expired,
+			 (double)p->busy_refill_ms / 1000.0);
+	pthread_mutex_unlock(&p->mu);
+}
