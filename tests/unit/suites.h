@@ -22,6 +22,7 @@ Suite *collect_suite(void);
 Suite *serve_suite(void);
 Suite *kv_suite(void);
 Suite *priv_suite(void);
+Suite *pool_suite(void);
 Suite *kv_redis_suite(void);
 
 #endif

@@ -1,0 +1,89 @@
+/* Unit tests: which requests a warm sandbox may take (moat_pool_refusal):
+ * anything the bootstrap could not reproduce exactly runs cold. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "moat.h"
+#include "suites.h"
+
+static struct moat_request *req(enum moat_language lang)
+{
+	struct moat_request *r = moat_request_new();
+	ck_assert_ptr_nonnull(r);
+	r->code = strdup("x");
+	r->code_len = 1;
+	r->language = lang;
+	r->memory_mb = 256;
+	r->pids_limit = 64;
+	r->cpus = 1;
+	return r;
+}
+
+static void set_env(struct moat_request *r, const char *k, const char *v)
+{
+	r->env = realloc(r->env, (r->env_count + 1) * sizeof *r->env);
+	r->env[r->env_count].key = strdup(k);
+	r->env[r->env_count].value = strdup(v);
+	r->env[r->env_count].value_len = strlen(v);
+	r->env_count++;
+}
+
+START_TEST(pool_takes_only_what_it_can_reproduce)
+{
+	struct moat_request *boot = req(MOAT_LANG_PYTHON), *r = req(MOAT_LANG_PYTHON);
+	ck_assert_ptr_null(moat_pool_refusal(boot, r));
+	r->timeout_ms = 5; /* re-armed at delivery: any */
+	r->max_output_bytes = 10;
+	set_env(r, "PYTHONPATH", "/sandbox/lib"); /* the bootstrap puts it on sys.path */
+	set_env(r, "MY_VAR", "1");
+	ck_assert_ptr_null(moat_pool_refusal(boot, r));
+	set_env(r, "PYTHONHASHSEED", "0"); /* read at interpreter start */
+	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	moat_request_free(r);
+
+	/* each of these runs cold */
+	for (int c = 0; c < 9; c++) {
+		r = req(MOAT_LANG_PYTHON);
+		switch (c) {
+		case 0: r->memory_mb = 512; break;
+		case 1: r->cpus = 0.5; break;
+		case 2: r->pids_limit = 10; break;
+		case 3: r->strict_limits = true; break;
+		case 4: r->network = true; break;
+		case 5: r->has_allowed_hosts = true; break;
+		case 6: r->outputs_count = 1; break;
+		case 7: r->kv_enabled = true; break;
+		default: r->language = MOAT_LANG_JAVASCRIPT; break;
+		}
+		ck_assert_msg(moat_pool_refusal(boot, r) != NULL, "case %d was taken", c);
+		r->outputs_count = 0; /* not allocated */
+		moat_request_free(r);
+	}
+	moat_request_free(boot);
+	/* javascript: NODE_* variables are read at start */
+	boot = req(MOAT_LANG_JAVASCRIPT);
+	r = req(MOAT_LANG_JAVASCRIPT);
+	ck_assert_ptr_null(moat_pool_refusal(boot, r));
+	set_env(r, "NODE_OPTIONS", "--max-old-space-size=10");
+	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	moat_request_free(r);
+	moat_request_free(boot);
+	/* only python and javascript are kept warm */
+	boot = req(MOAT_LANG_TYPESCRIPT);
+	r = req(MOAT_LANG_TYPESCRIPT);
+	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	moat_request_free(r);
+	moat_request_free(boot);
+}
+END_TEST
+
+Suite *pool_suite(void)
+{
+	Suite *s = suite_create("pool");
+	TCase *tc = tcase_create("refusal");
+	tcase_add_test(tc, pool_takes_only_what_it_can_reproduce);
+	suite_add_tcase(s, tc);
+	return s;
+}
