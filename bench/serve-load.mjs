@@ -2,9 +2,10 @@
 // (over its unix socket, one keep-alive connection per client) next to `moat exec`
 // spawned per request. Node built-ins only. Figures, not a test: nothing is asserted.
 //
-//   node bench/serve-load.mjs --socket PATH --moat PATH [--cpus N] [--queue N]
+//   node bench/serve-load.mjs --socket PATH --cold-socket PATH --moat PATH [--cpus N] [--queue N]
+// --socket is a service with its warm pool, --cold-socket the same with --pool 0.
 // Environment: REQUESTS per cell (200), WARMUP requests per cell, not timed (10),
-// CLIENTS (1,2,8), WORKLOADS (py-script,py-handler,ts-handler,exec-py).
+// CLIENTS (1,2,8), WORKLOADS (the keys of `workloads` below, in that order).
 import http from 'node:http';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -14,6 +15,7 @@ import path from 'node:path';
 const args = {};
 for (let i = 2; i < process.argv.length; i += 2) args[process.argv[i].replace(/^--/, '')] = process.argv[i + 1];
 const SOCKET = args.socket;
+const COLD_SOCKET = args['cold-socket'] || args.socket;
 const MOAT = args.moat;
 if (!SOCKET || !MOAT) {
   console.error('usage: node bench/serve-load.mjs --socket PATH --moat PATH [--cpus N] [--queue N]');
@@ -22,11 +24,13 @@ if (!SOCKET || !MOAT) {
 const REQUESTS = Number(process.env.REQUESTS || 200);
 const WARMUP = Number(process.env.WARMUP ?? 10);
 const CLIENTS = (process.env.CLIENTS || '1,2,8').split(',').map(Number).filter((n) => n > 0);
-const WORKLOADS = (process.env.WORKLOADS || 'py-script,py-handler,ts-handler,exec-py').split(',');
+const WORKLOADS = (process.env.WORKLOADS ||
+  'py-script,py-script-cold,bare-py,js-script,js-script-cold,bare-node,py-handler,py-handler-cold,ts-handler,exec-py').split(',');
 
 // The service's built-in per-run defaults (docs/SERVE.md), given to `moat exec` too so both
 // sides run under the same limits.
 const LIMITS = { timeout: 10000, memoryMb: 256, cpus: 1, pidsLimit: 64 };
+const NODE_BIN = process.execPath;
 
 const PY_SCRIPT = 'print(6*7)';
 const PY_HANDLER = `from spin_sdk.http import Response
@@ -43,11 +47,11 @@ const TS_HANDLER = `export default {
 `;
 
 let seq = 0;
-function post(agent, route, envelope) {
+function post(agent, route, envelope, socketPath = SOCKET) {
   const body = Buffer.from(JSON.stringify(envelope));
   return new Promise((resolve) => {
     const req = http.request({
-      socketPath: SOCKET, agent, method: 'POST', path: route,
+      socketPath, agent, method: 'POST', path: route,
       headers: { 'Content-Type': 'application/json', 'Content-Length': body.length },
     }, (res) => {
       const chunks = [];
@@ -60,26 +64,68 @@ function post(agent, route, envelope) {
   });
 }
 
+// A process spawned bare (no sandbox): its stdout must be want.
+function bare(argv, want) {
+  return new Promise((resolve) => {
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    const out = [];
+    child.stdout.on('data', (d) => out.push(d));
+    child.on('error', (e) => resolve(e.message));
+    child.on('close', (code) => resolve(code === 0 && Buffer.concat(out).toString() === want ? null : `exit ${code}`));
+  });
+}
+
+async function script(agent, route, envelope, socket, want) {
+  const r = await post(agent, route, envelope, socket);
+  if (r.status !== 200) return `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
+  const j = JSON.parse(r.body);
+  return j.stdout === want && j.exitCode === 0 ? null : `unexpected result ${r.body.slice(0, 200)}`;
+}
+
+const JS_SCRIPT = 'console.log(42)';
+
 // Each workload: one request → null when the answer is right, else a short reason.
 const workloads = {
   'py-script': {
-    what: 'POST /py/run, script `print(6*7)`',
-    async once(agent) {
-      const r = await post(agent, '/py/run', { code: PY_SCRIPT, sandboxId: `bench-${++seq}` });
-      if (r.status !== 200) return `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
-      const j = JSON.parse(r.body);
-      return j.stdout === '42\n' && j.exitCode === 0 ? null : `unexpected result ${r.body.slice(0, 200)}`;
-    },
+    what: 'POST /py/run, script `print(6*7)`, the service with its warm pool',
+    once: (agent) => script(agent, '/py/run', { code: PY_SCRIPT, sandboxId: `bench-${++seq}` }, SOCKET, '42\n'),
+  },
+  'py-script-cold': {
+    what: 'the same on the service with --pool 0',
+    once: (agent) => script(agent, '/py/run', { code: PY_SCRIPT, sandboxId: `bench-${++seq}` }, COLD_SOCKET, '42\n'),
+  },
+  'bare-py': {
+    what: "`python3 -c 'print(6*7)'` spawned by the client, no sandbox",
+    once: () => bare(['python3', '-c', PY_SCRIPT], '42\n'),
+  },
+  'js-script': {
+    what: 'POST /v1/run, JavaScript `console.log(42)`, with the warm pool',
+    once: (agent) => script(agent, '/v1/run', { code: JS_SCRIPT, language: 'javascript' }, SOCKET, '42\n'),
+  },
+  'js-script-cold': {
+    what: 'the same with --pool 0',
+    once: (agent) => script(agent, '/v1/run', { code: JS_SCRIPT, language: 'javascript' }, COLD_SOCKET, '42\n'),
+  },
+  'bare-node': {
+    what: "`node -e 'console.log(42)'` spawned by the client, no sandbox",
+    once: () => bare([NODE_BIN, '-e', JS_SCRIPT], '42\n'),
   },
   'py-handler': {
-    what: 'POST /py/run, Python handle_request → Response',
+    what: 'POST /py/run, Python handle_request → Response, with the warm pool',
     async once(agent) {
       const r = await post(agent, '/py/run', { code: PY_HANDLER, sandboxId: `bench-${++seq}`, input: { path: '/x' } });
       return r.status === 200 && r.body === 'hello /x' ? null : `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
     },
   },
+  'py-handler-cold': {
+    what: 'the same with --pool 0',
+    async once(agent) {
+      const r = await post(agent, '/py/run', { code: PY_HANDLER, sandboxId: `bench-${++seq}`, input: { path: '/x' } }, COLD_SOCKET);
+      return r.status === 200 && r.body === 'hello /x' ? null : `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
+    },
+  },
   'ts-handler': {
-    what: 'POST /ts/run, TS `export default { fetch }` (esbuild in the sandbox)',
+    what: 'POST /ts/run, TS `export default { fetch }` (esbuild in the sandbox; TypeScript is never pooled)',
     async once(agent) {
       const r = await post(agent, '/ts/run', { code: TS_HANDLER, sandboxId: `bench-${++seq}`, input: { path: '/x' } });
       return r.status === 200 && r.body === 'hello /x' ? null : `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
@@ -135,11 +181,11 @@ async function drive(w, clients, total, cfgFile) {
   return { lat: lat.sort((a, b) => a - b), errors, secs };
 }
 
-async function waitHealthy() {
+async function waitHealthy(socketPath) {
   const t0 = Date.now();
   for (;;) {
     const ok = await new Promise((resolve) => {
-      const req = http.get({ socketPath: SOCKET, path: '/healthz', timeout: 1000 }, (res) => {
+      const req = http.get({ socketPath, path: '/healthz', timeout: 1000 }, (res) => {
         res.resume();
         res.on('end', () => resolve(res.statusCode === 200));
       });
@@ -147,7 +193,7 @@ async function waitHealthy() {
       req.on('error', () => resolve(false));
     });
     if (ok) return;
-    if (Date.now() - t0 > 20000) throw new Error(`moat serve did not answer GET /healthz on ${SOCKET} within 20 s`);
+    if (Date.now() - t0 > 20000) throw new Error(`moat serve did not answer GET /healthz on ${socketPath} within 20 s`);
     await new Promise((r) => setTimeout(r, 50));
   }
 }
@@ -155,7 +201,8 @@ async function waitHealthy() {
 const fmt = (x) => (Number.isFinite(x) ? x.toFixed(1) : '-');
 
 async function main() {
-  await waitHealthy();
+  await waitHealthy(SOCKET);
+  await waitHealthy(COLD_SOCKET);
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-bench-exec-'));
   const cfgFile = path.join(dir, 'moat.json');
   fs.writeFileSync(cfgFile, JSON.stringify({ provider: 'native' }), { mode: 0o600 });

@@ -27,23 +27,31 @@ CPUS=$(getconf _NPROCESSORS_ONLN 2>/dev/null || nproc)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/moat-bench-serve.XXXXXX")
 sock=$tmp/moat.sock
 pid=
+cold_pid=
 cleanup() {
-	if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then
-		kill -TERM "$pid" 2>/dev/null || true
-		wait "$pid" 2>/dev/null || true
-	fi
+	for p in $pid $cold_pid; do
+		if kill -0 "$p" 2>/dev/null; then
+			kill -TERM "$p" 2>/dev/null || true
+			wait "$p" 2>/dev/null || true
+		fi
+	done
 	rm -rf "$tmp"
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # The access log (one JSON line per request) goes to a file; its tail is shown on failure.
+# Two services side by side: one with its warm pool (POOL per language, default 2), one
+# without (--pool 0), on the same store file.
 "$MOAT" serve --socket "$sock" --runtime "$RUNTIME" --max-concurrent "$CPUS" --queue "$QUEUE" \
-	2>"$tmp/serve.log" &
+	--pool "${POOL:-2}" --kv "$tmp/kv.sqlite3" 2>"$tmp/serve.log" &
 pid=$!
+"$MOAT" serve --socket "$tmp/cold.sock" --runtime "$RUNTIME" --max-concurrent "$CPUS" \
+	--queue "$QUEUE" --pool 0 --kv "$tmp/kv.sqlite3" 2>"$tmp/cold.log" &
+cold_pid=$!
 
 rc=0
-"$NODE" "$here/serve-load.mjs" --socket "$sock" --moat "$MOAT" --cpus "$CPUS" --queue "$QUEUE" || rc=$?
+"$NODE" "$here/serve-load.mjs" --socket "$sock" --cold-socket "$tmp/cold.sock" --moat "$MOAT" --cpus "$CPUS" --queue "$QUEUE" || rc=$?
 if [ "$rc" != 0 ]; then
 	echo "bench-serve: failed (exit $rc); the end of moat serve's log:" >&2
 	tail -n 20 "$tmp/serve.log" >&2 || true

@@ -773,6 +773,12 @@ static void cg_free(struct moat_cgroup *cg, struct moat_result *res)
 	free(cg);
 }
 
+void moat_cgroup_collect(struct moat_cgroup *cg, struct moat_result *res)
+{
+	if (cg && res)
+		collect(cg, res);
+}
+
 void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res)
 {
 	if (!cg)

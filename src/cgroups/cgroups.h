@@ -56,6 +56,11 @@ int moat_cgroup_kill(struct moat_cgroup *cg);
 /* After the run: statistics and oom/pids detection into res, then remove
  * everything that was created. NULL-safe. */
 void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res);
+/* The statistics and the limit hits into res (what finish does first),
+ * leaving the leaves for moat_cgroup_finish(cg, NULL): removing them can
+ * wait for the kernel to let go of the last task, which a caller may do
+ * after it has answered. */
+void moat_cgroup_collect(struct moat_cgroup *cg, struct moat_result *res);
 /* moat doctor (moat_admin.h): moat_cgroup_describe says where cgroup v2
  * is and which parent moat would use, changing nothing; moat_limits_probe
  * finds what a run really gets by a trial prepare/finish. */

@@ -127,9 +127,10 @@ int run_collect(struct run *r, struct moat_result **out, struct moat_error *err)
 		(void)moat_result_warn(res, "out of memory rendering the outputs");
 	if (r->sclog && !(res->seccomp_json = moat_seccomp_log_json(r->sclog)))
 		(void)moat_result_warn(res, "out of memory rendering the seccomp log");
-	moat_cgroup_finish(r->cg, res);
-	r->cg = NULL;
-	moat_stamp("sup: cgroup finished");
+	/* the statistics now; the leaves go in run_release (their removal can
+	 * wait several ms for the kernel, after the answer is out) */
+	moat_cgroup_collect(r->cg, res);
+	moat_stamp("sup: cgroup read");
 	/* an OOM group kill takes pid 1 too: finish has said why */
 	if (unreported && !strcmp(res->killed_by, "signal"))
 		(void)moat_result_warn(res, "the sandbox init ended without reporting the "

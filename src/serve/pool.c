@@ -30,6 +30,10 @@ struct slot {
 };
 
 struct serve_pool {
+	/* finished sandboxes whose release (cgroup leaves: several ms of
+	 * waiting for the kernel) the thread does after the answer went out */
+	struct moat_sandbox **done;
+	unsigned ndone, done_cap;
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	pthread_t thread;
@@ -87,6 +91,13 @@ static void *refill_main(void *arg)
 	unsigned fails = 0;
 	pthread_mutex_lock(&p->mu);
 	while (!p->stop) {
+		if (p->ndone) {
+			struct moat_sandbox *sb = p->done[--p->ndone];
+			pthread_mutex_unlock(&p->mu);
+			moat_sandbox_release(sb);
+			pthread_mutex_lock(&p->mu);
+			continue;
+		}
 		int need = -1;
 		for (int i = 0; i < POOL_LANGS && need < 0; i++)
 			if (p->nready[i] < p->want)
@@ -140,8 +151,16 @@ static void *refill_main(void *arg)
 			moat_sandbox_release(sb);
 			pthread_mutex_lock(&p->mu);
 		}
-	while (p->in_use)
+	while (p->in_use || p->ndone) {
+		if (p->ndone) {
+			struct moat_sandbox *sb = p->done[--p->ndone];
+			pthread_mutex_unlock(&p->mu);
+			moat_sandbox_release(sb);
+			pthread_mutex_lock(&p->mu);
+			continue;
+		}
 		pthread_cond_wait(&p->cv, &p->mu);
+	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
 }
@@ -150,9 +169,7 @@ int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_r
 		     const struct serve_limits *limits, FILE *log, struct moat_error *err)
 {
 	*out = NULL;
-	if (want == 0)
-		return 0;
-	if (!opts->runtime_dir)
+	if (want && !opts->runtime_dir)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "--pool needs the runtime shims (--runtime DIR)");
 	struct serve_pool *p = calloc(1, sizeof *p);
@@ -165,7 +182,7 @@ int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_r
 	p->log = log;
 	for (int i = 0; i < POOL_LANGS; i++) {
 		struct moat_request *b = p->boot[i] = moat_request_new();
-		if (!b || !(p->ready[i] = calloc(want, sizeof *p->ready[i])) ||
+		if (!b || !(p->ready[i] = calloc(want ? want : 1, sizeof *p->ready[i])) ||
 		    !(b->code = strdup(boot_code[i]))) {
 			serve_pool_stop(p);
 			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
@@ -205,9 +222,22 @@ void serve_pool_stop(struct serve_pool *p)
 		free(p->ready[i]);
 	}
 	free(p->last_error);
+	free(p->done);
 	pthread_cond_destroy(&p->cv);
 	pthread_mutex_destroy(&p->mu);
 	free(p);
+}
+
+/* Room for one more finished sandbox (under p->mu). */
+static bool grow_done(struct serve_pool *p)
+{
+	unsigned cap = p->done_cap ? p->done_cap * 2 : 16;
+	struct moat_sandbox **n = realloc(p->done, cap * sizeof *n);
+	if (!n)
+		return false;
+	p->done = n;
+	p->done_cap = cap;
+	return true;
 }
 
 int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
@@ -228,23 +258,41 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 		}
 		pthread_mutex_unlock(&p->mu);
 	}
-	if (!sb)
-		return moat_run(req, opts, out, err);
 	*out = NULL;
-	int rc = moat_sandbox_deliver(sb, req, opts, err);
+	int rc;
+	bool warm = sb != NULL;
+	if (warm) {
+		rc = moat_sandbox_deliver(sb, req, opts, err);
+	} else {
+		/* cold: moat_run's phases, with the release below */
+		rc = moat_sandbox_create(req, opts, &sb, err);
+		if (rc == 0)
+			rc = moat_sandbox_start(sb, err);
+	}
 	if (rc == 0)
 		rc = moat_sandbox_wait(sb, out, err);
-	moat_sandbox_release(sb);
-	pthread_mutex_lock(&p->mu);
-	p->in_use--;
-	pthread_cond_broadcast(&p->cv);
-	pthread_mutex_unlock(&p->mu);
+	/* pid 1 is reaped (or was never started: then release kills it here,
+	 * in its creating thread): what is left, the thread releases */
+	bool later = false;
+	if (p && sb) {
+		pthread_mutex_lock(&p->mu);
+		if (rc == 0 && (p->ndone < p->done_cap || grow_done(p))) {
+			p->done[p->ndone++] = sb;
+			later = true;
+		}
+		if (warm)
+			p->in_use--;
+		pthread_cond_broadcast(&p->cv);
+		pthread_mutex_unlock(&p->mu);
+	}
+	if (!later)
+		moat_sandbox_release(sb);
 	return rc;
 }
 
 void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
 {
-	if (!p)
+	if (!p || !p->want)
 		return;
 	pthread_mutex_lock(&p->mu);
 	moat_buf_appendf(b, "# HELP moat_pool_ready Warm sandboxes waiting for a request.\n"

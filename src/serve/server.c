@@ -1016,8 +1016,10 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		goto out;
 	}
 	s->have_watchdog = true;
+	/* the pool's thread also releases finished sandboxes after their
+	 * answer: it runs with --pool 0 too */
 	unsigned want = pool_size(o->pool, s->limits.pool);
-	if (want) {
+	{
 		struct moat_run_options po;
 		moat_run_options_init(&po);
 		po.rootfs_dir = o->rootfs_dir ? o->rootfs_dir : o->cfg->rootfs_dir;
