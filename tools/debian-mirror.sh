@@ -1,11 +1,12 @@
 #!/bin/sh
 # Prints the Debian archive to fetch SUITE from: this host's own apt mirror for
 # SUITE (/etc/apt/sources.list and sources.list.d, one-line and deb822 forms),
-# else http://deb.debian.org/debian. https mirrors are passed over: a fresh
+# else DEFAULT (http://deb.debian.org/debian). https mirrors are passed over: a fresh
 # minbase chroot has no CA certificates to check them.
-#   usage: tools/debian-mirror.sh SUITE
+#   usage: tools/debian-mirror.sh SUITE [DEFAULT]
 set -eu
-SUITE=${1:?usage: debian-mirror.sh SUITE}
+SUITE=${1:?usage: debian-mirror.sh SUITE [DEFAULT]}
+DEFAULT=${2:-http://deb.debian.org/debian}
 m=$({
 	cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk -v s="$SUITE" '
 		$1 == "deb" { i = 2; if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
@@ -23,4 +24,4 @@ m=$({
 			END { flush() }' "$f"
 	done
 } | sed 's,/*$,,' | grep -v '^https://' | head -n 1)
-echo "${m:-http://deb.debian.org/debian}"
+echo "${m:-$DEFAULT}"
