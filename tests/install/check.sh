@@ -164,6 +164,62 @@ else
 	skipped "the installed binary as uid 65534 (not root):"
 fi
 
+# ---- docs/ci.md: its listings are docs/examples/*.yml, and their steps (all
+# but checkout, install and the sudo lines) run with the installed moat against
+# a small repository of a CI check's shape
+ci_listings=$(python3 - <<'PY'
+import re
+doc = open("docs/ci.md").read()
+blocks = re.findall(r"```yaml\n(.*?)```", doc, re.S)
+want = [open("docs/examples/github-actions.yml").read(), open("docs/examples/gitlab-ci.yml").read()]
+print("same" if blocks == want else "differ")
+PY
+)
+check "docs/ci.md shows docs/examples/github-actions.yml and gitlab-ci.yml verbatim" \
+	test "$ci_listings" = same
+if python3 -c 'import yaml' 2>/dev/null && command -v jq >/dev/null 2>&1; then
+	repo=$work/ci-repo
+	mkdir -p "$repo/ci" "$repo/data/sub" "$repo/bin" "$repo/tmp"
+	ln -s "$moat_bin" "$repo/bin/moat"
+	printf 'a,b\n1,2\n' >"$repo/data/input.csv"
+	printf 'hello\n' >"$repo/data/sub/notes.txt"
+	cat >"$repo/ci/check.py" <<'PY'
+import csv, os
+rows = list(csv.reader(open("data/input.csv")))
+assert not os.path.exists("/home") and os.getuid() == 65534
+os.makedirs("report", exist_ok=True)
+open("report/summary.txt", "w").write(f"{len(rows)} rows\n")
+print("rows:", len(rows))
+PY
+	chmod -R a+rwX "$repo"
+	while IFS= read -r line; do
+		case $line in ok:*) ok "${line#ok: }" ;; FAIL:*) bad "${line#FAIL: }" ;; *) echo "  $line" ;; esac
+	done < <(cd "$repo" && PATH="$repo/bin:$PATH" RUNNER_TEMP="$repo/tmp" python3 - "$OLDPWD" <<'PY'
+import os, subprocess, sys, yaml
+top = sys.argv[1]
+steps = []
+gh = yaml.safe_load(open(f"{top}/docs/examples/github-actions.yml"))
+for st in gh["jobs"]["check"]["steps"]:
+    if "run" in st and "sudo" not in st["run"]:
+        steps.append(("github-actions.yml: " + st["name"], st["run"]))
+gl = yaml.safe_load(open(f"{top}/docs/examples/gitlab-ci.yml"))
+for job in ("untrusted-check", "untrusted-check-directory"):
+    steps.append((f"gitlab-ci.yml: {job}", "\n".join(gl[job]["script"])))
+for name, script in steps:
+    r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script],
+                       capture_output=True, text=True)
+    good = r.returncode == 0 and "rows: 2" in r.stdout
+    print(("ok: " if good else "FAIL: ") + name + ("" if good else f" (exit {r.returncode})"))
+    if not good:
+        print(r.stdout[-2000:] + r.stderr[-2000:])
+PY
+	)
+	[ -f "$repo/summary.txt" ] && [ "$(cat "$repo/summary.txt")" = "2 rows" ] &&
+		ok "gitlab-ci.yml: the returned report/summary.txt" || bad "gitlab-ci.yml: no summary.txt"
+else
+	skipped "the docs/ci.md workflow steps (python3-yaml or jq missing):"
+fi
+
 # ---- the AppArmor profile, parsed by AppArmor 4 (the userns rule is 4.0's)
 profile="$dest/etc/apparmor.d/moat"
 if parser=$(tools/apparmor4.sh 2>"$work/aa4.err"); then
