@@ -42,7 +42,7 @@ _moat()
 		fi
 		return ;;
 	-c|--code|--timeout|--memory|--cpus|--pids|--env|--max-output|--listen|\
-	--max-concurrent|--queue|--grace|--client-timeout|--kv-quota)
+	--max-concurrent|--queue|--grace|--client-timeout|--kv-quota|--pool)
 		return ;;
 	esac
 
@@ -62,7 +62,7 @@ _moat()
 	serve)
 		COMPREPLY=($(compgen -W '--listen --socket --token-file --max-concurrent --queue
 			--config --rootfs --runtime --grace --client-timeout --kv --kv-quota --no-kv
-			--help' -- "$cur")) ;;
+			--pool --help' -- "$cur")) ;;
 	kv)
 		local sub= j
 		for ((j = i + 1; j < COMP_CWORD; j++)); do
