@@ -42,7 +42,7 @@ CHECK_LIBS   := $(shell pkg-config --libs check 2>/dev/null)
 
 WARN    := -Wall -Wextra -Werror -Wshadow -Wformat=2 -Wno-unused-parameter
 CFLAGS  ?= -O2 -g
-ALL_CFLAGS = -std=gnu11 $(WARN) $(CFLAGS) -D_GNU_SOURCE -fstack-protector-strong \
+ALL_CFLAGS = -std=gnu11 $(WARN) $(CPPFLAGS) $(CFLAGS) -D_GNU_SOURCE -fstack-protector-strong \
              -D_FORTIFY_SOURCE=2 -pthread -Iinclude -Isrc $(PKG_CFLAGS)
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 TSAN    := -fsanitize=thread -fno-omit-frame-pointer
@@ -75,7 +75,7 @@ INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
 .PHONY: all deps check check-unit check-integration check-node check-threads check-vm install \
-        clean bench bench-egress bench-serve bench-kv timeline soak soak-short fuzz fuzz-build \
+        uninstall man check-install deb check-deb clean bench bench-egress bench-serve bench-kv timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat
 
@@ -131,7 +131,8 @@ $(BUILD)/libmoat-tsan.a: $(TSAN_LIB_OBJS)
 	ar rcs $@ $^
 
 $(BUILD)/moat: $(CLI_OBJS) $(BUILD)/libmoat.a
-	$(CC) $(ALL_CFLAGS) -Wl,-z,relro,-z,now -o $@ $(CLI_OBJS) $(BUILD)/libmoat.a $(MOAT_LIBS)
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Wl,-z,relro,-z,now -o $@ $(CLI_OBJS) $(BUILD)/libmoat.a \
+	    $(MOAT_LIBS)
 
 # Unit tests: pure logic, built with AddressSanitizer and UBSan.
 $(BUILD)/tests/san/%.o: tests/%.c
@@ -277,9 +278,85 @@ fuzz: $(FUZZ_BINS)
 check-node: $(BUILD)/moat
 	MOAT_BIN=$(CURDIR)/$(BUILD)/moat node --test clients/node/test/
 
-install: $(BUILD)/moat
-	install -D -m 0755 $(BUILD)/moat $(DESTDIR)$(PREFIX)/bin/moat
-	install -D -m 0644 policies/default.json $(DESTDIR)$(PREFIX)/share/moat/policies/default.json
+# make install [PREFIX=/usr/local] [DESTDIR=...] [APPARMOR=auto|yes|no]: the binary,
+# the runtime shims (found by the binary at ../share/moat/runtime), a copy of the
+# default policy, moat(1), bash completion and the AppArmor profile (apparmor/moat:
+# `userns,` for /usr/bin/moat and /usr/local/bin/moat, for Ubuntu's user-namespace
+# restriction). The profile always goes to $(DATADIR)/moat/apparmor/moat; into
+# $(SYSCONFDIR)/apparmor.d/moat, where AppArmor loads it at boot, with APPARMOR=yes,
+# or with auto (the default) when this host's AppArmor knows the userns rule
+# (/etc/apparmor.d/abi/4.0): an older parser (Debian 12: AppArmor 3.0) rejects the
+# profile, and apparmor.service would fail at every boot. Installed for real
+# (no DESTDIR) on a host where AppArmor is on, the profile is loaded at once.
+# make uninstall removes what make install put there (same PREFIX and DESTDIR).
+SYSCONFDIR ?= /etc
+BINDIR     ?= $(PREFIX)/bin
+DATADIR    ?= $(PREFIX)/share
+MANDIR     ?= $(DATADIR)/man
+APPARMOR   ?= auto
+AA_ETC := $(if $(filter yes,$(APPARMOR)),yes,$(if $(filter auto,$(APPARMOR)),$(if \
+          $(wildcard /etc/apparmor.d/abi/4.0),yes),))
+RUNTIME_FILES := $(sort $(shell find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' \
+                 2>/dev/null))
+
+$(BUILD)/moat.1: doc/moat.1.scd
+	@command -v scdoc >/dev/null 2>&1 || { echo "make: the man page needs scdoc" \
+	    "(apt-get install scdoc; tools/deps.sh installs it)" >&2; exit 1; }
+	@mkdir -p $(@D)
+	scdoc < $< > $@.tmp && mv $@.tmp $@
+man: $(BUILD)/moat.1
+
+install: $(BUILD)/moat $(BUILD)/moat.1
+	install -D -m 0755 $(BUILD)/moat $(DESTDIR)$(BINDIR)/moat
+	install -D -m 0644 policies/default.json $(DESTDIR)$(DATADIR)/moat/policies/default.json
+	@for f in $(RUNTIME_FILES); do \
+	    echo "install -D -m 0644 $$f $(DESTDIR)$(DATADIR)/moat/$$f"; \
+	    install -D -m 0644 "$$f" "$(DESTDIR)$(DATADIR)/moat/$$f" || exit 1; done
+	install -D -m 0644 apparmor/moat $(DESTDIR)$(DATADIR)/moat/apparmor/moat
+	install -D -m 0644 $(BUILD)/moat.1 $(DESTDIR)$(MANDIR)/man1/moat.1
+	install -D -m 0644 completions/moat.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/moat
+ifeq ($(AA_ETC),yes)
+	install -D -m 0644 apparmor/moat $(DESTDIR)$(SYSCONFDIR)/apparmor.d/moat
+	@if [ -z "$(DESTDIR)" ] && aa-enabled --quiet 2>/dev/null; then \
+	    echo "apparmor_parser -r $(SYSCONFDIR)/apparmor.d/moat"; \
+	    apparmor_parser -r $(SYSCONFDIR)/apparmor.d/moat || \
+	    echo "make install: warning: the AppArmor profile did not load" >&2; fi
+else ifeq ($(APPARMOR),auto)
+	@if [ -d /etc/apparmor.d ]; then echo "make install: note: the AppArmor profile is not put" \
+	    "into $(SYSCONFDIR)/apparmor.d: this host's AppArmor predates the userns rule (no" \
+	    "/etc/apparmor.d/abi/4.0) and would fail to load it; APPARMOR=yes puts it there" \
+	    "anyway" >&2; fi
+endif
+	@case "$(BINDIR)" in /usr/bin|/usr/local/bin) ;; *) echo "make install: note: the AppArmor" \
+	    "profile attaches to /usr/bin/moat and /usr/local/bin/moat, not to $(BINDIR)/moat" >&2;; esac
+
+uninstall:
+	@if [ -z "$(DESTDIR)" ] && [ -f $(SYSCONFDIR)/apparmor.d/moat ] && \
+	    aa-enabled --quiet 2>/dev/null; then \
+	    echo "apparmor_parser -R $(SYSCONFDIR)/apparmor.d/moat"; \
+	    apparmor_parser -R $(SYSCONFDIR)/apparmor.d/moat || true; fi
+	rm -f $(DESTDIR)$(SYSCONFDIR)/apparmor.d/moat
+	rm -f $(DESTDIR)$(BINDIR)/moat $(DESTDIR)$(MANDIR)/man1/moat.1 \
+	    $(DESTDIR)$(DATADIR)/bash-completion/completions/moat
+	rm -rf $(DESTDIR)$(DATADIR)/moat
+
+# The Debian package (debian/): libseccomp and libcap linked shared, built in a
+# copy of the tree under $(BUILD)/deb with DEB_BUILD_OPTIONS=nocheck (the unit
+# tests are check-unit's; DEB_CHECK=yes runs them there too); the .deb lands
+# in $(BUILD)/ (tools/build-deb.sh).
+deb:
+	sh tools/build-deb.sh $(BUILD)
+
+# make deb, then the package installed with apt into a clean Debian 12 chroot
+# (debootstrap minbase, cached as a tarball under /var/tmp) and run there:
+# moat doctor and one sandboxed run (tests/install/deb.sh; root)
+check-deb: deb
+	bash tests/install/deb.sh $(BUILD)
+
+# make install into a scratch DESTDIR, checked file by file, then run from there
+# (tests/install/check.sh); also syntax-checks the AppArmor profile
+check-install: $(BUILD)/moat $(BUILD)/moat.1
+	bash tests/install/check.sh $(BUILD)
 
 clean:
 	rm -rf $(BUILD) build-timeline

@@ -64,6 +64,27 @@ int moat_provider_run(const char *name, const struct moat_request *req,
 /* Why user namespaces are unavailable here, with the fix, or NULL when no
  * known restriction is found (malloc'd). */
 char *moat_userns_diagnose(void);
+
+/* AppArmor's user-namespace restriction (Ubuntu 23.10+) and moat's profile
+ * (apparmor/moat: `userns,` for /usr/bin/moat and /usr/local/bin/moat). */
+struct moat_apparmor {
+	bool enabled;           /* the AppArmor LSM is active */
+	int restrict_userns;    /* kernel.apparmor_restrict_unprivileged_userns; -1: absent */
+	bool as_root;           /* euid 0: the restriction does not apply */
+	char label[256];        /* this process's label ("unconfined", "moat (unconfined)"); "" unknown */
+	bool covered;           /* the label is moat's profile: user namespaces are allowed */
+	int profile_loaded;     /* a profile named moat is loaded: 1, 0; -1: list not readable */
+	bool etc_profile;       /* /etc/apparmor.d/moat exists */
+	bool exe_attached;      /* the binary's path is one the profile attaches to */
+	char exe[4096];         /* the running binary; "" unknown */
+	char profile_src[4096]; /* the profile shipped beside this binary; "" not found */
+};
+/* Fills *aa from /proc, /sys and the filesystem; changes nothing. */
+void moat_apparmor_probe(struct moat_apparmor *aa);
+/* What to run so that this binary may create user namespaces here (one
+ * paragraph with the exact commands), or NULL when nothing stands in the
+ * way (malloc'd). */
+char *moat_apparmor_fix(const struct moat_apparmor *aa);
 /* Where cgroup v2 is and which parent moat would use; changes nothing. */
 int moat_cgroup_describe(FILE *out);
 /* What a run asking for every limit would get on this host, decided as a

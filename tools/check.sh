@@ -1,7 +1,8 @@
 #!/bin/bash
 # make check: unit tests (ASan/UBSan), the thread test (TSan), then
 # integration and security tests against the built binary, as root and as
-# uid 65534. Prints one summary line.
+# uid 65534, and make install checked in a scratch DESTDIR. Prints one
+# summary line.
 set -u -o pipefail
 BUILD=${1:-build}
 log=$(mktemp)
@@ -42,6 +43,9 @@ else
 	toolbox_skipped=1
 fi
 
+echo "== make install into a scratch DESTDIR, checked and run there (tests/install/check.sh)"
+bash tests/install/check.sh "$BUILD" 2>&1 | tee -a "$log" || status=1
+
 echo "== node client tests (clients/node, against the built binary)"
 MOAT_BIN="$(pwd)/$BUILD/moat" node --test clients/node/test/ 2>&1 | tee -a "$log" || status=1
 
@@ -63,6 +67,12 @@ total=$((total + np + nf + pr - ps)); bad=$((bad + nf + pf)); skipped=$((ns + ps
 tp=$(sed -n 's/^check-toolbox: \([0-9]*\) passed, \([0-9]*\) failed$/\1/p' "$log" | awk '{s+=$1} END {print s+0}')
 tf=$(sed -n 's/^check-toolbox: \([0-9]*\) passed, \([0-9]*\) failed$/\2/p' "$log" | awk '{s+=$1} END {print s+0}')
 total=$((total + tp + tf)); bad=$((bad + tf))
+# tests/install/check.sh: "check-install: N passed, M failed, S skipped" (its
+# skipped checks print "note: ... not run", counted below)
+ip=$(sed -n 's/^check-install: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\1 \2 \3/p' "$log" |
+	awk '{p+=$1; f+=$2; s+=$3} END {print p+0, f+0, s+0}')
+set -- $ip
+total=$((total + $1 + $2 + $3)); bad=$((bad + $2))
 # Check has no "skipped": a C test that cannot run here returns early after
 # saying "note: ... not run" (or "note: live ... test skipped"); Check counts
 # it passed, this summary counts it skipped

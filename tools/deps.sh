@@ -4,15 +4,20 @@
 # FUZZ (make fuzz only) is optional: a host that cannot install it (not root,
 # or a release without clang-14) still gets everything make check needs.
 set -eu
-BUILD="gcc make pkg-config libseccomp-dev libcap-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev libnftnl-dev libmnl-dev libmicrohttpd-dev libhiredis-dev"
+BUILD="gcc make pkg-config libseccomp-dev libcap-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev libnftnl-dev libmnl-dev libmicrohttpd-dev libhiredis-dev libsqlite3-dev"
+# make install (the man page) and make deb
+PKG="scdoc dpkg-dev debhelper fakeroot"
 RUNTIME="python3 nodejs esbuild bash"
-TEST="iproute2 curl debootstrap redis-server"
+# apparmor: apparmor_parser for make check-install (Debian 12's is 3.0; tools/apparmor4.sh
+# brings AppArmor 4's for the userns rule); debootstrap also for make check-deb
+# python3-yaml, jq: make check-install runs the steps of docs/examples/*.yml
+TEST="iproute2 curl debootstrap redis-server apparmor python3-yaml jq"
 FUZZ="clang-14 libfuzzer-14-dev"
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
 }
 missing=""
-for p in $BUILD $RUNTIME $TEST; do
+for p in $BUILD $PKG $RUNTIME $TEST; do
 	installed "$p" || missing="$missing $p"
 done
 # npm builds the Spin toolbox root (rootfs/build-rootfs.sh --profile spin);

@@ -129,6 +129,43 @@ static bool trial_network(void)
 	return ok;
 }
 
+/* Ubuntu's user-namespace restriction: does it apply to this binary, and
+ * the exact fix when it does. */
+static void apparmor_report(void)
+{
+	struct moat_apparmor *aa = malloc(sizeof *aa);
+	if (!aa)
+		return;
+	moat_apparmor_probe(aa);
+	if (aa->restrict_userns < 0)
+		printf("AppArmor userns:    no restriction on this kernel (no "
+		       "kernel.apparmor_restrict_unprivileged_userns)\n");
+	else
+		printf("AppArmor userns:    restrict_unprivileged_userns=%d%s\n", aa->restrict_userns,
+		       !aa->enabled ? " (AppArmor is not the active LSM: no effect)"
+		       : aa->restrict_userns != 1 ? ": unprivileged programs may create them"
+		       : aa->as_root ? ": applies to unprivileged users, not to root" : "");
+	if (aa->enabled) {
+		printf("AppArmor label:     %s: %s\n", aa->label[0] ? aa->label : "unknown",
+		       aa->covered ? "moat's profile, user namespaces allowed"
+				   : "not moat's profile");
+		printf("AppArmor profile:   moat %s; this binary %s %s\n",
+		       aa->profile_loaded == 1 ? "loaded"
+		       : aa->profile_loaded == 0 ? "not loaded"
+		       : aa->etc_profile ? "in /etc/apparmor.d (whether loaded: the list needs root)"
+					 : "not in /etc/apparmor.d",
+		       aa->exe[0] ? aa->exe : "(unknown path)",
+		       aa->exe_attached ? "is a path it attaches to"
+					: "is not a path it attaches to (/usr/bin/moat, "
+					  "/usr/local/bin/moat)");
+	}
+	char *fix = moat_apparmor_fix(aa);
+	if (fix)
+		printf("  fix:              %s\n", fix);
+	free(fix);
+	free(aa);
+}
+
 int cli_doctor(int argc, char **argv)
 {
 	(void)argc;
@@ -151,10 +188,7 @@ int cli_doctor(int argc, char **argv)
 		free(diag);
 		ok = false;
 	}
-	if (read_text("/proc/sys/kernel/apparmor_restrict_unprivileged_userns", buf, sizeof buf) == 0)
-		printf("AppArmor userns:    restrict_unprivileged_userns=%s\n", buf);
-	else
-		printf("AppArmor userns:    no restriction on this kernel\n");
+	apparmor_report();
 	if (read_text("/proc/sys/user/max_user_namespaces", buf, sizeof buf) == 0)
 		printf("max_user_namespaces: %s\n", buf);
 

@@ -94,4 +94,17 @@ int moat_idmap_write(pid_t pid, bool as_root, uid_t host_uid, gid_t host_gid,
 /* moat_userns_diagnose (moat_admin.h): why user namespaces are unavailable
  * here, with the fix; the runner adds it to clone3 and id-map errors. */
 
+/* AppArmor, pure parsers behind moat_apparmor_probe (moat_admin.h). */
+/* The text of /proc/self/attr/current ("moat (unconfined)\n", "unconfined\n")
+ * split into the label's profile part and its mode ("" when none). 0, or -1
+ * when the text holds no label or a part does not fit. */
+int moat_aa_label_parse(const char *text, size_t len, char *profile, size_t profile_len,
+			char *mode, size_t mode_len);
+/* The profile part of a label is moat's profile (alone, or first of a stack). */
+bool moat_aa_label_is_moat(const char *profile);
+/* /sys/kernel/security/apparmor/profiles lists a profile named name. */
+bool moat_aa_profiles_has(const char *text, size_t len, const char *name);
+/* exe is a path apparmor/moat attaches to (/usr/bin/moat, /usr/local/bin/moat). */
+bool moat_aa_exe_attached(const char *exe);
+
 #endif

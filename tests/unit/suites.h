@@ -24,5 +24,6 @@ Suite *kv_suite(void);
 Suite *priv_suite(void);
 Suite *pool_suite(void);
 Suite *kv_redis_suite(void);
+Suite *apparmor_suite(void);
 
 #endif

@@ -1,0 +1,86 @@
+# bash completion for moat(1); installed as
+# $(PREFIX)/share/bash-completion/completions/moat
+
+_moat()
+{
+	local cur prev cmd i
+	COMPREPLY=()
+	cur=${COMP_WORDS[COMP_CWORD]}
+	prev=${COMP_WORDS[COMP_CWORD-1]}
+	cmd=
+	for ((i = 1; i < COMP_CWORD; i++)); do
+		case ${COMP_WORDS[i]} in
+		-*) ;;
+		*) cmd=${COMP_WORDS[i]}; break ;;
+		esac
+	done
+	if [[ -z $cmd ]]; then
+		COMPREPLY=($(compgen -W 'run exec serve kv doctor policy version help' -- "$cur"))
+		return
+	fi
+
+	# options that take a file, a directory or a word
+	case $prev in
+	--policy|--config|--token-file|--stdin|--socket|--kv)
+		COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null
+		return ;;
+	--rootfs|--runtime)
+		COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
+		return ;;
+	-l|--language)
+		COMPREPLY=($(compgen -W 'python javascript typescript bash sh' -- "$cur"))
+		return ;;
+	--provider)
+		COMPREPLY=($(compgen -W 'native docker e2b daytona none' -- "$cur"))
+		return ;;
+	--file)
+		# DEST=SRC: complete the host file after the '='
+		if [[ $cur == *=* ]]; then
+			local dest=${cur%%=*}
+			COMPREPLY=($(compgen -f -P "$dest=" -- "${cur#*=}"))
+			compopt -o filenames 2>/dev/null
+		fi
+		return ;;
+	-c|--code|--timeout|--memory|--cpus|--pids|--env|--max-output|--listen|\
+	--max-concurrent|--queue|--grace|--client-timeout|--kv-quota|--pool)
+		return ;;
+	esac
+
+	case $cmd in
+	run)
+		if [[ $cur == -* ]]; then
+			COMPREPLY=($(compgen -W '-l --language -c --code --timeout --memory --cpus
+				--pids --strict-limits --env --file --stdin --max-output --net --policy
+				--seccomp-log --strict-isolation --rootfs --provider --config --json
+				--help' -- "$cur"))
+		else
+			COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null
+		fi ;;
+	exec)
+		COMPREPLY=($(compgen -W '--provider --config --policy --seccomp-log
+			--strict-isolation --rootfs --kv --kv-quota --runtime' -- "$cur")) ;;
+	serve)
+		COMPREPLY=($(compgen -W '--listen --socket --token-file --max-concurrent --queue
+			--config --rootfs --runtime --grace --client-timeout --kv --kv-quota --no-kv
+			--pool --help' -- "$cur")) ;;
+	kv)
+		local sub= j
+		for ((j = i + 1; j < COMP_CWORD; j++)); do
+			case ${COMP_WORDS[j]} in
+			--kv|--config) ((j++)) ;;
+			-*) ;;
+			*) sub=${COMP_WORDS[j]}; break ;;
+			esac
+		done
+		if [[ -z $sub ]]; then
+			COMPREPLY=($(compgen -W 'list get export clear --kv --config --help' -- "$cur"))
+		fi ;;
+	policy)
+		if ((COMP_CWORD == i + 1)); then
+			COMPREPLY=($(compgen -W 'check show' -- "$cur"))
+		else
+			COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null
+		fi ;;
+	esac
+}
+complete -F _moat moat

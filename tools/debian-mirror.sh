@@ -1,0 +1,27 @@
+#!/bin/sh
+# Prints the Debian archive to fetch SUITE from: this host's own apt mirror for
+# SUITE (/etc/apt/sources.list and sources.list.d, one-line and deb822 forms),
+# else DEFAULT (http://deb.debian.org/debian). https mirrors are passed over: a fresh
+# minbase chroot has no CA certificates to check them.
+#   usage: tools/debian-mirror.sh SUITE [DEFAULT]
+set -eu
+SUITE=${1:?usage: debian-mirror.sh SUITE [DEFAULT]}
+DEFAULT=${2:-http://deb.debian.org/debian}
+m=$({
+	cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk -v s="$SUITE" '
+		$1 == "deb" { i = 2; if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
+			if ($(i + 1) == s) print $i }'
+	for f in /etc/apt/sources.list.d/*.sources; do
+		[ -f "$f" ] || continue
+		awk -v s="$SUITE" '
+			function flush() { if (deb && suite) for (j = 1; j <= nu; j++) print u[j]; deb = suite = nu = 0 }
+			/^[[:space:]]*$/ { flush(); next }
+			/^#/ { next }
+			tolower($1) == "types:" { for (j = 2; j <= NF; j++) if ($j == "deb") deb = 1 }
+			tolower($1) == "uris:" { for (j = 2; j <= NF; j++) u[++nu] = $j }
+			tolower($1) == "suites:" { for (j = 2; j <= NF; j++) if ($j == s) suite = 1 }
+			tolower($1) == "enabled:" && tolower($2) == "no" { deb = 0 }
+			END { flush() }' "$f"
+	done
+} | sed 's,/*$,,' | grep -v '^https://' | head -n 1)
+echo "${m:-$DEFAULT}"
