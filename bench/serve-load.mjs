@@ -30,7 +30,6 @@ const WORKLOADS = (process.env.WORKLOADS ||
 // The service's built-in per-run defaults (docs/SERVE.md), given to `moat exec` too so both
 // sides run under the same limits.
 const LIMITS = { timeout: 10000, memoryMb: 256, cpus: 1, pidsLimit: 64 };
-const NODE_BIN = process.execPath;
 
 const PY_SCRIPT = 'print(6*7)';
 const PY_HANDLER = `from spin_sdk.http import Response
@@ -64,10 +63,13 @@ function post(agent, route, envelope, socketPath = SOCKET) {
   });
 }
 
-// A process spawned bare (no sandbox): its stdout must be want.
+// A process spawned bare (no sandbox), with the environment a sandbox gets (a host's
+// NODE_EXTRA_CA_CERTS, pyenv shims or the like would make it slower than it is): its
+// stdout must be want.
+const BARE_ENV = { PATH: '/usr/local/bin:/usr/bin:/bin', HOME: '/tmp', LANG: 'C.UTF-8', TMPDIR: '/tmp' };
 function bare(argv, want) {
   return new Promise((resolve) => {
-    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'] });
+    const child = spawn(argv[0], argv.slice(1), { stdio: ['ignore', 'pipe', 'pipe'], env: BARE_ENV });
     const out = [];
     child.stdout.on('data', (d) => out.push(d));
     child.on('error', (e) => resolve(e.message));
@@ -95,8 +97,8 @@ const workloads = {
     once: (agent) => script(agent, '/py/run', { code: PY_SCRIPT, sandboxId: `bench-${++seq}` }, COLD_SOCKET, '42\n'),
   },
   'bare-py': {
-    what: "`python3 -c 'print(6*7)'` spawned by the client, no sandbox",
-    once: () => bare(['python3', '-c', PY_SCRIPT], '42\n'),
+    what: "`/usr/bin/python3 -c 'print(6*7)'` spawned by the client, no sandbox (the sandbox's interpreter)",
+    once: () => bare(['/usr/bin/python3', '-c', PY_SCRIPT], '42\n'),
   },
   'js-script': {
     what: 'POST /v1/run, JavaScript `console.log(42)`, with the warm pool',
@@ -107,8 +109,8 @@ const workloads = {
     once: (agent) => script(agent, '/v1/run', { code: JS_SCRIPT, language: 'javascript' }, COLD_SOCKET, '42\n'),
   },
   'bare-node': {
-    what: "`node -e 'console.log(42)'` spawned by the client, no sandbox",
-    once: () => bare([NODE_BIN, '-e', JS_SCRIPT], '42\n'),
+    what: "`/usr/bin/node -e 'console.log(42)'` spawned by the client, no sandbox",
+    once: () => bare(['/usr/bin/node', '-e', JS_SCRIPT], '42\n'),
   },
   'py-handler': {
     what: 'POST /py/run, Python handle_request → Response, with the warm pool',

@@ -114,9 +114,12 @@ char *serve_metrics_render(struct serve_metrics *m);
 /* ---- the warm pool (pool.c) ---- */
 struct serve_pool;
 /* want sandboxes per language (python, javascript) prewarmed with opts and
- * the Spin requests' limits; want 0: no pool (*out NULL). */
+ * the Spin requests' limits (want 0: none; the thread still releases
+ * finished runs); no prewarm while saturated(sat_ctx) says every run slot
+ * is taken. */
 int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_run_options *opts,
-		     const struct serve_limits *limits, FILE *log, struct moat_error *err);
+		     const struct serve_limits *limits, FILE *log, bool (*saturated)(void *ctx),
+		     void *sat_ctx, struct moat_error *err);
 /* Stops refilling, releases the idle ones, waits for the ones in use. */
 void serve_pool_stop(struct serve_pool *p);
 /* moat_run, in a warm sandbox when p has one for req (p may be NULL). */

@@ -44,6 +44,11 @@ struct serve_pool {
 	struct slot *ready[POOL_LANGS];
 	unsigned nready[POOL_LANGS];
 	unsigned in_use;
+	/* true while every run slot of the service is taken: a prewarm then
+	 * would only compete with the runs for the CPUs (requests find the
+	 * pool empty under saturation anyway, and run cold) */
+	bool (*saturated)(void *ctx);
+	void *sat_ctx;
 	uint64_t created, used, failed, expired, cold[POOL_LANGS], busy_refill_ms;
 	char *last_error;
 	FILE *log;
@@ -102,6 +107,17 @@ static void *refill_main(void *arg)
 		for (int i = 0; i < POOL_LANGS && need < 0; i++)
 			if (p->nready[i] < p->want)
 				need = i;
+		if (need >= 0 && p->saturated && p->saturated(p->sat_ctx)) {
+			struct timespec ts;
+			clock_gettime(CLOCK_REALTIME, &ts);
+			ts.tv_nsec += 5000000L;
+			if (ts.tv_nsec >= 1000000000L) {
+				ts.tv_sec++;
+				ts.tv_nsec -= 1000000000L;
+			}
+			pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+			continue;
+		}
 		/* the oldest idle sandbox past its age goes (a long-lived idle
 		 * interpreter is not a leak, but the pool is meant to be fresh) */
 		int64_t now = moat_mono_ms();
@@ -166,7 +182,8 @@ static void *refill_main(void *arg)
 }
 
 int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_run_options *opts,
-		     const struct serve_limits *limits, FILE *log, struct moat_error *err)
+		     const struct serve_limits *limits, FILE *log, bool (*saturated)(void *ctx),
+		     void *sat_ctx, struct moat_error *err)
 {
 	*out = NULL;
 	if (want && !opts->runtime_dir)
@@ -178,6 +195,8 @@ int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_r
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->want = want;
+	p->saturated = saturated;
+	p->sat_ctx = sat_ctx;
 	p->opts = *opts;
 	p->log = log;
 	for (int i = 0; i < POOL_LANGS; i++) {

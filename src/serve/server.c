@@ -632,6 +632,16 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 	return r;
 }
 
+/* Every run slot taken (the pool does not prewarm then). */
+static bool slots_full(void *ctx)
+{
+	struct server *s = ctx;
+	pthread_mutex_lock(&s->mu);
+	bool full = s->running >= s->o->max_concurrent;
+	pthread_mutex_unlock(&s->mu);
+	return full;
+}
+
 /* Warm sandboxes per language: --pool, else the config's serve.pool, else
  * 2 with at least 4 GiB available, 1 with 1 GiB, none below (an idle
  * python sandbox holds about 10 MiB, a node one about 40). */
@@ -1026,7 +1036,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		po.policy_path = o->cfg->policy_path;
 		po.runtime_dir = o->runtime_dir;
 		po.strict_isolation = o->cfg->strict_isolation;
-		if (serve_pool_start(&s->pool, want, &po, &s->limits, o->log, err) < 0) {
+		if (serve_pool_start(&s->pool, want, &po, &s->limits, o->log, slots_full, s, err) < 0) {
 			close(o->listen_fd);
 			goto out;
 		}
