@@ -300,5 +300,8 @@ const char *moat_pool_refusal(const struct moat_request *boot, const struct moat
  * has "pool": true, durationMs and the timeout count from the delivery. */
 int moat_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
 			 const struct moat_run_options *per, struct moat_error *err);
+/* The sandbox's memory in use now, from its cgroup (bytes), or -1 when it
+ * has no memory cgroup. */
+int64_t moat_sandbox_memory(const struct moat_sandbox *sb);
 
 #endif

@@ -773,6 +773,17 @@ static void cg_free(struct moat_cgroup *cg, struct moat_result *res)
 	free(cg);
 }
 
+int64_t moat_cgroup_memory_now(const struct moat_cgroup *cg)
+{
+	if (!cg)
+		return -1;
+	if (cg->v2_leaf && cg->v2_ctl[L_MEMORY])
+		return read_num(cg->v2_leaf, "memory.current");
+	if (cg->v1_leaf[MOAT_V1_MEMORY])
+		return read_num(cg->v1_leaf[MOAT_V1_MEMORY], "memory.usage_in_bytes");
+	return -1;
+}
+
 void moat_cgroup_collect(struct moat_cgroup *cg, struct moat_result *res)
 {
 	if (cg && res)

@@ -61,6 +61,9 @@ void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res);
  * wait for the kernel to let go of the last task, which a caller may do
  * after it has answered. */
 void moat_cgroup_collect(struct moat_cgroup *cg, struct moat_result *res);
+/* The run's memory in use now (memory.current / memory.usage_in_bytes),
+ * or -1 without a memory cgroup. */
+int64_t moat_cgroup_memory_now(const struct moat_cgroup *cg);
 /* moat doctor (moat_admin.h): moat_cgroup_describe says where cgroup v2
  * is and which parent moat would use, changing nothing; moat_limits_probe
  * finds what a run really gets by a trial prepare/finish. */

@@ -85,6 +85,11 @@ int moat_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req
 	return rc;
 }
 
+int64_t moat_sandbox_memory(const struct moat_sandbox *sb)
+{
+	return sb ? moat_cgroup_memory_now(sb->run.cg) : -1;
+}
+
 void moat_sandbox_release(struct moat_sandbox *sb)
 {
 	if (!sb)

@@ -50,6 +50,7 @@ struct serve_pool {
 	bool (*saturated)(void *ctx);
 	void *sat_ctx;
 	uint64_t created, used, failed, expired, cold[POOL_LANGS], busy_refill_ms;
+	int64_t idle_bytes[POOL_LANGS]; /* an idle sandbox's memory when last handed out */
 	char *last_error;
 	FILE *log;
 };
@@ -200,6 +201,7 @@ int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_r
 	p->opts = *opts;
 	p->log = log;
 	for (int i = 0; i < POOL_LANGS; i++) {
+		p->idle_bytes[i] = -1;
 		struct moat_request *b = p->boot[i] = moat_request_new();
 		if (!b || !(p->ready[i] = calloc(want ? want : 1, sizeof *p->ready[i])) ||
 		    !(b->code = strdup(boot_code[i]))) {
@@ -269,6 +271,7 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 		pthread_mutex_lock(&p->mu);
 		if (p->nready[i] && !p->stop) {
 			sb = p->ready[i][--p->nready[i]].sb; /* the newest */
+			p->idle_bytes[i] = moat_sandbox_memory(sb);
 			p->in_use++;
 			p->used++;
 			pthread_cond_broadcast(&p->cv);
@@ -319,6 +322,13 @@ void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
 	for (int i = 0; i < POOL_LANGS; i++)
 		moat_buf_appendf(b, "moat_pool_ready{language=\"%s\"} %u\n",
 				 moat_lang_get(pool_lang[i])->name, p->nready[i]);
+	moat_buf_appendf(b, "# HELP moat_pool_idle_memory_bytes Memory of an idle warm sandbox "
+			    "(its cgroup), as last handed out; -1: unknown.\n"
+			    "# TYPE moat_pool_idle_memory_bytes gauge\n");
+	for (int i = 0; i < POOL_LANGS; i++)
+		moat_buf_appendf(b, "moat_pool_idle_memory_bytes{language=\"%s\"} %lld\n",
+				 moat_lang_get(pool_lang[i])->name,
+				 (long long)p->idle_bytes[i]);
 	moat_buf_appendf(b, "# HELP moat_pool_cold_total Requests the pool could have served "
 			    "that found it empty.\n# TYPE moat_pool_cold_total counter\n");
 	for (int i = 0; i < POOL_LANGS; i++)

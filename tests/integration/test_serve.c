@@ -3267,6 +3267,16 @@ START_TEST(pool_under_load)
 	ck_assert_msg(used + cold == done && used <= created && used >= 4 && in_use == 0,
 		      "created %.0f used %.0f cold %.0f in use %.0f of %d requests", created, used,
 		      cold, in_use, done);
+	/* an idle sandbox's memory is reported where it has a memory cgroup */
+	struct resp r;
+	pool_wait_ready(&s, "python", 1);
+	v1(&s, "{\"code\":\"print(1)\"}", &r);
+	const char *mech = jstr(jget(r.json, "limits"), "memory");
+	bool cg = mech && !strncmp(mech, "cgroup", 6);
+	resp_free(&r);
+	double idle = pool_metric(&s, "moat_pool_idle_memory_bytes", "language=\"python\"");
+	ck_assert_msg(cg ? idle > 1e6 && idle < 256e6 : idle == -1,
+		      "idle python sandbox: %.0f bytes (memory limit by %s)", idle, mech);
 	server_stop_pool(&s, 4);
 }
 END_TEST
