@@ -11,7 +11,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/random.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -449,4 +452,56 @@ const char *harness_runtime_dir(void)
 	ck_assert_msg(realpath(cand, dir), "no runtime dir at %s (the handler shims of the "
 		      "checkout that built $MOAT_BIN): %s", cand, strerror(errno));
 	return dir;
+}
+
+pid_t harness_redis_start(char *spec, size_t spec_size, char *dir, size_t dir_size)
+{
+	if (system("command -v redis-server >/dev/null 2>&1 && "
+		   "command -v redis-cli >/dev/null 2>&1") != 0)
+		return 0;
+	snprintf(dir, dir_size, "/tmp/moat-redis-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	/* a free port: bind 127.0.0.1:0, read it, close */
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	socklen_t l = sizeof a;
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(getsockname(fd, (struct sockaddr *)&a, &l), 0);
+	close(fd);
+	int port = ntohs(a.sin_port);
+	char ps[16];
+	snprintf(ps, sizeof ps, "%d", port);
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
+		dup2(null, 1);
+		dup2(null, 2);
+		execlp("redis-server", "redis-server", "--port", ps, "--bind", "127.0.0.1", "--save",
+		       "", "--appendonly", "yes", "--appendfsync", "always", "--dir", dir,
+		       "--daemonize", "no", (char *)NULL);
+		_exit(127);
+	}
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "redis-cli -p %d ping 2>/dev/null | grep -q PONG", port);
+	struct timespec t0, t1;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	while (system(cmd) != 0) {
+		clock_gettime(CLOCK_MONOTONIC, &t1);
+		ck_assert_msg((t1.tv_sec - t0.tv_sec) * 1000 < harness_scale_ms(10000),
+			      "redis-server did not start");
+		usleep(50000);
+	}
+	snprintf(spec, spec_size, "redis://127.0.0.1:%d/0", port);
+	return pid;
+}
+
+void harness_redis_stop(pid_t pid, const char *dir)
+{
+	kill(pid, SIGTERM);
+	waitpid(pid, NULL, 0);
+	char cmd[128]; /* redis 7 keeps its append-only files in a subdirectory */
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	ck_assert_int_eq(system(cmd), 0);
 }

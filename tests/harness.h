@@ -112,6 +112,11 @@ int harness_count_marker(const char *marker);
 /* The runtime shims of the checkout that built $MOAT_BIN (its ../runtime),
  * as a real path; aborts the test when there is none. */
 const char *harness_runtime_dir(void);
+/* A redis-server on a free 127.0.0.1 port (append-only, fsync always) in a
+ * new directory: its pid, spec "redis://127.0.0.1:PORT/0" and dir; 0 when
+ * redis-server or redis-cli is not installed (the caller skips). */
+pid_t harness_redis_start(char *spec, size_t spec_size, char *dir, size_t dir_size);
+void harness_redis_stop(pid_t pid, const char *dir);
 /* JSON helpers on out->json */
 const char *harness_str(const struct run_out *out, const char *key);   /* NULL if absent/null */
 double harness_num(const struct run_out *out, const char *key);        /* NAN if absent/null */

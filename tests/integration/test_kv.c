@@ -496,6 +496,47 @@ START_TEST(kv_config_and_providers)
 }
 END_TEST
 
+/* The same contract on Redis: one id's state persists between runs, another
+ * id sees nothing, a quota holds (the unit suite kv_redis has the rest). */
+START_TEST(kv_redis_exec)
+{
+	HARNESS_MODE_GUARD(_i);
+	char spec[64], rdir[64];
+	pid_t rp = harness_redis_start(spec, sizeof spec, rdir, sizeof rdir);
+	if (rp <= 0) {
+		fprintf(stderr, "note: %s: redis-server is not installed; not run\n", __func__);
+		return;
+	}
+	struct store st = { .dir = "", .file = "" };
+	snprintf(st.file, sizeof st.file, "%s", spec);
+	struct run_out o;
+	kv_exec(_i, &st, "python", PY_SET, "r-agent", true, NULL, NULL, &o);
+	expect_ok("redis set", &o);
+	harness_free(&o);
+	kv_exec(_i, &st, "python", PY_GET, "r-agent", true, NULL, NULL, &o);
+	expect_ok("redis get", &o);
+	ck_assert_str_eq(out_of(&o), "b'hello' True True ['bin', 'greeting'] None\n");
+	harness_free(&o);
+	kv_exec(_i, &st, "python", PY_GET, "r-other", true, NULL, NULL, &o);
+	expect_ok("redis other id", &o);
+	ck_assert_str_eq(out_of(&o), "None None False [] None\n");
+	harness_free(&o);
+	const char *more[] = { "--kv-quota", "keys=2", NULL };
+	kv_exec(_i, &st, "python",
+		"from spin_sdk import key_value\n"
+		"s = key_value.open_default()\n"
+		"try:\n"
+		"    s.set('third', b'3')\n"
+		"except key_value.Error as e:\n"
+		"    print(e.kind, s.get('third'))\n",
+		"r-agent", true, NULL, more, &o);
+	expect_ok("redis quota", &o);
+	ck_assert_str_eq(out_of(&o), "store_table_full None\n");
+	harness_free(&o);
+	harness_redis_stop(rp, rdir);
+}
+END_TEST
+
 Suite *kv_suite(void)
 {
 	Suite *s = suite_create("kv");
@@ -510,6 +551,7 @@ Suite *kv_suite(void)
 	tcase_add_loop_test(tc, kv_request_errors, 0, 2);
 	tcase_add_loop_test(tc, kv_cli, 0, 2);
 	tcase_add_loop_test(tc, kv_config_and_providers, 0, 2);
+	tcase_add_loop_test(tc, kv_redis_exec, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -2933,60 +2933,27 @@ START_TEST(kv_survives_kill)
 }
 END_TEST
 
-/* A redis-server on a free loopback port for one test: no persistence
- * beyond its own dir (appendfsync always, as docs/KV.md advises). pid 0
- * when redis-server is not installed. */
+/* A redis-server of the harness's (harness_redis_start), known to the
+ * leftover check. */
 struct redis {
 	pid_t pid;
-	int port;
 	char dir[64];
 	char spec[64];
 };
 
 static void redis_start(struct redis *rd)
 {
-	memset(rd, 0, sizeof *rd);
-	if (system("command -v redis-server >/dev/null 2>&1 && "
-		   "command -v redis-cli >/dev/null 2>&1") != 0)
-		return;
-	snprintf(rd->dir, sizeof rd->dir, "/tmp/moat-redis-XXXXXX");
-	ck_assert_ptr_nonnull(mkdtemp(rd->dir));
-	rd->port = free_port();
-	char port[16];
-	snprintf(port, sizeof port, "%d", rd->port);
-	rd->pid = fork();
-	ck_assert_int_ge(rd->pid, 0);
-	if (rd->pid == 0) {
-		int null = open("/dev/null", O_WRONLY | O_CLOEXEC);
-		dup2(null, 1);
-		dup2(null, 2);
-		execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1",
-		       "--save", "", "--appendonly", "yes", "--appendfsync", "always", "--dir",
-		       rd->dir, "--daemonize", "no", (char *)NULL);
-		_exit(127);
-	}
-	known_add(rd->pid); /* not a leftover of the servers */
-	char cmd[128];
-	snprintf(cmd, sizeof cmd, "redis-cli -p %d ping 2>/dev/null | grep -q PONG", rd->port);
-	long t0 = now_ms();
-	while (system(cmd) != 0) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000), "redis-server did not start");
-		sleep_ms(50);
-	}
-	snprintf(rd->spec, sizeof rd->spec, "redis://127.0.0.1:%d/0", rd->port);
+	rd->pid = harness_redis_start(rd->spec, sizeof rd->spec, rd->dir, sizeof rd->dir);
+	if (rd->pid > 0)
+		known_add(rd->pid); /* not a leftover of the servers */
 }
 
 static void redis_stop(struct redis *rd)
 {
-	if (!rd->pid)
+	if (rd->pid <= 0)
 		return;
-	kill(rd->pid, SIGTERM);
-	int st;
-	waitpid(rd->pid, &st, 0);
+	harness_redis_stop(rd->pid, rd->dir);
 	known_del(rd->pid);
-	char cmd[128]; /* redis 7 keeps its append-only files in a subdirectory */
-	snprintf(cmd, sizeof cmd, "rm -rf '%s'", rd->dir);
-	ck_assert_int_eq(system(cmd), 0);
 }
 
 /* Two services on one Redis: what one stores, the other serves; a DELETE on
@@ -2996,7 +2963,7 @@ START_TEST(kv_redis_two_nodes)
 	HARNESS_MODE_GUARD(_i);
 	struct redis rd;
 	redis_start(&rd);
-	if (!rd.pid) {
+	if (rd.pid <= 0) {
 		fprintf(stderr, "note: %s: redis-server is not installed; not run\n", __func__);
 		return;
 	}
