@@ -6,6 +6,7 @@
  * request. run_deliver hands it exactly one request; the sandbox is
  * released after that run like any other. */
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -97,6 +98,12 @@ int run_deliver(struct run *r, const struct moat_request *req,
 	if (!r->pooled || !r->started || r->delivered || r->pid <= 0)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "not a warm sandbox waiting for its request");
+	/* a warm sandbox that died while it waited (killed from outside, an
+	 * OOM of the host) is not handed anything: the caller runs cold */
+	struct pollfd pf = { .fd = r->pidfd, .events = POLLIN };
+	if (poll(&pf, 1, 0) != 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "the warm sandbox ended while it waited");
 	const char *why = moat_pool_refusal(r->req, req);
 	if (why)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,

@@ -285,7 +285,21 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 	bool warm = sb != NULL;
 	if (warm) {
 		rc = moat_sandbox_deliver(sb, req, opts, err);
-	} else {
+		if (rc < 0) {
+			/* it died while it waited (or cannot take this request after
+			 * all): this request runs cold, never in a shared sandbox */
+			moat_sandbox_release(sb);
+			sb = NULL;
+			moat_error_clear(err);
+			pthread_mutex_lock(&p->mu);
+			p->in_use--;
+			p->failed++;
+			pthread_cond_broadcast(&p->cv);
+			pthread_mutex_unlock(&p->mu);
+			warm = false;
+		}
+	}
+	if (!warm) {
 		/* cold: moat_run's phases, with the release below */
 		rc = moat_sandbox_create(req, opts, &sb, err);
 		if (rc == 0)
@@ -341,7 +355,8 @@ void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
 			 "# TYPE moat_pool_created_total counter\nmoat_pool_created_total %llu\n"
 			 "# HELP moat_pool_used_total Warm sandboxes handed a request (each once).\n"
 			 "# TYPE moat_pool_used_total counter\nmoat_pool_used_total %llu\n"
-			 "# HELP moat_pool_failed_total Prewarms that failed.\n"
+			 "# HELP moat_pool_failed_total Prewarms that failed, and warm sandboxes "
+			 "found dead at hand-over (their request ran cold).\n"
 			 "# TYPE moat_pool_failed_total counter\nmoat_pool_failed_total %llu\n"
 			 "# HELP moat_pool_expired_total Idle sandboxes replaced for age.\n"
 			 "# TYPE moat_pool_expired_total counter\nmoat_pool_expired_total %llu\n"

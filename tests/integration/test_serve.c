@@ -3265,6 +3265,32 @@ START_TEST(pool_killed)
 }
 END_TEST
 
+/* A warm sandbox killed while it waited is never handed a request: the
+ * request runs cold and succeeds. */
+START_TEST(pool_dead_sandbox)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1 };
+	server_start(&s, _i, &o);
+	pool_wait_ready(&s, "python", 1);
+	pool_wait_ready(&s, "javascript", 1);
+	pid_t kids[8];
+	int n = proc_children(s.p.pid, kids, 8);
+	ck_assert_int_eq(n, 2);
+	for (int k = 0; k < n; k++)
+		ck_assert_int_eq(kill(kids[k], SIGKILL), 0); /* each warm sandbox's pid 1 */
+	sleep_ms(100);
+	struct resp r;
+	v1(&s, "{\"code\":\"print('after')\"}", &r);
+	ck_assert_msg(!pooled(&r) && !strcmp(jstr(r.json, "stdout"), "after\n"),
+		      "a request after its warm sandbox died: %.500s", r.body);
+	resp_free(&r);
+	ck_assert(pool_metric(&s, "moat_pool_failed_total", NULL) >= 1);
+	server_stop_pool(&s, 2);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -3311,6 +3337,7 @@ Suite *serve_suite(void)
 	ADD(pool_limits_and_fallback);
 	ADD(pool_under_load);
 	ADD(pool_killed);
+	ADD(pool_dead_sandbox);
 	ADD(ipv6_listener);
 	ADD(malformed_http);
 	ADD(connection_limit);
