@@ -66,7 +66,8 @@ static void st_close(void *h)
 }
 
 static const struct kv_backend stub = {
-	"stub", st_get, st_set, st_del, st_exists, st_keys, st_clear, st_close,
+	.name = "stub", .get = st_get, .set = st_set, .del = st_del, .exists = st_exists,
+	.keys = st_keys, .clear = st_clear, .close = st_close,
 };
 
 static void drain(struct moat_kv_broker *b)
