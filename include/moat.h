@@ -95,6 +95,9 @@ int moat_lang_from_path(const char *path, enum moat_language *out);
 #define MOAT_OUTPUT_MAX_FILES 100u
 #define MOAT_MAX_LIST_ENTRIES 256u
 #define MOAT_MAX_SANDBOX_ID 256u /* bytes of "sandboxId" */ /* entries of "allowedHosts", "allowedCidrs", "outputs" in JSON */
+#define MOAT_MAX_ARGC 4096u                    /* entries of "argv" */
+#define MOAT_MAX_ARGV_BYTES (1024u * 1024u)    /* "argv" in all, each with its NUL */
+#define MOAT_MAX_ARG_BYTES 131071u             /* one entry (the kernel's MAX_ARG_STRLEN - 1) */
 
 struct moat_kv {
 	char *key;
@@ -106,6 +109,16 @@ struct moat_request {
 	char *code;
 	size_t code_len;
 	enum moat_language language;
+	/* The argv form ("argv"): when argc > 0 the program is argv[0], looked
+	 * up in the sandbox's own PATH (/usr/local/bin:/usr/bin:/bin; not the
+	 * request's env) unless it holds a '/', run with argv[0..argc) (argv[argc]
+	 * NULL) and no code file; code must be NULL then and language is not
+	 * used. 1..MOAT_MAX_ARGC entries, argv[0] non-empty, each at most
+	 * MOAT_MAX_ARG_BYTES, MOAT_MAX_ARGV_BYTES in all. A program that cannot
+	 * be executed is the run's exit 127 (not found) or 126 (found, not
+	 * executable), with a line on its stderr, as a shell would do. */
+	char **argv;
+	size_t argc;
 	uint64_t timeout_ms;      /* > 0; default MOAT_DEFAULT_TIMEOUT_MS */
 	struct moat_kv *env;      /* names match ^[A-Za-z_][A-Za-z0-9_]*$ */
 	size_t env_count;
@@ -290,8 +303,9 @@ void moat_sandbox_release(struct moat_sandbox *sb);
 int moat_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_options *opts,
 			 struct moat_sandbox **out, struct moat_error *err);
 /* NULL when req can be handed to a sandbox prewarmed with boot; otherwise
- * why not (a static string): another language, network, outputs,
- * kvEnabled, other limits, or an env variable read at interpreter start. */
+ * why not (a static string): an argv request, another language, network,
+ * outputs, kvEnabled, other limits, or an env variable read at interpreter
+ * start. */
 const char *moat_pool_refusal(const struct moat_request *boot, const struct moat_request *req);
 /* Hands the warm sandbox its one request (validated, and refused with a
  * SandboxConfigError when moat_pool_refusal says no); per gives the

@@ -27,7 +27,7 @@
 #define LANG_NAMES "python, javascript, typescript, bash, sh (aliases: py, python3, js, node, ts, shell)"
 #define KEY_NAMES "code, language, timeout, env, files, stdin, network, memoryMb, cpus, " \
 	"pidsLimit, strictLimits, maxOutputBytes, allowedHosts, allowedCidrs, outputs, " \
-	"sandboxId, kvEnabled"
+	"sandboxId, kvEnabled, argv"
 
 /* Defined in buf.c (proposed for core.h). */
 
@@ -67,6 +67,11 @@ void moat_request_free(struct moat_request *req)
 	if (!req)
 		return;
 	free(req->code);
+	if (req->argv) {
+		for (size_t i = 0; i < req->argc; i++)
+			free(req->argv[i]);
+		free(req->argv);
+	}
 	free_kvs(req->env, req->env_count);
 	free_kvs(req->files, req->files_count);
 	free(req->stdin_data);
@@ -214,7 +219,8 @@ static int check_files(const struct moat_request *req, struct moat_error *err)
 	if (req->files_count > MAX_FILES_COUNT)
 		return moat_error_set(err, MOAT_ERR_POLICY, 0, "too many files: %zu (max %u)",
 				      req->files_count, MAX_FILES_COUNT);
-	const struct moat_lang_info *lang = moat_lang_get(req->language);
+	/* an argv request has no code file: main.<ext> is free */
+	const struct moat_lang_info *lang = req->argc ? NULL : moat_lang_get(req->language);
 	size_t total = 0;
 	for (size_t i = 0; i < req->files_count; i++) {
 		const struct moat_kv *kv = &req->files[i];
@@ -299,17 +305,64 @@ static int check_outputs(const struct moat_request *req, struct moat_error *err)
 	return 0;
 }
 
+/* The argv form: 1..MOAT_MAX_ARGC entries, argv[0] non-empty, each entry
+ * within the kernel's limit for one argument, all of them within
+ * MOAT_MAX_ARGV_BYTES; never together with code. (A C string holds no NUL;
+ * the JSON parser refuses the \u0000 escape.) */
+static int check_argv(const struct moat_request *req, struct moat_error *err)
+{
+	if (req->code)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "\"code\" and \"argv\" are exclusive: give the program as "
+				      "code in a language, or as a command line");
+	if (!req->argv)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "argv: %zu entries but no array",
+				      req->argc);
+	if (req->argc > MOAT_MAX_ARGC)
+		return moat_error_set(err, MOAT_ERR_POLICY, 0,
+				      "too many \"argv\" entries: %zu (max %u)", req->argc,
+				      MOAT_MAX_ARGC);
+	size_t total = 0;
+	for (size_t i = 0; i < req->argc; i++) {
+		if (!req->argv[i])
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0, "\"argv\" entry %zu is missing",
+					      i);
+		size_t len = strlen(req->argv[i]);
+		if (len > MOAT_MAX_ARG_BYTES)
+			return moat_error_set(err, MOAT_ERR_POLICY, 0,
+					      "\"argv\" entry %zu is too long: %zu bytes (max %u, "
+					      "the kernel's limit for one argument)", i, len,
+					      MOAT_MAX_ARG_BYTES);
+		total += len + 1; /* each term is bounded: the sum cannot wrap */
+		if (total > MOAT_MAX_ARGV_BYTES)
+			return moat_error_set(err, MOAT_ERR_POLICY, 0,
+					      "\"argv\" is too large: more than %u bytes",
+					      MOAT_MAX_ARGV_BYTES);
+	}
+	if (!req->argv[0][0])
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "\"argv\"[0], the program, must not be empty");
+	return 0;
+}
+
 int moat_request_check(const struct moat_request *req, struct moat_error *err)
 {
 	if (!req)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "no request");
-	if (!req->code)
+	if (req->argc || req->argv) {
+		if (!req->argc)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "\"argv\" must have at least one entry, the program");
+		if (check_argv(req, err) < 0)
+			return -1;
+	} else if (!req->code) {
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "missing required key \"code\"");
+	}
 	if (req->code_len > MOAT_MAX_CODE_BYTES)
 		return moat_error_set(err, MOAT_ERR_POLICY, 0,
 				      "\"code\" is too large: %zu bytes (max %u)", req->code_len,
 				      MOAT_MAX_CODE_BYTES);
-	if (!moat_lang_get(req->language))
+	if (!req->argc && !moat_lang_get(req->language))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "invalid language (%d); accepted: "
 				      LANG_NAMES, (int)req->language);
 	if (req->timeout_ms == 0 || req->timeout_ms > MAX_TIMEOUT_MS)
@@ -597,10 +650,43 @@ static int get_strs(const cJSON *item, const char *key, char ***out, size_t *out
 	return 0;
 }
 
+/* "argv": an array of 1..MOAT_MAX_ARGC strings (their sizes are checked by
+ * moat_request_check). */
+static int get_argv(const cJSON *item, struct moat_request *req, struct moat_error *err)
+{
+	if (!cJSON_IsArray(item))
+		return type_error(err, "argv", "an array of strings", item);
+	size_t n = 0;
+	for (const cJSON *c = item->child; c; c = c->next)
+		n++;
+	if (n == 0)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "\"argv\" must have at least one entry, the program");
+	if (n > MOAT_MAX_ARGC)
+		return moat_error_set(err, MOAT_ERR_POLICY, 0,
+				      "too many \"argv\" entries: %zu (max %u)", n, MOAT_MAX_ARGC);
+	char **v = calloc(n + 1, sizeof *v);
+	if (!v)
+		return oom_error(err);
+	req->argv = v;
+	size_t i = 0;
+	for (const cJSON *c = item->child; c; c = c->next, i++) {
+		if (!cJSON_IsString(c) || !c->valuestring)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "\"argv\" entry %zu must be a string, got %s", i,
+					      json_type_name(c));
+		/* no NUL inside: see prescan */
+		if (!(v[i] = dup_bytes(c->valuestring, strlen(c->valuestring))))
+			return oom_error(err);
+		req->argc++;
+	}
+	return 0;
+}
+
 enum req_key {
 	K_CODE, K_LANGUAGE, K_TIMEOUT, K_ENV, K_FILES, K_STDIN, K_NETWORK, K_MEMORY, K_CPUS,
 	K_PIDS, K_STRICT, K_MAXOUT, K_ALLOWED_HOSTS, K_ALLOWED_CIDRS, K_OUTPUTS, K_SANDBOX_ID,
-	K_KV, K__COUNT,
+	K_KV, K_ARGV, K__COUNT,
 };
 
 static const char *const key_names[K__COUNT] = {
@@ -610,6 +696,7 @@ static const char *const key_names[K__COUNT] = {
 	[K_STRICT] = "strictLimits", [K_MAXOUT] = "maxOutputBytes",
 	[K_ALLOWED_HOSTS] = "allowedHosts", [K_ALLOWED_CIDRS] = "allowedCidrs",
 	[K_OUTPUTS] = "outputs", [K_SANDBOX_ID] = "sandboxId", [K_KV] = "kvEnabled",
+	[K_ARGV] = "argv",
 };
 
 static int fill_request(const cJSON *root, struct moat_request *req, struct moat_error *err)
@@ -697,13 +784,26 @@ static int fill_request(const cJSON *root, struct moat_request *req, struct moat
 		case K_KV:
 			rc = get_bool(item, name, &req->kv_enabled, err);
 			break;
+		case K_ARGV:
+			rc = get_argv(item, req, err);
+			break;
 		case K__COUNT:
 			break;
 		}
 		if (rc < 0)
 			return -1;
 	}
-	if (!seen[K_CODE])
+	if (seen[K_ARGV] && seen[K_CODE])
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "\"code\" and \"argv\" are exclusive: give the program as "
+				      "code in a language, or as a command line");
+	/* an argv request names its program itself: a language would be
+	 * silently meaningless, so it is refused */
+	if (seen[K_ARGV] && seen[K_LANGUAGE])
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "\"language\" applies to \"code\"; an \"argv\" request names "
+				      "its program itself");
+	if (!seen[K_CODE] && !seen[K_ARGV])
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "missing required key \"code\"");
 	/* "language" is optional and defaults to "python", as in the aistack
 	 * contract (moat_request_new set it). */

@@ -590,7 +590,9 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 
 	const struct moat_request *req = in->req;
 	if (req) {
-		if (add_sandbox_file(p, in->code_name, req->code, req->code_len, 0644) < 0)
+		/* an argv request has no code file */
+		if (in->code_name &&
+		    add_sandbox_file(p, in->code_name, req->code, req->code_len, 0644) < 0)
 			goto oom;
 		for (size_t i = 0; i < req->files_count; i++)
 			if (add_sandbox_file(p, req->files[i].key, req->files[i].value,

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/uio.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -230,6 +231,51 @@ static void exec_candidates(const struct moat_exec *e, char **envp)
 	errno = first_err;
 }
 
+/* An argv request's program could not be executed: say so on the
+ * program's stderr and end as a shell would, 127 when it was not found, 126
+ * when it was found but could not run. System calls only. */
+__attribute__((noreturn)) static void command_failed(const struct moat_exec *e, int err)
+{
+	const char *name = e->argv[0];
+	bool found = err != ENOENT && err != ENOTDIR;
+	const char *why;
+	switch (err) {
+	case ENOENT:
+	case ENOTDIR:
+		why = strchr(name, '/') ? "no such file or directory"
+					: "command not found (looked in " RUN_SANDBOX_PATH ")";
+		break;
+	case EACCES: why = "permission denied"; break;
+	case ENOEXEC: why = "exec format error"; break;
+	case E2BIG: why = "argument list too long"; break;
+	case ELOOP: why = "too many levels of symbolic links"; break;
+	case EISDIR: why = "is a directory"; break;
+	case ENOMEM: why = "out of memory"; break;
+	default: why = NULL; break;
+	}
+	char num[48] = "cannot execute: errno ";
+	if (!why) {
+		size_t at = strlen(num);
+		char digits[12];
+		int n = 0;
+		for (unsigned v = (unsigned)err; n == 0 || v; v /= 10)
+			digits[n++] = (char)('0' + v % 10);
+		while (n)
+			num[at++] = digits[--n];
+		num[at] = '\0';
+		why = num;
+	}
+	struct iovec iov[] = {
+		{ (void *)"moat: ", 6 }, { (void *)name, strlen(name) }, { (void *)": ", 2 },
+		{ (void *)why, strlen(why) }, { (void *)"\n", 1 },
+	};
+	ssize_t w;
+	do
+		w = writev(STDERR_FILENO, iov, sizeof iov / sizeof iov[0]);
+	while (w < 0 && errno == EINTR);
+	moat_sys_exit(found ? 126 : 127);
+}
+
 /* pid 2: becomes the program. */
 __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 {
@@ -302,6 +348,8 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 	}
 	moat_stamp("pid2: seccomp on, execve");
 	exec_candidates(c->program, c->envp);
+	if (c->program->command)
+		command_failed(c->program, errno);
 	fail(c, MOAT_STEP_EXEC, 0);
 }
 

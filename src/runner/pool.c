@@ -27,6 +27,8 @@ static bool startup_env(enum moat_language lang, const char *name)
 
 const char *moat_pool_refusal(const struct moat_request *boot, const struct moat_request *req)
 {
+	if (req->argc)
+		return "an argv request (warm sandboxes run code)";
 	if (req->language != boot->language)
 		return "another language";
 	if (req->language != MOAT_LANG_PYTHON && req->language != MOAT_LANG_JAVASCRIPT)

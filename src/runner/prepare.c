@@ -65,10 +65,28 @@ static int exec_init(struct moat_exec *e, const char *name, const char *const *a
 	return 0;
 }
 
+/* An argv request: argv[0] itself when it holds a '/' (relative to the
+ * program's working directory), else argv[0] in each directory of the
+ * sandbox's own PATH; no code file. */
+static int command_setup(struct run *r)
+{
+	const struct moat_request *req = r->req;
+	const char *name = req->argv[0];
+	r->program.command = true;
+	if (strchr(name, '/')) {
+		r->program.paths = strv_new(&name, 1);
+		r->program.argv = strv_new((const char *const *)req->argv, req->argc);
+		return r->program.paths && r->program.argv ? 0 : -1;
+	}
+	return exec_init(&r->program, name, (const char *const *)req->argv, req->argc);
+}
+
 /* The program (and the transpiler, for TypeScript) and the name of the
  * code file. */
 static int lang_setup(struct run *r)
 {
+	if (r->req->argc)
+		return command_setup(r);
 	const struct moat_lang_info *li = moat_lang_get(r->req->language);
 	if (!li)
 		return -1;
@@ -112,7 +130,8 @@ static bool env_has(const struct moat_request *req, const char *name)
 static bool names_spin_kv(const struct moat_request *req)
 {
 	static const char pkg[] = "@spinframework/spin-kv";
-	if (req->language != MOAT_LANG_JAVASCRIPT && req->language != MOAT_LANG_TYPESCRIPT)
+	if (!req->code ||
+	    (req->language != MOAT_LANG_JAVASCRIPT && req->language != MOAT_LANG_TYPESCRIPT))
 		return false;
 	if (memmem(req->code, req->code_len, pkg, sizeof pkg - 1))
 		return true;

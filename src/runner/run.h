@@ -36,8 +36,6 @@
 /* Where the runtime shims are, when opts.runtime_dir is bound. */
 #define RUN_RUNTIME_PY MOAT_RUNTIME_MOUNT "/python"
 #define RUN_RUNTIME_KV_HOOK MOAT_RUNTIME_MOUNT "/js/kv-register.mjs"
-/* The program's PATH; the interpreters are looked up in these directories. */
-#define RUN_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin"
 
 /* One captured output stream. */
 struct run_stream {

@@ -86,10 +86,19 @@ struct moat_report {
 	int32_t detail;
 };
 
+/* The program's PATH; the interpreters, and an argv request's program, are
+ * looked up in these directories. */
+#define RUN_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin"
+
 /* One program to execute: tried at each candidate path in turn. */
 struct moat_exec {
 	char **paths;       /* NULL-terminated candidates: /usr/local/bin/python3 ... */
 	char **argv;        /* NULL-terminated */
+	/* an argv request's program: when no candidate can be executed, that is
+	 * the program's own failure, as in a shell: a line on its stderr and
+	 * exit 127 (not found) or 126 (found, not executable), not a setup
+	 * failure of the sandbox */
+	bool command;
 };
 
 /* The program's fd of the key-value store (its number is MOAT_KV_FD). */

@@ -70,6 +70,18 @@ START_TEST(pool_takes_only_what_it_can_reproduce)
 	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
 	moat_request_free(r);
 	moat_request_free(boot);
+	/* an argv request runs cold: the bootstrap runs code */
+	boot = req(MOAT_LANG_PYTHON);
+	r = req(MOAT_LANG_PYTHON);
+	free(r->code);
+	r->code = NULL;
+	r->code_len = 0;
+	r->argv = calloc(2, sizeof *r->argv);
+	r->argv[0] = strdup("python3");
+	r->argc = 1;
+	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	moat_request_free(r);
+	moat_request_free(boot);
 	/* only python and javascript are kept warm */
 	boot = req(MOAT_LANG_TYPESCRIPT);
 	r = req(MOAT_LANG_TYPESCRIPT);

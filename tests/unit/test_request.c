@@ -759,6 +759,178 @@ START_TEST(same_messages_as_parser)
 }
 END_TEST
 
+/* An argv request built in code: argc entries of the given strings. */
+static struct moat_request *built_argv(const char *const *args, size_t n)
+{
+	struct moat_request *req = moat_request_new();
+	ck_assert_ptr_nonnull(req);
+	req->argv = calloc(n + 1, sizeof *req->argv);
+	ck_assert_ptr_nonnull(req->argv);
+	for (size_t i = 0; i < n; i++) {
+		req->argv[i] = strdup(args[i]);
+		ck_assert_ptr_nonnull(req->argv[i]);
+	}
+	req->argc = n;
+	return req;
+}
+
+START_TEST(argv_parsed)
+{
+	/* exactly the strings given: spaces, quotes, empty, unicode, escapes */
+	struct moat_request *req = parse_ok(
+		"{\"argv\":[\"sh\",\"-c\",\"echo \\\"$@\\\"\",\"\",\"a b\",\"\\u00e9\\u6f22\",\"'\\\"\"],"
+		"\"env\":{\"A\":\"1\"},\"files\":{\"main.py\":\"x\"},\"outputs\":[\"o/*\"]}");
+	ck_assert_ptr_null(req->code);
+	ck_assert_uint_eq(req->argc, 7);
+	ck_assert_str_eq(req->argv[0], "sh");
+	ck_assert_str_eq(req->argv[1], "-c");
+	ck_assert_str_eq(req->argv[2], "echo \"$@\"");
+	ck_assert_str_eq(req->argv[3], "");
+	ck_assert_str_eq(req->argv[4], "a b");
+	ck_assert_str_eq(req->argv[5], "\xc3\xa9\xe6\xbc\xa2");
+	ck_assert_str_eq(req->argv[6], "'\"");
+	ck_assert_ptr_null(req->argv[7]);
+	/* main.py is no code file's name in an argv request */
+	ck_assert_uint_eq(req->files_count, 1);
+	moat_request_free(req);
+
+	req = parse_ok("{\"argv\":[\"/bin/true\"]}");
+	ck_assert_uint_eq(req->argc, 1);
+	moat_request_free(req);
+}
+END_TEST
+
+START_TEST(argv_refused)
+{
+	FAIL("{\"argv\":[\"echo\"],\"code\":\"x\"}", CONFIG, "\"code\" and \"argv\" are exclusive");
+	FAIL("{\"code\":\"x\",\"argv\":[\"echo\"]}", CONFIG, "\"code\" and \"argv\" are exclusive");
+	FAIL("{\"argv\":[\"echo\"],\"language\":\"python\"}", CONFIG,
+	     "\"language\" applies to \"code\"");
+	FAIL("{\"argv\":[]}", CONFIG, "\"argv\" must have at least one entry");
+	FAIL("{\"argv\":[\"\"]}", CONFIG, "\"argv\"[0], the program, must not be empty");
+	FAIL("{\"argv\":[\"\",\"x\"]}", CONFIG, "must not be empty");
+	FAIL("{\"argv\":\"echo hi\"}", CONFIG, "\"argv\" must be an array of strings, got a string");
+	FAIL("{\"argv\":null}", CONFIG, "\"argv\" must be an array of strings, got null");
+	FAIL("{\"argv\":[\"echo\",1]}", CONFIG, "\"argv\" entry 1 must be a string, got a number");
+	FAIL("{\"argv\":[\"echo\",[\"x\"]]}", CONFIG, "\"argv\" entry 1 must be a string");
+	FAIL("{\"argv\":[\"echo\"],\"argv\":[\"echo\"]}", CONFIG, "duplicate key \"argv\"");
+	FAIL("{\"argv\":[\"echo\",\"a\\u0000b\"]}", POLICY, "NUL characters are not allowed (in \"argv\")");
+	FAIL("{\"argv\":[\"ec\\u0000ho\"]}", POLICY, "NUL characters are not allowed (in \"argv\")");
+	/* a host path is never a request's to name */
+	FAIL("{\"argv\":[\"ls\"],\"workdir\":\"/etc\"}", CONFIG, "unknown key \"workdir\"");
+	FAIL("{\"code\":\"x\",\"workdir\":\"/etc\"}", CONFIG, "unknown key \"workdir\"");
+}
+END_TEST
+
+START_TEST(argv_limits)
+{
+	/* 4096 entries pass, 4097 do not */
+	struct moat_buf b = { 0 };
+	moat_buf_append(&b, "{\"argv\":[\"x\"", 12);
+	for (int i = 1; i < 4096; i++)
+		moat_buf_append(&b, ",\"a\"", 4);
+	moat_buf_append(&b, "]}", 2);
+	char *json = moat_buf_take(&b);
+	ck_assert_ptr_nonnull(json);
+	struct moat_request *req = parse_ok(json);
+	ck_assert_uint_eq(req->argc, 4096);
+	moat_request_free(req);
+	free(json);
+	moat_buf_append(&b, "{\"argv\":[\"x\"", 12);
+	for (int i = 1; i < 4097; i++)
+		moat_buf_append(&b, ",\"a\"", 4);
+	moat_buf_append(&b, "]}", 2);
+	json = moat_buf_take(&b);
+	FAIL(json, POLICY, "too many \"argv\" entries: 4097 (max 4096)");
+	free(json);
+
+	/* one entry: at most 131071 bytes (the kernel's MAX_ARG_STRLEN) */
+	char *arg = repeat("a", MOAT_MAX_ARG_BYTES);
+	const char *args[] = { "echo", arg };
+	req = built_argv(args, 2);
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(moat_request_validate(req, &err), 0);
+	moat_request_free(req);
+	free(arg);
+	arg = repeat("a", MOAT_MAX_ARG_BYTES + 1);
+	args[1] = arg;
+	validate_fail(built_argv(args, 2), POLICY, "\"argv\" entry 1 is too long: 131072 bytes");
+	free(arg);
+
+	/* in all: 1 MiB, each entry with its NUL */
+	char *chunk = repeat("b", 100000);
+	const char *many[12];
+	many[0] = "echo"; /* 5 bytes */
+	for (int i = 1; i < 12; i++)
+		many[i] = chunk; /* 100001 bytes each: 1100016 in all */
+	validate_fail(built_argv(many, 12), POLICY, "\"argv\" is too large: more than 1048576 bytes");
+	req = built_argv(many, 10); /* 900014 */
+	ck_assert_int_eq(moat_request_validate(req, &err), 0);
+	moat_request_free(req);
+	free(chunk);
+}
+END_TEST
+
+START_TEST(argv_validate_built)
+{
+	struct moat_error err = { 0 };
+	const char *ok[] = { "sh", "-c", "exit 3" };
+	struct moat_request *req = built_argv(ok, 3);
+	ck_assert_int_eq(moat_request_validate(req, &err), 0);
+	/* the language is not used: even an invalid one passes */
+	req->language = MOAT_LANG__COUNT;
+	ck_assert_int_eq(moat_request_validate(req, &err), 0);
+	/* main.<ext> is free */
+	add_kv(&req->files, &req->files_count, "main.py", "x", 1);
+	ck_assert_int_eq(moat_request_validate(req, &err), 0);
+	moat_request_free(req);
+
+	req = built_argv(ok, 3);
+	req->code = strdup("print(1)");
+	req->code_len = 8;
+	validate_fail(req, CONFIG, "\"code\" and \"argv\" are exclusive");
+
+	req = built_argv(ok, 0); /* an array without entries */
+	validate_fail(req, CONFIG, "\"argv\" must have at least one entry");
+
+	req = moat_request_new();
+	req->argc = 2; /* entries without an array */
+	validate_fail(req, CONFIG, "argv: 2 entries but no array");
+
+	req = built_argv(ok, 3);
+	free(req->argv[1]);
+	req->argv[1] = NULL;
+	validate_fail(req, CONFIG, "\"argv\" entry 1 is missing");
+
+	const char *empty[] = { "", "x" };
+	validate_fail(built_argv(empty, 2), CONFIG, "must not be empty");
+
+	req = built_argv(ok, 3);
+	req->argc = MOAT_MAX_ARGC + 1; /* not read past argv[3]: refused first */
+	struct moat_error e2 = { 0 };
+	ck_assert_int_eq(moat_request_validate(req, &e2), -1);
+	ck_assert_int_eq(e2.type, MOAT_ERR_POLICY);
+	ck_assert_ptr_nonnull(strstr(e2.message, "too many \"argv\" entries: 4097"));
+	moat_error_clear(&e2);
+	req->argc = 3;
+	moat_request_free(req);
+
+	/* the same rules as the parser, the same words */
+	struct moat_error e1 = { 0 };
+	struct moat_request *out = NULL;
+	const char *json = "{\"argv\":[\"\"]}";
+	ck_assert_int_eq(moat_request_parse_json(json, strlen(json), &out, &e1), -1);
+	const char *blank[] = { "" };
+	req = built_argv(blank, 1);
+	ck_assert_int_eq(moat_request_validate(req, &e2), -1);
+	ck_assert_int_eq(e1.type, e2.type);
+	ck_assert_str_eq(e1.message, e2.message);
+	moat_request_free(req);
+	moat_error_clear(&e1);
+	moat_error_clear(&e2);
+}
+END_TEST
+
 START_TEST(null_out)
 {
 	struct moat_error err = { 0 };
@@ -799,6 +971,10 @@ Suite *request_suite(void)
 	tcase_add_test(tc, validate_size_limits);
 	tcase_add_test(tc, same_messages_as_parser);
 	tcase_add_test(tc, null_out);
+	tcase_add_test(tc, argv_parsed);
+	tcase_add_test(tc, argv_refused);
+	tcase_add_test(tc, argv_limits);
+	tcase_add_test(tc, argv_validate_built);
 	suite_add_tcase(s, tc);
 	return s;
 }
