@@ -231,6 +231,17 @@ struct moat_run_options {
 	 * (the service's handler shims); NULL: none. With rootfs_dir, that root
 	 * must have the empty directory /opt/moat/runtime. */
 	const char *runtime_dir;
+	/* A host directory bound read-only (nosuid, nodev; not noexec: a build
+	 * step runs scripts of the checkout) at /sandbox/work, which is then the
+	 * program's working directory (HOME stays /sandbox); NULL: none. Its
+	 * path's symlinks are resolved (realpath) by the supervisor, and it is
+	 * opened in the sandbox's mount namespace before the root is assembled,
+	 * as the sandbox's user (uid 65534; rootless, the caller), who must be
+	 * able to reach and read it. A caller's option, never a request's: the
+	 * request may be a stranger's and must not name host paths. Request
+	 * files may not lie under work/, and "outputs" never look into it (it
+	 * holds nothing the program wrote). Native provider only. */
+	const char *workdir;
 	/* Cancellation, both -1 after moat_run_options_init (a zeroed struct
 	 * would watch fd 0). While the run waits: cancel_fd readable (an
 	 * eventfd, a pipe; moat never reads it), or hangup_fd's peer gone (a

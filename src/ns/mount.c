@@ -80,20 +80,27 @@ fail:;
 	return -1;
 }
 
-static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held)
+static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held_fds)
 {
 	switch (op->kind) {
-	case MOAT_OP_HOLD:
+	case MOAT_OP_HOLD: {
+		if (op->slot >= MOAT_PLAN_HELD) {
+			errno = EINVAL;
+			return -1;
+		}
+		int *held = &held_fds[op->slot];
 		if (*held >= 0)
 			close(*held);
 		*held = open(op->src, O_PATH | O_DIRECTORY | O_CLOEXEC);
 		return *held < 0 ? -1 : 0;
+	}
 	case MOAT_OP_BIND_HELD: {
 		char path[64];
-		if (*held < 0) {
+		if (op->slot >= MOAT_PLAN_HELD || held_fds[op->slot] < 0) {
 			errno = EBADF;
 			return -1;
 		}
+		int *held = &held_fds[op->slot];
 		snprintf(path, sizeof path, "/proc/self/fd/%d", *held);
 		int rc = mount(path, op->dst, NULL, MS_BIND | MS_REC, NULL);
 		int saved = errno;
@@ -149,7 +156,9 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held)
 
 int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op)
 {
-	int sandbox_fd = -1, held = -1;
+	int sandbox_fd = -1, held[MOAT_PLAN_HELD];
+	for (size_t i = 0; i < MOAT_PLAN_HELD; i++)
+		held[i] = -1;
 	size_t base_len = strlen(plan->base);
 	for (size_t i = 0; i < plan->count; i++) {
 		const struct moat_mount_op *op = &plan->ops[i];
@@ -173,22 +182,24 @@ int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op)
 			close(sandbox_fd);
 			sandbox_fd = -1;
 		}
-		if (apply_one(op, &sandbox_fd, &held) < 0) {
+		if (apply_one(op, &sandbox_fd, held) < 0) {
 			if (op->optional && (errno == ENOENT || errno == ENOTDIR))
 				continue;
 			*failed_op = i;
 			int saved = errno;
 			if (sandbox_fd >= 0)
 				close(sandbox_fd);
-			if (held >= 0)
-				close(held);
+			for (size_t k = 0; k < MOAT_PLAN_HELD; k++)
+				if (held[k] >= 0)
+					close(held[k]);
 			errno = saved;
 			return -1;
 		}
 	}
 	if (sandbox_fd >= 0)
 		close(sandbox_fd);
-	if (held >= 0)
-		close(held);
+	for (size_t k = 0; k < MOAT_PLAN_HELD; k++)
+		if (held[k] >= 0)
+			close(held[k]);
 	return 0;
 }

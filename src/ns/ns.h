@@ -16,6 +16,14 @@
 #define MOAT_SANDBOX_DIR "/sandbox"
 /* where moat_run_options.runtime_dir appears inside (read-only) */
 #define MOAT_RUNTIME_MOUNT "/opt/moat/runtime"
+/* where moat_run_options.workdir appears inside (read-only; the program's
+ * working directory), and its name under MOAT_SANDBOX_DIR */
+#define MOAT_WORK_NAME "work"
+#define MOAT_WORK_MOUNT MOAT_SANDBOX_DIR "/" MOAT_WORK_NAME
+/* host directories a plan may hold open at once (MOAT_OP_HOLD slots) */
+#define MOAT_PLAN_HELD 2
+#define MOAT_HELD_RUNTIME 0
+#define MOAT_HELD_WORK 1
 #define MOAT_HOSTNAME "moat"
 #define MOAT_DEFAULT_TMPFS_BYTES (64ull * 1024 * 1024)
 /* the most pseudo-terminals a sandbox may hold at once (its devpts max=) */
@@ -33,9 +41,9 @@ enum moat_op_kind {
 	MOAT_OP_SANDBOX_FILE, /* dst relative to the sandbox dir: parents made, data written */
 	MOAT_OP_PIVOT,     /* dst becomes /, the old root is detached */
 	MOAT_OP_CHDIR,     /* dst */
-	MOAT_OP_HOLD,      /* src: opened (O_PATH) before anything is mounted on the base,
-			    * which may hide it (a source under /tmp) */
-	MOAT_OP_BIND_HELD, /* the held source → dst (recursive), then closed */
+	MOAT_OP_HOLD,      /* src: opened (O_PATH) into held slot op.slot before anything
+			    * is mounted on the base, which may hide it (a source under /tmp) */
+	MOAT_OP_BIND_HELD, /* the source held in op.slot → dst (recursive), then closed */
 	MOAT_OP_DEVPTS,    /* dst: a new devpts instance, mount flags, data (its options) */
 };
 
@@ -51,6 +59,7 @@ struct moat_mount_op {
 	bool recursive;
 	bool optional;       /* ENOENT on the source is skipped */
 	bool user_data;      /* a request file: ENOSPC/EEXIST are the request's fault */
+	unsigned slot;       /* HOLD/BIND_HELD: which held fd, < MOAT_PLAN_HELD */
 };
 
 struct moat_mount_plan {
@@ -69,6 +78,9 @@ struct moat_plan_input {
 	const char *code_name;       /* "main.py" */
 	const char *resolv_conf;     /* text of /etc/resolv.conf (network on), or NULL: absent */
 	const char *runtime_dir;     /* host directory bound read-only at MOAT_RUNTIME_MOUNT, or NULL */
+	/* host directory (absolute, symlinks already resolved) bound read-only,
+	 * nosuid, nodev at MOAT_WORK_MOUNT, the working directory; or NULL */
+	const char *workdir;
 };
 
 /* Supervisor side. */

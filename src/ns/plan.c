@@ -145,6 +145,28 @@ static int add_runtime_bind(struct moat_mount_plan *p, const char *src, bool pre
 	return 0;
 }
 
+/* The caller's work directory (held by the plan's first ops): a mount point
+ * made in the fresh /sandbox tmpfs, the bind (recursive: a non-recursive
+ * bind of a tree with locked submounts is refused in a user namespace), then
+ * read-only, nosuid, nodev over it and everything beneath. Not noexec: a
+ * build step runs the checkout's scripts. Before the request's files, which
+ * may not lie under it (run_prepare refuses them). */
+static int add_work_bind(struct moat_mount_plan *p, const char *src)
+{
+	char *dst = join(p->base, MOAT_WORK_MOUNT);
+	int rc = -1;
+	struct moat_mount_op *op;
+	if (!dst || add_mkdirs(p, MOAT_WORK_MOUNT, true) < 0 ||
+	    !(op = add_op(p, MOAT_OP_BIND_HELD, src, dst)))
+		goto out;
+	op->slot = MOAT_HELD_WORK;
+	op->recursive = true;
+	rc = add_setattr(p, dst, RO_ATTRS, true);
+out:
+	free(dst);
+	return rc;
+}
+
 /* A read-only bind of host path src at the same path inside. */
 static int add_ro_bind(struct moat_mount_plan *p, const char *src, bool optional,
 		       struct moat_error *err)
@@ -538,6 +560,17 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 	if (in->runtime_dir && in->runtime_dir[0] == '/' &&
 	    !add_op(p, MOAT_OP_HOLD, in->runtime_dir, NULL))
 		goto oom;
+	if (in->workdir) {
+		if (in->workdir[0] != '/') {
+			moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				       "the work directory must be an absolute path: %s", in->workdir);
+			goto fail;
+		}
+		struct moat_mount_op *op = add_op(p, MOAT_OP_HOLD, in->workdir, NULL);
+		if (!op)
+			goto oom;
+		op->slot = MOAT_HELD_WORK;
+	}
 
 	if (in->rootfs_dir) {
 		if (check_rootfs_dir(in->rootfs_dir, err) < 0)
@@ -587,6 +620,8 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 	    add_tmpfs(p, "/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, tmpfs) < 0 ||
 	    add_tmpfs(p, "/sandbox", MS_NOSUID | MS_NODEV, 0755, tmpfs) < 0)
 		goto oom;
+	if (in->workdir && add_work_bind(p, in->workdir) < 0)
+		goto oom;
 
 	const struct moat_request *req = in->req;
 	if (req) {
@@ -601,7 +636,7 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 	}
 	if (!add_op(p, MOAT_OP_PIVOT, NULL, p->base))
 		goto oom;
-	if (!add_op(p, MOAT_OP_CHDIR, NULL, MOAT_SANDBOX_DIR))
+	if (!add_op(p, MOAT_OP_CHDIR, NULL, in->workdir ? MOAT_WORK_MOUNT : MOAT_SANDBOX_DIR))
 		goto oom;
 	*out = p;
 	return 0;

@@ -87,11 +87,16 @@ int moat_provider_run(const char *name, const struct moat_request *req,
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "\"kvEnabled\" needs the native provider (the key-value store "
 				      "is moat's own; provider \"%s\" has none)", p->name);
-	/* the other providers run code in a language only */
+	/* the other providers run code in a language only, and cannot bind a
+	 * host directory */
 	if (req->argc && p->run != native_run)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "\"argv\" needs the native provider (provider \"%s\" runs "
 				      "code only)", p->name);
+	if (o->run && o->run->workdir && p->run != native_run)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "--workdir needs the native provider (provider \"%s\" cannot "
+				      "map a host directory)", p->name);
 	if (p->run(req, o, out, err) < 0)
 		return -1;
 	(*out)->provider = p->name;

@@ -72,6 +72,22 @@ int run_setup_error(const struct run *r, const struct moat_report *rep, struct m
 	if (rep->step == MOAT_STEP_MOUNT && rep->detail >= 0 && (size_t)rep->detail < plan->count) {
 		const struct moat_mount_op *op = &plan->ops[rep->detail];
 		moat_plan_describe(plan, (size_t)rep->detail, what, sizeof what);
+		/* a directory of the caller's (runtime, work) the sandbox's user
+		 * may not reach: the caller's to fix, not the host's */
+		if (op->kind == MOAT_OP_HOLD && (rep->err == EACCES || rep->err == ENOENT ||
+						 rep->err == ENOTDIR)) {
+			unsigned uid = r->opts.root_host_id ? r->opts.root_host_id
+							    : MOAT_SANDBOX_UID;
+			if (r->as_root)
+				return moat_error_set(err, MOAT_ERR_CONFIG, rep->err,
+						      "the sandbox cannot open %s: %s (moat runs as "
+						      "root and opens it as host uid %u, which needs "
+						      "search permission on every directory of the "
+						      "path)", op->src, strerror(rep->err), uid);
+			return moat_error_set(err, MOAT_ERR_CONFIG, rep->err,
+					      "the sandbox cannot open %s: %s", op->src,
+					      strerror(rep->err));
+		}
 		if (op->user_data && (rep->err == ENOSPC || rep->err == EEXIST ||
 				      rep->err == ENOTDIR || rep->err == EFBIG))
 			return moat_error_set(err, MOAT_ERR_POLICY, rep->err,

@@ -29,6 +29,7 @@
 struct walk {
 	char *const *patterns;
 	size_t npatterns;
+	bool skip_work;    /* /sandbox/work is the caller's read-only directory */
 	int fd;
 	bool broken;       /* the supervisor stopped reading */
 	size_t total;
@@ -119,6 +120,11 @@ static void walk_dir(struct walk *w, int dirfd, size_t plen, int depth)
 			 * path returned starts with MOAT_OUT_ESCAPED_PREFIX */
 			if (depth == 0 && !strncmp(name, ".moat", 5))
 				continue;
+			/* the work directory holds the caller's files, nothing the
+			 * program wrote (it is read-only); a big checkout would
+			 * also use up the walk's entries */
+			if (depth == 0 && w->skip_work && !strcmp(name, MOAT_WORK_NAME))
+				continue;
 			if (++w->entries > WALK_MAX_ENTRIES || w->broken)
 				return;
 			size_t nlen = strlen(name);
@@ -168,6 +174,7 @@ void moat_outputs_collect(const struct moat_child *c)
 	w = mem;
 	w->patterns = c->outputs;
 	w->npatterns = c->outputs_count;
+	w->skip_work = c->outputs_skip_work;
 	w->fd = c->outputs_fd;
 	int root = open(MOAT_SANDBOX_DIR, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
 	if (root >= 0) {

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/timerfd.h>
 #include <time.h>
 #include <unistd.h>
@@ -210,6 +211,38 @@ fail:
 	return NULL;
 }
 
+/* opts.workdir: its real path (symlinks resolved here, so that what is
+ * opened inside is the directory the caller named), a directory; and no
+ * request file under work/, which the bind would hide. */
+static int workdir_prepare(struct run *r, struct moat_error *err)
+{
+	const char *dir = r->opts.workdir;
+	if (!dir)
+		return 0;
+	if (!dir[0])
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "the work directory is empty");
+	if (!(r->workdir = realpath(dir, NULL))) {
+		if (errno == ENOMEM)
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_set(err, MOAT_ERR_CONFIG, errno, "the work directory %s: %s", dir,
+				      strerror(errno));
+	}
+	struct stat st;
+	if (stat(r->workdir, &st) < 0 || !S_ISDIR(st.st_mode))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "the work directory %s is not a directory", dir);
+	const struct moat_request *req = r->req;
+	size_t n = sizeof MOAT_WORK_NAME - 1;
+	for (size_t i = 0; i < req->files_count; i++) {
+		const char *k = req->files[i].key;
+		if (!strncmp(k, MOAT_WORK_NAME, n) && (k[n] == '/' || !k[n]))
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "a file under %s/ would be hidden by the work directory "
+					      "mounted at " MOAT_WORK_MOUNT, MOAT_WORK_NAME);
+	}
+	return 0;
+}
+
 static int make_pipe(int *rd, int *wr)
 {
 	int p[2];
@@ -319,6 +352,8 @@ int run_prepare(struct run *r, struct moat_error *err)
 		if (moat_priv_add_rlimit(&r->priv, rl[i].resource, (rlim_t)rl[i].value, err) < 0)
 			return -1;
 	moat_stamp("sup: cgroup prepared");
+	if (workdir_prepare(r, err) < 0)
+		return -1;
 	if (lang_setup(r) < 0 || !(r->envp = build_envp(r, moat_net_env(r->net))) ||
 	    !(r->chunk = malloc(RUN_READ_CHUNK)) ||
 	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new())))
@@ -326,7 +361,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 	struct moat_plan_input pin = {
 		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = req,
 		.code_name = r->code_name, .resolv_conf = moat_net_resolv_conf(r->net),
-		.runtime_dir = r->opts.runtime_dir,
+		.runtime_dir = r->opts.runtime_dir, .workdir = r->workdir,
 	};
 	if (moat_plan_build(&pin, &r->plan, err) < 0)
 		return -1;
@@ -366,6 +401,7 @@ void run_release(struct run *r)
 	exec_free(&r->transpile);
 	free_strv(r->envp);
 	free(r->code_name);
+	free(r->workdir);
 	free(r->chunk);
 	moat_result_free(r->res);
 }

@@ -91,6 +91,7 @@ struct run {
 	struct moat_exec program, transpile;
 	bool need_transpile;
 	char *code_name;
+	char *workdir; /* opts.workdir with its symlinks resolved */
 	char **envp;
 	char *chunk; /* RUN_READ_CHUNK bytes for reads */
 

@@ -120,6 +120,7 @@ struct moat_child {
 	char *const *outputs; /* "outputs" patterns, sent by pid 1 after the program */
 	size_t outputs_count;
 	int outputs_fd;       /* write end of the outputs stream, or -1 */
+	bool outputs_skip_work; /* the work directory is bound: not walked */
 	int kv_fd;            /* the program's end of the key-value socket, or -1 */
 	locale_t c_locale;    /* the C locale for matching them, or (locale_t)0 */
 	const struct moat_exec *transpile; /* NULL unless the language needs it */

@@ -158,6 +158,82 @@ START_TEST(devpts_is_a_private_instance)
 }
 END_TEST
 
+/* --workdir: held before anything is mounted, bound after the /sandbox
+ * tmpfs, then read-only, nosuid, nodev (not noexec) recursively, and the
+ * working directory; no code file for an argv request. */
+START_TEST(workdir_bound_read_only)
+{
+	const char *args[] = { "ls", NULL };
+	struct moat_request *req = moat_request_new();
+	req->argv = calloc(2, sizeof *req->argv);
+	req->argv[0] = strdup(args[0]);
+	req->argc = 1;
+	struct moat_plan_input in = { .req = req, .workdir = "/work-dir-under-test" };
+	struct moat_mount_plan *p = NULL;
+	struct moat_error err = { 0 };
+	ck_assert_msg(moat_plan_build(&in, &p, &err) == 0, "%s", err.message);
+	char mnt[256], sandbox[256];
+	snprintf(mnt, sizeof mnt, "%s" MOAT_WORK_MOUNT, p->base);
+	snprintf(sandbox, sizeof sandbox, "%s" MOAT_SANDBOX_DIR, p->base);
+	size_t hold = p->count, tmpfs = p->count, mkdir_at = p->count, bind = p->count,
+	       ro = p->count, chdir_at = p->count, pivot = p->count, first_mount = p->count;
+	for (size_t i = 0; i < p->count; i++) {
+		const struct moat_mount_op *op = &p->ops[i];
+		if (op->kind == MOAT_OP_SANDBOX_FILE)
+			ck_abort_msg("an argv request wrote %s", op->dst);
+		if ((op->kind == MOAT_OP_TMPFS || op->kind == MOAT_OP_BIND) && first_mount == p->count)
+			first_mount = i;
+		if (op->kind == MOAT_OP_HOLD && !strcmp(op->src, "/work-dir-under-test")) {
+			hold = i;
+			ck_assert_uint_eq(op->slot, MOAT_HELD_WORK);
+		}
+		if (op->kind == MOAT_OP_TMPFS && !strcmp(op->dst, sandbox))
+			tmpfs = i;
+		if (op->kind == MOAT_OP_MKDIR && !strcmp(op->dst, mnt))
+			mkdir_at = i;
+		if (op->kind == MOAT_OP_BIND_HELD && !strcmp(op->dst, mnt)) {
+			bind = i;
+			ck_assert_uint_eq(op->slot, MOAT_HELD_WORK);
+			ck_assert(op->recursive);
+		}
+		if (op->kind == MOAT_OP_SETATTR && !strcmp(op->dst, mnt)) {
+			ro = i;
+			ck_assert(op->recursive);
+			ck_assert(op->attr_set & MOUNT_ATTR_RDONLY);
+			ck_assert(op->attr_set & MOUNT_ATTR_NOSUID);
+			ck_assert(op->attr_set & MOUNT_ATTR_NODEV);
+			ck_assert(!(op->attr_set & MOUNT_ATTR_NOEXEC));
+		}
+		if (op->kind == MOAT_OP_CHDIR) {
+			chdir_at = i;
+			ck_assert_str_eq(op->dst, MOAT_WORK_MOUNT);
+		}
+		if (op->kind == MOAT_OP_PIVOT)
+			pivot = i;
+	}
+	ck_assert_msg(hold < first_mount, "held at %zu, first mount %zu", hold, first_mount);
+	ck_assert(tmpfs < mkdir_at && mkdir_at < bind && bind < ro && ro < pivot &&
+		  pivot < chdir_at && chdir_at < p->count);
+	moat_plan_free(p);
+
+	/* a relative path is refused (the supervisor resolves it first) */
+	in.workdir = "relative/dir";
+	ck_assert_int_eq(moat_plan_build(&in, &p, &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	moat_error_clear(&err);
+	/* without one, the working directory stays /sandbox */
+	in.workdir = NULL;
+	ck_assert_int_eq(moat_plan_build(&in, &p, &err), 0);
+	for (size_t i = 0; i < p->count; i++) {
+		ck_assert(p->ops[i].kind != MOAT_OP_HOLD && p->ops[i].kind != MOAT_OP_BIND_HELD);
+		if (p->ops[i].kind == MOAT_OP_CHDIR)
+			ck_assert_str_eq(p->ops[i].dst, MOAT_SANDBOX_DIR);
+	}
+	moat_plan_free(p);
+	moat_request_free(req);
+}
+END_TEST
+
 START_TEST(missing_paths)
 {
 	struct moat_error err = { 0 };
@@ -217,6 +293,7 @@ Suite *rootfs_plan_suite(void)
 	tcase_add_test(tc, plan_never_touches_host_paths);
 	tcase_add_test(tc, devpts_is_a_private_instance);
 	tcase_add_test(tc, missing_paths);
+	tcase_add_test(tc, workdir_bound_read_only);
 	tcase_add_test(tc, rootfs_dir_needs_mount_points);
 	suite_add_tcase(s, tc);
 	return s;
