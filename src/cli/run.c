@@ -16,10 +16,18 @@
 static void run_usage(FILE *f)
 {
 	fputs("usage: moat run [-l LANG] [-c CODE | FILE | -] [options]\n"
+	      "       moat run [options] -- CMD [ARG]...\n"
 	      "  -l, --language LANG   python, javascript, typescript, bash, sh (default: from\n"
 	      "                        the file extension, else python)\n"
 	      "  -c, --code CODE       the program text\n"
 	      "  FILE | -              read the program from FILE or standard input\n"
+	      "  -- CMD [ARG]...       run this command line instead of code: CMD is looked up\n"
+	      "                        in the sandbox's PATH (/usr/local/bin:/usr/bin:/bin)\n"
+	      "                        unless it holds a '/'; 127 when it is not found\n"
+	      "  --workdir DIR         bind host directory DIR read-only at /sandbox/work and\n"
+	      "                        run there\n"
+	      "  --output PATTERN      return the files under /sandbox matching PATTERN in the\n"
+	      "                        result's \"files\" (repeatable; needs --json)\n"
 	      "  --timeout DURATION    wall clock: 500ms, 5s, 2m (plain number: seconds; default 30s)\n"
 	      "  --memory SIZE         memory limit: 256M, 1G (plain number: MiB)\n"
 	      "  --cpus N              CPU share, fractions allowed (0.5)\n"
@@ -114,6 +122,33 @@ static int add_kv(struct moat_kv **arr, size_t *count, const char *key, size_t k
 	return 0;
 }
 
+/* --output: one more "outputs" pattern (checked with the request). */
+static int add_output(struct moat_request *req, const char *pattern)
+{
+	char **n = realloc(req->outputs, (req->outputs_count + 1) * sizeof *n);
+	if (!n)
+		return -1;
+	req->outputs = n;
+	if (!(n[req->outputs_count] = strdup(pattern)))
+		return -1;
+	req->outputs_count++;
+	return 0;
+}
+
+/* moat run -- CMD ARG...: the request's argv, a copy (checked with the
+ * request: count, sizes, a non-empty CMD). */
+static int set_command(struct moat_request *req, char *const *args, size_t n)
+{
+	if (!(req->argv = calloc(n + 1, sizeof *req->argv)))
+		return -1;
+	for (size_t i = 0; i < n; i++) {
+		if (!(req->argv[i] = strdup(args[i])))
+			return -1;
+		req->argc++;
+	}
+	return 0;
+}
+
 static void stream_out(void *ctx, enum moat_stream stream, const char *buf, size_t len)
 {
 	(void)ctx;
@@ -157,7 +192,8 @@ static int print_json_result(const struct moat_result *r)
 enum {
 	OPT_TIMEOUT = 256, OPT_MEMORY, OPT_CPUS, OPT_PIDS, OPT_STRICT, OPT_ENV, OPT_FILE,
 	OPT_STDIN, OPT_MAXOUT, OPT_NET, OPT_POLICY, OPT_ROOTFS, OPT_JSON, OPT_HELP, OPT_SCLOG,
-	OPT_PROVIDER, OPT_CONFIG, OPT_KV, OPT_KV_QUOTA, OPT_RUNTIME, OPT_STRICT_ISO,
+	OPT_PROVIDER, OPT_CONFIG, OPT_KV, OPT_KV_QUOTA, OPT_RUNTIME, OPT_STRICT_ISO, OPT_WORKDIR,
+	OPT_OUTPUT,
 };
 
 /* Loads the config, fills what the request did not set, checks the provider
@@ -210,10 +246,13 @@ int cli_run(int argc, char **argv)
 		{ "provider", required_argument, NULL, OPT_PROVIDER },
 		{ "config", required_argument, NULL, OPT_CONFIG },
 		{ "strict-isolation", no_argument, NULL, OPT_STRICT_ISO },
+		{ "workdir", required_argument, NULL, OPT_WORKDIR },
+		{ "output", required_argument, NULL, OPT_OUTPUT },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_error err = { 0 };
 	const char *provider = NULL, *config_path = NULL, *used = "native";
+	const char *last_optarg = NULL;
 	unsigned given = 0;
 	struct moat_request *req = moat_request_new();
 	struct moat_run_options opts;
@@ -229,6 +268,7 @@ int cli_run(int argc, char **argv)
 	optind = 1;
 	int c;
 	while ((c = getopt_long(argc, argv, "+l:c:", longopts, NULL)) != -1) {
+		last_optarg = optarg;
 		switch (c) {
 		case 'l':
 			if (moat_lang_from_name(optarg, &req->language) < 0) {
@@ -352,6 +392,15 @@ int cli_run(int argc, char **argv)
 		case OPT_CONFIG:
 			config_path = optarg;
 			break;
+		case OPT_WORKDIR:
+			opts.workdir = optarg;
+			break;
+		case OPT_OUTPUT:
+			if (add_output(req, optarg) < 0) {
+				moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				goto fail;
+			}
+			break;
 		case OPT_HELP:
 			run_usage(stdout);
 			moat_request_free(req);
@@ -362,13 +411,38 @@ int cli_run(int argc, char **argv)
 			return 2;
 		}
 	}
-	const char *file = optind < argc ? argv[optind] : NULL;
-	if (optind + 1 < argc || (file && code_arg) || (!file && !code_arg)) {
+	/* "--" ended the options (not an option's argument "--"): a command line */
+	bool command = optind > 1 && !strcmp(argv[optind - 1], "--") &&
+		       argv[optind - 1] != last_optarg;
+	if (command) {
+		if (code_arg || lang_given) {
+			moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+				       "a command after -- is the program: -c and -l do not apply to it");
+			goto fail;
+		}
+		if (optind >= argc) {
+			moat_error_set(&err, MOAT_ERR_CONFIG, 0, "give the command after --");
+			goto fail;
+		}
+		if (set_command(req, argv + optind, (size_t)(argc - optind)) < 0) {
+			moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			goto fail;
+		}
+	}
+	if (req->outputs_count && !json) {
+		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+			       "--output returns the files in the result's \"files\": add --json");
+		goto fail;
+	}
+	const char *file = !command && optind < argc ? argv[optind] : NULL;
+	if (!command && (optind + 1 < argc || (file && code_arg) || (!file && !code_arg))) {
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 			       "give the program as exactly one of -c CODE, FILE or - (see moat run --help)");
 		goto fail;
 	}
-	if (code_arg) {
+	if (command) {
+		/* no code */
+	} else if (code_arg) {
 		req->code = strdup(code_arg);
 		req->code_len = strlen(code_arg);
 		if (!req->code) {
