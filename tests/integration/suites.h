@@ -16,5 +16,6 @@ Suite *outputs_suite(void);
 Suite *egress_suite(void);
 Suite *serve_suite(void);
 Suite *kv_suite(void);
+Suite *argv_suite(void);
 
 #endif
