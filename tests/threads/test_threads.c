@@ -485,6 +485,79 @@ START_TEST(options_runtime_dir_is_read_only)
 }
 END_TEST
 
+/* The library's argv request with both host directories of the options at
+ * once (the plan holds two): the runtime shims and the work directory, each
+ * readable, each read-only, the command running in /sandbox/work. */
+START_TEST(options_workdir_and_runtime_dir)
+{
+	char rt[] = "/tmp/moat-runtime-XXXXXX", wd[] = "/tmp/moat-workdir-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(rt));
+	ck_assert_ptr_nonnull(mkdtemp(wd));
+	ck_assert_int_eq(chmod(rt, 0777), 0);
+	ck_assert_int_eq(chmod(wd, 0777), 0);
+	char rf[64], wf[64];
+	snprintf(rf, sizeof rf, "%s/shim.txt", rt);
+	snprintf(wf, sizeof wf, "%s/work.txt", wd);
+	const char *paths[] = { rf, wf }, *texts[] = { "shim", "work" };
+	for (int i = 0; i < 2; i++) {
+		FILE *f = fopen(paths[i], "w");
+		ck_assert_ptr_nonnull(f);
+		fputs(texts[i], f);
+		fclose(f);
+		ck_assert_int_eq(chmod(paths[i], 0666), 0);
+	}
+	/* owned by the rootless mode's uid, so that it can remove them from
+	 * the sticky /tmp afterwards */
+	if (geteuid() == 0)
+		ck_assert(chown(rt, 65534, 65534) == 0 && chown(wd, 65534, 65534) == 0);
+	if (!enter_mode(_i, "workdir")) {
+		unlink(rf);
+		unlink(wf);
+		rmdir(rt);
+		rmdir(wd);
+		return;
+	}
+	struct moat_request *req = moat_request_new();
+	static const char *const args[] = {
+		"sh", "-c",
+		"pwd; cat /opt/moat/runtime/shim.txt work.txt; echo;"
+		" { echo x >> /opt/moat/runtime/shim.txt; } 2>&1; { echo x >> work.txt; } 2>&1",
+	};
+	req->argc = sizeof args / sizeof args[0];
+	req->argv = calloc(req->argc + 1, sizeof *req->argv);
+	for (size_t i = 0; i < req->argc; i++)
+		req->argv[i] = strdup(args[i]);
+	struct moat_run_options opts;
+	moat_run_options_init(&opts);
+	opts.runtime_dir = rt;
+	opts.workdir = wd;
+	struct moat_result *res = NULL;
+	struct moat_error err = { 0 };
+	ck_assert_msg(moat_run(req, &opts, &res, &err) == 0, "%s", err.message);
+	ck_assert_msg(res->exited && res->exit_code != 0, "exit %d", res->exit_code);
+	const char *want = "/sandbox/work\nshimwork\n";
+	ck_assert_msg(res->stdout_len > strlen(want) &&
+			      !memcmp(res->stdout_buf, want, strlen(want)),
+		      "stdout %.*s", (int)res->stdout_len, res->stdout_buf);
+	int erofs = 0;
+	for (size_t i = 0; i + 9 <= res->stdout_len; i++)
+		erofs += !memcmp(res->stdout_buf + i, "Read-only", 9);
+	ck_assert_msg(erofs == 2, "stdout %.*s", (int)res->stdout_len, res->stdout_buf);
+	moat_result_free(res);
+	moat_request_free(req);
+	FILE *f = fopen(wf, "r");
+	char back[16] = { 0 };
+	ck_assert_ptr_nonnull(f);
+	ck_assert_uint_eq(fread(back, 1, sizeof back - 1, f), 4);
+	fclose(f);
+	ck_assert_str_eq(back, "work");
+	unlink(rf);
+	unlink(wf);
+	rmdir(rt);
+	rmdir(wd);
+}
+END_TEST
+
 static Suite *threads_suite(void)
 {
 	Suite *s = suite_create("threads");
@@ -498,6 +571,7 @@ static Suite *threads_suite(void)
 	tcase_add_loop_test(opt, options_cancel_fd_kills_runs, 0, 2);
 	tcase_add_loop_test(opt, options_hangup_fd_kills_run, 0, 2);
 	tcase_add_loop_test(opt, options_runtime_dir_is_read_only, 0, 2);
+	tcase_add_loop_test(opt, options_workdir_and_runtime_dir, 0, 2);
 	suite_add_tcase(s, opt);
 	return s;
 }
