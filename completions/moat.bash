@@ -19,12 +19,27 @@ _moat()
 		return
 	fi
 
+	# moat run ... -- CMD ARG...: a command, then its arguments (files)
+	if [[ $cmd == run ]]; then
+		local k
+		for ((k = i + 1; k < COMP_CWORD; k++)); do
+			if [[ ${COMP_WORDS[k]} == -- ]]; then
+				if ((COMP_CWORD == k + 1)); then
+					COMPREPLY=($(compgen -c -- "$cur"))
+				else
+					COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null
+				fi
+				return
+			fi
+		done
+	fi
+
 	# options that take a file, a directory or a word
 	case $prev in
 	--policy|--config|--token-file|--stdin|--socket|--kv)
 		COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null
 		return ;;
-	--rootfs|--runtime)
+	--rootfs|--runtime|--workdir)
 		COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
 		return ;;
 	-l|--language)
@@ -42,7 +57,7 @@ _moat()
 		fi
 		return ;;
 	-c|--code|--timeout|--memory|--cpus|--pids|--env|--max-output|--listen|\
-	--max-concurrent|--queue|--grace|--client-timeout|--kv-quota|--pool)
+	--max-concurrent|--queue|--grace|--client-timeout|--kv-quota|--pool|--output)
 		return ;;
 	esac
 
@@ -51,8 +66,8 @@ _moat()
 		if [[ $cur == -* ]]; then
 			COMPREPLY=($(compgen -W '-l --language -c --code --timeout --memory --cpus
 				--pids --strict-limits --env --file --stdin --max-output --net --policy
-				--seccomp-log --strict-isolation --rootfs --provider --config --json
-				--help' -- "$cur"))
+				--seccomp-log --strict-isolation --rootfs --workdir --output --provider
+				--config --json --help --' -- "$cur"))
 		else
 			COMPREPLY=($(compgen -f -- "$cur")); compopt -o filenames 2>/dev/null
 		fi ;;

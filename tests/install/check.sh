@@ -187,8 +187,10 @@ if python3 -c 'import yaml' 2>/dev/null && command -v jq >/dev/null 2>&1; then
 import csv, os
 rows = list(csv.reader(open("data/input.csv")))
 assert not os.path.exists("/home") and os.getuid() == 65534
-os.makedirs("report", exist_ok=True)
-open("report/summary.txt", "w").write(f"{len(rows)} rows\n")
+# the checkout is read-only under --workdir: the report goes under $HOME
+report = os.path.join(os.environ["HOME"], "report")
+os.makedirs(report, exist_ok=True)
+open(os.path.join(report, "summary.txt"), "w").write(f"{len(rows)} rows\n")
 print("rows:", len(rows))
 PY
 	chmod -R a+rwX "$repo"
@@ -203,7 +205,7 @@ for st in gh["jobs"]["check"]["steps"]:
     if "run" in st and "sudo" not in st["run"]:
         steps.append(("github-actions.yml: " + st["name"], st["run"]))
 gl = yaml.safe_load(open(f"{top}/docs/examples/gitlab-ci.yml"))
-for job in ("untrusted-check", "untrusted-check-directory"):
+for job in ("untrusted-check", "untrusted-check-report"):
     steps.append((f"gitlab-ci.yml: {job}", "\n".join(gl[job]["script"])))
 for name, script in steps:
     r = subprocess.run(["bash", "-e", "-o", "pipefail", "-c", script],
