@@ -33,6 +33,11 @@ add("request", "bad-host", '{"code":"x","allowedHosts":["https://*"]}')
 add("request", "bad-duplicate", '{"code":"x","code":"y"}')
 add("request", "bad-trailing", '{"code":"x"} x')
 add("request", "bad-deep", "[" * 200 + "]" * 200)
+add("request", "argv", json.dumps({"argv": ["sh", "-c", "echo \"$@\"", "", "a b", "\u00e9"],
+                                    "env": {"A": "1"}, "files": {"main.py": "x"},
+                                    "outputs": ["out/*"]}))
+add("request", "bad-argv-code", '{"argv":["ls"],"code":"x"}')
+add("request", "bad-argv-nul", '{"argv":["ls","a\\u0000b"]}')
 
 # ---- kv_broker: moat_kv_broker_feed ------------------------------------------
 def kvreq(op, key=b"", val=b""):
