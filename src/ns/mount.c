@@ -3,6 +3,7 @@
  * may have had other threads. */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
@@ -14,6 +15,9 @@
 
 #ifndef AT_RECURSIVE
 #define AT_RECURSIVE 0x8000
+#endif
+#ifndef SYS_openat2
+#define SYS_openat2 437
 #endif
 
 static int sys_mount_setattr(const char *path, bool recursive, uint64_t attr_set)
@@ -91,7 +95,15 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held_
 		int *held = &held_fds[op->slot];
 		if (*held >= 0)
 			close(*held);
-		*held = open(op->src, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		if (op->no_symlinks) {
+			struct open_how how;
+			memset(&how, 0, sizeof how);
+			how.flags = O_PATH | O_DIRECTORY | O_CLOEXEC;
+			how.resolve = RESOLVE_NO_SYMLINKS;
+			*held = (int)syscall(SYS_openat2, AT_FDCWD, op->src, &how, sizeof how);
+		} else {
+			*held = open(op->src, O_PATH | O_DIRECTORY | O_CLOEXEC);
+		}
 		return *held < 0 ? -1 : 0;
 	}
 	case MOAT_OP_BIND_HELD: {

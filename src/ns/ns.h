@@ -60,6 +60,10 @@ struct moat_mount_op {
 	bool optional;       /* ENOENT on the source is skipped */
 	bool user_data;      /* a request file: ENOSPC/EEXIST are the request's fault */
 	unsigned slot;       /* HOLD/BIND_HELD: which held fd, < MOAT_PLAN_HELD */
+	/* HOLD of a path whose symlinks the supervisor resolved: opened without
+	 * following any (openat2 RESOLVE_NO_SYMLINKS), so a symlink swapped into
+	 * it since then fails the run (ELOOP) instead of being followed */
+	bool no_symlinks;
 };
 
 struct moat_mount_plan {
@@ -78,8 +82,9 @@ struct moat_plan_input {
 	const char *code_name;       /* "main.py" */
 	const char *resolv_conf;     /* text of /etc/resolv.conf (network on), or NULL: absent */
 	const char *runtime_dir;     /* host directory bound read-only at MOAT_RUNTIME_MOUNT, or NULL */
-	/* host directory (absolute, symlinks already resolved) bound read-only,
-	 * nosuid, nodev at MOAT_WORK_MOUNT, the working directory; or NULL */
+	/* host directory (absolute, symlinks already resolved: it is opened
+	 * without following any) bound read-only, nosuid, nodev at
+	 * MOAT_WORK_MOUNT, the working directory; or NULL */
 	const char *workdir;
 };
 

@@ -570,6 +570,7 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 		if (!op)
 			goto oom;
 		op->slot = MOAT_HELD_WORK;
+		op->no_symlinks = true; /* the supervisor resolved them (realpath) */
 	}
 
 	if (in->rootfs_dir) {

@@ -74,6 +74,11 @@ int run_setup_error(const struct run *r, const struct moat_report *rep, struct m
 		moat_plan_describe(plan, (size_t)rep->detail, what, sizeof what);
 		/* a directory of the caller's (runtime, work) the sandbox's user
 		 * may not reach: the caller's to fix, not the host's */
+		if (op->kind == MOAT_OP_HOLD && rep->err == ELOOP && op->no_symlinks)
+			return moat_error_set(err, MOAT_ERR_CONFIG, rep->err,
+					      "the sandbox cannot open %s: a symlink is in its path now, "
+					      "after moat resolved it (refused rather than followed)",
+					      op->src);
 		if (op->kind == MOAT_OP_HOLD && (rep->err == EACCES || rep->err == ENOENT ||
 						 rep->err == ENOTDIR)) {
 			unsigned uid = r->opts.root_host_id ? r->opts.root_host_id

@@ -1,4 +1,5 @@
 /* The rootfs plan: text parsing and the mount plan built from it. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -186,6 +187,7 @@ START_TEST(workdir_bound_read_only)
 		if (op->kind == MOAT_OP_HOLD && !strcmp(op->src, "/work-dir-under-test")) {
 			hold = i;
 			ck_assert_uint_eq(op->slot, MOAT_HELD_WORK);
+			ck_assert(op->no_symlinks);
 		}
 		if (op->kind == MOAT_OP_TMPFS && !strcmp(op->dst, sandbox))
 			tmpfs = i;
@@ -231,6 +233,38 @@ START_TEST(workdir_bound_read_only)
 	}
 	moat_plan_free(p);
 	moat_request_free(req);
+}
+END_TEST
+
+/* The work directory's HOLD is opened without following a symlink: its path
+ * was resolved by the supervisor, so a symlink in it now is a swap. Applied
+ * here in the test process: a plan of one HOLD mounts nothing. */
+START_TEST(workdir_hold_refuses_symlinks)
+{
+	char dir[] = "/tmp/moat-unit-hold-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char real[64], link[64];
+	snprintf(real, sizeof real, "%s/real", dir);
+	snprintf(link, sizeof link, "%s/link", dir);
+	ck_assert_int_eq(mkdir(real, 0755), 0);
+	ck_assert_int_eq(symlink("real", link), 0);
+	struct moat_mount_op op = { .kind = MOAT_OP_HOLD, .src = link, .slot = MOAT_HELD_WORK,
+				    .no_symlinks = true };
+	struct moat_mount_plan plan = { .ops = &op, .count = 1, .cap = 1, .base = dir };
+	size_t failed = 99;
+	errno = 0;
+	ck_assert_int_eq(moat_plan_apply(&plan, &failed), -1);
+	ck_assert_int_eq(errno, ELOOP);
+	ck_assert_uint_eq(failed, 0);
+	/* the resolved path opens; without the flag the link is followed */
+	op.src = real;
+	ck_assert_int_eq(moat_plan_apply(&plan, &failed), 0);
+	op.src = link;
+	op.no_symlinks = false;
+	ck_assert_int_eq(moat_plan_apply(&plan, &failed), 0);
+	unlink(link);
+	rmdir(real);
+	rmdir(dir);
 }
 END_TEST
 
@@ -294,6 +328,7 @@ Suite *rootfs_plan_suite(void)
 	tcase_add_test(tc, devpts_is_a_private_instance);
 	tcase_add_test(tc, missing_paths);
 	tcase_add_test(tc, workdir_bound_read_only);
+	tcase_add_test(tc, workdir_hold_refuses_symlinks);
 	tcase_add_test(tc, rootfs_dir_needs_mount_points);
 	suite_add_tcase(s, tc);
 	return s;
