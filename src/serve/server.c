@@ -617,14 +617,15 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 			       moat_config_request_keys(body, q->body.len), &err) < 0 ||
 	    moat_request_validate(req, &err) < 0) {
 		if (req)
-			q->lang = (int)req->language;
+			q->lang = req->argc ? -1 : (int)req->language;
 		r = fail_moat(q, c, &err);
 		moat_error_clear(&err);
 		moat_request_free(req);
 		return r;
 	}
-	q->lang = (int)req->language;
-	q->mode = "script";
+	/* an argv request has no language: the log and the metrics say none */
+	q->lang = req->argc ? -1 : (int)req->language;
+	q->mode = req->argc ? "command" : "script";
 	r = take_slot(q, c);
 	if (r == MHD_YES && q->has_slot)
 		r = run_script(q, c, req, true);

@@ -1697,6 +1697,15 @@ START_TEST(v1_run)
 	ck_assert_msg(r.code == 200 && jstr(r.json, "stdout") && !strcmp(jstr(r.json, "stdout"), "42\n"),
 		      "bash: %s", r.body);
 	resp_free(&r);
+	/* a command line: the same run; "workdir" is no key (a host path) */
+	post(&s, "/v1/run", "{\"argv\":[\"sh\",\"-c\",\"echo \\\"$1\\\"; id -u\",\"-\",\"a b\"]}", &r);
+	ck_assert_msg(r.code == 200 && jstr(r.json, "stdout") &&
+			      !strcmp(jstr(r.json, "stdout"), "a b\n65534\n"),
+		      "argv: %s", r.body);
+	resp_free(&r);
+	post(&s, "/v1/run", "{\"argv\":[\"ls\"],\"workdir\":\"/\"}", &r);
+	expect_error("/v1/run argv with workdir", &r, 400, "SandboxConfigError");
+	resp_free(&r);
 
 	/* refused by policy: above the built-in max, open network */
 	long cpus = sysconf(_SC_NPROCESSORS_ONLN);
