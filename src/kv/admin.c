@@ -30,12 +30,6 @@ int moat_kv_probe(const char *spec, char **desc, struct moat_error *err)
 	return *desc ? 0 : moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 }
 
-static uint32_t le32(const char *p)
-{
-	const unsigned char *u = (const unsigned char *)p;
-	return (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 24;
-}
-
 /* "export": every key with its value, text as "value", other bytes as
  * "valueBase64". */
 static int export_items(struct moat_kv_store *st, const char *id, size_t idlen,
@@ -43,7 +37,7 @@ static int export_items(struct moat_kv_store *st, const char *id, size_t idlen,
 {
 	moat_buf_append(b, ",\"items\":[", 10);
 	for (size_t off = 0, n = 0; off + 4 <= keys->len; n++) {
-		uint32_t kl = le32(keys->data + off);
+		uint32_t kl = kv_le32(keys->data + off);
 		const char *k = keys->data + off + 4;
 		off += 4 + kl;
 		if (moat_kv_get(st, id, idlen, k, kl, a) < 0)
@@ -109,7 +103,7 @@ int moat_kv_admin(const char *spec, const char *op, const char *id, size_t id_le
 		if (list) {
 			moat_buf_append(&b, ",\"keys\":[", 9);
 			for (size_t off = 0; off + 4 <= keys.len;) {
-				uint32_t kl = le32(keys.data + off);
+				uint32_t kl = kv_le32(keys.data + off);
 				if (off)
 					moat_buf_append(&b, ",", 1);
 				moat_buf_append_json_string(&b, keys.data + off + 4, kl);

@@ -54,12 +54,6 @@ void moat_kv_broker_free(struct moat_kv_broker *b)
 	free(b);
 }
 
-static uint32_t le32(const char *p)
-{
-	const unsigned char *u = (const unsigned char *)p;
-	return (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 24;
-}
-
 /* The answer: u32 len | status | payload. */
 static void answer(struct moat_kv_broker *b, enum moat_kv_status status, const char *p1,
 		   size_t n1, const char *p2, size_t n2)
@@ -76,9 +70,7 @@ static void answer(struct moat_kv_broker *b, enum moat_kv_status status, const c
 		b->out.len = 0;
 		return;
 	}
-	uint32_t n = (uint32_t)(b->out.len - 4);
-	unsigned char le[4] = { n & 0xff, (n >> 8) & 0xff, (n >> 16) & 0xff, n >> 24 };
-	memcpy(b->out.data, le, 4);
+	kv_le32_put(b->out.data, (uint32_t)(b->out.len - 4));
 }
 
 static void answer_error(struct moat_kv_broker *b, const char *kind, const char *msg,
@@ -114,7 +106,7 @@ static void answer_from(struct moat_kv_broker *b, int op)
 static int handle(struct moat_kv_broker *b, const char *p, uint32_t len)
 {
 	unsigned op = (unsigned char)p[0];
-	uint32_t klen = le32(p + 1);
+	uint32_t klen = kv_le32(p + 1);
 	if (op < OP_GET || op > OP_OPEN || klen > len - 5)
 		return -1;
 	const char *key = p + 5, *val = key + klen;
@@ -210,7 +202,7 @@ int moat_kv_broker_feed(struct moat_kv_broker *b, const char *data, size_t len)
 		if (have < 4)
 			break;
 		const char *p = b->in.data + b->in_off;
-		uint32_t n = le32(p);
+		uint32_t n = kv_le32(p);
 		if (n < 5)
 			return -1;
 		if (n > max_request(b)) {

@@ -44,6 +44,20 @@ extern const struct kv_backend kv_redis_backend;
 /* Fills a as ERROR of kind with a formatted message; returns the given rc. */
 int kv_fail(struct moat_kv_answer *a, int rc, const char *kind, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* The protocol's little-endian u32 (docs/KV.md). */
+static inline uint32_t kv_le32(const char *p)
+{
+	const unsigned char *u = (const unsigned char *)p;
+	return (uint32_t)u[0] | (uint32_t)u[1] << 8 | (uint32_t)u[2] << 16 | (uint32_t)u[3] << 24;
+}
+static inline void kv_le32_put(char *p, uint32_t n)
+{
+	unsigned char *u = (unsigned char *)p;
+	u[0] = n & 0xff;
+	u[1] = (n >> 8) & 0xff;
+	u[2] = (n >> 16) & 0xff;
+	u[3] = (n >> 24) & 0xff;
+}
 /* Appends u32le len | bytes to b. */
 void kv_put_item(struct moat_buf *b, const char *s, size_t len);
 

@@ -105,8 +105,8 @@ int kv_fail(struct moat_kv_answer *a, int rc, const char *kind, const char *fmt,
 
 void kv_put_item(struct moat_buf *b, const char *s, size_t len)
 {
-	uint32_t n = (uint32_t)len;
-	unsigned char le[4] = { n & 0xff, (n >> 8) & 0xff, (n >> 16) & 0xff, n >> 24 };
+	char le[4];
+	kv_le32_put(le, (uint32_t)len);
 	moat_buf_append(b, le, 4);
 	moat_buf_append(b, s, len);
 }

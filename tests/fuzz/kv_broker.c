@@ -79,8 +79,7 @@ static void drain(struct moat_kv_broker *b)
 			return;
 		if (len < 5)
 			abort();
-		uint32_t n = (uint32_t)(unsigned char)p[0] | (uint32_t)(unsigned char)p[1] << 8 |
-			     (uint32_t)(unsigned char)p[2] << 16 | (uint32_t)(unsigned char)p[3] << 24;
+		uint32_t n = kv_le32(p);
 		if (n + 4 != len || (unsigned char)p[4] > 2)
 			abort();
 		moat_kv_broker_consume(b, len);
