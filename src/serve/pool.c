@@ -91,6 +91,29 @@ static void refill_one(struct serve_pool *p, int i)
 	moat_error_clear(&err);
 }
 
+/* Releases sb with p->mu dropped for the time (the lock is held on entry
+ * and on return). */
+static void release_unlocked(struct serve_pool *p, struct moat_sandbox *sb)
+{
+	pthread_mutex_unlock(&p->mu);
+	moat_sandbox_release(sb);
+	pthread_mutex_lock(&p->mu);
+}
+
+/* Waits on p->cv (p->mu held) for at most ms. */
+static void wait_ms(struct serve_pool *p, long ms)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += ms / 1000;
+	ts.tv_nsec += (ms % 1000) * 1000000L;
+	if (ts.tv_nsec >= 1000000000L) {
+		ts.tv_sec++;
+		ts.tv_nsec -= 1000000000L;
+	}
+	pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+}
+
 static void *refill_main(void *arg)
 {
 	struct serve_pool *p = arg;
@@ -98,10 +121,7 @@ static void *refill_main(void *arg)
 	pthread_mutex_lock(&p->mu);
 	while (!p->stop) {
 		if (p->ndone) {
-			struct moat_sandbox *sb = p->done[--p->ndone];
-			pthread_mutex_unlock(&p->mu);
-			moat_sandbox_release(sb);
-			pthread_mutex_lock(&p->mu);
+			release_unlocked(p, p->done[--p->ndone]);
 			continue;
 		}
 		int need = -1;
@@ -109,14 +129,7 @@ static void *refill_main(void *arg)
 			if (p->nready[i] < p->want)
 				need = i;
 		if (need >= 0 && p->saturated && p->saturated(p->sat_ctx)) {
-			struct timespec ts;
-			clock_gettime(CLOCK_REALTIME, &ts);
-			ts.tv_nsec += 5000000L;
-			if (ts.tv_nsec >= 1000000000L) {
-				ts.tv_sec++;
-				ts.tv_nsec -= 1000000000L;
-			}
-			pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+			wait_ms(p, 5);
 			continue;
 		}
 		/* the oldest idle sandbox past its age goes (a long-lived idle
@@ -131,9 +144,7 @@ static void *refill_main(void *arg)
 				p->expired++;
 			}
 		if (old) {
-			pthread_mutex_unlock(&p->mu);
-			moat_sandbox_release(old);
-			pthread_mutex_lock(&p->mu);
+			release_unlocked(p, old);
 			continue;
 		}
 		if (need >= 0) {
@@ -148,35 +159,18 @@ static void *refill_main(void *arg)
 			/* a host that cannot prewarm: back off, requests run cold */
 			fails = fails < 10 ? fails + 1 : 10;
 		}
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		long ms = need >= 0 ? 100L << fails : 1000;
-		ts.tv_sec += ms / 1000;
-		ts.tv_nsec += (ms % 1000) * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+		wait_ms(p, need >= 0 ? 100L << fails : 1000);
 	}
 	/* stopping: the idle ones now, then wait for the ones in use (their
 	 * pid 1 dies with this thread) */
 	for (int i = 0; i < POOL_LANGS; i++)
-		while (p->nready[i]) {
-			struct moat_sandbox *sb = p->ready[i][--p->nready[i]].sb;
-			pthread_mutex_unlock(&p->mu);
-			moat_sandbox_release(sb);
-			pthread_mutex_lock(&p->mu);
-		}
+		while (p->nready[i])
+			release_unlocked(p, p->ready[i][--p->nready[i]].sb);
 	while (p->in_use || p->ndone) {
-		if (p->ndone) {
-			struct moat_sandbox *sb = p->done[--p->ndone];
-			pthread_mutex_unlock(&p->mu);
-			moat_sandbox_release(sb);
-			pthread_mutex_lock(&p->mu);
-			continue;
-		}
-		pthread_cond_wait(&p->cv, &p->mu);
+		if (p->ndone)
+			release_unlocked(p, p->done[--p->ndone]);
+		else
+			pthread_cond_wait(&p->cv, &p->mu);
 	}
 	pthread_mutex_unlock(&p->mu);
 	return NULL;
