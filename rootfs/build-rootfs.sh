@@ -76,24 +76,9 @@ reachable() {
 		return 0
 	fi
 }
-# the first Debian archive this host's apt lists for SUITE (one-line and deb822)
+# this host's own apt mirror for SUITE, https ones included, or nothing
 host_mirror() {
-	{
-		cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk -v s="$SUITE" '
-			$1 == "deb" { i = 2; if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
-				if ($(i + 1) == s) print $i }'
-		for f in /etc/apt/sources.list.d/*.sources; do
-			[ -f "$f" ] && awk -v s="$SUITE" '
-				function flush() { if (deb && suite) for (j = 1; j <= nu; j++) print u[j]; deb = suite = nu = 0 }
-				/^[[:space:]]*$/ { flush(); next }
-				/^#/ { next }
-				tolower($1) == "types:" { for (j = 2; j <= NF; j++) if ($j == "deb") deb = 1 }
-				tolower($1) == "uris:" { for (j = 2; j <= NF; j++) u[++nu] = $j }
-				tolower($1) == "suites:" { for (j = 2; j <= NF; j++) if ($j == s) suite = 1 }
-				tolower($1) == "enabled:" && tolower($2) == "no" { deb = 0 }
-				END { flush() }' "$f"
-		done
-	} | sed 's,/*$,,' | head -n 1
+	"$HERE/../tools/debian-mirror.sh" --https "$SUITE" ""
 }
 if [ -z "$MIRROR" ]; then
 	MIRROR=http://deb.debian.org/debian

@@ -1,12 +1,18 @@
 #!/bin/sh
 # Prints the Debian archive to fetch SUITE from: this host's own apt mirror for
 # SUITE (/etc/apt/sources.list and sources.list.d, one-line and deb822 forms),
-# else DEFAULT (http://deb.debian.org/debian). https mirrors are passed over: a fresh
-# minbase chroot has no CA certificates to check them.
-#   usage: tools/debian-mirror.sh SUITE [DEFAULT]
+# else DEFAULT (http://deb.debian.org/debian; may be given empty). https mirrors are
+# passed over unless --https: a fresh minbase chroot has no CA certificates to check
+# them (debootstrap, which downloads with the host's tools, can use them).
+#   usage: tools/debian-mirror.sh [--https] SUITE [DEFAULT]
 set -eu
-SUITE=${1:?usage: debian-mirror.sh SUITE [DEFAULT]}
-DEFAULT=${2:-http://deb.debian.org/debian}
+skip='^https://'
+if [ "${1:-}" = --https ]; then
+	skip='^$'
+	shift
+fi
+SUITE=${1:?usage: debian-mirror.sh [--https] SUITE [DEFAULT]}
+DEFAULT=${2-http://deb.debian.org/debian}
 m=$({
 	cat /etc/apt/sources.list /etc/apt/sources.list.d/*.list 2>/dev/null | awk -v s="$SUITE" '
 		$1 == "deb" { i = 2; if ($i ~ /^\[/) { while (i < NF && $i !~ /\]$/) i++; i++ }
@@ -23,5 +29,5 @@ m=$({
 			tolower($1) == "enabled:" && tolower($2) == "no" { deb = 0 }
 			END { flush() }' "$f"
 	done
-} | sed 's,/*$,,' | grep -v '^https://' | head -n 1)
+} | sed 's,/*$,,' | grep -v "$skip" | head -n 1 || true)
 echo "${m:-$DEFAULT}"
