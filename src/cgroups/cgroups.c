@@ -322,6 +322,17 @@ static bool has_procs(const char *dir)
 	return any;
 }
 
+/* The hierarchy's real root, which the no-internal-processes rule
+ * exempts. A cgroup namespace's root (a container's "/") is not: the
+ * kernel leaves cgroup.type off the real root only. */
+static bool v2_real_root(const char *dir)
+{
+	char *t = moat_cg_path(dir, "cgroup.type");
+	bool root = t && access(t, F_OK) < 0 && errno == ENOENT;
+	free(t);
+	return root;
+}
+
 /* Writes op ("+memory") to parent's cgroup.subtree_control. Below the
  * root, a cgroup where processes live gets no controller: the kernel
  * refuses the domain ones (memory) with EBUSY, and would accept the
@@ -330,7 +341,7 @@ static bool has_procs(const char *dir)
  * leaf fails with EOPNOTSUPP), so they are refused here the same way. */
 static int v2_enable_one(const struct probe *p, const char *op)
 {
-	if (strcmp(p->v2_parent, p->v2_mount) && has_procs(p->v2_parent)) {
+	if (!v2_real_root(p->v2_parent) && has_procs(p->v2_parent)) {
 		errno = EBUSY;
 		return -1;
 	}
@@ -354,9 +365,11 @@ static char *v2_enable(struct probe *p)
 		char op[16];
 		snprintf(op, sizeof op, "+%s", V2_CTL[i]);
 		int rc = v2_enable_one(p, op);
-		if (rc < 0 && errno == EBUSY && p->v2_own && !tried_move &&
-		    strcmp(p->v2_parent, p->v2_mount)) {
-			/* no internal processes: leave the parent for a sibling leaf */
+		if (rc < 0 && errno == EBUSY && p->v2_own && !tried_move) {
+			/* no internal processes: leave the parent for a sibling leaf.
+			 * This includes the mount's root: EBUSY there means it is
+			 * the root of a cgroup namespace, not the real root (which
+			 * the rule exempts), as for a container's pid 1 in a pod */
 			tried_move = true;
 			char name[64];
 			snprintf(name, sizeof name, "moat-%ld-" MOAT_CG_SUPERVISOR_SUFFIX, (long)getpid());

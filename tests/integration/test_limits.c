@@ -8,9 +8,11 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
@@ -837,6 +839,103 @@ START_TEST(unreachable_parent_falls_back)
 }
 END_TEST
 
+/* ---- a pod's cgroup: the root of a cgroup namespace (issue 18) ------------ */
+
+/* In the forked child, as root: join the pod's cgroup arg, enter a new
+ * cgroup and mount namespace and mount cgroup2 afresh, so /sys/fs/cgroup is
+ * the namespace's root, as a container runtime with writable cgroups gives
+ * a pod (containerd's cgroup_writable, runc/crun with cgroupns). */
+static int enter_pod_cgroup(int mode, void *arg)
+{
+	if (join_cgroup(mode, arg) < 0)
+		return -1;
+	/* the same superblock cannot be mounted again where it is: detach the
+	 * host's view first, as a runtime's fresh mount has nothing below */
+	if (unshare(CLONE_NEWCGROUP | CLONE_NEWNS) < 0 ||
+	    mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    umount2("/sys/fs/cgroup", MNT_DETACH) < 0 ||
+	    mount("cgroup2", "/sys/fs/cgroup", "cgroup2", MS_NOSUID | MS_NODEV | MS_NOEXEC,
+		  NULL) < 0) {
+		perror("enter the pod's cgroup namespace");
+		return -1;
+	}
+	return 0;
+}
+
+/* moat in a pod sits alone in its namespace's root cgroup. cgroup v2 gives
+ * a cgroup with processes no domain controller (the no-internal-processes
+ * rule exempts only the real root), so moat must first move itself into a
+ * leaf, then enable memory, pids and cpu for the runs. It did that below
+ * the mount's root only, so a pod fell back to rlimits. Root mode: moat is
+ * the pod's uid 0; rootless: the pod's cgroup is delegated to uid 65534. */
+START_TEST(pod_cgroup_namespace_root)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *parent = harness_cgroup_parent(MODE_ROOT);
+	if (!unified_host() || !parent || geteuid() != 0) {
+		fprintf(stderr, "note: %s: %s; not run\n", __func__,
+			!unified_host() ? "cgroup v2 controllers absent (not a unified host)"
+					: "needs root and MOAT_TEST_ROOT_CGROUP (make check-vm)");
+		return;
+	}
+	char *pod = NULL;
+	ck_assert_int_ge(asprintf(&pod, "%s/moat-pod-%ld-%d", parent, (long)getpid(), _i), 0);
+	ck_assert_msg(mkdir(pod, 0755) == 0, "mkdir %s: %s", pod, strerror(errno));
+	char why[4400] = "";
+	static const char *const own[] = { "", "/cgroup.procs", "/cgroup.subtree_control",
+					   "/cgroup.threads" };
+	for (size_t i = 0; _i == MODE_ROOTLESS && !*why && i < sizeof own / sizeof own[0]; i++) {
+		char f[4200];
+		snprintf(f, sizeof f, "%s%s", pod, own[i]);
+		if (chown(f, 65534, 65534) < 0)
+			snprintf(why, sizeof why, "chown %s: %s", f, strerror(errno));
+	}
+	struct run_out o = { 0 };
+	if (!*why) {
+		char *req = NULL;
+		ck_assert_int_ge(asprintf(&req, "{\"language\":\"python\",\"code\":%s,"
+						"\"memoryMb\":64,\"pidsLimit\":64,\"cpus\":0.5,"
+						"\"timeout\":%ld}",
+					  "\"a = []\\nfor i in range(20):\\n    a.append(bytearray(10 "
+					  "* 1024 * 1024))\\nprint('survived')\\n\"",
+					  MS(20000)), 0);
+		const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", NULL };
+		struct harness_proc p;
+		harness_start(_i, (const char *const[]){ "exec", NULL }, req, strlen(req), env,
+			      enter_pod_cgroup, pod, &p);
+		harness_finish(&p, &o);
+		free(req);
+	}
+	/* what moat left in the pod's cgroup: its own leaf, now empty */
+	char *procs = moat_cg_read(pod, "cgroup.procs");
+	bool empty = procs && !procs[strspn(procs, " \n")];
+	free(procs);
+	DIR *d = opendir(pod);
+	struct dirent *e;
+	while (d && (e = readdir(d))) {
+		if (e->d_name[0] == '.' || e->d_type != DT_DIR)
+			continue;
+		char *leaf = NULL;
+		if (asprintf(&leaf, "%s/%s", pod, e->d_name) >= 0)
+			rmdir_wait(leaf);
+		free(leaf);
+	}
+	if (d)
+		closedir(d);
+	rmdir_wait(pod);
+	free(pod);
+	ck_assert_msg(!*why, "setting up the pod's cgroup: %s", why);
+	ck_assert_msg(empty, "processes left in the pod's cgroup");
+	expect_result(&o);
+	ck_assert_str_eq(limit_of(&o, "memory"), "cgroup-v2");
+	ck_assert_str_eq(limit_of(&o, "pids"), "cgroup-v2");
+	ck_assert_str_eq(limit_of(&o, "cpu"), "cgroup-v2");
+	ck_assert_msg(warning_count(&o) == 0, "%s", o.out);
+	ck_assert_msg(!strstr(o.out, "survived") && harness_bool(&o, "oomKilled"), "%s", o.out);
+	harness_free(&o);
+}
+END_TEST
+
 Suite *limits_suite(void)
 {
 	Suite *s = suite_create("limits");
@@ -856,6 +955,7 @@ Suite *limits_suite(void)
 	tcase_add_loop_test(tc, strict_limits, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, rootless_fallback_is_reported, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_test(tc, unreachable_parent_falls_back);
+	tcase_add_loop_test(tc, pod_cgroup_namespace_root, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
