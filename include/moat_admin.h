@@ -65,6 +65,11 @@ int moat_provider_run(const char *name, const struct moat_request *req,
  * known restriction is found (malloc'd). */
 char *moat_userns_diagnose(void);
 
+/* Why a sandbox could not mount its own /proc here (a container runtime's
+ * masked paths: mounts over parts of /proc), with the fix, or NULL when
+ * nothing is mounted over it (malloc'd). */
+char *moat_proc_diagnose(void);
+
 /* AppArmor's user-namespace restriction (Ubuntu 23.10+) and moat's profile
  * (apparmor/moat: `userns,` for /usr/bin/moat and /usr/local/bin/moat). */
 struct moat_apparmor {
@@ -163,6 +168,7 @@ struct moat_serve_options {
 	const char *rootfs_dir;   /* NULL: the config's, else the host-derived root */
 	const struct moat_config *cfg; /* never NULL: policy, rootfs and the "serve" limits */
 	FILE *log;                /* access log and notices */
+	bool json_log;            /* every log line one JSON object (--json-log) */
 };
 
 /* Serves until one of stop (blocked in every thread by the caller before

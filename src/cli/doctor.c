@@ -189,6 +189,14 @@ int cli_doctor(int argc, char **argv)
 		ok = false;
 	}
 	apparmor_report();
+	char *masked = moat_proc_diagnose();
+	if (masked) {
+		printf("/proc:              MASKED: %s\n", masked);
+		ok = false;
+	} else {
+		printf("/proc:              fully visible (each sandbox mounts its own)\n");
+	}
+	free(masked);
 	if (read_text("/proc/sys/user/max_user_namespaces", buf, sizeof buf) == 0)
 		printf("max_user_namespaces: %s\n", buf);
 

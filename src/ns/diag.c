@@ -244,3 +244,75 @@ char *moat_userns_diagnose(void)
 		return NULL;
 	return s;
 }
+
+/* ---- /proc with mounts over parts of it (a container's masked paths) ---- */
+
+int moat_proc_overmounts_parse(const char *text, char **out)
+{
+	*out = NULL;
+	size_t cap = 0, len = 0;
+	char *list = NULL;
+	for (const char *l = text; l && *l;) {
+		const char *nl = strchr(l, '\n');
+		size_t n = nl ? (size_t)(nl - l) : strlen(l);
+		/* "id parent maj:min root mountpoint opts [optional...] - fstype src super" */
+		const char *f = l, *end = l + n, *mp = NULL;
+		size_t mpl = 0;
+		for (int field = 0; f < end && field <= 4; field++) {
+			const char *sp = memchr(f, ' ', (size_t)(end - f));
+			const char *fe = sp ? sp : end;
+			if (field == 4) {
+				mp = f;
+				mpl = (size_t)(fe - f);
+			}
+			f = sp ? sp + 1 : end;
+		}
+		const char *dash = memmem(l, n, " - ", 3);
+		bool binfmt = dash && (size_t)(end - (dash + 3)) >= 12 &&
+			      !memcmp(dash + 3, "binfmt_misc ", 12);
+		/* under /proc, not /proc itself; binfmt_misc sits on a directory
+		 * proc keeps empty, which the kernel does not count */
+		if (mp && mpl > 6 && !memcmp(mp, "/proc/", 6) && !binfmt) {
+			if (len + mpl + 3 > cap) {
+				size_t nc = (cap ? cap * 2 : 128) + mpl + 3;
+				char *nb = realloc(list, nc);
+				if (!nb) {
+					free(list);
+					return -1;
+				}
+				list = nb;
+				cap = nc;
+			}
+			if (len) {
+				memcpy(list + len, ", ", 2);
+				len += 2;
+			}
+			memcpy(list + len, mp, mpl); /* octal escapes (\040) kept as written */
+			len += mpl;
+			list[len] = '\0';
+		}
+		l = nl ? nl + 1 : NULL;
+	}
+	*out = list;
+	return 0;
+}
+
+char *moat_proc_diagnose(void)
+{
+	size_t len = 0;
+	char *text = read_all("/proc/self/mountinfo", 16u << 20, &len);
+	char *list = NULL, *s = NULL;
+	if (!text || moat_proc_overmounts_parse(text, &list) < 0 || !list) {
+		free(text);
+		return NULL;
+	}
+	free(text);
+	if (asprintf(&s, "/proc has mounts over parts of it (%s), as a container runtime masks "
+		     "them, and the kernel gives a new /proc only to a namespace that can see all "
+		     "of the old one; fix: in Kubernetes set securityContext.procMount: Unmasked "
+		     "(it needs hostUsers: false), in Docker or Podman "
+		     "--security-opt systempaths=unconfined", list) < 0)
+		s = NULL;
+	free(list);
+	return s;
+}

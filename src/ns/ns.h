@@ -111,6 +111,13 @@ int moat_idmap_write(pid_t pid, bool as_root, uid_t host_uid, gid_t host_gid,
 /* moat_userns_diagnose (moat_admin.h): why user namespaces are unavailable
  * here, with the fix; the runner adds it to clone3 and id-map errors. */
 
+/* The mount points strictly under /proc in a /proc/self/mountinfo text,
+ * binfmt_misc aside ("/proc/sys, /proc/kcore"), in *out (malloc'd; NULL
+ * when there is none). 0, or -1 when out of memory. */
+int moat_proc_overmounts_parse(const char *text, char **out);
+/* moat_proc_diagnose (moat_admin.h): the runner adds it to a failed proc
+ * mount. */
+
 /* AppArmor, pure parsers behind moat_apparmor_probe (moat_admin.h). */
 /* The text of /proc/self/attr/current ("moat (unconfined)\n", "unconfined\n")
  * split into the label's profile part and its mode ("" when none). 0, or -1

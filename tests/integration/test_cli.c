@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -448,6 +449,59 @@ START_TEST(missing_interpreter_is_explained)
 }
 END_TEST
 
+/* In the forked child, as root: a mount namespace where /proc/sys is
+ * mounted over (read-only), as Docker and a pod without procMount:
+ * Unmasked give it. */
+static int mask_proc(int mode, void *arg)
+{
+	(void)mode;
+	(void)arg;
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0 ||
+	    mount("/proc/sys", "/proc/sys", NULL, MS_BIND, NULL) < 0 ||
+	    mount(NULL, "/proc/sys", NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV |
+							  MS_NOEXEC, NULL) < 0) {
+		perror("mask /proc/sys");
+		return -1;
+	}
+	return 0;
+}
+
+/* A masked /proc (a container runtime's mounts over parts of it) makes the
+ * kernel refuse the sandbox its own /proc. The run fails closed, and both
+ * the error and moat doctor say why and what the fix is, instead of a bare
+ * "mount proc on /proc: Operation not permitted" and a doctor that says
+ * isolation is complete. Needs root to build the mount namespace. */
+START_TEST(masked_proc_is_explained)
+{
+	HARNESS_MODE_GUARD(_i);
+	if (!harness_is_root()) {
+		fprintf(stderr, "note: %s: needs root for the mount namespace; not run\n", __func__);
+		return;
+	}
+	static const char req[] = "{\"language\":\"python\",\"code\":\"print('ran')\"}";
+	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", NULL };
+	struct harness_proc p;
+	struct run_out o = { 0 }, d = { 0 };
+	harness_start(_i, (const char *const[]){ "exec", NULL }, req, strlen(req), env, mask_proc,
+		      NULL, &p);
+	harness_finish(&p, &o);
+	ck_assert_msg(o.status == 3 && !strstr(o.out, "ran\\n"), "status %d: %s %s", o.status, o.out,
+		      o.err);
+	ck_assert_str_eq(harness_error_type(&o), "SandboxUnavailableError");
+	ck_assert_msg(strstr(o.out, "mount proc on /proc") && strstr(o.out, "(/proc/sys)") &&
+		      strstr(o.out, "procMount: Unmasked") && strstr(o.out, "systempaths=unconfined"),
+		      "%s", o.out);
+	harness_start(_i, (const char *const[]){ "doctor", NULL }, NULL, 0, env, mask_proc, NULL, &p);
+	harness_finish(&p, &d);
+	ck_assert_msg(d.status == 3, "doctor status %d: %s %s", d.status, d.out, d.err);
+	ck_assert_msg(strstr(d.out, "\n/proc:              MASKED: /proc has mounts over parts of "
+				    "it (/proc/sys)") &&
+		      strstr(d.out, "verdict isolation:  UNAVAILABLE"), "%s", d.out);
+	harness_free(&o);
+	harness_free(&d);
+}
+END_TEST
+
 START_TEST(doctor_ok)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -462,6 +516,7 @@ START_TEST(doctor_ok)
 	char l[256];
 	snprintf(l, sizeof l, "%.*s", (int)(n < 255 ? n : 255), line);
 	ck_assert_msg(strstr(l, " ok"), "user namespaces not ok: %s", l);
+	ck_assert_msg(strstr(o.out, "\n/proc:              fully visible"), "%s", o.out);
 	/* the seccomp cache line tells the truth: root has /var/cache/moat;
 	 * the harness's uid 65534 runs with HOME=/nonexistent, so it has none */
 	const char *cache = strstr(o.out, "seccomp cache:");
@@ -653,6 +708,7 @@ Suite *cli_suite(void)
 	tcase_add_test(tc, version_and_commands);
 	tcase_add_loop_test(tc, exec_takes_no_arguments, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, doctor_ok, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, masked_proc_is_explained, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, doctor_verdict_separates_limits, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, missing_interpreter_is_explained, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, userns_unavailable_is_explained, MODE_ROOT, MODE_ROOTLESS + 1);

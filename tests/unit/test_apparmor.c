@@ -174,6 +174,38 @@ START_TEST(no_fix_when_nothing_restricts)
 }
 END_TEST
 
+/* A container runtime's masked paths under /proc, from mountinfo lines:
+ * binfmt_misc (on a directory proc keeps empty) and /proc itself do not
+ * count; a file or directory mounted over does. */
+START_TEST(proc_overmounts_are_listed)
+{
+	static const char clean[] =
+		"22 1 0:21 / /proc rw,nosuid,nodev,noexec,relatime shared:12 - proc proc rw\n"
+		"30 22 0:27 / /proc/sys/fs/binfmt_misc rw,relatime shared:13 - binfmt_misc "
+		"binfmt_misc rw\n"
+		"31 1 0:28 / /tmp rw shared:14 - tmpfs tmpfs rw\n";
+	char *out = (char *)"unset";
+	ck_assert_int_eq(moat_proc_overmounts_parse(clean, &out), 0);
+	ck_assert_ptr_null(out);
+	static const char masked[] =
+		"600 590 0:60 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n"
+		"601 600 0:60 /bus /proc/bus ro,nosuid,nodev,noexec,relatime - proc proc rw\n"
+		"602 600 0:60 /sys /proc/sys ro,nosuid,nodev,noexec,relatime - proc proc rw\n"
+		"603 600 0:5 /null /proc/kcore rw,nosuid master:2 - devtmpfs udev rw\n"
+		"604 600 0:61 / /proc/acpi ro,relatime - tmpfs tmpfs ro\n"
+		"605 1 0:62 / /processes rw - tmpfs tmpfs rw"; /* no newline at the end */
+	ck_assert_int_eq(moat_proc_overmounts_parse(masked, &out), 0);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_str_eq(out, "/proc/bus, /proc/sys, /proc/kcore, /proc/acpi");
+	free(out);
+	ck_assert_int_eq(moat_proc_overmounts_parse("", &out), 0);
+	ck_assert_ptr_null(out);
+	/* a line cut short has no mount point: not an entry, not a crash */
+	ck_assert_int_eq(moat_proc_overmounts_parse("1 2 3:4 /\n", &out), 0);
+	ck_assert_ptr_null(out);
+}
+END_TEST
+
 Suite *apparmor_suite(void)
 {
 	Suite *s = suite_create("apparmor");
@@ -184,6 +216,7 @@ Suite *apparmor_suite(void)
 	tcase_add_test(tc, fix_names_the_exact_commands);
 	tcase_add_test(tc, fix_for_a_binary_the_profile_does_not_cover);
 	tcase_add_test(tc, no_fix_when_nothing_restricts);
+	tcase_add_test(tc, proc_overmounts_are_listed);
 	suite_add_tcase(s, tc);
 	return s;
 }
