@@ -29,14 +29,16 @@ static void usage(FILE *f)
 	      "                  [--max-concurrent N] [--queue N] [--config F] [--rootfs DIR]\n"
 	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
 	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
-	      "                  [--pool N]\n"
+	      "                  [--pool N] [--json-log]\n"
 	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
 	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: as root\n"
 	      "127.0.0.1:3000, otherwise the unix socket $XDG_RUNTIME_DIR/moat.sock.\n"
 	      "kvEnabled requests use the store of --kv (a file, sqlite:FILE or\n"
 	      "redis://HOST:PORT/DB; default: the SQLite file of this user); docs/KV.md.\n"
 	      "--pool N keeps N warm python and javascript sandboxes each (0: none;\n"
-	      "default: config serve.pool, else 1-2 by available memory).\n",
+	      "default: config serve.pool, else 1-2 by available memory).\n"
+	      "--json-log writes every log line as one JSON object to stdout (for a log\n"
+	      "collector, e.g. in a pod); by default the log goes to stderr.\n",
 	      f);
 }
 
@@ -221,12 +223,13 @@ int cli_serve(int argc, char **argv)
 		{ "kv-quota", required_argument, NULL, 'Q' },
 		{ "no-kv", no_argument, NULL, 'N' },
 		{ "pool", required_argument, NULL, 'P' },
+		{ "json-log", no_argument, NULL, 'J' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *listen_spec = NULL, *sock = NULL, *token_file = NULL, *config = NULL;
 	const char *rootfs = NULL, *runtime = NULL, *kv = NULL, *kv_quota = NULL;
-	bool no_kv = false;
+	bool no_kv = false, json_log = false;
 	int pool = -1;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
@@ -244,6 +247,7 @@ int cli_serve(int argc, char **argv)
 		case 'k': kv = optarg; break;
 		case 'Q': kv_quota = optarg; break;
 		case 'N': no_kv = true; break;
+		case 'J': json_log = true; break;
 		case 'P': {
 			unsigned n;
 			if (parse_uint(optarg, 0, 64, &n) < 0)
@@ -406,7 +410,7 @@ int cli_serve(int argc, char **argv)
 		.listen_fd = fd, .listen_desc = desc ? desc : "?", .unlink_path = sock,
 		.token = token, .max_concurrent = maxc, .queue = queue, .grace_s = grace,
 		.client_timeout_s = client_to, .runtime_dir = rt, .rootfs_dir = rootfs, .cfg = cfg,
-		.log = stderr, .kv_store = kv, .kv_max_keys = kvo.kv_max_keys,
+		.log = json_log ? stdout : stderr, .json_log = json_log, .kv_store = kv, .kv_max_keys = kvo.kv_max_keys,
 		.kv_max_bytes = kvo.kv_max_bytes, .kv_max_value = kvo.kv_max_value, .kv_off = no_kv,
 		.pool = pool,
 	};

@@ -4,6 +4,7 @@
 #define MOAT_SERVE_INTERNAL_H
 
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -117,8 +118,24 @@ struct serve_pool;
  * the Spin requests' limits (want 0: none; the thread still releases
  * finished runs); no prewarm while saturated(sat_ctx) says every run slot
  * is taken. */
+/* ---- log (log.c) ---- */
+
+struct serve_log {
+	FILE *f;
+	bool json;
+	pthread_mutex_t mu;
+};
+void serve_log_init(struct serve_log *l, FILE *f, bool json);
+void serve_log_destroy(struct serve_log *l);
+void serve_log_ts(struct moat_buf *b);
+void serve_log_write(struct serve_log *l, const char *line, size_t len);
+void serve_log_vnotice(struct serve_log *l, const char *level, const char *component,
+		       const char *fmt, va_list ap) __attribute__((format(printf, 4, 0)));
+void serve_log_notice(struct serve_log *l, const char *level, const char *component,
+		      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
 int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_run_options *opts,
-		     const struct serve_limits *limits, FILE *log, bool (*saturated)(void *ctx),
+		     const struct serve_limits *limits, struct serve_log *log, bool (*saturated)(void *ctx),
 		     void *sat_ctx, struct moat_error *err);
 /* Stops refilling, releases the idle ones, waits for the ones in use. */
 void serve_pool_stop(struct serve_pool *p);

@@ -52,7 +52,7 @@ struct serve_pool {
 	uint64_t created, used, failed, expired, cold[POOL_LANGS], busy_refill_ms;
 	int64_t idle_bytes[POOL_LANGS]; /* an idle sandbox's memory when last handed out */
 	char *last_error;
-	FILE *log;
+	struct serve_log *log;
 };
 
 static int lang_index(enum moat_language l)
@@ -78,8 +78,8 @@ static void refill_one(struct serve_pool *p, int i)
 			free(p->last_error);
 			p->last_error = err.message ? strdup(err.message) : NULL;
 			if (p->log)
-				fprintf(p->log, "moat serve: pool: cannot prewarm a %s sandbox: %s "
-						"(requests run cold)\n",
+				serve_log_notice(p->log, "warn", "pool",
+						 "cannot prewarm a %s sandbox: %s (requests run cold)",
 					moat_lang_get(pool_lang[i])->name,
 					err.message ? err.message : "?");
 		}
@@ -177,7 +177,7 @@ static void *refill_main(void *arg)
 }
 
 int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_run_options *opts,
-		     const struct serve_limits *limits, FILE *log, bool (*saturated)(void *ctx),
+		     const struct serve_limits *limits, struct serve_log *log, bool (*saturated)(void *ctx),
 		     void *sat_ctx, struct moat_error *err)
 {
 	*out = NULL;

@@ -53,7 +53,7 @@ struct server {
 	int cancel_fd; /* eventfd: written when the grace period is over */
 	bool auth;
 	uint8_t token_hash[MOAT_SHA256_LEN];
-	pthread_mutex_t log_mu;
+	struct serve_log log;
 	/* the request deadline: MHD's timeout only counts idle time, so a client
 	 * that trickles a byte now and then would hold its thread forever */
 	pthread_mutex_t conns_mu;
@@ -114,13 +114,9 @@ static void log_request(struct req *q)
 {
 	struct server *s = q->s;
 	struct moat_buf b = { 0 };
-	char ts[64];
-	struct timespec tv;
-	struct tm tm;
-	clock_gettime(CLOCK_REALTIME, &tv);
-	gmtime_r(&tv.tv_sec, &tm);
-	strftime(ts, sizeof ts, "%Y-%m-%dT%H:%M:%S", &tm);
-	moat_buf_appendf(&b, "{\"ts\":\"%s.%03ldZ\",\"remote\":", ts, tv.tv_nsec / 1000000);
+	moat_buf_append(&b, "{\"ts\":\"", 7);
+	serve_log_ts(&b);
+	moat_buf_append(&b, "\",\"remote\":", 11);
 	moat_buf_append_json_string(&b, q->remote, strlen(q->remote));
 	moat_buf_append(&b, ",\"method\":", 10);
 	moat_buf_append_json_string(&b, q->method, strlen(q->method));
@@ -138,12 +134,8 @@ static void log_request(struct req *q)
 	if (q->mode)
 		moat_buf_appendf(&b, ",\"mode\":\"%s\"", q->mode);
 	moat_buf_append(&b, "}\n", 2);
-	if (!b.oom && b.data) {
-		pthread_mutex_lock(&s->log_mu);
-		fwrite(b.data, 1, b.len, s->o->log);
-		fflush(s->o->log);
-		pthread_mutex_unlock(&s->log_mu);
-	}
+	if (!b.oom && b.data)
+		serve_log_write(&s->log, b.data, b.len);
 	moat_buf_free(&b);
 }
 
@@ -936,26 +928,18 @@ __attribute__((format(printf, 2, 0)))
 static void mhd_log(void *cls, const char *fmt, va_list ap)
 {
 	struct server *s = cls;
-	pthread_mutex_lock(&s->log_mu);
-	fputs("moat serve: http: ", s->o->log);
-	vfprintf(s->o->log, fmt, ap);
-	fflush(s->o->log);
-	pthread_mutex_unlock(&s->log_mu);
+	serve_log_vnotice(&s->log, "warn", "http", fmt, ap);
 }
 
 /* ---- start and stop ---- */
 
-static void notice(struct server *s, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void notice(struct server *s, const char *fmt, ...)
+static void notice(struct server *s, const char *level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static void notice(struct server *s, const char *level, const char *fmt, ...)
 {
 	va_list ap;
 	va_start(ap, fmt);
-	pthread_mutex_lock(&s->log_mu);
-	fputs("moat serve: ", s->o->log);
-	vfprintf(s->o->log, fmt, ap);
-	fputc('\n', s->o->log);
-	fflush(s->o->log);
-	pthread_mutex_unlock(&s->log_mu);
+	serve_log_vnotice(&s->log, level, "serve", fmt, ap);
 	va_end(ap);
 }
 
@@ -1001,7 +985,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	serve_metrics_init(&s->metrics);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	pthread_mutex_init(&s->log_mu, NULL);
+	serve_log_init(&s->log, o->log, o->json_log);
 	pthread_mutex_init(&s->conns_mu, NULL);
 	pthread_cond_init(&s->conns_cv, NULL);
 	s->cancel_fd = -1;
@@ -1037,7 +1021,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		po.policy_path = o->cfg->policy_path;
 		po.runtime_dir = o->runtime_dir;
 		po.strict_isolation = o->cfg->strict_isolation;
-		if (serve_pool_start(&s->pool, want, &po, &s->limits, o->log, slots_full, s, err) < 0) {
+		if (serve_pool_start(&s->pool, want, &po, &s->limits, &s->log, slots_full, s, err) < 0) {
 			close(o->listen_fd);
 			goto out;
 		}
@@ -1061,13 +1045,13 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		close(o->listen_fd);
 		goto out;
 	}
-	notice(s, "listening on %s (max %u runs at once, queue %u%s)", o->listen_desc,
+	notice(s, "info", "listening on %s (max %u runs at once, queue %u%s)", o->listen_desc,
 	       o->max_concurrent, o->queue, o->token ? ", bearer token required" : "");
 
 	int sig = 0;
 	while (sigwait(stop, &sig) != 0)
 		;
-	notice(s, "%s: stopping (in-flight runs get %u s)", sigabbrev_np(sig) ? sigabbrev_np(sig)
+	notice(s, "info", "%s: stopping (in-flight runs get %u s)", sigabbrev_np(sig) ? sigabbrev_np(sig)
 									   : "signal", o->grace_s);
 	pthread_mutex_lock(&s->mu);
 	s->stopping = true; /* queued requests get 503 */
@@ -1079,15 +1063,18 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	if (o->unlink_path)
 		unlink(o->unlink_path);
 	if (!wait_idle(s, now_ms() + (int64_t)o->grace_s * 1000)) {
-		notice(s, "grace period over: killing the runs still in flight");
+		notice(s, "warn", "grace period over: killing the runs still in flight");
 		uint64_t one = 1;
 		if (write(s->cancel_fd, &one, sizeof one) < 0)
-			notice(s, "cannot cancel the runs: %s", strerror(errno));
-		if (!wait_idle(s, now_ms() + 30000))
-			notice(s, "runs still in flight 30 s after they were killed");
+			notice(s, "error", "cannot cancel the runs: %s", strerror(errno));
+		/* a killed run ends in milliseconds (its cgroup or pid namespace
+		 * goes at once); the bound keeps the whole stop within --grace +
+		 * 5 s, inside a pod's terminationGracePeriodSeconds */
+		if (!wait_idle(s, now_ms() + 5000))
+			notice(s, "error", "runs still in flight 5 s after they were killed");
 	}
 	MHD_stop_daemon(s->d);
-	notice(s, "stopped");
+	notice(s, "info", "stopped");
 	rc = 0;
 out:
 	if (s->have_watchdog) {
@@ -1100,6 +1087,7 @@ out:
 	serve_pool_stop(s->pool); /* after every run: the pool's thread owns their pid 1 */
 	if (s->cancel_fd >= 0)
 		close(s->cancel_fd);
+	serve_log_destroy(&s->log);
 	free(s);
 	return rc;
 }

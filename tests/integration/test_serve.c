@@ -38,7 +38,9 @@
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -222,6 +224,8 @@ struct server_opts {
 				   * "": no --kv (the tests' own args say) */
 	int pool;                 /* --pool N; 0 (the tests of cold runs): --pool 0;
 				   * -1: no --pool (the service's default) */
+	bool readonly_root;       /* every mount but /proc, /sys, /dev read-only, as a
+				   * pod's readOnlyRootFilesystem (and no emptyDir) */
 };
 
 struct server {
@@ -285,6 +289,46 @@ static int prep_redirect(int mode, void *arg)
 	close(e);
 	close(o);
 	return 0;
+}
+
+/* prep_redirect, then a mount namespace of the server's own where every
+ * mount is read-only but /proc, /sys (cgroups) and /dev: what a pod with
+ * readOnlyRootFilesystem and no emptyDir gives moat serve. */
+static int prep_readonly(int mode, void *arg)
+{
+	if (prep_redirect(mode, arg) < 0)
+		return -1;
+	if (unshare(CLONE_NEWNS) < 0 || mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0) {
+		perror("serve test: a mount namespace for the server");
+		return -1;
+	}
+	FILE *mi = fopen("/proc/self/mountinfo", "re");
+	if (!mi) {
+		perror("serve test: /proc/self/mountinfo");
+		return -1;
+	}
+	char *line = NULL;
+	size_t cap = 0;
+	int rc = 0;
+	while (rc == 0 && getline(&line, &cap, mi) > 0) {
+		char mp[4096];
+		if (sscanf(line, "%*s %*s %*s %*s %4095s", mp) != 1)
+			continue;
+		if (!strncmp(mp, "/proc", 5) || !strncmp(mp, "/sys", 4) || !strncmp(mp, "/dev", 4))
+			continue;
+		struct statvfs sv;
+		if (statvfs(mp, &sv) < 0)
+			continue; /* hidden under another mount */
+		unsigned long keep = sv.f_flag & (ST_NOSUID | ST_NODEV | ST_NOEXEC | ST_NOATIME |
+						  ST_NODIRATIME | ST_RELATIME);
+		if (mount(NULL, mp, NULL, MS_REMOUNT | MS_BIND | MS_RDONLY | keep, NULL) < 0) {
+			fprintf(stderr, "serve test: remount %s read-only: %s\n", mp, strerror(errno));
+			rc = -1;
+		}
+	}
+	free(line);
+	fclose(mi);
+	return rc;
 }
 
 /* Is pid still a `moat serve` (argv "moat" "serve" ..., as harness_start
@@ -440,7 +484,8 @@ static void server_spawn(struct server *s, int mode, const struct server_opts *o
 		argv[n++] = o->args[i];
 	}
 	argv[n] = NULL;
-	harness_start(mode, argv, NULL, 0, o->env, prep_redirect, s, &s->p);
+	harness_start(mode, argv, NULL, 0, o->env, o->readonly_root ? prep_readonly : prep_redirect,
+		      s, &s->p);
 	s->running = true;
 	known_add(s->p.pid);
 	guard_start(s);
@@ -3300,6 +3345,55 @@ START_TEST(pool_dead_sandbox)
 }
 END_TEST
 
+/* moat serve as a pod runs it (issue 18): no writable file system at all,
+ * --json-log, SIGTERM. It serves scripts and handlers (no store: a pod's
+ * store is Redis), every line on stdout is one JSON object (notices and
+ * access lines), nothing goes to stderr, and SIGTERM ends it with status 0
+ * within --grace + 5 s. */
+START_TEST(pod_readonly_json_log)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	const char *a[] = { "--no-kv", "--json-log", "--grace", "2", NULL };
+	struct server_opts o = { .args = a, .kv = "", .readonly_root = true };
+	server_start(&s, _i, &o);
+	struct resp r;
+	run_py(&s, "import os\nopen('/tmp/x', 'w').write('ok')\nprint(6*7, os.getuid())", NULL, &r);
+	ck_assert_msg(r.code == 200 && r.json && !strcmp(jstr(r.json, "stdout"), "42 65534\n"),
+		      "a script in a read-only pod: HTTP %d %.500s", r.code, r.body);
+	resp_free(&r);
+	long took;
+	int st = server_term(&s, harness_scale_ms(2000 + 5000), &took);
+	ck_assert_msg(st == 0, "exit status %d after SIGTERM (-1: not within %ld ms)", st,
+		      harness_scale_ms(7000));
+	char *err = server_log(&s);
+	char *out = slurp(s.outf, NULL);
+	ck_assert_ptr_nonnull(out);
+	ck_assert_msg(!*err, "stderr with --json-log: %.1000s", err);
+	int lines = 0, access = 0, listening = 0, stopped = 0;
+	for (char *save = NULL, *l = strtok_r(out, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		cJSON *j = cJSON_Parse(l);
+		ck_assert_msg(cJSON_IsObject(j), "not one JSON object per line: %s", l);
+		ck_assert_msg(jstr(j, "ts"), "no ts: %s", l);
+		lines++;
+		if (jstr(j, "route")) {
+			access += !strcmp(jstr(j, "route"), "py"); /* not the readiness polls */
+		} else {
+			const char *lv = jstr(j, "level"), *c = jstr(j, "component"), *m = jstr(j, "msg");
+			ck_assert_msg(lv && c && m, "a notice without level, component or msg: %s", l);
+			listening += !strcmp(c, "serve") && !strncmp(m, "listening on ", 13);
+			stopped += !strcmp(c, "serve") && !strcmp(m, "stopped");
+		}
+		cJSON_Delete(j);
+	}
+	ck_assert_msg(access == 1 && listening == 1 && stopped == 1,
+		      "%d lines: %d access, %d listening, %d stopped", lines, access, listening, stopped);
+	free(out);
+	free(err);
+	server_cleanup(&s);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -3353,6 +3447,7 @@ Suite *serve_suite(void)
 	ADD(socket_listener);
 	ADD(default_listener);
 	ADD(spin_rootfs_handlers);
+	ADD(pod_readonly_json_log);
 #undef ADD
 	suite_add_tcase(s, tc);
 	return s;
