@@ -6,7 +6,9 @@
 // request from fd 0 -- "MOATPOOL1 <n>\n", n bytes of JSON whose strings are
 // base64 (code, files, env), then the program's own stdin -- writes the
 // files, sets the environment and runs /sandbox/main.js as node's main
-// module, as `node /sandbox/main.js` would. Used once, then destroyed.
+// module, as `node /sandbox/main.js` would; TypeScript ("ts" in the request)
+// goes through esbuild first, as a cold run's does, and node runs the ESM
+// result. Used once, then destroyed.
 // fd 0 is read with readSync and exactly: process.stdin never sees the
 // request, and the program reads its stdin from the first byte.
 "use strict";
@@ -41,10 +43,38 @@ function readHeader() {
   return parseInt(line.slice(magic.length, -1), 10);
 }
 
+// TypeScript: what a cold run's pid 2 does before node starts -- esbuild,
+// looked up in the same directories, with the same arguments and the
+// program's environment, its output on the program's stderr; a failure ends
+// the run with esbuild's status (127 when it is not installed).
+function transpile(ts, b) {
+  const name = b(ts.transpiler).toString("utf8");
+  let exe = null;
+  for (const dir of b(ts.path).toString("utf8").split(":")) {
+    try {
+      fs.accessSync(path.join(dir, name), fs.constants.X_OK);
+      exe = path.join(dir, name);
+      break;
+    } catch (e) { /* not here */ }
+  }
+  if (!exe) {
+    process.stderr.write(`moat: ${name} is not installed in the sandbox root (looked in ` +
+      `${b(ts.path).toString("utf8")}); TypeScript needs esbuild (Debian package 'esbuild')\n`);
+    process.exit(127);
+  }
+  const args = [b(ts.code).toString("utf8"), ...ts.args.map((a) => b(a).toString("utf8"))];
+  const r = require("node:child_process").spawnSync(exe, args, {
+    stdio: ["ignore", "inherit", "inherit"], env: process.env,
+  });
+  if (r.error) throw r.error;
+  if (r.status !== 0) process.exit(r.status === null ? 128 + require("node:os").constants.signals[r.signal] : r.status);
+  return b(ts.run).toString("utf8");
+}
+
 function main() {
   const req = JSON.parse(readExact(readHeader()).toString("utf8"));
   const b = (s) => Buffer.from(s, "base64");
-  const main = "/sandbox/main.js";
+  let main = req.ts ? b(req.ts.code).toString("utf8") : "/sandbox/main.js";
   fs.writeFileSync(main, b(req.code));
   for (const [p64, c64] of req.files) {
     const p = path.join("/sandbox", b(p64).toString("utf8"));
@@ -53,6 +83,7 @@ function main() {
   }
   for (const [k64, v64] of req.env) process.env[b(k64).toString("utf8")] = b(v64).toString("utf8");
   process.chdir("/sandbox");
+  if (req.ts) main = transpile(req.ts, b);
   // what `node /sandbox/main.js` does: this bootstrap was loaded as that
   // path, so its cache entry goes before the program takes the name
   const Module = require("node:module");

@@ -29,10 +29,13 @@ const char *moat_pool_refusal(const struct moat_request *boot, const struct moat
 {
 	if (req->argc)
 		return "an argv request (warm sandboxes run code)";
-	if (req->language != boot->language)
+	/* a warm node also takes TypeScript: it runs esbuild as a cold run's
+	 * pid 2 does, then the result */
+	bool ts_on_js = req->language == MOAT_LANG_TYPESCRIPT && boot->language == MOAT_LANG_JAVASCRIPT;
+	if (req->language != boot->language && !ts_on_js)
 		return "another language";
-	if (req->language != MOAT_LANG_PYTHON && req->language != MOAT_LANG_JAVASCRIPT)
-		return "only python and javascript are kept warm";
+	if (boot->language != MOAT_LANG_PYTHON && boot->language != MOAT_LANG_JAVASCRIPT)
+		return "only python and javascript (and typescript on a javascript one) are kept warm";
 	if (req->network || req->has_allowed_hosts)
 		return "network access (warm sandboxes have none)";
 	if (req->outputs_count)
@@ -54,7 +57,9 @@ static void put_b64(struct moat_buf *b, const char *s, size_t len)
 }
 
 /* "MOATPOOL1 <n>\n" + n bytes of JSON (every string base64: the bytes
- * exactly) + the request's stdin. */
+ * exactly) + the request's stdin. TypeScript adds "ts": the transpiler's
+ * name, the directories a cold run looks in, its arguments after the code
+ * file and the file node then runs. */
 static char *pool_frame(const struct moat_request *req, size_t *len)
 {
 	struct moat_buf j = { 0 }, f = { 0 };
@@ -76,7 +81,28 @@ static char *pool_frame(const struct moat_request *req, size_t *len)
 		put_b64(&j, req->env[i].value, req->env[i].value_len);
 		moat_buf_append(&j, "]", 1);
 	}
-	moat_buf_append(&j, "]}", 2);
+	moat_buf_append(&j, "]", 1);
+	const struct moat_lang_info *li = moat_lang_get(req->language);
+	if (req->language == MOAT_LANG_TYPESCRIPT && li && li->transpiler) {
+		moat_buf_append(&j, ",\"ts\":{\"transpiler\":", 20);
+		put_b64(&j, li->transpiler, strlen(li->transpiler));
+		moat_buf_append(&j, ",\"path\":", 8);
+		put_b64(&j, RUN_SANDBOX_PATH, strlen(RUN_SANDBOX_PATH));
+		moat_buf_append(&j, ",\"code\":", 8);
+		char code[32];
+		snprintf(code, sizeof code, MOAT_SANDBOX_DIR "/main.%s", li->ext);
+		put_b64(&j, code, strlen(code));
+		moat_buf_append(&j, ",\"args\":[", 9);
+		for (size_t i = 0; run_ts_flags[i]; i++) {
+			if (i)
+				moat_buf_append(&j, ",", 1);
+			put_b64(&j, run_ts_flags[i], strlen(run_ts_flags[i]));
+		}
+		moat_buf_append(&j, "],\"run\":", 8);
+		put_b64(&j, RUN_TS_OUTPUT, strlen(RUN_TS_OUTPUT));
+		moat_buf_append(&j, "}", 1);
+	}
+	moat_buf_append(&j, "}", 1);
 	if (j.oom) {
 		moat_buf_free(&j);
 		return NULL;

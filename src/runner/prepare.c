@@ -17,7 +17,12 @@
 #include "runner/run.h"
 
 static const char *const EXEC_DIRS[] = { "/usr/local/bin", "/usr/bin", "/bin" };
-#define TS_OUTPUT "/sandbox/.moat-main.mjs"
+/* esbuild's arguments after the code file, for a cold run's transpile step
+ * and a warm node's (runner/pool.c sends them): one bundle, ESM, packages
+ * left to node, at RUN_TS_OUTPUT */
+const char *const run_ts_flags[7] = { "--bundle", "--platform=node", "--format=esm",
+				      "--packages=external", "--log-level=error",
+				      "--outfile=" RUN_TS_OUTPUT, NULL };
 
 static void free_strv(char **v)
 {
@@ -101,11 +106,13 @@ static int lang_setup(struct run *r)
 	int rc;
 	r->need_transpile = li->transpiler != NULL;
 	if (li->transpiler) {
-		const char *targv[] = { li->transpiler, code_path, "--bundle", "--platform=node",
-					"--format=esm", "--packages=external", "--log-level=error",
-					"--outfile=" TS_OUTPUT };
-		const char *pargv[] = { li->interpreter, TS_OUTPUT };
-		rc = exec_init(&r->transpile, li->transpiler, targv, sizeof targv / sizeof targv[0]);
+		const char *targv[2 + sizeof run_ts_flags / sizeof run_ts_flags[0]] = {
+			li->transpiler, code_path };
+		size_t tn = 2;
+		for (size_t i = 0; run_ts_flags[i]; i++)
+			targv[tn++] = run_ts_flags[i];
+		const char *pargv[] = { li->interpreter, RUN_TS_OUTPUT };
+		rc = exec_init(&r->transpile, li->transpiler, targv, tn);
 		if (rc == 0)
 			rc = exec_init(&r->program, li->interpreter, pargv, 2);
 	} else {

@@ -89,6 +89,9 @@ struct moat_report {
 /* The program's PATH; the interpreters, and an argv request's program, are
  * looked up in these directories. */
 #define RUN_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin"
+/* TypeScript: esbuild writes the program here, node runs it (prepare.c) */
+#define RUN_TS_OUTPUT "/sandbox/.moat-main.mjs"
+extern const char *const run_ts_flags[7];
 
 /* One program to execute: tried at each candidate path in turn. */
 struct moat_exec {

@@ -10,8 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "core/sys.h"
+#include "runner/runner.h" /* RUN_SANDBOX_PATH */
 #include "serve/internal.h"
 
 #define POOL_LANGS 2
@@ -52,15 +54,41 @@ struct serve_pool {
 	uint64_t created, used, failed, expired, cold[POOL_LANGS], busy_refill_ms;
 	int64_t idle_bytes[POOL_LANGS]; /* an idle sandbox's memory when last handed out */
 	char *last_error;
+	bool ts_ok; /* typescript may use the javascript pool */
 	struct serve_log *log;
 };
 
-static int lang_index(enum moat_language l)
+/* The pool a request may use: TypeScript goes to the javascript one (a
+ * warm node runs esbuild first) when the sandbox root has esbuild. */
+static int lang_index(const struct serve_pool *p, enum moat_language l)
 {
+	if (l == MOAT_LANG_TYPESCRIPT)
+		l = p->ts_ok ? MOAT_LANG_JAVASCRIPT : l;
 	for (int i = 0; i < POOL_LANGS; i++)
 		if (pool_lang[i] == l)
 			return i;
 	return -1;
+}
+
+/* esbuild in one of the directories a run looks in, under the sandbox's
+ * root: else a warm node would report it missing differently from a cold
+ * run (exit 127 instead of an error), so TypeScript stays cold. */
+static bool has_transpiler(const char *root)
+{
+	const char *name = moat_lang_get(MOAT_LANG_TYPESCRIPT)->transpiler;
+	const char *dirs = RUN_SANDBOX_PATH;
+	while (name && *dirs) {
+		size_t n = strcspn(dirs, ":");
+		char *f = NULL;
+		if (asprintf(&f, "%s%.*s/%s", strcmp(root, "/") ? root : "", (int)n, dirs, name) < 0)
+			return false;
+		bool ok = access(f, X_OK) == 0;
+		free(f);
+		if (ok)
+			return true;
+		dirs += n + (dirs[n] == ':');
+	}
+	return false;
 }
 
 /* One sandbox for language i, outside the lock. */
@@ -194,6 +222,7 @@ int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_r
 	p->sat_ctx = sat_ctx;
 	p->opts = *opts;
 	p->log = log;
+	p->ts_ok = has_transpiler(opts->rootfs_dir ? opts->rootfs_dir : "/");
 	for (int i = 0; i < POOL_LANGS; i++) {
 		p->idle_bytes[i] = -1;
 		struct moat_request *b = p->boot[i] = moat_request_new();
@@ -259,7 +288,7 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 		   const struct moat_run_options *opts, struct moat_result **out,
 		   struct moat_error *err)
 {
-	int i = p ? lang_index(req->language) : -1;
+	int i = p ? lang_index(p, req->language) : -1;
 	struct moat_sandbox *sb = NULL;
 	if (i >= 0 && !moat_pool_refusal(p->boot[i], req)) {
 		pthread_mutex_lock(&p->mu);

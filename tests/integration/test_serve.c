@@ -3394,6 +3394,71 @@ START_TEST(pod_readonly_json_log)
 }
 END_TEST
 
+/* TypeScript through a warm node (issue 15): esbuild runs inside the warm
+ * sandbox as a cold run's pid 2 runs it, so the result is the cold one's --
+ * output, ESM semantics (top-level await, import.meta), a type error's
+ * message and status, a thrown error's trace -- with "pool": true. A TS
+ * handler goes the same way. */
+START_TEST(pool_typescript)
+{
+	HARNESS_MODE_GUARD(_i);
+	static const char *const codes[] = {
+		"const x: number = await Promise.resolve(42);\nconsole.log(x, import.meta.url, "
+		"process.argv.length)",
+		"const x: number = ;",
+		"throw new Error('boom')",
+	};
+	struct resp cold[3];
+	struct server s;
+	struct server_opts o0 = { .socket = true, .pool = 0 };
+	server_start(&s, _i, &o0);
+	for (int k = 0; k < 3; k++) {
+		char *q = harness_json_quote(codes[k]), *body = NULL;
+		ck_assert_int_ge(asprintf(&body, "{\"language\":\"typescript\",\"code\":%s}", q), 0);
+		v1(&s, body, &cold[k]);
+		ck_assert_msg(!pooled(&cold[k]), "%.300s", cold[k].body);
+		free(body);
+		free(q);
+	}
+	server_stop(&s);
+	struct server_opts o = { .socket = true, .pool = 1 };
+	server_start(&s, _i, &o);
+	for (int k = 0; k < 3; k++) {
+		pool_wait_ready(&s, "javascript", 1);
+		char *q = harness_json_quote(codes[k]), *body = NULL;
+		ck_assert_int_ge(asprintf(&body, "{\"language\":\"typescript\",\"code\":%s}", q), 0);
+		struct resp r;
+		v1(&s, body, &r);
+		ck_assert_msg(pooled(&r), "typescript %d was not pooled: %.300s", k, r.body);
+		ck_assert_msg(!strcmp(jstr(r.json, "stdout"), jstr(cold[k].json, "stdout")) &&
+			      !strcmp(jstr(r.json, "stderr"), jstr(cold[k].json, "stderr")) &&
+			      jnum(r.json, "exitCode") == jnum(cold[k].json, "exitCode"),
+			      "typescript %d warm:\n%.800s\ncold:\n%.800s", k, r.body, cold[k].body);
+		if (k == 0)
+			ck_assert_str_eq(jstr(r.json, "stdout"), "42 file:///sandbox/.moat-main.mjs 2\n");
+		else
+			ck_assert(jnum(r.json, "exitCode") == 1);
+		resp_free(&r);
+		resp_free(&cold[k]);
+		free(body);
+		free(q);
+	}
+	pool_wait_ready(&s, "javascript", 1);
+	double used = pool_metric(&s, "moat_pool_used_total", NULL);
+	struct resp h;
+	char *env = envelope("export default {\n  async fetch(r: Request): Promise<Response> {\n"
+			     "    return new Response('ts ' + (await r.text()));\n  }\n}\n",
+			     ",\"input\":{\"method\":\"POST\",\"body\":\"hi\"}");
+	post(&s, "/ts/h", env, &h);
+	ck_assert_msg(h.code == 200 && !strcmp(h.body, "ts hi"), "handler: HTTP %d [%.300s]", h.code,
+		      h.body);
+	ck_assert(pool_metric(&s, "moat_pool_used_total", NULL) == used + 1);
+	resp_free(&h);
+	free(env);
+	server_stop_pool(&s, 2);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -3441,6 +3506,7 @@ Suite *serve_suite(void)
 	ADD(pool_under_load);
 	ADD(pool_killed);
 	ADD(pool_dead_sandbox);
+	ADD(pool_typescript);
 	ADD(ipv6_listener);
 	ADD(malformed_http);
 	ADD(connection_limit);

@@ -69,6 +69,24 @@ START_TEST(pool_takes_only_what_it_can_reproduce)
 	set_env(r, "NODE_OPTIONS", "--max-old-space-size=10");
 	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
 	moat_request_free(r);
+	/* typescript: a warm node runs esbuild first, under the same rules */
+	r = req(MOAT_LANG_TYPESCRIPT);
+	ck_assert_ptr_null(moat_pool_refusal(boot, r));
+	r->network = true;
+	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	r->network = false;
+	set_env(r, "NODE_OPTIONS", "--inspect");
+	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	moat_request_free(r);
+	moat_request_free(boot);
+	/* but never on a python one, and a typescript boot is not kept */
+	boot = req(MOAT_LANG_PYTHON);
+	r = req(MOAT_LANG_TYPESCRIPT);
+	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	moat_request_free(boot);
+	boot = req(MOAT_LANG_TYPESCRIPT);
+	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	moat_request_free(r);
 	moat_request_free(boot);
 	/* an argv request runs cold: the bootstrap runs code */
 	boot = req(MOAT_LANG_PYTHON);
