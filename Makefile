@@ -169,6 +169,13 @@ $(BUILD)/test-landlock: tests/landlock/test_landlock.c $(BUILD)/nowall/plan.o $(
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -o $@ tests/landlock/test_landlock.c \
 	    $(BUILD)/nowall/plan.o $(BUILD)/libmoat.a $(PKG_LIBS) $(CHECK_LIBS)
 
+# An OCI/containerd seccomp profile applied as an outer filter (no_new_privs,
+# then exec), the way a runtime applies a pod's Localhost profile; refuses
+# what it does not understand (tests/deploy/oci-seccomp.c)
+$(BUILD)/oci-seccomp: tests/deploy/oci-seccomp.c
+	@mkdir -p $(@D)
+	$(CC) $(ALL_CFLAGS) -o $@ $< $(PKG_LIBS)
+
 check-threads: $(BUILD)/test-threads
 	TSAN_OPTIONS="halt_on_error=1 exitcode=66 $(TSAN_OPTIONS)" $(BUILD)/test-threads
 
