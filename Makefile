@@ -74,7 +74,7 @@ UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
 INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
-.PHONY: all deps check check-unit check-integration check-node check-threads check-vm install \
+.PHONY: all deps check check-unit check-integration check-node check-threads check-vm check-k8s install \
         uninstall man check-install deb check-deb clean bench bench-egress bench-serve bench-kv timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat
@@ -186,8 +186,19 @@ check-integration: $(BUILD)/moat $(BUILD)/test-integration
 	MOAT_BIN=$(CURDIR)/$(BUILD)/moat $(BUILD)/test-integration
 
 check: $(BUILD)/moat $(BUILD)/test-unit $(BUILD)/test-threads $(BUILD)/test-integration \
-       $(BUILD)/test-landlock
+       $(BUILD)/test-landlock $(BUILD)/oci-seccomp
 	@bash tools/check.sh $(BUILD)
+
+# deploy/kubernetes without a cluster (docs/kubernetes.md): the manifests
+# checked offline, then the pod's seccomp profile proven with moat beneath it
+# (the tool's refusals, each addition needed, and the K8S_SUITES integration
+# suites with every moat under the profile). make check runs the same with
+# its own shorter list (tools/check.sh).
+K8S_SUITES ?= isolation runner limits escape network kv serve requests outputs argv egress \
+              seccomp_escape
+check-k8s: $(BUILD)/moat $(BUILD)/test-integration $(BUILD)/oci-seccomp
+	/usr/bin/python3 tests/deploy/check-manifests.py $(BUILD)
+	bash tests/deploy/seccomp.sh $(BUILD) $(K8S_SUITES)
 
 # The limits and runner suites again on a pure cgroup v2 kernel under qemu
 # (tools/vm/README.md), in one boot; this machine's cgroups are v1.

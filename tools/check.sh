@@ -46,6 +46,15 @@ fi
 echo "== make install into a scratch DESTDIR, checked and run there (tests/install/check.sh)"
 bash tests/install/check.sh "$BUILD" 2>&1 | tee -a "$log" || status=1
 
+# deploy/kubernetes (docs/kubernetes.md): the manifests offline, then the
+# pod's seccomp profile with moat beneath it; the integration suites here are
+# a CI-sized part of make check-k8s's (about 2 minutes)
+echo "== Kubernetes manifests, offline (tests/deploy/check-manifests.py)"
+/usr/bin/python3 tests/deploy/check-manifests.py "$BUILD" 2>&1 | tee -a "$log" || status=1
+echo "== the pod's seccomp profile with moat beneath it (tests/deploy/seccomp.sh)"
+bash tests/deploy/seccomp.sh "$BUILD" ${MOAT_K8S_CHECK_SUITES-isolation runner limits escape kv serve} 2>&1 |
+	tee -a "$log" || status=1
+
 echo "== node client tests (clients/node, against the built binary)"
 MOAT_BIN="$(pwd)/$BUILD/moat" node --test clients/node/test/ 2>&1 | tee -a "$log" || status=1
 
@@ -73,6 +82,12 @@ ip=$(sed -n 's/^check-install: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) 
 	awk '{p+=$1; f+=$2; s+=$3} END {print p+0, f+0, s+0}')
 set -- $ip
 total=$((total + $1 + $2 + $3)); bad=$((bad + $2))
+# tests/deploy: "check-manifests: N passed, M failed, S skipped" and
+# "check-k8s: N passed, M failed, S skipped"
+kp=$(sed -n 's/^check-\(manifests\|k8s\): \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\2 \3 \4/p' "$log" |
+	awk '{p+=$1; f+=$2; s+=$3} END {print p+0, f+0, s+0}')
+set -- $kp
+total=$((total + $1 + $2)); bad=$((bad + $2)); skipped=$((skipped + $3))
 # Check has no "skipped": a C test that cannot run here returns early after
 # saying "note: ... not run" (or "note: live ... test skipped"); Check counts
 # it passed, this summary counts it skipped

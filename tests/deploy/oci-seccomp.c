@@ -2,7 +2,9 @@
  * exec a command under it, the way a container runtime applies a pod's
  * `seccompProfile: Localhost` before the container's first process.
  *
- *   usage: oci-seccomp [-v] PROFILE.json CMD [ARG]...
+ *   usage: oci-seccomp [-v | -q] PROFILE.json CMD [ARG]...
+ * -v: say how many rules were loaded; -q: no note on stderr (for a wrapper
+ * whose caller reads the command's stderr; run it once without -q to see it).
  *
  * The profile is the runtime-spec's LinuxSeccomp object: defaultAction,
  * defaultErrnoRet, architectures, syscalls[{names, action, errnoRet,
@@ -224,14 +226,15 @@ static int parse_args(const cJSON *args, struct scmp_arg_cmp *cmp, unsigned *n, 
 
 int main(int argc, char **argv)
 {
-	bool verbose = false;
-	if (argc > 1 && strcmp(argv[1], "-v") == 0) {
-		verbose = true;
+	bool verbose = false, quiet = false;
+	if (argc > 1 && (strcmp(argv[1], "-v") == 0 || strcmp(argv[1], "-q") == 0)) {
+		verbose = argv[1][1] == 'v';
+		quiet = argv[1][1] == 'q';
 		argv++;
 		argc--;
 	}
 	if (argc < 3) {
-		fprintf(stderr, "usage: %s [-v] PROFILE.json CMD [ARG]...\n", prog);
+		fprintf(stderr, "usage: %s [-v | -q] PROFILE.json CMD [ARG]...\n", prog);
 		return 125;
 	}
 	size_t len = 0;
@@ -343,7 +346,7 @@ int main(int argc, char **argv)
 			rules++;
 		}
 	}
-	if (unknown) {
+	if (unknown && !quiet) {
 		const struct scmp_version *v = seccomp_version();
 		fprintf(stderr,
 			"%s: note: %d allowed name(s) unknown to libseccomp %u.%u.%u get the "

@@ -9,9 +9,10 @@
 #      whose comment starts with "moat:"), and with the containerd default
 #      alone, a moat run fails: the tool filters for real and every addition
 #      is needed;
-#   4. moat's runtime suites under the profile: CK_RUN_SUITE=S
-#      build/test-integration for each S given (root and rootless modes; their
-#      Check lines are counted by tools/check.sh like any other).
+#   4. moat's runtime suites with every moat they start under the profile:
+#      CK_RUN_SUITE=S build/test-integration for each S given (root and
+#      rootless modes; their Check lines are counted by tools/check.sh like
+#      any other's).
 # Prints "check-k8s: N passed, M failed, S skipped" for parts 1-3.
 #   usage: tests/deploy/seccomp.sh BUILD [SUITE]...
 set -u -o pipefail
@@ -137,10 +138,21 @@ status=0
 [ $failed -eq 0 ] || status=1
 
 # --- 4. moat's runtime suites under the profile ----------------------------
+# As in a pod, the filter is applied to moat (every moat the suites start,
+# and so everything moat starts), not to the test harness, whose own setup
+# (ip netns, setns back to the host's namespace) is the outside world: MOAT_BIN
+# is a script that execs moat under the tool. The runtime shims are found next
+# to the binary (../runtime), as in the build tree.
+mkdir -p "$tmp/real" "$tmp/bin"
+cp "$MOAT" "$tmp/real/moat" && chmod 755 "$tmp/real" "$tmp/real/moat" "$tmp/bin" &&
+	ln -s "$(pwd)/runtime" "$tmp/runtime" || exit 2
+printf '#!/bin/sh\nexec %s -q %s %s "$@"\n' "$tmp/oci-seccomp" "$tmp/moat.json" "$tmp/real/moat" \
+	>"$tmp/bin/moat" && chmod 755 "$tmp/bin/moat" || exit 2
+[ ${#SUITES[@]} -eq 0 ] || "$TOOL" -v "$PROFILE" true
 for s in "${SUITES[@]}"; do
-	echo "== suite $s under $PROFILE (root and rootless modes)"
+	echo "== suite $s, every moat under $PROFILE (root and rootless modes)"
 	start=$(date +%s)
-	CK_RUN_SUITE=$s "$TOOL" "$PROFILE" env MOAT_BIN="$MOAT" "$BUILD/test-integration" 2>&1 |
+	CK_RUN_SUITE=$s MOAT_BIN="$tmp/bin/moat" "$BUILD/test-integration" 2>&1 |
 		grep -v '^oci-seccomp: note' || status=1
 	echo "suite $s: $(($(date +%s) - start)) s"
 done
