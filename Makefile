@@ -194,8 +194,9 @@ check: $(BUILD)/moat $(BUILD)/test-unit $(BUILD)/test-threads $(BUILD)/test-inte
 # (the tool's refusals, each addition needed, and the K8S_SUITES integration
 # suites with every moat under the profile). make check runs the same with
 # its own shorter list (tools/check.sh).
-K8S_SUITES ?= isolation runner limits escape network kv serve requests outputs argv egress \
-              seccomp_escape
+# seccomp_escape is left out: its --seccomp-log tests cannot pass under an
+# outer filter that refuses a call first (docs/kubernetes.md)
+K8S_SUITES ?= isolation runner limits escape network kv serve requests outputs argv egress
 check-k8s: $(BUILD)/moat $(BUILD)/test-integration $(BUILD)/oci-seccomp
 	/usr/bin/python3 tests/deploy/check-manifests.py $(BUILD)
 	bash tests/deploy/seccomp.sh $(BUILD) $(K8S_SUITES)

@@ -37,6 +37,51 @@ static const char *find_exec(const char *name, char *buf, size_t len)
 	return NULL;
 }
 
+/* Seccomp filters already on this process (from /proc/self/status): a
+ * container runtime's profile, typically. 0 when none or unknown. */
+static long outer_seccomp_filters(void)
+{
+	FILE *f = fopen("/proc/self/status", "re");
+	if (!f)
+		return 0;
+	char line[256];
+	long mode = 0, n = 0;
+	while (fgets(line, sizeof line, f)) {
+		if (!strncmp(line, "Seccomp:", 8))
+			mode = strtol(line + 8, NULL, 10);
+		else if (!strncmp(line, "Seccomp_filters:", 16))
+			n = strtol(line + 16, NULL, 10);
+	}
+	fclose(f);
+	return mode == 2 ? (n > 0 ? n : 1) : 0;
+}
+
+/* One real run of /bin/true, every step of a sandbox included: what the
+ * probes above cannot see (a container runtime's seccomp or AppArmor
+ * profile refusing a mount or a pivot_root) fails here. */
+static bool trial_run(void)
+{
+	static const char req_json[] = "{\"argv\":[\"true\"],\"timeout\":10000}";
+	struct moat_request *req = NULL;
+	struct moat_result *res = NULL;
+	struct moat_error err = { 0 };
+	bool ok = false;
+	if (moat_request_parse_json(req_json, sizeof req_json - 1, &req, &err) < 0 ||
+	    moat_run(req, NULL, &res, &err) < 0) {
+		printf("trial run:          FAILED: %s\n", err.message ? err.message : "out of memory");
+	}
+	else if (!res->exited || res->exit_code != 0)
+		printf("trial run:          FAILED: true in a sandbox did not exit 0 (%s %d)\n",
+		       res->exited ? "exit" : "killed, signal",
+		       res->exited ? res->exit_code : res->signal);
+	else
+		ok = printf("trial run:          ok (true ran in a sandbox)\n") > 0;
+	moat_result_free(res);
+	moat_request_free(req);
+	moat_error_clear(&err);
+	return ok;
+}
+
 /* Forks a child that creates a user namespace, as a run would. */
 static int try_userns(int *err_out)
 {
@@ -178,6 +223,12 @@ int cli_doctor(int argc, char **argv)
 	printf("running as:         %s (uid %u)\n", geteuid() == 0 ? "root" : "rootless",
 	       (unsigned)geteuid());
 
+	long outer = outer_seccomp_filters();
+	if (outer > 0)
+		printf("outer seccomp:      %ld filter(s) on moat itself (a container's profile?): it "
+		       "must allow clone3, unshare, mount, umount2, pivot_root, mount_setattr, "
+		       "sethostname and setdomainname (deploy/kubernetes/seccomp/moat.json), or "
+		       "runs fail with EPERM or ENOSYS\n", outer);
 	int e = 0;
 	if (try_userns(&e) == 0) {
 		printf("user namespaces:    ok\n");
@@ -269,6 +320,8 @@ int cli_doctor(int argc, char **argv)
 	       esb ? "esbuild transpiles inside the sandbox, node runs the result"
 		   : "UNAVAILABLE: node 20 has no type stripping and esbuild is missing "
 		     "(apt-get install esbuild)");
+	if (ok && !trial_run())
+		ok = false;
 	/* isolation and limits are separate claims: a host can give the one
 	 * without the other */
 	printf("verdict isolation:  %s\n",

@@ -517,6 +517,10 @@ START_TEST(doctor_ok)
 	snprintf(l, sizeof l, "%.*s", (int)(n < 255 ? n : 255), line);
 	ck_assert_msg(strstr(l, " ok"), "user namespaces not ok: %s", l);
 	ck_assert_msg(strstr(o.out, "\n/proc:              fully visible"), "%s", o.out);
+	/* one real sandbox ran (what the probes cannot see, a container's
+	 * seccomp profile refusing a mount, fails it: tests/deploy/seccomp.sh) */
+	ck_assert_msg(strstr(o.out, "\ntrial run:          ok (true ran in a sandbox)\n"),
+		      "no successful trial run: %s", o.out);
 	/* the seccomp cache line tells the truth: root has /var/cache/moat;
 	 * the harness's uid 65534 runs with HOME=/nonexistent, so it has none */
 	const char *cache = strstr(o.out, "seccomp cache:");
