@@ -198,8 +198,8 @@ check: $(BUILD)/moat $(BUILD)/test-unit $(BUILD)/test-threads $(BUILD)/test-inte
 # outer filter that refuses a call first (docs/kubernetes.md)
 K8S_SUITES ?= isolation runner limits escape network kv serve requests outputs argv egress
 check-k8s: $(BUILD)/moat $(BUILD)/test-integration $(BUILD)/oci-seccomp
-	/usr/bin/python3 tests/deploy/check-manifests.py $(BUILD)
-	bash tests/deploy/seccomp.sh $(BUILD) $(K8S_SUITES)
+	@rc=0; /usr/bin/python3 tests/deploy/check-manifests.py $(BUILD) || rc=1; \
+	    bash tests/deploy/seccomp.sh $(BUILD) $(K8S_SUITES) || rc=1; exit $$rc
 
 # The limits and runner suites again on a pure cgroup v2 kernel under qemu
 # (tools/vm/README.md), in one boot; this machine's cgroups are v1.
