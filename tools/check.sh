@@ -48,7 +48,7 @@ bash tests/install/check.sh "$BUILD" 2>&1 | tee -a "$log" || status=1
 
 # deploy/kubernetes (docs/kubernetes.md): the manifests offline, then the
 # pod's seccomp profile with moat beneath it; the integration suites here are
-# a CI-sized part of make check-k8s's (159 s here on a busy 2-core machine)
+# a CI-sized part of make check-k8s's (132-159 s here on a busy 2-core machine)
 echo "== Kubernetes manifests, offline (tests/deploy/check-manifests.py)"
 /usr/bin/python3 tests/deploy/check-manifests.py "$BUILD" 2>&1 | tee -a "$log" || status=1
 echo "== the pod's seccomp profile with moat beneath it (tests/deploy/seccomp.sh)"
