@@ -69,8 +69,7 @@ static bool trial_run(void)
 	if (moat_request_parse_json(req_json, sizeof req_json - 1, &req, &err) < 0 ||
 	    moat_run(req, NULL, &res, &err) < 0) {
 		printf("trial run:          FAILED: %s\n", err.message ? err.message : "out of memory");
-	}
-	else if (!res->exited || res->exit_code != 0)
+	} else if (!res->exited || res->exit_code != 0)
 		printf("trial run:          FAILED: true in a sandbox did not exit 0 (%s %d)\n",
 		       res->exited ? "exit" : "killed, signal",
 		       res->exited ? res->exit_code : res->signal);
