@@ -5,21 +5,21 @@ BUILD   := build
 comma   := ,
 empty   :=
 space   := $(empty) $(empty)
-PKGS    := libseccomp libcap libcjson
+PKGS    := libseccomp libcap libcjson libnl-3.0
 # libcurl: headers at build time, loaded with dlopen only by the remote
 # providers, so a sandbox start does not load its ~30 libraries
 CURL_CFLAGS := $(shell pkg-config --cflags libcurl 2>/dev/null)
 
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS) 2>/dev/null) $(CURL_CFLAGS)
 PKG_LIBS   := $(shell pkg-config --libs $(PKGS) 2>/dev/null) -pthread -ldl -lm
-# The moat binary links libseccomp and libcap statically when their archives are
+# The moat binary links libseccomp, libcap and libnl-3 statically when their archives are
 # installed (Debian's -dev packages ship them): loading shared libraries (mappings,
 # symbol binding) cost most of a millisecond of every run here.
 # The price: a security update of those libraries needs a rebuild of moat
 # (`moat version` names what it was built with). STATIC_DEPS=no links them shared.
 # cJSON stays shared (Debian ships no archive); libmoat.a and the tests are unchanged.
 STATIC_DEPS ?= yes
-STATIC_LIBS := seccomp cap
+STATIC_LIBS := seccomp cap nl-3
 ifeq ($(STATIC_DEPS),yes)
 STATIC_MISSING := $(strip $(foreach l,$(STATIC_LIBS),$(if $(wildcard $(shell $(CC) \
                   -print-file-name=lib$(l).a)),,$(l))))

@@ -1,7 +1,7 @@
 #!/bin/bash
 # The Debian package in a clean Debian 12 chroot (make check-deb, after make deb):
 # apt-get install ./moat_*.deb resolves its Depends and Recommends from the
-# mirror, then, as root in the chroot, moat version (libseccomp and libcap
+# mirror, then, as root in the chroot, moat version (libseccomp, libcap, libnl-3
 # shared), moat doctor, one moat run and one rootless run, the files the
 # package put in place, and the AppArmor profile's handling by the maintainer
 # scripts: not put into /etc/apparmor.d by AppArmor 3 (Debian 12's), put there
@@ -133,10 +133,11 @@ files=$(in_chroot 'for f in /usr/bin/moat /usr/share/man/man1/moat.1.gz \
 # ---- run it
 v=$(in_chroot 'moat version' 2>&1)
 echo "$v" | sed 's/^/  /'
-if echo "$v" | grep -q '^libseccomp .*(shared)$' && echo "$v" | grep -q '^libcap (shared)$'; then
-	ok "moat version: libseccomp and libcap linked shared (Debian policy)"
+if echo "$v" | grep -q '^libseccomp .*(shared)$' && echo "$v" | grep -q '^libcap (shared)$' &&
+	echo "$v" | grep -q '^libnl-3 .*(shared)$'; then
+	ok "moat version: libseccomp, libcap and libnl-3 linked shared (Debian policy)"
 else
-	bad "moat version: libseccomp/libcap not shared"
+	bad "moat version: libseccomp/libcap/libnl-3 not shared"
 fi
 in_chroot 'moat doctor' >"$root/tmp/doctor.log" 2>&1
 rc=$?
