@@ -5,7 +5,7 @@
 //   node bench/serve-load.mjs --socket PATH --cold-socket PATH --moat PATH [--cpus N] [--queue N]
 // --socket is a service with its warm pool, --cold-socket the same with --pool 0.
 // Environment: REQUESTS per cell (200), WARMUP requests per cell, not timed (10),
-// CLIENTS (1,2,8), WORKLOADS (the keys of `workloads` below, in that order).
+// CLIENTS (1,2,8), WORKLOADS (the keys of `workloads` below, in that order), GAP_MS (0).
 import http from 'node:http';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -23,9 +23,12 @@ if (!SOCKET || !MOAT) {
 }
 const REQUESTS = Number(process.env.REQUESTS || 200);
 const WARMUP = Number(process.env.WARMUP ?? 10);
+// GAP_MS: each client waits this long after each answer (spaced requests, as an agent
+// sends them: a warm pool has refilled in between); req/s then counts the gaps too
+const GAP_MS = Number(process.env.GAP_MS || 0);
 const CLIENTS = (process.env.CLIENTS || '1,2,8').split(',').map(Number).filter((n) => n > 0);
 const WORKLOADS = (process.env.WORKLOADS ||
-  'py-script,py-script-cold,bare-py,js-script,js-script-cold,bare-node,py-handler,py-handler-cold,ts-handler,exec-py').split(',');
+  'py-script,py-script-cold,bare-py,js-script,js-script-cold,bare-node,ts-script,ts-script-cold,py-handler,py-handler-cold,ts-handler,ts-handler-cold,exec-py').split(',');
 
 // The service's built-in per-run defaults (docs/SERVE.md), given to `moat exec` too so both
 // sides run under the same limits.
@@ -85,6 +88,7 @@ async function script(agent, route, envelope, socket, want) {
 }
 
 const JS_SCRIPT = 'console.log(42)';
+const TS_SCRIPT = 'const x: number = 42; console.log(x)';
 
 // Each workload: one request → null when the answer is right, else a short reason.
 const workloads = {
@@ -126,10 +130,25 @@ const workloads = {
       return r.status === 200 && r.body === 'hello /x' ? null : `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
     },
   },
+  'ts-script': {
+    what: 'POST /v1/run, TypeScript `const x: number = 42; console.log(x)` (esbuild, then node), with the warm pool',
+    once: (agent) => script(agent, '/v1/run', { code: TS_SCRIPT, language: 'typescript' }, SOCKET, '42\n'),
+  },
+  'ts-script-cold': {
+    what: 'the same with --pool 0',
+    once: (agent) => script(agent, '/v1/run', { code: TS_SCRIPT, language: 'typescript' }, COLD_SOCKET, '42\n'),
+  },
   'ts-handler': {
-    what: 'POST /ts/run, TS `export default { fetch }` (esbuild in the sandbox; TypeScript is never pooled)',
+    what: 'POST /ts/run, TS `export default { fetch }` (esbuild in the sandbox), with the warm pool',
     async once(agent) {
       const r = await post(agent, '/ts/run', { code: TS_HANDLER, sandboxId: `bench-${++seq}`, input: { path: '/x' } });
+      return r.status === 200 && r.body === 'hello /x' ? null : `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
+    },
+  },
+  'ts-handler-cold': {
+    what: 'the same with --pool 0',
+    async once(agent) {
+      const r = await post(agent, '/ts/run', { code: TS_HANDLER, sandboxId: `bench-${++seq}`, input: { path: '/x' } }, COLD_SOCKET);
       return r.status === 200 && r.body === 'hello /x' ? null : `HTTP ${r.status}: ${r.body.slice(0, 200)}`;
     },
   },
@@ -176,6 +195,7 @@ async function drive(w, clients, total, cfgFile) {
       try { why = await w.once(agent, cfgFile); } catch (e) { why = String(e.message); }
       const ms = Number(process.hrtime.bigint() - s) / 1e6;
       if (why) errors.push(why); else lat.push(ms);
+      if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));
     }
   }));
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
@@ -232,7 +252,7 @@ async function main() {
   console.log(`${os.cpus().length} CPUs (${os.cpus()[0]?.model?.trim() ?? '?'}), Linux ${os.release()}, ` +
     `node ${process.version}, load average after: ${load}. moat serve on a unix socket, ` +
     `--max-concurrent ${args.cpus ?? '?'} --queue ${args.queue ?? '?'}; ${REQUESTS} requests per cell after ` +
-    `${WARMUP} not timed; one keep-alive connection per client; run limits ${JSON.stringify(LIMITS)} ` +
+    `${WARMUP} not timed${GAP_MS > 0 ? `, each client pausing ${GAP_MS} ms after each answer` : ''}; one keep-alive connection per client; run limits ${JSON.stringify(LIMITS)} ` +
     '(the service\'s defaults, sent to moat exec as well). Latency from request to the whole answer.');
   console.log('');
   console.log('| workload | clients | ok | failed | p50 ms | p90 ms | p99 ms | req/s |');

@@ -6,8 +6,9 @@
 #
 #   sh bench/serve.sh [PATH/TO/moat]
 # Environment: REQUESTS per cell (200), WARMUP per cell, not timed (10), CLIENTS (1,2,8),
-# WORKLOADS (py-script,py-handler,ts-handler,exec-py), RUNTIME (the handler shims, default
-# runtime/ of this checkout), QUEUE (--queue, 1024), NODE (node).
+# WORKLOADS (see bench/serve-load.mjs), RUNTIME (the handler shims, default
+# runtime/ of this checkout), QUEUE (--queue, 1024), NODE (node), GAP_MS (a pause after each
+# answer, per client: spaced requests).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
