@@ -125,11 +125,34 @@ bool moat_aa_exe_attached(const char *exe)
 	return !strcmp(exe, "/usr/bin/moat") || !strcmp(exe, "/usr/local/bin/moat");
 }
 
+bool moat_uid_map_is_initial(const char *text)
+{
+	unsigned long inside, outside, count;
+	char tail;
+	/* one line "0 0 4294967295": the initial user namespace's map */
+	return text && sscanf(text, " %lu %lu %lu %c", &inside, &outside, &count, &tail) == 3 &&
+	       inside == 0 && outside == 0 && count == 4294967295UL;
+}
+
+/* Root of the initial user namespace: what AppArmor's userns restriction
+ * calls privileged. uid 0 of a pod's or a container's user namespace is
+ * not, and gets the restriction like any other user. */
+static bool host_root(void)
+{
+	if (geteuid() != 0)
+		return false;
+	size_t len = 0;
+	char *map = read_all("/proc/self/uid_map", 4096, &len);
+	bool initial = moat_uid_map_is_initial(map);
+	free(map);
+	return initial;
+}
+
 void moat_apparmor_probe(struct moat_apparmor *aa)
 {
 	memset(aa, 0, sizeof *aa);
 	aa->profile_loaded = -1;
-	aa->as_root = geteuid() == 0;
+	aa->as_root = host_root();
 	aa->restrict_userns = (int)read_long("/proc/sys/kernel/apparmor_restrict_unprivileged_userns");
 	size_t len = 0;
 	char *t = read_all("/sys/module/apparmor/parameters/enabled", 64, &len);
@@ -213,7 +236,7 @@ char *moat_userns_diagnose(void)
 	char *s = NULL;
 	int rc = 0;
 	if (read_long("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == 1 &&
-	    geteuid() != 0) {
+	    !host_root()) {
 		struct moat_apparmor *aa = malloc(sizeof *aa);
 		char *fix = NULL;
 		if (aa) {
@@ -233,7 +256,7 @@ char *moat_userns_diagnose(void)
 		if (s)
 			return s;
 	}
-	if (read_long("/proc/sys/kernel/unprivileged_userns_clone") == 0 && geteuid() != 0)
+	if (read_long("/proc/sys/kernel/unprivileged_userns_clone") == 0 && !host_root())
 		rc = asprintf(&s, "unprivileged user namespaces are disabled "
 			      "(kernel.unprivileged_userns_clone=0); fix: run "
 			      "'sudo sysctl kernel.unprivileged_userns_clone=1'");

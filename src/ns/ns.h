@@ -118,6 +118,9 @@ int moat_proc_overmounts_parse(const char *text, char **out);
 /* moat_proc_diagnose (moat_admin.h): the runner adds it to a failed proc
  * mount. */
 
+/* /proc/self/uid_map text is the initial user namespace's ("0 0 4294967295"). */
+bool moat_uid_map_is_initial(const char *text);
+
 /* AppArmor, pure parsers behind moat_apparmor_probe (moat_admin.h). */
 /* The text of /proc/self/attr/current ("moat (unconfined)\n", "unconfined\n")
  * split into the label's profile part and its mode ("" when none). 0, or -1

@@ -206,6 +206,19 @@ START_TEST(proc_overmounts_are_listed)
 }
 END_TEST
 
+/* AppArmor's userns restriction spares only root of the initial user
+ * namespace: uid 0 of a pod's user namespace gets the hint too. */
+START_TEST(initial_uid_map_is_told_apart)
+{
+	ck_assert(moat_uid_map_is_initial("         0          0 4294967295\n"));
+	ck_assert(!moat_uid_map_is_initial("         0     100000      65536\n")); /* a pod */
+	ck_assert(!moat_uid_map_is_initial("         0       1000          1\n")); /* unshare -r */
+	ck_assert(!moat_uid_map_is_initial("0 0 4294967295\n1 1 1\n"));          /* not one line */
+	ck_assert(!moat_uid_map_is_initial(""));
+	ck_assert(!moat_uid_map_is_initial(NULL));
+}
+END_TEST
+
 Suite *apparmor_suite(void)
 {
 	Suite *s = suite_create("apparmor");
@@ -217,6 +230,7 @@ Suite *apparmor_suite(void)
 	tcase_add_test(tc, fix_for_a_binary_the_profile_does_not_cover);
 	tcase_add_test(tc, no_fix_when_nothing_restricts);
 	tcase_add_test(tc, proc_overmounts_are_listed);
+	tcase_add_test(tc, initial_uid_map_is_told_apart);
 	suite_add_tcase(s, tc);
 	return s;
 }
