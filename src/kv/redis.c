@@ -1,15 +1,19 @@
 /* The Redis backend of the key-value store (docs/KV.md).
  *
- * One hash per sandboxId, "moat:kv:<byte length of id>:<id>", whose fields
- * are the keys; a second hash "moat:kvmeta:<len>:<id>" whose field "bytes"
- * is the sum of key + value bytes. The length prefix keeps every id's name
- * apart from every other's (id "a" + key "b:c" is not id "a:b" + key "c"),
- * and every name, key and value travels as a length-counted argument, so
- * NUL and any other byte are safe. What writes (set, delete, clear) runs as
- * a Lua script: Redis runs a script alone, so the quota check and the write,
- * or the write and the byte total, are one step no other client sees half
- * of. A script is sent once (SCRIPT LOAD), then run by its digest; a server
- * that lost it (NOSCRIPT: restarted, SCRIPT FLUSH) gets the source again.
+ * Two hashes per sandboxId: "moat:{<tag>}:kv", whose fields are the keys,
+ * and "moat:{<tag>}:meta", whose field "bytes" is the sum of key + value
+ * bytes. <tag> is the id with '%', '{' and '}' written as "%25", "%7b",
+ * "%7d" and every other byte (NUL too) as it is: so the tag holds no '}',
+ * Redis Cluster's hash tag of both names (the bytes between the first '{'
+ * and the first '}' after it) is exactly <tag>, both live in one slot, and
+ * the escaping is reversible, so no two ids, and no id's data and
+ * another's meta, share a name. Every name, key and value travels as a
+ * length-counted argument, so NUL and any other byte are safe. What writes
+ * (set, delete, clear) runs as a Lua script that names both hashes in KEYS:
+ * Redis runs a script alone, so the quota check and the write, or the
+ * write and the byte total, are one step no other client sees half of. A
+ * script is sent once (SCRIPT LOAD), then run by its digest; a server that
+ * lost it (NOSCRIPT: restarted, SCRIPT FLUSH) gets the source again.
  *
  * The socket is moat's own (close-on-exec from the start, connected with a
  * deadline) and handed to hiredis, which speaks the protocol over it. */
@@ -338,13 +342,27 @@ struct names {
 	struct moat_buf data, meta;
 };
 
+/* "moat:{<tag>}:" + kind into b. */
+static void name_of(struct moat_buf *b, const char *id, size_t idlen, const char *kind)
+{
+	moat_buf_append(b, "moat:{", 6);
+	for (size_t i = 0, run = 0; i <= idlen; i++) {
+		char c = i < idlen ? id[i] : 0;
+		if (i < idlen && c != '%' && c != '{' && c != '}')
+			continue;
+		moat_buf_append(b, id + run, i - run); /* the bytes kept as they are */
+		if (i < idlen)
+			moat_buf_append(b, c == '%' ? "%25" : c == '{' ? "%7b" : "%7d", 3);
+		run = i + 1;
+	}
+	moat_buf_appendf(b, "}:%s", kind);
+}
+
 static int names_make(struct names *n, const char *id, size_t idlen, struct moat_kv_answer *a)
 {
 	memset(n, 0, sizeof *n);
-	moat_buf_appendf(&n->data, "moat:kv:%zu:", idlen);
-	moat_buf_append(&n->data, id, idlen);
-	moat_buf_appendf(&n->meta, "moat:kvmeta:%zu:", idlen);
-	moat_buf_append(&n->meta, id, idlen);
+	name_of(&n->data, id, idlen, "kv");
+	name_of(&n->meta, id, idlen, "meta");
 	if (n->data.oom || n->meta.oom || !n->data.data || !n->meta.data) {
 		moat_buf_free(&n->data);
 		moat_buf_free(&n->meta);
