@@ -18,6 +18,11 @@ int moat_request_check(const struct moat_request *req, struct moat_error *err);
  * adds the network's rules). */
 int moat_request_parse(const char *buf, size_t len, struct moat_request **out,
 		       struct moat_error *err);
+/* The same with the id of an X-Sandbox-Id header (moat serve; NULL: none):
+ * the request's "sandboxId" when the JSON has none; a different one in the
+ * JSON is a SandboxConfigError. */
+int moat_request_parse_id(const char *buf, size_t len, const char *header_id,
+			  struct moat_request **out, struct moat_error *err);
 
 /* The checks a JSON text gets before cJSON parses it: no raw NUL byte, no
  * nesting deeper than the request parser allows (-1, SandboxConfigError);

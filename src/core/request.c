@@ -699,7 +699,8 @@ static const char *const key_names[K__COUNT] = {
 	[K_ARGV] = "argv",
 };
 
-static int fill_request(const cJSON *root, struct moat_request *req, struct moat_error *err)
+static int fill_request(const cJSON *root, const char *header_id, struct moat_request *req,
+			struct moat_error *err)
 {
 	bool seen[K__COUNT] = { false };
 
@@ -807,11 +808,29 @@ static int fill_request(const cJSON *root, struct moat_request *req, struct moat
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "missing required key \"code\"");
 	/* "language" is optional and defaults to "python", as in the aistack
 	 * contract (moat_request_new set it). */
+	if (header_id && req->sandbox_id) {
+		if (strlen(header_id) != req->sandbox_id_len ||
+		    memcmp(header_id, req->sandbox_id, req->sandbox_id_len))
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "the X-Sandbox-Id header and the request's "
+					      "\"sandboxId\" name different sandboxes (give the id "
+					      "once, or the same in both)");
+	} else if (header_id) {
+		if (!(req->sandbox_id = strdup(header_id)))
+			return oom_error(err);
+		req->sandbox_id_len = strlen(header_id);
+	}
 	return moat_request_check(req, err);
 }
 
 int moat_request_parse(const char *buf, size_t len, struct moat_request **out,
 		       struct moat_error *err)
+{
+	return moat_request_parse_id(buf, len, NULL, out, err);
+}
+
+int moat_request_parse_id(const char *buf, size_t len, const char *header_id,
+			  struct moat_request **out, struct moat_error *err)
 {
 	if (!out)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "no output for the request");
@@ -874,7 +893,7 @@ int moat_request_parse(const char *buf, size_t len, struct moat_request **out,
 		oom_error(err);
 		goto out;
 	}
-	if (fill_request(root, req, err) < 0)
+	if (fill_request(root, header_id, req, err) < 0)
 		goto out;
 	*out = req;
 	req = NULL;

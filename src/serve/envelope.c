@@ -258,8 +258,35 @@ out:
 	return rc;
 }
 
+int serve_sandbox_id_header(const char *value, unsigned count, struct moat_error *err)
+{
+	if (count > 1)
+		return bad(err, "the X-Sandbox-Id header is given more than once");
+	size_t n = value ? strlen(value) : 0;
+	if (n == 0 || n > SERVE_MAX_SANDBOX_ID || !moat_utf8_text(value, n))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "the X-Sandbox-Id header must be 1 to %u bytes of UTF-8 "
+				      "without NUL (it has %zu bytes)",
+				      SERVE_MAX_SANDBOX_ID, n);
+	return 0;
+}
+
+int serve_sandbox_id_agree(const char *header_id, const char *id, size_t id_len,
+			   const char *where, struct moat_error *err)
+{
+	if (!header_id || !id)
+		return 0;
+	if (strlen(header_id) == id_len && !memcmp(header_id, id, id_len))
+		return 0;
+	return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+			      "the X-Sandbox-Id header and %s name different sandboxes (give the "
+			      "id once, or the same in both)",
+			      where);
+}
+
 int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
-			 struct serve_envelope *out, bool *too_large, struct moat_error *err)
+			 const char *header_id, struct serve_envelope *out, bool *too_large,
+			 struct moat_error *err)
 {
 	memset(out, 0, sizeof *out);
 	*too_large = false;
@@ -306,11 +333,16 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 		bad(err, code ? "\"code\" must be a string" : "\"code\" is required");
 		goto out;
 	}
-	if (!sid || !cJSON_IsString(sid)) {
-		bad(err, sid ? "\"sandboxId\" must be a string" : "\"sandboxId\" is required");
+	if ((!sid && !header_id) || (sid && !cJSON_IsString(sid))) {
+		bad(err, sid ? "\"sandboxId\" must be a string"
+			     : "\"sandboxId\" is required (in the envelope or an X-Sandbox-Id "
+			       "header)");
 		goto out;
 	}
-	size_t code_len = strlen(code->valuestring), sid_len = strlen(sid->valuestring);
+	/* the header's id stands in for a missing "sandboxId" (it was checked
+	 * the same way: serve_sandbox_id_header) */
+	const char *sid_text = sid ? sid->valuestring : header_id;
+	size_t code_len = strlen(code->valuestring), sid_len = strlen(sid_text);
 	if (code_len > MOAT_MAX_CODE_BYTES) {
 		*too_large = true;
 		moat_error_set(err, MOAT_ERR_CONFIG, 0, "\"code\" is %zu bytes; the limit is %u",
@@ -321,6 +353,9 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 		bad(err, "\"sandboxId\" must be 1 to 256 bytes");
 		goto out;
 	}
+	if (serve_sandbox_id_agree(header_id, sid_text, sid_len, "the envelope's \"sandboxId\"",
+				   err) < 0)
+		goto out;
 	if (kv && !cJSON_IsBool(kv)) {
 		bad(err, "\"kvEnabled\" must be a boolean");
 		goto out;
@@ -351,7 +386,7 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 	req->max_output_bytes = SERVE_SCRIPT_OUTPUT_CAP;
 	/* the store is scoped to the id (docs/KV.md); moat_request_validate
 	 * checks it is UTF-8 */
-	if (!(req->sandbox_id = strdup(sid->valuestring))) {
+	if (!(req->sandbox_id = strdup(sid_text))) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 		goto out;
 	}

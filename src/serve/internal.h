@@ -54,9 +54,21 @@ struct serve_envelope {
 	struct serve_input input;
 };
 /* Parses the body of POST /py/... (lang python) or /ts/... (typescript).
- * -1 with *err: SandboxConfigError (400), or *too_large (413). */
+ * header_id: the request's X-Sandbox-Id (checked by serve_sandbox_id_header),
+ * or NULL: the envelope may then omit "sandboxId", and if it has one, the two
+ * must be the same. -1 with *err: SandboxConfigError (400), or *too_large
+ * (413). */
 int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
-			 struct serve_envelope *out, bool *too_large, struct moat_error *err);
+			 const char *header_id, struct serve_envelope *out, bool *too_large,
+			 struct moat_error *err);
+/* The X-Sandbox-Id header (SERVE.md "Sandbox id in a header"): count is how
+ * many times the request has it, value the first. 0 when it may be used,
+ * else -1 with *err (400): given twice, not 1..256 bytes of UTF-8. */
+int serve_sandbox_id_header(const char *value, unsigned count, struct moat_error *err);
+/* header_id (NULL: none) against the body's or path's id (NULL: none): 0
+ * when either is missing or both are the same bytes, else -1 with *err (400). */
+int serve_sandbox_id_agree(const char *header_id, const char *id, size_t id_len,
+			   const char *where, struct moat_error *err);
 void serve_envelope_free(struct serve_envelope *env);
 /* Handler detection (SERVE.md "Mode"). */
 bool serve_is_handler(const char *code, size_t len, enum moat_language lang);

@@ -22,7 +22,7 @@ static void load(void)
 		S(start_daemon), S(stop_daemon), S(quiesce_daemon),
 		S(create_response_from_buffer), S(create_response_from_callback),
 		S(add_response_header), S(queue_response), S(destroy_response),
-		S(lookup_connection_value), S(get_connection_info),
+		S(lookup_connection_value), S(get_connection_values), S(get_connection_info),
 #undef S
 	};
 	struct moat_mhd_fns fns;

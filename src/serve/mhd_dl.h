@@ -27,6 +27,8 @@ struct moat_mhd_fns {
 	void (*destroy_response)(struct MHD_Response *);
 	const char *(*lookup_connection_value)(struct MHD_Connection *, enum MHD_ValueKind,
 					       const char *);
+	int (*get_connection_values)(struct MHD_Connection *, enum MHD_ValueKind,
+				     MHD_KeyValueIterator, void *);
 	const union MHD_ConnectionInfo *(*get_connection_info)(struct MHD_Connection *,
 								enum MHD_ConnectionInfoType, ...);
 };
@@ -46,5 +48,6 @@ int moat_mhd_load(const char **why);
 #define MHD_destroy_response (moat_mhd_fns.destroy_response)
 #define MHD_lookup_connection_value (moat_mhd_fns.lookup_connection_value)
 #define MHD_get_connection_info (moat_mhd_fns.get_connection_info)
+#define MHD_get_connection_values (moat_mhd_fns.get_connection_values)
 
 #endif

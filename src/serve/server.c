@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/core.h"
 #include "core/sha256.h"
 #include "core/sys.h"
 #include "serve/internal.h"
@@ -96,6 +97,7 @@ struct req {
 	enum serve_outcome outcome;
 	char method[16];
 	char *path;
+	char *header_id; /* X-Sandbox-Id, checked (serve_sandbox_id_header); NULL: none */
 	char remote[INET6_ADDRSTRLEN + 8];
 	int conn_fd; /* dup of the client socket while a run watches it */
 	struct serve_envelope env;
@@ -158,6 +160,7 @@ static void req_unref(struct req *q)
 	pthread_mutex_unlock(&q->s->mu);
 	moat_buf_free(&q->body);
 	free(q->path);
+	free(q->header_id);
 	serve_envelope_free(&q->env);
 	frame_free(&q->st.frame);
 	for (size_t i = 0; i < 2 * q->st.headers_count; i++)
@@ -568,8 +571,8 @@ static enum MHD_Result spin_route(struct req *q, struct MHD_Connection *c)
 	bool too_large;
 	struct moat_error err = { 0 };
 	enum MHD_Result r;
-	if (serve_envelope_parse(q->body.data ? q->body.data : "", q->body.len, lang, &q->env,
-				 &too_large, &err) < 0) {
+	if (serve_envelope_parse(q->body.data ? q->body.data : "", q->body.len, lang,
+				 q->header_id, &q->env, &too_large, &err) < 0) {
 		r = too_large ? fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST, err.message)
 			      : fail_moat(q, c, &err);
 		moat_error_clear(&err);
@@ -604,7 +607,9 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 	struct moat_error err = { 0 };
 	enum MHD_Result r;
 	const char *body = q->body.data ? q->body.data : "";
-	if (moat_request_parse_json(body, q->body.len, &req, &err) < 0 ||
+	/* the X-Sandbox-Id header, if any, is the request's "sandboxId";
+	 * moat_request_validate adds the network's rules */
+	if (moat_request_parse_id(body, q->body.len, q->header_id, &req, &err) < 0 ||
 	    serve_limits_apply(&q->s->limits, req,
 			       moat_config_request_keys(body, q->body.len), &err) < 0 ||
 	    moat_request_validate(req, &err) < 0) {
@@ -672,7 +677,8 @@ static enum MHD_Result kv_delete(struct req *q, struct MHD_Connection *c, const 
 	struct moat_error err = { 0 };
 	char *out = NULL;
 	size_t len;
-	if (moat_kv_admin(o->kv_store, "clear", id, strlen(id), NULL, &out, &len, &err) < 0) {
+	if (serve_sandbox_id_agree(q->header_id, id, strlen(id), "the path", &err) < 0 ||
+	    moat_kv_admin(o->kv_store, "clear", id, strlen(id), NULL, &out, &len, &err) < 0) {
 		enum MHD_Result r = fail_moat(q, c, &err);
 		moat_error_clear(&err);
 		return r;
@@ -681,6 +687,37 @@ static enum MHD_Result kv_delete(struct req *q, struct MHD_Connection *c, const 
 	free(out);
 	return body ? respond(q, c, 200, body, "application/json", NULL, NULL)
 		    : fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE, "out of memory");
+}
+
+/* Counts the X-Sandbox-Id headers and keeps the first value. */
+struct id_headers {
+	unsigned count;
+	const char *first;
+};
+
+static enum MHD_Result count_id_header(void *cls, enum MHD_ValueKind kind, const char *key,
+				       const char *value)
+{
+	struct id_headers *h = cls;
+	(void)kind;
+	if (key && !strcasecmp(key, "X-Sandbox-Id") && h->count++ == 0)
+		h->first = value ? value : "";
+	return MHD_YES;
+}
+
+/* The request's X-Sandbox-Id into q->header_id: 0 (none is fine), or -1
+ * with *err (400). */
+static int read_id_header(struct req *q, struct MHD_Connection *c, struct moat_error *err)
+{
+	struct id_headers h = { 0 };
+	MHD_get_connection_values(c, MHD_HEADER_KIND, count_id_header, &h);
+	if (h.count == 0)
+		return 0;
+	if (serve_sandbox_id_header(h.first, h.count, err) < 0)
+		return -1;
+	if (!(q->header_id = strdup(h.first)))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	return 0;
 }
 
 static bool token_ok(struct server *s, struct MHD_Connection *c)
@@ -831,6 +868,12 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 			    "a valid bearer token is required (Authorization: Bearer ...)");
 	if (q->route == R_METRICS)
 		return respond(q, c, 200, metrics_text(s), "text/plain; version=0.0.4", NULL, NULL);
+	struct moat_error err = { 0 };
+	if (read_id_header(q, c, &err) < 0) {
+		enum MHD_Result r = fail_moat(q, c, &err);
+		moat_error_clear(&err);
+		return r;
+	}
 	if (q->route == R_KV)
 		return kv_delete(q, c, url + 7);
 	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");

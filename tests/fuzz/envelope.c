@@ -12,7 +12,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	struct serve_envelope env;
 	struct moat_error err = { 0 };
 	bool too_large = false;
-	if (serve_envelope_parse(body, size - 1, lang, &env, &too_large, &err) == 0) {
+	if (serve_envelope_parse(body, size - 1, lang, NULL, &env, &too_large, &err) == 0) {
 		if (!env.req || err.message)
 			abort();
 		if (env.req->code)

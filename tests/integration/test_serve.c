@@ -3048,6 +3048,133 @@ START_TEST(kv_redis_two_nodes)
 }
 END_TEST
 
+/* A request with X-Sandbox-Id headers (hdr2: a second one, or NULL). */
+static void with_id_header(struct server *s, const char *method, const char *path,
+			   const char *body, const char *hdr, const char *hdr2, struct resp *r)
+{
+	char *h1 = NULL, *h2 = NULL;
+	ck_assert_int_ge(asprintf(&h1, "X-Sandbox-Id: %s", hdr), 0);
+	if (hdr2)
+		ck_assert_int_ge(asprintf(&h2, "X-Sandbox-Id: %s", hdr2), 0);
+	const char *extra[] = { "-H", h1, h2 ? "-H" : NULL, h2, NULL };
+	struct req q = { .method = method, .path = path, .body = body, .extra = extra };
+	call(s, &q, r);
+	free(h1);
+	free(h2);
+}
+
+#define PY_KV_PUT                                                                      \
+	"from spin_sdk import key_value\n"                                              \
+	"key_value.open_default().set('who', b'header')\n"                             \
+	"print('stored')\n"
+#define PY_KV_GET                                                                      \
+	"from spin_sdk import key_value\n"                                              \
+	"print(key_value.open_default().get('who'))\n"
+
+/* The X-Sandbox-Id header (SERVE.md "Sandbox id in a header"): alone it is
+ * the request's sandboxId; with a different one in the body or the path it
+ * is a 400; it is checked as the envelope's; /healthz ignores it. */
+START_TEST(sandbox_id_header)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true };
+	server_start(&s, _i, &o);
+	struct resp r;
+
+	/* header only: the store is the header's id's */
+	char *qc = harness_json_quote(PY_KV_PUT), *body = NULL;
+	ck_assert_int_ge(asprintf(&body, "{\"code\":%s,\"kvEnabled\":true}", qc), 0);
+	free(qc);
+	with_id_header(&s, NULL, "/py/run", body, "hdr-user", NULL, &r);
+	expect_script("header only", &r);
+	ck_assert_msg(!strcmp(jstr(r.json, "stdout"), "stored\n"), "%.400s", r.body);
+	resp_free(&r);
+	free(body);
+	run_kv(&s, "/py/run", PY_KV_GET, "hdr-user", true, &r);
+	expect_script("read by envelope id", &r);
+	ck_assert_msg(!strcmp(jstr(r.json, "stdout"), "b'header'\n"), "%.400s", r.body);
+	resp_free(&r);
+	run_kv(&s, "/py/run", PY_KV_GET, "other-user", true, &r);
+	ck_assert_msg(!strcmp(jstr(r.json, "stdout"), "None\n"), "%.400s", r.body);
+	resp_free(&r);
+
+	/* both, the same: fine; different: 400 naming both, and nothing ran */
+	char *e = envelope("print('ran')", NULL); /* sandboxId "test" */
+	with_id_header(&s, NULL, "/py/run", e, "test", NULL, &r);
+	expect_script("same id twice", &r);
+	ck_assert_str_eq(jstr(r.json, "stdout"), "ran\n");
+	resp_free(&r);
+	with_id_header(&s, NULL, "/py/run", e, "test2", NULL, &r);
+	expect_error("different ids", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(jstr(jget(r.json, "error"), "message"),
+			     "X-Sandbox-Id header and the envelope's \"sandboxId\" name different"),
+		      "%.400s", r.body);
+	resp_free(&r);
+	/* given twice (even the same): 400; too long, not UTF-8: 400 */
+	with_id_header(&s, NULL, "/py/run", e, "test", "test", &r);
+	expect_error("two headers", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "more than once"), "%.400s", r.body);
+	resp_free(&r);
+	char longid[258];
+	memset(longid, 'i', 257);
+	longid[257] = 0;
+	with_id_header(&s, NULL, "/ts/run", e, longid, NULL, &r);
+	expect_error("257 bytes", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "1 to 256 bytes"), "%.400s", r.body);
+	resp_free(&r);
+	with_id_header(&s, NULL, "/py/run", e, "\xff\xfe", NULL, &r);
+	expect_error("not UTF-8", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	free(e);
+	/* neither: still required */
+	post(&s, "/py/run", "{\"code\":\"print(1)\"}", &r);
+	expect_error("no id at all", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "X-Sandbox-Id"), "%.400s", r.body);
+	resp_free(&r);
+
+	/* /v1/run: the header is the request's sandboxId (the store's) */
+	qc = harness_json_quote(PY_KV_GET);
+	ck_assert_int_ge(asprintf(&body, "{\"language\":\"python\",\"code\":%s,\"kvEnabled\":true}",
+				  qc),
+			 0);
+	with_id_header(&s, NULL, "/v1/run", body, "hdr-user", NULL, &r);
+	ck_assert_msg(r.code == 200 && jstr(r.json, "stdout") &&
+			      !strcmp(jstr(r.json, "stdout"), "b'header'\n"),
+		      "/v1/run header only: HTTP %d %.400s", r.code, r.body);
+	resp_free(&r);
+	free(body);
+	ck_assert_int_ge(asprintf(&body,
+				  "{\"language\":\"python\",\"code\":%s,\"kvEnabled\":true,"
+				  "\"sandboxId\":\"hdr-user\"}",
+				  qc),
+			 0);
+	free(qc);
+	with_id_header(&s, NULL, "/v1/run", body, "someone-else", NULL, &r);
+	expect_error("/v1/run different ids", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "the request's \\\"sandboxId\\\" name different"), "%.400s",
+		      r.body);
+	resp_free(&r);
+	free(body);
+
+	/* DELETE /v1/kv/<id>: a header naming another id is refused, and
+	 * nothing is removed */
+	with_id_header(&s, "DELETE", "/v1/kv/hdr-user", NULL, "other-user", NULL, &r);
+	expect_error("DELETE other id", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "the path name different"), "%.400s", r.body);
+	resp_free(&r);
+	with_id_header(&s, "DELETE", "/v1/kv/hdr-user", NULL, "hdr-user", NULL, &r);
+	ck_assert_msg(r.code == 200 && jnum(r.json, "removed") == 1, "DELETE: %.300s", r.body);
+	resp_free(&r);
+
+	/* /healthz (what a load balancer probes) ignores it */
+	with_id_header(&s, NULL, "/healthz", NULL, "\xff", "x", &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
 /* ---- tests: the warm pool (docs/SERVE.md, "The pool") --------------------------------- */
 
 static double pool_metric(struct server *s, const char *name, const char *label)
@@ -3501,6 +3628,7 @@ Suite *serve_suite(void)
 	ADD(kv_off);
 	ADD(kv_survives_kill);
 	ADD(kv_redis_two_nodes);
+	ADD(sandbox_id_header);
 	ADD(pool_single_use);
 	ADD(pool_limits_and_fallback);
 	ADD(pool_under_load);

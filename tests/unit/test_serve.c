@@ -23,7 +23,7 @@ static int parse_env(const char *body, size_t len, enum moat_language lang,
 	char *b = malloc(len ? len : 1);
 	ck_assert_ptr_nonnull(b);
 	memcpy(b, body, len);
-	int rc = serve_envelope_parse(b, len, lang, env, too_large, err);
+	int rc = serve_envelope_parse(b, len, lang, NULL, env, too_large, err);
 	free(b);
 	return rc;
 }
@@ -186,6 +186,106 @@ END_TEST
 /* Data after the envelope's object is malformed JSON, as it is for the
  * /v1/run request (moat_request_parse_json: "unexpected data after the
  * JSON value"). */
+/* ---- the X-Sandbox-Id header (SERVE.md "Sandbox id in a header") ---- */
+
+/* The envelope parsed with header id hid: 0 and the request's id, or -1 and
+ * the message. */
+static int env_with_header(const char *body, const char *hid, char **id_or_msg)
+{
+	struct serve_envelope env;
+	struct moat_error err = { 0 };
+	bool too_large = false;
+	size_t len = strlen(body);
+	char *b = malloc(len);
+	ck_assert_ptr_nonnull(b);
+	memcpy(b, body, len);
+	int rc = serve_envelope_parse(b, len, MOAT_LANG_PYTHON, hid, &env, &too_large, &err);
+	free(b);
+	ck_assert(!too_large);
+	if (rc == 0) {
+		ck_assert_ptr_null(err.message);
+		*id_or_msg = strndup(env.req->sandbox_id, env.req->sandbox_id_len);
+		ck_assert_uint_eq(strlen(*id_or_msg), env.req->sandbox_id_len);
+		serve_envelope_free(&env);
+	} else {
+		ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+		*id_or_msg = strdup(err.message);
+		moat_error_clear(&err);
+	}
+	return rc;
+}
+
+START_TEST(envelope_header_id)
+{
+	char *s = NULL;
+	/* header only: it is the request's sandboxId */
+	ck_assert_int_eq(env_with_header("{\"code\":\"x\"}", "from-header", &s), 0);
+	ck_assert_str_eq(s, "from-header");
+	free(s);
+	/* both, the same: fine */
+	ck_assert_int_eq(env_with_header("{\"code\":\"x\",\"sandboxId\":\"d\"}", "d", &s), 0);
+	ck_assert_str_eq(s, "d");
+	free(s);
+	/* both, different (a prefix too, and only case apart): 400 */
+	const char *other[] = { "e", "dd", "D", "d ", "" };
+	for (size_t i = 0; i < sizeof other / sizeof other[0]; i++) {
+		ck_assert_int_eq(env_with_header("{\"code\":\"x\",\"sandboxId\":\"d\"}", other[i], &s),
+				 -1);
+		ck_assert_msg(strstr(s, "X-Sandbox-Id header and the envelope's \"sandboxId\" name "
+					"different sandboxes"),
+			      "%s", s);
+		free(s);
+	}
+	/* the envelope's own checks still hold with a header */
+	ck_assert_int_eq(env_with_header("{\"code\":\"x\",\"sandboxId\":5}", "d", &s), -1);
+	ck_assert(strstr(s, "must be a string"));
+	free(s);
+	ck_assert_int_eq(env_with_header("{\"code\":\"x\",\"sandboxId\":\"\"}", "d", &s), -1);
+	ck_assert(strstr(s, "1 to 256"));
+	free(s);
+	/* neither: the message names both places */
+	ck_assert_int_eq(env_with_header("{\"code\":\"x\"}", NULL, &s), -1);
+	ck_assert(strstr(s, "\"sandboxId\" is required") && strstr(s, "X-Sandbox-Id"));
+	free(s);
+
+	/* the header's own check: the envelope's rule (1..256 bytes of UTF-8) */
+	struct moat_error err = { 0 };
+	char id[SERVE_MAX_SANDBOX_ID + 2];
+	memset(id, 'i', sizeof id - 1);
+	id[SERVE_MAX_SANDBOX_ID] = 0;
+	ck_assert_int_eq(serve_sandbox_id_header(id, 1, &err), 0);
+	ck_assert_int_eq(serve_sandbox_id_header("d", 1, &err), 0);
+	ck_assert_int_eq(serve_sandbox_id_header("\xc3\xa9t\xc3\xa9", 1, &err), 0);
+	ck_assert_ptr_null(err.message);
+	id[SERVE_MAX_SANDBOX_ID] = 'i';
+	id[SERVE_MAX_SANDBOX_ID + 1] = 0;
+	const struct {
+		const char *v;
+		unsigned count;
+		const char *want;
+	} bad_h[] = {
+		{ id, 1, "1 to 256 bytes of UTF-8 without NUL (it has 257 bytes)" },
+		{ "", 1, "(it has 0 bytes)" },
+		{ "\xff", 1, "UTF-8" },
+		{ "\xc3", 1, "UTF-8" },
+		{ "d", 2, "more than once" },
+	};
+	for (size_t i = 0; i < sizeof bad_h / sizeof bad_h[0]; i++) {
+		ck_assert_int_eq(serve_sandbox_id_header(bad_h[i].v, bad_h[i].count, &err), -1);
+		ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+		ck_assert_msg(strstr(err.message, bad_h[i].want), "%zu: %s", i, err.message);
+		moat_error_clear(&err);
+	}
+	/* agree: a missing side is no conflict, bytes must match exactly */
+	ck_assert_int_eq(serve_sandbox_id_agree(NULL, "a", 1, "x", &err), 0);
+	ck_assert_int_eq(serve_sandbox_id_agree("a", NULL, 0, "x", &err), 0);
+	ck_assert_int_eq(serve_sandbox_id_agree("a", "a", 1, "x", &err), 0);
+	ck_assert_int_eq(serve_sandbox_id_agree("a", "a\0", 2, "the path", &err), -1);
+	ck_assert(strstr(err.message, "the X-Sandbox-Id header and the path name different"));
+	moat_error_clear(&err);
+}
+END_TEST
+
 START_TEST(envelope_trailing_data)
 {
 	env_bad("{\"code\":\"x\",\"sandboxId\":\"d\"}xyz", MOAT_LANG_PYTHON, NULL);
@@ -1725,6 +1825,7 @@ Suite *serve_suite(void)
 	tcase_add_test(tc, envelope_seed);
 	tcase_add_test(tc, envelope_required_and_types);
 	tcase_add_test(tc, envelope_trailing_data);
+	tcase_add_test(tc, envelope_header_id);
 	tcase_add_test(tc, envelope_code_size);
 	tcase_add_test(tc, envelope_kv);
 	tcase_add_test(tc, envelope_allowed_hosts);
