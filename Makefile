@@ -75,7 +75,7 @@ INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
 .PHONY: all deps check check-unit check-integration check-node check-threads check-vm check-k8s install \
-        uninstall man check-install deb check-deb clean bench bench-egress bench-serve bench-kv timeline soak soak-short fuzz fuzz-build \
+        uninstall man check-install deb check-deb clean bench bench-egress bench-serve bench-kv bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat
 
@@ -204,6 +204,10 @@ check-k8s: $(BUILD)/moat $(BUILD)/test-integration $(BUILD)/oci-seccomp
 # The limits and runner suites again on a pure cgroup v2 kernel under qemu
 # (tools/vm/README.md), in one boot; this machine's cgroups are v1.
 VM_SUITES ?= limits runner
+# Two moat serve nodes in network namespaces, one Redis, HAProxy (root; part of make check)
+check-cluster: $(BUILD)/moat
+	bash tests/cluster/two-node.sh $(BUILD)/moat
+
 check-vm: $(BUILD)/moat $(BUILD)/test-integration
 	tools/vm/run-vm.sh -- env MOAT_BIN=$(CURDIR)/$(BUILD)/moat sh -c \
 	    'rc=0; for s in $(VM_SUITES); do CK_RUN_SUITE=$$s $(BUILD)/test-integration || rc=1; done; exit $$rc'
@@ -226,6 +230,10 @@ bench-serve: $(BUILD)/moat
 # through the Python shim, SQLite and Redis (bench/kv.sh)
 bench-kv: $(BUILD)/moat
 	sh bench/kv.sh $(CURDIR)/$(BUILD)/moat
+
+# Two moat serve nodes behind HAProxy against one node, 8 clients (bench/cluster.sh; root)
+bench-cluster: $(BUILD)/moat
+	bash bench/cluster.sh $(CURDIR)/$(BUILD)/moat
 
 # Where start-up time goes, step by step: an instrumented build (src/core/stamp.h).
 timeline:

@@ -43,6 +43,11 @@ else
 	toolbox_skipped=1
 fi
 
+# two moat serve nodes in network namespaces of their own, one Redis, HAProxy
+# hashing X-Sandbox-Id; root only (else one check, counted skipped)
+echo "== a two-node cluster (tests/cluster/two-node.sh)"
+bash tests/cluster/two-node.sh "$BUILD/moat" 2>&1 | tee -a "$log" || status=1
+
 echo "== make install into a scratch DESTDIR, checked and run there (tests/install/check.sh)"
 bash tests/install/check.sh "$BUILD" 2>&1 | tee -a "$log" || status=1
 
