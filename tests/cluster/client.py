@@ -6,7 +6,7 @@
   client.py bench URL TOKEN CLIENTS REQUESTS CODE
                                      CLIENTS threads, REQUESTS in all, client i using sandbox id
                                      "bench-<i>"; prints one JSON line: requests, ok, failed,
-                                     seconds, rps, p50Ms, p95Ms.
+                                     seconds, rps, p50Ms, p95Ms, latenciesMs.
 """
 import http.client
 import json
@@ -80,8 +80,9 @@ def bench(url, token, clients, requests, code):
     lat.sort()
     pick = lambda q: round(lat[min(len(lat) - 1, int(q * len(lat)))], 1) if lat else None
     print(json.dumps({"requests": requests, "ok": len(lat), "failed": failed[0],
-                      "seconds": round(secs, 2), "rps": round(len(lat) / secs, 2),
-                      "p50Ms": pick(0.5), "p95Ms": pick(0.95)}))
+                      "seconds": round(secs, 3), "rps": round(len(lat) / secs, 2),
+                      "p50Ms": pick(0.5), "p95Ms": pick(0.95),
+                      "latenciesMs": [round(x, 1) for x in lat]}))
 
 
 if __name__ == "__main__":

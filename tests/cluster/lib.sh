@@ -73,14 +73,18 @@ cl_netns() {
 	eval "CL_HOST$n=$CL_NET.$a CL_NODE$n=$CL_NET.$b"
 }
 
-# Namespaces for nodes 1 and 2, then redis-server on 127.0.0.1 and both
-# host ends (AOF, fsync always: an acknowledged write is on disk).
+# Namespaces for nodes 1 and 2 (and 3 with an argument "3"), then
+# redis-server on 127.0.0.1 and the host ends (AOF, fsync always: an
+# acknowledged write is on disk).
 cl_redis_start() {
-	cl_netns 1 || return 1
-	cl_netns 2 || return 1
+	local n binds=127.0.0.1
+	for n in 1 2 ${1:-}; do
+		cl_netns "$n" || return 1
+		eval "binds=\"\$binds \$CL_HOST$n\""
+	done
 	CL_REDIS_PORT=$(cl_free_port)
 	mkdir -p "$CL_DIR/redis"
-	redis-server --port "$CL_REDIS_PORT" --bind "127.0.0.1 $CL_HOST1 $CL_HOST2" \
+	redis-server --port "$CL_REDIS_PORT" --bind "$binds" \
 		--protected-mode no --save "" --appendonly yes --appendfsync always \
 		--dir "$CL_DIR/redis" --daemonize no >"$CL_DIR/redis.log" 2>&1 &
 	CL_REDIS_PID=$!
@@ -128,10 +132,11 @@ cl_node_stop() {
 	eval "CL_PID$1="
 }
 
-# HAProxy on 127.0.0.1:CL_HAPROXY_PORT in front of nodes 1 and 2 (or of
-# the nodes named in $1, e.g. "1").
+# HAProxy on 127.0.0.1:CL_HAPROXY_PORT (pid CL_HAPROXY_PID) in front of
+# nodes 1 and 2, or of the nodes named in $1 (e.g. "1"); $2 names its
+# files when several run at once.
 cl_haproxy_start() {
-	local nodes=${1:-1 2} n ip
+	local nodes=${1:-1 2} name=${2:-haproxy} n ip
 	CL_HAPROXY_PORT=$(cl_free_port)
 	{
 		cat <<CFG
@@ -159,8 +164,8 @@ CFG
 			eval "ip=\$CL_NODE$n"
 			printf '\tserver n%s %s:%s check\n' "$n" "$ip" "$CL_PORT"
 		done
-	} >"$CL_DIR/haproxy.cfg"
-	haproxy -db -f "$CL_DIR/haproxy.cfg" >"$CL_DIR/haproxy.log" 2>&1 &
+	} >"$CL_DIR/$name.cfg"
+	haproxy -db -f "$CL_DIR/$name.cfg" >"$CL_DIR/$name.log" 2>&1 &
 	CL_HAPROXY_PID=$!
 	CL_PIDS="$CL_PIDS $CL_HAPROXY_PID"
 	local i
@@ -169,7 +174,7 @@ CFG
 		kill -0 "$CL_HAPROXY_PID" 2>/dev/null || break
 		sleep 0.05
 	done
-	echo "haproxy did not start: $(tail -n 5 "$CL_DIR/haproxy.log")" >&2
+	echo "haproxy did not start: $(tail -n 5 "$CL_DIR/$name.log")" >&2
 	return 1
 }
 
