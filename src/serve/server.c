@@ -21,6 +21,7 @@
 #include "core/core.h"
 #include "core/sha256.h"
 #include "core/sys.h"
+#include "net/net.h"
 #include "serve/internal.h"
 #include "serve/mhd_dl.h"
 
@@ -607,9 +608,10 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 	struct moat_error err = { 0 };
 	enum MHD_Result r;
 	const char *body = q->body.data ? q->body.data : "";
-	/* the X-Sandbox-Id header, if any, is the request's "sandboxId";
-	 * moat_request_validate adds the network's rules */
+	/* moat_request_parse_json with the X-Sandbox-Id header, if any, as
+	 * the request's "sandboxId" */
 	if (moat_request_parse_id(body, q->body.len, q->header_id, &req, &err) < 0 ||
+	    moat_net_validate(req, &err) < 0 ||
 	    serve_limits_apply(&q->s->limits, req,
 			       moat_config_request_keys(body, q->body.len), &err) < 0 ||
 	    moat_request_validate(req, &err) < 0) {

@@ -157,11 +157,16 @@ static int server_start_as(struct server *s, const char *password, bool cluster,
 		server_stop(s);
 		return -1;
 	}
+	/* a Cluster node's bus port is the port + 10000 unless told: a free
+	 * port of its own, since the port + 10000 may be past 65535 */
+	char bus[16];
+	snprintf(bus, sizeof bus, "%u", cluster ? free_port() : 0);
 	const char *argv[] = { "redis-server", "--port", port, "--bind", "127.0.0.1",
 			       "--save", "", "--appendonly", "no", "--daemonize", "no",
 			       "--dir", s->dir,
 			       cluster ? "--cluster-enabled" : password ? "--requirepass" : NULL,
-			       cluster ? "yes" : password, NULL };
+			       cluster ? "yes" : password,
+			       cluster ? "--cluster-port" : NULL, bus, NULL };
 	pid_t parent = getpid();
 	s->pid = fork();
 	if (s->pid == 0) {
