@@ -72,6 +72,14 @@ function transpile(ts, b) {
 }
 
 function main() {
+  // what a program's first output and its start would load, loaded before
+  // the request arrives: the stdout and stderr streams (fds 1 and 2 are
+  // already the program's), the module loader, and child_process for
+  // esbuild. Not stdin: its stream would start reading the request.
+  void process.stdout;
+  void process.stderr;
+  require("node:module");
+  require("node:child_process");
   const req = JSON.parse(readExact(readHeader()).toString("utf8"));
   const b = (s) => Buffer.from(s, "base64");
   let main = req.ts ? b(req.ts.code).toString("utf8") : "/sandbox/main.js";
