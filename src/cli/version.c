@@ -3,6 +3,7 @@
  * user can tell whether a library security update reached moat. */
 #include <cJSON.h>
 #include <dlfcn.h>
+#include <netlink/msg.h>
 #include <netlink/version.h>
 #include <seccomp.h>
 #include <stdio.h>
@@ -28,7 +29,8 @@ int cli_version(void)
 	       sv ? sv->micro : 0, linkage((const void *)seccomp_version, "libseccomp.so"));
 	printf("libcap (%s)\n", linkage((const void *)cap_get_proc, "libcap.so"));
 	printf("libnl-3 %d.%d.%d (%s)\n", nl_ver_maj, nl_ver_min, nl_ver_mic,
-	       linkage((const void *)&nl_ver_num, "libnl-3.so"));
+	       /* a function: a data symbol (nl_ver_num) is copied into the executable */
+	       linkage((const void *)nlmsg_free, "libnl-3.so"));
 	printf("cJSON %s (%s)\n", cJSON_Version(), linkage((const void *)cJSON_Version, "libcjson.so"));
 	return 0;
 }
