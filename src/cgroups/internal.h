@@ -74,4 +74,36 @@ int moat_cg_rmdir_wait(const char *dir);
 /* Removes sibling leaves under parent left by supervisors that are gone. */
 void moat_cg_remove_stale(const char *parent);
 
+/* ---- delegation from the user's systemd (systemd.c) ---- */
+/* Whether a run asks systemd for a delegated scope: a unified host, no
+ * usable v2 parent, none named by MOAT_CGROUP_PARENT (the caller's choice
+ * stands), not root, and the request asks for a limit. */
+bool moat_cg_delegation_wanted(bool v2_pure, bool have_parent, bool parent_from_env, uid_t euid,
+			       bool want_limit);
+/* The user bus address: dbus_env when set (DBUS_SESSION_BUS_ADDRESS, as
+ * given), else unix:path=<xdg_env>/bus (XDG_RUNTIME_DIR, absolute), else
+ * unix:path=/run/user/<uid>/bus when owned_socket says it is a socket of
+ * uid. Malloc'd, or NULL with *why (malloc'd; NULL: out of memory). */
+char *moat_cg_user_bus(const char *dbus_env, const char *xdg_env, uid_t uid,
+		       bool (*owned_socket)(const char *path, uid_t uid), char **why);
+/* D-Bus address value escaping ("/run/user/1000/bus" unchanged; others %XX). */
+char *moat_cg_dbus_escape(const char *s);
+/* "moat-<pid>-<8 hex>.scope"; 0, or -1 when it does not fit. */
+int moat_cg_scope_name(pid_t pid, uint32_t rnd, char *buf, size_t len);
+/* true when cgroup path v2path is the unit's own cgroup (last component). */
+bool moat_cg_path_in_unit(const char *v2path, const char *unit);
+/* A sentence for a failed step: r a negative errno, or the D-Bus error
+ * name and message; a hint for the common causes. Malloc'd. */
+char *moat_cg_systemd_error(const char *step, int r, const char *bus_name, const char *bus_msg,
+			    const char *addr);
+/* Asks the user manager for a transient scope moat-<pid>-<random>.scope in
+ * app.slice with Delegate=yes and PIDs=[getpid()], waits for its start job
+ * and for /proc/self/cgroup to name it, all within timeout_ms. 0 with *unit
+ * (malloc'd), or -1 with *why (malloc'd, names the systemd error). Loads
+ * libsystemd on first use. The caller re-probes its cgroup either way. */
+int moat_cg_systemd_delegate(int timeout_ms, char **unit, char **why);
+/* For moat doctor, changing nothing: 0 with the manager's *version and the
+ * bus *addr (malloc'd), or -1 with *why (malloc'd). */
+int moat_cg_systemd_reachable(int timeout_ms, char **version, char **addr, char **why);
+
 #endif

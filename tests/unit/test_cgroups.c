@@ -333,6 +333,136 @@ START_TEST(null_safe)
 }
 END_TEST
 
+
+/* ---- delegation from the user's systemd (cgroups/systemd.c) ------------- */
+
+START_TEST(delegation_decision)
+{
+	/* asked only: unified host, no usable parent, no MOAT_CGROUP_PARENT,
+	 * not root, a limit requested */
+	ck_assert(moat_cg_delegation_wanted(true, false, false, 1000, true));
+	ck_assert(!moat_cg_delegation_wanted(false, false, false, 1000, true)); /* hybrid/v1 */
+	ck_assert(!moat_cg_delegation_wanted(true, true, false, 1000, true));   /* delegated */
+	ck_assert(!moat_cg_delegation_wanted(true, false, true, 1000, true));   /* env parent */
+	ck_assert(!moat_cg_delegation_wanted(true, false, false, 0, true));     /* root */
+	ck_assert(!moat_cg_delegation_wanted(true, false, false, 1000, false)); /* no limit */
+}
+END_TEST
+
+static bool sock_yes(const char *path, uid_t uid)
+{
+	return !strcmp(path, "/run/user/1000/bus") && uid == 1000;
+}
+
+static bool sock_no(const char *path, uid_t uid)
+{
+	return false;
+}
+
+START_TEST(user_bus_choice)
+{
+	char *why = NULL;
+	/* the caller's DBUS_SESSION_BUS_ADDRESS is taken as given */
+	char *a = moat_cg_user_bus("unix:path=/tmp/x,guid=1", "/run/user/1000", 1000, sock_no, &why);
+	ck_assert_str_eq(a, "unix:path=/tmp/x,guid=1");
+	ck_assert_ptr_null(why);
+	free(a);
+	/* else $XDG_RUNTIME_DIR/bus, escaped for an address */
+	a = moat_cg_user_bus(NULL, "/run/user/1000", 1000, sock_no, &why);
+	ck_assert_str_eq(a, "unix:path=/run/user/1000/bus");
+	free(a);
+	a = moat_cg_user_bus("", "/tmp/my dir,x=y", 1000, sock_no, &why);
+	ck_assert_str_eq(a, "unix:path=/tmp/my%20dir%2cx%3dy/bus");
+	free(a);
+	ck_assert_ptr_null(moat_cg_user_bus(NULL, "run/user/1000", 1000, sock_yes, &why));
+	ck_assert_msg(why && strstr(why, "not an absolute path"), "%s", why);
+	free(why);
+	/* else /run/user/<uid>/bus, only when it is uid's socket */
+	a = moat_cg_user_bus(NULL, NULL, 1000, sock_yes, &why);
+	ck_assert_str_eq(a, "unix:path=/run/user/1000/bus");
+	free(a);
+	a = moat_cg_user_bus(NULL, "", 1000, sock_yes, &why);
+	ck_assert_str_eq(a, "unix:path=/run/user/1000/bus");
+	free(a);
+	ck_assert_ptr_null(moat_cg_user_bus(NULL, NULL, 1001, sock_yes, &why));
+	ck_assert_msg(why && strstr(why, "/run/user/1001/bus is not a socket of uid 1001") &&
+		      strstr(why, "enable-linger"), "%s", why);
+	free(why);
+}
+END_TEST
+
+START_TEST(scope_names)
+{
+	char buf[96];
+	ck_assert_int_eq(moat_cg_scope_name(4321, 0xabcdef01u, buf, sizeof buf), 0);
+	ck_assert_str_eq(buf, "moat-4321-abcdef01.scope");
+	ck_assert_int_eq(moat_cg_scope_name(4321, 1, buf, 10), -1);
+	const char *u = "moat-4321-abcdef01.scope";
+	ck_assert(moat_cg_path_in_unit("/user.slice/user-1000.slice/user@1000.service/app.slice/"
+				       "moat-4321-abcdef01.scope", u));
+	/* not the scope: a cgroup below it, above it, or a longer name */
+	ck_assert(!moat_cg_path_in_unit("/user.slice/x/moat-4321-abcdef01.scope/moat-4321-"
+					"supervisor", u));
+	ck_assert(!moat_cg_path_in_unit("/user.slice/user-1000.slice/session-2.scope", u));
+	ck_assert(!moat_cg_path_in_unit("/a/xmoat-4321-abcdef01.scope", u));
+	ck_assert(!moat_cg_path_in_unit("/a/moat-4321-abcdef01.scope2", u));
+	ck_assert(!moat_cg_path_in_unit(NULL, u));
+	ck_assert(!moat_cg_path_in_unit("/a/b", ""));
+}
+END_TEST
+
+START_TEST(systemd_error_mapping)
+{
+	char *w = moat_cg_systemd_error("cannot connect to the user bus", -ENOENT, NULL, NULL,
+					"unix:path=/run/user/7/bus");
+	ck_assert_msg(strstr(w, "cannot connect to the user bus on unix:path=/run/user/7/bus: ") &&
+		      strstr(w, strerror(ENOENT)) && strstr(w, "enable-linger"), "%s", w);
+	free(w);
+	w = moat_cg_systemd_error("StartTransientUnit", -EACCES,
+				  "org.freedesktop.DBus.Error.AccessDenied", "Access denied by policy",
+				  "unix:path=/b");
+	ck_assert_msg(strstr(w, "org.freedesktop.DBus.Error.AccessDenied: Access denied by policy") &&
+		      strstr(w, "(systemd refused)"), "%s", w);
+	free(w);
+	w = moat_cg_systemd_error("StartTransientUnit", -EHOSTUNREACH,
+				  "org.freedesktop.DBus.Error.ServiceUnknown", "", NULL);
+	ck_assert_msg(strstr(w, "the user bus") && strstr(w, strerror(EHOSTUNREACH)) &&
+		      strstr(w, "no systemd user manager"), "%s", w);
+	free(w);
+	w = moat_cg_systemd_error("StartTransientUnit", -ETIMEDOUT, NULL, NULL, "unix:path=/b");
+	ck_assert_msg(strstr(w, "no answer in time"), "%s", w);
+	free(w);
+}
+END_TEST
+
+/* The real call, against a bus address where nothing listens: the error
+ * names the address and the errno (this loads libsystemd.so.0, present
+ * wherever systemd is installed; without it the error says that). */
+START_TEST(delegate_without_bus_fails_with_reason)
+{
+	char dir[] = "/tmp/moat-unit-bus-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	char addr[128];
+	snprintf(addr, sizeof addr, "unix:path=%s/bus", dir);
+	const char *old = getenv("DBUS_SESSION_BUS_ADDRESS");
+	char *saved = old ? strdup(old) : NULL;
+	setenv("DBUS_SESSION_BUS_ADDRESS", addr, 1);
+	char *unit = NULL, *why = NULL;
+	int rc = moat_cg_systemd_delegate(2000, &unit, &why);
+	if (saved)
+		setenv("DBUS_SESSION_BUS_ADDRESS", saved, 1);
+	else
+		unsetenv("DBUS_SESSION_BUS_ADDRESS");
+	free(saved);
+	rmdir(dir);
+	ck_assert_int_eq(rc, -1);
+	ck_assert_ptr_null(unit);
+	ck_assert_msg(why && (strstr(why, "libsystemd.so.0") ||
+			      (strstr(why, addr) && strstr(why, strerror(ENOENT)))), "%s", why);
+	free(why);
+}
+END_TEST
+
 Suite *cgroups_suite(void)
 {
 	Suite *s = suite_create("cgroups");
@@ -352,6 +482,11 @@ Suite *cgroups_suite(void)
 	tcase_add_test(tc, file_helpers);
 	tcase_add_test(tc, mech_names_and_describe);
 	tcase_add_test(tc, null_safe);
+	tcase_add_test(tc, delegation_decision);
+	tcase_add_test(tc, user_bus_choice);
+	tcase_add_test(tc, scope_names);
+	tcase_add_test(tc, systemd_error_mapping);
+	tcase_add_test(tc, delegate_without_bus_fails_with_reason);
 	suite_add_tcase(s, tc);
 	return s;
 }
