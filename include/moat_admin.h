@@ -90,6 +90,13 @@ void moat_apparmor_probe(struct moat_apparmor *aa);
  * paragraph with the exact commands), or NULL when nothing stands in the
  * way (malloc'd). */
 char *moat_apparmor_fix(const struct moat_apparmor *aa);
+/* For a long-lived caller (moat serve, at start): what the first run asking
+ * for a limit would do about cgroup delegation, done now and once. Rootless
+ * on a cgroup v2 host whose cgroup is not delegated, moat asks the user's
+ * systemd for a transient scope with Delegate=yes and moves into it. 0 when
+ * nothing was needed or it worked, -1 when runs will fall back to rlimits;
+ * *note (malloc'd, or NULL when nothing was needed) says which, for a log. */
+int moat_cgroup_delegate(char **note);
 /* Where cgroup v2 is and which parent moat would use; changes nothing. */
 int moat_cgroup_describe(FILE *out);
 /* What a run asking for every limit would get on this host, decided as a

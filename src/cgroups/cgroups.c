@@ -8,8 +8,12 @@
  *    the cgroup moat runs in when it is writable (delegated). In the latter
  *    case moat first moves itself into a sibling leaf moat-<pid>-supervisor
  *    so the parent holds no processes and controllers can be enabled in its
- *    cgroup.subtree_control. No sd-bus: without delegation the warning says
- *    how to get it (systemd-run --user --scope -p Delegate=yes moat ...).
+ *    cgroup.subtree_control. Rootless without delegation (a terminal's
+ *    session-N.scope), a run asking for a limit first asks the user's
+ *    systemd for a transient scope with Delegate=yes holding moat
+ *    (systemd.c), once per process, and probes again: the scope is then
+ *    moat's own, delegated cgroup. If that fails, the fallback's warning
+ *    names the systemd error.
  *  - cgroup v1: a leaf under the cgroup moat is in, per controller (memory,
  *    pids, cpu, cpuacct); the child joins them in moat_cgroup_attach before
  *    it is released. On hybrid hosts a leaf in the cgroup2 mount is also
@@ -37,6 +41,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -48,6 +53,7 @@
 
 #include "cgroups/cgroups.h"
 #include "cgroups/internal.h"
+#include "core/stamp.h"
 #include "core/sys.h"
 
 #define CGROUP_ROOT "/sys/fs/cgroup"
@@ -83,6 +89,7 @@ struct probe {
 	bool v2_pure;             /* cgroup2 at /sys/fs/cgroup: the limits live there */
 	char *v2_parent;          /* where v2 run leaves go, or NULL */
 	bool v2_own;              /* v2_parent is moat's own cgroup */
+	bool v2_env;              /* MOAT_CGROUP_PARENT is set */
 	bool v2_avail[L__COUNT];  /* controller listed in v2_parent's cgroup.controllers */
 	char *v2_why;             /* why there is no usable v2 parent */
 	char *v1_parent[MOAT_V1__COUNT];
@@ -177,6 +184,7 @@ static void probe_v2_parent(struct probe *p)
 {
 	const char *conf = secure_getenv("MOAT_CGROUP_PARENT");
 	char *dir = NULL;
+	p->v2_env = conf && *conf;
 	if (conf && *conf) {
 		size_t ml = strlen(p->v2_mount);
 		if (conf[0] != '/' || strstr(conf, "/../") ||
@@ -418,6 +426,97 @@ static int warn(struct moat_result *res, struct moat_error *err, const char *f, 
 
 static void cg_free(struct moat_cgroup *cg, struct moat_result *res);
 
+/* ---- delegation from systemd --------------------------------------------- */
+
+/* Bound on the whole exchange with the user manager (connect, the call, the
+ * start job, PID 1 moving moat): about 10-30 ms when it works; a manager that
+ * hangs costs a run this much once. */
+#define SYSTEMD_TIMEOUT_MS 5000
+
+/* Asked once per process, under a lock: threads of one process share its
+ * cgroup, and a second scope would only take moat out of the first. Later
+ * runs find the scope as moat's own cgroup, or get the same failure. */
+static pthread_mutex_t deleg_mu = PTHREAD_MUTEX_INITIALIZER;
+static int deleg_state;  /* 0: not asked, 1: delegated, -1: failed */
+static char *deleg_unit; /* the scope, once delegated */
+static char *deleg_why;  /* why not, once failed */
+
+/* 0 when moat is (now or already) in a scope systemd delegated, -1 with
+ * *why (malloc'd) otherwise. */
+static int systemd_delegate(char **why)
+{
+	*why = NULL;
+	pthread_mutex_lock(&deleg_mu);
+	if (deleg_state == 0) {
+		char *unit = NULL, *w = NULL;
+		if (moat_cg_systemd_delegate(SYSTEMD_TIMEOUT_MS, &unit, &w) == 0) {
+			deleg_state = 1;
+			deleg_unit = unit;
+		} else {
+			deleg_state = -1;
+			deleg_why = w;
+		}
+	}
+	int rc = deleg_state == 1 ? 0 : -1;
+	if (rc < 0)
+		*why = strdup(deleg_why ? deleg_why : "out of memory");
+	pthread_mutex_unlock(&deleg_mu);
+	return rc;
+}
+
+/* After probe_host: when the run wants a limit and no v2 parent is usable,
+ * ask systemd and probe again (moat's cgroup is read anew from
+ * /proc/self/cgroup and checked like any other: nothing systemd said is
+ * trusted). On failure the probe's reason gains systemd's. */
+static void maybe_delegate(struct probe *p, bool want_limit)
+{
+	if (!moat_cg_delegation_wanted(p->v2_pure, p->v2_parent != NULL, p->v2_env, geteuid(),
+				       want_limit && p->self_ok))
+		return;
+	char *dwhy = NULL;
+	int rc = systemd_delegate(&dwhy);
+	moat_stamp("sup: systemd asked");
+	if (rc == 0) {
+		probe_free(p);
+		probe_host(p);
+		return;
+	}
+	char *w = fmt("%s; moat asked the user's systemd for a delegated scope: %s",
+		      p->v2_why ? p->v2_why : "no usable cgroup2 parent",
+		      dwhy ? dwhy : "out of memory");
+	if (w) {
+		free(p->v2_why);
+		p->v2_why = w;
+	}
+	free(dwhy);
+}
+
+int moat_cgroup_delegate(char **note)
+{
+	*note = NULL;
+	struct probe p;
+	probe_host(&p);
+	bool wanted = moat_cg_delegation_wanted(p.v2_pure, p.v2_parent != NULL, p.v2_env,
+						 geteuid(), p.self_ok);
+	int rc = 0;
+	if (wanted) {
+		maybe_delegate(&p, true);
+		if (p.v2_parent) {
+			pthread_mutex_lock(&deleg_mu);
+			*note = fmt("limits: cgroup v2 under %s (systemd delegated the scope %s)",
+				    p.v2_parent, deleg_unit ? deleg_unit : "?");
+			pthread_mutex_unlock(&deleg_mu);
+		} else {
+			*note = fmt("limits: no cgroup: %s; runs fall back to rlimits and say so, "
+				    "and strictLimits requests fail",
+				    p.v2_why ? p.v2_why : "no usable cgroup2 parent");
+			rc = -1;
+		}
+	}
+	probe_free(&p);
+	return rc;
+}
+
 int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 			struct moat_cgroup **out, struct moat_error *err)
 {
@@ -431,6 +530,7 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 	char *why[L__COUNT] = { NULL, NULL, NULL }; /* why a limit has no cgroup */
 	struct probe p;
 	probe_host(&p);
+	maybe_delegate(&p, want[L_MEMORY] || want[L_PIDS] || want[L_CPU]);
 	char name[64];
 	moat_cg_leaf_name(getpid(), next_counter(), name, sizeof name);
 	int rc = -1;
@@ -842,6 +942,37 @@ int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_er
 	return 0;
 }
 
+/* doctor's line on delegation from systemd, changing nothing */
+static void describe_systemd(FILE *out, const struct probe *p)
+{
+	const char *h = "systemd delegation: ";
+	pthread_mutex_lock(&deleg_mu);
+	char *unit = deleg_unit ? strdup(deleg_unit) : NULL;
+	pthread_mutex_unlock(&deleg_mu);
+	if (unit)
+		fprintf(out, "%sin use: moat runs in the scope %s systemd delegated\n", h, unit);
+	else if (!p->v2_pure)
+		fprintf(out, "%snot used: cgroup v2 is not the unified hierarchy here\n", h);
+	else if (p->v2_env)
+		fprintf(out, "%snot used: MOAT_CGROUP_PARENT names the parent\n", h);
+	else if (geteuid() == 0)
+		fprintf(out, "%snot used: root creates its cgroups itself\n", h);
+	else if (p->v2_parent)
+		fprintf(out, "%snot needed: moat's own cgroup is delegated\n", h);
+	else {
+		char *ver = NULL, *addr = NULL, *why = NULL;
+		if (moat_cg_systemd_reachable(SYSTEMD_TIMEOUT_MS, &ver, &addr, &why) == 0)
+			fprintf(out, "%savailable: systemd %s at %s; a run asking for a limit first "
+				"moves moat into a transient scope with Delegate=yes\n", h, ver, addr);
+		else
+			fprintf(out, "%snot available: %s\n", h, why ? why : "out of memory");
+		free(ver);
+		free(addr);
+		free(why);
+	}
+	free(unit);
+}
+
 int moat_cgroup_describe(FILE *out)
 {
 	struct probe p;
@@ -858,6 +989,7 @@ int moat_cgroup_describe(FILE *out)
 	else if (p.v2_why)
 		fprintf(out, "cgroup2 parent:     none%s: %s\n",
 			p.v2_pure ? "" : " (on this hybrid host only for cgroup.kill)", p.v2_why);
+	describe_systemd(out, &p);
 	probe_free(&p);
 	return 0;
 }

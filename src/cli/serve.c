@@ -406,6 +406,16 @@ int cli_serve(int argc, char **argv)
 	pthread_sigmask(SIG_BLOCK, &stop, NULL); /* every thread started after this inherits it */
 	signal(SIGPIPE, SIG_IGN);
 
+	/* rootless on a systemd host without a delegated cgroup: ask systemd for
+	 * one now, once, rather than in the first run that asks for a limit */
+	{
+		char *note = NULL;
+		(void)moat_cgroup_delegate(&note);
+		if (note)
+			fprintf(stderr, "moat serve: %s\n", note);
+		free(note);
+	}
+
 	struct moat_serve_options o = {
 		.listen_fd = fd, .listen_desc = desc ? desc : "?", .unlink_path = sock,
 		.token = token, .max_concurrent = maxc, .queue = queue, .grace_s = grace,

@@ -17,5 +17,6 @@ Suite *egress_suite(void);
 Suite *serve_suite(void);
 Suite *kv_suite(void);
 Suite *argv_suite(void);
+Suite *systemd_suite(void);
 
 #endif

@@ -76,10 +76,23 @@ static const char *root_mech(void)
 }
 
 /* Rootless: a cgroup only with delegation; otherwise the rlimit fallback.
- * Any limit the request set tells (the others are "none"). */
+ * Any limit the request set tells (the others are "none"). Under
+ * make check-systemd (MOAT_TEST_SYSTEMD=1: systemd as PID 1, the tests in a
+ * session that is not delegated) every limit set must be cgroup-v2, through
+ * the scope moat asked systemd for: the fallback fails the test there. */
 static bool rootless_has_cgroup(const struct run_out *o)
 {
 	static const char *const keys[] = { "memory", "pids", "cpu" };
+	const char *sd = getenv("MOAT_TEST_SYSTEMD");
+	if (sd && !strcmp(sd, "1")) {
+		for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+			const char *m = limit_of(o, keys[i]);
+			ck_assert_msg(!strcmp(m, "none") || !strcmp(m, "cgroup-v2"),
+				      "limits.%s is %s, not cgroup-v2 through systemd: %s", keys[i],
+				      m, o->out);
+		}
+		return true;
+	}
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
 		if (!strncmp(limit_of(o, keys[i]), "cgroup-", 7))
 			return true;
@@ -691,6 +704,12 @@ START_TEST(rootless_fallback_is_reported)
 	expect_result(&o);
 	if (_i == MODE_ROOTLESS && harness_cgroup_parent(MODE_ROOTLESS) && unified_host()) {
 		/* a delegated cgroup v2 subtree (tools/vm): no fallback at all */
+		ck_assert_str_eq(limit_of(&o, "memory"), "cgroup-v2");
+		ck_assert_str_eq(limit_of(&o, "pids"), "cgroup-v2");
+		ck_assert_int_eq(warning_count(&o), 0);
+	} else if (_i == MODE_ROOTLESS && getenv("MOAT_TEST_SYSTEMD")) {
+		/* make check-systemd: delegated by systemd, no fallback at all */
+		ck_assert(rootless_has_cgroup(&o));
 		ck_assert_str_eq(limit_of(&o, "memory"), "cgroup-v2");
 		ck_assert_str_eq(limit_of(&o, "pids"), "cgroup-v2");
 		ck_assert_int_eq(warning_count(&o), 0);
