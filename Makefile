@@ -75,7 +75,7 @@ INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
 .PHONY: all deps check check-unit check-integration check-node check-threads check-vm check-k8s install \
-        uninstall man check-install deb check-deb clean bench bench-egress bench-serve bench-kv bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
+        uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat
 
@@ -203,7 +203,7 @@ check-k8s: $(BUILD)/moat $(BUILD)/test-integration $(BUILD)/oci-seccomp
 
 # The limits and runner suites again on a pure cgroup v2 kernel under qemu
 # (tools/vm/README.md), in one boot; this machine's cgroups are v1.
-VM_SUITES ?= limits runner
+VM_SUITES ?= limits runner systemd
 # Two moat serve nodes in network namespaces, one Redis, HAProxy (root; part of make check)
 check-cluster: $(BUILD)/moat
 	bash tests/cluster/two-node.sh $(BUILD)/moat
@@ -211,6 +211,13 @@ check-cluster: $(BUILD)/moat
 check-vm: $(BUILD)/moat $(BUILD)/test-integration
 	tools/vm/run-vm.sh -- env MOAT_BIN=$(CURDIR)/$(BUILD)/moat sh -c \
 	    'rc=0; for s in $(VM_SUITES); do CK_RUN_SUITE=$$s $(BUILD)/test-integration || rc=1; done; exit $$rc'
+
+# Delegation from systemd (src/cgroups/systemd.c) on a real one: the same VM
+# with systemd as PID 1 (tools/vm/README.md), uid 65534 lingering; the suites
+# run rootless in a logind session, not delegated (tests/systemd/check.sh).
+SYSTEMD_SUITES ?= systemd
+check-systemd: $(BUILD)/moat $(BUILD)/test-integration
+	MOAT_VM_SYSTEMD=1 tools/vm/run-vm.sh -- sh tests/systemd/check.sh $(BUILD) $(SYSTEMD_SUITES)
 
 # Figures, not tests: moat vs bare, unshare and bubblewrap (bench/README.md).
 bench: $(BUILD)/moat

@@ -16,6 +16,7 @@
 #   moat.run=PATH       per-run directory on the repo share (cmd, status)
 #   moat.slowdown=N     exported as MOAT_TEST_SLOWDOWN
 #   moat.accel=tcg|kvm  exported as MOAT_VM_ACCEL
+#   moat.systemd=1      stage 2 execs systemd as PID 1 instead (see stage2_systemd)
 
 CONTROLLERS="+cpu +memory +pids"
 ROOTLESS_UID=65534
@@ -104,6 +105,11 @@ stage2() {
 	$BB mkdir -p "$REPO" && $BB mount -o bind /run/moat-repo "$REPO" ||
 		die "cannot bind the repository at $REPO"
 
+	if [ "$(param moat.systemd)" = 1 ]; then
+		stage2_systemd
+		die "systemd did not start"
+	fi
+
 	# Pure cgroup v2: PID 1 goes to a leaf so the root only has kernel threads.
 	# moat gets a parent of its own for root runs (moat-root, passed to moat
 	# as MOAT_CGROUP_PARENT by the test harness), as a real deployment would,
@@ -140,7 +146,66 @@ stage2() {
 	sleep 10
 }
 
+# moat.systemd=1: systemd (the host's /lib/systemd/systemd) becomes PID 1,
+# mounts the cgroup2 hierarchy itself and starts one unit, moat-vm-check.service
+# (systemd.unit= on the command line): a root oneshot that runs the command
+# ("check" below) and powers off. Nothing else of the host's boot: no fstab
+# (the overlay is the root), only what sysinit.target, dbus and logind need.
+# uid 65534 lingers, so logind starts user@65534.service at boot.
+stage2_systemd() {
+	$BB mkdir -p /var/lib/systemd/linger /etc/systemd/system
+	: > /var/lib/systemd/linger/nobody
+	echo "# moat-vm: no mounts beyond the overlay root" > /etc/fstab
+	# the host may be a container: systemd would take the guest for one too
+	# (/.dockerenv) and then ignore the kernel command line
+	$BB rm -f /.dockerenv /run/.containerenv
+	{
+		echo "[Unit]"
+		echo "Description=moat VM check"
+		echo "Wants=dbus.socket dbus.service systemd-logind.service"
+		echo "After=dbus.socket dbus.service systemd-logind.service"
+		echo "[Service]"
+		echo "Type=oneshot"
+		echo "ExecStart=$BB sh /run/moat-vm/init check"
+		echo "StandardInput=null"
+		echo "StandardOutput=tty"
+		echo "StandardError=tty"
+		echo "TTYPath=/dev/console"
+		echo "TimeoutStartSec=infinity"
+	} > /etc/systemd/system/moat-vm-check.service
+	read -r up _ < /proc/uptime
+	log "exec systemd (uptime ${up}s)"
+	exec /lib/systemd/systemd --unit=moat-vm-check.service
+}
+
+# In the guest under systemd, as root in moat-vm-check.service: the same
+# environment as stage 2 (without the test cgroups: systemd owns the tree),
+# the command, its status, power off.
+check() {
+	BB=/run/moat-vm/busybox
+	export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+	export HOME=/root TERM=dumb LANG=C.UTF-8
+	REPO=$(param moat.repo)
+	RUN=$(param moat.run)
+	slowdown=$(param moat.slowdown) || slowdown=1
+	accel=$(param moat.accel) || accel=unknown
+	export MOAT_VM=1 MOAT_VM_SYSTEMD=1 MOAT_VM_ACCEL="$accel" MOAT_TEST_SLOWDOWN="$slowdown"
+	export CK_TIMEOUT_MULTIPLIER="$slowdown"
+	cd "$REPO" || die "no $REPO"
+	read -r up _ < /proc/uptime
+	log "running command under systemd (uptime ${up}s, accel $accel)"
+	/bin/sh "$RUN/cmd"
+	rc=$?
+	read -r up _ < /proc/uptime
+	echo "$rc" > "$RUN/status"
+	$BB sync
+	log "exit status $rc (uptime ${up}s)"
+	$BB poweroff -f
+	sleep 10
+}
+
 case ${1:-} in
 stage2) stage2 ;;
+check) check ;;
 *) stage1 ;;
 esac

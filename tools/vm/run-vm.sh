@@ -153,6 +153,8 @@ boot() {	# $1: kvm|tcg; sets vm_rc
 	if [ "$acc" = kvm ]; then slowdown=${MOAT_TEST_SLOWDOWN:-2}; cpu=host
 	else slowdown=${MOAT_TEST_SLOWDOWN:-40}; cpu=max; fi
 	append="console=ttyS0 panic=-1 cgroup_no_v1=all mitigations=off"
+	# MOAT_VM_SYSTEMD=1: systemd as PID 1 (init.sh, stage2_systemd), pure cgroup v2
+	[ "${MOAT_VM_SYSTEMD:-0}" = 1 ] && append+=" moat.systemd=1 systemd.unified_cgroup_hierarchy=1 systemd.unit=moat-vm-check.service systemd.show_status=0"
 	[ "${MOAT_VM_VERBOSE:-0}" = 1 ] || append+=" quiet loglevel=1"
 	append+=" moat.repo=$REPO moat.run=$RUN moat.slowdown=$slowdown moat.accel=$acc"
 	# qboot is quicker than SeaBIOS and prints nothing; SeaBIOS's serial output
