@@ -220,7 +220,7 @@ static int bus_open(const char *addr, sd_bus **out)
 	return 0;
 }
 
-/* addr from the environment, the library loaded: 0, or -1 with *why */
+/* The bus address (malloc'd) with libsystemd loaded, or NULL with *why. */
 static char *prepare(char **why)
 {
 	char *addr = moat_cg_user_bus(secure_getenv("DBUS_SESSION_BUS_ADDRESS"),

@@ -17,6 +17,7 @@
 #include <fcntl.h>
 #include <linux/magic.h>
 #include <poll.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -71,6 +72,10 @@ static bool has_warning(const struct run_out *o, const char *needle)
 	return false;
 }
 
+/* The default environment of a rootless harness run: no bus address, no
+ * XDG_RUNTIME_DIR (moat finds /run/user/<uid>/bus), no MOAT_CGROUP_PARENT. */
+static const char *const PLAIN_ENV[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", NULL };
+
 /* moat exec, rootless, with exactly env (no MOAT_CGROUP_PARENT: moat stays
  * in the cgroup the test runs in, which it may not write) */
 static void exec_env(const char *req, const char *const *env, struct run_out *o)
@@ -105,7 +110,7 @@ static bool not_delegated_here(void)
 
 /* ---- the path is taken only when a limit is asked for ----------------------- */
 
-/* A unix socket that accepts and says nothing: the "user bus" of a run. */
+/* A listening unix socket: the "user bus" of a run (the acceptor below). */
 static int fake_bus(char *dir, size_t dlen, char *addr, size_t alen)
 {
 	snprintf(dir, dlen, "/tmp/moat-fakebus-XXXXXX");
@@ -122,14 +127,42 @@ static int fake_bus(char *dir, size_t dlen, char *addr, size_t alen)
 	return fd;
 }
 
-/* connections waiting on the fake bus, each accepted and closed */
-static int drain(int lfd)
+/* The fake bus's acceptor: every connection is counted and closed at once,
+ * so moat's call fails fast (a reset during authentication) instead of
+ * waiting for its timeout. */
+struct acceptor {
+	int lfd;
+	int stop_fd;           /* readable: stop */
+	volatile int accepted; /* read after the thread is joined, or under the lock */
+	pthread_mutex_t mu;
+	pthread_t th;
+};
+
+static void *accept_loop(void *arg)
 {
-	int n = 0, c;
-	while ((c = accept4(lfd, NULL, NULL, SOCK_CLOEXEC)) >= 0) {
-		close(c);
-		n++;
+	struct acceptor *a = arg;
+	for (;;) {
+		struct pollfd pf[2] = { { a->lfd, POLLIN, 0 }, { a->stop_fd, POLLIN, 0 } };
+		if (poll(pf, 2, -1) < 0)
+			continue;
+		if (pf[1].revents)
+			return NULL;
+		int c = accept4(a->lfd, NULL, NULL, SOCK_CLOEXEC);
+		if (c >= 0) {
+			close(c);
+			pthread_mutex_lock(&a->mu);
+			a->accepted++;
+			pthread_mutex_unlock(&a->mu);
+		}
 	}
+}
+
+static int accepted_now(struct acceptor *a)
+{
+	pthread_mutex_lock(&a->mu);
+	int n = a->accepted;
+	a->accepted = 0;
+	pthread_mutex_unlock(&a->mu);
 	return n;
 }
 
@@ -143,19 +176,28 @@ START_TEST(bus_only_when_a_limit_is_asked)
 	}
 	char dir[64], addr[160], env_addr[200];
 	int lfd = fake_bus(dir, sizeof dir, addr, sizeof addr);
+	int stop[2];
+	ck_assert_int_eq(pipe2(stop, O_CLOEXEC), 0);
+	struct acceptor acc = { .lfd = lfd, .stop_fd = stop[0] };
+	pthread_mutex_init(&acc.mu, NULL);
+	ck_assert_int_eq(pthread_create(&acc.th, NULL, accept_loop, &acc), 0);
 	snprintf(env_addr, sizeof env_addr, "DBUS_SESSION_BUS_ADDRESS=%s", addr);
 	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", env_addr, NULL };
 	struct run_out none, lim, strict;
 	exec_env("{\"language\":\"sh\",\"code\":\"echo ran\"}", env, &none);
-	int after_none = drain(lfd);
+	int after_none = accepted_now(&acc);
 	char req[256];
 	snprintf(req, sizeof req, "{\"language\":\"sh\",\"code\":\"echo ran\",\"memoryMb\":64,"
 				  "\"pidsLimit\":32,\"timeout\":%ld}", MS(10000));
 	exec_env(req, env, &lim);
-	int after_lim = drain(lfd);
+	int after_lim = accepted_now(&acc);
 	exec_env("{\"language\":\"sh\",\"code\":\"echo ran\",\"cpus\":1,\"strictLimits\":true}",
 		 env, &strict);
-	int after_strict = drain(lfd);
+	int after_strict = accepted_now(&acc);
+	ck_assert_int_eq(write(stop[1], "x", 1), 1);
+	pthread_join(acc.th, NULL);
+	close(stop[0]);
+	close(stop[1]);
 	close(lfd);
 	char sock[128];
 	snprintf(sock, sizeof sock, "%s/bus", dir);
@@ -203,9 +245,6 @@ static bool skip_unless_systemd(const char *fn)
 	return true;
 }
 
-/* The default environment of a rootless harness run: no bus address, no
- * XDG_RUNTIME_DIR (moat finds /run/user/<uid>/bus), no MOAT_CGROUP_PARENT. */
-static const char *const PLAIN_ENV[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", NULL };
 
 static const char HOG[] = "a = []\n"
 			  "for i in range(20):\n"
@@ -338,9 +377,26 @@ START_TEST(scopes_go_away_with_moat)
 END_TEST
 
 
-/* moat serve asks once, at start: its process is in the scope (in its
- * supervisor leaf) before the first request, and a /v1/run asking for
- * limits gets cgroup-v2. */
+/* /proc/<pid>/cgroup's first line (malloc'd), or NULL */
+static char *proc_cgroup(pid_t pid)
+{
+	char f[64], *line = NULL;
+	size_t n = 0;
+	snprintf(f, sizeof f, "/proc/%ld/cgroup", (long)pid);
+	FILE *fp = fopen(f, "re");
+	if (!fp)
+		return NULL;
+	if (getline(&line, &n, fp) < 0) {
+		free(line);
+		line = NULL;
+	}
+	fclose(fp);
+	return line;
+}
+
+/* moat serve asks once, at start: its process is in the scope before the
+ * first request, a /v1/run asking for limits gets cgroup-v2, and serve then
+ * sits in its supervisor leaf inside the scope. */
 START_TEST(serve_delegates_at_start)
 {
 	if (skip_unless_systemd(__func__))
@@ -367,17 +423,7 @@ START_TEST(serve_delegates_at_start)
 		}
 		waited += 100;
 	}
-	char cgf[64], *cg = NULL;
-	size_t cgn = 0;
-	snprintf(cgf, sizeof cgf, "/proc/%ld/cgroup", (long)p.pid);
-	FILE *f = fopen(cgf, "re");
-	if (f) {
-		if (getline(&cg, &cgn, f) < 0) {
-			free(cg);
-			cg = NULL;
-		}
-		fclose(f);
-	}
+	char *cg = proc_cgroup(p.pid);
 	char req[256], cmd[1024];
 	snprintf(req, sizeof req, "{\"language\":\"sh\",\"code\":\"echo ran\",\"memoryMb\":64,"
 				  "\"pidsLimit\":32,\"cpus\":1,\"strictLimits\":true}");
@@ -389,6 +435,7 @@ START_TEST(serve_delegates_at_start)
 	body[bl] = '\0';
 	if (c)
 		pclose(c);
+	char *cg_after = proc_cgroup(p.pid);
 	kill(p.pid, SIGTERM);
 	struct run_out o;
 	memset(&o, 0, sizeof o);
@@ -399,11 +446,18 @@ START_TEST(serve_delegates_at_start)
 
 	ck_assert_msg(strstr(log, "moat serve: limits: cgroup v2 under ") &&
 		      strstr(log, "systemd delegated the scope moat-"), "serve's log: %s", log);
-	char sup[64];
+	/* at start: in the scope; after a run: in its supervisor leaf there,
+	 * the scope holding the run's leaves */
+	char pre[64], sup[64];
+	snprintf(pre, sizeof pre, "/app.slice/moat-%ld-", (long)p.pid);
 	snprintf(sup, sizeof sup, ".scope/moat-%ld-supervisor\n", (long)p.pid);
-	ck_assert_msg(cg && strstr(cg, "/app.slice/moat-") && strstr(cg, sup), "serve is in %s",
-		      cg ? cg : "?");
+	size_t cl = cg ? strlen(cg) : 0;
+	ck_assert_msg(cg && strstr(cg, pre) && cl > 7 && !strcmp(cg + cl - 7, ".scope\n"),
+		      "serve started in %s", cg ? cg : "?");
+	ck_assert_msg(cg_after && strstr(cg_after, pre) && strstr(cg_after, sup),
+		      "serve is in %s after a run", cg_after ? cg_after : "?");
 	free(cg);
+	free(cg_after);
 	cJSON *r = cJSON_Parse(body);
 	ck_assert_msg(r, "/v1/run answered: %s", body);
 	const cJSON *lim = cJSON_GetObjectItemCaseSensitive(r, "limits");
@@ -416,12 +470,44 @@ START_TEST(serve_delegates_at_start)
 }
 END_TEST
 
+/* moat doctor's line on delegation, changing nothing: what this host offers
+ * a rootless moat without wrapper or MOAT_CGROUP_PARENT. */
+START_TEST(doctor_says_whether_systemd_delegates)
+{
+	struct harness_proc p;
+	struct run_out o;
+	memset(&o, 0, sizeof o);
+	harness_start(MODE_ROOTLESS, (const char *const[]){ "doctor", NULL }, NULL, 0, PLAIN_ENV,
+		      NULL, NULL, &p);
+	harness_finish(&p, &o);
+	const char *line = strstr(o.out, "\nsystemd delegation: ");
+	ck_assert_msg(line, "no systemd delegation line: %s", o.out);
+	line++;
+	char l[1024];
+	snprintf(l, sizeof l, "%.*s", (int)strcspn(line, "\n"), line);
+	if (!unified_host())
+		ck_assert_str_eq(l, "systemd delegation: not used: cgroup v2 is not the unified "
+				    "hierarchy here");
+	else if (systemd_guest())
+		ck_assert_msg(strstr(l, "available: systemd ") && strstr(l, "/run/user/") &&
+			      !strstr(l, "not available"), "%s", l);
+	else if (not_delegated_here())
+		/* make check-vm: no user manager, no bus */
+		ck_assert_msg(strstr(l, "not available: no user bus: ") &&
+			      strstr(l, "enable-linger"), "%s", l);
+	else
+		ck_assert_msg(strstr(l, "not needed") || strstr(l, "not used"), "%s", l);
+	harness_free(&o);
+}
+END_TEST
+
 Suite *systemd_suite(void)
 {
 	Suite *s = suite_create("systemd");
 	TCase *tc = tcase_create("systemd");
 	tcase_set_timeout(tc, 120);
 	tcase_add_test(tc, bus_only_when_a_limit_is_asked);
+	tcase_add_test(tc, doctor_says_whether_systemd_delegates);
 	tcase_add_test(tc, delegated_memory_is_cgroup_v2);
 	tcase_add_test(tc, delegated_pids_is_cgroup_v2);
 	tcase_add_test(tc, delegated_cpu_is_cgroup_v2);
