@@ -71,8 +71,18 @@ char *moat_cg_user_bus(const char *dbus_env, const char *xdg_env, uid_t uid,
 		       bool (*owned_socket)(const char *path, uid_t uid), char **why)
 {
 	*why = NULL;
-	if (dbus_env && *dbus_env)
+	if (dbus_env && *dbus_env) {
+		/* a local socket only: sd-bus would also connect over tcp: and
+		 * run the program a unixexec: address names, from moat's
+		 * supervisor; each ';'-separated entry must be unix: */
+		for (const char *a = dbus_env; *a; a += strcspn(a, ";"), a += *a == ';')
+			if (strncmp(a, "unix:", 5)) {
+				*why = fmt("DBUS_SESSION_BUS_ADDRESS=%s is not a unix: address (moat "
+					   "connects only to a local socket)", dbus_env);
+				return NULL;
+			}
 		return strdup(dbus_env);
+	}
 	char *path = NULL;
 	if (xdg_env && *xdg_env) {
 		if (xdg_env[0] != '/') {

@@ -367,6 +367,18 @@ START_TEST(user_bus_choice)
 	ck_assert_str_eq(a, "unix:path=/tmp/x,guid=1");
 	ck_assert_ptr_null(why);
 	free(a);
+	a = moat_cg_user_bus("unix:path=/a;unix:abstract=b", NULL, 1000, sock_no, &why);
+	ck_assert_str_eq(a, "unix:path=/a;unix:abstract=b");
+	free(a);
+	/* never another transport: tcp: goes off the machine, unixexec: runs a program */
+	const char *bad[] = { "tcp:host=192.0.2.1,port=1", "unixexec:path=/bin/sh",
+			      "unix:path=/a;unixexec:path=/bin/sh", ";tcp:host=a", "x" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		ck_assert_msg(!moat_cg_user_bus(bad[i], "/run/user/1000", 1000, sock_yes, &why),
+			      "%s accepted", bad[i]);
+		ck_assert_msg(why && strstr(why, "is not a unix: address"), "%s", why);
+		free(why);
+	}
 	/* else $XDG_RUNTIME_DIR/bus, escaped for an address */
 	a = moat_cg_user_bus(NULL, "/run/user/1000", 1000, sock_no, &why);
 	ck_assert_str_eq(a, "unix:path=/run/user/1000/bus");
