@@ -9,7 +9,9 @@
  * pids and cpu controllers available, and reachable: the caller may write
  * cgroup.procs of the common ancestor of its cgroup and that one), else under the caller's own cgroup
  * when it is delegated (`systemd-run --user --scope -p Delegate=yes moat
- * ...`); moat then moves itself into a sibling leaf moat-<pid>-supervisor. */
+ * ...`); moat then moves itself into a sibling leaf moat-<pid>-supervisor.
+ * Rootless and not delegated, a run asking for a limit first asks the
+ * user's systemd for such a scope itself (systemd.c), once per process. */
 #ifndef MOAT_CGROUPS_CGROUPS_H
 #define MOAT_CGROUPS_CGROUPS_H
 
