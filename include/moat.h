@@ -318,6 +318,11 @@ int moat_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_
  * outputs, kvEnabled, other limits, or an env variable read at interpreter
  * start. */
 const char *moat_pool_refusal(const struct moat_request *boot, const struct moat_request *req);
+/* A sandbox made with opts (its root: opts->rootfs_dir, else the host's)
+ * has esbuild where a run looks for it, so a warm javascript sandbox can
+ * take TypeScript and answer as a cold run would, a missing esbuild
+ * included. */
+bool moat_pool_typescript_ready(const struct moat_run_options *opts);
 /* Hands the warm sandbox its one request (validated, and refused with a
  * SandboxConfigError when moat_pool_refusal says no); per gives the
  * request's cancel_fd, hangup_fd and on_output (may be NULL). req stays

@@ -7,9 +7,11 @@
  * released after that run like any other. */
 #include <errno.h>
 #include <poll.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <unistd.h>
 
 #include "core/sys.h"
 #include "runner/run.h"
@@ -49,6 +51,25 @@ const char *moat_pool_refusal(const struct moat_request *boot, const struct moat
 		if (startup_env(req->language, req->env[i].key))
 			return "an environment variable the interpreter reads at start-up";
 	return NULL;
+}
+
+bool moat_pool_typescript_ready(const struct moat_run_options *opts)
+{
+	const char *root = opts && opts->rootfs_dir ? opts->rootfs_dir : "/";
+	const char *name = moat_lang_get(MOAT_LANG_TYPESCRIPT)->transpiler;
+	const char *dirs = RUN_SANDBOX_PATH;
+	while (name && *dirs) {
+		size_t n = strcspn(dirs, ":");
+		char *f = NULL;
+		if (asprintf(&f, "%s%.*s/%s", strcmp(root, "/") ? root : "", (int)n, dirs, name) < 0)
+			return false;
+		bool ok = access(f, X_OK) == 0;
+		free(f);
+		if (ok)
+			return true;
+		dirs += n + (dirs[n] == ':');
+	}
+	return false;
 }
 
 static void put_b64(struct moat_buf *b, const char *s, size_t len)

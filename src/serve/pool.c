@@ -10,10 +10,8 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
-#include <unistd.h>
 
 #include "core/sys.h"
-#include "runner/runner.h" /* RUN_SANDBOX_PATH */
 #include "serve/internal.h"
 
 #define POOL_LANGS 2
@@ -68,27 +66,6 @@ static int lang_index(const struct serve_pool *p, enum moat_language l)
 		if (pool_lang[i] == l)
 			return i;
 	return -1;
-}
-
-/* esbuild in one of the directories a run looks in, under the sandbox's
- * root: else a warm node would report it missing differently from a cold
- * run (exit 127 instead of an error), so TypeScript stays cold. */
-static bool has_transpiler(const char *root)
-{
-	const char *name = moat_lang_get(MOAT_LANG_TYPESCRIPT)->transpiler;
-	const char *dirs = RUN_SANDBOX_PATH;
-	while (name && *dirs) {
-		size_t n = strcspn(dirs, ":");
-		char *f = NULL;
-		if (asprintf(&f, "%s%.*s/%s", strcmp(root, "/") ? root : "", (int)n, dirs, name) < 0)
-			return false;
-		bool ok = access(f, X_OK) == 0;
-		free(f);
-		if (ok)
-			return true;
-		dirs += n + (dirs[n] == ':');
-	}
-	return false;
 }
 
 /* One sandbox for language i, outside the lock. */
@@ -222,7 +199,9 @@ int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_r
 	p->sat_ctx = sat_ctx;
 	p->opts = *opts;
 	p->log = log;
-	p->ts_ok = has_transpiler(opts->rootfs_dir ? opts->rootfs_dir : "/");
+	/* else a warm node could only report a missing esbuild as status 127,
+	 * where a cold run reports an error: TypeScript stays cold */
+	p->ts_ok = moat_pool_typescript_ready(opts);
 	for (int i = 0; i < POOL_LANGS; i++) {
 		p->idle_bytes[i] = -1;
 		struct moat_request *b = p->boot[i] = moat_request_new();

@@ -1,7 +1,11 @@
 /* Unit tests: which requests a warm sandbox may take (moat_pool_refusal):
  * anything the bootstrap could not reproduce exactly runs cold. */
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <check.h>
 
@@ -109,11 +113,43 @@ START_TEST(pool_takes_only_what_it_can_reproduce)
 }
 END_TEST
 
+/* TypeScript goes to a warm node only where the sandbox's root has esbuild
+ * in a directory a run looks in (else a cold run's error would become a
+ * warm node's status 127). */
+START_TEST(typescript_needs_esbuild_in_the_root)
+{
+	char root[] = "/tmp/moat-pool-root-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	struct moat_run_options o;
+	moat_run_options_init(&o);
+	o.rootfs_dir = root;
+	ck_assert(!moat_pool_typescript_ready(&o)); /* an empty root */
+	char dir[128], exe[160];
+	snprintf(dir, sizeof dir, "%s/usr", root);
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	snprintf(dir, sizeof dir, "%s/usr/bin", root);
+	ck_assert_int_eq(mkdir(dir, 0755), 0);
+	snprintf(exe, sizeof exe, "%s/esbuild", dir);
+	int fd = open(exe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+	ck_assert_int_ge(fd, 0);
+	close(fd);
+	ck_assert(!moat_pool_typescript_ready(&o)); /* not executable (root too: no x bit) */
+	ck_assert_int_eq(chmod(exe, 0755), 0);
+	ck_assert(moat_pool_typescript_ready(&o));
+	unlink(exe);
+	rmdir(dir);
+	snprintf(dir, sizeof dir, "%s/usr", root);
+	rmdir(dir);
+	rmdir(root);
+}
+END_TEST
+
 Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
 	TCase *tc = tcase_create("refusal");
 	tcase_add_test(tc, pool_takes_only_what_it_can_reproduce);
+	tcase_add_test(tc, typescript_needs_esbuild_in_the_root);
 	suite_add_tcase(s, tc);
 	return s;
 }
