@@ -47,7 +47,11 @@ static const char *expect_exit(const struct run_out *o, int code)
 static void expect_lang(int mode, const char *lang, const char *code, const char *want)
 {
 	struct run_out o;
-	harness_exec_code(mode, lang, code, "", &o);
+	/* the default 30 s is wall time: node under TCG (make check-vm) came
+	 * within it and once past it; this test is about languages, not time */
+	char extra[64];
+	snprintf(extra, sizeof extra, ",\"timeout\":%ld", harness_scale_ms(30000));
+	harness_exec_code(mode, lang, code, extra, &o);
 	const char *so = expect_exit(&o, 0);
 	ck_assert_msg(strcmp(so, want) == 0, "%s (mode %d): stdout [%s], want [%s]; stderr [%s]",
 		      lang, mode, so, want, harness_str(&o, "stderr"));
