@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <linux/magic.h>
 #include <limits.h>
 #include <math.h>
 #include <poll.h>
@@ -16,6 +17,7 @@
 #include <sys/random.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -375,6 +377,38 @@ bool harness_is_null(const struct run_out *out, const char *key)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(out->json, key);
 	return cJSON_IsNull(v);
+}
+
+const char *harness_limit_of(const struct run_out *out, const char *key)
+{
+	const cJSON *limits = cJSON_GetObjectItemCaseSensitive(out->json, "limits");
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(limits, key);
+	ck_assert_msg(cJSON_IsString(v), "no limits.%s in %s", key, out->out);
+	return v->valuestring;
+}
+
+int harness_warning_count(const struct run_out *out)
+{
+	const cJSON *w = cJSON_GetObjectItemCaseSensitive(out->json, "warnings");
+	ck_assert_msg(cJSON_IsArray(w), "no warnings array: %s", out->out);
+	return cJSON_GetArraySize(w);
+}
+
+bool harness_has_warning(const struct run_out *out, const char *needle)
+{
+	const cJSON *w = cJSON_GetObjectItemCaseSensitive(out->json, "warnings");
+	const cJSON *e;
+	cJSON_ArrayForEach(e, w)
+		if (cJSON_IsString(e) && strstr(e->valuestring, needle))
+			return true;
+	return false;
+}
+
+bool harness_unified_host(void)
+{
+	struct statfs s;
+	return statfs("/sys/fs/cgroup", &s) == 0 &&
+	       (unsigned long)s.f_type == (unsigned long)CGROUP2_SUPER_MAGIC;
 }
 
 const char *harness_error_type(const struct run_out *out)

@@ -122,6 +122,14 @@ const char *harness_str(const struct run_out *out, const char *key);   /* NULL i
 double harness_num(const struct run_out *out, const char *key);        /* NAN if absent/null */
 bool harness_bool(const struct run_out *out, const char *key);
 bool harness_is_null(const struct run_out *out, const char *key);
+/* The result's limits.<key> (asserted to be a string). */
+const char *harness_limit_of(const struct run_out *out, const char *key);
+/* The number of entries of the result's warnings (asserted to be an array). */
+int harness_warning_count(const struct run_out *out);
+/* Some warning of the result contains needle. */
+bool harness_has_warning(const struct run_out *out, const char *needle);
+/* /sys/fs/cgroup is a pure cgroup v2 hierarchy (tools/vm), not v1 or hybrid. */
+bool harness_unified_host(void);
 const char *harness_error_type(const struct run_out *out);            /* NULL if no error */
 /* A JSON string literal (with quotes) for s: malloc'd. */
 char *harness_json_quote(const char *s);

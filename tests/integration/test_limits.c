@@ -6,7 +6,6 @@
 #include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <math.h>
 #include <sched.h>
 #include <stdio.h>
@@ -14,7 +13,6 @@
 #include <string.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -36,43 +34,11 @@ static long now_ms(void)
  * development host and scaled by harness_slowdown() (40 in a TCG VM). */
 #define MS(ms) harness_scale_ms(ms)
 
-static const char *limit_of(const struct run_out *o, const char *key)
-{
-	const cJSON *limits = cJSON_GetObjectItemCaseSensitive(o->json, "limits");
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(limits, key);
-	ck_assert_msg(cJSON_IsString(v), "no limits.%s in %s", key, o->out);
-	return v->valuestring;
-}
-
-static int warning_count(const struct run_out *o)
-{
-	const cJSON *w = cJSON_GetObjectItemCaseSensitive(o->json, "warnings");
-	ck_assert_msg(cJSON_IsArray(w), "no warnings array: %s", o->out);
-	return cJSON_GetArraySize(w);
-}
-
-static bool has_warning(const struct run_out *o, const char *needle)
-{
-	const cJSON *w = cJSON_GetObjectItemCaseSensitive(o->json, "warnings");
-	const cJSON *e;
-	cJSON_ArrayForEach(e, w)
-		if (cJSON_IsString(e) && strstr(e->valuestring, needle))
-			return true;
-	return false;
-}
-
-static bool unified_host(void)
-{
-	struct statfs s;
-	return statfs("/sys/fs/cgroup", &s) == 0 &&
-	       (unsigned long)s.f_type == (unsigned long)CGROUP2_SUPER_MAGIC;
-}
-
 /* The mechanism root gets on this host: a v1 host (memory, pids, cpu
  * mounted) gives cgroup-v1, a unified one cgroup-v2. */
 static const char *root_mech(void)
 {
-	return unified_host() ? "cgroup-v2" : "cgroup-v1";
+	return harness_unified_host() ? "cgroup-v2" : "cgroup-v1";
 }
 
 /* Rootless: a cgroup only with delegation; otherwise the rlimit fallback.
@@ -86,7 +52,7 @@ static bool rootless_has_cgroup(const struct run_out *o)
 	const char *sd = getenv("MOAT_TEST_SYSTEMD");
 	if (sd && !strcmp(sd, "1")) {
 		for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-			const char *m = limit_of(o, keys[i]);
+			const char *m = harness_limit_of(o, keys[i]);
 			ck_assert_msg(!strcmp(m, "none") || !strcmp(m, "cgroup-v2"),
 				      "limits.%s is %s, not cgroup-v2 through systemd: %s", keys[i],
 				      m, o->out);
@@ -94,7 +60,7 @@ static bool rootless_has_cgroup(const struct run_out *o)
 		return true;
 	}
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-		if (!strncmp(limit_of(o, keys[i]), "cgroup-", 7))
+		if (!strncmp(harness_limit_of(o, keys[i]), "cgroup-", 7))
 			return true;
 	return false;
 }
@@ -124,18 +90,18 @@ START_TEST(memory_hog_is_oom_killed)
 	ck_assert_msg(!strstr(o.out, "survived"), "the hog was not stopped: %s", o.out);
 	if (_i == MODE_ROOT || rootless_has_cgroup(&o)) {
 		if (_i == MODE_ROOT)
-			ck_assert_str_eq(limit_of(&o, "memory"), root_mech());
+			ck_assert_str_eq(harness_limit_of(&o, "memory"), root_mech());
 		ck_assert_msg(harness_bool(&o, "oomKilled"), "%s", o.out);
 		ck_assert_str_eq(harness_str(&o, "killedBy"), "oom");
 		ck_assert(harness_is_null(&o, "exitCode"));
 		ck_assert(!harness_bool(&o, "timedOut"));
 		double peak = harness_num(&o, "memoryPeakBytes");
 		ck_assert_msg(peak >= 40 * MB && peak <= 80 * MB, "memoryPeakBytes %.0f", peak);
-		ck_assert_int_eq(warning_count(&o), 0);
+		ck_assert_int_eq(harness_warning_count(&o), 0);
 	} else {
 		/* RLIMIT_DATA: the allocation fails inside the program */
-		ck_assert_str_eq(limit_of(&o, "memory"), "rlimit");
-		ck_assert_msg(has_warning(&o, "RLIMIT_DATA"), "%s", o.out);
+		ck_assert_str_eq(harness_limit_of(&o, "memory"), "rlimit");
+		ck_assert_msg(harness_has_warning(&o, "RLIMIT_DATA"), "%s", o.out);
 		ck_assert_msg(strstr(o.out, "MemoryError") != NULL, "%s", o.out);
 		ck_assert_int_eq((int)harness_num(&o, "exitCode"), 1);
 		ck_assert(!harness_bool(&o, "oomKilled"));
@@ -191,11 +157,11 @@ START_TEST(fork_loop_stops_at_the_limit)
 	ck_assert_int_eq((int)harness_num(&o, "exitCode"), 0);
 	ck_assert(harness_is_null(&o, "killedBy")); /* exited 0: not killed by pids */
 	if (_i == MODE_ROOT) {
-		ck_assert_str_eq(limit_of(&o, "pids"), root_mech());
-		ck_assert_msg(has_warning(&o, "pids limit was hit"), "%s", o.out);
+		ck_assert_str_eq(harness_limit_of(&o, "pids"), root_mech());
+		ck_assert_msg(harness_has_warning(&o, "pids limit was hit"), "%s", o.out);
 	} else if (!rootless_has_cgroup(&o)) {
-		ck_assert_str_eq(limit_of(&o, "pids"), "rlimit");
-		ck_assert_msg(has_warning(&o, "RLIMIT_NPROC"), "%s", o.out);
+		ck_assert_str_eq(harness_limit_of(&o, "pids"), "rlimit");
+		ck_assert_msg(harness_has_warning(&o, "RLIMIT_NPROC"), "%s", o.out);
 	}
 	harness_free(&o);
 }
@@ -221,7 +187,7 @@ START_TEST(bash_fork_bomb_ends_cleanly)
 	ck_assert(!harness_bool(&o, "timedOut"));
 	ck_assert_str_eq(harness_str(&o, "stdout"), "after\n");
 	if (_i == MODE_ROOT)
-		ck_assert_str_eq(limit_of(&o, "pids"), root_mech());
+		ck_assert_str_eq(harness_limit_of(&o, "pids"), root_mech());
 	harness_free(&o);
 }
 END_TEST
@@ -274,7 +240,7 @@ START_TEST(cpu_share_is_limited)
 	ck_assert_msg(so && sscanf(so, "%lf", &loop) == 1, "%s", o.out);
 	if (_i == MODE_ROOT || rootless_has_cgroup(&o)) {
 		if (_i == MODE_ROOT)
-			ck_assert_str_eq(limit_of(&o, "cpu"), root_mech());
+			ck_assert_str_eq(harness_limit_of(&o, "cpu"), root_mech());
 		/* 0.25 of 2 s is 500 ms; unlimited would be 2000 */
 		ck_assert_msg(loop >= 250 && loop <= 1000, "CPU time in the 2 s loop %.0f ms", loop);
 		double cpu = harness_num(&o, "cpuTimeMs");
@@ -285,8 +251,8 @@ START_TEST(cpu_share_is_limited)
 		ck_assert_msg(cpu >= 250 && cpu >= loop - 50 && cpu <= hi,
 			      "cpuTimeMs %.0f (loop %.0f, at most %.0f)", cpu, loop, hi);
 	} else {
-		ck_assert_str_eq(limit_of(&o, "cpu"), "none");
-		ck_assert_msg(has_warning(&o, "cpus is not enforced"), "%s", o.out);
+		ck_assert_str_eq(harness_limit_of(&o, "cpu"), "none");
+		ck_assert_msg(harness_has_warning(&o, "cpus is not enforced"), "%s", o.out);
 	}
 	harness_free(&o);
 }
@@ -341,7 +307,7 @@ static int self_parents(char *parents[MOAT_V1__COUNT + 3], int np, bool with_v2)
 	struct moat_cg_self self;
 	ck_assert_int_eq(moat_cg_parse_self(text, &self), 0);
 	free(text);
-	bool unified = unified_host();
+	bool unified = harness_unified_host();
 	if (with_v2 && self.v2 &&
 	    asprintf(&parents[np], "%s%s", unified ? "/sys/fs/cgroup" : "/sys/fs/cgroup/unified",
 		     self.v2) > 0)
@@ -523,10 +489,10 @@ START_TEST(no_limits_no_warnings_but_stats)
 	struct run_out o;
 	harness_exec_code(_i, "python", "print(sum(range(10**6)))", "", &o);
 	expect_result(&o);
-	ck_assert_str_eq(limit_of(&o, "memory"), "none");
-	ck_assert_str_eq(limit_of(&o, "pids"), "none");
-	ck_assert_str_eq(limit_of(&o, "cpu"), "none");
-	ck_assert_int_eq(warning_count(&o), 0);
+	ck_assert_str_eq(harness_limit_of(&o, "memory"), "none");
+	ck_assert_str_eq(harness_limit_of(&o, "pids"), "none");
+	ck_assert_str_eq(harness_limit_of(&o, "cpu"), "none");
+	ck_assert_int_eq(harness_warning_count(&o), 0);
 	if (_i == MODE_ROOT) {
 		/* a leaf is created anyway: statistics are reported */
 		ck_assert_msg(harness_num(&o, "memoryPeakBytes") > 0, "%s", o.out);
@@ -638,7 +604,7 @@ START_TEST(program_starts_inside_its_cgroups)
 	static const char *const keys[] = { "memory", "pids", "cpu" };
 	int checked = 0;
 	for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
-		const char *mech = limit_of(&o, keys[i]);
+		const char *mech = harness_limit_of(&o, keys[i]);
 		if (strncmp(mech, "cgroup-", 7))
 			continue; /* rlimit fallback (rootless without delegation) */
 		int len = 0, hlen = 0;
@@ -669,10 +635,10 @@ START_TEST(strict_limits)
 	if (_i == MODE_ROOT) {
 		expect_result(&o);
 		ck_assert_str_eq(harness_str(&o, "stdout"), "ran\n");
-		ck_assert_str_eq(limit_of(&o, "memory"), root_mech());
-		ck_assert_str_eq(limit_of(&o, "pids"), root_mech());
-		ck_assert_str_eq(limit_of(&o, "cpu"), root_mech());
-		ck_assert_int_eq(warning_count(&o), 0);
+		ck_assert_str_eq(harness_limit_of(&o, "memory"), root_mech());
+		ck_assert_str_eq(harness_limit_of(&o, "pids"), root_mech());
+		ck_assert_str_eq(harness_limit_of(&o, "cpu"), root_mech());
+		ck_assert_int_eq(harness_warning_count(&o), 0);
 	} else {
 		harness_free(&o);
 		harness_exec_code(_i, "python", "print('ran')", ",\"memoryMb\":128", &o);
@@ -702,22 +668,22 @@ START_TEST(rootless_fallback_is_reported)
 	struct run_out o;
 	harness_exec_code(_i, "python", "print('ran')", ",\"memoryMb\":128,\"pidsLimit\":64", &o);
 	expect_result(&o);
-	if (_i == MODE_ROOTLESS && harness_cgroup_parent(MODE_ROOTLESS) && unified_host()) {
+	if (_i == MODE_ROOTLESS && harness_cgroup_parent(MODE_ROOTLESS) && harness_unified_host()) {
 		/* a delegated cgroup v2 subtree (tools/vm): no fallback at all */
-		ck_assert_str_eq(limit_of(&o, "memory"), "cgroup-v2");
-		ck_assert_str_eq(limit_of(&o, "pids"), "cgroup-v2");
-		ck_assert_int_eq(warning_count(&o), 0);
+		ck_assert_str_eq(harness_limit_of(&o, "memory"), "cgroup-v2");
+		ck_assert_str_eq(harness_limit_of(&o, "pids"), "cgroup-v2");
+		ck_assert_int_eq(harness_warning_count(&o), 0);
 	} else if (_i == MODE_ROOTLESS && getenv("MOAT_TEST_SYSTEMD")) {
 		/* make check-systemd: delegated by systemd, no fallback at all */
 		ck_assert(rootless_has_cgroup(&o));
-		ck_assert_str_eq(limit_of(&o, "memory"), "cgroup-v2");
-		ck_assert_str_eq(limit_of(&o, "pids"), "cgroup-v2");
-		ck_assert_int_eq(warning_count(&o), 0);
+		ck_assert_str_eq(harness_limit_of(&o, "memory"), "cgroup-v2");
+		ck_assert_str_eq(harness_limit_of(&o, "pids"), "cgroup-v2");
+		ck_assert_int_eq(harness_warning_count(&o), 0);
 	} else if (_i == MODE_ROOTLESS && !rootless_has_cgroup(&o)) {
-		ck_assert_str_eq(limit_of(&o, "memory"), "rlimit");
-		ck_assert_str_eq(limit_of(&o, "pids"), "rlimit");
-		ck_assert_str_eq(limit_of(&o, "cpu"), "none");
-		ck_assert_msg(has_warning(&o, "RLIMIT_DATA") && has_warning(&o, "RLIMIT_NPROC"), "%s",
+		ck_assert_str_eq(harness_limit_of(&o, "memory"), "rlimit");
+		ck_assert_str_eq(harness_limit_of(&o, "pids"), "rlimit");
+		ck_assert_str_eq(harness_limit_of(&o, "cpu"), "none");
+		ck_assert_msg(harness_has_warning(&o, "RLIMIT_DATA") && harness_has_warning(&o, "RLIMIT_NPROC"), "%s",
 			      o.out);
 	}
 	harness_free(&o);
@@ -777,9 +743,9 @@ static void exec_in(const char *a, const char *b, const char *req, struct run_ou
 START_TEST(unreachable_parent_falls_back)
 {
 	const char *rootless = harness_cgroup_parent(MODE_ROOTLESS);
-	if (!unified_host() || !rootless) {
+	if (!harness_unified_host() || !rootless) {
 		fprintf(stderr, "note: %s: %s; not run\n", __func__,
-			!unified_host() ? "cgroup v2 controllers absent (not a unified host)"
+			!harness_unified_host() ? "cgroup v2 controllers absent (not a unified host)"
 					: "needs root and MOAT_TEST_ROOTLESS_CGROUP (make check-vm)");
 		return;
 	}
@@ -833,14 +799,14 @@ START_TEST(unreachable_parent_falls_back)
 
 	expect_result(&o);
 	ck_assert_str_eq(harness_str(&o, "stdout"), "ran\n");
-	ck_assert_str_eq(limit_of(&o, "memory"), "rlimit");
-	ck_assert_str_eq(limit_of(&o, "pids"), "rlimit");
-	ck_assert_str_eq(limit_of(&o, "cpu"), "none");
+	ck_assert_str_eq(harness_limit_of(&o, "memory"), "rlimit");
+	ck_assert_str_eq(harness_limit_of(&o, "pids"), "rlimit");
+	ck_assert_str_eq(harness_limit_of(&o, "cpu"), "none");
 	char anc[4200];
 	snprintf(anc, sizeof anc, "here %s,", c);
-	ck_assert_msg(has_warning(&o, "common-ancestor rule") && has_warning(&o, anc) &&
-		      has_warning(&o, a) && has_warning(&o, "Delegate=yes") &&
-		      has_warning(&o, "RLIMIT_DATA"), "%s", o.out);
+	ck_assert_msg(harness_has_warning(&o, "common-ancestor rule") && harness_has_warning(&o, anc) &&
+		      harness_has_warning(&o, a) && harness_has_warning(&o, "Delegate=yes") &&
+		      harness_has_warning(&o, "RLIMIT_DATA"), "%s", o.out);
 
 	ck_assert_msg(strict.status == 3, "status %d: %s %s", strict.status, strict.out, strict.err);
 	ck_assert_str_eq(harness_error_type(&strict), "SandboxUnavailableError");
@@ -891,9 +857,9 @@ START_TEST(pod_cgroup_namespace_root)
 {
 	HARNESS_MODE_GUARD(_i);
 	const char *parent = harness_cgroup_parent(MODE_ROOT);
-	if (!unified_host() || !parent || geteuid() != 0) {
+	if (!harness_unified_host() || !parent || geteuid() != 0) {
 		fprintf(stderr, "note: %s: %s; not run\n", __func__,
-			!unified_host() ? "cgroup v2 controllers absent (not a unified host)"
+			!harness_unified_host() ? "cgroup v2 controllers absent (not a unified host)"
 					: "needs root and MOAT_TEST_ROOT_CGROUP (make check-vm)");
 		return;
 	}
@@ -946,10 +912,10 @@ START_TEST(pod_cgroup_namespace_root)
 	ck_assert_msg(!*why, "setting up the pod's cgroup: %s", why);
 	ck_assert_msg(empty, "processes left in the pod's cgroup");
 	expect_result(&o);
-	ck_assert_str_eq(limit_of(&o, "memory"), "cgroup-v2");
-	ck_assert_str_eq(limit_of(&o, "pids"), "cgroup-v2");
-	ck_assert_str_eq(limit_of(&o, "cpu"), "cgroup-v2");
-	ck_assert_msg(warning_count(&o) == 0, "%s", o.out);
+	ck_assert_str_eq(harness_limit_of(&o, "memory"), "cgroup-v2");
+	ck_assert_str_eq(harness_limit_of(&o, "pids"), "cgroup-v2");
+	ck_assert_str_eq(harness_limit_of(&o, "cpu"), "cgroup-v2");
+	ck_assert_msg(harness_warning_count(&o) == 0, "%s", o.out);
 	ck_assert_msg(!strstr(o.out, "survived") && harness_bool(&o, "oomKilled"), "%s", o.out);
 	harness_free(&o);
 }

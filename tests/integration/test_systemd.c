@@ -15,7 +15,6 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <linux/magic.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -24,7 +23,6 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/statfs.h>
 #include <sys/un.h>
 #include <time.h>
 #include <unistd.h>
@@ -34,42 +32,10 @@
 
 #define MS(ms) harness_scale_ms(ms)
 
-static bool unified_host(void)
-{
-	struct statfs s;
-	return statfs("/sys/fs/cgroup", &s) == 0 &&
-	       (unsigned long)s.f_type == (unsigned long)CGROUP2_SUPER_MAGIC;
-}
-
 static bool systemd_guest(void)
 {
 	const char *v = getenv("MOAT_TEST_SYSTEMD");
 	return v && !strcmp(v, "1");
-}
-
-static const char *limit_of(const struct run_out *o, const char *key)
-{
-	const cJSON *limits = cJSON_GetObjectItemCaseSensitive(o->json, "limits");
-	const cJSON *v = cJSON_GetObjectItemCaseSensitive(limits, key);
-	ck_assert_msg(cJSON_IsString(v), "no limits.%s in %s", key, o->out);
-	return v->valuestring;
-}
-
-static int warning_count(const struct run_out *o)
-{
-	const cJSON *w = cJSON_GetObjectItemCaseSensitive(o->json, "warnings");
-	ck_assert_msg(cJSON_IsArray(w), "no warnings array: %s", o->out);
-	return cJSON_GetArraySize(w);
-}
-
-static bool has_warning(const struct run_out *o, const char *needle)
-{
-	const cJSON *w = cJSON_GetObjectItemCaseSensitive(o->json, "warnings");
-	const cJSON *e;
-	cJSON_ArrayForEach(e, w)
-		if (cJSON_IsString(e) && strstr(e->valuestring, needle))
-			return true;
-	return false;
 }
 
 /* The default environment of a rootless harness run: no bus address, no
@@ -168,9 +134,9 @@ static int accepted_now(struct acceptor *a)
 
 START_TEST(bus_only_when_a_limit_is_asked)
 {
-	if (!unified_host() || !not_delegated_here()) {
+	if (!harness_unified_host() || !not_delegated_here()) {
 		fprintf(stderr, "note: %s: %s; not run\n", __func__,
-			!unified_host() ? "not a unified cgroup v2 host (make check-vm)"
+			!harness_unified_host() ? "not a unified cgroup v2 host (make check-vm)"
 					: "the test's cgroup is delegated to 65534");
 		return;
 	}
@@ -207,17 +173,17 @@ START_TEST(bus_only_when_a_limit_is_asked)
 	/* no limit: no bus, no warning */
 	ck_assert_int_eq(after_none, 0);
 	ck_assert_str_eq(harness_str(&none, "stdout"), "ran\n");
-	ck_assert_str_eq(limit_of(&none, "memory"), "none");
-	ck_assert_int_eq(warning_count(&none), 0);
+	ck_assert_str_eq(harness_limit_of(&none, "memory"), "none");
+	ck_assert_int_eq(harness_warning_count(&none), 0);
 	/* a limit: moat asked (one connection), and the bus was not systemd:
 	 * the fallback's warnings name the call and the address */
 	ck_assert_int_eq(after_lim, 1);
 	ck_assert_str_eq(harness_str(&lim, "stdout"), "ran\n");
-	ck_assert_str_eq(limit_of(&lim, "memory"), "rlimit");
-	ck_assert_str_eq(limit_of(&lim, "pids"), "rlimit");
-	ck_assert_msg(has_warning(&lim, "moat asked the user's systemd for a delegated scope") &&
-		      has_warning(&lim, addr) && has_warning(&lim, "RLIMIT_DATA") &&
-		      has_warning(&lim, "RLIMIT_NPROC"), "%s", lim.out);
+	ck_assert_str_eq(harness_limit_of(&lim, "memory"), "rlimit");
+	ck_assert_str_eq(harness_limit_of(&lim, "pids"), "rlimit");
+	ck_assert_msg(harness_has_warning(&lim, "moat asked the user's systemd for a delegated scope") &&
+		      harness_has_warning(&lim, addr) && harness_has_warning(&lim, "RLIMIT_DATA") &&
+		      harness_has_warning(&lim, "RLIMIT_NPROC"), "%s", lim.out);
 	/* strictLimits refuses, with the same reason */
 	ck_assert_int_eq(after_strict, 1);
 	ck_assert_msg(strict.status == 3, "status %d: %s", strict.status, strict.out);
@@ -238,7 +204,7 @@ END_TEST
 
 static bool skip_unless_systemd(const char *fn)
 {
-	if (systemd_guest() && unified_host())
+	if (systemd_guest() && harness_unified_host())
 		return false;
 	fprintf(stderr, "note: %s: needs systemd as PID 1 and a user manager "
 		"(make check-systemd); not run\n", fn);
@@ -264,8 +230,8 @@ START_TEST(delegated_memory_is_cgroup_v2)
 	struct run_out o;
 	exec_env(req, PLAIN_ENV, &o);
 	ck_assert_msg(o.status == 0 && !harness_error_type(&o), "%s %s", o.out, o.err);
-	ck_assert_str_eq(limit_of(&o, "memory"), "cgroup-v2");
-	ck_assert_int_eq(warning_count(&o), 0);
+	ck_assert_str_eq(harness_limit_of(&o, "memory"), "cgroup-v2");
+	ck_assert_int_eq(harness_warning_count(&o), 0);
 	ck_assert_msg(!strstr(o.out, "survived"), "the hog was not stopped: %s", o.out);
 	ck_assert_msg(harness_bool(&o, "oomKilled"), "%s", o.out);
 	ck_assert_str_eq(harness_str(&o, "killedBy"), "oom");
@@ -294,8 +260,8 @@ START_TEST(delegated_pids_is_cgroup_v2)
 	struct run_out o;
 	exec_env(req, PLAIN_ENV, &o);
 	ck_assert_msg(o.status == 0 && !harness_error_type(&o), "%s %s", o.out, o.err);
-	ck_assert_str_eq(limit_of(&o, "pids"), "cgroup-v2");
-	ck_assert_int_eq(warning_count(&o), 0);
+	ck_assert_str_eq(harness_limit_of(&o, "pids"), "cgroup-v2");
+	ck_assert_int_eq(harness_warning_count(&o), 0);
 	/* the fork failed at the limit: pids.events in the leaf says so (an
 	 * rlimit leaves no such trace) */
 	ck_assert_int_eq((int)harness_num(&o, "exitCode"), 7);
@@ -322,8 +288,8 @@ START_TEST(delegated_cpu_is_cgroup_v2)
 	struct run_out o;
 	exec_env(req, PLAIN_ENV, &o);
 	ck_assert_msg(o.status == 0 && !harness_error_type(&o), "%s %s", o.out, o.err);
-	ck_assert_str_eq(limit_of(&o, "cpu"), "cgroup-v2");
-	ck_assert_int_eq(warning_count(&o), 0);
+	ck_assert_str_eq(harness_limit_of(&o, "cpu"), "cgroup-v2");
+	ck_assert_int_eq(harness_warning_count(&o), 0);
 	double loop = -1;
 	const char *so = harness_str(&o, "stdout");
 	ck_assert_msg(so && sscanf(so, "%lf", &loop) == 1, "%s", o.out);
@@ -485,7 +451,7 @@ START_TEST(doctor_says_whether_systemd_delegates)
 	line++;
 	char l[1024];
 	snprintf(l, sizeof l, "%.*s", (int)strcspn(line, "\n"), line);
-	if (!unified_host())
+	if (!harness_unified_host())
 		ck_assert_str_eq(l, "systemd delegation: not used: cgroup v2 is not the unified "
 				    "hierarchy here");
 	else if (systemd_guest())

@@ -39,6 +39,22 @@ die() {
 	exit 1
 }
 
+# In $REPO: the command the host wrote to $RUN/cmd, its status to
+# $RUN/status, power off. $1: what the log line says before it starts.
+run_cmd() {
+	cd "$REPO" || die "no $REPO"
+	read -r up _ < /proc/uptime
+	log "$1 (uptime ${up}s, accel $accel)"
+	/bin/sh "$RUN/cmd"
+	rc=$?
+	read -r up _ < /proc/uptime
+	echo "$rc" > "$RUN/status"
+	$BB sync
+	log "exit status $rc (uptime ${up}s)"
+	$BB poweroff -f
+	sleep 10
+}
+
 stage1() {
 	/bin/busybox mkdir -p /proc /sys /dev /usr/bin /usr/sbin /sbin
 	/bin/busybox --install -s
@@ -133,17 +149,7 @@ stage2() {
 	export MOAT_TEST_ROOT_CGROUP=$CG/moat-root
 	export MOAT_TEST_ROOTLESS_CGROUP=$CG/moat-rootless
 	export CK_TIMEOUT_MULTIPLIER="$slowdown"	# libcheck's per-test timeouts
-	cd "$REPO" || die "no $REPO"
-	read -r up _ < /proc/uptime
-	log "running command (uptime ${up}s, accel $accel)"
-	/bin/sh "$RUN/cmd"
-	rc=$?
-	read -r up _ < /proc/uptime
-	echo "$rc" > "$RUN/status"
-	$BB sync
-	log "exit status $rc (uptime ${up}s)"
-	$BB poweroff -f
-	sleep 10
+	run_cmd "running command"
 }
 
 # moat.systemd=1: systemd (the host's /lib/systemd/systemd) becomes PID 1,
@@ -191,17 +197,7 @@ check() {
 	accel=$(param moat.accel) || accel=unknown
 	export MOAT_VM=1 MOAT_VM_SYSTEMD=1 MOAT_VM_ACCEL="$accel" MOAT_TEST_SLOWDOWN="$slowdown"
 	export CK_TIMEOUT_MULTIPLIER="$slowdown"
-	cd "$REPO" || die "no $REPO"
-	read -r up _ < /proc/uptime
-	log "running command under systemd (uptime ${up}s, accel $accel)"
-	/bin/sh "$RUN/cmd"
-	rc=$?
-	read -r up _ < /proc/uptime
-	echo "$rc" > "$RUN/status"
-	$BB sync
-	log "exit status $rc (uptime ${up}s)"
-	$BB poweroff -f
-	sleep 10
+	run_cmd "running command under systemd"
 }
 
 case ${1:-} in
