@@ -323,6 +323,11 @@ const char *moat_pool_refusal(const struct moat_request *boot, const struct moat
  * take TypeScript and answer as a cold run would, a missing esbuild
  * included. */
 bool moat_pool_typescript_ready(const struct moat_run_options *opts);
+/* What a warm node needs to start TypeScript's transpiler before its
+ * request arrives (runtime/js/pool.cjs, main({ts: SPEC})): a JSON object,
+ * every string base64, the same "ts" a TypeScript request's frame carries.
+ * malloc'd; NULL when out of memory. */
+char *moat_pool_typescript_spec(void);
 /* Hands the warm sandbox its one request (validated, and refused with a
  * SandboxConfigError when moat_pool_refusal says no); per gives the
  * request's cancel_fd, hangup_fd and on_output (may be NULL). req stays

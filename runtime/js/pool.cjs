@@ -9,6 +9,11 @@
 // module, as `node /sandbox/main.js` would; TypeScript ("ts" in the request)
 // goes through esbuild first, as a cold run's does, and node runs the ESM
 // result. Used once, then destroyed.
+// A TypeScript sandbox (main({ts}): moat serve's typescript kind) starts
+// esbuild while it waits, reading the code on its stdin in /sandbox with the
+// same arguments, and loads node's ES module loader and web globals (Request,
+// Response: undici, most of a handler's start) before the request; a request
+// without "ts" has that esbuild killed and reaped before its program runs.
 // fd 0 is read with readSync and exactly: process.stdin never sees the
 // request, and the program reads its stdin from the first byte.
 "use strict";
@@ -47,16 +52,27 @@ function readHeader() {
 // looked up in the same directories, with the same arguments and the
 // program's environment, its output on the program's stderr; a failure ends
 // the run with esbuild's status (127 when it is not installed).
-function transpile(ts, b) {
+const b = (s) => Buffer.from(s, "base64");
+
+function findTranspiler(ts) {
   const name = b(ts.transpiler).toString("utf8");
-  let exe = null;
   for (const dir of b(ts.path).toString("utf8").split(":")) {
     try {
       fs.accessSync(path.join(dir, name), fs.constants.X_OK);
-      exe = path.join(dir, name);
-      break;
+      return path.join(dir, name);
     } catch (e) { /* not here */ }
   }
+  return null;
+}
+
+// esbuild's status as the run's: its exit code, or 128 + the signal.
+function exitLike(code, signal) {
+  if (code !== 0) process.exit(code === null ? 128 + require("node:os").constants.signals[signal] : code);
+}
+
+function transpile(ts) {
+  const name = b(ts.transpiler).toString("utf8");
+  const exe = findTranspiler(ts);
   if (!exe) {
     process.stderr.write(`moat: ${name} is not installed in the sandbox root (looked in ` +
       `${b(ts.path).toString("utf8")}); TypeScript needs esbuild (Debian package 'esbuild')\n`);
@@ -67,11 +83,53 @@ function transpile(ts, b) {
     stdio: ["ignore", "inherit", "inherit"], env: process.env,
   });
   if (r.error) throw r.error;
-  if (r.status !== 0) process.exit(r.status === null ? 128 + require("node:os").constants.signals[r.signal] : r.status);
+  exitLike(r.status, r.signal);
   return b(ts.run).toString("utf8");
 }
 
-function main() {
+// The TypeScript sandbox's esbuild, started before the request: the same
+// arguments, the code on stdin named as the code file (its messages and the
+// output are a file run's: bundle, imports and tsconfig.json resolved from
+// /sandbox, read once stdin ends, after the request's files are written).
+function prestart(ts) {
+  const exe = findTranspiler(ts);
+  if (!exe) return null; // the request then takes transpile()'s path and its message
+  const args = ["--loader=ts", `--sourcefile=${b(ts.code).toString("utf8")}`,
+    ...ts.args.map((a) => b(a).toString("utf8"))];
+  const child = require("node:child_process").spawn(exe, args, {
+    cwd: "/sandbox", stdio: ["pipe", "inherit", "inherit"], env: process.env,
+  });
+  const done = new Promise((resolve) => {
+    child.on("exit", (code, signal) => resolve({ code, signal }));
+    child.on("error", (error) => resolve({ error }));
+  });
+  child.stdin.on("error", () => { /* esbuild gone: its status says why */ });
+  return { child, done, spec: JSON.stringify(ts) };
+}
+
+async function stop(esb) {
+  esb.child.kill("SIGKILL");
+  await esb.done;
+}
+
+// The request's TypeScript through the waiting esbuild: the code file as
+// the request's files left it (as a cold run's esbuild reads it).
+async function feed(esb, ts) {
+  let src;
+  try {
+    src = fs.readFileSync(b(ts.code).toString("utf8"));
+  } catch (e) {
+    await stop(esb);
+    return transpile(ts); // as a cold run meets it
+  }
+  esb.child.stdin.end(src);
+  const r = await esb.done;
+  if (r.error) return transpile(ts); // it could not start after all: as a cold run would
+  exitLike(r.code, r.signal);
+  return b(ts.run).toString("utf8");
+}
+
+async function main(boot) {
   // what a program's first output and its start would load, loaded before
   // the request arrives: the stdout and stderr streams (fds 1 and 2 are
   // already the program's), the module loader, and child_process for
@@ -80,8 +138,13 @@ function main() {
   void process.stderr;
   require("node:module");
   require("node:child_process");
+  let esb = null;
+  if (boot && boot.ts) {
+    esb = prestart(boot.ts);
+    await import(require("node:url").pathToFileURL(path.join(__dirname, "esm-warm.mjs")).href);
+    void [globalThis.Request, globalThis.Response, globalThis.Headers, globalThis.fetch];
+  }
   const req = JSON.parse(readExact(readHeader()).toString("utf8"));
-  const b = (s) => Buffer.from(s, "base64");
   let main = req.ts ? b(req.ts.code).toString("utf8") : "/sandbox/main.js";
   fs.writeFileSync(main, b(req.code));
   for (const [p64, c64] of req.files) {
@@ -91,7 +154,11 @@ function main() {
   }
   for (const [k64, v64] of req.env) process.env[b(k64).toString("utf8")] = b(v64).toString("utf8");
   process.chdir("/sandbox");
-  if (req.ts) main = transpile(req.ts, b);
+  if (req.ts && esb && esb.spec === JSON.stringify(req.ts)) main = await feed(esb, req.ts);
+  else {
+    if (esb) await stop(esb);
+    if (req.ts) main = transpile(req.ts);
+  }
   // what `node /sandbox/main.js` does: this bootstrap was loaded as that
   // path, so its cache entry goes before the program takes the name
   const Module = require("node:module");

@@ -35,7 +35,8 @@ static void usage(FILE *f)
 	      "127.0.0.1:3000, otherwise the unix socket $XDG_RUNTIME_DIR/moat.sock.\n"
 	      "kvEnabled requests use the store of --kv (a file, sqlite:FILE or\n"
 	      "redis://HOST:PORT/DB; default: the SQLite file of this user); docs/KV.md.\n"
-	      "--pool N keeps N warm python and javascript sandboxes each (0: none;\n"
+	      "--pool N keeps N warm python, javascript and typescript sandboxes each\n"
+	      "(typescript where the root has esbuild; 0: none;\n"
 	      "default: config serve.pool, else 1-2 by available memory).\n"
 	      "--json-log writes every log line as one JSON object to stdout (for a log\n"
 	      "collector, e.g. in a pod); by default the log goes to stderr.\n",

@@ -24,7 +24,17 @@ static bool startup_env(enum moat_language lang, const char *name)
 {
 	if (lang == MOAT_LANG_PYTHON)
 		return !strncmp(name, "PYTHON", 6) && strcmp(name, "PYTHONPATH") != 0;
-	return !strncmp(name, "NODE_", 5) || !strcmp(name, "UV_THREADPOOL_SIZE");
+	if (!strncmp(name, "NODE_", 5) || !strcmp(name, "UV_THREADPOOL_SIZE"))
+		return true;
+	/* a warm node's esbuild is started before the request (pool.cjs): the
+	 * variables it reads at its start, Go's runtime's and NO_COLOR */
+	static const char *const esbuild_env[] = { "GODEBUG", "GOGC", "GOMAXPROCS", "GOMEMLIMIT",
+						   "GOTRACEBACK", "NO_COLOR" };
+	if (lang == MOAT_LANG_TYPESCRIPT)
+		for (size_t i = 0; i < sizeof esbuild_env / sizeof *esbuild_env; i++)
+			if (!strcmp(name, esbuild_env[i]))
+				return true;
+	return false;
 }
 
 const char *moat_pool_refusal(const struct moat_request *boot, const struct moat_request *req)
@@ -77,10 +87,40 @@ static void put_b64(struct moat_buf *b, const char *s, size_t len)
 	moat_buf_append_base64(b, (const unsigned char *)(s ? s : ""), s ? len : 0);
 }
 
+/* TypeScript's part of a request: the transpiler's name, the directories a
+ * cold run looks in, the code file, its arguments after the code file and
+ * the file node then runs (every string base64). */
+static void put_ts_spec(struct moat_buf *j)
+{
+	const struct moat_lang_info *li = moat_lang_get(MOAT_LANG_TYPESCRIPT);
+	moat_buf_append(j, "{\"transpiler\":", 14);
+	put_b64(j, li->transpiler, strlen(li->transpiler));
+	moat_buf_append(j, ",\"path\":", 8);
+	put_b64(j, RUN_SANDBOX_PATH, strlen(RUN_SANDBOX_PATH));
+	moat_buf_append(j, ",\"code\":", 8);
+	char code[32];
+	snprintf(code, sizeof code, MOAT_SANDBOX_DIR "/main.%s", li->ext);
+	put_b64(j, code, strlen(code));
+	moat_buf_append(j, ",\"args\":[", 9);
+	for (size_t i = 0; run_ts_flags[i]; i++) {
+		if (i)
+			moat_buf_append(j, ",", 1);
+		put_b64(j, run_ts_flags[i], strlen(run_ts_flags[i]));
+	}
+	moat_buf_append(j, "],\"run\":", 8);
+	put_b64(j, RUN_TS_OUTPUT, strlen(RUN_TS_OUTPUT));
+	moat_buf_append(j, "}", 1);
+}
+
+char *moat_pool_typescript_spec(void)
+{
+	struct moat_buf j = { 0 };
+	put_ts_spec(&j);
+	return moat_buf_take(&j);
+}
+
 /* "MOATPOOL1 <n>\n" + n bytes of JSON (every string base64: the bytes
- * exactly) + the request's stdin. TypeScript adds "ts": the transpiler's
- * name, the directories a cold run looks in, its arguments after the code
- * file and the file node then runs. */
+ * exactly) + the request's stdin. TypeScript adds "ts" (put_ts_spec). */
 static char *pool_frame(const struct moat_request *req, size_t *len)
 {
 	struct moat_buf j = { 0 }, f = { 0 };
@@ -103,25 +143,9 @@ static char *pool_frame(const struct moat_request *req, size_t *len)
 		moat_buf_append(&j, "]", 1);
 	}
 	moat_buf_append(&j, "]", 1);
-	const struct moat_lang_info *li = moat_lang_get(req->language);
-	if (req->language == MOAT_LANG_TYPESCRIPT && li && li->transpiler) {
-		moat_buf_append(&j, ",\"ts\":{\"transpiler\":", 20);
-		put_b64(&j, li->transpiler, strlen(li->transpiler));
-		moat_buf_append(&j, ",\"path\":", 8);
-		put_b64(&j, RUN_SANDBOX_PATH, strlen(RUN_SANDBOX_PATH));
-		moat_buf_append(&j, ",\"code\":", 8);
-		char code[32];
-		snprintf(code, sizeof code, MOAT_SANDBOX_DIR "/main.%s", li->ext);
-		put_b64(&j, code, strlen(code));
-		moat_buf_append(&j, ",\"args\":[", 9);
-		for (size_t i = 0; run_ts_flags[i]; i++) {
-			if (i)
-				moat_buf_append(&j, ",", 1);
-			put_b64(&j, run_ts_flags[i], strlen(run_ts_flags[i]));
-		}
-		moat_buf_append(&j, "],\"run\":", 8);
-		put_b64(&j, RUN_TS_OUTPUT, strlen(RUN_TS_OUTPUT));
-		moat_buf_append(&j, "}", 1);
+	if (req->language == MOAT_LANG_TYPESCRIPT) {
+		moat_buf_append(&j, ",\"ts\":", 6);
+		put_ts_spec(&j);
 	}
 	moat_buf_append(&j, "}", 1);
 	if (j.oom) {

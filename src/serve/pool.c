@@ -1,5 +1,6 @@
 /* The warm pool of moat serve (docs/SERVE.md, "The pool"): per language
- * (python, javascript), up to `want` sandboxes prewarmed by one refill
+ * (python, javascript, and typescript when the root has esbuild), up to
+ * `want` sandboxes prewarmed by one refill
  * thread, each handed exactly one request and then released by the worker
  * that ran it. A request the pool cannot serve, or that finds it empty,
  * runs cold; a pool never shares a sandbox. The refill thread is the parent
@@ -7,6 +8,7 @@
  * thread), so it lives until the last pooled sandbox is released. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -14,15 +16,16 @@
 #include "core/sys.h"
 #include "serve/internal.h"
 
-#define POOL_LANGS 2
+#define POOL_LANGS 3
+#define POOL_TS 2
 #define POOL_MAX_IDLE_MS (10 * 60 * 1000) /* an idle sandbox is replaced after this */
 
-static const enum moat_language pool_lang[POOL_LANGS] = { MOAT_LANG_PYTHON,
-							  MOAT_LANG_JAVASCRIPT };
-static const char *const boot_code[POOL_LANGS] = {
-	"import moat_pool\nmoat_pool.main()\n",
-	"require(\"/opt/moat/runtime/js/pool.cjs\").main();\n",
-};
+/* What a request's language names; the typescript ones are warm nodes too
+ * (their boot request is javascript) with esbuild already started and the
+ * ES module loader and web globals loaded: pool.cjs, main({ts}). */
+static const enum moat_language pool_lang[POOL_LANGS] = { MOAT_LANG_PYTHON, MOAT_LANG_JAVASCRIPT,
+							  MOAT_LANG_TYPESCRIPT };
+#define JS_BOOT "require(\"/opt/moat/runtime/js/pool.cjs\").main("
 
 struct slot {
 	struct moat_sandbox *sb;
@@ -52,20 +55,41 @@ struct serve_pool {
 	uint64_t created, used, failed, expired, cold[POOL_LANGS], busy_refill_ms;
 	int64_t idle_bytes[POOL_LANGS]; /* an idle sandbox's memory when last handed out */
 	char *last_error;
-	bool ts_ok; /* typescript may use the javascript pool */
+	bool ts_ok; /* the root has esbuild: the typescript kind is kept */
 	struct serve_log *log;
 };
 
-/* The pool a request may use: TypeScript goes to the javascript one (a
- * warm node runs esbuild first) when the sandbox root has esbuild. */
+/* The pool a request may use: TypeScript has its own when the sandbox
+ * root has esbuild. */
 static int lang_index(const struct serve_pool *p, enum moat_language l)
 {
-	if (l == MOAT_LANG_TYPESCRIPT)
-		l = p->ts_ok ? MOAT_LANG_JAVASCRIPT : l;
 	for (int i = 0; i < POOL_LANGS; i++)
 		if (pool_lang[i] == l)
-			return i;
+			return i == POOL_TS && !p->ts_ok ? -1 : i;
 	return -1;
+}
+
+/* How many sandboxes of kind i the pool keeps. */
+static unsigned want_of(const struct serve_pool *p, int i)
+{
+	return i == POOL_TS && !p->ts_ok ? 0 : p->want;
+}
+
+/* The boot code of kind i: moat_pool.py's main, or pool.cjs's with the
+ * transpiler's spec for a typescript one. */
+static char *boot_code(int i)
+{
+	char *code = NULL;
+	if (i == 0)
+		return strdup("import moat_pool\nmoat_pool.main()\n");
+	char *spec = i == POOL_TS ? moat_pool_typescript_spec() : NULL;
+	if (i == POOL_TS && !spec)
+		return NULL;
+	if (asprintf(&code, JS_BOOT "%s%s%s);\n", spec ? "{\"ts\":" : "", spec ? spec : "",
+		     spec ? "}" : "") < 0)
+		code = NULL;
+	free(spec);
+	return code;
 }
 
 /* One sandbox for language i, outside the lock. */
@@ -131,7 +155,7 @@ static void *refill_main(void *arg)
 		}
 		int need = -1;
 		for (int i = 0; i < POOL_LANGS && need < 0; i++)
-			if (p->nready[i] < p->want)
+			if (p->nready[i] < want_of(p, i))
 				need = i;
 		if (need >= 0 && p->saturated && p->saturated(p->sat_ctx)) {
 			wait_ms(p, 5);
@@ -206,12 +230,12 @@ int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_r
 		p->idle_bytes[i] = -1;
 		struct moat_request *b = p->boot[i] = moat_request_new();
 		if (!b || !(p->ready[i] = calloc(want ? want : 1, sizeof *p->ready[i])) ||
-		    !(b->code = strdup(boot_code[i]))) {
+		    !(b->code = boot_code(i))) {
 			serve_pool_stop(p);
 			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 		}
 		b->code_len = strlen(b->code);
-		b->language = pool_lang[i];
+		b->language = i == POOL_TS ? MOAT_LANG_JAVASCRIPT : pool_lang[i];
 		b->max_output_bytes = SERVE_SCRIPT_OUTPUT_CAP;
 		/* the limits a Spin request gets: the pool serves exactly those */
 		if (serve_limits_apply(limits, b, 0, err) < 0) {

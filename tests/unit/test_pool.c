@@ -82,6 +82,22 @@ START_TEST(pool_takes_only_what_it_can_reproduce)
 	set_env(r, "NODE_OPTIONS", "--inspect");
 	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
 	moat_request_free(r);
+	/* and what the esbuild started before the request would not see: Go's
+	 * runtime variables and NO_COLOR (a javascript request may set them) */
+	static const char *const go_env[] = { "GODEBUG", "GOGC", "GOMAXPROCS", "GOMEMLIMIT",
+					      "GOTRACEBACK", "NO_COLOR" };
+	for (size_t i = 0; i < sizeof go_env / sizeof *go_env; i++) {
+		r = req(MOAT_LANG_TYPESCRIPT);
+		set_env(r, "GOOGLE_API_KEY", "k"); /* not Go's */
+		ck_assert_ptr_null(moat_pool_refusal(boot, r));
+		set_env(r, go_env[i], "1");
+		ck_assert_msg(moat_pool_refusal(boot, r) != NULL, "typescript with %s", go_env[i]);
+		moat_request_free(r);
+		r = req(MOAT_LANG_JAVASCRIPT);
+		set_env(r, go_env[i], "1");
+		ck_assert_ptr_null(moat_pool_refusal(boot, r));
+		moat_request_free(r);
+	}
 	moat_request_free(boot);
 	/* but never on a python one, and a typescript boot is not kept */
 	boot = req(MOAT_LANG_PYTHON);
