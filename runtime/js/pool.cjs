@@ -3,8 +3,11 @@
 // moat starts this in a sandbox that is already locked down (namespaces,
 // mounts, cgroup, no capabilities, no_new_privs, Landlock, seccomp, uid
 // 65534) and keeps node waiting here, initialised. It reads exactly one
-// request from fd 0 -- "MOATPOOL1 <n>\n", n bytes of JSON whose strings are
-// base64 (code, files, env), then the program's own stdin -- writes the
+// request from fd 0 -- "MOATPOOL2 <n>\n", n bytes of netstrings
+// ("<length>:<bytes>,": the code, the number of files and each path and
+// content, the number of variables and each name and value, and for
+// TypeScript the transpiler's spec as JSON), then the program's own stdin --
+// writes the
 // files, sets the environment and runs /sandbox/main.js as node's main
 // module, as `node /sandbox/main.js` would; TypeScript ("ts" in the request)
 // goes through esbuild first, as a cold run's does, and node runs the ESM
@@ -38,7 +41,7 @@ function readExact(n) {
 }
 
 function readHeader() {
-  const magic = "MOATPOOL1 ";
+  const magic = "MOATPOOL2 ";
   let line = "";
   while (!line.endsWith("\n")) {
     line += readExact(1).toString("latin1");
@@ -53,6 +56,42 @@ function readHeader() {
 // program's environment, its output on the program's stderr; a failure ends
 // the run with esbuild's status (127 when it is not installed).
 const b = (s) => Buffer.from(s, "base64");
+
+// The netstrings of body, as Buffers.
+function fields(body) {
+  const out = [];
+  let i = 0;
+  while (i < body.length) {
+    const j = body.indexOf(0x3a, i);
+    const len = j < 0 ? "" : body.toString("latin1", i, j);
+    if (!/^[0-9]{1,20}$/.test(len)) throw new Error("bad request");
+    const end = j + 1 + Number(len);
+    if (end >= body.length || body[end] !== 0x2c) throw new Error("bad request");
+    out.push(body.subarray(j + 1, end));
+    i = end + 1;
+  }
+  return out;
+}
+
+// The count at f[at], then that many pairs: [pairs, next index].
+function pairs(f, at) {
+  const count = at < f.length ? Number(f[at].toString("latin1")) : NaN;
+  const end = at + 1 + 2 * count;
+  if (!Number.isSafeInteger(count) || end > f.length) throw new Error("bad request");
+  const out = [];
+  for (let k = at + 1; k < end; k += 2) out.push([f[k], f[k + 1]]);
+  return [out, end];
+}
+
+function parseRequest(body) {
+  const f = fields(body);
+  if (!f.length) throw new Error("bad request");
+  const [files, at] = pairs(f, 1);
+  const [env, at2] = pairs(f, at);
+  if (at2 < f.length - 1 || at2 > f.length) throw new Error("bad request");
+  const ts = at2 === f.length - 1 ? JSON.parse(f[at2].toString("utf8")) : null;
+  return { code: f[0], files, env, ts };
+}
 
 function findTranspiler(ts) {
   const name = b(ts.transpiler).toString("utf8");
@@ -144,15 +183,15 @@ async function main(boot) {
     await import(require("node:url").pathToFileURL(path.join(__dirname, "esm-warm.mjs")).href);
     void [globalThis.Request, globalThis.Response, globalThis.Headers, globalThis.fetch];
   }
-  const req = JSON.parse(readExact(readHeader()).toString("utf8"));
+  const req = parseRequest(readExact(readHeader()));
   let main = req.ts ? b(req.ts.code).toString("utf8") : "/sandbox/main.js";
-  fs.writeFileSync(main, b(req.code));
-  for (const [p64, c64] of req.files) {
-    const p = path.join("/sandbox", b(p64).toString("utf8"));
+  fs.writeFileSync(main, req.code);
+  for (const [rel, content] of req.files) {
+    const p = path.join("/sandbox", rel.toString("utf8"));
     fs.mkdirSync(path.dirname(p), { recursive: true });
-    fs.writeFileSync(p, b(c64));
+    fs.writeFileSync(p, content);
   }
-  for (const [k64, v64] of req.env) process.env[b(k64).toString("utf8")] = b(v64).toString("utf8");
+  for (const [k, v] of req.env) process.env[k.toString("utf8")] = v.toString("utf8");
   process.chdir("/sandbox");
   if (req.ts && esb && esb.spec === JSON.stringify(req.ts)) main = await feed(esb, req.ts);
   else {

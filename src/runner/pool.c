@@ -16,7 +16,7 @@
 #include "core/sys.h"
 #include "runner/run.h"
 
-#define POOL_MAGIC "MOATPOOL1"
+#define POOL_MAGIC "MOATPOOL2"
 
 /* An env name the interpreter reads at start-up: a warm one cannot honour
  * it. PYTHONPATH is the exception (the bootstrap puts it on sys.path). */
@@ -89,7 +89,8 @@ static void put_b64(struct moat_buf *b, const char *s, size_t len)
 
 /* TypeScript's part of a request: the transpiler's name, the directories a
  * cold run looks in, the code file, its arguments after the code file and
- * the file node then runs (every string base64). */
+ * the file node then runs (JSON, every string base64: node parses it
+ * natively). */
 static void put_ts_spec(struct moat_buf *j)
 {
 	const struct moat_lang_info *li = moat_lang_get(MOAT_LANG_TYPESCRIPT);
@@ -119,35 +120,52 @@ char *moat_pool_typescript_spec(void)
 	return moat_buf_take(&j);
 }
 
-/* "MOATPOOL1 <n>\n" + n bytes of JSON (every string base64: the bytes
- * exactly) + the request's stdin. TypeScript adds "ts" (put_ts_spec). */
+/* One field of a frame: "<decimal length>:<bytes>," (a netstring). */
+static void put_field(struct moat_buf *f, const char *s, size_t len)
+{
+	moat_buf_appendf(f, "%zu:", len);
+	if (len)
+		moat_buf_append(f, s, len);
+	moat_buf_append(f, ",", 1);
+}
+
+static void put_count(struct moat_buf *f, size_t n)
+{
+	char num[24];
+	int len = snprintf(num, sizeof num, "%zu", n);
+	put_field(f, num, (size_t)len);
+}
+
+/* "MOATPOOL2 <n>\n" + n bytes of fields (put_field: the bytes exactly) +
+ * the request's stdin. The fields: the code; the number of files, then
+ * each file's path and content; the number of env variables, then each
+ * name and value; for TypeScript, put_ts_spec's JSON. Netstrings, not
+ * JSON: python's bootstrap splits them with bytes methods alone, where
+ * importing json and base64 (re, enum, struct) cost a warm interpreter
+ * more CPU than its whole start. */
 static char *pool_frame(const struct moat_request *req, size_t *len)
 {
 	struct moat_buf j = { 0 }, f = { 0 };
-	moat_buf_append(&j, "{\"code\":", 8);
-	put_b64(&j, req->code, req->code_len);
-	moat_buf_append(&j, ",\"files\":[", 10);
+	put_field(&j, req->code, req->code_len);
+	put_count(&j, req->files_count);
 	for (size_t i = 0; i < req->files_count; i++) {
-		moat_buf_append(&j, i ? ",[" : "[", i ? 2 : 1);
-		put_b64(&j, req->files[i].key, strlen(req->files[i].key));
-		moat_buf_append(&j, ",", 1);
-		put_b64(&j, req->files[i].value, req->files[i].value_len);
-		moat_buf_append(&j, "]", 1);
+		put_field(&j, req->files[i].key, strlen(req->files[i].key));
+		put_field(&j, req->files[i].value, req->files[i].value_len);
 	}
-	moat_buf_append(&j, "],\"env\":[", 9);
+	put_count(&j, req->env_count);
 	for (size_t i = 0; i < req->env_count; i++) {
-		moat_buf_append(&j, i ? ",[" : "[", i ? 2 : 1);
-		put_b64(&j, req->env[i].key, strlen(req->env[i].key));
-		moat_buf_append(&j, ",", 1);
-		put_b64(&j, req->env[i].value, req->env[i].value_len);
-		moat_buf_append(&j, "]", 1);
+		put_field(&j, req->env[i].key, strlen(req->env[i].key));
+		put_field(&j, req->env[i].value, req->env[i].value_len);
 	}
-	moat_buf_append(&j, "]", 1);
 	if (req->language == MOAT_LANG_TYPESCRIPT) {
-		moat_buf_append(&j, ",\"ts\":", 6);
-		put_ts_spec(&j);
+		struct moat_buf t = { 0 };
+		put_ts_spec(&t);
+		if (t.oom)
+			j.oom = true;
+		else
+			put_field(&j, t.data, t.len);
+		moat_buf_free(&t);
 	}
-	moat_buf_append(&j, "}", 1);
 	if (j.oom) {
 		moat_buf_free(&j);
 		return NULL;

@@ -3540,6 +3540,55 @@ START_TEST(pod_readonly_json_log)
 }
 END_TEST
 
+/* The hand-over frame carries bytes exactly (netstrings): code, files in
+ * subdirectories, empty and separator-laden values, non-ASCII text, stdin
+ * that looks like a frame -- a warm python and a warm node see what a cold
+ * run sees. */
+START_TEST(pool_frame_exact)
+{
+	HARNESS_MODE_GUARD(_i);
+	static const char *const bodies[] = {
+		"{\"code\":\"import os, sys\\nprint(repr(open('d/e/f.txt').read()), "
+		"repr(open('g').read()), repr(os.environ['E']), repr(os.environ['F']), "
+		"repr(sys.stdin.read()), 'ünï:,', sorted(m for m in ('json', 'base64', 're') "
+		"if m in sys.modules))\",\"files\":{\"d/e/f.txt\":\"1:a,2:bc,\",\"g\":\"\"},"
+		"\"env\":{\"E\":\"\",\"F\":\"a=b,c:3:\\u00e9\"},\"stdin\":\"MOATPOOL2 4\\n1:x,\"}",
+		"{\"language\":\"javascript\",\"code\":\"const fs = require('fs');\\n"
+		"console.log(JSON.stringify([fs.readFileSync('d/e/f.txt', 'utf8'), "
+		"fs.readFileSync('g', 'utf8'), process.env.E, process.env.F, fs.readFileSync(0, "
+		"'utf8'), 'ünï:,']))\",\"files\":{\"d/e/f.txt\":\"1:a,2:bc,\",\"g\":\"\"},"
+		"\"env\":{\"E\":\"\",\"F\":\"a=b,c:3:\\u00e9\"},\"stdin\":\"MOATPOOL2 4\\n1:x,\"}",
+	};
+	enum { N = sizeof bodies / sizeof bodies[0] };
+	struct resp cold[N];
+	struct server s;
+	struct server_opts o0 = { .socket = true, .pool = 0 };
+	server_start(&s, _i, &o0);
+	for (int k = 0; k < N; k++) {
+		v1(&s, bodies[k], &cold[k]);
+		ck_assert_msg(!pooled(&cold[k]) && jnum(cold[k].json, "exitCode") == 0, "%.500s",
+			      cold[k].body);
+	}
+	server_stop(&s);
+	struct server_opts o = { .socket = true, .pool = 1 };
+	server_start(&s, _i, &o);
+	for (int k = 0; k < N; k++) {
+		pool_wait_ready(&s, k ? "javascript" : "python", 1);
+		struct resp r;
+		v1(&s, bodies[k], &r);
+		ck_assert_msg(pooled(&r) && !strcmp(jstr(r.json, "stdout"), jstr(cold[k].json, "stdout")) &&
+				      !strcmp(jstr(r.json, "stderr"), jstr(cold[k].json, "stderr")),
+			      "%d warm:\n%.800s\ncold:\n%.800s", k, r.body, cold[k].body);
+		resp_free(&r);
+	}
+	ck_assert_str_eq(jstr(cold[0].json, "stdout"),
+			 "'1:a,2:bc,' '' '' 'a=b,c:3:é' 'MOATPOOL2 4\\n1:x,' ünï:, []\n");
+	for (int k = 0; k < N; k++)
+		resp_free(&cold[k]);
+	server_stop_pool(&s, pool_kinds());
+}
+END_TEST
+
 /* How many descendants of pid (to depth 4: pid 1, the program, its
  * children) have the command name comm. */
 static int proc_descendants_named(pid_t pid, const char *comm, int depth)
@@ -3707,6 +3756,7 @@ Suite *serve_suite(void)
 	ADD(pool_killed);
 	ADD(pool_dead_sandbox);
 	ADD(pool_typescript);
+	ADD(pool_frame_exact);
 	ADD(ipv6_listener);
 	ADD(malformed_http);
 	ADD(connection_limit);
