@@ -7,9 +7,8 @@
 // ("<length>:<bytes>,": the code, the number of files and each path and
 // content, the number of variables and each name and value, and for
 // TypeScript the transpiler's spec as JSON), then the program's own stdin --
-// writes the
-// files, sets the environment and runs /sandbox/main.js as node's main
-// module, as `node /sandbox/main.js` would; TypeScript ("ts" in the request)
+// writes the files, sets the environment and runs /sandbox/main.js as node's
+// main module, as `node /sandbox/main.js` would; TypeScript ("ts" in the request)
 // goes through esbuild first, as a cold run's does, and node runs the ESM
 // result. Used once, then destroyed.
 // A TypeScript sandbox (main({ts}): moat serve's typescript kind) starts
@@ -138,12 +137,25 @@ function prestart(ts) {
   const child = require("node:child_process").spawn(exe, args, {
     cwd: "/sandbox", stdio: ["pipe", "inherit", "inherit"], env: process.env,
   });
-  const done = new Promise((resolve) => {
-    child.on("exit", (code, signal) => resolve({ code, signal }));
-    child.on("error", (error) => resolve({ error }));
+  const esb = { child, spec: JSON.stringify(ts), ended: false };
+  esb.done = new Promise((resolve) => {
+    child.on("exit", (code, signal) => { esb.ended = true; resolve({ code, signal }); });
+    child.on("error", (error) => { esb.ended = true; resolve({ error }); });
   });
   child.stdin.on("error", () => { /* esbuild gone: its status says why */ });
-  return { child, done, spec: JSON.stringify(ts) };
+  return esb;
+}
+
+// esbuild is still running (not a zombie): node sees its exit only when the
+// event loop runs, which it has not while the request was read.
+function alive(esb) {
+  if (esb.ended) return false;
+  try {
+    const st = fs.readFileSync(`/proc/${esb.child.pid}/stat`, "latin1");
+    return !/^[ZX]/.test(st.slice(st.lastIndexOf(")") + 2));
+  } catch (e) {
+    return false;
+  }
 }
 
 async function stop(esb) {
@@ -160,6 +172,10 @@ async function feed(esb, ts) {
   } catch (e) {
     await stop(esb);
     return transpile(ts); // as a cold run meets it
+  }
+  if (!alive(esb)) { // it died while it waited: as a cold run would
+    await esb.done;
+    return transpile(ts);
   }
   esb.child.stdin.end(src);
   const r = await esb.done;

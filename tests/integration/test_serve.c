@@ -3589,9 +3589,9 @@ START_TEST(pool_frame_exact)
 }
 END_TEST
 
-/* How many descendants of pid (to depth 4: pid 1, the program, its
- * children) have the command name comm. */
-static int proc_descendants_named(pid_t pid, const char *comm, int depth)
+/* How many descendants of pid (to depth: pid 1, the program, its
+ * children) have the command name comm; the last one found in *last. */
+static int proc_descendants_named(pid_t pid, const char *comm, int depth, pid_t *last)
 {
 	pid_t kids[64];
 	int n = proc_children(pid, kids, 64), found = 0;
@@ -3599,10 +3599,14 @@ static int proc_descendants_named(pid_t pid, const char *comm, int depth)
 		char f[64];
 		snprintf(f, sizeof f, "/proc/%ld/comm", (long)kids[i]);
 		char *c = slurp(f, NULL);
-		found += c && !strcmp(c, comm) ? 1 : 0;
+		if (c && !strcmp(c, comm)) {
+			found++;
+			if (last)
+				*last = kids[i];
+		}
 		free(c);
 		if (depth > 1)
-			found += proc_descendants_named(kids[i], comm, depth - 1);
+			found += proc_descendants_named(kids[i], comm, depth - 1, last);
 	}
 	return found;
 }
@@ -3653,10 +3657,10 @@ START_TEST(pool_typescript)
 	 * the typescript kind only */
 	pool_wait_all(&s, 1);
 	long t0 = now_ms();
-	while (proc_descendants_named(s.p.pid, "esbuild\n", 4) < 1 &&
+	while (proc_descendants_named(s.p.pid, "esbuild\n", 4, NULL) < 1 &&
 	       now_ms() - t0 < harness_scale_ms(10000))
 		sleep_ms(20);
-	ck_assert_int_eq(proc_descendants_named(s.p.pid, "esbuild\n", 4), 1);
+	ck_assert_int_eq(proc_descendants_named(s.p.pid, "esbuild\n", 4, NULL), 1);
 	for (int k = 0; k < N; k++) {
 		pool_wait_ready(&s, "typescript", 1);
 		char *body = NULL;
@@ -3678,6 +3682,23 @@ START_TEST(pool_typescript)
 		resp_free(&cold[k]);
 		free(body);
 	}
+	/* an esbuild that died while it waited: the warm node runs one as a
+	 * cold run's pid 2 does */
+	pool_wait_ready(&s, "typescript", 1);
+	pid_t esb = -1;
+	t0 = now_ms();
+	while (proc_descendants_named(s.p.pid, "esbuild\n", 4, &esb) < 1 &&
+	       now_ms() - t0 < harness_scale_ms(10000))
+		sleep_ms(20);
+	ck_assert_int_gt(esb, 0);
+	ck_assert_int_eq(kill(esb, SIGKILL), 0);
+	sleep_ms(100);
+	struct resp d;
+	v1(&s, "{\"language\":\"typescript\",\"code\":\"console.log(7 as number)\"}", &d);
+	ck_assert_msg(pooled(&d) && jnum(d.json, "exitCode") == 0 &&
+			      !strcmp(jstr(d.json, "stdout"), "7\n") && !*jstr(d.json, "stderr"),
+		      "after its esbuild was killed: %.500s", d.body);
+	resp_free(&d);
 	/* GOMAXPROCS would reach a cold run's esbuild, not a warm one's */
 	pool_wait_ready(&s, "typescript", 1);
 	struct resp g;
