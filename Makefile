@@ -75,7 +75,7 @@ INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
 .PHONY: all deps check check-unit check-integration check-node check-threads check-vm check-k8s install \
-        uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
+        uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat
 
@@ -240,6 +240,28 @@ bench-serve: $(BUILD)/moat
 # through the Python shim, SQLite and Redis (bench/kv.sh)
 bench-kv: $(BUILD)/moat
 	sh bench/kv.sh $(CURDIR)/$(BUILD)/moat
+
+# Zygote-per-language prototype for the warm pool (issue 15): per-request CPU
+# and wall of a forked, re-namespaced, locked-down child vs moat run vs bare
+# python3 (bench/zygote/README.md). Figures only; not part of make check.
+ZYG := $(BUILD)/zygote
+$(ZYG)/libzyg.so: bench/zygote/zyg.c
+	@mkdir -p $(ZYG)
+	$(CC) -std=gnu11 $(WARN) -O2 -g -fPIC -shared -D_GNU_SOURCE -o $@ $<
+$(ZYG)/zyg-outer: bench/zygote/outer.c
+	@mkdir -p $(ZYG)
+	$(CC) -std=gnu11 $(WARN) -O2 -g -D_GNU_SOURCE -o $@ $<
+$(ZYG)/bpfdump: bench/zygote/bpfdump.c $(BUILD)/libmoat.a
+	@mkdir -p $(ZYG)
+	$(CC) $(ALL_CFLAGS) $(PKG_CFLAGS) -o $@ $< $(BUILD)/libmoat.a $(PKG_LIBS)
+$(ZYG)/moat-default.bpf: $(ZYG)/bpfdump
+	$(ZYG)/bpfdump $@
+$(ZYG)/ready: $(ZYG)/libzyg.so $(ZYG)/zyg-outer $(ZYG)/moat-default.bpf bench/zygote/zygote.py runtime/python/moat_pool.py
+	cp bench/zygote/zygote.py runtime/python/moat_pool.py $(ZYG)/
+	chmod a+rX $(ZYG) $(ZYG)/*
+	touch $@
+bench-zygote: $(BUILD)/moat $(ZYG)/ready
+	/usr/bin/python3 bench/zygote/bench.py --moat $(CURDIR)/$(BUILD)/moat --zdir $(CURDIR)/$(ZYG) $(ZYG_ARGS)
 
 # Two moat serve nodes behind HAProxy against one node, 8 clients (bench/cluster.sh; root)
 bench-cluster: $(BUILD)/moat

@@ -1,0 +1,434 @@
+#!/usr/bin/python3
+"""bench/zygote/bench.py -- zygote-per-language prototype vs `moat run` vs bare
+python3 (issue 15). Figures only; see README.md for the method.
+
+    make bench-zygote [ZYG_ARGS="--n 200 --caps keep --label root"]
+    (or: python3 bench/zygote/bench.py --moat build/moat --zdir build/zygote ...)
+
+Phases (all in one run, each with the load average before and after):
+  A  one client, N rounds; each round runs every case once in a fresh random
+     order: wall (client side) and CPU (wait4 rusage of what was started;
+     for the zygote, its child's rusage plus the zygote's own CPU delta);
+     zygote step breakdown from the CLOCK_MONOTONIC stamps.
+  B  system-wide CPU per request: blocks of K back-to-back requests per case
+     plus an idle block, /proc/stat busy ticks and kernel-thread run time
+     (/proc/<pid>/schedstat of kthreadd's children, kworkers separately).
+  C  two concurrent clients, blocks of M requests each, rotated order:
+     throughput, p50/p90/p99 latency, /proc/stat CPU per request.
+  P  probes: which /proc mount a child can make under a moat-like masked /proc.
+"""
+import argparse
+import base64
+import json
+import os
+import random
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import resource
+
+STEPS = [  # (label, from stamp, to stamp)
+    ("fork (zygote->child C running)", 0, 1),
+    ("unshare(USER)", 1, 2),
+    ("setgroups+uid_map+gid_map", 2, 3),
+    ("unshare(NS,PID,NET,IPC,UTS,CGROUP)", 3, 4),
+    ("nested fork (pid 1 running)", 4, 5),
+    ("mounts (/tmp,/sandbox tmpfs + /proc)", 5, 6),
+    ("fork program (pid 2 running)", 6, 7),
+    ("drop caps (bounding, ambient, capset)", 7, 8),
+    ("no_new_privs", 8, 9),
+    ("seccomp (moat default, BPF)", 9, 10),
+    ("read request + write main.py", 10, 11),
+    ("run print(6*7) + flush", 11, 12),
+    ("exit pid 2 -> reaped by pid 1", 12, 13),
+    ("exit pid 1 -> reaped by C", 13, 14),
+    ("exit C -> reaped by zygote", 14, 15),
+    ("TOTAL arrive -> reaped", 0, 15),
+]
+S_PARENT_FORK = 16
+CLK = os.sysconf("SC_CLK_TCK")
+
+
+def pct(xs, p):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = max(0, min(len(xs) - 1, int(round(p / 100.0 * len(xs) + 0.5)) - 1))
+    return xs[k]
+
+
+def ms(ns):
+    return ns / 1e6
+
+
+def load():
+    return "%.2f" % os.getloadavg()[0]
+
+
+def proc_stat():
+    """(busy, steal) ticks: busy = user+nice+system+irq+softirq; steal is the
+    hypervisor's (this VM waited for a physical CPU), not work done here"""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    return v[0] + v[1] + v[2] + v[5] + v[6], v[7]
+
+
+def kthreads():
+    """run time (ns) of kernel threads: all, and kworkers"""
+    tot = kw = 0
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d) as f:
+                st = f.read()
+            ppid = int(st[st.rindex(")") + 2:].split()[1])
+            if ppid != 2 and d != "2":
+                continue
+            with open("/proc/%s/schedstat" % d) as f:
+                ns = int(f.read().split()[0])
+        except (OSError, ValueError):
+            continue
+        tot += ns
+        if "(kworker" in st:
+            kw += ns
+    return tot, kw
+
+
+def self_cpu_ns():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return int((ru.ru_utime + ru.ru_stime) * 1e9)
+
+
+def spawn(argv, env):
+    r, w = os.pipe()
+    t0 = time.monotonic_ns()
+    pid = os.posix_spawn(argv[0], argv, env,
+                         file_actions=[(os.POSIX_SPAWN_OPEN, 0, "/dev/null", os.O_RDONLY, 0),
+                                       (os.POSIX_SPAWN_DUP2, w, 1)])
+    os.close(w)
+    out = b""
+    while True:
+        b = os.read(r, 65536)
+        if not b:
+            break
+        out += b
+    os.close(r)
+    _, status, ru = os.wait4(pid, 0)
+    t1 = time.monotonic_ns()
+    return {"wall": t1 - t0, "cpu": int((ru.ru_utime + ru.ru_stime) * 1e9),
+            "minflt": ru.ru_minflt,
+            "ok": os.waitstatus_to_exitcode(status) == 0 and out.strip() == b"42", "out": out}
+
+
+class Zygote:
+    BODY = json.dumps({"code": base64.b64encode(b"print(6*7)\n").decode(),
+                       "files": [], "env": []}).encode()
+    REQ = b"MOATPOOL1 %d\n" % len(BODY) + BODY
+
+    def __init__(self, zdir, caps, slot_flags, gc_freeze=False):
+        self.slots, keep, args = [], [], ["--gc-freeze"] if gc_freeze else []
+        for fl in slot_flags:
+            rq_r, rq_w = os.pipe()
+            rs_r, rs_w = os.pipe()
+            self.slots.append((rq_w, rs_r))
+            keep += [rq_r, rs_w]
+            args.append("%d:%d:%d" % (rq_r, rs_w, fl))
+        self.p = subprocess.Popen([zdir + "/zyg-outer", caps, zdir, "/usr/bin/python3",
+                                   "/zyg/zygote.py"] + args, pass_fds=keep, stdout=subprocess.PIPE)
+        for fd in keep:
+            os.close(fd)
+        line = self.p.stdout.readline()
+        if not line.startswith(b"READY"):
+            raise RuntimeError("zygote did not start (%r, rc %s)" % (line, self.p.poll()))
+        self.bpf_len = int(line.split()[1])
+        self.last_self = None
+
+    def request(self, slot):
+        rq_w, rs_r = self.slots[slot]
+        t0 = time.monotonic_ns()
+        os.write(rq_w, self.REQ)
+        buf = b""
+        while not (b"END " in buf and buf.endswith(b"\n")):
+            b = os.read(rs_r, 65536)
+            if not b:
+                raise RuntimeError("zygote closed slot %d: %r" % (slot, buf))
+            buf += b
+        t1 = time.monotonic_ns()
+        out, _, end = buf.rpartition(b"END ")
+        f = end.split()
+        status, child_cpu, self_cum = int(f[0]), int(f[1]), int(f[2])
+        stamps = [int(x) for x in f[3].split(b",")]
+        err = [int(x) for x in f[4].split(b",")]
+        self_delta = self_cum - self.last_self if self.last_self is not None else 0
+        self.last_self = self_cum
+        return {"wall": t1 - t0, "cpu": child_cpu + self_delta, "child_cpu": child_cpu, "minflt": int(f[5]),
+                "self_cpu": self_delta, "stamps": stamps, "err": err,
+                "ok": status == 0 and out.strip() == b"42", "out": out, "status": status}
+
+    def close(self):
+        for rq_w, rs_r in self.slots:
+            os.close(rq_w)
+            os.close(rs_r)
+        self.p.wait(timeout=10)
+
+
+def summary(rows, key="wall"):
+    xs = [r[key] for r in rows]
+    return {"n": len(xs), "p50": ms(pct(xs, 50)), "p90": ms(pct(xs, 90)), "p99": ms(pct(xs, 99)),
+            "mean": ms(sum(xs) / len(xs))}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--moat", required=True)
+    ap.add_argument("--zdir", required=True)
+    ap.add_argument("--caps", default="keep", help="keep | nocaps (zygote's capabilities)")
+    ap.add_argument("--label", default=None)
+    ap.add_argument("--gc-freeze", action="store_true", help="zygote calls gc.freeze() before serving")
+    ap.add_argument("--n", type=int, default=200, help="phase A rounds")
+    ap.add_argument("--k", type=int, default=50, help="phase B requests per block")
+    ap.add_argument("--m", type=int, default=50, help="phase C requests per client per block")
+    ap.add_argument("--rounds", type=int, default=4, help="phase B/C rounds")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--out", default=None, help="write JSON here")
+    a = ap.parse_args()
+    random.seed(a.seed)
+    label = a.label or ("root" if os.getuid() == 0 else "uid%d" % os.getuid())
+    env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
+    menv = dict(env)
+    if os.getuid() != 0:  # moat caches its compiled filter under XDG_CACHE_HOME: give it one
+        menv["XDG_CACHE_HOME"] = tempfile.mkdtemp(prefix="zygbench-cache-")
+        menv["HOME"] = menv["XDG_CACHE_HOME"]
+    bare = ["/usr/bin/python3", "-c", "print(6*7)"]
+    moat = [a.moat, "run", "-c", "print(6*7)", "--language", "python"]
+    res = {"label": label, "caps": a.caps, "gc_freeze": a.gc_freeze, "date": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime()),
+           "uid": os.getuid(), "kernel": os.uname().release}
+    print("# zygote bench: %s, zygote caps=%s%s, %s, kernel %s" % (label, a.caps, ", gc.freeze" if a.gc_freeze else "",
+                                                              res["date"], res["kernel"]))
+
+    # slots 0,1: default child (flags 0); slot 2: no network namespace (flags 2)
+    z = Zygote(a.zdir, a.caps, [0, 0, 2], a.gc_freeze)
+    res["bpf_insns"] = z.bpf_len
+    cases = {
+        "zygote": lambda: z.request(0),
+        "zygote-nonetns": lambda: z.request(2),
+        "moat run": lambda: spawn(moat, menv),
+        "bare python3": lambda: spawn(bare, env),
+    }
+    for name, fn in cases.items():
+        for _ in range(a.warmup):
+            r = fn()
+            if not r["ok"]:
+                sys.exit("%s failed in warm-up: %r" % (name, r))
+
+    # ---- phase A
+    la0, st0 = load(), proc_stat()
+    ta0 = time.monotonic()
+    rows = {k: [] for k in cases}
+    for _ in range(a.n):
+        order = list(cases)
+        random.shuffle(order)
+        for name in order:
+            r = cases[name]()
+            if not r["ok"]:
+                sys.exit("%s failed: %r" % (name, r))
+            rows[name].append(r)
+    la1, st1 = load(), proc_stat()
+    steal_a = (st1[1] - st0[1]) * 1000.0 / CLK / (time.monotonic() - ta0)
+    res["A"] = {"load": [la0, la1], "steal_ms_per_s": steal_a, "cases": {}}
+    print("\n## A: one client, %d interleaved rounds (load %s -> %s; hypervisor steal %.0f ms/s of 2000)\n"
+          % (a.n, la0, la1, steal_a))
+    print("| case | wall p50 ms | p90 | p99 | CPU p50 ms | CPU p90 | CPU mean | minor faults p50 |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for name in cases:
+        w, c = summary(rows[name]), summary(rows[name], "cpu")
+        flt = pct([r["minflt"] for r in rows[name]], 50)
+        res["A"]["cases"][name] = {"wall": w, "cpu": c, "minflt_p50": flt}
+        print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d |" % (name, w["p50"], w["p90"], w["p99"],
+                                                                    c["p50"], c["p90"], c["mean"], flt))
+    for name in ("zygote", "zygote-nonetns"):
+        zr = rows[name]
+        cc, sc = summary(zr, "child_cpu"), summary(zr, "self_cpu")
+        print("\n%s CPU split: child tree p50 %.2f ms (mean %.2f), zygote itself p50 %.2f ms (mean %.2f)"
+              % (name, cc["p50"], cc["mean"], sc["p50"], sc["mean"]))
+        res["A"]["cases"][name]["child_cpu"], res["A"]["cases"][name]["self_cpu"] = cc, sc
+        print("\n| %s step | p50 ms | p90 ms | mean ms |" % name)
+        print("|---|---:|---:|---:|")
+        steps = {}
+        for lab, i, j in STEPS:
+            d = [r["stamps"][j] - r["stamps"][i] for r in zr]
+            steps[lab] = {"p50": ms(pct(d, 50)), "p90": ms(pct(d, 90)), "mean": ms(sum(d) / len(d))}
+            print("| %s | %.3f | %.3f | %.3f |" % (lab, steps[lab]["p50"], steps[lab]["p90"], steps[lab]["mean"]))
+        d = [r["stamps"][S_PARENT_FORK] - r["stamps"][0] for r in zr]
+        steps["zygote: os.fork returns in parent"] = {"p50": ms(pct(d, 50)), "p90": ms(pct(d, 90)),
+                                                      "mean": ms(sum(d) / len(d))}
+        print("| (zygote: os.fork returns in parent) | %.3f | %.3f | %.3f |" % (ms(pct(d, 50)), ms(pct(d, 90)),
+                                                                         ms(sum(d) / len(d))))
+        res["A"]["cases"][name]["steps"] = steps
+
+    # ---- phase B: system-wide CPU per request
+    la0 = load()
+    blocks = {k: [] for k in list(cases) + ["idle"]}
+    names = list(cases)
+    for rnd in range(a.rounds):
+        order = names[rnd % len(names):] + names[:rnd % len(names)]
+        durs = []
+        for name in order + ["idle"]:
+            b0, kt0, me0 = proc_stat(), kthreads(), self_cpu_ns()
+            t0 = time.monotonic_ns()
+            cpu = 0
+            if name == "idle":
+                time.sleep(sum(durs) / len(durs) / 1e9)
+                k = 0
+            else:
+                for _ in range(a.k):
+                    r = cases[name]()
+                    if not r["ok"]:
+                        sys.exit("%s failed: %r" % (name, r))
+                    cpu += r["cpu"]
+                k = a.k
+            t1 = time.monotonic_ns()
+            me1, kt1, b1 = self_cpu_ns(), kthreads(), proc_stat()
+            durs.append(t1 - t0)
+            blocks[name].append({"k": k, "secs": (t1 - t0) / 1e9, "busy_ms": (b1[0] - b0[0]) * 1000.0 / CLK,
+                                 "steal_ms": (b1[1] - b0[1]) * 1000.0 / CLK,
+                                 "kthread_ms": ms(kt1[0] - kt0[0]), "kworker_ms": ms(kt1[1] - kt0[1]),
+                                 "measured_ms": ms(cpu), "driver_ms": ms(me1 - me0)})
+    la1 = load()
+    idle_busy = sum(b["busy_ms"] for b in blocks["idle"]) / sum(b["secs"] for b in blocks["idle"])
+    idle_kw = sum(b["kworker_ms"] for b in blocks["idle"]) / sum(b["secs"] for b in blocks["idle"])
+    all_b = [b for bl in blocks.values() for b in bl]
+    steal = sum(b["steal_ms"] for b in all_b) / sum(b["secs"] for b in all_b)
+    res["B"] = {"load": [la0, la1], "idle_busy_ms_per_s": idle_busy, "steal_ms_per_s": steal, "idle_kworker_ms_per_s": idle_kw,
+                "cases": {}}
+    print("\n## B: system-wide CPU per request, %d rounds x %d back-to-back (load %s -> %s)" % (a.rounds, a.k, la0, la1))
+    print("idle block: %.1f ms busy/s system-wide, kworkers %.2f ms/s (subtracted as background); "
+          "hypervisor steal over phase B: %.0f ms/s of 2000\n" % (idle_busy, idle_kw, steal))
+    print("| case | /proc/stat busy ms/req | minus idle | measured (rusage) ms/req | driver ms/req | kworker ms/req (minus idle) | all kthreads ms/req |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    for name in names:
+        bl = blocks[name]
+        n = sum(b["k"] for b in bl)
+        secs = sum(b["secs"] for b in bl)
+        busy = sum(b["busy_ms"] for b in bl)
+        row = {"busy_per_req": busy / n, "busy_minus_idle_per_req": (busy - idle_busy * secs) / n,
+               "measured_per_req": sum(b["measured_ms"] for b in bl) / n,
+               "driver_per_req": sum(b["driver_ms"] for b in bl) / n,
+               "kworker_per_req": (sum(b["kworker_ms"] for b in bl) - idle_kw * secs) / n,
+               "kthread_per_req": sum(b["kthread_ms"] for b in bl) / n, "blocks": bl}
+        res["B"]["cases"][name] = row
+        print("| %s | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f |" % (
+            name, row["busy_per_req"], row["busy_minus_idle_per_req"], row["measured_per_req"],
+            row["driver_per_req"], row["kworker_per_req"], row["kthread_per_req"]))
+
+    # ---- phase C: two concurrent clients
+    la0 = load()
+    cnames = ["zygote", "moat run", "bare python3"]
+    cres = {k: {"lat": [], "reqs": 0, "secs": 0.0, "busy_ms": 0.0, "steal_ms": 0.0, "kworker_ms": 0.0} for k in cnames}
+    for rnd in range(a.rounds):
+        order = cnames[rnd % 3:] + cnames[:rnd % 3]
+        for name in order:
+            go_r, go_w = os.pipe()
+            outs, pids = [], []
+            for w in range(2):
+                rr, ww = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    os.close(rr)
+                    os.close(go_w)
+                    os.read(go_r, 1)
+                    lat = []
+                    for _ in range(a.m):
+                        r = z.request(w) if name == "zygote" else cases[name]()
+                        if not r["ok"]:
+                            os.write(2, b"failed: %r\n" % r)
+                            os._exit(1)
+                        lat.append(r["wall"])
+                    data = json.dumps(lat).encode()
+                    while data:
+                        data = data[os.write(ww, data):]
+                    os._exit(0)
+                os.close(ww)
+                outs.append(rr)
+                pids.append(pid)
+            b0, kt0 = proc_stat(), kthreads()
+            t0 = time.monotonic_ns()
+            os.write(go_w, b"xx")
+            datas = []
+            for rr in outs:
+                d = b""
+                while True:
+                    c = os.read(rr, 1 << 20)
+                    if not c:
+                        break
+                    d += c
+                os.close(rr)
+                datas.append(d)
+            for pid in pids:
+                _, st = os.waitpid(pid, 0)
+                if st != 0:
+                    sys.exit("phase C worker failed (%s)" % name)
+            t1 = time.monotonic_ns()
+            kt1, b1 = kthreads(), proc_stat()
+            os.close(go_r)
+            os.close(go_w)
+            c = cres[name]
+            for d in datas:
+                c["lat"] += json.loads(d)
+            c["reqs"] += 2 * a.m
+            c["secs"] += (t1 - t0) / 1e9
+            c["busy_ms"] += (b1[0] - b0[0]) * 1000.0 / CLK
+            c["steal_ms"] += (b1[1] - b0[1]) * 1000.0 / CLK
+            c["kworker_ms"] += ms(kt1[1] - kt0[1])
+    la1 = load()
+    res["C"] = {"load": [la0, la1], "cases": {}}
+    print("\n## C: two concurrent clients, %d rounds x %d requests each (load %s -> %s)\n" % (a.rounds, a.m, la0, la1))
+    print("| case | req/s | wall p50 ms | p90 | p99 | p99/p50 | /proc/stat busy ms/req | minus idle | ceiling 2 CPU / (busy-idle) req/s | steal ms/s |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name in cnames:
+        c = cres[name]
+        lat = c["lat"]
+        rate = c["reqs"] / c["secs"]
+        busy = c["busy_ms"] / c["reqs"]
+        busy_c = (c["busy_ms"] - idle_busy * c["secs"]) / c["reqs"]
+        row = {"rate": rate, "p50": ms(pct(lat, 50)), "p90": ms(pct(lat, 90)), "p99": ms(pct(lat, 99)),
+               "busy_per_req": busy, "busy_minus_idle_per_req": busy_c, "ceiling": 2000.0 / busy_c,
+               "n": len(lat), "kworker_per_req": c["kworker_ms"] / c["reqs"],
+               "steal_ms_per_s": c["steal_ms"] / c["secs"]}
+        res["C"]["cases"][name] = row
+        print("| %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f |" % (
+            name, rate, row["p50"], row["p90"], row["p99"], row["p99"] / row["p50"], busy, busy_c, row["ceiling"],
+            row["steal_ms_per_s"]))
+    bare_rate = res["C"]["cases"]["bare python3"]["rate"]
+    zc = res["C"]["cases"]["zygote"]
+    print("\nzygote / bare python3 at 2 clients: throughput %.2fx (target >= 1.5x), p99/p50 %.2f (target <= 3), "
+          "p50 latency %.2fx bare (target <= 0.5x)" % (zc["rate"] / bare_rate, zc["p99"] / zc["p50"],
+                                                       zc["p50"] / res["C"]["cases"]["bare python3"]["p50"]))
+    z.close()
+
+    # ---- probes: /proc in a child when the zygote's /proc is masked like moat's
+    print("\n## P: the child's /proc mount vs the zygote's /proc\n")
+    res["P"] = {}
+    for outer in (a.caps, a.caps + ",mask"):
+        for fl, what in ((0, "proc"), (4, "proc subset=pid")):
+            try:
+                zz = Zygote(a.zdir, outer, [fl])
+                r = zz.request(0)
+                zz.close()
+                verdict = "ok" if r["ok"] else "FAILS at step %d: %s" % (r["err"][0], os.strerror(r["err"][1]))
+            except RuntimeError as e:
+                verdict = "zygote failed: %s" % e
+            res["P"]["%s / %s" % (outer, what)] = verdict
+            print("- zygote /proc %s, child mounts %s: %s" % ("masked like moat's" if "mask" in outer else "plain",
+                                                             what, verdict))
+    if a.out:
+        with open(a.out, "w") as f:
+            json.dump(res, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,136 @@
+"""bench/zygote/zygote.py -- the zygote of the prototype (issue 15): one
+python3 with moat's pool runtime pre-imported that forks a child per request.
+The child calls zyg_child() (libzyg.so, through ctypes) which enters fresh
+namespaces and the full lockdown before a single byte of the request is read;
+then moat_pool.main() reads the request from fd 0 and runs it as __main__.
+
+    python3 zygote.py [--gc-freeze] REQ:RESP:FLAGS ...   (one triple per client slot)
+FLAGS (libzyg): 2 = no network namespace, 4 = /proc with subset=pid.
+
+The zygote never reads a request fd: it polls it, and forks when it becomes
+readable. After the child (C) is reaped it writes, on RESP, one line
+    END <status> <child_cpu_ns> <zygote_cpu_cum_ns> <stamp,...> <errstep,errno> <child_minflt>
+Benchmark code only."""
+import ctypes
+import json, base64, os, sys, types, runpy, select, struct, time, mmap  # noqa: F401 (pre-import)
+
+sys.path.insert(0, "/zyg")
+import moat_pool  # noqa: E402  (what the pool bootstrap imports)
+
+S_ARRIVE, S_REQ, S_RUN, S_REAPED, S_PARENT_FORK = 0, 11, 12, 15, 16
+NSTAMPS = 17
+
+lib = ctypes.PyDLL("/zyg/libzyg.so")  # PyDLL: the GIL stays held across fork, as in os.fork
+lib.zyg_child.argtypes = (ctypes.c_void_p, ctypes.c_uint)
+lib.zyg_child.restype = ctypes.c_int
+lib.zyg_init.argtypes = (ctypes.c_char_p,)
+n = lib.zyg_init(b"/zyg/moat-default.bpf")
+if n <= 0:
+    sys.exit("zygote: cannot load the filter: %d" % n)
+
+
+def _stamp(mm, i):
+    struct.pack_into("q", mm, i * 8, time.monotonic_ns())
+
+
+args = sys.argv[1:]
+if args and args[0] == "--gc-freeze":
+    # variant: move every object the zygote holds to the permanent generation
+    # so a collection in a child does not touch (copy) the inherited pages
+    import gc
+    args = args[1:]
+    FREEZE = True
+else:
+    FREEZE = False
+
+slots = []
+for arg in args:
+    req, resp, flags = (int(x) for x in arg.split(":"))
+    mm = mmap.mmap(-1, 4096)  # MAP_SHARED|MAP_ANONYMOUS: survives fork and unshare
+    addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
+    slots.append({"req": req, "resp": resp, "flags": flags, "mm": mm, "addr": addr})
+
+# time the request-read step (instrumentation only: the runtime is unchanged)
+_orig_read_exact = moat_pool._read_exact
+_cur = {"mm": None}
+
+
+def _read_exact_stamped(n):
+    data = _orig_read_exact(n)
+    _stamp(_cur["mm"], S_REQ)
+    return data
+
+
+moat_pool._read_exact = _read_exact_stamped
+
+
+def child(slot):
+    code = 100
+    try:
+        os.dup2(slot["req"], 0)
+        os.dup2(slot["resp"], 1)
+        rc = lib.zyg_child(slot["addr"], slot["flags"])
+        if rc != 0:
+            os._exit(100 + min(-rc, 50))
+        _cur["mm"] = slot["mm"]
+        try:
+            moat_pool.main()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _stamp(slot["mm"], S_RUN)
+    finally:
+        os._exit(code)
+
+
+def cpu_ns(ru):
+    return int((ru.ru_utime + ru.ru_stime) * 1e9)
+
+
+poller = select.poll()
+byfd = {}
+for s in slots:
+    poller.register(s["req"], select.POLLIN)
+    byfd[s["req"]] = ("req", s)
+if FREEZE:
+    gc.collect()
+    gc.freeze()
+print("READY", n, flush=True)
+
+while True:
+    for fd, ev in poller.poll():
+        kind, s = byfd[fd]
+        if kind == "req":
+            if ev & (select.POLLHUP | select.POLLERR) and not ev & select.POLLIN:
+                sys.exit(0)  # the client went away
+            mm = s["mm"]
+            mm[:NSTAMPS * 8 + 256] = bytes(NSTAMPS * 8 + 256)
+            _stamp(mm, S_ARRIVE)
+            pid = os.fork()
+            if pid == 0:
+                child(s)
+            _stamp(mm, S_PARENT_FORK)
+            poller.unregister(fd)
+            pfd = os.pidfd_open(pid)
+            s["pid"], s["pidfd"] = pid, pfd
+            poller.register(pfd, select.POLLIN)
+            byfd[pfd] = ("child", s)
+        else:
+            _, status, ru = os.wait4(s["pid"], 0)
+            _stamp(s["mm"], S_REAPED)
+            poller.unregister(fd)
+            del byfd[fd]
+            os.close(fd)
+            stamps = struct.unpack_from("%dq" % NSTAMPS, s["mm"], 0)
+            err = struct.unpack_from("2q", s["mm"], 30 * 8)
+            self_ns = time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID)
+            line = "END %d %d %d %s %d,%d %d\n" % (os.waitstatus_to_exitcode(status), cpu_ns(ru), self_ns,
+                                                 ",".join(map(str, stamps)), err[0], err[1], ru.ru_minflt)
+            try:
+                os.write(s["resp"], line.encode())
+            except BrokenPipeError:
+                sys.exit(0)  # the client went away
+            poller.register(s["req"], select.POLLIN)
+            byfd[s["req"]] = ("req", s)
