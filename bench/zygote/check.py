@@ -3,7 +3,7 @@
 child: uid, pid, capability sets, no_new_privs, seccomp mode, the /proc it
 sees, whether /tmp and /sandbox are fresh, and whether the root is read-only.
 A look, not a test (the prototype is not product code).
-    python3 bench/zygote/check.py build/zygote [keep|nocaps]"""
+    python3 bench/zygote/check.py build/zygote [keep|nocaps] [FLAGS]   (8: the clone variant)"""
 import os
 import sys
 
@@ -16,6 +16,8 @@ st = dict(l.split(":", 1) for l in open("/proc/self/status").read().splitlines()
 for k in ("Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp", "Seccomp_filters"):
     print("%-16s %s" % (k, st.get(k, "?").strip()))
 print("%-16s %s" % ("getpid()", os.getpid()))
+import random
+print("%-16s %s" % ("random.random()", random.random()))
 print("%-16s %s" % ("/proc pids", sorted(int(p) for p in os.listdir("/proc") if p.isdigit())))
 print("%-16s %s" % ("/tmp entries", os.listdir("/tmp")))
 print("%-16s %s" % ("/sandbox", os.listdir("/sandbox")))
@@ -38,7 +40,8 @@ except Exception as e:
 def main():
     zdir = os.path.abspath(sys.argv[1])
     caps = sys.argv[2] if len(sys.argv) > 2 else "keep"
-    z = Zygote(zdir, caps, [0])
+    flags = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    z = Zygote(zdir, caps, [flags])
     import base64
     import json
     body = json.dumps({"code": base64.b64encode(PROBE).decode(), "files": [], "env": []}).encode()

@@ -21,6 +21,7 @@
 #include <linux/filter.h>
 #include <linux/seccomp.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -131,38 +132,10 @@ static int wait_exit(pid_t pid)
 	return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-int zyg_child(int64_t *st, unsigned flags)
+/* A (pid 1 of the new pid namespace): mounts, fork B, reap, _exit. B (pid 2):
+ * the lockdown; returns 0 (or -step on error) to the caller, in B only. */
+static int pid1_and_program(int64_t *st, unsigned flags)
 {
-	st[S_CHILD] = now_ns();
-	unsigned uid = getuid(), gid = getgid();
-	/* fds above 2 belong to the zygote (other clients' pipes, pidfds) */
-	if (syscall(SYS_close_range, 3u, ~0u, 0u) < 0)
-		return fail(st, S_CHILD);
-	if (unshare(CLONE_NEWUSER) < 0)
-		return fail(st, S_USERNS);
-	st[S_USERNS] = now_ns();
-	char map[64];
-	snprintf(map, sizeof map, "65534 %u 1\n", uid);
-	if (write_str("/proc/self/setgroups", "deny") < 0 ||
-	    write_str("/proc/self/uid_map", map) < 0)
-		return fail(st, S_MAPS);
-	snprintf(map, sizeof map, "65534 %u 1\n", gid);
-	if (write_str("/proc/self/gid_map", map) < 0)
-		return fail(st, S_MAPS);
-	st[S_MAPS] = now_ns();
-	/* flags & 2: no network namespace (to isolate its cost) */
-	if (unshare(CLONE_NEWNS | CLONE_NEWPID | ((flags & 2) ? 0 : CLONE_NEWNET) | CLONE_NEWIPC |
-		    CLONE_NEWUTS | CLONE_NEWCGROUP) < 0)
-		return fail(st, S_NS);
-	st[S_NS] = now_ns();
-	pid_t a = fork();
-	if (a < 0)
-		return fail(st, S_A);
-	if (a > 0) { /* C */
-		int rc = wait_exit(a);
-		st[S_C_REAPED] = now_ns();
-		_exit(rc);
-	}
 	/* A: pid 1 */
 	st[S_A] = now_ns();
 	int step = 0;
@@ -225,4 +198,103 @@ int zyg_child(int64_t *st, unsigned flags)
 	}
 	st[S_SECCOMP] = now_ns();
 	return 0;
+}
+
+int zyg_child(int64_t *st, unsigned flags)
+{
+	st[S_CHILD] = now_ns();
+	unsigned uid = getuid(), gid = getgid();
+	/* fds above 2 belong to the zygote (other clients' pipes, pidfds) */
+	if (syscall(SYS_close_range, 3u, ~0u, 0u) < 0)
+		return fail(st, S_CHILD);
+	if (unshare(CLONE_NEWUSER) < 0)
+		return fail(st, S_USERNS);
+	st[S_USERNS] = now_ns();
+	char map[64];
+	snprintf(map, sizeof map, "65534 %u 1\n", uid);
+	if (write_str("/proc/self/setgroups", "deny") < 0 ||
+	    write_str("/proc/self/uid_map", map) < 0)
+		return fail(st, S_MAPS);
+	snprintf(map, sizeof map, "65534 %u 1\n", gid);
+	if (write_str("/proc/self/gid_map", map) < 0)
+		return fail(st, S_MAPS);
+	st[S_MAPS] = now_ns();
+	/* flags & 2: no network namespace (to isolate its cost) */
+	if (unshare(CLONE_NEWNS | CLONE_NEWPID | ((flags & 2) ? 0 : CLONE_NEWNET) | CLONE_NEWIPC |
+		    CLONE_NEWUTS | CLONE_NEWCGROUP) < 0)
+		return fail(st, S_NS);
+	st[S_NS] = now_ns();
+	pid_t a = fork();
+	if (a < 0)
+		return fail(st, S_A);
+	if (a > 0) { /* C */
+		int rc = wait_exit(a);
+		st[S_C_REAPED] = now_ns();
+		_exit(rc);
+	}
+	return pid1_and_program(st, flags);
+}
+
+/* Variant with one process fewer: called in the zygote itself (between
+ * PyOS_BeforeFork and PyOS_AfterFork_*), clone3 straight into the seven
+ * namespaces; the zygote writes the child's one-line maps (its own uid and
+ * gid: no capability needed) and lets it go. The child is A (pid 1) at once;
+ * A makes its fds 0 and 1 the request and response (so B inherits them),
+ * closes the rest, mounts, forks B. Returns the pid in the zygote, 0 in B
+ * (-1000-step in B on error), -errno in the zygote on error. */
+int zyg_clone(int64_t *st, unsigned flags, int req, int resp)
+{
+	int sync[2];
+	if (pipe2(sync, O_CLOEXEC) < 0)
+		return -errno;
+	unsigned uid = getuid(), gid = getgid();
+	struct {
+		uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
+	} args = { 0 };
+	args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | ((flags & 2) ? 0 : CLONE_NEWNET) |
+		     CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+	args.exit_signal = SIGCHLD;
+	pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof args);
+	if (pid < 0) {
+		int e = errno;
+		close(sync[0]);
+		close(sync[1]);
+		return -e;
+	}
+	if (pid == 0) { /* A */
+		char go;
+		close(sync[1]);
+		if (read(sync[0], &go, 1) != 1)
+			_exit(122);
+		st[S_NS] = now_ns();
+		if (dup2(req, 0) < 0 || dup2(resp, 1) < 0 ||
+		    syscall(SYS_close_range, 3u, ~0u, 0u) < 0) {
+			fail(st, S_NS);
+			_exit(123);
+		}
+		int rc = pid1_and_program(st, flags);
+		if (getpid() == 1) /* only B may return to Python */
+			_exit(124);
+		return rc < 0 ? rc - 1000 : 0; /* B's errors: <= -1000 */
+	}
+	st[S_CHILD] = now_ns(); /* clone3 returned in the zygote */
+	close(sync[0]);
+	char path[64], map[64];
+	int ok = 1;
+	snprintf(path, sizeof path, "/proc/%d/setgroups", (int)pid);
+	ok = ok && write_str(path, "deny") == 0;
+	snprintf(path, sizeof path, "/proc/%d/uid_map", (int)pid);
+	snprintf(map, sizeof map, "65534 %u 1\n", uid);
+	ok = ok && write_str(path, map) == 0;
+	snprintf(path, sizeof path, "/proc/%d/gid_map", (int)pid);
+	snprintf(map, sizeof map, "65534 %u 1\n", gid);
+	ok = ok && write_str(path, map) == 0;
+	if (!ok)
+		fail(st, S_MAPS);
+	st[S_MAPS] = now_ns();
+	/* on failure the child sees EOF and exits; the zygote reaps it as usual */
+	if (ok && write(sync[1], "g", 1) != 1)
+		fail(st, S_MAPS);
+	close(sync[1]);
+	return pid;
 }

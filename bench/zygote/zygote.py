@@ -5,7 +5,8 @@ namespaces and the full lockdown before a single byte of the request is read;
 then moat_pool.main() reads the request from fd 0 and runs it as __main__.
 
     python3 zygote.py [--gc-freeze] REQ:RESP:FLAGS ...   (one triple per client slot)
-FLAGS (libzyg): 2 = no network namespace, 4 = /proc with subset=pid.
+FLAGS (libzyg): 2 = no network namespace, 4 = /proc with subset=pid,
+8 = clone variant (one process fewer, see spawn_clone).
 
 The zygote never reads a request fd: it polls it, and forks when it becomes
 readable. After the child (C) is reaped it writes, on RESP, one line
@@ -23,7 +24,10 @@ NSTAMPS = 17
 lib = ctypes.PyDLL("/zyg/libzyg.so")  # PyDLL: the GIL stays held across fork, as in os.fork
 lib.zyg_child.argtypes = (ctypes.c_void_p, ctypes.c_uint)
 lib.zyg_child.restype = ctypes.c_int
+lib.zyg_clone.argtypes = (ctypes.c_void_p, ctypes.c_uint, ctypes.c_int, ctypes.c_int)
+lib.zyg_clone.restype = ctypes.c_int
 lib.zyg_init.argtypes = (ctypes.c_char_p,)
+capi = ctypes.pythonapi  # a PyDLL: called with the GIL held
 n = lib.zyg_init(b"/zyg/moat-default.bpf")
 if n <= 0:
     sys.exit("zygote: cannot load the filter: %d" % n)
@@ -85,6 +89,41 @@ def child(slot):
         os._exit(code)
 
 
+def clone_child(slot):
+    """B of the clone variant (fds 0 and 1 already set by pid 1)"""
+    code = 100
+    try:
+        _cur["mm"] = slot["mm"]
+        try:
+            moat_pool.main()
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        _stamp(slot["mm"], S_RUN)
+    finally:
+        os._exit(code)
+
+
+def spawn_clone(s):
+    """FLAGS & 8: one process fewer -- the zygote clone3s straight into the
+    namespaces (libzyg zyg_clone), bracketed by Python's own fork hooks as
+    os.fork brackets fork(): PyOS_AfterFork_Child runs in B (reseeds random,
+    resets locks and thread state), never in pid 1, which runs no Python."""
+    capi.PyOS_BeforeFork()
+    pid = lib.zyg_clone(s["addr"], s["flags"], s["req"], s["resp"])
+    if pid == 0:
+        capi.PyOS_AfterFork_Child()
+        clone_child(s)
+    if pid <= -1000:
+        os._exit(100 + min(-pid - 1000, 50))  # B with a lockdown error: never back to the loop
+    capi.PyOS_AfterFork_Parent()
+    if pid < 0:
+        raise OSError(-pid, "zyg_clone")
+    return pid
+
+
 def cpu_ns(ru):
     return int((ru.ru_utime + ru.ru_stime) * 1e9)
 
@@ -108,9 +147,12 @@ while True:
             mm = s["mm"]
             mm[:NSTAMPS * 8 + 256] = bytes(NSTAMPS * 8 + 256)
             _stamp(mm, S_ARRIVE)
-            pid = os.fork()
-            if pid == 0:
-                child(s)
+            if s["flags"] & 8:
+                pid = spawn_clone(s)
+            else:
+                pid = os.fork()
+                if pid == 0:
+                    child(s)
             _stamp(mm, S_PARENT_FORK)
             poller.unregister(fd)
             pfd = os.pidfd_open(pid)
