@@ -18,7 +18,6 @@ Phases (all in one run, each with the load average before and after):
   P  probes: which /proc mount a child can make under a moat-like masked /proc.
 """
 import argparse
-import base64
 import json
 import os
 import random
@@ -139,9 +138,13 @@ def spawn(argv, env):
 
 
 class Zygote:
-    BODY = json.dumps({"code": base64.b64encode(b"print(6*7)\n").decode(),
-                       "files": [], "env": []}).encode()
-    REQ = b"MOATPOOL1 %d\n" % len(BODY) + BODY
+    @staticmethod
+    def frame(code):
+        """moat_pool's request: "MOATPOOL2 <n>\\n" + netstrings (code, 0 files, 0 variables)"""
+        body = b"".join(b"%d:%s," % (len(f), f) for f in (code, b"0", b"0"))
+        return b"MOATPOOL2 %d\n" % len(body) + body
+
+    REQ = frame.__func__(b"print(6*7)\n")
 
     def __init__(self, zdir, caps, slot_flags, gc_freeze=False):
         self.slots, keep, args = [], [], ["--gc-freeze"] if gc_freeze else []

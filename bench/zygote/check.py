@@ -42,10 +42,7 @@ def main():
     caps = sys.argv[2] if len(sys.argv) > 2 else "keep"
     flags = int(sys.argv[3]) if len(sys.argv) > 3 else 0
     z = Zygote(zdir, caps, [flags])
-    import base64
-    import json
-    body = json.dumps({"code": base64.b64encode(PROBE).decode(), "files": [], "env": []}).encode()
-    z.REQ = b"MOATPOOL1 %d\n" % len(body) + body
+    z.REQ = Zygote.frame(PROBE)
     for i in range(2):
         r = z.request(0)
         print("--- request %d (status %d)" % (i + 1, r["status"]))
