@@ -27,6 +27,7 @@ import sys
 import tempfile
 import time
 import resource
+import shutil
 
 STEPS = [  # (label, from stamp, to stamp)
     ("fork (zygote->child C running)", 0, 1),
@@ -454,6 +455,8 @@ def main():
     if a.out:
         with open(a.out, "w") as f:
             json.dump(res, f, indent=1)
+    if "XDG_CACHE_HOME" in menv:
+        shutil.rmtree(menv["XDG_CACHE_HOME"], ignore_errors=True)
 
 
 if __name__ == "__main__":
