@@ -3540,6 +3540,20 @@ START_TEST(pod_readonly_json_log)
 }
 END_TEST
 
+/* Each body through a server without a pool: the cold results a warm
+ * sandbox's are compared with. */
+static void cold_results(int mode, const char *const *bodies, int n, struct resp *cold)
+{
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 0 };
+	server_start(&s, mode, &o);
+	for (int k = 0; k < n; k++) {
+		v1(&s, bodies[k], &cold[k]);
+		ck_assert_msg(!pooled(&cold[k]), "%.300s", cold[k].body);
+	}
+	server_stop(&s);
+}
+
 /* The hand-over frame carries bytes exactly (netstrings): code, files in
  * subdirectories, empty and separator-laden values, non-ASCII text, stdin
  * that looks like a frame -- a warm python and a warm node see what a cold
@@ -3561,15 +3575,10 @@ START_TEST(pool_frame_exact)
 	};
 	enum { N = sizeof bodies / sizeof bodies[0] };
 	struct resp cold[N];
+	cold_results(_i, bodies, N, cold);
+	for (int k = 0; k < N; k++)
+		ck_assert_msg(jnum(cold[k].json, "exitCode") == 0, "%.500s", cold[k].body);
 	struct server s;
-	struct server_opts o0 = { .socket = true, .pool = 0 };
-	server_start(&s, _i, &o0);
-	for (int k = 0; k < N; k++) {
-		v1(&s, bodies[k], &cold[k]);
-		ck_assert_msg(!pooled(&cold[k]) && jnum(cold[k].json, "exitCode") == 0, "%.500s",
-			      cold[k].body);
-	}
-	server_stop(&s);
 	struct server_opts o = { .socket = true, .pool = 1 };
 	server_start(&s, _i, &o);
 	for (int k = 0; k < N; k++) {
@@ -3619,6 +3628,7 @@ static int proc_descendants_named(pid_t pid, const char *comm, int depth, pid_t 
  * with "pool": true, and leaves no process behind (the program sees pids 1
  * and 2 only, as in a cold run). A variable Go reads at esbuild's start
  * sends the request cold. A TS handler goes the same way. */
+#define TS_BODY "{\"language\":\"typescript\","
 START_TEST(pool_typescript)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -3627,30 +3637,21 @@ START_TEST(pool_typescript)
 		return;
 	}
 	static const char *const bodies[] = {
-		"\"code\":\"const x: number = await Promise.resolve(42);\\nconsole.log(x, "
-		"import.meta.url, process.argv.length)\"",
-		"\"code\":\"const x: number = ;\"",
-		"\"code\":\"throw new Error('boom')\"",
-		"\"code\":\"import { y } from './lib';\\nimport { readdirSync, readFileSync } from "
+		TS_BODY "\"code\":\"const x: number = await Promise.resolve(42);\\nconsole.log(x, "
+		"import.meta.url, process.argv.length)\"}",
+		TS_BODY "\"code\":\"const x: number = ;\"}",
+		TS_BODY "\"code\":\"throw new Error('boom')\"}",
+		TS_BODY "\"code\":\"import { y } from './lib';\\nimport { readdirSync, readFileSync } from "
 		"'node:fs';\\nconst pids = readdirSync('/proc').filter((p) => /^\\\\d+$/.test(p));\\n"
 		"console.log(y, pids.join(','), readFileSync(0, 'utf8'))\",\"stdin\":\"ts-in\","
 		"\"files\":{\"lib.ts\":\"export const y: string = `${3 as number}`;\","
-		"\"tsconfig.json\":\"{\\\"compilerOptions\\\":{\\\"target\\\":\\\"es2017\\\"}}\"}",
-		"\"code\":\"import { z } from './nope';\\nconsole.log(z)\"",
+		"\"tsconfig.json\":\"{\\\"compilerOptions\\\":{\\\"target\\\":\\\"es2017\\\"}}\"}}",
+		TS_BODY "\"code\":\"import { z } from './nope';\\nconsole.log(z)\"}",
 	};
 	enum { N = sizeof bodies / sizeof bodies[0] };
 	struct resp cold[N];
+	cold_results(_i, bodies, N, cold);
 	struct server s;
-	struct server_opts o0 = { .socket = true, .pool = 0 };
-	server_start(&s, _i, &o0);
-	for (int k = 0; k < N; k++) {
-		char *body = NULL;
-		ck_assert_int_ge(asprintf(&body, "{\"language\":\"typescript\",%s}", bodies[k]), 0);
-		v1(&s, body, &cold[k]);
-		ck_assert_msg(!pooled(&cold[k]), "%.300s", cold[k].body);
-		free(body);
-	}
-	server_stop(&s);
 	struct server_opts o = { .socket = true, .pool = 1 };
 	server_start(&s, _i, &o);
 	/* the warm typescript sandbox's esbuild waits for the code: one, in
@@ -3663,10 +3664,8 @@ START_TEST(pool_typescript)
 	ck_assert_int_eq(proc_descendants_named(s.p.pid, "esbuild\n", 4, NULL), 1);
 	for (int k = 0; k < N; k++) {
 		pool_wait_ready(&s, "typescript", 1);
-		char *body = NULL;
-		ck_assert_int_ge(asprintf(&body, "{\"language\":\"typescript\",%s}", bodies[k]), 0);
 		struct resp r;
-		v1(&s, body, &r);
+		v1(&s, bodies[k], &r);
 		ck_assert_msg(pooled(&r), "typescript %d was not pooled: %.300s", k, r.body);
 		ck_assert_msg(!strcmp(jstr(r.json, "stdout"), jstr(cold[k].json, "stdout")) &&
 			      !strcmp(jstr(r.json, "stderr"), jstr(cold[k].json, "stderr")) &&
@@ -3680,7 +3679,6 @@ START_TEST(pool_typescript)
 			ck_assert(jnum(r.json, "exitCode") == 1);
 		resp_free(&r);
 		resp_free(&cold[k]);
-		free(body);
 	}
 	/* an esbuild that died while it waited: the warm node runs one as a
 	 * cold run's pid 2 does */
