@@ -28,6 +28,10 @@ import tempfile
 import time
 import resource
 import shutil
+import socket
+import signal
+import threading
+import queue
 
 STEPS = [  # (label, from stamp, to stamp)
     ("fork (zygote->child C running)", 0, 1),
@@ -138,6 +142,201 @@ def spawn(argv, env):
             "ok": os.waitstatus_to_exitcode(status) == 0 and out.strip() == b"42", "out": out}
 
 
+CG_CTLS = ("memory", "pids", "cpu", "cpuacct")
+CG_MEM = 256 << 20
+CG_PIDS = 64
+CG_PERIOD = 100000  # cfs period and quota in us: 1 CPU
+SLOW_NS = 2_000_000  # a cgroup.procs write slower than this waited (RCU grace period)
+
+
+def cg_v1_parents():
+    """the v1 cgroup this process is in, per controller (what src/cgroups uses as
+    the parent of a run's leaves on a v1 host): {controller: directory}"""
+    mounts = {}
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            pre, _, post = line.partition(" - ")
+            fs = post.split()
+            if fs[0] != "cgroup":
+                continue
+            for opt in fs[2].split(","):
+                mounts.setdefault(opt, pre.split()[4])
+    where = {}
+    with open("/proc/self/cgroup") as f:
+        for line in f:
+            _, ctls, path = line.rstrip("\n").split(":", 2)
+            for c in ctls.split(","):
+                where[c] = path
+    out = {}
+    for c in CG_CTLS:
+        if c not in mounts or c not in where:
+            raise RuntimeError("no cgroup v1 %s hierarchy here" % c)
+        out[c] = (mounts[c] + where[c]).rstrip("/")
+    return out
+
+
+def _wr(path, val):
+    fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, val)
+    finally:
+        os.close(fd)
+
+
+def _rd(path):
+    with open(path, "rb") as f:
+        return f.read()
+
+
+class Cg:
+    """What moat serve (root, can write the v1 tree) would do per zygote request:
+    a leaf per controller with the request's limits, A's host pid written to each
+    cgroup.procs while A waits for go, statistics after the reap, rmdir (inline,
+    or deferred to a thread as serve/pool.c releases its sandboxes)."""
+
+    def __init__(self):
+        self.parents = cg_v1_parents()
+        # one directory per hierarchy (cpu and cpuacct may be co-mounted)
+        self.dirs, seen = [], set()
+        for c in CG_CTLS:
+            d = self.parents[c]
+            if d not in seen:
+                seen.add(d)
+                self.dirs.append((c, d))
+        self.memsw = os.path.exists(self.parents["memory"] + "/memory.memsw.limit_in_bytes")
+        self.n = 0
+        self.q = None
+        self.qpid = None
+        self.done = []
+        self.lock = threading.Lock()
+
+    def _thread(self):
+        if self.qpid != os.getpid():  # one per process (phase C forks clients)
+            self.q, self.qpid, self.done = queue.Queue(), os.getpid(), []
+            threading.Thread(target=self._worker, daemon=True).start()
+        return self.q
+
+    def _worker(self):
+        while True:
+            leaves, t_enq = self.q.get()
+            c0 = time.thread_time_ns()
+            tries = self._rmdir(leaves)
+            rec = {"rmdir_cpu": time.thread_time_ns() - c0, "rmdir_wall": time.monotonic_ns() - t_enq,
+                   "rmdir_tries": tries}
+            with self.lock:
+                self.done.append(rec)
+            self.q.task_done()
+
+    def drain(self):
+        """wait for the deferred removals; their records since the last drain"""
+        if self.q is None or self.qpid != os.getpid():
+            return []
+        self.q.join()
+        with self.lock:
+            d, self.done = self.done, []
+        return d
+
+    @staticmethod
+    def _rmdir(leaves):
+        """rmdir every leaf, retrying on EBUSY every 0.2 ms for up to 2 s; the tries"""
+        tries = 0
+        for d in leaves:
+            t_end = time.monotonic() + 2
+            while True:
+                tries += 1
+                try:
+                    os.rmdir(d)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as e:
+                    if e.errno != 16 or time.monotonic() > t_end:  # EBUSY
+                        raise
+                    time.sleep(0.0002)
+        return tries
+
+    def make(self):
+        """per request, while the zygote clones: the leaves and their limits"""
+        self.n += 1
+        name = "zygcg-%d-%d" % (os.getpid(), self.n)
+        leaves = {}
+        for c, d in self.dirs:
+            leaf = d + "/" + name
+            os.mkdir(leaf)
+            leaves[c] = leaf
+        m = leaves["memory"]
+        _wr(m + "/memory.limit_in_bytes", b"%d" % CG_MEM)
+        if self.memsw:
+            _wr(m + "/memory.memsw.limit_in_bytes", b"%d" % CG_MEM)
+        _wr(leaves.get("pids") + "/pids.max", b"%d" % CG_PIDS)
+        cpu = leaves.get("cpu")
+        _wr(cpu + "/cpu.cfs_period_us", b"%d" % CG_PERIOD)
+        _wr(cpu + "/cpu.cfs_quota_us", b"%d" % CG_PERIOD)
+        return name, leaves
+
+    @staticmethod
+    def host_pid(pidfd):
+        with open("/proc/self/fdinfo/%d" % pidfd) as f:
+            for line in f:
+                if line.startswith("Pid:"):
+                    return int(line.split()[1])
+        raise RuntimeError("no Pid: in fdinfo of a pidfd")
+
+    def attach(self, ctl, leaves, verify=False):
+        """receive A's pidfd and go pipe, move A into every leaf, send go"""
+        r = {}
+        t = time.monotonic_ns()
+        msg, fds, _, _ = socket.recv_fds(ctl, 16, 2)
+        r["wait_pidfd"] = time.monotonic_ns() - t
+        if msg != b"P" or len(fds) != 2:
+            for fd in fds:
+                os.close(fd)
+            raise RuntimeError("zygote: no pidfd/go pipe (%r, %d fds)" % (msg, len(fds)))
+        pidfd, go_w = fds
+        try:
+            pid = self.host_pid(pidfd)
+            walls, cpus = [], []
+            for c, d in self.dirs:
+                t, c0 = time.monotonic_ns(), time.thread_time_ns()
+                _wr(leaves[c] + "/cgroup.procs", b"%d" % pid)
+                cpus.append(time.thread_time_ns() - c0)
+                walls.append(time.monotonic_ns() - t)
+            # the pid was A's when written: the pidfd still refers to a live A
+            # (A cannot exit before go, so it cannot have been reused)
+            signal.pidfd_send_signal(pidfd, 0)
+            if verify:
+                with open("/proc/%d/cgroup" % pid) as f:
+                    cgs = f.read()
+                for c, _ in self.dirs:
+                    if not any(c in l.split(":")[1].split(",") and l.endswith(leaves[c].rsplit("/", 1)[1])
+                               for l in cgs.splitlines()):
+                        raise RuntimeError("A (pid %d) is not in its %s leaf: %s" % (pid, c, cgs))
+            os.write(go_w, b"g")
+        finally:
+            os.close(go_w)
+            os.close(pidfd)
+        r["procs_wall"], r["procs_cpu"] = walls, cpus
+        return r
+
+    def finish(self, leaves, defer):
+        """after the reap: statistics, then the leaves' removal"""
+        r = {"mem_peak": int(_rd(leaves["memory"] + "/memory.max_usage_in_bytes")),
+             "cpuacct_ns": int(_rd(leaves["cpuacct"] + "/cpuacct.usage")),
+             "memsw_peak": int(_rd(leaves["memory"] + "/memory.memsw.max_usage_in_bytes")) if self.memsw else -1,
+             "failcnt": int(_rd(leaves["memory"] + "/memory.failcnt")),
+             "memsw_failcnt": int(_rd(leaves["memory"] + "/memory.memsw.failcnt")) if self.memsw else -1,
+             "oom_kill": int(dict(l.split() for l in _rd(leaves["memory"] + "/memory.oom_control").decode().splitlines())
+                             .get("oom_kill", -1))}
+        if defer:
+            self._thread().put((list(leaves.values()), time.monotonic_ns()))
+        else:
+            t, c0 = time.monotonic_ns(), time.thread_time_ns()
+            r["rmdir_tries"] = self._rmdir(list(leaves.values()))
+            r["rmdir_cpu"] = time.thread_time_ns() - c0
+            r["rmdir_wall"] = time.monotonic_ns() - t
+        return r
+
+
 class Zygote:
     @staticmethod
     def frame(code):
@@ -149,12 +348,20 @@ class Zygote:
 
     def __init__(self, zdir, caps, slot_flags, gc_freeze=False):
         self.slots, keep, args = [], [], ["--gc-freeze"] if gc_freeze else []
+        self.ctl = []
         for fl in slot_flags:
             rq_r, rq_w = os.pipe()
             rs_r, rs_w = os.pipe()
             self.slots.append((rq_w, rs_r))
             keep += [rq_r, rs_w]
-            args.append("%d:%d:%d" % (rq_r, rs_w, fl))
+            if fl & 16:  # cgroup hand-off: A's pidfd and go pipe come back on this socket
+                mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+                self.ctl.append(mine)
+                keep.append(theirs.detach())
+                args.append("%d:%d:%d:%d" % (rq_r, rs_w, fl, keep[-1]))
+            else:
+                self.ctl.append(None)
+                args.append("%d:%d:%d" % (rq_r, rs_w, fl))
         self.p = subprocess.Popen([zdir + "/zyg-outer", caps, zdir, "/usr/bin/python3",
                                    "/zyg/zygote.py"] + args, pass_fds=keep, stdout=subprocess.PIPE)
         for fd in keep:
@@ -165,16 +372,31 @@ class Zygote:
         self.bpf_len = int(line.split()[1])
         self.last_self = None
 
-    def request(self, slot):
+    def request(self, slot, cg=None, defer=False, req=None, verify=False):
         rq_w, rs_r = self.slots[slot]
         t0 = time.monotonic_ns()
-        os.write(rq_w, self.REQ)
+        os.write(rq_w, req or self.REQ)
+        if cg:  # moat serve's part, while the zygote clones: leaves, then A into them
+            c0 = time.thread_time_ns()
+            t = time.monotonic_ns()
+            name, leaves = cg.make()
+            cgr = {"mkdir_wall": time.monotonic_ns() - t}
+            try:
+                cgr.update(cg.attach(self.ctl[slot], leaves, verify))
+            except BaseException:
+                Cg._rmdir(list(leaves.values()))
+                raise
+            cg_cpu = time.thread_time_ns() - c0
         buf = b""
         while not (b"END " in buf and buf.endswith(b"\n")):
             b = os.read(rs_r, 65536)
             if not b:
                 raise RuntimeError("zygote closed slot %d: %r" % (slot, buf))
             buf += b
+        if cg:
+            c0 = time.thread_time_ns()
+            cgr.update(cg.finish(leaves, defer))
+            cg_cpu += time.thread_time_ns() - c0
         t1 = time.monotonic_ns()
         out, _, end = buf.rpartition(b"END ")
         f = end.split()
@@ -183,14 +405,23 @@ class Zygote:
         err = [int(x) for x in f[4].split(b",")]
         self_delta = self_cum - self.last_self if self.last_self is not None else 0
         self.last_self = self_cum
-        return {"wall": t1 - t0, "cpu": child_cpu + self_delta, "child_cpu": child_cpu, "minflt": int(f[5]),
-                "self_cpu": self_delta, "stamps": stamps, "err": err,
-                "ok": status == 0 and out.strip() == b"42", "out": out, "status": status}
+        r = {"wall": t1 - t0, "cpu": child_cpu + self_delta, "child_cpu": child_cpu, "minflt": int(f[5]),
+             "self_cpu": self_delta, "stamps": stamps, "err": err,
+             "ok": status == 0 and out.strip() == b"42", "out": out, "status": status}
+        if cg:  # the driver's CPU for the cgroup work (a deferred rmdir: in cg.drain())
+            r["cpu"] += cg_cpu
+            r["cg_cpu"], r["cg"] = cg_cpu, cgr
+            # a check that can fail: the leaves saw the program run
+            r["ok"] = r["ok"] and cgr["mem_peak"] > 0 and cgr["cpuacct_ns"] > 0
+        return r
 
     def close(self):
         for rq_w, rs_r in self.slots:
             os.close(rq_w)
             os.close(rs_r)
+        for c in self.ctl:
+            if c:
+                c.close()
         self.p.wait(timeout=10)
 
 
@@ -198,6 +429,92 @@ def summary(rows, key="wall"):
     xs = [r[key] for r in rows]
     return {"n": len(xs), "p50": ms(pct(xs, 50)), "p90": ms(pct(xs, 90)), "p99": ms(pct(xs, 99)),
             "mean": ms(sum(xs) / len(xs))}
+
+
+def cg_slim(r):
+    """what phase B/C keep of a cgroup request"""
+    c = r["cg"]
+    return {"wall": r["wall"], "procs_wall": c["procs_wall"], "procs_cpu": c["procs_cpu"], "cg_cpu": r["cg_cpu"],
+            "mkdir_wall": c["mkdir_wall"], "wait_pidfd": c["wait_pidfd"], "rmdir_wall": c.get("rmdir_wall"),
+            "rmdir_tries": c.get("rmdir_tries"), "rmdir_cpu": c.get("rmdir_cpu")}
+
+
+def slow_stats(cgl):
+    """how often a request's cgroup.procs writes waited (> SLOW_NS), which write, how long"""
+    n = len(cgl)
+    slow_req = [c for c in cgl if max(c["procs_wall"]) > SLOW_NS]
+    first_slow = sum(1 for c in cgl if c["procs_wall"][0] > SLOW_NS)
+    later_slow = sum(1 for c in cgl for w in c["procs_wall"][1:] if w > SLOW_NS)
+    sw = [max(c["procs_wall"]) for c in slow_req]
+    sc = [c["procs_cpu"][c["procs_wall"].index(max(c["procs_wall"]))] for c in slow_req]
+    allw = [sum(c["procs_wall"]) for c in cgl]
+    allc = [sum(c["procs_cpu"]) for c in cgl]
+    return {"n": n, "slow": len(slow_req), "first_slow": first_slow, "later_slow": later_slow,
+            "slow_wall_p50": ms(pct(sw, 50)) if sw else None, "slow_wall_max": ms(max(sw)) if sw else None,
+            "slow_cpu_p50": ms(pct(sc, 50)) if sc else None,
+            "procs_wall_p50": ms(pct(allw, 50)), "procs_wall_p90": ms(pct(allw, 90)),
+            "procs_cpu_p50": ms(pct(allc, 50)), "procs_cpu_p90": ms(pct(allc, 90))}
+
+
+def fmt_slow(s):
+    txt = "%d of %d requests (%.0f %%; the first write %d, a later one %d)" % (
+        s["slow"], s["n"], 100.0 * s["slow"] / s["n"], s["first_slow"], s["later_slow"])
+    if s["slow"]:
+        txt += ", that write %.1f ms wall p50 (%.1f max) for %.3f ms of CPU p50" % (
+            s["slow_wall_p50"], s["slow_wall_max"], s["slow_cpu_p50"])
+    return txt + "; the 4 writes: wall p50 %.3f / p90 %.3f ms, CPU p50 %.3f / p90 %.3f ms" % (
+        s["procs_wall_p50"], s["procs_wall_p90"], s["procs_cpu_p50"], s["procs_cpu_p90"])
+
+
+def cg_summary(cgl, deferred):
+    def q(xs):
+        xs = [x for x in xs if x is not None]
+        return {"p50": ms(pct(xs, 50)), "p90": ms(pct(xs, 90)), "p99": ms(pct(xs, 99)),
+                "mean": ms(sum(xs) / len(xs))} if xs else None
+    rm = [c for c in cgl if c.get("rmdir_wall") is not None] or deferred
+    return {"mkdir_limits_wall": q([c["mkdir_wall"] for c in cgl]),
+            "wait_pidfd": q([c["wait_pidfd"] for c in cgl]),
+            "procs_wall": q([sum(c["procs_wall"]) for c in cgl]),
+            "procs_cpu": q([sum(c["procs_cpu"]) for c in cgl]),
+            "driver_cg_cpu": q([c["cg_cpu"] for c in cgl]),
+            "rmdir_wall": q([c["rmdir_wall"] for c in rm]), "rmdir_cpu": q([c["rmdir_cpu"] for c in rm]),
+            "rmdir_tries_max": max(c["rmdir_tries"] for c in rm) if rm else None,
+            "rmdir_retried": sum(1 for c in rm if c["rmdir_tries"] > len(CG_CTLS)),
+            "rmdir_deferred": bool(deferred)}
+
+
+def cg_report_deferred(d, where):
+    if not d:
+        return None
+    s = cg_summary([], d)
+    print("\n%s, deferred rmdir (thread): wall from enqueue p50 %.3f / p99 %.3f ms, CPU mean %.3f ms, "
+          "retried %d of %d" % (where, s["rmdir_wall"]["p50"], s["rmdir_wall"]["p99"], s["rmdir_cpu"]["mean"],
+                                s["rmdir_retried"], len(d)))
+    return s
+
+
+def cg_report(resa, rows, what):
+    print("\n### the cgroup step (%s; ms)\n" % what)
+    print("| case | mkdir 4 leaves + limits wall p50 / p90 | wait for A's pidfd p50 | 4 cgroup.procs writes wall p50 / p90 / p99 | their CPU p50 / p90 | requests with a write > 2 ms | stats + inline rmdir wall p50 / p99 (rmdir retried) | driver CPU for the cgroup work p50 / mean | memory peak p50 MiB | cpuacct p50 ms |")
+    print("|---|---|---:|---|---|---|---|---|---:|---:|")
+    for name, rr in rows.items():
+        if not rr or "cg" not in rr[0]:
+            continue
+        cgl = [cg_slim(r) for r in rr]
+        s, sl = cg_summary(cgl, []), slow_stats(cgl)
+        rmw = ("%.3f / %.3f (%d)" % (s["rmdir_wall"]["p50"], s["rmdir_wall"]["p99"], s["rmdir_retried"])
+               if s["rmdir_wall"] else "deferred")
+        peak = pct([r["cg"]["mem_peak"] for r in rr], 50) / 1048576.0
+        acct = ms(pct([r["cg"]["cpuacct_ns"] for r in rr], 50))
+        print("| %s | %.3f / %.3f | %.3f | %.3f / %.3f / %.3f | %.3f / %.3f | %d of %d | %s | %.3f / %.3f | %.1f | %.2f |" % (
+            name, s["mkdir_limits_wall"]["p50"], s["mkdir_limits_wall"]["p90"], s["wait_pidfd"]["p50"],
+            s["procs_wall"]["p50"], s["procs_wall"]["p90"], s["procs_wall"]["p99"], s["procs_cpu"]["p50"],
+            s["procs_cpu"]["p90"], sl["slow"], sl["n"], rmw, s["driver_cg_cpu"]["p50"], s["driver_cg_cpu"]["mean"],
+            peak, acct))
+        resa["cases"][name]["cg"] = s
+        resa["cases"][name]["cg_slow"] = sl
+        resa["cases"][name]["mem_peak_p50"] = peak
+        resa["cases"][name]["cpuacct_p50"] = acct
 
 
 def main():
@@ -214,7 +531,14 @@ def main():
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--out", default=None, help="write JSON here")
+    ap.add_argument("--cgroup", action="store_true",
+                    help="add the clone variant with a per-request cgroup v1 leaf (root): rmdir inline and deferred")
     a = ap.parse_args()
+    cg = None
+    if a.cgroup:
+        if os.getuid() != 0:
+            sys.exit("--cgroup: needs root (no cgroup delegation to other users on this host)")
+        cg = Cg()
     random.seed(a.seed)
     label = a.label or ("root" if os.getuid() == 0 else "uid%d" % os.getuid())
     env = {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}
@@ -226,12 +550,16 @@ def main():
     moat = [a.moat, "run", "-c", "print(6*7)", "--language", "python"]
     res = {"label": label, "caps": a.caps, "gc_freeze": a.gc_freeze, "date": time.strftime("%Y-%m-%d %H:%M:%SZ", time.gmtime()),
            "uid": os.getuid(), "kernel": os.uname().release}
+    if cg:
+        res["cgroup"] = {"parents": cg.parents, "memsw": cg.memsw, "memory": CG_MEM, "pids": CG_PIDS,
+                         "cpu_quota_us": CG_PERIOD, "cpu_period_us": CG_PERIOD}
     print("# zygote bench: %s, zygote caps=%s%s, %s, kernel %s" % (label, a.caps, ", gc.freeze" if a.gc_freeze else "",
                                                               res["date"], res["kernel"]))
 
     # slots 0,1: default child (flags 0); slot 2: no network namespace (flags 2);
     # slots 3,4: the clone variant (flags 8)
-    z = Zygote(a.zdir, a.caps, [0, 0, 2, 8, 8], a.gc_freeze)
+    # slots 5,6 (--cgroup): the clone variant holding A for the cgroup hand-off (flags 8|16)
+    z = Zygote(a.zdir, a.caps, [0, 0, 2, 8, 8] + ([24, 24] if cg else []), a.gc_freeze)
     res["bpf_insns"] = z.bpf_len
     cases = {
         "zygote": lambda: z.request(0),
@@ -240,11 +568,21 @@ def main():
         "moat run": lambda: spawn(moat, menv),
         "bare python3": lambda: spawn(bare, env),
     }
+    if cg:
+        print("cgroup v1 parents: %s; leaves: memory %d MiB%s, pids %d, cpu quota %d/%d us"
+              % (cg.parents, CG_MEM >> 20, " (+memsw)" if cg.memsw else "", CG_PIDS, CG_PERIOD, CG_PERIOD))
+        cases["clone+cgroup"] = lambda: z.request(5, cg, False)
+        cases["clone+cgroup, rmdir deferred"] = lambda: z.request(5, cg, True)
+        r = z.request(5, cg, False, verify=True)  # A is in all four leaves when it gets go
+        if not r["ok"]:
+            sys.exit("clone+cgroup failed its check: %r" % r)
     for name, fn in cases.items():
         for _ in range(a.warmup):
             r = fn()
             if not r["ok"]:
                 sys.exit("%s failed in warm-up: %r" % (name, r))
+    if cg:
+        cg.drain()
 
     # ---- phase A
     la0, st0 = load(), proc_stat()
@@ -271,7 +609,10 @@ def main():
         res["A"]["cases"][name] = {"wall": w, "cpu": c, "minflt_p50": flt}
         print("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %d |" % (name, w["p50"], w["p90"], w["p99"],
                                                                     c["p50"], c["p90"], c["mean"], flt))
-    for name in ("zygote", "zygote-nonetns", "zygote-clone"):
+    if cg:
+        res["A"]["cg_rmdir_deferred"] = cg_report_deferred(cg.drain(), "phase A")
+        cg_report(res["A"], rows, "A: one client, interleaved with the other cases")
+    for name in ("zygote", "zygote-nonetns", "zygote-clone") + (("clone+cgroup",) if cg else ()):
         zr = rows[name]
         cc, sc = summary(zr, "child_cpu"), summary(zr, "self_cpu")
         print("\n%s CPU split: child tree p50 %.2f ms (mean %.2f), zygote itself p50 %.2f ms (mean %.2f)"
@@ -280,7 +621,7 @@ def main():
         print("\n| %s step | p50 ms | p90 ms | mean ms |" % name)
         print("|---|---:|---:|---:|")
         steps = {}
-        for lab, i, j in (STEPS_CLONE if name == "zygote-clone" else STEPS):
+        for lab, i, j in (STEPS_CLONE if name in ("zygote-clone", "clone+cgroup") else STEPS):
             d = [r["stamps"][j] - r["stamps"][i] for r in zr]
             steps[lab] = {"p50": ms(pct(d, 50)), "p90": ms(pct(d, 90)), "mean": ms(sum(d) / len(d))}
             print("| %s | %.3f | %.3f | %.3f |" % (lab, steps[lab]["p50"], steps[lab]["p90"], steps[lab]["mean"]))
@@ -302,6 +643,7 @@ def main():
             b0, kt0, me0 = proc_stat(), kthreads(), self_cpu_ns()
             t0 = time.monotonic_ns()
             cpu = 0
+            cgrows = []
             if name == "idle":
                 time.sleep(sum(durs) / len(durs) / 1e9)
                 k = 0
@@ -311,6 +653,10 @@ def main():
                     if not r["ok"]:
                         sys.exit("%s failed: %r" % (name, r))
                     cpu += r["cpu"]
+                    if "cg" in r:
+                        cgrows.append(r)
+                if cg:  # deferred removals belong to their block
+                    cpu += sum(d["rmdir_cpu"] for d in cg.drain())
                 k = a.k
             t1 = time.monotonic_ns()
             me1, kt1, b1 = self_cpu_ns(), kthreads(), proc_stat()
@@ -318,7 +664,8 @@ def main():
             blocks[name].append({"k": k, "secs": (t1 - t0) / 1e9, "busy_ms": (b1[0] - b0[0]) * 1000.0 / CLK,
                                  "steal_ms": (b1[1] - b0[1]) * 1000.0 / CLK,
                                  "kthread_ms": ms(kt1[0] - kt0[0]), "kworker_ms": ms(kt1[1] - kt0[1]),
-                                 "measured_ms": ms(cpu), "driver_ms": ms(me1 - me0)})
+                                 "measured_ms": ms(cpu), "driver_ms": ms(me1 - me0),
+                                 "cg": [cg_slim(r) for r in cgrows]})
     la1 = load()
     idle_busy = sum(b["busy_ms"] for b in blocks["idle"]) / sum(b["secs"] for b in blocks["idle"])
     idle_kw = sum(b["kworker_ms"] for b in blocks["idle"]) / sum(b["secs"] for b in blocks["idle"])
@@ -342,6 +689,8 @@ def main():
                "kworker_per_req": (sum(b["kworker_ms"] for b in bl) - idle_kw * secs) / n,
                "kthread_per_req": sum(b["kthread_ms"] for b in bl) / n, "blocks": bl}
         res["B"]["cases"][name] = row
+        if any(b["cg"] for b in bl):
+            row["cg_slow"] = slow_stats([c for b in bl for c in b["cg"]])
         print("| %s | %.2f | %.2f | %.2f | %.2f | %.3f | %.3f |" % (
             name, row["busy_per_req"], row["busy_minus_idle_per_req"], row["measured_per_req"],
             row["driver_per_req"], row["kworker_per_req"], row["kthread_per_req"]))
@@ -349,7 +698,10 @@ def main():
     # ---- phase C: two concurrent clients
     la0 = load()
     cnames = ["zygote", "zygote-clone", "moat run", "bare python3"]
-    cres = {k: {"lat": [], "reqs": 0, "secs": 0.0, "busy_ms": 0.0, "steal_ms": 0.0, "kworker_ms": 0.0} for k in cnames}
+    if cg:
+        cnames += ["clone+cgroup", "clone+cgroup, rmdir deferred"]
+    cres = {k: {"lat": [], "reqs": 0, "secs": 0.0, "busy_ms": 0.0, "steal_ms": 0.0, "kworker_ms": 0.0, "cg": []}
+            for k in cnames}
     for rnd in range(a.rounds):
         order = cnames[rnd % len(cnames):] + cnames[:rnd % len(cnames)]
         for name in order:
@@ -362,19 +714,24 @@ def main():
                     os.close(rr)
                     os.close(go_w)
                     os.read(go_r, 1)
-                    lat = []
+                    lat, cgl = [], []
                     for _ in range(a.m):
                         if name == "zygote":
                             r = z.request(w)
                         elif name == "zygote-clone":
                             r = z.request(3 + w)
+                        elif name.startswith("clone+cgroup"):
+                            r = z.request(5 + w, cg, "deferred" in name)
                         else:
                             r = cases[name]()
                         if not r["ok"]:
                             os.write(2, b"failed: %r\n" % r)
                             os._exit(1)
                         lat.append(r["wall"])
-                    data = json.dumps(lat).encode()
+                        if "cg" in r:
+                            cgl.append(cg_slim(r))
+                    dr = cg.drain() if cg else []
+                    data = json.dumps({"lat": lat, "cg": cgl, "deferred": dr}).encode()
                     while data:
                         data = data[os.write(ww, data):]
                     os._exit(0)
@@ -404,7 +761,10 @@ def main():
             os.close(go_w)
             c = cres[name]
             for d in datas:
-                c["lat"] += json.loads(d)
+                d = json.loads(d)
+                c["lat"] += d["lat"]
+                c["cg"] += d["cg"]
+                c.setdefault("deferred", []).extend(d["deferred"])
             c["reqs"] += 2 * a.m
             c["secs"] += (t1 - t0) / 1e9
             c["busy_ms"] += (b1[0] - b0[0]) * 1000.0 / CLK
@@ -412,6 +772,11 @@ def main():
             c["kworker_ms"] += ms(kt1[1] - kt0[1])
     la1 = load()
     res["C"] = {"load": [la0, la1], "cases": {}}
+    if cg:
+        print("\nback to back, one client (phase B blocks of %d): cgroup.procs writes that waited > %.0f ms:" % (a.k, SLOW_NS / 1e6))
+        for name in cases:
+            if "cg_slow" in res["B"]["cases"][name]:
+                print("- %s: %s" % (name, fmt_slow(res["B"]["cases"][name]["cg_slow"])))
     print("\n## C: two concurrent clients, %d rounds x %d requests each (load %s -> %s)\n" % (a.rounds, a.m, la0, la1))
     print("| case | req/s | wall p50 ms | p90 | p99 | p99/p50 | /proc/stat busy ms/req | minus idle | ceiling 2 CPU / (busy-idle) req/s | steal ms/s |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
@@ -425,21 +790,40 @@ def main():
                "busy_per_req": busy, "busy_minus_idle_per_req": busy_c, "ceiling": 2000.0 / busy_c,
                "n": len(lat), "kworker_per_req": c["kworker_ms"] / c["reqs"],
                "steal_ms_per_s": c["steal_ms"] / c["secs"]}
+        if c["cg"]:
+            row["cg_slow"] = slow_stats(c["cg"])
+            row["cg"] = cg_summary(c["cg"], c.get("deferred", []))
         res["C"]["cases"][name] = row
         print("| %s | %.1f | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %.0f | %.0f |" % (
             name, rate, row["p50"], row["p90"], row["p99"], row["p99"] / row["p50"], busy, busy_c, row["ceiling"],
             row["steal_ms_per_s"]))
     bare_rate = res["C"]["cases"]["bare python3"]["rate"]
-    for zn in ("zygote", "zygote-clone"):
+    if cg:
+        print("\ntwo clients back to back: cgroup.procs writes that waited > %.0f ms:" % (SLOW_NS / 1e6))
+        for name in cnames:
+            if "cg_slow" in res["C"]["cases"][name]:
+                print("- %s: %s" % (name, fmt_slow(res["C"]["cases"][name]["cg_slow"])))
+    for zn in ("zygote", "zygote-clone") + (("clone+cgroup", "clone+cgroup, rmdir deferred") if cg else ()):
         zc = res["C"]["cases"][zn]
         print("\n%s / bare python3 at 2 clients: throughput %.2fx (target >= 1.5x), p99/p50 %.2f (target <= 3), "
               "p50 latency %.2fx bare (target <= 0.5x)" % (zn, zc["rate"] / bare_rate, zc["p99"] / zc["p50"],
                                                            zc["p50"] / res["C"]["cases"]["bare python3"]["p50"]))
+    if cg:  # the limits are real: 400 MiB written under 256 MiB (memsw too) fails
+        big = Zygote.frame(b"x = b'x' * (400 << 20)\nprint(len(x))\n")
+        r = z.request(5, cg, False, req=big)
+        c = r["cg"]
+        verdict = ("refused (status %d, memory.failcnt %d, memsw.failcnt %d, oom_kill %d, peak %.0f MiB)" % (
+            r["status"], c["failcnt"], c["memsw_failcnt"], c["oom_kill"], c["mem_peak"] / 1048576.0)) \
+            if r["status"] != 0 and c["mem_peak"] <= CG_MEM and (c["failcnt"] > 0 or c["memsw_failcnt"] > 0 or
+                                                                 c["oom_kill"] > 0) else \
+            "NOT refused: %r" % {k: r[k] for k in ("status", "out", "cg")}
+        res["P"] = {"cgroup memory 400 MiB under 256 MiB": verdict}
+        print("\n## cgroup probe: a request writing 400 MiB under the 256 MiB leaf: %s" % verdict)
     z.close()
 
     # ---- probes: /proc in a child when the zygote's /proc is masked like moat's
     print("\n## P: the child's /proc mount vs the zygote's /proc\n")
-    res["P"] = {}
+    res.setdefault("P", {})
     for outer in (a.caps, a.caps + ",mask"):
         for fl, what in ((0, "proc"), (4, "proc subset=pid")):
             try:

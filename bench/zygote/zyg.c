@@ -57,6 +57,7 @@ enum {
 };
 #define ERR_STEP 30 /* int64 slot: failing step */
 #define ERR_NO 31   /* int64 slot: its errno */
+#define GO_FD 29    /* int64 slot: clone variant with flags & 16, the "go" write end */
 
 static struct sock_filter *bpf;
 static unsigned short bpf_len;
@@ -239,12 +240,17 @@ int zyg_child(int64_t *st, unsigned flags)
  * PyOS_BeforeFork and PyOS_AfterFork_*), clone3 straight into the seven
  * namespaces; the zygote writes the child's one-line maps (its own uid and
  * gid: no capability needed) and lets it go. The child is A (pid 1) at once;
+ * flags & 16 (cgroup): the zygote does not send "go" itself but leaves the
+ * write end of the go pipe in st[GO_FD] for the caller to hand on (with A's
+ * pidfd) to whoever puts A into its cgroup leaf; and A unshares its cgroup
+ * namespace only after go, so that its root is the request's leaf;
  * A makes its fds 0 and 1 the request and response (so B inherits them),
  * closes the rest, mounts, forks B. Returns the pid in the zygote, 0 in B
  * (-1000-step in B on error), -errno in the zygote on error. */
 int zyg_clone(int64_t *st, unsigned flags, int req, int resp)
 {
 	int sync[2];
+	st[GO_FD] = -1;
 	if (pipe2(sync, O_CLOEXEC) < 0)
 		return -errno;
 	unsigned uid = getuid(), gid = getgid();
@@ -252,7 +258,7 @@ int zyg_clone(int64_t *st, unsigned flags, int req, int resp)
 		uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack, stack_size, tls;
 	} args = { 0 };
 	args.flags = CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWPID | ((flags & 2) ? 0 : CLONE_NEWNET) |
-		     CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP;
+		     CLONE_NEWIPC | CLONE_NEWUTS | ((flags & 16) ? 0 : CLONE_NEWCGROUP);
 	args.exit_signal = SIGCHLD;
 	pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof args);
 	if (pid < 0) {
@@ -266,6 +272,11 @@ int zyg_clone(int64_t *st, unsigned flags, int req, int resp)
 		close(sync[1]);
 		if (read(sync[0], &go, 1) != 1)
 			_exit(122);
+		/* flags & 16: now in the request's leaf, so the namespace's root is it */
+		if ((flags & 16) && unshare(CLONE_NEWCGROUP) < 0) {
+			fail(st, S_NS);
+			_exit(123);
+		}
 		st[S_NS] = now_ns();
 		if (dup2(req, 0) < 0 || dup2(resp, 1) < 0 ||
 		    syscall(SYS_close_range, 3u, ~0u, 0u) < 0) {
@@ -293,6 +304,10 @@ int zyg_clone(int64_t *st, unsigned flags, int req, int resp)
 		fail(st, S_MAPS);
 	st[S_MAPS] = now_ns();
 	/* on failure the child sees EOF and exits; the zygote reaps it as usual */
+	if (ok && (flags & 16)) {
+		st[GO_FD] = sync[1]; /* the caller passes it on and closes it */
+		return pid;
+	}
 	if (ok && write(sync[1], "g", 1) != 1)
 		fail(st, S_MAPS);
 	close(sync[1]);

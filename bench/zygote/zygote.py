@@ -4,21 +4,26 @@ The child calls zyg_child() (libzyg.so, through ctypes) which enters fresh
 namespaces and the full lockdown before a single byte of the request is read;
 then moat_pool.main() reads the request from fd 0 and runs it as __main__.
 
-    python3 zygote.py [--gc-freeze] REQ:RESP:FLAGS ...   (one triple per client slot)
+    python3 zygote.py [--gc-freeze] REQ:RESP:FLAGS[:CTL] ...   (one per client slot)
 FLAGS (libzyg): 2 = no network namespace, 4 = /proc with subset=pid,
-8 = clone variant (one process fewer, see spawn_clone).
+8 = clone variant (one process fewer, see spawn_clone), 16 (with 8) = cgroup
+hand-off: A waits for "go" until the client has put it into a cgroup leaf;
+the zygote sends, on the unix socket CTL, one byte with two fds (SCM_RIGHTS):
+A's pidfd and the write end of A's go pipe.
 
 The zygote never reads a request fd: it polls it, and forks when it becomes
 readable. After the child (C) is reaped it writes, on RESP, one line
     END <status> <child_cpu_ns> <zygote_cpu_cum_ns> <stamp,...> <errstep,errno> <child_minflt>
 Benchmark code only."""
 import ctypes
+import socket
 import json, base64, os, sys, types, runpy, select, struct, time, mmap  # noqa: F401 (pre-import)
 
 sys.path.insert(0, "/zyg")
 import moat_pool  # noqa: E402  (what the pool bootstrap imports)
 
 S_ARRIVE, S_REQ, S_RUN, S_REAPED, S_PARENT_FORK = 0, 11, 12, 15, 16
+GO_FD = 29  # libzyg: flags & 16, the go pipe's write end
 NSTAMPS = 17
 
 lib = ctypes.PyDLL("/zyg/libzyg.so")  # PyDLL: the GIL stays held across fork, as in os.fork
@@ -49,10 +54,12 @@ else:
 
 slots = []
 for arg in args:
-    req, resp, flags = (int(x) for x in arg.split(":"))
+    v = [int(x) for x in arg.split(":")]
+    req, resp, flags = v[:3]
+    ctl = socket.socket(fileno=v[3]) if len(v) > 3 else None
     mm = mmap.mmap(-1, 4096)  # MAP_SHARED|MAP_ANONYMOUS: survives fork and unshare
     addr = ctypes.addressof(ctypes.c_char.from_buffer(mm))
-    slots.append({"req": req, "resp": resp, "flags": flags, "mm": mm, "addr": addr})
+    slots.append({"req": req, "resp": resp, "flags": flags, "mm": mm, "addr": addr, "ctl": ctl})
 
 # time the request-read step (instrumentation only: the runtime is unchanged)
 _orig_read_exact = moat_pool._read_exact
@@ -156,6 +163,15 @@ while True:
             _stamp(mm, S_PARENT_FORK)
             poller.unregister(fd)
             pfd = os.pidfd_open(pid)
+            if s["flags"] & 16:  # A waits for go: hand its pidfd and the go pipe to the client
+                go_w = struct.unpack_from("q", mm, GO_FD * 8)[0]
+                if go_w < 0:  # the maps failed: A sees EOF and exits; the client sees one fd
+                    socket.send_fds(s["ctl"], [b"F"], [pfd])
+                else:
+                    try:
+                        socket.send_fds(s["ctl"], [b"P"], [pfd, go_w])
+                    finally:
+                        os.close(go_w)
             s["pid"], s["pidfd"] = pid, pfd
             poller.register(pfd, select.POLLIN)
             byfd[pfd] = ("child", s)
