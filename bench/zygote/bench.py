@@ -255,7 +255,7 @@ class Cg:
                     time.sleep(0.0002)
         return tries
 
-    def make(self):
+    def make(self, limits=True):
         """per request, while the zygote clones: the leaves and their limits"""
         self.n += 1
         name = "zygcg-%d-%d" % (os.getpid(), self.n)
@@ -264,6 +264,11 @@ class Cg:
             leaf = d + "/" + name
             os.mkdir(leaf)
             leaves[c] = leaf
+        if limits:
+            self.limits(leaves)
+        return name, leaves
+
+    def limits(self, leaves):
         m = leaves["memory"]
         _wr(m + "/memory.limit_in_bytes", b"%d" % CG_MEM)
         if self.memsw:
@@ -272,7 +277,6 @@ class Cg:
         cpu = leaves.get("cpu")
         _wr(cpu + "/cpu.cfs_period_us", b"%d" % CG_PERIOD)
         _wr(cpu + "/cpu.cfs_quota_us", b"%d" % CG_PERIOD)
-        return name, leaves
 
     @staticmethod
     def host_pid(pidfd):
@@ -282,16 +286,17 @@ class Cg:
                     return int(line.split()[1])
         raise RuntimeError("no Pid: in fdinfo of a pidfd")
 
-    def attach(self, ctl, leaves, verify=False):
+    def attach(self, ctl, leaves, verify=False, keep_go=None):
         """receive A's pidfd and go pipe, move A into every leaf, send go"""
         r = {}
         t = time.monotonic_ns()
-        msg, fds, _, _ = socket.recv_fds(ctl, 16, 2)
+        msg, fds, _, _ = socket.recv_fds(ctl, 64, 2)
         r["wait_pidfd"] = time.monotonic_ns() - t
-        if msg != b"P" or len(fds) != 2:
+        if not msg.startswith(b"P ") or len(fds) != 2:
             for fd in fds:
                 os.close(fd)
             raise RuntimeError("zygote: no pidfd/go pipe (%r, %d fds)" % (msg, len(fds)))
+        r["zyg_cum"] = int(msg.split()[1])  # the zygote's CPU so far (after the clone)
         pidfd, go_w = fds
         try:
             pid = self.host_pid(pidfd)
@@ -311,9 +316,13 @@ class Cg:
                     if not any(c in l.split(":")[1].split(",") and l.endswith(leaves[c].rsplit("/", 1)[1])
                                for l in cgs.splitlines()):
                         raise RuntimeError("A (pid %d) is not in its %s leaf: %s" % (pid, c, cgs))
-            os.write(go_w, b"g")
+            if keep_go is None:
+                os.write(go_w, b"g")
         finally:
-            os.close(go_w)
+            if keep_go is None:
+                os.close(go_w)
+            else:
+                keep_go["fd"] = go_w
             os.close(pidfd)
         r["procs_wall"], r["procs_cpu"] = walls, cpus
         return r
@@ -371,6 +380,72 @@ class Zygote:
             raise RuntimeError("zygote did not start (%r, rc %s)" % (line, self.p.poll()))
         self.bpf_len = int(line.split()[1])
         self.last_self = None
+        self.held = {}
+
+    def prepare(self, slot, cg):
+        """pre-attached slot (flags 32): ask the zygote for an A, make its leaves
+        and move it in, all before any request (no go yet); (driver CPU, the
+        zygote's CPU for the clone)"""
+        c0 = time.thread_time_ns()
+        self.ctl[slot].send(b"N")
+        name, leaves = cg.make(limits=False)
+        go = {}
+        try:
+            r = cg.attach(self.ctl[slot], leaves, keep_go=go)
+        except BaseException:
+            Cg._rmdir(list(leaves.values()))
+            raise
+        r["mkdir_wall"] = 0
+        self.held[slot] = (os.getpid(), leaves, go["fd"], r)
+        # the zygote's clone of this A belongs to the request that will use it
+        zc = r["zyg_cum"] - self.last_self if self.last_self is not None else 0
+        self.last_self = r["zyg_cum"]
+        return time.thread_time_ns() - c0, zc
+
+    def release(self, slot):
+        """drop a prepared A that will not be used: it sees EOF on go and exits;
+        its END (status 122) is read so that the slot stays in step"""
+        h = self.held.pop(slot, None)
+        if not h or h[0] != os.getpid():
+            return
+        os.close(h[2])
+        buf = b""
+        while not (b"END " in buf and buf.endswith(b"\n")):
+            b = os.read(self.slots[slot][1], 65536)
+            if not b:
+                break
+            buf += b
+        Cg._rmdir(list(h[1].values()))
+
+    def request_pre(self, slot, cg):
+        """request on a pre-attached A: write the request, the leaf's limits, go"""
+        h = self.held.get(slot)
+        pre_cpu = None
+        if not h or h[0] != os.getpid():  # first use in this process
+            pre_cpu = self.prepare(slot, cg)
+            h = self.held[slot]
+        _, leaves, go_w, cgr = h
+        del self.held[slot]
+        rq_w, rs_r = self.slots[slot]
+        t0 = time.monotonic_ns()
+        os.write(rq_w, self.REQ)
+        c0 = time.thread_time_ns()
+        t = time.monotonic_ns()
+        cg.limits(leaves)
+        cgr["limits_wall"] = time.monotonic_ns() - t
+        try:
+            os.write(go_w, b"g")
+        finally:
+            os.close(go_w)
+        cg_cpu = time.thread_time_ns() - c0
+        r = self._end(slot, t0, cg, leaves, False, cgr, cg_cpu)
+        # the next A into its leaf, off this request's wall (its CPU is this request's)
+        drv, zyg = self.prepare(slot, cg) if pre_cpu is None else pre_cpu
+        r["pre_cpu"] = drv
+        r["cpu"] += drv + zyg
+        r["self_cpu"] += zyg
+        r["cg_cpu"] += drv
+        return r
 
     def request(self, slot, cg=None, defer=False, req=None, verify=False):
         rq_w, rs_r = self.slots[slot]
@@ -387,6 +462,12 @@ class Zygote:
                 Cg._rmdir(list(leaves.values()))
                 raise
             cg_cpu = time.thread_time_ns() - c0
+        else:
+            leaves, cgr, cg_cpu = None, None, 0
+        return self._end(slot, t0, cg, leaves, defer, cgr, cg_cpu)
+
+    def _end(self, slot, t0, cg, leaves, defer, cgr, cg_cpu):
+        rs_r = self.slots[slot][1]
         buf = b""
         while not (b"END " in buf and buf.endswith(b"\n")):
             b = os.read(rs_r, 65536)
@@ -559,7 +640,8 @@ def main():
     # slots 0,1: default child (flags 0); slot 2: no network namespace (flags 2);
     # slots 3,4: the clone variant (flags 8)
     # slots 5,6 (--cgroup): the clone variant holding A for the cgroup hand-off (flags 8|16)
-    z = Zygote(a.zdir, a.caps, [0, 0, 2, 8, 8] + ([24, 24] if cg else []), a.gc_freeze)
+    # slots 7,8 (--cgroup): pre-attached, A cloned and moved into its leaf before the request (8|16|32)
+    z = Zygote(a.zdir, a.caps, [0, 0, 2, 8, 8] + ([24, 24, 56, 56] if cg else []), a.gc_freeze)
     res["bpf_insns"] = z.bpf_len
     cases = {
         "zygote": lambda: z.request(0),
@@ -573,6 +655,7 @@ def main():
               % (cg.parents, CG_MEM >> 20, " (+memsw)" if cg.memsw else "", CG_PIDS, CG_PERIOD, CG_PERIOD))
         cases["clone+cgroup"] = lambda: z.request(5, cg, False)
         cases["clone+cgroup, rmdir deferred"] = lambda: z.request(5, cg, True)
+        cases["clone+cgroup, pre-attached"] = lambda: z.request_pre(7, cg)
         r = z.request(5, cg, False, verify=True)  # A is in all four leaves when it gets go
         if not r["ok"]:
             sys.exit("clone+cgroup failed its check: %r" % r)
@@ -696,10 +779,12 @@ def main():
             row["driver_per_req"], row["kworker_per_req"], row["kthread_per_req"]))
 
     # ---- phase C: two concurrent clients
+    if cg:
+        z.release(7)  # the clients prepare their own
     la0 = load()
     cnames = ["zygote", "zygote-clone", "moat run", "bare python3"]
     if cg:
-        cnames += ["clone+cgroup", "clone+cgroup, rmdir deferred"]
+        cnames += ["clone+cgroup", "clone+cgroup, rmdir deferred", "clone+cgroup, pre-attached"]
     cres = {k: {"lat": [], "reqs": 0, "secs": 0.0, "busy_ms": 0.0, "steal_ms": 0.0, "kworker_ms": 0.0, "cg": []}
             for k in cnames}
     for rnd in range(a.rounds):
@@ -720,6 +805,8 @@ def main():
                             r = z.request(w)
                         elif name == "zygote-clone":
                             r = z.request(3 + w)
+                        elif name == "clone+cgroup, pre-attached":
+                            r = z.request_pre(7 + w, cg)
                         elif name.startswith("clone+cgroup"):
                             r = z.request(5 + w, cg, "deferred" in name)
                         else:
@@ -730,6 +817,8 @@ def main():
                         lat.append(r["wall"])
                         if "cg" in r:
                             cgl.append(cg_slim(r))
+                    if cg:
+                        z.release(7 + w)
                     dr = cg.drain() if cg else []
                     data = json.dumps({"lat": lat, "cg": cgl, "deferred": dr}).encode()
                     while data:
@@ -803,7 +892,8 @@ def main():
         for name in cnames:
             if "cg_slow" in res["C"]["cases"][name]:
                 print("- %s: %s" % (name, fmt_slow(res["C"]["cases"][name]["cg_slow"])))
-    for zn in ("zygote", "zygote-clone") + (("clone+cgroup", "clone+cgroup, rmdir deferred") if cg else ()):
+    for zn in ("zygote", "zygote-clone") + (("clone+cgroup", "clone+cgroup, rmdir deferred",
+                                             "clone+cgroup, pre-attached") if cg else ()):
         zc = res["C"]["cases"][zn]
         print("\n%s / bare python3 at 2 clients: throughput %.2fx (target >= 1.5x), p99/p50 %.2f (target <= 3), "
               "p50 latency %.2fx bare (target <= 0.5x)" % (zn, zc["rate"] / bare_rate, zc["p99"] / zc["p50"],

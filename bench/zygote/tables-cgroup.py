@@ -12,6 +12,7 @@ RUNS = [("root, zygote keeps caps", "cgroup-root-keep"),
         ("root, keeps caps (again)", "cgroup-root-keep-2")]
 RUNS = [(l, f) for l, f in RUNS if os.path.exists(os.path.join(D, f + ".json"))]
 CL, CG, CD, BA = "zygote-clone", "clone+cgroup", "clone+cgroup, rmdir deferred", "bare python3"
+CP = "clone+cgroup, pre-attached"
 
 
 def load(f):
@@ -26,18 +27,20 @@ def w(x):
 print("### One client (phase A: 200 interleaved rounds of 7 cases; ms; CPU = children + zygote + driver's cgroup work)\n")
 print("| run | load before→after | steal ms/s | bare wall p50 / p90 / p99 | bare CPU p50 | clone wall p50 / p90 / p99 "
       "| clone CPU p50 | clone+cgroup wall p50 / p90 / p99 | clone+cgroup CPU p50 | rmdir deferred: wall p50 / p90 / p99 "
-      "| its CPU p50 (+ rmdir thread mean) | added by the cgroup: wall p50 (inline / deferred), CPU p50 |")
-print("|---|---|---:|---|---:|---|---:|---|---:|---|---|---|")
+      "| its CPU p50 (+ rmdir thread mean) | pre-attached: wall p50 / p90 / p99 | its CPU p50 "
+      "| added by the cgroup: wall p50 (inline / deferred / pre-attached), CPU p50 (inline / pre-attached) |")
+print("|---|---|---:|---|---:|---|---:|---|---:|---|---|---|---:|---|")
 for lab, f in RUNS:
     A = load(f)["A"]
     c = A["cases"]
     dr = A.get("cg_rmdir_deferred") or {"rmdir_cpu": {"mean": 0}}
-    print("| %s | %s→%s | %.0f | %s | %.2f | %s | %.2f | %s | %.2f | %s | %.2f (+%.2f) | %.1f / %.1f, %.2f |" % (
+    print("| %s | %s→%s | %.0f | %s | %.2f | %s | %.2f | %s | %.2f | %s | %.2f (+%.2f) | %s | %.2f | %+.1f / %+.1f / %+.1f, %+.2f / %+.2f |" % (
         lab, A["load"][0], A["load"][1], A["steal_ms_per_s"], w(c[BA]["wall"]), c[BA]["cpu"]["p50"],
         w(c[CL]["wall"]), c[CL]["cpu"]["p50"], w(c[CG]["wall"]), c[CG]["cpu"]["p50"], w(c[CD]["wall"]),
-        c[CD]["cpu"]["p50"], dr["rmdir_cpu"]["mean"],
+        c[CD]["cpu"]["p50"], dr["rmdir_cpu"]["mean"], w(c[CP]["wall"]), c[CP]["cpu"]["p50"],
         c[CG]["wall"]["p50"] - c[CL]["wall"]["p50"], c[CD]["wall"]["p50"] - c[CL]["wall"]["p50"],
-        c[CG]["cpu"]["p50"] - c[CL]["cpu"]["p50"]))
+        c[CP]["wall"]["p50"] - c[CL]["wall"]["p50"],
+        c[CG]["cpu"]["p50"] - c[CL]["cpu"]["p50"], c[CP]["cpu"]["p50"] - c[CL]["cpu"]["p50"]))
 
 print("\n### The cgroup step itself (phase A, clone+cgroup with inline rmdir; ms)\n")
 print("| run | mkdir 4 leaves + 5 limit writes, wall p50 / p90 | A's pidfd arrives after p50 | 4 cgroup.procs writes wall p50 / p90 / p99 "
@@ -59,8 +62,8 @@ for lab, f in RUNS:
 
 print("\n### How often a request's cgroup.procs write waits (> 2 ms), and for what\n")
 print("| run | spaced (phase A, 1 client, other cases between) | back to back, 1 client (phase B) | back to back, 2 clients (phase C) "
-      "| the waiting write: wall p50 / max, CPU p50 (phase A) |")
-print("|---|---|---|---|---|")
+      "| the waiting write: wall p50 / max, CPU p50 (phase A) | pre-attached (off the request's wall): phase A, B, C |")
+print("|---|---|---|---|---|---|")
 for lab, f in RUNS:
     d = load(f)
 
@@ -73,32 +76,35 @@ for lab, f in RUNS:
         m = {k: a[k] + b[k] for k in ("slow", "n", "first_slow", "later_slow")}
         return fr(m)
     sa = d["A"]["cases"][CG]["cg_slow"]
-    print("| %s | %s | %s | %s | %s |" % (lab, both(d["A"]), both(d["B"]), both(d["C"]),
-                                          "%.1f / %.1f, %.3f" % (sa["slow_wall_p50"], sa["slow_wall_max"], sa["slow_cpu_p50"])
-                                          if sa["slow"] else "-"))
+    pa = ", ".join("%.0f %%" % (100.0 * d[p]["cases"][CP]["cg_slow"]["slow"] / d[p]["cases"][CP]["cg_slow"]["n"])
+                   for p in ("A", "B", "C"))
+    print("| %s | %s | %s | %s | %s | %s |" % (lab, both(d["A"]), both(d["B"]), both(d["C"]),
+                                               "%.1f / %.1f, %.3f" % (sa["slow_wall_p50"], sa["slow_wall_max"], sa["slow_cpu_p50"])
+                                               if sa["slow"] else "-", pa))
 
 print("\n### Two concurrent clients (phase C: 400 requests per case, rotated order)\n")
 print("| run | load before→after | bare req/s | bare p50 / p90 / p99 | clone req/s | clone p50 / p90 / p99 (p99÷p50) "
       "| clone+cgroup req/s | p50 / p90 / p99 (p99÷p50) | rmdir deferred req/s | p50 / p90 / p99 (p99÷p50) "
-      "| ÷ bare rate: clone, +cgroup, deferred | steal ms/s (bare, clone, +cg, deferred) |")
-print("|---|---|---:|---|---:|---|---:|---|---:|---|---|---|")
+      "| pre-attached req/s | p50 / p90 / p99 (p99÷p50) "
+      "| ÷ bare rate: clone, +cgroup, deferred, pre-attached | steal ms/s (bare, clone, +cg, deferred, pre) |")
+print("|---|---|---:|---|---:|---|---:|---|---:|---|---:|---|---|---|")
 for lab, f in RUNS:
     C = load(f)["C"]
     c = C["cases"]
-    b, k, g, q = c[BA], c[CL], c[CG], c[CD]
+    b, k, g, q, pa = c[BA], c[CL], c[CG], c[CD], c[CP]
 
     def lat(x):
         return "%.1f / %.1f / %.1f (%.2f)" % (x["p50"], x["p90"], x["p99"], x["p99"] / x["p50"])
-    print("| %s | %s→%s | %.0f | %.1f / %.1f / %.1f | %.0f | %s | %.0f | %s | %.0f | %s | %.2f×, **%.2f×**, **%.2f×** | %s |" % (
+    print("| %s | %s→%s | %.0f | %.1f / %.1f / %.1f | %.0f | %s | %.0f | %s | %.0f | %s | %.0f | %s | %.2f×, **%.2f×**, **%.2f×**, **%.2f×** | %s |" % (
         lab, C["load"][0], C["load"][1], b["rate"], b["p50"], b["p90"], b["p99"], k["rate"], lat(k), g["rate"], lat(g),
-        q["rate"], lat(q), k["rate"] / b["rate"], g["rate"] / b["rate"], q["rate"] / b["rate"],
-        ", ".join("%.0f" % x["steal_ms_per_s"] for x in (b, k, g, q))))
+        q["rate"], lat(q), pa["rate"], lat(pa), k["rate"] / b["rate"], g["rate"] / b["rate"], q["rate"] / b["rate"],
+        pa["rate"] / b["rate"], ", ".join("%.0f" % x["steal_ms_per_s"] for x in (b, k, g, q, pa))))
 
 print("\n### CPU per request and the ceiling on 2 CPUs (phase A rusage mean + driver + kworker above idle from phase B; "
       "/proc/stat busy minus idle from phase B)\n")
 print("| run | idle busy ms/s, steal ms/s (phase B) | bare ms/req → req/s | clone | clone+cgroup | rmdir deferred "
-      "| ceiling ÷ bare: clone, +cgroup | /proc/stat ms/req: bare, clone, +cgroup, deferred |")
-print("|---|---|---|---|---|---|---|---|")
+      "| pre-attached | ceiling ÷ bare: clone, +cgroup, pre-attached | /proc/stat ms/req: bare, clone, +cgroup, deferred, pre-attached |")
+print("|---|---|---|---|---|---|---|---|---|")
 for lab, f in RUNS:
     d = load(f)
     A, B = d["A"]["cases"], d["B"]
@@ -112,9 +118,10 @@ for lab, f in RUNS:
     kx, ks = cell(CL)
     gx, gs = cell(CG)
     _, qs = cell(CD, dr["rmdir_cpu"]["mean"])
-    print("| %s | %.0f, %.0f | %s | %s | %s | %s | %.2f×, **%.2f×** | %s |" % (
-        lab, B["idle_busy_ms_per_s"], B["steal_ms_per_s"], bs, ks, gs, qs, bx / kx, bx / gx,
-        ", ".join("%.2f" % B["cases"][k]["busy_minus_idle_per_req"] for k in (BA, CL, CG, CD))))
+    px, ps = cell(CP)
+    print("| %s | %.0f, %.0f | %s | %s | %s | %s | %s | %.2f×, **%.2f×**, **%.2f×** | %s |" % (
+        lab, B["idle_busy_ms_per_s"], B["steal_ms_per_s"], bs, ks, gs, qs, ps, bx / kx, bx / gx, bx / px,
+        ", ".join("%.2f" % B["cases"][k]["busy_minus_idle_per_req"] for k in (BA, CL, CG, CD, CP))))
 
 print()
 for lab, f in RUNS:

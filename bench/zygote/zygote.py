@@ -9,7 +9,10 @@ FLAGS (libzyg): 2 = no network namespace, 4 = /proc with subset=pid,
 8 = clone variant (one process fewer, see spawn_clone), 16 (with 8) = cgroup
 hand-off: A waits for "go" until the client has put it into a cgroup leaf;
 the zygote sends, on the unix socket CTL, one byte with two fds (SCM_RIGHTS):
-A's pidfd and the write end of A's go pipe.
+A's pidfd and the write end of A's go pipe. 32 (with 8|16) = pre-attached: the
+zygote clones A when the client asks for one (a byte on CTL) instead of when a
+request arrives, so the client can put A into its leaf before the request; A
+reads the request once it has go.
 
 The zygote never reads a request fd: it polls it, and forks when it becomes
 readable. After the child (C) is reaped it writes, on RESP, one line
@@ -138,8 +141,12 @@ def cpu_ns(ru):
 poller = select.poll()
 byfd = {}
 for s in slots:
-    poller.register(s["req"], select.POLLIN)
-    byfd[s["req"]] = ("req", s)
+    if s["flags"] & 32:  # A is cloned on the client's demand, not on the request
+        poller.register(s["ctl"].fileno(), select.POLLIN)
+        byfd[s["ctl"].fileno()] = ("ctl", s)
+    else:
+        poller.register(s["req"], select.POLLIN)
+        byfd[s["req"]] = ("req", s)
 if FREEZE:
     gc.collect()
     gc.freeze()
@@ -148,9 +155,11 @@ print("READY", n, flush=True)
 while True:
     for fd, ev in poller.poll():
         kind, s = byfd[fd]
-        if kind == "req":
+        if kind in ("req", "ctl"):
             if ev & (select.POLLHUP | select.POLLERR) and not ev & select.POLLIN:
                 sys.exit(0)  # the client went away
+            if kind == "ctl" and not s["ctl"].recv(16):
+                sys.exit(0)
             mm = s["mm"]
             mm[:NSTAMPS * 8 + 256] = bytes(NSTAMPS * 8 + 256)
             _stamp(mm, S_ARRIVE)
@@ -161,7 +170,8 @@ while True:
                 if pid == 0:
                     child(s)
             _stamp(mm, S_PARENT_FORK)
-            poller.unregister(fd)
+            if kind == "req":
+                poller.unregister(fd)
             pfd = os.pidfd_open(pid)
             if s["flags"] & 16:  # A waits for go: hand its pidfd and the go pipe to the client
                 go_w = struct.unpack_from("q", mm, GO_FD * 8)[0]
@@ -169,7 +179,8 @@ while True:
                     socket.send_fds(s["ctl"], [b"F"], [pfd])
                 else:
                     try:
-                        socket.send_fds(s["ctl"], [b"P"], [pfd, go_w])
+                        socket.send_fds(s["ctl"], [b"P %d" % time.clock_gettime_ns(time.CLOCK_PROCESS_CPUTIME_ID)],
+                                        [pfd, go_w])
                     finally:
                         os.close(go_w)
             s["pid"], s["pidfd"] = pid, pfd
@@ -190,5 +201,6 @@ while True:
                 os.write(s["resp"], line.encode())
             except BrokenPipeError:
                 sys.exit(0)  # the client went away
-            poller.register(s["req"], select.POLLIN)
-            byfd[s["req"]] = ("req", s)
+            if not s["flags"] & 32:
+                poller.register(s["req"], select.POLLIN)
+                byfd[s["req"]] = ("req", s)
