@@ -3,13 +3,13 @@
 # leaf": bench.py --cgroup as root (the driver stands in for moat serve and
 # writes the v1 tree; rootless has no cgroup delegation on this host), with
 # the zygote keeping its capabilities and with none, the first repeated.
-# Results in bench/zygote/results/cgroup-*.{md,json}, load in results/cgroup-runs.log.
-#   make build/zygote/ready && sh bench/zygote/run-cgroup.sh
+# Results in DIR (default bench/zygote/results/cgroup): cgroup-*.{md,json}, load in cgroup-runs.log.
+#   make build/zygote/ready && sh bench/zygote/run-cgroup.sh [DIR]
 set -u
 cd "$(dirname "$0")/../.." || exit 1
 [ "$(id -u)" = 0 ] || { echo "run-cgroup.sh: run as root (the driver writes the cgroup v1 tree)"; exit 2; }
 B="bench/zygote/bench.py --moat $PWD/build/moat --zdir $PWD/build/zygote --cgroup"
-R=bench/zygote/results
+R=${1:-bench/zygote/results/cgroup}
 mkdir -p "$R"
 run() {
 	out=$1

@@ -1,12 +1,19 @@
 #!/usr/bin/python3
 """bench/zygote/tables-cgroup.py -- the tables of README.md "The per-request
-cgroup leaf" from results/cgroup-*.json (bench.py --cgroup)
-    python3 bench/zygote/tables-cgroup.py [bench/zygote/results]"""
+cgroup leaf" from the cgroup-*.json of one round (bench.py --cgroup; round 1
+had no pre-attached case: "-")
+    python3 bench/zygote/tables-cgroup.py bench/zygote/results/cgroup-r3"""
+import builtins
 import json
 import os
+import re
 import sys
 
-D = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+
+def print(*a, **k):  # a case the round did not have: "-" instead of nan
+    builtins.print(*[re.sub(r"[+-]?nan( / [+-]?nan)*( \([+-]?nan\))?", "-", str(x)) for x in a], **k)
+
+D = sys.argv[1] if len(sys.argv) > 1 else os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "cgroup")
 RUNS = [("root, zygote keeps caps", "cgroup-root-keep"),
         ("root, zygote has no caps", "cgroup-root-nocaps"),
         ("root, keeps caps (again)", "cgroup-root-keep-2")]
@@ -15,9 +22,18 @@ CL, CG, CD, BA = "zygote-clone", "clone+cgroup", "clone+cgroup, rmdir deferred",
 CP = "clone+cgroup, pre-attached"
 
 
+NAN = {"p50": float("nan"), "p90": float("nan"), "p99": float("nan"), "mean": float("nan")}
+EMPTY = {"wall": NAN, "cpu": NAN, "rate": float("nan"), "p50": float("nan"), "p90": float("nan"), "p99": float("nan"),
+         "steal_ms_per_s": float("nan"), "kworker_per_req": 0.0, "busy_minus_idle_per_req": float("nan"),
+         "cg_slow": {"slow": 0, "n": float("nan")}}
+
+
 def load(f):
     with open(os.path.join(D, f + ".json")) as fh:
-        return json.load(fh)
+        d = json.load(fh)
+    for p in ("A", "B", "C"):
+        d[p]["cases"].setdefault(CP, EMPTY)
+    return d
 
 
 def w(x):
