@@ -124,12 +124,6 @@ void serve_metrics_record(struct serve_metrics *m, enum serve_route r, int lang,
 /* Prometheus text format; malloc'd. */
 char *serve_metrics_render(struct serve_metrics *m);
 
-/* ---- the warm pool (pool.c) ---- */
-struct serve_pool;
-/* want sandboxes per language (python, javascript) prewarmed with opts and
- * the Spin requests' limits (want 0: none; the thread still releases
- * finished runs); no prewarm while saturated(sat_ctx) says every run slot
- * is taken. */
 /* ---- log (log.c) ---- */
 
 struct serve_log {
@@ -146,6 +140,12 @@ void serve_log_vnotice(struct serve_log *l, const char *level, const char *compo
 void serve_log_notice(struct serve_log *l, const char *level, const char *component,
 		      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
+/* ---- the warm pool (pool.c) ---- */
+struct serve_pool;
+/* want sandboxes per kind (python, javascript, and typescript where the
+ * root has esbuild) prewarmed with opts and the Spin requests' limits (want
+ * 0: none; the thread still releases finished runs); no prewarm while
+ * saturated(sat_ctx) says every run slot is taken. */
 int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_run_options *opts,
 		     const struct serve_limits *limits, struct serve_log *log, bool (*saturated)(void *ctx),
 		     void *sat_ctx, struct moat_error *err);
