@@ -50,10 +50,6 @@ function readHeader() {
   return parseInt(line.slice(magic.length, -1), 10);
 }
 
-// TypeScript: what a cold run's pid 2 does before node starts -- esbuild,
-// looked up in the same directories, with the same arguments and the
-// program's environment, its output on the program's stderr; a failure ends
-// the run with esbuild's status (127 when it is not installed).
 const b = (s) => Buffer.from(s, "base64");
 
 // The netstrings of body, as Buffers.
@@ -108,6 +104,10 @@ function exitLike(code, signal) {
   if (code !== 0) process.exit(code === null ? 128 + require("node:os").constants.signals[signal] : code);
 }
 
+// TypeScript: what a cold run's pid 2 does before node starts -- esbuild,
+// looked up in the same directories, with the same arguments and the
+// program's environment, its output on the program's stderr; a failure ends
+// the run with esbuild's status (127 when it is not installed).
 function transpile(ts) {
   const name = b(ts.transpiler).toString("utf8");
   const exe = findTranspiler(ts);

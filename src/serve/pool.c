@@ -59,34 +59,37 @@ struct serve_pool {
 	struct serve_log *log;
 };
 
-/* The pool a request may use: TypeScript has its own when the sandbox
- * root has esbuild. */
+/* Kind i is kept: all but typescript where the root has no esbuild. */
+static bool kept(const struct serve_pool *p, int i)
+{
+	return i != POOL_TS || p->ts_ok;
+}
+
+/* The pool a request may use. */
 static int lang_index(const struct serve_pool *p, enum moat_language l)
 {
 	for (int i = 0; i < POOL_LANGS; i++)
 		if (pool_lang[i] == l)
-			return i == POOL_TS && !p->ts_ok ? -1 : i;
+			return kept(p, i) ? i : -1;
 	return -1;
 }
 
 /* How many sandboxes of kind i the pool keeps. */
 static unsigned want_of(const struct serve_pool *p, int i)
 {
-	return i == POOL_TS && !p->ts_ok ? 0 : p->want;
+	return kept(p, i) ? p->want : 0;
 }
 
-/* The boot code of kind i: moat_pool.py's main, or pool.cjs's with the
+/* The boot code of kind i: moat_pool.py's main, or pool.cjs's, given the
  * transpiler's spec for a typescript one. */
 static char *boot_code(int i)
 {
-	char *code = NULL;
-	if (i == 0)
+	if (pool_lang[i] == MOAT_LANG_PYTHON)
 		return strdup("import moat_pool\nmoat_pool.main()\n");
-	char *spec = i == POOL_TS ? moat_pool_typescript_spec() : NULL;
-	if (i == POOL_TS && !spec)
-		return NULL;
-	if (asprintf(&code, JS_BOOT "%s%s%s);\n", spec ? "{\"ts\":" : "", spec ? spec : "",
-		     spec ? "}" : "") < 0)
+	if (i != POOL_TS)
+		return strdup(JS_BOOT ");\n");
+	char *spec = moat_pool_typescript_spec(), *code = NULL;
+	if (spec && asprintf(&code, JS_BOOT "{\"ts\":%s});\n", spec) < 0)
 		code = NULL;
 	free(spec);
 	return code;
