@@ -897,6 +897,19 @@ int64_t moat_cgroup_memory_now(const struct moat_cgroup *cg)
 	return -1;
 }
 
+int moat_cgroup_memory_stall(const struct moat_cgroup *cg, int64_t *limit_hits,
+			     int64_t *full_us)
+{
+	if (!cg || !cg->v2_leaf || !cg->v2_ctl[L_MEMORY])
+		return -1;
+	char *t = moat_cg_read(cg->v2_leaf, "memory.pressure");
+	int ok = t && moat_cg_pressure_total(t, "full", full_us) == 1;
+	free(t);
+	if (!ok || (*limit_hits = read_kv(cg->v2_leaf, "memory.events", "max")) < 0)
+		return -1;
+	return 0;
+}
+
 void moat_cgroup_collect(struct moat_cgroup *cg, struct moat_result *res)
 {
 	if (cg && res)

@@ -44,6 +44,9 @@ char *moat_cg_common_ancestor(const char *a, const char *b);
  * cpu.stat, memory.oom_control): 1 and *out when key is present with a
  * number ("max" reads as INT64_MAX), 0 when absent or not a number. */
 int moat_cg_kv_get(const char *text, const char *key, int64_t *out);
+/* The cumulative stall time (total=, in µs) on the "some" or "full" line of
+ * a PSI pressure file. 1 found, 0 absent or malformed. */
+int moat_cg_pressure_total(const char *text, const char *kind, int64_t *out);
 /* A file holding one number ("max" → INT64_MAX): 1 with *out, else 0. */
 int moat_cg_parse_number(const char *text, int64_t *out);
 

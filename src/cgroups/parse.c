@@ -196,6 +196,24 @@ int moat_cg_kv_get(const char *text, const char *key, int64_t *out)
 	return 0;
 }
 
+int moat_cg_pressure_total(const char *text, const char *kind, int64_t *out)
+{
+	size_t klen = strlen(kind);
+	const char *line = text;
+	while (line && *line) {
+		const char *eol = strchr(line, '\n');
+		if (!strncmp(line, kind, klen) && line[klen] == ' ') {
+			const char *t = strstr(line, " total=");
+			if (!t || (eol && t > eol))
+				return 0;
+			return moat_cg_parse_number(t + 7, out) == 1 && *out >= 0 &&
+			       *out != INT64_MAX;
+		}
+		line = eol ? eol + 1 : NULL;
+	}
+	return 0;
+}
+
 int64_t moat_cg_cpu_quota(double cpus)
 {
 	double q = ceil(cpus * MOAT_CG_CPU_PERIOD);

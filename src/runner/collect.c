@@ -157,6 +157,19 @@ int run_collect(struct run *r, struct moat_result **out, struct moat_error *err)
 	 * wait several ms for the kernel, after the answer is out) */
 	moat_cgroup_collect(r->cg, res);
 	moat_stamp("sup: cgroup read");
+	if (r->thrash_killed) {
+		res->oom_killed = true;
+		if (!res->timed_out && !r->cancelled) {
+			res->killed_by = "oom";
+			unreported = false;
+		}
+		(void)moat_result_warn(res, "the program thrashed at its memory limit: all of it "
+				       "was stalled on memory for %lld of the last %lld ms, so moat "
+				       "killed it as out of memory (the kernel's OOM killer had "
+				       "not, because reclaiming file-backed pages kept making "
+				       "progress)", (long long)(r->thrash.stalled_us / 1000),
+				       (long long)(r->thrash.window_us / 1000));
+	}
 	/* an OOM group kill takes pid 1 too: finish has said why */
 	if (unreported && !strcmp(res->killed_by, "signal"))
 		(void)moat_result_warn(res, "the sandbox init ended without reporting the "

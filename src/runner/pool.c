@@ -225,5 +225,6 @@ int run_deliver(struct run *r, const struct moat_request *req,
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_ctl: %s",
 				      strerror(errno));
 	/* the request's wall clock starts now */
+	run_thrash_arm(r);
 	return run_arm_timer(r, req->timeout_ms, err);
 }

@@ -326,7 +326,7 @@ void run_init(struct run *r, const struct moat_request *req, const struct moat_r
 	int *fds[] = { &r->sync_w, &r->report_r, &r->stdin_w, &r->stdout_r, &r->stderr_r,
 		       &r->outputs_r, &r->sync_r, &r->report_w, &r->stdin_r, &r->stdout_w,
 		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
-		       &r->listener, &r->kv_fd, &r->kv_child };
+		       &r->listener, &r->kv_fd, &r->kv_child, &r->thrash_fd };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		*fds[i] = -1;
 	r->pid = -1;
@@ -391,7 +391,7 @@ void run_release(struct run *r)
 	int *fds[] = { &r->sync_w, &r->report_r, &r->stdin_w, &r->stdout_r, &r->stderr_r,
 		       &r->outputs_r, &r->sync_r, &r->report_w, &r->stdin_r, &r->stdout_w,
 		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
-		       &r->listener, &r->kv_fd, &r->kv_child };
+		       &r->listener, &r->kv_fd, &r->kv_child, &r->thrash_fd };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		close_fd(fds[i]);
 	moat_buf_free(&r->outs);

@@ -206,6 +206,17 @@ static int on_timer(struct run *r, struct pump_entry *e, struct moat_error *err)
 	return PUMP_GO;
 }
 
+/* The thrash watch's tick (thrash.c). */
+static int on_thrash(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	int verdict = run_thrash_tick(r);
+	if (verdict != 0)
+		pump_drop(r, e);
+	if (verdict == 1 && moat_cgroup_kill(r->cg) < 0)
+		syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+	return PUMP_GO;
+}
+
 /* The caller cancelled (cancel_fd readable) or its client hung up
  * (hangup_fd): kill the sandbox as the timeout does. The fd is the caller's:
  * unwatched, never read or closed. */
@@ -248,6 +259,7 @@ int pump_watch(struct run *r, struct moat_error *err)
 	r->pump[PUMP_CANCEL] = (struct pump_entry){ &r->cancel_fd, on_cancel };
 	r->pump[PUMP_HANGUP] = (struct pump_entry){ &r->hangup_fd, on_cancel };
 	r->pump[PUMP_KV] = (struct pump_entry){ &r->kv_fd, on_kv };
+	r->pump[PUMP_THRASH] = (struct pump_entry){ &r->thrash_fd, on_thrash };
 	size_t cap = r->req->max_output_bytes ? r->req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
 	/* a warm sandbox's stdin waits for its request (run_deliver) */
 	r->stdin_data = r->pooled ? NULL : r->req->stdin_data;
@@ -284,6 +296,8 @@ int pump_watch(struct run *r, struct moat_error *err)
 	    (r->hangup_fd >= 0 && pump_watch_slot(r, PUMP_HANGUP, EPOLLRDHUP) < 0))
 		return moat_error_set(err, MOAT_ERR_CONFIG, errno,
 				      "cannot watch the cancellation fd: %s", strerror(errno));
+	if (!r->pooled) /* a warm sandbox's watch starts with its request */
+		run_thrash_arm(r);
 	return 0;
 }
 

@@ -59,7 +59,24 @@ struct pump_entry {
 };
 enum pump_slot {
 	PUMP_STDOUT, PUMP_STDERR, PUMP_REPORT, PUMP_OUTPUTS, PUMP_LISTENER, PUMP_STDIN,
-	PUMP_TIMER, PUMP_EXIT, PUMP_CANCEL, PUMP_HANGUP, PUMP_KV, PUMP__COUNT
+	PUMP_TIMER, PUMP_EXIT, PUMP_CANCEL, PUMP_HANGUP, PUMP_KV, PUMP_THRASH, PUMP__COUNT
+};
+
+/* The thrash watch (thrash.c): the samples of the last THRASH_TICKS ticks
+ * of the leaf's limit hits and full memory stall. */
+#define THRASH_TICK_MS 500
+#define THRASH_TICKS 8
+#define THRASH_SHARE_PCT 25
+struct run_thrash_sample {
+	int64_t limit_hits; /* memory.events max */
+	int64_t full_us;    /* memory.pressure full total */
+	int64_t at_us;      /* when (CLOCK_MONOTONIC) */
+};
+struct run_thrash {
+	struct run_thrash_sample ring[THRASH_TICKS + 1];
+	size_t next;        /* samples taken */
+	int64_t stalled_us; /* the window that killed: stall and length */
+	int64_t window_us;
 };
 
 /* What the supervisor knows when pid 1 has ended: the input of the pure
@@ -126,6 +143,9 @@ struct run {
 	int cancel_fd, hangup_fd; /* copies of the caller's fds; -1 once unwatched */
 	bool have_status, have_setup;
 	struct moat_report status, setup;
+	int thrash_fd; /* the thrash watch's periodic timer; -1 when not watching */
+	struct run_thrash thrash;
+	bool thrash_killed;
 };
 
 /* prepare.c */
@@ -172,6 +192,18 @@ int run_collect(struct run *r, struct moat_result **out, struct moat_error *err)
  * Returns true when pid 1 ended without reporting the program's status
  * (killed from outside), which deserves a warning. */
 bool run_decode(const struct run_end *e, struct moat_result *res);
+
+/* thrash.c: one sample of the thrash watch's pure rule. True when over the
+ * last THRASH_TICKS ticks the limit was hit and the run was stalled on
+ * memory for at least THRASH_SHARE_PCT of the time: it is to be killed.
+ * limit_hits is memory.events "max", full_us the memory.pressure "full"
+ * total, now_us a monotonic clock. */
+bool run_thrash_step(struct run_thrash *t, int64_t limit_hits, int64_t full_us, int64_t now_us);
+/* Starts the watch when the run has a v2 memory leaf with PSI (else does
+ * nothing; a failure to start is a warning). */
+void run_thrash_arm(struct run *r);
+/* The timer fired: 1 kill the run now, 0 keep watching, -1 stop watching. */
+int run_thrash_tick(struct run *r);
 /* The error for a setup failure pid 1 or pid 2 reported. Returns -1. */
 int run_setup_error(const struct run *r, const struct moat_report *rep, struct moat_error *err);
 

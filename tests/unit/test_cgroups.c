@@ -88,6 +88,28 @@ START_TEST(self_edge_cases)
 }
 END_TEST
 
+START_TEST(pressure_totals)
+{
+	const char *t = "some avg10=12.50 avg60=3.00 avg300=0.61 total=918273\n"
+			"full avg10=11.00 avg60=2.50 avg300=0.50 total=817263\n";
+	int64_t v = -1;
+	ck_assert_int_eq(moat_cg_pressure_total(t, "full", &v), 1);
+	ck_assert_int_eq(v, 817263);
+	ck_assert_int_eq(moat_cg_pressure_total(t, "some", &v), 1);
+	ck_assert_int_eq(v, 918273);
+	ck_assert_int_eq(moat_cg_pressure_total(t, "ful", &v), 0); /* not a prefix match */
+	/* a "full" line without total=, or total= only on the next line */
+	ck_assert_int_eq(moat_cg_pressure_total("full avg10=1.00\nsome total=5\n", "full", &v), 0);
+	ck_assert_int_eq(moat_cg_pressure_total("full avg10=1.00 total=\n", "full", &v), 0);
+	ck_assert_int_eq(moat_cg_pressure_total("full avg10=1.00 total=-4\n", "full", &v), 0);
+	ck_assert_int_eq(moat_cg_pressure_total("full avg10=1.00 total=12x\n", "full", &v), 0);
+	ck_assert_int_eq(moat_cg_pressure_total("", "full", &v), 0);
+	/* the last line without a newline */
+	ck_assert_int_eq(moat_cg_pressure_total("some total=1\nfull total=77", "full", &v), 1);
+	ck_assert_int_eq(v, 77);
+}
+END_TEST
+
 START_TEST(memory_events)
 {
 	char *t = fixture("memory.events");
@@ -485,6 +507,7 @@ Suite *cgroups_suite(void)
 	tcase_add_test(tc, self_edge_cases);
 	tcase_add_test(tc, common_ancestor);
 	tcase_add_test(tc, memory_events);
+	tcase_add_test(tc, pressure_totals);
 	tcase_add_test(tc, pids_events_and_cpu_stat);
 	tcase_add_test(tc, v1_oom_control);
 	tcase_add_test(tc, single_numbers);

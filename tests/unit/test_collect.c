@@ -265,6 +265,61 @@ START_TEST(output_entries_keep_their_fields)
 }
 END_TEST
 
+/* The thrash watch's rule, over a window of THRASH_TICKS ticks: the limit
+ * hit within it and at least THRASH_SHARE_PCT of it stalled. */
+START_TEST(thrash_needs_a_window_stalled_at_the_limit)
+{
+	const int64_t tick = THRASH_TICK_MS * 1000, window = THRASH_TICKS * tick;
+	const int64_t enough = tick * THRASH_SHARE_PCT / 100;
+	struct run_thrash t = { 0 };
+	int64_t now = 1000, full = 0, hits = 0;
+	/* fully stalled, but the limit never hit: global pressure, not the run's */
+	for (int i = 0; i < 3 * THRASH_TICKS; i++)
+		ck_assert(!run_thrash_step(&t, hits, full += tick, now += tick));
+	/* the limit hit once, long ago, then stalled: still not the run's limit */
+	t = (struct run_thrash){ 0 };
+	hits = 5;
+	for (int i = 0; i < 3 * THRASH_TICKS; i++)
+		ck_assert(!run_thrash_step(&t, hits, full += tick, now += tick));
+
+	/* at the limit, exactly the share stalled: the window's first full
+	 * sample kills, and the warning's figures are the window's */
+	t = (struct run_thrash){ 0 };
+	ck_assert(!run_thrash_step(&t, hits, full, now));
+	for (int i = 1; i < THRASH_TICKS; i++)
+		ck_assert(!run_thrash_step(&t, ++hits, full += enough, now += tick));
+	ck_assert(run_thrash_step(&t, ++hits, full += enough, now += tick));
+	ck_assert_int_eq(t.stalled_us, THRASH_TICKS * enough);
+	ck_assert_int_eq(t.window_us, window);
+
+	/* one microsecond short over the window: not yet; uneven ticks count
+	 * by their sum (a quiet tick among busy ones does not reset it) */
+	t = (struct run_thrash){ 0 };
+	ck_assert(!run_thrash_step(&t, hits, full, now));
+	for (int i = 1; i < THRASH_TICKS; i++)
+		ck_assert(!run_thrash_step(&t, ++hits, full += i == 3 ? 0 : tick, now += tick));
+	ck_assert(run_thrash_step(&t, ++hits, full += 0, now += tick)); /* 6 of 8 ticks */
+	t = (struct run_thrash){ 0 };
+	ck_assert(!run_thrash_step(&t, hits, full, now));
+	for (int i = 1; i < THRASH_TICKS; i++)
+		ck_assert(!run_thrash_step(&t, ++hits, full += enough, now += tick));
+	ck_assert(!run_thrash_step(&t, ++hits, full += enough - 1, now += tick));
+	/* the window slides: the next enough tick makes it */
+	ck_assert(run_thrash_step(&t, ++hits, full += enough + 1, now += tick));
+
+	/* a late tick counts by the time that really passed */
+	t = (struct run_thrash){ 0 };
+	ck_assert(!run_thrash_step(&t, hits, full, now));
+	for (int i = 1; i <= THRASH_TICKS; i++)
+		ck_assert(!run_thrash_step(&t, ++hits, full += enough, now += 2 * tick));
+	/* a counter that went backwards (a new cgroup) never kills */
+	t = (struct run_thrash){ 0 };
+	ck_assert(!run_thrash_step(&t, hits, full, now));
+	for (int i = 1; i <= THRASH_TICKS; i++)
+		ck_assert(!run_thrash_step(&t, ++hits, 0, now += tick));
+}
+END_TEST
+
 Suite *collect_suite(void)
 {
 	Suite *s = suite_create("collect");
@@ -273,6 +328,7 @@ Suite *collect_suite(void)
 	tcase_add_test(tc, a_signal_names_its_cause);
 	tcase_add_test(tc, timeout_wins_over_a_status);
 	tcase_add_test(tc, init_ending_unreported_is_flagged);
+	tcase_add_test(tc, thrash_needs_a_window_stalled_at_the_limit);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("outputs");
 	tcase_add_test(tc, output_keys_are_unique_and_reversible);
