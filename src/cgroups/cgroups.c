@@ -897,10 +897,15 @@ int64_t moat_cgroup_memory_now(const struct moat_cgroup *cg)
 	return -1;
 }
 
+bool moat_cgroup_memory_is_v2(const struct moat_cgroup *cg)
+{
+	return cg && cg->v2_leaf && cg->mech[L_MEMORY] == MOAT_CG_V2;
+}
+
 int moat_cgroup_memory_stall(const struct moat_cgroup *cg, int64_t *limit_hits,
 			     int64_t *full_us)
 {
-	if (!cg || !cg->v2_leaf || !cg->v2_ctl[L_MEMORY])
+	if (!moat_cgroup_memory_is_v2(cg))
 		return -1;
 	char *t = moat_cg_read(cg->v2_leaf, "memory.pressure");
 	int ok = t && moat_cg_pressure_total(t, "full", full_us) == 1;

@@ -66,10 +66,12 @@ void moat_cgroup_collect(struct moat_cgroup *cg, struct moat_result *res);
 /* The run's memory in use now (memory.current / memory.usage_in_bytes),
  * or -1 without a memory cgroup. */
 int64_t moat_cgroup_memory_now(const struct moat_cgroup *cg);
-/* For the thrash watch (runner/thrash.c): how often the run's memory
- * limit was hit (memory.events "max") and how long all its tasks have
- * stalled on memory together (memory.pressure "full" total, µs). 0, or -1
- * where neither can be read: no cgroup v2 memory controller, or no PSI. */
+/* For the thrash watch (runner/thrash.c): the run's memory limit is a
+ * cgroup v2 one (memory.max); then moat_cgroup_memory_stall reads how often
+ * it was hit (memory.events "max") and how long all the run's tasks have
+ * stalled on memory together (memory.pressure "full" total, µs): 0, or -1
+ * without a v2 memory limit or without PSI. */
+bool moat_cgroup_memory_is_v2(const struct moat_cgroup *cg);
 int moat_cgroup_memory_stall(const struct moat_cgroup *cg, int64_t *limit_hits,
 			     int64_t *full_us);
 /* moat doctor (moat_admin.h): moat_cgroup_describe says where cgroup v2

@@ -187,6 +187,14 @@ end:
 	return PUMP_GO;
 }
 
+/* The timeout, a cancellation or the thrash watch ends the run: the whole
+ * tree at once (cgroup.kill), else pid 1 and with it the pid namespace. */
+static void kill_sandbox(struct run *r)
+{
+	if (moat_cgroup_kill(r->cg) < 0)
+		syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+}
+
 static int on_timer(struct run *r, struct pump_entry *e, struct moat_error *err)
 {
 	uint64_t ticks;
@@ -200,8 +208,7 @@ static int on_timer(struct run *r, struct pump_entry *e, struct moat_error *err)
 	}
 	if (!r->exited && !r->have_status) {
 		r->res->timed_out = true;
-		if (moat_cgroup_kill(r->cg) < 0)
-			syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+		kill_sandbox(r);
 	}
 	return PUMP_GO;
 }
@@ -212,8 +219,8 @@ static int on_thrash(struct run *r, struct pump_entry *e, struct moat_error *err
 	int verdict = run_thrash_tick(r);
 	if (verdict != 0)
 		pump_drop(r, e);
-	if (verdict == 1 && moat_cgroup_kill(r->cg) < 0)
-		syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+	if (verdict == 1)
+		kill_sandbox(r);
 	return PUMP_GO;
 }
 
@@ -226,8 +233,7 @@ static int on_cancel(struct run *r, struct pump_entry *e, struct moat_error *err
 	*e->fd = -1;
 	if (!r->exited && !r->have_status && !r->res->timed_out && !r->cancelled) {
 		r->cancelled = true;
-		if (moat_cgroup_kill(r->cg) < 0)
-			syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+		kill_sandbox(r);
 	}
 	return PUMP_GO;
 }

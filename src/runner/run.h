@@ -199,8 +199,9 @@ bool run_decode(const struct run_end *e, struct moat_result *res);
  * limit_hits is memory.events "max", full_us the memory.pressure "full"
  * total, now_us a monotonic clock. */
 bool run_thrash_step(struct run_thrash *t, int64_t limit_hits, int64_t full_us, int64_t now_us);
-/* Starts the watch when the run has a v2 memory leaf with PSI (else does
- * nothing; a failure to start is a warning). */
+/* Starts the watch when the run's memory limit is a cgroup v2 one (else
+ * does nothing; a failure to start is a warning, and a host without PSI
+ * ends it at the first tick). */
 void run_thrash_arm(struct run *r);
 /* The timer fired: 1 kill the run now, 0 keep watching, -1 stop watching. */
 int run_thrash_tick(struct run *r);

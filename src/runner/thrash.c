@@ -19,17 +19,10 @@
 #include <string.h>
 #include <sys/epoll.h>
 #include <sys/timerfd.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "core/sys.h"
 #include "runner/run.h"
-
-static int64_t mono_us(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (int64_t)ts.tv_sec * 1000000 + ts.tv_nsec / 1000;
-}
 
 bool run_thrash_step(struct run_thrash *t, int64_t limit_hits, int64_t full_us, int64_t now_us)
 {
@@ -51,9 +44,11 @@ bool run_thrash_step(struct run_thrash *t, int64_t limit_hits, int64_t full_us, 
 
 void run_thrash_arm(struct run *r)
 {
-	int64_t hits, full;
-	if (moat_cgroup_memory_stall(r->cg, &hits, &full) < 0)
-		return; /* no v2 memory controller or no PSI: the timeout remains */
+	/* nothing read here, on the run's start: the first tick takes the
+	 * baseline, and a host without PSI ends the watch there */
+	if (!moat_cgroup_memory_is_v2(r->cg))
+		return; /* a v1 or rlimit memory limit, or none: the timeout remains */
+	r->thrash = (struct run_thrash){ 0 };
 	r->thrash_fd = timerfd_create(CLOCK_MONOTONIC, TFD_CLOEXEC | TFD_NONBLOCK);
 	struct itimerspec it = { .it_interval = { 0, THRASH_TICK_MS * 1000000L },
 				 .it_value = { 0, THRASH_TICK_MS * 1000000L } };
@@ -65,10 +60,7 @@ void run_thrash_arm(struct run *r)
 		if (r->thrash_fd >= 0)
 			close(r->thrash_fd);
 		r->thrash_fd = -1;
-		return;
 	}
-	r->thrash = (struct run_thrash){ 0 };
-	(void)run_thrash_step(&r->thrash, hits, full, mono_us());
 }
 
 /* A tick: sample, and kill the run when it has thrashed long enough. */
@@ -81,7 +73,7 @@ int run_thrash_tick(struct run *r)
 	if (r->exited || r->have_status || r->res->timed_out || r->cancelled ||
 	    moat_cgroup_memory_stall(r->cg, &hits, &full) < 0)
 		return -1; /* nothing left to watch */
-	if (!run_thrash_step(&r->thrash, hits, full, mono_us()))
+	if (!run_thrash_step(&r->thrash, hits, full, moat_mono_ms() * 1000))
 		return 0;
 	r->thrash_killed = true;
 	return 1;
