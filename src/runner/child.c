@@ -276,9 +276,13 @@ __attribute__((noreturn)) static void command_failed(const struct moat_exec *e, 
 	moat_sys_exit(found ? 126 : 127);
 }
 
-/* pid 2: becomes the program. */
-__attribute__((noreturn)) static void program_main(const struct moat_child *c)
+/* pid 2 up to its program: fds 0, 1, 2 the program's, 3 the report socket
+ * (close-on-exec), 4 the key-value socket; rlimits, no capabilities,
+ * no_new_privs, Landlock and the filter. *local is c with report_fd 3, and
+ * c points at it on return. Fails the run (exits) on any error. */
+static void program_lockdown(const struct moat_child **cp, struct moat_child *local)
 {
+	const struct moat_child *c = *cp;
 	moat_stamp("pid2: started");
 	/* pid 1 reset every signal and the mask at its start; it ignores
 	 * SIGPIPE for its own writes, the program gets the default */
@@ -299,9 +303,9 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 			fail(c, MOAT_STEP_FDS, 0);
 	if (dup3(fds[3], 3, O_CLOEXEC) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
-	struct moat_child local = *c;
-	local.report_fd = 3;
-	c = &local;
+	*local = *c;
+	local->report_fd = 3;
+	c = *cp = local;
 	if (nfds == 5 && dup2(fds[4], RUN_KV_FD) < 0) /* dup2: not close-on-exec */
 		fail(c, MOAT_STEP_FDS, 0);
 	if (syscall(SYS_close_range, (unsigned)nfds, ~0U, 0) < 0)
@@ -328,6 +332,13 @@ __attribute__((noreturn)) static void program_main(const struct moat_child *c)
 			close(listener);
 		}
 	}
+}
+
+/* pid 2: becomes the program. */
+__attribute__((noreturn)) static void program_main(const struct moat_child *c)
+{
+	struct moat_child local;
+	program_lockdown(&c, &local);
 	if (c->transpile) {
 		pid_t t = moat_sys_fork();
 		if (t < 0)
@@ -408,7 +419,7 @@ __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_
 	}
 }
 
-void moat_child_main(const struct moat_child *c)
+int moat_child_main(const struct moat_child *c)
 {
 	moat_sys_child_begin();
 	/* if the supervisor dies from here on, so does pid 1 and with it the
@@ -478,7 +489,26 @@ void moat_child_main(const struct moat_child *c)
 		fail(c, MOAT_STEP_CGROUPNS, 0);
 
 	pid_t program;
-	if (c->transpile || MOAT_SYS_TSAN) {
+	if (!c->program && c->transpile) {
+		errno = EINVAL;
+		fail(c, MOAT_STEP_FORK, 0);
+	}
+	if (!c->program) {
+		/* no program: pid 2 returns to the caller of moat_child_main
+		 * locked down, in a memory of its own (a raw fork, as below).
+		 * The report socket is closed first: from here on only the
+		 * caller's code runs, and it must hold no channel to the
+		 * supervisor but the program's stdin, stdout and stderr. */
+		program = moat_sys_fork();
+		if (program == 0) {
+			struct moat_child local;
+			program_lockdown(&c, &local);
+			moat_stamp("pid2: locked down, returning");
+			if (close(c->report_fd) < 0)
+				moat_sys_exit(127);
+			return 0;
+		}
+	} else if (c->transpile || MOAT_SYS_TSAN) {
 		/* the program forks the transpiler itself: it needs its own memory
 		 * (a raw fork: glibc's would take locks copied from the
 		 * supervisor's other threads, see core/sys.h). ThreadSanitizer

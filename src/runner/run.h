@@ -130,6 +130,12 @@ struct run {
 	const char *stdin_data; /* what the pump feeds to the program's stdin */
 	size_t stdin_len;
 	char *pool_frame;       /* the delivered request as the bootstrap reads it */
+	/* NULL: pid 2 executes the program. Else pid 2 calls it once locked
+	 * down instead of execve (moat_child_main's program == NULL) and
+	 * exits with what it returns: the seam of a zygote's child
+	 * (docs/design/pool-zygote.md); set between run_init and run_spawn */
+	int (*pid2_main)(void *arg);
+	void *pid2_arg;
 	pid_t pid; /* pid 1 of the sandbox, as the host sees it; -1 when reaped */
 	bool started;
 
@@ -154,6 +160,10 @@ int run_prepare(struct run *r, struct moat_error *err);
 void run_release(struct run *r);
 
 /* start.c */
+/* What pid 1 runs from (moat_child_main): the run's plan, privileges,
+ * filter, network, channels (the child's ends) and program. Borrows from
+ * r. */
+void run_child_spec(const struct run *r, struct moat_child *c);
 int run_spawn(struct run *r, struct moat_error *err);
 int run_start(struct run *r, struct moat_error *err);
 /* (Re)arms the run's timer to fire once, ms from now. 0, or -1 with *err:

@@ -127,6 +127,9 @@ struct moat_child {
 	int kv_fd;            /* the program's end of the key-value socket, or -1 */
 	locale_t c_locale;    /* the C locale for matching them, or (locale_t)0 */
 	const struct moat_exec *transpile; /* NULL unless the language needs it */
+	/* NULL: no execve, pid 2 returns from moat_child_main once locked
+	 * down (a zygote's child: docs/design/pool-zygote.md); transpile
+	 * must be NULL then */
 	const struct moat_exec *program;
 	char **envp;
 };
@@ -162,7 +165,15 @@ size_t moat_outputs_stream_cap(void);
 int moat_outputs_render(const char *stream, size_t len, bool stream_cut,
 			struct moat_result *res);
 
-/* The clone3 child: pid 1 of the new namespaces. Never returns. */
-__attribute__((noreturn)) void moat_child_main(const struct moat_child *c);
+/* The clone3 child: pid 1 of the new namespaces. pid 1 never returns.
+ * With c->program NULL, pid 2 returns 0 (the only return), after
+ * everything a program would have gone through before its execve: fds 0,
+ * 1 and 2 the program's and no other fd open but the key-value socket (fd
+ * RUN_KV_FD, when c->kv_fd was one), rlimits, no capabilities,
+ * no_new_privs, Landlock, the seccomp filter, as 65534 in the new
+ * namespaces with the plan's mounts, and the supervisor has sent
+ * MOAT_SYNC_START (the run's cgroups hold it). Its memory is its own (a
+ * fork of pid 1's copy of the caller's). */
+int moat_child_main(const struct moat_child *c);
 
 #endif

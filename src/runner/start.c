@@ -102,9 +102,9 @@ static pid_t do_clone3(int cgroup_fd, int *pidfd)
 	return (pid_t)syscall(SYS_clone3, &args, sizeof args);
 }
 
-static int clone_sandbox(struct run *r, struct moat_error *err)
+void run_child_spec(const struct run *r, struct moat_child *c)
 {
-	struct moat_child child = {
+	*c = (struct moat_child){
 		.plan = r->plan, .priv = &r->priv, .seccomp = r->seccomp, .as_root = r->as_root,
 		.net = r->net, .net_fds = { -1, -1 },
 		.outputs = r->req->outputs, .outputs_count = r->req->outputs_count,
@@ -113,10 +113,16 @@ static int clone_sandbox(struct run *r, struct moat_error *err)
 		.c_locale = r->req->outputs_count ? moat_outputs_locale() : (locale_t)0,
 		.sync_fd = r->sync_r, .report_fd = r->report_w, .stdin_fd = r->stdin_r,
 		.stdout_fd = r->stdout_w, .stderr_fd = r->stderr_w,
-		.transpile = r->need_transpile ? &r->transpile : NULL, .program = &r->program,
-		.envp = r->envp,
+		.transpile = r->need_transpile && !r->pid2_main ? &r->transpile : NULL,
+		.program = r->pid2_main ? NULL : &r->program, .envp = r->envp,
 	};
-	moat_net_child_fds(r->net, child.net_fds);
+	moat_net_child_fds(r->net, c->net_fds);
+}
+
+static int clone_sandbox(struct run *r, struct moat_error *err)
+{
+	struct moat_child child;
+	run_child_spec(r, &child);
 	moat_stamp("sup: fds ready, clone3");
 	int cgroup_fd = moat_cgroup_clone_fd(r->cg);
 	r->pid = do_clone3(cgroup_fd, &r->pidfd);
@@ -143,8 +149,12 @@ static int clone_sandbox(struct run *r, struct moat_error *err)
 		free(diag);
 		return -1;
 	}
-	if (r->pid == 0)
-		moat_child_main(&child); /* pid 1: never returns */
+	if (r->pid == 0) {
+		/* pid 1 never returns; pid 2 only without a program */
+		if (moat_child_main(&child) == 0 && r->pid2_main)
+			moat_sys_exit(r->pid2_main(r->pid2_arg));
+		moat_sys_exit(127);
+	}
 	moat_stamp("sup: clone3 returned");
 	/* the child's ends live on in the child only */
 	close_fd(&r->sync_r);

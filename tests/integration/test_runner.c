@@ -11,7 +11,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <grp.h>
+#include <sched.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+
 #include "harness.h"
+#include "runner/run.h"
 #include "suites.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -420,6 +426,208 @@ START_TEST(limits_fallback_reported)
 }
 END_TEST
 
+/* ---- pid 2 without execve (the zygote's seam) -------------------------------- */
+
+/* Appends s to the probe's report. System calls only: pid2_probe runs in
+ * a raw fork. */
+static void probe_put(char *buf, size_t *len, size_t cap, const char *s)
+{
+	while (*s && *len + 1 < cap)
+		buf[(*len)++] = *s++;
+	buf[*len] = '\0';
+}
+
+static void probe_put_errno(char *buf, size_t *len, size_t cap, const char *what, int rc)
+{
+	probe_put(buf, len, cap, what);
+	probe_put(buf, len, cap, rc < 0 ? strerrorname_np(errno) : "ok");
+	probe_put(buf, len, cap, "\n");
+}
+
+/* The names in dir, space-separated, sorted as the kernel lists them
+ * (numeric for /proc/self/fd and /proc's pids: both list ascending). */
+static void probe_list(char *buf, size_t *len, size_t cap, const char *what, const char *dir,
+		       bool digits_only)
+{
+	probe_put(buf, len, cap, what);
+	DIR *d = opendir(dir);
+	if (!d) {
+		probe_put(buf, len, cap, strerrorname_np(errno));
+		probe_put(buf, len, cap, "\n");
+		return;
+	}
+	int dfd = dirfd(d);
+	char self[16];
+	snprintf(self, sizeof self, "%d", dfd);
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, ".."))
+			continue;
+		if (digits_only && !isdigit((unsigned char)e->d_name[0]))
+			continue;
+		if (!strcmp(dir, "/proc/self/fd") && !strcmp(e->d_name, self))
+			continue;
+		probe_put(buf, len, cap, " ");
+		probe_put(buf, len, cap, e->d_name);
+	}
+	closedir(d);
+	probe_put(buf, len, cap, "\n");
+}
+
+/* pid 2 of a run whose struct run has pid2_main: what a zygote's child
+ * would find before it reads the request. Reports on stdout; exits 7. */
+static int pid2_probe(void *arg)
+{
+	(void)arg;
+	static char buf[8192];
+	size_t len = 0;
+	char num[32];
+	snprintf(num, sizeof num, "pid %d\n", (int)getpid());
+	probe_put(buf, &len, sizeof buf, num);
+	int fd = open("/proc/self/status", O_RDONLY | O_CLOEXEC);
+	if (fd >= 0) {
+		char st[4096];
+		ssize_t n = read(fd, st, sizeof st - 1);
+		close(fd);
+		st[n > 0 ? n : 0] = '\0';
+		static const char *const keys[] = { "Uid:", "Gid:", "CapInh:", "CapPrm:", "CapEff:",
+						    "CapBnd:", "CapAmb:", "NoNewPrivs:", "Seccomp:" };
+		for (char *line = strtok(st, "\n"); line; line = strtok(NULL, "\n"))
+			for (size_t k = 0; k < sizeof keys / sizeof *keys; k++)
+				if (!strncmp(line, keys[k], strlen(keys[k]))) {
+					for (char *t = line; *t; t++)
+						if (*t == '\t')
+							*t = ' ';
+					probe_put(buf, &len, sizeof buf, line);
+					probe_put(buf, &len, sizeof buf, "\n");
+				}
+	}
+	probe_list(buf, &len, sizeof buf, "fds", "/proc/self/fd", false);
+	probe_list(buf, &len, sizeof buf, "pids", "/proc", true);
+	probe_list(buf, &len, sizeof buf, "tmp", "/tmp", false);
+	probe_put_errno(buf, &len, sizeof buf, "unshare ", unshare(CLONE_NEWUSER));
+	probe_put_errno(buf, &len, sizeof buf, "write-usr ",
+			open("/usr/moat-pid2-probe", O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+	char host[64] = "";
+	gethostname(host, sizeof host - 1);
+	probe_put(buf, &len, sizeof buf, "host ");
+	probe_put(buf, &len, sizeof buf, host);
+	probe_put(buf, &len, sizeof buf, "\n");
+	for (size_t off = 0; off < len;) {
+		ssize_t w = write(1, buf + off, len - off);
+		if (w <= 0)
+			return 99;
+		off += (size_t)w;
+	}
+	return 7;
+}
+
+/* The worker of pid2_returns_locked_down: runs the runner's own phases
+ * with pid2_main set (as uid 65534 for the rootless mode when the harness
+ * is root) and writes the result's JSON (or the error's message) to fd. */
+static int pid2_worker(int mode, int fd)
+{
+	if (mode == MODE_ROOTLESS && geteuid() == 0) {
+		if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
+		    setresuid(65534, 65534, 65534) < 0)
+			return 90;
+		/* a uid change clears dumpability: the supervisor writes the
+		 * child's id maps under /proc/<pid>, which needs it */
+		if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
+			return 91;
+	}
+	setenv("HOME", "/nonexistent", 1);
+	unsetenv("XDG_CACHE_HOME");
+	struct moat_request *req = moat_request_new();
+	if (!req)
+		return 92;
+	req->language = MOAT_LANG_BASH;
+	req->code = strdup("echo the program must not run");
+	req->code_len = strlen(req->code);
+	req->timeout_ms = (uint64_t)harness_scale_ms(20000);
+	struct moat_error err = { 0 };
+	struct moat_result *res = NULL;
+	struct run r;
+	run_init(&r, req, NULL);
+	r.pid2_main = pid2_probe;
+	int rc = run_prepare(&r, &err);
+	if (rc == 0)
+		rc = run_spawn(&r, &err);
+	if (rc == 0)
+		rc = run_start(&r, &err);
+	if (rc == 0)
+		rc = run_pump(&r, &err);
+	if (rc == 0)
+		rc = run_collect(&r, &res, &err);
+	run_release(&r);
+	char *text = rc == 0 ? moat_result_to_json(res) : strdup(err.message);
+	moat_result_free(res);
+	moat_request_free(req);
+	if (!text)
+		return 93;
+	size_t n = strlen(text);
+	bool ok = write(fd, text, n) == (ssize_t)n;
+	free(text);
+	return !ok ? 94 : rc == 0 ? 0 : 95;
+}
+
+/* The runner with pid2_main (moat_child_main without a program, the seam
+ * docs/design/pool-zygote.md builds the zygote's child on): pid 2 returns
+ * into the caller's code only once it is 65534, without capabilities,
+ * under no_new_privs and the filter, alone with pid 1 in its pid
+ * namespace, with fds 0, 1 and 2 only, on the read-only root with an
+ * empty /tmp; and the supervisor reports what it returned as the exit
+ * code, with its output, as for any program. */
+START_TEST(pid2_returns_locked_down)
+{
+	HARNESS_MODE_GUARD(_i);
+	int p[2];
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	pid_t w = fork();
+	ck_assert_int_ge(w, 0);
+	if (w == 0) {
+		close(p[0]);
+		_exit(pid2_worker(_i, p[1]));
+	}
+	close(p[1]);
+	struct run_out o;
+	memset(&o, 0, sizeof o);
+	char chunk[4096];
+	ssize_t n;
+	while ((n = read(p[0], chunk, sizeof chunk)) > 0) {
+		o.out = realloc(o.out, o.out_len + (size_t)n + 1);
+		ck_assert_ptr_nonnull(o.out);
+		memcpy(o.out + o.out_len, chunk, (size_t)n);
+		o.out_len += (size_t)n;
+		o.out[o.out_len] = '\0';
+	}
+	close(p[0]);
+	int st;
+	ck_assert_int_eq(waitpid(w, &st, 0), w);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker status %d: %s", st,
+		      o.out ? o.out : "");
+	o.json = cJSON_ParseWithLength(o.out, o.out_len);
+	ck_assert_msg(o.json, "not JSON: %s", o.out);
+	ck_assert_msg(harness_num(&o, "exitCode") == 7, "%s", o.out);
+	ck_assert(!harness_bool(&o, "timedOut"));
+	const char *so = harness_str(&o, "stdout");
+	ck_assert_msg(so && !strstr(so, "must not run"), "%s", o.out);
+	static const char *const want[] = {
+		"pid 2\n", "Uid: 65534 65534 65534 65534\n", "Gid: 65534 65534 65534 65534\n",
+		"CapInh: 0000000000000000\n", "CapPrm: 0000000000000000\n",
+		"CapEff: 0000000000000000\n", "CapBnd: 0000000000000000\n",
+		"CapAmb: 0000000000000000\n", "NoNewPrivs: 1\n", "Seccomp: 2\n",
+		"fds 0 1 2\n", "pids 1 2\n", "tmp\n", "unshare EPERM\n", "write-usr EROFS\n",
+		"host moat\n",
+	};
+	for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+		ck_assert_msg(strstr(so, want[i]), "mode %d: no [%.*s] in:\n%s", _i,
+			      (int)strcspn(want[i], "\n"), want[i], so);
+	ck_assert_str_eq(harness_str(&o, "stderr"), "");
+	harness_free(&o);
+}
+END_TEST
+
 Suite *runner_suite(void)
 {
 	Suite *s = suite_create("runner");
@@ -437,6 +645,7 @@ Suite *runner_suite(void)
 	tcase_add_loop_test(tc, binary_output_is_valid_json, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, killed_by_signal, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, limits_fallback_reported, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, pid2_returns_locked_down, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
