@@ -16,6 +16,7 @@
 #include <netinet/in.h>
 #include <sys/random.h>
 #include <sys/socket.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <sys/wait.h>
@@ -111,6 +112,37 @@ static void remove_leaf(const char *parent, pid_t pid)
 		nanosleep(&ts, NULL);
 	}
 	ck_abort_msg("cannot remove the harness's cgroup %s: %s", leaf, strerror(errno));
+}
+
+int harness_worker_enter(int mode)
+{
+	const char *cg = harness_cgroup_parent(mode);
+	if ((cg ? setenv("MOAT_CGROUP_PARENT", cg, 1) : unsetenv("MOAT_CGROUP_PARENT")) < 0 ||
+	    setenv("HOME", "/nonexistent", 1) < 0 || unsetenv("XDG_CACHE_HOME") < 0)
+		return -1;
+	if (mode == MODE_ROOTLESS && cg && child_enter_leaf(cg) < 0)
+		return -1;
+	if (mode == MODE_ROOTLESS && geteuid() == 0) {
+		if (setgroups(0, NULL) < 0 || setresgid(ROOTLESS_UID, ROOTLESS_UID, ROOTLESS_UID) < 0 ||
+		    setresuid(ROOTLESS_UID, ROOTLESS_UID, ROOTLESS_UID) < 0) {
+			perror("harness: drop to 65534");
+			return -1;
+		}
+		/* a uid change clears dumpability: a supervisor writes its
+		 * child's id maps under /proc/<pid>, which needs it */
+		if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0) {
+			perror("harness: PR_SET_DUMPABLE");
+			return -1;
+		}
+	}
+	return 0;
+}
+
+void harness_worker_leave(int mode, pid_t worker)
+{
+	const char *cg = harness_cgroup_parent(mode);
+	if (mode == MODE_ROOTLESS && cg)
+		remove_leaf(cg, worker);
 }
 
 /* Runs in main() before any test, so it reports with stdio, not Check. */

@@ -50,6 +50,14 @@ long harness_scale_ms(long ms);
  * Unset: moat gets no MOAT_CGROUP_PARENT and picks its cgroup itself.
  * Returns the directory for mode, or NULL. */
 const char *harness_cgroup_parent(int mode);
+/* For a test's own forked worker that runs libmoat in-process instead of
+ * the moat binary: in the worker, what harness_start arranges for moat
+ * (MOAT_CGROUP_PARENT from harness_cgroup_parent, HOME, rootless: the
+ * worker's cgroup leaf and the drop to 65534, dumpable kept). 0, or -1
+ * after saying why on stderr. harness_worker_leave, in the test once the
+ * worker was reaped, removes that leaf. */
+int harness_worker_enter(int mode);
+void harness_worker_leave(int mode, pid_t worker);
 /* Runs moat with args (NULL-terminated, without argv[0]) in mode, feeding
  * stdin: harness_start with the harness's environment and no prep, then
  * harness_finish. Aborts the test on harness failure. */

@@ -767,6 +767,20 @@ int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_result *re
 	return 0;
 }
 
+int moat_cgroup_adopt(struct moat_cgroup *cg, pid_t pid, struct moat_result *res,
+		      struct moat_error *err)
+{
+	if (moat_cgroup_attach(cg, pid, res, err) < 0)
+		return -1;
+	if (!cg || !cg->v2_leaf)
+		return 0;
+	char buf[24];
+	snprintf(buf, sizeof buf, "%ld", (long)pid);
+	if (moat_cg_write(cg->v2_leaf, "cgroup.procs", buf) < 0)
+		return attach_fail(err, "move the sandbox into", cg->v2_leaf);
+	return 0;
+}
+
 void moat_cgroup_sweep(struct moat_cgroup *cg)
 {
 	if (!cg)

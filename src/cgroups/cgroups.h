@@ -49,6 +49,13 @@ const char *moat_cgroup_clone_path(const struct moat_cgroup *cg);
  * warning in res, as before. */
 int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_result *res,
 		       struct moat_error *err);
+/* moat_cgroup_attach for a pid 1 that was not cloned into the v2 leaf
+ * (CLONE_INTO_CGROUP): one that another process made (a zygote's child,
+ * runner's run_adopt). v1 as moat_cgroup_attach; then the v2 leaf's
+ * cgroup.procs, which cgroup v2 allows only to a writer that may write
+ * cgroup.procs of the common ancestor of pid's cgroup and the leaf. */
+int moat_cgroup_adopt(struct moat_cgroup *cg, pid_t pid, struct moat_result *res,
+		      struct moat_error *err);
 /* Removes the leaves of moats that no longer run from the parents this run
  * uses (rmdir only). The supervisor calls it once the program is on its way,
  * so it is not on the start-up path. NULL-safe, once per run. */

@@ -1,6 +1,8 @@
 /* Small helpers shared by the modules (see sys.h). */
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <stdint.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -160,6 +162,51 @@ ssize_t moat_recv_fds(int sock, void *data, size_t len, int *fds, size_t max_fds
 	}
 	*nfds = got;
 	return n;
+}
+
+pid_t moat_fdinfo_pid(const char *text)
+{
+	for (const char *l = text; l && *l; l = strchr(l, '\n'), l = l ? l + 1 : NULL) {
+		if (strncmp(l, "Pid:", 4))
+			continue;
+		if (l[4] != '\t' && l[4] != ' ')
+			break;
+		char *end;
+		errno = 0;
+		long v = strtol(l + 4, &end, 10);
+		if (errno || end == l + 4 || (*end && *end != '\n') || v < -1 || v > INT32_MAX)
+			break;
+		if (v <= 0) {
+			errno = v < 0 ? ESRCH : EINVAL; /* exited; another pid namespace */
+			return -1;
+		}
+		return (pid_t)v;
+	}
+	errno = EINVAL;
+	return -1;
+}
+
+pid_t moat_pidfd_pid(int pidfd)
+{
+	char path[48], text[1024];
+	snprintf(path, sizeof path, "/proc/self/fdinfo/%d", pidfd);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	size_t len = 0;
+	ssize_t n;
+	while (len < sizeof text - 1 &&
+	       ((n = read(fd, text + len, sizeof text - 1 - len)) > 0 || (n < 0 && errno == EINTR)))
+		if (n > 0)
+			len += (size_t)n;
+	int e = errno;
+	close(fd);
+	text[len] = '\0';
+	if (len == 0) {
+		errno = e ? e : EINVAL;
+		return -1;
+	}
+	return moat_fdinfo_pid(text);
 }
 
 int moat_pdeathsig_rearm(pid_t parent, int parent_fd)

@@ -51,6 +51,15 @@ int moat_send_fds(int sock, const void *data, size_t len, const int *fds, size_t
 ssize_t moat_recv_fds(int sock, void *data, size_t len, int *fds, size_t max_fds,
 		      size_t *nfds, int flags);
 
+/* The pid, in this process's pid namespace, of the process a pidfd refers
+ * to: the "Pid:" line of the fdinfo text (moat_fdinfo_pid, pure), read
+ * from /proc/self/fdinfo/<pidfd> (moat_pidfd_pid). -1 when the process has
+ * exited (the kernel says -1), lives in a pid namespace this one cannot
+ * see (0), or the text has no such line: errno ESRCH, EINVAL; or the read
+ * failed. */
+pid_t moat_fdinfo_pid(const char *text);
+pid_t moat_pidfd_pid(int pidfd);
+
 /* Re-arms the parent-death signal (SIGKILL), which a change of ids clears,
  * then makes sure the parent did not die before it was armed: parent > 0
  * must still be getppid() (useless across a pid namespace, where getppid()

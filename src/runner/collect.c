@@ -130,9 +130,7 @@ int run_setup_error(const struct run *r, const struct moat_report *rep, struct m
 int run_collect(struct run *r, struct moat_result **out, struct moat_error *err)
 {
 	siginfo_t si;
-	memset(&si, 0, sizeof si);
-	while (waitid(P_PIDFD, (id_t)r->pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR)
-		;
+	run_wait_pid1(r, &si);
 	moat_stamp("sup: reaped");
 	r->pid = -1;
 	struct moat_result *res = r->res;

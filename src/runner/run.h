@@ -10,6 +10,8 @@
  *                            pipes, epoll, timer
  *   run_spawn     start.c    clone3 into new namespaces; id maps; network
  *                            attach; MOAT_SYNC_IDS; cgroup join
+ *     or run_adopt start.c   pid 1 made by another process (a zygote) from
+ *                            run_child_spec; MOAT_SYNC_IDS; cgroup join
  *   run_start     start.c    MOAT_SYNC_START (pid 1 forks the program),
  *                            wall-clock timer, network relays, stale-leaf
  *                            sweep, the supervisor's ends non-blocking and
@@ -136,6 +138,9 @@ struct run {
 	 * (docs/design/pool-zygote.md); set between run_init and run_spawn */
 	int (*pid2_main)(void *arg);
 	void *pid2_arg;
+	/* pid 1 was made by another process and adopted (run_adopt): not our
+	 * child, so never waited for; its status comes from the report */
+	bool adopted;
 	pid_t pid; /* pid 1 of the sandbox, as the host sees it; -1 when reaped */
 	bool started;
 
@@ -165,6 +170,22 @@ void run_release(struct run *r);
  * r. */
 void run_child_spec(const struct run *r, struct moat_child *c);
 int run_spawn(struct run *r, struct moat_error *err);
+/* Instead of run_spawn: pid 1 was made by another process (a zygote,
+ * docs/design/pool-zygote.md) from this run's run_child_spec -- cloned
+ * into the new namespaces with its id maps written -- and pidfd refers to
+ * it (owned by the run from here on, also on failure). Closes the run's
+ * copies of the child's ends, sends MOAT_SYNC_IDS and puts pid 1 into the
+ * run's cgroups (moat_cgroup_adopt); run_start follows as after
+ * run_spawn. Refuses requests needing a channel to pid 1 that the maker
+ * would have to set up (network, kvEnabled, outputs, seccomp log). pid 1
+ * is never waited for: the program's status comes from pid 1's report,
+ * and a pid 1 that ended without one is "killed from outside". */
+int run_adopt(struct run *r, int pidfd, struct moat_error *err);
+/* How long a kill waits for an adopted pid 1 to exit. */
+#define RUN_ADOPT_EXIT_WAIT_MS 5000
+/* Waits until pid 1 has ended: reaps it (*si: how, when si is not NULL),
+ * or for an adopted one waits for its pidfd (si zeroed). */
+void run_wait_pid1(struct run *r, siginfo_t *si);
 int run_start(struct run *r, struct moat_error *err);
 /* (Re)arms the run's timer to fire once, ms from now. 0, or -1 with *err:
  * the run must fail then (no timer is no wall-clock kill). */

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/sched.h>
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -55,10 +56,30 @@ void run_kill(struct run *r)
 		return;
 	close_fd(&r->sync_w); /* alone, this makes pid 1 exit at its next sync wait */
 	syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
-	siginfo_t si;
-	while (waitid(P_PIDFD, (id_t)r->pidfd, &si, WEXITED | __WALL) < 0 && errno == EINTR)
-		;
+	run_wait_pid1(r, NULL);
 	r->pid = -1;
+}
+
+void run_wait_pid1(struct run *r, siginfo_t *si)
+{
+	siginfo_t local;
+	if (!si)
+		si = &local;
+	memset(si, 0, sizeof *si);
+	if (!r->adopted) {
+		while (waitid(P_PIDFD, (id_t)r->pidfd, si, WEXITED | __WALL) < 0 && errno == EINTR)
+			;
+		return;
+	}
+	/* not our child: its maker reaps it; the pidfd turns readable once it
+	 * has exited. SIGKILL was sent or it is ending: bounded all the same */
+	struct pollfd pf = { .fd = r->pidfd, .events = POLLIN };
+	int64_t until = moat_mono_ms() + RUN_ADOPT_EXIT_WAIT_MS;
+	for (int64_t left; (left = until - moat_mono_ms()) > 0;) {
+		int n = poll(&pf, 1, (int)left);
+		if (n > 0 || (n < 0 && errno != EINTR))
+			break;
+	}
 }
 
 /* A step of the release failed (id maps, a sync byte, the cgroup join): the
@@ -100,6 +121,18 @@ static pid_t do_clone3(int cgroup_fd, int *pidfd)
 	(void)cgroup_fd;
 #endif
 	return (pid_t)syscall(SYS_clone3, &args, sizeof args);
+}
+
+/* The child's ends live on in the child only. */
+static void close_child_ends(struct run *r)
+{
+	close_fd(&r->sync_r);
+	close_fd(&r->report_w);
+	close_fd(&r->stdin_r);
+	close_fd(&r->stdout_w);
+	close_fd(&r->stderr_w);
+	close_fd(&r->outputs_w);
+	close_fd(&r->kv_child);
 }
 
 void run_child_spec(const struct run *r, struct moat_child *c)
@@ -156,14 +189,7 @@ static int clone_sandbox(struct run *r, struct moat_error *err)
 		moat_sys_exit(127);
 	}
 	moat_stamp("sup: clone3 returned");
-	/* the child's ends live on in the child only */
-	close_fd(&r->sync_r);
-	close_fd(&r->report_w);
-	close_fd(&r->stdin_r);
-	close_fd(&r->stdout_w);
-	close_fd(&r->stderr_w);
-	close_fd(&r->outputs_w);
-	close_fd(&r->kv_child);
+	close_child_ends(r);
 	return 0;
 }
 
@@ -213,6 +239,59 @@ int run_spawn(struct run *r, struct moat_error *err)
 	struct sigpipe_guard g;
 	sigpipe_block(&g);
 	int rc = spawn(r, err);
+	sigpipe_restore(&g);
+	return rc;
+}
+
+static int adopt(struct run *r, int pidfd, struct moat_error *err)
+{
+	r->pidfd = pidfd;
+	r->adopted = true;
+	close_child_ends(r);
+	/* the maker wrote the id maps before it handed the pidfd on */
+	if ((r->pid = moat_pidfd_pid(pidfd)) < 0) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+			       errno == ESRCH ? "the sandbox's pid 1 ended before it was adopted"
+					      : "cannot learn the adopted pid 1's pid (%s)",
+			       strerror(errno));
+		r->pid = 0; /* nothing to kill or reap; the report may say why */
+		struct moat_report rep;
+		ssize_t n;
+		while ((n = recv(r->report_r, &rep, sizeof rep, MSG_DONTWAIT)) > 0)
+			if ((size_t)n == sizeof rep && rep.kind == MOAT_REPORT_SETUP_FAILED) {
+				moat_error_clear(err);
+				return run_setup_error(r, &rep, err);
+			}
+		return -1;
+	}
+	if (moat_sync_send(r->sync_w, MOAT_SYNC_IDS) < 0) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cannot release the sandbox: %s",
+			       strerror(errno));
+		return child_report_wins(r, err);
+	}
+	if (moat_cgroup_adopt(r->cg, r->pid, r->res, err) < 0)
+		return child_report_wins(r, err);
+	return 0;
+}
+
+int run_adopt(struct run *r, int pidfd, struct moat_error *err)
+{
+	if (r->pid > 0 || r->pidfd >= 0 || r->started || !r->plan) {
+		if (pidfd >= 0)
+			close(pidfd);
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "only a prepared run that has no pid 1 yet can adopt one");
+	}
+	if (r->req->network || r->req->has_allowed_hosts || r->req->kv_enabled ||
+	    r->req->outputs_count || r->opts.seccomp_log) {
+		close(pidfd);
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "an adopted pid 1 takes no network, kvEnabled, outputs or "
+				      "seccomp log: its maker has no channel for them");
+	}
+	struct sigpipe_guard g;
+	sigpipe_block(&g);
+	int rc = adopt(r, pidfd, err);
 	sigpipe_restore(&g);
 	return rc;
 }

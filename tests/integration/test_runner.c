@@ -11,12 +11,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include <grp.h>
+#include <linux/sched.h>
 #include <sched.h>
-#include <sys/prctl.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 
 #include "harness.h"
+#include "core/sys.h"
 #include "runner/run.h"
 #include "suites.h"
 
@@ -474,11 +477,40 @@ static void probe_list(char *buf, size_t *len, size_t cap, const char *what, con
 	probe_put(buf, len, cap, "\n");
 }
 
+/* What pid 2 does in the pid2 tests (struct run's pid2_arg). */
+enum pid2_what { PID2_PROBE, PID2_FORKS, PID2_SLEEP };
+
+/* Forks until 30 children or a failure; prints "forks <ok> <failed>". */
+static int pid2_forks(void)
+{
+	int ok = 0, failed = 0;
+	for (int i = 0; i < 30; i++) {
+		pid_t c = fork();
+		if (c == 0) {
+			sleep(30);
+			_exit(0);
+		}
+		if (c < 0)
+			failed++;
+		else
+			ok++;
+	}
+	char line[64];
+	int n = snprintf(line, sizeof line, "forks %d %d\n", ok, failed);
+	return write(1, line, (size_t)n) == n ? 7 : 99;
+}
+
 /* pid 2 of a run whose struct run has pid2_main: what a zygote's child
  * would find before it reads the request. Reports on stdout; exits 7. */
 static int pid2_probe(void *arg)
 {
-	(void)arg;
+	enum pid2_what what = *(const enum pid2_what *)arg;
+	if (what == PID2_FORKS)
+		return pid2_forks();
+	if (what == PID2_SLEEP) {
+		sleep(60);
+		return 7;
+	}
 	static char buf[8192];
 	size_t len = 0;
 	char num[32];
@@ -522,37 +554,103 @@ static int pid2_probe(void *arg)
 	return 7;
 }
 
-/* The worker of pid2_returns_locked_down: runs the runner's own phases
- * with pid2_main set (as uid 65534 for the rootless mode when the harness
- * is root) and writes the result's JSON (or the error's message) to fd. */
-static int pid2_worker(int mode, int fd)
+/* One pid2 test: what pid 2 does, the request's limits, and whether pid 1
+ * is made by another process (a stand-in zygote) and adopted. */
+struct pid2_case {
+	enum pid2_what what;
+	bool adopt;
+	uint64_t pids_limit;
+	long timeout_ms; /* unscaled */
+};
+
+/* The stand-in zygote of the adopt tests: a process that is not the
+ * supervisor clones pid 1 from the run's child spec into new namespaces,
+ * writes its id maps, hands its pidfd to the supervisor over sock, and
+ * reaps it. Runs in a fork of the worker; never returns. */
+__attribute__((noreturn)) static void pid2_zygote(struct run *r, int sock)
 {
-	if (mode == MODE_ROOTLESS && geteuid() == 0) {
-		if (setgroups(0, NULL) < 0 || setresgid(65534, 65534, 65534) < 0 ||
-		    setresuid(65534, 65534, 65534) < 0)
-			return 90;
-		/* a uid change clears dumpability: the supervisor writes the
-		 * child's id maps under /proc/<pid>, which needs it */
-		if (prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) < 0)
-			return 91;
+	struct moat_child spec;
+	run_child_spec(r, &spec);
+	int pidfd = -1;
+	struct clone_args args;
+	memset(&args, 0, sizeof args);
+	args.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
+		     CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+	args.pidfd = (uint64_t)(uintptr_t)&pidfd;
+	args.exit_signal = SIGCHLD;
+	pid_t a = (pid_t)syscall(SYS_clone3, &args, sizeof args);
+	if (a == 0) {
+		if (moat_child_main(&spec) == 0)
+			_exit(r->pid2_main(r->pid2_arg));
+		_exit(127);
 	}
-	setenv("HOME", "/nonexistent", 1);
-	unsetenv("XDG_CACHE_HOME");
+	if (a < 0)
+		_exit(80);
+	struct moat_error err = { 0 };
+	uid_t uid = r->as_root ? MOAT_SANDBOX_UID : getuid();
+	gid_t gid = r->as_root ? MOAT_SANDBOX_GID : getgid();
+	if (moat_idmap_write(a, r->as_root, uid, gid, &err) < 0)
+		_exit(81);
+	char one = 'p';
+	if (moat_send_fds(sock, &one, 1, &pidfd, 1) < 0)
+		_exit(82);
+	/* nothing of the run stays open here: pid 1 must see the
+	 * supervisor's ends only */
+	syscall(SYS_close_range, 3u, ~0u, 0u);
+	int st;
+	while (waitpid(a, &st, 0) < 0 && errno == EINTR)
+		;
+	_exit(0);
+}
+
+/* Adopts pid 1 from a stand-in zygote forked here (pid2_zygote). */
+static int pid2_adopt(struct run *r, pid_t *zygote, struct moat_error *err)
+{
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair");
+	*zygote = fork();
+	if (*zygote == 0) {
+		close(sp[0]);
+		pid2_zygote(r, sp[1]);
+	}
+	close(sp[1]);
+	char one;
+	int pidfd = -1;
+	size_t nfds = 0;
+	ssize_t n = *zygote < 0 ? -1 : moat_recv_fds(sp[0], &one, 1, &pidfd, 1, &nfds, 0);
+	close(sp[0]);
+	if (n != 1 || nfds != 1)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+				      "the stand-in zygote sent no pidfd");
+	return run_adopt(r, pidfd, err);
+}
+
+/* The worker of the pid2 tests: runs the runner's own phases with
+ * pid2_main set (as uid 65534 for the rootless mode when the harness is
+ * root) and writes the result's JSON (or the error's message) to fd. */
+static int pid2_worker(int mode, int fd, const struct pid2_case *pc)
+{
+	if (harness_worker_enter(mode) < 0)
+		return 90;
 	struct moat_request *req = moat_request_new();
 	if (!req)
 		return 92;
 	req->language = MOAT_LANG_BASH;
 	req->code = strdup("echo the program must not run");
 	req->code_len = strlen(req->code);
-	req->timeout_ms = (uint64_t)harness_scale_ms(20000);
+	req->timeout_ms = (uint64_t)harness_scale_ms(pc->timeout_ms);
+	req->pids_limit = pc->pids_limit;
 	struct moat_error err = { 0 };
 	struct moat_result *res = NULL;
 	struct run r;
 	run_init(&r, req, NULL);
 	r.pid2_main = pid2_probe;
+	r.pid2_arg = (void *)&pc->what;
+	pid_t zygote = -1;
 	int rc = run_prepare(&r, &err);
 	if (rc == 0)
-		rc = run_spawn(&r, &err);
+		rc = pc->adopt ? pid2_adopt(&r, &zygote, &err) : run_spawn(&r, &err);
 	if (rc == 0)
 		rc = run_start(&r, &err);
 	if (rc == 0)
@@ -560,6 +658,8 @@ static int pid2_worker(int mode, int fd)
 	if (rc == 0)
 		rc = run_collect(&r, &res, &err);
 	run_release(&r);
+	if (zygote > 0)
+		waitpid(zygote, NULL, 0);
 	char *text = rc == 0 ? moat_result_to_json(res) : strdup(err.message);
 	moat_result_free(res);
 	moat_request_free(req);
@@ -578,16 +678,15 @@ static int pid2_worker(int mode, int fd)
  * namespace, with fds 0, 1 and 2 only, on the read-only root with an
  * empty /tmp; and the supervisor reports what it returned as the exit
  * code, with its output, as for any program. */
-START_TEST(pid2_returns_locked_down)
+static void pid2_run(int mode, const struct pid2_case *pc, struct run_out *out)
 {
-	HARNESS_MODE_GUARD(_i);
 	int p[2];
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
 	pid_t w = fork();
 	ck_assert_int_ge(w, 0);
 	if (w == 0) {
 		close(p[0]);
-		_exit(pid2_worker(_i, p[1]));
+		_exit(pid2_worker(mode, p[1], pc));
 	}
 	close(p[1]);
 	struct run_out o;
@@ -604,10 +703,19 @@ START_TEST(pid2_returns_locked_down)
 	close(p[0]);
 	int st;
 	ck_assert_int_eq(waitpid(w, &st, 0), w);
+	harness_worker_leave(mode, w);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker status %d: %s", st,
 		      o.out ? o.out : "");
 	o.json = cJSON_ParseWithLength(o.out, o.out_len);
 	ck_assert_msg(o.json, "not JSON: %s", o.out);
+	*out = o;
+}
+
+static void pid2_expect_locked_down(int mode, bool adopt)
+{
+	struct pid2_case pc = { .what = PID2_PROBE, .adopt = adopt, .timeout_ms = 20000 };
+	struct run_out o;
+	pid2_run(mode, &pc, &o);
 	ck_assert_msg(harness_num(&o, "exitCode") == 7, "%s", o.out);
 	ck_assert(!harness_bool(&o, "timedOut"));
 	const char *so = harness_str(&o, "stdout");
@@ -621,9 +729,57 @@ START_TEST(pid2_returns_locked_down)
 		"host moat\n",
 	};
 	for (size_t i = 0; i < sizeof want / sizeof *want; i++)
-		ck_assert_msg(strstr(so, want[i]), "mode %d: no [%.*s] in:\n%s", _i,
+		ck_assert_msg(strstr(so, want[i]), "mode %d: no [%.*s] in:\n%s", mode,
 			      (int)strcspn(want[i], "\n"), want[i], so);
 	ck_assert_str_eq(harness_str(&o, "stderr"), "");
+	harness_free(&o);
+}
+
+START_TEST(pid2_returns_locked_down)
+{
+	HARNESS_MODE_GUARD(_i);
+	pid2_expect_locked_down(_i, false);
+}
+END_TEST
+
+/* run_adopt (the runner's side of a zygote): pid 1 made by another
+ * process -- not the supervisor's child -- from the run's child spec.
+ * The program's pid 2 is locked down as in a run the supervisor cloned,
+ * and the result comes from pid 1's report, never from waiting for it. */
+START_TEST(adopted_pid1_is_locked_down)
+{
+	HARNESS_MODE_GUARD(_i);
+	pid2_expect_locked_down(_i, true);
+}
+END_TEST
+
+/* An adopted pid 1 is put into the run's cgroups before its program
+ * starts (root: the pids controller; rootless here: RLIMIT_NPROC), and
+ * the wall clock kills it though it is not the supervisor's child: the
+ * run ends promptly as timed out. */
+START_TEST(adopted_pid1_gets_limits_and_timeout)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct pid2_case forks = { .what = PID2_FORKS, .adopt = true, .pids_limit = 8,
+				   .timeout_ms = 20000 };
+	struct run_out o;
+	pid2_run(_i, &forks, &o);
+	ck_assert_msg(harness_num(&o, "exitCode") == 7, "%s", o.out);
+	int ok = -1, failed = -1;
+	const char *so = harness_str(&o, "stdout");
+	ck_assert_msg(so && sscanf(so, "forks %d %d", &ok, &failed) == 2, "%s", o.out);
+	ck_assert_msg(ok < 8 && failed > 0, "forks ok %d failed %d: %s", ok, failed, o.out);
+	if (_i == MODE_ROOT)
+		ck_assert_msg(strcmp(harness_limit_of(&o, "pids"), "rlimit") != 0, "%s", o.out);
+	harness_free(&o);
+
+	struct pid2_case sleeper = { .what = PID2_SLEEP, .adopt = true, .timeout_ms = 1000 };
+	long t0 = now_ms();
+	pid2_run(_i, &sleeper, &o);
+	long took = now_ms() - t0;
+	ck_assert_msg(harness_bool(&o, "timedOut"), "%s", o.out);
+	ck_assert_str_eq(harness_str(&o, "killedBy"), "timeout");
+	ck_assert_msg(took < harness_scale_ms(10000), "the run took %ld ms: %s", took, o.out);
 	harness_free(&o);
 }
 END_TEST
@@ -646,6 +802,9 @@ Suite *runner_suite(void)
 	tcase_add_loop_test(tc, killed_by_signal, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, limits_fallback_reported, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, pid2_returns_locked_down, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, adopted_pid1_is_locked_down, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, adopted_pid1_gets_limits_and_timeout, MODE_ROOT,
+			    MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }

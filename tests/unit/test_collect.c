@@ -2,15 +2,19 @@
  * src/runner/collect.c), from what the supervisor knows when pid 1 ended;
  * and how the outputs stream becomes result.files (moat_outputs_render in
  * src/runner/outputs.c). */
+#include <errno.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <check.h>
 #include <cjson/cJSON.h>
 
 #include "suites.h"
+#include "core/sys.h"
 #include "runner/run.h"
 
 /* A wait status as the kernel encodes it. */
@@ -320,6 +324,44 @@ START_TEST(thrash_needs_a_window_stalled_at_the_limit)
 }
 END_TEST
 
+/* run_adopt learns the adopted pid 1's host pid from its pidfd's fdinfo. */
+START_TEST(adopted_pid_from_fdinfo)
+{
+	ck_assert_int_eq(moat_fdinfo_pid("pos:\t0\nflags:\t02000002\nmnt_id:\t15\nino:\t1057\n"
+					 "Pid:\t1234\nNSpid:\t1234\t1\n"), 1234);
+	ck_assert_int_eq(moat_fdinfo_pid("NSpid:\t7\nPid:\t99"), 99);
+	errno = 0;
+	ck_assert_int_eq(moat_fdinfo_pid("Pid:\t-1\nNSpid:\t-1\n"), -1); /* exited */
+	ck_assert_int_eq(errno, ESRCH);
+	static const char *const bad[] = { "Pid:\t0\n", "NSpid:\t5\n", "", "Pid:\tabc\n",
+					   "Pid:\t12x\n", "Pid:\t-2\n", "Pid:\t99999999999\n",
+					   "Pid:\n", "Pid:\n5\n" };
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		errno = 0;
+		ck_assert_msg(moat_fdinfo_pid(bad[i]) == -1 && errno == EINVAL, "[%s]", bad[i]);
+	}
+	/* and from the kernel: a live child, then the same one reaped */
+	pid_t c = fork();
+	ck_assert_int_ge(c, 0);
+	if (c == 0) {
+		pause();
+		_exit(0);
+	}
+	int pidfd = (int)syscall(SYS_pidfd_open, c, 0);
+	ck_assert_int_ge(pidfd, 0);
+	ck_assert_int_eq(moat_pidfd_pid(pidfd), c);
+	kill(c, SIGKILL);
+	ck_assert_int_eq(waitpid(c, NULL, 0), c);
+	errno = 0;
+	ck_assert_int_eq(moat_pidfd_pid(pidfd), -1);
+	ck_assert_int_eq(errno, ESRCH);
+	close(pidfd);
+	errno = 0;
+	ck_assert_int_eq(moat_pidfd_pid(pidfd), -1); /* no such fd */
+	ck_assert_int_eq(errno, ENOENT);
+}
+END_TEST
+
 Suite *collect_suite(void)
 {
 	Suite *s = suite_create("collect");
@@ -329,6 +371,7 @@ Suite *collect_suite(void)
 	tcase_add_test(tc, timeout_wins_over_a_status);
 	tcase_add_test(tc, init_ending_unreported_is_flagged);
 	tcase_add_test(tc, thrash_needs_a_window_stalled_at_the_limit);
+	tcase_add_test(tc, adopted_pid_from_fdinfo);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("outputs");
 	tcase_add_test(tc, output_keys_are_unique_and_reversible);
