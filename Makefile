@@ -77,7 +77,7 @@ THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 .PHONY: all deps check check-unit check-integration check-node check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
-all: $(BUILD)/moat
+all: $(BUILD)/moat $(BUILD)/moat-zygote.so
 
 deps:
 	@sh tools/deps.sh
@@ -100,9 +100,11 @@ $(NFT_SRC): $(BUILD)/nftgen
 	@mkdir -p $(@D)
 	$(BUILD)/nftgen $@
 
+# libmoat's objects are position-independent: moat-zygote.so is linked from
+# them too (a PIE links them as well as -fPIE ones)
 $(BUILD)/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -c -o $@ $<
+	$(CC) $(ALL_CFLAGS) -fPIC -c -o $@ $<
 $(BUILD)/san/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SAN) -c -o $@ $<
@@ -112,7 +114,7 @@ $(BUILD)/tsan/gen/%.o: $(BUILD)/gen/%.c
 
 $(BUILD)/obj/%.o: src/%.c
 	@mkdir -p $(@D)
-	$(CC) $(ALL_CFLAGS) -MMD -MP -c -o $@ $<
+	$(CC) $(ALL_CFLAGS) -fPIC -MMD -MP -c -o $@ $<
 $(BUILD)/san/%.o: src/%.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SAN) -MMD -MP -c -o $@ $<
@@ -134,6 +136,15 @@ $(BUILD)/moat: $(CLI_OBJS) $(BUILD)/libmoat.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Wl,-z,relro,-z,now -o $@ $(CLI_OBJS) $(BUILD)/libmoat.a \
 	    $(MOAT_LIBS)
 
+# The zygote's side of a run (src/runner/zygote.c) as a shared object an
+# interpreter loads (runtime/python/moat_zygote.py, docs/design/pool-zygote.md):
+# libmoat's objects it needs, its dependencies shared, only moat_zygote_*
+# exported.
+$(BUILD)/moat-zygote.so: $(BUILD)/libmoat.a src/runner/zygote.map
+	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-z,relro,-z,now -Wl,-z,defs \
+	    -Wl,--version-script=src/runner/zygote.map -Wl,--exclude-libs,ALL -o $@ \
+	    $(BUILD)/obj/runner/zygote.o $(BUILD)/libmoat.a $(PKG_LIBS)
+
 # Unit tests: pure logic, built with AddressSanitizer and UBSan.
 $(BUILD)/tests/san/%.o: tests/%.c
 	@mkdir -p $(@D)
@@ -146,7 +157,8 @@ $(BUILD)/test-unit: $(UNIT_OBJS) $(BUILD)/libmoat-san.a
 $(BUILD)/tests/obj/%.o: tests/%.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(CHECK_CFLAGS) -Itests -MMD -MP -c -o $@ $<
-$(BUILD)/test-integration: $(INTEG_OBJS) $(BUILD)/libmoat.a
+# (the zygote tests load moat-zygote.so from beside $MOAT_BIN)
+$(BUILD)/test-integration: $(INTEG_OBJS) $(BUILD)/libmoat.a | $(BUILD)/moat-zygote.so
 	$(CC) $(ALL_CFLAGS) -o $@ $(INTEG_OBJS) \
 	    $(BUILD)/libmoat.a $(PKG_LIBS) $(CHECK_LIBS)
 

@@ -180,6 +180,38 @@ const char *harness_moat(void)
 	return moat_copy;
 }
 
+const char *harness_beside_moat(const char *name)
+{
+	static char path[PATH_MAX];
+	const char *copy = harness_moat();
+	const char *bin = getenv("MOAT_BIN");
+	const char *slash = strrchr(copy, '/'), *bslash = strrchr(bin, '/');
+	ck_assert_ptr_nonnull(slash);
+	snprintf(path, sizeof path, "%.*s/%s", (int)(slash - copy), copy, name);
+	if (access(path, R_OK) == 0)
+		return path;
+	char src[PATH_MAX];
+	if (bslash)
+		snprintf(src, sizeof src, "%.*s/%s", (int)(bslash - bin), bin, name);
+	else
+		snprintf(src, sizeof src, "%s", name);
+	int in = open(src, O_RDONLY | O_CLOEXEC);
+	ck_assert_msg(in >= 0, "open %s: %s (built beside $MOAT_BIN?)", src, strerror(errno));
+	char tmp[PATH_MAX + 32];
+	snprintf(tmp, sizeof tmp, "%s.%ld", path, (long)getpid());
+	int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	ck_assert_msg(out >= 0, "create %s: %s", tmp, strerror(errno));
+	char buf[65536];
+	ssize_t n;
+	while ((n = read(in, buf, sizeof buf)) > 0)
+		ck_assert_msg(write(out, buf, (size_t)n) == n, "write %s: %s", tmp, strerror(errno));
+	ck_assert_msg(n == 0, "read %s: %s", src, strerror(errno));
+	close(in);
+	ck_assert_msg(fchmod(out, 0755) == 0 && close(out) == 0, "%s: %s", tmp, strerror(errno));
+	ck_assert_msg(rename(tmp, path) == 0, "rename %s: %s", tmp, strerror(errno));
+	return path;
+}
+
 static void append(char **buf, size_t *len, const char *data, size_t n)
 {
 	char *nb = realloc(*buf, *len + n + 1);

@@ -28,6 +28,9 @@ struct run_out {
 
 /* Path of a copy of $MOAT_BIN that uid 65534 can execute. */
 const char *harness_moat(void);
+/* Path of a copy of the file name beside $MOAT_BIN (moat-zygote.so), made
+ * beside harness_moat()'s copy, where uid 65534 can read it. */
+const char *harness_beside_moat(const char *name);
 /* true when the harness can run the root mode (it runs as root). */
 bool harness_is_root(void);
 /* How much slower than the development host this machine starts and runs

@@ -34,7 +34,7 @@ int moat_wait_or_stop(int fd, short events, int stop_fd, int64_t deadline);
 int moat_send_all_until(int fd, const void *buf, size_t len, int stop_fd, int64_t deadline);
 
 /* The most fds one message passes. */
-#define MOAT_SYS_MAX_FDS 4
+#define MOAT_SYS_MAX_FDS 8
 
 /* Sends one record of len bytes (len > 0) carrying nfds file descriptors
  * (SCM_RIGHTS; nfds <= MOAT_SYS_MAX_FDS, may be 0) over a Unix socket,

@@ -183,6 +183,22 @@ static char *pool_frame(const struct moat_request *req, size_t *len)
 	return moat_buf_take(&f);
 }
 
+int run_frame_stdin(struct run *r, struct moat_error *err)
+{
+	if (r->started || r->pooled || r->pool_frame)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "only a run not yet started can take its request as a frame");
+	const char *why = moat_pool_refusal(r->req, r->req);
+	if (why)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "this request cannot run in a zygote's child: %s", why);
+	size_t len = 0;
+	if (!(r->pool_frame = pool_frame(r->req, &len)))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	r->pool_frame_len = len;
+	return 0;
+}
+
 int run_deliver(struct run *r, const struct moat_request *req,
 		const struct moat_run_options *per, struct moat_error *err)
 {

@@ -267,9 +267,10 @@ int pump_watch(struct run *r, struct moat_error *err)
 	r->pump[PUMP_KV] = (struct pump_entry){ &r->kv_fd, on_kv };
 	r->pump[PUMP_THRASH] = (struct pump_entry){ &r->thrash_fd, on_thrash };
 	size_t cap = r->req->max_output_bytes ? r->req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
-	/* a warm sandbox's stdin waits for its request (run_deliver) */
-	r->stdin_data = r->pooled ? NULL : r->req->stdin_data;
-	r->stdin_len = r->pooled ? 0 : r->req->stdin_len;
+	/* a warm sandbox's stdin waits for its request (run_deliver); a
+	 * zygote's child reads its request as a frame (run_frame_stdin) */
+	r->stdin_data = r->pooled ? NULL : r->pool_frame ? r->pool_frame : r->req->stdin_data;
+	r->stdin_len = r->pooled ? 0 : r->pool_frame ? r->pool_frame_len : r->req->stdin_len;
 	r->out = (struct run_stream){ MOAT_STDOUT, &r->res->stdout_buf, &r->res->stdout_len,
 				      &r->res->stdout_truncated, cap, 0 };
 	r->errout = (struct run_stream){ MOAT_STDERR, &r->res->stderr_buf, &r->res->stderr_len,

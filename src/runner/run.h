@@ -132,6 +132,7 @@ struct run {
 	const char *stdin_data; /* what the pump feeds to the program's stdin */
 	size_t stdin_len;
 	char *pool_frame;       /* the delivered request as the bootstrap reads it */
+	size_t pool_frame_len;  /* run_frame_stdin's */
 	/* NULL: pid 2 executes the program. Else pid 2 calls it once locked
 	 * down instead of execve (moat_child_main's program == NULL) and
 	 * exits with what it returns: the seam of a zygote's child
@@ -217,6 +218,12 @@ int pump_watch(struct run *r, struct moat_error *err);
 int run_deliver(struct run *r, const struct moat_request *req,
 		const struct moat_run_options *per, struct moat_error *err);
 
+/* The request, as a warm sandbox's bootstrap reads it (the frame, then
+ * the request's stdin), becomes the program's stdin: for a zygote's child,
+ * whose interpreter reads it like a warm one. Before run_start; the
+ * request must pass moat_pool_refusal against itself (what a warm
+ * interpreter cannot honour it cannot either). */
+int run_frame_stdin(struct run *r, struct moat_error *err);
 /* collect.c */
 int run_collect(struct run *r, struct moat_result **out, struct moat_error *err);
 /* Pure: how the program ended, into res->exited/exit_code/signal/killed_by.

@@ -4,6 +4,7 @@
 #include <ctype.h>
 #include <dirent.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,7 @@
 #include "harness.h"
 #include "core/sys.h"
 #include "runner/run.h"
+#include "runner/zygote.h"
 #include "suites.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -784,6 +786,253 @@ START_TEST(adopted_pid1_gets_limits_and_timeout)
 }
 END_TEST
 
+/* ---- the Python zygote (runtime/python/moat_zygote.py + moat-zygote.so) ------- */
+
+/* The worker of the zygote tests: starts the Python zygote on a control
+ * socket, then, as the supervisor, runs each request of reqs through it --
+ * run_prepare, the request as the program's stdin frame, the run's fds to
+ * the zygote, its pidfd back, run_adopt, run_start, run_pump, run_collect
+ * -- and writes each result's JSON (or error message) as one line to fd. */
+static int zygote_worker(int mode, int fd, const char *const *reqs, size_t n)
+{
+	/* as the harness's user: the copies before the drop */
+	char so[PATH_MAX], script[PATH_MAX + 64], fdnum[16];
+	snprintf(so, sizeof so, "%s", harness_beside_moat("moat-zygote.so"));
+	snprintf(script, sizeof script, "%s/python/moat_zygote.py", harness_runtime_dir());
+	if (harness_worker_enter(mode) < 0)
+		return 90;
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+		return 91;
+	pid_t z = fork();
+	if (z < 0)
+		return 92;
+	if (z == 0) {
+		int zfd = fcntl(sp[1], F_DUPFD, 10); /* without close-on-exec */
+		snprintf(fdnum, sizeof fdnum, "%d", zfd);
+		const char *tmpl = "{\"language\":\"python\",\"code\":\"pass\"}";
+		char *argv[] = { (char *)"python3", script, so, (char *)tmpl, fdnum, NULL };
+		char *envp[] = { (char *)"PATH=/usr/bin:/bin", (char *)"PYTHONDONTWRITEBYTECODE=1",
+				 NULL };
+		execve("/usr/bin/python3", argv, envp);
+		_exit(93);
+	}
+	close(sp[1]);
+	int rc = 0;
+	for (size_t i = 0; i < n; i++) {
+		struct moat_request *req = NULL;
+		struct moat_error err = { 0 };
+		struct moat_result *res = NULL;
+		struct run r;
+		bool have_run = false;
+		int st = moat_request_parse_json(reqs[i], strlen(reqs[i]), &req, &err);
+		if (st == 0) {
+			run_init(&r, req, NULL);
+			have_run = true;
+			st = run_prepare(&r, &err);
+		}
+		if (st == 0)
+			st = run_frame_stdin(&r, &err);
+		if (st == 0) {
+			int fds[MOAT_ZYGOTE_NFDS] = { r.stdin_r, r.stdout_w, r.stderr_w, r.report_w,
+						      r.sync_r };
+			char one = 'r', reply[16] = "";
+			int pidfd = -1;
+			size_t nfds = 0;
+			ssize_t got = -1;
+			if (moat_send_fds(sp[0], &one, 1, fds, MOAT_ZYGOTE_NFDS) == 0)
+				got = moat_recv_fds(sp[0], reply, sizeof reply - 1, &pidfd, 1, &nfds, 0);
+			if (got < 1 || reply[0] != 'p' || nfds != 1)
+				st = moat_error_set(&err, MOAT_ERR_UNAVAILABLE, 0,
+						    "the zygote made no pid 1: %zd [%.*s] %zu: %s",
+						    got, got > 0 ? (int)got : 0, reply, nfds,
+						    strerror(errno));
+			else
+				st = run_adopt(&r, pidfd, &err);
+		}
+		if (st == 0)
+			st = run_start(&r, &err);
+		if (st == 0)
+			st = run_pump(&r, &err);
+		if (st == 0)
+			st = run_collect(&r, &res, &err);
+		if (have_run)
+			run_release(&r);
+		char *text = st == 0 ? moat_result_to_json(res) : strdup(err.message);
+		moat_result_free(res);
+		moat_request_free(req);
+		moat_error_clear(&err);
+		size_t len = text ? strlen(text) : 0;
+		if (!text || write(fd, text, len) != (ssize_t)len || write(fd, "\n", 1) != 1)
+			rc = 94;
+		free(text);
+	}
+	close(sp[0]); /* the zygote ends at EOF */
+	int zst;
+	if (waitpid(z, &zst, 0) != z || !WIFEXITED(zst) || WEXITSTATUS(zst) != 0)
+		rc = rc ? rc : 95;
+	return rc;
+}
+
+/* Runs reqs through a Python zygote (zygote_worker) in mode; out[i] gets
+ * the i-th result (harness_free each). */
+static void zygote_run(int mode, const char *const *reqs, size_t n, struct run_out *out)
+{
+	int p[2];
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	pid_t w = fork();
+	ck_assert_int_ge(w, 0);
+	if (w == 0) {
+		close(p[0]);
+		_exit(zygote_worker(mode, p[1], reqs, n));
+	}
+	close(p[1]);
+	char *all = NULL;
+	size_t len = 0;
+	char chunk[4096];
+	ssize_t k;
+	while ((k = read(p[0], chunk, sizeof chunk)) > 0) {
+		all = realloc(all, len + (size_t)k + 1);
+		ck_assert_ptr_nonnull(all);
+		memcpy(all + len, chunk, (size_t)k);
+		len += (size_t)k;
+		all[len] = '\0';
+	}
+	close(p[0]);
+	int st;
+	ck_assert_int_eq(waitpid(w, &st, 0), w);
+	harness_worker_leave(mode, w);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker status %d: %s", st,
+		      all ? all : "");
+	char *line = all;
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_msg(line && *line, "result %zu missing: %s", i, all ? all : "");
+		char *nl = strchr(line, '\n');
+		ck_assert_ptr_nonnull(nl);
+		memset(&out[i], 0, sizeof out[i]);
+		out[i].out = strndup(line, (size_t)(nl - line));
+		out[i].out_len = strlen(out[i].out);
+		out[i].json = cJSON_Parse(out[i].out);
+		ck_assert_msg(out[i].json, "result %zu is not JSON: %s", i, out[i].out);
+		line = nl + 1;
+	}
+	free(all);
+}
+
+/* A zygote's child, as the program sees it: a Python whose pid 2 came back
+ * into the interpreter only locked down -- the same state as
+ * pid2_returns_locked_down, checked from Python -- with the run's
+ * environment (not the zygote's), the request's env and stdin, and the
+ * result the supervisor collects from pid 1's report. */
+START_TEST(zygote_child_is_a_locked_down_python)
+{
+	HARNESS_MODE_GUARD(_i);
+	static const char code[] =
+		"import os, socket, sys, ctypes\\n"
+		"for l in open('/proc/self/status').read().split('\\\\n'):\\n"
+		"    if l.split(':')[0] in ('Uid', 'Gid', 'CapInh', 'CapPrm', 'CapEff', 'CapBnd',\\n"
+		"                           'CapAmb', 'NoNewPrivs', 'Seccomp'):\\n"
+		"        print(' '.join(l.split()))\\n"
+		"print('pid', os.getpid())\\n"
+		"print('pids', ' '.join(sorted((p for p in os.listdir('/proc') if p.isdigit()), key=int)))\\n"
+		"print('fds', ' '.join(sorted(os.listdir('/proc/self/fd'), key=int)))\\n"
+		"print('tmp', os.listdir('/tmp'), 'sandbox', sorted(os.listdir('/sandbox')))\\n"
+		"libc = ctypes.CDLL(None, use_errno=True)\\n"
+		"print('unshare', libc.unshare(0x10000000), ctypes.get_errno())\\n"
+		"try:\\n"
+		"    open('/usr/moat-zygote-probe', 'w')\\n"
+		"except OSError as e:\\n"
+		"    print('write-usr', e.errno)\\n"
+		"print('host', socket.gethostname())\\n"
+		"print('env', os.environ.get('PATH'), os.environ.get('FOO'), "
+		"os.environ.get('PYTHONDONTWRITEBYTECODE'))\\n"
+		"print('argv', sys.argv, os.getcwd(), __name__)\\n"
+		"print('stdin', sys.stdin.read())\\n"
+		"print(6 * 7)\\n";
+	char *req = NULL;
+	ck_assert_int_ge(asprintf(&req, "{\"language\":\"python\",\"code\":\"%s\",\"env\":{\"FOO\":"
+				  "\"bar\"},\"stdin\":\"in put\",\"timeout\":%ld}", code,
+				  harness_scale_ms(20000)), 0);
+	const char *reqs[] = { req };
+	struct run_out o;
+	zygote_run(_i, reqs, 1, &o);
+	free(req);
+	ck_assert_msg(harness_num(&o, "exitCode") == 0, "%s", o.out);
+	ck_assert_str_eq(harness_str(&o, "stderr"), "");
+	const char *so = harness_str(&o, "stdout");
+	static const char *const want[] = {
+		"Uid: 65534 65534 65534 65534\n", "Gid: 65534 65534 65534 65534\n",
+		"CapInh: 0000000000000000\n", "CapPrm: 0000000000000000\n",
+		"CapEff: 0000000000000000\n", "CapBnd: 0000000000000000\n",
+		"CapAmb: 0000000000000000\n", "NoNewPrivs: 1\n", "Seccomp: 2\n", "pid 2\n",
+		"pids 1 2\n", "fds 0 1 2 3\n", "tmp [] sandbox ['main.py']\n", "unshare -1 1\n",
+		"write-usr 30\n", "host moat\n", "env /usr/local/bin:/usr/bin:/bin bar None\n",
+		"argv ['/sandbox/main.py'] /sandbox __main__\n", "stdin in put\n", "42\n",
+	};
+	for (size_t i = 0; i < sizeof want / sizeof *want; i++)
+		ck_assert_msg(so && strstr(so, want[i]), "mode %d: no [%.*s] in:\n%s", _i,
+			      (int)strcspn(want[i], "\n"), want[i], so ? so : o.out);
+	harness_free(&o);
+}
+END_TEST
+
+/* Single use across a zygote's children: one request dirties everything it
+ * can (files in /tmp and /sandbox, the environment, a module, sys, a
+ * daemon); the next ones see none of it, and each has its own random
+ * state. */
+START_TEST(zygote_children_share_nothing)
+{
+	HARNESS_MODE_GUARD(_i);
+	static const char dirty[] =
+		"import os, sys, json, random, subprocess\\n"
+		"open('/tmp/x', 'w').write('x')\\n"
+		"open('/sandbox/y', 'w').write('y')\\n"
+		"os.environ['MOAT_LEAK'] = '1'\\n"
+		"json.MOAT_LEAK = 1\\n"
+		"sys.moat_leak = 1\\n"
+		"subprocess.Popen(['sleep', '60'], start_new_session=True)\\n"
+		"print('rand', random.random())\\n";
+	static const char look[] =
+		"import os, sys, random\\n"
+		"print('tmp', os.listdir('/tmp'), 'sandbox', sorted(os.listdir('/sandbox')))\\n"
+		"print('env', os.environ.get('MOAT_LEAK'))\\n"
+		"print('json', getattr(sys.modules.get('json'), 'MOAT_LEAK', None))\\n"
+		"print('sys', getattr(sys, 'moat_leak', None))\\n"
+		"print('pids', sorted(int(p) for p in os.listdir('/proc') if p.isdigit()))\\n"
+		"print('rand', random.random())\\n";
+	enum { N = 4 };
+	char *reqs[N];
+	for (int i = 0; i < N; i++)
+		ck_assert_int_ge(asprintf(&reqs[i], "{\"language\":\"python\",\"code\":\"%s\","
+					  "\"timeout\":%ld}", i == 0 ? dirty : look,
+					  harness_scale_ms(20000)), 0);
+	struct run_out o[N];
+	zygote_run(_i, (const char *const *)reqs, N, o);
+	char rands[N][64];
+	for (int i = 0; i < N; i++) {
+		ck_assert_msg(harness_num(&o[i], "exitCode") == 0, "%d: %s", i, o[i].out);
+		const char *so = harness_str(&o[i], "stdout");
+		ck_assert_ptr_nonnull(so);
+		const char *r = strstr(so, "rand ");
+		ck_assert_ptr_nonnull(r);
+		snprintf(rands[i], sizeof rands[i], "%.*s", (int)strcspn(r, "\n"), r);
+		for (int j = 0; j < i; j++)
+			ck_assert_msg(strcmp(rands[i], rands[j]), "%d and %d: %s", i, j, rands[i]);
+		if (i == 0)
+			continue;
+		static const char *const clean[] = { "tmp [] sandbox ['main.py']\n", "env None\n",
+						     "json None\n", "sys None\n", "pids [1, 2]\n" };
+		for (size_t k = 0; k < sizeof clean / sizeof *clean; k++)
+			ck_assert_msg(strstr(so, clean[k]), "request %d: no [%.*s] in:\n%s", i,
+				      (int)strcspn(clean[k], "\n"), clean[k], so);
+	}
+	for (int i = 0; i < N; i++) {
+		harness_free(&o[i]);
+		free(reqs[i]);
+	}
+}
+END_TEST
+
 Suite *runner_suite(void)
 {
 	Suite *s = suite_create("runner");
@@ -805,6 +1054,9 @@ Suite *runner_suite(void)
 	tcase_add_loop_test(tc, adopted_pid1_is_locked_down, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, adopted_pid1_gets_limits_and_timeout, MODE_ROOT,
 			    MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, zygote_child_is_a_locked_down_python, MODE_ROOT,
+			    MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, zygote_children_share_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1,0 +1,113 @@
+"""moat's Python zygote (docs/design/pool-zygote.md).
+
+    python3 moat_zygote.py SO TEMPLATE_JSON CONTROL_FD
+
+An initialised interpreter with the warm bootstrap (moat_pool) imported,
+that forks one sandbox per request without ever reading a byte of one.
+It loads moat-zygote.so (SO), which prepares the template of every run
+from TEMPLATE_JSON (a request without code). Then, for each record on the
+control socket (CONTROL_FD, SOCK_SEQPACKET) -- one byte and the five fds
+of a run the supervisor prepared (zygote.h: stdin, stdout, stderr, report,
+sync) -- it clones that run's pid 1 (moat_zygote_spawn) and answers with
+one record: b"p" and pid 1's pidfd, or b"e<errno>" and no fd. pid 1 and
+pid 2 are moat's C code until pid 2 is locked down (namespaces, mounts,
+uid 65534, no capabilities, no_new_privs, Landlock, seccomp); only then
+does pid 2 come back here, with fds 0, 1 and 2 the run's and nothing else
+open, and run moat_pool.main(): the request is read from fd 0 as a warm
+sandbox reads it, and the interpreter ends as `python3 /sandbox/main.py`
+would. The zygote reaps its pid 1s. EOF on the control socket ends it.
+"""
+import ctypes
+import os
+import socket
+import sys
+
+import moat_pool
+
+NFDS = 5
+
+
+def _load(so_path, template):
+    lib = ctypes.PyDLL(so_path)  # PyDLL: the GIL stays held across the clone
+    lib.moat_zygote_new.restype = ctypes.c_void_p
+    lib.moat_zygote_new.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_char_p,
+                                    ctypes.c_size_t]
+    lib.moat_zygote_envp.restype = ctypes.POINTER(ctypes.c_char_p)
+    lib.moat_zygote_envp.argtypes = [ctypes.c_void_p]
+    lib.moat_zygote_spawn.restype = ctypes.c_int
+    lib.moat_zygote_spawn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
+                                      ctypes.POINTER(ctypes.c_int)]
+    err = ctypes.create_string_buffer(1024)
+    z = lib.moat_zygote_new(template, len(template), err, len(err))
+    if not z:
+        sys.stderr.write("moat zygote: %s\n" % err.value.decode(errors="replace"))
+        sys.exit(2)
+    envp = lib.moat_zygote_envp(z)
+    env = []
+    i = 0
+    while envp[i] is not None:
+        env.append(envp[i])
+        i += 1
+    return lib, z, env
+
+
+def _reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def _become_program(ctl, env):
+    """pid 2, locked down: the run's environment, then the request."""
+    # every fd but 0, 1 and 2 is closed already: forget the socket's
+    ctl.detach()
+    os.environ.clear()
+    for kv in env:
+        k, _, v = kv.partition(b"=")
+        os.environb[k] = v
+    moat_pool.main()
+
+
+def main():
+    so_path, template, ctl_fd = sys.argv[1], sys.argv[2].encode(), int(sys.argv[3])
+    lib, z, env = _load(so_path, template)
+    ctl = socket.socket(fileno=ctl_fd)
+    api = ctypes.pythonapi
+    while True:
+        _reap()
+        msg, fds, _, _ = socket.recv_fds(ctl, 16, NFDS)
+        if not msg:
+            return
+        if len(fds) != NFDS:
+            for fd in fds:
+                os.close(fd)
+            ctl.sendmsg([b"e22"])
+            continue
+        arr = (ctypes.c_int * NFDS)(*fds)
+        pidfd = ctypes.c_int(-1)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        api.PyOS_BeforeFork()
+        pid = lib.moat_zygote_spawn(z, arr, ctypes.byref(pidfd))
+        if pid == 0:
+            api.PyOS_AfterFork_Child()
+            _become_program(ctl, env)
+            return  # the interpreter ends as a program's would
+        api.PyOS_AfterFork_Parent()
+        for fd in fds:
+            os.close(fd)
+        if pid < 0:
+            ctl.sendmsg([b"e%d" % -pid])
+            continue
+        try:
+            socket.send_fds(ctl, [b"p"], [pidfd.value])
+        finally:
+            os.close(pidfd.value)
+
+
+if __name__ == "__main__":
+    main()

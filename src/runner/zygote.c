@@ -1,0 +1,135 @@
+/* The zygote's side of a run (docs/design/pool-zygote.md): a process that
+ * is not the run's supervisor -- an initialised interpreter -- clones the
+ * run's pid 1 into new namespaces and hands its pidfd to the supervisor,
+ * which adopts it (run_adopt). Every pid 1 is made from one template: the
+ * plan, privileges, filter, network and environment of a run prepared once
+ * from a request (no code; its files, code and env come later, on the
+ * program's stdin); only the channels are each request's own, made by the
+ * supervisor's run_prepare and passed in as fds. pid 2 comes back from
+ * moat_zygote_spawn locked down (moat_child_main without a program), in
+ * the zygote's copied memory.
+ *
+ * Built into libmoat, and into moat-zygote.so for an interpreter to load
+ * (Makefile; only the moat_zygote_* functions are exported there). */
+#include <errno.h>
+#include <linux/sched.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include "core/sys.h"
+#include "runner/run.h"
+#include "runner/zygote.h"
+
+struct moat_zygote {
+	struct moat_request *req;
+	struct run r;
+};
+
+static int pid2_unused(void *arg)
+{
+	(void)arg;
+	return 127;
+}
+
+struct moat_zygote *moat_zygote_new(const char *request_json, size_t len, char *errbuf,
+				    size_t errlen)
+{
+	struct moat_error err = { 0 };
+	struct moat_zygote *z = calloc(1, sizeof *z);
+	if (!z) {
+		moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		goto fail;
+	}
+	if (moat_request_parse_json(request_json, len, &z->req, &err) < 0)
+		goto fail;
+	if (z->req->network || z->req->has_allowed_hosts || z->req->kv_enabled ||
+	    z->req->outputs_count || z->req->argc ||
+	    z->req->language == MOAT_LANG_TYPESCRIPT) {
+		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+			       "a zygote's template takes no network, kvEnabled, outputs, argv "
+			       "or TypeScript");
+		goto fail;
+	}
+	run_init(&z->r, z->req, NULL);
+	/* pid 2 returns into the zygote's caller: never called */
+	z->r.pid2_main = pid2_unused;
+	if (run_prepare(&z->r, &err) < 0)
+		goto fail;
+	return z;
+fail:
+	if (errbuf && errlen)
+		snprintf(errbuf, errlen, "%s", err.message ? err.message : "zygote set-up failed");
+	moat_error_clear(&err);
+	moat_zygote_free(z);
+	return NULL;
+}
+
+char *const *moat_zygote_envp(const struct moat_zygote *z)
+{
+	return z ? z->r.envp : NULL;
+}
+
+int moat_zygote_spawn(struct moat_zygote *z, const int fds[MOAT_ZYGOTE_NFDS], int *pidfd)
+{
+	if (!z || !fds || !pidfd)
+		return -EINVAL;
+	for (int i = 0; i < MOAT_ZYGOTE_NFDS; i++)
+		if (fds[i] < 0)
+			return -EBADF;
+	struct moat_child c;
+	run_child_spec(&z->r, &c);
+	c.program = NULL;
+	c.transpile = NULL;
+	c.stdin_fd = fds[MOAT_ZYGOTE_STDIN];
+	c.stdout_fd = fds[MOAT_ZYGOTE_STDOUT];
+	c.stderr_fd = fds[MOAT_ZYGOTE_STDERR];
+	c.report_fd = fds[MOAT_ZYGOTE_REPORT];
+	c.sync_fd = fds[MOAT_ZYGOTE_SYNC];
+	c.outputs_fd = -1;
+	c.kv_fd = -1;
+	*pidfd = -1;
+	struct clone_args args;
+	memset(&args, 0, sizeof args);
+	args.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
+		     CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+	args.pidfd = (uint64_t)(uintptr_t)pidfd;
+	/* the zygote reaps its pid 1s (SIGCHLD); the supervisor only ever
+	 * watches the pidfd it was handed */
+	args.exit_signal = SIGCHLD;
+	pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof args);
+	if (pid < 0)
+		return -errno;
+	if (pid == 0) {
+		/* pid 1 never returns; pid 2 returns 0 locked down */
+		if (moat_child_main(&c) == 0)
+			return 0;
+		moat_sys_exit(127);
+	}
+	const struct moat_run_options *o = &z->r.opts;
+	uid_t uid = z->r.as_root ? (o->root_host_id ? o->root_host_id : MOAT_SANDBOX_UID) : getuid();
+	gid_t gid = z->r.as_root ? (o->root_host_id ? o->root_host_id : MOAT_SANDBOX_GID) : getgid();
+	struct moat_error err = { 0 };
+	if (moat_idmap_write(pid, z->r.as_root, uid, gid, &err) < 0) {
+		int e = err.sys_errno ? err.sys_errno : EPERM;
+		moat_error_clear(&err);
+		syscall(SYS_pidfd_send_signal, *pidfd, SIGKILL, NULL, 0);
+		close(*pidfd);
+		*pidfd = -1;
+		return -e; /* the zygote reaps it as any other */
+	}
+	return pid;
+}
+
+void moat_zygote_free(struct moat_zygote *z)
+{
+	if (!z)
+		return;
+	if (z->req)
+		run_release(&z->r);
+	moat_request_free(z->req);
+	free(z);
+}

@@ -1,0 +1,40 @@
+/* The zygote's side of a run (zygote.c; docs/design/pool-zygote.md). The
+ * only interface moat-zygote.so exports. */
+#ifndef MOAT_RUNNER_ZYGOTE_H
+#define MOAT_RUNNER_ZYGOTE_H
+
+#include <stddef.h>
+
+struct moat_zygote;
+
+/* The fds moat_zygote_spawn takes: the child's ends of the channels of a
+ * run the supervisor prepared (run_prepare), in this order. */
+enum {
+	MOAT_ZYGOTE_STDIN,  /* read end of the program's stdin */
+	MOAT_ZYGOTE_STDOUT, /* write end of its stdout */
+	MOAT_ZYGOTE_STDERR, /* write end of its stderr */
+	MOAT_ZYGOTE_REPORT, /* pid 1's end of the report socket */
+	MOAT_ZYGOTE_SYNC,   /* read end of the sync pipe */
+	MOAT_ZYGOTE_NFDS
+};
+
+/* The template every pid 1 is made from: a run prepared from request_json
+ * (the language, limits and environment of the runs it will serve; no
+ * network, kvEnabled, outputs, argv or TypeScript). NULL on failure, with
+ * the reason in errbuf. */
+struct moat_zygote *moat_zygote_new(const char *request_json, size_t len, char *errbuf,
+				    size_t errlen);
+/* The program's environment (NULL-terminated "NAME=value"): what a cold
+ * run's program starts with, for the interpreter to take over in pid 2. */
+char *const *moat_zygote_envp(const struct moat_zygote *z);
+/* Clones pid 1 of a run from the template with the run's fds (borrowed:
+ * the caller closes its copies) into new namespaces, writes its id maps
+ * and returns its pid with *pidfd, for the supervisor to adopt
+ * (run_adopt) and the caller to reap. Returns 0 in the run's pid 2 only,
+ * locked down (moat_child_main without a program): the caller's code runs
+ * on as the program. -errno when no pid 1 was made (or it was killed
+ * because its maps could not be written). */
+int moat_zygote_spawn(struct moat_zygote *z, const int fds[MOAT_ZYGOTE_NFDS], int *pidfd);
+void moat_zygote_free(struct moat_zygote *z);
+
+#endif
