@@ -50,7 +50,7 @@ TSAN    := -fsanitize=thread -fno-omit-frame-pointer
 LIB_SRCS := $(sort $(filter-out src/cli/% src/main.c,$(wildcard src/*/*.c)))
 CLI_SRCS := src/main.c $(sort $(wildcard src/cli/*.c))
 GEN_SRC  := $(BUILD)/gen/embedded.c
-EMBEDDED := policies/default.json rootfs/default.plan
+EMBEDDED := policies/default.json policies/zygote.json rootfs/default.plan
 # the seccomp BPF cache is keyed on a digest of the policy compiler's sources
 SECCOMP_COMPILER := src/seccomp/policy.c src/seccomp/compile.c src/seccomp/internal.h
 
@@ -89,6 +89,7 @@ $(BUILD)/embed: tools/embed.c src/core/sha256.c src/core/sha256.h
 $(GEN_SRC): $(BUILD)/embed $(EMBEDDED) $(SECCOMP_COMPILER)
 	@mkdir -p $(@D)
 	$(BUILD)/embed $@ moat_embedded_default_policy=policies/default.json \
+	    moat_embedded_zygote_policy=policies/zygote.json \
 	    moat_embedded_rootfs_plan=rootfs/default.plan \
 	    'moat_embedded_seccomp_compiler#$(subst $(space),$(comma),$(strip $(SECCOMP_COMPILER)))'
 
@@ -363,6 +364,7 @@ check-node: $(BUILD)/moat
 SYSCONFDIR ?= /etc
 BINDIR     ?= $(PREFIX)/bin
 DATADIR    ?= $(PREFIX)/share
+LIBDIR     ?= $(PREFIX)/lib
 MANDIR     ?= $(DATADIR)/man
 APPARMOR   ?= auto
 AA_ETC := $(if $(filter yes,$(APPARMOR)),yes,$(if $(filter auto,$(APPARMOR)),$(if \
@@ -377,8 +379,9 @@ $(BUILD)/moat.1: doc/moat.1.scd
 	scdoc < $< > $@.tmp && mv $@.tmp $@
 man: $(BUILD)/moat.1
 
-install: $(BUILD)/moat $(BUILD)/moat.1
+install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat-zygote.so
 	install -D -m 0755 $(BUILD)/moat $(DESTDIR)$(BINDIR)/moat
+	install -D -m 0644 $(BUILD)/moat-zygote.so $(DESTDIR)$(LIBDIR)/moat/moat-zygote.so
 	install -D -m 0644 policies/default.json $(DESTDIR)$(DATADIR)/moat/policies/default.json
 	@for f in $(RUNTIME_FILES); do \
 	    echo "install -D -m 0644 $$f $(DESTDIR)$(DATADIR)/moat/$$f"; \
@@ -409,7 +412,7 @@ uninstall:
 	rm -f $(DESTDIR)$(SYSCONFDIR)/apparmor.d/moat
 	rm -f $(DESTDIR)$(BINDIR)/moat $(DESTDIR)$(MANDIR)/man1/moat.1 \
 	    $(DESTDIR)$(DATADIR)/bash-completion/completions/moat
-	rm -rf $(DESTDIR)$(DATADIR)/moat
+	rm -rf $(DESTDIR)$(DATADIR)/moat $(DESTDIR)$(LIBDIR)/moat
 
 # The Debian package (debian/): libseccomp and libcap linked shared, built in a
 # copy of the tree under $(BUILD)/deb with DEB_BUILD_OPTIONS=nocheck (the unit

@@ -8,7 +8,8 @@
 # Environment: REQUESTS per cell (200), WARMUP per cell, not timed (10), CLIENTS (1,2,8),
 # WORKLOADS (see bench/serve-load.mjs), RUNTIME (the handler shims, default
 # runtime/ of this checkout), QUEUE (--queue, 1024), NODE (node), GAP_MS (a pause after each
-# answer, per client: spaced requests).
+# answer, per client: spaced requests), POOL_FLAGS (more flags for the pooled service, e.g.
+# --pool-zygote).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -45,7 +46,7 @@ trap 'exit 130' INT TERM
 # Two services side by side: one with its warm pool (POOL per language, default 2), one
 # without (--pool 0), on the same store file.
 "$MOAT" serve --socket "$sock" --runtime "$RUNTIME" --max-concurrent "$CPUS" --queue "$QUEUE" \
-	--pool "${POOL:-2}" --kv "$tmp/kv.sqlite3" 2>"$tmp/serve.log" &
+	--pool "${POOL:-2}" ${POOL_FLAGS:-} --kv "$tmp/kv.sqlite3" 2>"$tmp/serve.log" &
 pid=$!
 "$MOAT" serve --socket "$tmp/cold.sock" --runtime "$RUNTIME" --max-concurrent "$CPUS" \
 	--queue "$QUEUE" --pool 0 --kv "$tmp/kv.sqlite3" 2>"$tmp/cold.log" &

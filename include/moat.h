@@ -256,6 +256,15 @@ struct moat_run_options {
 	 * per sandboxId, 0 for the defaults (1024 keys, 64 MiB, 1 MiB a value). */
 	const char *kv_store;
 	uint64_t kv_max_keys, kv_max_bytes, kv_max_value;
+	/* moat serve's Python zygote only (docs/design/pool-zygote.md), never
+	 * a request's: the run is the zygote's own sandbox. Its filter is the
+	 * zygote policy (policy_path and seccomp_log must be unset), /proc is
+	 * not masked (a new /proc for each sandbox it builds needs a fully
+	 * visible one), there is no Landlock (it would forbid those sandboxes'
+	 * mounts), and zygote_fd, a socket that stays the caller's, becomes
+	 * the program's fd 4 (no kvEnabled). */
+	bool zygote_host;
+	int zygote_fd;
 };
 
 void moat_run_options_init(struct moat_run_options *opts);
@@ -338,5 +347,22 @@ int moat_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req
 /* The sandbox's memory in use now, from its cgroup (bytes), or -1 when it
  * has no memory cgroup. */
 int64_t moat_sandbox_memory(const struct moat_sandbox *sb);
+
+/* A zygote's child (moat serve's Python zygote; docs/design/pool-zygote.md):
+ * as moat_sandbox_create, except that pid 1 is made by make_pid1 -- which
+ * hands the zygote the run's five fds (stdin, stdout, stderr, report, sync:
+ * borrowed, the run closes its copies) and record (the run's rlimits; its
+ * bytes go to the zygote as they are) and returns pid 1's pidfd (the run
+ * owns it), or -1 with *err -- and the request reaches the program as a
+ * warm sandbox's bootstrap reads it, on its stdin. Then moat_sandbox_start,
+ * _wait and _release as for any run; the result has "pool": true. Refused
+ * (MOAT_ERR_CONFIG, before make_pid1 is called) for what the zygote's
+ * template cannot reproduce: opts with a rootfs, a policy, the seccomp log
+ * or a workdir, and requests moat_pool_refusal refuses against themselves. */
+typedef int (*moat_make_pid1_fn)(void *ctx, const int *fds, size_t nfds, const void *record,
+				 size_t record_len, int *pidfd, struct moat_error *err);
+int moat_sandbox_create_adopted(const struct moat_request *req, const struct moat_run_options *opts,
+				moat_make_pid1_fn make_pid1, void *ctx, struct moat_sandbox **out,
+				struct moat_error *err);
 
 #endif

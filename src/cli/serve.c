@@ -29,7 +29,7 @@ static void usage(FILE *f)
 	      "                  [--max-concurrent N] [--queue N] [--config F] [--rootfs DIR]\n"
 	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
 	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
-	      "                  [--pool N] [--json-log]\n"
+	      "                  [--pool N] [--pool-zygote] [--json-log]\n"
 	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
 	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: as root\n"
 	      "127.0.0.1:3000, otherwise the unix socket $XDG_RUNTIME_DIR/moat.sock.\n"
@@ -38,6 +38,8 @@ static void usage(FILE *f)
 	      "--pool N keeps N warm python, javascript and typescript sandboxes each\n"
 	      "(typescript where the root has esbuild; 0: none;\n"
 	      "default: config serve.pool, else 1-2 by available memory).\n"
+	      "--pool-zygote (with a pool): Python requests are made by forking an\n"
+	      "initialised interpreter, each into a fresh sandbox (docs/SERVE.md).\n"
 	      "--json-log writes every log line as one JSON object to stdout (for a log\n"
 	      "collector, e.g. in a pod); by default the log goes to stderr.\n",
 	      f);
@@ -224,13 +226,14 @@ int cli_serve(int argc, char **argv)
 		{ "kv-quota", required_argument, NULL, 'Q' },
 		{ "no-kv", no_argument, NULL, 'N' },
 		{ "pool", required_argument, NULL, 'P' },
+		{ "pool-zygote", no_argument, NULL, 'Z' },
 		{ "json-log", no_argument, NULL, 'J' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *listen_spec = NULL, *sock = NULL, *token_file = NULL, *config = NULL;
 	const char *rootfs = NULL, *runtime = NULL, *kv = NULL, *kv_quota = NULL;
-	bool no_kv = false, json_log = false;
+	bool no_kv = false, json_log = false, zygote = false;
 	int pool = -1;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
@@ -249,6 +252,7 @@ int cli_serve(int argc, char **argv)
 		case 'Q': kv_quota = optarg; break;
 		case 'N': no_kv = true; break;
 		case 'J': json_log = true; break;
+		case 'Z': zygote = true; break;
 		case 'P': {
 			unsigned n;
 			if (parse_uint(optarg, 0, 64, &n) < 0)
@@ -423,7 +427,7 @@ int cli_serve(int argc, char **argv)
 		.client_timeout_s = client_to, .runtime_dir = rt, .rootfs_dir = rootfs, .cfg = cfg,
 		.log = json_log ? stdout : stderr, .json_log = json_log, .kv_store = kv, .kv_max_keys = kvo.kv_max_keys,
 		.kv_max_bytes = kvo.kv_max_bytes, .kv_max_value = kvo.kv_max_value, .kv_off = no_kv,
-		.pool = pool,
+		.pool = pool, .pool_zygote = zygote,
 	};
 	fd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {

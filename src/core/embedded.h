@@ -5,6 +5,8 @@
 
 extern const unsigned char moat_embedded_default_policy[];
 extern const unsigned long moat_embedded_default_policy_len;
+extern const unsigned char moat_embedded_zygote_policy[];
+extern const unsigned long moat_embedded_zygote_policy_len;
 extern const unsigned char moat_embedded_rootfs_plan[];
 extern const unsigned long moat_embedded_rootfs_plan_len;
 

@@ -447,7 +447,7 @@ out:
 	return rc;
 }
 
-static int add_proc(struct moat_mount_plan *p)
+static int add_proc(struct moat_mount_plan *p, bool unmasked)
 {
 	char *proc = join(p->base, "/proc");
 	char *devnull = join(p->base, "/dev/null");
@@ -458,7 +458,7 @@ static int add_proc(struct moat_mount_plan *p)
 	if (!op)
 		goto out;
 	op->flags = MS_NOSUID | MS_NODEV | MS_NOEXEC;
-	for (size_t i = 0; i < sizeof PROC_RO / sizeof PROC_RO[0]; i++) {
+	for (size_t i = 0; !unmasked && i < sizeof PROC_RO / sizeof PROC_RO[0]; i++) {
 		char *path = join(proc, PROC_RO[i]);
 		op = path ? add_op(p, MOAT_OP_BIND, path, path) : NULL;
 		if (op) {
@@ -475,7 +475,7 @@ static int add_proc(struct moat_mount_plan *p)
 		if (!op)
 			goto out;
 	}
-	for (size_t i = 0; i < sizeof PROC_MASK / sizeof PROC_MASK[0]; i++) {
+	for (size_t i = 0; !unmasked && i < sizeof PROC_MASK / sizeof PROC_MASK[0]; i++) {
 		char *path = join(proc, PROC_MASK[i]);
 		op = path ? add_op(p, MOAT_OP_BIND, devnull, path) : NULL;
 		if (op)
@@ -617,7 +617,7 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 		if (WALL_ATTRS && add_setattr(p, p->base, WALL_ATTRS, true) < 0)
 			goto oom;
 	}
-	if (add_dev(p, tmpfs) < 0 || add_proc(p) < 0 ||
+	if (add_dev(p, tmpfs) < 0 || add_proc(p, in->proc_unmasked) < 0 ||
 	    add_tmpfs(p, "/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, tmpfs) < 0 ||
 	    add_tmpfs(p, "/sandbox", MS_NOSUID | MS_NODEV, 0755, tmpfs) < 0)
 		goto oom;

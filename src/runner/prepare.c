@@ -286,6 +286,17 @@ static int make_channels(struct run *r, struct moat_error *err)
  * before it starts), the broker, and the socket the program gets. */
 static int kv_prepare(struct run *r, struct moat_error *err)
 {
+	if (r->opts.zygote_host) {
+		/* the zygote's control socket: the program's fd 4, no broker */
+		if (r->req->kv_enabled || r->opts.zygote_fd < 0)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "a zygote's sandbox needs its control socket and "
+					      "takes no kvEnabled");
+		if ((r->kv_child = fcntl(r->opts.zygote_fd, F_DUPFD_CLOEXEC, 0)) < 0)
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "dup: %s",
+					      strerror(errno));
+		return 0;
+	}
 	if (!r->req->kv_enabled)
 		return 0;
 	moat_kv_quota_default(&r->kvq);
@@ -342,12 +353,22 @@ int run_prepare(struct run *r, struct moat_error *err)
 	if (moat_net_prepare(req, &r->net, err) < 0)
 		return -1;
 	moat_stamp("sup: net prepared");
-	if (moat_seccomp_prepare(r->opts.policy_path, r->opts.seccomp_log, &r->seccomp, err) < 0)
+	if (r->opts.zygote_host && (r->opts.policy_path || r->opts.seccomp_log))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "a zygote's sandbox has the zygote policy only");
+	if ((r->opts.zygote_host ? moat_seccomp_prepare_zygote(&r->seccomp, err)
+				 : moat_seccomp_prepare(r->opts.policy_path, r->opts.seccomp_log,
+							&r->seccomp, err)) < 0)
 		return -1;
 	moat_stamp("sup: seccomp prepared");
 	if (moat_priv_prepare(&r->priv, tmpfs, err) < 0)
 		return -1;
-	int ll = moat_landlock_decide(r->priv.landlock_abi, r->opts.strict_isolation, err);
+	/* Landlock would forbid the mounts of the sandboxes a zygote builds;
+	 * each of them applies its own */
+	if (r->opts.zygote_host)
+		r->priv.landlock_abi = 0;
+	int ll = r->opts.zygote_host ? 0
+		 : moat_landlock_decide(r->priv.landlock_abi, r->opts.strict_isolation, err);
 	if (ll < 0)
 		return -1;
 	if (ll > 0 && moat_result_warn(r->res, "%s", MOAT_LANDLOCK_MISSING) < 0)
@@ -369,6 +390,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = req,
 		.code_name = r->code_name, .resolv_conf = moat_net_resolv_conf(r->net),
 		.runtime_dir = r->opts.runtime_dir, .workdir = r->workdir,
+		.proc_unmasked = r->opts.zygote_host,
 	};
 	if (moat_plan_build(&pin, &r->plan, err) < 0)
 		return -1;

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "runner/run.h"
+#include "runner/zygote.h"
 
 struct moat_sandbox {
 	struct run run;
@@ -16,6 +17,7 @@ void moat_run_options_init(struct moat_run_options *opts)
 	memset(opts, 0, sizeof *opts);
 	opts->cancel_fd = -1;
 	opts->hangup_fd = -1;
+	opts->zygote_fd = -1;
 }
 
 int moat_sandbox_create(const struct moat_request *req, const struct moat_run_options *opts,
@@ -35,6 +37,58 @@ int moat_sandbox_create(const struct moat_request *req, const struct moat_run_op
 	}
 	*out = sb;
 	return 0;
+}
+
+/* The record moat_zygote_spawn takes (runner/zygote.h): the run's rlimits. */
+static size_t zygote_record(const struct run *r, char rec[MOAT_ZYGOTE_MAX_RECORD])
+{
+	size_t len = 1;
+	rec[0] = MOAT_ZYGOTE_RUN;
+	for (int i = 0; i < r->priv.rlimit_count && len < MOAT_ZYGOTE_MAX_RECORD; i++) {
+		struct moat_zygote_rlimit rl = { .resource = r->priv.rlimits[i].resource,
+						 .value = r->priv.rlimits[i].value.rlim_cur };
+		memcpy(rec + len, &rl, sizeof rl);
+		len += sizeof rl;
+	}
+	return len;
+}
+
+int moat_sandbox_create_adopted(const struct moat_request *req, const struct moat_run_options *opts,
+				moat_make_pid1_fn make_pid1, void *ctx, struct moat_sandbox **out,
+				struct moat_error *err)
+{
+	*out = NULL;
+	if (opts && (opts->rootfs_dir || opts->policy_path || opts->seccomp_log || opts->workdir ||
+		     opts->zygote_host))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "a zygote's child has the zygote's root, policy and no workdir");
+	if (moat_request_validate(req, err) < 0)
+		return -1;
+	const char *why = moat_pool_refusal(req, req);
+	if (why)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "this request cannot run in a zygote's child: %s", why);
+	struct moat_sandbox *sb = malloc(sizeof *sb);
+	if (!sb)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	struct run *r = &sb->run;
+	run_init(r, req, opts);
+	if (run_prepare(r, err) < 0 || run_frame_stdin(r, err) < 0)
+		goto fail;
+	int fds[MOAT_ZYGOTE_NFDS] = { r->stdin_r, r->stdout_w, r->stderr_w, r->report_w, r->sync_r };
+	char rec[MOAT_ZYGOTE_MAX_RECORD];
+	size_t len = zygote_record(r, rec);
+	int pidfd = -1;
+	if (make_pid1(ctx, fds, MOAT_ZYGOTE_NFDS, rec, len, &pidfd, err) < 0)
+		goto fail;
+	r->res->pooled = true;
+	if (run_adopt(r, pidfd, err) < 0)
+		goto fail;
+	*out = sb;
+	return 0;
+fail:
+	moat_sandbox_release(sb);
+	return -1;
 }
 
 int moat_sandbox_start(struct moat_sandbox *sb, struct moat_error *err)

@@ -35,8 +35,9 @@ static int pid2_unused(void *arg)
 	return 127;
 }
 
-struct moat_zygote *moat_zygote_new(const char *request_json, size_t len, char *errbuf,
-				    size_t errlen)
+struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
+				    unsigned long long tmpfs_bytes, const char *runtime_dir,
+				    char *errbuf, size_t errlen)
 {
 	struct moat_error err = { 0 };
 	struct moat_zygote *z = calloc(1, sizeof *z);
@@ -54,7 +55,11 @@ struct moat_zygote *moat_zygote_new(const char *request_json, size_t len, char *
 			       "or TypeScript");
 		goto fail;
 	}
-	run_init(&z->r, z->req, NULL);
+	struct moat_run_options o;
+	moat_run_options_init(&o);
+	o.tmpfs_bytes = tmpfs_bytes;
+	o.runtime_dir = runtime_dir && *runtime_dir ? runtime_dir : NULL;
+	run_init(&z->r, z->req, &o);
 	/* pid 2 returns into the zygote's caller: never called */
 	z->r.pid2_main = pid2_unused;
 	if (run_prepare(&z->r, &err) < 0)
@@ -73,15 +78,34 @@ char *const *moat_zygote_envp(const struct moat_zygote *z)
 	return z ? z->r.envp : NULL;
 }
 
-int moat_zygote_spawn(struct moat_zygote *z, const int fds[MOAT_ZYGOTE_NFDS], int *pidfd)
+int moat_zygote_spawn(struct moat_zygote *z, const int fds[MOAT_ZYGOTE_NFDS], const void *record,
+		      size_t record_len, int *pidfd)
 {
-	if (!z || !fds || !pidfd)
+	if (!z || !fds || !pidfd || !record || record_len < 1 ||
+	    *(const char *)record != MOAT_ZYGOTE_RUN ||
+	    (record_len - 1) % sizeof(struct moat_zygote_rlimit) ||
+	    record_len > MOAT_ZYGOTE_MAX_RECORD)
 		return -EINVAL;
 	for (int i = 0; i < MOAT_ZYGOTE_NFDS; i++)
 		if (fds[i] < 0)
 			return -EBADF;
+	/* the run's rlimits on a copy of the template's privileges (pid 1 and
+	 * pid 2 read it from the clone's copy of this stack) */
+	struct moat_priv_plan priv = z->r.priv;
+	size_t n = (record_len - 1) / sizeof(struct moat_zygote_rlimit);
+	for (size_t i = 0; i < n; i++) {
+		struct moat_zygote_rlimit rl;
+		memcpy(&rl, (const char *)record + 1 + i * sizeof rl, sizeof rl);
+		struct moat_error err = { 0 };
+		if (rl.resource < 0 || rl.resource >= RLIM_NLIMITS || rl.zero ||
+		    moat_priv_add_rlimit(&priv, rl.resource, (rlim_t)rl.value, &err) < 0) {
+			moat_error_clear(&err);
+			return -EINVAL;
+		}
+	}
 	struct moat_child c;
 	run_child_spec(&z->r, &c);
+	c.priv = &priv;
 	c.program = NULL;
 	c.transpile = NULL;
 	c.stdin_fd = fds[MOAT_ZYGOTE_STDIN];

@@ -4,6 +4,7 @@
 #define MOAT_RUNNER_ZYGOTE_H
 
 #include <stddef.h>
+#include <stdint.h>
 
 struct moat_zygote;
 
@@ -19,22 +20,38 @@ enum {
 };
 
 /* The template every pid 1 is made from: a run prepared from request_json
- * (the language, limits and environment of the runs it will serve; no
- * network, kvEnabled, outputs, argv or TypeScript). NULL on failure, with
- * the reason in errbuf. */
-struct moat_zygote *moat_zygote_new(const char *request_json, size_t len, char *errbuf,
-				    size_t errlen);
+ * (the language and environment of the runs it will serve; no network,
+ * kvEnabled, outputs, argv or TypeScript) with tmpfs_bytes for /tmp and
+ * /sandbox (0: the default) and runtime_dir bound (NULL: none), as the
+ * supervisor's runs have them. NULL on failure, with the reason in
+ * errbuf. */
+struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
+				    unsigned long long tmpfs_bytes, const char *runtime_dir,
+				    char *errbuf, size_t errlen);
+
+/* One record of the control socket, as moat_zygote_spawn takes it: the
+ * byte MOAT_ZYGOTE_RUN, then the rlimits of the run (what the supervisor's
+ * run_prepare chose: its cgroup fallbacks and the file size), each applied
+ * to the program as the lower of it and the template's. */
+#define MOAT_ZYGOTE_RUN 'r'
+struct moat_zygote_rlimit {
+	int32_t resource;
+	uint32_t zero;
+	uint64_t value;
+};
+#define MOAT_ZYGOTE_MAX_RECORD (1 + 8 * sizeof(struct moat_zygote_rlimit))
 /* The program's environment (NULL-terminated "NAME=value"): what a cold
  * run's program starts with, for the interpreter to take over in pid 2. */
 char *const *moat_zygote_envp(const struct moat_zygote *z);
 /* Clones pid 1 of a run from the template with the run's fds (borrowed:
- * the caller closes its copies) into new namespaces, writes its id maps
+ * the caller closes its copies) and the record's rlimits into new namespaces, writes its id maps
  * and returns its pid with *pidfd, for the supervisor to adopt
  * (run_adopt) and the caller to reap. Returns 0 in the run's pid 2 only,
  * locked down (moat_child_main without a program): the caller's code runs
  * on as the program. -errno when no pid 1 was made (or it was killed
  * because its maps could not be written). */
-int moat_zygote_spawn(struct moat_zygote *z, const int fds[MOAT_ZYGOTE_NFDS], int *pidfd);
+int moat_zygote_spawn(struct moat_zygote *z, const int fds[MOAT_ZYGOTE_NFDS], const void *record,
+		      size_t record_len, int *pidfd);
 void moat_zygote_free(struct moat_zygote *z);
 
 #endif

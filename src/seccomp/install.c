@@ -8,6 +8,7 @@
 #include <time.h>
 #include <unistd.h>
 #include "core/core.h"
+#include "core/embedded.h"
 #include "core/sys.h"
 #include "seccomp/internal.h"
 
@@ -25,8 +26,8 @@ void sc_stats_get(struct sc_stats *out)
 	*out = last_stats;
 }
 
-int moat_seccomp_prepare(const char *policy_path, bool log_denied,
-			 struct moat_seccomp_prog **out, struct moat_error *err)
+static int prepare(const char *policy_path, bool zygote, bool log_denied,
+		   struct moat_seccomp_prog **out, struct moat_error *err)
 {
 	*out = NULL;
 	uint64_t t0 = moat_mono_ns();
@@ -40,7 +41,15 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 	size_t len = 0;
 	uint8_t policy_sha[MOAT_SHA256_LEN];
 	bool hashed = false;
-	if (policy_path) {
+	if (zygote) {
+		len = moat_embedded_zygote_policy_len;
+		if (!(buf = malloc(len + 1)))
+			return moat_error_set(err, MOAT_ERR_CONFIG, ENOMEM, "out of memory");
+		memcpy(buf, moat_embedded_zygote_policy, len + 1);
+		moat_sha256(buf, len, policy_sha);
+		hashed = true;
+		policy_path = "(embedded zygote policy)";
+	} else if (policy_path) {
 		if (sc_policy_read(policy_path, &buf, &len, err) < 0)
 			return -1;
 		moat_sha256(buf, len, policy_sha);
@@ -91,6 +100,17 @@ int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 					.compile_ns = t2 - t1 };
 	*out = prog;
 	return 0;
+}
+
+int moat_seccomp_prepare(const char *policy_path, bool log_denied,
+			 struct moat_seccomp_prog **out, struct moat_error *err)
+{
+	return prepare(policy_path, false, log_denied, out, err);
+}
+
+int moat_seccomp_prepare_zygote(struct moat_seccomp_prog **out, struct moat_error *err)
+{
+	return prepare(NULL, true, false, out, err);
 }
 
 int moat_seccomp_probe(char **cache_dir, bool *cached, struct moat_error *err)

@@ -15,6 +15,10 @@ struct moat_seccomp_prog;
  * log_denied: install so denials are logged / reportable (--seccomp-log). */
 int moat_seccomp_prepare(const char *policy_path, bool log_denied,
 			 struct moat_seccomp_prog **out, struct moat_error *err);
+/* The filter of moat serve's Python zygote's own sandbox (the embedded
+ * policies/zygote.json: the default plus what building a sandbox needs;
+ * docs/design/pool-zygote.md). */
+int moat_seccomp_prepare_zygote(struct moat_seccomp_prog **out, struct moat_error *err);
 void moat_seccomp_prog_free(struct moat_seccomp_prog *prog);
 
 /* Child side, after no_new_privs: async-signal-safe (no allocation, no

@@ -145,8 +145,12 @@ struct serve_pool;
 /* want sandboxes per kind (python, javascript, and typescript where the
  * root has esbuild) prewarmed with opts and the Spin requests' limits (want
  * 0: none; the thread still releases finished runs); no prewarm while
- * saturated(sat_ctx) says every run slot is taken. */
-int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_run_options *opts,
+ * saturated(sat_ctx) says every run slot is taken. zygote: Python requests
+ * go to a Python zygote while it runs (its warm python sandboxes are not
+ * kept then); one that cannot start is logged and the pool goes on
+ * without it. */
+int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
+		     const struct moat_run_options *opts,
 		     const struct serve_limits *limits, struct serve_log *log, bool (*saturated)(void *ctx),
 		     void *sat_ctx, struct moat_error *err);
 /* Stops refilling, releases the idle ones, waits for the ones in use. */
@@ -156,6 +160,27 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 		   const struct moat_run_options *opts, struct moat_result **out,
 		   struct moat_error *err);
 void serve_pool_render(struct serve_pool *p, struct moat_buf *b);
+
+/* ---- the Python zygote of the pool (zygote.c) ---- */
+struct serve_zygote;
+/* Its program (moat-zygote.so read now, from beside the moat binary or
+ * ../lib/moat/) and options (opts: the pool's; a rootfs or a policy
+ * refuses it). Not started yet. */
+int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *opts,
+		     struct moat_error *err);
+/* Starts it (a dead one is released first). The calling thread must
+ * outlive it, as for a prewarm. */
+int serve_zygote_start(struct serve_zygote *z, struct moat_error *err);
+/* It needs (re)starting; it is running and usable. NULL-safe. */
+bool serve_zygote_wanted(struct serve_zygote *z);
+bool serve_zygote_up(struct serve_zygote *z);
+/* moat_sandbox_create for req in a child of the zygote. */
+int serve_zygote_create(struct serve_zygote *z, const struct moat_request *req,
+			const struct moat_run_options *opts, struct moat_sandbox **out,
+			struct moat_error *err);
+/* Releases it (with every child it made). */
+void serve_zygote_free(struct serve_zygote *z);
+void serve_zygote_render(struct serve_zygote *z, struct moat_buf *b);
 
 /* The one-line "error" of a Spin script result (NULL on success). */
 char *serve_script_error(const struct moat_result *res, const struct moat_request *req);

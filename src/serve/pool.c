@@ -57,6 +57,12 @@ struct serve_pool {
 	char *last_error;
 	bool ts_ok; /* the root has esbuild: the typescript kind is kept */
 	struct serve_log *log;
+	/* the Python zygote (zygote.c), or NULL; started, restarted and
+	 * released by the thread; zyg_in_use: its children running */
+	struct serve_zygote *zyg;
+	unsigned zyg_in_use, zyg_fails;
+	int64_t zyg_retry_at;
+	char *zyg_error;
 };
 
 /* Kind i is kept: all but typescript where the root has no esbuild. */
@@ -74,7 +80,8 @@ static int lang_index(const struct serve_pool *p, enum moat_language l)
 	return -1;
 }
 
-/* How many sandboxes of kind i the pool keeps. */
+/* How many sandboxes of kind i the pool keeps (python ones: the zygote's
+ * children while it runs). */
 static unsigned want_of(const struct serve_pool *p, int i)
 {
 	return kept(p, i) ? p->want : 0;
@@ -101,7 +108,12 @@ static void refill_one(struct serve_pool *p, int i)
 	struct moat_sandbox *sb = NULL;
 	struct moat_error err = { 0 };
 	int64_t t0 = moat_mono_ms();
-	int rc = moat_sandbox_prewarm(p->boot[i], &p->opts, &sb, &err);
+	/* python: a child of the zygote while it runs, made up to its start
+	 * (cgroups joined, mounts built: only the program's fork is left);
+	 * else a warm interpreter */
+	int rc = pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg)
+			 ? serve_zygote_create(p->zyg, p->boot[i], &p->opts, &sb, &err)
+			 : moat_sandbox_prewarm(p->boot[i], &p->opts, &sb, &err);
 	pthread_mutex_lock(&p->mu);
 	p->busy_refill_ms += (uint64_t)(moat_mono_ms() - t0);
 	if (rc < 0) {
@@ -146,6 +158,33 @@ static void wait_ms(struct serve_pool *p, long ms)
 	pthread_cond_timedwait(&p->cv, &p->mu, &ts);
 }
 
+/* Starts (or replaces) the zygote, outside the lock; a failure backs off
+ * (1 s doubling to 64 s) and is logged once per distinct message. */
+static void zygote_start(struct serve_pool *p)
+{
+	struct moat_error err = { 0 };
+	int rc = serve_zygote_start(p->zyg, &err);
+	pthread_mutex_lock(&p->mu);
+	if (rc == 0) {
+		p->zyg_fails = 0;
+	} else {
+		p->zyg_fails = p->zyg_fails < 6 ? p->zyg_fails + 1 : 6;
+		p->zyg_retry_at = moat_mono_ms() + (1000L << (p->zyg_fails - 1));
+		const char *m = err.message ? err.message : "?";
+		if (!p->zyg_error || strcmp(p->zyg_error, m)) {
+			free(p->zyg_error);
+			p->zyg_error = strdup(m);
+			if (p->log)
+				serve_log_notice(p->log, "warn", "pool",
+						 "cannot start the Python zygote: %s (Python "
+						 "requests use warm sandboxes)", m);
+		}
+	}
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	moat_error_clear(&err);
+}
+
 static void *refill_main(void *arg)
 {
 	struct serve_pool *p = arg;
@@ -156,11 +195,31 @@ static void *refill_main(void *arg)
 			release_unlocked(p, p->done[--p->ndone]);
 			continue;
 		}
+		/* a zygote that is not running (yet, or any more) is started
+		 * first: the python sandboxes below are its fallback */
+		if (p->zyg && !p->zyg_in_use && serve_zygote_wanted(p->zyg) &&
+		    moat_mono_ms() >= p->zyg_retry_at) {
+			pthread_mutex_unlock(&p->mu);
+			zygote_start(p);
+			pthread_mutex_lock(&p->mu);
+			continue;
+		}
+		/* while every run slot is taken, only the zygote's children are
+		 * made: a request needs one anyway, and made ahead it does not
+		 * wait for its cgroup join (an interpreter's start would only
+		 * compete with the runs for the CPUs) */
+		bool sat = p->saturated && p->saturated(p->sat_ctx);
 		int need = -1;
-		for (int i = 0; i < POOL_LANGS && need < 0; i++)
-			if (p->nready[i] < want_of(p, i))
+		bool held = false;
+		for (int i = 0; i < POOL_LANGS && need < 0; i++) {
+			if (p->nready[i] >= want_of(p, i))
+				continue;
+			if (sat && !(pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg)))
+				held = true;
+			else
 				need = i;
-		if (need >= 0 && p->saturated && p->saturated(p->sat_ctx)) {
+		}
+		if (need < 0 && held) {
 			wait_ms(p, 5);
 			continue;
 		}
@@ -194,21 +253,25 @@ static void *refill_main(void *arg)
 		wait_ms(p, need >= 0 ? 100L << fails : 1000);
 	}
 	/* stopping: the idle ones now, then wait for the ones in use (their
-	 * pid 1 dies with this thread) */
+	 * pid 1 dies with this thread; a zygote's children die with the
+	 * zygote, which dies with this thread) */
 	for (int i = 0; i < POOL_LANGS; i++)
 		while (p->nready[i])
 			release_unlocked(p, p->ready[i][--p->nready[i]].sb);
-	while (p->in_use || p->ndone) {
+	while (p->in_use || p->zyg_in_use || p->ndone) {
 		if (p->ndone)
 			release_unlocked(p, p->done[--p->ndone]);
 		else
 			pthread_cond_wait(&p->cv, &p->mu);
 	}
 	pthread_mutex_unlock(&p->mu);
+	serve_zygote_free(p->zyg); /* in this thread, its parent */
+	p->zyg = NULL;
 	return NULL;
 }
 
-int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_run_options *opts,
+int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
+		     const struct moat_run_options *opts,
 		     const struct serve_limits *limits, struct serve_log *log, bool (*saturated)(void *ctx),
 		     void *sat_ctx, struct moat_error *err)
 {
@@ -246,6 +309,14 @@ int serve_pool_start(struct serve_pool **out, unsigned want, const struct moat_r
 			return -1;
 		}
 	}
+	if (zygote) {
+		struct moat_error zerr = { 0 };
+		if (serve_zygote_new(&p->zyg, opts, &zerr) < 0 && log)
+			serve_log_notice(log, "warn", "pool",
+					 "no Python zygote: %s (Python requests use warm sandboxes)",
+					 zerr.message ? zerr.message : "?");
+		moat_error_clear(&zerr);
+	}
 	int e = pthread_create(&p->thread, NULL, refill_main, p);
 	if (e) {
 		serve_pool_stop(p);
@@ -271,6 +342,8 @@ void serve_pool_stop(struct serve_pool *p)
 		moat_request_free(p->boot[i]);
 		free(p->ready[i]);
 	}
+	serve_zygote_free(p->zyg); /* not started: the thread never ran */
+	free(p->zyg_error);
 	free(p->last_error);
 	free(p->done);
 	pthread_cond_destroy(&p->cv);
@@ -304,15 +377,51 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			p->in_use++;
 			p->used++;
 			pthread_cond_broadcast(&p->cv);
-		} else {
-			p->cold[i]++;
+		} else if (!(pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg))) {
+			p->cold[i]++; /* (a child the zygote makes now is not cold) */
 		}
 		pthread_mutex_unlock(&p->mu);
 	}
 	*out = NULL;
 	int rc;
 	bool warm = sb != NULL;
-	if (warm) {
+	/* Python to the zygote while it runs: any limits (the run's own
+	 * cgroups, its rlimits passed on), no warm sandbox taken */
+	bool zygote = false;
+	if (!warm && p && req->language == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg)) {
+		pthread_mutex_lock(&p->mu);
+		zygote = !p->stop;
+		if (zygote)
+			p->zyg_in_use++;
+		pthread_mutex_unlock(&p->mu);
+	}
+	if (zygote) {
+		rc = serve_zygote_create(p->zyg, req, opts, &sb, err);
+		if (rc == 0)
+			rc = moat_sandbox_start(sb, err);
+		if (rc == 0) {
+			warm = true; /* no cold run below */
+			/* made for this request: created and used at once */
+			pthread_mutex_lock(&p->mu);
+			p->created++;
+			p->used++;
+			pthread_mutex_unlock(&p->mu);
+		} else {
+			/* not made or not started (refused, or the zygote failed:
+			 * then it is replaced): this request runs cold */
+			moat_sandbox_release(sb);
+			sb = NULL;
+			moat_error_clear(err);
+		}
+		if (!warm) {
+			pthread_mutex_lock(&p->mu);
+			p->zyg_in_use--;
+			pthread_cond_broadcast(&p->cv);
+			pthread_mutex_unlock(&p->mu);
+			zygote = false;
+		}
+	}
+	if (warm && !zygote) {
 		rc = moat_sandbox_deliver(sb, req, opts, err);
 		if (rc < 0) {
 			/* it died while it waited (or cannot take this request after
@@ -345,7 +454,9 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			p->done[p->ndone++] = sb;
 			later = true;
 		}
-		if (warm)
+		if (zygote)
+			p->zyg_in_use--;
+		else if (warm)
 			p->in_use--;
 		pthread_cond_broadcast(&p->cv);
 		pthread_mutex_unlock(&p->mu);
@@ -396,4 +507,5 @@ void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
 			 (unsigned long long)p->failed, (unsigned long long)p->expired,
 			 (double)p->busy_refill_ms / 1000.0);
 	pthread_mutex_unlock(&p->mu);
+	serve_zygote_render(p->zyg, b);
 }

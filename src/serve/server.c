@@ -1066,7 +1066,8 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		po.policy_path = o->cfg->policy_path;
 		po.runtime_dir = o->runtime_dir;
 		po.strict_isolation = o->cfg->strict_isolation;
-		if (serve_pool_start(&s->pool, want, &po, &s->limits, &s->log, slots_full, s, err) < 0) {
+		if (serve_pool_start(&s->pool, want, want && o->pool_zygote, &po, &s->limits, &s->log,
+				     slots_full, s, err) < 0) {
 			close(o->listen_fd);
 			goto out;
 		}

@@ -186,6 +186,13 @@ status=0
 mkdir -p "$tmp/real" "$tmp/bin"
 cp "$MOAT" "$tmp/real/moat" && chmod 755 "$tmp/real" "$tmp/real/moat" "$tmp/bin" &&
 	ln -s "$(pwd)/runtime" "$tmp/runtime" || exit 2
+# moat-zygote.so beside both: moat serve looks beside its binary, the tests
+# beside MOAT_BIN
+zso=$(dirname "$MOAT")/moat-zygote.so
+if [ -f "$zso" ]; then
+	cp "$zso" "$tmp/real/" && cp "$zso" "$tmp/bin/" &&
+		chmod 644 "$tmp/real/moat-zygote.so" "$tmp/bin/moat-zygote.so" || exit 2
+fi
 printf '#!/bin/sh\nexec %s -q %s %s "$@"\n' "$tmp/oci-seccomp" "$tmp/moat.json" "$tmp/real/moat" \
 	>"$tmp/bin/moat" && chmod 755 "$tmp/bin/moat" || exit 2
 [ ${#SUITES[@]} -eq 0 ] || "$TOOL" -v "$PROFILE" true

@@ -42,6 +42,7 @@ ok "make install DESTDIR=... PREFIX=$PREFIX APPARMOR=yes"
 root="$dest$PREFIX"
 {
 	echo "755 $PREFIX/bin/moat"
+	echo "644 $PREFIX/lib/moat/moat-zygote.so"
 	echo "644 $PREFIX/share/moat/policies/default.json"
 	echo "644 $PREFIX/share/moat/apparmor/moat"
 	echo "644 $PREFIX/share/man/man1/moat.1"

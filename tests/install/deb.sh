@@ -120,12 +120,12 @@ done
 	bad "Recommends not installed:$missing"
 
 # ---- what the package put in place
-files=$(in_chroot 'for f in /usr/bin/moat /usr/share/man/man1/moat.1.gz \
+files=$(in_chroot 'for f in /usr/bin/moat /usr/lib/moat/moat-zygote.so /usr/share/man/man1/moat.1.gz \
 	/usr/share/bash-completion/completions/moat /usr/share/moat/apparmor/moat \
 	/usr/share/moat/policies/default.json /usr/share/moat/runtime/python/spin_sdk/key_value.py \
 	/usr/share/moat/runtime/js/spin-kv.mjs /usr/share/doc/moat/copyright; do
 	[ -f "$f" ] || echo "$f"; done')
-[ -z "$files" ] && ok "the binary, man page (gzipped), completion, profile, policy and runtime are there" ||
+[ -z "$files" ] && ok "the binary, the zygote's library, man page (gzipped), completion, profile, policy and runtime are there" ||
 	bad "missing from the package: $files"
 [ ! -e "$root/etc/apparmor.d/moat" ] && ok "no /etc/apparmor.d/moat without AppArmor 4" ||
 	bad "/etc/apparmor.d/moat exists without AppArmor 4"

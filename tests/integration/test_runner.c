@@ -811,7 +811,8 @@ static int zygote_worker(int mode, int fd, const char *const *reqs, size_t n)
 		int zfd = fcntl(sp[1], F_DUPFD, 10); /* without close-on-exec */
 		snprintf(fdnum, sizeof fdnum, "%d", zfd);
 		const char *tmpl = "{\"language\":\"python\",\"code\":\"pass\"}";
-		char *argv[] = { (char *)"python3", script, so, (char *)tmpl, fdnum, NULL };
+		char *argv[] = { (char *)"python3", script, so, (char *)tmpl, (char *)"0",
+				 (char *)"", fdnum, NULL };
 		char *envp[] = { (char *)"PATH=/usr/bin:/bin", (char *)"PYTHONDONTWRITEBYTECODE=1",
 				 NULL };
 		execve("/usr/bin/python3", argv, envp);
@@ -836,11 +837,21 @@ static int zygote_worker(int mode, int fd, const char *const *reqs, size_t n)
 		if (st == 0) {
 			int fds[MOAT_ZYGOTE_NFDS] = { r.stdin_r, r.stdout_w, r.stderr_w, r.report_w,
 						      r.sync_r };
-			char one = 'r', reply[16] = "";
+			char rec[MOAT_ZYGOTE_MAX_RECORD], reply[16] = "";
+			size_t rlen = 1;
+			rec[0] = MOAT_ZYGOTE_RUN;
+			for (int k = 0; k < r.priv.rlimit_count; k++) {
+				struct moat_zygote_rlimit rl = {
+					.resource = r.priv.rlimits[k].resource,
+					.value = r.priv.rlimits[k].value.rlim_cur,
+				};
+				memcpy(rec + rlen, &rl, sizeof rl);
+				rlen += sizeof rl;
+			}
 			int pidfd = -1;
 			size_t nfds = 0;
 			ssize_t got = -1;
-			if (moat_send_fds(sp[0], &one, 1, fds, MOAT_ZYGOTE_NFDS) == 0)
+			if (moat_send_fds(sp[0], rec, rlen, fds, MOAT_ZYGOTE_NFDS) == 0)
 				got = moat_recv_fds(sp[0], reply, sizeof reply - 1, &pidfd, 1, &nfds, 0);
 			if (got < 1 || reply[0] != 'p' || nfds != 1)
 				st = moat_error_set(&err, MOAT_ERR_UNAVAILABLE, 0,

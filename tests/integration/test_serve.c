@@ -226,6 +226,7 @@ struct server_opts {
 				   * -1: no --pool (the service's default) */
 	bool readonly_root;       /* every mount but /proc, /sys, /dev read-only, as a
 				   * pod's readOnlyRootFilesystem (and no emptyDir) */
+	bool zygote;              /* --pool-zygote */
 };
 
 struct server {
@@ -460,6 +461,10 @@ static void server_spawn(struct server *s, int mode, const struct server_opts *o
 		snprintf(pool, sizeof pool, "%d", o->pool);
 		argv[n++] = "--pool";
 		argv[n++] = pool;
+	}
+	if (o->zygote) {
+		argv[n++] = "--pool-zygote";
+		harness_beside_moat("moat-zygote.so"); /* where the server looks for it */
 	}
 	if (!o->kv) {
 		snprintf(s->kvf, sizeof s->kvf, "%s/kv.sqlite3", s->dir);
@@ -3234,6 +3239,25 @@ static bool pooled(const struct resp *r)
 	return cJSON_IsTrue(jget(r->json, "pool"));
 }
 
+/* How many children (each a pid 1) an idle server keeps with want per kind:
+ * with the zygote, its python ones are the zygote's children, and the
+ * zygote's own sandbox is the server's. */
+static int pool_idle_children(int want, bool zygote)
+{
+	return zygote ? 1 + want * (pool_kinds() - 1) : want * pool_kinds();
+}
+
+/* Waits until the zygote runs (the python sandboxes are its children from
+ * then on). */
+static void pool_wait_zygote(struct server *s)
+{
+	long t0 = now_ms();
+	while (pool_metric(s, "moat_pool_zygote_up", NULL) < 1) {
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote never started");
+		sleep_ms(20);
+	}
+}
+
 /* An idle pooled server: exactly its ready sandboxes as children (each a
  * pid 1), SIGTERM, exit 0, nothing left. */
 static void server_stop_pool(struct server *s, int idle)
@@ -3277,12 +3301,13 @@ static void server_stop_pool(struct server *s, int idle)
 
 /* Single use: what one request leaves (files, /tmp, environment, module
  * state, a daemon) is seen by none of the next 20, pooled or not. */
-START_TEST(pool_single_use)
+static void pool_single_use_in(int _i, bool zygote)
 {
-	HARNESS_MODE_GUARD(_i);
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 1 };
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = zygote };
 	server_start(&s, _i, &o);
+	if (zygote)
+		pool_wait_zygote(&s);
 	pool_wait_ready(&s, "python", 1);
 	struct resp r;
 	char *q = harness_json_quote(PY_DIRTY), *body = NULL;
@@ -3319,18 +3344,35 @@ START_TEST(pool_single_use)
 		      r.code, r.body);
 	resp_free(&r);
 	ck_assert(pool_metric(&s, "moat_pool_used_total", NULL) == used + 1);
-	server_stop_pool(&s, pool_kinds());
+	if (zygote)
+		ck_assert(pool_metric(&s, "moat_pool_zygote_children_total", NULL) >= 22);
+	server_stop_pool(&s, pool_idle_children(1, zygote));
+}
+
+START_TEST(pool_single_use)
+{
+	HARNESS_MODE_GUARD(_i);
+	pool_single_use_in(_i, false);
+}
+END_TEST
+
+/* The same through the Python zygote: each of its children is as fresh. */
+START_TEST(zygote_single_use)
+{
+	HARNESS_MODE_GUARD(_i);
+	pool_single_use_in(_i, true);
 }
 END_TEST
 
 /* The request's wall clock starts at delivery; its limits are the pool's,
  * in force; a request the pool cannot serve runs cold, correctly. */
-START_TEST(pool_limits_and_fallback)
+static void pool_limits_and_fallback_in(int _i, bool zygote)
 {
-	HARNESS_MODE_GUARD(_i);
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 1 };
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = zygote };
 	server_start(&s, _i, &o);
+	if (zygote)
+		pool_wait_zygote(&s);
 	pool_wait_ready(&s, "python", 1);
 	sleep_ms(1500); /* idle time is not the request's */
 	struct resp r;
@@ -3351,9 +3393,22 @@ START_TEST(pool_limits_and_fallback)
 					   "allocated\n"),
 		      "400 MiB in a pooled 256 MiB sandbox: %.500s", r.body);
 	resp_free(&r);
-	/* cold: other limits, a start-up variable, network, outputs */
+	/* other limits: cold, except with the zygote, which makes a child
+	 * with the request's own limits then (in force: 150 MiB under 100) */
+	v1(&s, "{\"code\":\"print(1)\",\"memoryMb\":100}", &r);
+	ck_assert_msg(pooled(&r) == zygote && !strcmp(jstr(r.json, "stdout"), "1\n"), "%.500s",
+		      r.body);
+	resp_free(&r);
+	if (zygote) {
+		v1(&s, "{\"code\":\"b = bytearray(150 * 1024 * 1024)\\nprint('allocated')\","
+		       "\"memoryMb\":100}", &r);
+		ck_assert_msg(pooled(&r) && strcmp(jstr(r.json, "stdout") ? jstr(r.json, "stdout")
+									 : "", "allocated\n"),
+			      "150 MiB in a 100 MiB zygote's child: %.500s", r.body);
+		resp_free(&r);
+	}
+	/* cold: a start-up variable, network, outputs, another language */
 	static const char *const cold[] = {
-		"{\"code\":\"print(1)\",\"memoryMb\":100}",
 		"{\"code\":\"print(1)\",\"env\":{\"PYTHONHASHSEED\":\"1\"}}",
 		"{\"code\":\"print(1)\",\"allowedHosts\":[]}",
 		"{\"code\":\"open('o.txt','w').write('x')\\nprint(1)\",\"outputs\":[\"o.txt\"]}",
@@ -3389,20 +3444,34 @@ START_TEST(pool_limits_and_fallback)
 			      !strcmp(jstr(r.json, "stdout"), "js-in /sandbox/main.js true\n"),
 		      "javascript: %.500s", r.body);
 	resp_free(&r);
-	server_stop_pool(&s, pool_kinds());
+	server_stop_pool(&s, pool_idle_children(1, zygote));
+}
+
+START_TEST(pool_limits_and_fallback)
+{
+	HARNESS_MODE_GUARD(_i);
+	pool_limits_and_fallback_in(_i, false);
+}
+END_TEST
+
+START_TEST(zygote_limits_and_fallback)
+{
+	HARNESS_MODE_GUARD(_i);
+	pool_limits_and_fallback_in(_i, true);
 }
 END_TEST
 
 /* 8 clients at once: every request answered right, no sandbox used twice
  * (uses never exceed creations; every eligible request was pooled or
  * counted cold). */
-START_TEST(pool_under_load)
+static void pool_under_load_in(int _i, bool zygote)
 {
-	HARNESS_MODE_GUARD(_i);
 	struct server s;
 	static const char *const args[] = { "--max-concurrent", "4", NULL };
-	struct server_opts o = { .socket = true, .pool = 2, .args = args };
+	struct server_opts o = { .socket = true, .pool = 2, .args = args, .zygote = zygote };
 	server_start(&s, _i, &o);
+	if (zygote)
+		pool_wait_zygote(&s);
 	pool_wait_all(&s, 2);
 	enum { CLIENTS = 8, EACH = 4 };
 	struct call c[CLIENTS];
@@ -3444,40 +3513,70 @@ START_TEST(pool_under_load)
 	bool cg = mech && !strncmp(mech, "cgroup", 6);
 	resp_free(&r);
 	double idle = pool_metric(&s, "moat_pool_idle_memory_bytes", "language=\"python\"");
-	ck_assert_msg(cg ? idle > 1e6 && idle < 256e6 : idle == -1,
+	/* a zygote's child shares the zygote's pages: its cgroup holds little */
+	ck_assert_msg(cg ? idle > (zygote ? 0 : 1e6) && idle < 256e6 : idle == -1,
 		      "idle python sandbox: %.0f bytes (memory limit by %s)", idle, mech);
-	server_stop_pool(&s, 2 * pool_kinds());
+	server_stop_pool(&s, pool_idle_children(2, zygote));
+}
+
+START_TEST(pool_under_load)
+{
+	HARNESS_MODE_GUARD(_i);
+	pool_under_load_in(_i, false);
+}
+END_TEST
+
+START_TEST(zygote_under_load)
+{
+	HARNESS_MODE_GUARD(_i);
+	pool_under_load_in(_i, true);
 }
 END_TEST
 
 /* kill -9 of the service: its warm sandboxes die with it (their pid 1's
  * parent-death signal); nothing is left. */
-START_TEST(pool_killed)
+static void pool_killed_in(int _i, bool zygote)
 {
-	HARNESS_MODE_GUARD(_i);
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 2 };
+	struct server_opts o = { .socket = true, .pool = 2, .zygote = zygote };
 	server_start(&s, _i, &o);
+	if (zygote)
+		pool_wait_zygote(&s);
 	pool_wait_all(&s, 2);
 	ck_assert_int_eq(kill(s.p.pid, SIGKILL), 0);
 	server_wait_exit(&s, harness_scale_ms(10000));
 	unlink(s.sock);
 	server_cleanup(&s); /* no process of it left (they would be ours: a subreaper) */
 }
+
+START_TEST(pool_killed)
+{
+	HARNESS_MODE_GUARD(_i);
+	pool_killed_in(_i, false);
+}
+END_TEST
+
+/* With the zygote: it and its children (waiting ones too) die as well. */
+START_TEST(zygote_killed)
+{
+	HARNESS_MODE_GUARD(_i);
+	pool_killed_in(_i, true);
+}
 END_TEST
 
 /* A warm sandbox killed while it waited is never handed a request: the
  * request runs cold and succeeds. */
-START_TEST(pool_dead_sandbox)
+static void pool_dead_sandbox_in(int _i, bool zygote)
 {
-	HARNESS_MODE_GUARD(_i);
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 1 };
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = zygote };
 	server_start(&s, _i, &o);
+	if (zygote)
+		pool_wait_zygote(&s);
 	pool_wait_all(&s, 1);
 	pid_t kids[8];
 	int n = proc_children(s.p.pid, kids, 8);
-	ck_assert_int_eq(n, pool_kinds());
+	ck_assert_int_eq(n, pool_idle_children(1, zygote));
 	for (int k = 0; k < n; k++)
 		ck_assert_int_eq(kill(kids[k], SIGKILL), 0); /* each warm sandbox's pid 1 */
 	sleep_ms(100);
@@ -3487,7 +3586,33 @@ START_TEST(pool_dead_sandbox)
 		      "a request after its warm sandbox died: %.500s", r.body);
 	resp_free(&r);
 	ck_assert(pool_metric(&s, "moat_pool_failed_total", NULL) >= 1);
-	server_stop_pool(&s, pool_kinds());
+	if (zygote) {
+		/* a new zygote replaces the dead one, and serves */
+		pool_wait_zygote(&s);
+		pool_wait_ready(&s, "python", 1);
+		v1(&s, "{\"code\":\"print('again')\"}", &r);
+		ck_assert_msg(pooled(&r) && !strcmp(jstr(r.json, "stdout"), "again\n"),
+			      "after the zygote was replaced: %.500s", r.body);
+		resp_free(&r);
+		ck_assert(pool_metric(&s, "moat_pool_zygote_starts_total", NULL) >= 2);
+	}
+	server_stop_pool(&s, pool_idle_children(1, zygote));
+}
+
+START_TEST(pool_dead_sandbox)
+{
+	HARNESS_MODE_GUARD(_i);
+	pool_dead_sandbox_in(_i, false);
+}
+END_TEST
+
+/* The zygote killed (its pid 1 is the server's child): the waiting
+ * children die with it, the next request runs cold, a new zygote takes
+ * over. */
+START_TEST(zygote_dead)
+{
+	HARNESS_MODE_GUARD(_i);
+	pool_dead_sandbox_in(_i, true);
 }
 END_TEST
 
@@ -3774,6 +3899,11 @@ Suite *serve_suite(void)
 	ADD(pool_under_load);
 	ADD(pool_killed);
 	ADD(pool_dead_sandbox);
+	ADD(zygote_single_use);
+	ADD(zygote_limits_and_fallback);
+	ADD(zygote_under_load);
+	ADD(zygote_killed);
+	ADD(zygote_dead);
 	ADD(pool_typescript);
 	ADD(pool_frame_exact);
 	ADD(ipv6_listener);

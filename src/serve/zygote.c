@@ -1,0 +1,316 @@
+/* The Python zygote of moat serve's pool (docs/design/pool-zygote.md): one
+ * sandbox whose program is runtime/python/moat_zygote.py with
+ * moat-zygote.so, an initialised interpreter that clones each Python
+ * request's sandbox (a cold run's, mount for mount) and never reads a byte
+ * of a request. The pool's thread starts it, restarts it when it died and
+ * releases it (its pid 1's parent-death signal follows that thread); the
+ * workers hand it runs over its control socket, one at a time. */
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <poll.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "core/sys.h"
+#include "serve/internal.h"
+
+/* How long a worker waits for the zygote's answer (a clone and an id map
+ * take a few ms; a zygote that does not answer in this time is dead). */
+#define ZYGOTE_ANSWER_MS 10000
+#define ZYGOTE_RUNTIME "/opt/moat/runtime"
+#define ZYGOTE_SO "moat-zygote.so"
+
+struct serve_zygote {
+	pthread_mutex_t mu;        /* the control socket, one exchange at a time */
+	int ctl;                   /* moat serve's end; -1: no zygote */
+	bool dead;                 /* the zygote failed an exchange: to be replaced */
+	struct moat_sandbox *sb;   /* its own sandbox (the pool's thread's) */
+	struct moat_request *boot; /* its program */
+	struct moat_run_options opts;
+	uint64_t started, children, failed;
+};
+
+/* moat-zygote.so: beside the moat binary (a build tree), else in
+ * ../lib/moat/ from it (make install, the Debian package). malloc'd bytes,
+ * or NULL. */
+static char *read_so(size_t *len)
+{
+	char exe[PATH_MAX];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	const char *cands[2] = { NULL, NULL };
+	char beside[PATH_MAX + 32], libdir[PATH_MAX + 32];
+	if (n > 0) {
+		exe[n] = '\0';
+		char *slash = strrchr(exe, '/');
+		if (slash) {
+			*slash = '\0';
+			snprintf(beside, sizeof beside, "%s/" ZYGOTE_SO, exe);
+			snprintf(libdir, sizeof libdir, "%s/../lib/moat/" ZYGOTE_SO, exe);
+			cands[0] = beside;
+			cands[1] = libdir;
+		}
+	}
+	for (int i = 0; i < 2; i++) {
+		if (!cands[i])
+			continue;
+		int fd = open(cands[i], O_RDONLY | O_CLOEXEC);
+		if (fd < 0)
+			continue;
+		struct stat st;
+		char *buf = NULL;
+		if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0 &&
+		    st.st_size < 64 * 1024 * 1024 && (buf = malloc((size_t)st.st_size))) {
+			size_t got = 0;
+			while (got < (size_t)st.st_size) {
+				ssize_t r = read(fd, buf + got, (size_t)st.st_size - got);
+				if (r < 0 && errno == EINTR)
+					continue;
+				if (r <= 0)
+					break;
+				got += (size_t)r;
+			}
+			if (got != (size_t)st.st_size) {
+				free(buf);
+				buf = NULL;
+			}
+			*len = got;
+		}
+		close(fd);
+		if (buf)
+			return buf;
+	}
+	return NULL;
+}
+
+int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *opts,
+		     struct moat_error *err)
+{
+	*out = NULL;
+	if (opts->rootfs_dir || opts->policy_path || !opts->runtime_dir)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "the Python zygote needs the runtime shims, the host's root "
+				      "and the default seccomp policy");
+	struct serve_zygote *z = calloc(1, sizeof *z);
+	if (!z)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	pthread_mutex_init(&z->mu, NULL);
+	z->ctl = -1;
+	z->opts = *opts;
+	struct moat_request *b = z->boot = moat_request_new();
+	size_t so_len = 0;
+	char *so = b ? read_so(&so_len) : NULL;
+	char tmpfs[24];
+	snprintf(tmpfs, sizeof tmpfs, "%llu", (unsigned long long)opts->tmpfs_bytes);
+	if (!b || !so) {
+		free(so);
+		serve_zygote_free(z);
+		return moat_error_set(err, MOAT_ERR_CONFIG, so ? ENOMEM : ENOENT,
+				      b ? "no " ZYGOTE_SO " beside the moat binary or in "
+					  "../lib/moat/ from it"
+					: "out of memory");
+	}
+	b->language = MOAT_LANG_PYTHON;
+	if (asprintf(&b->code,
+		     "import sys\n"
+		     "sys.argv = ['" ZYGOTE_RUNTIME "/python/moat_zygote.py', '/sandbox/" ZYGOTE_SO
+		     "', '{\"language\":\"python\",\"code\":\"pass\"}', '%s', '" ZYGOTE_RUNTIME
+		     "', '4']\n" /* zygote_fd becomes the program's fd 4 */
+		     "sys.path[0] = '" ZYGOTE_RUNTIME "/python'\n"
+		     "exec(compile(open(sys.argv[0], 'rb').read(), sys.argv[0], 'exec'))\n",
+		     tmpfs) < 0) {
+		b->code = NULL;
+		free(so);
+		serve_zygote_free(z);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
+	b->code_len = strlen(b->code);
+	if (!(b->files = calloc(1, sizeof *b->files)) || !(b->files[0].key = strdup(ZYGOTE_SO))) {
+		free(so);
+		serve_zygote_free(z);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
+	b->files[0].value = so;
+	b->files[0].value_len = so_len;
+	b->files_count = 1;
+	*out = z;
+	return 0;
+}
+
+bool serve_zygote_wanted(struct serve_zygote *z)
+{
+	if (!z)
+		return false;
+	pthread_mutex_lock(&z->mu);
+	bool want = z->ctl < 0 || z->dead;
+	pthread_mutex_unlock(&z->mu);
+	return want;
+}
+
+bool serve_zygote_up(struct serve_zygote *z)
+{
+	if (!z)
+		return false;
+	pthread_mutex_lock(&z->mu);
+	bool up = z->ctl >= 0 && !z->dead;
+	pthread_mutex_unlock(&z->mu);
+	return up;
+}
+
+/* The zygote that was (dead or not), gone: its sandbox released (every
+ * child it cloned dies with it: their parent-death signal). Under no lock;
+ * the pool's thread only. */
+static void drop(struct serve_zygote *z, char **why)
+{
+	pthread_mutex_lock(&z->mu);
+	int ctl = z->ctl;
+	struct moat_sandbox *sb = z->sb;
+	z->ctl = -1;
+	z->sb = NULL;
+	z->dead = false;
+	pthread_mutex_unlock(&z->mu);
+	if (ctl >= 0)
+		close(ctl); /* the zygote ends at EOF */
+	if (sb && why) {
+		/* what it said before it ended, for the log */
+		struct moat_result *res = NULL;
+		struct moat_error err = { 0 };
+		if (moat_sandbox_wait(sb, &res, &err) == 0 && res && res->stderr_len)
+			*why = strndup(res->stderr_buf, res->stderr_len > 512 ? 512 : res->stderr_len);
+		moat_result_free(res);
+		moat_error_clear(&err);
+	}
+	moat_sandbox_release(sb);
+}
+
+int serve_zygote_start(struct serve_zygote *z, struct moat_error *err)
+{
+	char *why = NULL;
+	drop(z, &why); /* a dead one first */
+	free(why);
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
+				      strerror(errno));
+	struct moat_run_options o = z->opts;
+	o.zygote_host = true;
+	o.zygote_fd = sp[1];
+	o.cancel_fd = o.hangup_fd = -1;
+	o.on_output = NULL;
+	struct moat_sandbox *sb = NULL;
+	int rc = moat_sandbox_create(z->boot, &o, &sb, err);
+	close(sp[1]);
+	if (rc == 0)
+		rc = moat_sandbox_start(sb, err);
+	if (rc < 0) {
+		moat_sandbox_release(sb);
+		close(sp[0]);
+		return -1;
+	}
+	pthread_mutex_lock(&z->mu);
+	z->sb = sb;
+	z->ctl = sp[0];
+	z->dead = false;
+	z->started++;
+	pthread_mutex_unlock(&z->mu);
+	return 0;
+}
+
+void serve_zygote_free(struct serve_zygote *z)
+{
+	if (!z)
+		return;
+	drop(z, NULL);
+	moat_request_free(z->boot);
+	pthread_mutex_destroy(&z->mu);
+	free(z);
+}
+
+/* make_pid1 of moat_sandbox_create_adopted: one exchange on the control
+ * socket, under the lock. A zygote that fails it is dead from then on. */
+static int make_pid1(void *ctx, const int *fds, size_t nfds, const void *record,
+		     size_t record_len, int *pidfd, struct moat_error *err)
+{
+	struct serve_zygote *z = ctx;
+	pthread_mutex_lock(&z->mu);
+	if (z->ctl < 0 || z->dead) {
+		pthread_mutex_unlock(&z->mu);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "no Python zygote");
+	}
+	char reply[32];
+	size_t got_fds = 0;
+	ssize_t n = -1;
+	int e = 0;
+	if (moat_send_fds(z->ctl, record, record_len, fds, nfds) < 0) {
+		e = errno;
+	} else {
+		struct pollfd pf = { .fd = z->ctl, .events = POLLIN };
+		int p;
+		do
+			p = poll(&pf, 1, ZYGOTE_ANSWER_MS);
+		while (p < 0 && errno == EINTR);
+		if (p <= 0)
+			e = p == 0 ? ETIMEDOUT : errno;
+		else if ((n = moat_recv_fds(z->ctl, reply, sizeof reply - 1, pidfd, 1, &got_fds,
+					    MSG_DONTWAIT)) < 0)
+			e = errno;
+	}
+	int rc = 0;
+	if (n > 0 && reply[0] == 'p' && got_fds == 1) {
+		z->children++;
+	} else {
+		if (got_fds == 1) {
+			close(*pidfd);
+			*pidfd = -1;
+		}
+		z->failed++;
+		/* an "e<errno>" answer leaves the zygote usable; anything else
+		 * (EOF, a timeout, garbage) does not */
+		bool refused = n > 1 && reply[0] == 'e';
+		if (!refused)
+			z->dead = true;
+		reply[n > 0 ? n : 0] = '\0';
+		rc = moat_error_set(err, MOAT_ERR_UNAVAILABLE, e,
+				    refused ? "the Python zygote could not make the sandbox (errno %s)"
+					    : "the Python zygote did not answer (%s)",
+				    refused ? reply + 1 : e ? strerror(e) : "it ended");
+	}
+	pthread_mutex_unlock(&z->mu);
+	return rc;
+}
+
+int serve_zygote_create(struct serve_zygote *z, const struct moat_request *req,
+			const struct moat_run_options *opts, struct moat_sandbox **out,
+			struct moat_error *err)
+{
+	return moat_sandbox_create_adopted(req, opts, make_pid1, z, out, err);
+}
+
+void serve_zygote_render(struct serve_zygote *z, struct moat_buf *b)
+{
+	if (!z)
+		return;
+	pthread_mutex_lock(&z->mu);
+	moat_buf_appendf(b,
+			 "# HELP moat_pool_zygote_up The Python zygote is running.\n"
+			 "# TYPE moat_pool_zygote_up gauge\nmoat_pool_zygote_up %d\n"
+			 "# HELP moat_pool_zygote_starts_total Python zygotes started.\n"
+			 "# TYPE moat_pool_zygote_starts_total counter\n"
+			 "moat_pool_zygote_starts_total %llu\n"
+			 "# HELP moat_pool_zygote_children_total Sandboxes the Python zygote made "
+			 "(each for one request).\n"
+			 "# TYPE moat_pool_zygote_children_total counter\n"
+			 "moat_pool_zygote_children_total %llu\n"
+			 "# HELP moat_pool_zygote_failed_total Requests the Python zygote could "
+			 "not take (they ran without it).\n"
+			 "# TYPE moat_pool_zygote_failed_total counter\n"
+			 "moat_pool_zygote_failed_total %llu\n",
+			 z->ctl >= 0 && !z->dead, (unsigned long long)z->started,
+			 (unsigned long long)z->children, (unsigned long long)z->failed);
+	pthread_mutex_unlock(&z->mu);
+}
