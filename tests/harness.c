@@ -103,7 +103,8 @@ static void remove_leaf(const char *parent, pid_t pid)
 {
 	char leaf[4096];
 	snprintf(leaf, sizeof leaf, "%s/h-%ld", parent, (long)pid);
-	for (int i = 0; i < 200; i++) {
+	/* 2 s, scaled: the child's last processes may still be exiting */
+	for (long i = 0; i < harness_scale_ms(2000) / 10; i++) {
 		if (rmdir(leaf) == 0 || errno == ENOENT)
 			return;
 		if (errno != EBUSY)

@@ -22,6 +22,7 @@ The zygote reaps its pid 1s. EOF on the control socket ends it.
 """
 import ctypes
 import os
+import signal
 import socket
 import sys
 
@@ -91,6 +92,9 @@ def _become_program(ctl, env):
     does not promise at exit either: __del__ of objects still alive."""
     # every fd but 0, 1 and 2 is closed already: forget the socket's
     ctl.detach()
+    # the zygote's reaper is not the program's (pid 1 reset the kernel's
+    # side of every signal; this is Python's)
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.environ.clear()
     for kv in env:
         k, _, v = kv.partition(b"=")
@@ -130,10 +134,14 @@ def main():
     lib, z, env = _load(so_path, template, tmpfs, runtime)
     ctl = socket.socket(fileno=ctl_fd)
     api = ctypes.pythonapi
+    # each pid 1 is reaped as it ends, not at the next request: a zombie
+    # would hold its cgroup (the zygote's until the run adopted it)
+    signal.signal(signal.SIGCHLD, lambda signum, frame: _reap())
     while True:
         _reap()
         msg, fds, _, _ = socket.recv_fds(ctl, 512, NFDS)
         if not msg:
+            _reap()
             return
         if len(fds) != NFDS:
             for fd in fds:

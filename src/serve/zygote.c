@@ -309,8 +309,13 @@ void serve_zygote_render(struct serve_zygote *z, struct moat_buf *b)
 			 "# HELP moat_pool_zygote_failed_total Requests the Python zygote could "
 			 "not take (they ran without it).\n"
 			 "# TYPE moat_pool_zygote_failed_total counter\n"
-			 "moat_pool_zygote_failed_total %llu\n",
+			 "moat_pool_zygote_failed_total %llu\n"
+			 "# HELP moat_pool_zygote_memory_bytes Memory of the Python zygote's own "
+			 "sandbox (its cgroup; its children share its pages); -1: unknown.\n"
+			 "# TYPE moat_pool_zygote_memory_bytes gauge\n"
+			 "moat_pool_zygote_memory_bytes %lld\n",
 			 z->ctl >= 0 && !z->dead, (unsigned long long)z->started,
-			 (unsigned long long)z->children, (unsigned long long)z->failed);
+			 (unsigned long long)z->children, (unsigned long long)z->failed,
+			 (long long)(z->sb ? moat_sandbox_memory(z->sb) : -1));
 	pthread_mutex_unlock(&z->mu);
 }
