@@ -64,6 +64,11 @@ struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 	z->r.pid2_main = pid2_unused;
 	if (run_prepare(&z->r, &err) < 0)
 		goto fail;
+	/* the template's cgroups (a leaf for cgroup.kill, where the zygote may
+	 * make one) are nobody's: each run's are its supervisor's. Removed
+	 * now, not left in the zygote's cgroup for its lifetime. */
+	moat_cgroup_finish(z->r.cg, NULL);
+	z->r.cg = NULL;
 	return z;
 fail:
 	if (errbuf && errlen)
