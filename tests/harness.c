@@ -156,6 +156,34 @@ void harness_worker_leave(int mode, pid_t worker)
 		}                                                       \
 	} while (0)
 
+/* Copies src to dst (made with flags, mode 0755), for uid 65534 to execute
+ * or read. NULL, or what failed (with errno set). */
+static const char *copy_file(const char *src, const char *dst, int flags)
+{
+	int in = open(src, O_RDONLY | O_CLOEXEC);
+	if (in < 0)
+		return "open";
+	int out = open(dst, O_WRONLY | O_CREAT | O_CLOEXEC | flags, 0755);
+	const char *what = out < 0 ? "create" : NULL;
+	char buf[65536];
+	ssize_t n = 0;
+	while (!what && (n = read(in, buf, sizeof buf)) > 0)
+		if (write(out, buf, (size_t)n) != n)
+			what = "write";
+	if (!what && n < 0)
+		what = "read";
+	if (!what && fchmod(out, 0755) < 0)
+		what = "fchmod";
+	int e = errno;
+	close(in);
+	if (out >= 0 && close(out) < 0 && !what) {
+		what = "close";
+		e = errno;
+	}
+	errno = e;
+	return what;
+}
+
 const char *harness_moat(void)
 {
 	if (moat_copy[0])
@@ -166,18 +194,8 @@ const char *harness_moat(void)
 	SETUP_CHECK(mkdtemp(dir), "mkdtemp: %s", strerror(errno));
 	SETUP_CHECK(chmod(dir, 0755) == 0, "chmod %s: %s", dir, strerror(errno));
 	snprintf(moat_copy, sizeof moat_copy, "%s/moat", dir);
-	int in = open(bin, O_RDONLY | O_CLOEXEC);
-	SETUP_CHECK(in >= 0, "open %s: %s", bin, strerror(errno));
-	int out = open(moat_copy, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0755);
-	SETUP_CHECK(out >= 0, "create %s: %s", moat_copy, strerror(errno));
-	char buf[65536];
-	ssize_t n;
-	while ((n = read(in, buf, sizeof buf)) > 0)
-		SETUP_CHECK(write(out, buf, (size_t)n) == n, "write %s: %s", moat_copy, strerror(errno));
-	SETUP_CHECK(n == 0, "read %s: %s", bin, strerror(errno));
-	close(in);
-	SETUP_CHECK(fchmod(out, 0755) == 0, "fchmod: %s", strerror(errno));
-	SETUP_CHECK(close(out) == 0, "close: %s", strerror(errno));
+	const char *failed = copy_file(bin, moat_copy, O_EXCL);
+	SETUP_CHECK(!failed, "copy %s to %s: %s: %s", bin, moat_copy, failed, strerror(errno));
 	return moat_copy;
 }
 
@@ -196,19 +214,11 @@ const char *harness_beside_moat(const char *name)
 		snprintf(src, sizeof src, "%.*s/%s", (int)(bslash - bin), bin, name);
 	else
 		snprintf(src, sizeof src, "%s", name);
-	int in = open(src, O_RDONLY | O_CLOEXEC);
-	ck_assert_msg(in >= 0, "open %s: %s (built beside $MOAT_BIN?)", src, strerror(errno));
 	char tmp[PATH_MAX + 32];
 	snprintf(tmp, sizeof tmp, "%s.%ld", path, (long)getpid());
-	int out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
-	ck_assert_msg(out >= 0, "create %s: %s", tmp, strerror(errno));
-	char buf[65536];
-	ssize_t n;
-	while ((n = read(in, buf, sizeof buf)) > 0)
-		ck_assert_msg(write(out, buf, (size_t)n) == n, "write %s: %s", tmp, strerror(errno));
-	ck_assert_msg(n == 0, "read %s: %s", src, strerror(errno));
-	close(in);
-	ck_assert_msg(fchmod(out, 0755) == 0 && close(out) == 0, "%s: %s", tmp, strerror(errno));
+	const char *failed = copy_file(src, tmp, O_TRUNC);
+	ck_assert_msg(!failed, "copy %s (built beside $MOAT_BIN?) to %s: %s: %s", src, tmp, failed,
+		      strerror(errno));
 	ck_assert_msg(rename(tmp, path) == 0, "rename %s: %s", tmp, strerror(errno));
 	return path;
 }

@@ -185,13 +185,10 @@ static char *pool_frame(const struct moat_request *req, size_t *len)
 
 int run_frame_stdin(struct run *r, struct moat_error *err)
 {
-	if (r->started || r->pooled || r->pool_frame)
+	if (r->started || r->pooled)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "only a run not yet started can take its request as a frame");
-	const char *why = moat_pool_refusal(r->req, r->req);
-	if (why)
-		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-				      "this request cannot run in a zygote's child: %s", why);
+	free(r->pool_frame);
 	size_t len = 0;
 	if (!(r->pool_frame = pool_frame(r->req, &len)))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
@@ -199,47 +196,19 @@ int run_frame_stdin(struct run *r, struct moat_error *err)
 	return 0;
 }
 
-/* A zygote's child made ahead of its request (moat_sandbox_create_adopted
- * from the pool's bootstrap request): adopted, in its cgroups, pid 1 with
- * its mounts built, waiting for MOAT_SYNC_START. The request becomes its
- * stdin frame, then the run starts. */
-static int deliver_adopted(struct run *r, const struct moat_request *req,
-			   const struct moat_run_options *per, struct moat_error *err)
-{
-	struct pollfd pf = { .fd = r->pidfd, .events = POLLIN };
-	if (poll(&pf, 1, 0) != 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
-				      "the zygote's child ended while it waited");
-	const char *why = moat_pool_refusal(r->req, req);
-	if (why)
-		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-				      "this request cannot use a waiting zygote's child: %s", why);
-	r->delivered = true;
-	r->req = req;
-	r->t0 = moat_mono_ms();
-	if (per) {
-		r->opts.on_output = per->on_output;
-		r->opts.output_ctx = per->output_ctx;
-		r->opts.cancel_fd = per->cancel_fd;
-		r->opts.hangup_fd = per->hangup_fd;
-	}
-	free(r->pool_frame);
-	r->pool_frame = NULL;
-	if (run_frame_stdin(r, err) < 0)
-		return -1;
-	return run_start(r, err);
-}
-
 int run_deliver(struct run *r, const struct moat_request *req,
 		const struct moat_run_options *per, struct moat_error *err)
 {
-	if (r->adopted && !r->started && !r->delivered && r->pid > 0)
-		return deliver_adopted(r, req, per, err);
-	if (!r->pooled || !r->started || r->delivered || r->pid <= 0)
+	/* a zygote's child made ahead (moat_sandbox_create_adopted from the
+	 * pool's bootstrap request): adopted, in its cgroups, pid 1 waiting for
+	 * MOAT_SYNC_START; else a warm interpreter already running */
+	bool ahead = r->adopted && !r->started && !r->delivered && r->pid > 0;
+	if (!ahead && (!r->pooled || !r->started || r->delivered || r->pid <= 0))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "not a warm sandbox waiting for its request");
 	/* a warm sandbox that died while it waited (killed from outside, an
-	 * OOM of the host) is not handed anything: the caller runs cold */
+	 * OOM of the host, its zygote gone) is not handed anything: the caller
+	 * runs cold */
 	struct pollfd pf = { .fd = r->pidfd, .events = POLLIN };
 	if (poll(&pf, 1, 0) != 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
@@ -248,12 +217,25 @@ int run_deliver(struct run *r, const struct moat_request *req,
 	if (why)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "this request cannot use a warm sandbox: %s", why);
-	size_t len = 0;
-	if (!(r->pool_frame = pool_frame(req, &len)))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	r->delivered = true;
 	r->req = req;
 	r->t0 = moat_mono_ms();
+	if (ahead) {
+		/* the request is its stdin frame; per-request options before
+		 * run_start watches them */
+		if (per) {
+			r->opts.on_output = per->on_output;
+			r->opts.output_ctx = per->output_ctx;
+			r->opts.cancel_fd = per->cancel_fd;
+			r->opts.hangup_fd = per->hangup_fd;
+		}
+		if (run_frame_stdin(r, err) < 0)
+			return -1;
+		return run_start(r, err);
+	}
+	size_t len = 0;
+	if (!(r->pool_frame = pool_frame(req, &len)))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	r->res->pooled = true;
 	size_t cap = req->max_output_bytes ? req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
 	r->out.cap = r->errout.cap = cap;

@@ -220,9 +220,10 @@ int run_deliver(struct run *r, const struct moat_request *req,
 
 /* The request, as a warm sandbox's bootstrap reads it (the frame, then
  * the request's stdin), becomes the program's stdin: for a zygote's child,
- * whose interpreter reads it like a warm one. Before run_start; the
- * request must pass moat_pool_refusal against itself (what a warm
- * interpreter cannot honour it cannot either). */
+ * whose interpreter reads it like a warm one (a frame already there is
+ * replaced). Before run_start; the caller has checked the request with
+ * moat_pool_refusal (what a warm interpreter cannot honour, a zygote's
+ * child cannot either). */
 int run_frame_stdin(struct run *r, struct moat_error *err);
 /* collect.c */
 int run_collect(struct run *r, struct moat_result **out, struct moat_error *err);

@@ -29,12 +29,6 @@ struct moat_zygote {
 	struct run r;
 };
 
-static int pid2_unused(void *arg)
-{
-	(void)arg;
-	return 127;
-}
-
 struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 				    unsigned long long tmpfs_bytes, const char *runtime_dir,
 				    char *errbuf, size_t errlen)
@@ -47,12 +41,10 @@ struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 	}
 	if (moat_request_parse_json(request_json, len, &z->req, &err) < 0)
 		goto fail;
-	if (z->req->network || z->req->has_allowed_hosts || z->req->kv_enabled ||
-	    z->req->outputs_count || z->req->argc ||
-	    z->req->language == MOAT_LANG_TYPESCRIPT) {
-		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
-			       "a zygote's template takes no network, kvEnabled, outputs, argv "
-			       "or TypeScript");
+	/* its children serve what a warm interpreter could */
+	const char *why = moat_pool_refusal(z->req, z->req);
+	if (why) {
+		moat_error_set(&err, MOAT_ERR_CONFIG, 0, "a zygote's template cannot be %s", why);
 		goto fail;
 	}
 	struct moat_run_options o;
@@ -60,8 +52,6 @@ struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 	o.tmpfs_bytes = tmpfs_bytes;
 	o.runtime_dir = runtime_dir && *runtime_dir ? runtime_dir : NULL;
 	run_init(&z->r, z->req, &o);
-	/* pid 2 returns into the zygote's caller: never called */
-	z->r.pid2_main = pid2_unused;
 	if (run_prepare(&z->r, &err) < 0)
 		goto fail;
 	/* the template's cgroups (a leaf for cgroup.kill, where the zygote may

@@ -102,6 +102,17 @@ static char *boot_code(int i)
 	return code;
 }
 
+/* A failure is logged once per distinct message: true when msg is not
+ * *last (which then becomes a copy of it). */
+static bool new_error(char **last, const char *msg)
+{
+	if (*last && !strcmp(*last, msg ? msg : ""))
+		return false;
+	free(*last);
+	*last = msg ? strdup(msg) : NULL;
+	return true;
+}
+
 /* One sandbox for language i, outside the lock. */
 static void refill_one(struct serve_pool *p, int i)
 {
@@ -118,15 +129,11 @@ static void refill_one(struct serve_pool *p, int i)
 	p->busy_refill_ms += (uint64_t)(moat_mono_ms() - t0);
 	if (rc < 0) {
 		p->failed++;
-		if (!p->last_error || strcmp(p->last_error, err.message ? err.message : "")) {
-			free(p->last_error);
-			p->last_error = err.message ? strdup(err.message) : NULL;
-			if (p->log)
-				serve_log_notice(p->log, "warn", "pool",
-						 "cannot prewarm a %s sandbox: %s (requests run cold)",
-					moat_lang_get(pool_lang[i])->name,
-					err.message ? err.message : "?");
-		}
+		if (new_error(&p->last_error, err.message) && p->log)
+			serve_log_notice(p->log, "warn", "pool",
+					 "cannot prewarm a %s sandbox: %s (requests run cold)",
+					 moat_lang_get(pool_lang[i])->name,
+					 err.message ? err.message : "?");
 	} else {
 		p->created++;
 		p->ready[i][p->nready[i]++] = (struct slot){ sb, moat_mono_ms() };
@@ -170,15 +177,10 @@ static void zygote_start(struct serve_pool *p)
 	} else {
 		p->zyg_fails = p->zyg_fails < 6 ? p->zyg_fails + 1 : 6;
 		p->zyg_retry_at = moat_mono_ms() + (1000L << (p->zyg_fails - 1));
-		const char *m = err.message ? err.message : "?";
-		if (!p->zyg_error || strcmp(p->zyg_error, m)) {
-			free(p->zyg_error);
-			p->zyg_error = strdup(m);
-			if (p->log)
-				serve_log_notice(p->log, "warn", "pool",
-						 "cannot start the Python zygote: %s (Python "
-						 "requests use warm sandboxes)", m);
-		}
+		if (new_error(&p->zyg_error, err.message) && p->log)
+			serve_log_notice(p->log, "warn", "pool",
+					 "cannot start the Python zygote: %s (Python requests use "
+					 "warm sandboxes)", err.message ? err.message : "?");
 	}
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);

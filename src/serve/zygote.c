@@ -165,7 +165,7 @@ bool serve_zygote_up(struct serve_zygote *z)
 /* The zygote that was (dead or not), gone: its sandbox released (every
  * child it cloned dies with it: their parent-death signal). Under no lock;
  * the pool's thread only. */
-static void drop(struct serve_zygote *z, char **why)
+static void drop(struct serve_zygote *z)
 {
 	pthread_mutex_lock(&z->mu);
 	int ctl = z->ctl;
@@ -176,23 +176,12 @@ static void drop(struct serve_zygote *z, char **why)
 	pthread_mutex_unlock(&z->mu);
 	if (ctl >= 0)
 		close(ctl); /* the zygote ends at EOF */
-	if (sb && why) {
-		/* what it said before it ended, for the log */
-		struct moat_result *res = NULL;
-		struct moat_error err = { 0 };
-		if (moat_sandbox_wait(sb, &res, &err) == 0 && res && res->stderr_len)
-			*why = strndup(res->stderr_buf, res->stderr_len > 512 ? 512 : res->stderr_len);
-		moat_result_free(res);
-		moat_error_clear(&err);
-	}
 	moat_sandbox_release(sb);
 }
 
 int serve_zygote_start(struct serve_zygote *z, struct moat_error *err)
 {
-	char *why = NULL;
-	drop(z, &why); /* a dead one first */
-	free(why);
+	drop(z); /* a dead one first */
 	int sp[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
@@ -225,7 +214,7 @@ void serve_zygote_free(struct serve_zygote *z)
 {
 	if (!z)
 		return;
-	drop(z, NULL);
+	drop(z);
 	moat_request_free(z->boot);
 	pthread_mutex_destroy(&z->mu);
 	free(z);

@@ -22,7 +22,6 @@
 #include "harness.h"
 #include "core/sys.h"
 #include "runner/run.h"
-#include "runner/zygote.h"
 #include "suites.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -631,8 +630,9 @@ static int pid2_adopt(struct run *r, pid_t *zygote, struct moat_error *err)
 /* The worker of the pid2 tests: runs the runner's own phases with
  * pid2_main set (as uid 65534 for the rootless mode when the harness is
  * root) and writes the result's JSON (or the error's message) to fd. */
-static int pid2_worker(int mode, int fd, const struct pid2_case *pc)
+static int pid2_worker(int mode, int fd, const void *arg)
 {
+	const struct pid2_case *pc = arg;
 	if (harness_worker_enter(mode) < 0)
 		return 90;
 	struct moat_request *req = moat_request_new();
@@ -680,7 +680,11 @@ static int pid2_worker(int mode, int fd, const struct pid2_case *pc)
  * namespace, with fds 0, 1 and 2 only, on the read-only root with an
  * empty /tmp; and the supervisor reports what it returned as the exit
  * code, with its output, as for any program. */
-static void pid2_run(int mode, const struct pid2_case *pc, struct run_out *out)
+/* Forks fn(mode, fd, arg) as a worker and returns what it wrote to fd
+ * (malloc'd, NUL-terminated, *len bytes), once it exited 0 (asserted) and
+ * its rootless cgroup leaf, if any, is gone. */
+static char *worker_output(int mode, int (*fn)(int mode, int fd, const void *arg),
+			   const void *arg, size_t *len)
 {
 	int p[2];
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
@@ -688,29 +692,35 @@ static void pid2_run(int mode, const struct pid2_case *pc, struct run_out *out)
 	ck_assert_int_ge(w, 0);
 	if (w == 0) {
 		close(p[0]);
-		_exit(pid2_worker(mode, p[1], pc));
+		_exit(fn(mode, p[1], arg));
 	}
 	close(p[1]);
-	struct run_out o;
-	memset(&o, 0, sizeof o);
+	char *all = calloc(1, 1);
+	ck_assert_ptr_nonnull(all);
+	*len = 0;
 	char chunk[4096];
 	ssize_t n;
 	while ((n = read(p[0], chunk, sizeof chunk)) > 0) {
-		o.out = realloc(o.out, o.out_len + (size_t)n + 1);
-		ck_assert_ptr_nonnull(o.out);
-		memcpy(o.out + o.out_len, chunk, (size_t)n);
-		o.out_len += (size_t)n;
-		o.out[o.out_len] = '\0';
+		all = realloc(all, *len + (size_t)n + 1);
+		ck_assert_ptr_nonnull(all);
+		memcpy(all + *len, chunk, (size_t)n);
+		*len += (size_t)n;
+		all[*len] = '\0';
 	}
 	close(p[0]);
 	int st;
 	ck_assert_int_eq(waitpid(w, &st, 0), w);
 	harness_worker_leave(mode, w);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker status %d: %s", st,
-		      o.out ? o.out : "");
-	o.json = cJSON_ParseWithLength(o.out, o.out_len);
-	ck_assert_msg(o.json, "not JSON: %s", o.out);
-	*out = o;
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker status %d: %s", st, all);
+	return all;
+}
+
+static void pid2_run(int mode, const struct pid2_case *pc, struct run_out *out)
+{
+	memset(out, 0, sizeof *out);
+	out->out = worker_output(mode, pid2_worker, pc, &out->out_len);
+	out->json = cJSON_ParseWithLength(out->out, out->out_len);
+	ck_assert_msg(out->json, "not JSON: %s", out->out);
 }
 
 static void pid2_expect_locked_down(int mode, bool adopt)
@@ -789,12 +799,37 @@ END_TEST
 /* ---- the Python zygote (runtime/python/moat_zygote.py + moat-zygote.so) ------- */
 
 /* The worker of the zygote tests: starts the Python zygote on a control
- * socket, then, as the supervisor, runs each request of reqs through it --
- * run_prepare, the request as the program's stdin frame, the run's fds to
- * the zygote, its pidfd back, run_adopt, run_start, run_pump, run_collect
- * -- and writes each result's JSON (or error message) as one line to fd. */
-static int zygote_worker(int mode, int fd, const char *const *reqs, size_t n)
+ * socket, then, as the supervisor, runs each request of reqs through it
+ * (moat_sandbox_create_adopted with zygote_exchange, then start, wait and
+ * release as any run) and writes each result's JSON (or error message) as
+ * one line to fd. */
+/* make_pid1 of moat_sandbox_create_adopted (ctx: the control socket): one
+ * record to the zygote, its pidfd back. */
+static int zygote_exchange(void *ctx, const int *fds, size_t nfds, const void *record,
+			   size_t record_len, int *pidfd, struct moat_error *err)
 {
+	int sock = *(const int *)ctx;
+	char reply[16] = "";
+	size_t got_fds = 0;
+	ssize_t got = -1;
+	if (moat_send_fds(sock, record, record_len, fds, nfds) == 0)
+		got = moat_recv_fds(sock, reply, sizeof reply - 1, pidfd, 1, &got_fds, 0);
+	if (got < 1 || reply[0] != 'p' || got_fds != 1)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "the zygote made no pid 1: %zd [%.*s] %zu: %s", got,
+				      got > 0 ? (int)got : 0, reply, got_fds, strerror(errno));
+	return 0;
+}
+
+struct zygote_reqs {
+	const char *const *reqs;
+	size_t n;
+};
+
+static int zygote_worker(int mode, int fd, const void *arg)
+{
+	const char *const *reqs = ((const struct zygote_reqs *)arg)->reqs;
+	size_t n = ((const struct zygote_reqs *)arg)->n;
 	/* as the harness's user: the copies before the drop */
 	char so[PATH_MAX], script[PATH_MAX + 64], fdnum[16];
 	snprintf(so, sizeof so, "%s", harness_beside_moat("moat-zygote.so"));
@@ -824,51 +859,15 @@ static int zygote_worker(int mode, int fd, const char *const *reqs, size_t n)
 		struct moat_request *req = NULL;
 		struct moat_error err = { 0 };
 		struct moat_result *res = NULL;
-		struct run r;
-		bool have_run = false;
+		struct moat_sandbox *sb = NULL;
 		int st = moat_request_parse_json(reqs[i], strlen(reqs[i]), &req, &err);
-		if (st == 0) {
-			run_init(&r, req, NULL);
-			have_run = true;
-			st = run_prepare(&r, &err);
-		}
 		if (st == 0)
-			st = run_frame_stdin(&r, &err);
-		if (st == 0) {
-			int fds[MOAT_ZYGOTE_NFDS] = { r.stdin_r, r.stdout_w, r.stderr_w, r.report_w,
-						      r.sync_r };
-			char rec[MOAT_ZYGOTE_MAX_RECORD], reply[16] = "";
-			size_t rlen = 1;
-			rec[0] = MOAT_ZYGOTE_RUN;
-			for (int k = 0; k < r.priv.rlimit_count; k++) {
-				struct moat_zygote_rlimit rl = {
-					.resource = r.priv.rlimits[k].resource,
-					.value = r.priv.rlimits[k].value.rlim_cur,
-				};
-				memcpy(rec + rlen, &rl, sizeof rl);
-				rlen += sizeof rl;
-			}
-			int pidfd = -1;
-			size_t nfds = 0;
-			ssize_t got = -1;
-			if (moat_send_fds(sp[0], rec, rlen, fds, MOAT_ZYGOTE_NFDS) == 0)
-				got = moat_recv_fds(sp[0], reply, sizeof reply - 1, &pidfd, 1, &nfds, 0);
-			if (got < 1 || reply[0] != 'p' || nfds != 1)
-				st = moat_error_set(&err, MOAT_ERR_UNAVAILABLE, 0,
-						    "the zygote made no pid 1: %zd [%.*s] %zu: %s",
-						    got, got > 0 ? (int)got : 0, reply, nfds,
-						    strerror(errno));
-			else
-				st = run_adopt(&r, pidfd, &err);
-		}
+			st = moat_sandbox_create_adopted(req, NULL, zygote_exchange, &sp[0], &sb, &err);
 		if (st == 0)
-			st = run_start(&r, &err);
+			st = moat_sandbox_start(sb, &err);
 		if (st == 0)
-			st = run_pump(&r, &err);
-		if (st == 0)
-			st = run_collect(&r, &res, &err);
-		if (have_run)
-			run_release(&r);
+			st = moat_sandbox_wait(sb, &res, &err);
+		moat_sandbox_release(sb);
 		char *text = st == 0 ? moat_result_to_json(res) : strdup(err.message);
 		moat_result_free(res);
 		moat_request_free(req);
@@ -889,32 +888,9 @@ static int zygote_worker(int mode, int fd, const char *const *reqs, size_t n)
  * the i-th result (harness_free each). */
 static void zygote_run(int mode, const char *const *reqs, size_t n, struct run_out *out)
 {
-	int p[2];
-	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
-	pid_t w = fork();
-	ck_assert_int_ge(w, 0);
-	if (w == 0) {
-		close(p[0]);
-		_exit(zygote_worker(mode, p[1], reqs, n));
-	}
-	close(p[1]);
-	char *all = NULL;
-	size_t len = 0;
-	char chunk[4096];
-	ssize_t k;
-	while ((k = read(p[0], chunk, sizeof chunk)) > 0) {
-		all = realloc(all, len + (size_t)k + 1);
-		ck_assert_ptr_nonnull(all);
-		memcpy(all + len, chunk, (size_t)k);
-		len += (size_t)k;
-		all[len] = '\0';
-	}
-	close(p[0]);
-	int st;
-	ck_assert_int_eq(waitpid(w, &st, 0), w);
-	harness_worker_leave(mode, w);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "worker status %d: %s", st,
-		      all ? all : "");
+	struct zygote_reqs zr = { reqs, n };
+	size_t len;
+	char *all = worker_output(mode, zygote_worker, &zr, &len);
 	char *line = all;
 	for (size_t i = 0; i < n; i++) {
 		ck_assert_msg(line && *line, "result %zu missing: %s", i, all ? all : "");
