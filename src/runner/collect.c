@@ -69,7 +69,10 @@ int run_setup_error(const struct run *r, const struct moat_report *rep, struct m
 {
 	const struct moat_mount_plan *plan = r->plan;
 	char what[512];
-	if (rep->step == MOAT_STEP_MOUNT && rep->detail >= 0 && (size_t)rep->detail < plan->count) {
+	/* a zygote's child reports a step of its template's plan, which this
+	 * run does not have (r->for_zygote): named by its step only */
+	if (plan && rep->step == MOAT_STEP_MOUNT && rep->detail >= 0 &&
+	    (size_t)rep->detail < plan->count) {
 		const struct moat_mount_op *op = &plan->ops[rep->detail];
 		moat_plan_describe(plan, (size_t)rep->detail, what, sizeof what);
 		/* a directory of the caller's (runtime, work) the sandbox's user
@@ -116,8 +119,9 @@ int run_setup_error(const struct run *r, const struct moat_report *rep, struct m
 	if (rep->step == MOAT_STEP_NET && rep->detail > 0)
 		return moat_net_setup_error(rep->detail, rep->err, err);
 	char *diag = NULL;
-	if (rep->step == MOAT_STEP_MOUNT && rep->detail >= 0 && (size_t)rep->detail < plan->count &&
-	    plan->ops[rep->detail].kind == MOAT_OP_PROC && rep->err == EPERM)
+	if (plan && rep->step == MOAT_STEP_MOUNT && rep->detail >= 0 &&
+	    (size_t)rep->detail < plan->count && plan->ops[rep->detail].kind == MOAT_OP_PROC &&
+	    rep->err == EPERM)
 		diag = moat_proc_diagnose();
 	if (!diag && (rep->err == EPERM || rep->err == EACCES))
 		diag = moat_userns_diagnose();

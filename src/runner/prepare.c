@@ -356,7 +356,10 @@ int run_prepare(struct run *r, struct moat_error *err)
 	if (r->opts.zygote_host && (r->opts.policy_path || r->opts.seccomp_log))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "a zygote's sandbox has the zygote policy only");
-	if ((r->opts.zygote_host ? moat_seccomp_prepare_zygote(&r->seccomp, err)
+	/* a zygote's child: the template's filter (it is the default policy's:
+	 * moat_sandbox_create_adopted refuses --policy and the seccomp log) */
+	if (!r->for_zygote &&
+	    (r->opts.zygote_host ? moat_seccomp_prepare_zygote(&r->seccomp, err)
 				 : moat_seccomp_prepare(r->opts.policy_path, r->opts.seccomp_log,
 							&r->seccomp, err)) < 0)
 		return -1;
@@ -382,8 +385,18 @@ int run_prepare(struct run *r, struct moat_error *err)
 	moat_stamp("sup: cgroup prepared");
 	if (workdir_prepare(r, err) < 0)
 		return -1;
+	if (!(r->chunk = malloc(RUN_READ_CHUNK)))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	if (r->for_zygote) {
+		/* the program, its environment and its mounts are the template's
+		 * (the request's code, files and env reach pid 2 in its frame) */
+		moat_stamp("sup: prepared for a zygote's child");
+		if (make_channels(r, err) < 0 || kv_prepare(r, err) < 0)
+			return -1;
+		r->prepared = true;
+		return 0;
+	}
 	if (lang_setup(r) < 0 || !(r->envp = build_envp(r, moat_net_env(r->net))) ||
-	    !(r->chunk = malloc(RUN_READ_CHUNK)) ||
 	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new())))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	struct moat_plan_input pin = {
@@ -397,6 +410,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 	moat_stamp("sup: plan built");
 	if (make_channels(r, err) < 0 || kv_prepare(r, err) < 0)
 		return -1;
+	r->prepared = true;
 	return 0;
 }
 

@@ -142,6 +142,13 @@ struct run {
 	/* pid 1 was made by another process and adopted (run_adopt): not our
 	 * child, so never waited for; its status comes from the report */
 	bool adopted;
+	/* set before run_prepare: pid 1 will be made by a zygote from its
+	 * template, whose mount plan, filter, program and environment it
+	 * has; so run_prepare builds none of them (only the result, limits,
+	 * rlimits and channels), and a setup report's step refers to the
+	 * template's plan, not to one of this run's */
+	bool for_zygote;
+	bool prepared; /* run_prepare succeeded */
 	pid_t pid; /* pid 1 of the sandbox, as the host sees it; -1 when reaped */
 	bool started;
 

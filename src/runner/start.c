@@ -234,6 +234,11 @@ static int spawn(struct run *r, struct moat_error *err)
 
 int run_spawn(struct run *r, struct moat_error *err)
 {
+	if (!r->prepared || r->for_zygote)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      r->prepared ? "a run prepared for a zygote's child has no plan "
+						    "of its own to start"
+						  : "the run was not prepared");
 	/* a sandbox that is gone when a sync byte is written must not kill
 	 * the supervisor with SIGPIPE */
 	struct sigpipe_guard g;
@@ -276,7 +281,7 @@ static int adopt(struct run *r, int pidfd, struct moat_error *err)
 
 int run_adopt(struct run *r, int pidfd, struct moat_error *err)
 {
-	if (r->pid > 0 || r->pidfd >= 0 || r->started || !r->plan) {
+	if (r->pid > 0 || r->pidfd >= 0 || r->started || !r->prepared) {
 		if (pidfd >= 0)
 			close(pidfd);
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,

@@ -73,6 +73,7 @@ int moat_sandbox_create_adopted(const struct moat_request *req, const struct moa
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	struct run *r = &sb->run;
 	run_init(r, req, opts);
+	r->for_zygote = true;
 	if (run_prepare(r, err) < 0 || run_frame_stdin(r, err) < 0)
 		goto fail;
 	int fds[MOAT_ZYGOTE_NFDS] = { r->stdin_r, r->stdout_w, r->stderr_w, r->report_w, r->sync_r };

@@ -967,6 +967,48 @@ END_TEST
  * can (files in /tmp and /sandbox, the environment, a module, sys, a
  * daemon); the next ones see none of it, and each has its own random
  * state. */
+/* A run prepared for a zygote's child (moat_sandbox_create_adopted's
+ * for_zygote) builds what the supervisor needs -- result, limits,
+ * channels -- and none of what the zygote's template already has: no mount
+ * plan, filter, program or environment of its own. It cannot be started
+ * as a run of its own, and a setup report naming a step of the template's
+ * plan is told by its step (not looked up in a plan it does not have). */
+START_TEST(prepared_for_zygote_has_no_plan)
+{
+	struct moat_request *req = moat_request_new();
+	ck_assert_ptr_nonnull(req);
+	req->language = MOAT_LANG_PYTHON;
+	req->code = strdup("print(1)");
+	req->code_len = strlen(req->code);
+	req->timeout_ms = 5000;
+	req->pids_limit = 16;
+	struct moat_error err = { 0 };
+	struct run r;
+	run_init(&r, req, NULL);
+	r.for_zygote = true;
+	ck_assert_msg(run_prepare(&r, &err) == 0, "%s", err.message);
+	ck_assert(r.prepared);
+	ck_assert_ptr_null(r.plan);
+	ck_assert_ptr_null(r.seccomp);
+	ck_assert_ptr_null(r.envp);
+	ck_assert_ptr_null(r.program.argv);
+	ck_assert(r.report_r >= 0 && r.report_w >= 0 && r.sync_w >= 0 && r.stdin_w >= 0 &&
+		  r.stdout_r >= 0 && r.stderr_r >= 0 && r.epfd >= 0 && r.timerfd >= 0);
+	ck_assert_ptr_nonnull(r.res);
+	ck_assert_int_eq(run_spawn(&r, &err), -1);
+	ck_assert_msg(strstr(err.message, "zygote's child"), "%s", err.message);
+	moat_error_clear(&err);
+	struct moat_report rep = { .step = MOAT_STEP_MOUNT, .detail = 3, .err = ENOSPC };
+	ck_assert_int_eq(run_setup_error(&r, &rep, &err), -1);
+	ck_assert_msg(strstr(err.message, "building the sandbox filesystem") &&
+			      strstr(err.message, strerror(ENOSPC)),
+		      "%s", err.message);
+	moat_error_clear(&err);
+	run_release(&r);
+	moat_request_free(req);
+}
+END_TEST
+
 START_TEST(zygote_children_share_nothing)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -1044,6 +1086,7 @@ Suite *runner_suite(void)
 	tcase_add_loop_test(tc, zygote_child_is_a_locked_down_python, MODE_ROOT,
 			    MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, zygote_children_share_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_test(tc, prepared_for_zygote_has_no_plan);
 	suite_add_tcase(s, tc);
 	return s;
 }
