@@ -43,6 +43,7 @@
 #include <linux/magic.h>
 #include <pthread.h>
 #include <stdarg.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -781,12 +782,21 @@ int moat_cgroup_adopt(struct moat_cgroup *cg, pid_t pid, struct moat_result *res
 	return 0;
 }
 
+/* When this process last swept (moat_mono_ms; 0: never). A long-lived
+ * caller (moat serve) lists every parent once per sweep interval, not once
+ * per run: each listing reads every live leaf of every run beside it, and
+ * stale leaves are only made by moats that crashed. */
+static _Atomic int64_t last_sweep_ms;
+
 void moat_cgroup_sweep(struct moat_cgroup *cg)
 {
 	if (!cg)
 		return;
+	int64_t now = moat_mono_ms(), last = atomic_load(&last_sweep_ms);
+	bool due = (last == 0 || now - last >= MOAT_CGROUP_SWEEP_EVERY_MS) &&
+		   atomic_compare_exchange_strong(&last_sweep_ms, &last, now);
 	for (int i = 0; i <= MOAT_V1__COUNT; i++) {
-		if (cg->sweep[i])
+		if (cg->sweep[i] && due)
 			moat_cg_remove_stale(cg->sweep[i]);
 		free(cg->sweep[i]);
 		cg->sweep[i] = NULL;

@@ -58,7 +58,10 @@ int moat_cgroup_adopt(struct moat_cgroup *cg, pid_t pid, struct moat_result *res
 		      struct moat_error *err);
 /* Removes the leaves of moats that no longer run from the parents this run
  * uses (rmdir only). The supervisor calls it once the program is on its way,
- * so it is not on the start-up path. NULL-safe, once per run. */
+ * so it is not on the start-up path. NULL-safe, once per run; a process
+ * sweeps at its first run and then at most once per
+ * MOAT_CGROUP_SWEEP_EVERY_MS (the other runs' calls only free). */
+#define MOAT_CGROUP_SWEEP_EVERY_MS 60000
 void moat_cgroup_sweep(struct moat_cgroup *cg);
 /* Kill every process of the run at once; -1 when this mechanism cannot. */
 int moat_cgroup_kill(struct moat_cgroup *cg);
