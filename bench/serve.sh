@@ -9,7 +9,7 @@
 # WORKLOADS (see bench/serve-load.mjs), RUNTIME (the handler shims, default
 # runtime/ of this checkout), QUEUE (--queue, 1024), NODE (node), GAP_MS (a pause after each
 # answer, per client: spaced requests), POOL_FLAGS (more flags for the pooled service, e.g.
-# --pool-zygote).
+# --no-pool-zygote for the warm Python interpreters instead of the zygote).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -172,8 +172,11 @@ struct moat_serve_options {
 	bool kv_off;
 	int pool;                 /* warm sandboxes per language (python, javascript); 0: none;
 				   * -1: the config's serve.pool, else sized to the memory */
-	bool pool_zygote;         /* Python requests go to a zygote (docs/design/pool-zygote.md)
-				   * while it runs, instead of warm python sandboxes */
+	int pool_zygote;          /* 1: Python requests go to a zygote (docs/design/pool-zygote.md)
+				   * while it runs, instead of warm python sandboxes; 0: they
+				   * do not; -1: the config's serve.poolZygote, else 1 where
+				   * the service can run one (the host's root, the default
+				   * policy) */
 	const char *rootfs_dir;   /* NULL: the config's, else the host-derived root */
 	const struct moat_config *cfg; /* never NULL: policy, rootfs and the "serve" limits */
 	FILE *log;                /* access log and notices */

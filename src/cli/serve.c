@@ -29,7 +29,7 @@ static void usage(FILE *f)
 	      "                  [--max-concurrent N] [--queue N] [--config F] [--rootfs DIR]\n"
 	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
 	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
-	      "                  [--pool N] [--pool-zygote] [--json-log]\n"
+	      "                  [--pool N] [--pool-zygote | --no-pool-zygote] [--json-log]\n"
 	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
 	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: as root\n"
 	      "127.0.0.1:3000, otherwise the unix socket $XDG_RUNTIME_DIR/moat.sock.\n"
@@ -39,7 +39,9 @@ static void usage(FILE *f)
 	      "(typescript where the root has esbuild; 0: none;\n"
 	      "default: config serve.pool, else 1-2 by available memory).\n"
 	      "--pool-zygote (with a pool): Python requests are made by forking an\n"
-	      "initialised interpreter, each into a fresh sandbox (docs/SERVE.md).\n"
+	      "initialised interpreter, each into a fresh sandbox (docs/SERVE.md);\n"
+	      "default: config serve.poolZygote, else on unless --rootfs or a policy\n"
+	      "is set. --no-pool-zygote: warm Python interpreters instead.\n"
 	      "--json-log writes every log line as one JSON object to stdout (for a log\n"
 	      "collector, e.g. in a pod); by default the log goes to stderr.\n",
 	      f);
@@ -227,13 +229,15 @@ int cli_serve(int argc, char **argv)
 		{ "no-kv", no_argument, NULL, 'N' },
 		{ "pool", required_argument, NULL, 'P' },
 		{ "pool-zygote", no_argument, NULL, 'Z' },
+		{ "no-pool-zygote", no_argument, NULL, 'z' },
 		{ "json-log", no_argument, NULL, 'J' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
 	const char *listen_spec = NULL, *sock = NULL, *token_file = NULL, *config = NULL;
 	const char *rootfs = NULL, *runtime = NULL, *kv = NULL, *kv_quota = NULL;
-	bool no_kv = false, json_log = false, zygote = false;
+	bool no_kv = false, json_log = false;
+	int zygote = -1;
 	int pool = -1;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
@@ -252,7 +256,12 @@ int cli_serve(int argc, char **argv)
 		case 'Q': kv_quota = optarg; break;
 		case 'N': no_kv = true; break;
 		case 'J': json_log = true; break;
-		case 'Z': zygote = true; break;
+		case 'Z':
+		case 'z':
+			if (zygote >= 0 && zygote != (c == 'Z'))
+				return bad("%s", "--pool-zygote and --no-pool-zygote exclude each other");
+			zygote = c == 'Z';
+			break;
 		case 'P': {
 			unsigned n;
 			if (parse_uint(optarg, 0, 64, &n) < 0)

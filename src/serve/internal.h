@@ -28,6 +28,7 @@ struct serve_limits {
 	bool allow_open_network;
 	uint64_t max_response_bytes;
 	int pool; /* "pool": warm sandboxes per language; -1: not set */
+	int pool_zygote; /* "poolZygote": 0 or 1; -1: not set */
 };
 /* Built-in values (SERVE.md); max_cpus: online CPUs. */
 void serve_limits_default(struct serve_limits *l);
@@ -174,6 +175,8 @@ int serve_zygote_start(struct serve_zygote *z, struct moat_error *err);
 /* It needs (re)starting; it is running and usable. NULL-safe. */
 bool serve_zygote_wanted(struct serve_zygote *z);
 bool serve_zygote_up(struct serve_zygote *z);
+/* Marks it dead (to be replaced): it runs but could not make a sandbox. */
+void serve_zygote_condemn(struct serve_zygote *z);
 /* moat_sandbox_create for req in a child of the zygote. */
 int serve_zygote_create(struct serve_zygote *z, const struct moat_request *req,
 			const struct moat_run_options *opts, struct moat_sandbox **out,

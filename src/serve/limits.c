@@ -22,6 +22,7 @@ void serve_limits_default(struct serve_limits *l)
 		.allow_open_network = false,
 		.max_response_bytes = 16u * 1024u * 1024u,
 		.pool = -1,
+		.pool_zygote = -1,
 	};
 }
 
@@ -107,10 +108,17 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 			if (get_num(it, "", 0, 64, &v, err) < 0)
 				goto out;
 			l->pool = (int)v;
+		} else if (!strcmp(k, "poolZygote")) {
+			if (!cJSON_IsBool(it)) {
+				moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					       "config serve.poolZygote must be a boolean");
+				goto out;
+			}
+			l->pool_zygote = cJSON_IsTrue(it);
 		} else {
 			moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
-				       "allowOpenNetwork, maxResponseBytes, pool)", k);
+				       "allowOpenNetwork, maxResponseBytes, pool, poolZygote)", k);
 			goto out;
 		}
 	}

@@ -113,6 +113,18 @@ static bool new_error(char **last, const char *msg)
 	return true;
 }
 
+/* The zygote failed (what: to start, or to make a sandbox; why: its
+ * error): the next start waits 1 s, doubling to 64 s; logged once per
+ * distinct message. Under p->mu. */
+static void zygote_backoff(struct serve_pool *p, const char *why, const char *what)
+{
+	p->zyg_fails = p->zyg_fails < 6 ? p->zyg_fails + 1 : 6;
+	p->zyg_retry_at = moat_mono_ms() + (1000L << (p->zyg_fails - 1));
+	if (new_error(&p->zyg_error, why) && p->log)
+		serve_log_notice(p->log, "warn", "pool", "%s: %s (Python requests use warm "
+				 "sandboxes until it is replaced)", what, why ? why : "?");
+}
+
 /* One sandbox for language i, outside the lock. */
 static void refill_one(struct serve_pool *p, int i)
 {
@@ -122,14 +134,24 @@ static void refill_one(struct serve_pool *p, int i)
 	/* python: a child of the zygote while it runs, made up to its start
 	 * (cgroups joined, mounts built: only the program's fork is left);
 	 * else a warm interpreter */
-	int rc = pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg)
-			 ? serve_zygote_create(p->zyg, p->boot[i], &p->opts, &sb, &err)
-			 : moat_sandbox_prewarm(p->boot[i], &p->opts, &sb, &err);
+	bool zyg = pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg);
+	int rc = zyg ? serve_zygote_create(p->zyg, p->boot[i], &p->opts, &sb, &err)
+		     : moat_sandbox_prewarm(p->boot[i], &p->opts, &sb, &err);
 	pthread_mutex_lock(&p->mu);
 	p->busy_refill_ms += (uint64_t)(moat_mono_ms() - t0);
+	if (rc < 0 && zyg) {
+		/* a zygote that runs but cannot make a sandbox here (a host that
+		 * refuses nested namespaces, a limit) would send every Python
+		 * request cold: it is replaced as one that failed to start
+		 * (backing off), and Python uses warm interpreters meanwhile */
+		serve_zygote_condemn(p->zyg);
+		zygote_backoff(p, err.message, "the Python zygote could not make a sandbox");
+	} else if (zyg) {
+		p->zyg_fails = 0;
+	}
 	if (rc < 0) {
 		p->failed++;
-		if (new_error(&p->last_error, err.message) && p->log)
+		if (!zyg && new_error(&p->last_error, err.message) && p->log)
 			serve_log_notice(p->log, "warn", "pool",
 					 "cannot prewarm a %s sandbox: %s (requests run cold)",
 					 moat_lang_get(pool_lang[i])->name,
@@ -166,22 +188,15 @@ static void wait_ms(struct serve_pool *p, long ms)
 }
 
 /* Starts (or replaces) the zygote, outside the lock; a failure backs off
- * (1 s doubling to 64 s) and is logged once per distinct message. */
+ * (1 s doubling to 64 s, zygote_backoff). A start does not end the back-off:
+ * its first sandbox does (refill_one). */
 static void zygote_start(struct serve_pool *p)
 {
 	struct moat_error err = { 0 };
 	int rc = serve_zygote_start(p->zyg, &err);
 	pthread_mutex_lock(&p->mu);
-	if (rc == 0) {
-		p->zyg_fails = 0;
-	} else {
-		p->zyg_fails = p->zyg_fails < 6 ? p->zyg_fails + 1 : 6;
-		p->zyg_retry_at = moat_mono_ms() + (1000L << (p->zyg_fails - 1));
-		if (new_error(&p->zyg_error, err.message) && p->log)
-			serve_log_notice(p->log, "warn", "pool",
-					 "cannot start the Python zygote: %s (Python requests use "
-					 "warm sandboxes)", err.message ? err.message : "?");
-	}
+	if (rc < 0)
+		zygote_backoff(p, err.message, "cannot start the Python zygote");
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
 	moat_error_clear(&err);

@@ -1066,7 +1066,18 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		po.policy_path = o->cfg->policy_path;
 		po.runtime_dir = o->runtime_dir;
 		po.strict_isolation = o->cfg->strict_isolation;
-		if (serve_pool_start(&s->pool, want, want && o->pool_zygote, &po, &s->limits, &s->log,
+		/* the zygote: asked for (--pool-zygote, serve.poolZygote), else
+		 * on where it can run; a zygote asked for that cannot run is a
+		 * warning of the pool's, one not asked for is not tried */
+		int zyg = o->pool_zygote >= 0 ? o->pool_zygote : s->limits.pool_zygote;
+		bool zyg_can = !po.rootfs_dir && !po.policy_path;
+		if (want && zyg < 0 && !zyg_can)
+			notice(s, "info", "Python requests use warm interpreters, not the zygote: it "
+			       "needs the host's root and the default seccomp policy (%s is set)",
+			       po.rootfs_dir ? "a rootfs" : "a policy");
+		if (zyg < 0)
+			zyg = zyg_can;
+		if (serve_pool_start(&s->pool, want, want && zyg > 0, &po, &s->limits, &s->log,
 				     slots_full, s, err) < 0) {
 			close(o->listen_fd);
 			goto out;

@@ -162,6 +162,16 @@ bool serve_zygote_up(struct serve_zygote *z)
 	return up;
 }
 
+void serve_zygote_condemn(struct serve_zygote *z)
+{
+	if (!z)
+		return;
+	pthread_mutex_lock(&z->mu);
+	if (z->ctl >= 0)
+		z->dead = true;
+	pthread_mutex_unlock(&z->mu);
+}
+
 /* The zygote that was (dead or not), gone: its sandbox released (every
  * child it cloned dies with it: their parent-death signal). Under no lock;
  * the pool's thread only. */

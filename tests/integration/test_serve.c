@@ -226,7 +226,8 @@ struct server_opts {
 				   * -1: no --pool (the service's default) */
 	bool readonly_root;       /* every mount but /proc, /sys, /dev read-only, as a
 				   * pod's readOnlyRootFilesystem (and no emptyDir) */
-	bool zygote;              /* --pool-zygote */
+	int zygote;               /* 1: --pool-zygote; -1: --no-pool-zygote; 0: neither
+				   * (the service's default: on, with a pool) */
 };
 
 struct server {
@@ -462,10 +463,12 @@ static void server_spawn(struct server *s, int mode, const struct server_opts *o
 		argv[n++] = "--pool";
 		argv[n++] = pool;
 	}
-	if (o->zygote) {
+	if (o->zygote > 0)
 		argv[n++] = "--pool-zygote";
+	else if (o->zygote < 0)
+		argv[n++] = "--no-pool-zygote";
+	if (o->zygote > 0 || (o->zygote == 0 && o->pool != 0))
 		harness_beside_moat("moat-zygote.so"); /* where the server looks for it */
-	}
 	if (!o->kv) {
 		snprintf(s->kvf, sizeof s->kvf, "%s/kv.sqlite3", s->dir);
 		argv[n++] = "--kv";
@@ -3304,7 +3307,7 @@ static void server_stop_pool(struct server *s, int idle)
 static void pool_single_use_in(int _i, bool zygote)
 {
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 1, .zygote = zygote };
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = zygote ? 1 : -1 };
 	server_start(&s, _i, &o);
 	if (zygote)
 		pool_wait_zygote(&s);
@@ -3369,7 +3372,7 @@ END_TEST
 static void pool_limits_and_fallback_in(int _i, bool zygote)
 {
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 1, .zygote = zygote };
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = zygote ? 1 : -1 };
 	server_start(&s, _i, &o);
 	if (zygote)
 		pool_wait_zygote(&s);
@@ -3468,7 +3471,7 @@ static void pool_under_load_in(int _i, bool zygote)
 {
 	struct server s;
 	static const char *const args[] = { "--max-concurrent", "4", NULL };
-	struct server_opts o = { .socket = true, .pool = 2, .args = args, .zygote = zygote };
+	struct server_opts o = { .socket = true, .pool = 2, .args = args, .zygote = zygote ? 1 : -1 };
 	server_start(&s, _i, &o);
 	if (zygote)
 		pool_wait_zygote(&s);
@@ -3538,7 +3541,7 @@ END_TEST
 static void pool_killed_in(int _i, bool zygote)
 {
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 2, .zygote = zygote };
+	struct server_opts o = { .socket = true, .pool = 2, .zygote = zygote ? 1 : -1 };
 	server_start(&s, _i, &o);
 	if (zygote)
 		pool_wait_zygote(&s);
@@ -3569,7 +3572,7 @@ END_TEST
 static void pool_dead_sandbox_in(int _i, bool zygote)
 {
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 1, .zygote = zygote };
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = zygote ? 1 : -1 };
 	server_start(&s, _i, &o);
 	if (zygote)
 		pool_wait_zygote(&s);
@@ -3603,6 +3606,108 @@ START_TEST(pool_dead_sandbox)
 {
 	HARNESS_MODE_GUARD(_i);
 	pool_dead_sandbox_in(_i, false);
+}
+END_TEST
+
+/* Whether a /metrics has the Python zygote's lines (a pool without one
+ * has none). */
+static bool has_zygote_metrics(struct server *s)
+{
+	char *m = get_metrics(s, NULL);
+	int found = 0;
+	(void)metric_sum(m, "moat_pool_zygote_up", NULL, &found);
+	free(m);
+	return found;
+}
+
+/* One Python request through the pool: pooled, 42. */
+static void pool_py_42(struct server *s, const char *what)
+{
+	struct resp r;
+	v1(s, "{\"code\":\"print(6*7)\"}", &r);
+	ck_assert_msg(pooled(&r) && !strcmp(jstr(r.json, "stdout"), "42\n"), "%s: %.500s", what,
+		      r.body);
+	resp_free(&r);
+}
+
+/* The zygote is the default with a pool (issue 15): on without a flag;
+ * serve.poolZygote false turns it off, --pool-zygote wins over the config;
+ * a service with its own root keeps warm interpreters and says why, once;
+ * both flags at once, or a poolZygote that is not a boolean, are refused. */
+START_TEST(zygote_is_the_default)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1 };
+	server_start(&s, _i, &o);
+	pool_wait_zygote(&s);
+	pool_wait_ready(&s, "python", 1);
+	double kids = pool_metric(&s, "moat_pool_zygote_children_total", NULL);
+	pool_py_42(&s, "the default");
+	ck_assert(pool_metric(&s, "moat_pool_zygote_children_total", NULL) > kids);
+	server_stop_pool(&s, pool_idle_children(1, true));
+
+	o.config = "{\"serve\":{\"poolZygote\":false}}";
+	server_start(&s, _i, &o);
+	pool_wait_ready(&s, "python", 1);
+	ck_assert_msg(!has_zygote_metrics(&s), "serve.poolZygote false: a zygote runs");
+	pool_py_42(&s, "poolZygote false");
+	server_stop_pool(&s, pool_idle_children(1, false));
+
+	o.zygote = 1; /* the flag wins */
+	server_start(&s, _i, &o);
+	pool_wait_zygote(&s);
+	pool_py_42(&s, "--pool-zygote over poolZygote false");
+	server_stop_pool(&s, pool_idle_children(1, true));
+
+	/* a policy of its own (the checkout's copy of the default): no
+	 * zygote, warm interpreters, one info line that says why */
+	char *rt = strdup(harness_runtime_dir()), *pcfg = NULL;
+	ck_assert_ptr_nonnull(rt);
+	*strrchr(rt, '/') = '\0';
+	ck_assert_int_ge(asprintf(&pcfg, "{\"policy\":\"%s/policies/default.json\"}", rt), 0);
+	free(rt);
+	struct server_opts po = { .socket = true, .pool = 1, .config = pcfg };
+	server_start(&s, _i, &po);
+	pool_wait_ready(&s, "python", 1);
+	ck_assert(!has_zygote_metrics(&s));
+	pool_py_42(&s, "a policy");
+	char *log = server_log(&s);
+	ck_assert_msg(log && strstr(log, "Python requests use warm interpreters, not the zygote") &&
+			      strstr(log, "a policy is set"),
+		      "no word of the zygote in: %.1500s", log ? log : "");
+	free(log);
+	server_stop_pool(&s, pool_idle_children(1, false));
+	free(pcfg);
+
+	static const char *const both[] = { "serve", "--socket", "/nonexistent/moat.sock",
+					    "--pool-zygote", "--no-pool-zygote", NULL };
+	struct harness_proc p;
+	struct run_out out = { 0 };
+	harness_start(_i, both, NULL, 0, NULL, NULL, NULL, &p);
+	harness_finish(&p, &out);
+	ck_assert_msg(out.status == 2 && strstr(out.err, "exclude each other"), "status %d: %s",
+		      out.status, out.err);
+	harness_free(&out);
+	/* the config is read before the listener is made */
+	char dir[] = "/tmp/moat-zyg-cfg-XXXXXX", cfg[64], sockp[64];
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_int_eq(chmod(dir, 0777), 0);
+	snprintf(cfg, sizeof cfg, "%s/moat.json", dir);
+	snprintf(sockp, sizeof sockp, "%s/moat.sock", dir);
+	static const char bad[] = "{\"serve\":{\"poolZygote\":\"yes\"}}";
+	write_file(cfg, bad, sizeof bad - 1, 0644);
+	const char *const badcfg[] = { "serve", "--socket", sockp, "--no-kv", "--config", cfg,
+				       NULL };
+	memset(&out, 0, sizeof out);
+	harness_start(_i, badcfg, NULL, 0, NULL, NULL, NULL, &p);
+	harness_finish(&p, &out);
+	unlink(cfg);
+	unlink(sockp);
+	rmdir(dir);
+	ck_assert_msg(out.status != 0 && strstr(out.err, "serve.poolZygote must be a boolean"),
+		      "status %d: %s", out.status, out.err);
+	harness_free(&out);
 }
 END_TEST
 
@@ -3703,23 +3808,33 @@ START_TEST(pool_frame_exact)
 	cold_results(_i, bodies, N, cold);
 	for (int k = 0; k < N; k++)
 		ck_assert_msg(jnum(cold[k].json, "exitCode") == 0, "%.500s", cold[k].body);
-	struct server s;
-	struct server_opts o = { .socket = true, .pool = 1 };
-	server_start(&s, _i, &o);
-	for (int k = 0; k < N; k++) {
-		pool_wait_ready(&s, k ? "javascript" : "python", 1);
-		struct resp r;
-		v1(&s, bodies[k], &r);
-		ck_assert_msg(pooled(&r) && !strcmp(jstr(r.json, "stdout"), jstr(cold[k].json, "stdout")) &&
-				      !strcmp(jstr(r.json, "stderr"), jstr(cold[k].json, "stderr")),
-			      "%d warm:\n%.800s\ncold:\n%.800s", k, r.body, cold[k].body);
-		resp_free(&r);
+	/* python in a warm interpreter, then in a child of the zygote (the
+	 * default), which reads the same frame */
+	for (int zygote = 0; zygote < 2; zygote++) {
+		struct server s;
+		struct server_opts o = { .socket = true, .pool = 1, .zygote = zygote ? 0 : -1 };
+		server_start(&s, _i, &o);
+		if (zygote)
+			pool_wait_zygote(&s);
+		for (int k = 0; k < N; k++) {
+			pool_wait_ready(&s, k ? "javascript" : "python", 1);
+			struct resp r;
+			v1(&s, bodies[k], &r);
+			ck_assert_msg(pooled(&r) &&
+					      !strcmp(jstr(r.json, "stdout"), jstr(cold[k].json, "stdout")) &&
+					      !strcmp(jstr(r.json, "stderr"), jstr(cold[k].json, "stderr")),
+				      "%d warm%s:\n%.800s\ncold:\n%.800s", k, zygote ? " (zygote)" : "",
+				      r.body, cold[k].body);
+			resp_free(&r);
+		}
+		if (zygote)
+			ck_assert(pool_metric(&s, "moat_pool_zygote_children_total", NULL) >= 1);
+		server_stop_pool(&s, pool_idle_children(1, zygote));
 	}
 	ck_assert_str_eq(jstr(cold[0].json, "stdout"),
 			 "'1:a,2:bc,' '' '' 'a=b,c:3:é' 'MOATPOOL2 4\\n1:x,' ünï:, []\n");
 	for (int k = 0; k < N; k++)
 		resp_free(&cold[k]);
-	server_stop_pool(&s, pool_kinds());
 }
 END_TEST
 
@@ -3777,7 +3892,7 @@ START_TEST(pool_typescript)
 	struct resp cold[N];
 	cold_results(_i, bodies, N, cold);
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 1 };
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = -1 };
 	server_start(&s, _i, &o);
 	/* the warm typescript sandbox's esbuild waits for the code: one, in
 	 * the typescript kind only */
@@ -3900,6 +4015,7 @@ Suite *serve_suite(void)
 	ADD(pool_killed);
 	ADD(pool_dead_sandbox);
 	ADD(zygote_single_use);
+	ADD(zygote_is_the_default);
 	ADD(zygote_limits_and_fallback);
 	ADD(zygote_under_load);
 	ADD(zygote_killed);

@@ -1428,6 +1428,16 @@ START_TEST(limits_parse)
 	ck_assert_int_eq(serve_limits_parse("{\"allowOpenNetwork\":false}", &l, &err), 0);
 	ck_assert(!l.allow_open_network);
 
+	/* poolZygote: unset (-1: the service decides) unless a boolean says */
+	serve_limits_default(&l);
+	ck_assert_int_eq(l.pool_zygote, -1);
+	ck_assert_int_eq(serve_limits_parse("{\"pool\":3}", &l, &err), 0);
+	ck_assert_int_eq(l.pool_zygote, -1);
+	ck_assert_int_eq(serve_limits_parse("{\"poolZygote\":false}", &l, &err), 0);
+	ck_assert_int_eq(l.pool_zygote, 0);
+	ck_assert_int_eq(serve_limits_parse("{\"poolZygote\":true}", &l, &err), 0);
+	ck_assert_int_eq(l.pool_zygote, 1);
+
 	/* only some keys: the rest stay */
 	serve_limits_default(&l);
 	ck_assert_int_eq(serve_limits_parse("{\"max\":{\"timeout\":120000}}", &l, &err), 0);
@@ -1456,6 +1466,9 @@ START_TEST(limits_parse)
 		{ "{\"max\":{\"pidsLimit\":-5}}", "pidsLimit" },
 		{ "{\"allowOpenNetwork\":1}", "allowOpenNetwork" },
 		{ "{\"allowOpenNetwork\":\"true\"}", "allowOpenNetwork" },
+		{ "{\"poolZygote\":1}", "serve.poolZygote must be a boolean" },
+		{ "{\"poolZygote\":\"false\"}", "serve.poolZygote must be a boolean" },
+		{ "{\"poolzygote\":true}", "unknown key \"poolzygote\"" },
 		{ "{\"maxResponseBytes\":\"1\"}", "maxResponseBytes" },
 		{ "{\"maxResponseBytes\":100}", "maxResponseBytes" },
 		{ "{\"defaults\":{\"timeout\":70000}}", "above its max" },
