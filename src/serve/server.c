@@ -45,9 +45,13 @@ struct server {
 	struct serve_limits limits;
 	struct serve_metrics metrics;
 	struct MHD_Daemon *d;
-	pthread_mutex_t mu; /* running, waiting, stopping, body_bytes */
+	pthread_mutex_t mu; /* running, waiting, tickets, stopping, body_bytes */
 	pthread_cond_t cv;
 	unsigned running, waiting;
+	/* the queue is first come, first served: a request that must wait
+	 * takes the next ticket and is admitted when a slot is free and its
+	 * ticket is the oldest one still waiting (admit) */
+	uint64_t ticket_next, ticket_head;
 	unsigned active; /* requests not yet answered and logged (their response may
 			  * still be on its way after the run's slot is free) */
 	uint64_t body_bytes;
@@ -293,25 +297,34 @@ static void gauges(struct server *s)
 	pthread_mutex_unlock(&s->metrics.mu);
 }
 
-/* 0: a slot is ours; -1: busy (queue full) or stopping. */
+/* 0: a slot is ours; -1: busy (queue full) or stopping. In the order of
+ * arrival: a request arriving while others wait queues behind them, even
+ * when a slot has just been freed (a woken waiter would otherwise race
+ * every newcomer and every other waiter for it, and under load some lose
+ * round after round: the tail latency). */
 static int admit(struct server *s, bool *stopping)
 {
 	int rc = -1;
 	pthread_mutex_lock(&s->mu);
 	if (s->stopping)
 		goto out;
-	if (s->running >= s->o->max_concurrent) {
+	if (s->running >= s->o->max_concurrent || s->waiting > 0) {
 		if (s->waiting >= s->o->queue)
 			goto out;
+		uint64_t ticket = s->ticket_next++;
 		s->waiting++;
 		gauges(s);
-		while (!s->stopping && s->running >= s->o->max_concurrent)
+		while (!s->stopping &&
+		       (s->running >= s->o->max_concurrent || ticket != s->ticket_head))
 			pthread_cond_wait(&s->cv, &s->mu);
 		s->waiting--;
 		if (s->stopping) {
 			gauges(s);
 			goto out;
 		}
+		/* the next ticket may take another free slot now */
+		s->ticket_head++;
+		pthread_cond_broadcast(&s->cv);
 	}
 	s->running++;
 	gauges(s);

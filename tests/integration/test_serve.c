@@ -2364,6 +2364,63 @@ START_TEST(sigterm_grace_kills)
 }
 END_TEST
 
+/* The run queue is first come, first served: with the one run slot held,
+ * requests queued one after another (each seen waiting before the next is
+ * sent) run in the order they came, although each woken waiter, and each
+ * newcomer while others wait, could otherwise take a freed slot first. */
+START_TEST(queue_is_first_come_first_served)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	const char *a[] = { "--max-concurrent", "1", "--queue", "16", NULL };
+	struct server_opts o = { .args = a, .socket = true };
+	server_start(&s, _i, &o);
+	char *hold = envelope("import time\ntime.sleep(1.5)\nprint('held')", NULL);
+	struct req hq = { .path = "/py/run", .body = hold };
+	enum { N = 6 };
+	struct call run, queued[N];
+	call_start(&s, &hq, &run);
+	ck_assert_msg(server_wait_children(&s, 1, harness_scale_ms(10000)), "the run did not start");
+	char *bodies[N];
+	for (int i = 0; i < N; i++) {
+		char code[96];
+		snprintf(code, sizeof code, "import time\nprint(%d, time.monotonic_ns())", i);
+		bodies[i] = envelope(code, NULL);
+		struct req q = { .path = "/py/run", .body = bodies[i] };
+		call_start(&s, &q, &queued[i]);
+		bool in = false;
+		for (long t1 = now_ms(); !in && now_ms() - t1 < harness_scale_ms(10000); sleep_ms(10)) {
+			char *m = get_metrics(&s, NULL);
+			in = metric_sum(m, "moat_serve_queued", NULL, NULL) == i + 1;
+			free(m);
+		}
+		ck_assert_msg(in, "request %d never waited in the queue", i);
+	}
+	struct resp r;
+	call_finish(&run, &r);
+	ck_assert_msg(r.code == 200 && r.json && jstr(r.json, "stdout") &&
+			      !strcmp(jstr(r.json, "stdout"), "held\n"),
+		      "HTTP %d %.300s", r.code, r.body);
+	resp_free(&r);
+	long long last = -1;
+	for (int i = 0; i < N; i++) {
+		call_finish(&queued[i], &r);
+		int idx = -1;
+		long long t = -1;
+		const char *out = r.json ? jstr(r.json, "stdout") : NULL;
+		ck_assert_msg(r.code == 200 && out && sscanf(out, "%d %lld", &idx, &t) == 2 && idx == i,
+			      "queued request %d: HTTP %d %.300s", i, r.code, r.body);
+		ck_assert_msg(t > last, "queued request %d ran before request %d, which came first",
+			      i, i - 1);
+		last = t;
+		resp_free(&r);
+		free(bodies[i]);
+	}
+	free(hold);
+	server_stop(&s);
+}
+END_TEST
+
 /* After the head, a failure truncates: a body over maxResponseBytes, a
  * handler that times out. */
 START_TEST(handler_late_failures)
@@ -4005,6 +4062,7 @@ Suite *serve_suite(void)
 	ADD(client_disconnect);
 	ADD(sigterm_drains);
 	ADD(sigterm_grace_kills);
+	ADD(queue_is_first_come_first_served);
 	ADD(slowloris);
 	ADD(handler_late_failures);
 	ADD(sigint_stops);
