@@ -61,6 +61,7 @@ struct serve_pool {
 	 * released by the thread; zyg_in_use: its children running */
 	struct serve_zygote *zyg;
 	unsigned zyg_in_use, zyg_fails;
+	uint64_t zyg_made_for; /* children made for a request that found none ready */
 	int64_t zyg_retry_at;
 	char *zyg_error;
 };
@@ -422,6 +423,7 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			pthread_mutex_lock(&p->mu);
 			p->created++;
 			p->used++;
+			p->zyg_made_for++;
 			pthread_mutex_unlock(&p->mu);
 		} else {
 			/* not made or not started (refused, or the zygote failed:
@@ -523,6 +525,13 @@ void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
 			 p->in_use, (unsigned long long)p->created, (unsigned long long)p->used,
 			 (unsigned long long)p->failed, (unsigned long long)p->expired,
 			 (double)p->busy_refill_ms / 1000.0);
+	if (p->zyg)
+		moat_buf_appendf(b, "# HELP moat_pool_zygote_made_for_request_total Python requests "
+				    "that found no child of the zygote made ahead and had one made "
+				    "for them (other limits, or none ready).\n"
+				    "# TYPE moat_pool_zygote_made_for_request_total counter\n"
+				    "moat_pool_zygote_made_for_request_total %llu\n",
+				 (unsigned long long)p->zyg_made_for);
 	pthread_mutex_unlock(&p->mu);
 	serve_zygote_render(p->zyg, b);
 }
