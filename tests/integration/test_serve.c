@@ -3454,12 +3454,17 @@ static void pool_limits_and_fallback_in(int _i, bool zygote)
 		      "400 MiB in a pooled 256 MiB sandbox: %.500s", r.body);
 	resp_free(&r);
 	/* other limits: cold, except with the zygote, which makes a child
-	 * with the request's own limits then (in force: 150 MiB under 100) */
+	 * with the request's own limits then (in force: 150 MiB under 100),
+	 * and counts it */
+	double made_for = zygote ? pool_metric(&s, "moat_pool_zygote_made_for_request_total", NULL)
+				 : 0;
 	v1(&s, "{\"code\":\"print(1)\",\"memoryMb\":100}", &r);
 	ck_assert_msg(pooled(&r) == zygote && !strcmp(jstr(r.json, "stdout"), "1\n"), "%.500s",
 		      r.body);
 	resp_free(&r);
 	if (zygote) {
+		ck_assert(pool_metric(&s, "moat_pool_zygote_made_for_request_total", NULL) ==
+			  made_for + 1);
 		v1(&s, "{\"code\":\"b = bytearray(150 * 1024 * 1024)\\nprint('allocated')\","
 		       "\"memoryMb\":100}", &r);
 		ck_assert_msg(pooled(&r) && strcmp(jstr(r.json, "stdout") ? jstr(r.json, "stdout")
