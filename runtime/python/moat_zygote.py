@@ -6,29 +6,28 @@ An initialised interpreter with the warm bootstrap (moat_pool) imported,
 that forks one sandbox per request without ever reading a byte of one.
 It loads moat-zygote.so (SO), which prepares the template of every run
 from TEMPLATE_JSON (a request without code), with TMPFS_BYTES for /tmp and
-/sandbox (0: the default) and RUNTIME_DIR bound ("": none). Then, for each
-record on the control socket (CONTROL_FD, SOCK_SEQPACKET) -- b"r", the
-run's rlimits, and the five fds of a run the supervisor prepared
-(zygote.h: stdin, stdout, stderr, report, sync), none of which it
-interprets: moat_zygote_spawn does -- it clones that run's pid 1 and
-answers with one record: b"p" and pid 1's pidfd, or b"e<errno>" and no fd. pid 1 and
-pid 2 are moat's C code until pid 2 is locked down (namespaces, mounts,
-uid 65534, no capabilities, no_new_privs, Landlock, seccomp); only then
-does pid 2 come back here, with fds 0, 1 and 2 the run's and nothing else
-open, and run moat_pool.main(): the request is read from fd 0 as a warm
+/sandbox (0: the default) and RUNTIME_DIR bound ("": none). Then the
+library's loop (moat_zygote_serve, in C) takes the control socket
+(CONTROL_FD, SOCK_SEQPACKET): for each record -- b"r", the run's rlimits,
+and the five fds of a run the supervisor prepared (zygote.h: stdin,
+stdout, stderr, report, sync) -- it clones that run's pid 1 between the
+interpreter's fork hooks and answers with one record: b"p" and pid 1's
+pidfd, or b"e<errno>" and no fd; it reaps the pid 1s. No Python runs in
+the zygote between two clones, so the zygote writes (and copies) next to
+nothing of the memory its children share. pid 1 and pid 2 are moat's C
+code until pid 2 is locked down (namespaces, mounts, uid 65534, no
+capabilities, no_new_privs, Landlock, seccomp); only then does the loop
+return, in pid 2, with fds 0, 1 and 2 the run's and nothing else open, and
+pid 2 runs moat_pool.main(): the request is read from fd 0 as a warm
 sandbox reads it, and the program ends as `python3 /sandbox/main.py`
 would (_become_program says what of the interpreter's exit is skipped).
-The zygote reaps its pid 1s. EOF on the control socket ends it.
+EOF on the control socket ends the loop, and the zygote.
 """
 import ctypes
 import os
-import signal
-import socket
 import sys
 
 import moat_pool
-
-NFDS = 5
 
 
 def _load(so_path, template, tmpfs, runtime):
@@ -38,10 +37,9 @@ def _load(so_path, template, tmpfs, runtime):
                                     ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
     lib.moat_zygote_envp.restype = ctypes.POINTER(ctypes.c_char_p)
     lib.moat_zygote_envp.argtypes = [ctypes.c_void_p]
-    lib.moat_zygote_spawn.restype = ctypes.c_int
-    lib.moat_zygote_spawn.argtypes = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int),
-                                      ctypes.c_char_p, ctypes.c_size_t,
-                                      ctypes.POINTER(ctypes.c_int)]
+    lib.moat_zygote_serve.restype = ctypes.c_int
+    lib.moat_zygote_serve.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
+                                      ctypes.c_void_p]
     err = ctypes.create_string_buffer(1024)
     z = lib.moat_zygote_new(template, len(template), tmpfs, runtime, err, len(err))
     if not z:
@@ -54,16 +52,6 @@ def _load(so_path, template, tmpfs, runtime):
         env.append(envp[i])
         i += 1
     return lib, z, env
-
-
-def _reap():
-    while True:
-        try:
-            pid, _ = os.waitpid(-1, os.WNOHANG)
-        except ChildProcessError:
-            return
-        if pid == 0:
-            return
 
 
 def _exit_code(e):
@@ -80,7 +68,7 @@ def _exit_code(e):
     return 1
 
 
-def _become_program(ctl, env):
+def _become_program(env):
     """pid 2, locked down: the run's environment, then the request; never
     returns.
 
@@ -90,11 +78,6 @@ def _become_program(ctl, env):
     the zygote's heap, each page a copy-on-write fault, for nothing (the
     sandbox ends with this process). What is left undone is what CPython
     does not promise at exit either: __del__ of objects still alive."""
-    # every fd but 0, 1 and 2 is closed already: forget the socket's
-    ctl.detach()
-    # the zygote's reaper is not the program's (pid 1 reset the kernel's
-    # side of every signal; this is Python's)
-    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     os.environ.clear()
     for kv in env:
         k, _, v = kv.partition(b"=")
@@ -132,41 +115,18 @@ def main():
     so_path, template = sys.argv[1], sys.argv[2].encode()
     tmpfs, runtime, ctl_fd = int(sys.argv[3]), sys.argv[4].encode(), int(sys.argv[5])
     lib, z, env = _load(so_path, template, tmpfs, runtime)
-    ctl = socket.socket(fileno=ctl_fd)
     api = ctypes.pythonapi
-    # each pid 1 is reaped as it ends, not at the next request: a zombie
-    # would hold its cgroup (the zygote's until the run adopted it)
-    signal.signal(signal.SIGCHLD, lambda signum, frame: _reap())
-    while True:
-        _reap()
-        msg, fds, _, _ = socket.recv_fds(ctl, 512, NFDS)
-        if not msg:
-            _reap()
-            return
-        if len(fds) != NFDS:
-            for fd in fds:
-                os.close(fd)
-            ctl.sendmsg([b"e22"])
-            continue
-        arr = (ctypes.c_int * NFDS)(*fds)
-        pidfd = ctypes.c_int(-1)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        api.PyOS_BeforeFork()
-        pid = lib.moat_zygote_spawn(z, arr, msg, len(msg), ctypes.byref(pidfd))
-        if pid == 0:
-            api.PyOS_AfterFork_Child()
-            _become_program(ctl, env)  # never returns
-        api.PyOS_AfterFork_Parent()
-        for fd in fds:
-            os.close(fd)
-        if pid < 0:
-            ctl.sendmsg([b"e%d" % -pid])
-            continue
-        try:
-            socket.send_fds(ctl, [b"p"], [pidfd.value])
-        finally:
-            os.close(pidfd.value)
+    hook = lambda f: ctypes.cast(f, ctypes.c_void_p)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    rc = lib.moat_zygote_serve(z, ctl_fd, hook(api.PyOS_BeforeFork),
+                               hook(api.PyOS_AfterFork_Parent))
+    if rc == 0:
+        api.PyOS_AfterFork_Child()
+        _become_program(env)  # never returns
+    if rc < 0:
+        sys.stderr.write("moat zygote: %s\n" % os.strerror(-rc))
+        sys.exit(2)
 
 
 if __name__ == "__main__":

@@ -52,6 +52,20 @@ char *const *moat_zygote_envp(const struct moat_zygote *z);
  * because its maps could not be written). */
 int moat_zygote_spawn(struct moat_zygote *z, const int fds[MOAT_ZYGOTE_NFDS], const void *record,
 		      size_t record_len, int *pidfd);
+/* The zygote's loop on its control socket ctl (SOCK_SEQPACKET): for each
+ * record (MOAT_ZYGOTE_RUN, the rlimits, and the run's MOAT_ZYGOTE_NFDS fds
+ * as SCM_RIGHTS) one moat_zygote_spawn between before() and
+ * after_parent() (the interpreter's fork hooks; either may be NULL), then
+ * the answer: "p" with pid 1's pidfd, or "e<errno>" and no fd (a record
+ * without its fds, or too long, is answered "e22"). Every pid 1 is reaped
+ * as it ends (SIGCHLD through a signalfd, the signal blocked in the loop).
+ * No byte of a request passes here: a record holds fds and limits only.
+ * Returns 0 in each run's pid 2 (locked down, as moat_zygote_spawn's:
+ * with the empty signal mask pid 1 gave it), 1 when ctl reached its end,
+ * -errno when the loop itself failed; in the zygote, the signal mask is
+ * then as it was on entry. */
+int moat_zygote_serve(struct moat_zygote *z, int ctl, void (*before)(void),
+		      void (*after_parent)(void));
 void moat_zygote_free(struct moat_zygote *z);
 
 #endif

@@ -22,6 +22,7 @@
 #include "harness.h"
 #include "core/sys.h"
 #include "runner/run.h"
+#include "runner/zygote.h"
 #include "suites.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -856,6 +857,38 @@ static int zygote_worker(int mode, int fd, const void *arg)
 	close(sp[1]);
 	int rc = 0;
 	for (size_t i = 0; i < n; i++) {
+		if (reqs[i][0] == '!') {
+			/* a record the zygote must refuse, its answer as a JSON
+			 * string: "!nofds" (no fds), "!long" (longer than a
+			 * record), "!badbyte" (the fds, but not MOAT_ZYGOTE_RUN) */
+			char rec[MOAT_ZYGOTE_MAX_RECORD + 8], reply[16] = "";
+			memset(rec, 'r', sizeof rec);
+			int pf[2], fds[MOAT_ZYGOTE_NFDS];
+			if (pipe2(pf, O_CLOEXEC) < 0)
+				return 96;
+			for (int k = 0; k < MOAT_ZYGOTE_NFDS; k++)
+				fds[k] = pf[k % 2];
+			bool nofds = !strcmp(reqs[i], "!nofds"), lng = !strcmp(reqs[i], "!long");
+			if (!strcmp(reqs[i], "!badbyte"))
+				rec[0] = 'x';
+			size_t got_fds = 0;
+			int pidfd = -1;
+			ssize_t got = -1;
+			if (moat_send_fds(sp[0], rec, lng ? sizeof rec : 1, fds,
+					  nofds ? 0 : MOAT_ZYGOTE_NFDS) == 0)
+				got = moat_recv_fds(sp[0], reply, sizeof reply - 1, &pidfd, 1, &got_fds,
+						    0);
+			close(pf[0]);
+			close(pf[1]);
+			if (got_fds)
+				close(pidfd);
+			char line[64];
+			int len = snprintf(line, sizeof line, "\"%.*s%s\"\n", got > 0 ? (int)got : 0,
+					   reply, got_fds ? " with an fd" : "");
+			if (write(fd, line, (size_t)len) != len)
+				rc = 94;
+			continue;
+		}
 		struct moat_request *req = NULL;
 		struct moat_error err = { 0 };
 		struct moat_result *res = NULL;
@@ -1009,6 +1042,29 @@ START_TEST(prepared_for_zygote_has_no_plan)
 }
 END_TEST
 
+/* The zygote's loop (moat_zygote_serve) refuses what is not a run's
+ * record -- no fds, a record longer than one, another first byte -- with
+ * "e22" and no fd, and goes on: the next request is served; at the end of
+ * its control socket it exits 0 (zygote_worker checks). */
+START_TEST(zygote_refuses_bad_records)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *const reqs[] = { "!nofds", "!long", "!badbyte",
+				     "{\"language\":\"python\",\"code\":\"print(6*7)\"}" };
+	struct run_out out[4];
+	zygote_run(_i, reqs, 4, out);
+	for (int k = 0; k < 3; k++) {
+		ck_assert_msg(cJSON_IsString(out[k].json) &&
+				      !strcmp(out[k].json->valuestring, "e22"),
+			      "%s: %s", reqs[k], out[k].out);
+		harness_free(&out[k]);
+	}
+	ck_assert_msg(!strcmp(harness_str(&out[3], "stdout") ? harness_str(&out[3], "stdout") : "",
+			      "42\n"), "%s", out[3].out);
+	harness_free(&out[3]);
+}
+END_TEST
+
 START_TEST(zygote_children_share_nothing)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -1087,6 +1143,7 @@ Suite *runner_suite(void)
 			    MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, zygote_children_share_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_test(tc, prepared_for_zygote_has_no_plan);
+	tcase_add_loop_test(tc, zygote_refuses_bad_records, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
