@@ -37,6 +37,16 @@ static int get_num(const cJSON *it, const char *where, double lo, double hi, dou
 	return 0;
 }
 
+/* A boolean key of the "serve" object. */
+static int get_bool(const cJSON *it, bool *out, struct moat_error *err)
+{
+	if (!cJSON_IsBool(it))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "config serve.%s must be a boolean",
+				      it->string);
+	*out = cJSON_IsTrue(it);
+	return 0;
+}
+
 static int parse_set(const cJSON *obj, const char *where, uint64_t *timeout, uint64_t *mem,
 		     double *cpus, uint64_t *pids, struct moat_error *err)
 {
@@ -92,12 +102,8 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 				      &l->max_pids, err) < 0)
 				goto out;
 		} else if (!strcmp(k, "allowOpenNetwork")) {
-			if (!cJSON_IsBool(it)) {
-				moat_error_set(err, MOAT_ERR_CONFIG, 0,
-					       "config serve.allowOpenNetwork must be a boolean");
+			if (get_bool(it, &l->allow_open_network, err) < 0)
 				goto out;
-			}
-			l->allow_open_network = cJSON_IsTrue(it);
 		} else if (!strcmp(k, "maxResponseBytes")) {
 			double v = 0;
 			if (get_num(it, "", 1024, 1024.0 * 1024 * 1024, &v, err) < 0)
@@ -109,12 +115,10 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 				goto out;
 			l->pool = (int)v;
 		} else if (!strcmp(k, "poolZygote")) {
-			if (!cJSON_IsBool(it)) {
-				moat_error_set(err, MOAT_ERR_CONFIG, 0,
-					       "config serve.poolZygote must be a boolean");
+			bool on = false;
+			if (get_bool(it, &on, err) < 0)
 				goto out;
-			}
-			l->pool_zygote = cJSON_IsTrue(it);
+			l->pool_zygote = on;
 		} else {
 			moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
