@@ -5,7 +5,10 @@
 //   node bench/serve-load.mjs --socket PATH --cold-socket PATH --moat PATH [--cpus N] [--queue N]
 // --socket is a service with its warm pool, --cold-socket the same with --pool 0.
 // Environment: REQUESTS per cell (200), WARMUP requests per cell, not timed (10),
-// CLIENTS (1,2,8), WORKLOADS (the keys of `workloads` below, in that order), GAP_MS (0).
+// CLIENTS (1,2,8), WORKLOADS (the keys of `workloads` below, in that order), GAP_MS (0),
+// ROUNDS (1): each cell's REQUESTS in that many parts, the workloads of one client count
+// taking turns part by part, so that a busy moment of the host falls on all of them alike
+// (a cell's figures are over all its parts; req/s is its requests over their time).
 import http from 'node:http';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
@@ -22,6 +25,7 @@ if (!SOCKET || !MOAT) {
   process.exit(2);
 }
 const REQUESTS = Number(process.env.REQUESTS || 200);
+const ROUNDS = Math.max(1, Math.min(REQUESTS, Number(process.env.ROUNDS || 1)));
 const WARMUP = Number(process.env.WARMUP ?? 10);
 // GAP_MS: each client waits this long after each answer (spaced requests, as an agent
 // sends them: a warm pool has refilled in between); req/s then counts the gaps too
@@ -231,15 +235,27 @@ async function main() {
   const rows = [];
   const failures = [];
   try {
+    for (const name of WORKLOADS)
+      if (!workloads[name]) throw new Error(`unknown workload ${name} (${Object.keys(workloads).join(', ')})`);
     for (const clients of CLIENTS) {
-      for (const name of WORKLOADS) {
-        const w = workloads[name];
-        if (!w) throw new Error(`unknown workload ${name} (${Object.keys(workloads).join(', ')})`);
-        if (WARMUP > 0) await drive(w, clients, WARMUP, cfgFile);
-        const r = await drive(w, clients, REQUESTS, cfgFile);
-        rows.push({ name, clients, ...r });
-        if (r.errors.length) failures.push(`${name} ×${clients}: ${r.errors.length} failed, first: ${r.errors[0]}`);
-        process.stderr.write(`bench-serve: ${name} ×${clients}: ${(REQUESTS / r.secs).toFixed(1)} req/s\n`);
+      const cells = WORKLOADS.map((name) => ({ name, clients, lat: [], errors: [], secs: 0 }));
+      for (const c of cells)
+        if (WARMUP > 0) await drive(workloads[c.name], clients, WARMUP, cfgFile);
+      for (let round = 0; round < ROUNDS; round++) {
+        // this round's part: the requests left over by the division go to the first rounds
+        const part = Math.floor(REQUESTS / ROUNDS) + (round < REQUESTS % ROUNDS ? 1 : 0);
+        for (const c of cells) {
+          const r = await drive(workloads[c.name], clients, part, cfgFile);
+          c.lat.push(...r.lat);
+          c.errors.push(...r.errors);
+          c.secs += r.secs;
+        }
+      }
+      for (const c of cells) {
+        c.lat.sort((a, b) => a - b);
+        rows.push(c);
+        if (c.errors.length) failures.push(`${c.name} ×${clients}: ${c.errors.length} failed, first: ${c.errors[0]}`);
+        process.stderr.write(`bench-serve: ${c.name} ×${clients}: ${(REQUESTS / c.secs).toFixed(1)} req/s\n`);
       }
     }
   } finally {
@@ -251,8 +267,8 @@ async function main() {
   console.log('');
   console.log(`${os.cpus().length} CPUs (${os.cpus()[0]?.model?.trim() ?? '?'}), Linux ${os.release()}, ` +
     `node ${process.version}, load average after: ${load}. moat serve on a unix socket, ` +
-    `--max-concurrent ${args.cpus ?? '?'} --queue ${args.queue ?? '?'}; ${REQUESTS} requests per cell after ` +
-    `${WARMUP} not timed${GAP_MS > 0 ? `, each client pausing ${GAP_MS} ms after each answer` : ''}; one keep-alive connection per client; run limits ${JSON.stringify(LIMITS)} ` +
+    `--max-concurrent ${args.cpus ?? '?'} --queue ${args.queue ?? '?'}; ${REQUESTS} requests per cell` +
+    `${ROUNDS > 1 ? ` in ${ROUNDS} interleaved rounds` : ''} after ${WARMUP} not timed${GAP_MS > 0 ? `, each client pausing ${GAP_MS} ms after each answer` : ''}; one keep-alive connection per client; run limits ${JSON.stringify(LIMITS)} ` +
     '(the service\'s defaults, sent to moat exec as well). Latency from request to the whole answer.');
   console.log('');
   console.log('| workload | clients | ok | failed | p50 ms | p90 ms | p99 ms | req/s |');

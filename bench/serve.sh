@@ -9,7 +9,8 @@
 # WORKLOADS (see bench/serve-load.mjs), RUNTIME (the handler shims, default
 # runtime/ of this checkout), QUEUE (--queue, 1024), NODE (node), GAP_MS (a pause after each
 # answer, per client: spaced requests), POOL_FLAGS (more flags for the pooled service, e.g.
-# --no-pool-zygote for the warm Python interpreters instead of the zygote).
+# --no-pool-zygote for the warm Python interpreters instead of the zygote), ROUNDS (each
+# cell in that many parts, the workloads taking turns: bench/serve-load.mjs).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
