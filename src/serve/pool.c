@@ -30,6 +30,7 @@ static const enum moat_language pool_lang[POOL_LANGS] = { MOAT_LANG_PYTHON, MOAT
 struct slot {
 	struct moat_sandbox *sb;
 	int64_t born;
+	bool zyg; /* a child of the zygote (dies with it) */
 };
 
 struct serve_pool {
@@ -58,7 +59,8 @@ struct serve_pool {
 	bool ts_ok; /* the root has esbuild: the typescript kind is kept */
 	struct serve_log *log;
 	/* the Python zygote (zygote.c), or NULL; started, restarted and
-	 * released by the thread; zyg_in_use: its children running */
+	 * released by the thread; zyg_in_use: its children running, made
+	 * ahead or for their request (a zygote is not replaced under them) */
 	struct serve_zygote *zyg;
 	unsigned zyg_in_use, zyg_fails;
 	uint64_t zyg_made_for; /* children made for a request that found none ready */
@@ -159,7 +161,7 @@ static void refill_one(struct serve_pool *p, int i)
 					 err.message ? err.message : "?");
 	} else {
 		p->created++;
-		p->ready[i][p->nready[i]++] = (struct slot){ sb, moat_mono_ms() };
+		p->ready[i][p->nready[i]++] = (struct slot){ sb, moat_mono_ms(), zyg };
 	}
 	pthread_mutex_unlock(&p->mu);
 	moat_error_clear(&err);
@@ -387,12 +389,16 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 {
 	int i = p ? lang_index(p, req->language) : -1;
 	struct moat_sandbox *sb = NULL;
+	bool ahead_zyg = false; /* sb is a zygote's child made ahead */
 	if (i >= 0 && !moat_pool_refusal(p->boot[i], req)) {
 		pthread_mutex_lock(&p->mu);
 		if (p->nready[i] && !p->stop) {
-			sb = p->ready[i][--p->nready[i]].sb; /* the newest */
+			struct slot sl = p->ready[i][--p->nready[i]]; /* the newest */
+			sb = sl.sb;
+			ahead_zyg = sl.zyg;
 			p->idle_bytes[i] = moat_sandbox_memory(sb);
 			p->in_use++;
+			p->zyg_in_use += ahead_zyg;
 			p->used++;
 			pthread_cond_broadcast(&p->cv);
 		} else if (!(pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg))) {
@@ -450,10 +456,12 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			moat_error_clear(err);
 			pthread_mutex_lock(&p->mu);
 			p->in_use--;
+			p->zyg_in_use -= ahead_zyg;
 			p->failed++;
 			pthread_cond_broadcast(&p->cv);
 			pthread_mutex_unlock(&p->mu);
 			warm = false;
+			ahead_zyg = false;
 		}
 	}
 	if (!warm) {
@@ -473,10 +481,12 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			p->done[p->ndone++] = sb;
 			later = true;
 		}
-		if (zygote)
+		if (zygote) {
 			p->zyg_in_use--;
-		else if (warm)
+		} else if (warm) {
 			p->in_use--;
+			p->zyg_in_use -= ahead_zyg;
+		}
 		pthread_cond_broadcast(&p->cv);
 		pthread_mutex_unlock(&p->mu);
 	}

@@ -34,6 +34,10 @@ struct serve_zygote {
 	struct moat_request *boot; /* its program */
 	struct moat_run_options opts;
 	uint64_t started, children, failed;
+	/* MOAT_TEST_ZYGOTE_REFUSE=1 (tests only): every record goes with a
+	 * wrong first byte, so the zygote refuses each sandbox as it would
+	 * one it cannot make (serve/zygote_that_cannot_make_sandboxes) */
+	bool test_refuse;
 };
 
 /* moat-zygote.so: beside the moat binary (a build tree), else in
@@ -102,6 +106,8 @@ int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *o
 	pthread_mutex_init(&z->mu, NULL);
 	z->ctl = -1;
 	z->opts = *opts;
+	const char *refuse = getenv("MOAT_TEST_ZYGOTE_REFUSE");
+	z->test_refuse = refuse && !strcmp(refuse, "1");
 	struct moat_request *b = z->boot = moat_request_new();
 	size_t so_len = 0;
 	char *so = b ? read_so(&so_len) : NULL;
@@ -241,11 +247,12 @@ static int make_pid1(void *ctx, const int *fds, size_t nfds, const void *record,
 		pthread_mutex_unlock(&z->mu);
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "no Python zygote");
 	}
-	char reply[32];
+	char reply[32], bad[1] = { 'x' };
 	size_t got_fds = 0;
 	ssize_t n = -1;
 	int e = 0;
-	if (moat_send_fds(z->ctl, record, record_len, fds, nfds) < 0) {
+	if (moat_send_fds(z->ctl, z->test_refuse ? bad : record, z->test_refuse ? 1 : record_len,
+			  fds, nfds) < 0) {
 		e = errno;
 	} else {
 		struct pollfd pf = { .fd = z->ctl, .events = POLLIN };

@@ -3777,6 +3777,47 @@ START_TEST(zygote_is_the_default)
 }
 END_TEST
 
+/* A zygote that runs but cannot make a sandbox (here: one that refuses
+ * every record, MOAT_TEST_ZYGOTE_REFUSE) does not send Python cold: it is
+ * replaced as one that failed to start, backing off, and warm Python
+ * interpreters serve meanwhile; one warning says why. */
+START_TEST(zygote_that_cannot_make_sandboxes)
+{
+	HARNESS_MODE_GUARD(_i);
+	static const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
+					   "MOAT_TEST_ZYGOTE_REFUSE=1", NULL };
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1, .env = env };
+	server_start(&s, _i, &o);
+	long t0 = now_ms();
+	while (pool_metric(&s, "moat_pool_zygote_failed_total", NULL) < 1) {
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was never refused");
+		sleep_ms(20);
+	}
+	pool_wait_ready(&s, "python", 1);
+	pool_py_42(&s, "a zygote that cannot make sandboxes");
+	/* replaced after its back-off, and refused again */
+	t0 = now_ms();
+	while (pool_metric(&s, "moat_pool_zygote_starts_total", NULL) < 2) {
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
+		sleep_ms(50);
+	}
+	ck_assert(pool_metric(&s, "moat_pool_zygote_children_total", NULL) == 0);
+	pool_py_42(&s, "after the zygote was replaced");
+	char *log = server_log(&s);
+	ck_assert_msg(log && strstr(log, "the Python zygote could not make a sandbox") &&
+			      strstr(log, "Python requests use warm sandboxes until it is replaced"),
+		      "no warning in: %.1500s", log ? log : "");
+	/* once per distinct message */
+	const char *first = strstr(log, "the Python zygote could not make a sandbox");
+	ck_assert_msg(!strstr(first + 1, "the Python zygote could not make a sandbox"),
+		      "the warning is repeated: %.2000s", log);
+	free(log);
+	/* idle: the warm sandboxes and the zygote's own (refused, or up) */
+	server_stop_pool(&s, pool_kinds() + 1);
+}
+END_TEST
+
 /* The zygote killed (its pid 1 is the server's child): the waiting
  * children die with it, the next request runs cold, a new zygote takes
  * over. */
@@ -4083,6 +4124,7 @@ Suite *serve_suite(void)
 	ADD(pool_dead_sandbox);
 	ADD(zygote_single_use);
 	ADD(zygote_is_the_default);
+	ADD(zygote_that_cannot_make_sandboxes);
 	ADD(zygote_limits_and_fallback);
 	ADD(zygote_under_load);
 	ADD(zygote_killed);
