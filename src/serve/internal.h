@@ -177,11 +177,22 @@ bool serve_zygote_wanted(struct serve_zygote *z);
 bool serve_zygote_up(struct serve_zygote *z);
 /* Marks it dead (to be replaced): it runs but could not make a sandbox. */
 void serve_zygote_condemn(struct serve_zygote *z);
-/* moat_sandbox_create for req in a child of the zygote. */
+/* How long the running one has run; -1: none is up. */
+int64_t serve_zygote_age_ms(struct serve_zygote *z);
+/* A new zygote started and made the running one (the pool's thread);
+ * the one it replaces takes no more records but lives on, with its
+ * children, until serve_zygote_release_old. Returns the replaced one's
+ * generation (what serve_zygote_create gave its children); 0 with *err
+ * when none was up, one is replaced already, or the new one did not
+ * start (the running one stays). */
+uint64_t serve_zygote_rotate(struct serve_zygote *z, struct moat_error *err);
+void serve_zygote_release_old(struct serve_zygote *z);
+/* moat_sandbox_create for req in a child of the zygote; *gen (gen may be
+ * NULL): which zygote made it (1, 2, ...: the count of starts then). */
 int serve_zygote_create(struct serve_zygote *z, const struct moat_request *req,
 			const struct moat_run_options *opts, struct moat_sandbox **out,
-			struct moat_error *err);
-/* Releases it (with every child it made). */
+			uint64_t *gen, struct moat_error *err);
+/* Releases it and a retired one (with every child they made). */
 void serve_zygote_free(struct serve_zygote *z);
 void serve_zygote_render(struct serve_zygote *z, struct moat_buf *b);
 

@@ -19,6 +19,10 @@
 #define POOL_LANGS 3
 #define POOL_TS 2
 #define POOL_MAX_IDLE_MS (10 * 60 * 1000) /* an idle sandbox is replaced after this */
+/* the Python zygote is replaced after this (its address layout and hash
+ * seed are its children's: not one for the service's whole life);
+ * MOAT_TEST_ZYGOTE_MAX_AGE_MS sets it for tests */
+#define ZYGOTE_MAX_AGE_MS (10 * 60 * 1000)
 
 /* What a request's language names; the typescript ones are warm nodes too
  * (their boot request is javascript) with esbuild already started and the
@@ -30,7 +34,7 @@ static const enum moat_language pool_lang[POOL_LANGS] = { MOAT_LANG_PYTHON, MOAT
 struct slot {
 	struct moat_sandbox *sb;
 	int64_t born;
-	bool zyg; /* a child of the zygote (dies with it) */
+	uint64_t gen; /* a child of that zygote (serve_zygote_create; dies with it); 0: not */
 };
 
 struct serve_pool {
@@ -63,6 +67,12 @@ struct serve_pool {
 	 * ahead or for their request (a zygote is not replaced under them) */
 	struct serve_zygote *zyg;
 	unsigned zyg_in_use, zyg_fails;
+	/* a replaced zygote (serve_zygote_rotate) lives until the children
+	 * it made are done: old_gen (0: none), old_in_use of them running;
+	 * rotations counts the replacements, so a hold knows where it went */
+	uint64_t old_gen;
+	unsigned old_in_use, rotations;
+	int64_t zyg_max_age_ms;
 	uint64_t zyg_made_for; /* children made for a request that found none ready */
 	int64_t zyg_retry_at;
 	char *zyg_error;
@@ -128,6 +138,24 @@ static void zygote_backoff(struct serve_pool *p, const char *why, const char *wh
 				 "sandboxes until it is replaced)", what, why ? why : "?");
 }
 
+/* A zygote's child running (under p->mu): counted against the running
+ * zygote; the returned mark says, at zyg_unhold, whether that zygote has
+ * been replaced since (the count then went to old_in_use: a hold spans at
+ * most one replacement, since the next waits for old_in_use to be 0). */
+static unsigned zyg_hold(struct serve_pool *p)
+{
+	p->zyg_in_use++;
+	return p->rotations;
+}
+
+static void zyg_unhold(struct serve_pool *p, unsigned mark)
+{
+	if (mark != p->rotations)
+		p->old_in_use--;
+	else
+		p->zyg_in_use--;
+}
+
 /* One sandbox for language i, outside the lock. */
 static void refill_one(struct serve_pool *p, int i)
 {
@@ -138,7 +166,8 @@ static void refill_one(struct serve_pool *p, int i)
 	 * (cgroups joined, mounts built: only the program's fork is left);
 	 * else a warm interpreter */
 	bool zyg = pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg);
-	int rc = zyg ? serve_zygote_create(p->zyg, p->boot[i], &p->opts, &sb, &err)
+	uint64_t gen = 0;
+	int rc = zyg ? serve_zygote_create(p->zyg, p->boot[i], &p->opts, &sb, &gen, &err)
 		     : moat_sandbox_prewarm(p->boot[i], &p->opts, &sb, &err);
 	pthread_mutex_lock(&p->mu);
 	p->busy_refill_ms += (uint64_t)(moat_mono_ms() - t0);
@@ -161,7 +190,7 @@ static void refill_one(struct serve_pool *p, int i)
 					 err.message ? err.message : "?");
 	} else {
 		p->created++;
-		p->ready[i][p->nready[i]++] = (struct slot){ sb, moat_mono_ms(), zyg };
+		p->ready[i][p->nready[i]++] = (struct slot){ sb, moat_mono_ms(), gen };
 	}
 	pthread_mutex_unlock(&p->mu);
 	moat_error_clear(&err);
@@ -205,6 +234,43 @@ static void zygote_start(struct serve_pool *p)
 	moat_error_clear(&err);
 }
 
+/* Replaces the running zygote with a new one (started first, so Python
+ * requests never go without), outside the lock. Its children made ahead
+ * are released (idle: the new one makes the next ones); the ones running
+ * keep the old zygote alive (old_in_use) until they are done. A new one
+ * that does not start leaves the old one running, to be tried again
+ * after the back-off. */
+static void zygote_rotate(struct serve_pool *p)
+{
+	struct moat_error err = { 0 };
+	uint64_t gen = serve_zygote_rotate(p->zyg, &err);
+	struct moat_sandbox *idle[64];
+	unsigned nidle = 0;
+	pthread_mutex_lock(&p->mu);
+	if (!gen) {
+		zygote_backoff(p, err.message, "cannot start the Python zygote that replaces one");
+	} else {
+		p->old_gen = gen;
+		p->old_in_use = p->zyg_in_use;
+		p->zyg_in_use = 0;
+		p->rotations++;
+		for (int i = 0; i < POOL_LANGS; i++)
+			for (unsigned k = 0; k < p->nready[i];)
+				if (p->ready[i][k].gen == gen && nidle < 64) {
+					idle[nidle++] = p->ready[i][k].sb;
+					memmove(&p->ready[i][k], &p->ready[i][k + 1],
+						(--p->nready[i] - k) * sizeof p->ready[i][0]);
+				} else {
+					k++;
+				}
+	}
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	for (unsigned k = 0; k < nidle; k++)
+		moat_sandbox_release(idle[k]);
+	moat_error_clear(&err);
+}
+
 static void *refill_main(void *arg)
 {
 	struct serve_pool *p = arg;
@@ -213,6 +279,22 @@ static void *refill_main(void *arg)
 	while (!p->stop) {
 		if (p->ndone) {
 			release_unlocked(p, p->done[--p->ndone]);
+			continue;
+		}
+		/* a zygote replaced earlier is released once its last child is
+		 * done; one past its age is replaced (the new one first) */
+		if (p->old_gen && !p->old_in_use) {
+			p->old_gen = 0;
+			pthread_mutex_unlock(&p->mu);
+			serve_zygote_release_old(p->zyg);
+			pthread_mutex_lock(&p->mu);
+			continue;
+		}
+		if (p->zyg && !p->old_gen && serve_zygote_age_ms(p->zyg) >= p->zyg_max_age_ms &&
+		    moat_mono_ms() >= p->zyg_retry_at) {
+			pthread_mutex_unlock(&p->mu);
+			zygote_rotate(p);
+			pthread_mutex_lock(&p->mu);
 			continue;
 		}
 		/* a zygote that is not running (yet, or any more) is started
@@ -278,7 +360,7 @@ static void *refill_main(void *arg)
 	for (int i = 0; i < POOL_LANGS; i++)
 		while (p->nready[i])
 			release_unlocked(p, p->ready[i][--p->nready[i]].sb);
-	while (p->in_use || p->zyg_in_use || p->ndone) {
+	while (p->in_use || p->zyg_in_use || p->old_in_use || p->ndone) {
 		if (p->ndone)
 			release_unlocked(p, p->done[--p->ndone]);
 		else
@@ -305,6 +387,14 @@ int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->want = want;
+	p->zyg_max_age_ms = ZYGOTE_MAX_AGE_MS;
+	const char *age = getenv("MOAT_TEST_ZYGOTE_MAX_AGE_MS");
+	if (age && *age) {
+		char *end;
+		long long ms = strtoll(age, &end, 10);
+		if (!*end && ms > 0)
+			p->zyg_max_age_ms = ms;
+	}
 	p->saturated = saturated;
 	p->sat_ctx = sat_ctx;
 	p->opts = *opts;
@@ -390,15 +480,22 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 	int i = p ? lang_index(p, req->language) : -1;
 	struct moat_sandbox *sb = NULL;
 	bool ahead_zyg = false; /* sb is a zygote's child made ahead */
+	unsigned mark = 0;     /* its zyg_hold, or the one of a child made below */
 	if (i >= 0 && !moat_pool_refusal(p->boot[i], req)) {
 		pthread_mutex_lock(&p->mu);
 		if (p->nready[i] && !p->stop) {
 			struct slot sl = p->ready[i][--p->nready[i]]; /* the newest */
 			sb = sl.sb;
-			ahead_zyg = sl.zyg;
+			ahead_zyg = sl.gen != 0;
+			if (ahead_zyg && sl.gen == p->old_gen) {
+				/* made by the zygote replaced since: it keeps that one */
+				p->old_in_use++;
+				mark = p->rotations - 1;
+			} else if (ahead_zyg) {
+				mark = zyg_hold(p);
+			}
 			p->idle_bytes[i] = moat_sandbox_memory(sb);
 			p->in_use++;
-			p->zyg_in_use += ahead_zyg;
 			p->used++;
 			pthread_cond_broadcast(&p->cv);
 		} else if (!(pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg))) {
@@ -416,11 +513,11 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 		pthread_mutex_lock(&p->mu);
 		zygote = !p->stop;
 		if (zygote)
-			p->zyg_in_use++;
+			mark = zyg_hold(p);
 		pthread_mutex_unlock(&p->mu);
 	}
 	if (zygote) {
-		rc = serve_zygote_create(p->zyg, req, opts, &sb, err);
+		rc = serve_zygote_create(p->zyg, req, opts, &sb, NULL, err);
 		if (rc == 0)
 			rc = moat_sandbox_start(sb, err);
 		if (rc == 0) {
@@ -440,7 +537,7 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 		}
 		if (!warm) {
 			pthread_mutex_lock(&p->mu);
-			p->zyg_in_use--;
+			zyg_unhold(p, mark);
 			pthread_cond_broadcast(&p->cv);
 			pthread_mutex_unlock(&p->mu);
 			zygote = false;
@@ -456,7 +553,8 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			moat_error_clear(err);
 			pthread_mutex_lock(&p->mu);
 			p->in_use--;
-			p->zyg_in_use -= ahead_zyg;
+			if (ahead_zyg)
+				zyg_unhold(p, mark);
 			p->failed++;
 			pthread_cond_broadcast(&p->cv);
 			pthread_mutex_unlock(&p->mu);
@@ -481,12 +579,10 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			p->done[p->ndone++] = sb;
 			later = true;
 		}
-		if (zygote) {
-			p->zyg_in_use--;
-		} else if (warm) {
+		if (zygote || ahead_zyg)
+			zyg_unhold(p, mark);
+		if (warm && !zygote)
 			p->in_use--;
-			p->zyg_in_use -= ahead_zyg;
-		}
 		pthread_cond_broadcast(&p->cv);
 		pthread_mutex_unlock(&p->mu);
 	}

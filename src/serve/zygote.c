@@ -34,6 +34,11 @@ struct serve_zygote {
 	struct moat_request *boot; /* its program */
 	struct moat_run_options opts;
 	uint64_t started, children, failed;
+	int64_t born; /* when the running one started (moat_mono_ms) */
+	/* the one before it, retired (serve_zygote_retire): alive until its
+	 * last child is done, then released (serve_zygote_release_old) */
+	struct moat_sandbox *old_sb;
+	int old_ctl;
 	/* MOAT_TEST_ZYGOTE_REFUSE=1 (tests only): every record goes with a
 	 * wrong first byte, so the zygote refuses each sandbox as it would
 	 * one it cannot make (serve/zygote_that_cannot_make_sandboxes) */
@@ -105,6 +110,7 @@ int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *o
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	pthread_mutex_init(&z->mu, NULL);
 	z->ctl = -1;
+	z->old_ctl = -1;
 	z->opts = *opts;
 	const char *refuse = getenv("MOAT_TEST_ZYGOTE_REFUSE");
 	z->test_refuse = refuse && !strcmp(refuse, "1");
@@ -178,6 +184,31 @@ void serve_zygote_condemn(struct serve_zygote *z)
 	pthread_mutex_unlock(&z->mu);
 }
 
+int64_t serve_zygote_age_ms(struct serve_zygote *z)
+{
+	if (!z)
+		return -1;
+	pthread_mutex_lock(&z->mu);
+	int64_t age = z->ctl >= 0 && !z->dead ? moat_mono_ms() - z->born : -1;
+	pthread_mutex_unlock(&z->mu);
+	return age;
+}
+
+void serve_zygote_release_old(struct serve_zygote *z)
+{
+	if (!z)
+		return;
+	pthread_mutex_lock(&z->mu);
+	int ctl = z->old_ctl;
+	struct moat_sandbox *sb = z->old_sb;
+	z->old_ctl = -1;
+	z->old_sb = NULL;
+	pthread_mutex_unlock(&z->mu);
+	if (ctl >= 0)
+		close(ctl);
+	moat_sandbox_release(sb);
+}
+
 /* The zygote that was (dead or not), gone: its sandbox released (every
  * child it cloned dies with it: their parent-death signal). Under no lock;
  * the pool's thread only. */
@@ -195,9 +226,10 @@ static void drop(struct serve_zygote *z)
 	moat_sandbox_release(sb);
 }
 
-int serve_zygote_start(struct serve_zygote *z, struct moat_error *err)
+/* A new zygote's sandbox and the service's end of its control socket. */
+static int spawn(struct serve_zygote *z, struct moat_sandbox **out, int *ctl,
+		 struct moat_error *err)
 {
-	drop(z); /* a dead one first */
 	int sp[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
@@ -217,13 +249,54 @@ int serve_zygote_start(struct serve_zygote *z, struct moat_error *err)
 		close(sp[0]);
 		return -1;
 	}
-	pthread_mutex_lock(&z->mu);
+	*out = sb;
+	*ctl = sp[0];
+	return 0;
+}
+
+/* sb and ctl become the running zygote (under z->mu). */
+static void install(struct serve_zygote *z, struct moat_sandbox *sb, int ctl)
+{
 	z->sb = sb;
-	z->ctl = sp[0];
+	z->ctl = ctl;
 	z->dead = false;
 	z->started++;
+	z->born = moat_mono_ms();
+}
+
+int serve_zygote_start(struct serve_zygote *z, struct moat_error *err)
+{
+	drop(z); /* a dead one first */
+	struct moat_sandbox *sb;
+	int ctl;
+	if (spawn(z, &sb, &ctl, err) < 0)
+		return -1;
+	pthread_mutex_lock(&z->mu);
+	install(z, sb, ctl);
 	pthread_mutex_unlock(&z->mu);
 	return 0;
+}
+
+uint64_t serve_zygote_rotate(struct serve_zygote *z, struct moat_error *err)
+{
+	pthread_mutex_lock(&z->mu);
+	bool can = z->ctl >= 0 && !z->dead && !z->old_sb;
+	pthread_mutex_unlock(&z->mu);
+	if (!can) {
+		moat_error_set(err, MOAT_ERR_CONFIG, 0, "no Python zygote to replace");
+		return 0;
+	}
+	struct moat_sandbox *sb;
+	int ctl;
+	if (spawn(z, &sb, &ctl, err) < 0)
+		return 0;
+	pthread_mutex_lock(&z->mu);
+	uint64_t gen = z->started;
+	z->old_sb = z->sb;
+	z->old_ctl = z->ctl;
+	install(z, sb, ctl);
+	pthread_mutex_unlock(&z->mu);
+	return gen;
 }
 
 void serve_zygote_free(struct serve_zygote *z)
@@ -231,6 +304,7 @@ void serve_zygote_free(struct serve_zygote *z)
 	if (!z)
 		return;
 	drop(z);
+	serve_zygote_release_old(z);
 	moat_request_free(z->boot);
 	pthread_mutex_destroy(&z->mu);
 	free(z);
@@ -238,10 +312,16 @@ void serve_zygote_free(struct serve_zygote *z)
 
 /* make_pid1 of moat_sandbox_create_adopted: one exchange on the control
  * socket, under the lock. A zygote that fails it is dead from then on. */
+struct exchange {
+	struct serve_zygote *z;
+	uint64_t gen; /* the zygote that made the child (its z->started) */
+};
+
 static int make_pid1(void *ctx, const int *fds, size_t nfds, const void *record,
 		     size_t record_len, int *pidfd, struct moat_error *err)
 {
-	struct serve_zygote *z = ctx;
+	struct exchange *x = ctx;
+	struct serve_zygote *z = x->z;
 	pthread_mutex_lock(&z->mu);
 	if (z->ctl < 0 || z->dead) {
 		pthread_mutex_unlock(&z->mu);
@@ -269,6 +349,7 @@ static int make_pid1(void *ctx, const int *fds, size_t nfds, const void *record,
 	int rc = 0;
 	if (n > 0 && reply[0] == 'p' && got_fds == 1) {
 		z->children++;
+		x->gen = z->started;
 	} else {
 		if (got_fds == 1) {
 			close(*pidfd);
@@ -292,9 +373,13 @@ static int make_pid1(void *ctx, const int *fds, size_t nfds, const void *record,
 
 int serve_zygote_create(struct serve_zygote *z, const struct moat_request *req,
 			const struct moat_run_options *opts, struct moat_sandbox **out,
-			struct moat_error *err)
+			uint64_t *gen, struct moat_error *err)
 {
-	return moat_sandbox_create_adopted(req, opts, make_pid1, z, out, err);
+	struct exchange x = { z, 0 };
+	int rc = moat_sandbox_create_adopted(req, opts, make_pid1, &x, out, err);
+	if (gen)
+		*gen = rc == 0 ? x.gen : 0;
+	return rc;
 }
 
 void serve_zygote_render(struct serve_zygote *z, struct moat_buf *b)

@@ -3818,6 +3818,54 @@ START_TEST(zygote_that_cannot_make_sandboxes)
 }
 END_TEST
 
+/* The zygote is replaced past its age (here 1.5 s: MOAT_TEST_ZYGOTE_MAX_AGE_MS),
+ * the new one started first: a request running in a child of the old one
+ * finishes (the old zygote lives until its last child is done), the
+ * children after it come from a new interpreter (another str hash seed),
+ * and the old zygote is gone afterwards. */
+START_TEST(zygote_is_replaced_past_its_age)
+{
+	HARNESS_MODE_GUARD(_i);
+	static const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
+					   "MOAT_TEST_ZYGOTE_MAX_AGE_MS=1500", NULL };
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1, .env = env };
+	server_start(&s, _i, &o);
+	pool_wait_zygote(&s);
+	static const char hash[] = "{\"code\":\"print(hash('moat'))\"}";
+	struct resp r;
+	v1(&s, hash, &r);
+	ck_assert_msg(pooled(&r), "%.300s", r.body);
+	char before[64];
+	snprintf(before, sizeof before, "%s", jstr(r.json, "stdout") ? jstr(r.json, "stdout") : "");
+	resp_free(&r);
+	double starts = pool_metric(&s, "moat_pool_zygote_starts_total", NULL);
+	/* a child of this zygote, running across its replacement */
+	struct req q = { .path = "/v1/run",
+			 .body = "{\"code\":\"import time\\ntime.sleep(3)\\nprint('survived')\"}" };
+	struct call slow;
+	call_start(&s, &q, &slow);
+	long t0 = now_ms();
+	while (pool_metric(&s, "moat_pool_zygote_starts_total", NULL) < starts + 1) {
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
+		sleep_ms(50);
+	}
+	pool_wait_ready(&s, "python", 1);
+	v1(&s, hash, &r);
+	ck_assert_msg(pooled(&r) && jstr(r.json, "stdout") && strcmp(jstr(r.json, "stdout"), before),
+		      "the same hash seed after the replacement (%s): %.300s", before, r.body);
+	resp_free(&r);
+	call_finish(&slow, &r);
+	ck_assert_msg(r.code == 200 && r.json && jstr(r.json, "stdout") &&
+			      !strcmp(jstr(r.json, "stdout"), "survived\n") &&
+			      jnum(r.json, "exitCode") == 0,
+		      "the request in the old zygote's child: HTTP %d %.400s", r.code, r.body);
+	resp_free(&r);
+	/* idle again: one zygote (the old one released), its child, the rest */
+	server_stop_pool(&s, pool_idle_children(1, true));
+}
+END_TEST
+
 /* The zygote killed (its pid 1 is the server's child): the waiting
  * children die with it, the next request runs cold, a new zygote takes
  * over. */
@@ -4125,6 +4173,7 @@ Suite *serve_suite(void)
 	ADD(zygote_single_use);
 	ADD(zygote_is_the_default);
 	ADD(zygote_that_cannot_make_sandboxes);
+	ADD(zygote_is_replaced_past_its_age);
 	ADD(zygote_limits_and_fallback);
 	ADD(zygote_under_load);
 	ADD(zygote_killed);
