@@ -154,12 +154,18 @@ int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *o
 	return 0;
 }
 
+/* It runs and takes records (under z->mu). */
+static bool running(const struct serve_zygote *z)
+{
+	return z->ctl >= 0 && !z->dead;
+}
+
 bool serve_zygote_wanted(struct serve_zygote *z)
 {
 	if (!z)
 		return false;
 	pthread_mutex_lock(&z->mu);
-	bool want = z->ctl < 0 || z->dead;
+	bool want = !running(z);
 	pthread_mutex_unlock(&z->mu);
 	return want;
 }
@@ -169,7 +175,7 @@ bool serve_zygote_up(struct serve_zygote *z)
 	if (!z)
 		return false;
 	pthread_mutex_lock(&z->mu);
-	bool up = z->ctl >= 0 && !z->dead;
+	bool up = running(z);
 	pthread_mutex_unlock(&z->mu);
 	return up;
 }
@@ -189,7 +195,7 @@ int64_t serve_zygote_age_ms(struct serve_zygote *z)
 	if (!z)
 		return -1;
 	pthread_mutex_lock(&z->mu);
-	int64_t age = z->ctl >= 0 && !z->dead ? moat_mono_ms() - z->born : -1;
+	int64_t age = running(z) ? moat_mono_ms() - z->born : -1;
 	pthread_mutex_unlock(&z->mu);
 	return age;
 }
@@ -280,7 +286,7 @@ int serve_zygote_start(struct serve_zygote *z, struct moat_error *err)
 uint64_t serve_zygote_rotate(struct serve_zygote *z, struct moat_error *err)
 {
 	pthread_mutex_lock(&z->mu);
-	bool can = z->ctl >= 0 && !z->dead && !z->old_sb;
+	bool can = running(z) && !z->old_sb;
 	pthread_mutex_unlock(&z->mu);
 	if (!can) {
 		moat_error_set(err, MOAT_ERR_CONFIG, 0, "no Python zygote to replace");
@@ -405,7 +411,7 @@ void serve_zygote_render(struct serve_zygote *z, struct moat_buf *b)
 			 "sandbox (its cgroup; its children share its pages); -1: unknown.\n"
 			 "# TYPE moat_pool_zygote_memory_bytes gauge\n"
 			 "moat_pool_zygote_memory_bytes %lld\n",
-			 z->ctl >= 0 && !z->dead, (unsigned long long)z->started,
+			 running(z), (unsigned long long)z->started,
 			 (unsigned long long)z->children, (unsigned long long)z->failed,
 			 (long long)(z->sb ? moat_sandbox_memory(z->sb) : -1));
 	pthread_mutex_unlock(&z->mu);

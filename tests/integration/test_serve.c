@@ -3777,6 +3777,15 @@ START_TEST(zygote_is_the_default)
 }
 END_TEST
 
+/* A server with a pool of 1 whose environment is PATH, HOME and var (no
+ * cgroup arranged by the harness: moat picks its own). */
+static void pool_server_env(struct server *s, int mode, const char *var)
+{
+	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", var, NULL };
+	struct server_opts o = { .socket = true, .pool = 1, .env = env };
+	server_start(s, mode, &o);
+}
+
 /* A zygote that runs but cannot make a sandbox (here: one that refuses
  * every record, MOAT_TEST_ZYGOTE_REFUSE) does not send Python cold: it is
  * replaced as one that failed to start, backing off, and warm Python
@@ -3784,11 +3793,8 @@ END_TEST
 START_TEST(zygote_that_cannot_make_sandboxes)
 {
 	HARNESS_MODE_GUARD(_i);
-	static const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
-					   "MOAT_TEST_ZYGOTE_REFUSE=1", NULL };
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 1, .env = env };
-	server_start(&s, _i, &o);
+	pool_server_env(&s, _i, "MOAT_TEST_ZYGOTE_REFUSE=1");
 	long t0 = now_ms();
 	while (pool_metric(&s, "moat_pool_zygote_failed_total", NULL) < 1) {
 		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was never refused");
@@ -3826,11 +3832,8 @@ END_TEST
 START_TEST(zygote_is_replaced_past_its_age)
 {
 	HARNESS_MODE_GUARD(_i);
-	static const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
-					   "MOAT_TEST_ZYGOTE_MAX_AGE_MS=1500", NULL };
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 1, .env = env };
-	server_start(&s, _i, &o);
+	pool_server_env(&s, _i, "MOAT_TEST_ZYGOTE_MAX_AGE_MS=1500");
 	pool_wait_zygote(&s);
 	static const char hash[] = "{\"code\":\"print(hash('moat'))\"}";
 	struct resp r;
