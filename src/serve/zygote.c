@@ -35,7 +35,7 @@ struct serve_zygote {
 	struct moat_run_options opts;
 	uint64_t started, children, failed;
 	int64_t born; /* when the running one started (moat_mono_ms) */
-	/* the one before it, retired (serve_zygote_retire): alive until its
+	/* the one before it, replaced (serve_zygote_rotate): alive until its
 	 * last child is done, then released (serve_zygote_release_old) */
 	struct moat_sandbox *old_sb;
 	int old_ctl;
