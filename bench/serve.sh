@@ -10,7 +10,8 @@
 # runtime/ of this checkout), QUEUE (--queue, 1024), NODE (node), GAP_MS (a pause after each
 # answer, per client: spaced requests), POOL_FLAGS (more flags for the pooled service, e.g.
 # --no-pool-zygote for the warm Python interpreters instead of the zygote), ROUNDS (each
-# cell in that many parts, the workloads taking turns: bench/serve-load.mjs).
+# cell in that many parts, the workloads taking turns: bench/serve-load.mjs; default 5, so
+# that the two sides of a ratio see the same host).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -18,6 +19,7 @@ MOAT=${1:-$here/../build/moat}
 MOAT=$(cd "$(dirname "$MOAT")" && pwd)/$(basename "$MOAT")
 RUNTIME=${RUNTIME:-$here/../runtime}
 QUEUE=${QUEUE:-1024}
+export ROUNDS="${ROUNDS:-5}"
 NODE=${NODE:-node}
 
 [ -x "$MOAT" ] || { echo "bench-serve: $MOAT not built (run make)" >&2; exit 2; }
