@@ -2375,7 +2375,11 @@ START_TEST(queue_is_first_come_first_served)
 	const char *a[] = { "--max-concurrent", "1", "--queue", "16", NULL };
 	struct server_opts o = { .args = a, .socket = true };
 	server_start(&s, _i, &o);
-	char *hold = envelope("import time\ntime.sleep(1.5)\nprint('held')", NULL);
+	/* held long enough for the six to queue behind it on a slow host */
+	char held_code[96];
+	snprintf(held_code, sizeof held_code, "import time\ntime.sleep(%.3f)\nprint('held')",
+		 (double)harness_scale_ms(3000) / 1000.0);
+	char *hold = envelope(held_code, NULL);
 	struct req hq = { .path = "/py/run", .body = hold };
 	enum { N = 6 };
 	struct call run, queued[N];
