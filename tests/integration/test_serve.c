@@ -2375,12 +2375,14 @@ START_TEST(queue_is_first_come_first_served)
 	const char *a[] = { "--max-concurrent", "1", "--queue", "16", NULL };
 	struct server_opts o = { .args = a, .socket = true };
 	server_start(&s, _i, &o);
-	/* held long enough for the six to queue behind it on a slow host */
-	char held_code[96];
-	snprintf(held_code, sizeof held_code, "import time\ntime.sleep(%.3f)\nprint('held')",
-		 (double)harness_scale_ms(3000) / 1000.0);
-	char *hold = envelope(held_code, NULL);
-	struct req hq = { .path = "/py/run", .body = hold };
+	/* held long enough for the six to queue behind it on a slow host (a
+	 * /v1/run request may ask up to the service's 60 s) */
+	long hold_ms = harness_scale_ms(3000) < 50000 ? harness_scale_ms(3000) : 50000;
+	char hold[160];
+	snprintf(hold, sizeof hold,
+		 "{\"code\":\"import time\\ntime.sleep(%.3f)\\nprint('held')\",\"timeout\":60000}",
+		 (double)hold_ms / 1000.0);
+	struct req hq = { .path = "/v1/run", .body = hold };
 	enum { N = 6 };
 	struct call run, queued[N];
 	call_start(&s, &hq, &run);
@@ -2420,7 +2422,6 @@ START_TEST(queue_is_first_come_first_served)
 		resp_free(&r);
 		free(bodies[i]);
 	}
-	free(hold);
 	server_stop(&s);
 }
 END_TEST
