@@ -343,6 +343,24 @@ void run_init(struct run *r, const struct moat_request *req, const struct moat_r
 	r->pid = -1;
 }
 
+/* The program, its environment, the seccomp log and the mount plan. */
+static int program_prepare(struct run *r, uint64_t tmpfs, struct moat_error *err)
+{
+	if (lang_setup(r) < 0 || !(r->envp = build_envp(r, moat_net_env(r->net))) ||
+	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new())))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	struct moat_plan_input pin = {
+		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = r->req,
+		.code_name = r->code_name, .resolv_conf = moat_net_resolv_conf(r->net),
+		.runtime_dir = r->opts.runtime_dir, .workdir = r->workdir,
+		.proc_unmasked = r->opts.zygote_host,
+	};
+	if (moat_plan_build(&pin, &r->plan, err) < 0)
+		return -1;
+	moat_stamp("sup: plan built");
+	return 0;
+}
+
 int run_prepare(struct run *r, struct moat_error *err)
 {
 	const struct moat_request *req = r->req;
@@ -387,27 +405,11 @@ int run_prepare(struct run *r, struct moat_error *err)
 		return -1;
 	if (!(r->chunk = malloc(RUN_READ_CHUNK)))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-	if (r->for_zygote) {
-		/* the program, its environment and its mounts are the template's
-		 * (the request's code, files and env reach pid 2 in its frame) */
-		moat_stamp("sup: prepared for a zygote's child");
-		if (make_channels(r, err) < 0 || kv_prepare(r, err) < 0)
-			return -1;
-		r->prepared = true;
-		return 0;
-	}
-	if (lang_setup(r) < 0 || !(r->envp = build_envp(r, moat_net_env(r->net))) ||
-	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new())))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-	struct moat_plan_input pin = {
-		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = req,
-		.code_name = r->code_name, .resolv_conf = moat_net_resolv_conf(r->net),
-		.runtime_dir = r->opts.runtime_dir, .workdir = r->workdir,
-		.proc_unmasked = r->opts.zygote_host,
-	};
-	if (moat_plan_build(&pin, &r->plan, err) < 0)
+	/* a zygote's child: the program, its environment and its mounts are
+	 * the template's (the request's code, files and env reach pid 2 in
+	 * its frame) */
+	if (!r->for_zygote && program_prepare(r, tmpfs, err) < 0)
 		return -1;
-	moat_stamp("sup: plan built");
 	if (make_channels(r, err) < 0 || kv_prepare(r, err) < 0)
 		return -1;
 	r->prepared = true;

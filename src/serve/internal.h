@@ -169,6 +169,9 @@ struct serve_zygote;
  * refuses it). Not started yet. */
 int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *opts,
 		     struct moat_error *err);
+/* Why a service with opts cannot run the zygote ("a rootfs is set", ...),
+ * or NULL. */
+const char *serve_zygote_refusal(const struct moat_run_options *opts);
 /* Starts it (a dead one is released first). The calling thread must
  * outlive it, as for a prewarm. */
 int serve_zygote_start(struct serve_zygote *z, struct moat_error *err);

@@ -235,17 +235,15 @@ static void zygote_start(struct serve_pool *p)
 }
 
 /* Replaces the running zygote with a new one (started first, so Python
- * requests never go without), outside the lock. Its children made ahead
- * are released (idle: the new one makes the next ones); the ones running
- * keep the old zygote alive (old_in_use) until they are done. A new one
- * that does not start leaves the old one running, to be tried again
- * after the back-off. */
+ * requests never go without), outside the lock. The old one's children
+ * made ahead are released by the thread's loop (a request may still take
+ * one meanwhile); the ones running keep the old zygote alive (old_in_use)
+ * until they are done. A new one that does not start leaves the old one
+ * running, to be tried again after the back-off. */
 static void zygote_rotate(struct serve_pool *p)
 {
 	struct moat_error err = { 0 };
 	uint64_t gen = serve_zygote_rotate(p->zyg, &err);
-	struct moat_sandbox *idle[64];
-	unsigned nidle = 0;
 	pthread_mutex_lock(&p->mu);
 	if (!gen) {
 		zygote_backoff(p, err.message, "cannot start the Python zygote that replaces one");
@@ -254,21 +252,28 @@ static void zygote_rotate(struct serve_pool *p)
 		p->old_in_use = p->zyg_in_use;
 		p->zyg_in_use = 0;
 		p->rotations++;
-		for (int i = 0; i < POOL_LANGS; i++)
-			for (unsigned k = 0; k < p->nready[i];)
-				if (p->ready[i][k].gen == gen && nidle < 64) {
-					idle[nidle++] = p->ready[i][k].sb;
-					memmove(&p->ready[i][k], &p->ready[i][k + 1],
-						(--p->nready[i] - k) * sizeof p->ready[i][0]);
-				} else {
-					k++;
-				}
 	}
 	pthread_cond_broadcast(&p->cv);
 	pthread_mutex_unlock(&p->mu);
-	for (unsigned k = 0; k < nidle; k++)
-		moat_sandbox_release(idle[k]);
 	moat_error_clear(&err);
+}
+
+/* Ready slot k of kind i taken out of the list (under p->mu). */
+static struct moat_sandbox *take_at(struct serve_pool *p, int i, unsigned k)
+{
+	struct moat_sandbox *sb = p->ready[i][k].sb;
+	memmove(&p->ready[i][k], &p->ready[i][k + 1], (--p->nready[i] - k) * sizeof p->ready[i][0]);
+	return sb;
+}
+
+/* A ready child of the zygote of gen, taken out of the list; NULL when
+ * there is none (under p->mu). */
+static struct moat_sandbox *take_gen(struct serve_pool *p, int i, uint64_t gen)
+{
+	for (unsigned k = 0; k < p->nready[i]; k++)
+		if (p->ready[i][k].gen == gen)
+			return take_at(p, i, k);
+	return NULL;
 }
 
 static void *refill_main(void *arg)
@@ -281,8 +286,16 @@ static void *refill_main(void *arg)
 			release_unlocked(p, p->done[--p->ndone]);
 			continue;
 		}
-		/* a zygote replaced earlier is released once its last child is
-		 * done; one past its age is replaced (the new one first) */
+		/* a zygote replaced earlier: its idle children go, and it goes
+		 * once its last running child is done; one past its age is
+		 * replaced (the new one first) */
+		struct moat_sandbox *old_child = NULL;
+		for (int i = 0; i < POOL_LANGS && p->old_gen && !old_child; i++)
+			old_child = take_gen(p, i, p->old_gen);
+		if (old_child) {
+			release_unlocked(p, old_child);
+			continue;
+		}
 		if (p->old_gen && !p->old_in_use) {
 			p->old_gen = 0;
 			pthread_mutex_unlock(&p->mu);
@@ -331,9 +344,7 @@ static void *refill_main(void *arg)
 		struct moat_sandbox *old = NULL;
 		for (int i = 0; i < POOL_LANGS && !old; i++)
 			if (p->nready[i] && now - p->ready[i][0].born > POOL_MAX_IDLE_MS) {
-				old = p->ready[i][0].sb;
-				memmove(&p->ready[i][0], &p->ready[i][1],
-					--p->nready[i] * sizeof p->ready[i][0]);
+				old = take_at(p, i, 0);
 				p->expired++;
 			}
 		if (old) {

@@ -1083,13 +1083,12 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		 * on where it can run; a zygote asked for that cannot run is a
 		 * warning of the pool's, one not asked for is not tried */
 		int zyg = o->pool_zygote >= 0 ? o->pool_zygote : s->limits.pool_zygote;
-		bool zyg_can = !po.rootfs_dir && !po.policy_path;
-		if (want && zyg < 0 && !zyg_can)
+		const char *no_zyg = serve_zygote_refusal(&po);
+		if (want && zyg < 0 && no_zyg)
 			notice(s, "info", "Python requests use warm interpreters, not the zygote: it "
-			       "needs the host's root and the default seccomp policy (%s is set)",
-			       po.rootfs_dir ? "a rootfs" : "a policy");
+			       "needs the host's root and the default seccomp policy (%s)", no_zyg);
 		if (zyg < 0)
-			zyg = zyg_can;
+			zyg = !no_zyg;
 		if (serve_pool_start(&s->pool, want, want && zyg > 0, &po, &s->limits, &s->log,
 				     slots_full, s, err) < 0) {
 			close(o->listen_fd);

@@ -97,14 +97,23 @@ static char *read_so(size_t *len)
 	return NULL;
 }
 
+const char *serve_zygote_refusal(const struct moat_run_options *opts)
+{
+	return opts->rootfs_dir    ? "a rootfs is set"
+	       : opts->policy_path ? "a policy is set"
+	       : !opts->runtime_dir ? "no runtime shims"
+				    : NULL;
+}
+
 int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *opts,
 		     struct moat_error *err)
 {
 	*out = NULL;
-	if (opts->rootfs_dir || opts->policy_path || !opts->runtime_dir)
+	const char *why = serve_zygote_refusal(opts);
+	if (why)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "the Python zygote needs the runtime shims, the host's root "
-				      "and the default seccomp policy");
+				      "and the default seccomp policy (%s)", why);
 	struct serve_zygote *z = calloc(1, sizeof *z);
 	if (!z)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
