@@ -1,12 +1,16 @@
 """moat's Python zygote (docs/design/pool-zygote.md).
 
-    python3 moat_zygote.py SO TEMPLATE_JSON TMPFS_BYTES RUNTIME_DIR CONTROL_FD
+    python3 moat_zygote.py SO TEMPLATE_JSON TMPFS_BYTES RUNTIME_DIR CONTROL_FD [own-tree]
 
 An initialised interpreter with the warm bootstrap (moat_pool) imported,
 that forks one sandbox per request without ever reading a byte of one.
 It loads moat-zygote.so (SO), which prepares the template of every run
 from TEMPLATE_JSON (a request without code), with TMPFS_BYTES for /tmp and
-/sandbox (0: the default) and RUNTIME_DIR bound ("": none). Then the
+/sandbox (0: the default) and RUNTIME_DIR bound ("": none); with
+"own-tree" (moat serve's zygote, in moat's sandbox) each child keeps the
+zygote's read-only tree and mounts only /dev/pts, /dev/shm, /proc, /tmp and
+/sandbox anew, where the library finds that tree fit for it (else it
+refuses to start), instead of building the tree a cold run builds. Then the
 library's loop (moat_zygote_serve, in C) takes the control socket
 (CONTROL_FD, SOCK_SEQPACKET): for each record -- b"r", the run's rlimits,
 and the five fds of a run the supervisor prepared (zygote.h: stdin,
@@ -30,18 +34,22 @@ import sys
 import moat_pool
 
 
-def _load(so_path, template, tmpfs, runtime):
+_OWN_TREE = 1  # MOAT_ZYGOTE_OWN_TREE (zygote.h)
+
+
+def _load(so_path, template, tmpfs, runtime, flags):
     lib = ctypes.PyDLL(so_path)  # PyDLL: the GIL stays held across the clone
     lib.moat_zygote_new.restype = ctypes.c_void_p
     lib.moat_zygote_new.argtypes = [ctypes.c_char_p, ctypes.c_size_t, ctypes.c_ulonglong,
-                                    ctypes.c_char_p, ctypes.c_char_p, ctypes.c_size_t]
+                                    ctypes.c_char_p, ctypes.c_uint, ctypes.c_char_p,
+                                    ctypes.c_size_t]
     lib.moat_zygote_envp.restype = ctypes.POINTER(ctypes.c_char_p)
     lib.moat_zygote_envp.argtypes = [ctypes.c_void_p]
     lib.moat_zygote_serve.restype = ctypes.c_int
     lib.moat_zygote_serve.argtypes = [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p,
                                       ctypes.c_void_p]
     err = ctypes.create_string_buffer(1024)
-    z = lib.moat_zygote_new(template, len(template), tmpfs, runtime, err, len(err))
+    z = lib.moat_zygote_new(template, len(template), tmpfs, runtime, flags, err, len(err))
     if not z:
         sys.stderr.write("moat zygote: %s\n" % err.value.decode(errors="replace"))
         sys.exit(2)
@@ -114,7 +122,11 @@ def _become_program(env):
 def main():
     so_path, template = sys.argv[1], sys.argv[2].encode()
     tmpfs, runtime, ctl_fd = int(sys.argv[3]), sys.argv[4].encode(), int(sys.argv[5])
-    lib, z, env = _load(so_path, template, tmpfs, runtime)
+    if sys.argv[6:] not in ([], ["own-tree"]):
+        sys.stderr.write("moat zygote: unknown arguments %r\n" % (sys.argv[6:],))
+        sys.exit(2)
+    flags = _OWN_TREE if sys.argv[6:] else 0
+    lib, z, env = _load(so_path, template, tmpfs, runtime, flags)
     api = ctypes.pythonapi
     hook = lambda f: ctypes.cast(f, ctypes.c_void_p)
     sys.stdout.flush()

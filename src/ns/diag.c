@@ -339,3 +339,16 @@ char *moat_proc_diagnose(void)
 	free(list);
 	return s;
 }
+
+int moat_tree_check_self(bool runtime, char *why, size_t len)
+{
+	size_t n = 0;
+	char *text = read_all("/proc/self/mountinfo", 16u << 20, &n);
+	if (!text) {
+		snprintf(why, len, "/proc/self/mountinfo cannot be read");
+		return -1;
+	}
+	int rc = moat_tree_check_own(text, runtime, why, len);
+	free(text);
+	return rc;
+}

@@ -91,6 +91,11 @@ struct moat_plan_input {
 	 * mount a new /proc, which the kernel allows only where a fully
 	 * visible one is mounted; they mask theirs */
 	bool proc_unmasked;
+	/* a zygote's child: the calling process's tree (the zygote's, made by
+	 * this plan; moat_zygote_new checked it with moat_tree_check_own) is
+	 * the sandbox's, with /dev/pts, /dev/shm, /proc, /tmp and /sandbox
+	 * mounted anew on it; no root, work directory or network of its own */
+	bool own_tree;
 };
 
 /* Supervisor side. */
@@ -100,6 +105,14 @@ void moat_plan_free(struct moat_mount_plan *plan);
 /* Parses plan text only (for tests and `moat doctor`): -1 with a message that
  * names the line on error. */
 int moat_plan_check_text(const char *text, struct moat_error *err);
+/* Whether the tree of a /proc/self/mountinfo text can be a zygote's
+ * children's (moat_plan_input.own_tree): / read-only, and every mount that
+ * is not at /dev/pts, /dev/shm, /proc, /tmp or /sandbox (each a mount
+ * point) or below one of them read-only; with runtime, the runtime's mount
+ * point too. 0, or -1 with the reason in why. */
+int moat_tree_check_own(const char *mountinfo, bool runtime, char *why, size_t len);
+/* The same of this process's own tree (/proc/self/mountinfo). */
+int moat_tree_check_self(bool runtime, char *why, size_t len);
 /* Human description of op i for error messages: "bind /usr on /usr". */
 int moat_plan_describe(const struct moat_mount_plan *plan, size_t i, char *buf, size_t len);
 

@@ -378,6 +378,39 @@ static int add_tmpfs(struct moat_mount_plan *p, const char *rel, unsigned long f
 	return 0;
 }
 
+/* The sandbox's own pseudo-terminals: a new devpts instance (the host's
+ * ptys are in another and stay invisible), /dev/ptmx a link to its
+ * multiplexer (made here when link). Not nodev, or no pty could be opened;
+ * the kernel allows its device nodes in a user namespace. New ptys belong to
+ * the opener (65534) with group 65534, mapped in both modes; at most
+ * MOAT_MAX_PTYS at once, so a sandbox cannot drain the host's shared pty
+ * count (kernel.pty.max). */
+static int add_devpts(struct moat_mount_plan *p, bool link)
+{
+	char *pts = join(p->base, "/dev/pts"), *ptmx = join(p->base, "/dev/ptmx");
+	struct moat_mount_op *op = NULL;
+	if (pts && ptmx && (!link || add_mkdirs(p, "/dev/pts", true) == 0))
+		op = add_op(p, MOAT_OP_DEVPTS, NULL, pts);
+	if (op) {
+		op->flags = MS_NOSUID | MS_NOEXEC;
+		if (asprintf(&op->src, "newinstance,ptmxmode=0666,mode=0620,gid=%u,max=%u",
+			     (unsigned)MOAT_SANDBOX_GID, (unsigned)MOAT_MAX_PTYS) < 0) {
+			op->src = NULL;
+			op = NULL;
+		}
+	}
+	if (op && link)
+		op = add_op(p, MOAT_OP_SYMLINK, "pts/ptmx", ptmx);
+	free(pts);
+	free(ptmx);
+	return op ? 0 : -1;
+}
+
+static int add_shm(struct moat_mount_plan *p, uint64_t bytes)
+{
+	return add_tmpfs(p, "/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, bytes);
+}
+
 static int add_dev(struct moat_mount_plan *p, uint64_t shm_bytes)
 {
 	char *dev = join(p->base, "/dev");
@@ -412,33 +445,9 @@ static int add_dev(struct moat_mount_plan *p, uint64_t shm_bytes)
 		if (!op)
 			goto out;
 	}
-	/* The sandbox's own pseudo-terminals: a new devpts instance (the host's
-	 * ptys are in another and stay invisible), /dev/ptmx a link to its
-	 * multiplexer. Not nodev, or no pty could be opened; the kernel allows
-	 * its device nodes in a user namespace. New ptys belong to the opener
-	 * (65534) with group 65534, mapped in both modes; at most
-	 * MOAT_MAX_PTYS at once, so a sandbox cannot drain the host's shared
-	 * pty count (kernel.pty.max). */
-	char *pts = join(dev, "pts"), *ptmx = join(dev, "ptmx");
-	struct moat_mount_op *op = NULL;
-	if (pts && ptmx && add_mkdirs(p, "/dev/pts", true) == 0)
-		op = add_op(p, MOAT_OP_DEVPTS, NULL, pts);
-	if (op) {
-		op->flags = MS_NOSUID | MS_NOEXEC;
-		if (asprintf(&op->src, "newinstance,ptmxmode=0666,mode=0620,gid=%u,max=%u",
-			     (unsigned)MOAT_SANDBOX_GID, (unsigned)MOAT_MAX_PTYS) < 0) {
-			op->src = NULL;
-			op = NULL;
-		}
-	}
-	if (op)
-		op = add_op(p, MOAT_OP_SYMLINK, "pts/ptmx", ptmx);
-	free(pts);
-	free(ptmx);
-	if (!op)
+	if (add_devpts(p, true) < 0)
 		goto out;
-	if (add_mkdirs(p, "/dev/shm", true) < 0 ||
-	    add_tmpfs(p, "/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, shm_bytes) < 0 ||
+	if (add_mkdirs(p, "/dev/shm", true) < 0 || add_shm(p, shm_bytes) < 0 ||
 	    add_setattr(p, dev, RO_ATTRS | MOUNT_ATTR_NOEXEC, false) < 0)
 		goto out;
 	rc = 0;
@@ -447,12 +456,12 @@ out:
 	return rc;
 }
 
-static int add_proc(struct moat_mount_plan *p, bool unmasked)
+static int add_proc(struct moat_mount_plan *p, bool unmasked, bool mkdir)
 {
 	char *proc = join(p->base, "/proc");
 	char *devnull = join(p->base, "/dev/null");
 	int rc = -1;
-	if (!proc || !devnull || add_mkdirs(p, "/proc", true) < 0)
+	if (!proc || !devnull || (mkdir && add_mkdirs(p, "/proc", true) < 0))
 		goto out;
 	struct moat_mount_op *op = add_op(p, MOAT_OP_PROC, NULL, proc);
 	if (!op)
@@ -540,9 +549,121 @@ static int check_rootfs_dir(const char *dir, struct moat_error *err)
 	return 0;
 }
 
+/* What a zygote's child mounts anew on the zygote's tree (own_tree): every
+ * mount a run can write to, and /proc, which names a pid namespace. */
+static const char *const OWN_TREE_FRESH[] = { "/dev/pts", "/dev/shm", "/proc", "/tmp", "/sandbox" };
+
+/* Mount point mp (as mountinfo escapes it) is fresh, or below one. */
+static bool own_tree_fresh(const char *mp, size_t n)
+{
+	for (size_t i = 0; i < sizeof OWN_TREE_FRESH / sizeof OWN_TREE_FRESH[0]; i++) {
+		size_t k = strlen(OWN_TREE_FRESH[i]);
+		if (n >= k && !memcmp(mp, OWN_TREE_FRESH[i], k) && (n == k || mp[k] == '/'))
+			return true;
+	}
+	return false;
+}
+
+int moat_tree_check_own(const char *mountinfo, bool runtime, char *why, size_t len)
+{
+	bool have_runtime = false, root_ro = false, seen[sizeof OWN_TREE_FRESH / sizeof OWN_TREE_FRESH[0]] = { false };
+	for (const char *line = mountinfo; line && *line;) {
+		const char *end = strchr(line, '\n');
+		size_t n = end ? (size_t)(end - line) : strlen(line);
+		/* id parent major:minor root mount-point options ... */
+		const char *f = line, *mp = NULL, *opts = NULL;
+		size_t mp_len = 0;
+		for (int field = 0; field < 6 && f < line + n; field++) {
+			const char *sp = memchr(f, ' ', (size_t)(line + n - f));
+			size_t flen = sp ? (size_t)(sp - f) : (size_t)(line + n - f);
+			if (field == 4) {
+				mp = f;
+				mp_len = flen;
+			} else if (field == 5) {
+				opts = f;
+			}
+			f = sp ? sp + 1 : line + n;
+		}
+		if (!mp || !opts) {
+			snprintf(why, len, "a mountinfo line without its fields");
+			return -1;
+		}
+		bool ro = !strncmp(opts, "ro", 2) && (opts[2] == ',' || opts[2] == ' ' ||
+						     opts + 2 == line + n);
+		if (mp_len == 1 && mp[0] == '/')
+			root_ro = ro;
+		else if (!ro && !own_tree_fresh(mp, mp_len)) {
+			snprintf(why, len, "%.*s is mounted writable", (int)mp_len, mp);
+			return -1;
+		}
+		if (mp_len == strlen(MOAT_RUNTIME_MOUNT) && !memcmp(mp, MOAT_RUNTIME_MOUNT, mp_len))
+			have_runtime = true;
+		for (size_t i = 0; i < sizeof seen / sizeof seen[0]; i++)
+			if (strlen(OWN_TREE_FRESH[i]) == mp_len &&
+			    !memcmp(mp, OWN_TREE_FRESH[i], mp_len))
+				seen[i] = true;
+		line = end ? end + 1 : NULL;
+	}
+	if (!root_ro) {
+		snprintf(why, len, "/ is not mounted read-only");
+		return -1;
+	}
+	for (size_t i = 0; i < sizeof seen / sizeof seen[0]; i++)
+		if (!seen[i]) {
+			snprintf(why, len, "%s is not a mount point", OWN_TREE_FRESH[i]);
+			return -1;
+		}
+	if (runtime && !have_runtime) {
+		snprintf(why, len, "the runtime (%s) is not mounted", MOAT_RUNTIME_MOUNT);
+		return -1;
+	}
+	return 0;
+}
+
+/* A zygote's child (moat_plan_input.own_tree): the zygote's tree is the
+ * sandbox's, as its clone3 copied it; the same plan made it and
+ * moat_tree_check_own checked it. What a run can write to and /proc are
+ * mounted anew on it (OWN_TREE_FRESH, as a cold run's plan mounts them);
+ * no pivot_root, the working directory the new /sandbox. */
+static int build_on_own_tree(const struct moat_plan_input *in, struct moat_mount_plan **out,
+			     struct moat_error *err)
+{
+	if (in->rootfs_dir || in->workdir || in->resolv_conf || in->proc_unmasked ||
+	    (in->runtime_dir && strcmp(in->runtime_dir, MOAT_RUNTIME_MOUNT)))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "a sandbox on its zygote's tree has no root, work directory, "
+				      "network or runtime of its own");
+	struct moat_mount_plan *p = calloc(1, sizeof *p);
+	if (!p || !(p->base = strdup("")))
+		goto oom;
+	uint64_t tmpfs = in->tmpfs_bytes ? in->tmpfs_bytes : MOAT_DEFAULT_TMPFS_BYTES;
+	if (add_devpts(p, false) < 0 || add_shm(p, tmpfs) < 0 || add_proc(p, false, false) < 0 ||
+	    add_tmpfs(p, "/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, tmpfs) < 0 ||
+	    add_tmpfs(p, "/sandbox", MS_NOSUID | MS_NODEV, 0755, tmpfs) < 0)
+		goto oom;
+	const struct moat_request *req = in->req;
+	if (req && in->code_name &&
+	    add_sandbox_file(p, in->code_name, req->code, req->code_len, 0644) < 0)
+		goto oom;
+	for (size_t i = 0; req && i < req->files_count; i++)
+		if (add_sandbox_file(p, req->files[i].key, req->files[i].value,
+				     req->files[i].value_len, 0644) < 0)
+			goto oom;
+	if (!add_op(p, MOAT_OP_CHDIR, NULL, MOAT_SANDBOX_DIR))
+		goto oom;
+	*out = p;
+	return 0;
+oom:
+	moat_plan_free(p);
+	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM,
+			      "out of memory building the mount plan");
+}
+
 int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **out,
 		    struct moat_error *err)
 {
+	if (in->own_tree)
+		return build_on_own_tree(in, out, err);
 	struct moat_mount_plan *p = calloc(1, sizeof *p);
 	if (!p)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
@@ -617,7 +738,7 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 		if (WALL_ATTRS && add_setattr(p, p->base, WALL_ATTRS, true) < 0)
 			goto oom;
 	}
-	if (add_dev(p, tmpfs) < 0 || add_proc(p, in->proc_unmasked) < 0 ||
+	if (add_dev(p, tmpfs) < 0 || add_proc(p, in->proc_unmasked, true) < 0 ||
 	    add_tmpfs(p, "/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, tmpfs) < 0 ||
 	    add_tmpfs(p, "/sandbox", MS_NOSUID | MS_NODEV, 0755, tmpfs) < 0)
 		goto oom;

@@ -353,7 +353,7 @@ static int program_prepare(struct run *r, uint64_t tmpfs, struct moat_error *err
 		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = r->req,
 		.code_name = r->code_name, .resolv_conf = moat_net_resolv_conf(r->net),
 		.runtime_dir = r->opts.runtime_dir, .workdir = r->workdir,
-		.proc_unmasked = r->opts.zygote_host,
+		.proc_unmasked = r->opts.zygote_host, .own_tree = r->own_tree,
 	};
 	if (moat_plan_build(&pin, &r->plan, err) < 0)
 		return -1;

@@ -148,6 +148,10 @@ struct run {
 	 * rlimits and channels), and a setup report's step refers to the
 	 * template's plan, not to one of this run's */
 	bool for_zygote;
+	/* a zygote's template whose children keep the zygote's tree
+	 * (moat_plan_input.own_tree; only moat_zygote_new sets it, once the
+	 * tree passed moat_tree_check_own) */
+	bool own_tree;
 	bool prepared; /* run_prepare succeeded */
 	pid_t pid; /* pid 1 of the sandbox, as the host sees it; -1 when reaped */
 	bool started;

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include "core/sys.h"
+#include "ns/ns.h"
 #include "runner/run.h"
 #include "runner/zygote.h"
 
@@ -35,7 +36,7 @@ struct moat_zygote {
 
 struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 				    unsigned long long tmpfs_bytes, const char *runtime_dir,
-				    char *errbuf, size_t errlen)
+				    unsigned flags, char *errbuf, size_t errlen)
 {
 	struct moat_error err = { 0 };
 	struct moat_zygote *z = calloc(1, sizeof *z);
@@ -56,6 +57,19 @@ struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 	o.tmpfs_bytes = tmpfs_bytes;
 	o.runtime_dir = runtime_dir && *runtime_dir ? runtime_dir : NULL;
 	run_init(&z->r, z->req, &o);
+	if (flags & ~MOAT_ZYGOTE_OWN_TREE) {
+		moat_error_set(&err, MOAT_ERR_CONFIG, 0, "unknown zygote flags %#x", flags);
+		goto fail;
+	}
+	if (flags & MOAT_ZYGOTE_OWN_TREE) {
+		char unfit[256];
+		if (moat_tree_check_self(o.runtime_dir != NULL, unfit, sizeof unfit) < 0) {
+			moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+				       "the zygote's tree cannot be its children's: %s", unfit);
+			goto fail;
+		}
+		z->r.own_tree = true;
+	}
 	if (run_prepare(&z->r, &err) < 0)
 		goto fail;
 	/* the template's cgroups (a leaf for cgroup.kill, where the zygote may

@@ -23,11 +23,17 @@ enum {
  * (the language and environment of the runs it will serve; no network,
  * kvEnabled, outputs, argv or TypeScript) with tmpfs_bytes for /tmp and
  * /sandbox (0: the default) and runtime_dir bound (NULL: none), as the
- * supervisor's runs have them. NULL on failure, with the reason in
+ * supervisor's runs have them. With MOAT_ZYGOTE_OWN_TREE in flags (a
+ * zygote in moat's own sandbox: moat serve's) each child keeps the
+ * zygote's tree, with /dev/pts, /dev/shm, /proc, /tmp and /sandbox mounted
+ * anew (moat_plan_input.own_tree), where the tree passes
+ * moat_tree_check_self; it fails otherwise. Without it each child builds
+ * its tree as a cold run does. NULL on failure, with the reason in
  * errbuf. */
+#define MOAT_ZYGOTE_OWN_TREE 1u
 struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 				    unsigned long long tmpfs_bytes, const char *runtime_dir,
-				    char *errbuf, size_t errlen);
+				    unsigned flags, char *errbuf, size_t errlen);
 
 /* One record of the control socket, as moat_zygote_spawn takes it: the
  * byte MOAT_ZYGOTE_RUN, then the rlimits of the run (what the supervisor's

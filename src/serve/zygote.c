@@ -141,7 +141,7 @@ int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *o
 		     "import sys\n"
 		     "sys.argv = ['" ZYGOTE_RUNTIME "/python/moat_zygote.py', '/sandbox/" ZYGOTE_SO
 		     "', '{\"language\":\"python\",\"code\":\"pass\"}', '%s', '" ZYGOTE_RUNTIME
-		     "', '4']\n" /* zygote_fd becomes the program's fd 4 */
+		     "', '4', 'own-tree']\n" /* zygote_fd becomes the program's fd 4 */
 		     "sys.path[0] = '" ZYGOTE_RUNTIME "/python'\n"
 		     "exec(compile(open(sys.argv[0], 'rb').read(), sys.argv[0], 'exec'))\n",
 		     tmpfs) < 0) {

@@ -3346,6 +3346,7 @@ static void server_stop_pool(struct server *s, int idle)
 	"import os, json, random, sys, time\n"                                          \
 	"open('/tmp/x', 'w').write('left')\n"                                           \
 	"open('/sandbox/y', 'w').write('left')\n"                                       \
+	"open('/dev/shm/z', 'w').write('left')\n"                                       \
 	"os.environ['LEAK'] = '1'\n"                                                    \
 	"json.LEAK = 1\n"                                                               \
 	"sys.modules['leaked'] = json\n"                                                \
@@ -3357,7 +3358,7 @@ static void server_stop_pool(struct server *s, int idle)
 	"print('dirty')\n"
 #define PY_CLEAN                                                                       \
 	"import os, json, sys\n"                                                        \
-	"seen = [p for p in ('/tmp/x', '/sandbox/y') if os.path.exists(p)]\n"          \
+	"seen = [p for p in ('/tmp/x', '/sandbox/y', '/dev/shm/z') if os.path.exists(p)]\n" \
 	"seen += [n for n in ('LEAK',) if n in os.environ]\n"                           \
 	"seen += ['json.LEAK'] if hasattr(json, 'LEAK') else []\n"                      \
 	"seen += ['leaked'] if 'leaked' in sys.modules else []\n"                       \
@@ -4001,6 +4002,102 @@ START_TEST(pool_frame_exact)
 }
 END_TEST
 
+/* What a program sees of its tree: each mount point's top mount (type,
+ * read-only or not, flags, what of its filesystem it shows, the
+ * filesystem's options), the working directory, what the writable and
+ * shared directories hold, its /proc; then, on a line of its own, how many
+ * mounts are stacked under the fresh ones (TREE_UNDER) and their device
+ * numbers, top first; what umount2 of each of those returns. */
+#define PY_TREE                                                                                 \
+	"import os\n"                                                                           \
+	"top, stack = {}, {}\n"                                                                 \
+	"for line in open('/proc/self/mountinfo'):\n"                                           \
+	"    f = line.split()\n"                                                                \
+	"    i = f.index('-')\n"                                                                \
+	"    o = f[5].split(',')\n"                                                             \
+	"    top[f[4]] = (f[i + 1], o[0], sorted(x for x in o if x in ('nosuid', 'nodev', "      \
+	"'noexec')), f[3], f[i + 3])\n"                                                          \
+	"    stack.setdefault(f[4], []).insert(0, f[2])\n"                                      \
+	"for mp, v in sorted(top.items()):\n"                                                   \
+	"    print(mp, *v)\n"                                                                   \
+	"print(os.getcwd(), os.stat('.') == os.stat('/sandbox'), os.statvfs('/').f_flag & 1)\n" \
+	"for d in ('/', '/sandbox', '/tmp', '/dev', '/dev/pts', '/dev/shm', '/etc'):\n"         \
+	"    print(d, sorted(os.listdir(d)))\n"                                                 \
+	"print(sorted(int(p) for p in os.listdir('/proc') if p.isdigit()), os.readlink('/dev/ptmx'))\n" \
+	"fresh = ('/dev/pts', '/dev/shm', '/proc', '/tmp', '/sandbox')\n"                       \
+	"import ctypes\n"                                                                      \
+	"libc = ctypes.CDLL(None, use_errno=True)\n"                                           \
+	"print('umount', [(libc.umount2(m.encode(), 2), ctypes.get_errno()) for m in fresh])\n" \
+	"print('TREE_UNDER', sum(len(stack[m]) - 1 for m in fresh), *(','.join(stack[m]) for m in fresh))\n"
+
+/* A child of the zygote keeps the zygote's read-only tree and mounts anew
+ * only what a run writes to and /proc: what its program sees is what a
+ * cold run's sees, mount for mount and directory for directory; each of
+ * those five is a new filesystem over the zygote's, another in each child
+ * (the device numbers), and the working directory is the new /sandbox;
+ * none of them can be unmounted to uncover the zygote's. */
+START_TEST(zygote_child_tree_is_a_cold_runs)
+{
+	HARNESS_MODE_GUARD(_i);
+	char *q = harness_json_quote(PY_TREE), *body = NULL;
+	ck_assert_int_ge(asprintf(&body, "{\"code\":%s}", q), 0);
+	const char *bodies[] = { body };
+	struct resp cold;
+	cold_results(_i, bodies, 1, &cold);
+	ck_assert_msg(jnum(cold.json, "exitCode") == 0, "%.800s", cold.body);
+	const char *cold_out = jstr(cold.json, "stdout");
+	const char *cold_under = strstr(cold_out, "TREE_UNDER ");
+	ck_assert_ptr_nonnull(cold_under);
+	ck_assert_msg(!strncmp(cold_under, "TREE_UNDER 0 ", 13), "a cold run: %s", cold_under);
+	/* nothing can uncover what is under a fresh mount (EPERM) */
+	ck_assert_msg(strstr(cold_out, "umount [(-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1)]\n"),
+		      "%s", cold_out);
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = 1 };
+	server_start(&s, _i, &o);
+	pool_wait_zygote(&s);
+	char *under[2] = { NULL, NULL };
+	for (int k = 0; k < 2; k++) {
+		pool_wait_ready(&s, "python", 1);
+		struct resp r;
+		v1(&s, body, &r);
+		const char *out = jstr(r.json, "stdout");
+		const char *u = strstr(out, "TREE_UNDER ");
+		ck_assert_msg(pooled(&r) && u, "%.800s", r.body);
+		ck_assert_msg((size_t)(u - out) == (size_t)(cold_under - cold_out) &&
+				      !strncmp(out, cold_out, (size_t)(u - out)),
+			      "a child of the zygote sees another tree:\n%s\ncold:\n%s", out, cold_out);
+		/* five fresh mounts, each over the zygote's one */
+		int n = -1;
+		char devs[5][64];
+		ck_assert_msg(sscanf(u, "TREE_UNDER %d %63s %63s %63s %63s %63s", &n, devs[0], devs[1],
+				     devs[2], devs[3], devs[4]) == 6 && n == 5,
+			      "not on the zygote's tree: %s", u);
+		for (int m = 0; m < 5; m++) {
+			char *comma = strchr(devs[m], ',');
+			ck_assert_msg(comma && strcmp(comma + 1, devs[m]) && !strchr(comma + 1, ','),
+				      "mount %d: %s", m, devs[m]);
+			*comma = '\0';
+		}
+		ck_assert_int_ge(asprintf(&under[k], "%s %s %s %s %s", devs[0], devs[1], devs[2],
+					  devs[3], devs[4]), 0);
+		resp_free(&r);
+	}
+	/* another filesystem in each child, at each of the five */
+	char a[5][64], b[5][64];
+	ck_assert_int_eq(sscanf(under[0], "%63s %63s %63s %63s %63s", a[0], a[1], a[2], a[3], a[4]), 5);
+	ck_assert_int_eq(sscanf(under[1], "%63s %63s %63s %63s %63s", b[0], b[1], b[2], b[3], b[4]), 5);
+	for (int m = 0; m < 5; m++)
+		ck_assert_msg(strcmp(a[m], b[m]), "two children share %s at fresh mount %d", a[m], m);
+	free(under[0]);
+	free(under[1]);
+	server_stop_pool(&s, pool_idle_children(1, true));
+	resp_free(&cold);
+	free(body);
+	free(q);
+}
+END_TEST
+
 /* How many descendants of pid (to depth: pid 1, the program, its
  * children) have the command name comm; the last one found in *last. */
 static int proc_descendants_named(pid_t pid, const char *comm, int depth, pid_t *last)
@@ -4188,6 +4285,7 @@ Suite *serve_suite(void)
 	ADD(zygote_dead);
 	ADD(pool_typescript);
 	ADD(pool_frame_exact);
+	ADD(zygote_child_tree_is_a_cold_runs);
 	ADD(ipv6_listener);
 	ADD(malformed_http);
 	ADD(connection_limit);

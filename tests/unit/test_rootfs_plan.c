@@ -318,6 +318,121 @@ START_TEST(rootfs_dir_needs_mount_points)
 }
 END_TEST
 
+/* A zygote's tree as /proc/self/mountinfo shows it inside moat's sandbox
+ * (moat serve's zygote), one line per mount point. */
+#define ZTREE_HEAD                                                                              \
+	"69 46 0:41 / / ro,nosuid,nodev,relatime - tmpfs tmpfs rw,size=4096k\n"                 \
+	"70 69 254:0 /usr /usr ro,nosuid,nodev,relatime - ext4 /dev/vda rw\n"                   \
+	"83 69 254:0 /srv/rt /opt/moat/runtime ro,nosuid,nodev,relatime - ext4 /dev/vda rw\n"   \
+	"84 69 0:42 / /dev ro,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw,size=1024k\n"        \
+	"85 84 0:6 /null /dev/null ro,nosuid,noexec,relatime - devtmpfs devtmpfs rw\n"
+#define ZTREE_FRESH                                                                             \
+	"90 84 0:43 / /dev/pts rw,nosuid,noexec,relatime - devpts devpts rw,max=64\n"            \
+	"91 84 0:44 / /dev/shm rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw\n"               \
+	"92 69 0:45 / /proc rw,nosuid,nodev,noexec,relatime - proc proc rw\n"                    \
+	"93 69 0:46 / /tmp rw,nosuid,nodev,noexec,relatime - tmpfs tmpfs rw\n"                   \
+	"94 69 0:47 / /sandbox rw,nosuid,nodev,relatime - tmpfs tmpfs rw"
+
+static void expect_unfit(const char *text, bool runtime, const char *needle)
+{
+	char why[256] = "";
+	ck_assert_int_eq(moat_tree_check_own(text, runtime, why, sizeof why), -1);
+	ck_assert_msg(strstr(why, needle), "reason \"%s\" lacks \"%s\"", why, needle);
+}
+
+/* A zygote's children keep its tree only where everything they could write
+ * to (or the zygote's /proc) is mounted anew over: each other mount is
+ * read-only. */
+START_TEST(own_tree_check)
+{
+	char why[256] = "";
+	ck_assert_int_eq(moat_tree_check_own(ZTREE_HEAD ZTREE_FRESH, true, why, sizeof why), 0);
+	ck_assert_int_eq(moat_tree_check_own(ZTREE_HEAD ZTREE_FRESH "\n", false, why, sizeof why), 0);
+	/* below a fresh mount point: hidden by the new mount */
+	ck_assert_int_eq(moat_tree_check_own(ZTREE_HEAD ZTREE_FRESH
+		"\n95 92 0:45 /sys /proc/sys rw,nosuid - proc proc rw\n"
+		"96 93 0:48 / /tmp/a rw - tmpfs tmpfs rw\n", true, why, sizeof why), 0);
+	/* the host's tree (a zygote run outside moat's sandbox) */
+	expect_unfit("22 1 254:0 / / rw,relatime - ext4 /dev/vda rw\n" ZTREE_FRESH, false,
+		     "/ is not mounted read-only");
+	expect_unfit(ZTREE_FRESH "\n", false, "/ is not mounted read-only");
+	/* one writable mount the children would share */
+	expect_unfit(ZTREE_HEAD "88 69 254:0 /work /work rw,nosuid - ext4 /dev/vda rw\n" ZTREE_FRESH,
+		     true, "/work is mounted writable");
+	expect_unfit(ZTREE_HEAD "88 84 0:49 / /dev/mqueue rw - mqueue mqueue rw\n" ZTREE_FRESH,
+		     true, "/dev/mqueue is mounted writable");
+	/* a name that only starts like a fresh one */
+	expect_unfit(ZTREE_HEAD "88 69 0:49 / /tmpx rw - tmpfs tmpfs rw\n" ZTREE_FRESH, true,
+		     "/tmpx is mounted writable");
+	/* "rw" is the first option when writable; "ro" must be a whole option */
+	expect_unfit(ZTREE_HEAD "88 69 0:49 / /x rom - tmpfs tmpfs rw\n" ZTREE_FRESH, true,
+		     "/x is mounted writable");
+	/* each fresh one a mount point (else nothing would be over it) */
+	expect_unfit(ZTREE_HEAD
+		"91 84 0:44 / /dev/shm rw - tmpfs tmpfs rw\n"
+		"92 69 0:45 / /proc rw - proc proc rw\n"
+		"93 69 0:46 / /tmp rw - tmpfs tmpfs rw\n"
+		"94 69 0:47 / /sandbox rw - tmpfs tmpfs rw\n", true, "/dev/pts is not a mount point");
+	expect_unfit("69 46 0:41 / / ro - tmpfs tmpfs rw\n" ZTREE_FRESH, true,
+		     "the runtime (/opt/moat/runtime) is not mounted");
+	expect_unfit("69 46 0:41 / /\n", false, "without its fields");
+}
+END_TEST
+
+/* The plan of a child on its zygote's tree: a new devpts, /dev/shm, /proc
+ * (masked), /tmp and /sandbox, the code file, chdir; nothing else mounted
+ * and no pivot. */
+START_TEST(own_tree_plan)
+{
+	struct moat_request req = { .code = (char *)"pass", .code_len = 4 };
+	struct moat_plan_input in = { .req = &req, .code_name = "main.py", .own_tree = true,
+				      .runtime_dir = "/opt/moat/runtime" };
+	struct moat_mount_plan *p = NULL;
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(moat_plan_build(&in, &p, &err), 0);
+	const char *want[] = { "/dev/pts", "/dev/shm", "/proc", "/tmp", "/sandbox" };
+	size_t mounts = 0, w = 0;
+	bool chdir_last = false, masked = false;
+	for (size_t i = 0; i < p->count; i++) {
+		const struct moat_mount_op *op = &p->ops[i];
+		ck_assert_msg(op->kind != MOAT_OP_PIVOT && op->kind != MOAT_OP_MKDIR &&
+				      op->kind != MOAT_OP_HOLD,
+			      "op %zu (kind %d) on the zygote's tree", i, op->kind);
+		if (op->kind == MOAT_OP_TMPFS || op->kind == MOAT_OP_PROC || op->kind == MOAT_OP_DEVPTS) {
+			ck_assert_msg(w < 5 && !strcmp(op->dst, want[w]), "mount %zu on %s", mounts,
+				      op->dst);
+			w++;
+			mounts++;
+		}
+		if (op->kind == MOAT_OP_BIND) {
+			ck_assert_msg(!strncmp(op->dst, "/proc/", 6), "a bind on %s", op->dst);
+			masked |= !strcmp(op->src, "/dev/null") && !strcmp(op->dst, "/proc/kcore");
+		}
+		if (op->kind == MOAT_OP_DEVPTS)
+			ck_assert_ptr_nonnull(strstr(op->src, "newinstance"));
+		chdir_last = op->kind == MOAT_OP_CHDIR && !strcmp(op->dst, "/sandbox");
+	}
+	ck_assert_uint_eq(w, 5);
+	ck_assert(masked && chdir_last);
+	moat_plan_free(p);
+	/* what the zygote's tree cannot give */
+	struct moat_plan_input bad[] = {
+		{ .own_tree = true, .workdir = "/w" },
+		{ .own_tree = true, .rootfs_dir = "/r" },
+		{ .own_tree = true, .resolv_conf = "nameserver 10.0.0.1\n" },
+		{ .own_tree = true, .runtime_dir = "/srv/rt" },
+		{ .own_tree = true, .proc_unmasked = true },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		p = NULL;
+		ck_assert_int_eq(moat_plan_build(&bad[i], &p, &err), -1);
+		ck_assert_ptr_null(p);
+		ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+		moat_error_clear(&err);
+	}
+}
+END_TEST
+
 Suite *rootfs_plan_suite(void)
 {
 	Suite *s = suite_create("rootfs_plan");
@@ -330,6 +445,8 @@ Suite *rootfs_plan_suite(void)
 	tcase_add_test(tc, workdir_bound_read_only);
 	tcase_add_test(tc, workdir_hold_refuses_symlinks);
 	tcase_add_test(tc, rootfs_dir_needs_mount_points);
+	tcase_add_test(tc, own_tree_check);
+	tcase_add_test(tc, own_tree_plan);
 	suite_add_tcase(s, tc);
 	return s;
 }
