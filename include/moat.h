@@ -364,5 +364,17 @@ typedef int (*moat_make_pid1_fn)(void *ctx, const int *fds, size_t nfds, const v
 int moat_sandbox_create_adopted(const struct moat_request *req, const struct moat_run_options *opts,
 				moat_make_pid1_fn make_pid1, void *ctx, struct moat_sandbox **out,
 				struct moat_error *err);
+/* A zygote's child made ahead of its request (created with the pool's
+ * bootstrap request): starts it now, as moat_sandbox_prewarm starts a warm
+ * interpreter. pid 1 forks pid 2, which locks down (uid 65534, no
+ * capabilities, no_new_privs, seccomp) and returns into the interpreter,
+ * which then waits on its stdin for the request; moat_sandbox_deliver hands
+ * it one, the timer and the thrash watch starting then. So the fork, the
+ * lockdown and the interpreter's after-fork work are no longer in the
+ * request's path. Only a child that moat_pool_refusal lets take the
+ * request may be delivered to: its cgroups and rlimits are the
+ * bootstrap's. MOAT_ERR_CONFIG for a sandbox that is not an adopted child
+ * waiting for its start. */
+int moat_sandbox_start_ahead(struct moat_sandbox *sb, struct moat_error *err);
 
 #endif

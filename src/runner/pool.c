@@ -199,11 +199,10 @@ int run_frame_stdin(struct run *r, struct moat_error *err)
 int run_deliver(struct run *r, const struct moat_request *req,
 		const struct moat_run_options *per, struct moat_error *err)
 {
-	/* a zygote's child made ahead (moat_sandbox_create_adopted from the
-	 * pool's bootstrap request): adopted, in its cgroups, pid 1 waiting for
-	 * MOAT_SYNC_START; else a warm interpreter already running */
-	bool ahead = r->adopted && !r->started && !r->delivered && r->pid > 0;
-	if (!ahead && (!r->pooled || !r->started || r->delivered || r->pid <= 0))
+	/* a warm interpreter, or a zygote's child started ahead
+	 * (moat_sandbox_start_ahead: pid 2 locked down in Python, waiting on
+	 * its stdin as a warm interpreter does) */
+	if (!r->pooled || !r->started || r->delivered || r->pid <= 0)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "not a warm sandbox waiting for its request");
 	/* a warm sandbox that died while it waited (killed from outside, an
@@ -220,20 +219,8 @@ int run_deliver(struct run *r, const struct moat_request *req,
 	r->delivered = true;
 	r->req = req;
 	r->t0 = moat_mono_ms();
-	if (ahead) {
-		/* the request is its stdin frame; per-request options before
-		 * run_start watches them */
-		if (per) {
-			r->opts.on_output = per->on_output;
-			r->opts.output_ctx = per->output_ctx;
-			r->opts.cancel_fd = per->cancel_fd;
-			r->opts.hangup_fd = per->hangup_fd;
-		}
-		if (run_frame_stdin(r, err) < 0)
-			return -1;
-		return run_start(r, err);
-	}
 	size_t len = 0;
+	free(r->pool_frame); /* a zygote's child started ahead: its bootstrap's */
 	if (!(r->pool_frame = pool_frame(req, &len)))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	r->res->pooled = true;

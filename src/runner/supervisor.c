@@ -97,6 +97,19 @@ int moat_sandbox_start(struct moat_sandbox *sb, struct moat_error *err)
 	return run_start(&sb->run, err);           /* 4. the program starts (start.c) */
 }
 
+int moat_sandbox_start_ahead(struct moat_sandbox *sb, struct moat_error *err)
+{
+	struct run *r = &sb->run;
+	if (!r->adopted || r->started || r->delivered || r->pid <= 0)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "only a zygote's child not yet started can start ahead of its "
+				      "request");
+	/* from here it is a warm sandbox: its stdin carries no frame until
+	 * run_deliver's, the timer and the thrash watch are the request's */
+	r->pooled = true;
+	return run_start(r, err);
+}
+
 int moat_sandbox_wait(struct moat_sandbox *sb, struct moat_result **out, struct moat_error *err)
 {
 	*out = NULL;

@@ -162,13 +162,20 @@ static void refill_one(struct serve_pool *p, int i)
 	struct moat_sandbox *sb = NULL;
 	struct moat_error err = { 0 };
 	int64_t t0 = moat_mono_ms();
-	/* python: a child of the zygote while it runs, made up to its start
-	 * (cgroups joined, mounts built: only the program's fork is left);
-	 * else a warm interpreter */
+	/* python: a child of the zygote while it runs, made up to its
+	 * request (cgroups joined, mounts built, pid 2 locked down and waiting
+	 * on its stdin); else a warm interpreter */
 	bool zyg = pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg);
 	uint64_t gen = 0;
 	int rc = zyg ? serve_zygote_create(p->zyg, p->boot[i], &p->opts, &sb, &gen, &err)
 		     : moat_sandbox_prewarm(p->boot[i], &p->opts, &sb, &err);
+	/* and its program forked, locked down and waiting on its stdin: a
+	 * request then only hands it the frame */
+	if (rc == 0 && zyg && moat_sandbox_start_ahead(sb, &err) < 0) {
+		moat_sandbox_release(sb);
+		sb = NULL;
+		rc = -1;
+	}
 	pthread_mutex_lock(&p->mu);
 	p->busy_refill_ms += (uint64_t)(moat_mono_ms() - t0);
 	if (rc < 0 && zyg) {

@@ -4120,6 +4120,108 @@ static int proc_descendants_named(pid_t pid, const char *comm, int depth, pid_t 
 	return found;
 }
 
+/* The value of /proc/PID/status's "Key:" line, or "" (a static buffer). */
+static const char *proc_status_field(pid_t pid, const char *key)
+{
+	static char val[128];
+	char f[64];
+	snprintf(f, sizeof f, "/proc/%ld/status", (long)pid);
+	char *st = slurp(f, NULL);
+	val[0] = '\0';
+	size_t k = strlen(key);
+	for (char *l = st; l && *l;) {
+		char *nl = strchr(l, '\n');
+		if (!strncmp(l, key, k) && l[k] == ':') {
+			const char *v = l + k + 1;
+			v += strspn(v, " \t");
+			snprintf(val, sizeof val, "%.*s", (int)(nl ? nl - v : (long)strlen(v)), v);
+			break;
+		}
+		l = nl ? nl + 1 : NULL;
+	}
+	free(st);
+	return val;
+}
+
+/* A child of the zygote made ahead is started ahead too: before any
+ * request, its pid 2 exists, locked down (uid 65534, no capabilities,
+ * no_new_privs, seccomp) and waiting in read(0) for the request's frame;
+ * the request then only hands it that frame. Its wall clock starts at
+ * delivery: the bootstrap's timer (the service's default timeout, 1 s
+ * here) long expired while it waited, and a request under that timeout
+ * is not cut short. */
+START_TEST(zygote_child_waits_locked_down)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = 1,
+				 .config = "{\"serve\":{\"defaults\":{\"timeout\":1000}}}" };
+	server_start(&s, _i, &o);
+	pool_wait_zygote(&s);
+	pool_wait_ready(&s, "python", 1);
+	/* the server's child is the zygote's pid 1; the zygote under it */
+	pid_t zyg = 0;
+	ck_assert_int_eq(proc_descendants_named(s.p.pid, "python3\n", 2, &zyg), 1);
+	pid_t pid1[8], pid2[8];
+	int n1 = 0;
+	long t0 = now_ms();
+	/* the refill sends the start right after the child is made */
+	for (;;) {
+		n1 = proc_children(zyg, pid1, 8);
+		if (n1 == 1 && proc_children(pid1[0], pid2, 8) == 1)
+			break;
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+			      "%s: the zygote's child made ahead has no pid 2 (%d children)",
+			      MODE_NAME[_i], n1);
+		sleep_ms(20);
+	}
+	/* ... and it is waiting for its frame: read(0, ...) */
+#if defined(__x86_64__)
+	const long nr_read = 0;
+#elif defined(__aarch64__)
+	const long nr_read = 63;
+#else
+	const long nr_read = -1;
+#endif
+	char f[64];
+	snprintf(f, sizeof f, "/proc/%ld/syscall", (long)pid2[0]);
+	char *sc = NULL;
+	long nr = -2;
+	unsigned long fd = 99;
+	for (t0 = now_ms(); now_ms() - t0 < harness_scale_ms(10000); sleep_ms(20)) {
+		free(sc);
+		sc = slurp(f, NULL);
+		ck_assert_msg(sc, "%s: cannot read %s", MODE_NAME[_i], f);
+		if (sscanf(sc, "%ld 0x%lx", &nr, &fd) == 2 && nr == nr_read && fd == 0)
+			break;
+	}
+	if (nr_read >= 0)
+		ck_assert_msg(nr == nr_read && fd == 0,
+			      "%s: pid 2 made ahead is not in read(0): %s", MODE_NAME[_i], sc);
+	free(sc);
+	/* 65534 as the host sees it too: mapped to 65534 as root, to the
+	 * service's own uid (65534) rootless */
+	ck_assert_str_eq(proc_status_field(pid2[0], "Uid"), "65534\t65534\t65534\t65534");
+	ck_assert_str_eq(proc_status_field(pid2[0], "CapEff"), "0000000000000000");
+	ck_assert_str_eq(proc_status_field(pid2[0], "CapPrm"), "0000000000000000");
+	ck_assert_str_eq(proc_status_field(pid2[0], "CapBnd"), "0000000000000000");
+	ck_assert_str_eq(proc_status_field(pid2[0], "NoNewPrivs"), "1");
+	ck_assert_str_eq(proc_status_field(pid2[0], "Seccomp"), "2");
+	/* longer than the bootstrap's 1 s timeout, then a 0.6 s request */
+	sleep_ms(1500);
+	struct resp r;
+	v1(&s, "{\"code\":\"import os, time\\ntime.sleep(0.6)\\nprint('slept', os.getpid())\"}", &r);
+	ck_assert_msg(pooled(&r) && !cJSON_IsTrue(jget(r.json, "timedOut")) &&
+			      !strcmp(jstr(r.json, "stdout"), "slept 2\n"),
+		      "%s: %.500s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	/* the one it was made ahead for is gone with its request */
+	ck_assert_msg(kill(pid2[0], 0) < 0 && errno == ESRCH, "%s: pid 2 %ld outlived its request",
+		      MODE_NAME[_i], (long)pid2[0]);
+	server_stop_pool(&s, pool_idle_children(1, true));
+}
+END_TEST
+
 /* TypeScript through a warm node (issue 15): the typescript kind's esbuild,
  * started before the request and fed the code on its stdin, gives what a
  * cold run's gives -- output, ESM semantics (top-level await,
@@ -4286,6 +4388,7 @@ Suite *serve_suite(void)
 	ADD(pool_typescript);
 	ADD(pool_frame_exact);
 	ADD(zygote_child_tree_is_a_cold_runs);
+	ADD(zygote_child_waits_locked_down);
 	ADD(ipv6_listener);
 	ADD(malformed_http);
 	ADD(connection_limit);
