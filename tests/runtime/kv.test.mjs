@@ -44,7 +44,8 @@ function keyOk(key) {
 
 // The supervisor's side: answers each complete request, in order.
 // opts: maxKeys, maxBytes, maxValue, closeAfter (hang up once that many
-// requests were answered), slow (pause reading after every chunk),
+// requests were answered), slow (pause reading after every chunk, answer
+// in 64 KiB pieces 1 ms apart),
 // answer(op, key, value) -> a raw frame to send instead.
 function startBroker(sock, opts = {}) {
   const maxKeys = opts.maxKeys ?? 1024, maxBytes = opts.maxBytes ?? 64 * MiB, maxValue = opts.maxValue ?? MiB;
@@ -52,9 +53,23 @@ function startBroker(sock, opts = {}) {
   const requests = []; // [op, key (utf8), value length]
   let chunks = [], have = 0, closed = false;
 
+  // slow: each answer goes out in 64 KiB pieces 1 ms apart, so a client
+  // reading a large value surely finds only part of it there (a short
+  // read), whatever the socket's buffer and the scheduler do
+  let out = Promise.resolve();
+  const send = (buf) => {
+    if (!opts.slow) return sock.write(buf);
+    for (let o = 0; o < buf.length; o += 64 * 1024) {
+      const part = buf.subarray(o, o + 64 * 1024);
+      out = out.then(() => new Promise((done) => {
+        if (!sock.destroyed) sock.write(part);
+        setTimeout(done, 1);
+      }));
+    }
+  };
   const hangup = () => { // after the answers already written went out
     closed = true;
-    sock.end(() => sock.destroy());
+    out.then(() => sock.end(() => sock.destroy()));
   };
   const take = (n) => {
     const all = chunks.length === 1 ? chunks[0] : Buffer.concat(chunks);
@@ -102,14 +117,14 @@ function startBroker(sock, opts = {}) {
       const req = take(4 + size).subarray(4);
       if (size > 5 + 255 + maxValue) {
         requests.push([null, "", size]);
-        sock.write(errorFrame("invalid", `value too large (${size} bytes of request)`));
+        send(errorFrame("invalid", `value too large (${size} bytes of request)`));
         continue;
       }
       const op = req[0], klen = req.readUInt32LE(1);
       if (klen > size - 5) return hangup();
       const key = req.subarray(5, 5 + klen), value = req.subarray(5 + klen);
       requests.push([op, key.toString(), value.length]);
-      sock.write((opts.answer && opts.answer(op, key, value)) || handle(op, key, value));
+      send((opts.answer && opts.answer(op, key, value)) || handle(op, key, value));
     }
   }
 
