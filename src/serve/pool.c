@@ -169,8 +169,6 @@ static void refill_one(struct serve_pool *p, int i)
 	uint64_t gen = 0;
 	int rc = zyg ? serve_zygote_create(p->zyg, p->boot[i], &p->opts, &sb, &gen, &err)
 		     : moat_sandbox_prewarm(p->boot[i], &p->opts, &sb, &err);
-	/* and its program forked, locked down and waiting on its stdin: a
-	 * request then only hands it the frame */
 	if (rc == 0 && zyg && moat_sandbox_start_ahead(sb, &err) < 0) {
 		moat_sandbox_release(sb);
 		sb = NULL;
