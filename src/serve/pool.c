@@ -23,6 +23,12 @@
  * seed are its children's: not one for the service's whole life);
  * MOAT_TEST_ZYGOTE_MAX_AGE_MS sets it for tests */
 #define ZYGOTE_MAX_AGE_MS (10 * 60 * 1000)
+/* a refill waits while a request runs in a sandbox the pool handed out
+ * (and the kind it would make still has one ready), so that a request's
+ * start does not share the CPUs with an interpreter's; at most this long
+ * after the latest hand-over, so that a long run does not starve the pool;
+ * MOAT_TEST_REFILL_DEFER_MS sets it for tests */
+#define REFILL_DEFER_MS 200
 
 /* What a request's language names; the typescript ones are warm nodes too
  * (their boot request is javascript) with esbuild already started and the
@@ -58,6 +64,14 @@ struct serve_pool {
 	bool (*saturated)(void *ctx);
 	void *sat_ctx;
 	uint64_t created, used, failed, expired, cold[POOL_LANGS], busy_refill_ms;
+	/* requests running in a sandbox the pool handed out (made ahead, or
+	 * made by the zygote for them), the latest hand-over (moat_mono_ms),
+	 * and the refills that waited for such a run (REFILL_DEFER_MS) */
+	unsigned running;
+	int64_t handed_at;
+	uint64_t deferred;
+	bool deferring;
+	int64_t defer_ms;
 	int64_t idle_bytes[POOL_LANGS]; /* an idle sandbox's memory when last handed out */
 	char *last_error;
 	bool ts_ok; /* the root has esbuild: the typescript kind is kept */
@@ -329,20 +343,33 @@ static void *refill_main(void *arg)
 		 * wait for its cgroup join (an interpreter's start would only
 		 * compete with the runs for the CPUs) */
 		bool sat = p->saturated && p->saturated(p->sat_ctx);
+		/* a request in a sandbox handed out just now: a kind that still
+		 * has one ready is made once it is done (or at the deadline) */
+		int64_t defer_left = p->running ? p->handed_at + p->defer_ms - moat_mono_ms() : 0;
 		int need = -1;
-		bool held = false;
+		bool held = false, for_run = false, for_sat = false;
 		for (int i = 0; i < POOL_LANGS && need < 0; i++) {
 			if (p->nready[i] >= want_of(p, i))
 				continue;
-			if (sat && !(pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg)))
+			if (sat && !(pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg))) {
 				held = true;
-			else
+				for_sat = true;
+			} else if (p->nready[i] && defer_left > 0) {
+				held = true;
+				for_run = true;
+			} else {
 				need = i;
+			}
 		}
 		if (need < 0 && held) {
-			wait_ms(p, 5);
+			/* a run's end wakes the thread (p->cv); saturation does not */
+			if (for_run && !p->deferring)
+				p->deferred++;
+			p->deferring = for_run;
+			wait_ms(p, for_sat ? 5 : defer_left);
 			continue;
 		}
+		p->deferring = false;
 		/* the oldest idle sandbox past its age goes (a long-lived idle
 		 * interpreter is not a leak, but the pool is meant to be fresh) */
 		int64_t now = moat_mono_ms();
@@ -388,6 +415,18 @@ static void *refill_main(void *arg)
 	return NULL;
 }
 
+/* A time the tests set in the environment name (positive milliseconds),
+ * else dflt. */
+static int64_t test_ms(const char *name, int64_t dflt)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return dflt;
+	char *end;
+	long long ms = strtoll(v, &end, 10);
+	return !*end && ms > 0 ? ms : dflt;
+}
+
 int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
 		     const struct moat_run_options *opts,
 		     const struct serve_limits *limits, struct serve_log *log, bool (*saturated)(void *ctx),
@@ -403,14 +442,8 @@ int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->want = want;
-	p->zyg_max_age_ms = ZYGOTE_MAX_AGE_MS;
-	const char *age = getenv("MOAT_TEST_ZYGOTE_MAX_AGE_MS");
-	if (age && *age) {
-		char *end;
-		long long ms = strtoll(age, &end, 10);
-		if (!*end && ms > 0)
-			p->zyg_max_age_ms = ms;
-	}
+	p->zyg_max_age_ms = test_ms("MOAT_TEST_ZYGOTE_MAX_AGE_MS", ZYGOTE_MAX_AGE_MS);
+	p->defer_ms = test_ms("MOAT_TEST_REFILL_DEFER_MS", REFILL_DEFER_MS);
 	p->saturated = saturated;
 	p->sat_ctx = sat_ctx;
 	p->opts = *opts;
@@ -513,6 +546,8 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			p->idle_bytes[i] = moat_sandbox_memory(sb);
 			p->in_use++;
 			p->used++;
+			p->running++;
+			p->handed_at = moat_mono_ms();
 			pthread_cond_broadcast(&p->cv);
 		} else if (!(pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg))) {
 			p->cold[i]++; /* (a child the zygote makes now is not cold) */
@@ -543,6 +578,8 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			p->created++;
 			p->used++;
 			p->zyg_made_for++;
+			p->running++;
+			p->handed_at = moat_mono_ms();
 			pthread_mutex_unlock(&p->mu);
 		} else {
 			/* not made or not started (refused, or the zygote failed:
@@ -569,6 +606,7 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			moat_error_clear(err);
 			pthread_mutex_lock(&p->mu);
 			p->in_use--;
+			p->running--;
 			if (ahead_zyg)
 				zyg_unhold(p, mark);
 			p->failed++;
@@ -599,6 +637,8 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			zyg_unhold(p, mark);
 		if (warm && !zygote)
 			p->in_use--;
+		if (warm)
+			p->running--;
 		pthread_cond_broadcast(&p->cv);
 		pthread_mutex_unlock(&p->mu);
 	}
@@ -643,10 +683,14 @@ void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
 			 "# TYPE moat_pool_expired_total counter\nmoat_pool_expired_total %llu\n"
 			 "# HELP moat_pool_refill_seconds_total Time spent prewarming.\n"
 			 "# TYPE moat_pool_refill_seconds_total counter\n"
-			 "moat_pool_refill_seconds_total %.3f\n",
+			 "moat_pool_refill_seconds_total %.3f\n"
+			 "# HELP moat_pool_refill_deferred_total Refills that waited for a request "
+			 "just handed a sandbox to end (for at most 0.2 s).\n"
+			 "# TYPE moat_pool_refill_deferred_total counter\n"
+			 "moat_pool_refill_deferred_total %llu\n",
 			 p->in_use, (unsigned long long)p->created, (unsigned long long)p->used,
 			 (unsigned long long)p->failed, (unsigned long long)p->expired,
-			 (double)p->busy_refill_ms / 1000.0);
+			 (double)p->busy_refill_ms / 1000.0, (unsigned long long)p->deferred);
 	if (p->zyg)
 		moat_buf_appendf(b, "# HELP moat_pool_zygote_made_for_request_total Python requests "
 				    "that found no child of the zygote made ahead and had one made "

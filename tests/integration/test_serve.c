@@ -3875,6 +3875,56 @@ START_TEST(zygote_is_replaced_past_its_age)
 }
 END_TEST
 
+/* A refill waits while a request runs in a sandbox just handed out and
+ * its kind still has one ready (the request's start then has the CPUs to
+ * itself), but not past its deadline (here 1.5 s, scaled): a long run does
+ * not keep the pool short. */
+START_TEST(pool_refill_waits_for_a_run)
+{
+	HARNESS_MODE_GUARD(_i);
+	long defer = harness_scale_ms(1500);
+	char var[64];
+	snprintf(var, sizeof var, "MOAT_TEST_REFILL_DEFER_MS=%ld", defer);
+	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", var, NULL };
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 2, .env = env, .zygote = -1 };
+	server_start(&s, _i, &o);
+	pool_wait_all(&s, 2);
+	double deferred = pool_metric(&s, "moat_pool_refill_deferred_total", NULL);
+	double created = pool_metric(&s, "moat_pool_created_total", NULL);
+	char body[192];
+	snprintf(body, sizeof body,
+		 "{\"language\":\"javascript\",\"code\":\"setTimeout(() => console.log('held'), "
+		 "%ld)\",\"timeout\":60000}",
+		 3 * defer);
+	struct req q = { .path = "/v1/run", .body = body };
+	struct call run;
+	long t0 = now_ms();
+	call_start(&s, &q, &run);
+	/* handed out: the refill waits (and says so) */
+	while (pool_metric(&s, "moat_pool_refill_deferred_total", NULL) < deferred + 1) {
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+			      "the refill never waited for the run");
+		sleep_ms(10);
+	}
+	double made = pool_metric(&s, "moat_pool_created_total", NULL);
+	if (now_ms() - t0 < defer / 2) /* surely before the deadline */
+		ck_assert_msg(made == created, "a sandbox was made while the run had just started");
+	/* the deadline: the pool is whole again while the run still runs */
+	pool_wait_ready(&s, "javascript", 2);
+	ck_assert_msg(pool_metric(&s, "moat_pool_in_use", NULL) == 1,
+		      "the pool was refilled only after the run (%ld ms of %ld)", now_ms() - t0,
+		      3 * defer);
+	struct resp r;
+	call_finish(&run, &r);
+	ck_assert_msg(r.code == 200 && pooled(&r) && jstr(r.json, "stdout") &&
+			      !strcmp(jstr(r.json, "stdout"), "held\n"),
+		      "the long run: HTTP %d %.400s", r.code, r.body);
+	resp_free(&r);
+	server_stop_pool(&s, pool_idle_children(2, false));
+}
+END_TEST
+
 /* The zygote killed (its pid 1 is the server's child): the waiting
  * children die with it, the next request runs cold, a new zygote takes
  * over. */
@@ -4378,6 +4428,7 @@ Suite *serve_suite(void)
 	ADD(pool_under_load);
 	ADD(pool_killed);
 	ADD(pool_dead_sandbox);
+	ADD(pool_refill_waits_for_a_run);
 	ADD(zygote_single_use);
 	ADD(zygote_is_the_default);
 	ADD(zygote_that_cannot_make_sandboxes);
