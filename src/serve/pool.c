@@ -23,10 +23,13 @@
  * seed are its children's: not one for the service's whole life);
  * MOAT_TEST_ZYGOTE_MAX_AGE_MS sets it for tests */
 #define ZYGOTE_MAX_AGE_MS (10 * 60 * 1000)
-/* a refill waits while a request runs in a sandbox the pool handed out
- * (and the kind it would make still has one ready), so that a request's
+/* while the pool is otherwise idle (one request running in a sandbox it
+ * handed out at least this long after the one before), a refill of a kind
+ * that still has one ready waits for that run to end, so that a request's
  * start does not share the CPUs with an interpreter's; at most this long
- * after the latest hand-over, so that a long run does not starve the pool;
+ * after the hand-over, so that a long run does not keep the pool short.
+ * Under load (hand-overs closer than this, or two runs at once) the refill
+ * goes at once, so that requests keep finding sandboxes made ahead.
  * MOAT_TEST_REFILL_DEFER_MS sets it for tests */
 #define REFILL_DEFER_MS 200
 
@@ -65,10 +68,11 @@ struct serve_pool {
 	void *sat_ctx;
 	uint64_t created, used, failed, expired, cold[POOL_LANGS], busy_refill_ms;
 	/* requests running in a sandbox the pool handed out (made ahead, or
-	 * made by the zygote for them), the latest hand-over (moat_mono_ms),
-	 * and the refills that waited for such a run (REFILL_DEFER_MS) */
+	 * made by the zygote for them), the latest hand-over (moat_mono_ms)
+	 * and the time since the one before it, and the refills that waited
+	 * for such a run (REFILL_DEFER_MS) */
 	unsigned running;
-	int64_t handed_at;
+	int64_t handed_at, handed_gap;
 	uint64_t deferred;
 	bool deferring;
 	int64_t defer_ms;
@@ -343,9 +347,12 @@ static void *refill_main(void *arg)
 		 * wait for its cgroup join (an interpreter's start would only
 		 * compete with the runs for the CPUs) */
 		bool sat = p->saturated && p->saturated(p->sat_ctx);
-		/* a request in a sandbox handed out just now: a kind that still
-		 * has one ready is made once it is done (or at the deadline) */
-		int64_t defer_left = p->running ? p->handed_at + p->defer_ms - moat_mono_ms() : 0;
+		/* one request, in a sandbox handed out just now after a quiet
+		 * spell: a kind that still has one ready is made once it is done
+		 * (or at the deadline) */
+		int64_t defer_left = p->running == 1 && p->handed_gap >= p->defer_ms
+					     ? p->handed_at + p->defer_ms - moat_mono_ms()
+					     : 0;
 		int need = -1;
 		bool held = false, for_run = false, for_sat = false;
 		for (int i = 0; i < POOL_LANGS && need < 0; i++) {
@@ -413,6 +420,15 @@ static void *refill_main(void *arg)
 	serve_zygote_free(p->zyg); /* in this thread, its parent */
 	p->zyg = NULL;
 	return NULL;
+}
+
+/* A sandbox handed to a request now (under p->mu). */
+static void handed(struct serve_pool *p)
+{
+	int64_t now = moat_mono_ms();
+	p->handed_gap = p->handed_at ? now - p->handed_at : INT64_MAX;
+	p->handed_at = now;
+	p->running++;
 }
 
 /* A time the tests set in the environment name (positive milliseconds),
@@ -546,8 +562,7 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			p->idle_bytes[i] = moat_sandbox_memory(sb);
 			p->in_use++;
 			p->used++;
-			p->running++;
-			p->handed_at = moat_mono_ms();
+			handed(p);
 			pthread_cond_broadcast(&p->cv);
 		} else if (!(pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg))) {
 			p->cold[i]++; /* (a child the zygote makes now is not cold) */
@@ -578,8 +593,7 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			p->created++;
 			p->used++;
 			p->zyg_made_for++;
-			p->running++;
-			p->handed_at = moat_mono_ms();
+			handed(p);
 			pthread_mutex_unlock(&p->mu);
 		} else {
 			/* not made or not started (refused, or the zygote failed:
@@ -684,8 +698,9 @@ void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
 			 "# HELP moat_pool_refill_seconds_total Time spent prewarming.\n"
 			 "# TYPE moat_pool_refill_seconds_total counter\n"
 			 "moat_pool_refill_seconds_total %.3f\n"
-			 "# HELP moat_pool_refill_deferred_total Refills that waited for a request "
-			 "just handed a sandbox to end (for at most 0.2 s).\n"
+			 "# HELP moat_pool_refill_deferred_total Refills that waited for the one "
+			 "request running, handed a sandbox after a quiet spell, to end (for at most "
+			 "0.2 s).\n"
 			 "# TYPE moat_pool_refill_deferred_total counter\n"
 			 "moat_pool_refill_deferred_total %llu\n",
 			 p->in_use, (unsigned long long)p->created, (unsigned long long)p->used,

@@ -3875,10 +3875,10 @@ START_TEST(zygote_is_replaced_past_its_age)
 }
 END_TEST
 
-/* A refill waits while a request runs in a sandbox just handed out and
- * its kind still has one ready (the request's start then has the CPUs to
- * itself), but not past its deadline (here 1.5 s, scaled): a long run does
- * not keep the pool short. */
+/* With the pool otherwise idle, a refill waits while a request runs in a
+ * sandbox just handed out and its kind still has one ready (the request's
+ * start then has the CPUs to itself), but not past its deadline (here
+ * 1.5 s, scaled): a long run does not keep the pool short. */
 START_TEST(pool_refill_waits_for_a_run)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -3921,6 +3921,54 @@ START_TEST(pool_refill_waits_for_a_run)
 			      !strcmp(jstr(r.json, "stdout"), "held\n"),
 		      "the long run: HTTP %d %.400s", r.code, r.body);
 	resp_free(&r);
+	server_stop_pool(&s, pool_idle_children(2, false));
+}
+END_TEST
+
+/* Under load the refill does not wait: a second request handed a sandbox
+ * while the first runs, and the pool is refilled while both run, long
+ * before the deadline (here 60 s) would let it. */
+START_TEST(pool_refill_under_load_does_not_wait)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
+				    "MOAT_TEST_REFILL_DEFER_MS=60000", NULL };
+	/* more run slots than runs: not saturated (then only the zygote's
+	 * children would be made) */
+	static const char *const args[] = { "--max-concurrent", "4", NULL };
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 2, .env = env, .zygote = -1, .args = args };
+	server_start(&s, _i, &o);
+	pool_wait_all(&s, 2);
+	long hold = harness_scale_ms(4000);
+	char body[192];
+	snprintf(body, sizeof body,
+		 "{\"language\":\"javascript\",\"code\":\"setTimeout(() => console.log('held'), "
+		 "%ld)\",\"timeout\":60000}",
+		 hold);
+	struct req q = { .path = "/v1/run", .body = body };
+	struct call run[2];
+	long t0 = now_ms();
+	call_start(&s, &q, &run[0]);
+	while (pool_metric(&s, "moat_pool_refill_deferred_total", NULL) < 1) {
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+			      "the refill never waited for the first run");
+		sleep_ms(10);
+	}
+	call_start(&s, &q, &run[1]);
+	pool_wait_ready(&s, "javascript", 2);
+	ck_assert_msg(pool_metric(&s, "moat_pool_in_use", NULL) == 2,
+		      "the pool was refilled only after the runs (%ld ms of %ld)", now_ms() - t0,
+		      hold);
+	for (int k = 0; k < 2; k++) {
+		struct resp r;
+		call_finish(&run[k], &r);
+		ck_assert_msg(r.code == 200 && pooled(&r) && jstr(r.json, "stdout") &&
+				      !strcmp(jstr(r.json, "stdout"), "held\n"),
+			      "run %d: HTTP %d %.400s", k, r.code, r.body);
+		resp_free(&r);
+	}
+	ck_assert_double_eq(pool_metric(&s, "moat_pool_refill_deferred_total", NULL), 1);
 	server_stop_pool(&s, pool_idle_children(2, false));
 }
 END_TEST
@@ -4429,6 +4477,7 @@ Suite *serve_suite(void)
 	ADD(pool_killed);
 	ADD(pool_dead_sandbox);
 	ADD(pool_refill_waits_for_a_run);
+	ADD(pool_refill_under_load_does_not_wait);
 	ADD(zygote_single_use);
 	ADD(zygote_is_the_default);
 	ADD(zygote_that_cannot_make_sandboxes);
