@@ -3875,6 +3875,53 @@ START_TEST(zygote_is_replaced_past_its_age)
 }
 END_TEST
 
+/* A pooled server (warm interpreters, 2 per kind, full) whose refill waits
+ * at most defer_ms for a run (MOAT_TEST_REFILL_DEFER_MS); args: more
+ * arguments, or NULL. */
+static void refill_server(struct server *s, int mode, long defer_ms, const char *const *args)
+{
+	char var[64];
+	snprintf(var, sizeof var, "MOAT_TEST_REFILL_DEFER_MS=%ld", defer_ms);
+	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", var, NULL };
+	struct server_opts o = { .socket = true, .pool = 2, .env = env, .zygote = -1, .args = args };
+	server_start(s, mode, &o);
+	pool_wait_all(s, 2);
+}
+
+/* A JavaScript request that prints "held" after ms (its own timeout 60 s),
+ * started into c. */
+static void held_start(struct server *s, long ms, struct call *c)
+{
+	char body[192];
+	snprintf(body, sizeof body,
+		 "{\"language\":\"javascript\",\"code\":\"setTimeout(() => console.log('held'), "
+		 "%ld)\",\"timeout\":60000}",
+		 ms);
+	struct req q = { .path = "/v1/run", .body = body };
+	call_start(s, &q, c);
+}
+
+/* Waits until the refill has waited for a run n times in all (since t0). */
+static void refill_wait_deferred(struct server *s, double n, long t0)
+{
+	while (pool_metric(s, "moat_pool_refill_deferred_total", NULL) < n) {
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+			      "the refill never waited for the run");
+		sleep_ms(10);
+	}
+}
+
+/* The answer of a held_start request: pooled, "held". */
+static void held_finish(struct call *c)
+{
+	struct resp r;
+	call_finish(c, &r);
+	ck_assert_msg(r.code == 200 && pooled(&r) && jstr(r.json, "stdout") &&
+			      !strcmp(jstr(r.json, "stdout"), "held\n"),
+		      "the long run: HTTP %d %.400s", r.code, r.body);
+	resp_free(&r);
+}
+
 /* With the pool otherwise idle, a refill waits while a request runs in a
  * sandbox just handed out and its kind still has one ready (the request's
  * start then has the CPUs to itself), but not past its deadline (here
@@ -3883,30 +3930,15 @@ START_TEST(pool_refill_waits_for_a_run)
 {
 	HARNESS_MODE_GUARD(_i);
 	long defer = harness_scale_ms(1500);
-	char var[64];
-	snprintf(var, sizeof var, "MOAT_TEST_REFILL_DEFER_MS=%ld", defer);
-	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", var, NULL };
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 2, .env = env, .zygote = -1 };
-	server_start(&s, _i, &o);
-	pool_wait_all(&s, 2);
+	refill_server(&s, _i, defer, NULL);
 	double deferred = pool_metric(&s, "moat_pool_refill_deferred_total", NULL);
 	double created = pool_metric(&s, "moat_pool_created_total", NULL);
-	char body[192];
-	snprintf(body, sizeof body,
-		 "{\"language\":\"javascript\",\"code\":\"setTimeout(() => console.log('held'), "
-		 "%ld)\",\"timeout\":60000}",
-		 3 * defer);
-	struct req q = { .path = "/v1/run", .body = body };
 	struct call run;
 	long t0 = now_ms();
-	call_start(&s, &q, &run);
+	held_start(&s, 3 * defer, &run);
 	/* handed out: the refill waits (and says so) */
-	while (pool_metric(&s, "moat_pool_refill_deferred_total", NULL) < deferred + 1) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
-			      "the refill never waited for the run");
-		sleep_ms(10);
-	}
+	refill_wait_deferred(&s, deferred + 1, t0);
 	double made = pool_metric(&s, "moat_pool_created_total", NULL);
 	if (now_ms() - t0 < defer / 2) /* surely before the deadline */
 		ck_assert_msg(made == created, "a sandbox was made while the run had just started");
@@ -3915,12 +3947,7 @@ START_TEST(pool_refill_waits_for_a_run)
 	ck_assert_msg(pool_metric(&s, "moat_pool_in_use", NULL) == 1,
 		      "the pool was refilled only after the run (%ld ms of %ld)", now_ms() - t0,
 		      3 * defer);
-	struct resp r;
-	call_finish(&run, &r);
-	ck_assert_msg(r.code == 200 && pooled(&r) && jstr(r.json, "stdout") &&
-			      !strcmp(jstr(r.json, "stdout"), "held\n"),
-		      "the long run: HTTP %d %.400s", r.code, r.body);
-	resp_free(&r);
+	held_finish(&run);
 	server_stop_pool(&s, pool_idle_children(2, false));
 }
 END_TEST
@@ -3931,43 +3958,23 @@ END_TEST
 START_TEST(pool_refill_under_load_does_not_wait)
 {
 	HARNESS_MODE_GUARD(_i);
-	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
-				    "MOAT_TEST_REFILL_DEFER_MS=60000", NULL };
 	/* more run slots than runs: not saturated (then only the zygote's
 	 * children would be made) */
 	static const char *const args[] = { "--max-concurrent", "4", NULL };
 	struct server s;
-	struct server_opts o = { .socket = true, .pool = 2, .env = env, .zygote = -1, .args = args };
-	server_start(&s, _i, &o);
-	pool_wait_all(&s, 2);
+	refill_server(&s, _i, 60000, args);
 	long hold = harness_scale_ms(4000);
-	char body[192];
-	snprintf(body, sizeof body,
-		 "{\"language\":\"javascript\",\"code\":\"setTimeout(() => console.log('held'), "
-		 "%ld)\",\"timeout\":60000}",
-		 hold);
-	struct req q = { .path = "/v1/run", .body = body };
 	struct call run[2];
 	long t0 = now_ms();
-	call_start(&s, &q, &run[0]);
-	while (pool_metric(&s, "moat_pool_refill_deferred_total", NULL) < 1) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
-			      "the refill never waited for the first run");
-		sleep_ms(10);
-	}
-	call_start(&s, &q, &run[1]);
+	held_start(&s, hold, &run[0]);
+	refill_wait_deferred(&s, 1, t0);
+	held_start(&s, hold, &run[1]);
 	pool_wait_ready(&s, "javascript", 2);
 	ck_assert_msg(pool_metric(&s, "moat_pool_in_use", NULL) == 2,
 		      "the pool was refilled only after the runs (%ld ms of %ld)", now_ms() - t0,
 		      hold);
-	for (int k = 0; k < 2; k++) {
-		struct resp r;
-		call_finish(&run[k], &r);
-		ck_assert_msg(r.code == 200 && pooled(&r) && jstr(r.json, "stdout") &&
-				      !strcmp(jstr(r.json, "stdout"), "held\n"),
-			      "run %d: HTTP %d %.400s", k, r.code, r.body);
-		resp_free(&r);
-	}
+	held_finish(&run[0]);
+	held_finish(&run[1]);
 	ck_assert_double_eq(pool_metric(&s, "moat_pool_refill_deferred_total", NULL), 1);
 	server_stop_pool(&s, pool_idle_children(2, false));
 }
