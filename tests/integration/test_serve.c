@@ -4328,6 +4328,44 @@ START_TEST(zygote_child_waits_locked_down)
 }
 END_TEST
 
+/* esbuild's arguments after argv[0], space-separated (NULL: gone). */
+static char *esb_cmdline(pid_t pid)
+{
+	char path[64];
+	size_t len = 0;
+	snprintf(path, sizeof path, "/proc/%ld/cmdline", (long)pid);
+	char *buf = slurp(path, &len);
+	if (!buf || !len) {
+		free(buf);
+		return NULL;
+	}
+	size_t first = strlen(buf) + 1;
+	for (size_t i = first; i + 1 < len; i++)
+		if (!buf[i])
+			buf[i] = ' ';
+	char *args = strdup(first < len ? buf + first : "");
+	free(buf);
+	return args;
+}
+
+/* The version of the host's esbuild (the sandbox root here), or NULL. */
+static char *host_esbuild_version(void)
+{
+	FILE *f = popen("PATH=/usr/local/bin:/usr/bin:/bin esbuild --version 2>/dev/null", "r");
+	if (!f)
+		return NULL;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n = getline(&line, &cap, f);
+	pclose(f);
+	if (n <= 0) {
+		free(line);
+		return NULL;
+	}
+	line[strcspn(line, "\n")] = '\0';
+	return line;
+}
+
 /* TypeScript through a warm node (issue 15): the typescript kind's esbuild,
  * started before the request and fed the code on its stdin, gives what a
  * cold run's gives -- output, ESM semantics (top-level await,
@@ -4355,7 +4393,26 @@ START_TEST(pool_typescript)
 		"\"files\":{\"lib.ts\":\"export const y: string = `${3 as number}`;\","
 		"\"tsconfig.json\":\"{\\\"compilerOptions\\\":{\\\"target\\\":\\\"es2017\\\"}}\"}}",
 		TS_BODY "\"code\":\"import { z } from './nope';\\nconsole.log(z)\"}",
+		/* the service words these hints for esbuild's JS API; the warm
+		 * node gives them the command line's words, as a cold run has */
+		TS_BODY "\"code\":\"import { J } from './j.js';\\nconsole.log(J)\","
+		"\"files\":{\"j.js\":\"export const J = <div/>;\"}}",
+		TS_BODY "\"code\":\"import { a } from '#x';\\nconsole.log(a)\",\"files\":{"
+		"\"package.json\":\"{\\\"imports\\\":{\\\"#x\\\":{\\\"custom\\\":\\\"./a.js\\\"}}}\","
+		"\"a.js\":\"export const a = 1\"}}",
+		/* a code excerpt with a hint's JS API words in it is the file's */
+		TS_BODY "\"code\":\"const a: number = ; // You can use \\\"loader: { '.js': 'jsx' }\\\" "
+		"to do that.\"}",
+		/* the command line's message limit, 6 */
+		TS_BODY "\"code\":\"import './a1';\\nimport './a2';\\nimport './a3';\\nimport './a4';\\n"
+		"import './a5';\\nimport './a6';\\nimport './a7';\\nimport './a8';\"}",
 	};
+	/* what the last five show in a cold run's words */
+	static const char *const said[] = { NULL, NULL, NULL, NULL, NULL,
+					    "You can use \"--loader:.js=jsx\" to do that.",
+					    "You can use \"--conditions=custom\" to do that:",
+					    "You can use \"loader: { '.js': 'jsx' }\" to do...",
+					    "6 of 8 errors shown (disable the message limit with --log-limit=0)" };
 	enum { N = sizeof bodies / sizeof bodies[0] };
 	struct resp cold[N];
 	cold_results(_i, bodies, N, cold);
@@ -4369,7 +4426,17 @@ START_TEST(pool_typescript)
 	while (proc_descendants_named(s.p.pid, "esbuild\n", 4, NULL) < 1 &&
 	       now_ms() - t0 < harness_scale_ms(10000))
 		sleep_ms(20);
-	ck_assert_int_eq(proc_descendants_named(s.p.pid, "esbuild\n", 4, NULL), 1);
+	pid_t esb = -1;
+	ck_assert_int_eq(proc_descendants_named(s.p.pid, "esbuild\n", 4, &esb), 1);
+	/* the esbuild pool.cjs speaks the service with waits as the service
+	 * (its hints reworded below); any other as a cold run's */
+	char *cmd = esb_cmdline(esb), *ver = host_esbuild_version();
+	if (ver && !strcmp(ver, "0.17.0"))
+		ck_assert_msg(cmd && !strcmp(cmd, "--service=0.17.0"), "esbuild waits as [%s]", cmd);
+	else
+		ck_assert_msg(cmd && !strncmp(cmd, "--loader=ts ", 12), "esbuild %s waits as [%s]", ver, cmd);
+	free(cmd);
+	free(ver);
 	for (int k = 0; k < N; k++) {
 		pool_wait_ready(&s, "typescript", 1);
 		struct resp r;
@@ -4385,13 +4452,16 @@ START_TEST(pool_typescript)
 			ck_assert_str_eq(jstr(r.json, "stdout"), "3 1,2 ts-in\n");
 		else
 			ck_assert(jnum(r.json, "exitCode") == 1);
+		if (said[k])
+			ck_assert_msg(strstr(jstr(r.json, "stderr"), said[k]), "typescript %d: no '%s' in %.800s",
+				      k, said[k], jstr(r.json, "stderr"));
 		resp_free(&r);
 		resp_free(&cold[k]);
 	}
 	/* an esbuild that died while it waited: the warm node runs one as a
 	 * cold run's pid 2 does */
 	pool_wait_ready(&s, "typescript", 1);
-	pid_t esb = -1;
+	esb = -1;
 	t0 = now_ms();
 	while (proc_descendants_named(s.p.pid, "esbuild\n", 4, &esb) < 1 &&
 	       now_ms() - t0 < harness_scale_ms(10000))
