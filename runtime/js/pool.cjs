@@ -257,11 +257,13 @@ function serviceFlags(ts) {
 }
 
 // A build through the service: its answer, or null when it ended first (or
-// spoke nonsense: it is then killed).
-function serviceBuild(svc, flags, code, write) {
+// spoke nonsense: it is then killed). The last build also ends esbuild's
+// stdin: the service then exits once its answer is written, so its death
+// starts before node has woken for the answer (2.5-4 ms sooner here).
+function serviceBuild(svc, flags, code, write, last = false) {
   const id = svc.next++;
   const answer = new Promise((resolve) => svc.waiting.set(id, resolve));
-  svc.child.stdin.write(encodePacket(id, {
+  svc.child.stdin[last ? "end" : "write"](encodePacket(id, {
     command: "build", key: id, entries: [], flags, write, context: false,
     stdinContents: code, stdinResolveDir: svc.dir, absWorkingDir: svc.dir, nodePaths: [],
   }));
@@ -406,15 +408,15 @@ async function feed(esb, ts) {
   return b(ts.run).toString("utf8");
 }
 
-// The build through the service; once it answers, esbuild is killed and
-// reaped (a cold run's has exited before node starts), its messages go to
-// the program's stderr in the command line's words, and a build with errors
-// ends the run with the command line's status, 1. An esbuild that dies
+// The build through the service; once it answers, esbuild is gone (or
+// killed) and reaped (a cold run's has exited before node starts), its
+// messages go to the program's stderr in the command line's words, and a
+// build with errors ends the run with the command line's status, 1. An esbuild that dies
 // before it answers ends the run with its status, as a cold run's would;
 // one that answered nonsense, or ended cleanly without an answer, is run
 // again as a cold run's.
 async function feedService(svc, ts, src) {
-  const r = await serviceBuild(svc, serviceFlags(ts), src, true);
+  const r = await serviceBuild(svc, serviceFlags(ts), src, true, true);
   // its death takes a few ms (6 threads); node's event loop, asleep while
   // it dies, wakes for it about as long again on a 2-CPU host: watched
   // without sleeping (20 ms at most), then reaped by the loop at once
