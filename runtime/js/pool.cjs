@@ -248,12 +248,22 @@ function cliWording(buf) {
   return Buffer.concat(out);
 }
 
-// The flags of the request's build: the cold run's arguments, the code as
-// stdin named as the code file, and the command line's message limit (the
-// service has none by default).
-function serviceFlags(ts) {
-  return ["--loader=ts", `--sourcefile=${b(ts.code).toString("utf8")}`, "--log-limit=6",
+// A waiting esbuild's arguments: the cold run's, the code as stdin named as
+// the code file.
+function stdinArgs(ts) {
+  return ["--loader=ts", `--sourcefile=${b(ts.code).toString("utf8")}`,
     ...ts.args.map((a) => b(a).toString("utf8"))];
+}
+
+// The flags of a build through the service: those, and the command line's
+// message limit (the service has none by default).
+function serviceFlags(ts) {
+  return [...stdinArgs(ts), "--log-limit=6"];
+}
+
+// A build's answer as the service gives it (not an error packet).
+function isAnswer(r) {
+  return !!r && r.error === undefined && Array.isArray(r.errors);
 }
 
 // A build through the service: its answer, or null when it ended first (or
@@ -294,7 +304,7 @@ async function startService(exe, ts, dir) {
   const child = require("node:child_process").spawn(exe, [`--service=${SERVICE_VERSION}`], {
     cwd: dir, stdio: ["pipe", "pipe", "pipe"], env: process.env,
   });
-  const svc = { kind: "service", child, dir, spec: JSON.stringify(ts), ended: false, broken: false,
+  const svc = { kind: "service", child, dir, ended: false, broken: false,
     stderr: [], waiting: new Map(), next: 0, version: null };
   svc.done = new Promise((resolve) => {
     child.on("close", (code, signal) => { svc.ended = true; resolve({ code, signal }); });
@@ -334,7 +344,7 @@ async function startService(exe, ts, dir) {
   const v = await Promise.race([version, svc.done.then(() => null), late]);
   const r = v === SERVICE_VERSION
     ? await Promise.race([serviceBuild(svc, serviceFlags(ts), Buffer.from(WARM_UP), false), late]) : null;
-  if (!r || r.error !== undefined || !Array.isArray(r.errors) || r.errors.length || svc.stderr.length) {
+  if (!isAnswer(r) || r.errors.length || svc.stderr.length) {
     await stop(svc);
     return null;
   }
@@ -351,16 +361,16 @@ async function startService(exe, ts, dir) {
 async function prestart(ts, dir = "/sandbox") {
   const exe = findTranspiler(ts);
   if (!exe) return null; // the request then takes transpile()'s path and its message
-  return (await startService(exe, ts, dir)) || prestartCli(exe, ts, dir);
+  const esb = (await startService(exe, ts, dir)) || prestartCli(exe, ts, dir);
+  esb.spec = JSON.stringify(ts);
+  return esb;
 }
 
 function prestartCli(exe, ts, dir) {
-  const args = ["--loader=ts", `--sourcefile=${b(ts.code).toString("utf8")}`,
-    ...ts.args.map((a) => b(a).toString("utf8"))];
-  const child = require("node:child_process").spawn(exe, args, {
+  const child = require("node:child_process").spawn(exe, stdinArgs(ts), {
     cwd: dir, stdio: ["pipe", "inherit", "inherit"], env: process.env,
   });
-  const esb = { kind: "cli", child, spec: JSON.stringify(ts), ended: false };
+  const esb = { kind: "cli", child, ended: false };
   esb.done = new Promise((resolve) => {
     child.on("exit", (code, signal) => { esb.ended = true; resolve({ code, signal }); });
     child.on("error", (error) => { esb.ended = true; resolve({ error }); });
@@ -423,7 +433,7 @@ async function feedService(svc, ts, src) {
   svc.child.kill("SIGKILL");
   for (const t = performance.now(); alive(svc) && performance.now() - t < 20;);
   const end = await svc.done;
-  const answered = r && r.error === undefined && Array.isArray(r.errors);
+  const answered = isAnswer(r);
   const died = !answered && !svc.broken && !end.error && end.code !== 0;
   if (!answered && !died) return transpile(ts);
   const msgs = Buffer.concat(svc.stderr);
