@@ -4,6 +4,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -491,52 +492,100 @@ static const char *class4(const uint8_t *a)
 	return NULL;
 }
 
-/* IPv6: only global unicast (2000::/3) minus the IANA special-purpose
- * registry is public. Rules with v4 != 0 judge the IPv4 address carried at
- * that byte offset instead. First match wins. */
+/* IPv6 literal rules: only global unicast (2000::/3) minus the IANA
+ * special-purpose registry is public. First match wins; a NULL reason is a
+ * form that is public as a literal (IPv4-mapped, NAT64): the IPv4 address
+ * it carries is judged on its own (moat_addr_embedded). */
 static const struct {
 	uint8_t net[16];
 	unsigned prefix;
-	unsigned v4;
 	const char *why;
 } v6_rules[] = {
-	{ { 0xfd, 0x00, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54 }, 128, 0, "cloud metadata" },
-	{ { 0 }, 128, 0, "unspecified" },
-	{ { [15] = 1 }, 128, 0, "loopback" },
-	{ { 0 }, 96, 0, "reserved" },				/* IPv4-compatible */
-	{ { [10] = 0xff, [11] = 0xff }, 96, 12, NULL },		/* IPv4-mapped */
-	{ { [8] = 0xff, [9] = 0xff }, 96, 0, "reserved" },	/* SIIT ::ffff:0:0:0/96 */
-	{ { 0x00, 0x64, 0xff, 0x9b }, 96, 12, NULL },		/* NAT64 well-known */
-	{ { 0x00, 0x64, 0xff, 0x9b, 0x00, 0x01 }, 48, 0, "reserved" }, /* local NAT64 */
-	{ { 0x01, 0x00 }, 64, 0, "reserved" },			/* discard-only */
-	{ { 0xfc }, 7, 0, "private" },
-	{ { 0xfe, 0x80 }, 10, 0, "link-local" },
-	{ { 0xfe, 0xc0 }, 10, 0, "reserved" },			/* site-local */
-	{ { 0xff }, 8, 0, "multicast" },
-	{ { 0x20, 0x01, 0x0d, 0xb8 }, 32, 0, "documentation" },
-	{ { 0x20, 0x01, 0x00, 0x02 }, 48, 0, "benchmarking" },
-	{ { 0x20, 0x01 }, 23, 0, "reserved" },		/* Teredo, ORCHID, ... */
-	{ { 0x20, 0x02 }, 16, 2, NULL },			/* 6to4 */
-	{ { 0x3f, 0xff }, 20, 0, "documentation" },
+	{ { 0xfd, 0x00, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54 }, 128, "cloud metadata" },
+	{ { 0 }, 128, "unspecified" },
+	{ { [15] = 1 }, 128, "loopback" },
+	{ { 0 }, 96, "reserved" },				/* IPv4-compatible */
+	{ { [10] = 0xff, [11] = 0xff }, 96, NULL },		/* IPv4-mapped */
+	{ { [8] = 0xff, [9] = 0xff }, 96, "reserved" },		/* SIIT ::ffff:0:0:0/96 */
+	{ { 0x00, 0x64, 0xff, 0x9b }, 96, NULL },		/* NAT64 well-known */
+	{ { 0x00, 0x64, 0xff, 0x9b, 0x00, 0x01 }, 48, "reserved" }, /* local NAT64 */
+	{ { 0x01, 0x00 }, 64, "reserved" },			/* discard-only */
+	{ { 0xfc }, 7, "private" },
+	{ { 0xfe, 0x80 }, 10, "link-local" },
+	{ { 0xfe, 0xc0 }, 10, "reserved" },			/* site-local */
+	{ { 0xff }, 8, "multicast" },
+	{ { 0x20, 0x01, 0x0d, 0xb8 }, 32, "documentation" },
+	{ { 0x20, 0x01, 0x00, 0x02 }, 48, "benchmarking" },
+	{ { 0x20, 0x01 }, 32, "Teredo" },			/* RFC 4380 */
+	{ { 0x20, 0x01 }, 23, "reserved" },			/* ORCHID, AMT, ... */
+	{ { 0x20, 0x02 }, 16, "6to4" },				/* RFC 7526: deprecated */
+	{ { 0x3f, 0xff }, 20, "documentation" },
 };
 
-static const char *class6(const uint8_t *a)
+static const char *class6_literal(const uint8_t *a)
 {
 	for (size_t i = 0; i < sizeof v6_rules / sizeof v6_rules[0]; i++)
 		if (in_prefix(a, v6_rules[i].net, v6_rules[i].prefix))
-			return v6_rules[i].v4 ? class4(a + v6_rules[i].v4) : v6_rules[i].why;
+			return v6_rules[i].why;
 	if ((a[0] & 0xe0) != 0x20)
 		return "not global unicast";
 	return NULL;
+}
+
+/* Copies the 4 bytes of an RFC 6052 embedding for prefix length plen (the
+ * u-octet, byte 8, skipped). */
+static void rfc6052(const uint8_t *a, unsigned plen, uint8_t *v4)
+{
+	size_t o = plen / 8;
+	for (size_t k = 0; k < 4; k++, o++)
+		v4[k] = a[o == 8 ? ++o : o];
+}
+
+size_t moat_addr_embedded(const uint8_t *a, uint8_t v4[][4])
+{
+	static const uint8_t wk[12] = { 0x00, 0x64, 0xff, 0x9b };
+	static const uint8_t local[6] = { 0x00, 0x64, 0xff, 0x9b, 0x00, 0x01 };
+	static const uint8_t teredo[4] = { 0x20, 0x01 };
+	static const uint8_t zero[12] = { 0 };
+	static const uint8_t siit[12] = { [8] = 0xff, [9] = 0xff };
+	static const uint8_t mapped[12] = { [10] = 0xff, [11] = 0xff };
+	size_t n = 0;
+	if (!memcmp(a, local, 6)) {
+		/* local-use: the operator picks the prefix length; any of them */
+		static const unsigned plen[] = { 48, 56, 64, 96 };
+		for (size_t i = 0; i < 4; i++)
+			rfc6052(a, plen[i], v4[n++]);
+	} else if (!memcmp(a, wk, 12) || !memcmp(a, siit, 12) || !memcmp(a, mapped, 12) ||
+		   (!memcmp(a, zero, 12) && (a[12] | a[13] | a[14] || a[15] > 1))) {
+		memcpy(v4[n++], a + 12, 4); /* NAT64, SIIT, mapped, IPv4-compatible */
+	} else if (a[0] == 0x20 && a[1] == 0x02) {
+		memcpy(v4[n++], a + 2, 4); /* 6to4: the site's IPv4 */
+	} else if (!memcmp(a, teredo, 4)) {
+		memcpy(v4[n++], a + 4, 4); /* Teredo server */
+		for (size_t k = 0; k < 4; k++)
+			v4[n][k] = (uint8_t)~a[12 + k]; /* the client, obfuscated */
+		n++;
+	}
+	/* ISATAP interface id, under any prefix: [0-3]00:5efe:a.b.c.d */
+	if (!(a[8] & 0xfc) && !a[9] && a[10] == 0x5e && a[11] == 0xfe)
+		memcpy(v4[n++], a + 12, 4);
+	return n;
 }
 
 const char *moat_addr_class(int family, const uint8_t *addr)
 {
 	if (family == AF_INET)
 		return class4(addr);
-	if (family == AF_INET6)
-		return class6(addr);
-	return "not an IP address";
+	if (family != AF_INET6)
+		return "not an IP address";
+	uint8_t v4[MOAT_ADDR_EMBED_MAX][4];
+	size_t n = moat_addr_embedded(addr, v4);
+	for (size_t i = 0; i < n; i++) {
+		const char *why = class4(v4[i]);
+		if (why)
+			return why;
+	}
+	return class6_literal(addr);
 }
 
 void moat_addr_unmap(int *family, uint8_t *addr)
@@ -549,18 +598,74 @@ void moat_addr_unmap(int *family, uint8_t *addr)
 	}
 }
 
+static bool cidr_covers(const struct moat_allowlist *al, int family, const uint8_t *a)
+{
+	for (size_t i = 0; al && i < al->cidr_count; i++)
+		if (al->cidrs[i].family == family && in_prefix(a, al->cidrs[i].addr, al->cidrs[i].prefix))
+			return true;
+	return false;
+}
+
+/* One address on its own: its class (unless allowedCidrs covers it), then
+ * the host's (never excepted). */
+static const char *judge_one(const struct moat_allowlist *al, int family, const uint8_t *a,
+			     const char *(*host)(int, const uint8_t *))
+{
+	const char *why = NULL;
+	if (!cidr_covers(al, family, a))
+		why = family == AF_INET ? class4(a) : class6_literal(a);
+	return why || !host ? why : host(family, a);
+}
+
+const char *moat_addr_judge(const struct moat_allowlist *al, int family, const uint8_t *addr,
+			    const char *(*host)(int family, const uint8_t *addr),
+			    struct moat_addr_verdict *v)
+{
+	struct moat_addr_verdict tmp;
+	if (!v)
+		v = &tmp;
+	memset(v, 0, sizeof *v);
+	if (family != AF_INET && family != AF_INET6)
+		return v->why = "not an IP address";
+	v->family = family;
+	memcpy(v->addr, addr, family == AF_INET ? 4 : 16);
+	moat_addr_unmap(&v->family, v->addr);
+	v->judged_family = v->family;
+	memcpy(v->judged, v->addr, 16);
+	if (v->family == AF_INET6) {
+		/* every IPv4 address the form carries passes the whole policy too */
+		uint8_t v4[MOAT_ADDR_EMBED_MAX][4];
+		size_t n = moat_addr_embedded(v->addr, v4);
+		for (size_t i = 0; i < n; i++) {
+			const char *why = judge_one(al, AF_INET, v4[i], host);
+			if (why) {
+				v->judged_family = AF_INET;
+				memset(v->judged, 0, 16);
+				memcpy(v->judged, v4[i], 4);
+				return v->why = why;
+			}
+		}
+	}
+	return v->why = judge_one(al, v->family, v->addr, host);
+}
+
 const char *moat_addr_refusal(const struct moat_allowlist *al, int family, const uint8_t *addr)
 {
-	uint8_t a[16];
-	memcpy(a, addr, family == AF_INET ? 4 : 16);
-	moat_addr_unmap(&family, a);
-	const char *why = moat_addr_class(family, a);
-	if (!why || !al)
-		return why;
-	for (size_t i = 0; i < al->cidr_count; i++)
-		if (al->cidrs[i].family == family && in_prefix(a, al->cidrs[i].addr, al->cidrs[i].prefix))
-			return NULL;
-	return why;
+	return moat_addr_judge(al, family, addr, NULL, NULL);
+}
+
+int moat_addr_verdict_text(const struct moat_addr_verdict *v, char *out, size_t len)
+{
+	char judged[48], literal[48];
+	moat_netlog_addr_text(v->judged_family, v->judged, judged);
+	moat_netlog_addr_text(v->family, v->addr, literal);
+	/* "host address" is already a noun: no "host address address" */
+	size_t wl = strlen(v->why ? v->why : "");
+	bool noun = wl >= 7 && !strcmp(v->why + wl - 7, "address");
+	bool carried = v->judged_family != v->family;
+	return snprintf(out, len, "%s%s %s%s%s%s", v->why ? v->why : "allowed",
+			noun ? "" : " address", judged, carried ? " (carried in " : "",
+			carried ? literal : "", carried ? ")" : "");
 }
 
 const char *moat_net_addr_refused(int family, const void *addr)

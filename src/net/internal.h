@@ -86,12 +86,40 @@ bool moat_allowlist_match(const struct moat_allowlist *al, bool https, const str
 			  uint16_t port);
 
 /* Why an address must not be reached from the sandbox ("loopback",
- * "private", "link-local", "cloud metadata", ...), or NULL when it is a
- * public unicast address. IPv4-mapped, NAT64 and 6to4 IPv6 addresses are
- * judged by the IPv4 address they carry. */
+ * "private", "link-local", "cloud metadata", "6to4", "Teredo", ...), or
+ * NULL when it is a public unicast address. An IPv6 form that carries an
+ * IPv4 address is judged by that address first, then as a literal. */
 const char *moat_addr_class(int family, const uint8_t *addr);
-/* moat_addr_class, unless an allowedCidrs range covers the address. */
+/* The IPv4 addresses an IPv6 address carries: IPv4-mapped, -compatible and
+ * SIIT (::ffff:0:0:0/96) forms, NAT64 64:ff9b::/96, local-use NAT64
+ * 64:ff9b:1::/48 (at every RFC 6052 position: the prefix length is the
+ * operator's), 6to4 2002::/16, Teredo 2001::/32 (server and de-obfuscated
+ * client) and an ISATAP interface id ([0-3]00:5efe:a.b.c.d) under any
+ * prefix. Returns how many were written into v4 (at most MOAT_ADDR_EMBED_MAX). */
+#define MOAT_ADDR_EMBED_MAX 6
+size_t moat_addr_embedded(const uint8_t *a, uint8_t v4[][4]);
+
+/* What the policy said about an address, for the refusal's text. */
+struct moat_addr_verdict {
+	const char *why;     /* static; NULL: allowed */
+	int family;          /* the address, IPv4-mapped made IPv4 */
+	uint8_t addr[16];
+	int judged_family;   /* the address the reason is about: addr, or an */
+	uint8_t judged[16];  /* IPv4 address addr carries */
+};
+/* The policy on one address: every IPv4 address it carries (moat_addr_embedded)
+ * is judged as if it were the destination, then the address itself; each by
+ * its class unless an allowedCidrs range (al, may be NULL) covers that very
+ * address, then by host() (may be NULL; never excepted). The reason or
+ * NULL; v (may be NULL) gets the details. */
+const char *moat_addr_judge(const struct moat_allowlist *al, int family, const uint8_t *addr,
+			    const char *(*host)(int family, const uint8_t *addr),
+			    struct moat_addr_verdict *v);
+/* moat_addr_judge without the host's addresses (pure). */
 const char *moat_addr_refusal(const struct moat_allowlist *al, int family, const uint8_t *addr);
+/* "private address 10.0.0.1", "host address 11.77.0.1 (carried in
+ * 64:ff9b::b4d:1)": snprintf's result. */
+int moat_addr_verdict_text(const struct moat_addr_verdict *v, char *out, size_t len);
 /* An IPv4-mapped IPv6 address becomes the IPv4 address (in place). */
 void moat_addr_unmap(int *family, uint8_t *addr);
 
@@ -101,11 +129,29 @@ void moat_addr_unmap(int *family, uint8_t *addr);
  * routes it locally (local, broadcast, multicast, anycast route types);
  * NULL otherwise. Asked at connect time, never cached. */
 const char *moat_addr_host_local(int family, const uint8_t *addr);
-/* The one egress policy: moat_addr_refusal (classes, unless allowedCidrs
- * covers the address), then moat_addr_host_local (never excepted). */
+/* The one egress policy: moat_addr_judge with moat_addr_host_local. With
+ * text (may be NULL), the refusal's text (moat_addr_verdict_text) too. */
 const char *moat_egress_refusal(const struct moat_allowlist *al, int family, const uint8_t *addr);
+const char *moat_egress_refusal_text(const struct moat_allowlist *al, int family,
+				     const uint8_t *addr, char *text, size_t len);
 /* Does any allowedHosts entry name this host, whatever its scheme or port? */
 bool moat_allowlist_match_name(const struct moat_allowlist *al, const struct moat_host *h);
+
+/* ---- resolution for the sandbox (resolve.c) ------------------------------ */
+
+struct moat_dns_addr;
+enum moat_resolve {
+	MOAT_RESOLVE_OK,     /* addresses */
+	MOAT_RESOLVE_NODATA, /* the name exists, no address of this family */
+	MOAT_RESOLVE_NONAME, /* NXDOMAIN */
+	MOAT_RESOLVE_FAIL    /* no answer, SERVFAIL, REFUSED, malformed */
+};
+/* The A (AF_INET) or AAAA (AF_INET6) records of exactly name, asked of the
+ * host's DNS resolvers only: not /etc/hosts, no search domains. At most max
+ * into addrs (*n). Blocks for at most the resolv.conf timeout x attempts x
+ * servers, capped at 3 s x 2 tries per server. */
+enum moat_resolve moat_resolve(const char *name, int family, struct moat_dns_addr *addrs,
+			       size_t max, size_t *n);
 
 /* ---- connection log (netlog.c) ------------------------------------------ */
 

@@ -104,9 +104,15 @@ const char *moat_addr_host_local(int family, const uint8_t *addr)
 
 const char *moat_egress_refusal(const struct moat_allowlist *al, int family, const uint8_t *addr)
 {
-	uint8_t a[16];
-	memcpy(a, addr, family == AF_INET ? 4 : 16);
-	moat_addr_unmap(&family, a);
-	const char *why = moat_addr_refusal(al, family, a);
-	return why ? why : moat_addr_host_local(family, a);
+	return moat_addr_judge(al, family, addr, moat_addr_host_local, NULL);
+}
+
+const char *moat_egress_refusal_text(const struct moat_allowlist *al, int family,
+				     const uint8_t *addr, char *text, size_t len)
+{
+	struct moat_addr_verdict v;
+	const char *why = moat_addr_judge(al, family, addr, moat_addr_host_local, &v);
+	if (why && text && len)
+		moat_addr_verdict_text(&v, text, len);
+	return why;
 }

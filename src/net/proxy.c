@@ -456,16 +456,15 @@ static const char *resolve_checked(struct conn *c, const struct moat_host *h, st
 		freeaddrinfo(res);
 	}
 	const char *first = NULL;
-	char first_ip[INET6_ADDRSTRLEN] = "";
+	char first_text[160] = "";
 	for (size_t i = 0; i < n; i++) {
 		moat_addr_unmap(&all[i].family, all[i].a);
-		const char *r = moat_egress_refusal(&c->p->al, all[i].family, all[i].a);
-		if (!r) {
+		const char *r = moat_egress_refusal_text(&c->p->al, all[i].family, all[i].a,
+							 first ? NULL : first_text, sizeof first_text);
+		if (!r)
 			ok[(*nok)++] = all[i];
-		} else if (!first) {
+		else if (!first)
 			first = r;
-			inet_ntop(all[i].family, all[i].a, first_ip, sizeof first_ip);
-		}
 	}
 	if (*nok)
 		return NULL;
@@ -473,7 +472,7 @@ static const char *resolve_checked(struct conn *c, const struct moat_host *h, st
 		snprintf(why, whylen, "%s has no address", h->text);
 		return why;
 	}
-	snprintf(why, whylen, "%s address %s is not allowed", first, first_ip);
+	snprintf(why, whylen, "%s is not allowed", first_text);
 	return why;
 }
 

@@ -140,25 +140,26 @@ START_TEST(address_classes)
 		{ "224.0.0.1", "multicast" }, { "239.1.1.1", "multicast" }, { "ff02::1", "multicast" },
 		{ "::ffff:127.0.0.1", "loopback" }, { "::ffff:169.254.169.254", "cloud metadata" },
 		{ "::ffff:10.0.0.1", "private" }, { "64:ff9b::7f00:1", "loopback" },
-		{ "2002:7f00:1::", "loopback" }, { "::7f00:1", "reserved" },
+		{ "2002:7f00:1::", "loopback" }, { "::7f00:1", "loopback" },
 		{ "198.51.100.2", "documentation" }, { "203.0.113.9", "documentation" },
 		{ "192.0.2.1", "documentation" }, { "2001:db8::1", "documentation" },
 		{ "255.255.255.255", "broadcast" }, { "240.0.0.1", "reserved" },
 		{ "198.18.0.1", "benchmarking" }, { "198.19.255.255", "benchmarking" },
-		{ "fec0::1", "reserved" }, { "2001::1", "reserved" },
+		{ "fec0::1", "reserved" }, { "2001::1", "unspecified" }, /* Teredo server 0.0.0.0 */
 		{ "169.254.170.2", "cloud metadata" }, { "100.100.100.200", "cloud metadata" },
 		{ "192.0.0.8", "reserved" }, { "192.88.99.1", "reserved" },
-		{ "255.255.255.254", "reserved" }, { "::ffff:0:7f00:1", "reserved" },
+		{ "255.255.255.254", "reserved" }, { "::ffff:0:7f00:1", "loopback" },
 		{ "::ffff:0:808:808", "reserved" }, { "3fff::1", "documentation" },
 		{ "3fff:fff:ffff::1", "documentation" }, { "2001:2::1", "benchmarking" },
-		{ "2001:0:4136:e378:8000:63bf:3fff:fdd2", "reserved" }, /* Teredo */
+		{ "2001:0:4136:e378:8000:63bf:3fff:fdd2", "documentation" }, /* Teredo: client 192.0.2.45 */
 		{ "2001:20::1", "reserved" }, { "2001:1ff::1", "reserved" },
-		{ "100::1", "reserved" }, { "64:ff9b:1::1", "reserved" },
+		{ "100::1", "reserved" }, { "64:ff9b:1::1", "unspecified" },
 		{ "2002:a9fe:a9fe::", "cloud metadata" }, { "2002:a9fe:101::", "link-local" },
 		{ "2002:c0a8:1::1", "private" }, { "64:ff9b::a9fe:a9fe", "cloud metadata" },
 		{ "::ffff:0.0.0.0", "unspecified" }, { "::ffff:255.255.255.255", "broadcast" },
 		{ "4000::1", "not global unicast" }, { "1::1", "not global unicast" },
-		{ "e000::1", "not global unicast" }, { "::2", "reserved" },
+		{ "e000::1", "not global unicast" }, { "::2", "unspecified" },
+		{ "2002:808:808::1", "6to4" }, { "2001:0:808:808::f7f7:f7f7", "Teredo" },
 		{ "64:ff9b:0:0:1::1", "not global unicast" }, { "fe00::1", "not global unicast" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -169,12 +170,128 @@ START_TEST(address_classes)
 	static const char *const pub[] = {
 		"1.1.1.1", "8.8.8.8", "172.15.255.255", "172.32.0.1", "100.63.255.255",
 		"100.128.0.1", "169.253.255.255", "2606:4700::1111", "::ffff:8.8.8.8",
-		"64:ff9b::808:808", "2002:808:808::1", "11.22.33.44", "2a01:4f8::1",
+		"64:ff9b::808:808", "11.22.33.44", "2a01:4f8::5efe:808:808", "2a01:4f8::1",
 		"2001:200::1", "2003::1", "3ffe::1", "3fff:1000::1", "223.255.255.255",
 		"192.0.1.1", "192.88.98.1", "198.20.0.1", "198.17.255.255",
 	};
 	for (size_t i = 0; i < sizeof pub / sizeof pub[0]; i++)
 		ck_assert_msg(!cls(pub[i]), "%s: %s", pub[i], cls(pub[i]));
+}
+END_TEST
+
+/* A host-address stand-in: 11.77.0.1 is "the host's". */
+static const char *fake_host(int family, const uint8_t *a)
+{
+	static const uint8_t h4[4] = { 11, 77, 0, 1 };
+	return family == AF_INET && !memcmp(a, h4, 4) ? "host address" : NULL;
+}
+
+static const char *judged(const struct moat_allowlist *al, const char *text, char *msg, size_t len)
+{
+	uint8_t a[16];
+	int fam = inet_pton(AF_INET, text, a) == 1 ? AF_INET : AF_INET6;
+	if (fam == AF_INET6)
+		ck_assert_int_eq(inet_pton(AF_INET6, text, a), 1);
+	struct moat_addr_verdict v;
+	const char *why = moat_addr_judge(al, fam, a, fake_host, &v);
+	ck_assert_ptr_eq(why, v.why);
+	msg[0] = '\0';
+	if (why)
+		moat_addr_verdict_text(&v, msg, len);
+	return why;
+}
+
+/* Every IPv6 form that carries an IPv4 address is judged by the whole
+ * policy on that address (its class and the host's addresses), then as
+ * itself; 6to4 and Teredo are refused unless allowedCidrs lists them. */
+START_TEST(embedded_ipv4_forms)
+{
+	static const char *const cases[][3] = {
+		/* the host's public IPv4 in every form */
+		{ "11.77.0.1", "host address", "host address 11.77.0.1" },
+		{ "::ffff:11.77.0.1", "host address", "host address 11.77.0.1" },
+		{ "64:ff9b::b4d:1", "host address", "host address 11.77.0.1 (carried in 64:ff9b::b4d:1)" },
+		{ "64:ff9b:1::b4d:1", NULL, NULL }, /* local-use: refused at some position */
+		{ "2002:b4d:1::1", "host address", "host address 11.77.0.1 (carried in 2002:b4d:1::1)" },
+		{ "2001:0:b4d:1::f7f7:f7f7", "host address", "host address 11.77.0.1 (carried in" },
+		{ "2001:0:808:808::f4b2:fffe", "host address", "host address 11.77.0.1 (carried in" },
+		{ "::b4d:1", "host address", "host address 11.77.0.1 (carried in ::11.77.0.1)" },
+		{ "::ffff:0:b4d:1", "host address", "host address 11.77.0.1 (carried in" },
+		{ "2a01:4f8::5efe:b4d:1", "host address", "host address 11.77.0.1 (carried in" },
+		{ "2a01:4f8::200:5efe:b4d:1", "host address", "host address 11.77.0.1 (carried in" },
+		{ "fe80::5efe:b4d:1", "host address", NULL },
+		/* classes */
+		{ "64:ff9b::a00:1", "private", "private address 10.0.0.1 (carried in 64:ff9b::a00:1)" },
+		{ "2002:a9fe:a9fe::", "cloud metadata", "cloud metadata address 169.254.169.254 (carried in" },
+		{ "2001:0:a9fe:a9fe::f7f7:f7f7", "cloud metadata", NULL },	/* Teredo server */
+		{ "2001:0:808:808::f5ff:fffe", "private", "private address 10.0.0.1" }, /* client */
+		{ "2a01:4f8::5efe:7f00:1", "loopback", "loopback address 127.0.0.1" },
+		{ "2a01:4f8::300:5efe:a00:1", "private", NULL },
+		{ "fe80::200:5efe:808:808", "link-local", "link-local address fe80::200:5efe:808:808" },
+		{ "2002:808:808:0:0:5efe:a00:1", "private", NULL },		/* 6to4 + ISATAP */
+		{ "::a00:1", "private", NULL },
+		{ "::ffff:0:a9fe:a9fe", "cloud metadata", NULL },
+		/* forms refused as such */
+		{ "2002:808:808::1", "6to4", "6to4 address 2002:808:808::1" },
+		{ "2001:0:808:808::f7f7:f7f7", "Teredo", "Teredo address 2001:0:808:808::f7f7:f7f7" },
+		{ "::808:808", "reserved", "reserved address ::8.8.8.8" },
+		{ "10.0.0.1", "private", "private address 10.0.0.1" },
+	};
+	char msg[200];
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const char *why = judged(NULL, cases[i][0], msg, sizeof msg);
+		if (!cases[i][1]) {
+			ck_assert_msg(why, "%s: passed", cases[i][0]);
+			continue;
+		}
+		ck_assert_msg(why && !strcmp(why, cases[i][1]), "%s: %s, want %s", cases[i][0],
+			      why ? why : "allowed", cases[i][1]);
+		ck_assert_msg(!cases[i][2] || !strncmp(msg, cases[i][2], strlen(cases[i][2])),
+			      "%s: \"%s\", want \"%s...\"", cases[i][0], msg, cases[i][2]);
+		ck_assert_msg(!strstr(msg, "address address"), "%s: \"%s\"", cases[i][0], msg);
+	}
+	static const char *const pass[] = { "64:ff9b::808:808", "::ffff:8.8.8.8", "2a01:4f8::5efe:808:808",
+					    "2a01:4f8::200:5efe:808:808", "8.8.8.8", "2a01:4f8::1" };
+	for (size_t i = 0; i < sizeof pass / sizeof pass[0]; i++)
+		ck_assert_msg(!judged(NULL, pass[i], msg, sizeof msg), "%s: %s", pass[i], msg);
+
+	/* the forms and their counts */
+	uint8_t a[16], v4[MOAT_ADDR_EMBED_MAX][4];
+	static const struct { const char *addr; size_t n; } counts[] = {
+		{ "64:ff9b::808:808", 1 }, { "64:ff9b:1::808:808", 4 }, { "2002:808:808::", 1 },
+		{ "2001:0:808:808::f7f7:f7f7", 2 }, { "2002:808:808::5efe:a00:1", 2 },
+		{ "2a01:4f8::5efe:a00:1", 1 }, { "2a01:4f8::1", 0 }, { "::1", 0 }, { "::", 0 },
+		{ "::ffff:1.2.3.4", 1 }, { "2001:200::5efe:1.2.3.4", 1 },
+	};
+	for (size_t i = 0; i < sizeof counts / sizeof counts[0]; i++) {
+		ck_assert_int_eq(inet_pton(AF_INET6, counts[i].addr, a), 1);
+		ck_assert_msg(moat_addr_embedded(a, v4) == counts[i].n, "%s", counts[i].addr);
+	}
+	inet_pton(AF_INET6, "2001:0:808:808::f5ff:fffe", a);
+	ck_assert_uint_eq(moat_addr_embedded(a, v4), 2);
+	ck_assert(!memcmp(v4[0], "\x08\x08\x08\x08", 4) && !memcmp(v4[1], "\x0a\x00\x00\x01", 4));
+	/* local-use NAT64: RFC 6052's /48, /56, /64 and /96 positions */
+	inet_pton(AF_INET6, "64:ff9b:1:a0b:c:d00::", a);
+	ck_assert_uint_eq(moat_addr_embedded(a, v4), 4);
+	ck_assert(!memcmp(v4[0], "\x0a\x0b\x0c\x0d", 4));
+
+	/* allowedCidrs: the literal's range lifts the form's refusal, never the
+	 * carried address's; that needs its own range; never the host's */
+	struct moat_allowlist al = { 0 };
+	struct moat_cidr c[2];
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(moat_cidr_parse("2002::/16", &c[0], &err), 0);
+	ck_assert_int_eq(moat_cidr_parse("10.0.0.0/8", &c[1], &err), 0);
+	al.cidrs = c;
+	al.cidr_count = 1;
+	ck_assert_ptr_null(judged(&al, "2002:808:808::1", msg, sizeof msg));
+	ck_assert_str_eq(judged(&al, "2002:a00:1::1", msg, sizeof msg), "private");
+	ck_assert_str_eq(judged(&al, "2002:b4d:1::1", msg, sizeof msg), "host address");
+	al.cidr_count = 2;
+	ck_assert_ptr_null(judged(&al, "2002:a00:1::1", msg, sizeof msg));
+	ck_assert_ptr_null(judged(&al, "64:ff9b::a00:1", msg, sizeof msg));
+	ck_assert_str_eq(judged(&al, "2001:0:808:808::f5ff:fffe", msg, sizeof msg), "Teredo");
+	ck_assert_ptr_nonnull(moat_addr_refusal(NULL, AF_INET6, a));
 }
 END_TEST
 
@@ -514,6 +631,7 @@ Suite *net_suite(void)
 	tcase_add_test(tc, entry_fields);
 	tcase_add_test(tc, ipv4_spellings);
 	tcase_add_test(tc, address_classes);
+	tcase_add_test(tc, embedded_ipv4_forms);
 	tcase_add_test(tc, cidr_allowance);
 	tcase_add_test(tc, matching);
 	tcase_add_test(tc, request_keys);
