@@ -139,3 +139,59 @@ int moat_dns_build_formerr(uint16_t id, uint8_t *out, size_t cap)
 	put16(out + 2, F_QR | F_RA | 1u);
 	return HDR;
 }
+
+/* Skips a (possibly compressed) name at msg[i]: the index after it, or 0. */
+static size_t skip_name(const uint8_t *msg, size_t len, size_t i)
+{
+	for (size_t labels = 0; labels < 128; labels++) {
+		if (i >= len)
+			return 0;
+		uint8_t l = msg[i];
+		if (l == 0)
+			return i + 1;
+		if ((l & 0xc0) == 0xc0)
+			return len - i >= 2 ? i + 2 : 0; /* a pointer ends the name */
+		if (l & 0xc0)
+			return 0;
+		i += 1u + l;
+	}
+	return 0;
+}
+
+int moat_dns_parse_answers(const uint8_t *msg, size_t len, uint16_t qtype,
+			   struct moat_dns_addr *addrs, size_t max, int *rcode)
+{
+	*rcode = -1;
+	if (len < HDR || !(get16(msg + 2) & F_QR))
+		return -1;
+	*rcode = get16(msg + 2) & 0xfu;
+	unsigned qd = get16(msg + 4), an = get16(msg + 6);
+	size_t i = HDR, n = 0;
+	for (unsigned k = 0; k < qd; k++) {
+		i = skip_name(msg, len, i);
+		if (!i || len - i < 4)
+			return -1;
+		i += 4;
+	}
+	size_t alen = qtype == TYPE_A ? 4 : qtype == TYPE_AAAA ? 16 : 0;
+	for (unsigned k = 0; k < an; k++) {
+		i = skip_name(msg, len, i);
+		if (!i || len - i < 10)
+			return -1;
+		unsigned type = get16(msg + i), class = get16(msg + i + 2);
+		size_t rdlen = get16(msg + i + 8);
+		i += 10;
+		if (len - i < rdlen)
+			return -1;
+		if ((type == TYPE_A && rdlen != 4) || (type == TYPE_AAAA && rdlen != 16))
+			return -1;
+		if (alen && type == qtype && class == CLASS_IN && n < max) {
+			addrs[n].family = alen == 4 ? AF_INET : AF_INET6;
+			memset(addrs[n].a, 0, sizeof addrs[n].a);
+			memcpy(addrs[n].a, msg + i, alen);
+			n++;
+		}
+		i += rdlen;
+	}
+	return (int)n;
+}

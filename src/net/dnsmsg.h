@@ -43,6 +43,15 @@ int moat_dns_build_response(const struct moat_dns_query *q, const uint8_t *query
 			    const struct moat_dns_addr *addrs, size_t n, uint32_t ttl,
 			    uint8_t *out, size_t cap);
 
+/* Reads a response from the host's resolver: *rcode gets its rcode, and the
+ * answer section's records of type qtype (1 A, 28 AAAA) and class IN, at
+ * most max, go into addrs (owner names are not compared: the resolver has
+ * followed any CNAME chain). Returns how many, or -1 when msg is malformed
+ * (shorter than a header, not a response, a name or record past the end,
+ * a record of type A/AAAA whose length is not 4/16). Pure: fuzzed. */
+int moat_dns_parse_answers(const uint8_t *msg, size_t len, uint16_t qtype,
+			   struct moat_dns_addr *addrs, size_t max, int *rcode);
+
 /* A FORMERR response that is only a header (QR, RA, rcode 1, no records)
  * with id: 12, or -1 when cap < 12. */
 int moat_dns_build_formerr(uint16_t id, uint8_t *out, size_t cap);

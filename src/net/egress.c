@@ -374,9 +374,8 @@ static void *conn_main(void *arg)
 	if (named)
 		moat_netlog_host(e->log, c->idx, NULL, c->text);
 	/* the address first: nothing is read from a connection that cannot go out */
-	const char *cls = moat_egress_refusal(e->allowlist ? &e->al : NULL, c->family, c->addr);
-	if (cls) {
-		snprintf(why, sizeof why, "%s address %s", cls, c->text);
+	if (moat_egress_refusal_text(e->allowlist ? &e->al : NULL, c->family, c->addr, why,
+				     sizeof why)) {
 		no = why;
 	} else if (e->allowlist) {
 		no = check_named(c, why, sizeof why);
@@ -449,6 +448,10 @@ static void answer(struct question *q, const uint8_t *msg, size_t len)
 		     q->peer_len);
 }
 
+/* The log's word for a name with no address a sandbox may reach, whether
+ * it exists or not: the result goes to whoever sent the code. */
+#define NO_NAME "no such name, or none of its addresses may be reached"
+
 static void *dns_main(void *arg)
 {
 	struct question *q = arg;
@@ -469,7 +472,8 @@ static void *dns_main(void *arg)
 	struct moat_dns_addr ok[EG_MAX_ANSWERS];
 	size_t nok = 0;
 	char why[600] = "";
-	struct moat_buf refused = { 0 }, answers = { 0 };
+	bool refused_any = false;
+	struct moat_buf answers = { 0 };
 	struct moat_host h;
 	int family = dq.qtype == 1 ? AF_INET : dq.qtype == 28 ? AF_INET6 : 0;
 	if (dq.qclass != 1) {
@@ -484,53 +488,50 @@ static void *dns_main(void *arg)
 		refused_by_policy = true;
 		snprintf(why, sizeof why, "%s is not in allowedHosts", h.text);
 	} else if (family) {
-		struct addrinfo hints = { .ai_family = family, .ai_socktype = SOCK_STREAM,
-					  .ai_flags = AI_ADDRCONFIG };
-		struct addrinfo *res = NULL;
-		int rc = getaddrinfo(h.text, NULL, &hints, &res);
-		if (rc == EAI_NONAME) {
-			rcode = 3;
-			snprintf(why, sizeof why, "no such name");
-		} else if (rc != 0 && rc != EAI_NODATA && rc != EAI_ADDRFAMILY) {
-			rcode = 2;
-			snprintf(why, sizeof why, "the host cannot resolve %s: %s", h.text, gai_strerror(rc));
-		}
-		for (struct addrinfo *ai = rc == 0 ? res : NULL; ai && nok < EG_MAX_ANSWERS; ai = ai->ai_next) {
-			if (ai->ai_family != family)
-				continue;
-			struct moat_dns_addr a = { .family = family };
-			memcpy(a.a, family == AF_INET
-				? (const void *)&((struct sockaddr_in *)(void *)ai->ai_addr)->sin_addr
-				: (const void *)&((struct sockaddr_in6 *)(void *)ai->ai_addr)->sin6_addr,
-			       family == AF_INET ? 4 : 16);
-			bool dup = false;
-			for (size_t i = 0; i < nok && !dup; i++)
-				dup = !memcmp(ok[i].a, a.a, 16);
-			if (dup)
-				continue;
-			char text[48];
-			moat_netlog_addr_text(family, a.a, text);
-			const char *cls = moat_egress_refusal(e->allowlist ? &e->al : NULL, family, a.a);
-			if (cls) {
-				moat_buf_appendf(&refused, "%s%s address %s", refused.len ? ", " : "", cls, text);
-				continue;
+		/* Both families, whatever was asked, each time: a name none of
+		 * whose addresses pass is answered exactly like a name that does
+		 * not exist (NXDOMAIN, logged alike), so that neither the answer,
+		 * nor the other type's, nor the time tells a sandbox which names
+		 * the host's network has. */
+		struct moat_dns_addr got[EG_MAX_ANSWERS];
+		size_t passing = 0;
+		bool failed = false;
+		for (int f = 0; f < 2; f++) {
+			int fam = f ? AF_INET6 : AF_INET;
+			size_t ngot = 0;
+			if (moat_resolve(h.text, fam, got, EG_MAX_ANSWERS, &ngot) == MOAT_RESOLVE_FAIL)
+				failed = true;
+			for (size_t k = 0; k < ngot; k++) {
+				struct moat_dns_addr *a = &got[k];
+				if (moat_egress_refusal(e->allowlist ? &e->al : NULL, fam, a->a)) {
+					refused_any = true;
+					continue;
+				}
+				passing++;
+				bool dup = false;
+				for (size_t i = 0; i < nok && !dup; i++)
+					dup = !memcmp(ok[i].a, a->a, 16);
+				if (fam != family || dup || nok == EG_MAX_ANSWERS)
+					continue;
+				ok[nok++] = *a;
+				char text[48];
+				moat_netlog_addr_text(family, a->a, text);
+				moat_buf_appendf(&answers, "%s%s", answers.len ? " " : "", text);
+				remember(e, h.text, family, a->a);
 			}
-			ok[nok++] = a;
-			moat_buf_appendf(&answers, "%s%s", answers.len ? " " : "", text);
-			remember(e, h.text, family, a.a);
 		}
-		if (res)
-			freeaddrinfo(res);
-		if (!nok && refused.len && !refused.oom) {
+		if (!passing && failed && !refused_any) {
+			rcode = 2;
+			snprintf(why, sizeof why, "the host cannot resolve %s", h.text);
+		} else if (!passing) {
+			rcode = 3;
 			refused_by_policy = true;
-			snprintf(why, sizeof why, "%s resolves only to refused addresses: %s", h.text,
-				 refused.data);
+			snprintf(why, sizeof why, "%s", NO_NAME);
 		}
 	}
 	if (answers.len && !answers.oom)
 		moat_netlog_answers(e->log, idx, answers.data);
 	moat_netlog_verdict(e->log, idx, !refused_by_policy && rcode != 5, why[0] ? why : NULL);
-	moat_buf_free(&refused);
 	moat_buf_free(&answers);
 	int n = moat_dns_build_response(&dq, q->msg, rcode, ok, nok, EG_DNS_TTL, out, sizeof out);
 	if (n > 0)

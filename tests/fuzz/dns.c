@@ -1,6 +1,7 @@
 /* Fuzz: a DNS query from the sandbox (moat_dns_parse_query), then the
  * response moat builds to it (moat_dns_build_response, with two addresses of
- * each family) or the FORMERR for it. */
+ * each family) or the FORMERR for it; and the same bytes read as the host
+ * resolver's response (moat_dns_parse_answers). */
 #include <sys/socket.h>
 
 #include "net/dnsmsg.h"
@@ -33,6 +34,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 			abort();
 		if (bad_id >= 0 && moat_dns_build_formerr((uint16_t)bad_id, out, sizeof out) != 12)
 			abort();
+	}
+	struct moat_dns_addr got[3];
+	int rc;
+	for (int t = 0; t < 2; t++) {
+		int n = moat_dns_parse_answers(msg, size, t ? 28 : 1, got, 3, &rc);
+		if (n > 3 || (n >= 0 && (rc < 0 || rc > 15)))
+			abort();
+		for (int k = 0; k < n; k++)
+			if (got[k].family != (t ? AF_INET6 : AF_INET))
+				abort();
 	}
 	free(msg);
 	return 0;

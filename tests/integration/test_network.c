@@ -25,8 +25,11 @@
  *        on 8080 (HTTP + UDP echo) and 8081, a TCP echo on 9000.
  *
  * Names: moat's mount namespace gets a private /etc/hosts with the same
- * table (public.test, meta.test, lan.test, hostaddr.test, hostlo.test, ...),
- * a private /etc/resolv.conf naming H's DNS server, and a sysfs of H.
+ * table (public.test, meta.test, lan.test, hostaddr.test, hostlo.test, ...,
+ * hostnat64.test and host6to4.test: H's public IPv4 in NAT64 and 6to4 form)
+ * plus hostsonly.test (a public address, in /etc/hosts only: DNS does not
+ * know it), a private /etc/resolv.conf naming H's DNS server, and a sysfs
+ * of H.
  *
  * The probe (PY_LIB + PY_SWEEP, run inside the sandbox) tries every target
  * over TCP and UDP, IPv4 and IPv6, plainly, with SO_BINDTODEVICE and with
@@ -86,13 +89,14 @@ static bool ready;
 /* why the topology is not there, when it is not: every test says it */
 static char setup_why[256] = "the topology was not built";
 static char ns_name[NS_COUNT][32];
-static char dir[64], hosts_path[96], resolv_path[96], server_path[96], dns_path[96];
+static char dir[64], hosts_path[96], resolv_path[96], server_path[96], dns_path[96],
+	table_path[96];
 static char ll_spec[512]; /* "lan0=fe80::..,meta0=..,pub0=.." : H's link-locals */
 static ino_t h_ino;
 static pid_t servers[8];
 static int nservers;
 
-/* The hosts table: moat's /etc/hosts and H's DNS server. */
+/* The hosts table: moat's /etc/hosts (with HOSTS_ONLY) and H's DNS server. */
 static const char HOSTS[] =
 	"127.0.0.1 localhost\n"
 	"::1 localhost\n"
@@ -107,7 +111,12 @@ static const char HOSTS[] =
 	"::1 hostlo.test\n"
 	H_PUB4 " hostpub.test\n"
 	H_PUB6 " hostpub.test\n"
-	"10.0.0.1 private.test\n";
+	"10.0.0.1 private.test\n"
+	"64:ff9b::b4d:1 hostnat64.test\n"	/* H_PUB4 as NAT64 */
+	"2002:b4d:1::1 host6to4.test\n";	/* H_PUB4 as 6to4 */
+
+/* Only in moat's /etc/hosts, not in H's DNS: never resolved for a sandbox. */
+static const char HOSTS_ONLY[] = PUB4 " hostsonly.test\n";
 
 /* ---- python: services ---- */
 
@@ -893,7 +902,11 @@ static void topology_setup(void)
 	snprintf(resolv_path, sizeof resolv_path, "%s/resolv.conf", dir);
 	snprintf(server_path, sizeof server_path, "%s/server.py", dir);
 	snprintf(dns_path, sizeof dns_path, "%s/dns.py", dir);
-	write_file(hosts_path, HOSTS);
+	snprintf(table_path, sizeof table_path, "%s/dnstable", dir);
+	char hosts_file[sizeof HOSTS + sizeof HOSTS_ONLY];
+	snprintf(hosts_file, sizeof hosts_file, "%s%s", HOSTS, HOSTS_ONLY);
+	write_file(hosts_path, hosts_file);
+	write_file(table_path, HOSTS);
 	write_file(resolv_path, "nameserver 127.0.0.1\noptions timeout:1 attempts:2\n");
 	write_file(server_path, SERVER_PY);
 	write_file(dns_path, DNS_PY);
@@ -915,7 +928,7 @@ static void topology_setup(void)
 	snprintf(h_addrs, sizeof h_addrs, "127.0.0.1,::1,%s,%s,%s,%s,%s,%s%s", H_LAN, H_SECOND,
 		 H_META4, H_META6, H_PUB4, H_PUB6, ll_addrs);
 	bool up = start_server(NS_H, server_path, (const char *const[]){ "host-secret", h_addrs, "8080", NULL }) &&
-		  start_server(NS_H, dns_path, (const char *const[]){ hosts_path, NULL }) &&
+		  start_server(NS_H, dns_path, (const char *const[]){ table_path, NULL }) &&
 		  start_server(NS_LAN, server_path, (const char *const[]){ "lan-secret", LAN_PEER, "8080", NULL }) &&
 		  start_server(NS_META, server_path,
 			       (const char *const[]){ "CREDENTIALS", META4 "," META6, "80,8080", NULL }) &&
@@ -1246,6 +1259,207 @@ START_TEST(egress_wall)
 		 "no refused tcp connection to %s:80 with a reason in network.connections", META4);
 	v_expect(&v, has_conn(&o, "tcp", PUB4 "|" PUB6 "|public.test|mixed.test", PORT, true, true),
 		 "no allowed tcp connection to the public peer with received > 0 in network.connections");
+	v_done(&v, &o);
+	lines_free(&ls);
+	harness_free(&o);
+	free(req);
+	free(code);
+}
+END_TEST
+
+/* ---- network: true, IPv6 forms of the host's IPv4, and DNS that tells nothing ---- */
+
+/* dnsq(name, qtype): one raw question to the sandbox's resolver; prints
+ * "q-NAME-TYPE:RCODE flags=.. an=.. ns=.. ar=.. tail=.." (all of the
+ * answer but the id and the question) and the time it took. */
+static const char PY_DNSQ[] =
+	"import time, random\n"
+	"NS = [l.split()[1] for l in open('/etc/resolv.conf') if l.startswith('nameserver')][0]\n"
+	"def dnsq(name, qtype):\n"
+	"    qid = random.randrange(65536)\n"
+	"    q = struct.pack('!HHHHHH', qid, 0x0100, 1, 0, 0, 0)\n"
+	"    q += b''.join(bytes([len(l)]) + l.encode() for l in name.split('.')) + b'\\0'\n"
+	"    q += struct.pack('!HH', 28 if qtype == 'AAAA' else 1, 1)\n"
+	"    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)\n"
+	"    s.settimeout(20)\n"
+	"    t = time.monotonic()\n"
+	"    try:\n"
+	"        s.sendto(q, (NS, 53))\n"
+	"        r = s.recv(4096)\n"
+	"    except OSError as e:\n"
+	"        print('q-%s-%s:fail %s' % (name, qtype, e)); return\n"
+	"    finally:\n"
+	"        s.close()\n"
+	"    ms = (time.monotonic() - t) * 1000\n"
+	"    fl, qd, an, ns, ar = struct.unpack('!HHHHH', r[2:12])\n"
+	"    tail = r[len(q):].hex()\n"
+	"    print('q-%s-%s:%d flags=%04x qd=%d an=%d ns=%d ar=%d tail=%s id=%s' % (name, qtype, fl & 15,\n"
+	"          fl, qd, an, ns, ar, tail, 'ok' if r[:2] == q[:2] else 'bad'))\n"
+	"    print('ms-%s-%s:%.0f' % (name, qtype, ms))\n"
+	"def gai(name):\n"
+	"    try:\n"
+	"        r = socket.getaddrinfo(name, 8080, proto=socket.IPPROTO_TCP)\n"
+	"        print('gai-%s:ok %s' % (name, ','.join(sorted(set(x[4][0] for x in r)))))\n"
+	"    except socket.gaierror as e:\n"
+	"        print('gai-%s:fail %d' % (name, e.errno))\n";
+
+/* The line of name with the part after the rcode (flags, counts, tail). */
+static const char *dns_shape(const struct lines *ls, const char *name)
+{
+	const char *r = lines_get(ls, name);
+	return r ? r : "(no line)";
+}
+
+/* A dns entry for name in the result: its reason (NULL: none or no entry). */
+static const cJSON *dns_entry(const struct run_out *o, const char *name)
+{
+	cJSON *c, *all = connections(o);
+	cJSON_ArrayForEach(c, all) {
+		const char *k = str_item(c, "kind"), *h = str_item(c, "host");
+		if (k && !strcmp(k, "dns") && h && !strcmp(h, name))
+			return c;
+	}
+	return NULL;
+}
+
+/* H's own public IPv4 written as NAT64, 6to4, Teredo (server and client)
+ * and ISATAP is refused like H's own address, by address and by name;
+ * refused with the reason "host address 11.77.0.1 (carried in ...)" in
+ * network.connections, not forwarded. */
+START_TEST(egress_embedded_host)
+{
+	PEER_GUARD(_i);
+	static const char *const forms[][2] = {
+		{ "nat64", "64:ff9b::b4d:1" },
+		{ "6to4", "2002:b4d:1::1" },
+		{ "teredo-server", "2001:0:b4d:1::f7f7:f7f7" },
+		{ "teredo-client", "2001:0:808:808::f4b2:fffe" },
+		{ "isatap", "2a01:4f8:77::5efe:b4d:1" },
+		{ "compat", "::11.77.0.1" },
+	};
+	char *extra = NULL;
+	size_t len = 0;
+	FILE *f = open_memstream(&extra, &len);
+	ck_assert_ptr_nonnull(f);
+	fputs(PY_DNSQ, f);
+	for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++)
+		fprintf(f, "print('%s:' + attempt('tcp', '%s', 8080, '[%s]:8080'))\n", forms[i][0],
+			forms[i][1], forms[i][1]);
+	fputs("gai('hostnat64.test')\ngai('host6to4.test')\n"
+	      "dnsq('hostnat64.test', 'AAAA')\ndnsq('host6to4.test', 'AAAA')\n"
+	      "dnsq('nosuch.test', 'AAAA')\n", f);
+	fclose(f);
+	char *code = NULL;
+	ck_assert_int_ge(asprintf(&code, "%s%s", PY_LIB, extra), 0);
+	char *req = request(code, ",\"network\":true");
+	struct run_out o;
+	net_exec(_i, req, &o);
+	struct lines ls;
+	lines_parse(harness_str(&o, "stdout"), &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+		v_fail(&v, &ls, forms[i][0]);
+		char want[160];
+		snprintf(want, sizeof want, "host address " H_PUB4 " (carried in %s)", forms[i][1]);
+		bool found = false;
+		cJSON *c, *all = connections(&o);
+		cJSON_ArrayForEach(c, all) {
+			const char *k = str_item(c, "kind"), *h = str_item(c, "host"), *r = str_item(c, "reason");
+			cJSON *a = cJSON_GetObjectItemCaseSensitive(c, "allowed");
+			found |= k && !strcmp(k, "tcp") && h && !strcmp(h, forms[i][1]) && cJSON_IsFalse(a) &&
+				 r && !strcmp(r, want);
+		}
+		v_expect(&v, found, "%s: no refused tcp entry for %s with the reason \"%s\"", forms[i][0],
+			 forms[i][1], want);
+	}
+	/* by name: the host's address is never answered; the names read as
+	 * names that do not exist */
+	v_line(&v, &ls, "gai-hostnat64.test", "fail");
+	v_line(&v, &ls, "gai-host6to4.test", "fail");
+	const char *none = dns_shape(&ls, "q-nosuch.test-AAAA");
+	v_expect(&v, !strncmp(none, "3 ", 2), "q-nosuch.test-AAAA: want NXDOMAIN, got %s", none);
+	static const char *const names[] = { "hostnat64.test", "host6to4.test" };
+	for (size_t i = 0; i < 2; i++) {
+		char q[64];
+		snprintf(q, sizeof q, "q-%s-AAAA", names[i]);
+		v_expect(&v, !strcmp(dns_shape(&ls, q), none), "%s: \"%s\", want the same as a name that "
+			 "does not exist: \"%s\"", q, dns_shape(&ls, q), none);
+		const cJSON *e = dns_entry(&o, names[i]);
+		v_expect(&v, e && cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(e, "allowed")) &&
+				     !cJSON_GetObjectItemCaseSensitive(e, "answers"),
+			 "%s: want a refused dns entry without answers", names[i]);
+	}
+	v_done(&v, &o);
+	lines_free(&ls);
+	harness_free(&o);
+	free(req);
+	free(code);
+	free(extra);
+}
+END_TEST
+
+/* A name on the host's private network (lan.test: only 10.77.0.2) is
+ * answered byte for byte like a name that does not exist, A and AAAA, and
+ * logged alike; a name only in the host's /etc/hosts is not resolved; a
+ * public name still is. */
+START_TEST(dns_tells_nothing)
+{
+	PEER_GUARD(_i);
+	char *code = NULL;
+	ck_assert_int_ge(asprintf(&code, "%s%s"
+		 "for n in ('lan.test', 'nosuch.test', 'hostsonly.test', 'meta.test', 'public.test', 'nosuch2.test'):\n"
+		 "    for t in ('A', 'AAAA'):\n"
+		 "        dnsq(n, t)\n"
+		 "for n in ('lan.test', 'nosuch.test', 'hostsonly.test', 'public.test'):\n"
+		 "    gai(n)\n"
+		 "print('hostsonly-direct:' + attempt('tcp', '" PUB4 "', 8080, 'hostsonly.test:8080'))\n",
+		 PY_LIB, PY_DNSQ), 0);
+	char *req = request(code, ",\"network\":true");
+	struct run_out o;
+	net_exec(_i, req, &o);
+	struct lines ls;
+	lines_parse(harness_str(&o, "stdout"), &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	static const char *const types[] = { "A", "AAAA" };
+	for (size_t t = 0; t < 2; t++) {
+		char q[64];
+		snprintf(q, sizeof q, "q-nosuch.test-%s", types[t]);
+		const char *none = dns_shape(&ls, q);
+		v_expect(&v, !strncmp(none, "3 ", 2) && strstr(none, "an=0 ns=0 ar=0 tail= id=ok"),
+			 "%s: want NXDOMAIN and nothing more, got \"%s\"", q, none);
+		static const char *const same[] = { "lan.test", "hostsonly.test", "meta.test", "nosuch2.test" };
+		for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+			snprintf(q, sizeof q, "q-%s-%s", same[i], types[t]);
+			v_expect(&v, !strcmp(dns_shape(&ls, q), none),
+				 "%s: \"%s\", want exactly what a name that does not exist gets: \"%s\"", q,
+				 dns_shape(&ls, q), none);
+		}
+	}
+	v_line(&v, &ls, "q-public.test-A", "0 flags=8180 qd=1 an=1");
+	v_line(&v, &ls, "q-public.test-AAAA", "0 flags=8180 qd=1 an=1");
+	v_line(&v, &ls, "gai-public.test", PUB4);
+	const char *gn = lines_get(&ls, "gai-nosuch.test");
+	v_expect(&v, gn && !strncmp(gn, "fail", 4), "gai-nosuch.test: want a failure, got %s",
+		 gn ? gn : "(no line)");
+	v_line(&v, &ls, "gai-lan.test", gn ? gn : "fail");
+	v_line(&v, &ls, "gai-hostsonly.test", gn ? gn : "fail");
+	/* the address itself is public: only the name is unknown to DNS */
+	v_line(&v, &ls, "hostsonly-direct", "ok public-ok");
+	/* the log reads the same for both, and names no internal address */
+	const cJSON *el = dns_entry(&o, "lan.test"), *en = dns_entry(&o, "nosuch.test");
+	const char *rl = el ? str_item(el, "reason") : NULL, *rn = en ? str_item(en, "reason") : NULL;
+	v_expect(&v, rl && rn && !strcmp(rl, rn), "the dns entries' reasons differ: lan.test \"%s\", "
+		 "nosuch.test \"%s\"", rl ? rl : "(none)", rn ? rn : "(none)");
+	char *nj = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o.json, "network"));
+	v_expect(&v, nj && !strstr(nj, LAN_PEER) && !strstr(nj, META4),
+		 "network names an internal address: %s", nj ? nj : "(none)");
+	free(nj);
+	for (size_t i = 0; i < ls.n; i++)
+		if (!strncmp(ls.name[i], "ms-", 3))
+			fprintf(stderr, "dns_tells_nothing (%s): %s %s ms\n",
+				_i == MODE_ROOT ? "root" : "rootless", ls.name[i] + 3, ls.res[i]);
 	v_done(&v, &o);
 	lines_free(&ls);
 	harness_free(&o);
@@ -1918,6 +2132,8 @@ Suite *network_suite(void)
 	tcase_add_loop_test(tc, default_only_lo, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, egress_wall, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, egress_parallel, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, egress_embedded_host, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, dns_tells_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
 	/* index = mode + 2 * (0 exit, 1 SIGTERM, 2 SIGKILL) */
 	tcase_add_loop_test(tc, egress_teardown, 0, 6);
 	tcase_add_loop_test(tc, allowlist_transparent, MODE_ROOT, MODE_ROOTLESS + 1);

@@ -302,6 +302,53 @@ static uint32_t next(void)
 	return (uint32_t)(rng >> 32);
 }
 
+/* The host resolver's responses: A/AAAA records of the answer section, a
+ * CNAME chain's too; NXDOMAIN's rcode; anything cut or out of bounds is
+ * malformed. */
+START_TEST(resolver_answers)
+{
+	static const uint8_t resp[] = {
+		0x12, 0x34, 0x81, 0x80, 0, 1, 0, 4, 0, 0, 0, 0,
+		3, 'w', 'w', 'w', 1, 'x', 0, 0, 1, 0, 1,		/* www.x A IN */
+		0xc0, 12, 0, 5, 0, 1, 0, 0, 0, 60, 0, 4, 1, 'y', 0xc0, 16, /* CNAME y.x */
+		0xc0, 35, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 11, 22, 33, 44,	/* y.x A */
+		0xc0, 35, 0, 1, 0, 3, 0, 0, 0, 60, 0, 4, 9, 9, 9, 9,	/* class CH: skipped */
+		1, 'z', 0, 0, 1, 0, 1, 0, 0, 0, 60, 0, 4, 10, 0, 0, 1,	/* z A (any owner) */
+	};
+	struct moat_dns_addr a[4];
+	int rcode;
+	ck_assert_int_eq(moat_dns_parse_answers(resp, sizeof resp, 1, a, 4, &rcode), 2);
+	ck_assert_int_eq(rcode, 0);
+	ck_assert_int_eq(a[0].family, AF_INET);
+	ck_assert(!memcmp(a[0].a, "\x0b\x16\x21\x2c", 4) && !memcmp(a[1].a, "\x0a\x00\x00\x01", 4));
+	ck_assert_int_eq(moat_dns_parse_answers(resp, sizeof resp, 1, a, 1, &rcode), 1);
+	ck_assert_int_eq(moat_dns_parse_answers(resp, sizeof resp, 28, a, 4, &rcode), 0);
+	for (size_t cut = 0; cut < sizeof resp; cut++)
+		ck_assert_msg(moat_dns_parse_answers(resp, cut, 1, a, 4, &rcode) == -1, "cut %zu", cut);
+	uint8_t t[sizeof resp];
+	memcpy(t, resp, sizeof resp);
+	t[3] = 0x83; /* NXDOMAIN */
+	ck_assert_int_eq(moat_dns_parse_answers(t, sizeof t, 1, a, 4, &rcode), 2);
+	ck_assert_int_eq(rcode, 3);
+	memcpy(t, resp, sizeof resp);
+	t[2] = 0x01; /* a query, not a response */
+	ck_assert_int_eq(moat_dns_parse_answers(t, sizeof t, 1, a, 4, &rcode), -1);
+	memcpy(t, resp, sizeof resp);
+	t[50] = 5; /* an A record of length 5 */
+	ck_assert_int_eq(moat_dns_parse_answers(t, sizeof t, 1, a, 4, &rcode), -1);
+	memcpy(t, resp, sizeof resp);
+	t[12] = 0x40; /* a reserved label type */
+	ck_assert_int_eq(moat_dns_parse_answers(t, sizeof t, 1, a, 4, &rcode), -1);
+	static const uint8_t aaaa[] = {
+		0, 1, 0x81, 0x80, 0, 0, 0, 1, 0, 0, 0, 0,
+		0, 0, 28, 0, 1, 0, 0, 0, 60, 0, 16, 0x20, 0x01, [38] = 1,
+	};
+	ck_assert_int_eq(moat_dns_parse_answers(aaaa, sizeof aaaa, 28, a, 4, &rcode), 1);
+	ck_assert_int_eq(a[0].family, AF_INET6);
+	ck_assert_int_eq(a[0].a[15], 1);
+}
+END_TEST
+
 START_TEST(random_input)
 {
 	uint8_t m[600], t[600], r[600];
@@ -349,6 +396,7 @@ Suite *dnsmsg_suite(void)
 	tcase_add_test(tc, round_trip);
 	tcase_add_test(tc, answer_limits);
 	tcase_add_test(tc, malformed);
+	tcase_add_test(tc, resolver_answers);
 	tcase_add_test(tc, random_input);
 	suite_add_tcase(s, tc);
 	return s;
