@@ -11,14 +11,16 @@
  *       first bytes (TLS SNI or HTTP Host) must name that host, checked
  *       with the allowlist's scheme and port rules. Only then the
  *       supervisor connects from the host and relays both ways.
- *  DNS  A and AAAA questions are resolved here with the host's resolver;
- *       only addresses the policy allows are answered (with "allowedHosts",
- *       only for allowed names); other types get an empty answer.
+ *  DNS  A and AAAA questions are asked of the host's DNS resolvers only
+ *       (moat_resolve: no /etc/hosts, no search domains), both types each
+ *       time; only addresses the policy allows are answered (with
+ *       "allowedHosts", only for allowed names), and a name with none gets
+ *       what a name that does not exist gets; other types an empty answer.
  *
  * One thread accepts and receives; each connection and each question runs
  * in a detached thread that holds a reference, bounded in number. Stopping
- * wakes them all (eventfd) and waits a bounded time; a thread still inside
- * getaddrinfo lets go of its reference when it returns. */
+ * wakes them all (eventfd) and waits a bounded time; a thread still
+ * resolving lets go of its reference when it returns. */
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
@@ -448,10 +450,6 @@ static void answer(struct question *q, const uint8_t *msg, size_t len)
 		     q->peer_len);
 }
 
-/* The log's word for a name with no address a sandbox may reach, whether
- * it exists or not: the result goes to whoever sent the code. */
-#define NO_NAME "no such name, or none of its addresses may be reached"
-
 static void *dns_main(void *arg)
 {
 	struct question *q = arg;
@@ -495,6 +493,8 @@ static void *dns_main(void *arg)
 		 * the host's network has. */
 		struct moat_dns_addr got[EG_MAX_ANSWERS];
 		size_t passing = 0;
+		/* AAAA answered only where the host has IPv6 (AI_ADDRCONFIG) */
+		bool answer_family = family == AF_INET || moat_host_has_ipv6();
 		bool failed = false;
 		for (int f = 0; f < 2; f++) {
 			int fam = f ? AF_INET6 : AF_INET;
@@ -511,7 +511,7 @@ static void *dns_main(void *arg)
 				bool dup = false;
 				for (size_t i = 0; i < nok && !dup; i++)
 					dup = !memcmp(ok[i].a, a->a, 16);
-				if (fam != family || dup || nok == EG_MAX_ANSWERS)
+				if (fam != family || !answer_family || dup || nok == EG_MAX_ANSWERS)
 					continue;
 				ok[nok++] = *a;
 				char text[48];
@@ -526,7 +526,7 @@ static void *dns_main(void *arg)
 		} else if (!passing) {
 			rcode = 3;
 			refused_by_policy = true;
-			snprintf(why, sizeof why, "%s", NO_NAME);
+			snprintf(why, sizeof why, "%s", MOAT_NET_NO_NAME);
 		}
 	}
 	if (answers.len && !answers.oom)

@@ -134,6 +134,9 @@ const char *moat_addr_host_local(int family, const uint8_t *addr);
 const char *moat_egress_refusal(const struct moat_allowlist *al, int family, const uint8_t *addr);
 const char *moat_egress_refusal_text(const struct moat_allowlist *al, int family,
 				     const uint8_t *addr, char *text, size_t len);
+/* Does the host have IPv6 beyond loopback and link-local (what getaddrinfo's
+ * AI_ADDRCONFIG asks)? true when it cannot tell. */
+bool moat_host_has_ipv6(void);
 /* Does any allowedHosts entry name this host, whatever its scheme or port? */
 bool moat_allowlist_match_name(const struct moat_allowlist *al, const struct moat_host *h);
 
@@ -152,6 +155,10 @@ enum moat_resolve {
  * servers, capped at 3 s x 2 tries per server. */
 enum moat_resolve moat_resolve(const char *name, int family, struct moat_dns_addr *addrs,
 			       size_t max, size_t *n);
+/* What the DNS answerer's log and the proxy say of a name with no address a
+ * sandbox may reach, whether it exists or not: the result goes to whoever
+ * sent the code, and must not tell which names the host's network has. */
+#define MOAT_NET_NO_NAME "no such name, or none of its addresses may be reached"
 
 /* ---- connection log (netlog.c) ------------------------------------------ */
 

@@ -5,6 +5,7 @@
  * address added after the run started (a VPN, a container bridge) counts. */
 #include <errno.h>
 #include <ifaddrs.h>
+#include <net/if.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
@@ -100,6 +101,22 @@ const char *moat_addr_host_local(int family, const uint8_t *addr)
 	default:
 		return NULL;
 	}
+}
+
+bool moat_host_has_ipv6(void)
+{
+	struct ifaddrs *ifa = NULL;
+	if (getifaddrs(&ifa) < 0)
+		return true; /* cannot tell: answer as before */
+	bool found = false;
+	for (struct ifaddrs *i = ifa; i && !found; i = i->ifa_next) {
+		if (!i->ifa_addr || i->ifa_addr->sa_family != AF_INET6 || (i->ifa_flags & IFF_LOOPBACK))
+			continue;
+		const struct in6_addr *a = &((const struct sockaddr_in6 *)(void *)i->ifa_addr)->sin6_addr;
+		found = !IN6_IS_ADDR_LINKLOCAL(a) && !IN6_IS_ADDR_LOOPBACK(a);
+	}
+	freeifaddrs(ifa);
+	return found;
 }
 
 const char *moat_egress_refusal(const struct moat_allowlist *al, int family, const uint8_t *addr)

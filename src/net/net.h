@@ -28,9 +28,10 @@ int moat_net_validate(const struct moat_request *req, struct moat_error *err);
 /* Why an address must never be connected to on behalf of a sandbox (the
  * one policy of transparent egress, the DNS answerer, the proxy and the
  * remote providers): "loopback", "private", "link-local", "cloud metadata",
- * "multicast", "documentation", "reserved", ... — in every IPv6 form that
- * embeds an IPv4 address too — or "host address" when a host interface
- * holds it now; NULL when it is a public unicast address. family: AF_INET
+ * "multicast", "documentation", "reserved", "6to4", "Teredo", ... — every
+ * IPv4 address an IPv6 form carries judged the same way first — or "host
+ * address" when a host interface holds it (or one it carries) now; NULL
+ * when it is a public unicast address. family: AF_INET
  * (4 bytes) or AF_INET6 (16 bytes). */
 const char *moat_net_addr_refused(int family, const void *addr);
 

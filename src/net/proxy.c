@@ -15,7 +15,7 @@
  * Bounds: PROXY_MAX_CONNS at once, PROXY_MAX_TOTAL per run, PROXY_BYTE_CAP
  * relayed per run, a 16 KiB request head, head/connect/idle timeouts. Each
  * connection runs in its own thread; stopping wakes them all (eventfd) and
- * waits a bounded time; a thread still inside getaddrinfo is detached and
+ * waits a bounded time; a thread still resolving a name is detached and
  * frees nothing shared until the last reference goes. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -34,6 +34,7 @@
 #include <unistd.h>
 
 #include "core/sys.h"
+#include "net/dnsmsg.h"
 #include "net/internal.h"
 
 #define PROXY_MAX_CONNS 32
@@ -418,8 +419,10 @@ struct addr {
 	uint8_t a[16];
 };
 
-/* Resolves (names) and checks every address; fills ok[] with the permitted
- * ones. NULL, or the refusal reason (written into why). */
+/* Resolves (names, with the host's DNS only) and checks every address;
+ * fills ok[] with the permitted ones. NULL, or the refusal reason (written
+ * into why): for a name, the same whether it does not exist or none of its
+ * addresses may be reached. */
 static const char *resolve_checked(struct conn *c, const struct moat_host *h, struct addr *ok,
 				   size_t *nok, char *why, size_t whylen)
 {
@@ -435,25 +438,18 @@ static const char *resolve_checked(struct conn *c, const struct moat_host *h, st
 		memcpy(all[0].a, h->addr, 16);
 		n = 1;
 	} else {
-		struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
-		struct addrinfo *res = NULL;
-		int rc = getaddrinfo(h->text, NULL, &hints, &res);
-		if (rc != 0) {
-			snprintf(why, whylen, "cannot resolve %s", h->text);
-			return why;
-		}
-		for (struct addrinfo *ai = res; ai && n < PROXY_MAX_ADDRS; ai = ai->ai_next) {
-			if (ai->ai_family == AF_INET) {
-				all[n].family = AF_INET;
-				memcpy(all[n].a, &((struct sockaddr_in *)(void *)ai->ai_addr)->sin_addr, 4);
-				n++;
-			} else if (ai->ai_family == AF_INET6) {
-				all[n].family = AF_INET6;
-				memcpy(all[n].a, &((struct sockaddr_in6 *)(void *)ai->ai_addr)->sin6_addr, 16);
+		/* the host's DNS only, as moat's DNS answerer asks it */
+		for (int f = 0; f < 2; f++) {
+			struct moat_dns_addr got[PROXY_MAX_ADDRS];
+			size_t ng = 0;
+			int fam = f ? AF_INET6 : AF_INET;
+			(void)moat_resolve(h->text, fam, got, PROXY_MAX_ADDRS, &ng);
+			for (size_t k = 0; k < ng && n < PROXY_MAX_ADDRS; k++) {
+				all[n].family = fam;
+				memcpy(all[n].a, got[k].a, 16);
 				n++;
 			}
 		}
-		freeaddrinfo(res);
 	}
 	const char *first = NULL;
 	char first_text[160] = "";
@@ -468,11 +464,10 @@ static const char *resolve_checked(struct conn *c, const struct moat_host *h, st
 	}
 	if (*nok)
 		return NULL;
-	if (!first) {
-		snprintf(why, whylen, "%s has no address", h->text);
-		return why;
-	}
-	snprintf(why, whylen, "%s is not allowed", first_text);
+	if (h->kind == MOAT_HOST_NAME) /* never which: that tells the host's names */
+		snprintf(why, whylen, "%s: %s", h->text, MOAT_NET_NO_NAME);
+	else
+		snprintf(why, whylen, "%s is not allowed", first_text);
 	return why;
 }
 

@@ -1948,7 +1948,9 @@ START_TEST(allowlist_transparent)
 }
 END_TEST
 
-/* The explicit proxy's rules, every spelling of a refused address. */
+/* The explicit proxy's rules, every spelling of a refused address; names
+ * it resolves with the host's DNS only, and says the same of a name that does
+ * not exist as of one with only refused addresses. */
 START_TEST(allowlist_proxy)
 {
 	PEER_GUARD(_i);
@@ -1981,6 +1983,8 @@ START_TEST(allowlist_proxy)
 		 "get('private-name', 'http://private.test:8080/')\n"
 		 "get('https-absolute', 'https://api.example.com:8080/')\n"
 		 "get('cidr', 'http://lan.test:8080/c')\n"
+		 "get('nosuch-name', 'http://nosuch.test:8080/')\n"
+		 "get('hostsonly-name', 'http://hostsonly.test:8080/')\n"
 		 "print('direct:' + attempt('tcp', '" PUB4 "', 8080, 'api.example.com:8080'))\n",
 		 PY_LIB, PY_PROXY), 0);
 	char *req = request(code,
@@ -1988,7 +1992,7 @@ START_TEST(allowlist_proxy)
 			    "\"http://*.example.com:8080\",\"http://127.0.0.1:8080\",\"https://127.0.0.1:8080\","
 			    "\"http://local.test:8080\",\"http://" H_SECOND ":8080\",\"http://" H_PUB4 ":8080\","
 			    "\"http://169.254.169.254\",\"http://10.0.0.1:8080\",\"http://private.test:8080\","
-			    "\"http://lan.test:8080\"],"
+			    "\"http://lan.test:8080\",\"http://nosuch.test:8080\",\"http://hostsonly.test:8080\"],"
 			    "\"allowedCidrs\":[\"" LAN_PEER "/32\"]");
 	struct run_out o;
 	net_exec(_i, req, &o);
@@ -2009,7 +2013,7 @@ START_TEST(allowlist_proxy)
 	v_line(&v, &ls, "hostheader", "403:the Host header does not match");
 	v_line(&v, &ls, "hostheader-port", "403:the Host header does not match");
 	static const char *const lo[] = { "lo-literal", "lo-decimal", "lo-octal", "lo-hex",
-					  "lo-mapped", "lo-mapped-hex", "lo-connect", "lo-name" };
+					  "lo-mapped", "lo-mapped-hex", "lo-connect" };
 	for (size_t i = 0; i < sizeof lo / sizeof lo[0]; i++)
 		v_line(&v, &ls, lo[i], "403:loopback address 127.0.0.1");
 	v_line(&v, &ls, "hostaddr", "403:private address " H_SECOND);
@@ -2017,7 +2021,12 @@ START_TEST(allowlist_proxy)
 	v_line(&v, &ls, "metadata", "403:cloud metadata address 169.254.169.254");
 	v_line(&v, &ls, "metadata-hex", "403:cloud metadata");
 	v_line(&v, &ls, "private", "403:private address 10.0.0.1");
-	v_line(&v, &ls, "private-name", "403:private address 10.0.0.1");
+	/* a name: the same words whether it does not exist, resolves only to
+	 * refused addresses or is only in the host's /etc/hosts */
+	v_line(&v, &ls, "lo-name", "403:local.test: no such name, or none of its addresses");
+	v_line(&v, &ls, "private-name", "403:private.test: no such name, or none of its addresses");
+	v_line(&v, &ls, "nosuch-name", "403:nosuch.test: no such name, or none of its addresses");
+	v_line(&v, &ls, "hostsonly-name", "403:hostsonly.test: no such name, or none of its addresses");
 	v_line(&v, &ls, "https-absolute", "400:");
 	v_line(&v, &ls, "cidr", "200::lan-secret host=lan.test:8080 path=/c");
 	/* the exception is reported, in network and in warnings */
@@ -2061,7 +2070,7 @@ START_TEST(allowlist_proxy)
 	}
 	v_expect(&v, allowed == 4, "%d allowed connections, want 4 (http, connect, wildcard, cidr)",
 		 allowed);
-	v_expect(&v, refused >= 20, "%d refused connections, want >= 20", refused);
+	v_expect(&v, refused >= 22, "%d refused connections, want >= 22", refused);
 	v_expect(&v, saw_api, "no allowed entry for api.example.com:8080 with received > 0");
 	v_done(&v, &o);
 	lines_free(&ls);
