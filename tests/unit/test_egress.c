@@ -139,6 +139,41 @@ static const char *local(const char *text)
 	return moat_addr_host_local(AF_INET6, a);
 }
 
+/* A host IPv4 address written in each IPv6 form that carries one (NAT64,
+ * local NAT64, 6to4, Teredo server and client, ISATAP, compatible, SIIT)
+ * is refused too, naming the address it carries. */
+static void embedded_forms_refused(const uint8_t *v4)
+{
+	static const struct {
+		uint8_t net[16];
+		unsigned at;  /* where the IPv4 address goes */
+		bool invert;  /* Teredo's client */
+	} forms[] = {
+		{ { 0x00, 0x64, 0xff, 0x9b }, 12, false },				/* NAT64 */
+		{ { 0x00, 0x64, 0xff, 0x9b, 0x00, 0x01 }, 12, false },		/* local NAT64 */
+		{ { 0x20, 0x02, [15] = 1 }, 2, false },				/* 6to4 */
+		{ { 0x20, 0x01, [12] = 0xf7, 0xf7, 0xf7, 0xf7 }, 4, false },	/* Teredo server */
+		{ { 0x20, 0x01, 0, 0, 8, 8, 8, 8 }, 12, true },			/* Teredo client */
+		{ { 0x2a, 0x01, 0x04, 0xf8, [10] = 0x5e, 0xfe }, 12, false },	/* ISATAP */
+		{ { 0x2a, 0x01, 0x04, 0xf8, [8] = 2, 0, 0x5e, 0xfe }, 12, false },
+		{ { 0 }, 12, false },							/* compatible */
+		{ { [8] = 0xff, 0xff }, 12, false },					/* SIIT */
+	};
+	char text[48], why[200], want[32];
+	uint8_t a[16];
+	snprintf(want, sizeof want, "%u.%u.%u.%u", v4[0], v4[1], v4[2], v4[3]);
+	for (size_t i = 0; i < sizeof forms / sizeof forms[0]; i++) {
+		memcpy(a, forms[i].net, 16);
+		for (unsigned k = 0; k < 4; k++)
+			a[forms[i].at + k] = forms[i].invert ? (uint8_t)~v4[k] : v4[k];
+		inet_ntop(AF_INET6, a, text, sizeof text);
+		const char *r = moat_egress_refusal_text(NULL, AF_INET6, a, why, sizeof why);
+		ck_assert_msg(r, "%s passed", text);
+		/* local NAT64 is refused at another position first */
+		ck_assert_msg(i == 1 || strstr(why, want), "%s: \"%s\" does not name %s", text, why, want);
+	}
+}
+
 /* Every address the host holds now is refused, whatever its class; an
  * address nobody here holds is not (only a route lookup: no packet). */
 START_TEST(host_addresses_are_refused)
@@ -160,6 +195,8 @@ START_TEST(host_addresses_are_refused)
 			      i->ifa_name);
 		/* the one policy says so too, even for a public-looking address */
 		ck_assert_ptr_nonnull(moat_egress_refusal(NULL, fam, a));
+		if (fam == AF_INET)
+			embedded_forms_refused(a);
 		seen++;
 	}
 	freeifaddrs(ifa);

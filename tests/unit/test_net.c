@@ -179,6 +179,17 @@ START_TEST(address_classes)
 }
 END_TEST
 
+/* An allowlist of two allowedCidrs ranges only. */
+static void two_cidrs(struct moat_allowlist *al, struct moat_cidr c[2], const char *a, const char *b)
+{
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(moat_cidr_parse(a, &c[0], &err), 0);
+	ck_assert_int_eq(moat_cidr_parse(b, &c[1], &err), 0);
+	memset(al, 0, sizeof *al);
+	al->cidrs = c;
+	al->cidr_count = 2;
+}
+
 /* A host-address stand-in: 11.77.0.1 is "the host's". */
 static const char *fake_host(int family, const uint8_t *a)
 {
@@ -277,12 +288,9 @@ START_TEST(embedded_ipv4_forms)
 
 	/* allowedCidrs: the literal's range lifts the form's refusal, never the
 	 * carried address's; that needs its own range; never the host's */
-	struct moat_allowlist al = { 0 };
+	struct moat_allowlist al;
 	struct moat_cidr c[2];
-	struct moat_error err = { 0 };
-	ck_assert_int_eq(moat_cidr_parse("2002::/16", &c[0], &err), 0);
-	ck_assert_int_eq(moat_cidr_parse("10.0.0.0/8", &c[1], &err), 0);
-	al.cidrs = c;
+	two_cidrs(&al, c, "2002::/16", "10.0.0.0/8");
 	al.cidr_count = 1;
 	ck_assert_ptr_null(judged(&al, "2002:808:808::1", msg, sizeof msg));
 	ck_assert_str_eq(judged(&al, "2002:a00:1::1", msg, sizeof msg), "private");
@@ -297,13 +305,10 @@ END_TEST
 
 START_TEST(cidr_allowance)
 {
-	struct moat_allowlist al = { 0 };
+	struct moat_allowlist al;
 	struct moat_cidr c[2];
 	struct moat_error err = { 0 };
-	ck_assert_int_eq(moat_cidr_parse("198.51.100.0/24", &c[0], &err), 0);
-	ck_assert_int_eq(moat_cidr_parse("fd00::/8", &c[1], &err), 0);
-	al.cidrs = c;
-	al.cidr_count = 2;
+	two_cidrs(&al, c, "198.51.100.0/24", "fd00::/8");
 	uint8_t a[16];
 	inet_pton(AF_INET, "198.51.100.2", a);
 	ck_assert_ptr_null(moat_addr_refusal(&al, AF_INET, a));
