@@ -26,8 +26,9 @@ enum moat_sniff_kind { MOAT_SNIFF_MORE, MOAT_SNIFF_TLS, MOAT_SNIFF_HTTP, MOAT_SN
  * ("\r\n\r\n"); name gets the Host header's host (lowercased, port and one
  * trailing dot removed, IPv6 brackets removed), "" when there is none.
  * Absolute- and authority-form targets (proxy requests), a method over 32
- * bytes, two Host headers, bare CR or LF, control bytes, obs-fold lines and
- * malformed Host values are OTHER.
+ * bytes, two Host headers, bare CR or LF, control bytes, obs-fold lines,
+ * malformed Host values and every head moat_sniff_request refuses (below)
+ * are OTHER.
  * OTHER: anything else. name is always NUL-terminated ("" unless TLS/HTTP). */
 enum moat_sniff_kind moat_sniff(const uint8_t *buf, size_t len, char name[254]);
 
