@@ -181,6 +181,7 @@ struct conn {
 	bool http;
 	bool http_done;    /* its body is complete */
 	bool http_extra;   /* bytes after it were refused (logged once) */
+	bool http_bad;     /* its body's framing was malformed: both ends reset */
 	struct moat_http_req req;
 	struct moat_http_body body;
 	char host[254];    /* the host its Host named */
@@ -342,6 +343,7 @@ static ssize_t http_filter(struct conn *c, const uint8_t *p, size_t n)
 		char why[200];
 		snprintf(why, sizeof why, "HTTP request body refused: %s", bad);
 		refuse_later(c, NULL, why);
+		c->http_bad = true;
 		return -1;
 	}
 	if (r == 1) {
@@ -502,10 +504,12 @@ static void *conn_main(void *arg)
 out:
 	moat_netlog_bytes(e->log, c->idx, c->sent, c->received);
 	moat_netlog_count(e->log, MOAT_NETLOG_BYTES, c->sent + c->received);
-	if (c->ofd >= 0) {
+	if (c->ofd >= 0 && !c->http_bad) {
 		close(c->ofd);
 		close(c->cfd);
 	} else {
+		if (c->ofd >= 0)
+			reset_close(c->ofd);
 		reset_close(c->cfd);
 	}
 	free(c->first);

@@ -1917,7 +1917,8 @@ END_TEST
  * the same front end serves. The kept-alive service on 8082 answers every
  * request it gets, so whatever reached it shows; through the transparent
  * path and the proxy, each refusal in the network log. Request heads moat
- * cannot judge (smuggling-shaped framing, Upgrade, obs-fold) are refused. */
+ * cannot judge (smuggling-shaped framing, Upgrade, obs-fold) and malformed
+ * chunked bodies are refused. */
 static const char PY_ONE_REQUEST[] =
 	"import re, socket, threading\n"
 	"PROXY = ('127.0.0.1', 3128)\n"
@@ -1962,6 +1963,8 @@ static const char PY_ONE_REQUEST[] =
 	"        ('h2c', A, 'GET /h HTTP/1.1\\r\\n' + H + 'Connection: Upgrade, HTTP2-Settings\\r\\n'\n"
 	"         'Upgrade: h2c\\r\\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\\r\\n\\r\\n', ''),\n"
 	"        ('fold', A, 'GET /f HTTP/1.1\\r\\n' + H + 'X: 1\\r\\n Host: other.test\\r\\n\\r\\n', ''),\n"
+	"        ('badchunk', A, 'POST /bc HTTP/1.1\\r\\n' + H + 'Transfer-Encoding: chunked\\r\\n\\r\\n'\n"
+	"         '5\\r\\nhelloXX\\r\\n0\\r\\n\\r\\n', G2),\n"
 	"        ('proxy-pipe', PROXY, P1, P2), ('proxy-kept', PROXY, P1, P2, True)]\n"
 	"ts = [threading.Thread(target=ka, args=j) for j in JOBS]\n"
 	"for t in ts: t.start()\n"
@@ -2000,6 +2003,7 @@ START_TEST(allowlist_one_request)
 		{ "smuggle", "none" },
 		{ "h2c", "none" },
 		{ "fold", "none" },
+		{ "badchunk", "none" },
 		{ "proxy-pipe", "public.test:8082/one:0" },
 		{ "proxy-kept", "public.test:8082/one:0" },
 	};
@@ -2018,7 +2022,8 @@ START_TEST(allowlist_one_request)
 	v_expect(&v, later == 2, "%d refused proxy entries for other.test's second request, want 2",
 		 later);
 	static const char *const heads[] = { "both Content-Length and Transfer-Encoding",
-					     "an Upgrade request", "obs-fold" };
+					     "an Upgrade request", "obs-fold",
+					     "body refused: a chunk longer than its size" };
 	for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
 		v_expect(&v, refusals(&o, "tcp", NULL, heads[i]) == 1,
 			 "no refused transparent entry naming \"%s\"", heads[i]);
