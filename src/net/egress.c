@@ -10,7 +10,10 @@
  *       an address this run's DNS answered for an allowed name, and its
  *       first bytes (TLS SNI or HTTP Host) must name that host, checked
  *       with the allowlist's scheme and port rules. Only then the
- *       supervisor connects from the host and relays both ways.
+ *       supervisor connects from the host and relays both ways; plain
+ *       HTTP carries one request only (its head with "Connection: close",
+ *       exactly the body it declares; later bytes are dropped and logged):
+ *       a second request could name another host of the same front end.
  *  DNS  A and AAAA questions are asked of the host's DNS resolvers only
  *       (moat_resolve: no /etc/hosts, no search domains), both types each
  *       time; only addresses the policy allows are answered (with
@@ -176,6 +179,14 @@ struct conn {
 	uint8_t *first;   /* bytes read from the program before connecting */
 	size_t first_len;
 	uint64_t sent, received;
+	/* plain HTTP under allowedHosts: one request, then nothing more */
+	bool http;
+	bool http_done;    /* its body is complete */
+	bool http_extra;   /* bytes after it were refused (logged once) */
+	bool http_bad;     /* its body's framing was malformed: both ends reset */
+	struct moat_http_req req;
+	struct moat_http_body body;
+	char host[254];    /* the host its Host named */
 };
 
 static void refuse(struct conn *c, const char *why)
@@ -202,7 +213,7 @@ static const char *check_named(struct conn *c, char *why, size_t whylen)
 		ssize_t n = recv(c->cfd, c->first + c->first_len, MOAT_SNIFF_MAX - c->first_len, 0);
 		if (n > 0) {
 			c->first_len += (size_t)n;
-			kind = moat_sniff(c->first, c->first_len, name);
+			kind = moat_sniff_request(c->first, c->first_len, name, &c->req);
 			continue;
 		}
 		if (n == 0)
@@ -216,6 +227,10 @@ static const char *check_named(struct conn *c, char *why, size_t whylen)
 			return "no TLS ClientHello or HTTP request in time (allowedHosts needs one)";
 		if (w < 0)
 			return "the run ended";
+	}
+	if (kind == MOAT_SNIFF_OTHER && c->req.refusal) {
+		snprintf(why, whylen, "HTTP request refused: %s", c->req.refusal);
+		return why;
 	}
 	if (kind == MOAT_SNIFF_OTHER)
 		return "neither TLS nor HTTP: allowedHosts checks the TLS SNI or the HTTP Host";
@@ -244,6 +259,11 @@ static const char *check_named(struct conn *c, char *why, size_t whylen)
 	if (h.kind != MOAT_HOST_NAME ? !literal_here : !answered(c->e, h.text, c->family, c->addr, NULL, 0)) {
 		snprintf(why, whylen, "%s is not an address moat's DNS answered for %s", c->text, h.text);
 		return why;
+	}
+	if (!tls) {
+		c->http = true;
+		snprintf(c->host, sizeof c->host, "%s", h.text);
+		moat_http_body_init(&c->body, &c->req);
 	}
 	return NULL;
 }
@@ -284,6 +304,87 @@ static int connect_out(struct conn *c)
 	return s;
 }
 
+/* ---- plain HTTP: one request per connection ---- */
+
+/* A request of the connection's refused after its first was let through:
+ * an entry of its own, naming the host it asked for when it says. */
+static void refuse_later(struct conn *c, const char *host, const char *why)
+{
+	int idx = moat_netlog_add(c->e->log, "tcp", NULL, host && host[0] ? host : c->host, c->port);
+	moat_netlog_host(c->e->log, idx, NULL, c->text);
+	moat_netlog_verdict(c->e->log, idx, false, why);
+}
+
+/* Bytes the program sends after its one request: dropped; the first time
+ * logged as a refused request. */
+static void http_extra(struct conn *c, const uint8_t *p, size_t n)
+{
+	if (c->http_extra || n == 0)
+		return;
+	c->http_extra = true;
+	char name[254];
+	struct moat_http_req rq;
+	if (moat_sniff_request(p, n, name, &rq) != MOAT_SNIFF_HTTP)
+		name[0] = '\0';
+	refuse_later(c, name, "a second request on one plain-HTTP connection: moat relays one "
+		     "request per connection (with Connection: close) and drops what follows");
+}
+
+/* Of n bytes from the program, how many go out: the rest of its request's
+ * body; -1 when its body framing is malformed (logged). */
+static ssize_t http_filter(struct conn *c, const uint8_t *p, size_t n)
+{
+	if (c->http_done) {
+		http_extra(c, p, n);
+		return 0;
+	}
+	size_t used = 0;
+	const char *bad;
+	int r = moat_http_body_feed(&c->body, p, n, &used, &bad);
+	if (r < 0) {
+		char why[200];
+		snprintf(why, sizeof why, "HTTP request body refused: %s", bad);
+		refuse_later(c, NULL, why);
+		c->http_bad = true;
+		return -1;
+	}
+	if (r == 1) {
+		c->http_done = true;
+		http_extra(c, p + used, n - used);
+	}
+	return (ssize_t)used;
+}
+
+/* What was read before connecting: the head with "Connection: close", then
+ * what of the rest belongs to the request. */
+static int send_first(struct conn *c)
+{
+	int64_t deadline = moat_mono_ms() + EG_CONNECT_TIMEOUT_MS;
+	const uint8_t *p = c->first;
+	size_t n = c->first_len;
+	if (c->http) {
+		size_t hl = c->req.head_len;
+		uint8_t *head = malloc(hl + MOAT_HTTP_CLOSE_EXTRA);
+		if (!head)
+			return -1;
+		size_t k = moat_http_close_head(c->first, hl, head);
+		int rc = moat_send_all_until(c->ofd, head, k, c->e->stop_fd, deadline);
+		free(head);
+		if (rc < 0)
+			return -1;
+		c->sent += k;
+		ssize_t b = http_filter(c, p + hl, n - hl);
+		if (b < 0)
+			return -1;
+		p += hl;
+		n = (size_t)b;
+	}
+	if (n && moat_send_all_until(c->ofd, p, n, c->e->stop_fd, deadline) < 0)
+		return -1;
+	c->sent += n;
+	return 0;
+}
+
 /* Both directions until both ended (a half close is passed on) or the run
  * stops. */
 static void relay(struct conn *c)
@@ -315,9 +416,12 @@ static void relay(struct conn *c)
 			if (!eof[d] && len[d] == 0 && (in->revents & (POLLIN | POLLHUP | POLLERR))) {
 				ssize_t n = recv(from[d], buf[d], EG_RELAY_BUF, 0);
 				if (n > 0) {
-					len[d] = (size_t)n;
+					/* plain HTTP: the one request's bytes only */
+					ssize_t k = d == 0 && c->http ? http_filter(c, buf[0], (size_t)n) : n;
+					failed = k < 0;
+					len[d] = k > 0 ? (size_t)k : 0;
 					off[d] = 0;
-					*count[d] += (uint64_t)n;
+					*count[d] += len[d];
 				} else if (n == 0) {
 					eof[d] = true;
 				} else if (errno != EINTR && errno != EAGAIN) {
@@ -395,18 +499,18 @@ static void *conn_main(void *arg)
 	}
 	c->ofd = s;
 	moat_netlog_verdict(e->log, c->idx, true, NULL);
-	if (c->first_len && moat_send_all_until(c->ofd, c->first, c->first_len, e->stop_fd,
-						moat_mono_ms() + EG_CONNECT_TIMEOUT_MS) < 0)
+	if (send_first(c) < 0)
 		goto out;
-	c->sent += c->first_len;
 	relay(c);
 out:
 	moat_netlog_bytes(e->log, c->idx, c->sent, c->received);
 	moat_netlog_count(e->log, MOAT_NETLOG_BYTES, c->sent + c->received);
-	if (c->ofd >= 0) {
+	if (c->ofd >= 0 && !c->http_bad) {
 		close(c->ofd);
 		close(c->cfd);
 	} else {
+		if (c->ofd >= 0)
+			reset_close(c->ofd);
 		reset_close(c->cfd);
 	}
 	free(c->first);

@@ -4,7 +4,9 @@
  * One request per connection: CONNECT host:port (checked as https) opens a
  * tunnel; an absolute-URI http:// request is checked (its Host header must
  * name the same host and port), rewritten to origin form with
- * "Connection: close", and only its Content-Length body is forwarded.
+ * "Connection: close", and only its Content-Length body is forwarded (what
+ * the client sends after it is dropped, the first bytes logged as a refused
+ * request; Transfer-Encoding and Upgrade are refused).
  * Names are resolved once here; every address passes the one egress policy
  * (moat_egress_refusal: loopback, private, link-local, metadata... refused
  * unless allowedCidrs covers it; the host's own addresses always) and the
@@ -80,6 +82,9 @@ struct conn {
 	uint64_t sent, received;
 	char *head;
 	size_t head_len, have;
+	const struct moat_host *host; /* of the request relayed (http) */
+	uint16_t port;
+	bool extra;                   /* bytes after it were refused (logged) */
 };
 
 static void proxy_unref(struct moat_proxy *p)
@@ -367,6 +372,12 @@ int moat_proxy_parse_request(const char *head, size_t head_len, struct moat_prox
 			*reason = "Transfer-Encoding request bodies are not supported";
 			return MOAT_PROXY_REFUSED;
 		}
+		if (name_is(&rq->h[i], "upgrade") || name_is(&rq->h[i], "http2-settings")) {
+			rq->logged = true;
+			*reason = "Upgrade requests (h2c, WebSocket) are not relayed: one HTTP/1.x "
+				  "request per connection";
+			return MOAT_PROXY_REFUSED;
+		}
 		if (name_is(&rq->h[i], "host")) {
 			nhost++;
 			hosth = &rq->h[i];
@@ -515,8 +526,30 @@ static bool count_bytes(struct moat_proxy *p, size_t n)
 	return !over;
 }
 
+/* What the client sends after its one request's body: dropped; the first
+ * time logged as a refused request of its own (naming the host it asks for
+ * when its head is all there). */
+static void refuse_extra(struct conn *c, const char *p, size_t n)
+{
+	if (c->extra || !c->host)
+		return;
+	c->extra = true;
+	struct moat_proxy_request rq;
+	const char *bad;
+	const char *end = memmem(p, n, "\r\n\r\n", 4);
+	bool named = end && moat_proxy_parse_request(p, (size_t)(end - p) + 4, &rq, &bad) !=
+					 MOAT_PROXY_BAD && rq.logged;
+	int idx = log_add(c->p, "HTTP", named ? rq.host.text : c->host->text,
+			  named ? rq.port : c->port);
+	if (end)
+		free(rq.h);
+	moat_netlog_verdict(c->p->log, idx, false,
+			    "a second request on one proxy connection: the proxy relays one "
+			    "request per connection (with Connection: close) and drops what follows");
+}
+
 /* body_left: bytes of the client still forwarded (UINT64_MAX: a tunnel);
- * the rest of what the client sends is read and dropped. */
+ * the rest of what the client sends is read, dropped and logged. */
 static void relay(struct conn *c, uint64_t body_left, bool tunnel, const char **end_reason)
 {
 	char *up = malloc(PROXY_RELAY_BUF), *down = malloc(PROXY_RELAY_BUF);
@@ -573,6 +606,8 @@ static void relay(struct conn *c, uint64_t body_left, bool tunnel, const char **
 				size_t keep = (uint64_t)n < body_left ? (size_t)n : (size_t)body_left;
 				if (body_left != UINT64_MAX)
 					body_left -= keep;
+				if (keep < (size_t)n)
+					refuse_extra(c, up + keep, (size_t)n - keep);
 				up_len = keep;
 				up_off = 0;
 				c->sent += keep;
@@ -716,6 +751,10 @@ static void handle(struct conn *c)
 		moat_buf_append(&b, "Connection: close\r\n\r\n", 21);
 		size_t first = extra < body ? extra : (size_t)body;
 		moat_buf_append(&b, c->head + c->head_len, first);
+		c->host = &h;
+		c->port = port;
+		if (first < extra)
+			refuse_extra(c, c->head + c->head_len + first, extra - first);
 		body -= first;
 		c->sent += first;
 		bool oom = b.oom;

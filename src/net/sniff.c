@@ -158,8 +158,9 @@ static bool tchar(uint8_t c)
 }
 
 /* The request line: 1 when complete (*end just past its CRLF), 0 when what
- * is there is a valid prefix, -1 when it is not an origin-form HTTP/1.x line. */
-static int request_line(const uint8_t *b, size_t len, size_t *end)
+ * is there is a valid prefix, -1 when it is not an origin-form HTTP/1.x line
+ * (*why set when it is one in another form: a proxy's request). */
+static int request_line(const uint8_t *b, size_t len, size_t *end, const char **why)
 {
 	size_t i = 0;
 	while (i < len && i < METHOD_MAX && tchar(b[i]))
@@ -169,8 +170,13 @@ static int request_line(const uint8_t *b, size_t len, size_t *end)
 	if (i == 0 || b[i++] != ' ')
 		return -1;
 	size_t t = i;
-	if (t < len && b[t] != '/' && b[t] != '*')
-		return -1; /* absolute- or authority-form: a proxy request */
+	if (t < len && b[t] != '/' && b[t] != '*') {
+		/* absolute- or authority-form: names a host of its own, which an
+		 * origin server may prefer to the Host header */
+		*why = "an absolute-form or authority-form request target (a proxy request: "
+		       "use the proxy, HTTP_PROXY)";
+		return -1;
+	}
 	while (i < len && b[i] > ' ' && b[i] < 0x7f)
 		i++;
 	if (i == len)
@@ -226,65 +232,284 @@ static bool host_value(const uint8_t *v, size_t n, char name[254])
 	return port <= 65535;
 }
 
-/* One header line (no CRLF): "name:" OWS value OWS. */
-static bool header(const uint8_t *l, size_t n, bool *host_seen, char name[254])
+static bool name_is(const uint8_t *l, size_t n, const char *want)
 {
-	size_t c = 0;
-	while (c < n && tchar(l[c]))
-		c++;
-	if (c == 0 || c == n || l[c] != ':') /* also refuses obs-fold */
+	size_t k = strlen(want);
+	if (n != k)
 		return false;
-	for (size_t i = c + 1; i < n; i++)
-		if ((l[i] < 0x20 && l[i] != '\t') || l[i] == 0x7f)
+	for (size_t i = 0; i < k; i++)
+		if (lower(l[i]) != want[i])
 			return false;
-	if (c != 4 || lower(l[0]) != 'h' || lower(l[1]) != 'o' || lower(l[2]) != 's' ||
-	    lower(l[3]) != 't')
-		return true;
-	if (*host_seen)
-		return false;
-	*host_seen = true;
-	size_t s = c + 1, e = n;
-	while (s < e && (l[s] == ' ' || l[s] == '\t'))
-		s++;
-	while (e > s && (l[e - 1] == ' ' || l[e - 1] == '\t'))
-		e--;
-	return host_value(l + s, e - s, name);
+	return true;
 }
 
-static enum moat_sniff_kind http(const uint8_t *b, size_t len, char name[254])
+static bool value_is(const uint8_t *v, size_t n, const char *want)
+{
+	return name_is(v, n, want);
+}
+
+/* What the headers seen so far said. */
+struct seen {
+	bool host, length, te, v10;
+};
+
+/* One header line (no CRLF): "name:" OWS value OWS. NULL when fine, else
+ * why the request is refused. */
+static const char *header(const uint8_t *l, size_t n, struct seen *s, char name[254],
+			  struct moat_http_req *req)
+{
+	size_t c = 0;
+	if (n && (l[0] == ' ' || l[0] == '\t'))
+		return "a folded header line (obs-fold)";
+	while (c < n && tchar(l[c]))
+		c++;
+	if (c == 0 || c == n || l[c] != ':')
+		return "a malformed header line";
+	for (size_t i = c + 1; i < n; i++)
+		if ((l[i] < 0x20 && l[i] != '\t') || l[i] == 0x7f)
+			return "a control byte in a header";
+	size_t vs = c + 1, ve = n;
+	while (vs < ve && (l[vs] == ' ' || l[vs] == '\t'))
+		vs++;
+	while (ve > vs && (l[ve - 1] == ' ' || l[ve - 1] == '\t'))
+		ve--;
+	const uint8_t *v = l + vs;
+	size_t vn = ve - vs;
+	if (name_is(l, c, "host")) {
+		if (s->host)
+			return "two Host headers";
+		s->host = true;
+		return host_value(v, vn, name) ? NULL : "a malformed Host header";
+	}
+	if (name_is(l, c, "content-length")) {
+		if (s->length)
+			return "two Content-Length headers (request smuggling)";
+		s->length = true;
+		if (vn == 0 || vn > 15)
+			return "a bad Content-Length";
+		uint64_t x = 0;
+		for (size_t i = 0; i < vn; i++) {
+			if (!is_digit(v[i]))
+				return "a bad Content-Length";
+			x = x * 10 + (uint64_t)(v[i] - '0');
+		}
+		if (req)
+			req->length = x;
+	} else if (name_is(l, c, "transfer-encoding")) {
+		if (s->te)
+			return "two Transfer-Encoding headers (request smuggling)";
+		s->te = true;
+		if (s->v10)
+			return "Transfer-Encoding in an HTTP/1.0 request (request smuggling)";
+		if (!value_is(v, vn, "chunked"))
+			return "a Transfer-Encoding other than chunked";
+		if (req)
+			req->chunked = true;
+	} else if (name_is(l, c, "upgrade") || name_is(l, c, "http2-settings")) {
+		return "an Upgrade request (h2c, WebSocket: moat relays HTTP/1.x requests only)";
+	}
+	if (s->length && s->te)
+		return "both Content-Length and Transfer-Encoding (request smuggling)";
+	return NULL;
+}
+
+static enum moat_sniff_kind http(const uint8_t *b, size_t len, char name[254],
+				 struct moat_http_req *req, const char **why)
 {
 	size_t i;
-	int rl = request_line(b, len, &i);
+	int rl = request_line(b, len, &i, why);
 	if (rl <= 0)
 		return rl ? MOAT_SNIFF_OTHER : MOAT_SNIFF_MORE;
-	bool host_seen = false;
+	struct seen s = { .v10 = b[i - 3] == '0' };
 	for (;;) {
 		size_t e = i;
 		while (e < len && b[e] != '\r' && b[e] != '\n')
 			e++;
-		if (e < len && b[e] == '\n')
-			return MOAT_SNIFF_OTHER; /* bare LF */
+		if ((e < len && b[e] == '\n') || (e + 1 < len && b[e + 1] != '\n')) {
+			*why = "a bare CR or LF in the request head";
+			return MOAT_SNIFF_OTHER;
+		}
 		if (e + 1 >= len)
 			return MOAT_SNIFF_MORE;
-		if (b[e + 1] != '\n')
-			return MOAT_SNIFF_OTHER; /* bare CR */
-		if (e == i)
+		if (e == i) {
+			if (req)
+				req->head_len = e + 2;
 			return MOAT_SNIFF_HTTP;
-		if (!header(b + i, e - i, &host_seen, name))
+		}
+		*why = header(b + i, e - i, &s, name, req);
+		if (*why)
 			return MOAT_SNIFF_OTHER;
 		i = e + 2;
 	}
 }
 
-enum moat_sniff_kind moat_sniff(const uint8_t *buf, size_t len, char name[254])
+enum moat_sniff_kind moat_sniff_request(const uint8_t *buf, size_t len, char name[254],
+					struct moat_http_req *req)
 {
 	enum moat_sniff_kind k = MOAT_SNIFF_MORE;
+	const char *why = NULL;
 	name[0] = '\0';
+	if (req)
+		*req = (struct moat_http_req){ 0 };
 	if (len > 0)
-		k = buf[0] == 22 ? tls(buf, len, name) : http(buf, len, name);
-	if (k == MOAT_SNIFF_MORE && len >= MOAT_SNIFF_MAX)
+		k = buf[0] == 22 ? tls(buf, len, name) : http(buf, len, name, req, &why);
+	if (k == MOAT_SNIFF_MORE && len >= MOAT_SNIFF_MAX) {
 		k = MOAT_SNIFF_OTHER;
+		why = buf[0] == 22 ? NULL : "no complete request head in 16 KiB";
+	}
 	if (k == MOAT_SNIFF_MORE || k == MOAT_SNIFF_OTHER)
 		name[0] = '\0';
+	if (req) {
+		if (k != MOAT_SNIFF_HTTP)
+			*req = (struct moat_http_req){ 0 };
+		req->refusal = k == MOAT_SNIFF_OTHER ? why : NULL;
+	}
 	return k;
+}
+
+enum moat_sniff_kind moat_sniff(const uint8_t *buf, size_t len, char name[254])
+{
+	return moat_sniff_request(buf, len, name, NULL);
+}
+
+/* ---- one request's body, and its head with "Connection: close" ---- */
+
+enum { CH_SIZE, CH_EXT, CH_SIZE_LF, CH_DATA, CH_DATA_CR, CH_DATA_LF, CH_TRAILER, CH_TRAILER_LF,
+       CH_END_LF, CH_DONE };
+
+void moat_http_body_init(struct moat_http_body *b, const struct moat_http_req *req)
+{
+	*b = (struct moat_http_body){ .chunked = req->chunked,
+				      .left = req->chunked ? 0 : req->length,
+				      .state = req->chunked ? CH_SIZE : CH_DATA };
+	if (!req->chunked && req->length == 0)
+		b->state = CH_DONE;
+}
+
+static int hexval(uint8_t c)
+{
+	if (is_digit(c))
+		return c - '0';
+	c = (uint8_t)lower(c);
+	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+}
+
+int moat_http_body_feed(struct moat_http_body *b, const uint8_t *p, size_t n, size_t *used,
+			const char **why)
+{
+	size_t i = 0;
+	*why = NULL;
+	while (i < n && b->state != CH_DONE) {
+		uint8_t c = p[i];
+		if (b->state == CH_DATA) {
+			size_t k = n - i < b->left ? n - i : (size_t)b->left;
+			b->left -= k;
+			i += k;
+			if (b->left == 0)
+				b->state = b->chunked ? CH_DATA_CR : CH_DONE;
+			continue;
+		}
+		i++;
+		if (++b->line > MOAT_HTTP_LINE_MAX) {
+			*why = "a chunk-size or trailer line over 16 KiB";
+			goto bad;
+		}
+		switch (b->state) {
+		case CH_SIZE:
+			if (hexval(c) >= 0 && b->digits < 15) {
+				b->left = b->left << 4 | (uint64_t)hexval(c);
+				b->digits++;
+			} else if (c == ';' && b->digits) {
+				b->state = CH_EXT;
+			} else if (c == '\r' && b->digits) {
+				b->state = CH_SIZE_LF;
+			} else {
+				*why = hexval(c) >= 0 ? "a chunk size over 15 hex digits"
+						      : "a malformed chunk size";
+				goto bad;
+			}
+			break;
+		case CH_EXT:
+			if (c == '\r')
+				b->state = CH_SIZE_LF;
+			else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+				*why = "a control byte in a chunk extension";
+				goto bad;
+			}
+			break;
+		case CH_SIZE_LF:
+		case CH_DATA_LF:
+		case CH_TRAILER_LF:
+		case CH_END_LF:
+			if (c != '\n') {
+				*why = "a bare CR in the chunked body";
+				goto bad;
+			}
+			b->line = 0;
+			if (b->state == CH_SIZE_LF)
+				b->state = b->left ? CH_DATA : CH_TRAILER;
+			else if (b->state == CH_END_LF)
+				b->state = CH_DONE;
+			else
+				b->state = b->state == CH_DATA_LF ? CH_SIZE : CH_TRAILER;
+			b->digits = 0;
+			if (b->state == CH_TRAILER && (b->trailer += 2) > MOAT_HTTP_LINE_MAX) {
+				*why = "trailers over 16 KiB";
+				goto bad;
+			}
+			break;
+		case CH_DATA_CR:
+			if (c != '\r') {
+				*why = "a chunk longer than its size";
+				goto bad;
+			}
+			b->state = CH_DATA_LF;
+			break;
+		case CH_TRAILER:
+			if (c == '\r') {
+				b->state = b->line == 1 ? CH_END_LF : CH_TRAILER_LF;
+			} else if ((c < 0x20 && c != '\t') || c == 0x7f) {
+				*why = "a control byte or bare LF in a trailer";
+				goto bad;
+			} else if (++b->trailer > MOAT_HTTP_LINE_MAX) {
+				*why = "trailers over 16 KiB";
+				goto bad;
+			}
+			break;
+		}
+	}
+	*used = i;
+	return b->state == CH_DONE;
+bad:
+	*used = i;
+	return -1;
+}
+
+/* Hop-by-hop headers a "Connection: close" request must not carry. */
+static bool hop_by_hop(const uint8_t *l, size_t n)
+{
+	const uint8_t *colon = memchr(l, ':', n);
+	size_t c = colon ? (size_t)(colon - l) : n;
+	return name_is(l, c, "connection") || name_is(l, c, "keep-alive") ||
+	       name_is(l, c, "proxy-connection");
+}
+
+size_t moat_http_close_head(const uint8_t *head, size_t head_len, uint8_t *out)
+{
+	static const char close_line[] = "Connection: close\r\n\r\n";
+	size_t o = 0, i = 0;
+	while (i + 2 <= head_len) {
+		const uint8_t *crlf = memchr(head + i, '\r', head_len - i);
+		size_t e = crlf ? (size_t)(crlf - head) : head_len;
+		if (e == i)
+			break; /* the blank line */
+		if (i == 0 || !hop_by_hop(head + i, e - i)) {
+			size_t k = e + 2 <= head_len ? e + 2 - i : head_len - i;
+			memcpy(out + o, head + i, k);
+			o += k;
+		}
+		i = e + 2;
+	}
+	memcpy(out + o, close_line, sizeof close_line - 1);
+	return o + sizeof close_line - 1;
 }

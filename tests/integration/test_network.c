@@ -22,7 +22,8 @@
  *        65534).
  *   PUB  the public peer, public-looking (not documentation, not
  *        special-purpose) addresses 11.77.0.2 and 2a01:4f8:77::2: "public-ok"
- *        on 8080 (HTTP + UDP echo) and 8081, a TCP echo on 9000.
+ *        on 8080 (HTTP + UDP echo) and 8081, a TCP echo on 9000, a kept-alive
+ *        HTTP service on 8082 that answers every request it gets.
  *
  * Names: moat's mount namespace gets a private /etc/hosts with the same
  * table (public.test, meta.test, lan.test, hostaddr.test, hostlo.test, ...,
@@ -120,13 +121,18 @@ static const char HOSTS_ONLY[] = PUB4 " hostsonly.test\n";
 
 /* ---- python: services ---- */
 
-/* server.py TAG ADDR,... PORT,... [ECHO_PORT]: on every address and port an
- * HTTP responder ("TAG host=.. path=.. via=..") and a UDP echo ("TAG udp
- * via=.."), plus a TCP echo on ECHO_PORT. "ready" once all are bound. */
+/* server.py TAG ADDR,... PORT,... [ECHO_PORT [KA_PORT]]: on every address and
+ * port an HTTP responder ("TAG host=.. path=.. via=..") and a UDP echo ("TAG
+ * udp via=.."), plus a TCP echo on ECHO_PORT and on KA_PORT a kept-alive HTTP
+ * service like a shared front end that pipelines: it answers every request
+ * on a connection ("TAG host=.. path=.. body=<bytes> n=<nth>"), Connection:
+ * close or not, until the client closes or is idle 2 s. "ready" once all are
+ * bound. */
 static const char SERVER_PY[] =
 	"import socket, sys, threading\n"
 	"tag, addrs, ports = sys.argv[1], sys.argv[2].split(','), [int(p) for p in sys.argv[3].split(',')]\n"
 	"echo = int(sys.argv[4]) if len(sys.argv) > 4 else 0\n"
+	"kaport = int(sys.argv[5]) if len(sys.argv) > 5 else 0\n"
 	"def sa(a, p):\n"
 	"    if '%' in a:\n"
 	"        h, i = a.split('%')\n"
@@ -151,6 +157,51 @@ static const char SERVER_PY[] =
 	"        pass\n"
 	"    finally:\n"
 	"        c.close()\n"
+	"def ka(c, via):\n"
+	"    d, n = b'', 0\n"
+	"    def need(k):\n"
+	"        nonlocal d\n"
+	"        while len(d) < k:\n"
+	"            b = c.recv(65536)\n"
+	"            if not b: raise OSError('closed')\n"
+	"            d += b\n"
+	"    def line():\n"
+	"        nonlocal d\n"
+	"        while b'\\r\\n' not in d: need(len(d) + 1)\n"
+	"        l, _, d = d.partition(b'\\r\\n')\n"
+	"        return l\n"
+	"    try:\n"
+	"        c.settimeout(2)\n"
+	"        while True:\n"
+	"            while b'\\r\\n\\r\\n' not in d: need(len(d) + 1)\n"
+	"            head, _, d = d.partition(b'\\r\\n\\r\\n')\n"
+	"            lines = head.decode('latin1').split('\\r\\n')\n"
+	"            path = lines[0].split(' ')[1] if lines[0].count(' ') >= 2 else '?'\n"
+	"            host, cl, chunked, body = '', 0, False, 0\n"
+	"            for l in lines[1:]:\n"
+	"                k, _, v = l.partition(':')\n"
+	"                k, v = k.strip().lower(), v.strip()\n"
+	"                if k == 'host': host = v\n"
+	"                if k == 'content-length': cl = int(v)\n"
+	"                if k == 'transfer-encoding': chunked = True\n"
+	"            if chunked:\n"
+	"                while True:\n"
+	"                    k = int(line().split(b';')[0], 16)\n"
+	"                    if k == 0: break\n"
+	"                    need(k + 2)\n"
+	"                    d = d[k + 2:]\n"
+	"                    body += k\n"
+	"                while line(): pass\n"
+	"            else:\n"
+	"                need(cl)\n"
+	"                d, body = d[cl:], cl\n"
+	"            n += 1\n"
+	"            b = ('%s host=%s path=%s body=%d n=%d\\n' % (tag, host, path, body, n)).encode()\n"
+	"            c.sendall(b'HTTP/1.1 200 OK\\r\\nContent-Length: %d\\r\\n\\r\\n' % len(b) + b)\n"
+	"    except (OSError, ValueError):\n"
+	"        pass\n"
+	"    finally:\n"
+	"        c.close()\n"
 	"def echo_conn(c):\n"
 	"    try:\n"
 	"        while True:\n"
@@ -172,7 +223,7 @@ static const char SERVER_PY[] =
 	"    def loop():\n"
 	"        while True:\n"
 	"            c, _ = s.accept()\n"
-	"            threading.Thread(target=fn, args=(c, via) if fn is http else (c,), daemon=True).start()\n"
+	"            threading.Thread(target=fn, args=(c, via) if fn in (http, ka) else (c,), daemon=True).start()\n"
 	"    threading.Thread(target=loop, daemon=True).start()\n"
 	"def udp(a, p):\n"
 	"    f, addr = sa(a, p)\n"
@@ -191,6 +242,8 @@ static const char SERVER_PY[] =
 	"        udp(a, p)\n"
 	"    if echo:\n"
 	"        tcp(a, echo, echo_conn)\n"
+	"    if kaport:\n"
+	"        tcp(a, kaport, ka)\n"
 	"print('ready', flush=True)\n"
 	"threading.Event().wait()\n";
 
@@ -933,7 +986,8 @@ static void topology_setup(void)
 		  start_server(NS_META, server_path,
 			       (const char *const[]){ "CREDENTIALS", META4 "," META6, "80,8080", NULL }) &&
 		  start_server(NS_PUB, server_path,
-			       (const char *const[]){ "public-ok", PUB4 "," PUB6, "8080,8081", "9000", NULL });
+			       (const char *const[]){ "public-ok", PUB4 "," PUB6, "8080,8081", "9000",
+						      "8082", NULL });
 	if (!up || !verify_services()) {
 		setup_failed("its services are not all up (see the probe output above)");
 		topology_teardown();
@@ -2080,6 +2134,129 @@ START_TEST(allowlist_proxy)
 }
 END_TEST
 
+/* One request per plain-HTTP connection: a second request on a connection
+ * whose first named an allowed host (pipelined in the same write, or sent
+ * after the first answer on the kept-alive connection) could name any host
+ * the same front end serves. The kept-alive service on 8082 answers every
+ * request it gets, so whatever reached it shows; through the transparent
+ * path and the proxy, each refusal in the network log. Request heads moat
+ * cannot judge (smuggling-shaped framing, Upgrade, obs-fold) and malformed
+ * chunked bodies are refused. */
+static const char PY_ONE_REQUEST[] =
+	"import re, socket, threading\n"
+	"PROXY = ('127.0.0.1', 3128)\n"
+	"OUT = {}\n"
+	"def answers(d):\n"
+	"    got = re.findall(r'host=(\\S+) path=(\\S+) body=(\\d+)', d.decode('latin1'))\n"
+	"    return ' '.join('%s%s:%s' % g for g in got) or 'none'\n"
+	"def ka(name, addr, first, second, wait_first=False):\n"
+	"    try:\n"
+	"        s = socket.create_connection(addr, timeout=10)\n"
+	"        s.sendall((first if wait_first else first + second).encode())\n"
+	"        d = b''\n"
+	"        try:\n"
+	"            while wait_first and not re.search(rb'n=\\d+\\n', d):\n"
+	"                b = s.recv(65536)\n"
+	"                if not b: break\n"
+	"                d += b\n"
+	"            if wait_first: s.sendall(second.encode())\n"
+	"            while True:\n"
+	"                b = s.recv(65536)\n"
+	"                if not b: break\n"
+	"                d += b\n"
+	"        except OSError:\n"
+	"            pass\n"
+	"        s.close()\n"
+	"        OUT[name] = answers(d)\n"
+	"    except OSError as e:\n"
+	"        OUT[name] = 'error %s' % e\n"
+	"A = ('public.test', 8082)\n"
+	"H = 'Host: public.test:8082\\r\\n'\n"
+	"G1 = 'GET /one HTTP/1.1\\r\\n' + H + '\\r\\n'\n"
+	"G2 = 'GET /two HTTP/1.1\\r\\nHost: other.test:8082\\r\\n\\r\\n'\n"
+	"P1 = 'GET http://public.test:8082/one HTTP/1.1\\r\\n' + H + '\\r\\n'\n"
+	"P2 = 'GET http://other.test:8082/two HTTP/1.1\\r\\nHost: other.test:8082\\r\\n\\r\\n'\n"
+	"JOBS = [('pipe', A, G1, G2), ('kept', A, G1, G2, True),\n"
+	"        ('chunked', A, 'POST /chunked HTTP/1.1\\r\\n' + H + 'Transfer-Encoding: chunked\\r\\n\\r\\n'\n"
+	"         '5;x=1\\r\\nhello\\r\\n6\\r\\n world\\r\\n0\\r\\nX-T: 1\\r\\n\\r\\n', G2),\n"
+	"        ('length', A, 'POST /length HTTP/1.1\\r\\n' + H + 'Expect: 100-continue\\r\\n'\n"
+	"         'Content-Length: 5\\r\\n\\r\\nhello', G2),\n"
+	"        ('smuggle', A, 'POST /s HTTP/1.1\\r\\n' + H + 'Content-Length: 5\\r\\n'\n"
+	"         'Transfer-Encoding: chunked\\r\\n\\r\\n0\\r\\n\\r\\n', G2),\n"
+	"        ('h2c', A, 'GET /h HTTP/1.1\\r\\n' + H + 'Connection: Upgrade, HTTP2-Settings\\r\\n'\n"
+	"         'Upgrade: h2c\\r\\nHTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\\r\\n\\r\\n', ''),\n"
+	"        ('fold', A, 'GET /f HTTP/1.1\\r\\n' + H + 'X: 1\\r\\n Host: other.test\\r\\n\\r\\n', ''),\n"
+	"        ('badchunk', A, 'POST /bc HTTP/1.1\\r\\n' + H + 'Transfer-Encoding: chunked\\r\\n\\r\\n'\n"
+	"         '5\\r\\nhelloXX\\r\\n0\\r\\n\\r\\n', G2),\n"
+	"        ('proxy-pipe', PROXY, P1, P2), ('proxy-kept', PROXY, P1, P2, True)]\n"
+	"ts = [threading.Thread(target=ka, args=j) for j in JOBS]\n"
+	"for t in ts: t.start()\n"
+	"for t in ts: t.join()\n"
+	"for j in JOBS: print('%s:%s' % (j[0], OUT.get(j[0], 'none')))\n";
+
+/* Entries of a kind for host (NULL: any) refused with a reason holding why. */
+static int refusals(const struct run_out *o, const char *kind, const char *host, const char *why)
+{
+	int n = 0;
+	cJSON *c;
+	cJSON_ArrayForEach(c, connections(o)) {
+		const char *k = str_item(c, "kind"), *h = str_item(c, "host"), *r = str_item(c, "reason");
+		n += k && !strcmp(k, kind) && h && (!host || !strcmp(h, host)) && r && strstr(r, why) &&
+		     cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(c, "allowed"));
+	}
+	return n;
+}
+
+START_TEST(allowlist_one_request)
+{
+	PEER_GUARD(_i);
+	char *req = request(PY_ONE_REQUEST, ",\"allowedHosts\":[\"http://public.test:8082\"]");
+	struct run_out o;
+	net_exec(_i, req, &o);
+	const char *out = harness_str(&o, "stdout");
+	struct lines ls;
+	lines_parse(out, &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	static const char *const want[][2] = {
+		{ "pipe", "public.test:8082/one:0" },
+		{ "kept", "public.test:8082/one:0" },
+		{ "chunked", "public.test:8082/chunked:11" },
+		{ "length", "public.test:8082/length:5" },
+		{ "smuggle", "none" },
+		{ "h2c", "none" },
+		{ "fold", "none" },
+		{ "badchunk", "none" },
+		{ "proxy-pipe", "public.test:8082/one:0" },
+		{ "proxy-kept", "public.test:8082/one:0" },
+	};
+	for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
+		const char *r = lines_get(&ls, want[i][0]);
+		v_expect(&v, r && !strcmp(r, want[i][1]), "%s: want \"%s\" (one request, nothing "
+			 "after it), got \"%s\"", want[i][0], want[i][1], r ? r : "(no line)");
+	}
+	v_expect(&v, out && !strstr(out, "other.test"), "a second request reached the peer");
+	v_expect(&v, has_conn(&o, "tcp", "public.test|" PUB4 "|" PUB6, 8082, true, true),
+		 "no allowed transparent entry for public.test:8082 with received > 0");
+	int later = refusals(&o, "tcp", "other.test", "second request on one plain-HTTP connection");
+	v_expect(&v, later == 4, "%d refused transparent entries for other.test's second request, "
+		 "want 4 (pipe, kept, chunked, length)", later);
+	later = refusals(&o, "proxy", "other.test", "second request on one proxy connection");
+	v_expect(&v, later == 2, "%d refused proxy entries for other.test's second request, want 2",
+		 later);
+	static const char *const heads[] = { "both Content-Length and Transfer-Encoding",
+					     "an Upgrade request", "obs-fold",
+					     "body refused: a chunk longer than its size" };
+	for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
+		v_expect(&v, refusals(&o, "tcp", NULL, heads[i]) == 1,
+			 "no refused transparent entry naming \"%s\"", heads[i]);
+	v_done(&v, &o);
+	lines_free(&ls);
+	harness_free(&o);
+	free(req);
+}
+END_TEST
+
 /* No entries: no egress at all. */
 START_TEST(allowlist_empty)
 {
@@ -2147,6 +2324,7 @@ Suite *network_suite(void)
 	tcase_add_loop_test(tc, egress_teardown, 0, 6);
 	tcase_add_loop_test(tc, allowlist_transparent, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_proxy, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, allowlist_one_request, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_empty, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, refused_requests, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);

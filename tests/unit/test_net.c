@@ -602,6 +602,11 @@ START_TEST(proxy_request_heads)
 		  MOAT_PROXY_BAD, false, "malformed header name" },
 		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nHost: b.example\r\n\r\n",
 		  MOAT_PROXY_REFUSED, true, "more than one Host" },
+		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nUpgrade: h2c\r\n"
+		  "HTTP2-Settings: AAMA\r\nConnection: Upgrade, HTTP2-Settings\r\n\r\n",
+		  MOAT_PROXY_REFUSED, true, "Upgrade requests" },
+		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example\r\nupgrade: websocket\r\n\r\n",
+		  MOAT_PROXY_REFUSED, true, "Upgrade requests" },
 		{ "GET http://a.example/ HTTP/1.1\r\nHost: a.example:81\r\n\r\n", MOAT_PROXY_REFUSED,
 		  true, "does not match" },
 		{ "GET http://a.example/ HTTP/1.1\r\n\r\n", MOAT_PROXY_BAD, true, "without a Host" },

@@ -1,5 +1,7 @@
 /* Unit tests: TLS SNI and HTTP Host sniffing (src/net/sniff.c). */
 #include <stdbool.h>
+#include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -305,6 +307,274 @@ START_TEST(http_requests)
 }
 END_TEST
 
+/* ---- one request per connection: what a head declares ---- */
+
+static enum moat_sniff_kind sniff_req(const char *r, size_t len, char name[254],
+				      struct moat_http_req *req)
+{
+	uint8_t *b = malloc(len ? len : 1);
+	ck_assert_ptr_nonnull(b);
+	memcpy(b, r, len);
+	enum moat_sniff_kind k = moat_sniff_request(b, len, name, req);
+	free(b);
+	char plain[254];
+	/* moat_sniff says the same, without the reasons */
+	uint8_t *c = malloc(len ? len : 1);
+	ck_assert_ptr_nonnull(c);
+	memcpy(c, r, len);
+	ck_assert_int_eq(moat_sniff(c, len, plain), k);
+	free(c);
+	ck_assert_str_eq(plain, name);
+	return k;
+}
+
+static const struct {
+	const char *head;
+	const char *why;
+} http_refused[] = {
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nTransfer-Encoding: chunked\r\n\r\n",
+	  "both Content-Length and Transfer-Encoding" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nContent-Length: 5\r\n\r\n",
+	  "both Content-Length and Transfer-Encoding" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5\r\nContent-Length: 5\r\n\r\n",
+	  "two Content-Length headers" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\ncontent-length: 5\r\nContent-Length: 6\r\n\r\n",
+	  "two Content-Length headers" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: +5\r\n\r\n", "bad Content-Length" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 5, 5\r\n\r\n", "bad Content-Length" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length:\r\n\r\n", "bad Content-Length" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 0x10\r\n\r\n", "bad Content-Length" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nContent-Length: 1234567890123456\r\n\r\n",
+	  "bad Content-Length" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked"
+	  "\r\n\r\n", "two Transfer-Encoding headers" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+	  "Transfer-Encoding other than chunked" },
+	{ "POST / HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: xchunked\r\n\r\n",
+	  "Transfer-Encoding other than chunked" },
+	{ "POST / HTTP/1.0\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n",
+	  "Transfer-Encoding in an HTTP/1.0 request" },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nConnection: Upgrade, HTTP2-Settings\r\nUpgrade: h2c\r\n"
+	  "HTTP2-Settings: AAMAAABkAAQCAAAAAAIAAAAA\r\n\r\n", "Upgrade request" },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nUpgrade: websocket\r\n\r\n", "Upgrade request" },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nHTTP2-Settings: AAMA\r\n\r\n", "Upgrade request" },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n Host: evil\r\n\r\n", "obs-fold" },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nX: 1\r\n\tmore\r\n\r\n", "obs-fold" },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nHost: evil\r\n\r\n", "two Host headers" },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nHost: a\r\n\r\n", "two Host headers" },
+	{ "GET http://evil/ HTTP/1.1\r\nHost: a\r\n\r\n", "absolute-form" },
+	{ "CONNECT evil:443 HTTP/1.1\r\nHost: a\r\n\r\n", "authority-form" },
+	{ "GET / HTTP/1.1\r\nHost: a\nX: b\r\n\r\n", "bare CR or LF" },
+	{ "GET / HTTP/1.1\r\nHost: a\rX: b\r\n\r\n", "bare CR or LF" },
+	{ "GET / HTTP/1.1\r\nHost: a\r\nX: \x01\r\n\r\n", "control byte" },
+	{ "GET / HTTP/1.1\r\nHost: a b\r\n\r\n", "malformed Host" },
+	{ "GET / HTTP/1.1\r\nHost : a\r\n\r\n", "malformed header line" },
+};
+
+START_TEST(http_heads)
+{
+	char name[254];
+	struct moat_http_req req;
+	for (size_t i = 0; i < sizeof http_refused / sizeof http_refused[0]; i++) {
+		const char *r = http_refused[i].head;
+		enum moat_sniff_kind k = sniff_req(r, strlen(r), name, &req);
+		ck_assert_msg(k == MOAT_SNIFF_OTHER, "%zu: kind %d", i, k);
+		ck_assert_msg(req.refusal && strstr(req.refusal, http_refused[i].why), "%zu: %s", i,
+			      req.refusal ? req.refusal : "(none)");
+		ck_assert_str_eq(name, "");
+	}
+	/* not HTTP at all: no reason of HTTP's */
+	ck_assert_int_eq(sniff_req("SSH-2.0-x\r\n", 11, name, &req), MOAT_SNIFF_OTHER);
+	ck_assert_ptr_null(req.refusal);
+	ck_assert_int_eq(sniff_req("GET / HTTP/2.0\r\n\r\n", 18, name, &req), MOAT_SNIFF_OTHER);
+	ck_assert_ptr_null(req.refusal);
+
+	static const struct {
+		const char *head;
+		const char *host;
+		bool chunked;
+		uint64_t length;
+	} ok[] = {
+		{ "GET / HTTP/1.1\r\nHost: a\r\n\r\n", "a", false, 0 },
+		{ "POST /u HTTP/1.1\r\nHost: a\r\nContent-Length: 012\r\n\r\n", "a", false, 12 },
+		{ "POST /u HTTP/1.1\r\nHost: a\r\ncontent-length:  999999999999999 \r\n\r\n", "a",
+		  false, 999999999999999ull },
+		{ "POST /u HTTP/1.1\r\nTransfer-Encoding: Chunked\r\nHost: a\r\n\r\n", "a", true, 0 },
+		{ "PUT /u HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\nContent-Length: 3\r\n\r\n",
+		  "a", false, 3 },
+		{ "GET / HTTP/1.1\r\nHost: a\r\nConnection: keep-alive, Upgrade\r\n\r\n", "a", false, 0 },
+	};
+	for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+		const char *r = ok[i].head;
+		size_t len = strlen(r);
+		for (size_t cut = 0; cut < len; cut++)
+			ck_assert_msg(sniff_req(r, cut, name, &req) == MOAT_SNIFF_MORE, "%zu: cut %zu", i,
+				      cut);
+		/* what follows the head is not part of it */
+		char *more = NULL;
+		ck_assert_int_ge(asprintf(&more, "%sGET / HTTP/1.1\r\nHost: evil\r\n\r\n", r), 0);
+		ck_assert_msg(sniff_req(more, strlen(more), name, &req) == MOAT_SNIFF_HTTP, "%zu", i);
+		free(more);
+		ck_assert_str_eq(name, ok[i].host);
+		ck_assert_uint_eq(req.head_len, len);
+		ck_assert(req.chunked == ok[i].chunked);
+		ck_assert_uint_eq(req.length, ok[i].length);
+		ck_assert_ptr_null(req.refusal);
+	}
+}
+END_TEST
+
+/* ---- one request per connection: its body ---- */
+
+static struct moat_http_req body_req(bool chunked, uint64_t length)
+{
+	return (struct moat_http_req){ .chunked = chunked, .length = length };
+}
+
+/* Feeds s in pieces of step bytes (0: all at once); returns the verdict and
+ * the bytes used in all. */
+static int feed(struct moat_http_req r, const char *s, size_t step, size_t *used_all,
+		const char **why)
+{
+	struct moat_http_body b;
+	moat_http_body_init(&b, &r);
+	size_t len = strlen(s), at = 0;
+	int v = 0;
+	*used_all = 0;
+	*why = NULL;
+	if (len == 0)
+		v = moat_http_body_feed(&b, (const uint8_t *)"", 0, used_all, why);
+	while (at < len) {
+		size_t n = step && len - at > step ? step : len - at, used = 0;
+		uint8_t *copy = malloc(n);
+		ck_assert_ptr_nonnull(copy);
+		memcpy(copy, s + at, n);
+		v = moat_http_body_feed(&b, copy, n, &used, why);
+		free(copy);
+		ck_assert_uint_le(used, n);
+		*used_all += used;
+		if (v != 0)
+			break;
+		ck_assert_uint_eq(used, n);
+		at += n;
+	}
+	return v;
+}
+
+START_TEST(http_bodies)
+{
+	static const struct {
+		bool chunked;
+		uint64_t length;
+		const char *bytes;
+		int verdict;
+		size_t used; /* when complete */
+		const char *why;
+	} cases[] = {
+		{ false, 0, "GET / HTTP/1.1\r\n\r\n", 1, 0, NULL },
+		{ false, 5, "hello", 1, 5, NULL },
+		{ false, 5, "helloGET / HTTP/1.1\r\n\r\n", 1, 5, NULL },
+		{ false, 5, "hell", 0, 0, NULL },
+		{ true, 0, "5\r\nhello\r\n0\r\n\r\n", 1, 15, NULL },
+		{ true, 0, "5\r\nhello\r\n0\r\n\r\nGET / HTTP/1.1\r\nHost: evil\r\n\r\n", 1, 15, NULL },
+		{ true, 0, "A;name=\"v\"\r\n0123456789\r\n00\r\nX-T: 1\r\nY: 2\r\n\r\nrest", 1,
+		  44, NULL },
+		{ true, 0, "5\r\nhello\r\n0\r\n", 0, 0, NULL },
+		{ true, 0, "5\r\nhelloX\r\n0\r\n\r\n", -1, 0, "longer than its size" },
+		{ true, 0, "5\nhello\r\n0\r\n\r\n", -1, 0, "malformed chunk size" },
+		{ true, 0, "5\r\nhello\n0\r\n\r\n", -1, 0, "longer than its size" },
+		{ true, 0, "5\r\nhello\r\n0\r\n\r\r", -1, 0, "bare CR" },
+		{ true, 0, "g\r\n", -1, 0, "malformed chunk size" },
+		{ true, 0, "\r\n", -1, 0, "malformed chunk size" },
+		{ true, 0, "-1\r\n", -1, 0, "malformed chunk size" },
+		{ true, 0, " 5\r\n", -1, 0, "malformed chunk size" },
+		{ true, 0, "1000000000000000\r\n", -1, 0, "over 15 hex digits" },
+		{ true, 0, "5;a\x01\r\n", -1, 0, "control byte" },
+		{ true, 0, "0\r\nX: a\nY: b\r\n\r\n", -1, 0, "bare LF" },
+	};
+	static const size_t steps[] = { 0, 1, 2, 3, 7 };
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+		for (size_t s = 0; s < sizeof steps / sizeof steps[0]; s++) {
+			size_t used;
+			const char *why;
+			int v = feed(body_req(cases[i].chunked, cases[i].length), cases[i].bytes,
+				     steps[s], &used, &why);
+			ck_assert_msg(v == cases[i].verdict, "%zu step %zu: %d", i, steps[s], v);
+			if (v == 1)
+				ck_assert_msg(used == cases[i].used, "%zu step %zu: used %zu", i,
+					      steps[s], used);
+			if (v < 0)
+				ck_assert_msg(why && strstr(why, cases[i].why), "%zu: %s", i,
+					      why ? why : "(none)");
+			else
+				ck_assert_ptr_null(why);
+		}
+
+	/* Bounded: a chunk extension or trailers that never end. */
+	char *big = malloc(MOAT_HTTP_LINE_MAX + 64);
+	ck_assert_ptr_nonnull(big);
+	size_t used;
+	const char *why;
+	memcpy(big, "1;", 2);
+	memset(big + 2, 'x', MOAT_HTTP_LINE_MAX + 10);
+	big[MOAT_HTTP_LINE_MAX + 12] = '\0';
+	ck_assert_int_eq(feed(body_req(true, 0), big, 4096, &used, &why), -1);
+	ck_assert_ptr_nonnull(strstr(why, "16 KiB"));
+	memcpy(big, "0\r\n", 3);
+	for (size_t i = 3; i < MOAT_HTTP_LINE_MAX + 10; i += 6)
+		memcpy(big + i, "X: y\r\n", 6);
+	big[MOAT_HTTP_LINE_MAX + 9] = '\0';
+	ck_assert_int_eq(feed(body_req(true, 0), big, 4096, &used, &why), -1);
+	ck_assert_ptr_nonnull(strstr(why, "trailers over 16 KiB"));
+	free(big);
+
+	/* A large Content-Length counts down without overflow. */
+	struct moat_http_req r = body_req(false, UINT64_C(999999999999999));
+	struct moat_http_body b;
+	moat_http_body_init(&b, &r);
+	uint8_t chunk[4096] = { 0 };
+	size_t u;
+	ck_assert_int_eq(moat_http_body_feed(&b, chunk, sizeof chunk, &u, &why), 0);
+	ck_assert_uint_eq(u, sizeof chunk);
+	ck_assert_uint_eq(b.left, UINT64_C(999999999999999) - sizeof chunk);
+}
+END_TEST
+
+/* ---- one request per connection: its head with Connection: close ---- */
+
+START_TEST(http_close_head)
+{
+	static const char *const cases[][2] = {
+		{ "GET / HTTP/1.1\r\nHost: a\r\n\r\n",
+		  "GET / HTTP/1.1\r\nHost: a\r\nConnection: close\r\n\r\n" },
+		{ "GET / HTTP/1.1\r\nConnection: keep-alive\r\nHost: a\r\nKeep-Alive: 5\r\n"
+		  "proxy-connection: x\r\nX-Connection: y\r\n\r\n",
+		  "GET / HTTP/1.1\r\nHost: a\r\nX-Connection: y\r\nConnection: close\r\n\r\n" },
+		{ "GET / HTTP/1.0\r\nCONNECTION: content-length\r\nContent-Length: 2\r\n\r\n",
+		  "GET / HTTP/1.0\r\nContent-Length: 2\r\nConnection: close\r\n\r\n" },
+		{ "GET / HTTP/1.1\r\n\r\n", "GET / HTTP/1.1\r\nConnection: close\r\n\r\n" },
+	};
+	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+		const char *in = cases[i][0];
+		char name[254], name2[254];
+		struct moat_http_req req, req2;
+		ck_assert_int_eq(sniff_req(in, strlen(in), name, &req), MOAT_SNIFF_HTTP);
+		uint8_t *out = malloc(req.head_len + MOAT_HTTP_CLOSE_EXTRA);
+		ck_assert_ptr_nonnull(out);
+		size_t n = moat_http_close_head((const uint8_t *)in, req.head_len, out);
+		ck_assert_uint_le(n, req.head_len + MOAT_HTTP_CLOSE_EXTRA);
+		ck_assert_msg(n == strlen(cases[i][1]) && !memcmp(out, cases[i][1], n), "%zu: %.*s", i,
+			      (int)n, (const char *)out);
+		/* what goes out is judged the same */
+		ck_assert_int_eq(moat_sniff_request(out, n, name2, &req2), MOAT_SNIFF_HTTP);
+		ck_assert_str_eq(name2, name);
+		ck_assert_uint_eq(req2.head_len, n);
+		ck_assert_uint_eq(req2.length, req.length);
+		free(out);
+	}
+}
+END_TEST
+
 /* ---- random input ---- */
 
 static uint64_t rng = 0x9e3779b97f4a7c15u;
@@ -363,6 +633,9 @@ Suite *sniff_suite(void)
 	tcase_add_test(tc, tls_sni);
 	tcase_add_test(tc, tls_malformed);
 	tcase_add_test(tc, http_requests);
+	tcase_add_test(tc, http_heads);
+	tcase_add_test(tc, http_bodies);
+	tcase_add_test(tc, http_close_head);
 	tcase_add_test(tc, random_input);
 	suite_add_tcase(s, tc);
 	return s;
