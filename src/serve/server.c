@@ -651,33 +651,6 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 
 /* ---- routes ---- */
 
-static enum MHD_Result run_script(struct req *q, struct MHD_Connection *c,
-				  const struct moat_request *req, bool v1)
-{
-	struct moat_run_options opts;
-	run_options(q, &opts);
-	struct moat_result *res = NULL;
-	struct moat_error err = { 0 };
-	int rc = serve_pool_run(q->s->pool, req, &opts, &res, &err);
-	release_slot(q->s);
-	q->has_slot = false;
-	if (rc < 0) {
-		enum MHD_Result r = fail_moat(q, c, &err);
-		moat_error_clear(&err);
-		return r;
-	}
-	q->outcome = serve_run_outcome(res);
-	fit_result(res, req);
-	char *body = v1 ? moat_result_to_json(res) : script_json(res, req);
-	moat_result_free(res);
-	if (!body)
-		return MHD_NO;
-	enum serve_outcome keep = q->outcome;
-	enum MHD_Result r = respond(q, c, 200, body, "application/json", NULL, NULL);
-	q->outcome = keep;
-	return r;
-}
-
 /* Reserves a result's worst case (RESULT_BUDGET); false: the budget is full. */
 static bool reserve_result(struct req *q, const struct moat_request *req)
 {
@@ -701,10 +674,37 @@ static bool reserve_result(struct req *q, const struct moat_request *req)
 	return ok;
 }
 
-static enum MHD_Result result_budget_full(struct req *q, struct MHD_Connection *c)
+static enum MHD_Result run_script(struct req *q, struct MHD_Connection *c,
+				  const struct moat_request *req, bool v1)
 {
-	return fail(q, c, 503, "ServerBusy", O_REJECTED,
-		    "the results in flight fill this server's memory budget; retry later");
+	if (!reserve_result(q, req)) { /* admitted, but its answer would not fit */
+		release_slot(q->s);
+		q->has_slot = false;
+		return fail(q, c, 503, "ServerBusy", O_REJECTED,
+			    "the results in flight fill this server's memory budget; retry later");
+	}
+	struct moat_run_options opts;
+	run_options(q, &opts);
+	struct moat_result *res = NULL;
+	struct moat_error err = { 0 };
+	int rc = serve_pool_run(q->s->pool, req, &opts, &res, &err);
+	release_slot(q->s);
+	q->has_slot = false;
+	if (rc < 0) {
+		enum MHD_Result r = fail_moat(q, c, &err);
+		moat_error_clear(&err);
+		return r;
+	}
+	q->outcome = serve_run_outcome(res);
+	fit_result(res, req);
+	char *body = v1 ? moat_result_to_json(res) : script_json(res, req);
+	moat_result_free(res);
+	if (!body)
+		return MHD_NO;
+	enum serve_outcome keep = q->outcome;
+	enum MHD_Result r = respond(q, c, 200, body, "application/json", NULL, NULL);
+	q->outcome = keep;
+	return r;
 }
 
 static enum MHD_Result take_slot(struct req *q, struct MHD_Connection *c)
@@ -752,8 +752,6 @@ static enum MHD_Result spin_route(struct req *q, struct MHD_Connection *c)
 	}
 	/* a handler's stdout is streamed (bounded by maxResponseBytes and the
 	 * stream window); the cap, a script's, is its stderr's */
-	if (q->env.mode == SERVE_SCRIPT && !reserve_result(q, q->env.req))
-		return result_budget_full(q, c);
 	r = take_slot(q, c);
 	if (!q->has_slot)
 		return r;
@@ -785,10 +783,6 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 	/* an argv request has no language: the log and the metrics say none */
 	q->lang = req->argc ? -1 : (int)req->language;
 	q->mode = req->argc ? "command" : "script";
-	if (!reserve_result(q, req)) {
-		moat_request_free(req);
-		return result_budget_full(q, c);
-	}
 	r = take_slot(q, c);
 	if (r == MHD_YES && q->has_slot)
 		r = run_script(q, c, req, true);
