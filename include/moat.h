@@ -227,6 +227,20 @@ struct moat_run_options {
 	/* Called with each chunk of captured output (within the cap), as it comes. */
 	void (*on_output)(void *ctx, enum moat_stream stream, const char *buf, size_t len);
 	void *output_ctx;
+	/* Flow control for a caller that passes stdout on (on_output) instead
+	 * of keeping it (moat serve's handlers). With stdout_stream, stdout is
+	 * neither kept in the result (stdout_len stays 0) nor capped by
+	 * max_output_bytes (the caller bounds what it takes; the cap is then
+	 * stderr's), and after each chunk stdout_full(output_ctx) is asked:
+	 * while it says true, stdout is not read -- the program blocks on the
+	 * full pipe and its timeout runs on -- until resume_fd (the caller's
+	 * non-blocking eventfd; moat reads it, never closes it) is readable
+	 * and stdout_full says false. A program that has ended while stdout
+	 * waits keeps the rest of its timeout to be read (not only the 2 s
+	 * drain). resume_fd -1 after moat_run_options_init: no flow control. */
+	bool stdout_stream;
+	bool (*stdout_full)(void *ctx);
+	int resume_fd;
 	/* A host directory bound read-only (nosuid, nodev) at /opt/moat/runtime
 	 * (the service's handler shims); NULL: none. With rootfs_dir, that root
 	 * must have the empty directory /opt/moat/runtime. */
@@ -317,9 +331,10 @@ void moat_sandbox_release(struct moat_sandbox *sb);
  * moat_sandbox_prewarm creates and starts a sandbox whose program is boot, a
  * bootstrap (the runtime shims' moat_pool.py / pool.cjs) that waits on its
  * stdin, locked down like any run, for one request. boot stays borrowed
- * until release; opts' cancel/hangup fds and on_output are ignored (the
- * request brings its own). The thread that prewarms must outlive the
- * sandbox (pid 1's parent-death signal follows the creating thread). */
+ * until release; opts' cancel/hangup fds, on_output and stdout flow control
+ * are ignored (the request brings its own). The thread that prewarms must
+ * outlive the sandbox (pid 1's parent-death signal follows the creating
+ * thread). */
 int moat_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_options *opts,
 			 struct moat_sandbox **out, struct moat_error *err);
 /* NULL when req can be handed to a sandbox prewarmed with boot; otherwise
@@ -339,7 +354,8 @@ bool moat_pool_typescript_ready(const struct moat_run_options *opts);
 char *moat_pool_typescript_spec(void);
 /* Hands the warm sandbox its one request (validated, and refused with a
  * SandboxConfigError when moat_pool_refusal says no); per gives the
- * request's cancel_fd, hangup_fd and on_output (may be NULL). req stays
+ * request's cancel_fd, hangup_fd, on_output and stdout flow control
+ * (stdout_stream, stdout_full, resume_fd) (may be NULL). req stays
  * borrowed until release. Then moat_sandbox_wait as for any run: the result
  * has "pool": true, durationMs and the timeout count from the delivery. */
 int moat_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,

@@ -178,6 +178,36 @@ void moat_buf_append_json_string(struct moat_buf *b, const char *str, size_t len
 	moat_buf_append(b, "\"", 1);
 }
 
+size_t moat_json_string_fit(const char *str, size_t len, size_t max, size_t *escaped)
+{
+	const unsigned char *s = (const unsigned char *)str;
+	size_t i = 0, out = 0;
+	while (i < len) {
+		unsigned char c = s[i];
+		size_t in = 1, w;
+		if (c >= 0x80) { /* as moat_buf_append_json_string: a sequence or U+FFFD */
+			in = utf8_seq_len(s + i, len - i);
+			w = in ? in : 3;
+			if (!in)
+				in = 1;
+		} else if (c == '"' || c == '\\' || c == '\b' || c == '\f' || c == '\n' ||
+			   c == '\r' || c == '\t') {
+			w = 2;
+		} else if (c < 0x20 || c == 0x7F) {
+			w = 6;
+		} else {
+			w = 1;
+		}
+		if (w > max - out)
+			break;
+		out += w;
+		i += in;
+	}
+	if (escaped)
+		*escaped = out;
+	return i;
+}
+
 /* Appends s quoted for an error message: printable ASCII kept, '"' and '\\'
  * backslash-escaped, every other byte as \xNN (so no control characters or
  * invalid UTF-8 ever reach a terminal); more than `max` bytes → "...". */

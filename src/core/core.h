@@ -67,6 +67,11 @@ void moat_buf_appendf(struct moat_buf *b, const char *fmt, ...)
  * is kept, each invalid byte becomes U+FFFD, control bytes and NUL are
  * \u-escaped, '"' and '\\' escaped. */
 void moat_buf_append_json_string(struct moat_buf *b, const char *s, size_t len);
+/* The longest prefix of s (whole characters) whose string literal by
+ * moat_buf_append_json_string, quotes left out, is at most max bytes
+ * (control bytes take six, an invalid byte three); *escaped (may be NULL):
+ * that literal's length. */
+size_t moat_json_string_fit(const char *s, size_t len, size_t max, size_t *escaped);
 /* true when s is valid UTF-8 (RFC 3629) without a NUL byte: text that a
  * JSON string carries unchanged. */
 bool moat_utf8_text(const char *s, size_t len);

@@ -229,6 +229,10 @@ int run_deliver(struct run *r, const struct moat_request *req,
 	if (per) {
 		r->opts.on_output = per->on_output;
 		r->opts.output_ctx = per->output_ctx;
+		r->opts.stdout_stream = per->stdout_stream;
+		r->opts.stdout_full = per->stdout_full;
+		r->opts.resume_fd = per->resume_fd;
+		r->out.passed_on = per->stdout_stream;
 		r->cancel_fd = per->cancel_fd;
 		r->hangup_fd = per->hangup_fd;
 		if ((r->cancel_fd >= 0 && pump_watch_slot(r, PUMP_CANCEL, EPOLLIN) < 0) ||

@@ -36,6 +36,55 @@ static void pump_drop(struct run *r, struct pump_entry *e)
 
 /* ---- handlers ---- */
 
+/* Back-pressure on a stdout passed on (opts.stdout_stream): while the
+ * caller's stdout_full says so, stdout is unwatched and resume_fd watched
+ * instead; the program blocks on its full pipe, its timer runs on. */
+static int pump_flow(struct run *r)
+{
+	if (!r->opts.stdout_full || r->opts.resume_fd < 0 || r->out_paused ||
+	    !r->opts.stdout_full(r->opts.output_ctx))
+		return PUMP_GO;
+	r->resume_fd = r->opts.resume_fd;
+	if (pump_watch_slot(r, PUMP_RESUME, EPOLLIN) < 0) {
+		r->resume_fd = -1; /* cannot wait: read on */
+		return PUMP_GO;
+	}
+	epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->stdout_r, NULL);
+	r->out_paused = true;
+	return PUMP_GO;
+}
+
+/* resume_fd (the caller's) is no longer watched. */
+static void resume_unwatch(struct run *r)
+{
+	epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->resume_fd, NULL);
+	r->resume_fd = -1;
+	r->out_paused = false;
+}
+
+/* stdout is read again (the caller took enough, or its fd broke). */
+static void pump_unpause(struct run *r)
+{
+	if (!r->out_paused)
+		return;
+	resume_unwatch(r);
+	if (pump_watch_slot(r, PUMP_STDOUT, EPOLLIN) < 0)
+		pump_drop(r, &r->pump[PUMP_STDOUT]); /* cannot watch: stop reading it */
+}
+
+/* The caller's resume_fd: it took some of what it holds. */
+static int on_resume(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	uint64_t v;
+	if (read(r->resume_fd, &v, sizeof v) < 0 && errno != EAGAIN && errno != EINTR) {
+		pump_unpause(r); /* a broken fd: no more flow control */
+		return PUMP_GO;
+	}
+	if (!r->opts.stdout_full(r->opts.output_ctx))
+		pump_unpause(r);
+	return PUMP_GO;
+}
+
 static int on_output(struct run *r, struct pump_entry *e, struct moat_error *err)
 {
 	struct run_stream *s = e == &r->pump[PUMP_STDOUT] ? &r->out : &r->errout;
@@ -45,6 +94,11 @@ static int on_output(struct run *r, struct pump_entry *e, struct moat_error *err
 	if (n <= 0) { /* EOF or error */
 		pump_drop(r, e);
 		return PUMP_GO;
+	}
+	if (s->passed_on) { /* the caller's sink bounds it: nothing kept */
+		if (r->opts.on_output)
+			r->opts.on_output(r->opts.output_ctx, s->which, r->chunk, (size_t)n);
+		return pump_flow(r);
 	}
 	size_t keep = moat_cap_take(*s->len, (size_t)n, s->cap, s->truncated);
 	if (keep == 0)
@@ -201,6 +255,12 @@ static int on_timer(struct run *r, struct pump_entry *e, struct moat_error *err)
 	if (read(r->timerfd, &ticks, sizeof ticks) < 0)
 		return PUMP_GO;
 	if (r->draining) {
+		/* stdout waits for its caller (pump_flow): a program that ended
+		 * by itself keeps the rest of its timeout to be read */
+		int64_t left = r->t0 + (int64_t)r->req->timeout_ms - moat_mono_ms();
+		if (r->out_paused && !r->res->timed_out && !r->cancelled && left > 0 &&
+		    run_arm_timer(r, (uint64_t)left, err) == 0)
+			return PUMP_GO;
 		/* output pipes still open after the sandbox died: give up */
 		(void)moat_result_warn(r->res, "output was still open %d ms after the sandbox "
 				       "ended; stopped reading", DRAIN_GRACE_MS);
@@ -266,15 +326,18 @@ int pump_watch(struct run *r, struct moat_error *err)
 	r->pump[PUMP_HANGUP] = (struct pump_entry){ &r->hangup_fd, on_cancel };
 	r->pump[PUMP_KV] = (struct pump_entry){ &r->kv_fd, on_kv };
 	r->pump[PUMP_THRASH] = (struct pump_entry){ &r->thrash_fd, on_thrash };
+	r->pump[PUMP_RESUME] = (struct pump_entry){ &r->resume_fd, on_resume };
+	r->resume_fd = -1;
+	r->out_paused = false;
 	size_t cap = r->req->max_output_bytes ? r->req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
 	/* a warm sandbox's stdin waits for its request (run_deliver); a
 	 * zygote's child reads its request as a frame (run_frame_stdin) */
 	r->stdin_data = r->pooled ? NULL : r->pool_frame ? r->pool_frame : r->req->stdin_data;
 	r->stdin_len = r->pooled ? 0 : r->pool_frame ? r->pool_frame_len : r->req->stdin_len;
 	r->out = (struct run_stream){ MOAT_STDOUT, &r->res->stdout_buf, &r->res->stdout_len,
-				      &r->res->stdout_truncated, cap, 0 };
+				      &r->res->stdout_truncated, cap, 0, r->opts.stdout_stream };
 	r->errout = (struct run_stream){ MOAT_STDERR, &r->res->stderr_buf, &r->res->stderr_len,
-					 &r->res->stderr_truncated, cap, 0 };
+					 &r->res->stderr_truncated, cap, 0, false };
 
 	/* a blocking read or write here would stall the timeout: fail instead */
 	if (fcntl(r->stdout_r, F_SETFL, O_NONBLOCK) < 0 ||
@@ -343,6 +406,8 @@ int run_pump(struct run *r, struct moat_error *err)
 	struct sigpipe_guard g;
 	sigpipe_block(&g);
 	int rc = pump(r, err);
+	if (r->out_paused)
+		resume_unwatch(r);
 	sigpipe_restore(&g);
 	return rc;
 }

@@ -47,6 +47,7 @@ struct run_stream {
 	bool *truncated;
 	size_t cap;
 	size_t alloc;
+	bool passed_on; /* opts.stdout_stream: neither kept nor capped */
 };
 
 struct run;
@@ -61,7 +62,8 @@ struct pump_entry {
 };
 enum pump_slot {
 	PUMP_STDOUT, PUMP_STDERR, PUMP_REPORT, PUMP_OUTPUTS, PUMP_LISTENER, PUMP_STDIN,
-	PUMP_TIMER, PUMP_EXIT, PUMP_CANCEL, PUMP_HANGUP, PUMP_KV, PUMP_THRASH, PUMP__COUNT
+	PUMP_TIMER, PUMP_EXIT, PUMP_CANCEL, PUMP_HANGUP, PUMP_KV, PUMP_THRASH, PUMP_RESUME,
+	PUMP__COUNT
 };
 
 /* The thrash watch (thrash.c): the samples of the last THRASH_TICKS ticks
@@ -164,6 +166,8 @@ struct run {
 	bool outs_cut;
 	bool exited, draining, cancelled;
 	int cancel_fd, hangup_fd; /* copies of the caller's fds; -1 once unwatched */
+	int resume_fd; /* opts.resume_fd while stdout waits for it (paused), else -1 */
+	bool out_paused; /* stdout unwatched: opts.stdout_full said so */
 	bool have_status, have_setup;
 	struct moat_report status, setup;
 	int thrash_fd; /* the thrash watch's periodic timer; -1 when not watching */
@@ -223,9 +227,9 @@ int pump_watch(struct run *r, struct moat_error *err);
 /* pool.c */
 /* Hands a started warm sandbox its one real request (docs/SERVE.md, "The
  * pool"): req must pass run_pool_refusal against the bootstrap request;
- * req and its per-request options (hangup_fd, cancel_fd, on_output) are
- * borrowed until release. The wall clock, durationMs and the output caps
- * start over from here. */
+ * req and its per-request options (hangup_fd, cancel_fd, on_output, stdout
+ * flow control) are borrowed until release. The wall clock, durationMs and
+ * the output caps start over from here. */
 int run_deliver(struct run *r, const struct moat_request *req,
 		const struct moat_run_options *per, struct moat_error *err);
 

@@ -17,6 +17,7 @@ void moat_run_options_init(struct moat_run_options *opts)
 	memset(opts, 0, sizeof *opts);
 	opts->cancel_fd = -1;
 	opts->hangup_fd = -1;
+	opts->resume_fd = -1;
 	opts->zygote_fd = -1;
 }
 
@@ -129,6 +130,9 @@ int moat_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_
 	o.cancel_fd = o.hangup_fd = -1; /* the request's, given at delivery */
 	o.on_output = NULL;
 	o.output_ctx = NULL;
+	o.stdout_stream = false; /* the request's too */
+	o.stdout_full = NULL;
+	o.resume_fd = -1;
 	struct moat_sandbox *sb;
 	if (moat_sandbox_create(boot, &o, &sb, err) < 0)
 		return -1;

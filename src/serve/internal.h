@@ -18,6 +18,7 @@
 #define SERVE_MAX_SANDBOX_ID 256u
 #define SERVE_MAX_HANDLER_HEADERS 100u
 #define SERVE_MAX_HEAD_BYTES (64u * 1024u)       /* the handler's head line */
+#define SERVE_MAX_OUTPUT_DEFAULT (4u * 1024u * 1024u) /* serve.max.maxOutputBytes */
 
 /* ---- operator limits (config "serve" object) ---- */
 struct serve_limits {
@@ -27,6 +28,7 @@ struct serve_limits {
 	uint64_t def_pids, max_pids;
 	bool allow_open_network;
 	uint64_t max_response_bytes;
+	uint64_t max_output_bytes; /* serve.max.maxOutputBytes: per stream, raw and escaped */
 	int pool; /* "pool": warm sandboxes per language; -1: not set */
 	int pool_zygote; /* "poolZygote": 0 or 1; -1: not set */
 };
@@ -116,6 +118,11 @@ struct serve_metrics {
 	uint64_t count[R__COUNT];
 	int64_t in_flight, queued;
 	uint64_t rejected;
+	/* the memory budgets of answers (server.c): bytes of /v1/run and
+	 * script results reserved, handler response bytes waiting for their
+	 * client, requests refused because the result budget was full */
+	int64_t result_bytes, stream_bytes;
+	uint64_t result_rejected;
 };
 const char *serve_route_name(enum serve_route r);
 const char *serve_outcome_name(enum serve_outcome o);

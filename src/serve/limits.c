@@ -21,6 +21,7 @@ void serve_limits_default(struct serve_limits *l)
 		.def_pids = 64, .max_pids = 256,
 		.allow_open_network = false,
 		.max_response_bytes = 16u * 1024u * 1024u,
+		.max_output_bytes = SERVE_MAX_OUTPUT_DEFAULT,
 		.pool = -1,
 		.pool_zygote = -1,
 	};
@@ -47,8 +48,9 @@ static int get_bool(const cJSON *it, bool *out, struct moat_error *err)
 	return 0;
 }
 
+/* maxout: serve.max's maxOutputBytes (NULL for serve.defaults: none). */
 static int parse_set(const cJSON *obj, const char *where, uint64_t *timeout, uint64_t *mem,
-		     double *cpus, uint64_t *pids, struct moat_error *err)
+		     double *cpus, uint64_t *pids, uint64_t *maxout, struct moat_error *err)
 {
 	if (!cJSON_IsObject(obj))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "config serve.%s must be an object",
@@ -72,10 +74,15 @@ static int parse_set(const cJSON *obj, const char *where, uint64_t *timeout, uin
 			if (get_num(it, where, 1, 1 << 22, &v, err) < 0)
 				return -1;
 			*pids = (uint64_t)v;
+		} else if (maxout && !strcmp(k, "maxOutputBytes")) {
+			if (get_num(it, where, 1, 1024.0 * 1024 * 1024, &v, err) < 0)
+				return -1;
+			*maxout = (uint64_t)v;
 		} else {
 			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 					      "config serve.%s: unknown key \"%.64s\" (timeout, "
-					      "memoryMb, cpus, pidsLimit)", where, k);
+					      "memoryMb, cpus, pidsLimit%s)", where, k,
+					      maxout ? ", maxOutputBytes" : "");
 		}
 	}
 	return 0;
@@ -95,11 +102,11 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 		const char *k = it->string ? it->string : "";
 		if (!strcmp(k, "defaults")) {
 			if (parse_set(it, "defaults", &l->def_timeout_ms, &l->def_memory_mb,
-				      &l->def_cpus, &l->def_pids, err) < 0)
+				      &l->def_cpus, &l->def_pids, NULL, err) < 0)
 				goto out;
 		} else if (!strcmp(k, "max")) {
 			if (parse_set(it, "max", &l->max_timeout_ms, &l->max_memory_mb, &l->max_cpus,
-				      &l->max_pids, err) < 0)
+				      &l->max_pids, &l->max_output_bytes, err) < 0)
 				goto out;
 		} else if (!strcmp(k, "allowOpenNetwork")) {
 			if (get_bool(it, &l->allow_open_network, err) < 0)
@@ -172,6 +179,14 @@ int serve_limits_apply(const struct serve_limits *l, struct moat_request *req, u
 		return over(err, "cpus", req->cpus, l->max_cpus, "");
 	if (req->pids_limit > l->max_pids)
 		return over(err, "pidsLimit", (double)req->pids_limit, (double)l->max_pids, "");
+	/* what the request did not ask for (moat's default, a Spin script's
+	 * cap) fits under the max; what it asked for must */
+	if (req->max_output_bytes > l->max_output_bytes) {
+		if (given & MOAT_REQ_HAS_MAXOUT)
+			return over(err, "maxOutputBytes", (double)req->max_output_bytes,
+				    (double)l->max_output_bytes, "");
+		req->max_output_bytes = l->max_output_bytes;
+	}
 	if (req->network && !l->allow_open_network)
 		return moat_error_set(err, MOAT_ERR_POLICY, 0,
 				      "\"network\": true (open egress) is not allowed on this server "

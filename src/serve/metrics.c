@@ -109,6 +109,18 @@ char *serve_metrics_render(struct serve_metrics *m)
 			     "# TYPE moat_serve_rejected_total counter\nmoat_serve_rejected_total %llu\n",
 			 (long long)m->in_flight, (long long)m->queued,
 			 (unsigned long long)m->rejected);
+	moat_buf_appendf(&b, "# HELP moat_serve_result_bytes Bytes reserved for results being "
+			     "made or sent (/v1/run, scripts).\n"
+			     "# TYPE moat_serve_result_bytes gauge\nmoat_serve_result_bytes %lld\n"
+			     "# HELP moat_serve_stream_bytes Handler response bytes waiting for "
+			     "their client.\n"
+			     "# TYPE moat_serve_stream_bytes gauge\nmoat_serve_stream_bytes %lld\n"
+			     "# HELP moat_serve_result_budget_rejected_total Requests refused with "
+			     "503 because the results in flight filled their budget.\n"
+			     "# TYPE moat_serve_result_budget_rejected_total counter\n"
+			     "moat_serve_result_budget_rejected_total %llu\n",
+			 (long long)m->result_bytes, (long long)m->stream_bytes,
+			 (unsigned long long)m->result_rejected);
 	pthread_mutex_unlock(&m->mu);
 	return moat_buf_take(&b);
 }

@@ -32,6 +32,19 @@
 /* request bodies buffered at once, over all connections (512 × 6 MiB would
  * be 3 GiB): past it a request is answered 503 and its body dropped */
 #define BODY_BUDGET (256ull * 1024 * 1024)
+/* A handler's response bytes read from its sandbox and not yet taken by
+ * the client: past STREAM_WINDOW the run's stdout is not read (the program
+ * blocks on its pipe, inside its slot and its timeout); while all streams
+ * together hold more than STREAM_BUDGET, a stream holding any waits too.
+ * Each stream holds at most the window and one read (64 KiB). */
+#define STREAM_WINDOW (256u * 1024u)
+#define STREAM_BUDGET (64ull * 1024 * 1024)
+/* Results (/v1/run, scripts) in flight: each reserves its worst case
+ * before its run -- both streams captured, then their JSON (escaped within
+ * the same cap: serve.max.maxOutputBytes) -- until its answer is sent;
+ * past the budget a request is answered 503. One alone always fits. */
+#define RESULT_BUDGET (256ull * 1024 * 1024)
+#define RESULT_OVERHEAD (64u * 1024u)
 
 /* A client connection, for the request deadline (below). */
 struct conn {
@@ -55,6 +68,8 @@ struct server {
 	unsigned active; /* requests not yet answered and logged (their response may
 			  * still be on its way after the run's slot is free) */
 	uint64_t body_bytes;
+	uint64_t result_bytes; /* reserved by results in flight (RESULT_BUDGET) */
+	uint64_t stream_bytes; /* __atomic: handler bytes waiting for clients (STREAM_BUDGET) */
 	bool stopping;
 	int cancel_fd; /* eventfd: written when the grace period is over */
 	bool auth;
@@ -78,8 +93,10 @@ struct stream {
 	int status;
 	char **headers;
 	size_t headers_count;
-	struct moat_buf pending; /* body bytes not yet taken by MHD */
+	struct moat_buf pending; /* body bytes not yet taken by MHD (in s->stream_bytes) */
 	size_t pending_off;
+	int resume_fd; /* eventfd: written when the client took some (the run's resume_fd) */
+	bool abandoned; /* the response is gone: the rest is read and dropped */
 	struct moat_result *res;
 	struct moat_error err;
 	bool run_failed;
@@ -95,6 +112,7 @@ struct req {
 	const char *mode; /* "script", "handler", NULL */
 	bool is_post, done_headers, too_large, over_budget;
 	uint64_t budget; /* bytes of s->body_bytes this request holds */
+	uint64_t result_budget; /* bytes of s->result_bytes */
 	struct moat_buf body;
 	int64_t t0;
 	uint64_t bytes_out;
@@ -146,6 +164,16 @@ static void log_request(struct req *q)
 	moat_buf_free(&b);
 }
 
+/* The pending bytes of a handler's response leave the budget (q->mu held,
+ * or the last reference). */
+static void stream_drop(struct req *q)
+{
+	size_t held = q->st.pending.len - q->st.pending_off;
+	__atomic_sub_fetch(&q->s->stream_bytes, held, __ATOMIC_RELAXED);
+	moat_buf_free(&q->st.pending);
+	q->st.pending_off = 0;
+}
+
 static void req_unref(struct req *q)
 {
 	pthread_mutex_lock(&q->mu);
@@ -158,8 +186,12 @@ static void req_unref(struct req *q)
 			     (double)(now_ms() - q->t0) / 1000.0);
 	if (q->conn_fd >= 0)
 		close(q->conn_fd);
+	stream_drop(q);
+	if (q->st.resume_fd >= 0)
+		close(q->st.resume_fd);
 	pthread_mutex_lock(&q->s->mu);
 	q->s->body_bytes -= q->budget;
+	q->s->result_bytes -= q->result_budget;
 	q->s->active--;
 	pthread_cond_broadcast(&q->s->cv);
 	pthread_mutex_unlock(&q->s->mu);
@@ -171,7 +203,6 @@ static void req_unref(struct req *q)
 	for (size_t i = 0; i < 2 * q->st.headers_count; i++)
 		free(q->st.headers[i]);
 	free(q->st.headers);
-	moat_buf_free(&q->st.pending);
 	moat_result_free(q->st.res);
 	moat_error_clear(&q->st.err);
 	pthread_mutex_destroy(&q->mu);
@@ -180,6 +211,8 @@ static void req_unref(struct req *q)
 }
 
 /* ---- responses ---- */
+
+static void conn_deadline_in(struct server *s, struct MHD_Connection *c, int64_t ms);
 
 static enum MHD_Result respond(struct req *q, struct MHD_Connection *c, unsigned status,
 			       char *body, const char *ctype, const char *h1, const char *v1)
@@ -198,6 +231,9 @@ static enum MHD_Result respond(struct req *q, struct MHD_Connection *c, unsigned
 		MHD_add_response_header(r, h1, v1);
 	q->status = status;
 	q->bytes_out = len;
+	/* the whole answer must be out within --client-timeout: MHD's idle
+	 * timeout alone lets a client that reads a byte now and then hold it */
+	conn_deadline_in(q->s, c, (int64_t)q->s->o->client_timeout_s * 1000);
 	enum MHD_Result rc = MHD_queue_response(c, status, r);
 	MHD_destroy_response(r);
 	return rc;
@@ -251,6 +287,25 @@ static void put_key_str(struct moat_buf *b, const char *key, const char *s, size
 		moat_buf_append_json_string(b, s, len);
 	else
 		moat_buf_append(b, "null", 4);
+}
+
+/* A captured stream cut so that its JSON string stays within max bytes
+ * (a control byte is escaped six-fold): the answer's size is bounded by
+ * the cap, not six times it. */
+static void fit_output(const char *buf, size_t *len, bool *truncated, uint64_t max)
+{
+	size_t n = moat_json_string_fit(buf, *len, max > SIZE_MAX ? SIZE_MAX : (size_t)max, NULL);
+	if (n < *len) {
+		*len = n;
+		*truncated = true;
+	}
+}
+
+static void fit_result(struct moat_result *res, const struct moat_request *req)
+{
+	uint64_t cap = req->max_output_bytes ? req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
+	fit_output(res->stdout_buf, &res->stdout_len, &res->stdout_truncated, cap);
+	fit_output(res->stderr_buf, &res->stderr_len, &res->stderr_truncated, cap);
 }
 
 /* The Spin script result, with moat's extra fields. */
@@ -374,8 +429,18 @@ static void on_head(void *ctx, int status, char **headers, size_t count)
 
 static void on_body(void *ctx, const char *buf, size_t len)
 {
-	struct req *q = ctx;
-	moat_buf_append(&q->st.pending, buf, len);
+	struct req *q = ctx; /* q->mu held by on_output */
+	if (q->st.abandoned)
+		return;
+	struct moat_buf *p = &q->st.pending;
+	if (q->st.pending_off) { /* what was taken goes: the buffer stays the window's size */
+		memmove(p->data, p->data + q->st.pending_off, p->len - q->st.pending_off);
+		p->len -= q->st.pending_off;
+		q->st.pending_off = 0;
+	}
+	size_t before = p->len;
+	moat_buf_append(p, buf, len);
+	__atomic_add_fetch(&q->s->stream_bytes, p->len - before, __ATOMIC_RELAXED);
 	pthread_cond_broadcast(&q->cv);
 }
 
@@ -391,6 +456,30 @@ static void on_output(void *ctx, enum moat_stream stream, const char *buf, size_
 	pthread_mutex_unlock(&q->mu);
 }
 
+/* The run's stdout_full: the client has not taken enough yet. A failed or
+ * abandoned response is read on (and dropped) to the program's end. */
+static bool stream_full(void *ctx)
+{
+	struct req *q = ctx;
+	pthread_mutex_lock(&q->mu);
+	size_t held = q->st.pending.len - q->st.pending_off;
+	bool full = !q->st.abandoned && q->st.frame.state != FRAME_FAILED &&
+		    (held >= STREAM_WINDOW ||
+		     (held > 0 &&
+		      __atomic_load_n(&q->s->stream_bytes, __ATOMIC_RELAXED) > STREAM_BUDGET));
+	pthread_mutex_unlock(&q->mu);
+	return full;
+}
+
+/* Tells the run's pump to ask stream_full again. */
+static void stream_wake(struct req *q)
+{
+	uint64_t one = 1;
+	if (q->st.resume_fd >= 0 && write(q->st.resume_fd, &one, sizeof one) < 0) {
+		/* EAGAIN: the counter is full, the pump is woken anyway */
+	}
+}
+
 static void *handler_worker(void *arg)
 {
 	struct req *q = arg;
@@ -399,6 +488,9 @@ static void *handler_worker(void *arg)
 	run_options(q, &opts);
 	opts.on_output = on_output;
 	opts.output_ctx = q;
+	opts.stdout_stream = true; /* no second copy: the response is streamed */
+	opts.stdout_full = stream_full;
+	opts.resume_fd = q->st.resume_fd;
 	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
 	int rc = serve_pool_run(q->s->pool, q->env.req, &opts, &res, &err);
@@ -417,6 +509,10 @@ static void *handler_worker(void *arg)
 		q->outcome = O_ERROR;
 	else
 		q->outcome = ro;
+	if (q->st.head_ready) { /* only an answer without a head reads the result */
+		moat_result_free(q->st.res);
+		q->st.res = NULL;
+	}
 	pthread_cond_broadcast(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 	req_unref(q);
@@ -439,8 +535,10 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		q->st.pending_off += n;
 		if (q->st.pending_off == q->st.pending.len)
 			q->st.pending.len = q->st.pending_off = 0;
+		__atomic_sub_fetch(&q->s->stream_bytes, n, __ATOMIC_RELAXED);
 		q->bytes_out += n;
 		rc = (ssize_t)n;
+		stream_wake(q);
 	} else if (q->st.frame.state == FRAME_END) {
 		rc = MHD_CONTENT_READER_END_OF_STREAM;
 	} else {
@@ -452,7 +550,13 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 
 static void stream_free(void *cls)
 {
-	req_unref(cls);
+	struct req *q = cls;
+	pthread_mutex_lock(&q->mu);
+	q->st.abandoned = true; /* sent or the client is gone */
+	stream_drop(q);
+	pthread_mutex_unlock(&q->mu);
+	stream_wake(q);
+	req_unref(q);
 }
 
 static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
@@ -460,6 +564,12 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 	pthread_t t;
 	frame_init(&q->st.frame, q->s->limits.max_response_bytes,
 		   &(struct frame_sink){ on_head, on_body, q });
+	if ((q->st.resume_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
+		release_slot(q->s);
+		q->has_slot = false;
+		return fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
+			    "cannot make the response's eventfd");
+	}
 	pthread_mutex_lock(&q->mu);
 	q->refs++; /* the worker's */
 	pthread_mutex_unlock(&q->mu);
@@ -494,6 +604,10 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 		for (size_t i = 0; i < q->st.headers_count; i++)
 			MHD_add_response_header(r, q->st.headers[2 * i], q->st.headers[2 * i + 1]);
 		q->status = (unsigned)status;
+		/* the whole response is out within the run's timeout and then
+		 * --client-timeout, however slowly the client reads */
+		conn_deadline_in(q->s, c, (int64_t)q->env.req->timeout_ms +
+						  (int64_t)q->s->o->client_timeout_s * 1000);
 		enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
 		MHD_destroy_response(r);
 		return rc;
@@ -505,6 +619,7 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 	if (q->st.run_failed)
 		return fail_moat(q, c, &q->st.err);
 	struct moat_result *res = q->st.res;
+	fit_result(res, q->env.req);
 	char *why = q->st.frame.error ? q->st.frame.error : "the handler wrote no response";
 	char *script_err = serve_script_error(res, q->env.req);
 	struct moat_buf b = { 0 };
@@ -536,9 +651,38 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 
 /* ---- routes ---- */
 
+/* Reserves a result's worst case (RESULT_BUDGET); false: the budget is full. */
+static bool reserve_result(struct req *q, const struct moat_request *req)
+{
+	struct server *s = q->s;
+	uint64_t cap = req->max_output_bytes ? req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
+	uint64_t want = 4 * cap + RESULT_OVERHEAD;
+	if (want > RESULT_BUDGET)
+		want = RESULT_BUDGET;
+	pthread_mutex_lock(&s->mu);
+	bool ok = s->result_bytes + want <= RESULT_BUDGET;
+	if (ok) {
+		s->result_bytes += want;
+		q->result_budget = want;
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (!ok) {
+		pthread_mutex_lock(&s->metrics.mu);
+		s->metrics.result_rejected++;
+		pthread_mutex_unlock(&s->metrics.mu);
+	}
+	return ok;
+}
+
 static enum MHD_Result run_script(struct req *q, struct MHD_Connection *c,
 				  const struct moat_request *req, bool v1)
 {
+	if (!reserve_result(q, req)) { /* admitted, but its answer would not fit */
+		release_slot(q->s);
+		q->has_slot = false;
+		return fail(q, c, 503, "ServerBusy", O_REJECTED,
+			    "the results in flight fill this server's memory budget; retry later");
+	}
 	struct moat_run_options opts;
 	run_options(q, &opts);
 	struct moat_result *res = NULL;
@@ -552,6 +696,7 @@ static enum MHD_Result run_script(struct req *q, struct MHD_Connection *c,
 		return r;
 	}
 	q->outcome = serve_run_outcome(res);
+	fit_result(res, req);
 	char *body = v1 ? moat_result_to_json(res) : script_json(res, req);
 	moat_result_free(res);
 	if (!body)
@@ -605,8 +750,8 @@ static enum MHD_Result spin_route(struct req *q, struct MHD_Connection *c)
 		moat_error_clear(&err);
 		return r;
 	}
-	if (q->env.mode == SERVE_HANDLER)
-		q->env.req->max_output_bytes = q->s->limits.max_response_bytes + 1024 * 1024;
+	/* a handler's stdout is streamed (bounded by maxResponseBytes and the
+	 * stream window); the cap, a script's, is its stderr's */
 	r = take_slot(q, c);
 	if (!q->has_slot)
 		return r;
@@ -672,6 +817,13 @@ static unsigned pool_size(int flag, int config)
 /* The service's metrics and the pool's. */
 static char *metrics_text(struct server *s)
 {
+	pthread_mutex_lock(&s->mu);
+	int64_t result_bytes = (int64_t)s->result_bytes;
+	pthread_mutex_unlock(&s->mu);
+	pthread_mutex_lock(&s->metrics.mu);
+	s->metrics.result_bytes = result_bytes;
+	s->metrics.stream_bytes = (int64_t)__atomic_load_n(&s->stream_bytes, __ATOMIC_RELAXED);
+	pthread_mutex_unlock(&s->metrics.mu);
 	char *m = serve_metrics_render(&s->metrics);
 	if (!m || !s->pool)
 		return m;
@@ -783,7 +935,8 @@ static void describe_remote(struct req *q, struct MHD_Connection *c)
 
 /* ---- request deadline ---- */
 
-static void conn_deadline(struct server *s, struct MHD_Connection *c, bool arm)
+/* The connection is shut down ms from now (0: no deadline). */
+static void conn_deadline_in(struct server *s, struct MHD_Connection *c, int64_t ms)
 {
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
@@ -791,8 +944,13 @@ static void conn_deadline(struct server *s, struct MHD_Connection *c, bool arm)
 	if (!k)
 		return;
 	pthread_mutex_lock(&s->conns_mu);
-	k->deadline = arm ? now_ms() + (int64_t)s->o->client_timeout_s * 1000 : 0;
+	k->deadline = ms ? now_ms() + ms : 0;
 	pthread_mutex_unlock(&s->conns_mu);
+}
+
+static void conn_deadline(struct server *s, struct MHD_Connection *c, bool arm)
+{
+	conn_deadline_in(s, c, arm ? (int64_t)s->o->client_timeout_s * 1000 : 0);
 }
 
 static void on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
@@ -834,7 +992,8 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 }
 
 /* Every half second: a connection whose request (headers and body) is not in
- * by its deadline is shut down; MHD then closes it. */
+ * by its deadline, or whose answer is not out by its own, is shut down; MHD
+ * then closes it. */
 static void *watchdog(void *arg)
 {
 	struct server *s = arg;
@@ -843,6 +1002,10 @@ static void *watchdog(void *arg)
 		int64_t now = now_ms();
 		for (struct conn *k = s->conns; k; k = k->next)
 			if (k->deadline && now > k->deadline) {
+				/* reset, not closed: what the socket still holds for
+				 * a slow reader is dropped with it */
+				struct linger lg = { .l_onoff = 1, .l_linger = 0 };
+				setsockopt(k->fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
 				shutdown(k->fd, SHUT_RDWR);
 				k->deadline = 0;
 			}
@@ -920,6 +1083,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		pthread_mutex_unlock(&s->mu);
 		q->lang = -1;
 		q->conn_fd = -1;
+		q->st.resume_fd = -1;
 		q->t0 = now_ms();
 		q->outcome = O_OK;
 		pthread_mutex_init(&q->mu, NULL);

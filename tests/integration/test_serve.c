@@ -4493,6 +4493,292 @@ START_TEST(pool_typescript)
 }
 END_TEST
 
+/* ---- memory the service holds (SERVE.md "Limits", SECURITY.md 69, 70) -------------- */
+
+/* A handler whose response is 15 MiB, yielded 1 MiB at a time. */
+#define BIG_HANDLER_MIB 15
+static const char big_handler[] =
+	"def handle_request(request):\n"
+	"    def gen():\n"
+	"        for i in range(15):\n"
+	"            yield b'x' * (1024 * 1024)\n"
+	"    return (200, {'content-type': 'text/plain'}, gen())\n";
+
+static long vm_rss_kib(pid_t pid)
+{
+	return atol(proc_status_field(pid, "VmRSS"));
+}
+
+/* Connects and sends a POST of body to path; the answer is never read. */
+static int raw_post(const struct server *s, const char *path, const char *body)
+{
+	int fd = raw_connect(s);
+	char head[256];
+	snprintf(head, sizeof head,
+		 "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+		 "Content-Length: %zu\r\n\r\n", path, strlen(body));
+	ck_assert(raw_send(fd, head, strlen(head)));
+	ck_assert(raw_send(fd, body, strlen(body)));
+	return fd;
+}
+
+/* Clients that never read a large handler response: the server reads
+ * the handler's stdout only while less than a small window waits for the
+ * client, so its memory stays bounded; each run, blocked on its full
+ * pipe, is ended by its own timeout and frees its slot; other requests
+ * are served meanwhile; a client that reads gets the whole response. */
+START_TEST(handler_slow_clients)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	const char *a[] = { "--max-concurrent", "6", NULL };
+	struct server_opts o = { .args = a, .socket = _i == MODE_ROOTLESS,
+				 .config = "{\"serve\":{\"defaults\":{\"timeout\":3000}}}" };
+	server_start(&s, _i, &o);
+	char *env = envelope(big_handler, NULL);
+	struct resp r;
+	post(&s, "/py/big", env, &r);
+	ck_assert_msg(r.code == 200 && r.curl_rc == 0 &&
+		      r.body_len == (size_t)BIG_HANDLER_MIB * 1024 * 1024,
+		      "a reading client: HTTP %d curl %d, %zu bytes (want %d MiB): %s", r.code,
+		      r.curl_rc, r.body_len, BIG_HANDLER_MIB, r.err);
+	resp_free(&r);
+
+	long base = vm_rss_kib(s.p.pid);
+	ck_assert_msg(base > 0, "no VmRSS for the server (pid %ld)", (long)s.p.pid);
+	enum { N = 4 };
+	int fd[N];
+	long t0 = now_ms();
+	for (int i = 0; i < N; i++)
+		fd[i] = raw_post(&s, "/py/big", env);
+	free(env);
+	/* meanwhile, a script runs */
+	run_py(&s, "print('meanwhile')", NULL, &r);
+	expect_script("a script beside the stalled handlers", &r);
+	ck_assert_msg(!strcmp(jstr(r.json, "stdout"), "meanwhile\n"), "%.300s", r.body);
+	resp_free(&r);
+	/* the handlers' runs end by their 3 s timeout: the slots come back
+	 * while their clients still have not read a byte */
+	long peak = base, freed = -1, limit = harness_scale_ms(3000 + 2000 + 10000);
+	while (now_ms() - t0 < limit) {
+		long rss = vm_rss_kib(s.p.pid);
+		if (rss > peak)
+			peak = rss;
+		char *m = get_metrics(&s, NULL);
+		int found = 0;
+		double inflight = metric_sum(m, "moat_serve_in_flight", NULL, &found);
+		free(m);
+		if (found && inflight == 0 && now_ms() - t0 >= 2500) {
+			freed = now_ms() - t0;
+			break;
+		}
+		sleep_ms(100);
+	}
+	ck_assert_msg(freed >= 0, "%d stalled handler runs still held their slots %ld ms after they "
+		      "started (timeout 3 s)", N, limit);
+	long rss = vm_rss_kib(s.p.pid);
+	if (rss > peak)
+		peak = rss;
+	/* old: each held its whole response twice (30 MiB); now a window each */
+	ck_assert_msg(peak - base < 48 * 1024,
+		      "%d non-reading clients of a %d MiB handler response took the server from "
+		      "%ld KiB to %ld KiB RSS", N, BIG_HANDLER_MIB, base, peak);
+	for (int i = 0; i < N; i++)
+		close(fd[i]);
+	/* each run was ended by its timeout */
+	long t1 = now_ms();
+	int timeouts = 0;
+	while (now_ms() - t1 < harness_scale_ms(10000)) {
+		cJSON *lines = access_lines(&s);
+		timeouts = 0;
+		const cJSON *l;
+		cJSON_ArrayForEach(l, lines)
+		{
+			const char *p = jstr(l, "path"), *oc = jstr(l, "outcome");
+			if (p && !strcmp(p, "/py/big") && oc && !strcmp(oc, "timeout"))
+				timeouts++;
+		}
+		cJSON_Delete(lines);
+		if (timeouts >= N)
+			break;
+		sleep_ms(100);
+	}
+	ck_assert_msg(timeouts == N, "%d of %d stalled handler runs were logged as timed out",
+		      timeouts, N);
+	server_stop(&s);
+}
+END_TEST
+
+/* Reads 16 KiB every 100 ms (never idle for --client-timeout, slower than
+ * the answer needs) until the server has given up on the
+ * request to path (its access log line is written: the answer is over,
+ * whatever the sockets' buffers still hold) or ms pass: how long that
+ * took, or -1. */
+static long trickle_read(const struct server *s, int fd, const char *path, long ms)
+{
+	long t0 = now_ms();
+	char buf[16384];
+	while (now_ms() - t0 < ms) {
+		struct pollfd pf = { fd, POLLIN, 0 };
+		if (poll(&pf, 1, 100) > 0 && recv(fd, buf, sizeof buf, MSG_DONTWAIT) == 0)
+			return now_ms() - t0;
+		cJSON *lines = access_lines(s);
+		bool done = access_find(lines, "path", path) != NULL;
+		cJSON_Delete(lines);
+		if (done)
+			return now_ms() - t0;
+		sleep_ms(100);
+	}
+	return -1;
+}
+
+/* A client that reads a little now and then cannot hold its answer (and
+ * the memory behind it) for ever: a buffered answer must be out within
+ * --client-timeout, a handler's within its timeout and then
+ * --client-timeout. */
+START_TEST(response_write_deadline)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	const char *a[] = { "--client-timeout", "3", NULL };
+	struct server_opts o = { .args = a, .socket = _i == MODE_ROOT,
+				 .config = "{\"serve\":{\"defaults\":{\"timeout\":3000}}}" };
+	server_start(&s, _i, &o);
+	/* 4 MiB of stdout: 26 s at 160 KB/s */
+	int fd = raw_post(&s, "/v1/run", "{\"language\":\"python\",\"code\":\"import sys\\n"
+				       "sys.stdout.write('x' * (4 << 20))\",\"maxOutputBytes\":4194304}");
+	long took = trickle_read(&s, fd, "/v1/run", harness_scale_ms(3000 + 10000));
+	close(fd);
+	ck_assert_msg(took >= 0, "a /v1/run answer read 16 KiB every 100 ms was still being sent "
+		      "after %ld ms (--client-timeout 3)", harness_scale_ms(13000));
+	char *env = envelope(big_handler, NULL);
+	fd = raw_post(&s, "/py/big", env);
+	free(env);
+	took = trickle_read(&s, fd, "/py/big", harness_scale_ms(3000 + 3000 + 10000));
+	close(fd);
+	ck_assert_msg(took >= 0, "a handler response read 16 KiB every 100 ms was still being "
+		      "sent after %ld ms (timeout 3 s, --client-timeout 3)",
+		      harness_scale_ms(16000));
+	struct resp r;
+	get(&s, "/healthz", &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* serve.max.maxOutputBytes: a request may not ask more (403); what it does
+ * not ask for is capped there; a result's JSON, control bytes escaped
+ * six-fold, stays within the cap per stream. */
+START_TEST(max_output_bytes)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = _i == MODE_ROOTLESS };
+	server_start(&s, _i, &o);
+	struct resp r;
+	/* the default maximum: 4 MiB */
+	post(&s, "/v1/run", "{\"language\":\"python\",\"code\":\"print(1)\",\"maxOutputBytes\":4194305}",
+	     &r);
+	expect_error("maxOutputBytes above the default maximum", &r, 403, "SandboxPolicyError");
+	resp_free(&r);
+	post(&s, "/v1/run", "{\"language\":\"python\",\"code\":\"print(1)\",\"maxOutputBytes\":1073741824}",
+	     &r);
+	expect_error("maxOutputBytes 1 GiB", &r, 403, "SandboxPolicyError");
+	resp_free(&r);
+	/* 64 MiB of \x01 asked at the maximum: the answer is about 4 MiB, not 24 */
+	v1(&s, "{\"language\":\"python\",\"code\":\"import sys\\n"
+	       "sys.stdout.buffer.write(b'\\\\x01' * (64 << 20))\",\"maxOutputBytes\":4194304}", &r);
+	const char *out = jstr(r.json, "stdout");
+	ck_assert_msg(r.body_len <= 4194304 + 65536,
+		      "a control-byte flood made a %zu-byte answer (cap 4 MiB a stream)", r.body_len);
+	ck_assert_msg(out && strlen(out) == 4194304 / 6 && out[0] == '\x01',
+		      "stdout: %zu bytes (want %d, each escaped in six)", out ? strlen(out) : 0,
+		      4194304 / 6);
+	ck_assert_msg(cJSON_IsTrue(jget(r.json, "stdoutTruncated")), "stdoutTruncated not true");
+	resp_free(&r);
+	/* a Spin script's 256 KiB cap counts escaped bytes too */
+	run_py(&s, "import sys\nsys.stdout.write('\\x01' * 300000)\n", NULL, &r);
+	expect_script("a script's control-byte flood", &r);
+	out = jstr(r.json, "stdout");
+	ck_assert_msg(r.body_len <= SCRIPT_CAP + 65536, "a script's flood made a %zu-byte answer",
+		      r.body_len);
+	ck_assert_msg(out && strlen(out) == SCRIPT_CAP / 6, "script stdout: %zu bytes (want %d)",
+		      out ? strlen(out) : 0, SCRIPT_CAP / 6);
+	ck_assert_msg(cJSON_IsTrue(jget(r.json, "stdoutTruncated")), "stdoutTruncated not true");
+	resp_free(&r);
+	server_stop(&s);
+
+	/* an operator's lower maximum */
+	o.config = "{\"serve\":{\"max\":{\"maxOutputBytes\":65536}}}";
+	server_start(&s, _i, &o);
+	post(&s, "/v1/run", "{\"language\":\"python\",\"code\":\"print(1)\",\"maxOutputBytes\":65537}",
+	     &r);
+	expect_error("maxOutputBytes above serve.max", &r, 403, "SandboxPolicyError");
+	resp_free(&r);
+	v1(&s, "{\"language\":\"python\",\"code\":\"print('y' * 100000)\"}", &r);
+	out = jstr(r.json, "stdout");
+	ck_assert_msg(out && strlen(out) == 65536 && cJSON_IsTrue(jget(r.json, "stdoutTruncated")),
+		      "unasked, the output is capped at serve.max.maxOutputBytes: %zu bytes",
+		      out ? strlen(out) : 0);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* Results in flight reserve their worst case from a global budget (a
+ * 128 MiB cap: the whole of it): a request that does not fit beside the
+ * others is answered 503 with Retry-After and counted; the budget comes
+ * back with the answer. */
+START_TEST(result_budget)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	const char *a[] = { "--max-concurrent", "4", NULL };
+	struct server_opts o = { .args = a, .socket = _i == MODE_ROOT,
+				 .config = "{\"serve\":{\"max\":{\"maxOutputBytes\":134217728}}}" };
+	server_start(&s, _i, &o);
+	static const char big[] = "{\"language\":\"python\",\"code\":\"import time\\ntime.sleep(2)\\n"
+				  "print('slept')\",\"maxOutputBytes\":134217728}";
+	struct req q = { .path = "/v1/run", .body = big };
+	struct call c;
+	call_start(&s, &q, &c);
+	long t0 = now_ms();
+	for (;;) {
+		char *m = get_metrics(&s, NULL);
+		int found = 0;
+		double held = metric_sum(m, "moat_serve_result_bytes", NULL, &found);
+		free(m);
+		if (found && held > 0)
+			break;
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+			      "the first request never reserved its result (moat_serve_result_bytes)");
+		sleep_ms(20);
+	}
+	struct resp r;
+	post(&s, "/v1/run", big, &r);
+	expect_error("a second 128 MiB result beside the first", &r, 503, "ServerBusy");
+	char h[64];
+	ck_assert_msg(resp_header(&r, "Retry-After", h, sizeof h) && !strcmp(h, "1"),
+		      "a 503 of the result budget without Retry-After: 1: %s", r.head);
+	resp_free(&r);
+	call_finish(&c, &r);
+	ck_assert_msg(r.code == 200 && r.json && !strcmp(jstr(r.json, "stdout"), "slept\n"),
+		      "the first: HTTP %d %.300s", r.code, r.body);
+	resp_free(&r);
+	char *m = get_metrics(&s, NULL);
+	int found = 0;
+	double rej = metric_sum(m, "moat_serve_result_budget_rejected_total", NULL, &found);
+	ck_assert_msg(found && rej == 1, "result_budget_rejected_total %g (want 1):\n%.3000s", rej, m);
+	free(m);
+	/* the first answer is sent: its reservation is back */
+	v1(&s, big, &r);
+	ck_assert_msg(!strcmp(jstr(r.json, "stdout"), "slept\n"), "%.300s", r.body);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -4563,6 +4849,10 @@ Suite *serve_suite(void)
 	ADD(default_listener);
 	ADD(spin_rootfs_handlers);
 	ADD(pod_readonly_json_log);
+	ADD(handler_slow_clients);
+	ADD(response_write_deadline);
+	ADD(max_output_bytes);
+	ADD(result_budget);
 #undef ADD
 	suite_add_tcase(s, tc);
 	return s;

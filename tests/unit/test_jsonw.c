@@ -229,6 +229,54 @@ START_TEST(buf_size_overflow)
 }
 END_TEST
 
+/* moat_json_string_fit agrees with the writer: for random bytes (control,
+ * invalid and multi-byte UTF-8 among them) and every max, the prefix it
+ * gives is written in at most max bytes (quotes aside), the escaped
+ * length it reports is that literal's, and one more character would not
+ * fit. */
+START_TEST(json_string_fit)
+{
+	static const char pick[] = "a\x01\"\\\n\x7f\xc3\xa9\xe2\x82\xac\xff\xf0\x9f\x98\x80z";
+	char in[64];
+	unsigned seed = 7;
+	for (int round = 0; round < 60; round++) {
+		size_t len = (size_t)(seed % sizeof in);
+		for (size_t i = 0; i < len; i++) {
+			seed = seed * 1103515245u + 12345u;
+			in[i] = pick[(seed >> 16) % (sizeof pick - 1)];
+		}
+		seed = seed * 1103515245u + 12345u;
+		char *all = jstr(in, len);
+		size_t full = strlen(all) - 2;
+		free(all);
+		for (size_t max = 0; max <= full + 1; max++) {
+			size_t esc = 0, n = moat_json_string_fit(in, len, max, &esc);
+			ck_assert_uint_le(n, len);
+			char *got = jstr(in, n);
+			ck_assert_uint_eq(strlen(got) - 2, esc);
+			ck_assert_uint_le(esc, max);
+			free(got);
+			if (n < len) { /* the next character does not fit */
+				size_t e2 = 0, n2 = moat_json_string_fit(in, len, max + 6, &e2);
+				ck_assert_uint_gt(n2, n);
+				char *more = jstr(in, n + moat_utf8_char_len(in + n, len - n) +
+							      (moat_utf8_char_len(in + n, len - n) == 0));
+				ck_assert_uint_gt(strlen(more) - 2, max);
+				free(more);
+			} else {
+				ck_assert_uint_eq(esc, full);
+			}
+		}
+	}
+	/* a flood of one control byte: six each */
+	char flood[100];
+	memset(flood, 1, sizeof flood);
+	size_t esc = 0;
+	ck_assert_uint_eq(moat_json_string_fit(flood, sizeof flood, 100, &esc), 16);
+	ck_assert_uint_eq(esc, 96);
+}
+END_TEST
+
 Suite *jsonw_suite(void)
 {
 	Suite *s = suite_create("jsonw");
@@ -242,6 +290,7 @@ Suite *jsonw_suite(void)
 	tcase_add_test(tc, buf_grows);
 	tcase_add_test(tc, buf_oom_is_sticky);
 	tcase_add_test(tc, buf_size_overflow);
+	tcase_add_test(tc, json_string_fit);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -1403,6 +1403,7 @@ START_TEST(limits_parse)
 	ck_assert_uint_eq(l.max_pids, 256);
 	ck_assert(!l.allow_open_network);
 	ck_assert_uint_eq(l.max_response_bytes, 16777216);
+	ck_assert_uint_eq(l.max_output_bytes, 4194304);
 	ck_assert_int_eq(serve_limits_parse(NULL, &l, &err), 0);
 	ck_assert_uint_eq(l.def_timeout_ms, 10000);
 	ck_assert_int_eq(serve_limits_parse("{}", &l, &err), 0);
@@ -1438,6 +1439,10 @@ START_TEST(limits_parse)
 	ck_assert_int_eq(serve_limits_parse("{\"poolZygote\":true}", &l, &err), 0);
 	ck_assert_int_eq(l.pool_zygote, 1);
 
+	/* serve.max.maxOutputBytes: 1 B .. 1 GiB; not a default */
+	ck_assert_int_eq(serve_limits_parse("{\"max\":{\"maxOutputBytes\":65536}}", &l, &err), 0);
+	ck_assert_uint_eq(l.max_output_bytes, 65536);
+
 	/* only some keys: the rest stay */
 	serve_limits_default(&l);
 	ck_assert_int_eq(serve_limits_parse("{\"max\":{\"timeout\":120000}}", &l, &err), 0);
@@ -1469,6 +1474,10 @@ START_TEST(limits_parse)
 		{ "{\"poolZygote\":1}", "serve.poolZygote must be a boolean" },
 		{ "{\"poolZygote\":\"false\"}", "serve.poolZygote must be a boolean" },
 		{ "{\"poolzygote\":true}", "unknown key \"poolzygote\"" },
+		{ "{\"defaults\":{\"maxOutputBytes\":1024}}", "unknown key \"maxOutputBytes\"" },
+		{ "{\"max\":{\"maxOutputBytes\":0}}", "serve.max.maxOutputBytes must be" },
+		{ "{\"max\":{\"maxOutputBytes\":1073741825}}", "maxOutputBytes" },
+		{ "{\"max\":{\"maxOutputBytes\":\"1\"}}", "maxOutputBytes" },
 		{ "{\"maxResponseBytes\":\"1\"}", "maxResponseBytes" },
 		{ "{\"maxResponseBytes\":100}", "maxResponseBytes" },
 		{ "{\"defaults\":{\"timeout\":70000}}", "above its max" },
@@ -1554,6 +1563,26 @@ START_TEST(limits_apply)
 			      over[i].name);
 		moat_error_clear(&err);
 	}
+	/* maxOutputBytes: asked above serve.max, refused; unasked (moat's
+	 * default, a Spin script's cap), brought down to it */
+	req->timeout_ms = 60000;
+	req->memory_mb = 1024;
+	req->cpus = 2;
+	req->pids_limit = 256;
+	req->max_output_bytes = 4194305;
+	ck_assert_int_eq(serve_limits_apply(&l, req, all | MOAT_REQ_HAS_MAXOUT, &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_POLICY);
+	ck_assert_msg(strstr(err.message, "maxOutputBytes"), "%s", err.message);
+	moat_error_clear(&err);
+	req->max_output_bytes = 4194304;
+	ck_assert_int_eq(serve_limits_apply(&l, req, all | MOAT_REQ_HAS_MAXOUT, &err), 0);
+	ck_assert_uint_eq(req->max_output_bytes, 4194304);
+	l.max_output_bytes = 1000;
+	req->max_output_bytes = 1048576;
+	ck_assert_int_eq(serve_limits_apply(&l, req, all, &err), 0);
+	ck_assert_uint_eq(req->max_output_bytes, 1000);
+	l.max_output_bytes = 4194304;
+
 	req->timeout_ms = 120000;
 	ck_assert_int_eq(serve_limits_apply(&l, req, MOAT_REQ_HAS_TIMEOUT, &err), -1);
 	ck_assert_int_eq(err.type, MOAT_ERR_POLICY);
