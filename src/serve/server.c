@@ -1148,13 +1148,12 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		s->auth = true;
 		moat_sha256(o->token, strlen(o->token), s->token_hash);
 	}
-	/* /healthz keeps {"status":"ok"} and says how clients are let in:
-	 * a bearer token, the unix socket's mode, or nothing (--no-auth) */
-	s->healthz = o->token ? "{\"status\":\"ok\",\"auth\":\"token\"}\n"
-		     : o->no_auth ? "{\"status\":\"ok\",\"auth\":\"off\",\"warning\":\"authentication "
-				   "is off (--no-auth): whoever can connect can run code and "
-				   "read every sandboxId's store\"}\n"
-				 : "{\"status\":\"ok\",\"auth\":\"socket\"}\n";
+	/* /healthz stays {"status":"ok"} (clients compare it whole) unless
+	 * authentication is off on purpose: then it says so */
+	s->healthz = o->no_auth ? "{\"status\":\"ok\",\"auth\":\"off\",\"warning\":\"authentication "
+				  "is off (--no-auth): whoever can connect can run code and "
+				  "read every sandboxId's store\"}\n"
+				: "{\"status\":\"ok\"}\n";
 	if ((s->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "eventfd: %s", strerror(errno));
 		close_listeners(o);
