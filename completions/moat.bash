@@ -42,6 +42,9 @@ _moat()
 	--rootfs|--runtime|--workdir)
 		COMPREPLY=($(compgen -d -- "$cur")); compopt -o filenames 2>/dev/null
 		return ;;
+	--socket-group)
+		COMPREPLY=($(compgen -g -- "$cur"))
+		return ;;
 	-l|--language)
 		COMPREPLY=($(compgen -W 'python javascript typescript bash sh' -- "$cur"))
 		return ;;
@@ -57,6 +60,7 @@ _moat()
 		fi
 		return ;;
 	-c|--code|--timeout|--memory|--cpus|--pids|--env|--max-output|--listen|\
+	--metrics-listen|\
 	--max-concurrent|--queue|--grace|--client-timeout|--kv-quota|--pool|--output)
 		return ;;
 	esac
@@ -75,7 +79,8 @@ _moat()
 		COMPREPLY=($(compgen -W '--provider --config --policy --seccomp-log
 			--strict-isolation --rootfs --kv --kv-quota --runtime' -- "$cur")) ;;
 	serve)
-		COMPREPLY=($(compgen -W '--listen --socket --token-file --max-concurrent --queue
+		COMPREPLY=($(compgen -W '--listen --socket --socket-group --token-file --no-auth
+			--metrics-listen --max-concurrent --queue
 			--config --rootfs --runtime --grace --client-timeout --kv --kv-quota --no-kv
 			--pool --pool-zygote --no-pool-zygote --json-log --help' -- "$cur")) ;;
 	kv)

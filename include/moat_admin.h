@@ -159,7 +159,14 @@ struct moat_serve_options {
 	int listen_fd;            /* bound and listening, O_CLOEXEC; the service closes it */
 	const char *listen_desc;  /* "127.0.0.1:3000", "unix:/run/user/1000/moat.sock" */
 	const char *unlink_path;  /* a unix socket removed when it stops accepting, or NULL */
-	const char *token;        /* bearer token, or NULL: no authentication */
+	const char *token;        /* bearer token, or NULL: none (a unix socket's mode is its
+				   * only guard; a TCP listener then needs no_auth) */
+	bool no_auth;             /* no token on a loopback TCP listener or a socket, on
+				   * purpose (--no-auth): warned at start and in /healthz */
+	int metrics_fd;           /* with metrics_desc: a second listener, bound and listening,
+				   * O_CLOEXEC, serving GET /metrics only, without the token;
+				   * the service closes it */
+	const char *metrics_desc; /* "0.0.0.0:9090", or NULL: no metrics listener */
 	unsigned max_concurrent;  /* > 0 */
 	unsigned queue;
 	unsigned grace_s;
@@ -182,6 +189,15 @@ struct moat_serve_options {
 	FILE *log;                /* access log and notices */
 	bool json_log;            /* every log line one JSON object (--json-log) */
 };
+
+/* Whether a listener may serve with this authentication (token: one is
+ * set): 0, or -1 with *why (a sentence naming the flags: --token-file,
+ * --no-auth). A TCP listener needs the token, loopback too, unless no_auth;
+ * no_auth only on a loopback address or a unix socket, never with a token.
+ * *is_unix (may be NULL): the listener is a unix socket. moat_serve_run
+ * checks it again. */
+int moat_serve_auth_check(int listen_fd, bool token, bool no_auth, bool *is_unix,
+			  const char **why);
 
 /* Serves until one of stop (blocked in every thread by the caller before
  * this call) arrives, then shuts down (SERVE.md: --grace). 0 after a clean

@@ -4,6 +4,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
+#include <grp.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -22,17 +23,22 @@
 
 #define TOKEN_MIN 16
 #define TOKEN_MAX 4096
+#define ROOT_SOCKET_DIR "/run/moat" /* root's default listener: moat.sock in it */
 
 static void usage(FILE *f)
 {
-	fputs("usage: moat serve [--listen HOST:PORT | --socket PATH] [--token-file F]\n"
+	fputs("usage: moat serve [--listen HOST:PORT | --socket PATH [--socket-group G]]\n"
+	      "                  [--token-file F | --no-auth] [--metrics-listen HOST:PORT]\n"
 	      "                  [--max-concurrent N] [--queue N] [--config F] [--rootfs DIR]\n"
 	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
 	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
 	      "                  [--pool N] [--pool-zygote | --no-pool-zygote] [--json-log]\n"
 	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
-	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: as root\n"
-	      "127.0.0.1:3000, otherwise the unix socket $XDG_RUNTIME_DIR/moat.sock.\n"
+	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: the unix\n"
+	      "socket /run/moat/moat.sock as root, $XDG_RUNTIME_DIR/moat.sock otherwise,\n"
+	      "mode 0600 (--socket-group G: 0660, group G). A TCP listener (--listen),\n"
+	      "loopback too, needs --token-file; --no-auth serves loopback without one.\n"
+	      "--metrics-listen HOST:PORT also serves GET /metrics there without the token.\n"
 	      "kvEnabled requests use the store of --kv (a file, sqlite:FILE or\n"
 	      "redis://HOST:PORT/DB; default: the SQLite file of this user); docs/KV.md.\n"
 	      "--pool N keeps N warm python, javascript and typescript sandboxes each\n"
@@ -71,7 +77,7 @@ static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
 }
 
 /* "127.0.0.1:3000", "[::1]:3000". Numeric addresses only. */
-static int tcp_listener(const char *spec, bool *loopback)
+static int tcp_listener(const char *spec)
 {
 	char host[INET6_ADDRSTRLEN + 2];
 	const char *colon = strrchr(spec, ':');
@@ -93,7 +99,6 @@ static int tcp_listener(const char *spec, bool *loopback)
 		a->sin6_port = htons((uint16_t)port);
 		if (inet_pton(AF_INET6, host + 1, &a->sin6_addr) != 1)
 			return -1;
-		*loopback = IN6_IS_ADDR_LOOPBACK(&a->sin6_addr);
 		sl = sizeof *a;
 	} else {
 		struct sockaddr_in *a = (struct sockaddr_in *)&ss;
@@ -101,7 +106,6 @@ static int tcp_listener(const char *spec, bool *loopback)
 		a->sin_port = htons((uint16_t)port);
 		if (inet_pton(AF_INET, host, &a->sin_addr) != 1)
 			return -1;
-		*loopback = (ntohl(a->sin_addr.s_addr) >> 24) == 127;
 		sl = sizeof *a;
 	}
 	int fd = socket(ss.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
@@ -120,9 +124,25 @@ static int tcp_listener(const char *spec, bool *loopback)
 	return fd;
 }
 
-/* A unix socket with mode 0600; an existing socket file at path is
- * replaced, anything else there is an error. */
-static int unix_listener(const char *path, const char **why)
+/* tcp_listener for flag's spec: the fd, or -1 after saying why, with *rc
+ * the exit status (2: not an address, 3: cannot listen there). */
+static int tcp_listener_for(const char *flag, const char *spec, int *rc)
+{
+	int fd = tcp_listener(spec);
+	if (fd == -1) {
+		*rc = bad("%s wants a numeric HOST:PORT (127.0.0.1:3000, [::1]:3000), not %s", flag,
+			  spec);
+	} else if (fd == -2) {
+		fprintf(stderr, "moat serve: cannot listen on %s: %s\n", spec, strerror(errno));
+		*rc = 3;
+	}
+	return fd < 0 ? -1 : fd;
+}
+
+/* A unix socket with mode 0600, or 0660 owned by group gid (not -1); an
+ * existing socket file at path is replaced, anything else there is an
+ * error. */
+static int unix_listener(const char *path, gid_t gid, const char **why)
 {
 	struct sockaddr_un a = { .sun_family = AF_UNIX };
 	if (strlen(path) >= sizeof a.sun_path) {
@@ -150,7 +170,17 @@ static int unix_listener(const char *path, const char **why)
 	int rc = bind(fd, (struct sockaddr *)&a, sizeof a);
 	int e = errno;
 	umask(old);
-	if (rc < 0 || chmod(path, 0600) < 0 || listen(fd, 128) < 0) {
+	if (rc == 0 && gid != (gid_t)-1 && (chown(path, (uid_t)-1, gid) < 0 ||
+					   chmod(path, 0660) < 0)) {
+		e = errno;
+		close(fd);
+		unlink(path);
+		*why = e == EPERM ? "cannot give the socket to --socket-group (not a group of "
+				    "this user)"
+				  : strerror(e);
+		return -1;
+	}
+	if (rc < 0 || (gid == (gid_t)-1 && chmod(path, 0600) < 0) || listen(fd, 128) < 0) {
 		e = rc < 0 ? e : errno;
 		close(fd);
 		if (rc == 0)
@@ -159,6 +189,52 @@ static int unix_listener(const char *path, const char **why)
 		return -1;
 	}
 	return fd;
+}
+
+/* --socket-group: a group name or a numeric gid. */
+static int parse_group(const char *s, gid_t *gid)
+{
+	unsigned n;
+	if (parse_uint(s, 0, 0x7fffffff, &n) == 0) {
+		*gid = (gid_t)n;
+		return 0;
+	}
+	long size = sysconf(_SC_GETGR_R_SIZE_MAX);
+	size_t cap = size > 0 ? (size_t)size : 16384;
+	for (int tries = 0; tries < 6; tries++, cap *= 4) {
+		char *buf = malloc(cap);
+		if (!buf)
+			return -1;
+		struct group g, *res = NULL;
+		int e = getgrnam_r(s, &g, buf, cap, &res);
+		if (res)
+			*gid = g.gr_gid;
+		free(buf);
+		if (e == ERANGE)
+			continue;
+		return res ? 0 : -1;
+	}
+	return -1;
+}
+
+/* As root, the default socket's directory: made 0755 when missing; one that
+ * is not root's own directory, or that others may write, is refused (a user
+ * could swap the socket). 0, or -1 after saying why. */
+static int root_run_dir(const char *dir)
+{
+	if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
+		fprintf(stderr, "moat serve: cannot make %s: %s (give --socket PATH)\n", dir,
+			strerror(errno));
+		return -1;
+	}
+	struct stat st;
+	if (lstat(dir, &st) < 0 || !S_ISDIR(st.st_mode) || st.st_uid != 0 ||
+	    (st.st_mode & 022)) {
+		fprintf(stderr, "moat serve: %s is not a directory of root's that only root can "
+				"write (give --socket PATH)\n", dir);
+		return -1;
+	}
+	return 0;
 }
 
 /* The token: the file's first line, at least 16 bytes of printable ASCII
@@ -217,6 +293,9 @@ int cli_serve(int argc, char **argv)
 		{ "listen", required_argument, NULL, 'l' },
 		{ "socket", required_argument, NULL, 's' },
 		{ "token-file", required_argument, NULL, 't' },
+		{ "no-auth", no_argument, NULL, 'A' },
+		{ "socket-group", required_argument, NULL, 'G' },
+		{ "metrics-listen", required_argument, NULL, 'M' },
 		{ "max-concurrent", required_argument, NULL, 'm' },
 		{ "queue", required_argument, NULL, 'q' },
 		{ "config", required_argument, NULL, 'c' },
@@ -236,7 +315,8 @@ int cli_serve(int argc, char **argv)
 	};
 	const char *listen_spec = NULL, *sock = NULL, *token_file = NULL, *config = NULL;
 	const char *rootfs = NULL, *runtime = NULL, *kv = NULL, *kv_quota = NULL;
-	bool no_kv = false, json_log = false;
+	const char *socket_group = NULL, *metrics_spec = NULL;
+	bool no_kv = false, json_log = false, no_auth = false;
 	int zygote = -1;
 	int pool = -1;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -249,6 +329,9 @@ int cli_serve(int argc, char **argv)
 		case 'l': listen_spec = optarg; break;
 		case 's': sock = optarg; break;
 		case 't': token_file = optarg; break;
+		case 'A': no_auth = true; break;
+		case 'G': socket_group = optarg; break;
+		case 'M': metrics_spec = optarg; break;
 		case 'c': config = optarg; break;
 		case 'r': rootfs = optarg; break;
 		case 'R': runtime = optarg; break;
@@ -300,6 +383,13 @@ int cli_serve(int argc, char **argv)
 		return bad("unexpected argument %s", argv[optind]);
 	if (listen_spec && sock)
 		return bad("%s", "--listen and --socket exclude each other");
+	if (no_auth && token_file)
+		return bad("%s", "--no-auth and --token-file exclude each other");
+	if (socket_group && listen_spec)
+		return bad("%s", "--socket-group is for a unix socket, not --listen");
+	gid_t gid = (gid_t)-1;
+	if (socket_group && parse_group(socket_group, &gid) < 0)
+		return bad("--socket-group %s: no such group", socket_group);
 	if (no_kv && (kv || kv_quota))
 		return bad("%s", "--no-kv excludes --kv and --kv-quota");
 	if (!have_queue)
@@ -308,7 +398,9 @@ int cli_serve(int argc, char **argv)
 	char *sock_path = NULL;
 	if (!listen_spec && !sock) {
 		if (geteuid() == 0) {
-			listen_spec = "127.0.0.1:3000";
+			if (root_run_dir(ROOT_SOCKET_DIR) < 0)
+				return 3;
+			sock = ROOT_SOCKET_DIR "/moat.sock";
 		} else {
 			const char *xdg = getenv("XDG_RUNTIME_DIR");
 			if (!xdg || xdg[0] != '/')
@@ -328,7 +420,7 @@ int cli_serve(int argc, char **argv)
 	struct moat_config *cfg = NULL;
 	int rc = 2;
 	char *rt = NULL, *desc = NULL;
-	int fd = -1;
+	int fd = -1, mfd = -1;
 	if (moat_config_load(config, &cfg, &err) < 0) {
 		rc = cli_fail(&err);
 		goto out;
@@ -373,30 +465,12 @@ int cli_serve(int argc, char **argv)
 	}
 
 	if (listen_spec) {
-		bool loopback = false;
-		fd = tcp_listener(listen_spec, &loopback);
-		if (fd == -1) {
-			rc = bad("--listen wants a numeric HOST:PORT (127.0.0.1:3000, [::1]:3000), "
-				 "not %s", listen_spec);
+		if ((fd = tcp_listener_for("--listen", listen_spec, &rc)) < 0)
 			goto out;
-		}
-		if (fd == -2) {
-			fprintf(stderr, "moat serve: cannot listen on %s: %s\n", listen_spec,
-				strerror(errno));
-			rc = 3;
-			goto out;
-		}
-		if (!loopback && !token) {
-			close(fd);
-			fd = -1;
-			rc = bad("--listen %s is not a loopback address: anyone who reaches it "
-				 "could run code on this machine; give --token-file", listen_spec);
-			goto out;
-		}
 		desc = strdup(listen_spec);
 	} else {
 		const char *why = "";
-		if ((fd = unix_listener(sock, &why)) < 0) {
+		if ((fd = unix_listener(sock, gid, &why)) < 0) {
 			fprintf(stderr, "moat serve: cannot listen on %s: %s\n", sock, why);
 			rc = 3;
 			goto out;
@@ -404,6 +478,14 @@ int cli_serve(int argc, char **argv)
 		if (asprintf(&desc, "unix:%s", sock) < 0)
 			desc = NULL;
 	}
+	const char *why;
+	if (moat_serve_auth_check(fd, token != NULL, no_auth, NULL, &why) < 0) {
+		rc = bad("%s %s: %s", listen_spec ? "--listen" : "--socket",
+			 listen_spec ? listen_spec : sock, why);
+		goto out;
+	}
+	if (metrics_spec && (mfd = tcp_listener_for("--metrics-listen", metrics_spec, &rc)) < 0)
+		goto out;
 
 	/* each connection and each run hold fds (a run about ten, with egress two
 	 * per relayed connection): take what the hard limit allows */
@@ -432,13 +514,14 @@ int cli_serve(int argc, char **argv)
 
 	struct moat_serve_options o = {
 		.listen_fd = fd, .listen_desc = desc ? desc : "?", .unlink_path = sock,
-		.token = token, .max_concurrent = maxc, .queue = queue, .grace_s = grace,
+		.token = token, .no_auth = no_auth, .metrics_fd = mfd, .metrics_desc = metrics_spec,
+		.max_concurrent = maxc, .queue = queue, .grace_s = grace,
 		.client_timeout_s = client_to, .runtime_dir = rt, .rootfs_dir = rootfs, .cfg = cfg,
 		.log = json_log ? stdout : stderr, .json_log = json_log, .kv_store = kv, .kv_max_keys = kvo.kv_max_keys,
 		.kv_max_bytes = kvo.kv_max_bytes, .kv_max_value = kvo.kv_max_value, .kv_off = no_kv,
 		.pool = pool, .pool_zygote = zygote,
 	};
-	fd = -1; /* the service's now */
+	fd = mfd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {
 		rc = cli_fail(&err);
 		if (sock)
@@ -447,6 +530,8 @@ int cli_serve(int argc, char **argv)
 		rc = 0;
 	}
 out:
+	if (mfd >= 0)
+		close(mfd);
 	if (fd >= 0) {
 		close(fd);
 		if (sock)

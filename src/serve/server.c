@@ -29,6 +29,7 @@
 #define PER_IP_LIMIT 64u
 #define CONNECTION_LIMIT 512u
 #define HEADER_MEMORY (32u * 1024u)
+#define METRICS_CONNECTION_LIMIT 32u /* --metrics-listen: scrapers, not clients */
 /* request bodies buffered at once, over all connections (512 × 6 MiB would
  * be 3 GiB): past it a request is answered 503 and its body dropped */
 #define BODY_BUDGET (256ull * 1024 * 1024)
@@ -74,6 +75,8 @@ struct server {
 	int cancel_fd; /* eventfd: written when the grace period is over */
 	bool auth;
 	uint8_t token_hash[MOAT_SHA256_LEN];
+	const char *healthz; /* /healthz's body: says how clients are authenticated */
+	struct MHD_Daemon *metrics_d; /* --metrics-listen, or NULL */
 	struct serve_log log;
 	/* the request deadline: MHD's timeout only counts idle time, so a client
 	 * that trickles a byte now and then would hold its thread forever */
@@ -214,8 +217,9 @@ static void req_unref(struct req *q)
 
 static void conn_deadline_in(struct server *s, struct MHD_Connection *c, int64_t ms);
 
-static enum MHD_Result respond(struct req *q, struct MHD_Connection *c, unsigned status,
-			       char *body, const char *ctype, const char *h1, const char *v1)
+/* Queues body (taken; NULL: out of memory, an empty body): MHD's answer. */
+static enum MHD_Result queue_body(struct MHD_Connection *c, unsigned status, char *body,
+				  const char *ctype, const char *h1, const char *v1)
 {
 	size_t len = body ? strlen(body) : 0;
 	struct MHD_Response *r = MHD_create_response_from_buffer(len, body ? body : (char *)"",
@@ -229,14 +233,20 @@ static enum MHD_Result respond(struct req *q, struct MHD_Connection *c, unsigned
 	MHD_add_response_header(r, "Cache-Control", "no-store");
 	if (h1)
 		MHD_add_response_header(r, h1, v1);
-	q->status = status;
-	q->bytes_out = len;
-	/* the whole answer must be out within --client-timeout: MHD's idle
-	 * timeout alone lets a client that reads a byte now and then hold it */
-	conn_deadline_in(q->s, c, (int64_t)q->s->o->client_timeout_s * 1000);
 	enum MHD_Result rc = MHD_queue_response(c, status, r);
 	MHD_destroy_response(r);
 	return rc;
+}
+
+static enum MHD_Result respond(struct req *q, struct MHD_Connection *c, unsigned status,
+			       char *body, const char *ctype, const char *h1, const char *v1)
+{
+	q->status = status;
+	q->bytes_out = body ? strlen(body) : 0;
+	/* the whole answer must be out within --client-timeout: MHD's idle
+	 * timeout alone lets a client that reads a byte now and then hold it */
+	conn_deadline_in(q->s, c, (int64_t)q->s->o->client_timeout_s * 1000);
+	return queue_body(c, status, body, ctype, h1, v1);
 }
 
 static char *error_json(const char *type, const char *msg)
@@ -1039,8 +1049,7 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 			    : q->route == R_KV ? "this route takes DELETE"
 					       : "this route takes POST");
 	if (q->route == R_HEALTHZ)
-		return respond(q, c, 200, strdup("{\"status\":\"ok\"}\n"), "application/json", NULL,
-			       NULL);
+		return respond(q, c, 200, strdup(s->healthz), "application/json", NULL, NULL);
 	if (!token_ok(s, c))
 		return fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
 			    "a valid bearer token is required (Authorization: Bearer ...)");
@@ -1127,6 +1136,31 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	return q->route == R_V1_RUN ? v1_route(q, c) : spin_route(q, c);
 }
 
+/* The --metrics-listen listener: GET (or HEAD) /metrics without the token,
+ * 404 for every other path. Scrapes are neither logged nor counted. */
+static enum MHD_Result on_metrics_listener(void *cls, struct MHD_Connection *c,
+					   const char *url, const char *method,
+					   const char *version, const char *upload_data,
+					   size_t *upload_data_size, void **con_cls)
+{
+	struct server *s = cls;
+	(void)version;
+	(void)upload_data;
+	if (*con_cls) { /* a body after the answer: dropped */
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
+	*con_cls = s;
+	if (strcmp(url, "/metrics"))
+		return queue_body(c, 404, error_json("NotFound", "this listener serves /metrics "
+							      "only"),
+				  "application/json", NULL, NULL);
+	if (strcmp(method, "GET") && strcmp(method, "HEAD"))
+		return queue_body(c, 405, error_json("MethodNotAllowed", "this route takes GET"),
+				  "application/json", "Allow", "GET");
+	return queue_body(c, 200, metrics_text(s), "text/plain; version=0.0.4", NULL, NULL);
+}
+
 static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 			 enum MHD_RequestTerminationCode toe)
 {
@@ -1189,17 +1223,75 @@ static bool wait_idle(struct server *s, int64_t deadline)
 	return idle;
 }
 
+int moat_serve_auth_check(int listen_fd, bool token, bool no_auth, bool *is_unix,
+			  const char **why)
+{
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	memset(&ss, 0, sizeof ss);
+	if (getsockname(listen_fd, (struct sockaddr *)&ss, &sl) < 0) {
+		*why = "the listener is not a socket";
+		return -1;
+	}
+	if (is_unix)
+		*is_unix = ss.ss_family == AF_UNIX;
+	if (token && no_auth) {
+		*why = "--no-auth and --token-file exclude each other";
+		return -1;
+	}
+	if (ss.ss_family == AF_UNIX || token)
+		return 0;
+	bool loopback;
+	if (ss.ss_family == AF_INET)
+		loopback = ntohl(((struct sockaddr_in *)&ss)->sin_addr.s_addr) >> 24 == 127;
+	else if (ss.ss_family == AF_INET6)
+		loopback = IN6_IS_ADDR_LOOPBACK(&((struct sockaddr_in6 *)&ss)->sin6_addr);
+	else {
+		*why = "the listener is neither TCP nor a unix socket";
+		return -1;
+	}
+	if (!loopback) {
+		*why = no_auth ? "--no-auth is for a loopback address or a unix socket only: anyone "
+				 "who reaches this one could run code on this machine; give "
+				 "--token-file FILE"
+			       : "not a loopback address: anyone who reaches it could run code on "
+				 "this machine; give --token-file FILE";
+		return -1;
+	}
+	if (!no_auth) {
+		*why = "a TCP listener needs a token, on loopback too (any local user could run "
+		       "code and read every sandboxId's store): give --token-file FILE, or "
+		       "--no-auth to serve without one";
+		return -1;
+	}
+	return 0;
+}
+
+static void close_listeners(const struct moat_serve_options *o)
+{
+	close(o->listen_fd);
+	if (o->metrics_desc)
+		close(o->metrics_fd);
+}
+
 int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		   struct moat_error *err)
 {
 	const char *why;
+	bool is_unix = false;
+	if (moat_serve_auth_check(o->listen_fd, o->token != NULL, o->no_auth, &is_unix,
+				  &why) < 0) {
+		close_listeners(o);
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "moat serve: %s: %s",
+				      o->listen_desc, why);
+	}
 	if (moat_mhd_load(&why) < 0) {
-		close(o->listen_fd);
+		close_listeners(o);
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "moat serve: %s", why);
 	}
 	struct server *s = calloc(1, sizeof *s);
 	if (!s) {
-		close(o->listen_fd);
+		close_listeners(o);
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	}
 	s->o = o;
@@ -1213,23 +1305,29 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	s->cancel_fd = -1;
 	int rc = -1;
 	if (serve_limits_parse(o->cfg->serve_json, &s->limits, err) < 0) {
-		close(o->listen_fd);
+		close_listeners(o);
 		goto out;
 	}
 	if (o->token) {
 		s->auth = true;
 		moat_sha256(o->token, strlen(o->token), s->token_hash);
 	}
+	/* /healthz stays {"status":"ok"} (clients compare it whole) unless
+	 * authentication is off on purpose: then it says so */
+	s->healthz = o->no_auth ? "{\"status\":\"ok\",\"auth\":\"off\",\"warning\":\"authentication "
+				  "is off (--no-auth): whoever can connect can run code and "
+				  "read every sandboxId's store\"}\n"
+				: "{\"status\":\"ok\"}\n";
 	if ((s->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "eventfd: %s", strerror(errno));
-		close(o->listen_fd);
+		close_listeners(o);
 		goto out;
 	}
 	if ((errno = pthread_create(&s->watchdog, NULL, watchdog, s)) != 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
 			       "moat serve: cannot start the request-deadline thread: %s",
 			       strerror(errno));
-		close(o->listen_fd);
+		close_listeners(o);
 		goto out;
 	}
 	s->have_watchdog = true;
@@ -1255,7 +1353,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 			zyg = !no_zyg;
 		if (serve_pool_start(&s->pool, want, want && zyg > 0, &po, &s->limits, &s->log,
 				     slots_full, s, err) < 0) {
-			close(o->listen_fd);
+			close_listeners(o);
 			goto out;
 		}
 	}
@@ -1275,11 +1373,39 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	if (!s->d) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
 			       "moat serve: cannot start the HTTP server on %s", o->listen_desc);
-		close(o->listen_fd);
+		close_listeners(o);
 		goto out;
 	}
+	if (o->metrics_desc) {
+		/* one polling thread: a scrape is one short answer */
+		s->metrics_d = MHD_start_daemon(
+			MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL | MHD_USE_ITC |
+				MHD_USE_ERROR_LOG,
+			0, NULL, NULL, on_metrics_listener, s,
+			MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+			MHD_OPTION_LISTEN_SOCKET, (MHD_socket)o->metrics_fd,
+			MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->client_timeout_s,
+			MHD_OPTION_CONNECTION_LIMIT, (unsigned int)METRICS_CONNECTION_LIMIT,
+			MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned int)PER_IP_LIMIT,
+			MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)HEADER_MEMORY,
+			MHD_OPTION_END);
+		if (!s->metrics_d) {
+			moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+				       "moat serve: cannot start the metrics listener on %s",
+				       o->metrics_desc);
+			close(o->metrics_fd);
+			MHD_stop_daemon(s->d);
+			goto out;
+		}
+	}
 	notice(s, "info", "listening on %s (max %u runs at once, queue %u%s)", o->listen_desc,
-	       o->max_concurrent, o->queue, o->token ? ", bearer token required" : "");
+	       o->max_concurrent, o->queue,
+	       o->token ? ", bearer token required" : is_unix ? ", the socket's mode guards it" : "");
+	if (o->no_auth)
+		notice(s, "warn", "authentication is off (--no-auth): whoever can connect to %s can "
+		       "run code and read every sandboxId's store", o->listen_desc);
+	if (s->metrics_d)
+		notice(s, "info", "/metrics without a token on %s", o->metrics_desc);
 
 	int sig = 0;
 	while (sigwait(stop, &sig) != 0)
@@ -1307,6 +1433,8 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 			notice(s, "error", "runs still in flight 5 s after they were killed");
 	}
 	MHD_stop_daemon(s->d);
+	if (s->metrics_d)
+		MHD_stop_daemon(s->metrics_d); /* closes its listener */
 	notice(s, "info", "stopped");
 	rc = 0;
 out:

@@ -240,6 +240,8 @@ for p, o in serve_pods:
     def arg(flag):
         return args[args.index(flag) + 1] if flag in args and args.index(flag) + 1 < len(args) else None
 
+    check("--no-auth" not in args,
+          where + ": the service is not run without authentication (--no-auth)")
     listen = arg("--listen") or ""
     check(listen.rsplit(":", 1)[-1] == str(ports.get("http")),
           where + ": --listen's port is the container port", "%r vs %r" % (listen, ports))

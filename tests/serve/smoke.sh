@@ -3,10 +3,13 @@
 # examples and the main error cases, one curl each, printing the HTTP status
 # next to the one expected, and the body.
 #
-#   moat serve --listen 127.0.0.1:3000 &         # or: sudo moat serve
-#   sh tests/serve/smoke.sh                      # BASE=http://127.0.0.1:3000
-#   BASE=http://127.0.0.1:3007 TOKEN=... sh tests/serve/smoke.sh
-#   SOCKET=$XDG_RUNTIME_DIR/moat.sock sh tests/serve/smoke.sh   # a unix socket
+#   moat serve &                                 # rootless: $XDG_RUNTIME_DIR/moat.sock
+#   SOCKET=$XDG_RUNTIME_DIR/moat.sock sh tests/serve/smoke.sh
+#   sudo moat serve &                            # root: /run/moat/moat.sock
+#   sudo SOCKET=/run/moat/moat.sock sh tests/serve/smoke.sh
+#   moat serve --listen 127.0.0.1:3000 --token-file F &   # TCP needs a token
+#   TOKEN=$(cat F) sh tests/serve/smoke.sh       # BASE=http://127.0.0.1:3000
+#   (or moat serve --listen 127.0.0.1:3000 --no-auth &: no TOKEN)
 #
 # It checks nothing by itself: read the "want" column. Exit status 0 unless
 # curl itself could not run.

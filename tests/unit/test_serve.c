@@ -1,7 +1,12 @@
 /* Unit tests: the pure logic of `moat serve` (src/serve): the Spin envelope,
  * handler detection, the handler frame parser, the operator limits, the
  * script error line and the metrics. */
+#include <arpa/inet.h>
+#include <fcntl.h>
 #include <math.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
@@ -1859,6 +1864,83 @@ START_TEST(metrics_render)
 }
 END_TEST
 
+/* A TCP socket bound to addr, port 0 (IPv6 when v6); -1 when the address
+ * cannot be bound here. */
+static int bound_tcp(const char *addr, bool v6)
+{
+	int fd = socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	struct sockaddr_in a4 = { .sin_family = AF_INET };
+	struct sockaddr_in6 a6 = { .sin6_family = AF_INET6 };
+	ck_assert_int_eq(v6 ? inet_pton(AF_INET6, addr, &a6.sin6_addr)
+			    : inet_pton(AF_INET, addr, &a4.sin_addr), 1);
+	if (v6 ? bind(fd, (struct sockaddr *)&a6, sizeof a6) : bind(fd, (struct sockaddr *)&a4,
+									 sizeof a4)) {
+		close(fd);
+		return -1;
+	}
+	return fd;
+}
+
+/* moat_serve_auth_check: TCP needs the token, loopback too, unless no_auth
+ * on loopback; a unix socket needs neither; no_auth never with a token. */
+START_TEST(auth_check_listeners)
+{
+	int sp[2];
+	ck_assert_int_eq(socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp), 0);
+	struct {
+		const char *what, *addr;
+		bool v6, is_unix;
+		int want[2][2]; /* [token][no_auth]: 0 allowed, -1 refused */
+	} l[] = {
+		{ "127.0.0.1", "127.0.0.1", false, false, { { -1, 0 }, { 0, -1 } } },
+		{ "127.0.0.2", "127.0.0.2", false, false, { { -1, 0 }, { 0, -1 } } },
+		{ "0.0.0.0", "0.0.0.0", false, false, { { -1, -1 }, { 0, -1 } } },
+		{ "::1", "::1", true, false, { { -1, 0 }, { 0, -1 } } },
+		{ "::", "::", true, false, { { -1, -1 }, { 0, -1 } } },
+		{ "unix", NULL, false, true, { { 0, 0 }, { 0, -1 } } },
+	};
+	for (size_t i = 0; i < sizeof l / sizeof l[0]; i++) {
+		int fd = l[i].addr ? bound_tcp(l[i].addr, l[i].v6) : sp[0];
+		if (fd < 0) {
+			fprintf(stderr, "note: auth_check_listeners: cannot bind %s here; not run\n",
+				l[i].what);
+			continue;
+		}
+		for (int t = 0; t < 2; t++)
+			for (int n = 0; n < 2; n++) {
+				const char *why = NULL;
+				bool is_unix = !l[i].is_unix;
+				int rc = moat_serve_auth_check(fd, t, n, &is_unix, &why);
+				ck_assert_msg(rc == l[i].want[t][n],
+					      "%s, token %d, no_auth %d: %d (want %d): %s", l[i].what,
+					      t, n, rc, l[i].want[t][n], why ? why : "");
+				ck_assert_msg(rc == 0 || (why && strstr(why, "--token-file")),
+					      "%s: the refusal does not name --token-file: %s",
+					      l[i].what, why ? why : "(none)");
+				ck_assert_msg(is_unix == l[i].is_unix, "%s: is_unix %d", l[i].what,
+					      is_unix);
+			}
+		if (l[i].addr)
+			close(fd);
+	}
+	/* loopback without either: both ways out named */
+	int fd = bound_tcp("127.0.0.1", false);
+	const char *why = NULL;
+	ck_assert_int_eq(moat_serve_auth_check(fd, false, false, NULL, &why), -1);
+	ck_assert_msg(strstr(why, "--token-file") && strstr(why, "--no-auth"), "%s", why);
+	close(fd);
+	/* not a socket */
+	int p[2];
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	ck_assert_int_eq(moat_serve_auth_check(p[0], true, false, NULL, &why), -1);
+	close(p[0]);
+	close(p[1]);
+	close(sp[0]);
+	close(sp[1]);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -1884,6 +1966,7 @@ Suite *serve_suite(void)
 	tcase_add_test(tc, limits_apply);
 	tcase_add_test(tc, script_error_lines);
 	tcase_add_test(tc, metrics_render);
+	tcase_add_test(tc, auth_check_listeners);
 	suite_add_tcase(s, tc);
 	return s;
 }
