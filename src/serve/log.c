@@ -21,6 +21,7 @@
 #define LOG_RING_BYTES (1024u * 1024u)
 #define LOG_CHUNK (64u * 1024u) /* written at once */
 #define LOG_DRAIN_MS 2000       /* what the stop waits for the rest */
+#define LOG_BATCH_MS 10         /* a quiet writer's wait for the rest of a burst */
 
 struct log_ring {
 	pthread_mutex_t mu;
@@ -65,8 +66,12 @@ static bool ring_put(struct log_ring *r, const char *line, size_t len)
 	size_t first = LOG_RING_BYTES - tail < len ? LOG_RING_BYTES - tail : len;
 	memcpy(r->data + tail, line, first);
 	memcpy(r->data, line + first, len - first);
+	size_t before = r->len;
 	r->len += len;
-	pthread_cond_signal(&r->more);
+	/* the writer is woken by the first line after a quiet spell (it then
+	 * waits LOG_BATCH_MS for the rest of the burst), and at half full */
+	if (before == 0 || (before < LOG_RING_BYTES / 2 && r->len >= LOG_RING_BYTES / 2))
+		pthread_cond_signal(&r->more);
 	return true;
 }
 
@@ -99,6 +104,10 @@ static void *log_writer(void *arg)
 			if (r->stop)
 				break;
 			pthread_cond_wait(&r->more, &r->mu);
+			/* a line costs its request no wake-up of this thread but
+			 * the first of a burst, which is written with the rest */
+			if (r->len && !r->stop && r->len < LOG_RING_BYTES / 2)
+				moat_cond_wait_ms(&r->more, &r->mu, LOG_BATCH_MS);
 			continue;
 		}
 		size_t n = LOG_RING_BYTES - r->head < r->len ? LOG_RING_BYTES - r->head : r->len;
