@@ -56,7 +56,7 @@ bench() { "$CL_PY" "$CL_LIB_DIR/client.py" bench "$1/py/bench" "$CL_TOKEN" "$CLI
 
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for c in 0 1 2 3; do bench "${URLS[$c]}" "$WARMUP" >/dev/null; done
-b2=$(grep -c '"path":"/py/bench"' "$CL_DIR/node2.log")
+b2=$(cl_py_served "http://$CL_NODE2:$CL_PORT")
 per=$((REQUESTS / ROUNDS))
 for r in $(seq 0 $((ROUNDS - 1))); do
 	for k in 0 1 2 3; do
@@ -66,7 +66,7 @@ for r in $(seq 0 $((ROUNDS - 1))); do
 done
 load1=$(cut -d' ' -f1-3 /proc/loadavg)
 # node 1 also served the one-node passes: node 2's count tells the split
-n2=$(( $(grep -c '"path":"/py/bench"' "$CL_DIR/node2.log") - b2 ))
+n2=$(( $(cl_py_served "http://$CL_NODE2:$CL_PORT") - b2 ))
 
 echo "moat serve, $CLIENTS clients, $REQUESTS requests per configuration in $ROUNDS interleaved rounds (after $WARMUP), $CPUS CPUs, --max-concurrent $CPUS per node unless said, --pool 0, one Redis (AOF, fsync always) on the host; load average $load0 before, $load1 after"
 echo

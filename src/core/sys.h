@@ -10,6 +10,7 @@
 #ifndef MOAT_CORE_SYS_H
 #define MOAT_CORE_SYS_H
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stddef.h>
@@ -19,6 +20,10 @@
 /* CLOCK_MONOTONIC in milliseconds / nanoseconds. Child-safe. */
 int64_t moat_mono_ms(void);
 uint64_t moat_mono_ns(void);
+
+/* pthread_cond_timedwait for at most ms (the condition's clock is the
+ * default CLOCK_REALTIME); mu held. Its result (0, ETIMEDOUT). */
+int moat_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);
 
 /* Writes all of buf to a blocking fd, retrying EINTR and short writes.
  * 0, or -1 with errno (a write of 0 bytes counts as EIO). Child-safe. */

@@ -123,8 +123,11 @@ struct serve_metrics {
 	 * client, requests refused because the result budget was full */
 	int64_t result_bytes, stream_bytes;
 	uint64_t result_rejected;
+	uint64_t handler_bodies_dropped; /* a 204/205/304 handler response's body */
 };
 const char *serve_route_name(enum serve_route r);
+/* The route's path template for the access log ("/v1/kv/{id}"). */
+const char *serve_route_template(enum serve_route r);
 const char *serve_outcome_name(enum serve_outcome o);
 void serve_metrics_init(struct serve_metrics *m);
 void serve_metrics_record(struct serve_metrics *m, enum serve_route r, int lang,
@@ -134,13 +137,20 @@ char *serve_metrics_render(struct serve_metrics *m);
 
 /* ---- log (log.c) ---- */
 
+/* Lines are queued (bounded in bytes) and written by one thread of the
+ * log's: a log reader that stalls never blocks the caller; a line that
+ * does not fit is dropped and counted. */
+struct log_ring;
 struct serve_log {
-	FILE *f;
 	bool json;
-	pthread_mutex_t mu;
+	struct log_ring *ring; /* NULL: not started (lines go nowhere) */
 };
-void serve_log_init(struct serve_log *l, FILE *f, bool json);
+/* Starts the writer on f's fd (stdio's buffer flushed first). */
+int serve_log_init(struct serve_log *l, FILE *f, bool json, struct moat_error *err);
+/* Gives the queued lines a bounded time (2 s) to be written, then stops. */
 void serve_log_destroy(struct serve_log *l);
+/* Lines dropped so far because the queue was full. */
+uint64_t serve_log_dropped(struct serve_log *l);
 void serve_log_ts(struct moat_buf *b);
 void serve_log_write(struct serve_log *l, const char *line, size_t len);
 void serve_log_vnotice(struct serve_log *l, const char *level, const char *component,

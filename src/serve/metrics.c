@@ -19,6 +19,19 @@ static const char *const outcome_names[O__COUNT] = {
 	[O_UNAVAILABLE] = "unavailable",
 };
 
+/* What the access log says for "path": the route's template, never what
+ * the client put in the path (an id, a tenant's Spin route). */
+static const char *const route_templates[R__COUNT] = {
+	[R_PY] = "/py/{path}", [R_TS] = "/ts/{path}", [R_V1_RUN] = "/v1/run",
+	[R_HEALTHZ] = "/healthz", [R_METRICS] = "/metrics", [R_KV] = "/v1/kv/{id}",
+	[R_OTHER] = "/{unknown}",
+};
+
+const char *serve_route_template(enum serve_route r)
+{
+	return (unsigned)r < R__COUNT ? route_templates[r] : route_templates[R_OTHER];
+}
+
 const char *serve_route_name(enum serve_route r)
 {
 	return (unsigned)r < R__COUNT ? route_names[r] : "other";
@@ -121,6 +134,11 @@ char *serve_metrics_render(struct serve_metrics *m)
 			     "moat_serve_result_budget_rejected_total %llu\n",
 			 (long long)m->result_bytes, (long long)m->stream_bytes,
 			 (unsigned long long)m->result_rejected);
+	moat_buf_appendf(&b, "# HELP moat_serve_handler_bodies_dropped_total Handler responses "
+			     "with status 204, 205 or 304 whose body was dropped.\n"
+			     "# TYPE moat_serve_handler_bodies_dropped_total counter\n"
+			     "moat_serve_handler_bodies_dropped_total %llu\n",
+			 (unsigned long long)m->handler_bodies_dropped);
 	pthread_mutex_unlock(&m->mu);
 	return moat_buf_take(&b);
 }

@@ -231,15 +231,7 @@ static void release_unlocked(struct serve_pool *p, struct moat_sandbox *sb)
 /* Waits on p->cv (p->mu held) for at most ms. */
 static void wait_ms(struct serve_pool *p, long ms)
 {
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	ts.tv_sec += ms / 1000;
-	ts.tv_nsec += (ms % 1000) * 1000000L;
-	if (ts.tv_nsec >= 1000000000L) {
-		ts.tv_sec++;
-		ts.tv_nsec -= 1000000000L;
-	}
-	pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+	moat_cond_wait_ms(&p->cv, &p->mu, ms);
 }
 
 /* Starts (or replaces) the zygote, outside the lock; a failure backs off

@@ -51,6 +51,7 @@
 struct conn {
 	int fd;
 	int64_t deadline; /* ms (monotonic) by which the request must be in; 0: none */
+	bool target_nul; /* the request target being read decodes to a NUL (unescape) */
 	struct conn *prev, *next;
 };
 
@@ -103,6 +104,8 @@ struct stream {
 	struct moat_result *res;
 	struct moat_error err;
 	bool run_failed;
+	bool bodyless; /* 204, 205, 304: the handler's body is dropped */
+	uint64_t dropped; /* bytes of it */
 };
 
 struct req {
@@ -122,7 +125,6 @@ struct req {
 	unsigned status;
 	enum serve_outcome outcome;
 	char method[16];
-	char *path;
 	char *header_id; /* X-Sandbox-Id, checked (serve_sandbox_id_header); NULL: none */
 	char remote[INET6_ADDRSTRLEN + 8];
 	int conn_fd; /* dup of the client socket while a run watches it */
@@ -138,6 +140,18 @@ static int64_t now_ms(void)
 
 /* ---- access log ---- */
 
+/* The request's method for the log: a standard one, else "other" (a
+ * client's own method name is its text, not the log's). */
+static const char *log_method(const char *m)
+{
+	static const char *const known[] = { "GET", "HEAD", "POST", "PUT", "DELETE",
+					     "PATCH", "OPTIONS", "TRACE", "CONNECT" };
+	for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+		if (!strcmp(m, known[i]))
+			return known[i];
+	return "other";
+}
+
 static void log_request(struct req *q)
 {
 	struct server *s = q->s;
@@ -147,10 +161,8 @@ static void log_request(struct req *q)
 	moat_buf_append(&b, "\",\"remote\":", 11);
 	moat_buf_append_json_string(&b, q->remote, strlen(q->remote));
 	moat_buf_append(&b, ",\"method\":", 10);
-	moat_buf_append_json_string(&b, q->method, strlen(q->method));
-	moat_buf_append(&b, ",\"path\":", 8);
-	const char *p = q->path ? q->path : "";
-	moat_buf_append_json_string(&b, p, strlen(p) > 256 ? 256 : strlen(p));
+	moat_buf_appendf(&b, "\"%s\"", log_method(q->method));
+	moat_buf_appendf(&b, ",\"path\":\"%s\"", serve_route_template(q->route));
 	moat_buf_appendf(&b, ",\"route\":\"%s\",\"status\":%u,\"outcome\":\"%s\",\"durationMs\":%lld,"
 			     "\"bytesIn\":%zu,\"bytesOut\":%llu",
 			 serve_route_name(q->route), q->status, serve_outcome_name(q->outcome),
@@ -199,7 +211,6 @@ static void req_unref(struct req *q)
 	pthread_cond_broadcast(&q->s->cv);
 	pthread_mutex_unlock(&q->s->mu);
 	moat_buf_free(&q->body);
-	free(q->path);
 	free(q->header_id);
 	serve_envelope_free(&q->env);
 	frame_free(&q->st.frame);
@@ -427,12 +438,21 @@ static void run_options(struct req *q, struct moat_run_options *opts)
 
 /* ---- handlers: the worker and the streamed response ---- */
 
+/* A status whose response has no body (RFC 9110 15.3.5, 15.3.6, 15.4.5):
+ * its head ends the message, so a body (or chunked framing) after it would
+ * be read as the start of the next response on the connection. */
+static bool bodyless_status(int status)
+{
+	return status == 204 || status == 205 || status == 304;
+}
+
 static void on_head(void *ctx, int status, char **headers, size_t count)
 {
 	struct req *q = ctx; /* q->mu held by on_output */
 	q->st.status = status;
 	q->st.headers = headers;
 	q->st.headers_count = count;
+	q->st.bodyless = bodyless_status(status);
 	q->st.head_ready = true;
 	pthread_cond_broadcast(&q->cv);
 }
@@ -442,6 +462,10 @@ static void on_body(void *ctx, const char *buf, size_t len)
 	struct req *q = ctx; /* q->mu held by on_output */
 	if (q->st.abandoned)
 		return;
+	if (q->st.bodyless) {
+		q->st.dropped += len;
+		return;
+	}
 	struct moat_buf *p = &q->st.pending;
 	if (q->st.pending_off) { /* what was taken goes: the buffer stays the window's size */
 		memmove(p->data, p->data + q->st.pending_off, p->len - q->st.pending_off);
@@ -461,7 +485,7 @@ static void on_output(void *ctx, enum moat_stream stream, const char *buf, size_
 		return;
 	pthread_mutex_lock(&q->mu);
 	frame_feed(&q->st.frame, buf, len);
-	if (q->st.frame.state == FRAME_FAILED)
+	if (q->st.frame.state == FRAME_FAILED || q->st.frame.state == FRAME_END)
 		pthread_cond_broadcast(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 }
@@ -569,6 +593,28 @@ static void stream_free(void *cls)
 	req_unref(q);
 }
 
+/* A handler's 204, 205 or 304: its headers, no body and no framing (204
+ * and 304 get no Content-Length; 205 gets Content-Length: 0). A body the
+ * handler sent is dropped and counted. */
+static enum MHD_Result respond_bodyless(struct req *q, struct MHD_Connection *c)
+{
+	if (q->st.dropped) {
+		pthread_mutex_lock(&q->s->metrics.mu);
+		q->s->metrics.handler_bodies_dropped++;
+		pthread_mutex_unlock(&q->s->metrics.mu);
+	}
+	struct MHD_Response *r = MHD_create_response_from_buffer(0, (char *)"",
+								 MHD_RESPMEM_PERSISTENT);
+	if (!r)
+		return MHD_NO;
+	for (size_t i = 0; i < q->st.headers_count; i++)
+		MHD_add_response_header(r, q->st.headers[2 * i], q->st.headers[2 * i + 1]);
+	q->status = (unsigned)q->st.status;
+	enum MHD_Result rc = MHD_queue_response(c, (unsigned)q->st.status, r);
+	MHD_destroy_response(r);
+	return rc;
+}
+
 static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 {
 	pthread_t t;
@@ -601,7 +647,17 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 	pthread_mutex_lock(&q->mu);
 	while (!q->st.head_ready && !q->st.finished && q->st.frame.state != FRAME_FAILED)
 		pthread_cond_wait(&q->cv, &q->mu);
-	if (q->st.head_ready) {
+	if (q->st.head_ready && q->st.bodyless) {
+		/* answered once the handler's response is complete: a failure
+		 * after its head is then still a 500, not a 304 */
+		while (q->st.frame.state != FRAME_END && q->st.frame.state != FRAME_FAILED &&
+		       !q->st.finished)
+			pthread_cond_wait(&q->cv, &q->mu);
+		if (q->st.frame.state == FRAME_END) {
+			pthread_mutex_unlock(&q->mu);
+			return respond_bodyless(q, c);
+		}
+	} else if (q->st.head_ready) {
 		int status = q->st.status;
 		pthread_mutex_unlock(&q->mu);
 		struct MHD_Response *r = MHD_create_response_from_callback(
@@ -835,12 +891,18 @@ static char *metrics_text(struct server *s)
 	s->metrics.stream_bytes = (int64_t)__atomic_load_n(&s->stream_bytes, __ATOMIC_RELAXED);
 	pthread_mutex_unlock(&s->metrics.mu);
 	char *m = serve_metrics_render(&s->metrics);
-	if (!m || !s->pool)
+	if (!m)
 		return m;
 	struct moat_buf b = { 0 };
 	moat_buf_append(&b, m, strlen(m));
 	free(m);
-	serve_pool_render(s->pool, &b);
+	moat_buf_appendf(&b, "# HELP moat_serve_log_lines_dropped_total Log lines dropped because "
+			     "the log's reader fell behind (its queue was full).\n"
+			     "# TYPE moat_serve_log_lines_dropped_total counter\n"
+			     "moat_serve_log_lines_dropped_total %llu\n",
+			 (unsigned long long)serve_log_dropped(&s->log));
+	if (s->pool)
+		serve_pool_render(s->pool, &b);
 	return moat_buf_take(&b);
 }
 
@@ -943,6 +1005,60 @@ static void describe_remote(struct req *q, struct MHD_Connection *c)
 			  sizeof q->remote);
 }
 
+/* ---- the request target ---- */
+
+static int hex_digit(char ch)
+{
+	return ch >= '0' && ch <= '9' ? ch - '0'
+	       : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10
+	       : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10
+					: -1;
+}
+
+/* libmicrohttpd's unescape (the path and each query argument, when the
+ * request line is read): %XX decoded in place, as its own does. A %00
+ * would leave a C string that ends early, and "/v1/kv/victim%00x" would
+ * name "victim": instead the connection is marked (on_headers refuses the
+ * request with 400) and the %00 is left as it is, so that nothing is cut
+ * even without a mark. */
+static size_t unescape_target(void *cls, struct MHD_Connection *c, char *url)
+{
+	(void)cls;
+	const union MHD_ConnectionInfo *ci =
+		c ? MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT) : NULL;
+	struct conn *k = ci ? ci->socket_context : NULL;
+	char *w = url;
+	for (const char *r = url; *r;) {
+		int hi, lo;
+		if (r[0] == '%' && (hi = hex_digit(r[1])) >= 0 && (lo = hex_digit(r[2])) >= 0) {
+			if (hi == 0 && lo == 0) {
+				if (k)
+					k->target_nul = true;
+				*w++ = *r++;
+				continue;
+			}
+			*w++ = (char)(hi * 16 + lo);
+			r += 3;
+		} else {
+			*w++ = *r++;
+		}
+	}
+	*w = '\0';
+	return (size_t)(w - url);
+}
+
+/* Takes the mark unescape_target left for this request. */
+static bool target_had_nul(struct MHD_Connection *c)
+{
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+	struct conn *k = ci ? ci->socket_context : NULL;
+	if (!k || !k->target_nul)
+		return false;
+	k->target_nul = false;
+	return true;
+}
+
 /* ---- request deadline ---- */
 
 /* The connection is shut down ms from now (0: no deadline). */
@@ -1019,14 +1135,7 @@ static void *watchdog(void *arg)
 				shutdown(k->fd, SHUT_RDWR);
 				k->deadline = 0;
 			}
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_nsec += 500 * 1000000L;
-		if (ts.tv_nsec >= 1000000000L) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000L;
-		}
-		pthread_cond_timedwait(&s->conns_cv, &s->conns_mu, &ts);
+		moat_cond_wait_ms(&s->conns_cv, &s->conns_mu, 500);
 	}
 	pthread_mutex_unlock(&s->conns_mu);
 	return NULL;
@@ -1039,6 +1148,11 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 {
 	struct server *s = q->s;
 	q->route = route_of(url);
+	/* an id is taken with its decoded length: one with a NUL in it is
+	 * refused here, as the envelope and X-Sandbox-Id refuse it */
+	if (target_had_nul(c))
+		return fail(q, c, 400, "SandboxConfigError", O_BAD_REQUEST,
+			    "the request's path or query holds an encoded NUL (%00)");
 	bool get_route = q->route == R_HEALTHZ || q->route == R_METRICS;
 	if (q->route == R_OTHER)
 		return fail(q, c, 404, "NotFound", O_BAD_REQUEST, "no such route");
@@ -1098,7 +1212,6 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		pthread_mutex_init(&q->mu, NULL);
 		pthread_cond_init(&q->cv, NULL);
 		snprintf(q->method, sizeof q->method, "%s", method);
-		q->path = strdup(url);
 		describe_remote(q, c);
 		*con_cls = q;
 		q->done_headers = true;
@@ -1208,15 +1321,7 @@ static bool wait_idle(struct server *s, int64_t deadline)
 		int64_t left = deadline - now_ms();
 		if (left <= 0)
 			break;
-		struct timespec ts;
-		clock_gettime(CLOCK_REALTIME, &ts);
-		ts.tv_sec += left / 1000;
-		ts.tv_nsec += (left % 1000) * 1000000;
-		if (ts.tv_nsec >= 1000000000) {
-			ts.tv_sec++;
-			ts.tv_nsec -= 1000000000;
-		}
-		pthread_cond_timedwait(&s->cv, &s->mu, &ts);
+		moat_cond_wait_ms(&s->cv, &s->mu, left);
 	}
 	bool idle = s->running == 0 && s->active == 0;
 	pthread_mutex_unlock(&s->mu);
@@ -1299,11 +1404,14 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	serve_metrics_init(&s->metrics);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
-	serve_log_init(&s->log, o->log, o->json_log);
 	pthread_mutex_init(&s->conns_mu, NULL);
 	pthread_cond_init(&s->conns_cv, NULL);
 	s->cancel_fd = -1;
 	int rc = -1;
+	if (serve_log_init(&s->log, o->log, o->json_log, err) < 0) {
+		close(o->listen_fd);
+		goto out;
+	}
 	if (serve_limits_parse(o->cfg->serve_json, &s->limits, err) < 0) {
 		close_listeners(o);
 		goto out;
@@ -1362,6 +1470,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 			MHD_USE_ITC | MHD_USE_ERROR_LOG,
 		0, NULL, NULL, on_request, s,
 		MHD_OPTION_EXTERNAL_LOGGER, mhd_log, s,
+		MHD_OPTION_UNESCAPE_CALLBACK, unescape_target, s,
 		MHD_OPTION_LISTEN_SOCKET, (MHD_socket)o->listen_fd,
 		MHD_OPTION_CONNECTION_TIMEOUT, (unsigned int)o->client_timeout_s,
 		MHD_OPTION_CONNECTION_LIMIT, (unsigned int)CONNECTION_LIMIT,

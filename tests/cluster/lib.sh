@@ -197,6 +197,16 @@ cl_cleanup() {
 	CL_DIR=""
 }
 
+# cl_py_served URL [OUTCOME]: how many /py requests the node at URL has
+# answered (its /metrics: moat_serve_requests_total of route "py", of that
+# outcome when given). The access log cannot say which: it holds the route's
+# template, never the path (SECURITY.md row 40).
+cl_py_served() {
+	curl -s --noproxy '*' --max-time 5 -H "Authorization: Bearer $CL_TOKEN" "$1/metrics" |
+		awk -v o="${2:-}" '/^moat_serve_requests_total\{route="py",/ &&
+			(o == "" || index($0, "outcome=\"" o "\"")) { n += $NF } END { print n + 0 }'
+}
+
 # cl_call URL ID CODE: one request (tests/cluster/client.py call): prints
 # "<HTTP status> <the script's stdout, JSON-quoted>".
 cl_call() {

@@ -4,7 +4,7 @@
 #   shared      a value written through node 1 is read through node 2
 #   sticky      one sandbox id goes to one node while both are up (HAProxy's
 #               hash of X-Sandbox-Id; who served is read from each node's
-#               access log), and the ids spread over both nodes
+#               /metrics), and the ids spread over both nodes
 #   kill        node killed (SIGKILL) under two writers: no acknowledged
 #               write is lost, the other node serves that id afterwards
 #   sqlite      with the SQLite backend (a file per node) state is not shared
@@ -67,12 +67,14 @@ LB=http://127.0.0.1:$CL_HAPROXY_PORT
 KV='from spin_sdk import key_value
 s = key_value.open_default()
 '
-# access-log lines of node N for path P (JSON: "path":"P"), and of those
-# answered 200
-served() { grep -c "\"path\":\"$2\"" "$CL_DIR/node$1.log"; }
-served_ok() { grep "\"path\":\"$2\"" "$CL_DIR/node$1.log" | grep -c '"status":200'; }
+# /py requests node N has answered (all, or those that ran: outcome ok)
+node_url() { [ "$1" = 1 ] && echo "$N1" || echo "$N2"; }
+served() { cl_py_served "$(node_url "$1")"; }
+served_ok() { cl_py_served "$(node_url "$1")" ok; }
 
 # ---- shared: node 1 writes, node 2 reads
+s1=$(served 1)
+s2=$(served 2)
 r=$(cl_call "$N1/py/shared" alpha "${KV}s.set('k', b'from-node-1'); print('ok')")
 [ "$r" = '200 "ok\n"' ] || die "write through node 1: $r"
 r=$(cl_call "$N2/py/shared" alpha "${KV}print(s.get('k'))")
@@ -81,7 +83,7 @@ if [ "$r" = "200 \"b'from-node-1'\\n\"" ]; then
 else
 	fail "shared: node 2 read: $r"
 fi
-[ "$(served 1 /py/shared)" = 1 ] && [ "$(served 2 /py/shared)" = 1 ] ||
+[ "$(($(served 1) - s1))" = 1 ] && [ "$(($(served 2) - s2))" = 1 ] ||
 	fail "shared: the requests did not go to the nodes addressed"
 
 # ---- sticky: 6 ids, 3 requests each, through HAProxy
@@ -89,12 +91,14 @@ ids_on_1=0
 ids_on_2=0
 split=""
 for i in 1 2 3 4 5 6; do
+	a0=$(served 1)
+	b0=$(served 2)
 	for j in 1 2 3; do
 		r=$(cl_call "$LB/py/s$i" "user-$i" "${KV}s.set('n', b'$j'); print('ok')")
 		[ "$r" = '200 "ok\n"' ] || fail "sticky: user-$i request $j: $r"
 	done
-	a=$(served 1 "/py/s$i")
-	b=$(served 2 "/py/s$i")
+	a=$(($(served 1) - a0))
+	b=$(($(served 2) - b0))
 	if [ "$a" = 3 ] && [ "$b" = 0 ]; then
 		ids_on_1=$((ids_on_1 + 1))
 	elif [ "$a" = 0 ] && [ "$b" = 3 ]; then
@@ -115,10 +119,13 @@ else
 fi
 
 # ---- kill: which node has "durable", two writers, kill -9 it under them
+p1=$(served 1)
+p2=$(served 2)
 r=$(cl_call "$LB/py/d-probe" durable "${KV}print('ok')")
 [ "$r" = '200 "ok\n"' ] || die "durable probe: $r"
-if [ "$(served 1 /py/d-probe)" = 1 ]; then victim=1 other=2; else victim=2 other=1; fi
-[ "$(served $victim /py/d-probe)" = 1 ] || die "the probe is in no node's log"
+if [ "$(($(served 1) - p1))" = 1 ]; then victim=1 other=2; else victim=2 other=1; fi
+[ "$(($(served $victim) - $([ $victim = 1 ] && echo $p1 || echo $p2)))" = 1 ] ||
+	die "the probe was served by no node"
 # writer W: writes of key wW-i, one line per acknowledged one, until 8 have
 # been sent after the kill (the file "killed" is there). Runs are fast enough
 # that a fixed count could all be done before the kill, leaving nothing to
@@ -159,11 +166,12 @@ CL_PIDS="$CL_PIDS $slow_pid"
 sleep 1 # its run has started on the victim (a cold start is ~0.3 s here)
 victim_pid=$(eval echo "\$CL_PID$victim")
 acked_before=$(wc -l <"$CL_DIR/acked")
-other_before=$(served_ok $other /py/durable)
+other_before=$(served_ok $other)
 kill -KILL "$victim_pid"
 wait "$victim_pid" 2>/dev/null
 : >"$CL_DIR/killed"
 wait "$wp1" "$wp2" "$slow_pid"
+other_after=$(served_ok $other) # before the check below, which goes to it too
 slow=$(cat "$CL_DIR/slow")
 case $slow in
 '200 '*) fail "kill: the request in flight on node $victim was answered 200: $slow" ;;
@@ -183,15 +191,15 @@ if [ -n "$stored" ] && [ -z "$lost" ]; then
 else
 	fail "kill: acknowledged writes missing: $(echo $lost) (read: $r)"
 fi
-other_after=$(served_ok $other /py/durable)
 if [ "$other_after" -gt "$other_before" ] && [ "$n_acked" -gt "$acked_before" ]; then
 	pass "kill: node $other served the id after the kill ($((other_after - other_before)) writes)"
 else
 	fail "kill: node $other served no write of the id after the kill ($other_before -> $other_after)"
 fi
 last=$(tail -n 1 "$CL_DIR/acked") # the last acknowledged write
+o0=$(served_ok $other)
 r=$(cl_call "$LB/py/after" durable "${KV}print(s.get('$last') is not None)")
-if [ "$r" = '200 "True\n"' ] && [ "$(served_ok $other /py/after)" = 1 ]; then
+if [ "$r" = '200 "True\n"' ] && [ "$(($(served_ok $other) - o0))" = 1 ]; then
 	pass "kill: HAProxy sends the id to node $other"
 else
 	fail "kill: a read through HAProxy after the kill: $r"

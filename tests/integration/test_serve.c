@@ -238,6 +238,8 @@ struct server_opts {
 				   * pod's readOnlyRootFilesystem (and no emptyDir) */
 	int zygote;               /* 1: --pool-zygote; -1: --no-pool-zygote; 0: neither
 				   * (the service's default: on, with a pool) */
+	const int *log_pipe;      /* a pipe's write end to be the server's stdout and
+				   * stderr (its log in either mode), or NULL: files */
 };
 
 struct server {
@@ -258,6 +260,7 @@ struct server {
 	int calls;                /* curl calls made, for file names */
 	int open_calls;           /* started and not finished */
 	int status;               /* exit status once reaped */
+	int log_pipe;             /* server_opts.log_pipe, or -1 */
 };
 
 /* pids the leftover check must not count: live servers and guards */
@@ -300,6 +303,10 @@ static int prep_redirect(int mode, void *arg)
 	}
 	close(e);
 	close(o);
+	if (s->log_pipe >= 0 && (dup2(s->log_pipe, 1) < 0 || dup2(s->log_pipe, 2) < 0)) {
+		perror("serve test: the server's output to the log pipe");
+		return -1;
+	}
 	return 0;
 }
 
@@ -515,6 +522,7 @@ static void server_spawn(struct server *s, int mode, const struct server_opts *o
 		argv[n++] = o->args[i];
 	}
 	argv[n] = NULL;
+	s->log_pipe = o->log_pipe ? *o->log_pipe : -1;
 	harness_start(mode, argv, NULL, 0, o->env, o->readonly_root ? prep_readonly : prep_redirect,
 		      s, &s->p);
 	s->running = true;
@@ -2133,8 +2141,9 @@ START_TEST(access_log)
 	cJSON *lines = access_lines(&s);
 	ck_assert_msg(cJSON_GetArraySize(lines) >= 5, "%d access log lines for 5+ requests:\n%.3000s",
 		      cJSON_GetArraySize(lines), log);
-	const cJSON *py = access_find(lines, "path", "/py/run"), *l;
-	ck_assert_msg(py, "no access line with path /py/run (no query string):\n%.3000s", log);
+	const cJSON *py = access_find(lines, "route", "py"), *l;
+	ck_assert_msg(py && !strcmp(jstr(py, "path"), "/py/{path}"),
+		      "no access line with path /py/{path} (the template):\n%.3000s", log);
 	int runs = 0;
 	cJSON_ArrayForEach(l, lines)
 	{
@@ -2151,10 +2160,10 @@ START_TEST(access_log)
 	ck_assert_msg(lang && !strcmp(lang, "python"), "/py/run language: %s", lang ? lang : "none");
 	ck_assert_msg(mode && !strcmp(mode, "script"), "/py/run mode: %s", mode ? mode : "none");
 	ck_assert_msg(jnum(py, "bytesIn") > 0 && jnum(py, "bytesOut") > 0, "bytes of /py/run: %s", log);
-	const cJSON *ts = access_find(lines, "path", "/ts/run");
+	const cJSON *ts = access_find(lines, "path", "/ts/{path}");
 	ck_assert_msg(ts && jstr(ts, "mode") && !strcmp(jstr(ts, "mode"), "handler"),
 		      "/ts/run handler line mode:\n%.3000s", log);
-	const cJSON *nf = access_find(lines, "path", "/nope");
+	const cJSON *nf = access_find(lines, "path", "/{unknown}");
 	ck_assert_msg(nf && jnum(nf, "status") == 404, "/nope line:\n%.3000s", log);
 	bool saw401 = false;
 	cJSON_ArrayForEach(l, lines) saw401 |= jnum(l, "status") == 401;
@@ -5121,6 +5130,472 @@ START_TEST(result_budget)
 }
 END_TEST
 
+/* ---- tests: protocol correctness and a log that never blocks (issue 31) -------------- */
+
+/* Reads from fd into *buf (at *len, grown) until want(buf, len) or ms pass
+ * or the peer closes; true when want said so. */
+static bool raw_read_until(int fd, char **buf, size_t *len, size_t *cap, long ms,
+			   bool (*want)(const char *buf, size_t len))
+{
+	long t0 = now_ms();
+	while (!want(*buf, *len)) {
+		long left = ms - (now_ms() - t0);
+		if (left <= 0)
+			return false;
+		struct pollfd pf = { fd, POLLIN, 0 };
+		if (poll(&pf, 1, (int)(left > 100 ? 100 : left)) <= 0)
+			continue;
+		if (*len + 4097 > *cap) {
+			*cap = *cap * 2 + 8192;
+			*buf = realloc(*buf, *cap);
+			ck_assert_ptr_nonnull(*buf);
+		}
+		ssize_t got = recv(fd, *buf + *len, 4096, 0);
+		if (got < 0 && errno == EINTR)
+			continue;
+		if (got <= 0)
+			return want(*buf, *len);
+		*len += (size_t)got;
+		(*buf)[*len] = '\0';
+	}
+	return true;
+}
+
+static bool has_head(const char *buf, size_t len)
+{
+	return len && memmem(buf, len, "\r\n\r\n", 4);
+}
+
+static bool never(const char *buf, size_t len)
+{
+	(void)buf;
+	(void)len;
+	return false;
+}
+
+/* The value of header name in the head at h (up to its blank line), or -1. */
+static long head_number(const char *h, const char *name)
+{
+	const char *end = strstr(h, "\r\n\r\n");
+	size_t nl = strlen(name);
+	for (const char *l = strstr(h, "\r\n"); l && l < end; l = strstr(l + 2, "\r\n"))
+		if (!strncasecmp(l + 2, name, nl) && l[2 + nl] == ':')
+			return strtol(l + 3 + nl, NULL, 10);
+	return -1;
+}
+
+static bool head_has(const char *h, const char *name)
+{
+	const char *end = strstr(h, "\r\n\r\n");
+	size_t nl = strlen(name);
+	for (const char *l = strstr(h, "\r\n"); l && l < end; l = strstr(l + 2, "\r\n"))
+		if (!strncasecmp(l + 2, name, nl) && l[2 + nl] == ':')
+			return true;
+	return false;
+}
+
+/* "POST path" with a JSON body, raw; close: ask the server to close after. */
+static char *raw_post_text(const struct server *s, const char *path, const char *body, bool close)
+{
+	char *q = NULL;
+	ck_assert_int_ge(asprintf(&q, "POST %s HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+				  "Content-Length: %zu\r\n%s\r\n%s",
+				  path, strlen(body), close ? "Connection: close\r\n" : "", body),
+			 0);
+	(void)s;
+	return q;
+}
+
+/* A handler that answers 304, 204 or 205 (with a body it must not send),
+ * then an ordinary request on the same keep-alive connection: the first
+ * response ends at its head (205: Content-Length 0), no framing or body
+ * follows it, and the second response starts right after and parses
+ * cleanly. Before, 304 got "Transfer-Encoding: chunked" and a "0\r\n\r\n"
+ * the client reads as the start of the next response, and 205 its body. A
+ * 1xx from a handler is refused (500, the error names the range). */
+START_TEST(handler_bodyless_status)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = _i == MODE_ROOTLESS };
+	server_start(&s, _i, &o);
+	static const int statuses[] = { 304, 204, 205 };
+	for (size_t k = 0; k < sizeof statuses / sizeof statuses[0]; k++) {
+		int st = statuses[k];
+		char code[400];
+		snprintf(code, sizeof code,
+			 "from spin_sdk.http import Response\n"
+			 "def handle_request(request):\n"
+			 "    return Response(%d, {'etag': '\"v1\"', 'x-h': 'k'}, b'BODY-NOT-ALLOWED')\n",
+			 st);
+		char *env = envelope(code, NULL);
+		char *q1 = raw_post_text(&s, "/py/h", env, false);
+		char *env2 = envelope("print(6*7)", NULL);
+		char *q2 = raw_post_text(&s, "/py/run", env2, true);
+		int fd = raw_connect(&s);
+		size_t len = 0, cap = 8192;
+		char *buf = malloc(cap);
+		ck_assert_ptr_nonnull(buf);
+		buf[0] = '\0';
+		ck_assert(raw_send(fd, q1, strlen(q1)));
+		ck_assert_msg(raw_read_until(fd, &buf, &len, &cap, harness_scale_ms(60000), has_head),
+			      "%d: no response head: [%.600s]", st, buf);
+		/* whatever else comes for the first request (there must be nothing) */
+		raw_read_until(fd, &buf, &len, &cap, harness_scale_ms(500), never);
+		ck_assert(raw_send(fd, q2, strlen(q2)));
+		raw_read_until(fd, &buf, &len, &cap, harness_scale_ms(60000), never);
+		close(fd);
+		ck_assert_msg(raw_status(buf) == st, "%d: the first response: [%.600s]", st, buf);
+		ck_assert_msg(head_has(buf, "x-h"),
+			      "%d: the handler's header is not passed on: [%.600s]", st, buf);
+		ck_assert_msg(!head_has(buf, "Transfer-Encoding"),
+			      "%d: a body-less response with Transfer-Encoding: [%.600s]", st, buf);
+		long cl = head_number(buf, "Content-Length");
+		ck_assert_msg(cl <= 0, "%d: Content-Length %ld on a body-less response: [%.600s]", st,
+			      cl, buf);
+		if (st == 204)
+			ck_assert_msg(cl < 0, "204 with a Content-Length: [%.600s]", buf);
+		const char *second = strstr(buf, "\r\n\r\n") + 4;
+		ck_assert_msg(!strstr(buf, "BODY-NOT-ALLOWED"), "%d: the handler's body was sent: [%.900s]",
+			      st, buf);
+		ck_assert_msg(raw_status(second) == 200,
+			      "%d: the next response on the connection does not start right after "
+			      "the first one's head (a client or proxy reads garbage): [%.900s]",
+			      st, buf);
+		const char *body2 = strstr(second, "\r\n\r\n");
+		long cl2 = head_number(second, "Content-Length");
+		ck_assert_msg(body2 && cl2 > 0 && (long)strlen(body2 + 4) == cl2,
+			      "%d: the second response does not parse (Content-Length %ld): [%.900s]",
+			      st, cl2, second);
+		cJSON *j = cJSON_Parse(body2 + 4);
+		ck_assert_msg(j && jstr(j, "stdout") && !strcmp(jstr(j, "stdout"), "42\n"),
+			      "%d: the second response's script result: [%.600s]", st, body2 + 4);
+		cJSON_Delete(j);
+		free(buf);
+		free(q1);
+		free(q2);
+		free(env);
+		free(env2);
+	}
+	/* the bodies dropped are counted */
+	char *m = get_metrics(&s, NULL);
+	int found = 0;
+	double dropped = metric_sum(m, "moat_serve_handler_bodies_dropped_total", NULL, &found);
+	ck_assert_msg(found == 1 && dropped == 3, "handler bodies dropped: %g (want 3):\n%.2000s",
+		      dropped, m);
+	free(m);
+	/* 1xx is never a handler's final answer */
+	struct resp r;
+	run_py(&s,
+	       "from spin_sdk.http import Response\n"
+	       "def handle_request(request):\n"
+	       "    return Response(103, {'link': '</a>'}, b'')\n",
+	       NULL, &r);
+	ck_assert_msg(r.code == 500 && jstr(r.json, "error") && strstr(jstr(r.json, "error"), "200..599"),
+		      "a handler's 103: HTTP %d %.600s", r.code, r.body);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* DELETE /v1/kv/victim%00x once cleared "victim": the decoded path was cut
+ * at the NUL. A request target that decodes to a NUL is refused (400) on
+ * every route, and victim's store is left alone. */
+START_TEST(kv_path_nul)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true };
+	server_start(&s, _i, &o);
+	struct resp r;
+	run_kv(&s, "/py/visit", PY_VISIT, "victim", true, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(r.body, "visit 1"), "victim's visit: HTTP %d [%.300s]",
+		      r.code, r.body);
+	resp_free(&r);
+	static const char *const paths[] = { "/v1/kv/victim%00x", "/v1/kv/victim%00",
+					     "/v1/kv/vic%00tim" };
+	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+		struct req q = { .method = "DELETE", .path = paths[i] };
+		call(&s, &q, &r);
+		expect_error(paths[i], &r, 400, "SandboxConfigError");
+		resp_free(&r);
+	}
+	/* the other routes: a NUL in the path or the query is refused too */
+	static const char *const more[][2] = {
+		{ "GET", "/healthz%00" }, { "GET", "/metrics?x=%00" }, { "POST", "/py/run%00" },
+		{ "POST", "/v1/run?a=%00b" },
+	};
+	for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+		struct req q = { .method = more[i][0], .path = more[i][1],
+				 .body = !strcmp(more[i][0], "POST") ? "{}" : NULL };
+		call(&s, &q, &r);
+		expect_error(more[i][1], &r, 400, "SandboxConfigError");
+		resp_free(&r);
+	}
+	run_kv(&s, "/py/visit", PY_VISIT, "victim", true, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(r.body, "visit 2"),
+		      "victim's store after the DELETEs with a NUL: HTTP %d [%.300s] (want visit 2)",
+		      r.code, r.body);
+	resp_free(&r);
+	/* an escaped id that is not a NUL still names its sandbox */
+	struct req q = { .method = "DELETE", .path = "/v1/kv/vic%74im" };
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 200 && jstr(r.json, "sandboxId") &&
+			      !strcmp(jstr(r.json, "sandboxId"), "victim") && jnum(r.json, "removed") == 1,
+		      "DELETE /v1/kv/vic%%74im: HTTP %d %.300s", r.code, r.body);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* Every route of the router (enum serve_route: py, ts, v1_run, healthz,
+ * metrics, kv, other), each with tenant material in its path, a header and
+ * the body, successful and refused: the access log's path is the route's
+ * template and no line holds the material. Before, DELETE /v1/kv/<id> put
+ * the sandboxId in the log. */
+START_TEST(access_log_every_route)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .token = true };
+	server_start(&s, _i, &o);
+	const char *auth = "Bearer " TOKEN;
+	const char *idh[] = { "-H", "X-Sandbox-Id: TENANT_HDR_MARK", NULL };
+	struct {
+		const char *method, *path, *body, *auth;
+		const char *const *extra;
+		int status;
+	} reqs[] = {
+		{ "POST", "/py/TENANT_PY_MARK",
+		  "{\"code\":\"print(1)\",\"sandboxId\":\"TENANT_HDR_MARK\"}", auth, idh, 200 },
+		{ "POST", "/ts/TENANT_TS_MARK",
+		  "{\"code\":\"export default { async fetch(r) { return new Response('x') } }\","
+		  "\"sandboxId\":\"TENANT_TS_ID_MARK\"}", auth, NULL, 200 },
+		{ "POST", "/v1/run", "{\"language\":\"python\",\"code\":\"print(2)\","
+				      "\"sandboxId\":\"TENANT_V1_MARK\"}", auth, NULL, 200 },
+		{ "DELETE", "/v1/kv/TENANT_KV_MARK", NULL, auth, NULL, 200 },
+		{ "DELETE", "/v1/kv/TENANT_KV_BAD_MARK", NULL, auth, idh, 400 },
+		{ "DELETE", "/v1/kv/TENANT_KV_NUL_MARK%00x", NULL, auth, NULL, 400 },
+		{ "DELETE", "/v1/kv/TENANT_KV_401_MARK", NULL, "Bearer WRONG", NULL, 401 },
+		{ "POST", "/v1/kv/TENANT_KV_405_MARK", "{}", auth, NULL, 405 },
+		{ "GET", "/healthz", NULL, NULL, idh, 200 },
+		{ "GET", "/metrics", NULL, auth, idh, 200 },
+		{ "GET", "/TENANT_OTHER_MARK", NULL, NULL, NULL, 404 },
+		{ "TENANT_METHOD", "/healthz", NULL, NULL, NULL, 405 },
+	};
+	struct resp r;
+	char wrong[2048] = ""; /* statuses are checked after the log */
+	for (size_t i = 0; i < sizeof reqs / sizeof reqs[0]; i++) {
+		struct req q = { .method = reqs[i].method, .path = reqs[i].path, .body = reqs[i].body,
+				 .auth = reqs[i].auth, .extra = reqs[i].extra };
+		call(&s, &q, &r);
+		if (r.code != reqs[i].status)
+			snprintf(wrong + strlen(wrong), sizeof wrong - strlen(wrong),
+				 "%s %s: HTTP %d (want %d) %.200s\n", reqs[i].method, reqs[i].path,
+				 r.code, reqs[i].status, r.body);
+		resp_free(&r);
+	}
+	char kids[4096];
+	ck_assert_int_eq(server_children_gone(&s, harness_scale_ms(10000), kids, sizeof kids), 0);
+	ck_assert_int_eq(server_term(&s, harness_scale_ms(15000), NULL), 0);
+	char *log = server_log(&s);
+	ck_assert_msg(!strstr(log, "TENANT_"), "the log holds a tenant's material:\n%.3000s", log);
+	cJSON *lines = access_lines(&s);
+	static const char *const known_routes[][2] = {
+		{ "py", "/py/{path}" },     { "ts", "/ts/{path}" },   { "v1_run", "/v1/run" },
+		{ "kv", "/v1/kv/{id}" },   { "healthz", "/healthz" }, { "metrics", "/metrics" },
+		{ "other", "/{unknown}" },
+	};
+	const cJSON *l;
+	cJSON_ArrayForEach(l, lines)
+	{
+		const char *route = jstr(l, "route"), *path = jstr(l, "path");
+		size_t k = 0;
+		while (k < sizeof known_routes / sizeof known_routes[0] && strcmp(known_routes[k][0], route))
+			k++;
+		ck_assert_msg(k < sizeof known_routes / sizeof known_routes[0],
+			      "a route this test does not know (add it above): %s", route);
+		ck_assert_msg(!strcmp(path, known_routes[k][1]), "route %s logged with path %s (want %s)",
+			      route, path, known_routes[k][1]);
+	}
+	for (size_t k = 0; k < sizeof known_routes / sizeof known_routes[0]; k++)
+		ck_assert_msg(access_find(lines, "route", known_routes[k][0]),
+			      "no access line of route %s:\n%.3000s", known_routes[k][0], log);
+	int kv = 0;
+	cJSON_ArrayForEach(l, lines) kv += !strcmp(jstr(l, "route"), "kv");
+	ck_assert_msg(kv == 5, "%d access lines of route kv (want 5):\n%.3000s", kv, log);
+	ck_assert_msg(!wrong[0], "%s", wrong);
+	cJSON_Delete(lines);
+	free(log);
+	server_cleanup(&s);
+}
+END_TEST
+
+/* One raw GET, Connection: close; true when a complete answer came within
+ * ms (into *status). */
+static bool raw_get(const struct server *s, const char *path, long ms, int *status, char **body)
+{
+	int fd = raw_connect(s);
+	char q[256];
+	snprintf(q, sizeof q, "GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n", path);
+	bool ok = raw_send(fd, q, strlen(q));
+	bool closed = false;
+	char *resp = ok ? raw_read(fd, ms, &closed, NULL) : NULL;
+	close(fd);
+	ok = ok && closed;
+	*status = ok ? raw_status(resp) : 0;
+	if (body)
+		*body = resp;
+	else
+		free(resp);
+	return ok;
+}
+
+/* Reads what the pipe has for up to ms; appends to *all (NULL: dropped);
+ * stops early when *all holds stop_at. */
+static void pipe_drain(int fd, char **all, size_t *len, long ms, const char *stop_at)
+{
+	long t0 = now_ms();
+	char buf[65536];
+	while (now_ms() - t0 < ms) {
+		struct pollfd pf = { fd, POLLIN, 0 };
+		if (poll(&pf, 1, 50) <= 0)
+			continue;
+		ssize_t n = read(fd, buf, sizeof buf);
+		if (n <= 0)
+			break;
+		if (all) {
+			*all = realloc(*all, *len + (size_t)n + 1);
+			ck_assert_ptr_nonnull(*all);
+			memcpy(*all + *len, buf, (size_t)n);
+			*len += (size_t)n;
+			(*all)[*len] = '\0';
+			if (stop_at && strstr(*all, stop_at))
+				break;
+		}
+	}
+}
+
+/* The server's log (stderr; with --json-log stdout) is a pipe nobody reads:
+ * once it is full, requests, runs and /healthz still answer within a
+ * deadline, the lines that do not fit are dropped and counted in /metrics,
+ * and once the reader is back the lines flow again (the first says how
+ * many were lost). Before, every request thread blocked in the log's
+ * write and the whole service stopped answering. */
+static void log_stall_in(int mode, bool json)
+{
+	int p[2];
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	/* the smallest pipe: full after ~20 lines */
+	ck_assert_int_ge(fcntl(p[1], F_SETPIPE_SZ, 4096), 0);
+	const char *jargs[] = { "--json-log", NULL };
+	struct server s;
+	struct server_opts o = { .socket = mode == MODE_ROOTLESS, .args = json ? jargs : NULL,
+				 .log_pipe = &p[1] };
+	server_spawn(&s, mode, &o);
+	close(p[1]);
+	/* ready: the pipe is read until the server listens */
+	char *seen = NULL;
+	size_t seen_len = 0;
+	pipe_drain(p[0], &seen, &seen_len, harness_scale_ms(20000), "listening on ");
+	ck_assert_msg(seen && strstr(seen, "listening on "), "%s%s: no listening line: %.1000s",
+		      MODE_NAME[mode], json ? " json" : "", seen ? seen : "");
+	server_wait_ready(&s);
+	/* nobody reads from here on: past the pipe (4 KiB) and the service's
+	 * queue (1 MiB, ~6000 lines of /healthz), lines are dropped */
+	long each = harness_scale_ms(5000);
+	double dropped = 0;
+	int n = 0, st = 0;
+	for (; n < 20000 && dropped == 0; n++) {
+		ck_assert_msg(raw_get(&s, "/healthz", each, &st, NULL) && st == 200,
+			      "%s%s: /healthz did not answer within %ld ms while the log's reader "
+			      "stalls (request %d, HTTP %d)",
+			      MODE_NAME[mode], json ? " json" : "", each, n + 1, st);
+		if (n % 1000 == 999) {
+			char *m = NULL;
+			ck_assert_msg(raw_get(&s, "/metrics", each, &st, &m) && st == 200,
+				      "%s: /metrics did not answer while the log stalls", MODE_NAME[mode]);
+			int found = 0;
+			dropped = metric_sum(strstr(m, "\r\n\r\n"), "moat_serve_log_lines_dropped_total",
+					     NULL, &found);
+			ck_assert_msg(found == 1, "no moat_serve_log_lines_dropped_total: %.2000s", m);
+			free(m);
+		}
+	}
+	ck_assert_msg(dropped > 0, "%s%s: %d requests and no log line dropped", MODE_NAME[mode],
+		      json ? " json" : "", n);
+	/* runs too */
+	struct resp r;
+	run_py(&s, "print(6*7)", NULL, &r);
+	expect_script("a run while the log stalls", &r);
+	ck_assert_str_eq(jstr(r.json, "stdout"), "42\n");
+	resp_free(&r);
+	/* the reader is back: the queue drains, the loss is said, new lines come */
+	free(seen);
+	seen = NULL;
+	seen_len = 0;
+	pipe_drain(p[0], &seen, &seen_len, harness_scale_ms(20000), "log line(s) dropped");
+	ck_assert_msg(seen && strstr(seen, "log line(s) dropped"),
+		      "%s%s: no line says how many were dropped (%zu bytes read)", MODE_NAME[mode],
+		      json ? " json" : "", seen_len);
+	free(seen);
+	seen = NULL;
+	seen_len = 0;
+	ck_assert(raw_get(&s, "/no-such-route", each, &st, NULL) && st == 404);
+	pipe_drain(p[0], &seen, &seen_len, harness_scale_ms(10000), "\"route\":\"other\"");
+	ck_assert_msg(seen && strstr(seen, "\"route\":\"other\""),
+		      "%s%s: a request after the reader came back was not logged: %.1000s",
+		      MODE_NAME[mode], json ? " json" : "", seen ? seen : "");
+	free(seen);
+	/* the stop's lines go to the pipe too: read them so that it is quick */
+	ck_assert_int_eq(kill(s.p.pid, SIGTERM), 0);
+	seen = NULL;
+	seen_len = 0;
+	pipe_drain(p[0], &seen, &seen_len, harness_scale_ms(15000), "stopped");
+	free(seen);
+	ck_assert_int_eq(server_wait_exit(&s, harness_scale_ms(15000)), 0);
+	close(p[0]);
+	server_cleanup(&s);
+}
+
+START_TEST(log_reader_stalls)
+{
+	HARNESS_MODE_GUARD(_i);
+	log_stall_in(_i, false);
+	log_stall_in(_i, true);
+}
+END_TEST
+
+/* A reader that never comes back does not hold the stop: SIGTERM ends the
+ * server with status 0 within --grace (1 s) + the log's 2 s + margin. */
+START_TEST(log_reader_gone_stop)
+{
+	HARNESS_MODE_GUARD(_i);
+	int p[2];
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	ck_assert_int_ge(fcntl(p[1], F_SETPIPE_SZ, 4096), 0);
+	const char *a[] = { "--grace", "1", NULL };
+	struct server s;
+	struct server_opts o = { .socket = _i == MODE_ROOTLESS, .args = a, .log_pipe = &p[1] };
+	server_spawn(&s, _i, &o);
+	close(p[1]);
+	char *seen = NULL;
+	size_t seen_len = 0;
+	pipe_drain(p[0], &seen, &seen_len, harness_scale_ms(20000), "listening on ");
+	free(seen);
+	server_wait_ready(&s);
+	int st;
+	for (int n = 0; n < 200; n++)
+		ck_assert(raw_get(&s, "/healthz", harness_scale_ms(5000), &st, NULL) && st == 200);
+	long took;
+	st = server_term(&s, harness_scale_ms(10000), &took);
+	ck_assert_msg(st == 0, "%s: status %d after SIGTERM with the log's reader gone (-1: no exit "
+		      "within %ld ms)", MODE_NAME[_i], st, harness_scale_ms(10000));
+	close(p[0]);
+	server_cleanup(&s);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -5199,6 +5674,11 @@ Suite *serve_suite(void)
 	ADD(response_write_deadline);
 	ADD(max_output_bytes);
 	ADD(result_budget);
+	ADD(handler_bodyless_status);
+	ADD(kv_path_nul);
+	ADD(access_log_every_route);
+	ADD(log_reader_stalls);
+	ADD(log_reader_gone_stop);
 #undef ADD
 	suite_add_tcase(s, tc);
 	return s;

@@ -2,16 +2,19 @@
  * handler detection, the handler frame parser, the operator limits, the
  * script error line and the metrics. */
 #include <arpa/inet.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <math.h>
 #include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
 
 #include <check.h>
 #include <cjson/cJSON.h>
@@ -1860,6 +1863,11 @@ START_TEST(metrics_render)
 	ck_assert_str_eq(serve_route_name((enum serve_route)77), "other");
 	ck_assert_str_eq(serve_outcome_name(O_DISCONNECTED), "disconnected");
 	ck_assert_str_eq(serve_outcome_name((enum serve_outcome)77), "error");
+	ck_assert_str_eq(serve_route_template(R_KV), "/v1/kv/{id}");
+	ck_assert_str_eq(serve_route_template(R_PY), "/py/{path}");
+	ck_assert_str_eq(serve_route_template((enum serve_route)77), "/{unknown}");
+	for (int r = 0; r < R__COUNT; r++)
+		ck_assert_ptr_nonnull(serve_route_template((enum serve_route)r));
 	pthread_mutex_destroy(&m.mu);
 }
 END_TEST
@@ -1941,6 +1949,107 @@ START_TEST(auth_check_listeners)
 }
 END_TEST
 
+/* ---- the log (log.c) ---- */
+
+static long mono_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* Reads the pipe until it has been quiet for quiet_ms; appends to *all. */
+static void read_quiet(int fd, char **all, size_t *len, long quiet_ms)
+{
+	char buf[65536];
+	for (;;) {
+		struct pollfd pf = { fd, POLLIN, 0 };
+		if (poll(&pf, 1, (int)quiet_ms) <= 0)
+			return;
+		ssize_t n = read(fd, buf, sizeof buf);
+		if (n <= 0)
+			return;
+		*all = realloc(*all, *len + (size_t)n + 1);
+		ck_assert_ptr_nonnull(*all);
+		memcpy(*all + *len, buf, (size_t)n);
+		*len += (size_t)n;
+		(*all)[*len] = '\0';
+	}
+}
+
+/* Writers never wait for the reader: with nobody reading, 3 MiB of lines
+ * are queued or dropped at once; what comes out once the reader is back is
+ * whole lines in order (the ring wrapped), the drops are counted and said,
+ * and lines written after that come through. */
+START_TEST(log_never_blocks)
+{
+	int p[2];
+	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
+	ck_assert_int_ge(fcntl(p[1], F_SETPIPE_SZ, 4096), 0);
+	FILE *f = fdopen(p[1], "w");
+	ck_assert_ptr_nonnull(f);
+	struct serve_log l;
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(serve_log_init(&l, f, false, &err), 0);
+	enum { N = 30000 };
+	char line[128];
+	long t0 = mono_ms();
+	for (int i = 0; i < N; i++) {
+		int n = snprintf(line, sizeof line, "line %06d %s\n", i,
+				 "................................................................"
+				 "......................");
+		serve_log_write(&l, line, (size_t)n);
+	}
+	long took = mono_ms() - t0;
+	ck_assert_msg(took < 5000, "30000 lines with nobody reading took %ld ms", took);
+	uint64_t dropped = serve_log_dropped(&l);
+	ck_assert_msg(dropped > 10000 && dropped < N, "dropped %llu of %d", (unsigned long long)dropped,
+		      N);
+	char *all = NULL;
+	size_t len = 0;
+	read_quiet(p[0], &all, &len, 500);
+	serve_log_write(&l, "after the reader came back\n", 27);
+	read_quiet(p[0], &all, &len, 500);
+	ck_assert_ptr_nonnull(all);
+	/* every line whole, numbers increasing, the drop notice before the last */
+	int last = -1, count = 0;
+	bool notice = false, after = false;
+	for (char *save = NULL, *s = strtok_r(all, "\n", &save); s; s = strtok_r(NULL, "\n", &save)) {
+		int i;
+		if (sscanf(s, "line %d", &i) == 1) {
+			ck_assert_msg(!notice, "a queued line after the drop notice: %s", s);
+			ck_assert_msg(i > last && strlen(s) == 98, "line out of order or cut: [%s]", s);
+			last = i;
+			count++;
+		} else if (strstr(s, "log line(s) dropped")) {
+			char want[64];
+			snprintf(want, sizeof want, "moat serve: %llu log line(s) dropped",
+				 (unsigned long long)dropped);
+			ck_assert_msg(!strncmp(s, want, strlen(want)), "[%s] (want %s)", s, want);
+			notice = true;
+		} else {
+			ck_assert_str_eq(s, "after the reader came back");
+			after = true;
+		}
+	}
+	ck_assert_msg((uint64_t)count + dropped == N, "%d lines out + %llu dropped != %d", count,
+		      (unsigned long long)dropped, N);
+	ck_assert(notice && after);
+	free(all);
+	/* the stop with a reader gone: bounded (the writer gets 2 s) */
+	for (int i = 0; i < 20000; i++)
+		serve_log_write(&l, line, strlen(line));
+	t0 = mono_ms();
+	serve_log_destroy(&l);
+	took = mono_ms() - t0;
+	ck_assert_msg(took < 4000, "the stop took %ld ms with nobody reading", took);
+	/* the writer left behind gets EPIPE (SIGPIPE blocked) and ends; f
+	 * stays open: it may still be writing to it (as a service's stderr
+	 * stays open until the process exits) */
+	close(p[0]);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -1967,6 +2076,7 @@ Suite *serve_suite(void)
 	tcase_add_test(tc, script_error_lines);
 	tcase_add_test(tc, metrics_render);
 	tcase_add_test(tc, auth_check_listeners);
+	tcase_add_test(tc, log_never_blocks);
 	suite_add_tcase(s, tc);
 	return s;
 }
