@@ -298,6 +298,42 @@ static int pass_proxy(const struct moat_net *net)
 	return rc;
 }
 
+/* Writes text to /proc/sys/<path>. */
+static int sysctl_write(const char *path, const char *text, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n;
+	do
+		n = write(fd, text, len);
+	while (n < 0 && errno == EINTR);
+	int saved = errno;
+	close(fd);
+	if (n != (ssize_t)len) {
+		errno = n < 0 ? saved : EIO;
+		return -1;
+	}
+	return 0;
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+int moat_net_child_sysctls(int *step)
+{
+	/* minimum, default (a new socket's), maximum (autotuning's ceiling) */
+	static const char rmem[] = "4096 16384 " STR(MOAT_NET_TCP_RMEM_MAX) "\n";
+	static const char wmem[] = "4096 16384 " STR(MOAT_NET_TCP_WMEM_MAX) "\n";
+	static const char somaxconn[] = "1024\n";
+	*step = MOAT_NET_STEP_SYSCTL;
+	if (sysctl_write("/proc/sys/net/ipv4/tcp_rmem", rmem, sizeof rmem - 1) < 0 ||
+	    sysctl_write("/proc/sys/net/ipv4/tcp_wmem", wmem, sizeof wmem - 1) < 0 ||
+	    sysctl_write("/proc/sys/net/core/somaxconn", somaxconn, sizeof somaxconn - 1) < 0)
+		return -1;
+	return 0;
+}
+
 int moat_net_child_setup(const struct moat_net *net, int *step)
 {
 	*step = MOAT_NET_STEP_LINK;
@@ -325,11 +361,52 @@ int moat_net_setup_error(int step, int errnum, struct moat_error *err)
 			"and CONFIG_NF_CONNTRACK (built in or loaded: `modprobe nft_redir nft_chain_nat`), "
 			"or run without \"network\"/\"allowedHosts\"; `moat doctor` checks this",
 			strerror(errnum));
+	if (step == MOAT_NET_STEP_SYSCTL)
+		return moat_error_set(
+			err, MOAT_ERR_UNAVAILABLE, errnum,
+			"sandbox setup failed while setting the network namespace's socket "
+			"buffer limits (/proc/sys/net/ipv4/tcp_rmem, tcp_wmem, "
+			"/proc/sys/net/core/somaxconn): %s. moat needs /proc/sys writable for its "
+			"own network namespace (Linux 4.15 or later; in a container: an unmasked /proc)",
+			strerror(errnum));
 	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errnum,
 			      "sandbox setup failed while %s: %s",
 			      step == MOAT_NET_STEP_LINK ? "bringing up and routing lo"
 							 : "opening the egress sockets",
 			      strerror(errnum));
+}
+
+/* A host sysctl as a number, or fallback. */
+static unsigned long long host_sysctl(const char *path, unsigned long long fallback)
+{
+	FILE *f = fopen(path, "re");
+	unsigned long long v;
+	if (!f)
+		return fallback;
+	if (fscanf(f, "%llu", &v) != 1)
+		v = fallback;
+	fclose(f);
+	return v;
+}
+
+int moat_net_warn_uncharged(struct moat_result *res, const char *mech, unsigned long nofile)
+{
+	if (!mech || (strcmp(mech, "cgroup-v1") && strcmp(mech, "rlimit")))
+		return 0;
+	const unsigned long long kib = 1024, mib = 1024 * kib;
+	unsigned long long per = MOAT_NET_TCP_RMEM_MAX + MOAT_NET_TCP_WMEM_MAX;
+	/* SO_RCVBUF / SO_SNDBUF: up to the host's maxima, doubled */
+	unsigned long long forced = 2 * (host_sysctl("/proc/sys/net/core/rmem_max", 212992) +
+					 host_sysctl("/proc/sys/net/core/wmem_max", 212992));
+	if (forced < per)
+		forced = per;
+	return moat_result_warn(
+		res,
+		"socket buffers are not charged to memoryMb (%s): each TCP socket of the sandbox "
+		"holds at most %llu KiB (%llu MiB for its %lu fds; with SO_SNDBUF/SO_RCVBUF up to "
+		"%llu KiB each, %llu MiB, this host's net.core.rmem_max and wmem_max)",
+		!strcmp(mech, "rlimit") ? "RLIMIT_DATA" : "cgroup v1", per / kib, per * nofile / mib,
+		nofile, forced / kib, forced * nofile / mib) < 0 ? -1 : 0;
 }
 
 /* ---- supervisor, after clone ---- */
@@ -428,7 +505,7 @@ int moat_net_probe(struct moat_error *err)
 		int step = 0;
 		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
 			out[0] = -1, out[1] = errno;
-		else if (moat_net_child_setup(net, &step) < 0)
+		else if (moat_net_child_sysctls(&step) < 0 || moat_net_child_setup(net, &step) < 0)
 			out[0] = -step, out[1] = errno;
 		_exit(write(p[1], out, sizeof out) == sizeof out ? 0 : 1);
 	}
