@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
@@ -235,6 +236,12 @@ static int bound(int family, int type, uint16_t port)
 		if (rc == 0)
 			rc = bind(s, (struct sockaddr *)&sa, sizeof sa);
 	}
+	/* the relays' ends inside: small receive buffers (accepted sockets
+	 * inherit them), so a connection the relay cannot pass on holds
+	 * little in the supervisor's socket */
+	int rcv = MOAT_NET_RELAY_RCVBUF;
+	if (rc == 0 && type == SOCK_STREAM)
+		rc = setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
 	if (rc == 0 && type == SOCK_STREAM)
 		rc = listen(s, 4096);
 	if (rc < 0) {
@@ -410,6 +417,47 @@ int moat_net_warn_uncharged(struct moat_result *res, const char *mech, unsigned 
 }
 
 /* ---- supervisor, after clone ---- */
+
+int moat_net_out_socket(int family, _Atomic uint64_t *used, uint64_t *charged)
+{
+	*charged = 0;
+	int s = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	const uint64_t cost = 4ull * MOAT_NET_OUT_LARGE;
+	uint64_t cur = atomic_load(used);
+	while (cur + cost <= MOAT_NET_OUT_BUDGET &&
+	       !atomic_compare_exchange_weak(used, &cur, cur + cost))
+		;
+	int size = MOAT_NET_OUT_SMALL;
+	if (cur + cost <= MOAT_NET_OUT_BUDGET) {
+		*charged = cost;
+		size = MOAT_NET_OUT_LARGE;
+	}
+	if (setsockopt(s, SOL_SOCKET, SO_SNDBUF, &size, sizeof size) < 0 ||
+	    setsockopt(s, SOL_SOCKET, SO_RCVBUF, &size, sizeof size) < 0) {
+		int saved = errno;
+		close(s);
+		moat_net_out_release(used, *charged);
+		*charged = 0;
+		errno = saved;
+		return -1;
+	}
+	return s;
+}
+
+void moat_net_out_release(_Atomic uint64_t *used, uint64_t charged)
+{
+	if (charged)
+		atomic_fetch_sub(used, charged);
+}
+
+void moat_net_reset_close(int fd)
+{
+	struct linger l = { .l_onoff = 1, .l_linger = 0 };
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+	close(fd);
+}
 
 int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err)
 {

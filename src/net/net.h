@@ -55,8 +55,8 @@ enum moat_net_step { MOAT_NET_STEP_LINK = 1, MOAT_NET_STEP_NFT, MOAT_NET_STEP_SO
  * relays' ends inside. A socket that asks for more with SO_SNDBUF or
  * SO_RCVBUF gets up to the host's net.core.wmem_max / rmem_max (read-only
  * in a child namespace), doubled by the kernel. */
-#define MOAT_NET_TCP_RMEM_MAX 32768
-#define MOAT_NET_TCP_WMEM_MAX 65536
+#define MOAT_NET_TCP_RMEM_MAX 65536
+#define MOAT_NET_TCP_WMEM_MAX 32768
 /* Supervisor: a run with memoryMb whose limit does not charge socket
  * buffers (mech "cgroup-v1" or "rlimit"; cgroup v2 charges them to
  * memory.max) gets a warning with what bounds them instead: these maxima
