@@ -2386,9 +2386,11 @@ START_TEST(egress_socket_memory_bounded)
 	ck_assert_msg(o.json && !harness_error_type(&o), "%s / %s", o.out, o.err);
 	double page = (double)sysconf(_SC_PAGESIZE), mib = 1024.0 * 1024.0;
 	double grown = (double)(peak - base) * page / mib;
-	/* after the run: back near where it was within a few seconds */
+	/* after the run: back near where it was within a few seconds (the sink
+	 * still holds what it received, about 4 MiB: it is not this host's in
+	 * real life, and killing it would reset the relays' orphans too) */
 	long after = harness_tcp_mem_pages();
-	for (long waited = 0; after > base + (long)(8 * mib / page) && waited < harness_scale_ms(5000);
+	for (long waited = 0; after > base + (long)(12 * mib / page) && waited < harness_scale_ms(5000);
 	     waited += 100) {
 		usleep(100 * 1000);
 		after = harness_tcp_mem_pages();
@@ -2402,7 +2404,7 @@ START_TEST(egress_socket_memory_bounded)
 	ck_assert_msg(bytes >= 500LL * 4096, "only %lld bytes queued: %s", bytes, o.out);
 	ck_assert_msg(grown <= 64, "500 relayed connections raised the host's TCP memory by %.1f MiB "
 		      "(> 64)", grown);
-	ck_assert_msg(left <= 8, "%.1f MiB of the host's TCP memory still held after the run", left);
+	ck_assert_msg(left <= 12, "%.1f MiB of the host's TCP memory still held after the run", left);
 	harness_free(&o);
 	for (int k = before; k < nservers; k++) {
 		kill(servers[k], SIGKILL);
