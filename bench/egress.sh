@@ -3,10 +3,13 @@
 # peer, bare, through pasta used directly as a user-mode uplink, and through
 # moat "network": true (as root and rootless); REPS interleaved repetitions,
 # median MB/s. Then PAR (256) connections open at once from inside moat, each
-# echoing 4 KiB: all must succeed.
+# echoing 4 KiB: all must succeed. Then SINK (500) connections of a 32 MiB run
+# to a peer that never reads, each sent to until nothing moves: the host's TCP
+# memory at its highest above where it was (/proc/net/sockstat, root and
+# rootless).
 #
 #   sudo sh bench/egress.sh [PATH/TO/moat]
-# Environment: SIZE_MB (512), REPS (3), PAR (256), PY (/usr/bin/python3).
+# Environment: SIZE_MB (512), REPS (3), PAR (256), SINK (500), PY (/usr/bin/python3).
 #
 # Nothing on the machine's own network is touched: everything runs in a
 # network namespace "H" made here (the host), joined by a veth to a peer
@@ -20,6 +23,8 @@ MOAT=${1:-$here/../build/moat}
 SIZE_MB=${SIZE_MB:-512}
 REPS=${REPS:-3}
 PAR=${PAR:-256}
+SINK=${SINK:-500}
+SINK_PORT=9200
 PY=${PY:-/usr/bin/python3}
 BYTES=$((SIZE_MB * 1048576))
 PEER4=11.77.0.2
@@ -71,7 +76,7 @@ ip -n "$P" link set eth0 up
 ip -n "$H" route add default via $PEER4
 ip -n "$H" -6 route add default via 2a01:4f8:77::2
 
-ip netns exec "$P" "$PY" "$tmp/egress_peer.py" "$PEER4,2a01:4f8:77::2" $STREAM_PORT $ECHO_PORT \
+ip netns exec "$P" "$PY" "$tmp/egress_peer.py" "$PEER4,2a01:4f8:77::2" $STREAM_PORT $ECHO_PORT $SINK_PORT \
 	> "$tmp/peer.out" 2> "$tmp/peer.err" &
 peer_pid=$!
 i=0
@@ -146,5 +151,29 @@ for who in root rootless; do
 		--timeout 120s --env EGRESS_HOST=$PEER4 --env EGRESS_PORT=$ECHO_PORT \
 		--env EGRESS_PARALLEL="$PAR" "$tmp/egress_client.py" 2>&1) || status=1
 	echo "parallel ($who): $(echo "$out" | grep egress-parallel || echo "$out" | tail -2)"
+done
+
+# SINK connections to a peer that never reads: the host's TCP memory, pages
+tcp_mem() { awk '/^TCP:/ { for (i = 1; i < NF; i++) if ($i == "mem") print $(i + 1) }' /proc/net/sockstat; }
+page=$(getconf PAGESIZE)
+for who in root rootless; do
+	pre=
+	[ $who = rootless ] && { [ -n "$AS_NOBODY" ] || continue; pre=$AS_NOBODY; }
+	base=$(tcp_mem)
+	peak=$base
+	timeout 180 ip netns exec "$H" env -i PATH=/usr/bin:/bin HOME=/nonexistent $pre "$tmp/moat" run --net \
+		--memory 32 --timeout 120s --env EGRESS_HOST=$PEER4 --env EGRESS_PORT=$SINK_PORT \
+		--env EGRESS_SINK="$SINK" "$tmp/egress_client.py" > "$tmp/sink.out" 2>&1 &
+	pid=$!
+	while kill -0 $pid 2>/dev/null; do
+		m=$(tcp_mem)
+		[ "$m" -gt "$peak" ] && peak=$m
+		sleep 0.05
+	done
+	wait $pid || status=1
+	sleep 1
+	after=$(tcp_mem)
+	echo "sink ($who): $(grep egress-sink "$tmp/sink.out" || tail -2 "$tmp/sink.out"): host TCP memory" \
+		"+$(( (peak - base) * page / 1048576 )) MiB at most, +$(( (after - base) * page / 1048576 )) MiB 1 s after"
 done
 exit $status

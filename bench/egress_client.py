@@ -3,7 +3,9 @@
 # EGRESS_BYTES (download that many bytes from the stream port; prints
 # "egress-bytes <n> seconds <s> MBps <x>") or EGRESS_PARALLEL=N (N
 # connections to the echo port, all open at once, 4 KiB each way; prints
-# "egress-parallel ok|fail <good>/<N> ...").
+# "egress-parallel ok|fail <good>/<N> ..."), or EGRESS_SINK=N (N connections to
+# a peer that never reads, each sent to until nothing moves; prints
+# "egress-sink conns <n> bytes <b>", then holds them 2 s).
 import asyncio, os, socket, time
 
 host, port = os.environ['EGRESS_HOST'], int(os.environ['EGRESS_PORT'])
@@ -52,7 +54,31 @@ async def parallel(n):
         raise SystemExit(1)
 
 
-if os.environ.get('EGRESS_PARALLEL'):
+def sink(n):
+    cl = []
+    for _ in range(n):
+        c = socket.create_connection((host, port), timeout=30)
+        c.setblocking(False)
+        cl.append(c)
+    chunk, total, idle = b'x' * 65536, 0, 0
+    while idle < 4:
+        moved = 0
+        for c in cl:
+            while True:
+                try:
+                    moved += c.send(chunk)
+                except OSError:
+                    break
+        total += moved
+        idle = idle + 1 if not moved else 0
+        time.sleep(0.1)
+    print('egress-sink conns %d bytes %d' % (len(cl), total), flush=True)
+    time.sleep(2)
+
+
+if os.environ.get('EGRESS_SINK'):
+    sink(int(os.environ['EGRESS_SINK']))
+elif os.environ.get('EGRESS_PARALLEL'):
     asyncio.run(parallel(int(os.environ['EGRESS_PARALLEL'])))
 else:
     download(int(os.environ['EGRESS_BYTES']))

@@ -3,11 +3,16 @@
 # STREAM_PORT: the client sends one line "<bytes>\n"; the peer answers with
 # that many zero bytes (sendfile from a 64 MiB memfd) and closes.
 # ECHO_PORT: echoes whatever it reads (the 256-connection check).
+# SINK_PORT (optional 4th argument): holds every connection and never reads,
+# with small receive buffers (a peer on another machine, whose buffers are
+# not this host's): the socket-memory figure.
 # Prints "ready" once every socket is listening.
 import os, socket, sys, threading
 
 CHUNK = 64 << 20
 addrs, stream_port, echo_port = sys.argv[1].split(','), int(sys.argv[2]), int(sys.argv[3])
+sink_port = int(sys.argv[4]) if len(sys.argv) > 4 else 0
+held = []
 zeros = os.memfd_create('egress-zeros')
 os.ftruncate(zeros, CHUNK)
 
@@ -48,16 +53,21 @@ def echo(c):
         c.close()
 
 
-def listen(addr, port, fn):
+def listen(addr, port, fn, rcvbuf=0):
     fam = socket.AF_INET6 if ':' in addr else socket.AF_INET
     s = socket.socket(fam, socket.SOCK_STREAM)
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if rcvbuf:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)
     s.bind((addr, port))
     s.listen(1024)
 
     def loop():
         while True:
             c, _ = s.accept()
+            if fn is None:
+                held.append(c)
+                continue
             threading.Thread(target=fn, args=(c,), daemon=True).start()
     threading.Thread(target=loop, daemon=True).start()
 
@@ -65,5 +75,7 @@ def listen(addr, port, fn):
 for a in addrs:
     listen(a, stream_port, stream)
     listen(a, echo_port, echo)
+    if sink_port:
+        listen(a, sink_port, None, 4096)
 print('ready', flush=True)
 threading.Event().wait()

@@ -382,6 +382,41 @@ void harness_finish(struct harness_proc *p, struct run_out *out)
 	out->json = cJSON_ParseWithLength(out->out, out->out_len);
 }
 
+long harness_tcp_mem_pages(void)
+{
+	FILE *f = fopen("/proc/net/sockstat", "re");
+	if (!f)
+		return -1;
+	char line[256];
+	long pages = -1;
+	while (fgets(line, sizeof line, f)) {
+		const char *m = strncmp(line, "TCP:", 4) ? NULL : strstr(line, " mem ");
+		if (m)
+			pages = strtol(m + 5, NULL, 10);
+	}
+	fclose(f);
+	return pages;
+}
+
+long harness_tcp_mem_peak(struct harness_proc *p)
+{
+	struct timespec t0;
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	long peak = harness_tcp_mem_pages();
+	while (elapsed_ms(&t0) < harness_scale_ms(HARNESS_TIMEOUT_MS)) {
+		struct pollfd pf[2] = { { p->out, POLLIN, 0 }, { p->in, POLLOUT, 0 } };
+		int r = poll(pf, 2, 20);
+		long now = harness_tcp_mem_pages();
+		if (now > peak)
+			peak = now;
+		if (r > 0 && p->in >= 0 && (pf[1].revents & (POLLOUT | POLLERR | POLLHUP)))
+			feed_stdin(p);
+		if (r > 0 && (pf[0].revents & (POLLIN | POLLHUP | POLLERR)))
+			break;
+	}
+	return peak;
+}
+
 void harness_run(int mode, const char *const *args, const char *stdin_data, size_t stdin_len,
 		 struct run_out *out)
 {

@@ -102,6 +102,15 @@ void harness_start(int mode, const char *const *args, const char *stdin_data, si
  * p->out), reaps moat (out->status) and parses stdout (out->json). Kills moat
  * and aborts the test after harness_scale_ms(120 s). */
 void harness_finish(struct harness_proc *p, struct run_out *out);
+/* The host's TCP socket memory now, in pages: /proc/net/sockstat's "TCP:
+ * ... mem N" (one count for the whole kernel, every network namespace
+ * included); -1 when it cannot be read. */
+long harness_tcp_mem_pages(void);
+/* Between harness_start and harness_finish: samples harness_tcp_mem_pages
+ * every 20 ms, feeding stdin, until moat's stdout becomes readable (moat
+ * exec writes its result once the run is over) or the watchdog's time
+ * passed; the highest sample. */
+long harness_tcp_mem_peak(struct harness_proc *p);
 /* moat exec with a JSON request; out->json is the parsed result or error. */
 void harness_exec(int mode, const char *request_json, struct run_out *out);
 /* Convenience: exec a request {"language":lang,"code":code,...extra} where

@@ -77,6 +77,7 @@ struct moat_cgroup {
 	unsigned long long v1_mem, v1_pids;
 	int64_t v1_cpu_quota;
 	bool v1_memsw;                    /* memory.memsw.limit_in_bytes exists */
+	bool v1_tcp;                      /* memory.kmem.tcp.limit_in_bytes exists */
 	char *sweep[MOAT_V1__COUNT + 1];  /* parents to clear of stale leaves, or NULL */
 	struct moat_cgroup_rlimit rl[MOAT_CGROUP_MAX_RLIMITS]; /* fallbacks for the program */
 	size_t nrl;
@@ -617,6 +618,10 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 			char *ms = moat_cg_path(p.v1_parent[MOAT_V1_MEMORY], "memory.memsw.limit_in_bytes");
 			cg->v1_memsw = ms && access(ms, F_OK) == 0;
 			free(ms);
+			char *tcp = moat_cg_path(p.v1_parent[MOAT_V1_MEMORY],
+						 "memory.kmem.tcp.limit_in_bytes");
+			cg->v1_tcp = tcp && access(tcp, F_OK) == 0;
+			free(tcp);
 			if (!cg->v1_memsw &&
 			    warn(res, err, "memoryMb does not limit swap: this kernel has no "
 				 "memory.memsw.limit_in_bytes (enable swapaccount=1)") < 0)
@@ -725,6 +730,12 @@ int moat_cgroup_clone_fd(const struct moat_cgroup *cg)
 	return cg ? cg->v2_fd : -1;
 }
 
+bool moat_cgroup_charges_sockets(const struct moat_cgroup *cg)
+{
+	return cg && (cg->mech[L_MEMORY] == MOAT_CG_V2 ||
+		      (cg->mech[L_MEMORY] == MOAT_CG_V1 && cg->v1_tcp));
+}
+
 const char *moat_cgroup_clone_path(const struct moat_cgroup *cg)
 {
 	return cg && cg->v2_fd >= 0 ? cg->v2_leaf : NULL;
@@ -753,6 +764,12 @@ int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_result *re
 				     "memory.memsw.limit_in_bytes: %s", strerror(errno)) < 0)
 			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	}
+	/* v1 charges socket buffers to a counter of their own, only once it
+	 * has a limit: memoryMb again (the sandbox's sockets are then put
+	 * under memory pressure past it) */
+	if (cg->v1_mem && cg->v1_tcp &&
+	    write_u64(mem, "memory.kmem.tcp.limit_in_bytes", cg->v1_mem) < 0)
+		return attach_fail(err, "set memory.kmem.tcp.limit_in_bytes in", mem);
 	if (cg->v1_pids && write_u64(cg->v1_leaf[MOAT_V1_PIDS], "pids.max", cg->v1_pids) < 0)
 		return attach_fail(err, "set pids.max in", cg->v1_leaf[MOAT_V1_PIDS]);
 	const char *cpu = cg->v1_leaf[MOAT_V1_CPU];

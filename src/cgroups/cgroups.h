@@ -37,6 +37,10 @@ struct moat_cgroup_rlimit {
 };
 size_t moat_cgroup_rlimits(const struct moat_cgroup *cg,
 			   struct moat_cgroup_rlimit out[MOAT_CGROUP_MAX_RLIMITS]);
+/* Are the sandbox's socket buffers charged to its memory limit? cgroup
+ * v2: to memory.max; v1: to memory.kmem.tcp.limit_in_bytes, set to the
+ * same figure where the kernel still has it. No with the rlimit fallback. */
+bool moat_cgroup_charges_sockets(const struct moat_cgroup *cg);
 /* A directory fd for clone3(CLONE_INTO_CGROUP), or -1; its path (for
  * messages), or NULL. */
 int moat_cgroup_clone_fd(const struct moat_cgroup *cg);

@@ -84,6 +84,7 @@ struct moat_egress {
 	bool started;
 	struct record *rec;
 	size_t nrec;
+	_Atomic uint64_t out_bufs; /* the outbound sockets' large buffers */
 };
 
 static void egress_unref(struct moat_egress *e)
@@ -113,14 +114,6 @@ static void egress_unref(struct moat_egress *e)
 static int wait_fd(struct moat_egress *e, int fd, short events, int64_t deadline)
 {
 	return moat_wait_or_stop(fd, events, e->stop_fd, deadline);
-}
-
-/* Ends a connection with a reset, so the program sees it refused at once. */
-static void reset_close(int fd)
-{
-	struct linger l = { .l_onoff = 1, .l_linger = 0 };
-	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-	close(fd);
 }
 
 /* ---- what this run's DNS answered ---- */
@@ -176,6 +169,7 @@ struct conn {
 	uint16_t port;
 	char text[48];
 	int idx;
+	uint64_t bufs;    /* charged to e->out_bufs */
 	uint8_t *first;   /* bytes read from the program before connecting */
 	size_t first_len;
 	uint64_t sent, received;
@@ -270,7 +264,7 @@ static const char *check_named(struct conn *c, char *why, size_t whylen)
 
 static int connect_out(struct conn *c)
 {
-	int s = socket(c->family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	int s = moat_net_out_socket(c->family, &c->e->out_bufs, &c->bufs);
 	if (s < 0)
 		return -errno;
 	struct sockaddr_storage ss;
@@ -386,8 +380,8 @@ static int send_first(struct conn *c)
 }
 
 /* Both directions until both ended (a half close is passed on) or the run
- * stops. */
-static void relay(struct conn *c)
+ * stops. true when both ended: nothing is left queued either way. */
+static bool relay(struct conn *c)
 {
 	uint8_t *buf[2] = { malloc(EG_RELAY_BUF), malloc(EG_RELAY_BUF) };
 	size_t len[2] = { 0, 0 }, off[2] = { 0, 0 };
@@ -448,6 +442,7 @@ static void relay(struct conn *c)
 out:
 	free(buf[0]);
 	free(buf[1]);
+	return shut[0] && shut[1];
 }
 
 static void *conn_main(void *arg)
@@ -456,6 +451,7 @@ static void *conn_main(void *arg)
 	struct moat_egress *e = c->e;
 	char why[600];
 	const char *no = NULL;
+	bool ended = false;
 	struct sockaddr_storage od;
 	socklen_t ol = sizeof od;
 	memset(&od, 0, sizeof od);
@@ -501,18 +497,22 @@ static void *conn_main(void *arg)
 	moat_netlog_verdict(e->log, c->idx, true, NULL);
 	if (send_first(c) < 0)
 		goto out;
-	relay(c);
+	ended = relay(c);
 out:
 	moat_netlog_bytes(e->log, c->idx, c->sent, c->received);
 	moat_netlog_count(e->log, MOAT_NETLOG_BYTES, c->sent + c->received);
-	if (c->ofd >= 0 && !c->http_bad) {
+	if (c->ofd >= 0 && ended && !c->http_bad) {
 		close(c->ofd);
 		close(c->cfd);
 	} else {
+		/* refused, failed, malformed or cut at the run's end: a reset both
+		 * ways, so what either socket still queued (a peer that stopped
+		 * reading) is freed now rather than held by an orphan for minutes */
 		if (c->ofd >= 0)
-			reset_close(c->ofd);
-		reset_close(c->cfd);
+			moat_net_reset_close(c->ofd);
+		moat_net_reset_close(c->cfd);
 	}
+	moat_net_out_release(&e->out_bufs, c->bufs);
 	free(c->first);
 	free(c);
 	pthread_mutex_lock(&e->mu);
@@ -694,7 +694,7 @@ static void spawn(struct moat_egress *e, pthread_attr_t *attr, void *(*fn)(void 
 	pthread_mutex_unlock(&e->mu);
 	if (fn == conn_main) {
 		struct conn *c = arg;
-		reset_close(c->cfd);
+		moat_net_reset_close(c->cfd);
 		free(c);
 	} else {
 		free(arg);
@@ -727,7 +727,7 @@ static bool accept_all(struct moat_egress *e, pthread_attr_t *attr, int lfd, int
 				pthread_mutex_unlock(&e->mu);
 			}
 			moat_netlog_count(e->log, MOAT_NETLOG_BUSY, 1);
-			reset_close(fd);
+			moat_net_reset_close(fd);
 			continue;
 		}
 		c->e = e;

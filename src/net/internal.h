@@ -7,6 +7,7 @@
 
 #include <stdbool.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -159,6 +160,29 @@ enum moat_resolve moat_resolve(const char *name, int family, struct moat_dns_add
  * sandbox may reach, whether it exists or not: the result goes to whoever
  * sent the code, and must not tell which names the host's network has. */
 #define MOAT_NET_NO_NAME "no such name, or none of its addresses may be reached"
+
+/* ---- the relays' sockets (net.c) ----------------------------------------- */
+
+/* SO_SNDBUF and SO_RCVBUF of the sockets the supervisor connects out of the
+ * host for a sandbox, fixed (the kernel doubles them): neither a peer that
+ * never reads nor a program that never reads grows them to the host's
+ * tcp_wmem / tcp_rmem maxima. Large while the relay's budget lasts (each
+ * large socket holds 4 * LARGE of it: 1 MiB), small past it: a run's first
+ * connections keep their speed, its 500th costs 64 KiB. */
+#define MOAT_NET_OUT_SMALL 16384
+#define MOAT_NET_OUT_LARGE 262144
+#define MOAT_NET_OUT_BUDGET (8u << 20)
+/* SO_RCVBUF of the relays' listening sockets inside (egress and proxy),
+ * which their accepted connections inherit. */
+#define MOAT_NET_RELAY_RCVBUF 8192
+/* A non-blocking, close-on-exec TCP socket of family with those buffers,
+ * charged to *used (a relay's budget); *charged: what to give back with
+ * moat_net_out_release when it is closed. -1 with errno. */
+int moat_net_out_socket(int family, _Atomic uint64_t *used, uint64_t *charged);
+void moat_net_out_release(_Atomic uint64_t *used, uint64_t charged);
+/* Closes a relayed connection with a reset (SO_LINGER {1, 0}): what it
+ * still queued is dropped at once, nothing lingers as an orphan. */
+void moat_net_reset_close(int fd);
 
 /* ---- connection log (netlog.c) ------------------------------------------ */
 

@@ -18,6 +18,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <sched.h>
+#include <stdatomic.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
@@ -235,6 +236,12 @@ static int bound(int family, int type, uint16_t port)
 		if (rc == 0)
 			rc = bind(s, (struct sockaddr *)&sa, sizeof sa);
 	}
+	/* the relays' ends inside: small receive buffers (accepted sockets
+	 * inherit them), so a connection the relay cannot pass on holds
+	 * little in the supervisor's socket */
+	int rcv = MOAT_NET_RELAY_RCVBUF;
+	if (rc == 0 && type == SOCK_STREAM)
+		rc = setsockopt(s, SOL_SOCKET, SO_RCVBUF, &rcv, sizeof rcv);
 	if (rc == 0 && type == SOCK_STREAM)
 		rc = listen(s, 4096);
 	if (rc < 0) {
@@ -298,6 +305,42 @@ static int pass_proxy(const struct moat_net *net)
 	return rc;
 }
 
+/* Writes text to /proc/sys/<path>. */
+static int sysctl_write(const char *path, const char *text, size_t len)
+{
+	int fd = open(path, O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n;
+	do
+		n = write(fd, text, len);
+	while (n < 0 && errno == EINTR);
+	int saved = errno;
+	close(fd);
+	if (n != (ssize_t)len) {
+		errno = n < 0 ? saved : EIO;
+		return -1;
+	}
+	return 0;
+}
+
+#define STR_(x) #x
+#define STR(x) STR_(x)
+
+int moat_net_child_sysctls(int *step)
+{
+	/* minimum, default (a new socket's), maximum (autotuning's ceiling) */
+	static const char rmem[] = "4096 16384 " STR(MOAT_NET_TCP_RMEM_MAX) "\n";
+	static const char wmem[] = "4096 16384 " STR(MOAT_NET_TCP_WMEM_MAX) "\n";
+	static const char somaxconn[] = "1024\n";
+	*step = MOAT_NET_STEP_SYSCTL;
+	if (sysctl_write("/proc/sys/net/ipv4/tcp_rmem", rmem, sizeof rmem - 1) < 0 ||
+	    sysctl_write("/proc/sys/net/ipv4/tcp_wmem", wmem, sizeof wmem - 1) < 0 ||
+	    sysctl_write("/proc/sys/net/core/somaxconn", somaxconn, sizeof somaxconn - 1) < 0)
+		return -1;
+	return 0;
+}
+
 int moat_net_child_setup(const struct moat_net *net, int *step)
 {
 	*step = MOAT_NET_STEP_LINK;
@@ -325,6 +368,14 @@ int moat_net_setup_error(int step, int errnum, struct moat_error *err)
 			"and CONFIG_NF_CONNTRACK (built in or loaded: `modprobe nft_redir nft_chain_nat`), "
 			"or run without \"network\"/\"allowedHosts\"; `moat doctor` checks this",
 			strerror(errnum));
+	if (step == MOAT_NET_STEP_SYSCTL)
+		return moat_error_set(
+			err, MOAT_ERR_UNAVAILABLE, errnum,
+			"sandbox setup failed while setting the network namespace's socket "
+			"buffer limits (/proc/sys/net/ipv4/tcp_rmem, tcp_wmem, "
+			"/proc/sys/net/core/somaxconn): %s. moat needs /proc/sys writable for its "
+			"own network namespace (Linux 4.15 or later; in a container: an unmasked /proc)",
+			strerror(errnum));
 	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errnum,
 			      "sandbox setup failed while %s: %s",
 			      step == MOAT_NET_STEP_LINK ? "bringing up and routing lo"
@@ -332,7 +383,81 @@ int moat_net_setup_error(int step, int errnum, struct moat_error *err)
 			      strerror(errnum));
 }
 
+/* A host sysctl as a number, or fallback. */
+static unsigned long long host_sysctl(const char *path, unsigned long long fallback)
+{
+	FILE *f = fopen(path, "re");
+	unsigned long long v;
+	if (!f)
+		return fallback;
+	if (fscanf(f, "%llu", &v) != 1)
+		v = fallback;
+	fclose(f);
+	return v;
+}
+
+int moat_net_warn_uncharged(struct moat_result *res, const char *mech, unsigned long nofile)
+{
+	if (!mech || (strcmp(mech, "cgroup-v1") && strcmp(mech, "rlimit")))
+		return 0;
+	const unsigned long long kib = 1024, mib = 1024 * kib;
+	unsigned long long per = MOAT_NET_TCP_RMEM_MAX + MOAT_NET_TCP_WMEM_MAX;
+	/* SO_RCVBUF / SO_SNDBUF: up to the host's maxima, doubled */
+	unsigned long long forced = 2 * (host_sysctl("/proc/sys/net/core/rmem_max", 212992) +
+					 host_sysctl("/proc/sys/net/core/wmem_max", 212992));
+	if (forced < per)
+		forced = per;
+	return moat_result_warn(
+		res,
+		"socket buffers are not charged to memoryMb (%s): each TCP socket of the sandbox "
+		"holds at most %llu KiB (%llu MiB for its %lu fds; with SO_SNDBUF/SO_RCVBUF up to "
+		"%llu KiB each, %llu MiB, this host's net.core.rmem_max and wmem_max)",
+		!strcmp(mech, "rlimit") ? "RLIMIT_DATA" : "cgroup v1", per / kib, per * nofile / mib,
+		nofile, forced / kib, forced * nofile / mib) < 0 ? -1 : 0;
+}
+
 /* ---- supervisor, after clone ---- */
+
+int moat_net_out_socket(int family, _Atomic uint64_t *used, uint64_t *charged)
+{
+	*charged = 0;
+	int s = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (s < 0)
+		return -1;
+	const uint64_t cost = 4ull * MOAT_NET_OUT_LARGE;
+	uint64_t cur = atomic_load(used);
+	while (cur + cost <= MOAT_NET_OUT_BUDGET &&
+	       !atomic_compare_exchange_weak(used, &cur, cur + cost))
+		;
+	int size = MOAT_NET_OUT_SMALL;
+	if (cur + cost <= MOAT_NET_OUT_BUDGET) {
+		*charged = cost;
+		size = MOAT_NET_OUT_LARGE;
+	}
+	if (setsockopt(s, SOL_SOCKET, SO_SNDBUF, &size, sizeof size) < 0 ||
+	    setsockopt(s, SOL_SOCKET, SO_RCVBUF, &size, sizeof size) < 0) {
+		int saved = errno;
+		close(s);
+		moat_net_out_release(used, *charged);
+		*charged = 0;
+		errno = saved;
+		return -1;
+	}
+	return s;
+}
+
+void moat_net_out_release(_Atomic uint64_t *used, uint64_t charged)
+{
+	if (charged)
+		atomic_fetch_sub(used, charged);
+}
+
+void moat_net_reset_close(int fd)
+{
+	struct linger l = { .l_onoff = 1, .l_linger = 0 };
+	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+	close(fd);
+}
 
 int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err)
 {
@@ -428,7 +553,7 @@ int moat_net_probe(struct moat_error *err)
 		int step = 0;
 		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
 			out[0] = -1, out[1] = errno;
-		else if (moat_net_child_setup(net, &step) < 0)
+		else if (moat_net_child_sysctls(&step) < 0 || moat_net_child_setup(net, &step) < 0)
 			out[0] = -step, out[1] = errno;
 		_exit(write(p[1], out, sizeof out) == sizeof out ? 0 : 1);
 	}

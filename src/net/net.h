@@ -47,7 +47,30 @@ const char *moat_net_resolv_conf(const struct moat_net *net);
  * 2: stored in fds, their number returned. */
 size_t moat_net_child_fds(const struct moat_net *net, int fds[2]);
 /* What child_setup was doing when it failed. */
-enum moat_net_step { MOAT_NET_STEP_LINK = 1, MOAT_NET_STEP_NFT, MOAT_NET_STEP_SOCKETS };
+enum moat_net_step { MOAT_NET_STEP_LINK = 1, MOAT_NET_STEP_NFT, MOAT_NET_STEP_SOCKETS,
+		     MOAT_NET_STEP_SYSCTL };
+/* The socket memory of one TCP socket of the sandbox's network namespace
+ * at most (its net.ipv4.tcp_rmem and tcp_wmem maxima, set by pid 1): what
+ * bounds the program's own sockets, loopback pairs included, and the
+ * relays' ends inside. A socket that asks for more with SO_SNDBUF or
+ * SO_RCVBUF gets up to the host's net.core.wmem_max / rmem_max (read-only
+ * in a child namespace), doubled by the kernel. */
+#define MOAT_NET_TCP_RMEM_MAX 65536
+#define MOAT_NET_TCP_WMEM_MAX 32768
+/* Supervisor: a run with memoryMb whose limit does not charge socket
+ * buffers (mech "cgroup-v1" or "rlimit"; cgroup v2 charges them to
+ * memory.max) gets a warning with what bounds them instead: these maxima
+ * and the host's net.core maxima, times the sandbox's fd limit (nofile).
+ * 0, or -1 when out of memory. */
+int moat_net_warn_uncharged(struct moat_result *res, const char *mech, unsigned long nofile);
+/* Child side, pid 1 with its namespace capabilities, before any mount (the
+ * sandbox's /proc/sys is read-only): sets the namespace's tcp_rmem and
+ * tcp_wmem (minimum, default, maximum), and a small listen backlog
+ * (somaxconn), through the /proc of pid 1's mount namespace (sysctls of
+ * net/ are per network namespace: the opener's). Every mode, network off
+ * too. System calls only. 0, or -1 with errno and *step
+ * MOAT_NET_STEP_SYSCTL. */
+int moat_net_child_sysctls(int *step);
 /* Child side, pid 1 with its namespace capabilities: bring lo up and set up
  * the mode. System calls only (async-signal-safe). 0, or -1 with errno and
  * *step (enum moat_net_step) saying which part failed. */

@@ -71,6 +71,7 @@ struct moat_proxy {
 	uint64_t total;
 	uint64_t bytes;
 	struct moat_netlog *log;
+	_Atomic uint64_t out_bufs; /* the outbound sockets' large buffers */
 };
 
 struct conn {
@@ -79,6 +80,7 @@ struct conn {
 	int cfd;
 	int ofd;
 	int log_idx;
+	uint64_t bufs; /* charged to p->out_bufs */
 	uint64_t sent, received;
 	char *head;
 	size_t head_len, have;
@@ -500,7 +502,9 @@ static int connect_one(struct conn *c, const struct addr *a, uint16_t port, int6
 		memcpy(&sin6->sin6_addr, a->a, 16);
 		sl = sizeof *sin6;
 	}
-	int fd = socket(a->family, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
+	moat_net_out_release(&c->p->out_bufs, c->bufs);
+	c->bufs = 0;
+	int fd = moat_net_out_socket(a->family, &c->p->out_bufs, &c->bufs);
 	if (fd < 0)
 		return -1;
 	if (connect(fd, (struct sockaddr *)&ss, sl) == 0)
@@ -781,6 +785,7 @@ static void *worker_main(void *arg)
 	close(c->cfd);
 	if (c->ofd >= 0)
 		close(c->ofd);
+	moat_net_out_release(&p->out_bufs, c->bufs);
 	free(c->head);
 	pthread_mutex_lock(&p->mu);
 	p->workers[c->slot].done = true;

@@ -457,6 +457,12 @@ int moat_child_main(const struct moat_child *c)
 		moat_sys_exit(125);
 	}
 	moat_stamp("init: ids set");
+	/* the network namespace's socket buffer limits, through this mount
+	 * namespace's /proc while it is still writable (the sandbox's /proc/sys
+	 * is a read-only bind) */
+	int sysctl_step = 0;
+	if (moat_net_child_sysctls(&sysctl_step) < 0)
+		fail(c, MOAT_STEP_NET, sysctl_step);
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		fail(c, MOAT_STEP_PRIVATE, 0);
 	size_t op = 0;

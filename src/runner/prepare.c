@@ -396,6 +396,14 @@ int run_prepare(struct run *r, struct moat_error *err)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	if (moat_cgroup_prepare(req, r->res, &r->cg, err) < 0)
 		return -1;
+	/* socket buffers: charged to memory.max on cgroup v2 only */
+	unsigned long nofile = 0;
+	for (int i = 0; i < r->priv.rlimit_count; i++)
+		if (r->priv.rlimits[i].resource == RLIMIT_NOFILE)
+			nofile = (unsigned long)r->priv.rlimits[i].value.rlim_max;
+	if (req->memory_mb && !moat_cgroup_charges_sockets(r->cg) &&
+	    moat_net_warn_uncharged(r->res, r->res->limit_memory, nofile) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	struct moat_cgroup_rlimit rl[MOAT_CGROUP_MAX_RLIMITS];
 	for (size_t i = 0, n = moat_cgroup_rlimits(r->cg, rl); i < n; i++)
 		if (moat_priv_add_rlimit(&r->priv, rl[i].resource, (rlim_t)rl[i].value, err) < 0)

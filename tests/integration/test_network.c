@@ -2309,6 +2309,111 @@ START_TEST(refused_requests)
 }
 END_TEST
 
+/* ---- socket memory ---------------------------------------------------------- */
+
+/* sink.py ADDR PORT: accepts and holds every connection, never reads. Its
+ * receive buffers are small (the listener's SO_RCVBUF, inherited): it stands
+ * for a peer on another machine, whose buffers are not this host's. */
+static const char SINK_PY[] =
+	"import socket, sys\n"
+	"s = socket.socket()\n"
+	"s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+	"s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)\n"
+	"s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1024)\n"
+	"print('ready', flush=True)\n"
+	"keep = []\n"
+	"while True:\n"
+	"    c, _ = s.accept(); keep.append(c)\n";
+
+/* N connections to the sink through the relay, each sent to until nothing
+ * moves any more; "conns N bytes B", then 2 s held (the test samples the
+ * host meanwhile). */
+static const char PY_SINK_FILL[] =
+	"import socket, time\n"
+	"N, HOST = 500, '11.77.0.2'\n"
+	"cl = []\n"
+	"try:\n"
+	"    for i in range(N):\n"
+	"        c = socket.create_connection((HOST, 9100), timeout=30)\n"
+	"        c.setblocking(False); cl.append(c)\n"
+	"except OSError as e:\n"
+	"    print('stopped at %d: %s' % (len(cl), e))\n"
+	"chunk, total, idle = b'x' * 65536, 0, 0\n"
+	"while idle < 4:\n"
+	"    moved = 0\n"
+	"    for c in cl:\n"
+	"        while True:\n"
+	"            try: n = c.send(chunk)\n"
+	"            except OSError: break\n"
+	"            moved += n\n"
+	"    total += moved\n"
+	"    idle = idle + 1 if not moved else 0\n"
+	"    time.sleep(0.1)\n"
+	"print('conns %d bytes %d' % (len(cl), total), flush=True)\n"
+	"time.sleep(2)\n";
+
+/* A 32 MiB run holding 500 relayed connections to a peer that never reads
+ * raises the host's TCP memory by at most 64 MiB (the sandbox's namespace's
+ * tcp_rmem/tcp_wmem maxima, the relay's fixed outbound buffers), and once it
+ * ended its relays are reset: nothing of them lingers (no orphan holding
+ * what the peer never read). */
+START_TEST(egress_socket_memory_bounded)
+{
+	PEER_GUARD(_i);
+	char sink[128];
+	snprintf(sink, sizeof sink, "%s/sink.py", dir);
+	write_file(sink, SINK_PY);
+	int before = nservers;
+	ck_assert_msg(start_server(NS_PUB, sink, (const char *const[]){ PUB4, "9100", NULL }),
+		      "the sink did not start");
+	char *code = NULL, *req = NULL;
+	ck_assert_int_ge(asprintf(&code, "%s", PY_SINK_FILL), 0);
+	char *q = harness_json_quote(code);
+	ck_assert_int_ge(asprintf(&req, "{\"language\":\"python\",\"network\":true,\"memoryMb\":32,"
+				  "\"timeout\":%ld,\"code\":%s}", harness_scale_ms(90000), q), 0);
+	free(q);
+	free(code);
+	long base = harness_tcp_mem_pages();
+	ck_assert_int_ge(base, 0);
+	struct run_out o;
+	memset(&o, 0, sizeof o);
+	struct harness_proc p;
+	harness_start(_i, (const char *const[]){ "exec", NULL }, req, strlen(req), H_ENV, enter_h,
+		      NULL, &p);
+	long peak = harness_tcp_mem_peak(&p);
+	harness_finish(&p, &o);
+	free(req);
+	ck_assert_msg(o.json && !harness_error_type(&o), "%s / %s", o.out, o.err);
+	double page = (double)sysconf(_SC_PAGESIZE), mib = 1024.0 * 1024.0;
+	double grown = (double)(peak - base) * page / mib;
+	/* after the run: back near where it was within a few seconds (the sink
+	 * still holds what it received, about 4 MiB: it is not this host's in
+	 * real life, and killing it would reset the relays' orphans too) */
+	long after = harness_tcp_mem_pages();
+	for (long waited = 0; after > base + (long)(12 * mib / page) && waited < harness_scale_ms(5000);
+	     waited += 100) {
+		usleep(100 * 1000);
+		after = harness_tcp_mem_pages();
+	}
+	double left = (double)(after - base) * page / mib;
+	const char *out = harness_str(&o, "stdout");
+	fprintf(stderr, "note: %s mode %d: %s; host TCP memory +%.1f MiB at most, +%.1f MiB after\n",
+		__func__, _i, out ? out : "?", grown, left);
+	long long bytes = -1;
+	ck_assert_msg(out && sscanf(out, "conns 500 bytes %lld", &bytes) == 1, "%s", o.out);
+	ck_assert_msg(bytes >= 500LL * 4096, "only %lld bytes queued: %s", bytes, o.out);
+	ck_assert_msg(grown <= 64, "500 relayed connections raised the host's TCP memory by %.1f MiB "
+		      "(> 64)", grown);
+	ck_assert_msg(left <= 12, "%.1f MiB of the host's TCP memory still held after the run", left);
+	harness_free(&o);
+	for (int k = before; k < nservers; k++) {
+		kill(servers[k], SIGKILL);
+		waitpid(servers[k], NULL, 0);
+	}
+	nservers = before;
+}
+END_TEST
+
 Suite *network_suite(void)
 {
 	Suite *s = suite_create("network");
@@ -2327,6 +2432,7 @@ Suite *network_suite(void)
 	tcase_add_loop_test(tc, allowlist_one_request, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_empty, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, refused_requests, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, egress_socket_memory_bounded, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -4,6 +4,7 @@
 #include <check.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <linux/if.h>
 #include <linux/netlink.h>
@@ -632,6 +633,47 @@ START_TEST(proxy_request_heads)
 }
 END_TEST
 
+/* The relays' outbound sockets: large buffers while the budget lasts (each
+ * charged 4 * MOAT_NET_OUT_LARGE), small past it, large again once one is
+ * given back. */
+static int sndbuf(int fd)
+{
+	int v = 0;
+	socklen_t l = sizeof v;
+	ck_assert_int_eq(getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &v, &l), 0);
+	return v;
+}
+
+START_TEST(out_socket_budget)
+{
+	_Atomic uint64_t used = 0;
+	const unsigned n = MOAT_NET_OUT_BUDGET / (4u * MOAT_NET_OUT_LARGE);
+	int fds[16];
+	uint64_t charged[16];
+	ck_assert_uint_le(n, 15);
+	for (unsigned i = 0; i <= n; i++) {
+		fds[i] = moat_net_out_socket(AF_INET, &used, &charged[i]);
+		ck_assert_int_ge(fds[i], 0);
+		ck_assert_uint_eq(charged[i], i < n ? 4u * MOAT_NET_OUT_LARGE : 0);
+	}
+	ck_assert_uint_eq(used, MOAT_NET_OUT_BUDGET);
+	/* the kernel doubles what was asked (the large one capped by wmem_max) */
+	ck_assert_int_eq(sndbuf(fds[n]), 2 * MOAT_NET_OUT_SMALL);
+	ck_assert_int_gt(sndbuf(fds[0]), 2 * MOAT_NET_OUT_SMALL);
+	close(fds[0]);
+	moat_net_out_release(&used, charged[0]);
+	moat_net_out_release(&used, charged[n]); /* nothing: it was small */
+	uint64_t again;
+	int fd = moat_net_out_socket(AF_INET, &used, &again);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_uint_eq(again, 4u * MOAT_NET_OUT_LARGE);
+	ck_assert_uint_eq(used, MOAT_NET_OUT_BUDGET);
+	close(fd);
+	for (unsigned i = 1; i <= n; i++)
+		close(fds[i]);
+}
+END_TEST
+
 Suite *net_suite(void)
 {
 	Suite *s = suite_create("net");
@@ -647,6 +689,7 @@ Suite *net_suite(void)
 	tcase_add_test(tc, request_keys);
 	tcase_add_test(tc, rtnl_requests);
 	tcase_add_test(tc, proxy_request_heads);
+	tcase_add_test(tc, out_socket_budget);
 	suite_add_tcase(s, tc);
 	return s;
 }
