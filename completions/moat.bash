@@ -77,7 +77,8 @@ _moat()
 	serve)
 		COMPREPLY=($(compgen -W '--listen --socket --token-file --max-concurrent --queue
 			--config --rootfs --runtime --grace --client-timeout --kv --kv-quota --no-kv
-			--pool --pool-zygote --no-pool-zygote --json-log --help' -- "$cur")) ;;
+			--pool --pool-zygote --no-pool-zygote --pool-zygote-max-children
+			--pool-zygote-max-age --json-log --help' -- "$cur")) ;;
 	kv)
 		local sub= j
 		for ((j = i + 1; j < COMP_CWORD; j++)); do

@@ -1438,6 +1438,15 @@ START_TEST(limits_parse)
 	ck_assert_int_eq(serve_limits_parse("{\"poolZygote\":true}", &l, &err), 0);
 	ck_assert_int_eq(l.pool_zygote, 1);
 
+	/* the zygote's lifetime: 100 children, 60 s unless set (issue 31) */
+	serve_limits_default(&l);
+	ck_assert_uint_eq(l.pool_zygote_max_children, 100);
+	ck_assert_uint_eq(l.pool_zygote_max_age_ms, 60000);
+	ck_assert_int_eq(serve_limits_parse("{\"poolZygoteMaxChildren\":7,\"poolZygoteMaxAge\":2}",
+					    &l, &err), 0);
+	ck_assert_uint_eq(l.pool_zygote_max_children, 7);
+	ck_assert_uint_eq(l.pool_zygote_max_age_ms, 2000);
+
 	/* only some keys: the rest stay */
 	serve_limits_default(&l);
 	ck_assert_int_eq(serve_limits_parse("{\"max\":{\"timeout\":120000}}", &l, &err), 0);
@@ -1469,6 +1478,10 @@ START_TEST(limits_parse)
 		{ "{\"poolZygote\":1}", "serve.poolZygote must be a boolean" },
 		{ "{\"poolZygote\":\"false\"}", "serve.poolZygote must be a boolean" },
 		{ "{\"poolzygote\":true}", "unknown key \"poolzygote\"" },
+		{ "{\"poolZygoteMaxChildren\":0}", "poolZygoteMaxChildren" },
+		{ "{\"poolZygoteMaxChildren\":true}", "poolZygoteMaxChildren" },
+		{ "{\"poolZygoteMaxAge\":0}", "poolZygoteMaxAge" },
+		{ "{\"poolZygoteMaxAge\":100000}", "poolZygoteMaxAge" },
 		{ "{\"maxResponseBytes\":\"1\"}", "maxResponseBytes" },
 		{ "{\"maxResponseBytes\":100}", "maxResponseBytes" },
 		{ "{\"defaults\":{\"timeout\":70000}}", "above its max" },
