@@ -3938,6 +3938,43 @@ START_TEST(zygote_is_replaced_after_its_children)
 }
 END_TEST
 
+/* Under moat serve, a cold run's and a zygote's child's mountinfo name
+ * neither the runtime directory nor the checkout that holds it: the shims
+ * are a tmpfs copy (SECURITY.md row 72). */
+START_TEST(mountinfo_names_no_runtime_path)
+{
+	HARNESS_MODE_GUARD(_i);
+	char checkout[PATH_MAX];
+	snprintf(checkout, sizeof checkout, "%s", harness_runtime_dir());
+	*strrchr(checkout, '/') = '\0';
+	static const char body[] =
+		"{\"code\":\"import os\\nprint(open('/proc/self/mountinfo').read())\\n"
+		"print(os.path.isfile('/opt/moat/runtime/python/moat_pool.py'))\"}";
+	for (int pool = 0; pool <= 1; pool++) {
+		struct server s;
+		struct server_opts o = { .socket = true, .pool = pool };
+		server_start(&s, _i, &o);
+		if (pool) {
+			pool_wait_zygote(&s);
+			pool_wait_ready(&s, "python", 1);
+		}
+		struct resp r;
+		v1(&s, body, &r);
+		const char *out = r.json ? jstr(r.json, "stdout") : NULL;
+		ck_assert_msg(r.code == 200 && out && strstr(out, " /opt/moat/runtime ") &&
+				      strstr(out, "True\n") && pooled(&r) == (pool == 1),
+			      "pool %d: HTTP %d %.3000s", pool, r.code, r.body);
+		ck_assert_msg(!strstr(out, harness_runtime_dir()) && !strstr(out, checkout),
+			      "pool %d: mountinfo names %s: %.3000s", pool, checkout, out);
+		resp_free(&r);
+		if (pool)
+			server_stop_pool(&s, pool_idle_children(1, true));
+		else
+			server_stop(&s);
+	}
+}
+END_TEST
+
 /* A pooled server (warm interpreters, 2 per kind, full) whose refill waits
  * at most defer_ms for a run (MOAT_TEST_REFILL_DEFER_MS); args: more
  * arguments, or NULL. */
@@ -4604,6 +4641,7 @@ Suite *serve_suite(void)
 	ADD(zygote_that_cannot_make_sandboxes);
 	ADD(zygote_is_replaced_past_its_age);
 	ADD(zygote_is_replaced_after_its_children);
+	ADD(mountinfo_names_no_runtime_path);
 	ADD(zygote_limits_and_fallback);
 	ADD(zygote_under_load);
 	ADD(zygote_killed);
