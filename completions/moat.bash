@@ -82,7 +82,8 @@ _moat()
 		COMPREPLY=($(compgen -W '--listen --socket --socket-group --token-file --no-auth
 			--metrics-listen --max-concurrent --queue
 			--config --rootfs --runtime --grace --client-timeout --kv --kv-quota --no-kv
-			--pool --pool-zygote --no-pool-zygote --json-log --help' -- "$cur")) ;;
+			--pool --pool-zygote --no-pool-zygote --pool-zygote-max-children
+			--pool-zygote-max-age --json-log --help' -- "$cur")) ;;
 	kv)
 		local sub= j
 		for ((j = i + 1; j < COMP_CWORD; j++)); do

@@ -184,6 +184,11 @@ struct moat_serve_options {
 				   * do not; -1: the config's serve.poolZygote, else 1 where
 				   * the service can run one (the host's root, the default
 				   * policy) */
+	/* the zygote's lifetime (docs/SERVE.md): children each makes, seconds
+	 * each lives, whichever comes first; 0: the config's
+	 * serve.poolZygoteMaxChildren / serve.poolZygoteMaxAge, else the
+	 * defaults */
+	unsigned pool_zygote_max_children, pool_zygote_max_age_s;
 	const char *rootfs_dir;   /* NULL: the config's, else the host-derived root */
 	const struct moat_config *cfg; /* never NULL: policy, rootfs and the "serve" limits */
 	FILE *log;                /* access log and notices */

@@ -33,6 +33,7 @@ static void usage(FILE *f)
 	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
 	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
 	      "                  [--pool N] [--pool-zygote | --no-pool-zygote] [--json-log]\n"
+	      "                  [--pool-zygote-max-children N] [--pool-zygote-max-age SECS]\n"
 	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
 	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: the unix\n"
 	      "socket /run/moat/moat.sock as root, $XDG_RUNTIME_DIR/moat.sock otherwise,\n"
@@ -48,6 +49,10 @@ static void usage(FILE *f)
 	      "initialised interpreter, each into a fresh sandbox (docs/SERVE.md);\n"
 	      "default: config serve.poolZygote, else on unless --rootfs or a policy\n"
 	      "is set. --no-pool-zygote: warm Python interpreters instead.\n"
+	      "--pool-zygote-max-children N, --pool-zygote-max-age SECS: a zygote is\n"
+	      "replaced after making N sandboxes or after SECS, whichever comes first\n"
+	      "(its children share its address layout and str hash secret; default:\n"
+	      "config serve.poolZygoteMaxChildren / poolZygoteMaxAge, else 100 and 60).\n"
 	      "--json-log writes every log line as one JSON object to stdout (for a log\n"
 	      "collector, e.g. in a pod); by default the log goes to stderr.\n",
 	      f);
@@ -309,6 +314,8 @@ int cli_serve(int argc, char **argv)
 		{ "pool", required_argument, NULL, 'P' },
 		{ "pool-zygote", no_argument, NULL, 'Z' },
 		{ "no-pool-zygote", no_argument, NULL, 'z' },
+		{ "pool-zygote-max-children", required_argument, NULL, 'C' },
+		{ "pool-zygote-max-age", required_argument, NULL, 'Y' },
 		{ "json-log", no_argument, NULL, 'J' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
@@ -319,6 +326,7 @@ int cli_serve(int argc, char **argv)
 	bool no_kv = false, json_log = false, no_auth = false;
 	int zygote = -1;
 	int pool = -1;
+	unsigned zyg_children = 0, zyg_age = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
 	bool have_queue = false;
@@ -344,6 +352,16 @@ int cli_serve(int argc, char **argv)
 			if (zygote >= 0 && zygote != (c == 'Z'))
 				return bad("%s", "--pool-zygote and --no-pool-zygote exclude each other");
 			zygote = c == 'Z';
+			break;
+		case 'C':
+			if (parse_uint(optarg, 1, 100000, &zyg_children) < 0)
+				return bad("--pool-zygote-max-children wants a number from 1 to 100000, "
+					   "not %s", optarg);
+			break;
+		case 'Y':
+			if (parse_uint(optarg, 1, 86400, &zyg_age) < 0)
+				return bad("--pool-zygote-max-age wants seconds from 1 to 86400, not %s",
+					   optarg);
 			break;
 		case 'P': {
 			unsigned n;
@@ -520,6 +538,7 @@ int cli_serve(int argc, char **argv)
 		.log = json_log ? stdout : stderr, .json_log = json_log, .kv_store = kv, .kv_max_keys = kvo.kv_max_keys,
 		.kv_max_bytes = kvo.kv_max_bytes, .kv_max_value = kvo.kv_max_value, .kv_off = no_kv,
 		.pool = pool, .pool_zygote = zygote,
+		.pool_zygote_max_children = zyg_children, .pool_zygote_max_age_s = zyg_age,
 	};
 	fd = mfd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {

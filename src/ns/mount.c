@@ -6,6 +6,7 @@
 #include <linux/openat2.h>
 #include <string.h>
 #include <sys/mount.h>
+#include <sys/sendfile.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -84,6 +85,91 @@ fail:;
 	return -1;
 }
 
+struct dirent64_raw {
+	uint64_t d_ino;
+	int64_t d_off;
+	unsigned short d_reclen;
+	unsigned char d_type;
+	char d_name[];
+};
+
+/* Copies what directory fd src holds into directory fd dst: regular files
+ * (their bytes and permission bits, without set-id or sticky bits),
+ * directories (at most MOAT_RUNTIME_COPY_DEPTH deep) and symlinks (their
+ * text); anything else is left out. A stack buffer for the names only: the
+ * bytes go by sendfile. */
+static int copy_tree(int src, int dst, int depth)
+{
+	char buf[2048] __attribute__((aligned(8)));
+	if (depth > MOAT_RUNTIME_COPY_DEPTH) {
+		errno = ELOOP;
+		return -1;
+	}
+	for (;;) {
+		long n = syscall(SYS_getdents64, src, buf, sizeof buf);
+		if (n <= 0)
+			return (int)n;
+		for (long off = 0; off < n;) {
+			const struct dirent64_raw *d = (const void *)(buf + off);
+			off += d->d_reclen;
+			const char *name = d->d_name;
+			if (!strcmp(name, ".") || !strcmp(name, ".."))
+				continue;
+			struct stat st;
+			if (fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+				return -1;
+			mode_t mode = st.st_mode & 0777;
+			int rc = 0, in = -1, out = -1;
+			if (S_ISDIR(st.st_mode)) {
+				if (mkdirat(dst, name, mode | 0700) < 0 ||
+				    (in = openat(src, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+							       O_CLOEXEC)) < 0 ||
+				    (out = openat(dst, name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW |
+								 O_CLOEXEC)) < 0)
+					rc = -1;
+				else
+					rc = copy_tree(in, out, depth + 1);
+				if (rc == 0 && fchmod(out, mode) < 0)
+					rc = -1;
+			} else if (S_ISREG(st.st_mode)) {
+				if ((in = openat(src, name, O_RDONLY | O_NOFOLLOW | O_CLOEXEC)) < 0 ||
+				    (out = openat(dst, name,
+						  O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+						  mode)) < 0) {
+					rc = -1;
+				} else {
+					for (off_t left = st.st_size; left > 0 && rc == 0;) {
+						ssize_t w = sendfile(out, in, NULL, (size_t)left);
+						if (w < 0 && errno == EINTR)
+							continue;
+						if (w <= 0)
+							rc = -1;
+						else
+							left -= w;
+					}
+				}
+			} else if (S_ISLNK(st.st_mode)) {
+				char target[4096];
+				ssize_t t = readlinkat(src, name, target, sizeof target - 1);
+				if (t < 0)
+					rc = -1;
+				else {
+					target[t] = '\0';
+					rc = symlinkat(target, dst, name);
+				}
+			}
+			int saved = errno;
+			if (in >= 0)
+				close(in);
+			if (out >= 0)
+				close(out);
+			errno = saved;
+			if (rc < 0)
+				return -1;
+		}
+	}
+}
+
 static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held_fds)
 {
 	switch (op->kind) {
@@ -116,6 +202,28 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held_
 		snprintf(path, sizeof path, "/proc/self/fd/%d", *held);
 		int rc = mount(path, op->dst, NULL, MS_BIND | MS_REC, NULL);
 		int saved = errno;
+		close(*held);
+		*held = -1;
+		errno = saved;
+		return rc;
+	}
+	case MOAT_OP_COPY_HELD: {
+		if (op->slot >= MOAT_PLAN_HELD || held_fds[op->slot] < 0) {
+			errno = EBADF;
+			return -1;
+		}
+		int *held = &held_fds[op->slot];
+		int rc = mount("tmpfs", op->dst, "tmpfs", op->flags, op->src), in = -1, out = -1;
+		if (rc == 0 && ((in = openat(*held, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC)) < 0 ||
+				(out = open(op->dst, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0))
+			rc = -1;
+		if (rc == 0)
+			rc = copy_tree(in, out, 0);
+		int saved = errno;
+		if (in >= 0)
+			close(in);
+		if (out >= 0)
+			close(out);
 		close(*held);
 		*held = -1;
 		errno = saved;

@@ -26,6 +26,11 @@
 #define MOAT_HELD_WORK 1
 #define MOAT_HOSTNAME "moat"
 #define MOAT_DEFAULT_TMPFS_BYTES (64ull * 1024 * 1024)
+/* the runtime shims' copy (MOAT_OP_COPY_HELD): at most this much, this
+ * many files and directories, and directories at most this deep */
+#define MOAT_RUNTIME_COPY_BYTES (16ull * 1024 * 1024)
+#define MOAT_RUNTIME_COPY_INODES 16384
+#define MOAT_RUNTIME_COPY_DEPTH 8
 /* the most pseudo-terminals a sandbox may hold at once (its devpts max=) */
 #define MOAT_MAX_PTYS 64
 
@@ -45,6 +50,9 @@ enum moat_op_kind {
 			    * is mounted on the base, which may hide it (a source under /tmp) */
 	MOAT_OP_BIND_HELD, /* the source held in op.slot → dst (recursive), then closed */
 	MOAT_OP_DEVPTS,    /* dst: a new devpts instance, mount flags, data (its options) */
+	MOAT_OP_COPY_HELD, /* a tmpfs (options in src) on dst, the directory held in
+			    * op.slot copied into it (files, directories, symlinks),
+			    * then closed: mountinfo names no host path for it */
 };
 
 struct moat_mount_op {

@@ -133,12 +133,20 @@ static int add_runtime_bind(struct moat_mount_plan *p, const char *src, bool pre
 	int rc = 0;
 	if (!prepared && add_mkdirs(p, MOAT_RUNTIME_MOUNT, true) < 0)
 		rc = -1;
-	/* the source was held (opened) by the plan's first op */
-	struct moat_mount_op *op = rc < 0 ? NULL : add_op(p, MOAT_OP_BIND_HELD, src, dst);
-	if (!op)
+	/* the source was held (opened) by the plan's first op; copied into a
+	 * tmpfs of its own rather than bound, so that the sandbox's mountinfo
+	 * does not show where it lies on the host (a bind's "root" field is its
+	 * path in the source filesystem) */
+	struct moat_mount_op *op = rc < 0 ? NULL : add_op(p, MOAT_OP_COPY_HELD, NULL, dst);
+	if (!op || asprintf(&op->src, "size=%llu,nr_inodes=%u,mode=0755",
+			    (unsigned long long)MOAT_RUNTIME_COPY_BYTES,
+			    (unsigned)MOAT_RUNTIME_COPY_INODES) < 0) {
+		if (op)
+			op->src = NULL;
 		rc = -1;
-	else
-		op->recursive = true;
+	} else {
+		op->flags = MS_NOSUID | MS_NODEV;
+	}
 	free(dst);
 	if (rc < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
@@ -167,10 +175,44 @@ out:
 	return rc;
 }
 
-/* A read-only bind of host path src at the same path inside. */
+/* Host path src is a symlink into /usr, which the plan bound already (as
+ * /etc/localtime is): the same link inside, instead of a bind whose
+ * mountinfo root field would name the target's host path. 1: made; 0: not
+ * such a link; -1: out of memory. */
+static int add_usr_symlink(struct moat_mount_plan *p, const char *src)
+{
+	struct stat st;
+	char target[PATH_MAX], real[PATH_MAX];
+	ssize_t n;
+	if (lstat(src, &st) < 0 || !S_ISLNK(st.st_mode) || !realpath(src, real) ||
+	    strncmp(real, "/usr/", 5) || (n = readlink(src, target, sizeof target - 1)) <= 0)
+		return 0;
+	target[n] = '\0';
+	char *usr = join(p->base, "/usr");
+	bool bound = false;
+	for (size_t i = 0; usr && i < p->count && !bound; i++)
+		bound = p->ops[i].kind == MOAT_OP_BIND && !strcmp(p->ops[i].src, "/usr") &&
+			!strcmp(p->ops[i].dst, usr);
+	free(usr);
+	if (!bound)
+		return 0;
+	char *dst = join(p->base, src);
+	int rc = dst && add_mkdirs(p, src, false) == 0 && add_op(p, MOAT_OP_SYMLINK, target, dst)
+			 ? 1
+			 : -1;
+	free(dst);
+	return rc;
+}
+
+/* A read-only bind of host path src at the same path inside (a symlink into
+ * the bound /usr: the same symlink). */
 static int add_ro_bind(struct moat_mount_plan *p, const char *src, bool optional,
 		       struct moat_error *err)
 {
+	int link = add_usr_symlink(p, src);
+	if (link != 0)
+		return link > 0 ? 0
+				: moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	struct stat st;
 	if (stat(src, &st) < 0) {
 		if (optional && (errno == ENOENT || errno == ENOTDIR))
@@ -809,6 +851,9 @@ int moat_plan_describe(const struct moat_mount_plan *p, size_t i, char *buf, siz
 	case MOAT_OP_CHDIR: return snprintf(buf, len, "chdir %s", dst);
 	case MOAT_OP_HOLD: return snprintf(buf, len, "open %s", op->src);
 	case MOAT_OP_BIND_HELD: return snprintf(buf, len, "bind %s on %s", op->src, dst);
+	case MOAT_OP_COPY_HELD:
+		return snprintf(buf, len, "copy the runtime directory (at most %llu MiB) to %s",
+				(unsigned long long)(MOAT_RUNTIME_COPY_BYTES >> 20), dst);
 	}
 	return snprintf(buf, len, "step %zu", i);
 }

@@ -21,6 +21,13 @@
 #define SERVE_MAX_OUTPUT_DEFAULT (4u * 1024u * 1024u) /* serve.max.maxOutputBytes */
 
 /* ---- operator limits (config "serve" object) ---- */
+/* The Python zygote's lifetime by default (SECURITY.md row 61: how many
+ * children share its layout and hash secret, and for how long), and the
+ * most either may be set to (--pool-zygote-max-children/-max-age). */
+#define SERVE_ZYGOTE_MAX_CHILDREN 100
+#define SERVE_ZYGOTE_MAX_AGE_S 60
+#define SERVE_ZYGOTE_CHILDREN_LIMIT 100000
+#define SERVE_ZYGOTE_AGE_LIMIT_S 86400
 struct serve_limits {
 	uint64_t def_timeout_ms, max_timeout_ms;
 	uint64_t def_memory_mb, max_memory_mb;
@@ -31,6 +38,10 @@ struct serve_limits {
 	uint64_t max_output_bytes; /* serve.max.maxOutputBytes: per stream, raw and escaped */
 	int pool; /* "pool": warm sandboxes per language; -1: not set */
 	int pool_zygote; /* "poolZygote": 0 or 1; -1: not set */
+	/* the zygote's lifetime: "poolZygoteMaxChildren" (children it makes)
+	 * and "poolZygoteMaxAge" (seconds; kept here in ms), whichever first */
+	unsigned pool_zygote_max_children;
+	uint64_t pool_zygote_max_age_ms;
 };
 /* Built-in values (SERVE.md); max_cpus: online CPUs. */
 void serve_limits_default(struct serve_limits *l);
@@ -181,31 +192,47 @@ void serve_pool_render(struct serve_pool *p, struct moat_buf *b);
 
 /* ---- the Python zygote of the pool (zygote.c) ---- */
 struct serve_zygote;
+/* Why a zygote is replaced (serve_zygote_due, the metrics' reason). */
+enum serve_zygote_reason {
+	SERVE_ZYGOTE_NOT_DUE,
+	SERVE_ZYGOTE_AGE,      /* it ran its time */
+	SERVE_ZYGOTE_CHILDREN, /* it made (nearly) its children */
+	SERVE_ZYGOTE_REASONS
+};
 /* Its program (moat-zygote.so read now, from beside the moat binary or
  * ../lib/moat/) and options (opts: the pool's; a rootfs or a policy
- * refuses it). Not started yet. */
+ * refuses it); each zygote started makes at most max_children children
+ * (0: no bound). Not started yet. */
 int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *opts,
-		     struct moat_error *err);
+		     unsigned max_children, struct moat_error *err);
 /* Why a service with opts cannot run the zygote ("a rootfs is set", ...),
  * or NULL. */
 const char *serve_zygote_refusal(const struct moat_run_options *opts);
 /* Starts it (a dead one is released first). The calling thread must
  * outlive it, as for a prewarm. */
 int serve_zygote_start(struct serve_zygote *z, struct moat_error *err);
-/* It needs (re)starting; it is running and usable. NULL-safe. */
+/* It needs (re)starting; it is running and usable (not dead, and has not
+ * made its last child). NULL-safe. */
 bool serve_zygote_wanted(struct serve_zygote *z);
 bool serve_zygote_up(struct serve_zygote *z);
+/* It runs but has made its last child (a refusal then is no failure). */
+bool serve_zygote_spent(struct serve_zygote *z);
 /* Marks it dead (to be replaced): it runs but could not make a sandbox. */
 void serve_zygote_condemn(struct serve_zygote *z);
-/* How long the running one has run; -1: none is up. */
-int64_t serve_zygote_age_ms(struct serve_zygote *z);
+/* Whether the running one is to be replaced, and why: it has made its
+ * last child, or it is max_age_ms old. */
+enum serve_zygote_reason serve_zygote_due(struct serve_zygote *z, int64_t max_age_ms);
+/* How long the replaced one (still alive for its children) has lived since
+ * its start; -1: there is none. */
+int64_t serve_zygote_old_age_ms(struct serve_zygote *z);
 /* A new zygote started and made the running one (the pool's thread);
  * the one it replaces takes no more records but lives on, with its
  * children, until serve_zygote_release_old. Returns the replaced one's
  * generation (what serve_zygote_create gave its children); 0 with *err
  * when none was up, one is replaced already, or the new one did not
  * start (the running one stays). */
-uint64_t serve_zygote_rotate(struct serve_zygote *z, struct moat_error *err);
+uint64_t serve_zygote_rotate(struct serve_zygote *z, enum serve_zygote_reason why,
+			     struct moat_error *err);
 void serve_zygote_release_old(struct serve_zygote *z);
 /* moat_sandbox_create for req in a child of the zygote; *gen (gen may be
  * NULL): which zygote made it (1, 2, ...: the count of starts then). */

@@ -24,6 +24,8 @@ void serve_limits_default(struct serve_limits *l)
 		.max_output_bytes = SERVE_MAX_OUTPUT_DEFAULT,
 		.pool = -1,
 		.pool_zygote = -1,
+		.pool_zygote_max_children = SERVE_ZYGOTE_MAX_CHILDREN,
+		.pool_zygote_max_age_ms = SERVE_ZYGOTE_MAX_AGE_S * 1000ull,
 	};
 }
 
@@ -126,10 +128,21 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 			if (get_bool(it, &on, err) < 0)
 				goto out;
 			l->pool_zygote = on;
+		} else if (!strcmp(k, "poolZygoteMaxChildren")) {
+			double v = 0;
+			if (get_num(it, "", 1, SERVE_ZYGOTE_CHILDREN_LIMIT, &v, err) < 0)
+				goto out;
+			l->pool_zygote_max_children = (unsigned)v;
+		} else if (!strcmp(k, "poolZygoteMaxAge")) {
+			double v = 0;
+			if (get_num(it, "", 1, SERVE_ZYGOTE_AGE_LIMIT_S, &v, err) < 0)
+				goto out;
+			l->pool_zygote_max_age_ms = (uint64_t)(v * 1000);
 		} else {
 			moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
-				       "allowOpenNetwork, maxResponseBytes, pool, poolZygote)", k);
+				       "allowOpenNetwork, maxResponseBytes, pool, poolZygote, "
+				       "poolZygoteMaxChildren, poolZygoteMaxAge)", k);
 			goto out;
 		}
 	}

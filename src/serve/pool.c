@@ -19,10 +19,8 @@
 #define POOL_LANGS 3
 #define POOL_TS 2
 #define POOL_MAX_IDLE_MS (10 * 60 * 1000) /* an idle sandbox is replaced after this */
-/* the Python zygote is replaced after this (its address layout and hash
- * seed are its children's: not one for the service's whole life);
- * MOAT_TEST_ZYGOTE_MAX_AGE_MS sets it for tests */
-#define ZYGOTE_MAX_AGE_MS (10 * 60 * 1000)
+/* the Python zygote's age bound (serve.poolZygoteMaxAge) comes from the
+ * limits; MOAT_TEST_ZYGOTE_MAX_AGE_MS overrides it for tests */
 /* while the pool is otherwise idle (one request running in a sandbox it
  * handed out at least this long after the one before), a refill of a kind
  * that still has one ready waits for that run to end, so that a request's
@@ -90,6 +88,10 @@ struct serve_pool {
 	 * rotations counts the replacements, so a hold knows where it went */
 	uint64_t old_gen;
 	unsigned old_in_use, rotations;
+	/* the replaced one's children made ahead stay to be used (it was
+	 * replaced for the children it made, all within its bound) until it is
+	 * as old as the age bound; else (replaced for its age) they go at once */
+	bool old_keep;
 	int64_t zyg_max_age_ms;
 	uint64_t zyg_made_for; /* children made for a request that found none ready */
 	int64_t zyg_retry_at;
@@ -194,7 +196,10 @@ static void refill_one(struct serve_pool *p, int i)
 	}
 	pthread_mutex_lock(&p->mu);
 	p->busy_refill_ms += (uint64_t)(moat_mono_ms() - t0);
-	if (rc < 0 && zyg) {
+	/* its bound, reached by a request's child meanwhile: no failure (the
+	 * loop replaces it) */
+	bool spent = rc < 0 && zyg && serve_zygote_spent(p->zyg);
+	if (rc < 0 && zyg && !spent) {
 		/* a zygote that runs but cannot make a sandbox here (a host that
 		 * refuses nested namespaces, a limit) would send every Python
 		 * request cold: it is replaced as one that failed to start
@@ -204,14 +209,14 @@ static void refill_one(struct serve_pool *p, int i)
 	} else if (zyg) {
 		p->zyg_fails = 0;
 	}
-	if (rc < 0) {
+	if (rc < 0 && !spent) {
 		p->failed++;
 		if (!zyg && new_error(&p->last_error, err.message) && p->log)
 			serve_log_notice(p->log, "warn", "pool",
 					 "cannot prewarm a %s sandbox: %s (requests run cold)",
 					 moat_lang_get(pool_lang[i])->name,
 					 err.message ? err.message : "?");
-	} else {
+	} else if (rc == 0) {
 		p->created++;
 		p->ready[i][p->nready[i]++] = (struct slot){ sb, moat_mono_ms(), gen };
 	}
@@ -255,15 +260,16 @@ static void zygote_start(struct serve_pool *p)
  * one meanwhile); the ones running keep the old zygote alive (old_in_use)
  * until they are done. A new one that does not start leaves the old one
  * running, to be tried again after the back-off. */
-static void zygote_rotate(struct serve_pool *p)
+static void zygote_rotate(struct serve_pool *p, enum serve_zygote_reason why)
 {
 	struct moat_error err = { 0 };
-	uint64_t gen = serve_zygote_rotate(p->zyg, &err);
+	uint64_t gen = serve_zygote_rotate(p->zyg, why, &err);
 	pthread_mutex_lock(&p->mu);
 	if (!gen) {
 		zygote_backoff(p, err.message, "cannot start the Python zygote that replaces one");
 	} else {
 		p->old_gen = gen;
+		p->old_keep = why == SERVE_ZYGOTE_CHILDREN;
 		p->old_in_use = p->zyg_in_use;
 		p->zyg_in_use = 0;
 		p->rotations++;
@@ -281,14 +287,20 @@ static struct moat_sandbox *take_at(struct serve_pool *p, int i, unsigned k)
 	return sb;
 }
 
-/* A ready child of the zygote of gen, taken out of the list; NULL when
- * there is none (under p->mu). */
-static struct moat_sandbox *take_gen(struct serve_pool *p, int i, uint64_t gen)
+/* Where in kind i's list a ready child of the zygote of gen is, -1: none;
+ * take_gen: it, taken out of the list, or NULL (under p->mu). */
+static int find_gen(const struct serve_pool *p, int i, uint64_t gen)
 {
 	for (unsigned k = 0; k < p->nready[i]; k++)
 		if (p->ready[i][k].gen == gen)
-			return take_at(p, i, k);
-	return NULL;
+			return (int)k;
+	return -1;
+}
+
+static struct moat_sandbox *take_gen(struct serve_pool *p, int i, uint64_t gen)
+{
+	int k = find_gen(p, i, gen);
+	return k < 0 ? NULL : take_at(p, i, (unsigned)k);
 }
 
 static void *refill_main(void *arg)
@@ -301,27 +313,38 @@ static void *refill_main(void *arg)
 			release_unlocked(p, p->done[--p->ndone]);
 			continue;
 		}
-		/* a zygote replaced earlier: its idle children go, and it goes
-		 * once its last running child is done; one past its age is
+		/* a zygote replaced earlier: its idle children go (once it is as
+		 * old as the age bound, when it was replaced for its children),
+		 * and it goes once none is left and its last running child is
+		 * done; one that made its last child or is past its age is
 		 * replaced (the new one first) */
+		if (p->old_keep && serve_zygote_old_age_ms(p->zyg) >= p->zyg_max_age_ms)
+			p->old_keep = false;
 		struct moat_sandbox *old_child = NULL;
-		for (int i = 0; i < POOL_LANGS && p->old_gen && !old_child; i++)
-			old_child = take_gen(p, i, p->old_gen);
+		bool old_ready = false;
+		for (int i = 0; i < POOL_LANGS && p->old_gen && !old_child; i++) {
+			old_ready = old_ready || find_gen(p, i, p->old_gen) >= 0;
+			if (!p->old_keep)
+				old_child = take_gen(p, i, p->old_gen);
+		}
 		if (old_child) {
 			release_unlocked(p, old_child);
 			continue;
 		}
-		if (p->old_gen && !p->old_in_use) {
+		if (p->old_gen && !p->old_in_use && !old_ready) {
 			p->old_gen = 0;
 			pthread_mutex_unlock(&p->mu);
 			serve_zygote_release_old(p->zyg);
 			pthread_mutex_lock(&p->mu);
 			continue;
 		}
-		if (p->zyg && !p->old_gen && serve_zygote_age_ms(p->zyg) >= p->zyg_max_age_ms &&
-		    moat_mono_ms() >= p->zyg_retry_at) {
+		enum serve_zygote_reason why =
+			p->zyg && !p->old_gen && moat_mono_ms() >= p->zyg_retry_at
+				? serve_zygote_due(p->zyg, p->zyg_max_age_ms)
+				: SERVE_ZYGOTE_NOT_DUE;
+		if (why != SERVE_ZYGOTE_NOT_DUE) {
 			pthread_mutex_unlock(&p->mu);
-			zygote_rotate(p);
+			zygote_rotate(p, why);
 			pthread_mutex_lock(&p->mu);
 			continue;
 		}
@@ -450,7 +473,8 @@ int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->want = want;
-	p->zyg_max_age_ms = test_ms("MOAT_TEST_ZYGOTE_MAX_AGE_MS", ZYGOTE_MAX_AGE_MS);
+	p->zyg_max_age_ms =
+		test_ms("MOAT_TEST_ZYGOTE_MAX_AGE_MS", (int64_t)limits->pool_zygote_max_age_ms);
 	p->defer_ms = test_ms("MOAT_TEST_REFILL_DEFER_MS", REFILL_DEFER_MS);
 	p->saturated = saturated;
 	p->sat_ctx = sat_ctx;
@@ -478,7 +502,8 @@ int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
 	}
 	if (zygote) {
 		struct moat_error zerr = { 0 };
-		if (serve_zygote_new(&p->zyg, opts, &zerr) < 0 && log)
+		if (serve_zygote_new(&p->zyg, opts, limits->pool_zygote_max_children, &zerr) < 0 &&
+		    log)
 			serve_log_notice(log, "warn", "pool",
 					 "no Python zygote: %s (Python requests use warm sandboxes)",
 					 zerr.message ? zerr.message : "?");
@@ -541,7 +566,13 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 	if (i >= 0 && !moat_pool_refusal(p->boot[i], req)) {
 		pthread_mutex_lock(&p->mu);
 		if (p->nready[i] && !p->stop) {
-			struct slot sl = p->ready[i][--p->nready[i]]; /* the newest */
+			/* a replaced zygote's child first (it is kept for its
+			 * children: the sooner they are used the sooner it goes),
+			 * else the newest */
+			int k = p->old_gen ? find_gen(p, i, p->old_gen) : -1;
+			unsigned at = k >= 0 ? (unsigned)k : p->nready[i] - 1;
+			struct slot sl = p->ready[i][at];
+			take_at(p, i, at);
 			sb = sl.sb;
 			ahead_zyg = sl.gen != 0;
 			if (ahead_zyg && sl.gen == p->old_gen) {

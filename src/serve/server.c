@@ -1442,6 +1442,10 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	/* the pool's thread also releases finished sandboxes after their
 	 * answer: it runs with --pool 0 too */
 	unsigned want = pool_size(o->pool, s->limits.pool);
+	if (o->pool_zygote_max_children)
+		s->limits.pool_zygote_max_children = o->pool_zygote_max_children;
+	if (o->pool_zygote_max_age_s)
+		s->limits.pool_zygote_max_age_ms = o->pool_zygote_max_age_s * 1000ull;
 	{
 		struct moat_run_options po;
 		moat_run_options_init(&po);

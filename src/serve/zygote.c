@@ -35,10 +35,19 @@ struct serve_zygote {
 	struct moat_run_options opts;
 	uint64_t started, children, failed;
 	int64_t born; /* when the running one started (moat_mono_ms) */
+	/* the running one's children so far, and the most it makes (0: no
+	 * bound); spent: it made them all (no more: serve_zygote_up is false
+	 * until it is replaced) */
+	uint64_t made;
+	unsigned max_children;
+	bool spent;
+	/* replacements by reason (serve_zygote_rotate) */
+	uint64_t replaced[SERVE_ZYGOTE_REASONS];
 	/* the one before it, replaced (serve_zygote_rotate): alive until its
 	 * last child is done, then released (serve_zygote_release_old) */
 	struct moat_sandbox *old_sb;
 	int old_ctl;
+	int64_t old_born;
 	/* MOAT_TEST_ZYGOTE_REFUSE=1 (tests only): every record goes with a
 	 * wrong first byte, so the zygote refuses each sandbox as it would
 	 * one it cannot make (serve/zygote_that_cannot_make_sandboxes) */
@@ -106,7 +115,7 @@ const char *serve_zygote_refusal(const struct moat_run_options *opts)
 }
 
 int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *opts,
-		     struct moat_error *err)
+		     unsigned max_children, struct moat_error *err)
 {
 	*out = NULL;
 	const char *why = serve_zygote_refusal(opts);
@@ -121,6 +130,7 @@ int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *o
 	z->ctl = -1;
 	z->old_ctl = -1;
 	z->opts = *opts;
+	z->max_children = max_children;
 	const char *refuse = getenv("MOAT_TEST_ZYGOTE_REFUSE");
 	z->test_refuse = refuse && !strcmp(refuse, "1");
 	struct moat_request *b = z->boot = moat_request_new();
@@ -169,6 +179,12 @@ static bool running(const struct serve_zygote *z)
 	return z->ctl >= 0 && !z->dead;
 }
 
+/* It runs and may make another child (under z->mu). */
+static bool usable(const struct serve_zygote *z)
+{
+	return running(z) && !z->spent;
+}
+
 bool serve_zygote_wanted(struct serve_zygote *z)
 {
 	if (!z)
@@ -184,9 +200,43 @@ bool serve_zygote_up(struct serve_zygote *z)
 	if (!z)
 		return false;
 	pthread_mutex_lock(&z->mu);
-	bool up = running(z);
+	bool up = usable(z);
 	pthread_mutex_unlock(&z->mu);
 	return up;
+}
+
+bool serve_zygote_spent(struct serve_zygote *z)
+{
+	if (!z)
+		return false;
+	pthread_mutex_lock(&z->mu);
+	bool spent = running(z) && z->spent;
+	pthread_mutex_unlock(&z->mu);
+	return spent;
+}
+
+enum serve_zygote_reason serve_zygote_due(struct serve_zygote *z, int64_t max_age_ms)
+{
+	if (!z)
+		return SERVE_ZYGOTE_NOT_DUE;
+	pthread_mutex_lock(&z->mu);
+	enum serve_zygote_reason why = SERVE_ZYGOTE_NOT_DUE;
+	if (running(z) && z->spent)
+		why = SERVE_ZYGOTE_CHILDREN;
+	else if (running(z) && moat_mono_ms() - z->born >= max_age_ms)
+		why = SERVE_ZYGOTE_AGE;
+	pthread_mutex_unlock(&z->mu);
+	return why;
+}
+
+int64_t serve_zygote_old_age_ms(struct serve_zygote *z)
+{
+	if (!z)
+		return -1;
+	pthread_mutex_lock(&z->mu);
+	int64_t age = z->old_sb ? moat_mono_ms() - z->old_born : -1;
+	pthread_mutex_unlock(&z->mu);
+	return age;
 }
 
 void serve_zygote_condemn(struct serve_zygote *z)
@@ -197,16 +247,6 @@ void serve_zygote_condemn(struct serve_zygote *z)
 	if (z->ctl >= 0)
 		z->dead = true;
 	pthread_mutex_unlock(&z->mu);
-}
-
-int64_t serve_zygote_age_ms(struct serve_zygote *z)
-{
-	if (!z)
-		return -1;
-	pthread_mutex_lock(&z->mu);
-	int64_t age = running(z) ? moat_mono_ms() - z->born : -1;
-	pthread_mutex_unlock(&z->mu);
-	return age;
 }
 
 void serve_zygote_release_old(struct serve_zygote *z)
@@ -275,6 +315,8 @@ static void install(struct serve_zygote *z, struct moat_sandbox *sb, int ctl)
 	z->sb = sb;
 	z->ctl = ctl;
 	z->dead = false;
+	z->spent = false;
+	z->made = 0;
 	z->started++;
 	z->born = moat_mono_ms();
 }
@@ -292,7 +334,8 @@ int serve_zygote_start(struct serve_zygote *z, struct moat_error *err)
 	return 0;
 }
 
-uint64_t serve_zygote_rotate(struct serve_zygote *z, struct moat_error *err)
+uint64_t serve_zygote_rotate(struct serve_zygote *z, enum serve_zygote_reason why,
+			     struct moat_error *err)
 {
 	pthread_mutex_lock(&z->mu);
 	bool can = running(z) && !z->old_sb;
@@ -309,7 +352,10 @@ uint64_t serve_zygote_rotate(struct serve_zygote *z, struct moat_error *err)
 	uint64_t gen = z->started;
 	z->old_sb = z->sb;
 	z->old_ctl = z->ctl;
+	z->old_born = z->born;
 	install(z, sb, ctl);
+	if (why > SERVE_ZYGOTE_NOT_DUE && why < SERVE_ZYGOTE_REASONS)
+		z->replaced[why]++;
 	pthread_mutex_unlock(&z->mu);
 	return gen;
 }
@@ -342,6 +388,13 @@ static int make_pid1(void *ctx, const int *fds, size_t nfds, const void *record,
 		pthread_mutex_unlock(&z->mu);
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "no Python zygote");
 	}
+	if (z->spent) {
+		/* its bound: it makes no more, whatever asks (the request runs
+		 * in another sandbox; the pool's thread replaces it) */
+		pthread_mutex_unlock(&z->mu);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "the Python zygote has made its last child");
+	}
 	char reply[32], bad[1] = { 'x' };
 	size_t got_fds = 0;
 	ssize_t n = -1;
@@ -365,6 +418,8 @@ static int make_pid1(void *ctx, const int *fds, size_t nfds, const void *record,
 	if (n > 0 && reply[0] == 'p' && got_fds == 1) {
 		z->children++;
 		x->gen = z->started;
+		if (z->max_children && ++z->made >= z->max_children)
+			z->spent = true;
 	} else {
 		if (got_fds == 1) {
 			close(*pidfd);
@@ -419,9 +474,16 @@ void serve_zygote_render(struct serve_zygote *z, struct moat_buf *b)
 			 "# HELP moat_pool_zygote_memory_bytes Memory of the Python zygote's own "
 			 "sandbox (its cgroup; its children share its pages); -1: unknown.\n"
 			 "# TYPE moat_pool_zygote_memory_bytes gauge\n"
-			 "moat_pool_zygote_memory_bytes %lld\n",
+			 "moat_pool_zygote_memory_bytes %lld\n"
+			 "# HELP moat_pool_zygote_replaced_total Python zygotes replaced, by reason "
+			 "(age: --pool-zygote-max-age; children: --pool-zygote-max-children).\n"
+			 "# TYPE moat_pool_zygote_replaced_total counter\n"
+			 "moat_pool_zygote_replaced_total{reason=\"age\"} %llu\n"
+			 "moat_pool_zygote_replaced_total{reason=\"children\"} %llu\n",
 			 running(z), (unsigned long long)z->started,
 			 (unsigned long long)z->children, (unsigned long long)z->failed,
-			 (long long)(z->sb ? moat_sandbox_memory(z->sb) : -1));
+			 (long long)(z->sb ? moat_sandbox_memory(z->sb) : -1),
+			 (unsigned long long)z->replaced[SERVE_ZYGOTE_AGE],
+			 (unsigned long long)z->replaced[SERVE_ZYGOTE_CHILDREN]);
 	pthread_mutex_unlock(&z->mu);
 }

@@ -7,6 +7,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <limits.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
@@ -646,6 +647,166 @@ START_TEST(proc1_hides_host_command_line)
 }
 END_TEST
 
+/* The next line of mountinfo text at *line into buf (len bytes, cut), its
+ * fields 4 and 5 into root and mp (2048 bytes each; "" when it has none);
+ * false at the end. */
+static bool next_mount(const char **line, char *buf, size_t len, char *root, char *mp)
+{
+	if (!**line)
+		return false;
+	const char *end = strchr(*line, '\n');
+	size_t n = end ? (size_t)(end - *line) : strlen(*line);
+	snprintf(buf, len, "%.*s", (int)(n < len - 1 ? n : len - 1), *line);
+	*line += n + (end ? 1 : 0);
+	if (sscanf(buf, "%*s %*s %*s %2047s %2047s", root, mp) != 2)
+		root[0] = mp[0] = '\0';
+	return true;
+}
+
+/* mountinfo line by line: fields 4 (root: the mount's path in its source
+ * filesystem) and 5 (the mount point). Each line holding needle must be a
+ * mount of the tree bound at `at` (the directory given, which a bind's root
+ * field names by its host path: the documented unhideable case), with root
+ * field needle + the mount point's path below at; nothing else may name it.
+ * Returns how many lines name it. */
+static int mountinfo_names(const char *mi, const char *needle, const char *at)
+{
+	int n = 0;
+	size_t nl = strlen(needle), al = at ? strlen(at) : 0;
+	char buf[4096], root[2048], mp[2048];
+	for (const char *line = mi; next_mount(&line, buf, sizeof buf, root, mp);) {
+		if (!strstr(buf, needle))
+			continue;
+		n++;
+		ck_assert_msg(at && root[0], "mountinfo names %s: %s", needle, buf);
+		/* the mount point: at itself or below it; the root: needle + the rest */
+		const char *below = !strcmp(at, "/") ? (strcmp(mp, "/") ? mp : "")
+				    : !strncmp(mp, at, al) && (!mp[al] || mp[al] == '/') ? mp + al
+											: NULL;
+		ck_assert_msg(below && !strncmp(root, needle, nl) && !strcmp(root + nl, below) &&
+				      strstr(buf, needle) == strstr(buf, root) &&
+				      !strstr(strstr(buf, root) + nl, needle),
+			      "mountinfo names %s outside its bind at %s: %s", needle, at, buf);
+	}
+	return n;
+}
+
+/* Every mount of mountinfo text names, as its root field, "/", its own
+ * mount point (a host path bound at the same path), or a device node or
+ * procfs entry bound under /dev or /proc: no other host path. */
+static void mountinfo_roots_are_own(const char *mi)
+{
+	char buf[4096], root[2048], mp[2048];
+	for (const char *line = mi; next_mount(&line, buf, sizeof buf, root, mp);) {
+		if (!root[0])
+			continue;
+		ck_assert_msg(!strcmp(root, "/") || !strcmp(root, mp) || !strncmp(mp, "/dev/", 5) ||
+				      !strncmp(mp, "/proc/", 6),
+			      "a mount names another host path than its own: %s", buf);
+	}
+}
+
+/* The directory holding MOAT_BIN (the build directory) and its parent (the
+ * checkout), as real paths. */
+static void build_dirs(char *build, char *checkout, size_t len)
+{
+	char real[PATH_MAX];
+	ck_assert_ptr_nonnull(realpath(getenv("MOAT_BIN"), real));
+	*strrchr(real, '/') = '\0';
+	snprintf(build, len, "%s", real);
+	*strrchr(real, '/') = '\0';
+	snprintf(checkout, len, "%s", real);
+}
+
+/* Copies host file src to dir/rel (mode 0755), for a minimal root. */
+static void copy_into(const char *src, const char *dir, const char *rel)
+{
+	char dst[PATH_MAX];
+	snprintf(dst, sizeof dst, "%s%s", dir, rel);
+	int in = open(src, O_RDONLY | O_CLOEXEC);
+	int out = open(dst, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0755);
+	ck_assert_msg(in >= 0 && out >= 0, "copy %s to %s: %s", src, dst, strerror(errno));
+	char buf[65536];
+	ssize_t r;
+	while ((r = read(in, buf, sizeof buf)) > 0)
+		ck_assert_int_eq(write(out, buf, (size_t)r), r);
+	close(in);
+	close(out);
+}
+
+/* A run's /proc/self/mountinfo names none of the host paths it was given
+ * (issue 31): the runtime directory (copied into a tmpfs of its own at
+ * /opt/moat/runtime, not bound), the build directory and the checkout, and
+ * each bind of the host's root names only its own path (/etc/localtime: a
+ * symlink as on the host, not a bind of its target). What
+ * cannot be hidden, a --workdir and a --rootfs (bound live: a bind's root
+ * field is the directory's path in its filesystem), appears exactly as the
+ * root field of its own mounts and nowhere else. SECURITY.md row 72. */
+START_TEST(mountinfo_names_no_host_path)
+{
+	HARNESS_MODE_GUARD(_i);
+	char build[PATH_MAX], checkout[PATH_MAX];
+	build_dirs(build, checkout, sizeof build);
+	const char *rt = harness_runtime_dir();
+	const char *hidden[] = { rt, build, checkout };
+	/* the runtime shims: a Spin-style request (sandboxId) through moat exec */
+	const char *req = "{\"sandboxId\":\"mi\",\"language\":\"python\",\"code\":\"import os\\n"
+			  "print(open('/proc/self/mountinfo').read())\\n"
+			  "print(sorted(os.listdir('/opt/moat/runtime/python')))\"}";
+	const char *exec_args[] = { "exec", "--runtime", rt, NULL };
+	struct run_out o;
+	harness_run(_i, exec_args, req, strlen(req), &o);
+	const char *out = harness_str(&o, "stdout");
+	ck_assert_msg(o.status == 0 && out && strstr(out, " /opt/moat/runtime ") &&
+			      strstr(out, "'moat_pool.py'") && strstr(out, "'spin_sdk'"),
+		      "mode %d: status %d: %.3000s %s", _i, o.status, o.out, o.err);
+	for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++)
+		ck_assert_int_eq(mountinfo_names(out, hidden[i], NULL), 0);
+	/* /etc/localtime, a symlink into /usr on most hosts: no bind naming its target */
+	mountinfo_roots_are_own(out);
+	harness_free(&o);
+
+	/* a work directory and a root of its own */
+	char work[] = "/tmp/moat-mi-work.XXXXXX", root[] = "/tmp/moat-mi-root.XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(work));
+	ck_assert_ptr_nonnull(mkdtemp(root));
+	ck_assert_int_eq(chmod(work, 0755), 0);
+	ck_assert_int_eq(chmod(root, 0755), 0);
+	static const char *const dirs[] = { "/proc", "/dev", "/tmp", "/sandbox", "/usr",
+					    "/usr/bin", "/lib", "/lib/x86_64-linux-gnu", "/lib64" };
+	char path[PATH_MAX];
+	for (size_t i = 0; i < sizeof dirs / sizeof dirs[0]; i++) {
+		snprintf(path, sizeof path, "%s%s", root, dirs[i]);
+		ck_assert_int_eq(mkdir(path, 0755), 0);
+	}
+	copy_into("/usr/bin/cat", root, "/usr/bin/cat");
+	copy_into("/lib/x86_64-linux-gnu/libc.so.6", root, "/lib/x86_64-linux-gnu/libc.so.6");
+	copy_into("/lib64/ld-linux-x86-64.so.2", root, "/lib64/ld-linux-x86-64.so.2");
+	const char *run_args[] = { "run", "--rootfs", root, "--workdir", work, "--",
+				   "/usr/bin/cat", "/proc/self/mountinfo", NULL };
+	harness_run(_i, run_args, NULL, 0, &o);
+	ck_assert_msg(o.status == 0 && strstr(o.out, " /sandbox/work "), "mode %d: status %d: %s %s",
+		      _i, o.status, o.out, o.err);
+	for (size_t i = 0; i < sizeof hidden / sizeof hidden[0]; i++)
+		ck_assert_int_eq(mountinfo_names(o.out, hidden[i], NULL), 0);
+	ck_assert_int_ge(mountinfo_names(o.out, work, "/sandbox/work"), 1);
+	ck_assert_int_ge(mountinfo_names(o.out, root, "/"), 1);
+	harness_free(&o);
+	static const char *const files[] = { "/usr/bin/cat", "/lib/x86_64-linux-gnu/libc.so.6",
+					     "/lib64/ld-linux-x86-64.so.2" };
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+		snprintf(path, sizeof path, "%s%s", root, files[i]);
+		unlink(path);
+	}
+	for (size_t i = sizeof dirs / sizeof dirs[0]; i-- > 0;) {
+		snprintf(path, sizeof path, "%s%s", root, dirs[i]);
+		rmdir(path);
+	}
+	rmdir(root);
+	rmdir(work);
+}
+END_TEST
+
 /* The cgroup namespace is rooted at the run's leaves: /proc/self/cgroup
  * shows "/" for every hierarchy, never the leaf moat made on the host
  * (moat-<moat's pid>-<n>) or anything above it. With limits, so that as root
@@ -901,6 +1062,7 @@ Suite *isolation_suite(void)
 	tcase_add_loop_test(tc, proc1_not_accessible, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, proc1_hides_host_command_line, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, cgroup_paths_hide_the_host, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, mountinfo_names_no_host_path, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, network_only_loopback, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, host_env_absent, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, no_host_fds, MODE_ROOT, MODE_ROOTLESS + 1);

@@ -4218,6 +4218,7 @@ START_TEST(zygote_is_replaced_past_its_age)
 		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
 		sleep_ms(50);
 	}
+	ck_assert(pool_metric(&s, "moat_pool_zygote_replaced_total", "reason=\"age\"") >= 1);
 	pool_wait_ready(&s, "python", 1);
 	v1(&s, hash, &r);
 	ck_assert_msg(pooled(&r) && jstr(r.json, "stdout") && strcmp(jstr(r.json, "stdout"), before),
@@ -4231,6 +4232,97 @@ START_TEST(zygote_is_replaced_past_its_age)
 	resp_free(&r);
 	/* idle again: one zygote (the old one released), its child, the rest */
 	server_stop_pool(&s, pool_idle_children(1, true));
+}
+END_TEST
+
+/* The zygote is replaced after it made its children (here 3:
+ * --pool-zygote-max-children), whatever its age: of 9 Python requests (each
+ * once a child is ready), every one succeeds in a child of a zygote, the
+ * children of one zygote agree on its str hash secret and heap layout
+ * (hash('x'), id(sys): the interpreter's start made both) and no zygote
+ * serves more than 3 of them; the metrics count the replacements by reason. */
+START_TEST(zygote_is_replaced_after_its_children)
+{
+	HARNESS_MODE_GUARD(_i);
+	enum { MAX = 3, RUNS = 9 };
+	static const char *const args[] = { "--pool-zygote-max-children", "3", NULL };
+	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", NULL };
+	struct server_opts o = { .socket = true, .pool = 1, .env = env, .args = args };
+	struct server s;
+	server_start(&s, _i, &o);
+	pool_wait_zygote(&s);
+	double starts = pool_metric(&s, "moat_pool_zygote_starts_total", NULL);
+	char seen[RUNS][96];
+	for (int k = 0; k < RUNS; k++) {
+		pool_wait_ready(&s, "python", 1);
+		struct resp r;
+		v1(&s, "{\"code\":\"import sys\\nprint(hash('x'), id(sys))\"}", &r);
+		const char *out = r.json ? jstr(r.json, "stdout") : NULL;
+		ck_assert_msg(r.code == 200 && pooled(&r) && out && *out && jnum(r.json, "exitCode") == 0,
+			      "request %d: HTTP %d %.400s", k, r.code, r.body);
+		snprintf(seen[k], sizeof seen[k], "%s", out);
+		resp_free(&r);
+	}
+	int most = 0, distinct = 0;
+	for (int k = 0; k < RUNS; k++) {
+		int same = 0, first = 1;
+		for (int j = 0; j < RUNS; j++) {
+			same += !strcmp(seen[j], seen[k]);
+			if (j < k && !strcmp(seen[j], seen[k]))
+				first = 0;
+		}
+		distinct += first;
+		most = same > most ? same : most;
+		ck_assert_msg(same <= MAX, "one zygote served %d requests (bound %d): %s", same, MAX,
+			      seen[k]);
+	}
+	ck_assert_msg(most >= 2, "no two requests came from one zygote (%d layouts)", distinct);
+	ck_assert_msg(distinct >= RUNS / MAX, "%d layouts for %d requests", distinct, RUNS);
+	double replaced = pool_metric(&s, "moat_pool_zygote_replaced_total", "reason=\"children\"");
+	ck_assert_msg(replaced >= RUNS / MAX - 1 && replaced >= distinct - 1,
+		      "%g replacements for children counted, %d layouts seen", replaced, distinct);
+	ck_assert(pool_metric(&s, "moat_pool_zygote_starts_total", NULL) >= starts + replaced);
+	ck_assert(pool_metric(&s, "moat_pool_zygote_replaced_total", "reason=\"age\"") == 0);
+	ck_assert(pool_metric(&s, "moat_pool_zygote_failed_total", NULL) == 0);
+	/* idle again: one zygote (each replaced one released), its child, the rest */
+	server_stop_pool(&s, pool_idle_children(1, true));
+}
+END_TEST
+
+/* Under moat serve, a cold run's and a zygote's child's mountinfo name
+ * neither the runtime directory nor the checkout that holds it: the shims
+ * are a tmpfs copy (SECURITY.md row 72). */
+START_TEST(mountinfo_names_no_runtime_path)
+{
+	HARNESS_MODE_GUARD(_i);
+	char checkout[PATH_MAX];
+	snprintf(checkout, sizeof checkout, "%s", harness_runtime_dir());
+	*strrchr(checkout, '/') = '\0';
+	static const char body[] =
+		"{\"code\":\"import os\\nprint(open('/proc/self/mountinfo').read())\\n"
+		"print(os.path.isfile('/opt/moat/runtime/python/moat_pool.py'))\"}";
+	for (int pool = 0; pool <= 1; pool++) {
+		struct server s;
+		struct server_opts o = { .socket = true, .pool = pool };
+		server_start(&s, _i, &o);
+		if (pool) {
+			pool_wait_zygote(&s);
+			pool_wait_ready(&s, "python", 1);
+		}
+		struct resp r;
+		v1(&s, body, &r);
+		const char *out = r.json ? jstr(r.json, "stdout") : NULL;
+		ck_assert_msg(r.code == 200 && out && strstr(out, " /opt/moat/runtime ") &&
+				      strstr(out, "True\n") && pooled(&r) == (pool == 1),
+			      "pool %d: HTTP %d %.3000s", pool, r.code, r.body);
+		ck_assert_msg(!strstr(out, harness_runtime_dir()) && !strstr(out, checkout),
+			      "pool %d: mountinfo names %s: %.3000s", pool, checkout, out);
+		resp_free(&r);
+		if (pool)
+			server_stop_pool(&s, pool_idle_children(1, true));
+		else
+			server_stop(&s);
+	}
 }
 END_TEST
 
@@ -5651,6 +5743,8 @@ Suite *serve_suite(void)
 	ADD(zygote_is_the_default);
 	ADD(zygote_that_cannot_make_sandboxes);
 	ADD(zygote_is_replaced_past_its_age);
+	ADD(zygote_is_replaced_after_its_children);
+	ADD(mountinfo_names_no_runtime_path);
 	ADD(zygote_limits_and_fallback);
 	ADD(zygote_under_load);
 	ADD(zygote_killed);

@@ -159,6 +159,51 @@ START_TEST(devpts_is_a_private_instance)
 }
 END_TEST
 
+/* The runtime shims: held first, then copied into a tmpfs of their own at
+ * MOAT_RUNTIME_MOUNT (never bound: a bind's mountinfo root names the host
+ * path), before the root's recursive read-only setattr; a host
+ * /etc/localtime linking into /usr is the same link, not a bind (issue 31). */
+START_TEST(runtime_copied_not_bound)
+{
+	struct moat_plan_input in = { .runtime_dir = "/usr" };
+	struct moat_mount_plan *p = NULL;
+	struct moat_error err = { 0 };
+	ck_assert_msg(moat_plan_build(&in, &p, &err) == 0, "%s", err.message);
+	char mnt[256], lt[256];
+	snprintf(mnt, sizeof mnt, "%s" MOAT_RUNTIME_MOUNT, p->base);
+	snprintf(lt, sizeof lt, "%s/etc/localtime", p->base);
+	size_t hold = p->count, copy = p->count, ro = p->count, link = p->count;
+	for (size_t i = 0; i < p->count; i++) {
+		const struct moat_mount_op *op = &p->ops[i];
+		ck_assert_msg(op->kind != MOAT_OP_BIND_HELD, "a held directory is bound: %s", op->dst);
+		if (op->kind == MOAT_OP_HOLD && !strcmp(op->src, "/usr"))
+			hold = i;
+		if (op->kind == MOAT_OP_COPY_HELD) {
+			ck_assert_str_eq(op->dst, mnt);
+			ck_assert_uint_eq(op->slot, MOAT_HELD_RUNTIME);
+			ck_assert(strstr(op->src, "size=16777216"));
+			copy = i;
+		}
+		if (op->kind == MOAT_OP_SETATTR && !strcmp(op->dst, p->base) && ro == p->count)
+			ro = i;
+		if (op->dst && !strcmp(op->dst, lt)) {
+			ck_assert_msg(op->kind == MOAT_OP_SYMLINK || op->kind == MOAT_OP_MKFILE ||
+					      op->kind == MOAT_OP_BIND,
+				      "op %d on /etc/localtime", (int)op->kind);
+			if (op->kind == MOAT_OP_SYMLINK)
+				link = i;
+		}
+	}
+	ck_assert(hold < copy && copy < ro && ro < p->count);
+	char real[4096];
+	struct stat st;
+	if (lstat("/etc/localtime", &st) == 0 && S_ISLNK(st.st_mode) &&
+	    realpath("/etc/localtime", real) && !strncmp(real, "/usr/", 5))
+		ck_assert_msg(link < p->count, "/etc/localtime links into /usr: not linked");
+	moat_plan_free(p);
+}
+END_TEST
+
 /* --workdir: held before anything is mounted, bound after the /sandbox
  * tmpfs, then read-only, nosuid, nodev (not noexec) recursively, and the
  * working directory; no code file for an argv request. */
@@ -442,6 +487,7 @@ Suite *rootfs_plan_suite(void)
 	tcase_add_test(tc, plan_never_touches_host_paths);
 	tcase_add_test(tc, devpts_is_a_private_instance);
 	tcase_add_test(tc, missing_paths);
+	tcase_add_test(tc, runtime_copied_not_bound);
 	tcase_add_test(tc, workdir_bound_read_only);
 	tcase_add_test(tc, workdir_hold_refuses_symlinks);
 	tcase_add_test(tc, rootfs_dir_needs_mount_points);

@@ -1450,6 +1450,14 @@ START_TEST(limits_parse)
 	/* serve.max.maxOutputBytes: 1 B .. 1 GiB; not a default */
 	ck_assert_int_eq(serve_limits_parse("{\"max\":{\"maxOutputBytes\":65536}}", &l, &err), 0);
 	ck_assert_uint_eq(l.max_output_bytes, 65536);
+	/* the zygote's lifetime: 100 children, 60 s unless set (issue 31) */
+	serve_limits_default(&l);
+	ck_assert_uint_eq(l.pool_zygote_max_children, 100);
+	ck_assert_uint_eq(l.pool_zygote_max_age_ms, 60000);
+	ck_assert_int_eq(serve_limits_parse("{\"poolZygoteMaxChildren\":7,\"poolZygoteMaxAge\":2}",
+					    &l, &err), 0);
+	ck_assert_uint_eq(l.pool_zygote_max_children, 7);
+	ck_assert_uint_eq(l.pool_zygote_max_age_ms, 2000);
 
 	/* only some keys: the rest stay */
 	serve_limits_default(&l);
@@ -1486,6 +1494,10 @@ START_TEST(limits_parse)
 		{ "{\"max\":{\"maxOutputBytes\":0}}", "serve.max.maxOutputBytes must be" },
 		{ "{\"max\":{\"maxOutputBytes\":1073741825}}", "maxOutputBytes" },
 		{ "{\"max\":{\"maxOutputBytes\":\"1\"}}", "maxOutputBytes" },
+		{ "{\"poolZygoteMaxChildren\":0}", "poolZygoteMaxChildren" },
+		{ "{\"poolZygoteMaxChildren\":true}", "poolZygoteMaxChildren" },
+		{ "{\"poolZygoteMaxAge\":0}", "poolZygoteMaxAge" },
+		{ "{\"poolZygoteMaxAge\":100000}", "poolZygoteMaxAge" },
 		{ "{\"maxResponseBytes\":\"1\"}", "maxResponseBytes" },
 		{ "{\"maxResponseBytes\":100}", "maxResponseBytes" },
 		{ "{\"defaults\":{\"timeout\":70000}}", "above its max" },
