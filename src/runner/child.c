@@ -459,15 +459,22 @@ int moat_child_main(const struct moat_child *c)
 	moat_stamp("init: ids set");
 	/* the network namespace's socket buffer limits, through this mount
 	 * namespace's /proc while it is still writable (the sandbox's /proc/sys
-	 * is a read-only bind) */
-	int sysctl_step = 0;
+	 * is a read-only bind). A failure is reported after the mounts: where
+	 * a container runtime masked /proc (its /proc/sys read-only), the
+	 * sandbox's own /proc cannot be mounted either, and that error says
+	 * what is wrong and how to fix it. */
+	int sysctl_step = 0, sysctl_errno = 0;
 	if (moat_net_child_sysctls(&sysctl_step) < 0)
-		fail(c, MOAT_STEP_NET, sysctl_step);
+		sysctl_errno = errno;
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		fail(c, MOAT_STEP_PRIVATE, 0);
 	size_t op = 0;
 	if (moat_plan_apply(c->plan, &op) < 0)
 		fail(c, MOAT_STEP_MOUNT, (int)op);
+	if (sysctl_errno) {
+		errno = sysctl_errno;
+		fail(c, MOAT_STEP_NET, sysctl_step);
+	}
 	moat_stamp("init: mounts done");
 	if (sethostname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0 ||
 	    setdomainname(MOAT_HOSTNAME, sizeof MOAT_HOSTNAME - 1) < 0)

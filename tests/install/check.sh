@@ -115,8 +115,8 @@ complete_words() { # the candidates for the words given, the last one being comp
 	bad "completion: run --ti → $(complete_words run --ti)"
 [ "$(complete_words run -l ty)" = "typescript" ] && ok "completion: run -l ty → typescript" ||
 	bad "completion: run -l ty → $(complete_words run -l ty)"
-[ "$(complete_words serve --no | tr "\n" " ")" = "--no-kv --no-pool-zygote " ] &&
-	ok "completion: serve --no → --no-kv --no-pool-zygote" ||
+[ "$(complete_words serve --no | tr "\n" " ")" = "--no-auth --no-kv --no-pool-zygote " ] &&
+	ok "completion: serve --no → --no-auth --no-kv --no-pool-zygote" ||
 	bad "completion: serve --no → $(complete_words serve --no)"
 [ "$(complete_words policy c)" = "check" ] && ok "completion: policy c → check" ||
 	bad "completion: policy c → $(complete_words policy c)"
