@@ -91,6 +91,7 @@ describe('fake service', () => {
       assert.deepEqual(q.body, {
         code: 'print(6*7)', language: 'python', env: { A: 'b' }, files: { 'f.txt': 'x' }, stdin: 'in',
         allowedHosts: ['https://example.com'], outputs: ['*.txt'], timeout: 4000, memoryMb: 128,
+        cpus: 1, pidsLimit: 100, network: false,
       });
       assert.equal(s.provider, 'native');
     } finally { await s.dispose(); }
@@ -105,7 +106,9 @@ describe('fake service', () => {
       const q = tcp.seen[n];
       assert.equal(q.url, '/moat/v1/run');
       assert.equal(q.headers.authorization, undefined);
-      assert.deepEqual(q.body, { code: 'pass' });
+      // aistack's DEFAULT_SANDBOX_CONFIG for every limit the config left out
+      assert.deepEqual(q.body, { code: 'pass', timeout: 30000, memoryMb: 512, cpus: 1, pidsLimit: 100,
+        network: false });
       assert.equal(r.provider, 'native');
       assert.equal(typeof r.durationMs, 'number');
     } finally { await s.dispose(); }
@@ -428,7 +431,7 @@ describe('real moat serve on a unix socket', () => {
   });
 
   it('a malformed request → SandboxConfigError (400)', { skip }, async () => {
-    await assert.rejects(s.run('print(1)', { language: 'cobol' }), (e) => {
+    await assert.rejects(s.run('print(1)', { timeout: 'soon' }), (e) => {
       assert.ok(e instanceof SandboxConfigError, `${e.name}: ${e.message}`);
       assert.equal(e.status, 400);
       return true;
