@@ -150,7 +150,8 @@ export interface ResolvedSandboxConfig extends SandboxConfig {
 /**
  * aistack's defaults, filled in for every key a config leaves out: timeout 30000 ms,
  * memoryMb 512, cpus 1, pidsLimit 100, network false. The limits bind the native and
- * docker providers (e2b and daytona do not apply them). `provider` is 'native' here,
+ * docker providers (e2b and daytona do not apply them); through `moat serve` (url,
+ * socketPath) the service's own defaults apply instead. `provider` is 'native' here,
  * 'none' in aistack: a moat default run is sandboxed; `{ provider: 'none' }` refuses.
  */
 export const DEFAULT_SANDBOX_CONFIG: Readonly<{

@@ -77,7 +77,8 @@ const DEFAULT_TIMEOUT = 30000;
 // the config leaves out, except `provider`: moat's default is 'native' (a run that IS
 // sandboxed), aistack's is 'none' (refuse). memoryMb, cpus and pidsLimit are aistack's
 // "Docker only" limits: here they bind the providers that enforce limits (native, docker);
-// e2b and daytona do not apply them, so they are not sent there.
+// e2b and daytona do not apply them, so they are not sent there. Filled in for `moat exec`
+// only: a moat serve applies its own serve.defaults.
 const DEFAULT_SANDBOX_CONFIG = Object.freeze({
   provider: 'native', timeout: DEFAULT_TIMEOUT, memoryMb: 512, cpus: 1, pidsLimit: 100, network: false,
 });
@@ -172,14 +173,16 @@ function createSandbox(cfg) {
       `unknown provider ${JSON.stringify(provider)} (${PROVIDERS.join(', ')})`, { provider });
   }
   if (provider === 'daytona' && cfg.daytonaApiUrl !== undefined) checkDaytonaUrl(cfg.daytonaApiUrl);
-  cfg = withDefaults(cfg, provider);
   const moat = cfg.moatPath || process.env.MOAT_BIN || 'moat';
   const grace = cfg.deadlineGraceMs === undefined ? DEFAULT_GRACE[provider] : cfg.deadlineGraceMs;
   if (typeof grace !== 'number' || !(grace >= 0)) {
     throw new SandboxConfigError('deadlineGraceMs must be a number >= 0', { provider });
   }
   const service = cfg.url !== undefined || cfg.socketPath !== undefined;
+  // A moat serve applies its operator's defaults (serve.defaults) to what a request leaves
+  // out and never runs without limits; only a `moat exec` needs aistack's filled in.
   if (service) return createServiceSandbox(cfg, provider, grace);
+  cfg = withDefaults(cfg, provider);
   if (cfg.token !== undefined) {
     throw new SandboxConfigError('token needs url or socketPath (a moat serve to send it to)',
       { provider });

@@ -91,7 +91,6 @@ describe('fake service', () => {
       assert.deepEqual(q.body, {
         code: 'print(6*7)', language: 'python', env: { A: 'b' }, files: { 'f.txt': 'x' }, stdin: 'in',
         allowedHosts: ['https://example.com'], outputs: ['*.txt'], timeout: 4000, memoryMb: 128,
-        cpus: 1, pidsLimit: 100, network: false,
       });
       assert.equal(s.provider, 'native');
     } finally { await s.dispose(); }
@@ -106,9 +105,8 @@ describe('fake service', () => {
       const q = tcp.seen[n];
       assert.equal(q.url, '/moat/v1/run');
       assert.equal(q.headers.authorization, undefined);
-      // aistack's DEFAULT_SANDBOX_CONFIG for every limit the config left out
-      assert.deepEqual(q.body, { code: 'pass', timeout: 30000, memoryMb: 512, cpus: 1, pidsLimit: 100,
-        network: false });
+      // no aistack defaults through a service: its own serve.defaults apply
+      assert.deepEqual(q.body, { code: 'pass' });
       assert.equal(r.provider, 'native');
       assert.equal(typeof r.durationMs, 'number');
     } finally { await s.dispose(); }
