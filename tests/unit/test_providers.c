@@ -408,6 +408,19 @@ START_TEST(remote_keys_missing)
 }
 END_TEST
 
+/* Runs the provider the config text names; the run must fail, with err set. */
+static void run_must_fail(const char *conf, struct moat_error *err)
+{
+	struct moat_config *cfg = NULL;
+	ck_assert_int_eq(moat_config_parse(conf, strlen(conf), false, "t", &cfg, err), 0);
+	struct moat_provider_options o = { .cfg = cfg, .run = NULL };
+	struct moat_request *r = req_new();
+	struct moat_result *res = NULL;
+	ck_assert_int_eq(moat_provider_run(NULL, r, &o, &res, err), -1);
+	moat_request_free(r);
+	moat_config_free(cfg);
+}
+
 START_TEST(remote_url_policy)
 {
 	unsetenv("MOAT_TEST_ALLOW_HTTP");
@@ -440,20 +453,13 @@ START_TEST(remote_url_policy)
 		char conf[256];
 		snprintf(conf, sizeof conf, "{\"provider\":\"daytona\",\"daytonaApiUrl\":\"%s\","
 			 "\"daytonaApiKey\":\"KEY-123456\"}", cases[i].url);
-		struct moat_config *cfg = NULL;
 		struct moat_error err = { 0 };
-		ck_assert_int_eq(moat_config_parse(conf, strlen(conf), false, "t", &cfg, &err), 0);
-		struct moat_provider_options o = { .cfg = cfg, .run = NULL };
-		struct moat_request *r = req_new();
-		struct moat_result *res = NULL;
-		ck_assert_int_eq(moat_provider_run(NULL, r, &o, &res, &err), -1);
+		run_must_fail(conf, &err);
 		ck_assert_msg(err.type == cases[i].type, "%s: %s is a %s", cases[i].url, err.message,
 			      moat_error_type_name(err.type));
 		ck_assert_msg(strstr(err.message, cases[i].msg), "%s: %s", cases[i].url, err.message);
 		ck_assert_ptr_null(strstr(err.message, "KEY-123456"));
 		moat_error_clear(&err);
-		moat_request_free(r);
-		moat_config_free(cfg);
 	}
 	/* the test escape hatch covers the literal 127.0.0.1 only */
 	setenv("MOAT_TEST_ALLOW_HTTP", "1", 1);
@@ -483,18 +489,11 @@ START_TEST(daytona_url_checked_before_key)
 {
 	unsetenv("MOAT_TEST_ALLOW_HTTP");
 	unsetenv("DAYTONA_API_KEY");
-	const char conf[] = "{\"provider\":\"daytona\",\"daytonaApiUrl\":\"https://10.0.0.7/api\"}";
-	struct moat_config *cfg = NULL;
 	struct moat_error err = { 0 };
-	ck_assert_int_eq(moat_config_parse(conf, strlen(conf), false, "t", &cfg, &err), 0);
-	struct moat_provider_options o = { .cfg = cfg, .run = NULL };
-	struct moat_request *r = req_new();
-	struct moat_result *res = NULL;
-	ck_assert_int_eq(moat_provider_run(NULL, r, &o, &res, &err), -1);
+	run_must_fail("{\"provider\":\"daytona\",\"daytonaApiUrl\":\"https://10.0.0.7/api\"}", &err);
 	ck_assert_msg(err.type == MOAT_ERR_CONFIG, "%s", err.message);
 	ck_assert_ptr_nonnull(strstr(err.message, "private"));
 	moat_error_clear(&err);
-	moat_config_free(cfg);
 	/* a name (not a literal, not *.localhost) that resolves to loopback: this
 	 * machine's own name when /etc/hosts maps it so */
 	char name[256] = "";
@@ -509,15 +508,11 @@ START_TEST(daytona_url_checked_before_key)
 		char c2[512];
 		snprintf(c2, sizeof c2, "{\"provider\":\"daytona\",\"daytonaApiUrl\":\"https://%s/api\","
 			 "\"daytonaApiKey\":\"KEY-123456\"}", name);
-		ck_assert_int_eq(moat_config_parse(c2, strlen(c2), false, "t", &cfg, &err), 0);
-		o.cfg = cfg;
-		ck_assert_int_eq(moat_provider_run(NULL, r, &o, &res, &err), -1);
+		run_must_fail(c2, &err);
 		ck_assert_msg(err.type == MOAT_ERR_CONFIG, "%s: %s", name, err.message);
 		ck_assert_ptr_nonnull(strstr(err.message, "resolves to"));
 		moat_error_clear(&err);
-		moat_config_free(cfg);
 	}
-	moat_request_free(r);
 }
 END_TEST
 
