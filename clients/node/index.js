@@ -85,6 +85,8 @@ const DEFAULT_SANDBOX_CONFIG = Object.freeze({
 const LIMIT_KEYS = ['memoryMb', 'cpus', 'pidsLimit'];
 const LIMITED_PROVIDERS = new Set(['native', 'docker']);
 const LANGUAGES = ['python', 'javascript', 'typescript', 'bash', 'sh'];
+// the other names moat's request accepts (src/core/lang.c), case-sensitive as there
+const LANGUAGE_ALIASES = ['py', 'python3', 'js', 'node', 'ts', 'shell'];
 // How long past the sandbox timeout the client waits for moat itself: remote
 // providers also create and delete a sandbox, which takes longer.
 const DEFAULT_GRACE = { native: 5000, docker: 20000, e2b: 180000, daytona: 300000, none: 5000 };
@@ -307,7 +309,8 @@ function createSandbox(cfg) {
 // A language moat does not run is refused by policy, as by every aistack adapter (the
 // LANGUAGE_IMAGE lookups of src/sandbox/{docker,e2b,daytona}.ts upstream).
 function languageRefused(opts, provider) {
-  if (!opts || opts.language === undefined || LANGUAGES.includes(opts.language)) return null;
+  if (!opts || opts.language === undefined || LANGUAGES.includes(opts.language) ||
+      LANGUAGE_ALIASES.includes(opts.language)) return null;
   const shown = typeof opts.language === 'string' ? opts.language.slice(0, 40) : typeof opts.language;
   return new SandboxPolicyError(`unsupported language: ${shown} (${LANGUAGES.join(', ')})`, { provider });
 }

@@ -95,6 +95,13 @@ test('bad env name: SandboxPolicyError', async () => {
     assert.equal(e.provider, 'native');
     return true;
   });
+  // the names moat also accepts still run
+  for (const language of ['py', 'python3']) {
+    const r = await sandbox.run('print(1)', { language });
+    assert.equal(r.stdout, '1\n', language);
+  }
+  const js = await sandbox.run('console.log(2)', { language: 'js' });
+  assert.equal(js.stdout, '2\n');
 });
 
 test('file path escaping /sandbox: SandboxPolicyError', async () => {
