@@ -63,6 +63,10 @@ bash tests/deploy/seccomp.sh "$BUILD" ${MOAT_K8S_CHECK_SUITES-isolation runner l
 echo "== node client tests (clients/node, against the built binary)"
 MOAT_BIN="$(pwd)/$BUILD/moat" node --test clients/node/test/ 2>&1 | tee -a "$log" || status=1
 
+# node --test runs too (root, then uid 65534): counted with the "# pass N" lines below
+echo "== aistack conformance (tests/compat, the client and binary against aistack's contract)"
+bash tests/compat/run.sh "$BUILD" 2>&1 | tee -a "$log" || status=1
+
 # Check prints "NN%: Checks: T, Failures: F, Errors: E" per runner
 total=0; bad=0
 for line in $(sed -n 's/.*Checks: \([0-9]*\), Failures: \([0-9]*\), Errors: \([0-9]*\).*/\1:\2:\3/p' "$log"); do

@@ -5,17 +5,22 @@ export type SandboxLanguage = 'python' | 'javascript' | 'typescript' | 'bash' | 
 
 /** The `sandbox` object of aistack.config.json, plus moat's own keys. */
 export interface SandboxConfig {
-  /** Default 'native'. 'none' refuses every run with SandboxPolicyError. */
+  /** Default 'native' (aistack's is 'none'). 'none' refuses every run with SandboxPolicyError. */
   provider?: SandboxProvider;
   /** Wall-clock ms per run (default 30000). */
   timeout?: number;
+  /** Default 512 (native, docker). */
   memoryMb?: number;
+  /** Default 1 (native, docker). */
   cpus?: number;
+  /** Default 100 (native, docker). */
   pidsLimit?: number;
   /** Default network for runs that do not say (default false). */
   network?: boolean;
   /** Passed to moat as E2B_API_KEY in its environment, never written to disk. */
   e2bApiKey?: string;
+  /** https only; a private, loopback or link-local address or localhost is a
+   * SandboxConfigError at createSandbox (a name resolving to one: at the first run). */
   daytonaApiUrl?: string;
   /** Passed to moat as DAYTONA_API_KEY in its environment, never written to disk. */
   daytonaApiKey?: string;
@@ -128,17 +133,66 @@ export interface Sandbox {
 
 export function createSandbox(cfg?: SandboxConfig | null): Sandbox;
 
+/** aistack's names for the same types, so that swapping the import is the whole change. */
+export type SandboxOptions = RunOptions;
+export type SandboxResult = RunResult;
+export type SandboxAdapter = Sandbox;
+/** The config with every default applied (aistack's ResolvedSandboxConfig). */
+export interface ResolvedSandboxConfig extends SandboxConfig {
+  provider: SandboxProvider;
+  timeout: number;
+  memoryMb: number;
+  cpus: number;
+  pidsLimit: number;
+  network: boolean;
+}
+
+/**
+ * aistack's defaults, filled in for every key a config leaves out: timeout 30000 ms,
+ * memoryMb 512, cpus 1, pidsLimit 100, network false. The limits bind the native and
+ * docker providers (e2b and daytona do not apply them); through `moat serve` (url,
+ * socketPath) the service's own defaults apply instead. `provider` is 'native' here,
+ * 'none' in aistack: a moat default run is sandboxed; `{ provider: 'none' }` refuses.
+ */
+export const DEFAULT_SANDBOX_CONFIG: Readonly<{
+  provider: 'native';
+  timeout: 30000;
+  memoryMb: 512;
+  cpus: 1;
+  pidsLimit: 100;
+  network: false;
+}>;
+
+/**
+ * Every error class takes moat's `(message, { provider, cause })` or aistack's form:
+ * `new SandboxError(message, provider, cause?)`, and for the subclasses
+ * `new SandboxPolicyError(provider, reason)` (likewise Unavailable, Config, with an
+ * optional cause). The subclasses' messages carry aistack's prefixes: `Sandbox policy
+ * violation: `, `Sandbox provider "<p>" unavailable: `, `Sandbox configuration error: `.
+ */
 export class SandboxError extends Error {
-  constructor(message: string, options?: { provider?: string });
+  constructor(message: string, options?: { provider?: string; cause?: unknown });
+  constructor(message: string, provider: string, cause?: unknown);
   provider?: string;
+  cause?: unknown;
   /** Through `moat serve`: the HTTP status of the refusal (400, 401, 403, 413, 503...). */
   status?: number;
   /** Through `moat serve`: the service's `error.type` (e.g. 'AuthenticationError', 'ServerBusy'). */
   errorType?: string;
 }
 export class SandboxUnavailableError extends SandboxError {
+  constructor(message: string, options?: { provider?: string; cause?: unknown });
+  constructor(provider: string, reason: string, cause?: unknown);
   /** Through `moat serve`: the service's `Retry-After` in ms (ServerBusy, shutting down). */
   retryAfterMs?: number;
 }
-export class SandboxPolicyError extends SandboxError {}
-export class SandboxConfigError extends SandboxError {}
+/** Refused: provider 'none', an unsupported language, a bad env name, a path outside /sandbox. */
+export class SandboxPolicyError extends SandboxError {
+  constructor(message: string, options?: { provider?: string; cause?: unknown });
+  constructor(provider: string, reason: string);
+}
+/** Malformed request or config; a refused daytonaApiUrl already at createSandbox. */
+export class SandboxConfigError extends SandboxError {
+  constructor(message: string, options?: { provider?: string; cause?: unknown });
+  constructor(provider: string, reason: string);
+}

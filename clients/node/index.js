@@ -11,21 +11,55 @@ const https = require('node:https');
 const os = require('node:os');
 const path = require('node:path');
 
+const net = require('node:net');
+
+// Two constructor forms for every error class: moat's `(message, { provider, cause })` and
+// aistack's `(provider, reason[, cause])` (SandboxError itself: `(message, provider[,
+// cause])`), so code written against either one builds the same errors. The subclasses'
+// messages carry aistack's prefixes (src/sandbox/types.ts upstream) whichever form built them.
+function errorArgs(a, b, c, subclass) {
+  if (typeof b === 'string') {
+    // aistack: SandboxError(message, provider, cause); a subclass (provider, reason, cause)
+    return subclass ? { message: b, provider: a, cause: c } : { message: a, provider: b, cause: c };
+  }
+  const o = b && typeof b === 'object' ? b : {};
+  return { message: a, provider: o.provider, cause: o.cause };
+}
+function withPrefix(prefix, message) {
+  const m = message === undefined || message === null ? '' : String(message);
+  return prefix && !m.startsWith(prefix) ? prefix + m : m;
+}
+
 class SandboxError extends Error {
-  constructor(message, options = {}) {
-    super(message);
+  constructor(message, options, cause) {
+    const a = errorArgs(message, options, cause, false);
+    super(a.message === undefined ? '' : String(a.message));
     this.name = 'SandboxError';
-    this.provider = options.provider;
+    this.provider = a.provider;
+    if (a.cause !== undefined) this.cause = a.cause;
   }
 }
 class SandboxUnavailableError extends SandboxError {
-  constructor(message, options) { super(message, options); this.name = 'SandboxUnavailableError'; }
+  constructor(message, options, cause) {
+    const a = errorArgs(message, options, cause, true);
+    super(withPrefix(`Sandbox provider "${a.provider === undefined ? 'unknown' : a.provider}" unavailable: `,
+      a.message), { provider: a.provider, cause: a.cause });
+    this.name = 'SandboxUnavailableError';
+  }
 }
 class SandboxPolicyError extends SandboxError {
-  constructor(message, options) { super(message, options); this.name = 'SandboxPolicyError'; }
+  constructor(message, options, cause) {
+    const a = errorArgs(message, options, cause, true);
+    super(withPrefix('Sandbox policy violation: ', a.message), { provider: a.provider, cause: a.cause });
+    this.name = 'SandboxPolicyError';
+  }
 }
 class SandboxConfigError extends SandboxError {
-  constructor(message, options) { super(message, options); this.name = 'SandboxConfigError'; }
+  constructor(message, options, cause) {
+    const a = errorArgs(message, options, cause, true);
+    super(withPrefix('Sandbox configuration error: ', a.message), { provider: a.provider, cause: a.cause });
+    this.name = 'SandboxConfigError';
+  }
 }
 
 const ERROR_CLASSES = {
@@ -39,6 +73,20 @@ const KEY_ENV = { e2bApiKey: 'E2B_API_KEY', daytonaApiKey: 'DAYTONA_API_KEY' };
 const REQUEST_KEYS = ['language', 'timeout', 'env', 'files', 'stdin', 'network', 'memoryMb',
   'cpus', 'pidsLimit', 'strictLimits', 'maxOutputBytes', 'allowedHosts', 'outputs'];
 const DEFAULT_TIMEOUT = 30000;
+// aistack's DEFAULT_SANDBOX_CONFIG (src/sandbox/index.ts upstream), filled in for every key
+// the config leaves out, except `provider`: moat's default is 'native' (a run that IS
+// sandboxed), aistack's is 'none' (refuse). memoryMb, cpus and pidsLimit are aistack's
+// "Docker only" limits: here they bind the providers that enforce limits (native, docker);
+// e2b and daytona do not apply them, so they are not sent there. Filled in for `moat exec`
+// only: a moat serve applies its own serve.defaults.
+const DEFAULT_SANDBOX_CONFIG = Object.freeze({
+  provider: 'native', timeout: DEFAULT_TIMEOUT, memoryMb: 512, cpus: 1, pidsLimit: 100, network: false,
+});
+const LIMIT_KEYS = ['memoryMb', 'cpus', 'pidsLimit'];
+const LIMITED_PROVIDERS = new Set(['native', 'docker']);
+const LANGUAGES = ['python', 'javascript', 'typescript', 'bash', 'sh'];
+// the other names moat's request accepts (src/core/lang.c), case-sensitive as there
+const LANGUAGE_ALIASES = ['py', 'python3', 'js', 'node', 'ts', 'shell'];
 // How long past the sandbox timeout the client waits for moat itself: remote
 // providers also create and delete a sandbox, which takes longer.
 const DEFAULT_GRACE = { native: 5000, docker: 20000, e2b: 180000, daytona: 300000, none: 5000 };
@@ -51,6 +99,71 @@ const DEFAULT_KEYS = ['timeout', 'memoryMb', 'cpus', 'pidsLimit', 'network', 'st
 // written to a connection the service is closing at that moment.
 const FREE_SOCKET_MS = 1000;
 
+// The run-wide defaults for this provider: DEFAULT_SANDBOX_CONFIG under the config's keys.
+function withDefaults(cfg, provider) {
+  const out = {};
+  for (const k of ['timeout', 'network', ...LIMIT_KEYS]) {
+    if (LIMIT_KEYS.includes(k) && !LIMITED_PROVIDERS.has(provider)) continue;
+    out[k] = DEFAULT_SANDBOX_CONFIG[k];
+  }
+  for (const [k, v] of Object.entries(cfg)) if (v !== undefined) out[k] = v;
+  return out;
+}
+
+// An address moat never sends a provider's API traffic to: unspecified, private (RFC 1918,
+// IPv6 ULA), loopback, link-local, CGNAT, and those inside an IPv4-mapped IPv6 address.
+function ipv4Refused(a) {
+  const [x, y] = a.split('.').map(Number);
+  return x === 0 || x === 10 || x === 127 || (x === 169 && y === 254) ||
+    (x === 172 && y >= 16 && y <= 31) || (x === 192 && y === 168) || (x === 100 && y >= 64 && y <= 127);
+}
+function ipv6Words(a) {
+  let s = a.toLowerCase();
+  const v4 = s.match(/^(.*:)(\d+\.\d+\.\d+\.\d+)$/);
+  if (v4) {
+    const [p, q, r, t] = v4[2].split('.').map(Number);
+    s = `${v4[1]}${((p << 8) | q).toString(16)}:${((r << 8) | t).toString(16)}`;
+  }
+  const [head, tail] = s.includes('::') ? s.split('::') : [s, null];
+  const h = head ? head.split(':') : [];
+  const t = tail ? tail.split(':') : [];
+  const fill = tail === null ? [] : new Array(8 - h.length - t.length).fill('0');
+  return [...h, ...fill, ...t].map((w) => parseInt(w, 16));
+}
+function addressRefused(a) {
+  const v = net.isIP(a);
+  if (v === 4) return ipv4Refused(a);
+  if (v !== 6) return false;
+  const w = ipv6Words(a);
+  if (w.slice(0, 5).every((x) => x === 0) && w[5] === 0xffff) {
+    return ipv4Refused(`${w[6] >> 8}.${w[6] & 255}.${w[7] >> 8}.${w[7] & 255}`);
+  }
+  if (w.slice(0, 7).every((x) => x === 0) && (w[7] === 0 || w[7] === 1)) return true;
+  return (w[0] & 0xffc0) === 0xfe80 || (w[0] & 0xfe00) === 0xfc00;
+}
+
+// aistack's construction-time checks of daytonaApiUrl (validateDaytonaApiUrlSync in
+// src/sandbox/daytona.ts upstream): https only, a host, not an IP literal in a refused
+// range, not `localhost` or `*.localhost`. A name that resolves to a refused address is
+// moat's to refuse at the first run (a SandboxConfigError too). The message never repeats
+// the URL (it may carry credentials).
+function checkDaytonaUrl(raw) {
+  const bad = (why) => new SandboxConfigError(`daytonaApiUrl ${why}`, { provider: 'daytona' });
+  if (typeof raw !== 'string') throw bad('must be a string');
+  let u;
+  try { u = new URL(raw); } catch { throw bad('is not a valid URL'); }
+  if (u.protocol !== 'https:') throw bad(`must use https:// (got "${u.protocol.slice(0, 20)}")`);
+  const host = u.hostname.replace(/^\[(.*)\]$/, '$1');
+  if (!host) throw bad('has no host');
+  if (net.isIP(host) && addressRefused(host)) {
+    throw bad(`host ${host} is in a private, loopback or link-local range: refused (SSRF guard)`);
+  }
+  const name = host.toLowerCase();
+  if (name === 'localhost' || name.endsWith('.localhost')) {
+    throw bad(`host "${name.slice(0, 100)}" is a loopback name: refused (SSRF guard)`);
+  }
+}
+
 function createSandbox(cfg) {
   if (cfg === undefined || cfg === null) cfg = {};
   if (typeof cfg !== 'object' || Array.isArray(cfg)) {
@@ -61,13 +174,17 @@ function createSandbox(cfg) {
     throw new SandboxConfigError(
       `unknown provider ${JSON.stringify(provider)} (${PROVIDERS.join(', ')})`, { provider });
   }
+  if (provider === 'daytona' && cfg.daytonaApiUrl !== undefined) checkDaytonaUrl(cfg.daytonaApiUrl);
   const moat = cfg.moatPath || process.env.MOAT_BIN || 'moat';
   const grace = cfg.deadlineGraceMs === undefined ? DEFAULT_GRACE[provider] : cfg.deadlineGraceMs;
   if (typeof grace !== 'number' || !(grace >= 0)) {
     throw new SandboxConfigError('deadlineGraceMs must be a number >= 0', { provider });
   }
   const service = cfg.url !== undefined || cfg.socketPath !== undefined;
+  // A moat serve applies its operator's defaults (serve.defaults) to what a request leaves
+  // out and never runs without limits; only a `moat exec` needs aistack's filled in.
   if (service) return createServiceSandbox(cfg, provider, grace);
+  cfg = withDefaults(cfg, provider);
   if (cfg.token !== undefined) {
     throw new SandboxConfigError('token needs url or socketPath (a moat serve to send it to)',
       { provider });
@@ -98,6 +215,8 @@ function createSandbox(cfg) {
       return Promise.reject(new SandboxPolicyError(
         'sandboxing is disabled (provider "none"): refusing to run code', { provider }));
     }
+    const unsupported = languageRefused(opts, provider);
+    if (unsupported) return Promise.reject(unsupported);
     const request = { code };
     for (const k of REQUEST_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
     const timeout = typeof request.timeout === 'number' ? request.timeout
@@ -185,6 +304,15 @@ function createSandbox(cfg) {
   }
 
   return { provider, run, dispose };
+}
+
+// A language moat does not run is refused by policy, as by every aistack adapter (the
+// LANGUAGE_IMAGE lookups of src/sandbox/{docker,e2b,daytona}.ts upstream).
+function languageRefused(opts, provider) {
+  if (!opts || opts.language === undefined || LANGUAGES.includes(opts.language) ||
+      LANGUAGE_ALIASES.includes(opts.language)) return null;
+  const shown = typeof opts.language === 'string' ? opts.language.slice(0, 40) : typeof opts.language;
+  return new SandboxPolicyError(`unsupported language: ${shown} (${LANGUAGES.join(', ')})`, { provider });
 }
 
 // ---- moat serve: POST /v1/run --------------------------------------------------------
@@ -282,6 +410,8 @@ function createServiceSandbox(cfg, provider, grace) {
     if (typeof opts !== 'object' || Array.isArray(opts)) {
       return Promise.reject(new SandboxConfigError('run(code, opts): opts must be an object', { provider }));
     }
+    const unsupported = languageRefused(opts, provider);
+    if (unsupported) return Promise.reject(unsupported);
     const request = { code };
     for (const k of DEFAULT_KEYS) if (cfg[k] !== undefined) request[k] = cfg[k];
     for (const k of REQUEST_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
@@ -370,5 +500,5 @@ function createServiceSandbox(cfg, provider, grace) {
 }
 
 module.exports = {
-  createSandbox, SandboxError, SandboxUnavailableError, SandboxPolicyError, SandboxConfigError,
+  createSandbox, DEFAULT_SANDBOX_CONFIG, SandboxError, SandboxUnavailableError, SandboxPolicyError, SandboxConfigError,
 };

@@ -271,6 +271,24 @@ static int fill(struct moat_config *cfg, const cJSON *obj, const char *source,
 	return 0;
 }
 
+/* aistack fills DEFAULT_SANDBOX_CONFIG (src/sandbox/index.ts upstream) into every key
+ * its "sandbox" object leaves out; a moat reading that object does the same, so the
+ * limits it runs with are the ones aistack's users were promised. The provider's default
+ * ("none") is set by the caller. */
+static void aistack_defaults(struct moat_config *cfg)
+{
+	if (!cfg->timeout_ms)
+		cfg->timeout_ms = MOAT_AISTACK_TIMEOUT_MS;
+	if (!cfg->memory_mb)
+		cfg->memory_mb = MOAT_AISTACK_MEMORY_MB;
+	if (!(cfg->cpus > 0))
+		cfg->cpus = MOAT_AISTACK_CPUS;
+	if (!cfg->pids_limit)
+		cfg->pids_limit = MOAT_AISTACK_PIDS;
+	if (cfg->network < 0)
+		cfg->network = 0;
+}
+
 int moat_config_parse(const char *buf, size_t len, bool aistack, const char *source,
 		      struct moat_config **out, struct moat_error *err)
 {
@@ -313,6 +331,8 @@ int moat_config_parse(const char *buf, size_t len, bool aistack, const char *sou
 	}
 	if (obj && fill(cfg, obj, source, err) < 0)
 		goto out;
+	if (aistack)
+		aistack_defaults(cfg);
 	*out = cfg;
 	cfg = NULL;
 	rc = 0;

@@ -11,7 +11,10 @@
  * With no file at all, the provider is "native". An aistack config that says
  * nothing about sandboxing (no "sandbox" object, or one without "provider")
  * selects "none", which refuses to run: nobody runs unsandboxed by accident.
- * Unknown keys are warned about; invalid values are a SandboxConfigError. */
+ * Unknown keys are warned about; invalid values are a SandboxConfigError.
+ * An aistack "sandbox" object gets aistack's DEFAULT_SANDBOX_CONFIG for every limit it
+ * leaves out (timeout 30000 ms, memoryMb 512, cpus 1, pidsLimit 100, network false);
+ * a moat.json gets none: a request without limits runs without them. */
 #ifndef MOAT_CORE_CONFIG_H
 #define MOAT_CORE_CONFIG_H
 
@@ -20,6 +23,11 @@
 #include <stdint.h>
 
 #include "moat_admin.h" /* the public part: load, free, apply, request keys */
+
+#define MOAT_AISTACK_TIMEOUT_MS 30000u
+#define MOAT_AISTACK_MEMORY_MB 512u
+#define MOAT_AISTACK_CPUS 1.0
+#define MOAT_AISTACK_PIDS 100u
 
 struct moat_config {
 	char *source;          /* file the values came from; NULL: built-in defaults */

@@ -255,6 +255,9 @@ int moat_daytona_run(const struct moat_request *req, const struct moat_provider_
 		     struct moat_result **out, struct moat_error *err)
 {
 	const struct moat_config *cfg = o->cfg;
+	const char *api = cfg->daytona_api_url ? cfg->daytona_api_url : DAYTONA_API_URL;
+	if (moat_http_url_check(api, "daytona", err) < 0)
+		return -1;
 	const char *key = cfg->daytona_api_key ? cfg->daytona_api_key : getenv("DAYTONA_API_KEY");
 	if (!key || !*key)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
@@ -271,7 +274,7 @@ int moat_daytona_run(const struct moat_request *req, const struct moat_provider_
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "invalid language");
 
 	struct moat_http h = { 0 };
-	if (moat_http_open(&h, cfg->daytona_api_url ? cfg->daytona_api_url : DAYTONA_API_URL, key,
+	if (moat_http_open(&h, api, key,
 			   "daytona", err) < 0)
 		return -1;
 	int rc = -1;

@@ -9,6 +9,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "providers/curl_dl.h"
@@ -89,18 +90,31 @@ static int bad_url(struct moat_http *h, struct moat_error *err, const char *fmt,
 	return -1;
 }
 
-int moat_http_open(struct moat_http *h, const char *url, const char *secret,
-		   const char *provider, struct moat_error *err)
+/* A host that names this machine whatever DNS says: "localhost", "*.localhost"
+ * (RFC 6761), with or without the root's trailing dot. */
+static bool loopback_name(const char *host)
 {
-	memset(h, 0, sizeof *h);
-	h->secret = secret;
-	h->provider = provider;
-	const char *why = NULL;
-	if (moat_curl_load(&why) < 0)
-		return fail(h, err, 0, "%s", why);
+	size_t n = strlen(host);
+	if (n && host[n - 1] == '.')
+		n--;
+	static const char lh[] = "localhost";
+	size_t l = sizeof lh - 1;
+	if (n < l || strncasecmp(host + n - l, lh, l))
+		return false;
+	return n == l || host[n - l - 1] == '.';
+}
+
+/* What can be said of url without the network: a URL, https, a host, no
+ * credentials or query, not an IP literal in a refused range, not a loopback
+ * name. Fills bare (the host without brackets) and *port (curl_free it).
+ * Every refusal is a SandboxConfigError. */
+static int check_url(struct moat_http *h, const char *url, char bare[256], char **port,
+		     bool *test_http, struct moat_error *err)
+{
 	CURLU *u = curl_url();
-	char *scheme = NULL, *host = NULL, *port = NULL, *user = NULL, *query = NULL;
+	char *scheme = NULL, *host = NULL, *user = NULL, *query = NULL;
 	int rc = -1;
+	*port = NULL;
 	if (!u)
 		return fail(h, err, ENOMEM, "out of memory");
 	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
@@ -109,10 +123,10 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 	}
 	curl_url_get(u, CURLUPART_SCHEME, &scheme, 0);
 	curl_url_get(u, CURLUPART_HOST, &host, 0);
-	curl_url_get(u, CURLUPART_PORT, &port, CURLU_DEFAULT_PORT);
+	curl_url_get(u, CURLUPART_PORT, port, CURLU_DEFAULT_PORT);
 	curl_url_get(u, CURLUPART_USER, &user, 0);
 	curl_url_get(u, CURLUPART_QUERY, &query, 0);
-	if (!scheme || !host || !port) {
+	if (!scheme || !host || !*port) {
 		bad_url(h, err, "the API URL has no scheme or host");
 		goto out;
 	}
@@ -120,15 +134,13 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 		bad_url(h, err, "the API URL must not carry credentials or a query");
 		goto out;
 	}
-	bool test_http = moat_http_test_mode() && !strcmp(host, "127.0.0.1");
-	if (strcmp(scheme, "https") && !(test_http && !strcmp(scheme, "http"))) {
+	*test_http = moat_http_test_mode() && !strcmp(host, "127.0.0.1");
+	if (strcmp(scheme, "https") && !(*test_http && !strcmp(scheme, "http"))) {
 		bad_url(h, err, "the API URL must be https");
 		goto out;
 	}
-	/* resolve, refuse non-public addresses, pin the first one */
-	char bare[256];
 	size_t hl = strlen(host);
-	if (hl >= sizeof bare) {
+	if (hl >= 256) {
 		bad_url(h, err, "the API host name is too long");
 		goto out;
 	}
@@ -138,6 +150,60 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 	} else {
 		memcpy(bare, host, hl + 1);
 	}
+	unsigned char a[sizeof(struct in6_addr)];
+	int fam = inet_pton(AF_INET, bare, a) == 1 ? AF_INET
+		: inet_pton(AF_INET6, bare, a) == 1 ? AF_INET6 : 0;
+	if (fam && moat_net_addr_refused(fam, a) && !*test_http) {
+		bad_url(h, err, "the API host %s is a private, loopback or link-local address; "
+			"refused", bare);
+		goto out;
+	}
+	if (!fam && loopback_name(bare)) {
+		bad_url(h, err, "the API host %s is a loopback name; refused", bare);
+		goto out;
+	}
+	rc = 0;
+out:
+	if (rc < 0) {
+		curl_free(*port);
+		*port = NULL;
+	}
+	curl_free(scheme);
+	curl_free(host);
+	curl_free(user);
+	curl_free(query);
+	curl_url_cleanup(u);
+	return rc;
+}
+
+int moat_http_url_check(const char *url, const char *provider, struct moat_error *err)
+{
+	struct moat_http h = { .provider = provider };
+	char bare[256], *port = NULL;
+	bool test_http = false;
+	const char *why = NULL;
+	if (moat_curl_load(&why) < 0)
+		return 0; /* no libcurl: moat_http_open says so */
+	int rc = check_url(&h, url, bare, &port, &test_http, err);
+	curl_free(port);
+	return rc;
+}
+
+int moat_http_open(struct moat_http *h, const char *url, const char *secret,
+		   const char *provider, struct moat_error *err)
+{
+	memset(h, 0, sizeof *h);
+	h->secret = secret;
+	h->provider = provider;
+	const char *why = NULL;
+	if (moat_curl_load(&why) < 0)
+		return fail(h, err, 0, "%s", why);
+	char bare[256], *port = NULL;
+	bool test_http = false;
+	int rc = -1;
+	if (check_url(h, url, bare, &port, &test_http, err) < 0)
+		goto out;
+	/* resolve, refuse non-public addresses, pin the first one */
 	struct addrinfo hints, *ai = NULL;
 	memset(&hints, 0, sizeof hints);
 	hints.ai_socktype = SOCK_STREAM;
@@ -171,8 +237,8 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 	}
 	freeaddrinfo(ai);
 	if (bad) {
-		fail(h, err, 0, "the API host %s resolves to a private, loopback or metadata "
-		     "address; refused", bare);
+		bad_url(h, err, "the API host %s resolves to a private, loopback or metadata "
+			"address; refused", bare);
 		goto out;
 	}
 	if (!addr[0]) {
@@ -197,12 +263,7 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 		h->base[--bl] = '\0';
 	rc = 0;
 out:
-	curl_free(scheme);
-	curl_free(host);
 	curl_free(port);
-	curl_free(user);
-	curl_free(query);
-	curl_url_cleanup(u);
 	if (rc < 0)
 		moat_http_close(h);
 	return rc;

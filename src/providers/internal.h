@@ -38,10 +38,16 @@ struct moat_http_resp {
 
 /* Checks url (https, public address after DNS; see providers.h) and pins it.
  * A URL that is wrong in itself (not a URL, not https, credentials or a
- * query) is a SandboxConfigError; one whose host does not resolve, or
- * resolves to a refused address, a SandboxUnavailableError. */
+ * query, an IP literal in a private, loopback or link-local range,
+ * "localhost" or "*.localhost") or whose host resolves to a refused address
+ * is a SandboxConfigError (aistack's SSRF guard in src/sandbox/daytona.ts);
+ * one whose host does not resolve, a SandboxUnavailableError. */
 int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 		   const char *provider, struct moat_error *err);
+/* The checks of moat_http_open that need no network (everything but DNS):
+ * 0, or -1 with a SandboxConfigError. Run before anything else a provider
+ * checks, as aistack checks daytonaApiUrl when the adapter is built. */
+int moat_http_url_check(const char *url, const char *provider, struct moat_error *err);
 void moat_http_close(struct moat_http *h);
 /* One request: method, path appended to the base, headers (NULL-terminated),
  * body (may be NULL), timeout. on_data, when set, receives the body as it

@@ -808,9 +808,9 @@ START_TEST(daytona_timeout_and_failures)
 }
 END_TEST
 
-/* A daytonaApiUrl that is not a plain https URL is a mistake in the
- * config (SandboxConfigError, exit 2), found before any request is sent;
- * an https URL whose host is refused stays SandboxUnavailableError. */
+/* A daytonaApiUrl that is not a plain https URL, or that names a private,
+ * loopback or link-local address or localhost, is a mistake in the config
+ * (SandboxConfigError, exit 2), found before any request is sent. */
 START_TEST(daytona_url_mistakes_are_config_errors)
 {
 	struct server s;
@@ -821,7 +821,14 @@ START_TEST(daytona_url_mistakes_are_config_errors)
 		{ "http://example.com/api", "SandboxConfigError", "must be https", 2, false },
 		{ "https://user:pw@example.com/api", "SandboxConfigError", "credentials", 2, false },
 		{ "not a url", "SandboxConfigError", "not a valid URL", 2, false },
-		{ "https://127.0.0.1", "SandboxUnavailableError", "private", 3, true },
+		/* blackms/aistack tests/unit/sandbox/integration.test.ts, "daytonaApiUrl SSRF
+		 * allowlist": private literals and localhost names are config errors */
+		{ "https://127.0.0.1", "SandboxConfigError", "private", 2, true },
+		{ "https://10.0.0.5/", "SandboxConfigError", "private", 2, false },
+		{ "https://[fe80::1]/", "SandboxConfigError", "private", 2, false },
+		{ "https://localhost", "SandboxConfigError", "loopback", 2, true },
+		{ "https://app.localhost/", "SandboxConfigError", "loopback", 2, false },
+		{ "file:///etc/passwd", "SandboxConfigError", "", 2, false },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		char url[128], text[400];
@@ -849,6 +856,50 @@ START_TEST(daytona_url_mistakes_are_config_errors)
 	cJSON *reqs = server_requests(&s);
 	ck_assert_int_eq(cJSON_GetArraySize(reqs), 0); /* nothing reached the API */
 	cJSON_Delete(reqs);
+}
+END_TEST
+
+/* ------------------------------------------------------ aistack defaults */
+
+/* aistack fills DEFAULT_SANDBOX_CONFIG (memoryMb 512, pidsLimit 100, cpus 1,
+ * timeout 30000: blackms/aistack src/sandbox/index.ts) into a "sandbox"
+ * object that leaves them out; moat exec reading that object does the same,
+ * so {"provider":"native"} alone no longer runs without limits: a 700 MB
+ * allocation and 150 processes fail, and the result's limits say how. */
+START_TEST(aistack_config_defaults_bind)
+{
+	HARNESS_MODE_GUARD(_i);
+	char cf[300];
+	ck_assert_int_eq(chmod(tmpdir, 0755), 0); /* uid 65534 reads the config */
+	mkpath(cf, sizeof cf, "aistack.config.json");
+	write_file(cf, "{\"llm\":{},\"sandbox\":{\"provider\":\"native\"}}", 0644);
+	const char *args[] = { "exec", "--config", cf, NULL };
+	static const char mem[] = "{\"language\":\"python\",\"code\":"
+		"\"try:\\n    x = bytearray(700 * 1024 * 1024)\\n    print('allocated')\\n"
+		"except MemoryError:\\n    print('MemoryError')\\n\"}";
+	struct run_out o;
+	harness_run(_i, args, mem, strlen(mem), &o);
+	ck_assert_msg(o.status == 0 && o.json && !harness_error_type(&o), "status %d %s %s",
+		      o.status, o.out, o.err);
+	const char *out = harness_str(&o, "stdout");
+	ck_assert_msg(!out || !strstr(out, "allocated"), "700 MB were allocated: %s", o.out);
+	ck_assert_msg(strcmp(harness_limit_of(&o, "memory"), "none"), "%s", o.out);
+	ck_assert_msg(strcmp(harness_limit_of(&o, "pids"), "none"), "%s", o.out);
+	harness_free(&o);
+	static const char procs[] = "{\"language\":\"python\",\"code\":"
+		"\"import os, time\\nkids = errs = 0\\nfor i in range(150):\\n"
+		"    try:\\n        pid = os.fork()\\n    except OSError:\\n"
+		"        errs += 1\\n        continue\\n    if pid == 0:\\n"
+		"        time.sleep(30)\\n        os._exit(0)\\n    kids += 1\\n"
+		"print(kids, errs)\\n\"}";
+	harness_run(_i, args, procs, strlen(procs), &o);
+	ck_assert_msg(o.status == 0 && o.json && !harness_error_type(&o), "status %d %s %s",
+		      o.status, o.out, o.err);
+	int kids = -1, errs = -1;
+	out = harness_str(&o, "stdout");
+	ck_assert_msg(out && sscanf(out, "%d %d", &kids, &errs) == 2, "%s", o.out);
+	ck_assert_msg(kids < 100 && errs > 0, "kids %d errs %d: %s", kids, errs, o.out);
+	harness_free(&o);
 }
 END_TEST
 
@@ -905,6 +956,7 @@ Suite *providers_cli_suite(void)
 	tcase_add_test(tc, docker_refuses_env_names);
 	tcase_add_test(tc, docker_run_streams);
 	tcase_add_test(tc, config_selects_provider);
+	tcase_add_loop_test(tc, aistack_config_defaults_bind, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	tc = tcase_create("remote");
 	tcase_add_checked_fixture(tc, setup, teardown);

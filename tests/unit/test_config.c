@@ -128,6 +128,42 @@ START_TEST(aistack_sandbox_object)
 }
 END_TEST
 
+/* blackms/aistack src/sandbox/index.ts: DEFAULT_SANDBOX_CONFIG fills every key the
+ * "sandbox" object leaves out; a moat.json gets no limit it did not ask for. */
+START_TEST(aistack_defaults_fill_missing_keys)
+{
+	struct moat_config *cfg = parse_ok("{\"sandbox\":{\"provider\":\"native\"}}", true);
+	ck_assert_uint_eq(cfg->timeout_ms, 30000);
+	ck_assert_uint_eq(cfg->memory_mb, 512);
+	ck_assert(cfg->cpus == 1.0);
+	ck_assert_uint_eq(cfg->pids_limit, 100);
+	ck_assert_int_eq(cfg->network, 0);
+	struct moat_request *req = moat_request_new();
+	ck_assert_ptr_nonnull(req);
+	moat_config_apply(cfg, req, 0);
+	ck_assert_uint_eq(req->memory_mb, 512);
+	ck_assert_uint_eq(req->pids_limit, 100);
+	ck_assert(req->cpus == 1.0);
+	ck_assert_uint_eq(req->timeout_ms, 30000);
+	moat_request_free(req);
+	moat_config_free(cfg);
+	/* what the object says wins, key by key */
+	cfg = parse_ok("{\"sandbox\":{\"provider\":\"docker\",\"memoryMb\":128,\"timeout\":900,"
+		       "\"network\":true}}", true);
+	ck_assert_uint_eq(cfg->memory_mb, 128);
+	ck_assert_uint_eq(cfg->timeout_ms, 900);
+	ck_assert_int_eq(cfg->network, 1);
+	ck_assert_uint_eq(cfg->pids_limit, 100);
+	ck_assert(cfg->cpus == 1.0);
+	moat_config_free(cfg);
+	cfg = parse_ok("{\"provider\":\"native\"}", false);
+	ck_assert_uint_eq(cfg->memory_mb, 0);
+	ck_assert_uint_eq(cfg->pids_limit, 0);
+	ck_assert(cfg->cpus == 0);
+	moat_config_free(cfg);
+}
+END_TEST
+
 START_TEST(apply_fills_only_missing)
 {
 	struct moat_config *cfg = parse_ok("{\"timeout\":1234,\"memoryMb\":64,\"cpus\":2,"
@@ -266,6 +302,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, defaults_and_unknown_keys);
 	tcase_add_test(tc, invalid_values);
 	tcase_add_test(tc, aistack_sandbox_object);
+	tcase_add_test(tc, aistack_defaults_fill_missing_keys);
 	tcase_add_test(tc, apply_fills_only_missing);
 	tcase_add_test(tc, search_order);
 	suite_add_tcase(s, tc);

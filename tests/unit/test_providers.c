@@ -1,6 +1,9 @@
 /* Unit tests: provider dispatch, the docker argv builder (every rule of the
  * aistack security table), address filtering and secret redaction. */
 #include <arpa/inet.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <unistd.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -405,18 +408,43 @@ START_TEST(remote_keys_missing)
 }
 END_TEST
 
+/* Runs the provider the config text names; the run must fail, with err set. */
+static void run_must_fail(const char *conf, struct moat_error *err)
+{
+	struct moat_config *cfg = NULL;
+	ck_assert_int_eq(moat_config_parse(conf, strlen(conf), false, "t", &cfg, err), 0);
+	struct moat_provider_options o = { .cfg = cfg, .run = NULL };
+	struct moat_request *r = req_new();
+	struct moat_result *res = NULL;
+	ck_assert_int_eq(moat_provider_run(NULL, r, &o, &res, err), -1);
+	moat_request_free(r);
+	moat_config_free(cfg);
+}
+
 START_TEST(remote_url_policy)
 {
 	unsetenv("MOAT_TEST_ALLOW_HTTP");
-	/* a URL that is wrong in itself is a mistake in the config; a host
-	 * that resolves to a refused address is the host's */
+	/* a URL that is wrong in itself is a mistake in the config, and so is one that
+	 * names a refused address or this machine (blackms/aistack src/sandbox/daytona.ts,
+	 * validateDaytonaApiUrlSync: SandboxConfigError) */
 	static const struct { const char *url; const char *msg; enum moat_error_type type; } cases[] = {
 		{ "http://example.com/api", "https", MOAT_ERR_CONFIG },
 		{ "ftp://example.com/api", "https", MOAT_ERR_CONFIG },
-		{ "https://127.0.0.1/api", "private", MOAT_ERR_UNAVAILABLE },
-		{ "https://localhost/api", "private", MOAT_ERR_UNAVAILABLE },
-		{ "https://169.254.169.254/api", "private", MOAT_ERR_UNAVAILABLE },
-		{ "https://[::1]/api", "private", MOAT_ERR_UNAVAILABLE },
+		{ "file:///etc/passwd", "", MOAT_ERR_CONFIG },
+		{ "gopher://example.com/api", "https", MOAT_ERR_CONFIG },
+		{ "https://127.0.0.1/api", "private", MOAT_ERR_CONFIG },
+		{ "https://10.1.2.3/api", "private", MOAT_ERR_CONFIG },
+		{ "https://172.16.0.1/api", "private", MOAT_ERR_CONFIG },
+		{ "https://192.168.1.1/api", "private", MOAT_ERR_CONFIG },
+		{ "https://100.64.0.1/api", "private", MOAT_ERR_CONFIG },
+		{ "https://localhost/api", "loopback", MOAT_ERR_CONFIG },
+		{ "https://LocalHost./api", "loopback", MOAT_ERR_CONFIG },
+		{ "https://api.localhost/api", "loopback", MOAT_ERR_CONFIG },
+		{ "https://169.254.169.254/api", "private", MOAT_ERR_CONFIG },
+		{ "https://[::1]/api", "private", MOAT_ERR_CONFIG },
+		{ "https://[fe80::1]/api", "private", MOAT_ERR_CONFIG },
+		{ "https://[fd00::1]/api", "private", MOAT_ERR_CONFIG },
+		{ "https://[::ffff:127.0.0.1]/api", "private", MOAT_ERR_CONFIG },
 		{ "https://user:pw@example.com/api", "credentials", MOAT_ERR_CONFIG },
 		{ "https://example.com/api?x=1", "query", MOAT_ERR_CONFIG },
 		{ "not a url", "valid", MOAT_ERR_CONFIG },
@@ -425,20 +453,13 @@ START_TEST(remote_url_policy)
 		char conf[256];
 		snprintf(conf, sizeof conf, "{\"provider\":\"daytona\",\"daytonaApiUrl\":\"%s\","
 			 "\"daytonaApiKey\":\"KEY-123456\"}", cases[i].url);
-		struct moat_config *cfg = NULL;
 		struct moat_error err = { 0 };
-		ck_assert_int_eq(moat_config_parse(conf, strlen(conf), false, "t", &cfg, &err), 0);
-		struct moat_provider_options o = { .cfg = cfg, .run = NULL };
-		struct moat_request *r = req_new();
-		struct moat_result *res = NULL;
-		ck_assert_int_eq(moat_provider_run(NULL, r, &o, &res, &err), -1);
+		run_must_fail(conf, &err);
 		ck_assert_msg(err.type == cases[i].type, "%s: %s is a %s", cases[i].url, err.message,
 			      moat_error_type_name(err.type));
 		ck_assert_msg(strstr(err.message, cases[i].msg), "%s: %s", cases[i].url, err.message);
 		ck_assert_ptr_null(strstr(err.message, "KEY-123456"));
 		moat_error_clear(&err);
-		moat_request_free(r);
-		moat_config_free(cfg);
 	}
 	/* the test escape hatch covers the literal 127.0.0.1 only */
 	setenv("MOAT_TEST_ALLOW_HTTP", "1", 1);
@@ -457,6 +478,41 @@ START_TEST(remote_url_policy)
 	moat_error_clear(&err);
 	moat_request_free(r);
 	moat_config_free(cfg);
+}
+END_TEST
+
+/* aistack checks daytonaApiUrl when the adapter is built, before it looks for a key
+ * (blackms/aistack src/sandbox/daytona.ts, DaytonaSandbox constructor): a bad URL is
+ * a SandboxConfigError even with no DAYTONA_API_KEY; a name that resolves to a refused
+ * address is a SandboxConfigError too, found when the run resolves it. */
+START_TEST(daytona_url_checked_before_key)
+{
+	unsetenv("MOAT_TEST_ALLOW_HTTP");
+	unsetenv("DAYTONA_API_KEY");
+	struct moat_error err = { 0 };
+	run_must_fail("{\"provider\":\"daytona\",\"daytonaApiUrl\":\"https://10.0.0.7/api\"}", &err);
+	ck_assert_msg(err.type == MOAT_ERR_CONFIG, "%s", err.message);
+	ck_assert_ptr_nonnull(strstr(err.message, "private"));
+	moat_error_clear(&err);
+	/* a name (not a literal, not *.localhost) that resolves to loopback: this
+	 * machine's own name when /etc/hosts maps it so */
+	char name[256] = "";
+	struct addrinfo hints = { .ai_socktype = SOCK_STREAM }, *ai = NULL;
+	bool loop = gethostname(name, sizeof name - 1) == 0 && name[0] && !strchr(name, '"') &&
+		    getaddrinfo(name, NULL, &hints, &ai) == 0 && ai &&
+		    ai->ai_family == AF_INET &&
+		    ((struct sockaddr_in *)ai->ai_addr)->sin_addr.s_addr == htonl(INADDR_LOOPBACK);
+	if (ai)
+		freeaddrinfo(ai);
+	if (loop) {
+		char c2[512];
+		snprintf(c2, sizeof c2, "{\"provider\":\"daytona\",\"daytonaApiUrl\":\"https://%s/api\","
+			 "\"daytonaApiKey\":\"KEY-123456\"}", name);
+		run_must_fail(c2, &err);
+		ck_assert_msg(err.type == MOAT_ERR_CONFIG, "%s: %s", name, err.message);
+		ck_assert_ptr_nonnull(strstr(err.message, "resolves to"));
+		moat_error_clear(&err);
+	}
 }
 END_TEST
 
@@ -481,6 +537,7 @@ Suite *providers_suite(void)
 	tcase_add_test(tc, provider_lookup_and_none);
 	tcase_add_test(tc, remote_keys_missing);
 	tcase_add_test(tc, remote_url_policy);
+	tcase_add_test(tc, daytona_url_checked_before_key);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -95,6 +95,13 @@ test('bad env name: SandboxPolicyError', async () => {
     assert.equal(e.provider, 'native');
     return true;
   });
+  // the names moat also accepts still run
+  for (const language of ['py', 'python3']) {
+    const r = await sandbox.run('print(1)', { language });
+    assert.equal(r.stdout, '1\n', language);
+  }
+  const js = await sandbox.run('console.log(2)', { language: 'js' });
+  assert.equal(js.stdout, '2\n');
 });
 
 test('file path escaping /sandbox: SandboxPolicyError', async () => {
@@ -102,8 +109,17 @@ test('file path escaping /sandbox: SandboxPolicyError', async () => {
 });
 
 test('bad request: SandboxConfigError', async () => {
-  await assert.rejects(sandbox.run('print(1)', { language: 'cobol' }), SandboxConfigError);
   await assert.rejects(sandbox.run(42), SandboxConfigError);
+  await assert.rejects(sandbox.run('print(1)', { timeout: 'soon' }), SandboxConfigError);
+});
+
+test('unsupported language: SandboxPolicyError, as in every aistack adapter', async () => {
+  await assert.rejects(sandbox.run('print(1)', { language: 'cobol' }), (e) => {
+    assert.ok(e instanceof SandboxPolicyError, `${e.name}: ${e.message}`);
+    assert.match(e.message, /^Sandbox policy violation: unsupported language: cobol/);
+    assert.equal(e.provider, 'native');
+    return true;
+  });
 });
 
 test('provider none refuses', async () => {
@@ -136,12 +152,12 @@ test('e2b without a key: SandboxUnavailableError from moat', async () => {
 
 test('API keys never reach the config file', async () => {
   const s = createSandbox({ provider: 'daytona', moatPath: MOAT, daytonaApiKey: 'dk-secret-123',
-    daytonaApiUrl: 'http://example.invalid/api' });
+    daytonaApiUrl: 'https://localhost./api' });
   try {
     await assert.rejects(s.run('print(1)'), (e) => {
-      // a non-https URL is the caller's mistake: a config error (moat exits 2)
+      // a URL naming this machine is the caller's mistake: a config error (moat exits 2)
       assert.ok(e instanceof SandboxConfigError, `${e.name}: ${e.message}`);
-      assert.match(e.message, /https/);
+      assert.match(e.message, /loopback/);
       assert.ok(!e.message.includes('dk-secret-123'));
       return true;
     });
