@@ -23,6 +23,9 @@ MOAT_BIN="$(pwd)/$BUILD/moat" "$BUILD/test-integration" 2>&1 | tee -a "$log" || 
 echo "== handler runtime shims (runtime/, on the host's python3 and node)"
 bash tests/runtime/run.sh 2>&1 | tee -a "$log" || status=1
 
+echo "== Spin SDK conformance of the shims (tests/compat/spin, on the host's python3 and node)"
+bash tests/compat/spin/run.sh 2>&1 | tee -a "$log" || status=1
+
 # The Spin toolbox root (rootfs/build-rootfs.sh --profile spin; .ci/run builds
 # it): every module imported inside a sandbox, as root and as uid 65534.
 # Without MOAT_SPIN_ROOTFS the check is skipped, and counted as such.

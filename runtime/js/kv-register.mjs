@@ -1,20 +1,21 @@
 // Makes `import ... from "@spinframework/spin-kv"` load spin-kv.mjs next to
-// this file (the key-value store, docs/KV.md). The runner loads it before the
+// this file (the key-value store, docs/KV.md), and the Spin SDK packages moat
+// does not offer fail with one sentence (kv-hooks.mjs). The runner loads it before the
 // program with NODE_OPTIONS=--import=/opt/moat/runtime/js/kv-register.mjs.
 // It prints nothing, except one line on stderr when this node has no loader
 // hooks and the program may import the store.
 //
 // module.register (node >= 18.19) runs the hooks on a thread of their own,
 // which costs 60-100 ms of start-up. So the hook is only installed when the
-// program may import the store: when a JS/TS source file next to the entry
-// (its directory tree, outside node_modules and dot-directories) contains the
-// specifier, or when that cannot be told (no entry file, too many files).
+// program may import the store or another Spin SDK package: when a JS/TS
+// source file next to the entry (its directory tree, outside node_modules and
+// dot-directories) contains "@spinframework/spin-", or when that cannot be told (no entry file, too many files).
 // The TypeScript bundle, where every local module is inlined, is one file.
 import * as nodeModule from "node:module"; // a namespace: old nodes lack `register`
 import fs from "node:fs";
 import path from "node:path";
 
-const SPECIFIER = "@spinframework/spin-kv";
+const SPECIFIER = "@spinframework/spin-"; // every Spin SDK package kv-hooks.mjs maps
 const SOURCE = /\.(?:[cm]?[jt]s|[jt]sx)$/;
 const MAX_FILES = 1000;
 const MAX_BYTES = 8 << 20;

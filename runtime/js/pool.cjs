@@ -457,6 +457,15 @@ async function warmWeb() {
   while (!(await reader.read()).done);
 }
 
+// kv-register.mjs's hook: @spinframework/spin-kv, and the Spin SDK packages
+// moat does not offer failing with one sentence (kv-hooks.mjs)
+const SPIN_SDK = "@spinframework/spin-";
+function spinHooks() {
+  const { register } = require("node:module");
+  if (typeof register === "function")
+    register(require("node:url").pathToFileURL(path.join(__dirname, "kv-hooks.mjs")).href);
+}
+
 async function main(boot) {
   // what a program's first output and its start would load, loaded before
   // the request arrives: the stdout and stderr streams (fds 1 and 2 are
@@ -489,6 +498,10 @@ async function main(boot) {
     if (esb) await stop(esb);
     if (req.ts) main = transpile(req.ts);
   }
+  // a cold run of a program naming a Spin SDK package gets the resolve hook
+  // from NODE_OPTIONS (src/runner/prepare.c); a warm node installs it now
+  if ([req.code, ...req.files.map((f) => f[1])].some((t) => t.includes(SPIN_SDK)))
+    spinHooks();
   // what `node /sandbox/main.js` does: this bootstrap was loaded as that
   // path, so its cache entry goes before the program takes the name
   const Module = require("node:module");

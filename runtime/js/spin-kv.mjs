@@ -2,7 +2,7 @@
 //
 //   import * as kv from "@spinframework/spin-kv";
 //   const store = kv.openDefault();
-//   store.set("visits", "1");           // string or Uint8Array
+//   store.set("visits", "1");           // Uint8Array, string, or an object (as JSON)
 //   store.get("visits");                // Uint8Array | null
 //
 // Every call is synchronous: a request goes to moat's broker over the socket
@@ -164,15 +164,22 @@ function keyBytes(key) {
   return bytes;
 }
 
+// As the SDK's Store.set: a Uint8Array is the bytes, a string its UTF-8, any
+// other object (null and arrays too) its JSON.
 function valueBytes(value) {
   let bytes;
-  if (typeof value === "string") bytes = encoder.encode(value);
-  else if (value instanceof Uint8Array) bytes = value;
-  else if (ArrayBuffer.isView(value)) bytes = new Uint8Array(value.buffer, value.byteOffset, value.byteLength);
-  else if (value instanceof ArrayBuffer) bytes = new Uint8Array(value);
-  else throw new TypeError(`a value must be a Uint8Array or a string, not ${describe(value)}`);
+  if (value instanceof Uint8Array) bytes = value;
+  else if (typeof value === "string") bytes = encoder.encode(value);
+  else if (typeof value === "object") bytes = jsonBytes(value);
+  else throw new TypeError(`a value must be a Uint8Array, a string or an object, not ${describe(value)}`);
   if (bytes.length > MAX_FRAME - 5 - MAX_KEY) throw new KvError("invalid", `value too large (${bytes.length} bytes)`);
   return bytes;
+}
+
+function jsonBytes(value) {
+  const text = JSON.stringify(value);
+  if (text === undefined) throw new TypeError(`${describe(value)} has no JSON form`);
+  return encoder.encode(text);
 }
 
 // The KvError of an ERROR answer: "kind message".
@@ -257,18 +264,15 @@ class Store {
     return keys;
   }
 
-  /** The value of `key` parsed as JSON (UTF-8), or null when it is absent. */
+  /** The value of `key` parsed as JSON (UTF-8). As in the SDK, an absent
+   * key parses as "" and throws a SyntaxError. */
   getJson(key) {
-    const value = this.get(key);
-    if (value === null) return null;
-    return JSON.parse(new TextDecoder().decode(value));
+    return JSON.parse(new TextDecoder().decode(this.get(key) ?? EMPTY));
   }
 
   /** Stores JSON.stringify(value) under `key`. */
   setJson(key, value) {
-    const text = JSON.stringify(value);
-    if (text === undefined) throw new TypeError(`setJson: ${describe(value)} has no JSON form`);
-    this.set(key, text);
+    this.set(key, jsonBytes(value));
   }
 }
 

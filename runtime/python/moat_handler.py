@@ -204,7 +204,8 @@ async def _respond_async(awaitable, out):
 
 
 def _respond(result, out):
-    if hasattr(result, "__await__"):
+    # (a Response is awaitable too, for `await send(...)`: it is no coroutine)
+    if hasattr(result, "__await__") and not isinstance(result, Response):
         import asyncio
         asyncio.run(_respond_async(result, out))
     else:

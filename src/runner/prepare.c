@@ -134,10 +134,12 @@ static bool env_has(const struct moat_request *req, const char *name)
 /* The program's whole environment: moat's minimal defaults, the network
  * mode's variables and the request's allowlist. Nothing of the host
  * environment is ever copied. */
-/* Does the program's text (its code or a file) name @spinframework/spin-kv? */
+/* Does the program's text (its code or a file) name a Spin SDK package,
+ * @spinframework/spin-kv or one runtime/js/kv-hooks.mjs says moat does not
+ * offer? */
 static bool names_spin_kv(const struct moat_request *req)
 {
-	static const char pkg[] = "@spinframework/spin-kv";
+	static const char pkg[] = "@spinframework/spin-";
 	if (!req->code ||
 	    (req->language != MOAT_LANG_JAVASCRIPT && req->language != MOAT_LANG_TYPESCRIPT))
 		return false;

@@ -219,6 +219,44 @@ START_TEST(kv_disabled_unreachable)
 }
 END_TEST
 
+/* In a real sandbox, the Spin SDK modules moat does not offer fail at import
+ * with one sentence (Python and JS; JS through the resolve hook, which the
+ * runner installs for any "@spinframework/spin-" specifier), and a program
+ * that catches the failure runs on. */
+START_TEST(kv_spin_modules_not_offered)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct store st;
+	store_make(&st, _i);
+	struct run_out o;
+	kv_exec(_i, &st, "python",
+		"try:\n"
+		"    from spin_sdk import llm\n"
+		"except ImportError as e:\n"
+		"    print(e)\n"
+		"from spin_sdk import variables\n",
+		"spin-modules", false, NULL, NULL, &o);
+	ck_assert_msg(o.json && harness_num(&o, "exitCode") == 1, "%.600s", o.out);
+	ck_assert_msg(strstr(out_of(&o), "moat does not offer spin_sdk.llm ("), "%s", out_of(&o));
+	const char *err = harness_str(&o, "stderr");
+	ck_assert_msg(err && strstr(err, "\nImportError: moat does not offer spin_sdk.variables ("),
+		      "stderr: %s", err ? err : "(none)");
+	harness_free(&o);
+	kv_exec(_i, &st, "javascript",
+		"try { await import(\"@spinframework/spin-llm\"); } catch (e) { console.log(e.message); }\n"
+		"const { get } = await import(\"@spinframework/spin-variables\");\n",
+		"spin-modules", false, NULL, NULL, &o);
+	ck_assert_msg(o.json && harness_num(&o, "exitCode") == 1, "%.600s", o.out);
+	ck_assert_str_eq(out_of(&o), "moat does not offer @spinframework/spin-llm: a program run by "
+				     "moat cannot use it\n");
+	const char *se = harness_str(&o, "stderr");
+	ck_assert_msg(se && strstr(se, "Error: moat does not offer @spinframework/spin-variables: "),
+		      "stderr: %s", se ? se : "(none)");
+	harness_free(&o);
+	store_drop(&st);
+}
+END_TEST
+
 /* A set that returned survives a kill -9 of moat (the sandbox dies with it). */
 START_TEST(kv_durable_after_kill)
 {
@@ -545,6 +583,7 @@ Suite *kv_suite(void)
 	tcase_add_loop_test(tc, kv_persists_for_one_id, 0, 2);
 	tcase_add_loop_test(tc, kv_typescript_to_python, 0, 2);
 	tcase_add_loop_test(tc, kv_disabled_unreachable, 0, 2);
+	tcase_add_loop_test(tc, kv_spin_modules_not_offered, 0, 2);
 	tcase_add_loop_test(tc, kv_durable_after_kill, 0, 2);
 	tcase_add_loop_test(tc, kv_concurrent_runs, 0, 2);
 	tcase_add_loop_test(tc, kv_quotas_in_program, 0, 2);

@@ -2284,6 +2284,65 @@ START_TEST(allowlist_empty)
 }
 END_TEST
 
+/* Spin's Python SDK `send` (runtime/python/spin_sdk/http.py) through the real
+ * egress: an allowed host answers, SDK 3's sync and SDK 4's awaited spelling;
+ * another host, by plain HTTP and by CONNECT, raises Err(HttpRequestDenied);
+ * with allowedHosts [] every host does (tests/compat/spin/ has the rest). */
+#define PY_SPIN_SEND                                                                         \
+	"import asyncio\n"                                                                   \
+	"from componentize_py_types import Err\n"                                            \
+	"from spin_sdk.http import Request, send\n"                                          \
+	"def show(tag, url, wait=False):\n"                                                  \
+	"    r = Request('GET', url, {}, None)\n"                                            \
+	"    async def a():\n"                                                               \
+	"        return await send(r)\n"                                                     \
+	"    try:\n"                                                                         \
+	"        resp = asyncio.run(a()) if wait else send(r)\n"                             \
+	"        print(f'{tag}:{resp.status}:{resp.body.decode()}', flush=True)\n"           \
+	"    except Err as e:\n"                                                             \
+	"        print(f'{tag}:err:{type(e.value).__name__}', flush=True)\n"
+
+START_TEST(allowlist_spin_send)
+{
+	PEER_GUARD(_i);
+	const char *code = PY_SPIN_SEND
+		"show('sync', 'http://public.test:8080/x')\n"
+		"show('await', 'http://public.test:8080/y', True)\n"
+		"show('other', 'http://other.test:8080/')\n"
+		"show('other-tls', 'https://other.test:8080/')\n";
+	const char *const args[] = { "exec", "--runtime", harness_runtime_dir(), NULL };
+	for (int empty = 0; empty < 2; empty++) {
+		char *req = request(code, empty ? ",\"sandboxId\":\"spin-send\",\"allowedHosts\":[]"
+						: ",\"sandboxId\":\"spin-send\","
+						  "\"allowedHosts\":[\"http://public.test:8080\"]");
+		struct run_out o;
+		memset(&o, 0, sizeof o);
+		struct harness_proc p;
+		harness_start(_i, args, req, strlen(req), H_ENV, enter_h, NULL, &p);
+		harness_finish(&p, &o);
+		ck_assert_msg(o.json, "moat printed no JSON (status %d): %s / %s", o.status, o.out,
+			      o.err);
+		struct lines ls;
+		lines_parse(harness_str(&o, "stdout"), &ls);
+		struct verdict v;
+		v_init(&v, __func__, _i);
+		if (!empty) {
+			v_line(&v, &ls, "sync", "200:public-ok host=public.test:8080 path=/x");
+			v_line(&v, &ls, "await", "200:public-ok host=public.test:8080 path=/y");
+		} else {
+			v_line(&v, &ls, "sync", "err:ErrorCode_HttpRequestDenied");
+			v_line(&v, &ls, "await", "err:ErrorCode_HttpRequestDenied");
+		}
+		v_line(&v, &ls, "other", "err:ErrorCode_HttpRequestDenied");
+		v_line(&v, &ls, "other-tls", "err:ErrorCode_HttpRequestDenied");
+		v_done(&v, &o);
+		lines_free(&ls);
+		harness_free(&o);
+		free(req);
+	}
+}
+END_TEST
+
 /* ---- request rules (no topology needed) ---- */
 
 START_TEST(refused_requests)
@@ -2431,6 +2490,7 @@ Suite *network_suite(void)
 	tcase_add_loop_test(tc, allowlist_proxy, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_one_request, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_empty, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, allowlist_spin_send, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, refused_requests, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, egress_socket_memory_bounded, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);

@@ -4806,6 +4806,39 @@ static char *host_esbuild_version(void)
  * and 2 only, as in a cold run). A variable Go reads at esbuild's start
  * sends the request cold. A TS handler goes the same way. */
 #define TS_BODY "{\"language\":\"typescript\","
+/* A warm node runs a program naming a Spin SDK package as a cold run does:
+ * @spinframework/spin-kv resolves (and, without kvEnabled, says why it
+ * cannot open), and a package moat does not offer fails at import with one
+ * sentence (runtime/js/pool.cjs installs kv-hooks.mjs, the hook a cold run
+ * gets from NODE_OPTIONS). */
+START_TEST(pool_spin_sdk_imports)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = -1 };
+	server_start(&s, _i, &o);
+	pool_wait_ready(&s, "javascript", 1);
+	const char *code =
+		"import * as kv from \"@spinframework/spin-kv\";\n"
+		"let a; try { kv.openDefault(); } catch (e) { a = e.kind; }\n"
+		"const m = await import(\"@spinframework/spin-llm\").then(() => \"loaded\", (e) => e.message);\n"
+		"console.log(a, m);\n";
+	char *q = harness_json_quote(code), *body = NULL;
+	ck_assert_int_ge(asprintf(&body, "{\"language\":\"javascript\",\"code\":%s}", q), 0);
+	struct resp r;
+	v1(&s, body, &r);
+	ck_assert_msg(pooled(&r), "not run warm: %.500s", r.body);
+	ck_assert_msg(!strcmp(jstr(r.json, "stdout") ? jstr(r.json, "stdout") : "",
+			      "access_denied moat does not offer @spinframework/spin-llm: a program "
+			      "run by moat cannot use it\n"),
+		      "%.800s", r.body);
+	resp_free(&r);
+	free(body);
+	free(q);
+	server_stop_pool(&s, pool_idle_children(1, false));
+}
+END_TEST
+
 START_TEST(pool_typescript)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -5750,6 +5783,7 @@ Suite *serve_suite(void)
 	ADD(zygote_killed);
 	ADD(zygote_dead);
 	ADD(pool_typescript);
+	ADD(pool_spin_sdk_imports);
 	ADD(pool_frame_exact);
 	ADD(zygote_child_tree_is_a_cold_runs);
 	ADD(zygote_child_waits_locked_down);

@@ -130,6 +130,21 @@ class HandlerTest(unittest.TestCase):
         self.assertEqual(f.head["headers"], [["content-type", "text/plain"]])
         self.assertEqual(f.chunks, [b"hello"])
 
+    def test_sync_handler_loads_no_event_loop(self):
+        # a Response is awaitable (for `await send(...)`); a plain handler's is
+        # still sent without asyncio
+        proc, f = self.run_handler("""
+            import sys
+            from spin_sdk.http import Response
+            def handle_request(request):
+                return Response(200, {}, b"x")
+            import atexit
+            atexit.register(lambda: print("asyncio" in sys.modules, file=sys.stderr))
+        """)
+        self.assert_ok(proc, f)
+        self.assertEqual(f.chunks, [b"x"])
+        self.assertTrue(proc.stderr.endswith(b"False\n"), proc.stderr)
+
     def test_response_str_body_is_utf8(self):
         proc, f = self.run_handler("""
             from spin_sdk.http import Response

@@ -5,6 +5,19 @@
     store.set("visits", b"1")
     store.get("visits")          # b"1"; None when absent
 
+Spin's Python SDK 4 spells the same calls with `await`; both forms work here:
+awaiting `open`/`open_default` gives a store whose methods are coroutines
+(`get_keys` then returns what `spin_sdk.util.collect` takes), used
+without `await` they give the synchronous store of SDK 3:
+
+    with await key_value.open_default() as store:
+        await store.set("visits", b"1")
+        keys = await util.collect(await store.get_keys())
+
+Errors are `Error`, a `componentize_py_types.Err` whose `value` is one of
+`Error_NoSuchStore()`, `Error_AccessDenied()`, `Error_StoreTableFull()` or
+`Error_Other(message)`, as the SDK raises them.
+
 Every call is synchronous: a request goes to moat's broker over the socket
 whose fd number is in the environment variable MOAT_KV_FD, and the call
 returns once the broker answered (after the storage I/O). docs/KV.md is the
@@ -20,7 +33,11 @@ plain `python3` start does not already have.
 import os
 from _thread import allocate_lock   # threading.Lock, without importing threading
 
-__all__ = ["Error", "Store", "open", "open_default"]
+from componentize_py_types import Err
+from spin_sdk import _Variant
+
+__all__ = ["Error", "Error_AccessDenied", "Error_NoSuchStore", "Error_Other",
+           "Error_StoreTableFull", "Store", "open", "open_default"]
 
 # Operations and statuses of the broker protocol (docs/KV.md).
 _GET, _SET, _DELETE, _EXISTS, _KEYS, _OPEN = 1, 2, 3, 4, 5, 6
@@ -34,15 +51,39 @@ _DISABLED = "kvEnabled is false for this request: the key-value store is not ava
 _EOF = "the key-value broker closed the connection"
 
 
-class Error(Exception):
+class Error_NoSuchStore(_Variant):
+    """No store has that label."""
+
+
+class Error_AccessDenied(_Variant):
+    """This program may not open the store (kvEnabled is false)."""
+
+
+class Error_StoreTableFull(_Variant):
+    """A quota of the store was reached."""
+
+
+class Error_Other(_Variant):
+    """Anything else; `value` is the message."""
+
+
+_VARIANTS = {"no_such_store": Error_NoSuchStore, "access_denied": Error_AccessDenied,
+             "store_table_full": Error_StoreTableFull}
+
+
+class Error(Err):
     """A key-value store error. `kind` is one of `no_such_store`,
     `access_denied`, `store_table_full` (a quota), `invalid` (a bad key or
-    value) or `other`; `message` is one line saying why (also `str(e)`)."""
+    value) or `other`; `message` is one line saying why (also `str(e)`).
+    As the SDK's `Err`, `value` is the matching `Error_*` case (`invalid` and
+    `other` are `Error_Other(message)`)."""
 
     def __init__(self, kind, message):
-        super().__init__(message)
+        Exception.__init__(self, message)
         self.kind = kind
         self.message = message
+        variant = _VARIANTS.get(kind)
+        self.value = variant() if variant else Error_Other(message)
 
     def __repr__(self):
         return f"Error({self.kind!r}, {self.message!r})"
@@ -228,6 +269,11 @@ class Store:
     def __exit__(self, *exc):
         return False
 
+    def __await__(self):
+        # `await key_value.open(...)`, SDK 4's spelling: the async store
+        return AsyncStore(self)
+        yield   # a generator: __await__ must return an iterator
+
     def _call(self, op, key=b"", value=b""):
         status, payload = self._conn.call(op, key, value)
         if status == _ERROR:
@@ -281,9 +327,46 @@ class Store:
         return keys
 
 
+class AsyncStore:
+    """The store as SDK 4 has it: every method is a coroutine (the I/O is
+    still done synchronously when it is awaited). `get_keys` returns a
+    (keys, done) pair for `spin_sdk.util.collect`."""
+
+    __slots__ = ("_store",)
+
+    def __init__(self, store):
+        self._store = store
+
+    def __repr__(self):
+        return f"<spin_sdk.key_value.AsyncStore {self._store._label!r}>"
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+    async def get(self, key):
+        return self._store.get(key)
+
+    async def set(self, key, value):
+        self._store.set(key, value)
+
+    async def delete(self, key):
+        self._store.delete(key)
+
+    async def exists(self, key):
+        return self._store.exists(key)
+
+    async def get_keys(self):
+        from spin_sdk.util import _ready
+        return _ready(self._store.get_keys())
+
+
 def open(label):
     """Opens the store named `label`; only "default" exists here, any other
-    name raises Error (kind `no_such_store`)."""
+    name raises Error (kind `no_such_store`). `await open(label)` gives the
+    AsyncStore of Spin's SDK 4 instead."""
     if not isinstance(label, str):
         raise TypeError(f"a store label must be str, not {type(label).__name__}")
     conn = _connection()
@@ -300,5 +383,5 @@ def open(label):
 
 
 def open_default():
-    """Opens the store "default"."""
+    """Opens the store "default" (`await open_default()`: an AsyncStore)."""
     return open("default")
