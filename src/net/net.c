@@ -477,7 +477,8 @@ int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err)
 
 int64_t moat_net_relay_idle_ms(void)
 {
-	return moat_test_ms("MOAT_TEST_RELAY_IDLE_MS", MOAT_NET_RELAY_IDLE_MS);
+	int64_t ms = moat_test_ms("MOAT_TEST_RELAY_IDLE_MS", MOAT_NET_RELAY_IDLE_MS);
+	return ms < 86400000 ? ms : 86400000; /* poll()'s int, a day at most */
 }
 
 void moat_net_idle_reason(int64_t idle_ms, char *out, size_t len)
