@@ -377,7 +377,8 @@ int cli_serve(int argc, char **argv)
 			break;
 		case 'D':
 			if (parse_uint(optarg, 1, 65536, &max_dns) < 0)
-				return bad("--max-dns wants a number from 1 to 65536, not %s", optarg);
+				return bad("--max-dns wants a number from 1 to 65536, not %s",
+					   optarg);
 			break;
 		case 'P': {
 			unsigned n;

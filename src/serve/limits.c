@@ -143,15 +143,16 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 		} else if (!strcmp(k, "maxRelays") || !strcmp(k, "maxDns")) {
 			bool tcp = k[3] == 'R';
 			double v = 0;
-			if (get_num(it, "", 1, tcp ? SERVE_MAX_RELAYS_LIMIT : SERVE_MAX_DNS_LIMIT, &v,
-				    err) < 0)
+			double hi = tcp ? SERVE_MAX_RELAYS_LIMIT : SERVE_MAX_DNS_LIMIT;
+			if (get_num(it, "", 1, hi, &v, err) < 0)
 				goto out;
 			*(tcp ? &l->max_relays : &l->max_dns) = (unsigned)v;
 		} else {
 			moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
 				       "allowOpenNetwork, maxResponseBytes, pool, poolZygote, "
-				       "poolZygoteMaxChildren, poolZygoteMaxAge, maxRelays, maxDns)", k);
+				       "poolZygoteMaxChildren, poolZygoteMaxAge, maxRelays, "
+				       "maxDns)", k);
 			goto out;
 		}
 	}

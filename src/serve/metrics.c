@@ -83,7 +83,8 @@ static void relay_metric(struct moat_buf *b, const char *name, const char *type,
 							      [MOAT_RELAY_DNS] = "dns" };
 	moat_buf_appendf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 	for (int k = 0; k < MOAT_RELAY__KINDS; k++)
-		moat_buf_appendf(b, "%s{kind=\"%s\"} %llu\n", name, kinds[k], (unsigned long long)v[k]);
+		moat_buf_appendf(b, "%s{kind=\"%s\"} %llu\n", name, kinds[k],
+				 (unsigned long long)v[k]);
 }
 
 void serve_metrics_relays(struct moat_relay_caps *c, struct moat_buf *b)
@@ -97,8 +98,9 @@ void serve_metrics_relays(struct moat_relay_caps *c, struct moat_buf *b)
 		     "and DNS questions being resolved (dns) for all runs now.", st.active);
 	relay_metric(b, "moat_serve_relay_limit", "gauge",
 		     "The service-wide cap on them (--max-relays, --max-dns).", max);
-	relay_metric(b, "moat_serve_relay_refused_total", "counter", "Connections reset (the proxy: "
-		     "503) and DNS questions answered SERVFAIL because the cap was full.", st.refused);
+	relay_metric(b, "moat_serve_relay_refused_total", "counter",
+		     "Connections reset (the proxy: 503) and DNS questions answered SERVFAIL "
+		     "because the cap was full.", st.refused);
 }
 
 char *serve_metrics_render(struct serve_metrics *m)
