@@ -279,9 +279,38 @@ struct moat_run_options {
 	 * the program's fd 4 (no kvEnabled). */
 	bool zygote_host;
 	int zygote_fd;
+	/* Caps shared with other runs (moat_relay_caps_new below); NULL: none,
+	 * only this run's own caps (512 relayed connections, 64 DNS questions
+	 * at once). The run takes a reference of its own while it relays. */
+	struct moat_relay_caps *relay_caps;
 };
 
 void moat_run_options_init(struct moat_run_options *opts);
+
+/* ---- caps across runs ---------------------------------------------------
+ *
+ * A long-lived caller that runs many sandboxes at once (moat serve) bounds
+ * what all of them relay together: connections relayed out of the host at
+ * once (the transparent relay's and the allowlist proxy's; "tcp") and DNS
+ * questions being resolved at once ("dns"). It creates one object and puts
+ * it in the options of every run. When a cap is full, a new connection is
+ * reset (the proxy answers 503) and a DNS question answered SERVFAIL, each
+ * logged in its run's network log as "the service's relay cap is full" and
+ * counted here. Thread-safe; without it a run has only its own caps. */
+struct moat_relay_caps;
+enum moat_relay_kind { MOAT_RELAY_TCP, MOAT_RELAY_DNS, MOAT_RELAY__KINDS };
+/* Both limits at least 1; NULL when one is 0 or out of memory. */
+struct moat_relay_caps *moat_relay_caps_new(unsigned max_tcp, unsigned max_dns);
+/* Drops the caller's reference; the object lives on while a run still
+ * holds it. NULL-safe. */
+void moat_relay_caps_release(struct moat_relay_caps *c);
+struct moat_relay_caps_stats {
+	unsigned max[MOAT_RELAY__KINDS];
+	uint64_t active[MOAT_RELAY__KINDS];  /* now */
+	uint64_t refused[MOAT_RELAY__KINDS]; /* since it was created */
+};
+/* All zero for NULL. */
+void moat_relay_caps_stats(struct moat_relay_caps *c, struct moat_relay_caps_stats *out);
 /* Runs req in a fresh sandbox: moat_sandbox_create, _start, _wait and
  * _release below, in that order. opts may be NULL (defaults). On success
  * *out is the result (free with moat_result_free), whatever the program

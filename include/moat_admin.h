@@ -189,6 +189,10 @@ struct moat_serve_options {
 	 * serve.poolZygoteMaxChildren / serve.poolZygoteMaxAge, else the
 	 * defaults */
 	unsigned pool_zygote_max_children, pool_zygote_max_age_s;
+	/* across all runs at once (moat_relay_caps in moat.h): connections
+	 * relayed out of the host, DNS questions being resolved; 0: the
+	 * config's serve.maxRelays / serve.maxDns, else 4096 and 256 */
+	unsigned max_relays, max_dns;
 	const char *rootfs_dir;   /* NULL: the config's, else the host-derived root */
 	const struct moat_config *cfg; /* never NULL: policy, rootfs and the "serve" limits */
 	FILE *log;                /* access log and notices */

@@ -34,6 +34,7 @@ static void usage(FILE *f)
 	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
 	      "                  [--pool N] [--pool-zygote | --no-pool-zygote] [--json-log]\n"
 	      "                  [--pool-zygote-max-children N] [--pool-zygote-max-age SECS]\n"
+	      "                  [--max-relays N] [--max-dns N]\n"
 	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
 	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: the unix\n"
 	      "socket /run/moat/moat.sock as root, $XDG_RUNTIME_DIR/moat.sock otherwise,\n"
@@ -53,6 +54,10 @@ static void usage(FILE *f)
 	      "replaced after making N sandboxes or after SECS, whichever comes first\n"
 	      "(its children share its address layout and str hash secret; default:\n"
 	      "config serve.poolZygoteMaxChildren / poolZygoteMaxAge, else 100 and 60).\n"
+	      "--max-relays N, --max-dns N: connections relayed out of the host and DNS\n"
+	      "questions resolved at once across all runs (a full cap resets a new\n"
+	      "connection, answers a question SERVFAIL; default: config serve.maxRelays /\n"
+	      "maxDns, else 4096 and 256).\n"
 	      "--json-log writes every log line as one JSON object to stdout (for a log\n"
 	      "collector, e.g. in a pod); by default the log goes to stderr.\n",
 	      f);
@@ -317,6 +322,8 @@ int cli_serve(int argc, char **argv)
 		{ "pool-zygote-max-children", required_argument, NULL, 'C' },
 		{ "pool-zygote-max-age", required_argument, NULL, 'Y' },
 		{ "json-log", no_argument, NULL, 'J' },
+		{ "max-relays", required_argument, NULL, 'X' },
+		{ "max-dns", required_argument, NULL, 'D' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -326,7 +333,7 @@ int cli_serve(int argc, char **argv)
 	bool no_kv = false, json_log = false, no_auth = false;
 	int zygote = -1;
 	int pool = -1;
-	unsigned zyg_children = 0, zyg_age = 0;
+	unsigned zyg_children = 0, zyg_age = 0, max_relays = 0, max_dns = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
 	bool have_queue = false;
@@ -361,6 +368,16 @@ int cli_serve(int argc, char **argv)
 		case 'Y':
 			if (parse_uint(optarg, 1, 86400, &zyg_age) < 0)
 				return bad("--pool-zygote-max-age wants seconds from 1 to 86400, not %s",
+					   optarg);
+			break;
+		case 'X':
+			if (parse_uint(optarg, 1, 1048576, &max_relays) < 0)
+				return bad("--max-relays wants a number from 1 to 1048576, not %s",
+					   optarg);
+			break;
+		case 'D':
+			if (parse_uint(optarg, 1, 65536, &max_dns) < 0)
+				return bad("--max-dns wants a number from 1 to 65536, not %s",
 					   optarg);
 			break;
 		case 'P': {
@@ -539,6 +556,7 @@ int cli_serve(int argc, char **argv)
 		.kv_max_bytes = kvo.kv_max_bytes, .kv_max_value = kvo.kv_max_value, .kv_off = no_kv,
 		.pool = pool, .pool_zygote = zygote,
 		.pool_zygote_max_children = zyg_children, .pool_zygote_max_age_s = zyg_age,
+		.max_relays = max_relays, .max_dns = max_dns,
 	};
 	fd = mfd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {

@@ -23,6 +23,17 @@ int64_t moat_mono_ms(void)
 	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+int64_t moat_test_ms(const char *name, int64_t dflt)
+{
+	const char *v = getenv(name);
+	if (!v || !*v)
+		return dflt;
+	char *end;
+	errno = 0;
+	long long ms = strtoll(v, &end, 10);
+	return !*end && !errno && ms > 0 ? ms : dflt;
+}
+
 uint64_t moat_mono_ns(void)
 {
 	struct timespec ts;

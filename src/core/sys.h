@@ -21,6 +21,11 @@
 int64_t moat_mono_ms(void);
 uint64_t moat_mono_ns(void);
 
+/* A time the tests set in the environment variable name (MOAT_TEST_*:
+ * positive milliseconds, nothing else), else dflt. The one parser of the
+ * test-only time knobs. */
+int64_t moat_test_ms(const char *name, int64_t dflt);
+
 /* pthread_cond_timedwait for at most ms (the condition's clock is the
  * default CLOCK_REALTIME); mu held. Its result (0, ETIMEDOUT). */
 int moat_cond_wait_ms(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t ms);

@@ -21,7 +21,10 @@
  *       what a name that does not exist gets; other types an empty answer.
  *
  * One thread accepts and receives; each connection and each question runs
- * in a detached thread that holds a reference, bounded in number. Stopping
+ * in a detached thread that holds a reference, bounded in number per run
+ * and, under moat serve, across its runs (moat_relay_caps: a full cap
+ * resets the connection, answers the question SERVFAIL). A connection with
+ * no byte moving either way for moat_net_relay_idle_ms is reset. Stopping
  * wakes them all (eventfd) and waits a bounded time; a thread still
  * resolving lets go of its reference when it returns. */
 #include <arpa/inet.h>
@@ -85,6 +88,8 @@ struct moat_egress {
 	struct record *rec;
 	size_t nrec;
 	_Atomic uint64_t out_bufs; /* the outbound sockets' large buffers */
+	struct moat_relay_caps *caps; /* shared with other runs, or NULL */
+	int64_t idle_ms;          /* a relayed connection idle this long is reset */
 };
 
 static void egress_unref(struct moat_egress *e)
@@ -106,6 +111,7 @@ static void egress_unref(struct moat_egress *e)
 	free(e->rec);
 	moat_allowlist_free(&e->al);
 	moat_netlog_unref(e->log);
+	moat_relay_caps_release(e->caps);
 	pthread_cond_destroy(&e->idle);
 	pthread_mutex_destroy(&e->mu);
 	free(e);
@@ -379,9 +385,10 @@ static int send_first(struct conn *c)
 	return 0;
 }
 
-/* Both directions until both ended (a half close is passed on) or the run
- * stops. true when both ended: nothing is left queued either way. */
-static bool relay(struct conn *c)
+/* Both directions until both ended (a half close is passed on), the run
+ * stops or no byte moved either way for e->idle_ms (*idle set). true when
+ * both ended: nothing is left queued either way. */
+static bool relay(struct conn *c, bool *idle)
 {
 	uint8_t *buf[2] = { malloc(EG_RELAY_BUF), malloc(EG_RELAY_BUF) };
 	size_t len[2] = { 0, 0 }, off[2] = { 0, 0 };
@@ -399,9 +406,13 @@ static bool relay(struct conn *c)
 			if (len[d] > off[d])
 				pf[d == 0 ? 1 : 0].events |= POLLOUT;
 		}
-		int r = poll(pf, 3, -1);
+		int r = poll(pf, 3, (int)c->e->idle_ms);
 		if (r < 0 && errno == EINTR)
 			continue;
+		if (r == 0) {
+			*idle = true;
+			break;
+		}
 		if (r < 0 || pf[2].revents || ((pf[0].revents | pf[1].revents) & (POLLERR | POLLNVAL)))
 			break;
 		bool failed = false;
@@ -445,29 +456,37 @@ out:
 	return shut[0] && shut[1];
 }
 
+/* Where a redirected connection was going (SO_ORIGINAL_DST). 0 or -1. */
+static int original_dst(int fd, int family, uint8_t addr[16], uint16_t *port)
+{
+	struct sockaddr_storage od;
+	socklen_t ol = sizeof od;
+	memset(&od, 0, sizeof od);
+	if (getsockopt(fd, family == AF_INET ? SOL_IP : SOL_IPV6, ORIGINAL_DST, &od, &ol) < 0)
+		return -1;
+	if (family == AF_INET) {
+		const struct sockaddr_in *sa = (const struct sockaddr_in *)&od;
+		memcpy(addr, &sa->sin_addr, 4);
+		*port = ntohs(sa->sin_port);
+	} else {
+		const struct sockaddr_in6 *sa = (const struct sockaddr_in6 *)&od;
+		memcpy(addr, &sa->sin6_addr, 16);
+		*port = ntohs(sa->sin6_port);
+	}
+	return 0;
+}
+
 static void *conn_main(void *arg)
 {
 	struct conn *c = arg;
 	struct moat_egress *e = c->e;
 	char why[600];
 	const char *no = NULL;
-	bool ended = false;
-	struct sockaddr_storage od;
-	socklen_t ol = sizeof od;
-	memset(&od, 0, sizeof od);
-	if (getsockopt(c->cfd, c->family == AF_INET ? SOL_IP : SOL_IPV6, ORIGINAL_DST, &od, &ol) < 0) {
+	bool ended = false, idle = false;
+	if (original_dst(c->cfd, c->family, c->addr, &c->port) < 0) {
 		c->idx = moat_netlog_add(e->log, "tcp", NULL, "?", 0);
 		refuse(c, "no original destination (not a redirected connection)");
 		goto out;
-	}
-	if (c->family == AF_INET) {
-		const struct sockaddr_in *sa = (const struct sockaddr_in *)&od;
-		memcpy(c->addr, &sa->sin_addr, 4);
-		c->port = ntohs(sa->sin_port);
-	} else {
-		const struct sockaddr_in6 *sa = (const struct sockaddr_in6 *)&od;
-		memcpy(c->addr, &sa->sin6_addr, 16);
-		c->port = ntohs(sa->sin6_port);
 	}
 	moat_netlog_addr_text(c->family, c->addr, c->text);
 	char name[254];
@@ -497,7 +516,11 @@ static void *conn_main(void *arg)
 	moat_netlog_verdict(e->log, c->idx, true, NULL);
 	if (send_first(c) < 0)
 		goto out;
-	ended = relay(c);
+	ended = relay(c, &idle);
+	if (idle) {
+		moat_net_idle_reason(e->idle_ms, why, sizeof why);
+		moat_netlog_verdict(e->log, c->idx, true, why);
+	}
 out:
 	moat_netlog_bytes(e->log, c->idx, c->sent, c->received);
 	moat_netlog_count(e->log, MOAT_NETLOG_BYTES, c->sent + c->received);
@@ -513,6 +536,7 @@ out:
 		moat_net_reset_close(c->cfd);
 	}
 	moat_net_out_release(&e->out_bufs, c->bufs);
+	moat_relay_caps_give(e->caps, MOAT_RELAY_TCP);
 	free(c->first);
 	free(c);
 	pthread_mutex_lock(&e->mu);
@@ -642,6 +666,7 @@ static void *dns_main(void *arg)
 		answer(q, out, (size_t)n);
 done:
 	free(q);
+	moat_relay_caps_give(e->caps, MOAT_RELAY_DNS);
 	pthread_mutex_lock(&e->mu);
 	e->dns--;
 	pthread_cond_broadcast(&e->idle);
@@ -692,6 +717,7 @@ static void spawn(struct moat_egress *e, pthread_attr_t *attr, void *(*fn)(void 
 		e->dns--;
 	e->refs--;
 	pthread_mutex_unlock(&e->mu);
+	moat_relay_caps_give(e->caps, fn == conn_main ? MOAT_RELAY_TCP : MOAT_RELAY_DNS);
 	if (fn == conn_main) {
 		struct conn *c = arg;
 		moat_net_reset_close(c->cfd);
@@ -699,6 +725,18 @@ static void spawn(struct moat_egress *e, pthread_attr_t *attr, void *(*fn)(void 
 	} else {
 		free(arg);
 	}
+}
+
+/* A connection the service-wide cap refused: an entry naming where it went. */
+static void log_capped(struct moat_egress *e, int fd, int family)
+{
+	uint8_t addr[16];
+	uint16_t port = 0;
+	char text[48] = "?";
+	if (original_dst(fd, family, addr, &port) == 0)
+		moat_netlog_addr_text(family, addr, text);
+	int idx = moat_netlog_add(e->log, "tcp", NULL, text, port);
+	moat_netlog_verdict(e->log, idx, false, MOAT_NET_CAPS_FULL);
 }
 
 /* Accepts what is pending; false when the supervisor is out of fds or
@@ -718,7 +756,8 @@ static bool accept_all(struct moat_egress *e, pthread_attr_t *attr, int lfd, int
 			e->refs++;
 		}
 		pthread_mutex_unlock(&e->mu);
-		struct conn *c = busy ? NULL : calloc(1, sizeof *c);
+		bool capped = !busy && !moat_relay_caps_take(e->caps, MOAT_RELAY_TCP);
+		struct conn *c = busy || capped ? NULL : calloc(1, sizeof *c);
 		if (!c) {
 			if (!busy) {
 				pthread_mutex_lock(&e->mu);
@@ -726,6 +765,10 @@ static bool accept_all(struct moat_egress *e, pthread_attr_t *attr, int lfd, int
 				e->refs--;
 				pthread_mutex_unlock(&e->mu);
 			}
+			if (capped)
+				log_capped(e, fd, family);
+			else if (!busy)
+				moat_relay_caps_give(e->caps, MOAT_RELAY_TCP);
 			moat_netlog_count(e->log, MOAT_NETLOG_BUSY, 1);
 			moat_net_reset_close(fd);
 			continue;
@@ -737,6 +780,23 @@ static bool accept_all(struct moat_egress *e, pthread_attr_t *attr, int lfd, int
 		c->family = family;
 		spawn(e, attr, conn_main, c);
 	}
+}
+
+/* A question the service-wide cap refused: SERVFAIL ("cannot answer now":
+ * getaddrinfo says EAI_AGAIN and a program may retry; REFUSED would read
+ * as a policy, which moat answers NXDOMAIN) and an entry in the log. */
+static void dns_capped(struct question *q)
+{
+	struct moat_dns_query dq;
+	int bad_id = -1;
+	if (moat_dns_parse_query(q->msg, q->len, &dq, &bad_id) < 0)
+		return;
+	int idx = moat_netlog_add(q->e->log, "dns", qtype_name(dq.qtype), dq.name, 0);
+	moat_netlog_verdict(q->e->log, idx, false, MOAT_NET_CAPS_FULL);
+	uint8_t out[512];
+	int n = moat_dns_build_response(&dq, q->msg, 2, NULL, 0, EG_DNS_TTL, out, sizeof out);
+	if (n > 0)
+		answer(q, out, (size_t)n);
 }
 
 static void receive_all(struct moat_egress *e, pthread_attr_t *attr, int fd)
@@ -765,6 +825,16 @@ static void receive_all(struct moat_egress *e, pthread_attr_t *attr, int fd)
 			e->refs++;
 		}
 		pthread_mutex_unlock(&e->mu);
+		if (!busy && !moat_relay_caps_take(e->caps, MOAT_RELAY_DNS)) {
+			pthread_mutex_lock(&e->mu);
+			e->dns--;
+			e->refs--;
+			pthread_mutex_unlock(&e->mu);
+			dns_capped(q);
+			moat_netlog_count(e->log, MOAT_NETLOG_BUSY, 1);
+			free(q);
+			continue;
+		}
 		if (busy) {
 			/* the resolver retries; a flood only costs itself */
 			moat_netlog_count(e->log, MOAT_NETLOG_BUSY, 1);
@@ -819,7 +889,7 @@ static void *egress_main(void *arg)
 /* ---- interface ---- */
 
 int moat_egress_new(struct moat_allowlist *al, struct moat_netlog *log, int sock_fd,
-		    struct moat_egress **out, struct moat_error *err)
+		    struct moat_relay_caps *caps, struct moat_egress **out, struct moat_error *err)
 {
 	*out = NULL;
 	struct moat_egress *e = calloc(1, sizeof *e);
@@ -838,6 +908,8 @@ int moat_egress_new(struct moat_allowlist *al, struct moat_netlog *log, int sock
 	for (int i = 0; i < SOCK_COUNT; i++)
 		e->fds[i] = -1;
 	e->log = moat_netlog_ref(log);
+	e->caps = moat_relay_caps_ref(caps);
+	e->idle_ms = moat_net_relay_idle_ms();
 	if (al) {
 		e->allowlist = true;
 		e->al = *al;

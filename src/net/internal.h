@@ -183,6 +183,26 @@ void moat_net_out_release(_Atomic uint64_t *used, uint64_t charged);
 /* Closes a relayed connection with a reset (SO_LINGER {1, 0}): what it
  * still queued is dropped at once, nothing lingers as an orphan. */
 void moat_net_reset_close(int fd);
+/* A relayed connection (the transparent relay's, the proxy's) with no byte
+ * moving either way for this long is reset and logged ("idle for N s").
+ * 60 s; a run's relays end with the run anyway, so a shorter run needs no
+ * shorter idle time. MOAT_TEST_RELAY_IDLE_MS overrides it (tests only). */
+#define MOAT_NET_RELAY_IDLE_MS 60000
+int64_t moat_net_relay_idle_ms(void);
+/* The idle reason logged: "idle for N s: no byte either way, reset". */
+void moat_net_idle_reason(int64_t idle_ms, char *out, size_t len);
+
+/* ---- caps across runs (caps.c; the object is include/moat.h's) ---------- */
+
+struct moat_relay_caps;
+/* Another reference (NULL-safe: NULL). */
+struct moat_relay_caps *moat_relay_caps_ref(struct moat_relay_caps *c);
+/* A slot of kind k: true (always with NULL), or false when the cap is full
+ * (counted as refused). Give each slot taken back once. */
+bool moat_relay_caps_take(struct moat_relay_caps *c, int k);
+void moat_relay_caps_give(struct moat_relay_caps *c, int k);
+/* What a run's network log says of what the cap refused. */
+#define MOAT_NET_CAPS_FULL "the service's relay cap is full"
 
 /* ---- connection log (netlog.c) ------------------------------------------ */
 
@@ -220,8 +240,9 @@ struct moat_egress;
  * over, *al emptied). log: one reference is taken. sock_fd: the
  * supervisor's end of the socketpair on which pid 1 passes its sockets
  * (owned, closed on failure too). */
+/* caps: shared with other runs, or NULL (a reference is taken). */
 int moat_egress_new(struct moat_allowlist *al, struct moat_netlog *log, int sock_fd,
-		    struct moat_egress **out, struct moat_error *err);
+		    struct moat_relay_caps *caps, struct moat_egress **out, struct moat_error *err);
 int moat_egress_start(struct moat_egress *e, struct moat_error *err);
 /* Stops every thread (bounded wait) and releases; NULL-safe. */
 void moat_egress_stop(struct moat_egress *e);
@@ -270,7 +291,7 @@ struct moat_proxy;
  * supervisor's end of the socketpair over which the sandbox passes the
  * listening socket (owned). */
 int moat_proxy_new(struct moat_allowlist *al, struct moat_netlog *log, int sock_fd,
-		   struct moat_proxy **out, struct moat_error *err);
+		   struct moat_relay_caps *caps, struct moat_proxy **out, struct moat_error *err);
 int moat_proxy_start(struct moat_proxy *p, struct moat_error *err);
 /* Stops and releases the proxy (its entries stay in the log). */
 void moat_proxy_stop(struct moat_proxy *p);

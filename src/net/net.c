@@ -475,21 +475,33 @@ int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err)
 	return 0;
 }
 
-int moat_net_start(struct moat_net *net, struct moat_error *err)
+int64_t moat_net_relay_idle_ms(void)
+{
+	int64_t ms = moat_test_ms("MOAT_TEST_RELAY_IDLE_MS", MOAT_NET_RELAY_IDLE_MS);
+	return ms < 86400000 ? ms : 86400000; /* poll()'s int, a day at most */
+}
+
+void moat_net_idle_reason(int64_t idle_ms, char *out, size_t len)
+{
+	snprintf(out, len, "idle for %lld.%03lld s (no byte either way): closed with a reset",
+		 (long long)(idle_ms / 1000), (long long)(idle_ms % 1000));
+}
+
+int moat_net_start(struct moat_net *net, struct moat_relay_caps *caps, struct moat_error *err)
 {
 	if (net->mode == NET_NONE)
 		return 0;
 	int sock = net->eg_sup;
 	net->eg_sup = -1;
 	if (moat_egress_new(net->mode == NET_ALLOWLIST ? &net->al : NULL, net->log, sock,
-			    &net->egress, err) < 0 ||
+			    caps, &net->egress, err) < 0 ||
 	    moat_egress_start(net->egress, err) < 0)
 		return -1;
 	if (net->mode != NET_ALLOWLIST)
 		return 0;
 	sock = net->px_sup;
 	net->px_sup = -1;
-	if (moat_proxy_new(&net->pal, net->log, sock, &net->proxy, err) < 0)
+	if (moat_proxy_new(&net->pal, net->log, sock, caps, &net->proxy, err) < 0)
 		return -1;
 	return moat_proxy_start(net->proxy, err);
 }

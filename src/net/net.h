@@ -84,8 +84,9 @@ int moat_net_setup_error(int step, int errnum, struct moat_error *err);
 int moat_net_probe(struct moat_error *err);
 /* Supervisor: after clone, before release. */
 int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err);
-/* Supervisor: after the child was released. */
-int moat_net_start(struct moat_net *net, struct moat_error *err);
+/* Supervisor: after the child was released. caps: shared with other runs
+ * (moat_run_options.relay_caps), or NULL. */
+int moat_net_start(struct moat_net *net, struct moat_relay_caps *caps, struct moat_error *err);
 /* Supervisor: after the run (or on failure, with res NULL): stop helpers,
  * close fds, render res->network_json. NULL-safe. */
 void moat_net_finish(struct moat_net *net, struct moat_result *res);

@@ -15,7 +15,9 @@
  * of the run's network log (kind "proxy").
  *
  * Bounds: PROXY_MAX_CONNS at once, PROXY_MAX_TOTAL per run, PROXY_BYTE_CAP
- * relayed per run, a 16 KiB request head, head/connect/idle timeouts. Each
+ * relayed per run, a 16 KiB request head, head/connect timeouts, a
+ * connection idle for moat_net_relay_idle_ms reset, and the service-wide
+ * caps when the run has them (a full cap: 503). Each
  * connection runs in its own thread; stopping wakes them all (eventfd) and
  * waits a bounded time; a thread still resolving a name is detached and
  * frees nothing shared until the last reference goes. */
@@ -45,7 +47,6 @@
 #define PROXY_HEAD_MAX 16384
 #define PROXY_HEAD_TIMEOUT_MS 10000
 #define PROXY_CONNECT_TIMEOUT_MS 10000
-#define PROXY_IDLE_TIMEOUT_MS 60000
 #define PROXY_REPLY_TIMEOUT_MS 2000
 #define PROXY_STOP_GRACE_MS 2000
 #define PROXY_RELAY_BUF 16384
@@ -72,6 +73,9 @@ struct moat_proxy {
 	uint64_t bytes;
 	struct moat_netlog *log;
 	_Atomic uint64_t out_bufs; /* the outbound sockets' large buffers */
+	struct moat_relay_caps *caps; /* shared with other runs, or NULL */
+	int64_t idle_ms;
+	char idle_why[96];
 };
 
 struct conn {
@@ -87,6 +91,7 @@ struct conn {
 	const struct moat_host *host; /* of the request relayed (http) */
 	uint16_t port;
 	bool extra;                   /* bytes after it were refused (logged) */
+	bool reset;                   /* idle: both ends closed with a reset */
 };
 
 static void proxy_unref(struct moat_proxy *p)
@@ -104,6 +109,7 @@ static void proxy_unref(struct moat_proxy *p)
 		close(p->listen_fd);
 	moat_allowlist_free(&p->al);
 	moat_netlog_unref(p->log);
+	moat_relay_caps_release(p->caps);
 	pthread_mutex_destroy(&p->mu);
 	free(p);
 }
@@ -584,7 +590,7 @@ static void relay(struct conn *c, uint64_t body_left, bool tunnel, const char **
 							  (up_len > up_off ? POLLOUT : 0)) },
 			{ .fd = c->p->stop_fd, .events = POLLIN },
 		};
-		int r = poll(pf, 3, PROXY_IDLE_TIMEOUT_MS);
+		int r = poll(pf, 3, (int)c->p->idle_ms);
 		if (r < 0 && errno == EINTR)
 			continue;
 		if (r < 0 || pf[2].revents) {
@@ -592,7 +598,8 @@ static void relay(struct conn *c, uint64_t body_left, bool tunnel, const char **
 			break;
 		}
 		if (r == 0) {
-			*end_reason = "idle timeout";
+			*end_reason = c->p->idle_why;
+			c->reset = true;
 			break;
 		}
 		if ((pf[0].revents & (POLLERR | POLLNVAL)) || (pf[1].revents & (POLLERR | POLLNVAL)))
@@ -782,10 +789,17 @@ static void *worker_main(void *arg)
 	struct moat_proxy *p = c->p;
 	handle(c);
 	moat_netlog_bytes(p->log, c->log_idx, c->sent, c->received);
-	close(c->cfd);
-	if (c->ofd >= 0)
-		close(c->ofd);
+	if (c->reset) {
+		moat_net_reset_close(c->cfd);
+		if (c->ofd >= 0)
+			moat_net_reset_close(c->ofd);
+	} else {
+		close(c->cfd);
+		if (c->ofd >= 0)
+			close(c->ofd);
+	}
 	moat_net_out_release(&p->out_bufs, c->bufs);
+	moat_relay_caps_give(p->caps, MOAT_RELAY_TCP);
 	free(c->head);
 	pthread_mutex_lock(&p->mu);
 	p->workers[c->slot].done = true;
@@ -844,8 +858,10 @@ static void reap_workers(struct moat_proxy *p)
 	}
 }
 
-static void refuse_busy(struct moat_proxy *p, int fd, const char *why)
+static void refuse_busy(struct moat_proxy *p, int fd, const char *why, bool log)
 {
+	if (log)
+		moat_netlog_verdict(p->log, log_add(p, NULL, "?", 0), false, why);
 	char buf[256];
 	int n = snprintf(buf, sizeof buf,
 			 "HTTP/1.1 503 Service Unavailable\r\nX-Moat-Refused: %s\r\n"
@@ -885,11 +901,16 @@ static void *acceptor_main(void *arg)
 		if (slot < 0 || over_total || over_bytes) {
 			refuse_busy(p, fd, slot < 0 ? "too many connections at once"
 					   : over_total ? "connection limit of the run reached"
-							: "byte limit of the run reached");
+							: "byte limit of the run reached", false);
+			continue;
+		}
+		if (!moat_relay_caps_take(p->caps, MOAT_RELAY_TCP)) {
+			refuse_busy(p, fd, MOAT_NET_CAPS_FULL, true);
 			continue;
 		}
 		struct conn *c = calloc(1, sizeof *c);
 		if (!c) {
+			moat_relay_caps_give(p->caps, MOAT_RELAY_TCP);
 			close(fd);
 			continue;
 		}
@@ -908,6 +929,7 @@ static void *acceptor_main(void *arg)
 			p->refs--;
 			p->workers[slot].used = false;
 			pthread_mutex_unlock(&p->mu);
+			moat_relay_caps_give(p->caps, MOAT_RELAY_TCP);
 			close(fd);
 			free(c);
 		}
@@ -920,7 +942,7 @@ static void *acceptor_main(void *arg)
 /* ---- interface ---- */
 
 int moat_proxy_new(struct moat_allowlist *al, struct moat_netlog *log, int sock_fd,
-		   struct moat_proxy **out, struct moat_error *err)
+		   struct moat_relay_caps *caps, struct moat_proxy **out, struct moat_error *err)
 {
 	struct moat_proxy *p = calloc(1, sizeof *p);
 	if (!p) {
@@ -932,6 +954,9 @@ int moat_proxy_new(struct moat_allowlist *al, struct moat_netlog *log, int sock_
 	p->listen_fd = -1;
 	p->stop_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
 	p->log = moat_netlog_ref(log);
+	p->caps = moat_relay_caps_ref(caps);
+	p->idle_ms = moat_net_relay_idle_ms();
+	moat_net_idle_reason(p->idle_ms, p->idle_why, sizeof p->idle_why);
 	pthread_mutex_init(&p->mu, NULL);
 	p->al = *al;
 	memset(al, 0, sizeof *al);

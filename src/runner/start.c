@@ -328,7 +328,8 @@ static int start(struct run *r, struct moat_error *err)
 	/* no timer, no wall-clock kill: the run fails instead */
 	if (r->broker)
 		moat_kv_broker_set_deadline(r->broker, moat_mono_ms() + (int64_t)r->req->timeout_ms);
-	if (run_arm_timer(r, r->req->timeout_ms, err) < 0 || moat_net_start(r->net, err) < 0)
+	if (run_arm_timer(r, r->req->timeout_ms, err) < 0 ||
+	    moat_net_start(r->net, r->opts.relay_caps, err) < 0)
 		return -1;
 	/* the child needs nothing more from us: housekeeping now runs beside
 	 * its start instead of before it */

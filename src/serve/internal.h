@@ -28,6 +28,12 @@
 #define SERVE_ZYGOTE_MAX_AGE_S 60
 #define SERVE_ZYGOTE_CHILDREN_LIMIT 100000
 #define SERVE_ZYGOTE_AGE_LIMIT_S 86400
+/* relayed connections and DNS questions at once across the service's runs
+ * (each run also has its own: 512 and 64), and the most one may set */
+#define SERVE_MAX_RELAYS 4096
+#define SERVE_MAX_DNS 256
+#define SERVE_MAX_RELAYS_LIMIT 1048576
+#define SERVE_MAX_DNS_LIMIT 65536
 struct serve_limits {
 	uint64_t def_timeout_ms, max_timeout_ms;
 	uint64_t def_memory_mb, max_memory_mb;
@@ -42,6 +48,9 @@ struct serve_limits {
 	 * and "poolZygoteMaxAge" (seconds; kept here in ms), whichever first */
 	unsigned pool_zygote_max_children;
 	uint64_t pool_zygote_max_age_ms;
+	/* across every run of the service at once (moat_relay_caps):
+	 * "maxRelays" relayed connections, "maxDns" DNS questions */
+	unsigned max_relays, max_dns;
 };
 /* Built-in values (SERVE.md); max_cpus: online CPUs. */
 void serve_limits_default(struct serve_limits *l);
@@ -145,6 +154,10 @@ void serve_metrics_record(struct serve_metrics *m, enum serve_route r, int lang,
 			  enum serve_outcome o, double seconds);
 /* Prometheus text format; malloc'd. */
 char *serve_metrics_render(struct serve_metrics *m);
+/* Appends the relay caps' gauges and counters (moat_serve_relays,
+ * moat_serve_relay_limit, moat_serve_relay_refused_total; kind "tcp" and
+ * "dns"). */
+void serve_metrics_relays(struct moat_relay_caps *c, struct moat_buf *b);
 
 /* ---- log (log.c) ---- */
 

@@ -26,6 +26,8 @@ void serve_limits_default(struct serve_limits *l)
 		.pool_zygote = -1,
 		.pool_zygote_max_children = SERVE_ZYGOTE_MAX_CHILDREN,
 		.pool_zygote_max_age_ms = SERVE_ZYGOTE_MAX_AGE_S * 1000ull,
+		.max_relays = SERVE_MAX_RELAYS,
+		.max_dns = SERVE_MAX_DNS,
 	};
 }
 
@@ -138,11 +140,19 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 			if (get_num(it, "", 1, SERVE_ZYGOTE_AGE_LIMIT_S, &v, err) < 0)
 				goto out;
 			l->pool_zygote_max_age_ms = (uint64_t)(v * 1000);
+		} else if (!strcmp(k, "maxRelays") || !strcmp(k, "maxDns")) {
+			bool tcp = k[3] == 'R';
+			double v = 0;
+			double hi = tcp ? SERVE_MAX_RELAYS_LIMIT : SERVE_MAX_DNS_LIMIT;
+			if (get_num(it, "", 1, hi, &v, err) < 0)
+				goto out;
+			*(tcp ? &l->max_relays : &l->max_dns) = (unsigned)v;
 		} else {
 			moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
 				       "allowOpenNetwork, maxResponseBytes, pool, poolZygote, "
-				       "poolZygoteMaxChildren, poolZygoteMaxAge)", k);
+				       "poolZygoteMaxChildren, poolZygoteMaxAge, maxRelays, "
+				       "maxDns)", k);
 			goto out;
 		}
 	}

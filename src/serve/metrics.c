@@ -75,6 +75,34 @@ void serve_metrics_record(struct serve_metrics *m, enum serve_route r, int lang,
 	pthread_mutex_unlock(&m->mu);
 }
 
+/* One metric of the relay caps, a sample for each kind. */
+static void relay_metric(struct moat_buf *b, const char *name, const char *type, const char *help,
+			 const uint64_t v[MOAT_RELAY__KINDS])
+{
+	static const char *const kinds[MOAT_RELAY__KINDS] = { [MOAT_RELAY_TCP] = "tcp",
+							      [MOAT_RELAY_DNS] = "dns" };
+	moat_buf_appendf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+	for (int k = 0; k < MOAT_RELAY__KINDS; k++)
+		moat_buf_appendf(b, "%s{kind=\"%s\"} %llu\n", name, kinds[k],
+				 (unsigned long long)v[k]);
+}
+
+void serve_metrics_relays(struct moat_relay_caps *c, struct moat_buf *b)
+{
+	struct moat_relay_caps_stats st;
+	moat_relay_caps_stats(c, &st);
+	uint64_t max[MOAT_RELAY__KINDS];
+	for (int k = 0; k < MOAT_RELAY__KINDS; k++)
+		max[k] = st.max[k];
+	relay_metric(b, "moat_serve_relays", "gauge", "Connections relayed out of the host (tcp) "
+		     "and DNS questions being resolved (dns) for all runs now.", st.active);
+	relay_metric(b, "moat_serve_relay_limit", "gauge",
+		     "The service-wide cap on them (--max-relays, --max-dns).", max);
+	relay_metric(b, "moat_serve_relay_refused_total", "counter",
+		     "Connections reset (the proxy: 503) and DNS questions answered SERVFAIL "
+		     "because the cap was full.", st.refused);
+}
+
 char *serve_metrics_render(struct serve_metrics *m)
 {
 	struct moat_buf b = { 0 };

@@ -446,18 +446,6 @@ static void handed(struct serve_pool *p)
 	p->running++;
 }
 
-/* A time the tests set in the environment name (positive milliseconds),
- * else dflt. */
-static int64_t test_ms(const char *name, int64_t dflt)
-{
-	const char *v = getenv(name);
-	if (!v || !*v)
-		return dflt;
-	char *end;
-	long long ms = strtoll(v, &end, 10);
-	return !*end && ms > 0 ? ms : dflt;
-}
-
 int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
 		     const struct moat_run_options *opts,
 		     const struct serve_limits *limits, struct serve_log *log, bool (*saturated)(void *ctx),
@@ -474,8 +462,8 @@ int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
 	pthread_cond_init(&p->cv, NULL);
 	p->want = want;
 	p->zyg_max_age_ms =
-		test_ms("MOAT_TEST_ZYGOTE_MAX_AGE_MS", (int64_t)limits->pool_zygote_max_age_ms);
-	p->defer_ms = test_ms("MOAT_TEST_REFILL_DEFER_MS", REFILL_DEFER_MS);
+		moat_test_ms("MOAT_TEST_ZYGOTE_MAX_AGE_MS", (int64_t)limits->pool_zygote_max_age_ms);
+	p->defer_ms = moat_test_ms("MOAT_TEST_REFILL_DEFER_MS", REFILL_DEFER_MS);
 	p->saturated = saturated;
 	p->sat_ctx = sat_ctx;
 	p->opts = *opts;

@@ -88,6 +88,7 @@ struct server {
 	pthread_t watchdog;
 	bool have_watchdog;
 	struct serve_pool *pool; /* warm sandboxes, or NULL (--pool 0) */
+	struct moat_relay_caps *relay_caps; /* shared by every run's relays */
 };
 
 /* A handler's response on its way from the worker to the connection. */
@@ -434,6 +435,7 @@ static void run_options(struct req *q, struct moat_run_options *opts)
 	opts->kv_max_value = o->kv_max_value;
 	opts->cancel_fd = q->s->cancel_fd;
 	opts->hangup_fd = q->conn_fd;
+	opts->relay_caps = q->s->relay_caps;
 }
 
 /* ---- handlers: the worker and the streamed response ---- */
@@ -901,6 +903,7 @@ static char *metrics_text(struct server *s)
 			     "# TYPE moat_serve_log_lines_dropped_total counter\n"
 			     "moat_serve_log_lines_dropped_total %llu\n",
 			 (unsigned long long)serve_log_dropped(&s->log));
+	serve_metrics_relays(s->relay_caps, &b);
 	if (s->pool)
 		serve_pool_render(s->pool, &b);
 	return moat_buf_take(&b);
@@ -1446,6 +1449,15 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		s->limits.pool_zygote_max_children = o->pool_zygote_max_children;
 	if (o->pool_zygote_max_age_s)
 		s->limits.pool_zygote_max_age_ms = o->pool_zygote_max_age_s * 1000ull;
+	if (o->max_relays)
+		s->limits.max_relays = o->max_relays;
+	if (o->max_dns)
+		s->limits.max_dns = o->max_dns;
+	if (!(s->relay_caps = moat_relay_caps_new(s->limits.max_relays, s->limits.max_dns))) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		close_listeners(o);
+		goto out;
+	}
 	{
 		struct moat_run_options po;
 		moat_run_options_init(&po);
@@ -1562,6 +1574,7 @@ out:
 	if (s->cancel_fd >= 0)
 		close(s->cancel_fd);
 	serve_log_destroy(&s->log);
+	moat_relay_caps_release(s->relay_caps); /* a relay still ending holds its own */
 	free(s);
 	return rc;
 }

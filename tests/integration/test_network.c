@@ -2473,6 +2473,98 @@ START_TEST(egress_socket_memory_bounded)
 }
 END_TEST
 
+/* An idle relayed connection: with MOAT_TEST_RELAY_IDLE_MS=1000 a
+ * connection to the TCP echo that moves no byte for a few seconds is reset
+ * (the program's recv fails with ECONNRESET, not a timeout) and its entry
+ * says why; first through the transparent relay, then through the proxy's
+ * CONNECT tunnel. */
+static const char PY_IDLE[] =
+	"import socket, time\n"
+	"def idle(name, s, wait):\n"
+	"    try:\n"
+	"        s.sendall(b'ping')\n"
+	"        got = b''\n"
+	"        while len(got) < 4:\n"
+	"            b = s.recv(100)\n"
+	"            if not b: break\n"
+	"            got += b\n"
+	"        if got != b'ping':\n"
+	"            print('%s:noecho %r' % (name, got)); return\n"
+	"        time.sleep(wait)\n"
+	"        s.settimeout(15)\n"
+	"        b = s.recv(100)\n"
+	"        print('%s:%s' % (name, 'eof' if not b else 'data'))\n"
+	"    except ConnectionResetError: print('%s:reset' % name)\n"
+	"    except socket.timeout: print('%s:open' % name)\n"
+	"    except OSError as e: print('%s:error %s' % (name, e))\n"
+	"if MODE == 'egress':\n"
+	"    idle('egress', socket.create_connection(('" PUB4 "', 9000), timeout=15), WAIT)\n"
+	"else:\n"
+	"    s = socket.create_connection(('127.0.0.1', 3128), timeout=15)\n"
+	"    s.sendall(b'CONNECT public.test:9000 HTTP/1.1\\r\\nHost: public.test:9000\\r\\n\\r\\n')\n"
+	"    d = b''\n"
+	"    while b'\\r\\n\\r\\n' not in d:\n"
+	"        b = s.recv(1)\n"
+	"        if not b: break\n"
+	"        d += b\n"
+	"    if not d.startswith(b'HTTP/1.1 200'): print('proxy:refused %r' % d)\n"
+	"    else: idle('proxy', s, WAIT)\n";
+
+static const char *const H_ENV_IDLE[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
+					  HARNESS_CANARY_NAME "=" HARNESS_CANARY_VALUE,
+					  "MOAT_TEST_RELAY_IDLE_MS=1000", NULL };
+
+static int idle_entries(const struct run_out *o, const char *kind)
+{
+	int n = 0;
+	cJSON *c;
+	cJSON_ArrayForEach(c, connections(o)) {
+		const char *k = str_item(c, "kind"), *r = str_item(c, "reason");
+		n += k && !strcmp(k, kind) && r && strstr(r, "idle for 1.000 s") &&
+		     num_item(c, "port") == 9000;
+	}
+	return n;
+}
+
+START_TEST(relay_idle_reset)
+{
+	PEER_GUARD(_i);
+	static const char *const modes[][3] = {
+		{ "egress", ",\"network\":true", "tcp" },
+		{ "proxy", ",\"allowedHosts\":[\"https://public.test:9000\"]", "proxy" },
+	};
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	struct run_out o;
+	for (size_t m = 0; m < 2; m++) {
+		char *code = NULL;
+		ck_assert_int_ge(asprintf(&code, "MODE = '%s'\nWAIT = %.1f\n%s", modes[m][0],
+					  (double)harness_scale_ms(4000) / 1000.0, PY_IDLE), 0);
+		char *req = request(code, modes[m][1]);
+		memset(&o, 0, sizeof o);
+		struct harness_proc p;
+		harness_start(_i, (const char *const[]){ "exec", NULL }, req, strlen(req),
+			      H_ENV_IDLE, enter_h, NULL, &p);
+		harness_finish(&p, &o);
+		ck_assert_msg(o.json, "moat printed no JSON (status %d): %s / %s", o.status, o.out,
+			      o.err);
+		struct lines ls;
+		lines_parse(harness_str(&o, "stdout"), &ls);
+		v_line(&v, &ls, modes[m][0], "reset");
+		int n = idle_entries(&o, modes[m][2]);
+		v_expect(&v, n == 1, "%s: %d %s entries to port 9000 say \"idle for 1.000 s\", want 1",
+			 modes[m][0], n, modes[m][2]);
+		lines_free(&ls);
+		if (m == 0)
+			harness_free(&o);
+		free(req);
+		free(code);
+	}
+	v_done(&v, &o);
+	harness_free(&o);
+}
+END_TEST
+
 Suite *network_suite(void)
 {
 	Suite *s = suite_create("network");
@@ -2493,6 +2585,7 @@ Suite *network_suite(void)
 	tcase_add_loop_test(tc, allowlist_spin_send, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, refused_requests, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, egress_socket_memory_bounded, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, relay_idle_reset, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -5721,6 +5721,114 @@ START_TEST(log_reader_gone_stop)
 }
 END_TEST
 
+/* The relay cap across runs (--max-relays 1): while one relayed connection
+ * of a run holds the service's only slot (a proxy connection that has not
+ * sent its head yet), a second through the proxy gets 503 and one through
+ * the transparent relay a reset, each logged in the run's network log;
+ * /metrics counts both and shows every slot given back after the run. Bad
+ * values of the flags and of the config keys refuse to start. */
+static const char PY_CAP[] =
+	"import socket, time\n"
+	"hold = socket.create_connection(('127.0.0.1', 3128), timeout=10)\n"
+	"time.sleep(0.5)\n"
+	"b = socket.create_connection(('127.0.0.1', 3128), timeout=10)\n"
+	"d = b''\n"
+	"try:\n"
+	"    while True:\n"
+	"        x = b.recv(4096)\n"
+	"        if not x: break\n"
+	"        d += x\n"
+	"except OSError as e: d += ('error %s' % e).encode()\n"
+	"full = b\"X-Moat-Refused: the service's relay cap is full\" in d\n"
+	"print('proxy:%s:%s' % (d.split(b'\\r\\n')[0].decode('latin1'), 'full' if full else '-'))\n"
+	"t = socket.socket()\n"
+	"t.settimeout(10)\n"
+	"try:\n"
+	"    t.connect(('11.1.1.1', 443))\n"
+	"    print('tcp:eof' if not t.recv(10) else 'tcp:data')\n"
+	"except ConnectionResetError: print('tcp:reset')\n"
+	"except OSError as e: print('tcp:error %s' % e)\n"
+	"hold.close()\n";
+
+START_TEST(relay_cap_across_runs)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	char *log;
+	static const char *const bad[][3] = {
+		{ "--max-relays", "0", "--max-relays wants a number from 1 to 1048576" },
+		{ "--max-dns", "65537", "--max-dns wants a number from 1 to 65536" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		const char *a[] = { bad[i][0], bad[i][1], NULL };
+		struct server_opts ob = { .socket = true, .args = a };
+		int st = refused_start(_i, &ob, &s, &log);
+		ck_assert_msg(st == 2 && strstr(log, bad[i][2]), "%s %s: status %d (want 2): %s",
+			      bad[i][0], bad[i][1], st, log);
+		free(log);
+		server_cleanup(&s);
+	}
+	struct server_opts oc = { .socket = true, .config = "{\"serve\":{\"maxDns\":0}}" };
+	int st = refused_start(_i, &oc, &s, &log);
+	ck_assert_msg(st != 0 && st != -1 && strstr(log, "serve.maxDns must be"),
+		      "serve.maxDns 0: status %d: %s", st, log);
+	free(log);
+	server_cleanup(&s);
+
+	const char *args[] = { "--max-relays", "1", NULL };
+	struct server_opts o = { .socket = true, .args = args };
+	server_start(&s, _i, &o);
+	char *q = harness_json_quote(PY_CAP);
+	char *body = NULL;
+	ck_assert_int_ge(asprintf(&body, "{\"language\":\"python\",\"timeout\":30000,\"code\":%s,"
+				  "\"allowedHosts\":[\"https://example.com\"]}", q), 0);
+	free(q);
+	struct resp r;
+	post(&s, "/v1/run", body, &r);
+	free(body);
+	const char *out = jstr(r.json, "stdout");
+	ck_assert_msg(r.code == 200 && out, "HTTP %d %.2000s", r.code, r.body);
+	ck_assert_msg(strstr(out, "proxy:HTTP/1.1 503 Service Unavailable:full\n"),
+		      "the second proxy connection was not refused for the service's cap: %s / %s", out,
+		      jstr(r.json, "stderr"));
+	ck_assert_msg(strstr(out, "tcp:reset\n"), "the transparent connection was not reset: %s",
+		      out);
+	int capped_proxy = 0, capped_tcp = 0;
+	const cJSON *c, *conns = jget(jget(r.json, "network"), "connections");
+	cJSON_ArrayForEach(c, conns) {
+		const char *why = jstr(c, "reason"), *kind = jstr(c, "kind");
+		if (!why || !kind || strcmp(why, "the service's relay cap is full") ||
+		    !cJSON_IsFalse(jget(c, "allowed")))
+			continue;
+		capped_proxy += !strcmp(kind, "proxy");
+		capped_tcp += !strcmp(kind, "tcp") && jstr(c, "host") &&
+			      !strcmp(jstr(c, "host"), "11.1.1.1") && jnum(c, "port") == 443;
+	}
+	ck_assert_msg(capped_proxy == 1 && capped_tcp == 1,
+		      "%d proxy and %d tcp entries say the cap was full (want 1 and 1): %.3000s",
+		      capped_proxy, capped_tcp, r.body);
+	resp_free(&r);
+	struct req mq = { .path = "/metrics" };
+	call(&s, &mq, &r);
+	ck_assert_msg(r.code == 200, "/metrics: HTTP %d", r.code);
+	int found = 0;
+	double v = metric_sum(r.body, "moat_serve_relay_refused_total", "kind=\"tcp\"", &found);
+	ck_assert_msg(found == 1 && v == 2, "refused_total{tcp} %g (%d samples), want 2:\n%.3000s", v,
+		      found, r.body);
+	v = metric_sum(r.body, "moat_serve_relay_refused_total", "kind=\"dns\"", &found);
+	ck_assert_msg(found == 1 && v == 0, "refused_total{dns} %g, want 0", v);
+	v = metric_sum(r.body, "moat_serve_relay_limit", "kind=\"tcp\"", &found);
+	ck_assert_msg(found == 1 && v == 1, "relay_limit{tcp} %g, want 1 (--max-relays)", v);
+	v = metric_sum(r.body, "moat_serve_relay_limit", "kind=\"dns\"", &found);
+	ck_assert_msg(found == 1 && v == 256, "relay_limit{dns} %g, want the default 256", v);
+	/* the run is over: every slot given back (the holder too) */
+	v = metric_sum(r.body, "moat_serve_relays", "kind=\"tcp\"", &found);
+	ck_assert_msg(found == 1 && v == 0, "relays{tcp} %g after the run, want 0", v);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -5751,6 +5859,7 @@ Suite *serve_suite(void)
 	ADD(auth_token);
 	ADD(token_file_rules);
 	ADD(metrics);
+	ADD(relay_cap_across_runs);
 	ADD(access_log);
 	ADD(concurrency_queue);
 	ADD(client_disconnect);

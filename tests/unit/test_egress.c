@@ -9,6 +9,8 @@
 #include <linux/netlink.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -294,6 +296,119 @@ START_TEST(netlog_is_capped_and_thread_safe)
 }
 END_TEST
 
+/* The caps shared by the runs of moat serve: never past a limit, each kind
+ * on its own, a refusal counted, a slot given back free again; NULL is no
+ * cap at all. */
+START_TEST(relay_caps_bound)
+{
+	ck_assert_ptr_null(moat_relay_caps_new(0, 1));
+	ck_assert_ptr_null(moat_relay_caps_new(1, 0));
+	struct moat_relay_caps *c = moat_relay_caps_new(3, 1);
+	ck_assert_ptr_nonnull(c);
+	struct moat_relay_caps_stats st;
+	for (int i = 0; i < 3; i++)
+		ck_assert(moat_relay_caps_take(c, MOAT_RELAY_TCP));
+	ck_assert(!moat_relay_caps_take(c, MOAT_RELAY_TCP));
+	ck_assert(moat_relay_caps_take(c, MOAT_RELAY_DNS)); /* its own count */
+	ck_assert(!moat_relay_caps_take(c, MOAT_RELAY_DNS));
+	moat_relay_caps_stats(c, &st);
+	ck_assert_uint_eq(st.max[MOAT_RELAY_TCP], 3);
+	ck_assert_uint_eq(st.max[MOAT_RELAY_DNS], 1);
+	ck_assert_uint_eq(st.active[MOAT_RELAY_TCP], 3);
+	ck_assert_uint_eq(st.active[MOAT_RELAY_DNS], 1);
+	ck_assert_uint_eq(st.refused[MOAT_RELAY_TCP], 1);
+	ck_assert_uint_eq(st.refused[MOAT_RELAY_DNS], 1);
+	moat_relay_caps_give(c, MOAT_RELAY_TCP);
+	ck_assert(moat_relay_caps_take(c, MOAT_RELAY_TCP));
+	ck_assert(!moat_relay_caps_take(c, MOAT_RELAY_TCP));
+	/* a run's reference keeps it after the service let go */
+	struct moat_relay_caps *run = moat_relay_caps_ref(c);
+	moat_relay_caps_release(c);
+	moat_relay_caps_give(run, MOAT_RELAY_DNS);
+	moat_relay_caps_stats(run, &st);
+	ck_assert_uint_eq(st.active[MOAT_RELAY_DNS], 0);
+	ck_assert_uint_eq(st.refused[MOAT_RELAY_TCP], 2);
+	moat_relay_caps_release(run);
+	/* none: always a slot, all zero */
+	ck_assert(moat_relay_caps_take(NULL, MOAT_RELAY_TCP));
+	moat_relay_caps_give(NULL, MOAT_RELAY_TCP);
+	ck_assert_ptr_null(moat_relay_caps_ref(NULL));
+	moat_relay_caps_release(NULL);
+	moat_relay_caps_stats(NULL, &st);
+	ck_assert_uint_eq(st.max[MOAT_RELAY_TCP] + st.active[MOAT_RELAY_TCP] +
+			  st.refused[MOAT_RELAY_DNS], 0);
+}
+END_TEST
+
+#define CAPS_THREADS 8
+#define CAPS_ROUNDS 20000
+struct caps_race {
+	struct moat_relay_caps *c;
+	_Atomic unsigned held, peak;
+	unsigned got;
+};
+
+static void *caps_racer(void *arg)
+{
+	struct caps_race *r = arg;
+	unsigned got = 0;
+	for (int i = 0; i < CAPS_ROUNDS; i++) {
+		if (!moat_relay_caps_take(r->c, MOAT_RELAY_TCP))
+			continue;
+		got++;
+		unsigned now = atomic_fetch_add(&r->held, 1) + 1, p = atomic_load(&r->peak);
+		while (now > p && !atomic_compare_exchange_weak(&r->peak, &p, now))
+			;
+		atomic_fetch_sub(&r->held, 1);
+		moat_relay_caps_give(r->c, MOAT_RELAY_TCP);
+	}
+	return (void *)(uintptr_t)got;
+}
+
+/* Many threads taking and giving at once never hold more than the cap, and
+ * every take is either a slot or a counted refusal. */
+START_TEST(relay_caps_threads)
+{
+	struct caps_race r = { .c = moat_relay_caps_new(3, 1) };
+	ck_assert_ptr_nonnull(r.c);
+	pthread_t t[CAPS_THREADS];
+	for (int i = 0; i < CAPS_THREADS; i++)
+		ck_assert_int_eq(pthread_create(&t[i], NULL, caps_racer, &r), 0);
+	uint64_t got = 0;
+	for (int i = 0; i < CAPS_THREADS; i++) {
+		void *v;
+		pthread_join(t[i], &v);
+		got += (uintptr_t)v;
+	}
+	struct moat_relay_caps_stats st;
+	moat_relay_caps_stats(r.c, &st);
+	ck_assert_uint_le(atomic_load(&r.peak), 3);
+	ck_assert_uint_eq(st.active[MOAT_RELAY_TCP], 0);
+	ck_assert_uint_eq(got + st.refused[MOAT_RELAY_TCP], (uint64_t)CAPS_THREADS * CAPS_ROUNDS);
+	moat_relay_caps_release(r.c);
+}
+END_TEST
+
+/* The relays' idle time: 60 s, MOAT_TEST_RELAY_IDLE_MS (positive ms only)
+ * for the tests. */
+START_TEST(relay_idle_time)
+{
+	unsetenv("MOAT_TEST_RELAY_IDLE_MS");
+	ck_assert_int_eq(moat_net_relay_idle_ms(), 60000);
+	setenv("MOAT_TEST_RELAY_IDLE_MS", "1500", 1);
+	ck_assert_int_eq(moat_net_relay_idle_ms(), 1500);
+	static const char *const bad[] = { "0", "-5", "1s", "", "99999999999999999999999" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		setenv("MOAT_TEST_RELAY_IDLE_MS", bad[i], 1);
+		ck_assert_msg(moat_net_relay_idle_ms() == 60000, "\"%s\" was taken", bad[i]);
+	}
+	unsetenv("MOAT_TEST_RELAY_IDLE_MS");
+	char why[96];
+	moat_net_idle_reason(1000, why, sizeof why);
+	ck_assert_str_eq(why, "idle for 1.000 s (no byte either way): closed with a reset");
+}
+END_TEST
+
 Suite *egress_suite(void)
 {
 	Suite *s = suite_create("egress");
@@ -302,6 +417,9 @@ Suite *egress_suite(void)
 	tcase_add_test(tc, host_addresses_are_refused);
 	tcase_add_test(tc, netlog_entries);
 	tcase_add_test(tc, netlog_is_capped_and_thread_safe);
+	tcase_add_test(tc, relay_caps_bound);
+	tcase_add_test(tc, relay_caps_threads);
+	tcase_add_test(tc, relay_idle_time);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -19,6 +19,7 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 
+#include "net/internal.h"
 #include "serve/internal.h"
 #include "suites.h"
 
@@ -1458,6 +1459,13 @@ START_TEST(limits_parse)
 					    &l, &err), 0);
 	ck_assert_uint_eq(l.pool_zygote_max_children, 7);
 	ck_assert_uint_eq(l.pool_zygote_max_age_ms, 2000);
+	/* the relay caps across runs: 4096 connections, 256 DNS questions */
+	serve_limits_default(&l);
+	ck_assert_uint_eq(l.max_relays, 4096);
+	ck_assert_uint_eq(l.max_dns, 256);
+	ck_assert_int_eq(serve_limits_parse("{\"maxRelays\":100,\"maxDns\":8}", &l, &err), 0);
+	ck_assert_uint_eq(l.max_relays, 100);
+	ck_assert_uint_eq(l.max_dns, 8);
 
 	/* only some keys: the rest stay */
 	serve_limits_default(&l);
@@ -1499,6 +1507,11 @@ START_TEST(limits_parse)
 		{ "{\"poolZygoteMaxAge\":0}", "poolZygoteMaxAge" },
 		{ "{\"poolZygoteMaxAge\":100000}", "poolZygoteMaxAge" },
 		{ "{\"maxResponseBytes\":\"1\"}", "maxResponseBytes" },
+		{ "{\"maxRelays\":0}", "serve.maxRelays must be a number from 1 to 1048576" },
+		{ "{\"maxRelays\":1048577}", "maxRelays" },
+		{ "{\"maxDns\":0}", "serve.maxDns must be a number from 1 to 65536" },
+		{ "{\"maxDns\":\"8\"}", "maxDns" },
+		{ "{\"maxdns\":8}", "unknown key \"maxdns\"" },
 		{ "{\"maxResponseBytes\":100}", "maxResponseBytes" },
 		{ "{\"defaults\":{\"timeout\":70000}}", "above its max" },
 		{ "{\"defaults\":{\"memoryMb\":2048}}", "above its max" },
@@ -1765,6 +1778,41 @@ static size_t count_lines(const char *text, const char *prefix)
 			n++;
 	return n;
 }
+
+/* /metrics' relay caps: the gauges (now, the cap) and the refusals, by
+ * kind; zero for a service without caps. */
+START_TEST(metrics_relays)
+{
+	struct moat_relay_caps *c = moat_relay_caps_new(2, 1);
+	ck_assert_ptr_nonnull(c);
+	ck_assert(moat_relay_caps_take(c, MOAT_RELAY_TCP));
+	ck_assert(moat_relay_caps_take(c, MOAT_RELAY_TCP));
+	ck_assert(!moat_relay_caps_take(c, MOAT_RELAY_TCP));
+	ck_assert(moat_relay_caps_take(c, MOAT_RELAY_DNS));
+	ck_assert(!moat_relay_caps_take(c, MOAT_RELAY_DNS));
+	ck_assert(!moat_relay_caps_take(c, MOAT_RELAY_DNS));
+	struct moat_buf b = { 0 };
+	serve_metrics_relays(c, &b);
+	char *t = moat_buf_take(&b);
+	ck_assert_ptr_nonnull(t);
+	ck_assert_ptr_nonnull(strstr(t, "# TYPE moat_serve_relays gauge\n"));
+	ck_assert_ptr_nonnull(strstr(t, "# TYPE moat_serve_relay_limit gauge\n"));
+	ck_assert_ptr_nonnull(strstr(t, "# TYPE moat_serve_relay_refused_total counter\n"));
+	ck_assert(metric(t, "moat_serve_relays{kind=\"tcp\"}") == 2);
+	ck_assert(metric(t, "moat_serve_relays{kind=\"dns\"}") == 1);
+	ck_assert(metric(t, "moat_serve_relay_limit{kind=\"tcp\"}") == 2);
+	ck_assert(metric(t, "moat_serve_relay_limit{kind=\"dns\"}") == 1);
+	ck_assert(metric(t, "moat_serve_relay_refused_total{kind=\"tcp\"}") == 1);
+	ck_assert(metric(t, "moat_serve_relay_refused_total{kind=\"dns\"}") == 2);
+	free(t);
+	moat_relay_caps_release(c);
+	memset(&b, 0, sizeof b);
+	serve_metrics_relays(NULL, &b);
+	t = moat_buf_take(&b);
+	ck_assert(metric(t, "moat_serve_relay_refused_total{kind=\"tcp\"}") == 0);
+	free(t);
+}
+END_TEST
 
 START_TEST(metrics_render)
 {
@@ -2087,6 +2135,7 @@ Suite *serve_suite(void)
 	tcase_add_test(tc, limits_apply);
 	tcase_add_test(tc, script_error_lines);
 	tcase_add_test(tc, metrics_render);
+	tcase_add_test(tc, metrics_relays);
 	tcase_add_test(tc, auth_check_listeners);
 	tcase_add_test(tc, log_never_blocks);
 	suite_add_tcase(s, tc);
