@@ -648,8 +648,8 @@ START_TEST(proc1_hides_host_command_line)
 END_TEST
 
 /* The next line of mountinfo text at *line into buf (len bytes, cut), its
- * fields 4 and 5 into root and mp (2048 bytes each; "" when it has none);
- * false at the end. */
+ * fields 4 and 5 into root and mp (2048 bytes each; "" when the line is not
+ * a mount's); false at the end. */
 static bool next_mount(const char **line, char *buf, size_t len, char *root, char *mp)
 {
 	if (!**line)
@@ -658,7 +658,11 @@ static bool next_mount(const char **line, char *buf, size_t len, char *root, cha
 	size_t n = end ? (size_t)(end - *line) : strlen(*line);
 	snprintf(buf, len, "%.*s", (int)(n < len - 1 ? n : len - 1), *line);
 	*line += n + (end ? 1 : 0);
-	if (sscanf(buf, "%*s %*s %*s %2047s %2047s", root, mp) != 2)
+	/* a mount's line: "ID PARENT MAJ:MIN ROOT MOUNTPOINT ... - FSTYPE ..."; the
+	 * program's other output is not one */
+	unsigned id, parent, maj, min;
+	if (sscanf(buf, "%u %u %u:%u %2047s %2047s", &id, &parent, &maj, &min, root, mp) != 6 ||
+	    !strstr(buf, " - "))
 		root[0] = mp[0] = '\0';
 	return true;
 }
