@@ -335,8 +335,13 @@ int moat_net_child_sysctls(int *step)
 	static const char somaxconn[] = "1024\n";
 	*step = MOAT_NET_STEP_SYSCTL;
 	if (sysctl_write("/proc/sys/net/ipv4/tcp_rmem", rmem, sizeof rmem - 1) < 0 ||
-	    sysctl_write("/proc/sys/net/ipv4/tcp_wmem", wmem, sizeof wmem - 1) < 0 ||
-	    sysctl_write("/proc/sys/net/core/somaxconn", somaxconn, sizeof somaxconn - 1) < 0)
+	    sysctl_write("/proc/sys/net/ipv4/tcp_wmem", wmem, sizeof wmem - 1) < 0)
+		return -1;
+	/* before Linux 6.x a namespace owned by another user namespace than
+	 * the host's has no net.core.somaxconn (Debian 12's 6.1): a backlog
+	 * then keeps the kernel's own cap; the buffers above are the bound */
+	if (sysctl_write("/proc/sys/net/core/somaxconn", somaxconn, sizeof somaxconn - 1) < 0 &&
+	    errno != ENOENT)
 		return -1;
 	return 0;
 }
