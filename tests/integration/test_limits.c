@@ -1094,6 +1094,15 @@ START_TEST(socket_memory_is_bounded)
 	run_pairs(_i, 500, false, true, &o, &grown);
 	const char *out = harness_str(&o, "stdout");
 	long long bytes = -1;
+	if (!strcmp(harness_limit_of(&o, "memory"), "cgroup-v2") && harness_bool(&o, "oomKilled")) {
+		/* cgroup v2 charges socket buffers to memory.max: the 32 MiB run
+		 * is ended by its own limit before the 500 pairs are full, and
+		 * the host's TCP memory stays within the same ceiling */
+		ck_assert_msg(grown <= 64, "500 pairs raised the host's TCP memory by %.1f MiB (> 64)",
+			      grown);
+		harness_free(&o);
+		return;
+	}
 	ck_assert_msg(out && sscanf(out, "pairs 500 bytes %lld", &bytes) == 1, "%s", o.out);
 	/* the pairs were filled: at least one segment each */
 	ck_assert_msg(bytes >= 500LL * 4096, "only %lld bytes queued: %s", bytes, o.out);
