@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Set, Tuple
 
 from . import _core, _proc
 from ._core import Callback, RunResult
-from ._errors import SandboxConfigError, SandboxError, SandboxPolicyError, SandboxUnavailableError
+from ._errors import SandboxError, SandboxUnavailableError
 from ._sync import Sandbox
 
 MAX_HEAD_BYTES = 64 << 10
@@ -53,24 +53,12 @@ class AsyncSandbox:
                   pids_limit: Optional[int] = None, strict_limits: Optional[bool] = None,
                   max_output_bytes: Optional[int] = None, on_stdout: Optional[Callback] = None,
                   on_stderr: Optional[Callback] = None) -> RunResult:
-        opts = {"language": language, "timeout": timeout, "env": env, "files": files,
-                "stdin": stdin, "network": network, "allowed_hosts": allowed_hosts,
-                "outputs": outputs, "memory_mb": memory_mb, "cpus": cpus, "pids_limit": pids_limit,
-                "strict_limits": strict_limits, "max_output_bytes": max_output_bytes}
         s = self._s
-        provider = self.provider
         if self._disposed:
-            raise SandboxError("sandbox disposed", provider=provider)
-        if not isinstance(code, str):
-            raise SandboxConfigError("code must be a string", provider=provider)
-        _core.check_callbacks(on_stdout, on_stderr, provider)
+            raise SandboxError("sandbox disposed", provider=self.provider)
+        request = s._prepare(code, locals(), on_stdout, on_stderr)
         if s._service:
-            request = _core.build_request(code, opts, s._cfg, provider)
             return await self._run_service(request, on_stdout, on_stderr)
-        if provider == "none":
-            raise SandboxPolicyError('sandboxing is disabled (provider "none"): refusing to run code',
-                                     provider=provider)
-        request = _core.build_request(code, opts, {}, provider)
         stream = (on_stdout is not None or on_stderr is not None) and s._exec_stream
         answer = await self._exec_once(request, stream, on_stdout, on_stderr)
         if answer is None:  # this moat has no --stream: the whole text at the end
@@ -135,12 +123,8 @@ class AsyncSandbox:
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
                 stderr=asyncio.subprocess.PIPE, env=_proc.env_of(s._key_env), close_fds=True,
                 start_new_session=True, preexec_fn=_proc.child_setup(os.getpid()))
-        except FileNotFoundError:
-            raise SandboxUnavailableError("moat binary not found (%s); install moat or set moatPath"
-                                          % s._moat, provider=provider) from None
         except OSError as e:
-            raise SandboxUnavailableError("cannot run moat (%s): %s" % (s._moat, e.strerror or e),
-                                          provider=provider) from None
+            raise _proc.spawn_failed(e, s._moat, provider) from None
         self._procs.add(p)
         assembler = _core.StreamAssembler(on_stdout, on_stderr, provider, "moat") if stream else None
         out = bytearray()
@@ -172,12 +156,7 @@ class AsyncSandbox:
                     return
                 out.extend(chunk)
                 if assembler is not None:
-                    while True:
-                        nl = out.find(b"\n")
-                        if nl < 0:
-                            break
-                        line = bytes(out[:nl])
-                        del out[: nl + 1]
+                    for line in _core.split_lines(out):
                         await _call(assembler.feed(line))
                 if len(out) > _core.MAX_ANSWER_BYTES:
                     raise SandboxUnavailableError("moat's answer passed %d bytes; killed it"
@@ -192,9 +171,7 @@ class AsyncSandbox:
             try:
                 status = await asyncio.wait_for(everything(), deadline_ms / 1000.0)
             except asyncio.TimeoutError:
-                raise SandboxUnavailableError(
-                    "moat did not answer within %d ms (sandbox timeout %d ms + %d ms); killed it"
-                    % (deadline_ms, timeout, s._grace), provider=provider) from None
+                raise _core.too_late("moat", deadline_ms, timeout, s._grace, "killed it", provider) from None
             done = True
         finally:
             if not done:
@@ -202,23 +179,9 @@ class AsyncSandbox:
             self._procs.discard(p)
         if stream and _proc.stream_unsupported(status, bytes(out), bytes(err)):
             return None
-        if assembler is not None:
-            if out.strip():
-                await _call(assembler.feed(bytes(out)))
-            if assembler.result is None:
-                raise SandboxUnavailableError(_proc.unavailable_exit(status, bytes(err)), provider=provider)
-            answer = assembler.finish()
-        else:
-            answer = _core.parse_json(bytes(out))
-            if not isinstance(answer, dict):
-                if answer is None:
-                    raise SandboxUnavailableError(_proc.unavailable_exit(status, bytes(err)),
-                                                  provider=provider)
-                raise SandboxUnavailableError("moat answered with something that is not a result",
-                                              provider=provider)
-        if "error" in answer:
-            return answer
-        return _core.result_of(answer, provider, started).to_dict()
+        if assembler is not None and out.strip():
+            await _call(assembler.feed(bytes(out)))
+        return _proc.exec_answer(status, bytes(out), bytes(err), assembler, provider, started)
 
     # -- moat serve ----------------------------------------------------------------------
 
@@ -262,12 +225,7 @@ class AsyncSandbox:
                     pending = bytearray()
                     async for chunk in _body(reader, hdrs):
                         pending.extend(chunk)
-                        while True:
-                            nl = pending.find(b"\n")
-                            if nl < 0:
-                                break
-                            line = bytes(pending[:nl])
-                            del pending[: nl + 1]
+                        for line in _core.split_lines(pending):
                             await _call(assembler.feed(line))
                         if len(pending) > _core.MAX_LINE_BYTES:
                             raise SandboxUnavailableError(
@@ -305,9 +263,8 @@ class AsyncSandbox:
         try:
             return await asyncio.wait_for(exchange(), deadline_ms / 1000.0)
         except asyncio.TimeoutError:
-            raise SandboxUnavailableError(
-                "moat serve did not answer within %d ms (sandbox timeout %d ms + %d ms); aborted the request"
-                % (deadline_ms, timeout, s._grace), provider=provider) from None
+            raise _core.too_late("moat serve", deadline_ms, timeout, s._grace, "aborted the request",
+                                 provider) from None
         finally:
             if writer is not None:
                 self._writers.discard(writer)

@@ -517,5 +517,22 @@ def deliver_whole(answer: Mapping[str, Any], on_stdout: Optional[Callback],
             yield cb(text)
 
 
+def split_lines(buf: bytearray) -> Iterator[bytes]:
+    """Takes every complete line (without its newline) off the front of ``buf``."""
+    while True:
+        nl = buf.find(b"\n")
+        if nl < 0:
+            return
+        line = bytes(buf[:nl])
+        del buf[: nl + 1]
+        yield line
+
+
+def too_late(what: str, deadline_ms: float, timeout: int, grace: float, done: str,
+             provider: str) -> SandboxUnavailableError:
+    return SandboxUnavailableError("%s did not answer within %d ms (sandbox timeout %d ms + %d ms); %s"
+                                   % (what, deadline_ms, timeout, grace, done), provider=provider)
+
+
 def remaining_s(deadline: float) -> float:
     return deadline - time.monotonic()

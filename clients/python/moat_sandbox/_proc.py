@@ -100,6 +100,38 @@ def write_config(cfg: Mapping[str, Any], provider: str):  # -> (dir, path, key_e
     return d, path, key_env
 
 
+def exec_answer(status: Optional[int], out: bytes, err: bytes,
+                assembler: "Optional[_core.StreamAssembler]", provider: str,
+                started: float) -> Dict[str, Any]:
+    """moat's answer once it has exited (a stream's last line already fed): its error
+    answer as it is, else the result under its wire names; no answer at all is a
+    SandboxUnavailableError."""
+    from ._errors import SandboxUnavailableError
+    if assembler is not None:
+        if assembler.result is None:
+            raise SandboxUnavailableError(unavailable_exit(status, err), provider=provider)
+        answer = assembler.finish()
+    else:
+        parsed = _core.parse_json(out)
+        if not isinstance(parsed, dict):
+            if parsed is None:
+                raise SandboxUnavailableError(unavailable_exit(status, err), provider=provider)
+            raise SandboxUnavailableError("moat answered with something that is not a result",
+                                          provider=provider)
+        answer = parsed
+    if "error" in answer:
+        return answer
+    return _core.result_of(answer, provider, started).to_dict()
+
+
+def spawn_failed(e: OSError, moat: str, provider: str) -> Exception:
+    from ._errors import SandboxUnavailableError
+    if isinstance(e, FileNotFoundError):
+        return SandboxUnavailableError("moat binary not found (%s); install moat or set moatPath" % moat,
+                                       provider=provider)
+    return SandboxUnavailableError("cannot run moat (%s): %s" % (moat, e.strerror or e), provider=provider)
+
+
 def unavailable_exit(status: Optional[int], err: bytes) -> str:
     text = err[:2000].decode("utf-8", "replace")[:500].strip()
     if status is not None and status < 0:

@@ -69,10 +69,14 @@ class Sandbox:
             on_stderr: Optional[Callback] = None) -> RunResult:
         """Runs ``code`` in a fresh sandbox and returns its result; ``timeout`` in ms.
         ``on_stdout``/``on_stderr`` get the output as it is written (text chunks)."""
-        opts = {"language": language, "timeout": timeout, "env": env, "files": files,
-                "stdin": stdin, "network": network, "allowed_hosts": allowed_hosts,
-                "outputs": outputs, "memory_mb": memory_mb, "cpus": cpus, "pids_limit": pids_limit,
-                "strict_limits": strict_limits, "max_output_bytes": max_output_bytes}
+        request = self._prepare(code, locals(), on_stdout, on_stderr)
+        if self._service:
+            return self._run_service(request, on_stdout, on_stderr)
+        return self._run_exec(request, on_stdout, on_stderr)
+
+    def _prepare(self, code: Any, opts: Mapping[str, Any], on_stdout: Any, on_stderr: Any) -> Dict[str, Any]:
+        """The checks made before any run and its request; ``opts`` holds run()'s keyword
+        arguments by name (its locals)."""
         provider = self.provider
         if self._disposed:
             raise SandboxError("sandbox disposed", provider=provider)
@@ -80,13 +84,11 @@ class Sandbox:
             raise SandboxConfigError("code must be a string", provider=provider)
         _core.check_callbacks(on_stdout, on_stderr, provider)
         if self._service:
-            request = _core.build_request(code, opts, self._cfg, provider)
-            return self._run_service(request, on_stdout, on_stderr)
+            return _core.build_request(code, opts, self._cfg, provider)
         if provider == "none":
             raise SandboxPolicyError('sandboxing is disabled (provider "none"): refusing to run code',
                                      provider=provider)
-        request = _core.build_request(code, opts, {}, provider)
-        return self._run_exec(request, on_stdout, on_stderr)
+        return _core.build_request(code, opts, {}, provider)
 
     def dispose(self) -> None:
         """Stops running moat processes and removes the temporary config; through a
@@ -154,12 +156,8 @@ class Sandbox:
                                      stderr=subprocess.PIPE, env=_proc.env_of(self._key_env),
                                      close_fds=True, start_new_session=True,
                                      preexec_fn=_proc.child_setup(os.getpid()))
-        except FileNotFoundError:
-            raise SandboxUnavailableError("moat binary not found (%s); install moat or set moatPath"
-                                          % self._moat, provider=provider) from None
         except OSError as e:
-            raise SandboxUnavailableError("cannot run moat (%s): %s" % (self._moat, e.strerror or e),
-                                          provider=provider) from None
+            raise _proc.spawn_failed(e, self._moat, provider) from None
         with self._lock:
             self._children.add(child)
         assembler = _core.StreamAssembler(on_stdout, on_stderr, provider, "moat") if stream else None
@@ -181,24 +179,10 @@ class Sandbox:
                 self._children.discard(child)
         if stream and _proc.stream_unsupported(status, bytes(out), bytes(err)):
             return None
-        if assembler is not None:
-            if out.strip():
-                for _ in assembler.feed(bytes(out)):
-                    pass
-            if assembler.result is None:
-                raise SandboxUnavailableError(_proc.unavailable_exit(status, bytes(err)), provider=provider)
-            answer = assembler.finish()
-        else:
-            answer = _core.parse_json(bytes(out))
-            if not isinstance(answer, dict):
-                if answer is None:
-                    raise SandboxUnavailableError(_proc.unavailable_exit(status, bytes(err)),
-                                                  provider=provider)
-                raise SandboxUnavailableError("moat answered with something that is not a result",
-                                              provider=provider)
-        if "error" in answer:
-            return answer
-        return _core.result_of(answer, provider, started).to_dict()
+        if assembler is not None and out.strip():
+            for _ in assembler.feed(bytes(out)):
+                pass
+        return _proc.exec_answer(status, bytes(out), bytes(err), assembler, provider, started)
 
     def _pump(self, child: "subprocess.Popen[bytes]", body: bytes, deadline: float,
               deadline_ms: float, timeout: int, out: bytearray, err: bytearray,
@@ -217,9 +201,8 @@ class Sandbox:
             while len(sel.get_map()) > 0:
                 left = _core.remaining_s(deadline)
                 if left <= 0:
-                    raise SandboxUnavailableError(
-                        "moat did not answer within %d ms (sandbox timeout %d ms + %d ms); killed it"
-                        % (deadline_ms, timeout, self._grace), provider=self.provider)
+                    raise _core.too_late("moat", deadline_ms, timeout, self._grace, "killed it",
+                                         self.provider)
                 for key, _ in sel.select(left):
                     f = key.fileobj
                     if f is child.stdin:
@@ -244,12 +227,7 @@ class Sandbox:
                         continue
                     out += chunk
                     if assembler is not None:
-                        while True:
-                            nl = out.find(b"\n")
-                            if nl < 0:
-                                break
-                            line = bytes(out[:nl])
-                            del out[: nl + 1]
+                        for line in _core.split_lines(out):
                             for _ in assembler.feed(line):
                                 pass
                     if len(out) > _core.MAX_ANSWER_BYTES:
@@ -310,9 +288,8 @@ class Sandbox:
         headers = {k: v for k, v in _core.request_headers(body, self._token, stream, t) if k != "Host"}
 
         def late() -> SandboxUnavailableError:
-            return SandboxUnavailableError(
-                "moat serve did not answer within %d ms (sandbox timeout %d ms + %d ms); aborted the request"
-                % (deadline_ms, timeout, self._grace), provider=provider)
+            return _core.too_late("moat serve", deadline_ms, timeout, self._grace, "aborted the request",
+                                  provider)
 
         def gone() -> SandboxError:
             return SandboxError("sandbox disposed while the run was in flight; the request was aborted",

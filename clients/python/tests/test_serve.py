@@ -13,7 +13,7 @@ import unittest
 from typing import Any, List
 
 import helpers
-from helpers import MOAT, RESULT, TOKEN, FakeService
+from helpers import RESULT, TOKEN, FakeService
 
 from moat_sandbox import (
     AsyncSandbox, SandboxConfigError, SandboxError, SandboxPolicyError, SandboxUnavailableError,
