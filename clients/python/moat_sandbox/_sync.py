@@ -11,6 +11,7 @@ import ssl
 import subprocess
 import threading
 import time
+import weakref
 from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from . import _core, _proc
@@ -54,6 +55,9 @@ class Sandbox:
         self._cfg = _core.with_defaults(cfg, provider)
         self._moat = os.fspath(cfg.get("moatPath") or os.environ.get("MOAT_BIN") or "moat")
         self._dir, self._config_file, self._key_env = _proc.write_config(self._cfg, provider)
+        # the temporary config goes with dispose(), else when the sandbox is collected or
+        # the interpreter exits
+        self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, True) if self._dir else None
         self._children: Set[subprocess.Popen] = set()  # type: ignore[type-arg]
         self._exec_stream = True  # until a moat says it has no --stream
 
@@ -111,8 +115,8 @@ class Sandbox:
         for child in children:
             if child.poll() is None:
                 _proc.signal_group(child.pid, 15)
-        if self._dir:
-            shutil.rmtree(self._dir, ignore_errors=True)
+        if self._cleanup is not None:
+            self._cleanup()
 
     close = dispose
 
