@@ -14,7 +14,7 @@ py=/usr/bin/python3
 tests=clients/python/tests
 status=0
 echo "-- python client, $( [ "$(id -u)" = 0 ] && echo root || echo rootless ) mode ($($py --version 2>&1))"
-MOAT_BIN="$moat" PYTHONDONTWRITEBYTECODE=1 "$py" -m unittest -v discover -s "$tests" -t "$tests" 2>&1 || status=1
+MOAT_BIN="$moat" PYTHONDONTWRITEBYTECODE=1 "$py" -m unittest discover -v -s "$tests" -t "$tests" 2>&1 || status=1
 if [ "$(id -u)" = 0 ]; then
 	echo "-- python client, rootless mode (uid 65534)"
 	bin=$(mktemp -d /tmp/moat-pyclient-XXXXXX)
@@ -26,7 +26,7 @@ if [ "$(id -u)" = 0 ]; then
 	mkdir "$bin/home" && chown 65534:65534 "$bin/home"
 	(cd /tmp && MOAT_BIN="$bin/moat" MOAT_RUNTIME_DIR="$OLDPWD/runtime" HOME="$bin/home" \
 		PYTHONDONTWRITEBYTECODE=1 setpriv --reuid=65534 --regid=65534 --clear-groups \
-		"$py" -m unittest -v discover -s "$OLDPWD/$tests" -t "$OLDPWD/$tests") 2>&1 || status=1
+		"$py" -m unittest discover -v -s "$OLDPWD/$tests" -t "$OLDPWD/$tests") 2>&1 || status=1
 	rm -rf "$bin"
 fi
 exit $status
