@@ -352,6 +352,26 @@ class Fake(unittest.TestCase):
             self.assertEqual(got, ["first\n", "second\n"])
             self.assertEqual(r.stdout, "first\nsecond\n")
 
+    def test_stream_callback_error_hangs_up(self) -> None:
+        # a callback that raises ends the run: the error propagates, the service sees the
+        # client go (and would kill the run)
+        recs = []
+
+        def fn(h, r):
+            recs.append(r)
+            h.start_chunked(200, "application/x-ndjson")
+            h.chunk(b'{"type":"stdout","data":"a"}\n')
+            h.wait_closed(r)
+
+        def cb(text: str) -> None:
+            raise KeyError("from the callback")
+        self.reply(fn)
+        for e in run_both({"socket_path": self.sock}, on_stdout=cb):
+            self.assertIsInstance(e, KeyError)
+        self.assertEqual(len(recs), 2)
+        for r in recs:
+            self.assertTrue(r.closed.wait(5))
+
     def test_stream_cut_before_result(self) -> None:
         self.reply(self.stream_reply(self.LINES[:2], cut=True))
         for e in run_both({"socket_path": self.sock}, on_stdout=lambda t: None):
