@@ -74,6 +74,22 @@ check "AppArmor profile in /etc/apparmor.d and share/moat is apparmor/moat" \
 check "installed binary is the build's" cmp -s "$BUILD/moat" "$root/bin/moat"
 check "the Python client's directory $pydir is one of $py3's site directories" \
 	"$py3" -c 'import site, sys; sys.exit(sys.argv[1] not in site.getsitepackages())' "$pydir"
+# the client's own packaging: pip without a package index or build isolation (Debian's
+# setuptools), from a copy so that the tree gets no build directory
+if "$py3" -c 'import setuptools, pip' 2>/dev/null; then
+	cp -r clients/python "$work/pyclient" && rm -rf "$work/pyclient/build" "$work/pyclient"/*.egg-info
+	if (cd "$work" && "$py3" -m pip install -q --no-build-isolation --no-index --no-deps \
+		--target "$work/pip" "$work/pyclient" >"$work/pip.log" 2>&1) &&
+		PYTHONPATH="$work/pip" "$py3" -c 'import moat_sandbox, os, sys
+sys.exit(not os.path.exists(os.path.join(os.path.dirname(moat_sandbox.__file__), "py.typed")))'; then
+		ok "pip install --no-build-isolation --no-index clients/python (offline): importable, typed"
+	else
+		cat "$work/pip.log"
+		bad "pip install --no-build-isolation --no-index clients/python"
+	fi
+else
+	skipped "pip install of clients/python (no pip or setuptools for $py3):"
+fi
 
 # ---- the man page: renders, and names every command and option of the help texts
 moat_bin="$root/bin/moat"
