@@ -377,7 +377,7 @@ AA_ETC := $(if $(filter yes,$(APPARMOR)),yes,$(if $(filter auto,$(APPARMOR)),$(i
 # /usr/lib/python3/dist-packages; under another PREFIX into the site directory the host's
 # python3 reads there (/usr/local/lib/python3.X/dist-packages on Debian)
 PYTHON3    ?= $(firstword $(wildcard /usr/bin/python3) python3)
-PY_MINOR   := $(if $(filter /usr,$(PREFIX)),,$(shell $(PYTHON3) -c \
+PY_MINOR    = $(if $(filter /usr,$(PREFIX)),,$(shell $(PYTHON3) -c \
               'import sys; print(".%d" % sys.version_info[1])' 2>/dev/null))
 PYTHONDIR  ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python3$(PY_MINOR)/dist-packages)
 PY_FILES   := $(sort $(wildcard clients/python/moat_sandbox/*.py)) clients/python/moat_sandbox/py.typed
