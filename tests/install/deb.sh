@@ -123,9 +123,10 @@ done
 files=$(in_chroot 'for f in /usr/bin/moat /usr/lib/moat/moat-zygote.so /usr/share/man/man1/moat.1.gz \
 	/usr/share/bash-completion/completions/moat /usr/share/moat/apparmor/moat \
 	/usr/share/moat/policies/default.json /usr/share/moat/runtime/python/spin_sdk/key_value.py \
-	/usr/share/moat/runtime/js/spin-kv.mjs /usr/share/doc/moat/copyright; do
+	/usr/share/moat/runtime/js/spin-kv.mjs /usr/share/doc/moat/copyright \
+	/usr/lib/python3/dist-packages/moat_sandbox/__init__.py /usr/lib/python3/dist-packages/moat_sandbox/py.typed; do
 	[ -f "$f" ] || echo "$f"; done')
-[ -z "$files" ] && ok "the binary, the zygote's library, man page (gzipped), completion, profile, policy and runtime are there" ||
+[ -z "$files" ] && ok "the binary, the zygote's library, man page (gzipped), completion, profile, policy, runtime and Python client are there" ||
 	bad "missing from the package: $files"
 [ ! -e "$root/etc/apparmor.d/moat" ] && ok "no /etc/apparmor.d/moat without AppArmor 4" ||
 	bad "/etc/apparmor.d/moat exists without AppArmor 4"
@@ -151,6 +152,9 @@ v=$(in_chroot "mkdir -p /tmp/u && chown 65534:65534 /tmp/u && cd /tmp/u &&
 	setpriv --reuid 65534 --regid 65534 --clear-groups env HOME=/tmp/u \
 	moat run -l javascript -c 'console.log(6*7)'" 2>&1)
 [ "$v" = 42 ] && ok "moat run -l javascript as uid 65534 in the chroot → 42" || bad "rootless moat run: $v"
+v=$(in_chroot "cd /tmp && python3 -c 'from moat_sandbox import create_sandbox
+print(create_sandbox(timeout=20000).run(\"print(6*7)\").stdout.strip())'" 2>&1)
+[ "$v" = 42 ] && ok "the Python client (import moat_sandbox, moat exec on PATH) → 42" || bad "python3 moat_sandbox: $v"
 took "the runs"
 
 # ---- the AppArmor profile and the maintainer scripts
