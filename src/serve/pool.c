@@ -73,7 +73,7 @@ struct serve_pool {
 	int64_t handed_at, handed_gap;
 	uint64_t deferred;
 	bool deferring;
-	uint64_t held; /* spells of refills held while the runs kept the CPUs busy */
+	uint64_t held; /* spells of refills held while saturated (slots or CPUs) */
 	bool holding;
 	int64_t defer_ms;
 	int64_t idle_bytes[POOL_LANGS]; /* an idle sandbox's memory when last handed out */
@@ -721,8 +721,9 @@ void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
 			 "# TYPE moat_pool_refill_deferred_total counter\n"
 			 "moat_pool_refill_deferred_total %llu\n"
 			 "# HELP moat_pool_refill_held_total Times the pool stopped prewarming "
-			 "interpreters while every run slot was taken or the runs in flight kept "
-			 "the CPUs busy (requests that found it empty ran cold meanwhile).\n"
+			 "interpreters while every run slot was taken or the service and its runs "
+			 "used nearly every CPU over the last second (requests that found it empty "
+			 "ran cold meanwhile).\n"
 			 "# TYPE moat_pool_refill_held_total counter\n"
 			 "moat_pool_refill_held_total %llu\n",
 			 p->in_use, (unsigned long long)p->created, (unsigned long long)p->used,
