@@ -1,5 +1,6 @@
 // Load generator for bench/serve.sh: latency percentiles and throughput of `moat serve`
-// (over its unix socket, one keep-alive connection per client) next to `moat exec`
+// (over its unix socket, one keep-alive connection per client, or a fresh connection per
+// request for the `-fresh` workloads) next to `moat exec`
 // spawned per request. Node built-ins only. Figures, not a test: nothing is asserted.
 //
 //   node bench/serve-load.mjs --socket PATH --cold-socket PATH --moat PATH [--cpus N] [--queue N]
@@ -32,7 +33,7 @@ const WARMUP = Number(process.env.WARMUP ?? 10);
 const GAP_MS = Number(process.env.GAP_MS || 0);
 const CLIENTS = (process.env.CLIENTS || '1,2,8').split(',').map(Number).filter((n) => n > 0);
 const WORKLOADS = (process.env.WORKLOADS ||
-  'py-script,py-script-cold,bare-py,js-script,js-script-cold,bare-node,ts-script,ts-script-cold,py-handler,py-handler-cold,ts-handler,ts-handler-cold,exec-py').split(',');
+  'py-script,py-script-fresh,py-script-cold,py-script-cold-fresh,bare-py,js-script,js-script-fresh,js-script-cold,bare-node,ts-script,ts-script-fresh,ts-script-cold,py-handler,py-handler-cold,ts-handler,ts-handler-cold,exec-py').split(',');
 
 // The service's built-in per-run defaults (docs/SERVE.md), given to `moat exec` too so both
 // sides run under the same limits.
@@ -100,6 +101,14 @@ const workloads = {
     what: 'POST /py/run, script `print(6*7)`, the service with its warm pool',
     once: (agent) => script(agent, '/py/run', { code: PY_SCRIPT, sandboxId: `bench-${++seq}` }, SOCKET, '42\n'),
   },
+  'py-script-fresh': {
+    what: 'the same as py-script, a fresh connection per request (as curl, shell scripts and most HTTP libraries call it)',
+    once: (agent, cfgFile, fresh) => script(fresh, '/py/run', { code: PY_SCRIPT, sandboxId: `bench-${++seq}` }, SOCKET, '42\n'),
+  },
+  'py-script-cold-fresh': {
+    what: 'the same on the service with --pool 0, a fresh connection per request',
+    once: (agent, cfgFile, fresh) => script(fresh, '/py/run', { code: PY_SCRIPT, sandboxId: `bench-${++seq}` }, COLD_SOCKET, '42\n'),
+  },
   'py-script-cold': {
     what: 'the same on the service with --pool 0',
     once: (agent) => script(agent, '/py/run', { code: PY_SCRIPT, sandboxId: `bench-${++seq}` }, COLD_SOCKET, '42\n'),
@@ -111,6 +120,10 @@ const workloads = {
   'js-script': {
     what: 'POST /v1/run, JavaScript `console.log(42)`, with the warm pool',
     once: (agent) => script(agent, '/v1/run', { code: JS_SCRIPT, language: 'javascript' }, SOCKET, '42\n'),
+  },
+  'js-script-fresh': {
+    what: 'the same as js-script, a fresh connection per request',
+    once: (agent, cfgFile, fresh) => script(fresh, '/v1/run', { code: JS_SCRIPT, language: 'javascript' }, SOCKET, '42\n'),
   },
   'js-script-cold': {
     what: 'the same with --pool 0',
@@ -137,6 +150,10 @@ const workloads = {
   'ts-script': {
     what: 'POST /v1/run, TypeScript `const x: number = 42; console.log(x)` (esbuild, then node), with the warm pool',
     once: (agent) => script(agent, '/v1/run', { code: TS_SCRIPT, language: 'typescript' }, SOCKET, '42\n'),
+  },
+  'ts-script-fresh': {
+    what: 'the same as ts-script, a fresh connection per request',
+    once: (agent, cfgFile, fresh) => script(fresh, '/v1/run', { code: TS_SCRIPT, language: 'typescript' }, SOCKET, '42\n'),
   },
   'ts-script-cold': {
     what: 'the same with --pool 0',
@@ -187,6 +204,8 @@ function pct(sorted, p) {
 // `total` requests over `clients` workers pulling from one counter; latency of each.
 async function drive(w, clients, total, cfgFile) {
   const agent = new http.Agent({ keepAlive: true, maxSockets: clients });
+  // the `-fresh` workloads: a new connection per request, closed after its answer
+  const fresh = new http.Agent({ keepAlive: false, maxSockets: clients });
   const lat = [];
   const errors = [];
   let next = 0;
@@ -196,7 +215,7 @@ async function drive(w, clients, total, cfgFile) {
       next++;
       const s = process.hrtime.bigint();
       let why;
-      try { why = await w.once(agent, cfgFile); } catch (e) { why = String(e.message); }
+      try { why = await w.once(agent, cfgFile, fresh); } catch (e) { why = String(e.message); }
       const ms = Number(process.hrtime.bigint() - s) / 1e6;
       if (why) errors.push(why); else lat.push(ms);
       if (GAP_MS > 0) await new Promise((r) => setTimeout(r, GAP_MS));
@@ -204,6 +223,7 @@ async function drive(w, clients, total, cfgFile) {
   }));
   const secs = Number(process.hrtime.bigint() - t0) / 1e9;
   agent.destroy();
+  fresh.destroy();
   return { lat: lat.sort((a, b) => a - b), errors, secs };
 }
 
@@ -226,6 +246,44 @@ async function waitHealthy(socketPath) {
 
 const fmt = (x) => (Number.isFinite(x) ? x.toFixed(1) : '-');
 
+// The ratios users ask about, each against the baseline it replaces: served (warm pool,
+// kept-alive or fresh connection; cold) against the bare interpreter, warm against cold.
+const RATIOS = [
+  ['py-script', 'bare-py'], ['py-script-fresh', 'bare-py'], ['py-script-cold', 'bare-py'],
+  ['py-script-cold-fresh', 'bare-py'], ['py-script', 'py-script-cold'],
+  ['py-script-fresh', 'py-script-cold-fresh'],
+  ['js-script', 'bare-node'], ['js-script-fresh', 'bare-node'], ['js-script-cold', 'bare-node'],
+  ['ts-script', 'bare-node'], ['ts-script-fresh', 'bare-node'], ['ts-script-cold', 'bare-node'],
+  ['py-handler', 'py-handler-cold'], ['ts-handler', 'ts-handler-cold'], ['exec-py', 'bare-py'],
+];
+const median = (xs) => {
+  const v = [...xs].sort((a, b) => a - b);
+  return v.length ? (v.length % 2 ? v[(v.length - 1) / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2) : NaN;
+};
+const f2 = (x) => (Number.isFinite(x) ? x.toFixed(2) : '-');
+
+// One table: per pair and client count, the rate ratio as the median over the interleaved
+// rounds (each round's two rates measured minutes apart at most) with its spread (min-max),
+// the latency ratio (p50 against p50: below 1 is faster) and the served side's p99/p50.
+function ratioTable(rows) {
+  const cell = (name, clients) => rows.find((r) => r.name === name && r.clients === clients);
+  const lines = [];
+  for (const clients of CLIENTS)
+    for (const [a, b] of RATIOS) {
+      const x = cell(a, clients), y = cell(b, clients);
+      if (!x || !y) continue;
+      const per = x.rates.map((r, i) => r / y.rates[i]).filter(Number.isFinite);
+      lines.push(`| ${a} | ${b} | ${clients} | ${f2(median(per))} | ${f2(Math.min(...per))}–${f2(Math.max(...per))} | ` +
+        `${f2(pct(x.lat, 50) / pct(y.lat, 50))} | ${f2(pct(x.lat, 99) / pct(x.lat, 50))} |`);
+    }
+  if (!lines.length) return;
+  console.log(`### Ratios (${ROUNDS} interleaved rounds)`);
+  console.log('');
+  console.log('| workload | against | clients | rate ratio (median) | spread (min–max) | p50 time ratio | p99/p50 |');
+  console.log('|---|---|---:|---:|---:|---:|---:|');
+  for (const l of lines) console.log(l);
+}
+
 async function main() {
   await waitHealthy(SOCKET);
   await waitHealthy(COLD_SOCKET);
@@ -238,7 +296,7 @@ async function main() {
     for (const name of WORKLOADS)
       if (!workloads[name]) throw new Error(`unknown workload ${name} (${Object.keys(workloads).join(', ')})`);
     for (const clients of CLIENTS) {
-      const cells = WORKLOADS.map((name) => ({ name, clients, lat: [], errors: [], secs: 0 }));
+      const cells = WORKLOADS.map((name) => ({ name, clients, lat: [], errors: [], secs: 0, rates: [] }));
       for (const c of cells)
         if (WARMUP > 0) await drive(workloads[c.name], clients, WARMUP, cfgFile);
       for (let round = 0; round < ROUNDS; round++) {
@@ -249,6 +307,7 @@ async function main() {
           c.lat.push(...r.lat);
           c.errors.push(...r.errors);
           c.secs += r.secs;
+          c.rates.push(r.lat.length / r.secs); // this round's rate, for the ratios' spread
         }
       }
       for (const c of cells) {
@@ -268,7 +327,7 @@ async function main() {
   console.log(`${os.cpus().length} CPUs (${os.cpus()[0]?.model?.trim() ?? '?'}), Linux ${os.release()}, ` +
     `node ${process.version}, load average after: ${load}. moat serve on a unix socket, ` +
     `--max-concurrent ${args.cpus ?? '?'} --queue ${args.queue ?? '?'}; ${REQUESTS} requests per cell` +
-    `${ROUNDS > 1 ? ` in ${ROUNDS} interleaved rounds` : ''} after ${WARMUP} not timed${GAP_MS > 0 ? `, each client pausing ${GAP_MS} ms after each answer` : ''}; one keep-alive connection per client; run limits ${JSON.stringify(LIMITS)} ` +
+    `${ROUNDS > 1 ? ` in ${ROUNDS} interleaved rounds` : ''} after ${WARMUP} not timed${GAP_MS > 0 ? `, each client pausing ${GAP_MS} ms after each answer` : ''}; one keep-alive connection per client (the \`-fresh\` workloads: a new connection per request); run limits ${JSON.stringify(LIMITS)} ` +
     '(the service\'s defaults, sent to moat exec as well). Latency from request to the whole answer.');
   console.log('');
   console.log('| workload | clients | ok | failed | p50 ms | p90 ms | p99 ms | req/s |');
@@ -277,6 +336,8 @@ async function main() {
     console.log(`| ${r.name} | ${r.clients} | ${r.lat.length} | ${r.errors.length} | ${fmt(pct(r.lat, 50))} | ` +
       `${fmt(pct(r.lat, 90))} | ${fmt(pct(r.lat, 99))} | ${(r.lat.length / r.secs).toFixed(1)} |`);
   }
+  console.log('');
+  ratioTable(rows);
   console.log('');
   for (const name of WORKLOADS) console.log(`- \`${name}\`: ${workloads[name].what}`);
   if (failures.length) {

@@ -187,7 +187,8 @@ struct serve_pool;
 /* want sandboxes per kind (python, javascript, and typescript where the
  * root has esbuild) prewarmed with opts and the Spin requests' limits (want
  * 0: none; the thread still releases finished runs); no prewarm while
- * saturated(sat_ctx) says every run slot is taken. zygote: Python requests
+ * saturated(sat_ctx) says every run slot is taken or the runs fill the
+ * CPUs (then only the zygote's children are made). zygote: Python requests
  * go to a Python zygote while it runs (its warm python sandboxes are not
  * kept then); one that cannot start is logged and the pool goes on
  * without it. */

@@ -73,6 +73,8 @@ struct serve_pool {
 	int64_t handed_at, handed_gap;
 	uint64_t deferred;
 	bool deferring;
+	uint64_t held; /* spells of refills held while saturated (slots or CPUs) */
+	bool holding;
 	int64_t defer_ms;
 	int64_t idle_bytes[POOL_LANGS]; /* an idle sandbox's memory when last handed out */
 	char *last_error;
@@ -388,10 +390,14 @@ static void *refill_main(void *arg)
 			if (for_run && !p->deferring)
 				p->deferred++;
 			p->deferring = for_run;
+			if (for_sat && !p->holding)
+				p->held++;
+			p->holding = for_sat;
 			wait_ms(p, for_sat ? 5 : defer_left);
 			continue;
 		}
 		p->deferring = false;
+		p->holding = false;
 		/* the oldest idle sandbox past its age goes (a long-lived idle
 		 * interpreter is not a leak, but the pool is meant to be fresh) */
 		int64_t now = moat_mono_ms();
@@ -713,10 +719,17 @@ void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
 			 "request running, handed a sandbox after a quiet spell, to end (for at most "
 			 "0.2 s).\n"
 			 "# TYPE moat_pool_refill_deferred_total counter\n"
-			 "moat_pool_refill_deferred_total %llu\n",
+			 "moat_pool_refill_deferred_total %llu\n"
+			 "# HELP moat_pool_refill_held_total Times the pool stopped prewarming "
+			 "interpreters while every run slot was taken or the service and its runs "
+			 "used nearly every CPU over the last second (requests that found it empty "
+			 "ran cold meanwhile).\n"
+			 "# TYPE moat_pool_refill_held_total counter\n"
+			 "moat_pool_refill_held_total %llu\n",
 			 p->in_use, (unsigned long long)p->created, (unsigned long long)p->used,
 			 (unsigned long long)p->failed, (unsigned long long)p->expired,
-			 (double)p->busy_refill_ms / 1000.0, (unsigned long long)p->deferred);
+			 (double)p->busy_refill_ms / 1000.0, (unsigned long long)p->deferred,
+			 (unsigned long long)p->held);
 	if (p->zyg)
 		moat_buf_appendf(b, "# HELP moat_pool_zygote_made_for_request_total Python requests "
 				    "that found no child of the zygote made ahead and had one made "

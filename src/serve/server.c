@@ -8,10 +8,13 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <arpa/inet.h>
+#include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/eventfd.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -88,6 +91,14 @@ struct server {
 	pthread_t watchdog;
 	bool have_watchdog;
 	struct serve_pool *pool; /* warm sandboxes, or NULL (--pool 0) */
+	/* the CPUs the service and its finished runs used, averaged over
+	 * about a second (under mu; cpu_busy): a warm interpreter made while
+	 * they fill the CPUs only moves a cold start's work onto the refill
+	 * thread, competing with the runs, so the pool holds it and requests
+	 * run cold (docs/SERVE.md, "The pool") */
+	double cpu_rate, cpu_last;
+	int64_t cpu_at;
+	double cpus; /* CPUs this process may use; MOAT_TEST_POOL_CPUS for tests */
 	struct moat_relay_caps *relay_caps; /* shared by every run's relays */
 };
 
@@ -858,14 +869,65 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 	return r;
 }
 
-/* Every run slot taken (the pool does not prewarm then). */
+static double tv_s(struct timeval t)
+{
+	return (double)t.tv_sec + (double)t.tv_usec / 1e6;
+}
+
+/* The CPU time of this process and of its children reaped so far (a run's
+ * pid 1 is reaped with its descendants' time in it), in seconds. */
+static double cpu_used_s(void)
+{
+	struct rusage self, kids;
+	if (getrusage(RUSAGE_SELF, &self) < 0 || getrusage(RUSAGE_CHILDREN, &kids) < 0)
+		return 0;
+	return tv_s(self.ru_utime) + tv_s(self.ru_stime) + tv_s(kids.ru_utime) +
+	       tv_s(kids.ru_stime);
+}
+
+/* The CPUs the service and its runs kept busy lately (s->mu held): CPU time
+ * over wall time, averaged exponentially over CPU_TAU_MS; true when that
+ * leaves less than half a CPU of those this process may use. A run's time
+ * counts once it has ended: a long one weighs on the next seconds. */
+#define CPU_TAU_MS 1000.0
+static bool cpu_busy(struct server *s)
+{
+	int64_t now = now_ms();
+	double used = cpu_used_s();
+	if (s->cpu_at) {
+		double decay = exp(-(double)(now - s->cpu_at) / CPU_TAU_MS);
+		double spent = used > s->cpu_last ? used - s->cpu_last : 0;
+		s->cpu_rate = s->cpu_rate * decay + spent * 1000.0 / CPU_TAU_MS;
+	}
+	s->cpu_at = now;
+	s->cpu_last = used;
+	return s->cpu_rate > s->cpus - 0.5;
+}
+
+/* Every run slot taken, or the service and its runs have kept the CPUs
+ * busy for the last second or so (cpu_busy): the pool does not prewarm an
+ * interpreter then (its start would only compete with the runs; a request
+ * that finds no warm sandbox runs cold, under such load as fast). */
 static bool slots_full(void *ctx)
 {
 	struct server *s = ctx;
 	pthread_mutex_lock(&s->mu);
-	bool full = s->running >= s->o->max_concurrent;
+	bool full = s->running >= s->o->max_concurrent || cpu_busy(s);
 	pthread_mutex_unlock(&s->mu);
 	return full;
+}
+
+/* The CPUs this process may run on (its affinity), at least 1. */
+static double usable_cpus(void)
+{
+	int64_t t = moat_test_ms("MOAT_TEST_POOL_CPUS", 0);
+	if (t > 0)
+		return (double)t;
+	cpu_set_t set;
+	int n = sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set) : 0;
+	if (n <= 0)
+		n = (int)sysconf(_SC_NPROCESSORS_ONLN);
+	return n > 0 ? (double)n : 1.0;
 }
 
 /* Warm sandboxes per language: --pool, else the config's serve.pool, else
@@ -1410,6 +1472,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	pthread_mutex_init(&s->conns_mu, NULL);
 	pthread_cond_init(&s->conns_cv, NULL);
 	s->cancel_fd = -1;
+	s->cpus = usable_cpus();
 	int rc = -1;
 	if (serve_log_init(&s->log, o->log, o->json_log, err) < 0) {
 		close(o->listen_fd);
