@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/ndjson.h"
 
 #define MAX_INPUT_BYTES (256u * 1024u * 1024u)
 #define MAX_STDIN_BYTES (64u * 1024u * 1024u)
@@ -149,20 +150,48 @@ static int set_command(struct moat_request *req, char *const *args, size_t n)
 	return 0;
 }
 
+static void write_all(int fd, const char *buf, size_t len);
+
 static void stream_out(void *ctx, enum moat_stream stream, const char *buf, size_t len)
 {
-	(void)ctx;
-	int fd = stream == MOAT_STDOUT ? STDOUT_FILENO : STDERR_FILENO;
+	(void)ctx; /* reader gone: keep capturing, stop relaying */
+	write_all(stream == MOAT_STDOUT ? STDOUT_FILENO : STDERR_FILENO, buf, len);
+}
+
+/* moat exec --stream: the lines of core/ndjson.h on stdout as the program
+ * writes. A reader that stops reading blocks the run's pump here. */
+struct stream_lines {
+	struct moat_ndjson nj;
+	struct moat_buf buf;
+};
+
+static void write_all(int fd, const char *buf, size_t len)
+{
 	while (len > 0) {
 		ssize_t n = write(fd, buf, len);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return; /* reader gone: keep capturing, stop relaying */
+			return; /* reader gone: the run goes on, its lines are dropped */
 		}
 		buf += n;
 		len -= (size_t)n;
 	}
+}
+
+static void lines_flush(struct stream_lines *sl)
+{
+	if (sl->buf.len)
+		write_all(STDOUT_FILENO, sl->buf.data, sl->buf.len);
+	sl->buf.len = 0;
+	sl->buf.oom = false;
+}
+
+static void stream_lines_out(void *ctx, enum moat_stream stream, const char *buf, size_t len)
+{
+	struct stream_lines *sl = ctx;
+	moat_ndjson_output(&sl->nj, &sl->buf, stream, buf, len);
+	lines_flush(sl);
 }
 
 static int exit_status_of(const struct moat_result *r)
@@ -193,7 +222,7 @@ enum {
 	OPT_TIMEOUT = 256, OPT_MEMORY, OPT_CPUS, OPT_PIDS, OPT_STRICT, OPT_ENV, OPT_FILE,
 	OPT_STDIN, OPT_MAXOUT, OPT_NET, OPT_POLICY, OPT_ROOTFS, OPT_JSON, OPT_HELP, OPT_SCLOG,
 	OPT_PROVIDER, OPT_CONFIG, OPT_KV, OPT_KV_QUOTA, OPT_RUNTIME, OPT_STRICT_ISO, OPT_WORKDIR,
-	OPT_OUTPUT,
+	OPT_OUTPUT, OPT_STREAM,
 };
 
 /* Loads the config, fills what the request did not set, checks the provider
@@ -517,11 +546,14 @@ int cli_exec(int argc, char **argv)
 		{ "kv-quota", required_argument, NULL, OPT_KV_QUOTA },
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "strict-isolation", no_argument, NULL, OPT_STRICT_ISO },
+		{ "stream", no_argument, NULL, OPT_STREAM },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_run_options opts;
 	moat_run_options_init(&opts);
 	struct moat_error err = { 0 };
+	struct stream_lines sl = { 0 };
+	bool stream = false;
 	const char *provider = NULL, *config_path = NULL, *used = "native", *runtime = NULL;
 	char *rt = NULL;
 	optind = 1;
@@ -543,11 +575,18 @@ int cli_exec(int argc, char **argv)
 			runtime = optarg;
 		else if (c == OPT_STRICT_ISO)
 			opts.strict_isolation = true;
+		else if (c == OPT_STREAM)
+			stream = true;
 		else if (c == OPT_KV_QUOTA) {
 			if (moat_kv_quota_options(optarg, &opts, &err) < 0)
 				goto fail;
 		} else
 			return 2;
+	}
+	if (stream) { /* both streams as lines, capped, nothing kept */
+		opts.on_output = stream_lines_out;
+		opts.output_ctx = &sl;
+		opts.output_stream = true;
 	}
 	if (optind < argc) {
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
@@ -585,11 +624,31 @@ int cli_exec(int argc, char **argv)
 	rt = NULL;
 	if (rc < 0)
 		goto fail;
+	if (stream) {
+		/* a provider that does not stream (docker, e2b...) returned the
+		 * output in the result: its lines come now, before the result */
+		moat_ndjson_output(&sl.nj, &sl.buf, MOAT_STDOUT, res->stdout_buf, res->stdout_len);
+		moat_ndjson_output(&sl.nj, &sl.buf, MOAT_STDERR, res->stderr_buf, res->stderr_len);
+		moat_ndjson_flush(&sl.nj, &sl.buf);
+		lines_flush(&sl);
+		moat_buf_free(&sl.buf);
+		res->stdout_len = res->stderr_len = 0;
+		char *line = moat_ndjson_result(res);
+		moat_result_free(res);
+		if (!line) {
+			fputs("moat: out of memory\n", stderr);
+			return 3;
+		}
+		write_all(STDOUT_FILENO, line, strlen(line));
+		free(line);
+		return 0;
+	}
 	rc = print_json_result(res);
 	moat_result_free(res);
 	return rc < 0 ? 3 : 0;
 fail:;
 	free(rt);
+	moat_buf_free(&sl.buf);
 	char *json = moat_error_to_json(&err, moat_provider_name(used) ? used : "native");
 	int status = moat_error_exit_code(err.type);
 	if (json) {
