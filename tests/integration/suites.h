@@ -18,5 +18,6 @@ Suite *serve_suite(void);
 Suite *kv_suite(void);
 Suite *argv_suite(void);
 Suite *systemd_suite(void);
+Suite *serve_stream_suite(void);
 
 #endif
