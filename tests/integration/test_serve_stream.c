@@ -728,6 +728,61 @@ START_TEST(exec_stream)
 }
 END_TEST
 
+/* moat exec --stream whose reader stops reading: the run does not wait for
+ * it without end, its own timeout still ends it (the lines wait in a
+ * window; the pump is never blocked in a write). */
+START_TEST(exec_stream_stalled_reader)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *req = "{\"language\":\"python\",\"timeout\":2000,\"code\":\"import sys\\n"
+			  "while True: sys.stdout.write('x' * 65536)\"}";
+	const char *args[] = { "exec", "--stream", NULL };
+	struct harness_proc p;
+	harness_start(_i, args, req, strlen(req), NULL, NULL, NULL, &p);
+	long stall = harness_scale_ms(8000);
+	sleep_ms(stall);
+	struct run_out out = { 0 };
+	harness_finish(&p, &out);
+	ck_assert_msg(out.status == 0, "%s: status %d %s", MODE_NAME[_i], out.status, out.err);
+	struct lines L;
+	lines_parse(out.out, out.out_len, &L);
+	cJSON *res = lines_result(&L);
+	ck_assert(cJSON_IsTrue(cJSON_GetObjectItem(res, "timedOut")));
+	double ms = cJSON_GetNumberValue(cJSON_GetObjectItem(res, "durationMs"));
+	ck_assert_msg(ms < stall * 3 / 4, "%s: the run took %.0f ms: its 2 s timeout waited for "
+		      "the reader (stalled %ld ms)", MODE_NAME[_i], ms, stall);
+	lines_free(&L);
+	harness_free(&out);
+}
+END_TEST
+
+/* moat exec --stream whose reader goes away: the run is cancelled, not
+ * left to its timeout. */
+START_TEST(exec_stream_reader_gone)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *req = "{\"language\":\"bash\",\"timeout\":60000,\"code\":"
+			  "\"echo gone-first; sleep 50\"}";
+	const char *args[] = { "exec", "--stream", NULL };
+	struct harness_proc p;
+	harness_start(_i, args, req, strlen(req), NULL, NULL, NULL, &p);
+	struct hresp r = { 0 };
+	long t0 = now_ms();
+	while (!raw_find(&r, "gone-first"))
+		ck_assert_msg(read_some(p.out, &r, harness_scale_ms(30000)) == 1,
+			      "no first line: %s", r.raw ? r.raw : "");
+	close(p.out);
+	p.out = -1;
+	struct run_out out = { 0 };
+	harness_finish(&p, &out);
+	long took = now_ms() - t0;
+	ck_assert_msg(took < harness_scale_ms(20000), "%s: moat exec --stream ran %ld ms after "
+		      "its reader went away", MODE_NAME[_i], took);
+	harness_free(&out);
+	hresp_free(&r);
+}
+END_TEST
+
 Suite *serve_stream_suite(void)
 {
 	Suite *s = suite_create("serve_stream");
@@ -740,6 +795,8 @@ Suite *serve_stream_suite(void)
 	tcase_add_loop_test(tc, stream_disconnect_cancels, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, stream_pooled_python, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, exec_stream, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, exec_stream_stalled_reader, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, exec_stream_reader_gone, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
