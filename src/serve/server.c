@@ -534,17 +534,46 @@ static void stream_wake(struct req *q)
 	}
 }
 
+/* A streamed response's run options: its output to fn, the window's flow
+ * control (stream_full, the response's resume_fd). */
+static void stream_options(struct req *q, struct moat_run_options *opts,
+			   void (*fn)(void *, enum moat_stream, const char *, size_t))
+{
+	run_options(q, opts);
+	opts->on_output = fn;
+	opts->output_ctx = q;
+	opts->stdout_full = stream_full;
+	opts->resume_fd = q->st.resume_fd;
+}
+
+/* A detached worker thread holding a reference of q; -1 when none started. */
+static int start_worker(struct req *q, void *(*fn)(void *))
+{
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_mutex_lock(&q->mu);
+	q->refs++; /* the worker's */
+	pthread_mutex_unlock(&q->mu);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int e = pthread_create(&t, &attr, fn, q);
+	pthread_attr_destroy(&attr);
+	if (e) {
+		pthread_mutex_lock(&q->mu);
+		q->refs--;
+		pthread_mutex_unlock(&q->mu);
+		return -1;
+	}
+	return 0;
+}
+
 static void *handler_worker(void *arg)
 {
 	struct req *q = arg;
 	struct server *s = q->s;
 	struct moat_run_options opts;
-	run_options(q, &opts);
-	opts.on_output = on_output;
-	opts.output_ctx = q;
+	stream_options(q, &opts, on_output);
 	opts.stdout_stream = true; /* no second copy: the response is streamed */
-	opts.stdout_full = stream_full;
-	opts.resume_fd = q->st.resume_fd;
 	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
 	int rc = serve_pool_run(q->s->pool, q->env.req, &opts, &res, &err);
@@ -613,6 +642,31 @@ static void stream_free(void *cls)
 	req_unref(q);
 }
 
+/* A streamed response (stream_read), holding a reference of q; NULL on OOM. */
+static struct MHD_Response *stream_response(struct req *q)
+{
+	struct MHD_Response *r = MHD_create_response_from_callback(
+		MHD_SIZE_UNKNOWN, READER_BLOCK, stream_read, q, stream_free);
+	if (r) {
+		pthread_mutex_lock(&q->mu);
+		q->refs++; /* the response's */
+		pthread_mutex_unlock(&q->mu);
+	}
+	return r;
+}
+
+/* Queues it (and lets it go): the whole response is out within the run's
+ * timeout and then --client-timeout, however slowly the client reads. */
+static enum MHD_Result stream_queue(struct req *q, struct MHD_Connection *c,
+				    struct MHD_Response *r, unsigned status, uint64_t timeout_ms)
+{
+	q->status = status;
+	conn_deadline_in(q->s, c, (int64_t)timeout_ms + (int64_t)q->s->o->client_timeout_s * 1000);
+	enum MHD_Result rc = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return rc;
+}
+
 /* A handler's 204, 205 or 304: its headers, no body and no framing (204
  * and 304 get no Content-Length; 205 gets Content-Length: 0). A body the
  * handler sent is dropped and counted. */
@@ -637,7 +691,6 @@ static enum MHD_Result respond_bodyless(struct req *q, struct MHD_Connection *c)
 
 static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 {
-	pthread_t t;
 	frame_init(&q->st.frame, q->s->limits.max_response_bytes,
 		   &(struct frame_sink){ on_head, on_body, q });
 	if ((q->st.resume_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
@@ -646,18 +699,7 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 		return fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
 			    "cannot make the response's eventfd");
 	}
-	pthread_mutex_lock(&q->mu);
-	q->refs++; /* the worker's */
-	pthread_mutex_unlock(&q->mu);
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	int e = pthread_create(&t, &attr, handler_worker, q);
-	pthread_attr_destroy(&attr);
-	if (e) {
-		pthread_mutex_lock(&q->mu);
-		q->refs--;
-		pthread_mutex_unlock(&q->mu);
+	if (start_worker(q, handler_worker) < 0) {
 		release_slot(q->s);
 		q->has_slot = false;
 		return fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
@@ -680,23 +722,12 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 	} else if (q->st.head_ready) {
 		int status = q->st.status;
 		pthread_mutex_unlock(&q->mu);
-		struct MHD_Response *r = MHD_create_response_from_callback(
-			MHD_SIZE_UNKNOWN, READER_BLOCK, stream_read, q, stream_free);
+		struct MHD_Response *r = stream_response(q);
 		if (!r)
 			return MHD_NO;
-		pthread_mutex_lock(&q->mu);
-		q->refs++; /* the response's */
-		pthread_mutex_unlock(&q->mu);
 		for (size_t i = 0; i < q->st.headers_count; i++)
 			MHD_add_response_header(r, q->st.headers[2 * i], q->st.headers[2 * i + 1]);
-		q->status = (unsigned)status;
-		/* the whole response is out within the run's timeout and then
-		 * --client-timeout, however slowly the client reads */
-		conn_deadline_in(q->s, c, (int64_t)q->env.req->timeout_ms +
-						  (int64_t)q->s->o->client_timeout_s * 1000);
-		enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
-		MHD_destroy_response(r);
-		return rc;
+		return stream_queue(q, c, r, (unsigned)status, q->env.req->timeout_ms);
 	}
 	/* no head: wait for the run's end, then answer with what is known */
 	while (!q->st.finished)
@@ -874,12 +905,8 @@ static void *ndjson_worker(void *arg)
 	struct req *q = arg;
 	struct server *s = q->s;
 	struct moat_run_options opts;
-	run_options(q, &opts);
-	opts.on_output = ndjson_output;
-	opts.output_ctx = q;
+	stream_options(q, &opts, ndjson_output);
 	opts.output_stream = true; /* nothing kept: the output is streamed, capped */
-	opts.stdout_full = stream_full;
-	opts.resume_fd = q->st.resume_fd;
 	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
 	int rc = serve_pool_run(s->pool, q->st.req, &opts, &res, &err);
@@ -920,23 +947,8 @@ static enum MHD_Result run_ndjson(struct req *q, struct MHD_Connection *c,
 		why = "the results in flight fill this server's memory budget; retry later";
 	else if ((q->st.resume_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
 		why = "cannot make the response's eventfd";
-	pthread_t t;
-	pthread_attr_t attr;
-	if (!why) {
-		pthread_mutex_lock(&q->mu);
-		q->refs++; /* the worker's */
-		pthread_mutex_unlock(&q->mu);
-		pthread_attr_init(&attr);
-		pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-		int e = pthread_create(&t, &attr, ndjson_worker, q);
-		pthread_attr_destroy(&attr);
-		if (e) {
-			pthread_mutex_lock(&q->mu);
-			q->refs--;
-			pthread_mutex_unlock(&q->mu);
-			why = "cannot start a worker thread";
-		}
-	}
+	if (!why && start_worker(q, ndjson_worker) < 0)
+		why = "cannot start a worker thread";
 	if (why) {
 		release_slot(q->s);
 		q->has_slot = false;
@@ -950,29 +962,14 @@ static enum MHD_Result run_ndjson(struct req *q, struct MHD_Connection *c,
 	bool failed = q->st.finished && q->st.run_failed &&
 		      q->st.pending.len == q->st.pending_off;
 	pthread_mutex_unlock(&q->mu);
-	if (failed) {
-		enum serve_outcome keep = q->outcome;
-		enum MHD_Result r = q->st.err.message ? fail_moat(q, c, &q->st.err) : MHD_NO;
-		q->outcome = keep;
-		return r;
-	}
-	struct MHD_Response *r = MHD_create_response_from_callback(
-		MHD_SIZE_UNKNOWN, READER_BLOCK, stream_read, q, stream_free);
+	if (failed) /* nothing was streamed: the ordinary error answer */
+		return q->st.err.message ? fail_moat(q, c, &q->st.err) : MHD_NO;
+	struct MHD_Response *r = stream_response(q);
 	if (!r)
 		return MHD_NO;
-	pthread_mutex_lock(&q->mu);
-	q->refs++; /* the response's */
-	pthread_mutex_unlock(&q->mu);
 	MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
 	MHD_add_response_header(r, "Cache-Control", "no-store");
-	q->status = 200;
-	/* the whole answer is out within the run's timeout and then
-	 * --client-timeout, however slowly the client reads */
-	conn_deadline_in(q->s, c, (int64_t)req->timeout_ms +
-					  (int64_t)q->s->o->client_timeout_s * 1000);
-	enum MHD_Result rc = MHD_queue_response(c, 200, r);
-	MHD_destroy_response(r);
-	return rc;
+	return stream_queue(q, c, r, 200, req->timeout_ms);
 }
 
 static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
