@@ -42,7 +42,10 @@ static void pump_drop(struct run *r, struct pump_entry *e)
  * pipes, its timer runs on. */
 static int pump_flow(struct run *r)
 {
-	if (!r->opts.stdout_full || r->opts.resume_fd < 0 || r->out_paused ||
+	struct run_stream *ss[] = { &r->out, &r->errout };
+	int fds[] = { r->stdout_r, r->stderr_r };
+	bool any = (ss[0]->passed_on && fds[0] >= 0) || (ss[1]->passed_on && fds[1] >= 0);
+	if (!any || !r->opts.stdout_full || r->opts.resume_fd < 0 || r->out_paused ||
 	    !r->opts.stdout_full(r->opts.output_ctx))
 		return PUMP_GO;
 	r->resume_fd = r->opts.resume_fd;
@@ -50,8 +53,6 @@ static int pump_flow(struct run *r)
 		r->resume_fd = -1; /* cannot wait: read on */
 		return PUMP_GO;
 	}
-	struct run_stream *ss[] = { &r->out, &r->errout };
-	int fds[] = { r->stdout_r, r->stderr_r };
 	for (int i = 0; i < 2; i++)
 		if (ss[i]->passed_on && fds[i] >= 0) {
 			epoll_ctl(r->epfd, EPOLL_CTL_DEL, fds[i], NULL);
