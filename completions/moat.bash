@@ -77,7 +77,7 @@ _moat()
 		fi ;;
 	exec)
 		COMPREPLY=($(compgen -W '--provider --config --policy --seccomp-log
-			--strict-isolation --rootfs --kv --kv-quota --runtime' -- "$cur")) ;;
+			--strict-isolation --rootfs --kv --kv-quota --runtime --stream' -- "$cur")) ;;
 	serve)
 		COMPREPLY=($(compgen -W '--listen --socket --socket-group --token-file --no-auth
 			--metrics-listen --max-concurrent --max-relays --max-dns --queue

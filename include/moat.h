@@ -241,6 +241,13 @@ struct moat_run_options {
 	bool stdout_stream;
 	bool (*stdout_full)(void *ctx);
 	int resume_fd;
+	/* Both streams passed on (moat serve's streamed /v1/run, moat exec
+	 * --stream): stdout and stderr go to on_output only, neither is kept
+	 * (stdout_len and stderr_len stay 0), each is still capped by
+	 * max_output_bytes (what is past the cap is read and dropped, its
+	 * truncated flag set), and stdout_full/resume_fd pause both while the
+	 * caller's window is full. */
+	bool output_stream;
 	/* A host directory bound read-only (nosuid, nodev) at /opt/moat/runtime
 	 * (the service's handler shims); NULL: none. With rootfs_dir, that root
 	 * must have the empty directory /opt/moat/runtime. */

@@ -9,7 +9,7 @@
 static void usage(FILE *f)
 {
 	fputs("usage: moat run [-l LANG] [-c CODE | FILE | -] [options]   run a program\n"
-	      "       moat exec [--provider NAME] [--config FILE]       JSON request on stdin\n"
+	      "       moat exec [--provider NAME] [--stream]            JSON request on stdin\n"
 	      "       moat serve [--listen HOST:PORT | --socket PATH]   the HTTP service\n"
 	      "       moat kv list|get|export|clear SANDBOXID [KEY]   the key-value store\n"
 	      "       moat doctor                                      what this host supports\n"

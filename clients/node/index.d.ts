@@ -68,6 +68,11 @@ export interface RunOptions {
   allowedHosts?: string[];
   /** Glob patterns under /sandbox whose files come back in `result.files`. */
   outputs?: string[];
+  /** Each chunk of stdout as the program writes it (bytes that are not UTF-8 decoded with
+   * U+FFFD); the result's `stdout` is still the whole text. A throw ends the run. */
+  onStdout?: (text: string) => void;
+  /** Each chunk of stderr as the program writes it; as `onStdout`. */
+  onStderr?: (text: string) => void;
 }
 
 export interface OutputFile {

@@ -217,6 +217,8 @@ function createSandbox(cfg) {
     }
     const unsupported = languageRefused(opts, provider);
     if (unsupported) return Promise.reject(unsupported);
+    const cb = streamCallbacks(opts, provider);
+    if (cb && cb.error) return Promise.reject(cb.error);
     const request = { code };
     for (const k of REQUEST_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
     const timeout = typeof request.timeout === 'number' ? request.timeout
@@ -227,7 +229,9 @@ function createSandbox(cfg) {
     return new Promise((resolve, reject) => {
       let child;
       try {
-        child = spawn(moat, ['exec', '--provider', provider, '--config', configFile], {
+        const args = ['exec', '--provider', provider, '--config', configFile];
+        if (cb) args.push('--stream'); // lines as the program writes (onStdout/onStderr)
+        child = spawn(moat, args, {
           stdio: ['pipe', 'pipe', 'pipe'],
           env: { ...process.env, ...keyEnv },
         });
@@ -258,7 +262,11 @@ function createSandbox(cfg) {
           `moat did not answer within ${deadline} ms (sandbox timeout ${timeout} ms + ${grace} ms); killed it`,
           { provider }));
       }, deadline);
-      child.stdout.on('data', (d) => out.push(d));
+      const lines = cb && lineReader(cb, (e) => {
+        child.kill('SIGTERM');
+        finish(reject, e);
+      });
+      child.stdout.on('data', (d) => (lines ? lines.push(d) : out.push(d)));
       child.stderr.on('data', (d) => { if (err.length < 64) err.push(d); });
       child.stdin.on('error', () => {}); // moat may exit before reading everything
       child.on('error', (e) => {
@@ -268,10 +276,10 @@ function createSandbox(cfg) {
       });
       child.on('close', (status, signal) => {
         if (killTimer && status !== null) clearTimeout(killTimer);
-        const text = Buffer.concat(out).toString('utf8');
         let json;
         try {
-          json = JSON.parse(text);
+          json = lines ? lines.result() || lines.state.error : JSON.parse(Buffer.concat(out).toString('utf8'));
+          if (json === undefined) throw new Error('no result line');
         } catch {
           const stderr = Buffer.concat(err).toString('utf8').slice(0, 500).trim();
           finish(reject, new SandboxUnavailableError(
@@ -313,6 +321,69 @@ function languageRefused(opts, provider) {
       LANGUAGE_ALIASES.includes(opts.language)) return null;
   const shown = typeof opts.language === 'string' ? opts.language.slice(0, 40) : typeof opts.language;
   return new SandboxPolicyError(`unsupported language: ${shown} (${LANGUAGES.join(', ')})`, { provider });
+}
+
+// ---- streamed results (docs/SERVE.md, "Streaming") ----------------------------------
+
+// The onStdout/onStderr of opts: undefined (no streaming), or the error of a bad one.
+function streamCallbacks(opts, provider) {
+  const cb = { onStdout: opts.onStdout, onStderr: opts.onStderr };
+  for (const [k, f] of Object.entries(cb)) {
+    if (f !== undefined && typeof f !== 'function') {
+      return { error: new SandboxConfigError(`${k} must be a function`, { provider }) };
+    }
+  }
+  return cb.onStdout || cb.onStderr ? cb : undefined;
+}
+
+// Reads NDJSON lines (moat exec --stream's stdout, a streamed /v1/run body) as they come:
+// each stdout/stderr chunk goes to its callback as a string (base64 chunks decoded as UTF-8
+// with U+FFFD for what is not) and is kept, so that the final result carries the whole text
+// as an unstreamed one would. A callback that throws ends the run (fail(err)).
+function lineReader(cb, fail) {
+  let pending = Buffer.alloc(0);
+  const kept = { stdout: [], stderr: [] };
+  const state = { result: undefined, error: undefined, bad: false };
+  function line(buf) {
+    let obj;
+    try { obj = JSON.parse(buf.toString('utf8')); } catch { state.bad = true; return; }
+    if (!obj || typeof obj !== 'object') { state.bad = true; return; }
+    if (obj.error && obj.type === undefined) { state.error = obj; return; }
+    if (obj.type === 'result') { state.result = obj; return; }
+    if ((obj.type !== 'stdout' && obj.type !== 'stderr') || typeof obj.data !== 'string') return;
+    const bytes = obj.encoding === 'base64' ? Buffer.from(obj.data, 'base64') : Buffer.from(obj.data, 'utf8');
+    kept[obj.type].push(bytes);
+    const f = obj.type === 'stdout' ? cb.onStdout : cb.onStderr;
+    if (!f) return;
+    try {
+      f(obj.encoding === 'base64' ? bytes.toString('utf8') : obj.data);
+    } catch (e) {
+      fail(e);
+    }
+  }
+  return {
+    state,
+    push(d) {
+      pending = pending.length ? Buffer.concat([pending, d]) : d;
+      let i;
+      while ((i = pending.indexOf(10)) >= 0) {
+        line(pending.subarray(0, i));
+        pending = pending.subarray(i + 1);
+      }
+    },
+    // The result line as the unstreamed result: the text put back, type/streamed gone.
+    result() {
+      if (pending.length) line(pending);
+      pending = Buffer.alloc(0);
+      const r = state.result;
+      if (!r) return undefined;
+      delete r.type;
+      delete r.streamed;
+      r.stdout = Buffer.concat(kept.stdout).toString('utf8');
+      r.stderr = Buffer.concat(kept.stderr).toString('utf8');
+      return r;
+    },
+  };
 }
 
 // ---- moat serve: POST /v1/run --------------------------------------------------------
@@ -412,6 +483,8 @@ function createServiceSandbox(cfg, provider, grace) {
     }
     const unsupported = languageRefused(opts, provider);
     if (unsupported) return Promise.reject(unsupported);
+    const cb = streamCallbacks(opts, provider);
+    if (cb && cb.error) return Promise.reject(cb.error);
     const request = { code };
     for (const k of DEFAULT_KEYS) if (cfg[k] !== undefined) request[k] = cfg[k];
     for (const k of REQUEST_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
@@ -421,7 +494,8 @@ function createServiceSandbox(cfg, provider, grace) {
     const headers = {
       'Content-Type': 'application/json',
       'Content-Length': String(body.length),
-      Accept: 'application/json',
+      // with a callback: the output as it comes, one JSON line a chunk
+      Accept: cb ? 'application/x-ndjson' : 'application/json',
     };
     if (token !== undefined) headers.Authorization = `Bearer ${token}`;
     const started = Date.now();
@@ -459,7 +533,11 @@ function createServiceSandbox(cfg, provider, grace) {
         `cannot reach moat serve at ${target.where}: ${e.message}`, { provider })));
       req.on('response', (res) => {
         const chunks = [];
-        res.on('data', (d) => chunks.push(d));
+        // errors found before the run come as one JSON object, the stream only with a 200
+        const lines = cb && res.statusCode === 200 &&
+          /^application\/x-ndjson/i.test(res.headers['content-type'] || '') &&
+          lineReader(cb, (e) => entry.abort(e));
+        res.on('data', (d) => (lines ? lines.push(d) : chunks.push(d)));
         const cut = () => finish(reject, new SandboxUnavailableError(
           `moat serve at ${target.where} closed the connection before the whole answer`, { provider }));
         res.on('error', cut);
@@ -467,7 +545,12 @@ function createServiceSandbox(cfg, provider, grace) {
         res.on('end', () => {
           if (!res.complete) { cut(); return; }
           let json;
-          try { json = JSON.parse(Buffer.concat(chunks).toString('utf8')); } catch { json = undefined; }
+          if (lines) {
+            json = lines.result();
+            if (!json) { cut(); return; }
+          } else {
+            try { json = JSON.parse(Buffer.concat(chunks).toString('utf8')); } catch { json = undefined; }
+          }
           if (res.statusCode !== 200 || (json && typeof json === 'object' && json.error)) {
             finish(reject, serviceError(res.statusCode, json, res.headers, ctx));
             return;

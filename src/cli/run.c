@@ -2,12 +2,17 @@
 #include <errno.h>
 #include <getopt.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "core/ndjson.h"
 
 #define MAX_INPUT_BYTES (256u * 1024u * 1024u)
 #define MAX_STDIN_BYTES (64u * 1024u * 1024u)
@@ -149,20 +154,177 @@ static int set_command(struct moat_request *req, char *const *args, size_t n)
 	return 0;
 }
 
-static void stream_out(void *ctx, enum moat_stream stream, const char *buf, size_t len)
+static void write_all(int fd, const char *buf, size_t len)
 {
-	(void)ctx;
-	int fd = stream == MOAT_STDOUT ? STDOUT_FILENO : STDERR_FILENO;
 	while (len > 0) {
 		ssize_t n = write(fd, buf, len);
 		if (n < 0) {
 			if (errno == EINTR)
 				continue;
-			return; /* reader gone: keep capturing, stop relaying */
+			return;
 		}
 		buf += n;
 		len -= (size_t)n;
 	}
+}
+
+static void stream_out(void *ctx, enum moat_stream stream, const char *buf, size_t len)
+{
+	(void)ctx; /* reader gone: keep capturing, stop relaying */
+	write_all(stream == MOAT_STDOUT ? STDOUT_FILENO : STDERR_FILENO, buf, len);
+}
+
+/* moat exec --stream: the lines of core/ndjson.h on stdout as the program
+ * writes. A writer thread takes them to stdout; while LINES_WINDOW wait for
+ * the reader the run's pipes are not read (stdout_full, resume_fd: the
+ * program blocks, its timeout runs on), and a reader gone (EPIPE) cancels
+ * the run (cancel_fd). */
+#define LINES_WINDOW (256u * 1024u)
+#define LINES_WRITE (64u * 1024u)
+
+struct stream_lines {
+	struct moat_ndjson nj;
+	struct moat_buf buf; /* lines not yet written: data[off..len) */
+	size_t off;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool done, broken;
+	int resume_fd, cancel_fd; /* eventfds: the run's */
+	pthread_t writer;
+};
+
+static void lines_wake(int fd)
+{
+	uint64_t one = 1;
+	if (write(fd, &one, sizeof one) < 0) {
+		/* EAGAIN: the counter is full, the pump is woken anyway */
+	}
+}
+
+/* Writes n bytes; false when the reader is gone. */
+static bool lines_write(const char *p, size_t n)
+{
+	while (n > 0) {
+		ssize_t k = write(STDOUT_FILENO, p, n);
+		if (k < 0 && errno == EINTR)
+			continue;
+		if (k <= 0)
+			return false;
+		p += k;
+		n -= (size_t)k;
+	}
+	return true;
+}
+
+static void *lines_writer(void *arg)
+{
+	struct stream_lines *sl = arg;
+	sigset_t pipe_sig;
+	sigemptyset(&pipe_sig);
+	sigaddset(&pipe_sig, SIGPIPE);
+	pthread_sigmask(SIG_BLOCK, &pipe_sig, NULL); /* a reader gone is EPIPE here */
+	char *chunk = malloc(LINES_WRITE);
+	pthread_mutex_lock(&sl->mu);
+	for (;;) {
+		while (sl->buf.len == sl->off && !sl->done)
+			pthread_cond_wait(&sl->cv, &sl->mu);
+		if (sl->buf.len == sl->off)
+			break;
+		size_t n = sl->buf.len - sl->off;
+		if (n > LINES_WRITE)
+			n = LINES_WRITE;
+		bool send = chunk && !sl->broken;
+		if (send)
+			memcpy(chunk, sl->buf.data + sl->off, n);
+		sl->off += n;
+		pthread_mutex_unlock(&sl->mu);
+		bool gone = send ? !lines_write(chunk, n) : !chunk;
+		pthread_mutex_lock(&sl->mu);
+		if (gone && !sl->broken) {
+			sl->broken = true; /* nobody reads (or no memory): the run is cancelled */
+			lines_wake(sl->cancel_fd);
+		}
+		lines_wake(sl->resume_fd);
+	}
+	pthread_mutex_unlock(&sl->mu);
+	free(chunk);
+	return NULL;
+}
+
+static void stream_lines_out(void *ctx, enum moat_stream stream, const char *buf, size_t len)
+{
+	struct stream_lines *sl = ctx;
+	pthread_mutex_lock(&sl->mu);
+	if (!sl->broken) {
+		if (sl->off) { /* what was written goes */
+			memmove(sl->buf.data, sl->buf.data + sl->off, sl->buf.len - sl->off);
+			sl->buf.len -= sl->off;
+			sl->off = 0;
+		}
+		moat_ndjson_output(&sl->nj, &sl->buf, stream, buf, len);
+		pthread_cond_signal(&sl->cv);
+	}
+	pthread_mutex_unlock(&sl->mu);
+}
+
+static bool stream_lines_full(void *ctx)
+{
+	struct stream_lines *sl = ctx;
+	pthread_mutex_lock(&sl->mu);
+	bool full = !sl->broken && sl->buf.len - sl->off >= LINES_WINDOW;
+	pthread_mutex_unlock(&sl->mu);
+	return full;
+}
+
+/* The writer and the run's eventfds; -1 with err set. */
+static int lines_start(struct stream_lines *sl, struct moat_run_options *opts,
+		       struct moat_error *err)
+{
+	pthread_mutex_init(&sl->mu, NULL);
+	pthread_cond_init(&sl->cv, NULL);
+	sl->resume_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	sl->cancel_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (sl->resume_fd < 0 || sl->cancel_fd < 0 ||
+	    pthread_create(&sl->writer, NULL, lines_writer, sl) != 0) {
+		if (sl->resume_fd >= 0)
+			close(sl->resume_fd);
+		if (sl->cancel_fd >= 0)
+			close(sl->cancel_fd);
+		sl->resume_fd = sl->cancel_fd = -1;
+		pthread_mutex_destroy(&sl->mu);
+		pthread_cond_destroy(&sl->cv);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+				      "--stream: cannot start the writer of the lines");
+	}
+	opts->on_output = stream_lines_out;
+	opts->output_ctx = sl;
+	opts->output_stream = true; /* both streams as lines, capped, nothing kept */
+	opts->stdout_full = stream_lines_full;
+	opts->resume_fd = sl->resume_fd;
+	opts->cancel_fd = sl->cancel_fd;
+	/* a pipe's reader gone is seen at once (EPOLLERR), not only at the
+	 * next write: a program that says nothing more is cancelled too */
+	struct stat st;
+	if (fstat(STDOUT_FILENO, &st) == 0 && S_ISFIFO(st.st_mode))
+		opts->hangup_fd = STDOUT_FILENO;
+	return 0;
+}
+
+/* The writer has written every line (or the reader is gone) and ended. */
+static void lines_stop(struct stream_lines *sl)
+{
+	if (sl->resume_fd < 0)
+		return;
+	pthread_mutex_lock(&sl->mu);
+	sl->done = true;
+	pthread_cond_signal(&sl->cv);
+	pthread_mutex_unlock(&sl->mu);
+	pthread_join(sl->writer, NULL);
+	close(sl->resume_fd);
+	close(sl->cancel_fd);
+	sl->resume_fd = sl->cancel_fd = -1;
+	pthread_mutex_destroy(&sl->mu);
+	pthread_cond_destroy(&sl->cv);
 }
 
 static int exit_status_of(const struct moat_result *r)
@@ -193,7 +355,7 @@ enum {
 	OPT_TIMEOUT = 256, OPT_MEMORY, OPT_CPUS, OPT_PIDS, OPT_STRICT, OPT_ENV, OPT_FILE,
 	OPT_STDIN, OPT_MAXOUT, OPT_NET, OPT_POLICY, OPT_ROOTFS, OPT_JSON, OPT_HELP, OPT_SCLOG,
 	OPT_PROVIDER, OPT_CONFIG, OPT_KV, OPT_KV_QUOTA, OPT_RUNTIME, OPT_STRICT_ISO, OPT_WORKDIR,
-	OPT_OUTPUT,
+	OPT_OUTPUT, OPT_STREAM,
 };
 
 /* Loads the config, fills what the request did not set, checks the provider
@@ -517,11 +679,14 @@ int cli_exec(int argc, char **argv)
 		{ "kv-quota", required_argument, NULL, OPT_KV_QUOTA },
 		{ "runtime", required_argument, NULL, OPT_RUNTIME },
 		{ "strict-isolation", no_argument, NULL, OPT_STRICT_ISO },
+		{ "stream", no_argument, NULL, OPT_STREAM },
 		{ NULL, 0, NULL, 0 },
 	};
 	struct moat_run_options opts;
 	moat_run_options_init(&opts);
 	struct moat_error err = { 0 };
+	struct stream_lines sl = { .resume_fd = -1, .cancel_fd = -1 };
+	bool stream = false;
 	const char *provider = NULL, *config_path = NULL, *used = "native", *runtime = NULL;
 	char *rt = NULL;
 	optind = 1;
@@ -543,6 +708,8 @@ int cli_exec(int argc, char **argv)
 			runtime = optarg;
 		else if (c == OPT_STRICT_ISO)
 			opts.strict_isolation = true;
+		else if (c == OPT_STREAM)
+			stream = true;
 		else if (c == OPT_KV_QUOTA) {
 			if (moat_kv_quota_options(optarg, &opts, &err) < 0)
 				goto fail;
@@ -579,17 +746,44 @@ int cli_exec(int argc, char **argv)
 		}
 		opts.runtime_dir = rt; /* none found: run_with_provider says so */
 	}
+	if (stream && lines_start(&sl, &opts, &err) < 0) {
+		moat_request_free(req);
+		goto fail;
+	}
 	rc = run_with_provider(req, given, provider, config_path, &opts, &used, &res, &err);
 	moat_request_free(req);
 	free(rt);
 	rt = NULL;
 	if (rc < 0)
 		goto fail;
+	if (stream) {
+		/* a provider that does not stream (docker, e2b...) returned the
+		 * output in the result: its lines come now, before the result */
+		stream_lines_out(&sl, MOAT_STDOUT, res->stdout_buf, res->stdout_len);
+		stream_lines_out(&sl, MOAT_STDERR, res->stderr_buf, res->stderr_len);
+		pthread_mutex_lock(&sl.mu);
+		moat_ndjson_flush(&sl.nj, &sl.buf);
+		pthread_mutex_unlock(&sl.mu);
+		lines_stop(&sl);
+		moat_buf_free(&sl.buf);
+		res->stdout_len = res->stderr_len = 0;
+		char *line = moat_ndjson_result(res);
+		moat_result_free(res);
+		if (!line) {
+			fputs("moat: out of memory\n", stderr);
+			return 3;
+		}
+		write_all(STDOUT_FILENO, line, strlen(line));
+		free(line);
+		return 0;
+	}
 	rc = print_json_result(res);
 	moat_result_free(res);
 	return rc < 0 ? 3 : 0;
 fail:;
 	free(rt);
+	lines_stop(&sl);
+	moat_buf_free(&sl.buf);
 	char *json = moat_error_to_json(&err, moat_provider_name(used) ? used : "native");
 	int status = moat_error_exit_code(err.type);
 	if (json) {

@@ -232,7 +232,9 @@ int run_deliver(struct run *r, const struct moat_request *req,
 		r->opts.stdout_stream = per->stdout_stream;
 		r->opts.stdout_full = per->stdout_full;
 		r->opts.resume_fd = per->resume_fd;
-		r->out.passed_on = per->stdout_stream;
+		r->opts.output_stream = per->output_stream;
+		r->out.passed_on = per->stdout_stream || per->output_stream;
+		r->out.capped = r->errout.passed_on = r->errout.capped = per->output_stream;
 		r->cancel_fd = per->cancel_fd;
 		r->hangup_fd = per->hangup_fd;
 		if ((r->cancel_fd >= 0 && pump_watch_slot(r, PUMP_CANCEL, EPOLLIN) < 0) ||

@@ -36,12 +36,16 @@ static void pump_drop(struct run *r, struct pump_entry *e)
 
 /* ---- handlers ---- */
 
-/* Back-pressure on a stdout passed on (opts.stdout_stream): while the
- * caller's stdout_full says so, stdout is unwatched and resume_fd watched
- * instead; the program blocks on its full pipe, its timer runs on. */
+/* Back-pressure on output passed on (opts.stdout_stream, output_stream):
+ * while the caller's stdout_full says so, the streams passed on are
+ * unwatched and resume_fd watched instead; the program blocks on its full
+ * pipes, its timer runs on. */
 static int pump_flow(struct run *r)
 {
-	if (!r->opts.stdout_full || r->opts.resume_fd < 0 || r->out_paused ||
+	struct run_stream *ss[] = { &r->out, &r->errout };
+	int fds[] = { r->stdout_r, r->stderr_r };
+	bool any = (ss[0]->passed_on && fds[0] >= 0) || (ss[1]->passed_on && fds[1] >= 0);
+	if (!any || !r->opts.stdout_full || r->opts.resume_fd < 0 || r->out_paused ||
 	    !r->opts.stdout_full(r->opts.output_ctx))
 		return PUMP_GO;
 	r->resume_fd = r->opts.resume_fd;
@@ -49,7 +53,11 @@ static int pump_flow(struct run *r)
 		r->resume_fd = -1; /* cannot wait: read on */
 		return PUMP_GO;
 	}
-	epoll_ctl(r->epfd, EPOLL_CTL_DEL, r->stdout_r, NULL);
+	for (int i = 0; i < 2; i++)
+		if (ss[i]->passed_on && fds[i] >= 0) {
+			epoll_ctl(r->epfd, EPOLL_CTL_DEL, fds[i], NULL);
+			ss[i]->paused = true;
+		}
 	r->out_paused = true;
 	return PUMP_GO;
 }
@@ -62,14 +70,21 @@ static void resume_unwatch(struct run *r)
 	r->out_paused = false;
 }
 
-/* stdout is read again (the caller took enough, or its fd broke). */
+/* The streams paused are read again (the caller took enough, or its fd broke). */
 static void pump_unpause(struct run *r)
 {
 	if (!r->out_paused)
 		return;
 	resume_unwatch(r);
-	if (pump_watch_slot(r, PUMP_STDOUT, EPOLLIN) < 0)
-		pump_drop(r, &r->pump[PUMP_STDOUT]); /* cannot watch: stop reading it */
+	struct run_stream *ss[] = { &r->out, &r->errout };
+	enum pump_slot slots[] = { PUMP_STDOUT, PUMP_STDERR };
+	for (int i = 0; i < 2; i++) {
+		if (!ss[i]->paused)
+			continue;
+		ss[i]->paused = false;
+		if (pump_watch_slot(r, slots[i], EPOLLIN) < 0)
+			pump_drop(r, &r->pump[slots[i]]); /* cannot watch: stop reading it */
+	}
 }
 
 /* The caller's resume_fd: it took some of what it holds. */
@@ -96,8 +111,11 @@ static int on_output(struct run *r, struct pump_entry *e, struct moat_error *err
 		return PUMP_GO;
 	}
 	if (s->passed_on) { /* the caller's sink bounds it: nothing kept */
-		if (r->opts.on_output)
-			r->opts.on_output(r->opts.output_ctx, s->which, r->chunk, (size_t)n);
+		size_t give = (size_t)n;
+		if (s->capped) /* past the cap: read and dropped */
+			s->seen += give = moat_cap_take(s->seen, give, s->cap, s->truncated);
+		if (give && r->opts.on_output)
+			r->opts.on_output(r->opts.output_ctx, s->which, r->chunk, give);
 		return pump_flow(r);
 	}
 	size_t keep = moat_cap_take(*s->len, (size_t)n, s->cap, s->truncated);
@@ -335,9 +353,12 @@ int pump_watch(struct run *r, struct moat_error *err)
 	r->stdin_data = r->pooled ? NULL : r->pool_frame ? r->pool_frame : r->req->stdin_data;
 	r->stdin_len = r->pooled ? 0 : r->pool_frame ? r->pool_frame_len : r->req->stdin_len;
 	r->out = (struct run_stream){ MOAT_STDOUT, &r->res->stdout_buf, &r->res->stdout_len,
-				      &r->res->stdout_truncated, cap, 0, r->opts.stdout_stream };
+				      &r->res->stdout_truncated, cap, 0,
+				      r->opts.stdout_stream || r->opts.output_stream,
+				      r->opts.output_stream, 0, false };
 	r->errout = (struct run_stream){ MOAT_STDERR, &r->res->stderr_buf, &r->res->stderr_len,
-					 &r->res->stderr_truncated, cap, 0, false };
+					 &r->res->stderr_truncated, cap, 0, r->opts.output_stream,
+					 r->opts.output_stream, 0, false };
 
 	/* a blocking read or write here would stall the timeout: fail instead */
 	if (fcntl(r->stdout_r, F_SETFL, O_NONBLOCK) < 0 ||

@@ -48,6 +48,9 @@ struct run_stream {
 	size_t cap;
 	size_t alloc;
 	bool passed_on; /* opts.stdout_stream: neither kept nor capped */
+	bool capped;    /* opts.output_stream: passed on, not kept, capped */
+	size_t seen;    /* bytes passed on (capped) */
+	bool paused;    /* unwatched by pump_flow */
 };
 
 struct run;

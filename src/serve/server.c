@@ -22,6 +22,7 @@
 
 #include "core/config.h"
 #include "core/core.h"
+#include "core/ndjson.h"
 #include "core/sha256.h"
 #include "core/sys.h"
 #include "net/net.h"
@@ -118,6 +119,9 @@ struct stream {
 	bool run_failed;
 	bool bodyless; /* 204, 205, 304: the handler's body is dropped */
 	uint64_t dropped; /* bytes of it */
+	bool ndjson; /* a streamed /v1/run (docs/SERVE.md, "Streaming"): pending holds lines */
+	struct moat_ndjson nj;
+	struct moat_request *req; /* the streamed run's request (freed with the req) */
 };
 
 struct req {
@@ -230,6 +234,7 @@ static void req_unref(struct req *q)
 		free(q->st.headers[i]);
 	free(q->st.headers);
 	moat_result_free(q->st.res);
+	moat_request_free(q->st.req);
 	moat_error_clear(&q->st.err);
 	pthread_mutex_destroy(&q->mu);
 	pthread_cond_destroy(&q->cv);
@@ -470,6 +475,26 @@ static void on_head(void *ctx, int status, char **headers, size_t count)
 	pthread_cond_broadcast(&q->cv);
 }
 
+/* What was taken from pending goes (the buffer stays the window's size);
+ * returns its length, for pending_added (q->mu held). */
+static size_t pending_compact(struct req *q)
+{
+	struct moat_buf *p = &q->st.pending;
+	if (q->st.pending_off) {
+		memmove(p->data, p->data + q->st.pending_off, p->len - q->st.pending_off);
+		p->len -= q->st.pending_off;
+		q->st.pending_off = 0;
+	}
+	return p->len;
+}
+
+/* Bytes appended to pending since pending_compact join the budget. */
+static void pending_added(struct req *q, size_t before)
+{
+	__atomic_add_fetch(&q->s->stream_bytes, q->st.pending.len - before, __ATOMIC_RELAXED);
+	pthread_cond_broadcast(&q->cv);
+}
+
 static void on_body(void *ctx, const char *buf, size_t len)
 {
 	struct req *q = ctx; /* q->mu held by on_output */
@@ -479,16 +504,9 @@ static void on_body(void *ctx, const char *buf, size_t len)
 		q->st.dropped += len;
 		return;
 	}
-	struct moat_buf *p = &q->st.pending;
-	if (q->st.pending_off) { /* what was taken goes: the buffer stays the window's size */
-		memmove(p->data, p->data + q->st.pending_off, p->len - q->st.pending_off);
-		p->len -= q->st.pending_off;
-		q->st.pending_off = 0;
-	}
-	size_t before = p->len;
-	moat_buf_append(p, buf, len);
-	__atomic_add_fetch(&q->s->stream_bytes, p->len - before, __ATOMIC_RELAXED);
-	pthread_cond_broadcast(&q->cv);
+	size_t before = pending_compact(q);
+	moat_buf_append(&q->st.pending, buf, len);
+	pending_added(q, before);
 }
 
 static void on_output(void *ctx, enum moat_stream stream, const char *buf, size_t len)
@@ -527,17 +545,46 @@ static void stream_wake(struct req *q)
 	}
 }
 
+/* A streamed response's run options: its output to fn, the window's flow
+ * control (stream_full, the response's resume_fd). */
+static void stream_options(struct req *q, struct moat_run_options *opts,
+			   void (*fn)(void *, enum moat_stream, const char *, size_t))
+{
+	run_options(q, opts);
+	opts->on_output = fn;
+	opts->output_ctx = q;
+	opts->stdout_full = stream_full;
+	opts->resume_fd = q->st.resume_fd;
+}
+
+/* A detached worker thread holding a reference of q; -1 when none started. */
+static int start_worker(struct req *q, void *(*fn)(void *))
+{
+	pthread_t t;
+	pthread_attr_t attr;
+	pthread_mutex_lock(&q->mu);
+	q->refs++; /* the worker's */
+	pthread_mutex_unlock(&q->mu);
+	pthread_attr_init(&attr);
+	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+	int e = pthread_create(&t, &attr, fn, q);
+	pthread_attr_destroy(&attr);
+	if (e) {
+		pthread_mutex_lock(&q->mu);
+		q->refs--;
+		pthread_mutex_unlock(&q->mu);
+		return -1;
+	}
+	return 0;
+}
+
 static void *handler_worker(void *arg)
 {
 	struct req *q = arg;
 	struct server *s = q->s;
 	struct moat_run_options opts;
-	run_options(q, &opts);
-	opts.on_output = on_output;
-	opts.output_ctx = q;
+	stream_options(q, &opts, on_output);
 	opts.stdout_stream = true; /* no second copy: the response is streamed */
-	opts.stdout_full = stream_full;
-	opts.resume_fd = q->st.resume_fd;
 	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
 	int rc = serve_pool_run(q->s->pool, q->env.req, &opts, &res, &err);
@@ -586,8 +633,8 @@ static ssize_t stream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		q->bytes_out += n;
 		rc = (ssize_t)n;
 		stream_wake(q);
-	} else if (q->st.frame.state == FRAME_END) {
-		rc = MHD_CONTENT_READER_END_OF_STREAM;
+	} else if (q->st.ndjson ? !q->st.run_failed : q->st.frame.state == FRAME_END) {
+		rc = MHD_CONTENT_READER_END_OF_STREAM; /* a streamed run: its result line is out */
 	} else {
 		rc = MHD_CONTENT_READER_END_WITH_ERROR; /* truncated after the head */
 	}
@@ -604,6 +651,31 @@ static void stream_free(void *cls)
 	pthread_mutex_unlock(&q->mu);
 	stream_wake(q);
 	req_unref(q);
+}
+
+/* A streamed response (stream_read), holding a reference of q; NULL on OOM. */
+static struct MHD_Response *stream_response(struct req *q)
+{
+	struct MHD_Response *r = MHD_create_response_from_callback(
+		MHD_SIZE_UNKNOWN, READER_BLOCK, stream_read, q, stream_free);
+	if (r) {
+		pthread_mutex_lock(&q->mu);
+		q->refs++; /* the response's */
+		pthread_mutex_unlock(&q->mu);
+	}
+	return r;
+}
+
+/* Queues it (and lets it go): the whole response is out within the run's
+ * timeout and then --client-timeout, however slowly the client reads. */
+static enum MHD_Result stream_queue(struct req *q, struct MHD_Connection *c,
+				    struct MHD_Response *r, unsigned status, uint64_t timeout_ms)
+{
+	q->status = status;
+	conn_deadline_in(q->s, c, (int64_t)timeout_ms + (int64_t)q->s->o->client_timeout_s * 1000);
+	enum MHD_Result rc = MHD_queue_response(c, status, r);
+	MHD_destroy_response(r);
+	return rc;
 }
 
 /* A handler's 204, 205 or 304: its headers, no body and no framing (204
@@ -630,7 +702,6 @@ static enum MHD_Result respond_bodyless(struct req *q, struct MHD_Connection *c)
 
 static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 {
-	pthread_t t;
 	frame_init(&q->st.frame, q->s->limits.max_response_bytes,
 		   &(struct frame_sink){ on_head, on_body, q });
 	if ((q->st.resume_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0) {
@@ -639,18 +710,7 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 		return fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
 			    "cannot make the response's eventfd");
 	}
-	pthread_mutex_lock(&q->mu);
-	q->refs++; /* the worker's */
-	pthread_mutex_unlock(&q->mu);
-	pthread_attr_t attr;
-	pthread_attr_init(&attr);
-	pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-	int e = pthread_create(&t, &attr, handler_worker, q);
-	pthread_attr_destroy(&attr);
-	if (e) {
-		pthread_mutex_lock(&q->mu);
-		q->refs--;
-		pthread_mutex_unlock(&q->mu);
+	if (start_worker(q, handler_worker) < 0) {
 		release_slot(q->s);
 		q->has_slot = false;
 		return fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
@@ -673,23 +733,12 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 	} else if (q->st.head_ready) {
 		int status = q->st.status;
 		pthread_mutex_unlock(&q->mu);
-		struct MHD_Response *r = MHD_create_response_from_callback(
-			MHD_SIZE_UNKNOWN, READER_BLOCK, stream_read, q, stream_free);
+		struct MHD_Response *r = stream_response(q);
 		if (!r)
 			return MHD_NO;
-		pthread_mutex_lock(&q->mu);
-		q->refs++; /* the response's */
-		pthread_mutex_unlock(&q->mu);
 		for (size_t i = 0; i < q->st.headers_count; i++)
 			MHD_add_response_header(r, q->st.headers[2 * i], q->st.headers[2 * i + 1]);
-		q->status = (unsigned)status;
-		/* the whole response is out within the run's timeout and then
-		 * --client-timeout, however slowly the client reads */
-		conn_deadline_in(q->s, c, (int64_t)q->env.req->timeout_ms +
-						  (int64_t)q->s->o->client_timeout_s * 1000);
-		enum MHD_Result rc = MHD_queue_response(c, (unsigned)status, r);
-		MHD_destroy_response(r);
-		return rc;
+		return stream_queue(q, c, r, (unsigned)status, q->env.req->timeout_ms);
 	}
 	/* no head: wait for the run's end, then answer with what is known */
 	while (!q->st.finished)
@@ -839,6 +888,101 @@ static enum MHD_Result spin_route(struct req *q, struct MHD_Connection *c)
 	return run_script(q, c, q->env.req, false);
 }
 
+/* ---- /v1/run streamed (Accept: application/x-ndjson) ---- */
+
+/* The client asked for the streamed answer. */
+static bool wants_ndjson(struct MHD_Connection *c)
+{
+	const char *a = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Accept");
+	return a && strcasestr(a, "application/x-ndjson");
+}
+
+/* The run's on_output: each chunk becomes its lines in pending (counted in
+ * the stream budget; the window pauses the run's pipes, stream_full). */
+static void ndjson_output(void *ctx, enum moat_stream stream, const char *buf, size_t len)
+{
+	struct req *q = ctx;
+	pthread_mutex_lock(&q->mu);
+	if (!q->st.abandoned) {
+		size_t before = pending_compact(q);
+		moat_ndjson_output(&q->st.nj, &q->st.pending, stream, buf, len);
+		pending_added(q, before);
+	}
+	pthread_mutex_unlock(&q->mu);
+}
+
+static void *ndjson_worker(void *arg)
+{
+	struct req *q = arg;
+	struct server *s = q->s;
+	struct moat_run_options opts;
+	stream_options(q, &opts, ndjson_output);
+	opts.output_stream = true; /* nothing kept: the output is streamed, capped */
+	struct moat_result *res = NULL;
+	struct moat_error err = { 0 };
+	int rc = serve_pool_run(s->pool, q->st.req, &opts, &res, &err);
+	char *line = rc == 0 ? moat_ndjson_result(res) : NULL;
+	pthread_mutex_lock(&q->mu);
+	q->st.err = err;
+	q->st.run_failed = rc < 0 || !line;
+	if (rc < 0)
+		q->outcome = err.type == MOAT_ERR_UNAVAILABLE ? O_UNAVAILABLE : O_BAD_REQUEST;
+	else
+		q->outcome = serve_run_outcome(res);
+	if (!q->st.abandoned && line) {
+		size_t before = pending_compact(q);
+		moat_ndjson_flush(&q->st.nj, &q->st.pending);
+		moat_buf_append(&q->st.pending, line, strlen(line));
+		pending_added(q, before);
+	}
+	free(line);
+	moat_result_free(res);
+	q->st.finished = true;
+	pthread_cond_broadcast(&q->cv);
+	pthread_mutex_unlock(&q->mu);
+	req_unref(q);
+	release_slot(s); /* last: shutdown waits for it */
+	return NULL;
+}
+
+/* A /v1/run answered as NDJSON lines while it runs; req is taken. The head
+ * goes with the first line: a run that fails before any is an ordinary
+ * error answer. */
+static enum MHD_Result run_ndjson(struct req *q, struct MHD_Connection *c,
+				  struct moat_request *req)
+{
+	q->st.ndjson = true;
+	q->st.req = req;
+	const char *why = NULL;
+	if (!reserve_result(q, req))
+		why = "the results in flight fill this server's memory budget; retry later";
+	else if ((q->st.resume_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) < 0)
+		why = "cannot make the response's eventfd";
+	if (!why && start_worker(q, ndjson_worker) < 0)
+		why = "cannot start a worker thread";
+	if (why) {
+		release_slot(q->s);
+		q->has_slot = false;
+		return fail(q, c, 503, q->result_budget ? "SandboxUnavailableError" : "ServerBusy",
+			    q->result_budget ? O_UNAVAILABLE : O_REJECTED, why);
+	}
+	q->has_slot = false; /* the worker releases it */
+	pthread_mutex_lock(&q->mu);
+	while (q->st.pending.len == q->st.pending_off && !q->st.finished)
+		pthread_cond_wait(&q->cv, &q->mu);
+	bool failed = q->st.finished && q->st.run_failed &&
+		      q->st.pending.len == q->st.pending_off;
+	pthread_mutex_unlock(&q->mu);
+	if (failed) /* nothing was streamed: the ordinary error answer */
+		return q->st.err.message ? fail_moat(q, c, &q->st.err) : MHD_NO;
+	struct MHD_Response *r = stream_response(q);
+	if (!r)
+		return MHD_NO;
+	MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
+	MHD_add_response_header(r, "Cache-Control", "no-store");
+	return stream_queue(q, c, r, 200, req->timeout_ms);
+}
+
 static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 {
 	struct moat_request *req = NULL;
@@ -863,6 +1007,8 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 	q->lang = req->argc ? -1 : (int)req->language;
 	q->mode = req->argc ? "command" : "script";
 	r = take_slot(q, c);
+	if (r == MHD_YES && q->has_slot && wants_ndjson(c))
+		return run_ndjson(q, c, req);
 	if (r == MHD_YES && q->has_slot)
 		r = run_script(q, c, req, true);
 	moat_request_free(req);

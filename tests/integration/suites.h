@@ -19,5 +19,6 @@ Suite *kv_suite(void);
 Suite *argv_suite(void);
 Suite *systemd_suite(void);
 Suite *serve_speed_suite(void);
+Suite *serve_stream_suite(void);
 
 #endif

@@ -25,5 +25,6 @@ Suite *priv_suite(void);
 Suite *pool_suite(void);
 Suite *kv_redis_suite(void);
 Suite *apparmor_suite(void);
+Suite *ndjson_suite(void);
 
 #endif
