@@ -74,7 +74,7 @@ UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
 INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
-.PHONY: all deps check check-unit check-integration check-node check-threads check-vm check-k8s install \
+.PHONY: all deps check check-unit check-integration check-node check-mcp check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat $(BUILD)/moat-zygote.so
@@ -349,6 +349,10 @@ fuzz: $(FUZZ_BINS)
 
 check-node: $(BUILD)/moat
 	MOAT_BIN=$(CURDIR)/$(BUILD)/moat node --test clients/node/test/
+
+# moat mcp through the MCP SDK's client, root and uid 65534 (needs npm ci in clients/node)
+check-mcp: $(BUILD)/moat
+	bash tests/mcp/run.sh $(BUILD)
 
 # make install [PREFIX=/usr/local] [DESTDIR=...] [APPARMOR=auto|yes|no]: the binary,
 # the runtime shims (found by the binary at ../share/moat/runtime), a copy of the

@@ -1,4 +1,4 @@
-// Types for moat-sandbox (hand-written; the package has no runtime dependencies).
+// Types for moat-sandbox (hand-written; index.js requires nothing: the package's dependencies are moat-mcp's).
 
 export type SandboxProvider = 'native' | 'docker' | 'e2b' | 'daytona' | 'none';
 export type SandboxLanguage = 'python' | 'javascript' | 'typescript' | 'bash' | 'sh';
@@ -68,6 +68,10 @@ export interface RunOptions {
   allowedHosts?: string[];
   /** Glob patterns under /sandbox whose files come back in `result.files`. */
   outputs?: string[];
+  /** The key-value store's scope (Spin's sandboxId, at most 256 bytes); native only. */
+  sandboxId?: string;
+  /** Give the program the key-value store scoped to `sandboxId` (docs/KV.md). */
+  kvEnabled?: boolean;
 }
 
 export interface OutputFile {
