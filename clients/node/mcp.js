@@ -122,6 +122,11 @@ function readConfigFile(file) {
     const ok = want === 'array' ? Array.isArray(v) && v.every((x) => typeof x === 'string')
       : typeof v === want && (want !== 'number' || Number.isFinite(v));
     if (!ok) throw new UsageError(`--config ${file}: "${k}" must be ${want === 'array' ? 'an array of strings' : `a ${want}`}`);
+    if (want === 'number' && !(v > 0 || (k === 'maxQueued' && v === 0)) ||
+        (['pidsLimit', 'maxOutputBytes', 'maxConcurrent', 'maxQueued', 'timeout', 'memoryMb'].includes(k) &&
+          !Number.isInteger(v))) {
+      throw new UsageError(`--config ${file}: "${k}" must be a positive ${k === 'cpus' ? 'number' : 'integer'}`);
+    }
   }
   return cfg;
 }
@@ -191,7 +196,8 @@ function settingsFrom(argv) {
 function describe(s) {
   const secs = (ms) => (ms % 1000 ? `${ms} ms` : `${ms / 1000} s`);
   const parts = [`time limit ${secs(s.timeout === undefined ? 30000 : s.timeout)}`];
-  parts.push(`memory ${s.memoryMb === undefined ? 512 : s.memoryMb} MiB`);
+  const service = s.url !== undefined || s.socketPath !== undefined;
+  if (s.memoryMb !== undefined || !service) parts.push(`memory ${s.memoryMb === undefined ? 512 : s.memoryMb} MiB`);
   if (s.allowedHosts && s.allowedHosts.length) parts.push(`network only to ${s.allowedHosts.join(', ')}`);
   else parts.push(s.network ? 'network access' : 'no network access');
   if (s.kvEnabled) parts.push('a key-value store (Spin\'s API) that persists between runs');
@@ -299,8 +305,8 @@ function buildServer(s) {
     if (args.files !== undefined) opts.files = args.files;
     if (!(await acquire())) {
       log(`run_code refused: ${maxConcurrent} runs and ${maxQueued} waiting already`);
-      return toolError(`The sandbox is busy (${maxConcurrent} runs at once and ${maxQueued} ` +
-        'waiting); try again when a run has finished.');
+      return toolError(`The sandbox is busy (${maxConcurrent} running, ${maxQueued} waiting); ` +
+        'try again when a run has finished.');
     }
     const started = Date.now();
     let r;

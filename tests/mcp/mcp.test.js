@@ -94,7 +94,7 @@ function leaves(dirs) {
   return out;
 }
 
-T('tools/list: one tool, run_code; the model may give language, code, stdin, files and nothing else', {}, async () => {
+T('tools_list: one tool, run_code; the model may give language, code, stdin, files and nothing else', {}, async () => {
   const s = await connect();
   try {
     const { tools } = await s.client.listTools();
@@ -115,7 +115,7 @@ T('tools/list: one tool, run_code; the model may give language, code, stdin, fil
   } finally { await s.close(); }
 });
 
-T('run_code: python, javascript, typescript, bash and sh, with stdin and files', {}, async () => {
+T('languages: run_code in python, javascript, typescript, bash and sh, with stdin and files', {}, async () => {
   const s = await connect();
   try {
     const cases = [
@@ -142,7 +142,7 @@ T('run_code: python, javascript, typescript, bash and sh, with stdin and files',
   } finally { await s.close(); }
 });
 
-T('a program past the operator\'s timeout is a tool error with its output so far', {}, async () => {
+T('timeout: a program past the operator\'s timeout is a tool error with its output so far', {}, async () => {
   const s = await connect(['--timeout', '1s']);
   try {
     const t0 = Date.now();
@@ -160,7 +160,7 @@ T('a program past the operator\'s timeout is a tool error with its output so far
   } finally { await s.close(); }
 });
 
-T('refused input: an unknown language, an extra argument (network, memoryMb, timeout), a missing code', {}, async () => {
+T('refused_input: an unknown language, an extra argument (network, memoryMb, timeout), a missing code', {}, async () => {
   const s = await connect();
   try {
     let r = await s.call({ language: 'cobol', code: 'DISPLAY "HI".' });
@@ -183,7 +183,7 @@ T('refused input: an unknown language, an extra argument (network, memoryMb, tim
   } finally { await s.close(); }
 });
 
-T('a policy refusal (a file outside /sandbox) and moat unavailable are tool errors of one sentence', {}, async () => {
+T('policy_refusal: a policy refusal (a file outside /sandbox) and moat unavailable are tool errors of one sentence', {}, async () => {
   const s = await connect();
   try {
     const r = await s.call({ language: 'python', code: 'print(1)', files: { '../etc/evil': 'x' } });
@@ -201,7 +201,22 @@ T('a policy refusal (a file outside /sandbox) and moat unavailable are tool erro
   } finally { await u.close(); fs.rmSync(dir, { recursive: true, force: true }); }
 });
 
-T('the operator\'s limits hold: memory from the flags, the config file under the flags', {}, async () => {
+T('busy: past --max-concurrent and --max-queued a call is refused as busy, and the server goes on', {}, async () => {
+  const s = await connect(['--max-concurrent', '1', '--max-queued', '0']);
+  try {
+    const slow = s.call({ language: 'bash', code: 'sleep 3; echo slow' });
+    await new Promise((r) => setTimeout(r, 500));
+    const busy = await s.call({ language: 'bash', code: 'echo fast' });
+    assert.equal(busy.isError, true);
+    assert.equal(busy.content[0].text, 'The sandbox is busy (1 running, 0 waiting); try again when a run has finished.');
+    const r = await slow;
+    assert.equal(r.structuredContent.stdout, 'slow\n');
+    const again = await s.call({ language: 'bash', code: 'echo fast' });
+    assert.equal(again.structuredContent.stdout, 'fast\n');
+  } finally { await s.close(); }
+});
+
+T('operator_limits: the operator\'s limits hold: memory from the flags, the config file under the flags', {}, async () => {
   const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-mcp-test-'));
   fs.chmodSync(dir, 0o755);
   const cfgFile = path.join(dir, 'mcp.json');
@@ -222,7 +237,7 @@ T('the operator\'s limits hold: memory from the flags, the config file under the
   } finally { await s.close(); fs.rmSync(dir, { recursive: true, force: true }); }
 });
 
-T('a hundred calls: every answer right, then no process and no cgroup leaf left', { timeout: 600000 }, async () => {
+T('hundred_calls: a hundred calls: every answer right, then no process and no cgroup leaf left', { timeout: 600000 }, async () => {
   const s = await connect(['--timeout', '20s']);
   const pid = s.transport.pid;
   const dirs = leafDirs(pid);
@@ -250,7 +265,7 @@ T('a hundred calls: every answer right, then no process and no cgroup leaf left'
   assert.equal(alive(pid), false, 'moat mcp still running after its client closed');
 });
 
-T('moat mcp says clearly what is missing: node, the server, the SDK; a bad setting', {}, () => {
+T('startup_errors: moat mcp says clearly what is missing: node, the server, the SDK; a bad setting', {}, () => {
   const run = (args, env) => spawnSync(MOAT, ['mcp', ...args], { encoding: 'utf8', env: { HOME: '/nonexistent', ...env } });
   let r = run([], { PATH: '/nonexistent' });
   assert.equal(r.status, 3);
