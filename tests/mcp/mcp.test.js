@@ -5,7 +5,7 @@
 // (`npm ci` in clients/node) every case reports itself skipped.
 const test = require('node:test');
 const assert = require('node:assert/strict');
-const { spawnSync } = require('node:child_process');
+const { spawn, spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const os = require('node:os');
 const path = require('node:path');
@@ -199,6 +199,41 @@ T('policy_refusal: a policy refusal (a file outside /sandbox) and moat unavailab
     assert.match(r.content[0].text, /^Sandbox provider "native" unavailable: cannot reach moat serve at unix:.*\.$/);
     assert.ok(!/\n/.test(r.content[0].text));
   } finally { await u.close(); fs.rmSync(dir, { recursive: true, force: true }); }
+});
+
+T('service: through a moat serve on a unix socket, the operator\'s limits sent; one above its max is a policy refusal', {}, async (t) => {
+  const help = spawnSync(MOAT, ['serve', '--help'], { timeout: 10000 });
+  if (help.status !== 0) { t.skip('moat serve --help fails (no moat serve in this build)'); return; }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-mcp-test-'));
+  const sock = path.join(dir, 'moat.sock');
+  fs.writeFileSync(path.join(dir, 'serve.json'), JSON.stringify({ serve: { defaults: { memoryMb: 128 }, max: { memoryMb: 128 } } }));
+  const srv = spawn(MOAT, ['serve', '--socket', sock, '--pool', '0', '--no-kv', '--config', path.join(dir, 'serve.json'),
+    '--runtime', path.join(ROOT, 'runtime')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let srvLog = '';
+  srv.stderr.on('data', (d) => { srvLog += d; });
+  try {
+    for (let i = 0; i < 200 && !fs.existsSync(sock) && srv.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(fs.existsSync(sock), `moat serve did not listen: ${srvLog.slice(-1000)}`);
+    const s = await connect(['--socket', sock, '--memory', '64M', '--timeout', '10s']);
+    try {
+      const { tools } = await s.client.listTools();
+      assert.match(tools[0].description, /memory 64 MiB/);
+      const r = await s.call({ language: 'python', code: 'print(6*7)' });
+      assert.ok(!r.isError, text(r));
+      assert.equal(r.structuredContent.stdout, '42\n');
+      assert.equal(r.structuredContent.sandbox.memoryMb, 64);
+    } finally { await s.close(); }
+    const big = await connect(['--socket', sock, '--memory', '512M']);
+    try {
+      const r = await big.call({ language: 'python', code: 'print(6*7)' });
+      assert.equal(r.isError, true);
+      assert.match(r.content[0].text, /^Sandbox policy violation: .*memoryMb.*\.$/);
+    } finally { await big.close(); }
+  } finally {
+    srv.kill('SIGTERM');
+    await new Promise((r) => (srv.exitCode !== null ? r() : srv.on('exit', r)));
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
 });
 
 T('busy: past --max-concurrent and --max-queued a call is refused as busy, and the server goes on', {}, async () => {
