@@ -74,7 +74,7 @@ UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
 INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
-.PHONY: all deps check check-unit check-integration check-node check-mcp mcp check-threads check-vm check-k8s install \
+.PHONY: all deps check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat $(BUILD)/moat-zygote.so
@@ -354,6 +354,10 @@ check-node: $(BUILD)/moat
 check-mcp: $(BUILD)/moat
 	bash tests/mcp/run.sh $(BUILD)
 
+# the Python client (clients/python), root and uid 65534
+check-python: $(BUILD)/moat
+	bash clients/python/tests/run.sh $(BUILD)
+
 # make install [PREFIX=/usr/local] [DESTDIR=...] [APPARMOR=auto|yes|no]: the binary,
 # the runtime shims (found by the binary at ../share/moat/runtime), a copy of the
 # default policy, moat(1), bash completion and the AppArmor profile (apparmor/moat:
@@ -373,6 +377,14 @@ MANDIR     ?= $(DATADIR)/man
 APPARMOR   ?= auto
 AA_ETC := $(if $(filter yes,$(APPARMOR)),yes,$(if $(filter auto,$(APPARMOR)),$(if \
           $(wildcard /etc/apparmor.d/abi/4.0),yes),))
+# the Python client (clients/python): under PREFIX=/usr into Debian's path for packages,
+# /usr/lib/python3/dist-packages; under another PREFIX into the site directory the host's
+# python3 reads there (/usr/local/lib/python3.X/dist-packages on Debian)
+PYTHON3    ?= $(firstword $(wildcard /usr/bin/python3) python3)
+PY_MINOR    = $(if $(filter /usr,$(PREFIX)),,$(shell $(PYTHON3) -c \
+              'import sys; print(".%d" % sys.version_info[1])' 2>/dev/null))
+PYTHONDIR  ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python3$(PY_MINOR)/dist-packages)
+PY_FILES   := $(sort $(wildcard clients/python/moat_sandbox/*.py)) clients/python/moat_sandbox/py.typed
 RUNTIME_FILES := $(sort $(shell find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' \
                  2>/dev/null))
 
@@ -411,6 +423,8 @@ install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat-zygote.so $(BUILD)/mcp/.sta
 	install -D -m 0644 apparmor/moat $(DESTDIR)$(DATADIR)/moat/apparmor/moat
 	install -D -m 0644 $(BUILD)/moat.1 $(DESTDIR)$(MANDIR)/man1/moat.1
 	install -D -m 0644 completions/moat.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/moat
+	install -d -m 0755 $(DESTDIR)$(PYTHONDIR)/moat_sandbox
+	install -m 0644 $(PY_FILES) $(DESTDIR)$(PYTHONDIR)/moat_sandbox/
 ifeq ($(AA_ETC),yes)
 	install -D -m 0644 apparmor/moat $(DESTDIR)$(SYSCONFDIR)/apparmor.d/moat
 	@if [ -z "$(DESTDIR)" ] && aa-enabled --quiet 2>/dev/null; then \
@@ -434,7 +448,7 @@ uninstall:
 	rm -f $(DESTDIR)$(SYSCONFDIR)/apparmor.d/moat
 	rm -f $(DESTDIR)$(BINDIR)/moat $(DESTDIR)$(MANDIR)/man1/moat.1 \
 	    $(DESTDIR)$(DATADIR)/bash-completion/completions/moat
-	rm -rf $(DESTDIR)$(DATADIR)/moat $(DESTDIR)$(LIBDIR)/moat
+	rm -rf $(DESTDIR)$(DATADIR)/moat $(DESTDIR)$(LIBDIR)/moat $(DESTDIR)$(PYTHONDIR)/moat_sandbox
 
 # The Debian package (debian/): libseccomp and libcap linked shared, built in a
 # copy of the tree under $(BUILD)/deb with DEB_BUILD_OPTIONS=nocheck (the unit

@@ -70,6 +70,10 @@ MOAT_BIN="$(pwd)/$BUILD/moat" node --test clients/node/test/ 2>&1 | tee -a "$log
 echo "== moat mcp (tests/mcp, the SDK's client over stdio against the built binary)"
 bash tests/mcp/run.sh "$BUILD" 2>&1 | tee -a "$log" || status=1
 
+# unittest, root then uid 65534: counted with the "Ran N tests" lines below
+echo "== python client tests (clients/python, against the built binary and a real moat serve)"
+bash clients/python/tests/run.sh "$BUILD" 2>&1 | tee -a "$log" || status=1
+
 # node --test runs too (root, then uid 65534): counted with the "# pass N" lines below
 echo "== aistack conformance (tests/compat, the client and binary against aistack's contract)"
 bash tests/compat/run.sh "$BUILD" 2>&1 | tee -a "$log" || status=1

@@ -40,6 +40,9 @@ ok "make install DESTDIR=... PREFIX=$PREFIX APPARMOR=yes"
 
 # ---- the file list, with modes: exactly these files and nothing else
 root="$dest$PREFIX"
+py3=/usr/bin/python3
+[ -x "$py3" ] || py3=python3
+pydir="$PREFIX/lib/python3$($py3 -c 'import sys; print(".%d" % sys.version_info[1])' 2>/dev/null)/dist-packages"
 {
 	echo "755 $PREFIX/bin/moat"
 	echo "644 $PREFIX/lib/moat/moat-zygote.so"
@@ -52,6 +55,9 @@ root="$dest$PREFIX"
 	for f in index.js package.json package-lock.json; do echo "644 $PREFIX/lib/moat/mcp/$f"; done
 	find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' |
 		sed "s,^,644 $PREFIX/share/moat/,"
+	# the Python client, where the host's Debian python3 looks under $PREFIX
+	ls clients/python/moat_sandbox/*.py clients/python/moat_sandbox/py.typed |
+		sed "s,^clients/python/,644 $pydir/,"
 } | sort -k2 >"$work/want"
 (cd "$dest" && find . -type f ! -path "./${PREFIX#/}/lib/moat/mcp/node_modules/*" -printf '%m /%P\n') |
 	sort -k2 >"$work/got"
@@ -78,6 +84,24 @@ console.log(bad.length ? `missing: ${bad.join(" ")}` : "ok");' 2>&1)
 check "lib/moat/mcp/node_modules holds every package of the lock${mods#ok}" test "$mods" = ok
 odd=$(find "$root/lib/moat/mcp/node_modules" ! -type l ! -perm -0444 -printf '%P ' | head -c 300)
 check "lib/moat/mcp/node_modules is readable by everyone${odd:+ (not: $odd)}" test -z "$odd"
+check "the Python client's directory $pydir is one of $py3's site directories" \
+	"$py3" -c 'import site, sys; sys.exit(sys.argv[1] not in site.getsitepackages())' "$pydir"
+# the client's own packaging: pip without a package index or build isolation (Debian's
+# setuptools), from a copy so that the tree gets no build directory
+if "$py3" -c 'import setuptools, pip' 2>/dev/null; then
+	cp -r clients/python "$work/pyclient" && rm -rf "$work/pyclient/build" "$work/pyclient"/*.egg-info
+	if (cd "$work" && "$py3" -m pip install -q --no-build-isolation --no-index --no-deps \
+		--target "$work/pip" "$work/pyclient" >"$work/pip.log" 2>&1) &&
+		PYTHONPATH="$work/pip" "$py3" -c 'import moat_sandbox, os, sys
+sys.exit(not os.path.exists(os.path.join(os.path.dirname(moat_sandbox.__file__), "py.typed")))'; then
+		ok "pip install --no-build-isolation --no-index clients/python (offline): importable, typed"
+	else
+		cat "$work/pip.log"
+		bad "pip install --no-build-isolation --no-index clients/python"
+	fi
+else
+	skipped "pip install of clients/python (no pip or setuptools for $py3):"
+fi
 
 # ---- the man page: renders, and names every command and option of the help texts
 moat_bin="$root/bin/moat"
@@ -159,6 +183,18 @@ run_installed() { # [as uid 65534] the checks that run the installed moat
 	v=$(cd "$home" && "${pre[@]}" "${env[@]}" "$moat_bin" run -c 'print(6*7)' 2>&1)
 	[ "$v" = 42 ] && ok "$who: installed moat run -c 'print(6*7)' → 42" ||
 		bad "$who: installed moat run: $v"
+	# the Python client from where it was installed, on the installed binary, sync and asyncio
+	v=$(cd "$home" && "${pre[@]}" "${env[@]}" PYTHONPATH="$dest$pydir" PYTHONDONTWRITEBYTECODE=1 "$py3" -c '
+import asyncio, sys, moat_sandbox as m
+assert m.__file__.startswith(sys.argv[2]), m.__file__
+with m.create_sandbox(binary=sys.argv[1], timeout=20000) as s:
+    print(s.run("print(6*7)").stdout.strip())
+async def main():
+    async with m.AsyncSandbox(binary=sys.argv[1]) as a:
+        return (await a.run("console.log(6*7)", language="javascript")).stdout.strip()
+print(asyncio.run(main()))' "$moat_bin" "$dest$pydir" 2>&1)
+	[ "$v" = $'42\n42' ] && ok "$who: the installed Python client (moat_sandbox) runs print(6*7) → 42, sync and async" ||
+		bad "$who: the installed Python client: $v"
 	v=$(cd "$home" && "${pre[@]}" "${env[@]}" "$moat_bin" doctor 2>&1)
 	echo "$v" | grep -qxF "runtime shims:      $root/share/moat/runtime" &&
 		ok "$who: installed moat doctor finds the installed runtime shims" ||

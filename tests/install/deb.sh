@@ -124,9 +124,10 @@ files=$(in_chroot 'for f in /usr/bin/moat /usr/lib/moat/moat-zygote.so /usr/shar
 	/usr/share/bash-completion/completions/moat /usr/share/moat/apparmor/moat \
 	/usr/share/moat/policies/default.json /usr/share/moat/runtime/python/spin_sdk/key_value.py \
 	/usr/share/moat/runtime/js/spin-kv.mjs /usr/share/doc/moat/copyright /usr/lib/moat/mcp/mcp.js \
-	/usr/lib/moat/mcp/node_modules/@modelcontextprotocol/sdk/package.json; do
+	/usr/lib/moat/mcp/node_modules/@modelcontextprotocol/sdk/package.json \
+	/usr/lib/python3/dist-packages/moat_sandbox/__init__.py /usr/lib/python3/dist-packages/moat_sandbox/py.typed; do
 	[ -f "$f" ] || echo "$f"; done')
-[ -z "$files" ] && ok "the binary, the zygote's library, man page (gzipped), completion, profile, policy, runtime and MCP server are there" ||
+[ -z "$files" ] && ok "the binary, the zygote's library, man page (gzipped), completion, profile, policy, runtime, MCP server and Python client are there" ||
 	bad "missing from the package: $files"
 [ ! -e "$root/etc/apparmor.d/moat" ] && ok "no /etc/apparmor.d/moat without AppArmor 4" ||
 	bad "/etc/apparmor.d/moat exists without AppArmor 4"
@@ -159,6 +160,9 @@ v=$(in_chroot "cd /tmp/m && { cat in.jsonl; for i in \$(seq 300); do grep -q '\"
 case $v in *'"structuredContent":{"stdout":"42\n"'*) ok "moat mcp answers run_code over stdio (Debian's nodejs, /usr/lib/moat/mcp)" ;;
 *) bad "moat mcp in the chroot: $v" ;;
 esac
+v=$(in_chroot "cd /tmp && python3 -c 'from moat_sandbox import create_sandbox
+print(create_sandbox(timeout=20000).run(\"print(6*7)\").stdout.strip())'" 2>&1)
+[ "$v" = 42 ] && ok "the Python client (import moat_sandbox, moat exec on PATH) → 42" || bad "python3 moat_sandbox: $v"
 took "the runs"
 
 # ---- the AppArmor profile and the maintainer scripts

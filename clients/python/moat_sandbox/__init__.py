@@ -1,0 +1,32 @@
+"""moat-sandbox: the aistack sandbox contract on top of the `moat` binary, for Python.
+
+``create_sandbox(config).run(code, language=..., timeout=...)`` runs ``code`` in a fresh
+moat sandbox, through ``moat exec`` (the default) or a ``moat serve`` (``url`` or
+``socket_path``), and returns a :class:`RunResult`. Standard library only."""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from ._async import AsyncSandbox
+from ._core import DEFAULT_SANDBOX_CONFIG, LANGUAGES, PROVIDERS, RunResult
+from ._errors import SandboxConfigError, SandboxError, SandboxPolicyError, SandboxUnavailableError
+from ._sync import Sandbox
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "AsyncSandbox", "DEFAULT_SANDBOX_CONFIG", "LANGUAGES", "PROVIDERS", "RunResult", "Sandbox",
+    "SandboxConfigError", "SandboxError", "SandboxPolicyError", "SandboxUnavailableError",
+    "create_sandbox", "create_async_sandbox",
+]
+
+
+def create_sandbox(config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> Sandbox:
+    """A :class:`Sandbox` for ``config`` (aistack's ``sandbox`` object: camelCase or
+    snake_case keys, or keyword arguments)."""
+    return Sandbox(config, **kwargs)
+
+
+def create_async_sandbox(config: Optional[Mapping[str, Any]] = None, **kwargs: Any) -> AsyncSandbox:
+    """An :class:`AsyncSandbox` for ``config``."""
+    return AsyncSandbox(config, **kwargs)
