@@ -74,7 +74,7 @@ UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
 INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
-.PHONY: all deps check check-unit check-integration check-node check-python check-threads check-vm check-k8s install \
+.PHONY: all deps check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat $(BUILD)/moat-zygote.so
@@ -350,6 +350,10 @@ fuzz: $(FUZZ_BINS)
 check-node: $(BUILD)/moat
 	MOAT_BIN=$(CURDIR)/$(BUILD)/moat node --test clients/node/test/
 
+# moat mcp through the MCP SDK's client, root and uid 65534 (needs npm ci in clients/node)
+check-mcp: $(BUILD)/moat
+	bash tests/mcp/run.sh $(BUILD)
+
 # the Python client (clients/python), root and uid 65534
 check-python: $(BUILD)/moat
 	bash clients/python/tests/run.sh $(BUILD)
@@ -391,8 +395,26 @@ $(BUILD)/moat.1: doc/moat.1.scd
 	scdoc < $< > $@.tmp && mv $@.tmp $@
 man: $(BUILD)/moat.1
 
-install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat-zygote.so
+# moat mcp's server (clients/node/mcp.js) with its production node_modules, made by
+# npm ci --omit=dev from the committed lock (the npm registry, or npm's cache, must be
+# reachable); installed under $(LIBDIR)/moat/mcp, where moat mcp finds it
+MCP_FILES := mcp.js index.js package.json package-lock.json
+$(BUILD)/mcp/.stamp: $(addprefix clients/node/,$(MCP_FILES))
+	@command -v npm >/dev/null 2>&1 || { echo "make: moat mcp's server needs npm" \
+	    "(apt-get install npm; tools/deps.sh installs it)" >&2; exit 1; }
+	rm -rf $(BUILD)/mcp && mkdir -p $(BUILD)/mcp
+	cp $(addprefix clients/node/,$(MCP_FILES)) $(BUILD)/mcp/
+	cd $(BUILD)/mcp && npm ci --omit=dev --ignore-scripts --no-audit --no-fund
+	touch $@
+mcp: $(BUILD)/mcp/.stamp
+
+install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat-zygote.so $(BUILD)/mcp/.stamp
 	install -D -m 0755 $(BUILD)/moat $(DESTDIR)$(BINDIR)/moat
+	install -d -m 0755 $(DESTDIR)$(LIBDIR)/moat/mcp
+	cp -R --no-preserve=ownership $(BUILD)/mcp/node_modules $(DESTDIR)$(LIBDIR)/moat/mcp/
+	chmod -R u=rwX,go=rX $(DESTDIR)$(LIBDIR)/moat/mcp/node_modules
+	for f in $(MCP_FILES); do install -m 0644 $(BUILD)/mcp/$$f $(DESTDIR)$(LIBDIR)/moat/mcp/$$f || exit 1; done
+	chmod 0755 $(DESTDIR)$(LIBDIR)/moat/mcp/mcp.js
 	install -D -m 0644 $(BUILD)/moat-zygote.so $(DESTDIR)$(LIBDIR)/moat/moat-zygote.so
 	install -D -m 0644 policies/default.json $(DESTDIR)$(DATADIR)/moat/policies/default.json
 	@for f in $(RUNTIME_FILES); do \

@@ -15,7 +15,7 @@ _moat()
 		esac
 	done
 	if [[ -z $cmd ]]; then
-		COMPREPLY=($(compgen -W 'run exec serve kv doctor policy version help' -- "$cur"))
+		COMPREPLY=($(compgen -W 'run exec serve kv mcp doctor policy version help' -- "$cur"))
 		return
 	fi
 
@@ -61,7 +61,8 @@ _moat()
 		return ;;
 	-c|--code|--timeout|--memory|--cpus|--pids|--env|--max-output|--listen|\
 	--metrics-listen|--max-relays|--max-dns|\
-	--max-concurrent|--queue|--grace|--client-timeout|--kv-quota|--pool|--output)
+	--max-concurrent|--queue|--grace|--client-timeout|--kv-quota|--pool|--output|\
+	--allowed-host|--sandbox-id|--max-queued|--url)
 		return ;;
 	esac
 
@@ -84,6 +85,11 @@ _moat()
 			--config --rootfs --runtime --grace --client-timeout --kv --kv-quota --no-kv
 			--pool --pool-zygote --no-pool-zygote --pool-zygote-max-children
 			--pool-zygote-max-age --json-log --help' -- "$cur")) ;;
+	mcp)
+		COMPREPLY=($(compgen -W '--config --timeout --memory --cpus --pids --max-output
+			--strict-limits --net --allowed-host --sandbox-id --kv-enabled --max-concurrent
+			--max-queued --url --socket --token-file --policy --rootfs --kv --kv-quota
+			--strict-isolation --help' -- "$cur")) ;;
 	kv)
 		local sub= j
 		for ((j = i + 1; j < COMP_CWORD; j++)); do

@@ -12,6 +12,7 @@ static void usage(FILE *f)
 	      "       moat exec [--provider NAME] [--stream]            JSON request on stdin\n"
 	      "       moat serve [--listen HOST:PORT | --socket PATH]   the HTTP service\n"
 	      "       moat kv list|get|export|clear SANDBOXID [KEY]   the key-value store\n"
+	      "       moat mcp [--config FILE] [options]               the MCP server (stdio)\n"
 	      "       moat doctor                                      what this host supports\n"
 	      "       moat policy check FILE | moat policy show [FILE] seccomp policies\n"
 	      "       moat version\n"
@@ -46,6 +47,8 @@ int main(int argc, char **argv)
 		return cli_exec(argc - 1, argv + 1);
 	if (!strcmp(cmd, "serve"))
 		return cli_serve(argc - 1, argv + 1);
+	if (!strcmp(cmd, "mcp"))
+		return cli_mcp(argc - 1, argv + 1);
 	if (!strcmp(cmd, "kv"))
 		return cli_kv(argc - 1, argv + 1);
 	if (!strcmp(cmd, "doctor"))

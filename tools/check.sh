@@ -66,6 +66,10 @@ bash tests/deploy/seccomp.sh "$BUILD" ${MOAT_K8S_CHECK_SUITES-isolation runner l
 echo "== node client tests (clients/node, against the built binary)"
 MOAT_BIN="$(pwd)/$BUILD/moat" node --test clients/node/test/ 2>&1 | tee -a "$log" || status=1
 
+# moat mcp through the MCP SDK's own client (root, then uid 65534): "# pass N" lines too
+echo "== moat mcp (tests/mcp, the SDK's client over stdio against the built binary)"
+bash tests/mcp/run.sh "$BUILD" 2>&1 | tee -a "$log" || status=1
+
 # unittest, root then uid 65534: counted with the "Ran N tests" lines below
 echo "== python client tests (clients/python, against the built binary and a real moat serve)"
 bash clients/python/tests/run.sh "$BUILD" 2>&1 | tee -a "$log" || status=1

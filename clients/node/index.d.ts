@@ -1,4 +1,4 @@
-// Types for moat-sandbox (hand-written; the package has no runtime dependencies).
+// Types for moat-sandbox (hand-written; index.js requires nothing: the package's dependencies are moat-mcp's).
 
 export type SandboxProvider = 'native' | 'docker' | 'e2b' | 'daytona' | 'none';
 export type SandboxLanguage = 'python' | 'javascript' | 'typescript' | 'bash' | 'sh';
@@ -73,6 +73,10 @@ export interface RunOptions {
   onStdout?: (text: string) => void;
   /** Each chunk of stderr as the program writes it; as `onStdout`. */
   onStderr?: (text: string) => void;
+  /** The key-value store's scope (Spin's sandboxId, at most 256 bytes); native only. */
+  sandboxId?: string;
+  /** Give the program the key-value store scoped to `sandboxId` (docs/KV.md). */
+  kvEnabled?: boolean;
 }
 
 export interface OutputFile {

@@ -71,7 +71,8 @@ const CLIENT_KEYS = new Set(['moatPath', 'deadlineGraceMs', 'configPath', 'url',
 // API keys travel to moat through its environment, never through a file.
 const KEY_ENV = { e2bApiKey: 'E2B_API_KEY', daytonaApiKey: 'DAYTONA_API_KEY' };
 const REQUEST_KEYS = ['language', 'timeout', 'env', 'files', 'stdin', 'network', 'memoryMb',
-  'cpus', 'pidsLimit', 'strictLimits', 'maxOutputBytes', 'allowedHosts', 'outputs'];
+  'cpus', 'pidsLimit', 'strictLimits', 'maxOutputBytes', 'allowedHosts', 'outputs',
+  'sandboxId', 'kvEnabled'];
 const DEFAULT_TIMEOUT = 30000;
 // aistack's DEFAULT_SANDBOX_CONFIG (src/sandbox/index.ts upstream), filled in for every key
 // the config leaves out, except `provider`: moat's default is 'native' (a run that IS

@@ -12,6 +12,8 @@ int cli_exec(int argc, char **argv);
 int cli_doctor(int argc, char **argv);
 int cli_serve(int argc, char **argv);
 int cli_policy(int argc, char **argv);
+/* moat mcp: execve's the MCP server (node) with this binary's path. */
+int cli_mcp(int argc, char **argv);
 /* moat version: moat and its libraries, with their linkage. */
 int cli_version(void);
 

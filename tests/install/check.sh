@@ -51,13 +51,16 @@ pydir="$PREFIX/lib/python3$($py3 -c 'import sys; print(".%d" % sys.version_info[
 	echo "644 $PREFIX/share/man/man1/moat.1"
 	echo "644 $PREFIX/share/bash-completion/completions/moat"
 	echo "644 /etc/apparmor.d/moat"
+	echo "755 $PREFIX/lib/moat/mcp/mcp.js"
+	for f in index.js package.json package-lock.json; do echo "644 $PREFIX/lib/moat/mcp/$f"; done
 	find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' |
 		sed "s,^,644 $PREFIX/share/moat/,"
 	# the Python client, where the host's Debian python3 looks under $PREFIX
 	ls clients/python/moat_sandbox/*.py clients/python/moat_sandbox/py.typed |
 		sed "s,^clients/python/,644 $pydir/,"
 } | sort -k2 >"$work/want"
-(cd "$dest" && find . -type f -printf '%m /%P\n') | sort -k2 >"$work/got"
+(cd "$dest" && find . -type f ! -path "./${PREFIX#/}/lib/moat/mcp/node_modules/*" -printf '%m /%P\n') |
+	sort -k2 >"$work/got"
 if diff -u "$work/want" "$work/got" >"$work/diff"; then
 	ok "installed files and modes ($(wc -l <"$work/got") files)"
 else
@@ -72,6 +75,15 @@ check "AppArmor profile in /etc/apparmor.d and share/moat is apparmor/moat" \
 	sh -c "cmp -s apparmor/moat '$dest/etc/apparmor.d/moat' && \
 	       cmp -s apparmor/moat '$root/share/moat/apparmor/moat'"
 check "installed binary is the build's" cmp -s "$BUILD/moat" "$root/bin/moat"
+# moat mcp's node_modules: what the lock names, production only, readable by all
+mods=$(cd "$root/lib/moat/mcp" && node -e '
+const lock = require("./package-lock.json");
+const fs = require("fs");
+const bad = Object.entries(lock.packages).filter(([p, v]) => p && !v.dev && !fs.existsSync(p)).map(([p]) => p);
+console.log(bad.length ? `missing: ${bad.join(" ")}` : "ok");' 2>&1)
+check "lib/moat/mcp/node_modules holds every package of the lock${mods#ok}" test "$mods" = ok
+odd=$(find "$root/lib/moat/mcp/node_modules" ! -type l ! -perm -0444 -printf '%P ' | head -c 300)
+check "lib/moat/mcp/node_modules is readable by everyone${odd:+ (not: $odd)}" test -z "$odd"
 check "the Python client's directory $pydir is one of $py3's site directories" \
 	"$py3" -c 'import site, sys; sys.exit(sys.argv[1] not in site.getsitepackages())' "$pydir"
 # the client's own packaging: pip without a package index or build isolation (Debian's
@@ -108,12 +120,13 @@ fi
 	"$moat_bin" run --help
 	"$moat_bin" serve --help
 	"$moat_bin" kv --help
+	"$moat_bin" mcp --help
 } >"$work/help.txt" 2>&1
 missing=""
 for opt in $(grep -oE -- '--[a-z][a-z-]+' "$work/help.txt" | sort -u); do
 	grep -qF -- "*$opt*" doc/moat.1.scd || missing="$missing $opt"
 done
-for cmd in run exec serve kv doctor policy version; do
+for cmd in run exec serve kv mcp doctor policy version; do
 	grep -qE "^\*$cmd(\*| )" doc/moat.1.scd || missing="$missing $cmd"
 done
 check "moat.1 documents every command and every option of the help texts${missing:+ (missing:$missing)}" \
@@ -133,7 +146,7 @@ complete_words() { # the candidates for the words given, the last one being comp
 	bash -c 'source "$1"; shift; COMP_WORDS=(moat "$@"); COMP_CWORD=$#
 		_moat; printf "%s\n" "${COMPREPLY[@]}"' _ "$comp" "$@" 2>/dev/null
 }
-[ "$(complete_words '' | tr '\n' ' ')" = "run exec serve kv doctor policy version help " ] &&
+[ "$(complete_words '' | tr '\n' ' ')" = "run exec serve kv mcp doctor policy version help " ] &&
 	ok "completion: the commands" || bad "completion: the commands ($(complete_words '' | tr '\n' ' '))"
 [ "$(complete_words run --ti)" = "--timeout" ] && ok "completion: run --ti → --timeout" ||
 	bad "completion: run --ti → $(complete_words run --ti)"
@@ -193,6 +206,20 @@ print(asyncio.run(main()))' "$moat_bin" "$dest$pydir" 2>&1)
 	case $v in *'"stdout":"v1\n"'*'"exitCode":0'*)
 		ok "$who: kvEnabled exec through the installed runtime shims" ;;
 	*) bad "$who: kvEnabled exec: $v" ;;
+	esac
+	# moat mcp: the installed server and its node_modules, one run_code call over stdio
+	# (standard input stays open until the answer to the call is there)
+	local out="$home/mcp.out"
+	: >"$out"
+	chmod 0666 "$out"
+	local calls="$PWD/tests/install/mcp-call.jsonl"
+	(cd "$home" && { cat "$calls"
+		for _ in $(seq 300); do grep -q '"id":2' "$out" && break; sleep 0.1; done; } |
+		timeout 30 "${pre[@]}" "${env[@]}" "$moat_bin" mcp --timeout 10s >"$out" 2>/dev/null)
+	v=$(cat "$out")
+	case $v in *'"structuredContent":{"stdout":"42\n"'*'"exitCode":0'*)
+		ok "$who: installed moat mcp answers run_code over stdio" ;;
+	*) bad "$who: installed moat mcp: $v" ;;
 	esac
 }
 run_installed "$(id -un)"

@@ -112,7 +112,7 @@ fi
 took "apt-get update and install"
 st=$(in_chroot "dpkg-query -W -f='\${Status} \${Version}' moat")
 [ "$st" = "install ok installed $ver" ] && ok "dpkg: moat $ver installed" || bad "dpkg: $st"
-for p in python3 nodejs esbuild libsqlite3-0 libmicrohttpd12; do
+for p in python3 nodejs esbuild libsqlite3-0 libmicrohttpd12; do # nodejs: a Depends now
 	in_chroot "dpkg-query -W -f='\${Status}' $p" 2>/dev/null | grep -q "install ok installed" ||
 		missing="${missing:-} $p"
 done
@@ -123,10 +123,11 @@ done
 files=$(in_chroot 'for f in /usr/bin/moat /usr/lib/moat/moat-zygote.so /usr/share/man/man1/moat.1.gz \
 	/usr/share/bash-completion/completions/moat /usr/share/moat/apparmor/moat \
 	/usr/share/moat/policies/default.json /usr/share/moat/runtime/python/spin_sdk/key_value.py \
-	/usr/share/moat/runtime/js/spin-kv.mjs /usr/share/doc/moat/copyright \
+	/usr/share/moat/runtime/js/spin-kv.mjs /usr/share/doc/moat/copyright /usr/lib/moat/mcp/mcp.js \
+	/usr/lib/moat/mcp/node_modules/@modelcontextprotocol/sdk/package.json \
 	/usr/lib/python3/dist-packages/moat_sandbox/__init__.py /usr/lib/python3/dist-packages/moat_sandbox/py.typed; do
 	[ -f "$f" ] || echo "$f"; done')
-[ -z "$files" ] && ok "the binary, the zygote's library, man page (gzipped), completion, profile, policy, runtime and Python client are there" ||
+[ -z "$files" ] && ok "the binary, the zygote's library, man page (gzipped), completion, profile, policy, runtime, MCP server and Python client are there" ||
 	bad "missing from the package: $files"
 [ ! -e "$root/etc/apparmor.d/moat" ] && ok "no /etc/apparmor.d/moat without AppArmor 4" ||
 	bad "/etc/apparmor.d/moat exists without AppArmor 4"
@@ -152,6 +153,13 @@ v=$(in_chroot "mkdir -p /tmp/u && chown 65534:65534 /tmp/u && cd /tmp/u &&
 	setpriv --reuid 65534 --regid 65534 --clear-groups env HOME=/tmp/u \
 	moat run -l javascript -c 'console.log(6*7)'" 2>&1)
 [ "$v" = 42 ] && ok "moat run -l javascript as uid 65534 in the chroot → 42" || bad "rootless moat run: $v"
+# moat mcp: Debian's node (Depends: nodejs) and the vendored node_modules, one call over stdio
+mkdir -p "$root/tmp/m" && cp tests/install/mcp-call.jsonl "$root/tmp/m/in.jsonl"
+v=$(in_chroot "cd /tmp/m && { cat in.jsonl; for i in \$(seq 300); do grep -q '\"id\":2' out 2>/dev/null && break; sleep 0.1; done; } |
+	timeout 30 moat mcp --timeout 10s >out 2>/dev/null; cat out" 2>&1)
+case $v in *'"structuredContent":{"stdout":"42\n"'*) ok "moat mcp answers run_code over stdio (Debian's nodejs, /usr/lib/moat/mcp)" ;;
+*) bad "moat mcp in the chroot: $v" ;;
+esac
 v=$(in_chroot "cd /tmp && python3 -c 'from moat_sandbox import create_sandbox
 print(create_sandbox(timeout=20000).run(\"print(6*7)\").stdout.strip())'" 2>&1)
 [ "$v" = 42 ] && ok "the Python client (import moat_sandbox, moat exec on PATH) → 42" || bad "python3 moat_sandbox: $v"

@@ -1,0 +1,331 @@
+'use strict';
+// moat mcp (clients/node/mcp.js, docs/MCP.md) driven by the official SDK's own Client over
+// stdio, spawning the built `moat mcp` as an MCP host would. Run by tests/mcp/run.sh: once
+// as root, once as uid 65534 (MOAT_MCP_MODE says which). Without the SDK installed
+// (`npm ci` in clients/node) every case reports itself skipped.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn, spawnSync } = require('node:child_process');
+const fs = require('node:fs');
+const os = require('node:os');
+const path = require('node:path');
+const { createRequire } = require('node:module');
+
+const ROOT = path.resolve(__dirname, '../..');
+const MOAT = process.env.MOAT_BIN || path.join(ROOT, 'build/moat');
+const MODE = process.env.MOAT_MCP_MODE || (process.getuid() === 0 ? 'root' : 'rootless');
+let sdk = null;
+let skip = false;
+try {
+  const req = createRequire(path.join(ROOT, 'clients/node/package.json'));
+  sdk = {
+    Client: req('@modelcontextprotocol/sdk/client/index.js').Client,
+    StdioClientTransport: req('@modelcontextprotocol/sdk/client/stdio.js').StdioClientTransport,
+  };
+} catch (e) {
+  skip = `the MCP SDK is not installed (npm ci in clients/node): ${e.code || e.message}`;
+}
+if (!skip && MODE === 'root' && process.getuid() !== 0) skip = 'root mode needs root';
+if (!skip && !fs.existsSync(MOAT)) throw new Error(`moat binary not found at ${MOAT}; build it or set MOAT_BIN`);
+const T = (name, opts, fn) => test(`[${MODE}] ${name}`, { skip, ...opts }, fn);
+
+// A connected SDK client of `moat mcp ARGS...`; its stderr (the server's log) is kept.
+async function connect(args = [], env = {}) {
+  const transport = new sdk.StdioClientTransport({
+    command: MOAT, args: ['mcp', ...args], stderr: 'pipe',
+    env: { PATH: process.env.PATH, HOME: process.env.HOME || '/nonexistent', ...env },
+  });
+  const log = [];
+  transport.stderr.on('data', (d) => log.push(d));
+  const client = new sdk.Client({ name: 'moat-test', version: '0' });
+  const errors = [];
+  client.onerror = (e) => errors.push(e);
+  await client.connect(transport);
+  return {
+    client, transport, errors, log: () => Buffer.concat(log).toString('utf8'),
+    call: (args2, timeout = 120000) => client.callTool({ name: 'run_code', arguments: args2 },
+      undefined, { timeout }),
+    close: () => client.close(),
+  };
+}
+
+const text = (r) => r.content.filter((c) => c.type === 'text').map((c) => c.text).join('\n');
+
+// pid → ppid for every process, and the descendants of one.
+function descendants(pid) {
+  const parent = new Map();
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const stat = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      parent.set(Number(d), Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1]));
+    } catch { /* gone */ }
+  }
+  const out = [];
+  let frontier = [pid];
+  while (frontier.length) {
+    const next = [];
+    for (const [p, pp] of parent) if (frontier.includes(pp)) { out.push(p); next.push(p); }
+    frontier = next;
+  }
+  return out;
+}
+
+// moat's cgroup leaves (moat-<pid>-...) where a run of a process in pid's cgroups puts
+// them: its own cgroup per v1 controller and in the unified hierarchy.
+function leafDirs(pid) {
+  const dirs = [];
+  for (const line of fs.readFileSync(`/proc/${pid}/cgroup`, 'utf8').split('\n')) {
+    const m = /^\d+:([^:]*):(.*)$/.exec(line);
+    if (!m) continue;
+    if (m[1] === '') dirs.push(`/sys/fs/cgroup/unified${m[2]}`, `/sys/fs/cgroup${m[2]}`);
+    for (const c of m[1].split(',')) if (c) dirs.push(`/sys/fs/cgroup/${c}${m[2]}`, `/sys/fs/cgroup/${m[1]}${m[2]}`);
+  }
+  return [...new Set(dirs)].filter((d) => { try { return fs.statSync(d).isDirectory(); } catch { return false; } });
+}
+const alive = (pid) => { try { process.kill(pid, 0); return true; } catch (e) { return e.code === 'EPERM'; } };
+function leaves(dirs) {
+  const out = new Set();
+  for (const d of dirs) {
+    let names = [];
+    try { names = fs.readdirSync(d); } catch { continue; }
+    for (const n of names) if (/^moat-\d+-/.test(n)) out.add(`${d}/${n}`);
+  }
+  return out;
+}
+
+T('tools_list: one tool, run_code; the model may give language, code, stdin, files and nothing else', {}, async () => {
+  const s = await connect();
+  try {
+    const { tools } = await s.client.listTools();
+    assert.deepEqual(tools.map((t) => t.name), ['run_code']);
+    const t = tools[0];
+    assert.deepEqual(Object.keys(t.inputSchema.properties).sort(), ['code', 'files', 'language', 'stdin']);
+    assert.deepEqual([...t.inputSchema.required].sort(), ['code', 'language']);
+    assert.equal(t.inputSchema.additionalProperties, false);
+    assert.deepEqual(t.inputSchema.properties.language.enum, ['python', 'javascript', 'typescript', 'bash', 'sh']);
+    const schema = JSON.stringify(t.inputSchema);
+    for (const k of ['timeout', 'memoryMb', 'cpus', 'pidsLimit', 'network', 'allowedHosts', 'kvEnabled',
+      'sandboxId', 'env', 'maxOutputBytes']) {
+      assert.ok(!schema.includes(`"${k}"`), `the input schema names ${k}`);
+    }
+    assert.equal(t.outputSchema.type, 'object');
+    for (const k of ['stdout', 'stderr', 'exitCode', 'timedOut', 'sandbox']) assert.ok(t.outputSchema.properties[k], k);
+    assert.match(t.description, /no network access/);
+  } finally { await s.close(); }
+});
+
+T('languages: run_code in python, javascript, typescript, bash and sh, with stdin and files', {}, async () => {
+  const s = await connect();
+  try {
+    const cases = [
+      ['python', 'import sys\nprint(open("data/in.txt").read().strip(), sys.stdin.read().strip(), 6*7)'],
+      ['javascript', 'const fs = require("fs");\nconsole.log(fs.readFileSync("data/in.txt", "utf8").trim(), fs.readFileSync(0, "utf8").trim(), 6*7)'],
+      ['typescript', 'import * as fs from "fs";\nconst n: number = 6 * 7;\nconsole.log(fs.readFileSync("data/in.txt", "utf8").trim(), fs.readFileSync(0, "utf8").trim(), n)'],
+      ['bash', 'read -r line; echo "$(cat data/in.txt) $line $((6*7))"'],
+      ['sh', 'read -r line; echo "$(cat data/in.txt) $line $((6*7))"'],
+    ];
+    for (const [language, code] of cases) {
+      const r = await s.call({ language, code, stdin: 'from-stdin\n', files: { 'data/in.txt': 'from-file\n' } });
+      assert.ok(!r.isError, `${language}: ${text(r)}`);
+      assert.equal(r.structuredContent.stdout, 'from-file from-stdin 42\n', `${language}: ${text(r)}`);
+      assert.equal(r.structuredContent.exitCode, 0, language);
+      assert.equal(r.structuredContent.timedOut, false, language);
+      assert.match(text(r), /^exit code 0, \d+ ms\n--- stdout ---\nfrom-file from-stdin 42\n/, language);
+    }
+    // a program that fails is a result, not a tool error: the model reads its stderr
+    const r = await s.call({ language: 'python', code: 'raise SystemExit("no luck")' });
+    assert.ok(!r.isError);
+    assert.equal(r.structuredContent.exitCode, 1);
+    assert.match(r.structuredContent.stderr, /no luck/);
+    assert.deepEqual(s.errors, []);
+  } finally { await s.close(); }
+});
+
+T('timeout: a program past the operator\'s timeout is a tool error with its output so far', {}, async () => {
+  const s = await connect(['--timeout', '1s']);
+  try {
+    const t0 = Date.now();
+    const r = await s.call({ language: 'python', code: 'import time\nprint("started", flush=True)\nwhile True: time.sleep(0.05)' });
+    assert.equal(r.isError, true);
+    assert.equal(r.content[0].text, 'The program did not finish within its time limit of 1000 ms and was stopped; its output until then follows.');
+    assert.equal(r.structuredContent.timedOut, true);
+    assert.equal(r.structuredContent.exitCode, null);
+    assert.equal(r.structuredContent.stdout, 'started\n');
+    assert.equal(r.structuredContent.sandbox.timeoutMs, 1000);
+    assert.ok(Date.now() - t0 < 15000, `took ${Date.now() - t0} ms`);
+    // the server goes on
+    const ok = await s.call({ language: 'bash', code: 'echo alive' });
+    assert.equal(ok.structuredContent.stdout, 'alive\n');
+  } finally { await s.close(); }
+});
+
+T('refused_input: an unknown language, an extra argument (network, memoryMb, timeout), a missing code', {}, async () => {
+  const s = await connect();
+  try {
+    let r = await s.call({ language: 'cobol', code: 'DISPLAY "HI".' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /language must be one of python, javascript, typescript, bash, sh/);
+    for (const extra of [{ network: true }, { memoryMb: 4096 }, { timeout: 600000 }, { allowedHosts: ['https://example.com'] },
+      { sandboxId: 'other-tenant', kvEnabled: true }]) {
+      r = await s.call({ language: 'bash', code: 'echo ran', ...extra });
+      assert.equal(r.isError, true, JSON.stringify(extra));
+      assert.match(text(r), /run_code takes only language, code, stdin and files; limits and network are set by the operator/);
+      assert.ok(!text(r).includes('ran\n'));
+    }
+    r = await s.call({ language: 'python' });
+    assert.equal(r.isError, true);
+    assert.match(text(r), /code/);
+    // none of it crashed the server
+    r = await s.call({ language: 'bash', code: 'echo still here' });
+    assert.equal(r.structuredContent.stdout, 'still here\n');
+    assert.deepEqual(s.errors, []);
+  } finally { await s.close(); }
+});
+
+T('policy_refusal: a policy refusal (a file outside /sandbox) and moat unavailable are tool errors of one sentence', {}, async () => {
+  const s = await connect();
+  try {
+    const r = await s.call({ language: 'python', code: 'print(1)', files: { '../etc/evil': 'x' } });
+    assert.equal(r.isError, true);
+    assert.equal(r.content.length, 1);
+    assert.match(r.content[0].text, /^Sandbox policy violation: .*"\.\." components are not allowed\.$/);
+  } finally { await s.close(); }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-mcp-test-'));
+  const u = await connect(['--socket', path.join(dir, 'no-such.sock')]);
+  try {
+    const r = await u.call({ language: 'python', code: 'print(1)' });
+    assert.equal(r.isError, true);
+    assert.match(r.content[0].text, /^Sandbox provider "native" unavailable: cannot reach moat serve at unix:.*\.$/);
+    assert.ok(!/\n/.test(r.content[0].text));
+  } finally { await u.close(); fs.rmSync(dir, { recursive: true, force: true }); }
+});
+
+T('service: through a moat serve on a unix socket, the operator\'s limits sent; one above its max is a policy refusal', {}, async (t) => {
+  const help = spawnSync(MOAT, ['serve', '--help'], { timeout: 10000 });
+  if (help.status !== 0) { t.skip('moat serve --help fails (no moat serve in this build)'); return; }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-mcp-test-'));
+  const sock = path.join(dir, 'moat.sock');
+  fs.writeFileSync(path.join(dir, 'serve.json'), JSON.stringify({ serve: { defaults: { memoryMb: 128 }, max: { memoryMb: 128 } } }));
+  const srv = spawn(MOAT, ['serve', '--socket', sock, '--pool', '0', '--no-kv', '--config', path.join(dir, 'serve.json'),
+    '--runtime', path.join(ROOT, 'runtime')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let srvLog = '';
+  srv.stderr.on('data', (d) => { srvLog += d; });
+  try {
+    for (let i = 0; i < 200 && !fs.existsSync(sock) && srv.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(fs.existsSync(sock), `moat serve did not listen: ${srvLog.slice(-1000)}`);
+    const s = await connect(['--socket', sock, '--memory', '64M', '--timeout', '10s']);
+    try {
+      const { tools } = await s.client.listTools();
+      assert.match(tools[0].description, /memory 64 MiB/);
+      const r = await s.call({ language: 'python', code: 'print(6*7)' });
+      assert.ok(!r.isError, text(r));
+      assert.equal(r.structuredContent.stdout, '42\n');
+      assert.equal(r.structuredContent.sandbox.memoryMb, 64);
+    } finally { await s.close(); }
+    const big = await connect(['--socket', sock, '--memory', '512M']);
+    try {
+      const r = await big.call({ language: 'python', code: 'print(6*7)' });
+      assert.equal(r.isError, true);
+      assert.match(r.content[0].text, /^Sandbox policy violation: .*memoryMb.*\.$/);
+    } finally { await big.close(); }
+  } finally {
+    srv.kill('SIGTERM');
+    await new Promise((r) => (srv.exitCode !== null ? r() : srv.on('exit', r)));
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+T('busy: past --max-concurrent and --max-queued a call is refused as busy, and the server goes on', {}, async () => {
+  const s = await connect(['--max-concurrent', '1', '--max-queued', '0']);
+  try {
+    const slow = s.call({ language: 'bash', code: 'sleep 3; echo slow' });
+    await new Promise((r) => setTimeout(r, 500));
+    const busy = await s.call({ language: 'bash', code: 'echo fast' });
+    assert.equal(busy.isError, true);
+    assert.equal(busy.content[0].text, 'The sandbox is busy (1 running, 0 waiting); try again when a run has finished.');
+    const r = await slow;
+    assert.equal(r.structuredContent.stdout, 'slow\n');
+    const again = await s.call({ language: 'bash', code: 'echo fast' });
+    assert.equal(again.structuredContent.stdout, 'fast\n');
+  } finally { await s.close(); }
+});
+
+T('operator_limits: the operator\'s limits hold: memory from the flags, the config file under the flags', {}, async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-mcp-test-'));
+  fs.chmodSync(dir, 0o755);
+  const cfgFile = path.join(dir, 'mcp.json');
+  fs.writeFileSync(cfgFile, JSON.stringify({ memoryMb: 1024, timeout: 20000, pidsLimit: 32 }));
+  fs.chmodSync(cfgFile, 0o644);
+  const s = await connect(['--config', cfgFile, '--memory', '48M']);
+  try {
+    const { tools } = await s.client.listTools();
+    assert.match(tools[0].description, /time limit 20 s, memory 48 MiB/);
+    const r = await s.call({ language: 'python', code: 'b = bytearray(300 * 1024 * 1024)\nprint("held", len(b))' });
+    const o = r.structuredContent;
+    assert.equal(o.sandbox.memoryMb, 48);
+    assert.equal(o.sandbox.timeoutMs, 20000);
+    assert.equal(o.sandbox.pidsLimit, 32);
+    assert.ok(!o.stdout.includes('held'), `300 MiB under a 48 MiB limit: ${text(r)}`);
+    assert.ok(o.killedBy === 'oom' || /MemoryError/.test(o.stderr), text(r));
+    assert.notEqual(o.limits.memory, 'none');
+  } finally { await s.close(); fs.rmSync(dir, { recursive: true, force: true }); }
+});
+
+T('hundred_calls: a hundred calls: every answer right, then no process and no cgroup leaf left', { timeout: 600000 }, async () => {
+  const s = await connect(['--timeout', '20s']);
+  const pid = s.transport.pid;
+  const dirs = leafDirs(pid);
+  const before = leaves(dirs);
+  try {
+    for (let i = 0; i < 100; i++) {
+      const language = ['bash', 'python', 'javascript', 'sh'][i % 4];
+      const code = language === 'python' ? `print(${i})` : language === 'javascript' ? `console.log(${i})` : `echo ${i}`;
+      const r = await s.call({ language, code });
+      assert.ok(!r.isError, `call ${i}: ${text(r)}`);
+      assert.equal(r.structuredContent.stdout, `${i}\n`, `call ${i}`);
+    }
+    assert.deepEqual(descendants(pid), [], 'processes left under the server after its runs');
+    const left = [...leaves(dirs)].filter((l) => !before.has(l) &&
+      !alive(Number(/moat-(\d+)-/.exec(path.basename(l))[1])));
+    assert.deepEqual(left, [], 'cgroup leaves left behind');
+    assert.deepEqual(s.errors, []);
+    // the log has one line per call and nothing of the programs
+    const lines = s.log().split('\n').filter((l) => /^moat mcp: run_code [a-z]+: /.test(l));
+    assert.equal(lines.length, 100);
+    assert.ok(!/echo|print|console/.test(s.log()), 'the log shows code');
+  } finally { await s.close(); }
+  // the server went away with its client, and took nothing with it
+  for (let i = 0; i < 50 && alive(pid); i++) await new Promise((r) => setTimeout(r, 100));
+  assert.equal(alive(pid), false, 'moat mcp still running after its client closed');
+});
+
+T('startup_errors: moat mcp says clearly what is missing: node, the server, the SDK; a bad setting', {}, () => {
+  const run = (args, env) => spawnSync(MOAT, ['mcp', ...args], { encoding: 'utf8', env: { HOME: '/nonexistent', ...env } });
+  let r = run([], { PATH: '/nonexistent' });
+  assert.equal(r.status, 3);
+  assert.match(r.stderr, /^moat mcp: node \(Node\.js 18 or later\) is not on PATH/);
+  assert.equal(r.stdout, '');
+  r = run([], { PATH: process.env.PATH, MOAT_MCP_BIN: '/nonexistent/mcp.js' });
+  assert.equal(r.status, 3);
+  assert.match(r.stderr, /MOAT_MCP_BIN=\/nonexistent\/mcp\.js: cannot read it/);
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-mcp-test-'));
+  try {
+    fs.chmodSync(dir, 0o755);
+    for (const f of ['mcp.js', 'index.js', 'package.json']) {
+      fs.copyFileSync(path.join(ROOT, 'clients/node', f), path.join(dir, f));
+      fs.chmodSync(path.join(dir, f), 0o644);
+    }
+    r = run([], { PATH: process.env.PATH, MOAT_MCP_BIN: path.join(dir, 'mcp.js') });
+    assert.equal(r.status, 3);
+    assert.match(r.stderr, /the MCP SDK \(@modelcontextprotocol\/sdk, zod\) is not installed beside/);
+    assert.equal(r.stdout, '');
+  } finally { fs.rmSync(dir, { recursive: true, force: true }); }
+  r = run(['--memory', 'lots'], { PATH: process.env.PATH });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--memory: expected a size like 256M or 1G, got "lots"/);
+  r = run(['--kv-enabled'], { PATH: process.env.PATH });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /kvEnabled needs a sandboxId/);
+  assert.equal(r.stdout, '');
+});
