@@ -372,7 +372,7 @@ AA_ETC := $(if $(filter yes,$(APPARMOR)),yes,$(if $(filter auto,$(APPARMOR)),$(i
 RUNTIME_FILES := $(sort $(shell find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' \
                  2>/dev/null))
 
-$(BUILD)/moat.1: doc/moat.1.scd
+$(BUILD)/moat.1: docs/moat.1.scd
 	@command -v scdoc >/dev/null 2>&1 || { echo "make: the man page needs scdoc" \
 	    "(apt-get install scdoc; tools/deps.sh installs it)" >&2; exit 1; }
 	@mkdir -p $(@D)

@@ -87,10 +87,10 @@ fi
 } >"$work/help.txt" 2>&1
 missing=""
 for opt in $(grep -oE -- '--[a-z][a-z-]+' "$work/help.txt" | sort -u); do
-	grep -qF -- "*$opt*" doc/moat.1.scd || missing="$missing $opt"
+	grep -qF -- "*$opt*" docs/moat.1.scd || missing="$missing $opt"
 done
 for cmd in run exec serve kv doctor policy version; do
-	grep -qE "^\*$cmd(\*| )" doc/moat.1.scd || missing="$missing $cmd"
+	grep -qE "^\*$cmd(\*| )" docs/moat.1.scd || missing="$missing $cmd"
 done
 check "moat.1 documents every command and every option of the help texts${missing:+ (missing:$missing)}" \
 	test -z "$missing"
@@ -99,7 +99,7 @@ exec_opts=$(sed -n '/^int cli_exec/,/{ NULL, 0, NULL, 0 }/p' src/cli/run.c |
 	grep -oE '\{ "[a-z-]+"' | sed 's/{ "/--/;s/"//' | sort -u)
 missing=""
 for opt in $exec_opts; do
-	grep -qF -- "*$opt*" doc/moat.1.scd || missing="$missing $opt"
+	grep -qF -- "*$opt*" docs/moat.1.scd || missing="$missing $opt"
 done
 check "moat.1 documents every moat exec option${missing:+ (missing:$missing)}" test -z "$missing"
 
