@@ -14,6 +14,7 @@
 
 #include "moat.h"
 #include "runner/run.h"
+#include "fixture.h"
 #include "suites.h"
 
 static struct moat_request *req(enum moat_language lang)
@@ -164,43 +165,12 @@ START_TEST(typescript_needs_esbuild_in_the_root)
 }
 END_TEST
 
-/* The vectors, from the checkout's top (where make check runs the tests) or
- * beside the test binary (build/). */
-#define FRAME_VECTORS "tests/fixtures/frames/moatpool2.json"
-static cJSON *frame_vectors(void)
-{
-	char path[4096 + 8 + sizeof FRAME_VECTORS] = FRAME_VECTORS;
-	if (access(path, R_OK) != 0) {
-		char exe[4096];
-		ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-		ck_assert_int_gt(n, 0);
-		exe[n] = '\0';
-		*strrchr(exe, '/') = '\0';
-		snprintf(path, sizeof path, "%s/../%s", exe, FRAME_VECTORS);
-	}
-	FILE *f = fopen(path, "re");
-	ck_assert_msg(f, "%s: cannot open", FRAME_VECTORS);
-	char *text = NULL;
-	size_t len = 0;
-	FILE *m = open_memstream(&text, &len);
-	char chunk[4096];
-	size_t got;
-	while ((got = fread(chunk, 1, sizeof chunk, f)) > 0)
-		fwrite(chunk, 1, got, m);
-	fclose(f);
-	fclose(m);
-	cJSON *doc = cJSON_ParseWithLength(text, len);
-	free(text);
-	ck_assert_msg(doc, "%s: not JSON", FRAME_VECTORS);
-	return doc;
-}
-
 /* Each valid vector's request, parsed as moat exec parses it, is framed
  * byte for byte as the vector says (run_frame_stdin: what a zygote's child
  * or a warm sandbox reads on its stdin). */
 START_TEST(frame_vectors_written_exactly)
 {
-	cJSON *doc = frame_vectors();
+	cJSON *doc = fixture_json("frames/moatpool2.json");
 	const cJSON *valid = cJSON_GetObjectItemCaseSensitive(doc, "valid"), *v;
 	ck_assert_int_gt(cJSON_GetArraySize(valid), 0);
 	cJSON_ArrayForEach(v, valid)
