@@ -16,8 +16,8 @@
  * server to a guard process in a group of its own that kills it and removes
  * the temp dir.
  *
- * Tests that cannot run in a mode say "note: ... not run" on stderr, as the
- * other suites do. */
+ * A test that cannot run in a mode reports itself skipped (harness_skip,
+ * tests/skip.h), as the other suites do. */
 #ifndef MOAT_TESTS_SERVE_COMMON_H
 #define MOAT_TESTS_SERVE_COMMON_H
 

@@ -553,7 +553,7 @@ START_TEST(pool_typescript)
 {
 	HARNESS_MODE_GUARD(_i);
 	if (pool_kinds() != 3) {
-		fprintf(stderr, "note: %s: no esbuild on this host; not run\n", __func__);
+		harness_skip("%s: no esbuild on this host", __func__);
 		return;
 	}
 	static const char *const bodies[] = {
