@@ -6,6 +6,17 @@
 
 /* ---- tests: the warm pool (docs/SERVE.md, "The pool") --------------------------------- */
 
+/* A pool test the Python zygote shares, NAME_in(mode, zygote): loop index 0,
+ * 1 warm sandboxes (root, rootless), 2, 3 the same through the zygote. */
+#define WARM_AND_ZYGOTE_TEST(name)                                                     \
+	START_TEST(name)                                                               \
+	{                                                                              \
+		int mode = _i % 2;                                                     \
+		HARNESS_MODE_GUARD(mode);                                              \
+		name##_in(mode, _i >= 2);                                              \
+	}                                                                              \
+	END_TEST
+
 #define PY_DIRTY                                                                       \
 	"import os, json, random, sys, time\n"                                          \
 	"open('/tmp/x', 'w').write('left')\n"                                           \
@@ -80,14 +91,7 @@ static void pool_single_use_in(int _i, bool zygote)
 }
 
 /* Loop index 2, 3: the same through the Python zygote: each of its children is as fresh. */
-START_TEST(pool_single_use)
-{
-	int mode = _i % 2;
-
-	HARNESS_MODE_GUARD(mode);
-	pool_single_use_in(mode, _i >= 2);
-}
-END_TEST
+WARM_AND_ZYGOTE_TEST(pool_single_use)
 
 /* The request's wall clock starts at delivery; its limits are the pool's,
  * in force; a request the pool cannot serve runs cold, correctly. */
@@ -177,14 +181,7 @@ static void pool_limits_and_fallback_in(int _i, bool zygote)
 	server_stop_pool(&s, pool_idle_children(1, zygote));
 }
 
-START_TEST(pool_limits_and_fallback)
-{
-	int mode = _i % 2;
-
-	HARNESS_MODE_GUARD(mode);
-	pool_limits_and_fallback_in(mode, _i >= 2);
-}
-END_TEST
+WARM_AND_ZYGOTE_TEST(pool_limits_and_fallback)
 
 /* 8 clients at once: every request answered right, no sandbox used twice
  * (uses never exceed creations; every eligible request was pooled or
@@ -248,14 +245,7 @@ static void pool_under_load_in(int _i, bool zygote)
 	server_stop_pool(&s, pool_idle_children(2, zygote));
 }
 
-START_TEST(pool_under_load)
-{
-	int mode = _i % 2;
-
-	HARNESS_MODE_GUARD(mode);
-	pool_under_load_in(mode, _i >= 2);
-}
-END_TEST
+WARM_AND_ZYGOTE_TEST(pool_under_load)
 
 /* kill -9 of the service: its warm sandboxes die with it (their pid 1's
  * parent-death signal); nothing is left. */
@@ -274,14 +264,7 @@ static void pool_killed_in(int _i, bool zygote)
 }
 
 /* Loop index 2, 3: with the zygote: it and its children (waiting ones too) die as well. */
-START_TEST(pool_killed)
-{
-	int mode = _i % 2;
-
-	HARNESS_MODE_GUARD(mode);
-	pool_killed_in(mode, _i >= 2);
-}
-END_TEST
+WARM_AND_ZYGOTE_TEST(pool_killed)
 
 /* A warm sandbox killed while it waited is never handed a request: the
  * request runs cold and succeeds. */
@@ -321,14 +304,7 @@ static void pool_dead_sandbox_in(int _i, bool zygote)
 /* Loop index 2, 3: the zygote killed (its pid 1 is the server's child): the waiting
  * children die with it, the next request runs cold, a new zygote takes
  * over. */
-START_TEST(pool_dead_sandbox)
-{
-	int mode = _i % 2;
-
-	HARNESS_MODE_GUARD(mode);
-	pool_dead_sandbox_in(mode, _i >= 2);
-}
-END_TEST
+WARM_AND_ZYGOTE_TEST(pool_dead_sandbox)
 
 /* A pooled server (warm interpreters, 2 per kind, full) whose refill waits
  * at most defer_ms for a run (MOAT_TEST_REFILL_DEFER_MS); args: more
