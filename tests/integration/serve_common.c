@@ -797,6 +797,31 @@ bool server_wait_children(const struct server *s, int n, long ms)
 	return false;
 }
 
+/* pid is dead, not reaped yet (a sandbox's pid 1 killed with the server
+ * has no exit signal: only __WALL reaps it). d: its proc_desc. */
+static bool desc_is_zombie(const char *d)
+{
+	const char *rp = strrchr(d, ')');
+	return rp && rp[1] == ' ' && rp[2] == 'Z';
+}
+
+/* Whether a child of ours that is neither a live server nor a guard is
+ * still alive (not a zombie). */
+static bool server_orphans_alive(void)
+{
+	pid_t kids[64];
+	int n = proc_children(getpid(), kids, 64);
+	for (int i = 0; i < n; i++) {
+		char d[400];
+		if (is_known(kids[i]))
+			continue;
+		proc_desc(kids[i], d, sizeof d);
+		if (!desc_is_zombie(d))
+			return true;
+	}
+	return false;
+}
+
 /* After the server exited and the test's calls ended: nothing of it is
  * left (no process reparented to the test, the socket file removed); then
  * the guard ends and the dir goes. */
@@ -806,18 +831,21 @@ void server_cleanup(struct server *s)
 	ck_assert_msg(s->open_calls == 0, "%d curl call(s) not finished", s->open_calls);
 	pid_t kids[64];
 	char left[4096] = "";
-	/* a process of the server that outlived it is now a child of ours */
+	/* a process of the server that outlived it is now a child of ours; a
+	 * sandbox's pid 1 killed with the server (its parent-death signal) may
+	 * take a moment on a loaded machine: up to 3 s (scaled) for every such
+	 * child to be a zombie or gone, so only one that stays alive counts */
 	sleep_ms(harness_scale_ms(100));
+	for (long t0 = now_ms(); now_ms() - t0 < harness_scale_ms(3000); sleep_ms(50))
+		if (!server_orphans_alive())
+			break;
 	int n = proc_children(getpid(), kids, 64), bad = 0;
 	for (int i = 0; i < n; i++) {
 		if (is_known(kids[i]))
 			continue;
 		char d[400];
 		proc_desc(kids[i], d, sizeof d);
-		/* already dead: a sandbox's pid 1 killed with the server (no exit
-		 * signal: only __WALL reaps it) */
-		const char *rp = strrchr(d, ')');
-		if (rp && rp[1] == ' ' && rp[2] == 'Z') {
+		if (desc_is_zombie(d)) {
 			waitpid(kids[i], NULL, __WALL);
 			continue;
 		}
