@@ -223,7 +223,7 @@ check-cluster: $(BUILD)/moat
 
 check-vm: $(BUILD)/moat $(BUILD)/test-integration
 	tools/vm/run-vm.sh -- env MOAT_BIN=$(CURDIR)/$(BUILD)/moat sh -c \
-	    'rc=0; for s in $(VM_SUITES); do CK_RUN_SUITE=$$s $(BUILD)/test-integration || rc=1; done; exit $$rc'
+	    'rc=0; for s in $(VM_SUITES); do CK_TAP_LOG_FILE_NAME=- CK_RUN_SUITE=$$s $(BUILD)/test-integration || rc=1; done; exit $$rc'
 
 # Delegation from systemd (src/cgroups/systemd.c) on a real one: the same VM
 # with systemd as PID 1 (tools/vm/README.md), uid 65534 lingering; the suites
@@ -388,7 +388,7 @@ PY_FILES   := $(sort $(wildcard clients/python/moat_sandbox/*.py)) clients/pytho
 RUNTIME_FILES := $(sort $(shell find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' \
                  2>/dev/null))
 
-$(BUILD)/moat.1: doc/moat.1.scd
+$(BUILD)/moat.1: docs/moat.1.scd
 	@command -v scdoc >/dev/null 2>&1 || { echo "make: the man page needs scdoc" \
 	    "(apt-get install scdoc; tools/deps.sh installs it)" >&2; exit 1; }
 	@mkdir -p $(@D)

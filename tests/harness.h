@@ -9,6 +9,8 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 
+#include "skip.h"
+
 /* Loop-test index → mode: 0 = as root (when the harness is root), 1 = rootless. */
 #define MODE_ROOT 0
 #define MODE_ROOTLESS 1
@@ -157,7 +159,7 @@ char *harness_json_quote(const char *s);
 #define HARNESS_MODE_GUARD(mode)                                                     \
 	do {                                                                         \
 		if ((mode) == MODE_ROOT && !harness_is_root()) {                    \
-			fprintf(stderr, "note: %s root mode needs root; not run\n", __func__); \
+			harness_skip("%s root mode needs root", __func__); \
 			return;                                                      \
 		}                                                                    \
 	} while (0)

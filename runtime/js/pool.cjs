@@ -512,4 +512,5 @@ async function main(boot) {
 
 module.exports = { main };
 // for tests/runtime/pool.test.cjs only
-module.exports.forTests = { encodePacket, decodePacket, cliWording, prestart, stop, SERVICE_VERSION };
+module.exports.forTests = { encodePacket, decodePacket, cliWording, prestart, stop, SERVICE_VERSION,
+  parseRequest };

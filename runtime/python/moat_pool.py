@@ -84,15 +84,20 @@ def _write_files(files):
             f.write(content)
 
 
-def main():
-    fields = _fields(_read_exact(_read_header()))
+def parse_request(body):
+    """A frame's body: (code, files, env), each a bytes or (bytes, bytes) pairs."""
+    fields = _fields(body)
     if not fields:
         raise ValueError("bad request")
-    code = fields[0]
     files, at = _pairs(fields, 1)
     env, at = _pairs(fields, at)
     if at != len(fields):
         raise ValueError("bad request")
+    return fields[0], files, env
+
+
+def main():
+    code, files, env = parse_request(_read_exact(_read_header()))
     with open("/sandbox/main.py", "wb") as f:
         f.write(code)
     _write_files(files)

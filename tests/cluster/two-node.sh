@@ -12,9 +12,8 @@
 # every process, namespace and file goes on every exit path.
 #
 #   bash tests/cluster/two-node.sh [PATH/TO/moat]      (make check-cluster)
-# Prints Check's summary line ("NN%: Checks: T, Failures: F, Errors: E"),
-# which tools/check.sh sums; without root (or haproxy, redis-server...) it
-# prints "note: ... not run" and counts as one skipped check.
+# Prints TAP (tools/tap.sh), a line per check, which tools/check.sh sums;
+# without root (or haproxy, redis-server...) one "ok 1 - ... # SKIP why".
 set -u
 here=$(cd "$(dirname "$0")" && pwd)
 MOAT=${1:-$here/../../build/moat}
@@ -27,15 +26,16 @@ failures=0
 errors=0
 summary() {
 	local pass=$((checks - failures - errors))
-	echo "$(( checks ? 100 * pass / checks : 0 ))%: Checks: $checks, Failures: $failures, Errors: $errors"
+	echo "1..$checks"
+	echo "# cluster/two-node: $pass passed, $((failures + errors)) failed"
 }
-pass() { checks=$((checks + 1)); echo "ok: $*"; }
-fail() { checks=$((checks + 1)); failures=$((failures + 1)); echo "FAIL: $*"; }
+pass() { checks=$((checks + 1)); echo "ok $checks - $*"; }
+fail() { checks=$((checks + 1)); failures=$((failures + 1)); echo "not ok $checks - $*"; }
 # setup broke: the run ends here, counted as an error
 die() {
 	checks=$((checks + 1))
 	errors=$((errors + 1))
-	echo "ERROR: $*"
+	echo "not ok $checks - setup: $*"
 	for f in "$CL_DIR"/node*.log "$CL_DIR"/haproxy.log; do
 		[ -f "$f" ] && { echo "--- tail of $f"; tail -n 5 "$f"; }
 	done
@@ -45,7 +45,7 @@ die() {
 
 if ! why=$(cl_can_run); then
 	echo "note: cluster/two-node: $why; not run"
-	echo "100%: Checks: 1, Failures: 0, Errors: 0"
+	echo "ok 1 - cluster/two-node # SKIP $why"
 	exit 0
 fi
 [ -x "$MOAT" ] || die "$MOAT is not built (make)"

@@ -8,7 +8,7 @@ moat's additions, and the Deployment's arguments are flags that the built
 `moat serve --help` knows.
 
 usage: tests/deploy/check-manifests.py BUILD
-Prints one line per check and "check-manifests: N passed, M failed, S skipped".
+Prints TAP (tools/tap.sh), a line per check, then "# check-manifests: N passed, M failed, S skipped".
 """
 import json
 import os
@@ -31,17 +31,17 @@ def check(cond, what, why=""):
     global passed, failed
     if cond:
         passed += 1
-        print("ok: " + what)
+        print("ok %d - %s" % (passed + failed + skipped, what))
     else:
         failed += 1
-        print("FAILED: " + what + (": " + why if why else ""))
+        print("not ok %d - %s" % (passed + failed + skipped, what + (": " + why if why else "")))
     return cond
 
 
 def skip(what, why):
     global skipped
     skipped += 1
-    print("note: %s: %s (skipped)" % (what, why))
+    print("ok %d - %s # SKIP %s" % (passed + failed + skipped, what, why))
 
 
 def rel(p):
@@ -346,5 +346,6 @@ check(text, "deploy/container/Containerfile exists")
 for pkg in ("python3", "nodejs", "esbuild", "libmicrohttpd12", "libhiredis0.14"):
     check(re.search(r"\b%s\b" % re.escape(pkg), text), "the image installs %s" % pkg)
 
-print("check-manifests: %d passed, %d failed, %d skipped" % (passed, failed, skipped))
+print("1..%d" % (passed + failed + skipped))
+print("# check-manifests: %d passed, %d failed, %d skipped" % (passed, failed, skipped))
 sys.exit(1 if failed else 0)

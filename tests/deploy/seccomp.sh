@@ -13,7 +13,7 @@
 #      CK_RUN_SUITE=S build/test-integration for each S given (root and
 #      rootless modes; their Check lines are counted by tools/check.sh like
 #      any other's).
-# Prints "check-k8s: N passed, M failed, S skipped" for parts 1-3.
+# TAP (tools/tap.sh) for parts 1-3, then "# check-k8s: N passed, M failed, S skipped".
 #   usage: tests/deploy/seccomp.sh BUILD [SUITE]...
 set -u -o pipefail
 cd "$(dirname "$0")/../.."
@@ -25,9 +25,10 @@ TOOL=$BUILD/oci-seccomp
 MOAT=$(pwd)/$BUILD/moat
 PY=/usr/bin/python3
 pass=0; failed=0; skipped=0
-ok() { echo "ok: $*"; pass=$((pass + 1)); }
-bad() { echo "FAILED: $*"; failed=$((failed + 1)); }
-skip() { echo "note: $* (skipped)"; skipped=$((skipped + 1)); }
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $*"; pass=$((pass + 1)); }
+bad() { n=$((n + 1)); echo "not ok $n - $*"; failed=$((failed + 1)); }
+skip() { n=$((n + 1)); echo "ok $n - $* # SKIP"; skipped=$((skipped + 1)); }
 
 for f in "$TOOL" "$MOAT" "$BUILD/test-integration"; do
 	[ -x "$f" ] || { echo "seccomp.sh: $f is not built" >&2; exit 2; }
@@ -173,7 +174,7 @@ else
 	skip "a masked /proc" "needs root for a mount namespace"
 fi
 
-echo "check-k8s: $pass passed, $failed failed, $skipped skipped"
+echo "# check-k8s: $pass passed, $failed failed, $skipped skipped"
 status=0
 [ $failed -eq 0 ] || status=1
 

@@ -5,8 +5,8 @@
 # needs the installed runtime shims (MOAT_RUNTIME_DIR unset), as root and as
 # uid 65534 when run as root, the AppArmor profile through apparmor_parser
 # (AppArmor 4, tools/apparmor4.sh), and make uninstall.
-# Prints "ok: ..." / "FAIL: ..." / "note: ... not run" per check and
-# "check-install: N passed, N failed, N skipped" last; exits 1 on a failure.
+# TAP (tools/tap.sh): "ok N - ...", "not ok N - ...", "ok N - ... # SKIP" per check,
+# and "# check-install: N passed, N failed, N skipped" last; exits 1 on a failure.
 #   usage: tests/install/check.sh [BUILD]     (make check-install)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -14,9 +14,10 @@ BUILD=${1:-build}
 MAKE=${MAKE:-make}
 PREFIX=/usr/local
 pass=0 fail=0 skip=0
-ok() { echo "ok: $*"; pass=$((pass + 1)); }
-bad() { echo "FAIL: $*"; fail=$((fail + 1)); }
-skipped() { echo "note: $* not run"; skip=$((skip + 1)); }
+n=0
+ok() { n=$((n + 1)); echo "ok $n - $*"; pass=$((pass + 1)); }
+bad() { n=$((n + 1)); echo "not ok $n - $*"; fail=$((fail + 1)); }
+skipped() { n=$((n + 1)); echo "ok $n - ${*%:} # SKIP not run here"; skip=$((skip + 1)); }
 check() { # check DESCRIPTION COMMAND...
 	local what=$1
 	shift
@@ -33,7 +34,7 @@ if ! $MAKE -s install BUILD="$BUILD" DESTDIR="$dest" PREFIX=$PREFIX APPARMOR=yes
 	>"$work/install.log" 2>&1; then
 	cat "$work/install.log"
 	bad "make install DESTDIR=$dest"
-	echo "check-install: $pass passed, $fail failed, $skip skipped"
+	echo "# check-install: $pass passed, $fail failed, $skip skipped"
 	exit 1
 fi
 ok "make install DESTDIR=... PREFIX=$PREFIX APPARMOR=yes"
@@ -124,10 +125,10 @@ fi
 } >"$work/help.txt" 2>&1
 missing=""
 for opt in $(grep -oE -- '--[a-z][a-z-]+' "$work/help.txt" | sort -u); do
-	grep -qF -- "*$opt*" doc/moat.1.scd || missing="$missing $opt"
+	grep -qF -- "*$opt*" docs/moat.1.scd || missing="$missing $opt"
 done
 for cmd in run exec serve kv mcp doctor policy version; do
-	grep -qE "^\*$cmd(\*| )" doc/moat.1.scd || missing="$missing $cmd"
+	grep -qE "^\*$cmd(\*| )" docs/moat.1.scd || missing="$missing $cmd"
 done
 check "moat.1 documents every command and every option of the help texts${missing:+ (missing:$missing)}" \
 	test -z "$missing"
@@ -136,7 +137,7 @@ exec_opts=$(sed -n '/^int cli_exec/,/{ NULL, 0, NULL, 0 }/p' src/cli/run.c |
 	grep -oE '\{ "[a-z-]+"' | sed 's/{ "/--/;s/"//' | sort -u)
 missing=""
 for opt in $exec_opts; do
-	grep -qF -- "*$opt*" doc/moat.1.scd || missing="$missing $opt"
+	grep -qF -- "*$opt*" docs/moat.1.scd || missing="$missing $opt"
 done
 check "moat.1 documents every moat exec option${missing:+ (missing:$missing)}" test -z "$missing"
 
@@ -320,6 +321,7 @@ else
 	bad "make uninstall"
 fi
 
-echo "check-install: $(($(date +%s) - start)) s"
-echo "check-install: $pass passed, $fail failed, $skip skipped"
+echo "1..$n"
+echo "# check-install: $(($(date +%s) - start)) s"
+echo "# check-install: $pass passed, $fail failed, $skip skipped"
 [ "$fail" -eq 0 ]

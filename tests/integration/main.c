@@ -23,7 +23,7 @@ int main(void)
 	SRunner *sr = srunner_create(NULL);
 	for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)
 		srunner_add_suite(sr, suites[i]());
-	srunner_run_all(sr, CK_NORMAL);
+	srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY, CK_TAP_LOG_FILE_NAME (tools/check.sh) */
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	/* remove the copy and its directory */

@@ -117,7 +117,7 @@ START_TEST(memory_thrash_is_stopped)
 {
 	HARNESS_MODE_GUARD(_i);
 	if (access("/proc/pressure/memory", R_OK) != 0) {
-		fprintf(stderr, "note: %s needs PSI (/proc/pressure/memory); not run\n", __func__);
+		harness_skip("%s needs PSI (/proc/pressure/memory)", __func__);
 		return;
 	}
 	struct run_out o;
@@ -127,13 +127,13 @@ START_TEST(memory_thrash_is_stopped)
 	snprintf(mech, sizeof mech, "%s", harness_limit_of(&o, "memory"));
 	harness_free(&o);
 	if (strcmp(mech, "cgroup-v2")) {
-		fprintf(stderr, "note: %s needs a cgroup v2 memory limit (here: %s); not run\n",
+		harness_skip("%s needs a cgroup v2 memory limit (here: %s)",
 			__func__, mech);
 		return;
 	}
 	char *file = big_root_file();
 	if (!file) {
-		fprintf(stderr, "note: %s needs a file of 48 MiB or more under /usr; not run\n",
+		harness_skip("%s needs a file of 48 MiB or more under /usr",
 			__func__);
 		return;
 	}
@@ -843,7 +843,7 @@ START_TEST(unreachable_parent_falls_back)
 {
 	const char *rootless = harness_cgroup_parent(MODE_ROOTLESS);
 	if (!harness_unified_host() || !rootless) {
-		fprintf(stderr, "note: %s: %s; not run\n", __func__,
+		harness_skip("%s: %s", __func__,
 			!harness_unified_host() ? "cgroup v2 controllers absent (not a unified host)"
 					: "needs root and MOAT_TEST_ROOTLESS_CGROUP (make check-vm)");
 		return;
@@ -957,7 +957,7 @@ START_TEST(pod_cgroup_namespace_root)
 	HARNESS_MODE_GUARD(_i);
 	const char *parent = harness_cgroup_parent(MODE_ROOT);
 	if (!harness_unified_host() || !parent || geteuid() != 0) {
-		fprintf(stderr, "note: %s: %s; not run\n", __func__,
+		harness_skip("%s: %s", __func__,
 			!harness_unified_host() ? "cgroup v2 controllers absent (not a unified host)"
 					: "needs root and MOAT_TEST_ROOT_CGROUP (make check-vm)");
 		return;
@@ -1144,9 +1144,11 @@ START_TEST(socket_memory_is_charged_on_v2)
 	double grown;
 	run_pairs(_i, 240, false, true, &full, &grown);
 	if (strcmp(harness_limit_of(&full, "memory"), "cgroup-v2")) {
-		fprintf(stderr, "note: %s mode %d: no cgroup v2 memory controller here (memory: %s); "
-			"not run\n", __func__, _i, harness_limit_of(&full, "memory"));
+		char mech[64];
+		snprintf(mech, sizeof mech, "%s", harness_limit_of(&full, "memory"));
 		harness_free(&full);
+		harness_skip("%s mode %d: no cgroup v2 memory controller here (memory: %s)",
+			     __func__, _i, mech);
 		return;
 	}
 	long long bytes = -1;

@@ -1005,7 +1005,7 @@ static void topology_setup(void)
 		if (!ready) {                                                               \
 			ck_assert_msg(!harness_is_root(), "%s: no host namespace: %s",      \
 				      __func__, setup_why);                                 \
-			fprintf(stderr, "note: %s: %s; not run\n", __func__, setup_why);     \
+			harness_skip("%s: %s", __func__, setup_why);     \
 			return;                                                             \
 		}                                                                           \
 	} while (0)

@@ -909,7 +909,7 @@ static void live(const char *provider, const char *key_var)
 {
 	const char *key = getenv(key_var);
 	if (!key || !*key) {
-		fprintf(stderr, "note: live %s test skipped: %s is not set\n", provider, key_var);
+		harness_skip("live %s test: %s is not set", provider, key_var);
 		return;
 	}
 	char kv[512], pv[64];

@@ -135,7 +135,7 @@ static int accepted_now(struct acceptor *a)
 START_TEST(bus_only_when_a_limit_is_asked)
 {
 	if (!harness_unified_host() || !not_delegated_here()) {
-		fprintf(stderr, "note: %s: %s; not run\n", __func__,
+		harness_skip("%s: %s", __func__,
 			!harness_unified_host() ? "not a unified cgroup v2 host (make check-vm)"
 					: "the test's cgroup is delegated to 65534");
 		return;
@@ -206,8 +206,8 @@ static bool skip_unless_systemd(const char *fn)
 {
 	if (systemd_guest() && harness_unified_host())
 		return false;
-	fprintf(stderr, "note: %s: needs systemd as PID 1 and a user manager "
-		"(make check-systemd); not run\n", fn);
+	harness_skip("%s: needs systemd as PID 1 and a user manager "
+		"(make check-systemd)", fn);
 	return true;
 }
 

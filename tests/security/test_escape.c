@@ -191,7 +191,7 @@ START_TEST(setuid_binary_gains_nothing)
 {
 	HARNESS_MODE_GUARD(_i);
 	if (!harness_is_root()) {
-		fprintf(stderr, "note: %s needs root to make a root-owned setuid file; not run\n", __func__);
+		harness_skip("%s needs root to make a root-owned setuid file", __func__);
 		return;
 	}
 	char dir[64];
@@ -270,7 +270,7 @@ START_TEST(kill_all_only_kills_sandbox)
 {
 	HARNESS_MODE_GUARD(_i);
 	if (!harness_is_root()) {
-		fprintf(stderr, "note: %s needs root to start a uid-65534 host process; not run\n", __func__);
+		harness_skip("%s needs root to start a uid-65534 host process", __func__);
 		return;
 	}
 	/* a host process with the sandbox's host uid (65534 in both modes) */

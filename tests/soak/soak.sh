@@ -257,5 +257,5 @@ done
 checks=$((checks + ${#PHASES[@]}))
 echo
 [ $status -eq 0 ] || echo "soak: FAILED: $total_fail of $total_runs runs failed; $bad_checks phases or categories failed or left something behind (above)"
-echo "soak: $((total_runs - total_fail + checks - bad_checks)) passed, $((total_fail + bad_checks)) failed"
+echo "check-soak: $((total_runs - total_fail + checks - bad_checks)) passed, $((total_fail + bad_checks)) failed, 0 skipped"
 exit $status

@@ -2,7 +2,8 @@
 # Checks a Spin toolbox root (rootfs/build-rootfs.sh --profile spin): every Python
 # module and every npm package is imported and used once, inside a moat sandbox.
 #   usage: tests/spin/check-toolbox.sh ROOTFS MOAT_BIN
-# One line per module, "ok" or "FAIL: why"; exit 0 only when all pass.
+# TAP (tools/tap.sh): one line per module, "ok N - LANG NAME" or "not ok N - LANG
+# NAME: exit N: why"; exit 0 only when all pass.
 # Runs as whoever calls it (root, or e.g. uid 65534 with a moat it can execute).
 set -u
 ROOTFS=${1:?usage: check-toolbox.sh ROOTFS MOAT_BIN}
@@ -21,14 +22,14 @@ check() {
 	"$MOAT" run --rootfs "$ROOTFS" --timeout "$TIMEOUT" -l "$1" -c "$3" </dev/null >"$out" 2>"$err"
 	rc=$?
 	if [ "$rc" -eq 0 ] && [ "$(cat "$out")" = ok ]; then
-		printf '%-10s %-18s ok\n' "$1" "$2"
+		printf 'ok %d - %s %s\n' $((pass + fail + 1)) "$1" "$2"
 		pass=$((pass + 1))
 	else
 		# the error line (Python's last line; node's "XError: ..." above its stack)
 		why=$(grep -E '^[A-Za-z_.]*(Error|Exception)\b' "$err" | tail -n 1)
 		[ -n "$why" ] || why=$(grep -v '^[[:space:]]*$' "$err" | tail -n 1)
 		[ -n "$why" ] || why="stdout: $(head -c 200 "$out" | tr '\n' ' ')"
-		printf '%-10s %-18s FAIL: exit %s: %s\n' "$1" "$2" "$rc" "$why"
+		printf 'not ok %d - %s %s: exit %s: %s\n' $((pass + fail + 1)) "$1" "$2" "$rc" "$why"
 		fail=$((fail + 1))
 	fi
 }
@@ -124,5 +125,6 @@ const used = [cheerio.load, parse, z.string, yaml.load, nanoid, ulid, v4, _.chun
 if (used.some((f) => typeof f !== "function")) throw new Error("missing export");
 console.log("ok");'
 
-echo "check-toolbox: $pass passed, $fail failed"
+echo "1..$((pass + fail))"
+echo "# check-toolbox: $pass passed, $fail failed"
 [ "$fail" -eq 0 ]

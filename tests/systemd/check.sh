@@ -45,7 +45,7 @@ if [ -x build-timeline/moat ]; then
 fi
 rc=0
 for s in "$@"; do
-	as_user "sh -c 'CK_RUN_SUITE=$s $BUILD/test-integration'" || rc=1
+	as_user "sh -c 'CK_TAP_LOG_FILE_NAME=- CK_RUN_SUITE=$s $BUILD/test-integration'" || rc=1
 done
 # no scope of moat's is left with the user manager
 left=$(ls "/sys/fs/cgroup/user.slice/user-$uid.slice/user@$uid.service/app.slice" | grep -c '^moat-.*\.scope$')

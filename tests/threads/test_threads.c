@@ -28,6 +28,7 @@
 #include <check.h>
 
 #include "moat.h"
+#include "../skip.h"
 
 #define THREADS 8
 #define RUNS 50
@@ -225,7 +226,7 @@ START_TEST(threads_run_mixed_programs)
 {
 	int mode = _i; /* 0: as root, 1: rootless */
 	if (mode == 0 && geteuid() != 0) {
-		fprintf(stderr, "note: threads: root mode needs root; not run\n");
+		harness_skip("threads: root mode needs root");
 		return;
 	}
 	if (mode == 1 && geteuid() == 0)
@@ -286,7 +287,7 @@ END_TEST
 static bool enter_mode(int mode, const char *test)
 {
 	if (mode == 0 && geteuid() != 0) {
-		fprintf(stderr, "note: threads: %s: root mode needs root; not run\n", test);
+		harness_skip("threads: %s: root mode needs root", test);
 		return false;
 	}
 	if (mode == 1 && geteuid() == 0)
@@ -579,7 +580,7 @@ static Suite *threads_suite(void)
 int main(void)
 {
 	SRunner *sr = srunner_create(threads_suite());
-	srunner_run_all(sr, CK_NORMAL);
+	srunner_run_all(sr, CK_ENV); /* CK_VERBOSITY, CK_TAP_LOG_FILE_NAME (tools/check.sh) */
 	int failed = srunner_ntests_failed(sr);
 	srunner_free(sr);
 	return failed ? EXIT_FAILURE : EXIT_SUCCESS;

@@ -30,6 +30,7 @@
 #include "kv/internal.h"
 #include "kv/redis_dl.h"
 #include "suites.h"
+#include "skip.h"
 
 /* ---- a redis-server of the suite's own ---- */
 
@@ -349,7 +350,7 @@ static const struct kv_backend *be = &kv_redis_backend;
 #define BEGIN()                                                                          \
 	do {                                                                             \
 		if (skip_why) {                                                          \
-			fprintf(stderr, "note: %s: %s; not run\n", __func__, skip_why);  \
+			harness_skip("%s: %s", __func__, skip_why);  \
 			return;                                                          \
 		}                                                                        \
 		ck_assert_msg(!setup_error, "%s", setup_error);                          \

@@ -1,5 +1,7 @@
 /* Unit tests: which requests a warm sandbox may take (moat_pool_refusal):
- * anything the bootstrap could not reproduce exactly runs cold. */
+ * anything the bootstrap could not reproduce exactly runs cold; and the
+ * MOATPOOL2 frame it is handed, against the vectors the Python and JS
+ * readers are tested with (tests/fixtures/frames/moatpool2.json). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,8 +10,11 @@
 #include <unistd.h>
 
 #include <check.h>
+#include <cjson/cJSON.h>
 
 #include "moat.h"
+#include "runner/run.h"
+#include "fixture.h"
 #include "suites.h"
 
 static struct moat_request *req(enum moat_language lang)
@@ -160,6 +165,41 @@ START_TEST(typescript_needs_esbuild_in_the_root)
 }
 END_TEST
 
+/* Each valid vector's request, parsed as moat exec parses it, is framed
+ * byte for byte as the vector says (run_frame_stdin: what a zygote's child
+ * or a warm sandbox reads on its stdin). */
+START_TEST(frame_vectors_written_exactly)
+{
+	cJSON *doc = fixture_json("frames/moatpool2.json");
+	const cJSON *valid = cJSON_GetObjectItemCaseSensitive(doc, "valid"), *v;
+	ck_assert_int_gt(cJSON_GetArraySize(valid), 0);
+	cJSON_ArrayForEach(v, valid)
+	{
+		const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "name"));
+		const char *want = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "frame"));
+		ck_assert_ptr_nonnull(name);
+		ck_assert_ptr_nonnull(want);
+		char *json = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(v, "request"));
+		struct moat_request *r = NULL;
+		struct moat_error err = { 0 };
+		ck_assert_msg(moat_request_parse_json(json, strlen(json), &r, &err) == 0, "%s: %s", name,
+			      err.message ? err.message : "?");
+		struct run run;
+		memset(&run, 0, sizeof run);
+		run.req = r;
+		ck_assert_msg(run_frame_stdin(&run, &err) == 0, "%s: %s", name, err.message ? err.message : "?");
+		ck_assert_msg(run.pool_frame_len == strlen(want) && !memcmp(run.pool_frame, want, strlen(want)),
+			      "%s: framed as [%.*s], the vector says [%s]", name, (int)run.pool_frame_len,
+			      run.pool_frame, want);
+		free(run.pool_frame);
+		moat_request_free(r);
+		moat_error_clear(&err);
+		free(json);
+	}
+	cJSON_Delete(doc);
+}
+END_TEST
+
 Suite *pool_suite(void)
 {
 	Suite *s = suite_create("pool");
@@ -167,5 +207,8 @@ Suite *pool_suite(void)
 	tcase_add_test(tc, pool_takes_only_what_it_can_reproduce);
 	tcase_add_test(tc, typescript_needs_esbuild_in_the_root);
 	suite_add_tcase(s, tc);
+	TCase *frames = tcase_create("frames");
+	tcase_add_test(frames, frame_vectors_written_exactly);
+	suite_add_tcase(s, frames);
 	return s;
 }

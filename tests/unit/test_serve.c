@@ -21,6 +21,7 @@
 
 #include "net/internal.h"
 #include "serve/internal.h"
+#include "fixture.h"
 #include "suites.h"
 
 /* ---- the envelope ---- */
@@ -1316,6 +1317,62 @@ static uint32_t next(void)
 	return (uint32_t)(rng >> 32);
 }
 
+/* The handler protocol's shared vectors (tests/fixtures/frames/handler.json,
+ * also read by tests/runtime/test_frames.py against the Python bootstrap's
+ * writer): each valid stream parses to its status, headers and body, fed
+ * whole and a byte at a time; each invalid one fails. */
+START_TEST(frame_vectors)
+{
+	cJSON *doc = fixture_json("frames/handler.json");
+	const cJSON *valid = cJSON_GetObjectItemCaseSensitive(doc, "valid"), *v;
+	ck_assert_int_gt(cJSON_GetArraySize(valid), 0);
+	cJSON_ArrayForEach(v, valid)
+	{
+		const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "name"));
+		const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "stream"));
+		const cJSON *headers = cJSON_GetObjectItemCaseSensitive(v, "headers"), *c;
+		ck_assert_ptr_nonnull(name);
+		ck_assert_ptr_nonnull(s);
+		struct moat_buf body = { 0 };
+		cJSON_ArrayForEach(c, cJSON_GetObjectItemCaseSensitive(v, "chunks"))
+			moat_buf_append(&body, c->valuestring, strlen(c->valuestring));
+		for (size_t step = 0; step <= 1; step++) {
+			struct frame_parser p;
+			struct rec r;
+			run_frames(&p, &r, 1 << 20, s, strlen(s), step, true);
+			ck_assert_msg(p.state == FRAME_END, "%s: %s", name, p.error ? p.error : "not ended");
+			ck_assert_int_eq(r.status, (int)cJSON_GetNumberValue(
+							   cJSON_GetObjectItemCaseSensitive(v, "status")));
+			ck_assert_uint_eq(r.count, (size_t)cJSON_GetArraySize(headers));
+			for (size_t i = 0; i < r.count; i++) {
+				const cJSON *h = cJSON_GetArrayItem(headers, (int)i);
+				ck_assert_str_eq(r.headers[2 * i], cJSON_GetArrayItem(h, 0)->valuestring);
+				ck_assert_str_eq(r.headers[2 * i + 1], cJSON_GetArrayItem(h, 1)->valuestring);
+			}
+			ck_assert_msg(r.body.len == body.len && (!body.len || !memcmp(r.body.data, body.data, body.len)),
+				      "%s: body [%.*s]", name, (int)r.body.len, r.body.data ? r.body.data : "");
+			frame_free(&p);
+			rec_free(&r);
+		}
+		moat_buf_free(&body);
+	}
+	const cJSON *invalid = cJSON_GetObjectItemCaseSensitive(doc, "invalid");
+	ck_assert_int_gt(cJSON_GetArraySize(invalid), 0);
+	cJSON_ArrayForEach(v, invalid)
+	{
+		const char *name = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "name"));
+		const char *s = cJSON_GetStringValue(cJSON_GetObjectItemCaseSensitive(v, "stream"));
+		struct frame_parser p;
+		struct rec r;
+		run_frames(&p, &r, 1 << 20, s, strlen(s), 0, true);
+		ck_assert_msg(p.state == FRAME_FAILED, "%s: accepted", name);
+		frame_free(&p);
+		rec_free(&r);
+	}
+	cJSON_Delete(doc);
+}
+END_TEST
+
 START_TEST(frames_random)
 {
 	static const char *const pieces[] = {
@@ -2130,6 +2187,7 @@ Suite *serve_suite(void)
 	tcase_add_test(tc, frames_errors);
 	tcase_add_test(tc, frames_after_end);
 	tcase_add_test(tc, frames_random);
+	tcase_add_test(tc, frame_vectors);
 	tcase_add_test(tc, limits_parse);
 	tcase_add_test(tc, limits_message_names_key);
 	tcase_add_test(tc, limits_apply);

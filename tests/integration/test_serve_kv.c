@@ -1,0 +1,416 @@
+/* `moat serve`: the scoped key-value store (docs/KV.md) through the Spin routes and
+ * /v1/kv, X-Sandbox-Id. Part of the serve suite (tcase "kv"); the server and the
+ * helpers are serve_common.h's. */
+#include "serve_common.h"
+
+/* ---- tests: the scoped key-value store (docs/KV.md) ----------------------------------- */
+
+/* A Spin envelope with sandboxId id, kvEnabled kv, then extra. */
+static void run_kv(struct server *s, const char *route, const char *code, const char *id, bool kv,
+		   struct resp *r)
+{
+	char *qc = harness_json_quote(code), *qi = harness_json_quote(id), *e = NULL;
+	ck_assert_int_ge(asprintf(&e, "{\"code\":%s,\"sandboxId\":%s,\"kvEnabled\":%s}", qc, qi,
+				  kv ? "true" : "false"),
+			 0);
+	post(s, route, e, r);
+	free(e);
+	free(qc);
+	free(qi);
+}
+
+#define PY_VISIT                                                                       \
+	"from spin_sdk import key_value\n"                                              \
+	"from spin_sdk.http import Response\n"                                          \
+	"def handle_request(request):\n"                                                \
+	"    s = key_value.open_default()\n"                                            \
+	"    n = int(s.get('visits') or b'0') + 1\n"                                    \
+	"    s.set('visits', str(n).encode())\n"                                        \
+	"    return Response(200, {'content-type': 'text/plain'}, f'visit {n}'.encode())\n"
+
+START_TEST(kv_store)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true };
+	server_start(&s, _i, &o);
+	struct resp r;
+	/* a Python handler counts its visits, per sandboxId */
+	for (int i = 1; i <= 2; i++) {
+		run_kv(&s, "/py/visit", PY_VISIT, "user-a", true, &r);
+		char want[32];
+		snprintf(want, sizeof want, "visit %d", i);
+		ck_assert_msg(r.code == 200 && !strcmp(r.body, want), "visit %d: HTTP %d [%.400s]", i,
+			      r.code, r.body);
+		resp_free(&r);
+	}
+	run_kv(&s, "/py/visit", PY_VISIT, "user-b", true, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(r.body, "visit 1"), "user-b: [%.400s]", r.body);
+	resp_free(&r);
+	/* a TS handler reads what the Python one wrote */
+	run_kv(&s, "/ts/read",
+	       "import * as kv from \"@spinframework/spin-kv\";\n"
+	       "export default {\n"
+	       "  async fetch(req: Request): Promise<Response> {\n"
+	       "    const s = kv.openDefault();\n"
+	       "    const v = s.get(\"visits\");\n"
+	       "    return new Response(`ts sees ${new TextDecoder().decode(v!)} ${s.getKeys()}`);\n"
+	       "  },\n"
+	       "};\n",
+	       "user-a", true, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(r.body, "ts sees 2 visits"), "ts: HTTP %d [%.400s]",
+		      r.code, r.body);
+	resp_free(&r);
+	/* a script; and kvEnabled false: the program is told why */
+	run_kv(&s, "/py/run",
+	       "from spin_sdk import key_value\n"
+	       "try:\n"
+	       "    key_value.open_default()\n"
+	       "except key_value.Error as e:\n"
+	       "    print(e.kind)\n",
+	       "user-a", false, &r);
+	expect_script("kvEnabled false", &r);
+	ck_assert_str_eq(jstr(r.json, "stdout"), "access_denied\n");
+	resp_free(&r);
+	/* DELETE /v1/kv/<id> retires one id */
+	struct req q = { .method = "DELETE", .path = "/v1/kv/user-a" };
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(jstr(r.json, "sandboxId"), "user-a") &&
+			      jnum(r.json, "removed") == 1,
+		      "DELETE: HTTP %d %.300s", r.code, r.body);
+	resp_free(&r);
+	run_kv(&s, "/py/visit", PY_VISIT, "user-a", true, &r);
+	ck_assert_msg(!strcmp(r.body, "visit 1"), "after DELETE: [%.300s]", r.body);
+	resp_free(&r);
+	run_kv(&s, "/py/visit", PY_VISIT, "user-b", true, &r);
+	ck_assert_msg(!strcmp(r.body, "visit 2"), "user-b after DELETE of user-a: [%.300s]", r.body);
+	resp_free(&r);
+	struct req wrong = { .method = "POST", .path = "/v1/kv/user-b", .body = "{}" };
+	call(&s, &wrong, &r);
+	expect_error("POST /v1/kv", &r, 405, "MethodNotAllowed");
+	resp_free(&r);
+	char path[400] = "/v1/kv/";
+	memset(path + 7, 'x', 300);
+	path[307] = '\0';
+	struct req longid = { .method = "DELETE", .path = path };
+	call(&s, &longid, &r);
+	expect_error("DELETE of a 300-byte id", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* --no-kv: kvEnabled and DELETE /v1/kv are refused with 501, never
+ * silently run without the store. */
+START_TEST(kv_off)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	static const char *const args[] = { "--no-kv", NULL };
+	struct server_opts o = { .socket = true, .kv = "", .args = args };
+	server_start(&s, _i, &o);
+	struct resp r;
+	run_kv(&s, "/py/run", "print(1)", "a", true, &r);
+	expect_error("kvEnabled with --no-kv", &r, 501, "NotImplemented");
+	resp_free(&r);
+	struct req q = { .method = "DELETE", .path = "/v1/kv/a" };
+	call(&s, &q, &r);
+	expect_error("DELETE with --no-kv", &r, 501, "NotImplemented");
+	resp_free(&r);
+	run_kv(&s, "/py/run", "print(2)", "a", false, &r);
+	expect_script("kvEnabled false with --no-kv", &r);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* A set answered before the service is killed -9 is there for the next. */
+START_TEST(kv_survives_kill)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true };
+	server_start(&s, _i, &o);
+	struct resp r;
+	run_kv(&s, "/py/run",
+	       "from spin_sdk import key_value\n"
+	       "key_value.open_default().set('k', b'z' * 500000)\n"
+	       "print('set')\n",
+	       "durable", true, &r);
+	expect_script("set", &r);
+	ck_assert_str_eq(jstr(r.json, "stdout"), "set\n");
+	resp_free(&r);
+	char file[128];
+	snprintf(file, sizeof file, "%s", s.kvf);
+	ck_assert_int_eq(kill(s.p.pid, SIGKILL), 0);
+	server_wait_exit(&s, harness_scale_ms(10000));
+	unlink(s.sock); /* a killed server cannot remove its socket */
+	char kvarg[160];
+	snprintf(kvarg, sizeof kvarg, "%s", file);
+	struct server s2;
+	struct server_opts o2 = { .socket = true, .kv = kvarg };
+	server_start(&s2, _i, &o2);
+	run_kv(&s2, "/py/run",
+	       "from spin_sdk import key_value\n"
+	       "v = key_value.open_default().get('k')\n"
+	       "print(len(v), v == b'z' * 500000)\n",
+	       "durable", true, &r);
+	expect_script("get after kill -9", &r);
+	ck_assert_str_eq(jstr(r.json, "stdout"), "500000 True\n");
+	resp_free(&r);
+	server_stop(&s2);
+	server_cleanup(&s);
+}
+END_TEST
+
+/* A redis-server of the harness's (harness_redis_start), known to the
+ * leftover check. */
+struct redis {
+	pid_t pid;
+	char dir[64];
+	char spec[64];
+};
+
+static void redis_start(struct redis *rd)
+{
+	rd->pid = harness_redis_start(rd->spec, sizeof rd->spec, rd->dir, sizeof rd->dir);
+	if (rd->pid > 0)
+		known_add(rd->pid); /* not a leftover of the servers */
+}
+
+static void redis_stop(struct redis *rd)
+{
+	if (rd->pid <= 0)
+		return;
+	harness_redis_stop(rd->pid, rd->dir);
+	known_del(rd->pid);
+}
+
+/* Two services on one Redis: what one stores, the other serves; a DELETE on
+ * one retires the id for both. */
+START_TEST(kv_redis_two_nodes)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct redis rd;
+	redis_start(&rd);
+	if (rd.pid <= 0) {
+		harness_skip("%s: redis-server is not installed", __func__);
+		return;
+	}
+	struct server a, b;
+	struct server_opts o = { .kv = rd.spec };
+	server_start(&a, _i, &o);
+	server_start(&b, _i, &o);
+	ck_assert_int_ne(a.port, b.port);
+	struct resp r;
+	for (int i = 1; i <= 4; i++) {
+		run_kv(i % 2 ? &a : &b, "/py/visit", PY_VISIT, "shared-user", true, &r);
+		char want[32];
+		snprintf(want, sizeof want, "visit %d", i);
+		ck_assert_msg(r.code == 200 && !strcmp(r.body, want), "visit %d on node %c: [%.300s]",
+			      i, i % 2 ? 'a' : 'b', r.body);
+		resp_free(&r);
+	}
+	struct req q = { .method = "DELETE", .path = "/v1/kv/shared-user" };
+	call(&b, &q, &r);
+	ck_assert_msg(r.code == 200 && jnum(r.json, "removed") == 1, "DELETE: %.300s", r.body);
+	resp_free(&r);
+	run_kv(&a, "/py/visit", PY_VISIT, "shared-user", true, &r);
+	ck_assert_msg(!strcmp(r.body, "visit 1"), "after DELETE on b, a: [%.300s]", r.body);
+	resp_free(&r);
+	server_stop(&a);
+	server_stop(&b);
+	redis_stop(&rd);
+}
+END_TEST
+
+/* A request with X-Sandbox-Id headers (hdr2: a second one, or NULL). */
+static void with_id_header(struct server *s, const char *method, const char *path,
+			   const char *body, const char *hdr, const char *hdr2, struct resp *r)
+{
+	char *h1 = NULL, *h2 = NULL;
+	ck_assert_int_ge(asprintf(&h1, "X-Sandbox-Id: %s", hdr), 0);
+	if (hdr2)
+		ck_assert_int_ge(asprintf(&h2, "X-Sandbox-Id: %s", hdr2), 0);
+	const char *extra[] = { "-H", h1, h2 ? "-H" : NULL, h2, NULL };
+	struct req q = { .method = method, .path = path, .body = body, .extra = extra };
+	call(s, &q, r);
+	free(h1);
+	free(h2);
+}
+
+#define PY_KV_PUT                                                                      \
+	"from spin_sdk import key_value\n"                                              \
+	"key_value.open_default().set('who', b'header')\n"                             \
+	"print('stored')\n"
+#define PY_KV_GET                                                                      \
+	"from spin_sdk import key_value\n"                                              \
+	"print(key_value.open_default().get('who'))\n"
+
+/* The X-Sandbox-Id header (SERVE.md "Sandbox id in a header"): alone it is
+ * the request's sandboxId; with a different one in the body or the path it
+ * is a 400; it is checked as the envelope's; /healthz ignores it. */
+START_TEST(sandbox_id_header)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true };
+	server_start(&s, _i, &o);
+	struct resp r;
+
+	/* header only: the store is the header's id's */
+	char *qc = harness_json_quote(PY_KV_PUT), *body = NULL;
+	ck_assert_int_ge(asprintf(&body, "{\"code\":%s,\"kvEnabled\":true}", qc), 0);
+	free(qc);
+	with_id_header(&s, NULL, "/py/run", body, "hdr-user", NULL, &r);
+	expect_script("header only", &r);
+	ck_assert_msg(!strcmp(jstr(r.json, "stdout"), "stored\n"), "%.400s", r.body);
+	resp_free(&r);
+	free(body);
+	run_kv(&s, "/py/run", PY_KV_GET, "hdr-user", true, &r);
+	expect_script("read by envelope id", &r);
+	ck_assert_msg(!strcmp(jstr(r.json, "stdout"), "b'header'\n"), "%.400s", r.body);
+	resp_free(&r);
+	run_kv(&s, "/py/run", PY_KV_GET, "other-user", true, &r);
+	ck_assert_msg(!strcmp(jstr(r.json, "stdout"), "None\n"), "%.400s", r.body);
+	resp_free(&r);
+
+	/* both, the same: fine; different: 400 naming both, and nothing ran */
+	char *e = envelope("print('ran')", NULL); /* sandboxId "test" */
+	with_id_header(&s, NULL, "/py/run", e, "test", NULL, &r);
+	expect_script("same id twice", &r);
+	ck_assert_str_eq(jstr(r.json, "stdout"), "ran\n");
+	resp_free(&r);
+	with_id_header(&s, NULL, "/py/run", e, "test2", NULL, &r);
+	expect_error("different ids", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(jstr(jget(r.json, "error"), "message"),
+			     "X-Sandbox-Id header and the envelope's \"sandboxId\" name different"),
+		      "%.400s", r.body);
+	resp_free(&r);
+	/* given twice (even the same): 400; too long, not UTF-8: 400 */
+	with_id_header(&s, NULL, "/py/run", e, "test", "test", &r);
+	expect_error("two headers", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "more than once"), "%.400s", r.body);
+	resp_free(&r);
+	char longid[258];
+	memset(longid, 'i', 257);
+	longid[257] = 0;
+	with_id_header(&s, NULL, "/ts/run", e, longid, NULL, &r);
+	expect_error("257 bytes", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "1 to 256 bytes"), "%.400s", r.body);
+	resp_free(&r);
+	with_id_header(&s, NULL, "/py/run", e, "\xff\xfe", NULL, &r);
+	expect_error("not UTF-8", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	free(e);
+	/* neither: still required */
+	post(&s, "/py/run", "{\"code\":\"print(1)\"}", &r);
+	expect_error("no id at all", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "X-Sandbox-Id"), "%.400s", r.body);
+	resp_free(&r);
+
+	/* /v1/run: the header is the request's sandboxId (the store's) */
+	qc = harness_json_quote(PY_KV_GET);
+	ck_assert_int_ge(asprintf(&body, "{\"language\":\"python\",\"code\":%s,\"kvEnabled\":true}",
+				  qc),
+			 0);
+	with_id_header(&s, NULL, "/v1/run", body, "hdr-user", NULL, &r);
+	ck_assert_msg(r.code == 200 && jstr(r.json, "stdout") &&
+			      !strcmp(jstr(r.json, "stdout"), "b'header'\n"),
+		      "/v1/run header only: HTTP %d %.400s", r.code, r.body);
+	resp_free(&r);
+	free(body);
+	ck_assert_int_ge(asprintf(&body,
+				  "{\"language\":\"python\",\"code\":%s,\"kvEnabled\":true,"
+				  "\"sandboxId\":\"hdr-user\"}",
+				  qc),
+			 0);
+	free(qc);
+	with_id_header(&s, NULL, "/v1/run", body, "someone-else", NULL, &r);
+	expect_error("/v1/run different ids", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "the request's \\\"sandboxId\\\" name different"), "%.400s",
+		      r.body);
+	resp_free(&r);
+	free(body);
+
+	/* DELETE /v1/kv/<id>: a header naming another id is refused, and
+	 * nothing is removed */
+	with_id_header(&s, "DELETE", "/v1/kv/hdr-user", NULL, "other-user", NULL, &r);
+	expect_error("DELETE other id", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "the path name different"), "%.400s", r.body);
+	resp_free(&r);
+	with_id_header(&s, "DELETE", "/v1/kv/hdr-user", NULL, "hdr-user", NULL, &r);
+	ck_assert_msg(r.code == 200 && jnum(r.json, "removed") == 1, "DELETE: %.300s", r.body);
+	resp_free(&r);
+
+	/* /healthz (what a load balancer probes) ignores it */
+	with_id_header(&s, NULL, "/healthz", NULL, "\xff", "x", &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- tests: protocol correctness and a log that never blocks (issue 31) -------------- */
+
+/* DELETE /v1/kv/victim%00x once cleared "victim": the decoded path was cut
+ * at the NUL. A request target that decodes to a NUL is refused (400) on
+ * every route, and victim's store is left alone. */
+START_TEST(kv_path_nul)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true };
+	server_start(&s, _i, &o);
+	struct resp r;
+	run_kv(&s, "/py/visit", PY_VISIT, "victim", true, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(r.body, "visit 1"), "victim's visit: HTTP %d [%.300s]",
+		      r.code, r.body);
+	resp_free(&r);
+	static const char *const paths[] = { "/v1/kv/victim%00x", "/v1/kv/victim%00",
+					     "/v1/kv/vic%00tim" };
+	for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+		struct req q = { .method = "DELETE", .path = paths[i] };
+		call(&s, &q, &r);
+		expect_error(paths[i], &r, 400, "SandboxConfigError");
+		resp_free(&r);
+	}
+	/* the other routes: a NUL in the path or the query is refused too */
+	static const char *const more[][2] = {
+		{ "GET", "/healthz%00" }, { "GET", "/metrics?x=%00" }, { "POST", "/py/run%00" },
+		{ "POST", "/v1/run?a=%00b" },
+	};
+	for (size_t i = 0; i < sizeof more / sizeof more[0]; i++) {
+		struct req q = { .method = more[i][0], .path = more[i][1],
+				 .body = !strcmp(more[i][0], "POST") ? "{}" : NULL };
+		call(&s, &q, &r);
+		expect_error(more[i][1], &r, 400, "SandboxConfigError");
+		resp_free(&r);
+	}
+	run_kv(&s, "/py/visit", PY_VISIT, "victim", true, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(r.body, "visit 2"),
+		      "victim's store after the DELETEs with a NUL: HTTP %d [%.300s] (want visit 2)",
+		      r.code, r.body);
+	resp_free(&r);
+	/* an escaped id that is not a NUL still names its sandbox */
+	struct req q = { .method = "DELETE", .path = "/v1/kv/vic%74im" };
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 200 && jstr(r.json, "sandboxId") &&
+			      !strcmp(jstr(r.json, "sandboxId"), "victim") && jnum(r.json, "removed") == 1,
+		      "DELETE /v1/kv/vic%%74im: HTTP %d %.300s", r.code, r.body);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+void serve_kv_tests(Suite *s, const char *only)
+{
+	TCase *tc = serve_tcase(s, "kv");
+
+	SERVE_ADD(tc, only, kv_store, SERVE_MODES);
+	SERVE_ADD(tc, only, kv_off, SERVE_MODES);
+	SERVE_ADD(tc, only, kv_survives_kill, SERVE_MODES);
+	SERVE_ADD(tc, only, kv_redis_two_nodes, SERVE_MODES);
+	SERVE_ADD(tc, only, sandbox_id_header, SERVE_MODES);
+	SERVE_ADD(tc, only, kv_path_nul, SERVE_MODES);
+}
