@@ -137,14 +137,14 @@ $(BUILD)/moat: $(CLI_OBJS) $(BUILD)/libmoat.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Wl,-z,relro,-z,now -o $@ $(CLI_OBJS) $(BUILD)/libmoat.a \
 	    $(MOAT_LIBS)
 
-# The zygote's side of a run (src/runner/zygote.c) as a shared object an
+# The zygote's side of a run (src/pool/zygote.c) as a shared object an
 # interpreter loads (runtime/python/moat_zygote.py, docs/design/pool-zygote.md):
 # libmoat's objects it needs, its dependencies shared, only moat_zygote_*
 # exported.
-$(BUILD)/moat-zygote.so: $(BUILD)/libmoat.a src/runner/zygote.map
+$(BUILD)/moat-zygote.so: $(BUILD)/libmoat.a src/pool/zygote.map
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -shared -Wl,-z,relro,-z,now -Wl,-z,defs \
-	    -Wl,--version-script=src/runner/zygote.map -Wl,--exclude-libs,ALL -o $@ \
-	    $(BUILD)/obj/runner/zygote.o $(BUILD)/libmoat.a $(PKG_LIBS)
+	    -Wl,--version-script=src/pool/zygote.map -Wl,--exclude-libs,ALL -o $@ \
+	    $(BUILD)/obj/pool/zygote.o $(BUILD)/libmoat.a $(PKG_LIBS)
 
 # Unit tests: pure logic, built with AddressSanitizer and UBSan.
 $(BUILD)/tests/san/%.o: tests/%.c

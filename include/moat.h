@@ -277,15 +277,6 @@ struct moat_run_options {
 	 * per sandboxId, 0 for the defaults (1024 keys, 64 MiB, 1 MiB a value). */
 	const char *kv_store;
 	uint64_t kv_max_keys, kv_max_bytes, kv_max_value;
-	/* moat serve's Python zygote only (docs/design/pool-zygote.md), never
-	 * a request's: the run is the zygote's own sandbox. Its filter is the
-	 * zygote policy (policy_path and seccomp_log must be unset), /proc is
-	 * not masked (a new /proc for each sandbox it builds needs a fully
-	 * visible one), there is no Landlock (it would forbid those sandboxes'
-	 * mounts), and zygote_fd, a socket that stays the caller's, becomes
-	 * the program's fd 4 (no kvEnabled). */
-	bool zygote_host;
-	int zygote_fd;
 	/* Caps shared with other runs (moat_relay_caps_new below); NULL: none,
 	 * only this run's own caps (512 relayed connections, 64 DNS questions
 	 * at once). The run takes a reference of its own while it relays. */
@@ -352,9 +343,9 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
  * Not split yet, honestly:
  *  - create needs the request: the filesystem (code, files), the network
  *    mode, the limits and the environment are built from it before clone3.
- *    A sandbox prepared before its request is known (the warm pool) needs
- *    a channel that carries the code and files to pid 1 after create; it
- *    does not exist yet.
+ *    A sandbox prepared before its request is known (moat serve's warm
+ *    pool) gets them later through a channel of its bootstrap's, which is
+ *    moat's internal (src/pool/), not this API.
  *  - the result's durationMs counts from create, as for moat_run. */
 struct moat_sandbox;
 int moat_sandbox_create(const struct moat_request *req, const struct moat_run_options *opts,
@@ -362,71 +353,5 @@ int moat_sandbox_create(const struct moat_request *req, const struct moat_run_op
 int moat_sandbox_start(struct moat_sandbox *sb, struct moat_error *err);
 int moat_sandbox_wait(struct moat_sandbox *sb, struct moat_result **out, struct moat_error *err);
 void moat_sandbox_release(struct moat_sandbox *sb);
-
-/* Warm sandboxes (moat serve's pool; docs/SERVE.md, "The pool").
- * moat_sandbox_prewarm creates and starts a sandbox whose program is boot, a
- * bootstrap (the runtime shims' moat_pool.py / pool.cjs) that waits on its
- * stdin, locked down like any run, for one request. boot stays borrowed
- * until release; opts' cancel/hangup fds, on_output and stdout flow control
- * are ignored (the request brings its own). The thread that prewarms must
- * outlive the sandbox (pid 1's parent-death signal follows the creating
- * thread). */
-int moat_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_options *opts,
-			 struct moat_sandbox **out, struct moat_error *err);
-/* NULL when req can be handed to a sandbox prewarmed with boot; otherwise
- * why not (a static string): an argv request, another language, network,
- * outputs, kvEnabled, other limits, or an env variable read at interpreter
- * start. */
-const char *moat_pool_refusal(const struct moat_request *boot, const struct moat_request *req);
-/* A sandbox made with opts (its root: opts->rootfs_dir, else the host's)
- * has esbuild where a run looks for it, so a warm javascript sandbox can
- * take TypeScript and answer as a cold run would, a missing esbuild
- * included. */
-bool moat_pool_typescript_ready(const struct moat_run_options *opts);
-/* What a warm node needs to start TypeScript's transpiler before its
- * request arrives (runtime/js/pool.cjs, main({ts: SPEC})): a JSON object,
- * every string base64, the same "ts" a TypeScript request's frame carries.
- * malloc'd; NULL when out of memory. */
-char *moat_pool_typescript_spec(void);
-/* Hands the warm sandbox its one request (validated, and refused with a
- * SandboxConfigError when moat_pool_refusal says no); per gives the
- * request's cancel_fd, hangup_fd, on_output and stdout flow control
- * (stdout_stream, stdout_full, resume_fd) (may be NULL). req stays
- * borrowed until release. Then moat_sandbox_wait as for any run: the result
- * has "pool": true, durationMs and the timeout count from the delivery. */
-int moat_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
-			 const struct moat_run_options *per, struct moat_error *err);
-/* The sandbox's memory in use now, from its cgroup (bytes), or -1 when it
- * has no memory cgroup. */
-int64_t moat_sandbox_memory(const struct moat_sandbox *sb);
-
-/* A zygote's child (moat serve's Python zygote; docs/design/pool-zygote.md):
- * as moat_sandbox_create, except that pid 1 is made by make_pid1 -- which
- * hands the zygote the run's five fds (stdin, stdout, stderr, report, sync:
- * borrowed, the run closes its copies) and record (the run's rlimits; its
- * bytes go to the zygote as they are) and returns pid 1's pidfd (the run
- * owns it), or -1 with *err -- and the request reaches the program as a
- * warm sandbox's bootstrap reads it, on its stdin. Then moat_sandbox_start,
- * _wait and _release as for any run; the result has "pool": true. Refused
- * (MOAT_ERR_CONFIG, before make_pid1 is called) for what the zygote's
- * template cannot reproduce: opts with a rootfs, a policy, the seccomp log
- * or a workdir, and requests moat_pool_refusal refuses against themselves. */
-typedef int (*moat_make_pid1_fn)(void *ctx, const int *fds, size_t nfds, const void *record,
-				 size_t record_len, int *pidfd, struct moat_error *err);
-int moat_sandbox_create_adopted(const struct moat_request *req, const struct moat_run_options *opts,
-				moat_make_pid1_fn make_pid1, void *ctx, struct moat_sandbox **out,
-				struct moat_error *err);
-/* A zygote's child made ahead of its request (created with the pool's
- * bootstrap request): starts it now, as moat_sandbox_prewarm starts a warm
- * interpreter. pid 1 forks pid 2, which locks down (uid 65534, no
- * capabilities, no_new_privs, seccomp) and returns into the interpreter,
- * which then waits on its stdin for the request; moat_sandbox_deliver hands
- * it one, the timer and the thrash watch starting then. So the fork, the
- * lockdown and the interpreter's after-fork work are no longer in the
- * request's path. Only a child that moat_pool_refusal lets take the
- * request may be delivered to: its cgroups and rlimits are the
- * bootstrap's. MOAT_ERR_CONFIG for a sandbox that is not an adopted child
- * waiting for its start. */
-int moat_sandbox_start_ahead(struct moat_sandbox *sb, struct moat_error *err);
 
 #endif

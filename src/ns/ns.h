@@ -95,7 +95,7 @@ struct moat_plan_input {
 	 * MOAT_WORK_MOUNT, the working directory; or NULL */
 	const char *workdir;
 	/* /proc without moat's read-only binds and masks: only for a zygote's
-	 * own sandbox (moat_run_options.zygote_host), whose sandboxes each
+	 * own sandbox (run_sandbox_start_zygote), whose sandboxes each
 	 * mount a new /proc, which the kernel allows only where a fully
 	 * visible one is mounted; they mask theirs */
 	bool proc_unmasked;

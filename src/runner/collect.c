@@ -70,7 +70,7 @@ int run_setup_error(const struct run *r, const struct moat_report *rep, struct m
 	const struct moat_mount_plan *plan = r->plan;
 	char what[512];
 	/* a zygote's child reports a step of its template's plan, which this
-	 * run does not have (r->for_zygote): named by its step only */
+	 * run does not have (RUN_ADOPTED): named by its step only */
 	if (plan && rep->step == MOAT_STEP_MOUNT && rep->detail >= 0 &&
 	    (size_t)rep->detail < plan->count) {
 		const struct moat_mount_op *op = &plan->ops[rep->detail];

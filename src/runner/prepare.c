@@ -18,7 +18,7 @@
 
 static const char *const EXEC_DIRS[] = { "/usr/local/bin", "/usr/bin", "/bin" };
 /* esbuild's arguments after the code file, for a cold run's transpile step
- * and a warm node's (runner/pool.c sends them): one bundle, ESM, packages
+ * and a warm node's (src/pool/warm.c sends them): one bundle, ESM, packages
  * left to node, at RUN_TS_OUTPUT */
 const char *const run_ts_flags[7] = { "--bundle", "--platform=node", "--format=esm",
 				      "--packages=external", "--log-level=error",
@@ -288,13 +288,13 @@ static int make_channels(struct run *r, struct moat_error *err)
  * before it starts), the broker, and the socket the program gets. */
 static int kv_prepare(struct run *r, struct moat_error *err)
 {
-	if (r->opts.zygote_host) {
+	if (r->zygote_fd >= 0) {
 		/* the zygote's control socket: the program's fd 4, no broker */
-		if (r->req->kv_enabled || r->opts.zygote_fd < 0)
+		if (r->req->kv_enabled)
 			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 					      "a zygote's sandbox needs its control socket and "
 					      "takes no kvEnabled");
-		if ((r->kv_child = fcntl(r->opts.zygote_fd, F_DUPFD_CLOEXEC, 0)) < 0)
+		if ((r->kv_child = fcntl(r->zygote_fd, F_DUPFD_CLOEXEC, 0)) < 0)
 			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "dup: %s",
 					      strerror(errno));
 		return 0;
@@ -342,6 +342,7 @@ void run_init(struct run *r, const struct moat_request *req, const struct moat_r
 		       &r->listener, &r->kv_fd, &r->kv_child, &r->thrash_fd };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		*fds[i] = -1;
+	r->zygote_fd = -1;
 	r->pid = -1;
 }
 
@@ -355,7 +356,7 @@ static int program_prepare(struct run *r, uint64_t tmpfs, struct moat_error *err
 		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = r->req,
 		.code_name = r->code_name, .resolv_conf = moat_net_resolv_conf(r->net),
 		.runtime_dir = r->opts.runtime_dir, .workdir = r->workdir,
-		.proc_unmasked = r->opts.zygote_host, .own_tree = r->own_tree,
+		.proc_unmasked = r->zygote_fd >= 0, .own_tree = r->own_tree,
 	};
 	if (moat_plan_build(&pin, &r->plan, err) < 0)
 		return -1;
@@ -373,13 +374,13 @@ int run_prepare(struct run *r, struct moat_error *err)
 	if (moat_net_prepare(req, &r->net, err) < 0)
 		return -1;
 	moat_stamp("sup: net prepared");
-	if (r->opts.zygote_host && (r->opts.policy_path || r->opts.seccomp_log))
+	if (r->zygote_fd >= 0 && (r->opts.policy_path || r->opts.seccomp_log))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "a zygote's sandbox has the zygote policy only");
 	/* a zygote's child: the template's filter (it is the default policy's:
-	 * moat_sandbox_create_adopted refuses --policy and the seccomp log) */
-	if (!r->for_zygote &&
-	    (r->opts.zygote_host ? moat_seccomp_prepare_zygote(&r->seccomp, err)
+	 * run_sandbox_create_adopted refuses --policy and the seccomp log) */
+	if (r->origin != RUN_ADOPTED &&
+	    (r->zygote_fd >= 0 ? moat_seccomp_prepare_zygote(&r->seccomp, err)
 				 : moat_seccomp_prepare(r->opts.policy_path, r->opts.seccomp_log,
 							&r->seccomp, err)) < 0)
 		return -1;
@@ -388,9 +389,9 @@ int run_prepare(struct run *r, struct moat_error *err)
 		return -1;
 	/* Landlock would forbid the mounts of the sandboxes a zygote builds;
 	 * each of them applies its own */
-	if (r->opts.zygote_host)
+	if (r->zygote_fd >= 0)
 		r->priv.landlock_abi = 0;
-	int ll = r->opts.zygote_host ? 0
+	int ll = r->zygote_fd >= 0 ? 0
 		 : moat_landlock_decide(r->priv.landlock_abi, r->opts.strict_isolation, err);
 	if (ll < 0)
 		return -1;
@@ -418,7 +419,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 	/* a zygote's child: the program, its environment and its mounts are
 	 * the template's (the request's code, files and env reach pid 2 in
 	 * its frame) */
-	if (!r->for_zygote && program_prepare(r, tmpfs, err) < 0)
+	if (r->origin != RUN_ADOPTED && program_prepare(r, tmpfs, err) < 0)
 		return -1;
 	if (make_channels(r, err) < 0 || kv_prepare(r, err) < 0)
 		return -1;

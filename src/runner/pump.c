@@ -348,10 +348,10 @@ int pump_watch(struct run *r, struct moat_error *err)
 	r->resume_fd = -1;
 	r->out_paused = false;
 	size_t cap = r->req->max_output_bytes ? r->req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
-	/* a warm sandbox's stdin waits for its request (run_deliver); a
-	 * zygote's child reads its request as a frame (run_frame_stdin) */
-	r->stdin_data = r->pooled ? NULL : r->pool_frame ? r->pool_frame : r->req->stdin_data;
-	r->stdin_len = r->pooled ? 0 : r->pool_frame ? r->pool_frame_len : r->req->stdin_len;
+	/* a run started ahead waits for its request (run_deliver); a zygote's
+	 * child made for its request reads it as a frame (pool_frame) */
+	r->stdin_data = r->ahead ? NULL : r->pool_frame ? r->pool_frame : r->req->stdin_data;
+	r->stdin_len = r->ahead ? 0 : r->pool_frame ? r->pool_frame_len : r->req->stdin_len;
 	r->out = (struct run_stream){ MOAT_STDOUT, &r->res->stdout_buf, &r->res->stdout_len,
 				      &r->res->stdout_truncated, cap, 0,
 				      r->opts.stdout_stream || r->opts.output_stream,
@@ -365,14 +365,14 @@ int pump_watch(struct run *r, struct moat_error *err)
 	    fcntl(r->stderr_r, F_SETFL, O_NONBLOCK) < 0 ||
 	    fcntl(r->report_r, F_SETFL, O_NONBLOCK) < 0 ||
 	    (r->outputs_r >= 0 && fcntl(r->outputs_r, F_SETFL, O_NONBLOCK) < 0) ||
-	    ((r->stdin_len > 0 || r->pooled) && fcntl(r->stdin_w, F_SETFL, O_NONBLOCK) < 0) ||
+	    ((r->stdin_len > 0 || r->ahead) && fcntl(r->stdin_w, F_SETFL, O_NONBLOCK) < 0) ||
 	    (r->kv_fd >= 0 && fcntl(r->kv_fd, F_SETFL, O_NONBLOCK) < 0))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "fcntl(O_NONBLOCK): %s",
 				      strerror(errno));
 	if (r->outputs_r >= 0 && pump_watch_slot(r, PUMP_OUTPUTS, EPOLLIN) < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "outputs pipe: %s",
 				      strerror(errno));
-	if (r->stdin_len == 0 && !r->pooled) {
+	if (r->stdin_len == 0 && !r->ahead) {
 		close(r->stdin_w);
 		r->stdin_w = -1;
 	}
@@ -387,7 +387,7 @@ int pump_watch(struct run *r, struct moat_error *err)
 	    (r->hangup_fd >= 0 && pump_watch_slot(r, PUMP_HANGUP, EPOLLRDHUP) < 0))
 		return moat_error_set(err, MOAT_ERR_CONFIG, errno,
 				      "cannot watch the cancellation fd: %s", strerror(errno));
-	if (!r->pooled) /* a warm sandbox's watch starts with its request */
+	if (!r->ahead) /* a warm sandbox's watch starts with its request */
 		run_thrash_arm(r);
 	return 0;
 }

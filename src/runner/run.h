@@ -97,6 +97,8 @@ struct run_end {
 	int init_status;  /* and its si_status */
 };
 
+enum run_origin { RUN_COLD, RUN_WARM, RUN_ADOPTED, RUN_TEMPLATE };
+
 struct run {
 	/* what to run: borrowed from the caller until run_release */
 	const struct moat_request *req;
@@ -131,32 +133,47 @@ struct run {
 	struct moat_kv_broker *broker;
 	struct moat_kv_quota kvq;
 	bool kv_writing; /* the pump waits to write an answer, not to read */
-	/* a warm sandbox (pool.c): started with a bootstrap request, waiting on
-	 * its stdin for the real one until run_deliver */
-	bool pooled, delivered;
-	const char *stdin_data; /* what the pump feeds to the program's stdin */
-	size_t stdin_len;
-	char *pool_frame;       /* the delivered request as the bootstrap reads it */
-	size_t pool_frame_len;  /* run_frame_stdin's */
-	/* NULL: pid 2 executes the program. Else pid 2 calls it once locked
-	 * down instead of execve (moat_child_main's program == NULL) and
-	 * exits with what it returns: the seam of a zygote's child
-	 * (docs/design/pool-zygote.md); set between run_init and run_spawn */
-	int (*pid2_main)(void *arg);
-	void *pid2_arg;
-	/* pid 1 was made by another process and adopted (run_adopt): not our
-	 * child, so never waited for; its status comes from the report */
-	bool adopted;
-	/* set before run_prepare: pid 1 will be made by a zygote from its
-	 * template, whose mount plan, filter, program and environment it
-	 * has; so run_prepare builds none of them (only the result, limits,
-	 * rlimits and channels), and a setup report's step refers to the
-	 * template's plan, not to one of this run's */
-	bool for_zygote;
-	/* a zygote's template whose children keep the zygote's tree
+	/* how pid 1 comes to be and whose request it runs (src/pool/ makes
+	 * all but the cold ones through runner/sandbox.h):
+	 *   RUN_COLD      clone3 here (run_spawn), for the request it was made for
+	 *   RUN_WARM      the same, with a bootstrap request; started ahead,
+	 *                 its one real request comes by run_deliver
+	 *   RUN_ADOPTED   made by a zygote from its template and adopted
+	 *                 (run_adopt): run_prepare builds no mount plan, filter,
+	 *                 program or environment (the template's; a setup
+	 *                 report's step refers to the template's plan); never
+	 *                 waited for, its status comes from the report
+	 *   RUN_TEMPLATE  a zygote's template (moat_zygote_new), never spawned
+	 *                 itself: every pid 1 its zygote makes is cloned from it
+	 * Set between run_init and run_prepare. */
+	enum run_origin origin;
+	/* started ahead of its request (RUN_WARM; RUN_ADOPTED by
+	 * run_sandbox_start_ahead): pid 2 waits on its stdin for the frame
+	 * run_deliver hands it; delivered once it has */
+	bool ahead, delivered;
+	/* RUN_TEMPLATE whose children keep the zygote's tree
 	 * (moat_plan_input.own_tree; only moat_zygote_new sets it, once the
 	 * tree passed moat_tree_check_own) */
 	bool own_tree;
+	/* -1, or the run is moat serve's Python zygote's own sandbox
+	 * (run_sandbox_start_host): its filter is the zygote policy, /proc is
+	 * not masked, no Landlock, and this socket (the caller's) becomes the
+	 * program's fd 4 */
+	int zygote_fd;
+	const char *stdin_data; /* what the pump feeds to the program's stdin */
+	size_t stdin_len;
+	/* the request as a warm sandbox's bootstrap reads it (src/pool/warm.c
+	 * builds it; the run owns it): a RUN_ADOPTED run's stdin from the
+	 * start, or the one run_deliver hands a run started ahead */
+	char *pool_frame;
+	size_t pool_frame_len;
+	/* NULL: pid 2 executes the program. Else pid 2 calls it once locked
+	 * down instead of execve (moat_child_main's program == NULL) and
+	 * exits with what it returns: the seam the runner's tests use to look
+	 * at a zygote's child from inside (docs/design/pool-zygote.md); set
+	 * between run_init and run_spawn */
+	int (*pid2_main)(void *arg);
+	void *pid2_arg;
 	bool prepared; /* run_prepare succeeded */
 	pid_t pid; /* pid 1 of the sandbox, as the host sees it; -1 when reaped */
 	bool started;
@@ -227,22 +244,17 @@ int pump_watch_slot(struct run *r, enum pump_slot slot, uint32_t events);
 /* Registers the pump's entries (run_start, once pid 1 was released). */
 int pump_watch(struct run *r, struct moat_error *err);
 
-/* pool.c */
-/* Hands a started warm sandbox its one real request (docs/SERVE.md, "The
- * pool"): req must pass run_pool_refusal against the bootstrap request;
- * req and its per-request options (hangup_fd, cancel_fd, on_output, stdout
- * flow control) are borrowed until release. The wall clock, durationMs and
- * the output caps start over from here. */
+/* deliver.c */
+/* Hands a run started ahead (r->ahead) its one real request (docs/SERVE.md,
+ * "The pool"): frame is the request as the bootstrap reads it (the run
+ * owns it from here, also on failure); the caller has checked that req may
+ * take this sandbox (pool_refusal). req and its per-request options
+ * (hangup_fd, cancel_fd, on_output, stdout flow control) are borrowed
+ * until release. The wall clock, durationMs and the output caps start over
+ * from here. */
 int run_deliver(struct run *r, const struct moat_request *req,
-		const struct moat_run_options *per, struct moat_error *err);
-
-/* The request, as a warm sandbox's bootstrap reads it (the frame, then
- * the request's stdin), becomes the program's stdin: for a zygote's child,
- * whose interpreter reads it like a warm one (a frame already there is
- * replaced). Before run_start; the caller has checked the request with
- * moat_pool_refusal (what a warm interpreter cannot honour, a zygote's
- * child cannot either). */
-int run_frame_stdin(struct run *r, struct moat_error *err);
+		const struct moat_run_options *per, char *frame, size_t frame_len,
+		struct moat_error *err);
 /* collect.c */
 int run_collect(struct run *r, struct moat_result **out, struct moat_error *err);
 /* Pure: how the program ended, into res->exited/exit_code/signal/killed_by.

@@ -66,7 +66,7 @@ void run_wait_pid1(struct run *r, siginfo_t *si)
 	if (!si)
 		si = &local;
 	memset(si, 0, sizeof *si);
-	if (!r->adopted) {
+	if (r->origin != RUN_ADOPTED) {
 		while (waitid(P_PIDFD, (id_t)r->pidfd, si, WEXITED | __WALL) < 0 && errno == EINTR)
 			;
 		return;
@@ -105,8 +105,7 @@ static pid_t do_clone3(int cgroup_fd, int *pidfd)
 {
 	struct clone_args args;
 	memset(&args, 0, sizeof args);
-	args.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
-		     CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+	args.flags = MOAT_RUN_NS_FLAGS | CLONE_PIDFD;
 	args.pidfd = (uint64_t)(uintptr_t)pidfd;
 	/* no exit signal: pid 1 raises no SIGCHLD in the host program, and
 	 * wait()/waitpid(-1) there do not see it (only __WALL/__WCLONE do);
@@ -234,7 +233,7 @@ static int spawn(struct run *r, struct moat_error *err)
 
 int run_spawn(struct run *r, struct moat_error *err)
 {
-	if (!r->prepared || r->for_zygote)
+	if (!r->prepared || r->origin == RUN_ADOPTED)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      r->prepared ? "a run prepared for a zygote's child has no plan "
 						    "of its own to start"
@@ -251,7 +250,6 @@ int run_spawn(struct run *r, struct moat_error *err)
 static int adopt(struct run *r, int pidfd, struct moat_error *err)
 {
 	r->pidfd = pidfd;
-	r->adopted = true;
 	close_child_ends(r);
 	/* the maker wrote the id maps before it handed the pidfd on */
 	if ((r->pid = moat_pidfd_pid(pidfd)) < 0) {

@@ -6,7 +6,7 @@
 #include <string.h>
 
 #include "runner/run.h"
-#include "runner/zygote.h"
+#include "runner/sandbox.h"
 
 struct moat_sandbox {
 	struct run run;
@@ -18,7 +18,6 @@ void moat_run_options_init(struct moat_run_options *opts)
 	opts->cancel_fd = -1;
 	opts->hangup_fd = -1;
 	opts->resume_fd = -1;
-	opts->zygote_fd = -1;
 }
 
 int moat_sandbox_create(const struct moat_request *req, const struct moat_run_options *opts,
@@ -40,7 +39,7 @@ int moat_sandbox_create(const struct moat_request *req, const struct moat_run_op
 	return 0;
 }
 
-/* The record moat_zygote_spawn takes (runner/zygote.h): the run's rlimits. */
+/* The record a zygote takes (runner.h): the run's rlimits. */
 static size_t zygote_record(const struct run *r, char rec[MOAT_ZYGOTE_MAX_RECORD])
 {
 	size_t len = 1;
@@ -54,28 +53,28 @@ static size_t zygote_record(const struct run *r, char rec[MOAT_ZYGOTE_MAX_RECORD
 	return len;
 }
 
-int moat_sandbox_create_adopted(const struct moat_request *req, const struct moat_run_options *opts,
-				moat_make_pid1_fn make_pid1, void *ctx, struct moat_sandbox **out,
-				struct moat_error *err)
+int run_sandbox_create_adopted(const struct moat_request *req, const struct moat_run_options *opts,
+			       char *frame, size_t frame_len, run_make_pid1_fn make_pid1,
+			       void *ctx, enum run_adopt_start start, struct moat_sandbox **out,
+			       struct moat_error *err)
 {
 	*out = NULL;
-	if (opts && (opts->rootfs_dir || opts->policy_path || opts->seccomp_log || opts->workdir ||
-		     opts->zygote_host))
+	if (opts && (opts->rootfs_dir || opts->policy_path || opts->seccomp_log || opts->workdir)) {
+		free(frame);
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "a zygote's child has the zygote's root, policy and no workdir");
-	if (moat_request_validate(req, err) < 0)
-		return -1;
-	const char *why = moat_pool_refusal(req, req);
-	if (why)
-		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-				      "this request cannot run in a zygote's child: %s", why);
+	}
 	struct moat_sandbox *sb = malloc(sizeof *sb);
-	if (!sb)
+	if (!sb) {
+		free(frame);
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	}
 	struct run *r = &sb->run;
 	run_init(r, req, opts);
-	r->for_zygote = true;
-	if (run_prepare(r, err) < 0 || run_frame_stdin(r, err) < 0)
+	r->origin = RUN_ADOPTED;
+	r->pool_frame = frame; /* freed by run_release */
+	r->pool_frame_len = frame_len;
+	if (run_prepare(r, err) < 0)
 		goto fail;
 	int fds[MOAT_ZYGOTE_NFDS] = { r->stdin_r, r->stdout_w, r->stderr_w, r->report_w, r->sync_r };
 	char rec[MOAT_ZYGOTE_MAX_RECORD];
@@ -85,6 +84,12 @@ int moat_sandbox_create_adopted(const struct moat_request *req, const struct moa
 		goto fail;
 	r->res->pooled = true;
 	if (run_adopt(r, pidfd, err) < 0)
+		goto fail;
+	/* started ahead: from here it is a warm sandbox; its stdin carries no
+	 * frame until run_deliver's, the timer and the thrash watch are the
+	 * request's */
+	r->ahead = start == RUN_ADOPT_AHEAD;
+	if (run_start(r, err) < 0)                 /* 4. as moat_sandbox_start */
 		goto fail;
 	*out = sb;
 	return 0;
@@ -98,19 +103,6 @@ int moat_sandbox_start(struct moat_sandbox *sb, struct moat_error *err)
 	return run_start(&sb->run, err);           /* 4. the program starts (start.c) */
 }
 
-int moat_sandbox_start_ahead(struct moat_sandbox *sb, struct moat_error *err)
-{
-	struct run *r = &sb->run;
-	if (!r->adopted || r->started || r->delivered || r->pid <= 0)
-		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-				      "only a zygote's child not yet started can start ahead of its "
-				      "request");
-	/* from here it is a warm sandbox: its stdin carries no frame until
-	 * run_deliver's, the timer and the thrash watch are the request's */
-	r->pooled = true;
-	return run_start(r, err);
-}
-
 int moat_sandbox_wait(struct moat_sandbox *sb, struct moat_result **out, struct moat_error *err)
 {
 	*out = NULL;
@@ -119,8 +111,32 @@ int moat_sandbox_wait(struct moat_sandbox *sb, struct moat_result **out, struct 
 	return run_collect(&sb->run, out, err);    /* 6. reap, decode, stats (collect.c) */
 }
 
-int moat_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_options *opts,
-			 struct moat_sandbox **out, struct moat_error *err)
+/* A created sandbox of origin, started. */
+static int create_started(const struct moat_request *req, const struct moat_run_options *opts,
+			  enum run_origin origin, int zygote_fd, struct moat_sandbox **out,
+			  struct moat_error *err)
+{
+	*out = NULL;
+	if (moat_request_validate(req, err) < 0)
+		return -1;
+	struct moat_sandbox *sb = malloc(sizeof *sb);
+	if (!sb)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	struct run *r = &sb->run;
+	run_init(r, req, opts);
+	r->origin = origin;
+	r->ahead = origin == RUN_WARM;
+	r->zygote_fd = zygote_fd;
+	if (run_prepare(r, err) < 0 || run_spawn(r, err) < 0 || run_start(r, err) < 0) {
+		moat_sandbox_release(sb);
+		return -1;
+	}
+	*out = sb;
+	return 0;
+}
+
+int run_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_options *opts,
+			struct moat_sandbox **out, struct moat_error *err)
 {
 	struct moat_run_options o;
 	if (opts)
@@ -133,31 +149,36 @@ int moat_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_
 	o.stdout_stream = false; /* the request's too */
 	o.stdout_full = NULL;
 	o.resume_fd = -1;
-	struct moat_sandbox *sb;
-	if (moat_sandbox_create(boot, &o, &sb, err) < 0)
-		return -1;
-	sb->run.pooled = true;
-	if (run_start(&sb->run, err) < 0) {
-		moat_sandbox_release(sb);
-		return -1;
-	}
-	*out = sb;
-	return 0;
+	return create_started(boot, &o, RUN_WARM, -1, out, err);
 }
 
-int moat_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
-			 const struct moat_run_options *per, struct moat_error *err)
+int run_sandbox_start_zygote(const struct moat_request *boot, const struct moat_run_options *opts,
+			     int zygote_fd, struct moat_sandbox **out, struct moat_error *err)
 {
-	if (moat_request_validate(req, err) < 0)
+	if (zygote_fd < 0) {
+		*out = NULL;
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "a zygote's sandbox needs its control socket");
+	}
+	return create_started(boot, opts, RUN_COLD, zygote_fd, out, err);
+}
+
+int run_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
+			const struct moat_run_options *per, char *frame, size_t frame_len,
+			struct moat_error *err)
+{
+	if (moat_request_validate(req, err) < 0) {
+		free(frame);
 		return -1;
+	}
 	struct sigpipe_guard g;
 	sigpipe_block(&g);
-	int rc = run_deliver(&sb->run, req, per, err);
+	int rc = run_deliver(&sb->run, req, per, frame, frame_len, err);
 	sigpipe_restore(&g);
 	return rc;
 }
 
-int64_t moat_sandbox_memory(const struct moat_sandbox *sb)
+int64_t run_sandbox_memory(const struct moat_sandbox *sb)
 {
 	return sb ? moat_cgroup_memory_now(sb->run.cg) : -1;
 }

@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "core/core.h"
+#include "pool/pool.h"
 #include "serve/serve.h"
 
 #define SERVE_SCRIPT_OUTPUT_CAP (256u * 1024u)   /* Spin: stdout/stderr of a script */
@@ -182,80 +183,19 @@ void serve_log_vnotice(struct serve_log *l, const char *level, const char *compo
 void serve_log_notice(struct serve_log *l, const char *level, const char *component,
 		      const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* ---- the warm pool (pool.c) ---- */
-struct serve_pool;
-/* want sandboxes per kind (python, javascript, and typescript where the
- * root has esbuild) prewarmed with opts and the Spin requests' limits (want
- * 0: none; the thread still releases finished runs); no prewarm while
+/* ---- the warm pool (src/pool/; runs.c) ---- */
+/* pool_start with want sandboxes per kind prewarmed with opts and the
+ * Spin requests' limits, warnings to log; no prewarm while
  * saturated(sat_ctx) says every run slot is taken or the runs fill the
- * CPUs (then only the zygote's children are made). zygote: Python requests
- * go to a Python zygote while it runs (its warm python sandboxes are not
- * kept then); one that cannot start is logged and the pool goes on
- * without it. */
-int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
+ * CPUs (then only the zygote's children are made). */
+int serve_pool_start(struct pool **out, unsigned want, bool zygote,
 		     const struct moat_run_options *opts,
 		     const struct serve_limits *limits, struct serve_log *log, bool (*saturated)(void *ctx),
 		     void *sat_ctx, struct moat_error *err);
-/* Stops refilling, releases the idle ones, waits for the ones in use. */
-void serve_pool_stop(struct serve_pool *p);
-/* moat_run, in a warm sandbox when p has one for req (p may be NULL). */
-int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
+/* moat_run, in a sandbox of p's when it has one for req (p may be NULL). */
+int serve_pool_run(struct pool *p, const struct moat_request *req,
 		   const struct moat_run_options *opts, struct moat_result **out,
 		   struct moat_error *err);
-void serve_pool_render(struct serve_pool *p, struct moat_buf *b);
-
-/* ---- the Python zygote of the pool (zygote.c) ---- */
-struct serve_zygote;
-/* Why a zygote is replaced (serve_zygote_due, the metrics' reason). */
-enum serve_zygote_reason {
-	SERVE_ZYGOTE_NOT_DUE,
-	SERVE_ZYGOTE_AGE,      /* it ran its time */
-	SERVE_ZYGOTE_CHILDREN, /* it made (nearly) its children */
-	SERVE_ZYGOTE_REASONS
-};
-/* Its program (moat-zygote.so read now, from beside the moat binary or
- * ../lib/moat/) and options (opts: the pool's; a rootfs or a policy
- * refuses it); each zygote started makes at most max_children children
- * (0: no bound). Not started yet. */
-int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *opts,
-		     unsigned max_children, struct moat_error *err);
-/* Why a service with opts cannot run the zygote ("a rootfs is set", ...),
- * or NULL. */
-const char *serve_zygote_refusal(const struct moat_run_options *opts);
-/* Starts it (a dead one is released first). The calling thread must
- * outlive it, as for a prewarm. */
-int serve_zygote_start(struct serve_zygote *z, struct moat_error *err);
-/* It needs (re)starting; it is running and usable (not dead, and has not
- * made its last child). NULL-safe. */
-bool serve_zygote_wanted(struct serve_zygote *z);
-bool serve_zygote_up(struct serve_zygote *z);
-/* It runs but has made its last child (a refusal then is no failure). */
-bool serve_zygote_spent(struct serve_zygote *z);
-/* Marks it dead (to be replaced): it runs but could not make a sandbox. */
-void serve_zygote_condemn(struct serve_zygote *z);
-/* Whether the running one is to be replaced, and why: it has made its
- * last child, or it is max_age_ms old. */
-enum serve_zygote_reason serve_zygote_due(struct serve_zygote *z, int64_t max_age_ms);
-/* How long the replaced one (still alive for its children) has lived since
- * its start; -1: there is none. */
-int64_t serve_zygote_old_age_ms(struct serve_zygote *z);
-/* A new zygote started and made the running one (the pool's thread);
- * the one it replaces takes no more records but lives on, with its
- * children, until serve_zygote_release_old. Returns the replaced one's
- * generation (what serve_zygote_create gave its children); 0 with *err
- * when none was up, one is replaced already, or the new one did not
- * start (the running one stays). */
-uint64_t serve_zygote_rotate(struct serve_zygote *z, enum serve_zygote_reason why,
-			     struct moat_error *err);
-void serve_zygote_release_old(struct serve_zygote *z);
-/* moat_sandbox_create for req in a child of the zygote; *gen (gen may be
- * NULL): which zygote made it (1, 2, ...: the count of starts then). */
-int serve_zygote_create(struct serve_zygote *z, const struct moat_request *req,
-			const struct moat_run_options *opts, struct moat_sandbox **out,
-			uint64_t *gen, struct moat_error *err);
-/* Releases it and a retired one (with every child they made). */
-void serve_zygote_free(struct serve_zygote *z);
-void serve_zygote_render(struct serve_zygote *z, struct moat_buf *b);
 
 /* The one-line "error" of a Spin script result (NULL on success). */
 char *serve_script_error(const struct moat_result *res, const struct moat_request *req);

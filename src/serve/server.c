@@ -91,7 +91,7 @@ struct server {
 	bool watchdog_stop;
 	pthread_t watchdog;
 	bool have_watchdog;
-	struct serve_pool *pool; /* warm sandboxes, or NULL (--pool 0) */
+	struct pool *pool; /* warm sandboxes, or NULL (--pool 0) */
 	/* the CPUs the service and its finished runs used, averaged over
 	 * about a second (under mu; cpu_busy): a warm interpreter made while
 	 * they fill the CPUs only moves a cold start's work onto the refill
@@ -1113,7 +1113,7 @@ static char *metrics_text(struct server *s)
 			 (unsigned long long)serve_log_dropped(&s->log));
 	serve_metrics_relays(s->relay_caps, &b);
 	if (s->pool)
-		serve_pool_render(s->pool, &b);
+		pool_render(s->pool, &b);
 	return moat_buf_take(&b);
 }
 
@@ -1678,7 +1678,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		 * on where it can run; a zygote asked for that cannot run is a
 		 * warning of the pool's, one not asked for is not tried */
 		int zyg = o->pool_zygote >= 0 ? o->pool_zygote : s->limits.pool_zygote;
-		const char *no_zyg = serve_zygote_refusal(&po);
+		const char *no_zyg = pool_zygote_refusal(&po);
 		if (want && zyg < 0 && no_zyg)
 			notice(s, "info", "Python requests use warm interpreters, not the zygote: it "
 			       "needs the host's root and the default seccomp policy (%s)", no_zyg);
@@ -1779,7 +1779,7 @@ out:
 		pthread_mutex_unlock(&s->conns_mu);
 		pthread_join(s->watchdog, NULL);
 	}
-	serve_pool_stop(s->pool); /* after every run: the pool's thread owns their pid 1 */
+	pool_stop(s->pool); /* after every run: the pool's thread owns their pid 1 */
 	if (s->cancel_fd >= 0)
 		close(s->cancel_fd);
 	serve_log_destroy(&s->log);

@@ -22,7 +22,8 @@
 #include "harness.h"
 #include "core/sys.h"
 #include "runner/run.h"
-#include "runner/zygote.h"
+#include "pool/pool.h"
+#include "pool/zygote.h"
 #include "suites.h"
 
 /* ---- helpers ---------------------------------------------------------------- */
@@ -801,10 +802,10 @@ END_TEST
 
 /* The worker of the zygote tests: starts the Python zygote on a control
  * socket, then, as the supervisor, runs each request of reqs through it
- * (moat_sandbox_create_adopted with zygote_exchange, then start, wait and
+ * (pool_create_adopted with zygote_exchange, started; wait and
  * release as any run) and writes each result's JSON (or error message) as
  * one line to fd. */
-/* make_pid1 of moat_sandbox_create_adopted (ctx: the control socket): one
+/* make_pid1 of pool_create_adopted (ctx: the control socket): one
  * record to the zygote, its pidfd back. */
 static int zygote_exchange(void *ctx, const int *fds, size_t nfds, const void *record,
 			   size_t record_len, int *pidfd, struct moat_error *err)
@@ -895,9 +896,8 @@ static int zygote_worker(int mode, int fd, const void *arg)
 		struct moat_sandbox *sb = NULL;
 		int st = moat_request_parse_json(reqs[i], strlen(reqs[i]), &req, &err);
 		if (st == 0)
-			st = moat_sandbox_create_adopted(req, NULL, zygote_exchange, &sp[0], &sb, &err);
-		if (st == 0)
-			st = moat_sandbox_start(sb, &err);
+			st = pool_create_adopted(req, NULL, zygote_exchange, &sp[0], RUN_ADOPT_START,
+						 &sb, &err);
 		if (st == 0)
 			st = moat_sandbox_wait(sb, &res, &err);
 		moat_sandbox_release(sb);
@@ -1000,8 +1000,8 @@ END_TEST
  * can (files in /tmp and /sandbox, the environment, a module, sys, a
  * daemon); the next ones see none of it, and each has its own random
  * state. */
-/* A run prepared for a zygote's child (moat_sandbox_create_adopted's
- * for_zygote) builds what the supervisor needs -- result, limits,
+/* A run prepared for a zygote's child (pool_create_adopted's
+ * RUN_ADOPTED) builds what the supervisor needs -- result, limits,
  * channels -- and none of what the zygote's template already has: no mount
  * plan, filter, program or environment of its own. It cannot be started
  * as a run of its own, and a setup report naming a step of the template's
@@ -1018,7 +1018,7 @@ START_TEST(prepared_for_zygote_has_no_plan)
 	struct moat_error err = { 0 };
 	struct run r;
 	run_init(&r, req, NULL);
-	r.for_zygote = true;
+	r.origin = RUN_ADOPTED;
 	ck_assert_msg(run_prepare(&r, &err) == 0, "%s", err.message);
 	ck_assert(r.prepared);
 	ck_assert_ptr_null(r.plan);

@@ -74,7 +74,7 @@ test("nothing but a whole note line is reworded, and other bytes pass as they ar
   assert.deepEqual(pool.cliWording(Buffer.alloc(0)), Buffer.alloc(0));
 });
 
-// A spec as moat sends it (runner/pool.c): the files in dir, esbuild looked
+// A spec as moat sends it (src/pool/warm.c): the files in dir, esbuild looked
 // up in search.
 function spec(dir, search = dir) {
   return {

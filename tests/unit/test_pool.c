@@ -1,4 +1,4 @@
-/* Unit tests: which requests a warm sandbox may take (moat_pool_refusal):
+/* Unit tests: which requests a warm sandbox may take (pool_refusal):
  * anything the bootstrap could not reproduce exactly runs cold; and the
  * MOATPOOL2 frame it is handed, against the vectors the Python and JS
  * readers are tested with (tests/fixtures/frames/moatpool2.json). */
@@ -13,7 +13,7 @@
 #include <cjson/cJSON.h>
 
 #include "moat.h"
-#include "runner/run.h"
+#include "pool/pool.h"
 #include "fixture.h"
 #include "suites.h"
 
@@ -42,14 +42,14 @@ static void set_env(struct moat_request *r, const char *k, const char *v)
 START_TEST(pool_takes_only_what_it_can_reproduce)
 {
 	struct moat_request *boot = req(MOAT_LANG_PYTHON), *r = req(MOAT_LANG_PYTHON);
-	ck_assert_ptr_null(moat_pool_refusal(boot, r));
+	ck_assert_ptr_null(pool_refusal(boot, r));
 	r->timeout_ms = 5; /* re-armed at delivery: any */
 	r->max_output_bytes = 10;
 	set_env(r, "PYTHONPATH", "/sandbox/lib"); /* the bootstrap puts it on sys.path */
 	set_env(r, "MY_VAR", "1");
-	ck_assert_ptr_null(moat_pool_refusal(boot, r));
+	ck_assert_ptr_null(pool_refusal(boot, r));
 	set_env(r, "PYTHONHASHSEED", "0"); /* read at interpreter start */
-	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	ck_assert_ptr_nonnull(pool_refusal(boot, r));
 	moat_request_free(r);
 
 	/* each of these runs cold */
@@ -66,7 +66,7 @@ START_TEST(pool_takes_only_what_it_can_reproduce)
 		case 7: r->kv_enabled = true; break;
 		default: r->language = MOAT_LANG_JAVASCRIPT; break;
 		}
-		ck_assert_msg(moat_pool_refusal(boot, r) != NULL, "case %d was taken", c);
+		ck_assert_msg(pool_refusal(boot, r) != NULL, "case %d was taken", c);
 		r->outputs_count = 0; /* not allocated */
 		moat_request_free(r);
 	}
@@ -74,18 +74,18 @@ START_TEST(pool_takes_only_what_it_can_reproduce)
 	/* javascript: NODE_* variables are read at start */
 	boot = req(MOAT_LANG_JAVASCRIPT);
 	r = req(MOAT_LANG_JAVASCRIPT);
-	ck_assert_ptr_null(moat_pool_refusal(boot, r));
+	ck_assert_ptr_null(pool_refusal(boot, r));
 	set_env(r, "NODE_OPTIONS", "--max-old-space-size=10");
-	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	ck_assert_ptr_nonnull(pool_refusal(boot, r));
 	moat_request_free(r);
 	/* typescript: a warm node runs esbuild first, under the same rules */
 	r = req(MOAT_LANG_TYPESCRIPT);
-	ck_assert_ptr_null(moat_pool_refusal(boot, r));
+	ck_assert_ptr_null(pool_refusal(boot, r));
 	r->network = true;
-	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	ck_assert_ptr_nonnull(pool_refusal(boot, r));
 	r->network = false;
 	set_env(r, "NODE_OPTIONS", "--inspect");
-	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	ck_assert_ptr_nonnull(pool_refusal(boot, r));
 	moat_request_free(r);
 	/* and what the esbuild started before the request would not see: Go's
 	 * runtime variables and NO_COLOR (a javascript request may set them) */
@@ -94,23 +94,23 @@ START_TEST(pool_takes_only_what_it_can_reproduce)
 	for (size_t i = 0; i < sizeof go_env / sizeof *go_env; i++) {
 		r = req(MOAT_LANG_TYPESCRIPT);
 		set_env(r, "GOOGLE_API_KEY", "k"); /* not Go's */
-		ck_assert_ptr_null(moat_pool_refusal(boot, r));
+		ck_assert_ptr_null(pool_refusal(boot, r));
 		set_env(r, go_env[i], "1");
-		ck_assert_msg(moat_pool_refusal(boot, r) != NULL, "typescript with %s", go_env[i]);
+		ck_assert_msg(pool_refusal(boot, r) != NULL, "typescript with %s", go_env[i]);
 		moat_request_free(r);
 		r = req(MOAT_LANG_JAVASCRIPT);
 		set_env(r, go_env[i], "1");
-		ck_assert_ptr_null(moat_pool_refusal(boot, r));
+		ck_assert_ptr_null(pool_refusal(boot, r));
 		moat_request_free(r);
 	}
 	moat_request_free(boot);
 	/* but never on a python one, and a typescript boot is not kept */
 	boot = req(MOAT_LANG_PYTHON);
 	r = req(MOAT_LANG_TYPESCRIPT);
-	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	ck_assert_ptr_nonnull(pool_refusal(boot, r));
 	moat_request_free(boot);
 	boot = req(MOAT_LANG_TYPESCRIPT);
-	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	ck_assert_ptr_nonnull(pool_refusal(boot, r));
 	moat_request_free(r);
 	moat_request_free(boot);
 	/* an argv request runs cold: the bootstrap runs code */
@@ -122,13 +122,13 @@ START_TEST(pool_takes_only_what_it_can_reproduce)
 	r->argv = calloc(2, sizeof *r->argv);
 	r->argv[0] = strdup("python3");
 	r->argc = 1;
-	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	ck_assert_ptr_nonnull(pool_refusal(boot, r));
 	moat_request_free(r);
 	moat_request_free(boot);
 	/* only python and javascript are kept warm */
 	boot = req(MOAT_LANG_TYPESCRIPT);
 	r = req(MOAT_LANG_TYPESCRIPT);
-	ck_assert_ptr_nonnull(moat_pool_refusal(boot, r));
+	ck_assert_ptr_nonnull(pool_refusal(boot, r));
 	moat_request_free(r);
 	moat_request_free(boot);
 }
@@ -144,7 +144,7 @@ START_TEST(typescript_needs_esbuild_in_the_root)
 	struct moat_run_options o;
 	moat_run_options_init(&o);
 	o.rootfs_dir = root;
-	ck_assert(!moat_pool_typescript_ready(&o)); /* an empty root */
+	ck_assert(!pool_typescript_ready(&o)); /* an empty root */
 	char dir[128], exe[160];
 	snprintf(dir, sizeof dir, "%s/usr", root);
 	ck_assert_int_eq(mkdir(dir, 0755), 0);
@@ -154,9 +154,9 @@ START_TEST(typescript_needs_esbuild_in_the_root)
 	int fd = open(exe, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
 	ck_assert_int_ge(fd, 0);
 	close(fd);
-	ck_assert(!moat_pool_typescript_ready(&o)); /* not executable (root too: no x bit) */
+	ck_assert(!pool_typescript_ready(&o)); /* not executable (root too: no x bit) */
 	ck_assert_int_eq(chmod(exe, 0755), 0);
-	ck_assert(moat_pool_typescript_ready(&o));
+	ck_assert(pool_typescript_ready(&o));
 	unlink(exe);
 	rmdir(dir);
 	snprintf(dir, sizeof dir, "%s/usr", root);
@@ -166,7 +166,7 @@ START_TEST(typescript_needs_esbuild_in_the_root)
 END_TEST
 
 /* Each valid vector's request, parsed as moat exec parses it, is framed
- * byte for byte as the vector says (run_frame_stdin: what a zygote's child
+ * byte for byte as the vector says (pool_frame: what a zygote's child
  * or a warm sandbox reads on its stdin). */
 START_TEST(frame_vectors_written_exactly)
 {
@@ -184,14 +184,12 @@ START_TEST(frame_vectors_written_exactly)
 		struct moat_error err = { 0 };
 		ck_assert_msg(moat_request_parse_json(json, strlen(json), &r, &err) == 0, "%s: %s", name,
 			      err.message ? err.message : "?");
-		struct run run;
-		memset(&run, 0, sizeof run);
-		run.req = r;
-		ck_assert_msg(run_frame_stdin(&run, &err) == 0, "%s: %s", name, err.message ? err.message : "?");
-		ck_assert_msg(run.pool_frame_len == strlen(want) && !memcmp(run.pool_frame, want, strlen(want)),
-			      "%s: framed as [%.*s], the vector says [%s]", name, (int)run.pool_frame_len,
-			      run.pool_frame, want);
-		free(run.pool_frame);
+		size_t len = 0;
+		char *frame = pool_frame(r, &len);
+		ck_assert_msg(frame != NULL, "%s: out of memory", name);
+		ck_assert_msg(len == strlen(want) && !memcmp(frame, want, strlen(want)),
+			      "%s: framed as [%.*s], the vector says [%s]", name, (int)len, frame, want);
+		free(frame);
 		moat_request_free(r);
 		moat_error_clear(&err);
 		free(json);

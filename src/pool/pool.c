@@ -8,13 +8,14 @@
  * thread), so it lives until the last pooled sandbox is released. */
 #include <errno.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/sys.h"
-#include "serve/internal.h"
+#include "pool/internal.h"
 
 #define POOL_LANGS 3
 #define POOL_TS 2
@@ -41,10 +42,10 @@ static const enum moat_language pool_lang[POOL_LANGS] = { MOAT_LANG_PYTHON, MOAT
 struct slot {
 	struct moat_sandbox *sb;
 	int64_t born;
-	uint64_t gen; /* a child of that zygote (serve_zygote_create; dies with it); 0: not */
+	uint64_t gen; /* a child of that zygote (pool_zygote_create; dies with it); 0: not */
 };
 
-struct serve_pool {
+struct pool {
 	/* finished sandboxes whose release (cgroup leaves: several ms of
 	 * waiting for the kernel) the thread does after the answer went out */
 	struct moat_sandbox **done;
@@ -79,13 +80,14 @@ struct serve_pool {
 	int64_t idle_bytes[POOL_LANGS]; /* an idle sandbox's memory when last handed out */
 	char *last_error;
 	bool ts_ok; /* the root has esbuild: the typescript kind is kept */
-	struct serve_log *log;
+	void (*warn)(void *ctx, const char *msg);
+	void *warn_ctx;
 	/* the Python zygote (zygote.c), or NULL; started, restarted and
 	 * released by the thread; zyg_in_use: its children running, made
 	 * ahead or for their request (a zygote is not replaced under them) */
-	struct serve_zygote *zyg;
+	struct pool_zygote *zyg;
 	unsigned zyg_in_use, zyg_fails;
-	/* a replaced zygote (serve_zygote_rotate) lives until the children
+	/* a replaced zygote (pool_zygote_rotate) lives until the children
 	 * it made are done: old_gen (0: none), old_in_use of them running;
 	 * rotations counts the replacements, so a hold knows where it went */
 	uint64_t old_gen;
@@ -100,14 +102,30 @@ struct serve_pool {
 	char *zyg_error;
 };
 
+/* A warning for the operator (cfg->warn). */
+static void __attribute__((format(printf, 2, 3))) warn(struct pool *p, const char *fmt, ...)
+{
+	if (!p->warn)
+		return;
+	char *msg = NULL;
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vasprintf(&msg, fmt, ap);
+	va_end(ap);
+	if (n >= 0) {
+		p->warn(p->warn_ctx, msg);
+		free(msg);
+	}
+}
+
 /* Kind i is kept: all but typescript where the root has no esbuild. */
-static bool kept(const struct serve_pool *p, int i)
+static bool kept(const struct pool *p, int i)
 {
 	return i != POOL_TS || p->ts_ok;
 }
 
 /* The pool a request may use. */
-static int lang_index(const struct serve_pool *p, enum moat_language l)
+static int lang_index(const struct pool *p, enum moat_language l)
 {
 	for (int i = 0; i < POOL_LANGS; i++)
 		if (pool_lang[i] == l)
@@ -117,7 +135,7 @@ static int lang_index(const struct serve_pool *p, enum moat_language l)
 
 /* How many sandboxes of kind i the pool keeps (python ones: the zygote's
  * children while it runs). */
-static unsigned want_of(const struct serve_pool *p, int i)
+static unsigned want_of(const struct pool *p, int i)
 {
 	return kept(p, i) ? p->want : 0;
 }
@@ -130,7 +148,7 @@ static char *boot_code(int i)
 		return strdup("import moat_pool\nmoat_pool.main()\n");
 	if (i != POOL_TS)
 		return strdup(JS_BOOT ");\n");
-	char *spec = moat_pool_typescript_spec(), *code = NULL;
+	char *spec = pool_typescript_spec(), *code = NULL;
 	if (spec && asprintf(&code, JS_BOOT "{\"ts\":%s});\n", spec) < 0)
 		code = NULL;
 	free(spec);
@@ -151,26 +169,26 @@ static bool new_error(char **last, const char *msg)
 /* The zygote failed (what: to start, or to make a sandbox; why: its
  * error): the next start waits 1 s, doubling to 64 s; logged once per
  * distinct message. Under p->mu. */
-static void zygote_backoff(struct serve_pool *p, const char *why, const char *what)
+static void zygote_backoff(struct pool *p, const char *why, const char *what)
 {
 	p->zyg_fails = p->zyg_fails < 6 ? p->zyg_fails + 1 : 6;
 	p->zyg_retry_at = moat_mono_ms() + (1000L << (p->zyg_fails - 1));
-	if (new_error(&p->zyg_error, why) && p->log)
-		serve_log_notice(p->log, "warn", "pool", "%s: %s (Python requests use warm "
-				 "sandboxes until it is replaced)", what, why ? why : "?");
+	if (new_error(&p->zyg_error, why))
+		warn(p, "%s: %s (Python requests use warm sandboxes until it is replaced)", what,
+		     why ? why : "?");
 }
 
 /* A zygote's child running (under p->mu): counted against the running
  * zygote; the returned mark says, at zyg_unhold, whether that zygote has
  * been replaced since (the count then went to old_in_use: a hold spans at
  * most one replacement, since the next waits for old_in_use to be 0). */
-static unsigned zyg_hold(struct serve_pool *p)
+static unsigned zyg_hold(struct pool *p)
 {
 	p->zyg_in_use++;
 	return p->rotations;
 }
 
-static void zyg_unhold(struct serve_pool *p, unsigned mark)
+static void zyg_unhold(struct pool *p, unsigned mark)
 {
 	if (mark != p->rotations)
 		p->old_in_use--;
@@ -179,7 +197,7 @@ static void zyg_unhold(struct serve_pool *p, unsigned mark)
 }
 
 /* One sandbox for language i, outside the lock. */
-static void refill_one(struct serve_pool *p, int i)
+static void refill_one(struct pool *p, int i)
 {
 	struct moat_sandbox *sb = NULL;
 	struct moat_error err = { 0 };
@@ -187,37 +205,31 @@ static void refill_one(struct serve_pool *p, int i)
 	/* python: a child of the zygote while it runs, made up to its
 	 * request (cgroups joined, mounts built, pid 2 locked down and waiting
 	 * on its stdin); else a warm interpreter */
-	bool zyg = pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg);
+	bool zyg = pool_lang[i] == MOAT_LANG_PYTHON && pool_zygote_up(p->zyg);
 	uint64_t gen = 0;
-	int rc = zyg ? serve_zygote_create(p->zyg, p->boot[i], &p->opts, &sb, &gen, &err)
-		     : moat_sandbox_prewarm(p->boot[i], &p->opts, &sb, &err);
-	if (rc == 0 && zyg && moat_sandbox_start_ahead(sb, &err) < 0) {
-		moat_sandbox_release(sb);
-		sb = NULL;
-		rc = -1;
-	}
+	int rc = zyg ? pool_zygote_create(p->zyg, p->boot[i], &p->opts, RUN_ADOPT_AHEAD, &sb, &gen,
+					  &err)
+		     : run_sandbox_prewarm(p->boot[i], &p->opts, &sb, &err);
 	pthread_mutex_lock(&p->mu);
 	p->busy_refill_ms += (uint64_t)(moat_mono_ms() - t0);
 	/* its bound, reached by a request's child meanwhile: no failure (the
 	 * loop replaces it) */
-	bool spent = rc < 0 && zyg && serve_zygote_spent(p->zyg);
+	bool spent = rc < 0 && zyg && pool_zygote_spent(p->zyg);
 	if (rc < 0 && zyg && !spent) {
 		/* a zygote that runs but cannot make a sandbox here (a host that
 		 * refuses nested namespaces, a limit) would send every Python
 		 * request cold: it is replaced as one that failed to start
 		 * (backing off), and Python uses warm interpreters meanwhile */
-		serve_zygote_condemn(p->zyg);
+		pool_zygote_condemn(p->zyg);
 		zygote_backoff(p, err.message, "the Python zygote could not make a sandbox");
 	} else if (zyg) {
 		p->zyg_fails = 0;
 	}
 	if (rc < 0 && !spent) {
 		p->failed++;
-		if (!zyg && new_error(&p->last_error, err.message) && p->log)
-			serve_log_notice(p->log, "warn", "pool",
-					 "cannot prewarm a %s sandbox: %s (requests run cold)",
-					 moat_lang_get(pool_lang[i])->name,
-					 err.message ? err.message : "?");
+		if (!zyg && new_error(&p->last_error, err.message))
+			warn(p, "cannot prewarm a %s sandbox: %s (requests run cold)",
+			     moat_lang_get(pool_lang[i])->name, err.message ? err.message : "?");
 	} else if (rc == 0) {
 		p->created++;
 		p->ready[i][p->nready[i]++] = (struct slot){ sb, moat_mono_ms(), gen };
@@ -228,7 +240,7 @@ static void refill_one(struct serve_pool *p, int i)
 
 /* Releases sb with p->mu dropped for the time (the lock is held on entry
  * and on return). */
-static void release_unlocked(struct serve_pool *p, struct moat_sandbox *sb)
+static void release_unlocked(struct pool *p, struct moat_sandbox *sb)
 {
 	pthread_mutex_unlock(&p->mu);
 	moat_sandbox_release(sb);
@@ -236,7 +248,7 @@ static void release_unlocked(struct serve_pool *p, struct moat_sandbox *sb)
 }
 
 /* Waits on p->cv (p->mu held) for at most ms. */
-static void wait_ms(struct serve_pool *p, long ms)
+static void wait_ms(struct pool *p, long ms)
 {
 	moat_cond_wait_ms(&p->cv, &p->mu, ms);
 }
@@ -244,10 +256,10 @@ static void wait_ms(struct serve_pool *p, long ms)
 /* Starts (or replaces) the zygote, outside the lock; a failure backs off
  * (1 s doubling to 64 s, zygote_backoff). A start does not end the back-off:
  * its first sandbox does (refill_one). */
-static void zygote_start(struct serve_pool *p)
+static void zygote_start(struct pool *p)
 {
 	struct moat_error err = { 0 };
-	int rc = serve_zygote_start(p->zyg, &err);
+	int rc = pool_zygote_start(p->zyg, &err);
 	pthread_mutex_lock(&p->mu);
 	if (rc < 0)
 		zygote_backoff(p, err.message, "cannot start the Python zygote");
@@ -262,16 +274,16 @@ static void zygote_start(struct serve_pool *p)
  * one meanwhile); the ones running keep the old zygote alive (old_in_use)
  * until they are done. A new one that does not start leaves the old one
  * running, to be tried again after the back-off. */
-static void zygote_rotate(struct serve_pool *p, enum serve_zygote_reason why)
+static void zygote_rotate(struct pool *p, enum pool_zygote_reason why)
 {
 	struct moat_error err = { 0 };
-	uint64_t gen = serve_zygote_rotate(p->zyg, why, &err);
+	uint64_t gen = pool_zygote_rotate(p->zyg, why, &err);
 	pthread_mutex_lock(&p->mu);
 	if (!gen) {
 		zygote_backoff(p, err.message, "cannot start the Python zygote that replaces one");
 	} else {
 		p->old_gen = gen;
-		p->old_keep = why == SERVE_ZYGOTE_CHILDREN;
+		p->old_keep = why == POOL_ZYGOTE_CHILDREN;
 		p->old_in_use = p->zyg_in_use;
 		p->zyg_in_use = 0;
 		p->rotations++;
@@ -282,7 +294,7 @@ static void zygote_rotate(struct serve_pool *p, enum serve_zygote_reason why)
 }
 
 /* Ready slot k of kind i taken out of the list (under p->mu). */
-static struct moat_sandbox *take_at(struct serve_pool *p, int i, unsigned k)
+static struct moat_sandbox *take_at(struct pool *p, int i, unsigned k)
 {
 	struct moat_sandbox *sb = p->ready[i][k].sb;
 	memmove(&p->ready[i][k], &p->ready[i][k + 1], (--p->nready[i] - k) * sizeof p->ready[i][0]);
@@ -291,7 +303,7 @@ static struct moat_sandbox *take_at(struct serve_pool *p, int i, unsigned k)
 
 /* Where in kind i's list a ready child of the zygote of gen is, -1: none;
  * take_gen: it, taken out of the list, or NULL (under p->mu). */
-static int find_gen(const struct serve_pool *p, int i, uint64_t gen)
+static int find_gen(const struct pool *p, int i, uint64_t gen)
 {
 	for (unsigned k = 0; k < p->nready[i]; k++)
 		if (p->ready[i][k].gen == gen)
@@ -299,7 +311,7 @@ static int find_gen(const struct serve_pool *p, int i, uint64_t gen)
 	return -1;
 }
 
-static struct moat_sandbox *take_gen(struct serve_pool *p, int i, uint64_t gen)
+static struct moat_sandbox *take_gen(struct pool *p, int i, uint64_t gen)
 {
 	int k = find_gen(p, i, gen);
 	return k < 0 ? NULL : take_at(p, i, (unsigned)k);
@@ -307,7 +319,7 @@ static struct moat_sandbox *take_gen(struct serve_pool *p, int i, uint64_t gen)
 
 static void *refill_main(void *arg)
 {
-	struct serve_pool *p = arg;
+	struct pool *p = arg;
 	unsigned fails = 0;
 	pthread_mutex_lock(&p->mu);
 	while (!p->stop) {
@@ -320,7 +332,7 @@ static void *refill_main(void *arg)
 		 * and it goes once none is left and its last running child is
 		 * done; one that made its last child or is past its age is
 		 * replaced (the new one first) */
-		if (p->old_keep && serve_zygote_old_age_ms(p->zyg) >= p->zyg_max_age_ms)
+		if (p->old_keep && pool_zygote_old_age_ms(p->zyg) >= p->zyg_max_age_ms)
 			p->old_keep = false;
 		struct moat_sandbox *old_child = NULL;
 		bool old_ready = false;
@@ -336,15 +348,15 @@ static void *refill_main(void *arg)
 		if (p->old_gen && !p->old_in_use && !old_ready) {
 			p->old_gen = 0;
 			pthread_mutex_unlock(&p->mu);
-			serve_zygote_release_old(p->zyg);
+			pool_zygote_release_old(p->zyg);
 			pthread_mutex_lock(&p->mu);
 			continue;
 		}
-		enum serve_zygote_reason why =
+		enum pool_zygote_reason why =
 			p->zyg && !p->old_gen && moat_mono_ms() >= p->zyg_retry_at
-				? serve_zygote_due(p->zyg, p->zyg_max_age_ms)
-				: SERVE_ZYGOTE_NOT_DUE;
-		if (why != SERVE_ZYGOTE_NOT_DUE) {
+				? pool_zygote_due(p->zyg, p->zyg_max_age_ms)
+				: POOL_ZYGOTE_NOT_DUE;
+		if (why != POOL_ZYGOTE_NOT_DUE) {
 			pthread_mutex_unlock(&p->mu);
 			zygote_rotate(p, why);
 			pthread_mutex_lock(&p->mu);
@@ -352,7 +364,7 @@ static void *refill_main(void *arg)
 		}
 		/* a zygote that is not running (yet, or any more) is started
 		 * first: the python sandboxes below are its fallback */
-		if (p->zyg && !p->zyg_in_use && serve_zygote_wanted(p->zyg) &&
+		if (p->zyg && !p->zyg_in_use && pool_zygote_wanted(p->zyg) &&
 		    moat_mono_ms() >= p->zyg_retry_at) {
 			pthread_mutex_unlock(&p->mu);
 			zygote_start(p);
@@ -375,7 +387,7 @@ static void *refill_main(void *arg)
 		for (int i = 0; i < POOL_LANGS && need < 0; i++) {
 			if (p->nready[i] >= want_of(p, i))
 				continue;
-			if (sat && !(pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg))) {
+			if (sat && !(pool_lang[i] == MOAT_LANG_PYTHON && pool_zygote_up(p->zyg))) {
 				held = true;
 				for_sat = true;
 			} else if (p->nready[i] && defer_left > 0) {
@@ -438,13 +450,13 @@ static void *refill_main(void *arg)
 			pthread_cond_wait(&p->cv, &p->mu);
 	}
 	pthread_mutex_unlock(&p->mu);
-	serve_zygote_free(p->zyg); /* in this thread, its parent */
+	pool_zygote_free(p->zyg); /* in this thread, its parent */
 	p->zyg = NULL;
 	return NULL;
 }
 
 /* A sandbox handed to a request now (under p->mu). */
-static void handed(struct serve_pool *p)
+static void handed(struct pool *p)
 {
 	int64_t now = moat_mono_ms();
 	p->handed_gap = p->handed_at ? now - p->handed_at : INT64_MAX;
@@ -452,60 +464,59 @@ static void handed(struct serve_pool *p)
 	p->running++;
 }
 
-int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
-		     const struct moat_run_options *opts,
-		     const struct serve_limits *limits, struct serve_log *log, bool (*saturated)(void *ctx),
-		     void *sat_ctx, struct moat_error *err)
+int pool_start(struct pool **out, const struct pool_config *cfg, struct moat_error *err)
 {
 	*out = NULL;
+	const struct moat_run_options *opts = cfg->opts;
+	unsigned want = cfg->want;
 	if (want && !opts->runtime_dir)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "--pool needs the runtime shims (--runtime DIR)");
-	struct serve_pool *p = calloc(1, sizeof *p);
+	struct pool *p = calloc(1, sizeof *p);
 	if (!p)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->want = want;
-	p->zyg_max_age_ms =
-		moat_test_ms("MOAT_TEST_ZYGOTE_MAX_AGE_MS", (int64_t)limits->pool_zygote_max_age_ms);
+	p->zyg_max_age_ms = moat_test_ms("MOAT_TEST_ZYGOTE_MAX_AGE_MS", (int64_t)cfg->zygote_max_age_ms);
 	p->defer_ms = moat_test_ms("MOAT_TEST_REFILL_DEFER_MS", REFILL_DEFER_MS);
-	p->saturated = saturated;
-	p->sat_ctx = sat_ctx;
+	p->saturated = cfg->saturated;
+	p->sat_ctx = cfg->sat_ctx;
 	p->opts = *opts;
-	p->log = log;
+	p->warn = cfg->warn;
+	p->warn_ctx = cfg->warn_ctx;
 	/* else a warm node could only report a missing esbuild as status 127,
 	 * where a cold run reports an error: TypeScript stays cold */
-	p->ts_ok = moat_pool_typescript_ready(opts);
+	p->ts_ok = pool_typescript_ready(opts);
+	const struct moat_request *l = cfg->limits;
 	for (int i = 0; i < POOL_LANGS; i++) {
 		p->idle_bytes[i] = -1;
 		struct moat_request *b = p->boot[i] = moat_request_new();
 		if (!b || !(p->ready[i] = calloc(want ? want : 1, sizeof *p->ready[i])) ||
 		    !(b->code = boot_code(i))) {
-			serve_pool_stop(p);
+			pool_stop(p);
 			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 		}
 		b->code_len = strlen(b->code);
 		b->language = i == POOL_TS ? MOAT_LANG_JAVASCRIPT : pool_lang[i];
-		b->max_output_bytes = SERVE_SCRIPT_OUTPUT_CAP;
-		/* the limits a Spin request gets: the pool serves exactly those */
-		if (serve_limits_apply(limits, b, 0, err) < 0) {
-			serve_pool_stop(p);
-			return -1;
-		}
+		/* the limits the pool serves exactly */
+		b->timeout_ms = l->timeout_ms;
+		b->memory_mb = l->memory_mb;
+		b->cpus = l->cpus;
+		b->pids_limit = l->pids_limit;
+		b->strict_limits = l->strict_limits;
+		b->max_output_bytes = l->max_output_bytes;
 	}
-	if (zygote) {
+	if (cfg->zygote) {
 		struct moat_error zerr = { 0 };
-		if (serve_zygote_new(&p->zyg, opts, limits->pool_zygote_max_children, &zerr) < 0 &&
-		    log)
-			serve_log_notice(log, "warn", "pool",
-					 "no Python zygote: %s (Python requests use warm sandboxes)",
-					 zerr.message ? zerr.message : "?");
+		if (pool_zygote_new(&p->zyg, opts, cfg->zygote_max_children, &zerr) < 0)
+			warn(p, "no Python zygote: %s (Python requests use warm sandboxes)",
+			     zerr.message ? zerr.message : "?");
 		moat_error_clear(&zerr);
 	}
 	int e = pthread_create(&p->thread, NULL, refill_main, p);
 	if (e) {
-		serve_pool_stop(p);
+		pool_stop(p);
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, e, "pool thread: %s", strerror(e));
 	}
 	p->started = true;
@@ -513,7 +524,7 @@ int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
 	return 0;
 }
 
-void serve_pool_stop(struct serve_pool *p)
+void pool_stop(struct pool *p)
 {
 	if (!p)
 		return;
@@ -528,7 +539,7 @@ void serve_pool_stop(struct serve_pool *p)
 		moat_request_free(p->boot[i]);
 		free(p->ready[i]);
 	}
-	serve_zygote_free(p->zyg); /* not started: the thread never ran */
+	pool_zygote_free(p->zyg); /* not started: the thread never ran */
 	free(p->zyg_error);
 	free(p->last_error);
 	free(p->done);
@@ -538,7 +549,7 @@ void serve_pool_stop(struct serve_pool *p)
 }
 
 /* Room for one more finished sandbox (under p->mu). */
-static bool grow_done(struct serve_pool *p)
+static bool grow_done(struct pool *p)
 {
 	unsigned cap = p->done_cap ? p->done_cap * 2 : 16;
 	struct moat_sandbox **n = realloc(p->done, cap * sizeof *n);
@@ -549,15 +560,15 @@ static bool grow_done(struct serve_pool *p)
 	return true;
 }
 
-int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
-		   const struct moat_run_options *opts, struct moat_result **out,
-		   struct moat_error *err)
+void pool_acquire(struct pool *p, const struct moat_request *req,
+		  const struct moat_run_options *opts, struct pool_lease *l)
 {
+	*l = (struct pool_lease){ NULL, POOL_COLD, 0 };
 	int i = p ? lang_index(p, req->language) : -1;
-	struct moat_sandbox *sb = NULL;
-	bool ahead_zyg = false; /* sb is a zygote's child made ahead */
-	unsigned mark = 0;     /* its zyg_hold, or the one of a child made below */
-	if (i >= 0 && !moat_pool_refusal(p->boot[i], req)) {
+	if (i < 0)
+		return;
+	struct moat_error err = { 0 };
+	if (!pool_refusal(p->boot[i], req)) {
 		pthread_mutex_lock(&p->mu);
 		if (p->nready[i] && !p->stop) {
 			/* a replaced zygote's child first (it is kept for its
@@ -567,118 +578,101 @@ int serve_pool_run(struct serve_pool *p, const struct moat_request *req,
 			unsigned at = k >= 0 ? (unsigned)k : p->nready[i] - 1;
 			struct slot sl = p->ready[i][at];
 			take_at(p, i, at);
-			sb = sl.sb;
-			ahead_zyg = sl.gen != 0;
-			if (ahead_zyg && sl.gen == p->old_gen) {
+			l->sb = sl.sb;
+			l->made = sl.gen ? POOL_AHEAD : POOL_WARM;
+			if (sl.gen && sl.gen == p->old_gen) {
 				/* made by the zygote replaced since: it keeps that one */
 				p->old_in_use++;
-				mark = p->rotations - 1;
-			} else if (ahead_zyg) {
-				mark = zyg_hold(p);
+				l->mark = p->rotations - 1;
+			} else if (sl.gen) {
+				l->mark = zyg_hold(p);
 			}
-			p->idle_bytes[i] = moat_sandbox_memory(sb);
+			p->idle_bytes[i] = run_sandbox_memory(l->sb);
 			p->in_use++;
 			p->used++;
 			handed(p);
 			pthread_cond_broadcast(&p->cv);
-		} else if (!(pool_lang[i] == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg))) {
+		} else if (!(pool_lang[i] == MOAT_LANG_PYTHON && pool_zygote_up(p->zyg))) {
 			p->cold[i]++; /* (a child the zygote makes now is not cold) */
 		}
 		pthread_mutex_unlock(&p->mu);
 	}
-	*out = NULL;
-	int rc;
-	bool warm = sb != NULL;
+	if (l->sb) {
+		if (pool_deliver(l->sb, p->boot[i], req, opts, &err) == 0)
+			return;
+		/* it died while it waited (or cannot take this request after
+		 * all): this request runs cold, never in a shared sandbox */
+		moat_sandbox_release(l->sb);
+		moat_error_clear(&err);
+		pthread_mutex_lock(&p->mu);
+		p->in_use--;
+		p->running--;
+		if (l->made == POOL_AHEAD)
+			zyg_unhold(p, l->mark);
+		p->failed++;
+		pthread_cond_broadcast(&p->cv);
+		pthread_mutex_unlock(&p->mu);
+		*l = (struct pool_lease){ NULL, POOL_COLD, 0 };
+		return;
+	}
 	/* Python to the zygote while it runs: any limits (the run's own
 	 * cgroups, its rlimits passed on), no warm sandbox taken */
-	bool zygote = false;
-	if (!warm && p && req->language == MOAT_LANG_PYTHON && serve_zygote_up(p->zyg)) {
+	if (req->language != MOAT_LANG_PYTHON || !pool_zygote_up(p->zyg))
+		return;
+	pthread_mutex_lock(&p->mu);
+	bool zygote = !p->stop;
+	if (zygote)
+		l->mark = zyg_hold(p);
+	pthread_mutex_unlock(&p->mu);
+	if (!zygote)
+		return;
+	if (pool_zygote_create(p->zyg, req, opts, RUN_ADOPT_START, &l->sb, NULL, &err) == 0) {
+		l->made = POOL_ADOPTED;
+		/* made for this request: created and used at once */
 		pthread_mutex_lock(&p->mu);
-		zygote = !p->stop;
-		if (zygote)
-			mark = zyg_hold(p);
+		p->created++;
+		p->used++;
+		p->zyg_made_for++;
+		handed(p);
 		pthread_mutex_unlock(&p->mu);
+		return;
 	}
-	if (zygote) {
-		rc = serve_zygote_create(p->zyg, req, opts, &sb, NULL, err);
-		if (rc == 0)
-			rc = moat_sandbox_start(sb, err);
-		if (rc == 0) {
-			warm = true; /* no cold run below */
-			/* made for this request: created and used at once */
-			pthread_mutex_lock(&p->mu);
-			p->created++;
-			p->used++;
-			p->zyg_made_for++;
-			handed(p);
-			pthread_mutex_unlock(&p->mu);
-		} else {
-			/* not made or not started (refused, or the zygote failed:
-			 * then it is replaced): this request runs cold */
-			moat_sandbox_release(sb);
-			sb = NULL;
-			moat_error_clear(err);
-		}
-		if (!warm) {
-			pthread_mutex_lock(&p->mu);
-			zyg_unhold(p, mark);
-			pthread_cond_broadcast(&p->cv);
-			pthread_mutex_unlock(&p->mu);
-			zygote = false;
-		}
-	}
-	if (warm && !zygote) {
-		rc = moat_sandbox_deliver(sb, req, opts, err);
-		if (rc < 0) {
-			/* it died while it waited (or cannot take this request after
-			 * all): this request runs cold, never in a shared sandbox */
-			moat_sandbox_release(sb);
-			sb = NULL;
-			moat_error_clear(err);
-			pthread_mutex_lock(&p->mu);
-			p->in_use--;
-			p->running--;
-			if (ahead_zyg)
-				zyg_unhold(p, mark);
-			p->failed++;
-			pthread_cond_broadcast(&p->cv);
-			pthread_mutex_unlock(&p->mu);
-			warm = false;
-			ahead_zyg = false;
-		}
-	}
-	if (!warm) {
-		/* cold: moat_run's phases, with the release below */
-		rc = moat_sandbox_create(req, opts, &sb, err);
-		if (rc == 0)
-			rc = moat_sandbox_start(sb, err);
-	}
-	if (rc == 0)
-		rc = moat_sandbox_wait(sb, out, err);
+	/* not made or not started (refused, or the zygote failed: then it is
+	 * replaced): this request runs cold */
+	moat_error_clear(&err);
+	pthread_mutex_lock(&p->mu);
+	zyg_unhold(p, l->mark);
+	pthread_cond_broadcast(&p->cv);
+	pthread_mutex_unlock(&p->mu);
+	*l = (struct pool_lease){ NULL, POOL_COLD, 0 };
+}
+
+void pool_return(struct pool *p, struct pool_lease *l, int rc)
+{
 	/* pid 1 is reaped (or was never started: then release kills it here,
 	 * in its creating thread): what is left, the thread releases */
 	bool later = false;
-	if (p && sb) {
+	if (p && l->sb) {
 		pthread_mutex_lock(&p->mu);
 		if (rc == 0 && (p->ndone < p->done_cap || grow_done(p))) {
-			p->done[p->ndone++] = sb;
+			p->done[p->ndone++] = l->sb;
 			later = true;
 		}
-		if (zygote || ahead_zyg)
-			zyg_unhold(p, mark);
-		if (warm && !zygote)
+		if (l->made == POOL_AHEAD || l->made == POOL_ADOPTED)
+			zyg_unhold(p, l->mark);
+		if (l->made == POOL_WARM || l->made == POOL_AHEAD)
 			p->in_use--;
-		if (warm)
+		if (l->made != POOL_COLD)
 			p->running--;
 		pthread_cond_broadcast(&p->cv);
 		pthread_mutex_unlock(&p->mu);
 	}
 	if (!later)
-		moat_sandbox_release(sb);
-	return rc;
+		moat_sandbox_release(l->sb);
+	l->sb = NULL;
 }
 
-void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
+void pool_render(struct pool *p, struct moat_buf *b)
 {
 	if (!p || !p->want)
 		return;
@@ -738,5 +732,5 @@ void serve_pool_render(struct serve_pool *p, struct moat_buf *b)
 				    "moat_pool_zygote_made_for_request_total %llu\n",
 				 (unsigned long long)p->zyg_made_for);
 	pthread_mutex_unlock(&p->mu);
-	serve_zygote_render(p->zyg, b);
+	pool_zygote_render(p->zyg, b);
 }

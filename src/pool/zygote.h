@@ -1,23 +1,14 @@
 /* The zygote's side of a run (zygote.c; docs/design/pool-zygote.md). The
  * only interface moat-zygote.so exports. */
-#ifndef MOAT_RUNNER_ZYGOTE_H
-#define MOAT_RUNNER_ZYGOTE_H
+#ifndef MOAT_POOL_ZYGOTE_H
+#define MOAT_POOL_ZYGOTE_H
 
 #include <stddef.h>
 #include <stdint.h>
 
-struct moat_zygote;
+#include "runner/runner.h"
 
-/* The fds moat_zygote_spawn takes: the child's ends of the channels of a
- * run the supervisor prepared (run_prepare), in this order. */
-enum {
-	MOAT_ZYGOTE_STDIN,  /* read end of the program's stdin */
-	MOAT_ZYGOTE_STDOUT, /* write end of its stdout */
-	MOAT_ZYGOTE_STDERR, /* write end of its stderr */
-	MOAT_ZYGOTE_REPORT, /* pid 1's end of the report socket */
-	MOAT_ZYGOTE_SYNC,   /* read end of the sync pipe */
-	MOAT_ZYGOTE_NFDS
-};
+struct moat_zygote;
 
 /* The template every pid 1 is made from: a run prepared from request_json
  * (the language and environment of the runs it will serve; no network,
@@ -35,17 +26,7 @@ struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 				    unsigned long long tmpfs_bytes, const char *runtime_dir,
 				    unsigned flags, char *errbuf, size_t errlen);
 
-/* One record of the control socket, as moat_zygote_spawn takes it: the
- * byte MOAT_ZYGOTE_RUN, then the rlimits of the run (what the supervisor's
- * run_prepare chose: its cgroup fallbacks and the file size), each applied
- * to the program as the lower of it and the template's. */
-#define MOAT_ZYGOTE_RUN 'r'
-struct moat_zygote_rlimit {
-	int32_t resource;
-	uint32_t zero;
-	uint64_t value;
-};
-#define MOAT_ZYGOTE_MAX_RECORD (1 + 8 * sizeof(struct moat_zygote_rlimit))
+/* The record and the fds it takes: runner/runner.h (MOAT_ZYGOTE_*). */
 /* The program's environment (NULL-terminated "NAME=value"): what a cold
  * run's program starts with, for the interpreter to take over in pid 2. */
 char *const *moat_zygote_envp(const struct moat_zygote *z);

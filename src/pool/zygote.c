@@ -1,7 +1,7 @@
 /* The zygote's side of a run (docs/design/pool-zygote.md): a process that
  * is not the run's supervisor -- an initialised interpreter -- clones the
  * run's pid 1 into new namespaces and hands its pidfd to the supervisor,
- * which adopts it (run_adopt). Every pid 1 is made from one template: the
+ * which adopts it (run_adopt, through pool_create_adopted). Every pid 1 is made from one template: the
  * plan, privileges, filter, network and environment of a run prepared once
  * from a request (no code; its files, code and env come later, on the
  * program's stdin); only the channels are each request's own, made by the
@@ -26,8 +26,9 @@
 
 #include "core/sys.h"
 #include "ns/ns.h"
+#include "pool/pool.h"
+#include "pool/zygote.h"
 #include "runner/run.h"
-#include "runner/zygote.h"
 
 struct moat_zygote {
 	struct moat_request *req;
@@ -47,7 +48,7 @@ struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 	if (moat_request_parse_json(request_json, len, &z->req, &err) < 0)
 		goto fail;
 	/* its children serve what a warm interpreter could */
-	const char *why = moat_pool_refusal(z->req, z->req);
+	const char *why = pool_refusal(z->req, z->req);
 	if (why) {
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0, "a zygote's template cannot be %s", why);
 		goto fail;
@@ -57,6 +58,7 @@ struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 	o.tmpfs_bytes = tmpfs_bytes;
 	o.runtime_dir = runtime_dir && *runtime_dir ? runtime_dir : NULL;
 	run_init(&z->r, z->req, &o);
+	z->r.origin = RUN_TEMPLATE;
 	if (flags & ~MOAT_ZYGOTE_OWN_TREE) {
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0, "unknown zygote flags %#x", flags);
 		goto fail;
@@ -131,8 +133,7 @@ int moat_zygote_spawn(struct moat_zygote *z, const int fds[MOAT_ZYGOTE_NFDS], co
 	*pidfd = -1;
 	struct clone_args args;
 	memset(&args, 0, sizeof args);
-	args.flags = CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
-		     CLONE_NEWUTS | CLONE_NEWCGROUP | CLONE_PIDFD;
+	args.flags = MOAT_RUN_NS_FLAGS | CLONE_PIDFD; /* the runner's set (runner/runner.h) */
 	args.pidfd = (uint64_t)(uintptr_t)pidfd;
 	/* the zygote reaps its pid 1s (SIGCHLD); the supervisor only ever
 	 * watches the pidfd it was handed */

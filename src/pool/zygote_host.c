@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "core/sys.h"
-#include "serve/internal.h"
+#include "pool/internal.h"
 
 /* How long a worker waits for the zygote's answer (a clone and an id map
  * take a few ms; a zygote that does not answer in this time is dead). */
@@ -26,7 +26,7 @@
 #define ZYGOTE_RUNTIME "/opt/moat/runtime"
 #define ZYGOTE_SO "moat-zygote.so"
 
-struct serve_zygote {
+struct pool_zygote {
 	pthread_mutex_t mu;        /* the control socket, one exchange at a time */
 	int ctl;                   /* moat serve's end; -1: no zygote */
 	bool dead;                 /* the zygote failed an exchange: to be replaced */
@@ -36,15 +36,15 @@ struct serve_zygote {
 	uint64_t started, children, failed;
 	int64_t born; /* when the running one started (moat_mono_ms) */
 	/* the running one's children so far, and the most it makes (0: no
-	 * bound); spent: it made them all (no more: serve_zygote_up is false
+	 * bound); spent: it made them all (no more: pool_zygote_up is false
 	 * until it is replaced) */
 	uint64_t made;
 	unsigned max_children;
 	bool spent;
-	/* replacements by reason (serve_zygote_rotate) */
-	uint64_t replaced[SERVE_ZYGOTE_REASONS];
-	/* the one before it, replaced (serve_zygote_rotate): alive until its
-	 * last child is done, then released (serve_zygote_release_old) */
+	/* replacements by reason (pool_zygote_rotate) */
+	uint64_t replaced[POOL_ZYGOTE_REASONS];
+	/* the one before it, replaced (pool_zygote_rotate): alive until its
+	 * last child is done, then released (pool_zygote_release_old) */
 	struct moat_sandbox *old_sb;
 	int old_ctl;
 	int64_t old_born;
@@ -106,7 +106,7 @@ static char *read_so(size_t *len)
 	return NULL;
 }
 
-const char *serve_zygote_refusal(const struct moat_run_options *opts)
+const char *pool_zygote_refusal(const struct moat_run_options *opts)
 {
 	return opts->rootfs_dir    ? "a rootfs is set"
 	       : opts->policy_path ? "a policy is set"
@@ -114,16 +114,16 @@ const char *serve_zygote_refusal(const struct moat_run_options *opts)
 				    : NULL;
 }
 
-int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *opts,
+int pool_zygote_new(struct pool_zygote **out, const struct moat_run_options *opts,
 		     unsigned max_children, struct moat_error *err)
 {
 	*out = NULL;
-	const char *why = serve_zygote_refusal(opts);
+	const char *why = pool_zygote_refusal(opts);
 	if (why)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "the Python zygote needs the runtime shims, the host's root "
 				      "and the default seccomp policy (%s)", why);
-	struct serve_zygote *z = calloc(1, sizeof *z);
+	struct pool_zygote *z = calloc(1, sizeof *z);
 	if (!z)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	pthread_mutex_init(&z->mu, NULL);
@@ -140,7 +140,7 @@ int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *o
 	snprintf(tmpfs, sizeof tmpfs, "%llu", (unsigned long long)opts->tmpfs_bytes);
 	if (!b || !so) {
 		free(so);
-		serve_zygote_free(z);
+		pool_zygote_free(z);
 		return moat_error_set(err, MOAT_ERR_CONFIG, so ? ENOMEM : ENOENT,
 				      b ? "no " ZYGOTE_SO " beside the moat binary or in "
 					  "../lib/moat/ from it"
@@ -157,13 +157,13 @@ int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *o
 		     tmpfs) < 0) {
 		b->code = NULL;
 		free(so);
-		serve_zygote_free(z);
+		pool_zygote_free(z);
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	}
 	b->code_len = strlen(b->code);
 	if (!(b->files = calloc(1, sizeof *b->files)) || !(b->files[0].key = strdup(ZYGOTE_SO))) {
 		free(so);
-		serve_zygote_free(z);
+		pool_zygote_free(z);
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	}
 	b->files[0].value = so;
@@ -174,18 +174,18 @@ int serve_zygote_new(struct serve_zygote **out, const struct moat_run_options *o
 }
 
 /* It runs and takes records (under z->mu). */
-static bool running(const struct serve_zygote *z)
+static bool running(const struct pool_zygote *z)
 {
 	return z->ctl >= 0 && !z->dead;
 }
 
 /* It runs and may make another child (under z->mu). */
-static bool usable(const struct serve_zygote *z)
+static bool usable(const struct pool_zygote *z)
 {
 	return running(z) && !z->spent;
 }
 
-bool serve_zygote_wanted(struct serve_zygote *z)
+bool pool_zygote_wanted(struct pool_zygote *z)
 {
 	if (!z)
 		return false;
@@ -195,7 +195,7 @@ bool serve_zygote_wanted(struct serve_zygote *z)
 	return want;
 }
 
-bool serve_zygote_up(struct serve_zygote *z)
+bool pool_zygote_up(struct pool_zygote *z)
 {
 	if (!z)
 		return false;
@@ -205,7 +205,7 @@ bool serve_zygote_up(struct serve_zygote *z)
 	return up;
 }
 
-bool serve_zygote_spent(struct serve_zygote *z)
+bool pool_zygote_spent(struct pool_zygote *z)
 {
 	if (!z)
 		return false;
@@ -215,21 +215,21 @@ bool serve_zygote_spent(struct serve_zygote *z)
 	return spent;
 }
 
-enum serve_zygote_reason serve_zygote_due(struct serve_zygote *z, int64_t max_age_ms)
+enum pool_zygote_reason pool_zygote_due(struct pool_zygote *z, int64_t max_age_ms)
 {
 	if (!z)
-		return SERVE_ZYGOTE_NOT_DUE;
+		return POOL_ZYGOTE_NOT_DUE;
 	pthread_mutex_lock(&z->mu);
-	enum serve_zygote_reason why = SERVE_ZYGOTE_NOT_DUE;
+	enum pool_zygote_reason why = POOL_ZYGOTE_NOT_DUE;
 	if (running(z) && z->spent)
-		why = SERVE_ZYGOTE_CHILDREN;
+		why = POOL_ZYGOTE_CHILDREN;
 	else if (running(z) && moat_mono_ms() - z->born >= max_age_ms)
-		why = SERVE_ZYGOTE_AGE;
+		why = POOL_ZYGOTE_AGE;
 	pthread_mutex_unlock(&z->mu);
 	return why;
 }
 
-int64_t serve_zygote_old_age_ms(struct serve_zygote *z)
+int64_t pool_zygote_old_age_ms(struct pool_zygote *z)
 {
 	if (!z)
 		return -1;
@@ -239,7 +239,7 @@ int64_t serve_zygote_old_age_ms(struct serve_zygote *z)
 	return age;
 }
 
-void serve_zygote_condemn(struct serve_zygote *z)
+void pool_zygote_condemn(struct pool_zygote *z)
 {
 	if (!z)
 		return;
@@ -249,7 +249,7 @@ void serve_zygote_condemn(struct serve_zygote *z)
 	pthread_mutex_unlock(&z->mu);
 }
 
-void serve_zygote_release_old(struct serve_zygote *z)
+void pool_zygote_release_old(struct pool_zygote *z)
 {
 	if (!z)
 		return;
@@ -267,7 +267,7 @@ void serve_zygote_release_old(struct serve_zygote *z)
 /* The zygote that was (dead or not), gone: its sandbox released (every
  * child it cloned dies with it: their parent-death signal). Under no lock;
  * the pool's thread only. */
-static void drop(struct serve_zygote *z)
+static void drop(struct pool_zygote *z)
 {
 	pthread_mutex_lock(&z->mu);
 	int ctl = z->ctl;
@@ -282,7 +282,7 @@ static void drop(struct serve_zygote *z)
 }
 
 /* A new zygote's sandbox and the service's end of its control socket. */
-static int spawn(struct serve_zygote *z, struct moat_sandbox **out, int *ctl,
+static int spawn(struct pool_zygote *z, struct moat_sandbox **out, int *ctl,
 		 struct moat_error *err)
 {
 	int sp[2];
@@ -290,17 +290,12 @@ static int spawn(struct serve_zygote *z, struct moat_sandbox **out, int *ctl,
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
 				      strerror(errno));
 	struct moat_run_options o = z->opts;
-	o.zygote_host = true;
-	o.zygote_fd = sp[1];
 	o.cancel_fd = o.hangup_fd = -1;
 	o.on_output = NULL;
 	struct moat_sandbox *sb = NULL;
-	int rc = moat_sandbox_create(z->boot, &o, &sb, err);
+	int rc = run_sandbox_start_zygote(z->boot, &o, sp[1], &sb, err);
 	close(sp[1]);
-	if (rc == 0)
-		rc = moat_sandbox_start(sb, err);
 	if (rc < 0) {
-		moat_sandbox_release(sb);
 		close(sp[0]);
 		return -1;
 	}
@@ -310,7 +305,7 @@ static int spawn(struct serve_zygote *z, struct moat_sandbox **out, int *ctl,
 }
 
 /* sb and ctl become the running zygote (under z->mu). */
-static void install(struct serve_zygote *z, struct moat_sandbox *sb, int ctl)
+static void install(struct pool_zygote *z, struct moat_sandbox *sb, int ctl)
 {
 	z->sb = sb;
 	z->ctl = ctl;
@@ -321,7 +316,7 @@ static void install(struct serve_zygote *z, struct moat_sandbox *sb, int ctl)
 	z->born = moat_mono_ms();
 }
 
-int serve_zygote_start(struct serve_zygote *z, struct moat_error *err)
+int pool_zygote_start(struct pool_zygote *z, struct moat_error *err)
 {
 	drop(z); /* a dead one first */
 	struct moat_sandbox *sb;
@@ -334,7 +329,7 @@ int serve_zygote_start(struct serve_zygote *z, struct moat_error *err)
 	return 0;
 }
 
-uint64_t serve_zygote_rotate(struct serve_zygote *z, enum serve_zygote_reason why,
+uint64_t pool_zygote_rotate(struct pool_zygote *z, enum pool_zygote_reason why,
 			     struct moat_error *err)
 {
 	pthread_mutex_lock(&z->mu);
@@ -354,27 +349,27 @@ uint64_t serve_zygote_rotate(struct serve_zygote *z, enum serve_zygote_reason wh
 	z->old_ctl = z->ctl;
 	z->old_born = z->born;
 	install(z, sb, ctl);
-	if (why > SERVE_ZYGOTE_NOT_DUE && why < SERVE_ZYGOTE_REASONS)
+	if (why > POOL_ZYGOTE_NOT_DUE && why < POOL_ZYGOTE_REASONS)
 		z->replaced[why]++;
 	pthread_mutex_unlock(&z->mu);
 	return gen;
 }
 
-void serve_zygote_free(struct serve_zygote *z)
+void pool_zygote_free(struct pool_zygote *z)
 {
 	if (!z)
 		return;
 	drop(z);
-	serve_zygote_release_old(z);
+	pool_zygote_release_old(z);
 	moat_request_free(z->boot);
 	pthread_mutex_destroy(&z->mu);
 	free(z);
 }
 
-/* make_pid1 of moat_sandbox_create_adopted: one exchange on the control
+/* make_pid1 of pool_create_adopted: one exchange on the control
  * socket, under the lock. A zygote that fails it is dead from then on. */
 struct exchange {
-	struct serve_zygote *z;
+	struct pool_zygote *z;
 	uint64_t gen; /* the zygote that made the child (its z->started) */
 };
 
@@ -382,7 +377,7 @@ static int make_pid1(void *ctx, const int *fds, size_t nfds, const void *record,
 		     size_t record_len, int *pidfd, struct moat_error *err)
 {
 	struct exchange *x = ctx;
-	struct serve_zygote *z = x->z;
+	struct pool_zygote *z = x->z;
 	pthread_mutex_lock(&z->mu);
 	if (z->ctl < 0 || z->dead) {
 		pthread_mutex_unlock(&z->mu);
@@ -441,18 +436,18 @@ static int make_pid1(void *ctx, const int *fds, size_t nfds, const void *record,
 	return rc;
 }
 
-int serve_zygote_create(struct serve_zygote *z, const struct moat_request *req,
-			const struct moat_run_options *opts, struct moat_sandbox **out,
-			uint64_t *gen, struct moat_error *err)
+int pool_zygote_create(struct pool_zygote *z, const struct moat_request *req,
+		       const struct moat_run_options *opts, enum run_adopt_start start,
+		       struct moat_sandbox **out, uint64_t *gen, struct moat_error *err)
 {
 	struct exchange x = { z, 0 };
-	int rc = moat_sandbox_create_adopted(req, opts, make_pid1, &x, out, err);
+	int rc = pool_create_adopted(req, opts, make_pid1, &x, start, out, err);
 	if (gen)
 		*gen = rc == 0 ? x.gen : 0;
 	return rc;
 }
 
-void serve_zygote_render(struct serve_zygote *z, struct moat_buf *b)
+void pool_zygote_render(struct pool_zygote *z, struct moat_buf *b)
 {
 	if (!z)
 		return;
@@ -482,8 +477,8 @@ void serve_zygote_render(struct serve_zygote *z, struct moat_buf *b)
 			 "moat_pool_zygote_replaced_total{reason=\"children\"} %llu\n",
 			 running(z), (unsigned long long)z->started,
 			 (unsigned long long)z->children, (unsigned long long)z->failed,
-			 (long long)(z->sb ? moat_sandbox_memory(z->sb) : -1),
-			 (unsigned long long)z->replaced[SERVE_ZYGOTE_AGE],
-			 (unsigned long long)z->replaced[SERVE_ZYGOTE_CHILDREN]);
+			 (long long)(z->sb ? run_sandbox_memory(z->sb) : -1),
+			 (unsigned long long)z->replaced[POOL_ZYGOTE_AGE],
+			 (unsigned long long)z->replaced[POOL_ZYGOTE_CHILDREN]);
 	pthread_mutex_unlock(&z->mu);
 }

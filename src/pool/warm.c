@@ -3,18 +3,19 @@
  * on its stdin (runtime/python/moat_pool.py, runtime/js/pool.cjs), fully
  * locked down (namespaces, mounts, cgroup leaf, no_new_privs, empty
  * capabilities, Landlock, seccomp, uid 65534) before it reads a byte of the
- * request. run_deliver hands it exactly one request; the sandbox is
- * released after that run like any other. */
+ * request. Here: which requests such a sandbox may take, and the frame
+ * that hands it exactly one (run_deliver, runner/deliver.c); the sandbox
+ * is released after that run like any other. */
 #include <errno.h>
-#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/epoll.h>
 #include <unistd.h>
 
-#include "core/sys.h"
-#include "runner/run.h"
+#include "core/core.h"
+#include "pool/pool.h"
+#include "runner/runner.h"
+#include "runner/sandbox.h"
 
 #define POOL_MAGIC "MOATPOOL2"
 
@@ -37,7 +38,7 @@ static bool startup_env(enum moat_language lang, const char *name)
 	return false;
 }
 
-const char *moat_pool_refusal(const struct moat_request *boot, const struct moat_request *req)
+const char *pool_refusal(const struct moat_request *boot, const struct moat_request *req)
 {
 	if (req->argc)
 		return "an argv request (warm sandboxes run code)";
@@ -63,7 +64,7 @@ const char *moat_pool_refusal(const struct moat_request *boot, const struct moat
 	return NULL;
 }
 
-bool moat_pool_typescript_ready(const struct moat_run_options *opts)
+bool pool_typescript_ready(const struct moat_run_options *opts)
 {
 	const char *root = opts && opts->rootfs_dir ? opts->rootfs_dir : "/";
 	const char *name = moat_lang_get(MOAT_LANG_TYPESCRIPT)->transpiler;
@@ -113,7 +114,7 @@ static void put_ts_spec(struct moat_buf *j)
 	moat_buf_append(j, "}", 1);
 }
 
-char *moat_pool_typescript_spec(void)
+char *pool_typescript_spec(void)
 {
 	struct moat_buf j = { 0 };
 	put_ts_spec(&j);
@@ -143,7 +144,7 @@ static void put_count(struct moat_buf *f, size_t n)
  * JSON: python's bootstrap splits them with bytes methods alone, where
  * importing json and base64 (re, enum, struct) cost a warm interpreter
  * more CPU than its whole start. */
-static char *pool_frame(const struct moat_request *req, size_t *len)
+char *pool_frame(const struct moat_request *req, size_t *len)
 {
 	struct moat_buf j = { 0 }, f = { 0 };
 	put_field(&j, req->code, req->code_len);
@@ -183,72 +184,37 @@ static char *pool_frame(const struct moat_request *req, size_t *len)
 	return moat_buf_take(&f);
 }
 
-int run_frame_stdin(struct run *r, struct moat_error *err)
+int pool_deliver(struct moat_sandbox *sb, const struct moat_request *boot,
+		 const struct moat_request *req, const struct moat_run_options *per,
+		 struct moat_error *err)
 {
-	if (r->started || r->pooled)
-		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-				      "only a run not yet started can take its request as a frame");
-	free(r->pool_frame);
-	size_t len = 0;
-	if (!(r->pool_frame = pool_frame(r->req, &len)))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-	r->pool_frame_len = len;
-	return 0;
-}
-
-int run_deliver(struct run *r, const struct moat_request *req,
-		const struct moat_run_options *per, struct moat_error *err)
-{
-	/* a warm interpreter, or a zygote's child started ahead
-	 * (moat_sandbox_start_ahead: pid 2 locked down in Python, waiting on
-	 * its stdin as a warm interpreter does) */
-	if (!r->pooled || !r->started || r->delivered || r->pid <= 0)
-		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-				      "not a warm sandbox waiting for its request");
-	/* a warm sandbox that died while it waited (killed from outside, an
-	 * OOM of the host, its zygote gone) is not handed anything: the caller
-	 * runs cold */
-	struct pollfd pf = { .fd = r->pidfd, .events = POLLIN };
-	if (poll(&pf, 1, 0) != 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
-				      "the warm sandbox ended while it waited");
-	const char *why = moat_pool_refusal(r->req, req);
+	const char *why = pool_refusal(boot, req);
 	if (why)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "this request cannot use a warm sandbox: %s", why);
-	r->delivered = true;
-	r->req = req;
-	r->t0 = moat_mono_ms();
 	size_t len = 0;
-	free(r->pool_frame); /* a zygote's child started ahead: its bootstrap's */
-	if (!(r->pool_frame = pool_frame(req, &len)))
+	char *frame = pool_frame(req, &len);
+	if (!frame)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-	r->res->pooled = true;
-	size_t cap = req->max_output_bytes ? req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
-	r->out.cap = r->errout.cap = cap;
-	if (per) {
-		r->opts.on_output = per->on_output;
-		r->opts.output_ctx = per->output_ctx;
-		r->opts.stdout_stream = per->stdout_stream;
-		r->opts.stdout_full = per->stdout_full;
-		r->opts.resume_fd = per->resume_fd;
-		r->opts.output_stream = per->output_stream;
-		r->out.passed_on = per->stdout_stream || per->output_stream;
-		r->out.capped = r->errout.passed_on = r->errout.capped = per->output_stream;
-		r->cancel_fd = per->cancel_fd;
-		r->hangup_fd = per->hangup_fd;
-		if ((r->cancel_fd >= 0 && pump_watch_slot(r, PUMP_CANCEL, EPOLLIN) < 0) ||
-		    (r->hangup_fd >= 0 && pump_watch_slot(r, PUMP_HANGUP, EPOLLRDHUP) < 0))
-			return moat_error_set(err, MOAT_ERR_CONFIG, errno,
-					      "cannot watch the cancellation fd: %s", strerror(errno));
-	}
-	r->stdin_data = r->pool_frame;
-	r->stdin_len = len;
-	r->stdin_off = 0;
-	if (pump_watch_slot(r, PUMP_STDIN, EPOLLOUT) < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_ctl: %s",
-				      strerror(errno));
-	/* the request's wall clock starts now */
-	run_thrash_arm(r);
-	return run_arm_timer(r, req->timeout_ms, err);
+	return run_sandbox_deliver(sb, req, per, frame, len, err);
+}
+
+int pool_create_adopted(const struct moat_request *req, const struct moat_run_options *opts,
+			run_make_pid1_fn make_pid1, void *ctx, enum run_adopt_start start,
+			struct moat_sandbox **out, struct moat_error *err)
+{
+	*out = NULL;
+	if (moat_request_validate(req, err) < 0)
+		return -1;
+	const char *why = pool_refusal(req, req);
+	if (why)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "this request cannot run in a zygote's child: %s", why);
+	/* started ahead, its stdin waits for the request's frame
+	 * (pool_deliver); else the request's is its stdin from the start */
+	size_t len = 0;
+	char *frame = NULL;
+	if (start == RUN_ADOPT_START && !(frame = pool_frame(req, &len)))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	return run_sandbox_create_adopted(req, opts, frame, len, make_pid1, ctx, start, out, err);
 }
