@@ -1079,6 +1079,48 @@ int moat_seccomp_policy_check(const char *path, struct moat_error *err)
 	return sc_policy_check(path, stderr, err);
 }
 
+size_t sc_policy_allowed_count(const struct sc_policy *p)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < p->n_rules; i++) {
+		const struct sc_rule *r = &p->rules[i];
+		if (!r->applies || r->action != SCMP_ACT_ALLOW)
+			continue;
+		for (size_t k = 0; k < r->n_names; k++) {
+			bool seen = false;
+			/* an earlier allowing rule, or an earlier name of this one */
+			for (size_t j = 0; j <= i && !seen; j++) {
+				const struct sc_rule *q = &p->rules[j];
+				if (!q->applies || q->action != SCMP_ACT_ALLOW)
+					continue;
+				for (size_t m = 0; m < (j == i ? k : q->n_names) && !seen; m++)
+					seen = q->nrs[m] == r->nrs[k];
+			}
+			n += !seen;
+		}
+	}
+	return n;
+}
+
+int moat_seccomp_policy_allowed(const char *path, size_t *count, struct moat_error *err)
+{
+	struct sc_host host;
+	if (sc_host_detect(&host, err) < 0)
+		return -1;
+	char *buf;
+	size_t len;
+	if (sc_policy_read(path, &buf, &len, err) < 0)
+		return -1;
+	struct sc_policy *pol;
+	int rc = sc_policy_parse(buf, len, &host, &pol, err);
+	free(buf);
+	if (rc < 0)
+		return prefix_error(err, path);
+	*count = sc_policy_allowed_count(pol);
+	sc_policy_free(pol);
+	return 0;
+}
+
 int moat_seccomp_policy_show(const char *path, FILE *out, struct moat_error *err)
 {
 	struct sc_host host;
