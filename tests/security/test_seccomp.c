@@ -747,6 +747,43 @@ START_TEST(seccomp_removed_calls_are_named)
 }
 END_TEST
 
+/* `moat policy show` prints the policy on stdout (a file a --policy can
+ * start from) and the count of names it allows on stderr: the distinct names
+ * of its allowing entries (SECURITY.md row 90). */
+START_TEST(seccomp_policy_show_counts)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	const char *args[] = { "policy", "show", NULL };
+	harness_run(_i, args, NULL, 0, &o);
+	ck_assert_msg(o.status == 0 && o.json, "status %d: %s", o.status, o.err);
+	cJSON *names = cJSON_CreateObject();
+	int allowed = 0;
+	const cJSON *e, *n;
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o.json, "syscalls")) {
+		const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "action");
+		if (!cJSON_IsString(a) || strcmp(a->valuestring, "SCMP_ACT_ALLOW"))
+			continue;
+		cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(e, "names")) {
+			if (cJSON_GetObjectItemCaseSensitive(names, n->valuestring))
+				continue;
+			cJSON_AddTrueToObject(names, n->valuestring);
+			allowed++;
+		}
+	}
+	cJSON_Delete(names);
+	ck_assert_int_le(allowed, 170);
+	char *want = NULL;
+	ck_assert_int_ge(asprintf(&want,
+				  "moat: policy: %d system call names allowed (the default policy)\n",
+				  allowed),
+			 0);
+	ck_assert_msg(strstr(o.err, want), "wanted %s in stderr:\n%s", want, o.err);
+	free(want);
+	harness_free(&o);
+}
+END_TEST
+
 /* The same through `moat exec --seccomp-log`. */
 START_TEST(seccomp_log_through_exec)
 {
@@ -777,6 +814,7 @@ Suite *seccomp_escape_suite(void)
 	tcase_add_loop_test(tc, seccomp_log_reports_denied, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, seccomp_log_through_exec, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, seccomp_removed_calls_are_named, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, seccomp_policy_show_counts, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;
