@@ -74,7 +74,7 @@ UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
 INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
-.PHONY: all deps check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
+.PHONY: all deps seccomp-evidence check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat $(BUILD)/moat-zygote.so
@@ -234,6 +234,13 @@ check-vm: $(BUILD)/moat $(BUILD)/test-integration
 SYSTEMD_SUITES ?= systemd limits
 check-systemd: $(BUILD)/moat $(BUILD)/test-integration
 	MOAT_VM_SYSTEMD=1 tools/vm/run-vm.sh -- sh tests/systemd/check.sh $(BUILD) $(SYSTEMD_SUITES)
+
+# The evidence behind the default seccomp policy (policies/evidence/README.md):
+# the workloads moat exists for, traced with strace inside moat as root and
+# rootless; rewrites policies/evidence/calls/ and union.txt. Slow (minutes),
+# needs strace and libpython3.11-testsuite; not part of make check.
+seccomp-evidence: $(BUILD)/moat
+	sh policies/evidence/run.sh $(BUILD)/moat
 
 # Figures, not tests: moat vs bare, unshare and bubblewrap (bench/README.md).
 bench: $(BUILD)/moat

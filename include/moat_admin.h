@@ -124,6 +124,10 @@ int moat_seccomp_policy_check(const char *path, struct moat_error *err);
 /* `moat policy show`: the effective policy (path NULL: the embedded
  * default) as Docker-format JSON. */
 int moat_seccomp_policy_show(const char *path, FILE *out, struct moat_error *err);
+/* How many system call names the policy (path NULL: the embedded default)
+ * allows on this host, some only with the arguments it names (`moat policy
+ * show` prints it). The default's is bounded by its unit tests (SECURITY.md). */
+int moat_seccomp_policy_allowed(const char *path, size_t *count, struct moat_error *err);
 
 /* ---- start-up timeline (make timeline) -------------------------------------
  * In a build with -DMOAT_TIMELINE: mark a named point in time, and print

@@ -13,7 +13,15 @@ int cli_policy(int argc, char **argv)
 		if (rc == 0)
 			printf("%s: valid\n", argv[2]);
 	} else if ((argc == 2 || argc == 3) && !strcmp(argv[1], "show")) {
-		rc = moat_seccomp_policy_show(argc == 3 ? argv[2] : NULL, stdout, &err);
+		const char *path = argc == 3 ? argv[2] : NULL;
+		size_t allowed = 0;
+		rc = moat_seccomp_policy_show(path, stdout, &err);
+		/* on stderr: stdout stays a policy file to start a --policy from */
+		if (rc == 0)
+			rc = moat_seccomp_policy_allowed(path, &allowed, &err);
+		if (rc == 0)
+			fprintf(stderr, "moat: policy: %zu system call names allowed (%s)\n", allowed,
+				path ? path : "the default policy");
 	} else {
 		fputs("usage: moat policy check FILE | moat policy show [FILE]\n", stderr);
 		return 2;

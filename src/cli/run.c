@@ -10,6 +10,7 @@
 #include <sys/eventfd.h>
 #include <sys/stat.h>
 #include <unistd.h>
+#include <cJSON.h>
 
 #include "cli/cli.h"
 #include "core/ndjson.h"
@@ -327,6 +328,36 @@ static void lines_stop(struct stream_lines *sl)
 	pthread_cond_destroy(&sl->cv);
 }
 
+/* --seccomp-log under the default policy: one line a person can act on per
+ * call it refused with EPERM, after the JSON (which says the same in its
+ * "hint"). */
+static void print_seccomp_refusals(const char *json)
+{
+	cJSON *root = cJSON_Parse(json);
+	const cJSON *policy = cJSON_GetObjectItemCaseSensitive(root, "policy");
+	const cJSON *denied = cJSON_GetObjectItemCaseSensitive(root, "denied");
+	if (cJSON_IsString(policy) && !strcmp(policy->valuestring, "default")) {
+		const cJSON *e;
+		cJSON_ArrayForEach(e, denied) {
+			const cJSON *name = cJSON_GetObjectItemCaseSensitive(e, "syscall");
+			const cJSON *en = cJSON_GetObjectItemCaseSensitive(e, "errno");
+			const cJSON *count = cJSON_GetObjectItemCaseSensitive(e, "count");
+			/* EPERM is the default's refusal; clone3's ENOSYS and the
+			 * ioctls' EACCES are rules of their own (SECURITY.md) */
+			if (!cJSON_IsString(name) || !cJSON_IsString(en) || !cJSON_IsNumber(count) ||
+			    strcmp(en->valuestring, "EPERM"))
+				continue;
+			fprintf(stderr,
+				"moat: seccomp: %s refused (%s, %.0f call%s): the default policy does "
+				"not allow it; to allow it, run with --policy FILE (moat policy show, "
+				"with \"%s\" added)\n",
+				name->valuestring, en->valuestring, count->valuedouble,
+				count->valuedouble == 1 ? "" : "s", name->valuestring);
+		}
+	}
+	cJSON_Delete(root);
+}
+
 static int exit_status_of(const struct moat_result *r)
 {
 	if (r->timed_out)
@@ -642,8 +673,10 @@ int cli_run(int argc, char **argv)
 	} else {
 		for (size_t i = 0; i < res->warnings_count; i++)
 			fprintf(stderr, "moat: warning: %s\n", res->warnings[i]);
-		if (res->seccomp_json)
+		if (res->seccomp_json) {
 			fprintf(stderr, "moat: seccomp: %s\n", res->seccomp_json);
+			print_seccomp_refusals(res->seccomp_json);
+		}
 		if (res->stdout_truncated)
 			fprintf(stderr, "moat: stdout truncated at %zu bytes\n", res->stdout_len);
 		if (res->stderr_truncated)

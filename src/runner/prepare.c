@@ -350,7 +350,7 @@ void run_init(struct run *r, const struct moat_request *req, const struct moat_r
 static int program_prepare(struct run *r, uint64_t tmpfs, struct moat_error *err)
 {
 	if (lang_setup(r) < 0 || !(r->envp = build_envp(r, moat_net_env(r->net))) ||
-	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new())))
+	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new(!r->opts.policy_path))))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 	struct moat_plan_input pin = {
 		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = r->req,

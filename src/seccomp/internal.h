@@ -67,6 +67,9 @@ void sc_policy_free(struct sc_policy *p);
 /* Reads a policy file (path NULL: the embedded default) into a malloc'd,
  * NUL-terminated buffer. */
 int sc_policy_read(const char *path, char **buf, size_t *len, struct moat_error *err);
+/* How many distinct system calls an allowing rule that applies on this host
+ * names (with or without conditions on the arguments). */
+size_t sc_policy_allowed_count(const struct sc_policy *p);
 /* policy check with notes written to `notes` (may be NULL). */
 int sc_policy_check(const char *path, FILE *notes, struct moat_error *err);
 

@@ -268,13 +268,15 @@ struct moat_seccomp_log {
 	struct sc_log_entry *e;
 	size_t n, cap;
 	uint64_t dropped; /* calls not recorded once SC_LOG_MAX_ENTRIES were in use */
+	bool default_policy; /* the run's policy is the embedded default */
 };
 
-struct moat_seccomp_log *moat_seccomp_log_new(void)
+struct moat_seccomp_log *moat_seccomp_log_new(bool default_policy)
 {
 	struct moat_seccomp_log *log = calloc(1, sizeof *log);
 	if (!log)
 		return NULL;
+	log->default_policy = default_policy;
 	struct seccomp_notif_sizes sz = { 0 };
 	if (syscall(SYS_seccomp, SECCOMP_GET_NOTIF_SIZES, 0, &sz) != 0)
 		memset(&sz, 0, sizeof sz);
@@ -437,6 +439,10 @@ char *moat_seccomp_log_json(const struct moat_seccomp_log *log)
 	moat_buf_appendf(&b, "]");
 	if (log && log->dropped)
 		moat_buf_appendf(&b, ",\"dropped\":%llu", (unsigned long long)log->dropped);
+	if (log)
+		moat_buf_appendf(&b, ",\"policy\":\"%s\"", log->default_policy ? "default" : "file");
+	if (log && log->default_policy && (log->n || log->dropped))
+		moat_buf_appendf(&b, ",\"hint\":\"%s\"", SC_LOG_DEFAULT_HINT);
 	moat_buf_appendf(&b, "}");
 	return moat_buf_take(&b);
 }

@@ -1050,22 +1050,38 @@ static int prefix_error(struct moat_error *err, const char *path)
 	return moat_error_wrap(err, path ? path : "(embedded default policy)", NULL);
 }
 
-int sc_policy_check(const char *path, FILE *notes, struct moat_error *err)
+/* Reads and parses the policy at path (NULL: the embedded default) for this
+ * host. *buf: the policy's bytes (malloc'd) when buf is not NULL. */
+static int policy_load(const char *path, struct sc_policy **pol, char **buf, size_t *len,
+		       struct moat_error *err)
 {
 	struct sc_host host;
 	if (sc_host_detect(&host, err) < 0)
 		return -1;
-	char *buf;
-	size_t len;
-	if (sc_policy_read(path, &buf, &len, err) < 0)
+	char *b;
+	size_t n;
+	if (sc_policy_read(path, &b, &n, err) < 0)
 		return -1;
-	struct sc_policy *pol;
-	int rc = sc_policy_parse(buf, len, &host, &pol, err);
-	free(buf);
-	if (rc < 0)
+	if (sc_policy_parse(b, n, &host, pol, err) < 0) {
+		free(b);
 		return prefix_error(err, path);
+	}
+	if (buf) {
+		*buf = b;
+		*len = n;
+	} else {
+		free(b);
+	}
+	return 0;
+}
+
+int sc_policy_check(const char *path, FILE *notes, struct moat_error *err)
+{
+	struct sc_policy *pol;
+	if (policy_load(path, &pol, NULL, NULL, err) < 0)
+		return -1;
 	struct moat_seccomp_prog *prog = NULL;
-	rc = sc_compile(pol, &prog, err);
+	int rc = sc_compile(pol, &prog, err);
 	if (rc == 0 && notes)
 		for (size_t i = 0; i < pol->n_notes; i++)
 			fprintf(notes, "note: %s\n", pol->notes[i]);
@@ -1079,20 +1095,46 @@ int moat_seccomp_policy_check(const char *path, struct moat_error *err)
 	return sc_policy_check(path, stderr, err);
 }
 
+size_t sc_policy_allowed_count(const struct sc_policy *p)
+{
+	size_t n = 0;
+	for (size_t i = 0; i < p->n_rules; i++) {
+		const struct sc_rule *r = &p->rules[i];
+		if (!r->applies || r->action != SCMP_ACT_ALLOW)
+			continue;
+		for (size_t k = 0; k < r->n_names; k++) {
+			bool seen = false;
+			/* an earlier allowing rule, or an earlier name of this one */
+			for (size_t j = 0; j <= i && !seen; j++) {
+				const struct sc_rule *q = &p->rules[j];
+				if (!q->applies || q->action != SCMP_ACT_ALLOW)
+					continue;
+				for (size_t m = 0; m < (j == i ? k : q->n_names) && !seen; m++)
+					seen = q->nrs[m] == r->nrs[k];
+			}
+			n += !seen;
+		}
+	}
+	return n;
+}
+
+int moat_seccomp_policy_allowed(const char *path, size_t *count, struct moat_error *err)
+{
+	struct sc_policy *pol;
+	if (policy_load(path, &pol, NULL, NULL, err) < 0)
+		return -1;
+	*count = sc_policy_allowed_count(pol);
+	sc_policy_free(pol);
+	return 0;
+}
+
 int moat_seccomp_policy_show(const char *path, FILE *out, struct moat_error *err)
 {
-	struct sc_host host;
-	if (sc_host_detect(&host, err) < 0)
-		return -1;
+	struct sc_policy *pol;
 	char *buf;
 	size_t len;
-	if (sc_policy_read(path, &buf, &len, err) < 0)
+	if (policy_load(path, &pol, &buf, &len, err) < 0)
 		return -1;
-	struct sc_policy *pol;
-	if (sc_policy_parse(buf, len, &host, &pol, err) < 0) {
-		free(buf);
-		return prefix_error(err, path);
-	}
 	sc_policy_free(pol);
 	cJSON *root = cJSON_ParseWithLength(buf, len);
 	free(buf);

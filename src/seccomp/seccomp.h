@@ -29,9 +29,10 @@ void moat_seccomp_prog_free(struct moat_seccomp_prog *prog);
  * answers with that same errno and records it (moat_seccomp_log_*). */
 int moat_seccomp_install(const struct moat_seccomp_prog *prog, int *listener_fd);
 
-/* Supervisor side of --seccomp-log. */
+/* Supervisor side of --seccomp-log. default_policy: the run's policy is the
+ * embedded default (no --policy), which the JSON says, with the way out. */
 struct moat_seccomp_log;
-struct moat_seccomp_log *moat_seccomp_log_new(void);
+struct moat_seccomp_log *moat_seccomp_log_new(bool default_policy);
 void moat_seccomp_log_free(struct moat_seccomp_log *log);
 /* Answers one pending notification on listener_fd (readable): evaluates the
  * original policy on the call, replies with its errno, counts the call. The
@@ -40,12 +41,18 @@ void moat_seccomp_log_free(struct moat_seccomp_log *log);
  * Returns 0, or -1 when the listener is gone (all filtered tasks exited). */
 int moat_seccomp_log_handle(const struct moat_seccomp_prog *prog, int listener_fd,
 			    struct moat_seccomp_log *log);
-/* {"denied":[{"syscall":"ptrace","nr":101,"errno":"EPERM","count":1},...]}
- * — malloc'd. An entry answered EPERM because the policy's verdict could not
+/* {"denied":[{"syscall":"ptrace","nr":101,"errno":"EPERM","count":1},...],
+ *  "policy":"default"} — malloc'd ("file" under --policy). With the default
+ * policy and a refused call, "hint" (SC_LOG_DEFAULT_HINT) says that policy
+ * refused it and how to allow it. An entry answered EPERM because the policy's verdict could not
  * be reproduced carries "unexplained":true (and "unknown":true when the
  * interpreter could not run the program); "dropped":N counts calls past the
  * entry limit. */
 char *moat_seccomp_log_json(const struct moat_seccomp_log *log);
+#define SC_LOG_DEFAULT_HINT                                                                 \
+	"refused by moat's default seccomp policy, which allows only the calls real "       \
+	"workloads were seen to make (SECURITY.md); to allow one, run with --policy FILE, " \
+	"a copy of moat policy show with its name added"
 
 /* For `moat doctor`: where this user's compiled filters are cached (malloc'd
  * path; NULL when there is none: root uses /var/cache/moat/seccomp, others

@@ -671,6 +671,119 @@ START_TEST(seccomp_log_reports_denied)
 }
 END_TEST
 
+/* Calls the default policy stopped allowing (issue 37, SECURITY.md row 90):
+ * sync and syncfs (a flush of the host's file systems, not the sandbox's) and
+ * mlock (pins memory). A program that makes them gets EPERM and keeps going;
+ * under --seccomp-log the result names each call, says the default policy
+ * refused it and how to allow it (--policy), and the command line's text
+ * output says so in a line per call. Before the cut all three succeeded. */
+static const char removed_py[] =
+	"import ctypes, errno, os\n"
+	"libc = ctypes.CDLL(None, use_errno=True)\n"
+	"libc.syscall.restype = ctypes.c_long\n"
+	"buf = ctypes.create_string_buffer(4096)\n"
+	"fd = os.open('/tmp', os.O_RDONLY)\n"
+	"def t(name, nr, *a):\n"
+	"    ctypes.set_errno(0)\n"
+	"    r = libc.syscall(ctypes.c_long(nr), *[ctypes.c_long(x) for x in a])\n"
+	"    print(name, 'OK' if r >= 0 else errno.errorcode.get(ctypes.get_errno()), flush=True)\n"
+	"t('syncfs', 306, fd)\n"
+	"t('sync', 162)\n"
+	"t('mlock', 149, ctypes.addressof(buf), 4096)\n"
+	"print('still running')\n";
+
+START_TEST(seccomp_removed_calls_are_named)
+{
+	HARNESS_MODE_GUARD(_i);
+	static const char want[] = "syncfs EPERM\nsync EPERM\nmlock EPERM\nstill running\n";
+	struct run_out o;
+	const char *opts[] = { "--seccomp-log", NULL };
+	run_code(_i, opts, "python", removed_py, &o);
+	expect_ok(&o, want);
+	ck_assert_int_eq(denied_count(&o, "syncfs", "EPERM"), 1);
+	ck_assert_int_eq(denied_count(&o, "sync", "EPERM"), 1);
+	ck_assert_int_eq(denied_count(&o, "mlock", "EPERM"), 1);
+	cJSON *sc = cJSON_GetObjectItemCaseSensitive(o.json, "seccomp");
+	cJSON *pol = cJSON_GetObjectItemCaseSensitive(sc, "policy");
+	cJSON *hint = cJSON_GetObjectItemCaseSensitive(sc, "hint");
+	ck_assert_msg(cJSON_IsString(pol) && !strcmp(pol->valuestring, "default"), "%s", o.out);
+	ck_assert_msg(cJSON_IsString(hint) && strstr(hint->valuestring, "default seccomp policy") &&
+			      strstr(hint->valuestring, "--policy FILE"),
+		      "%s", o.out);
+	harness_free(&o);
+
+	/* the text output: a line per call that names it, the default policy
+	 * and the way out */
+	const char *args[] = { "run", "--seccomp-log", "-l", "python", "-c", removed_py, NULL };
+	harness_run(_i, args, NULL, 0, &o);
+	ck_assert_msg(o.status == 0, "status %d: %s", o.status, o.err);
+	ck_assert_str_eq(o.out, want);
+	static const char *const names[] = { "syncfs", "sync", "mlock" };
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++) {
+		char *line = NULL;
+		ck_assert_int_ge(asprintf(&line,
+					  "moat: seccomp: %s refused (EPERM, 1 call): the default "
+					  "policy does not allow it; to allow it, run with --policy "
+					  "FILE (moat policy show, with \"%s\" added)\n",
+					  names[i], names[i]),
+				 0);
+		ck_assert_msg(strstr(o.err, line), "no line for %s in stderr:\n%s", names[i], o.err);
+		free(line);
+	}
+	harness_free(&o);
+
+	/* under a --policy file the JSON says so and gives no hint about the
+	 * default */
+	struct tmp t;
+	tmp_make(&t, false);
+	const char *popts[] = { "--seccomp-log", "--policy", t.allow, NULL };
+	run_code(_i, popts, "python", "print('x')", &o);
+	sc = cJSON_GetObjectItemCaseSensitive(o.json, "seccomp");
+	pol = cJSON_GetObjectItemCaseSensitive(sc, "policy");
+	ck_assert_msg(cJSON_IsString(pol) && !strcmp(pol->valuestring, "file"), "%s", o.out);
+	ck_assert_ptr_null(cJSON_GetObjectItemCaseSensitive(sc, "hint"));
+	harness_free(&o);
+	tmp_remove(&t);
+}
+END_TEST
+
+/* `moat policy show` prints the policy on stdout (a file a --policy can
+ * start from) and the count of names it allows on stderr: the distinct names
+ * of its allowing entries (SECURITY.md row 90). */
+START_TEST(seccomp_policy_show_counts)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	const char *args[] = { "policy", "show", NULL };
+	harness_run(_i, args, NULL, 0, &o);
+	ck_assert_msg(o.status == 0 && o.json, "status %d: %s", o.status, o.err);
+	cJSON *names = cJSON_CreateObject();
+	int allowed = 0;
+	const cJSON *e, *n;
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(o.json, "syscalls")) {
+		const cJSON *a = cJSON_GetObjectItemCaseSensitive(e, "action");
+		if (!cJSON_IsString(a) || strcmp(a->valuestring, "SCMP_ACT_ALLOW"))
+			continue;
+		cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(e, "names")) {
+			if (cJSON_GetObjectItemCaseSensitive(names, n->valuestring))
+				continue;
+			cJSON_AddTrueToObject(names, n->valuestring);
+			allowed++;
+		}
+	}
+	cJSON_Delete(names);
+	ck_assert_int_le(allowed, 170);
+	char *want = NULL;
+	ck_assert_int_ge(asprintf(&want,
+				  "moat: policy: %d system call names allowed (the default policy)\n",
+				  allowed),
+			 0);
+	ck_assert_msg(strstr(o.err, want), "wanted %s in stderr:\n%s", want, o.err);
+	free(want);
+	harness_free(&o);
+}
+END_TEST
+
 /* The same through `moat exec --seccomp-log`. */
 START_TEST(seccomp_log_through_exec)
 {
@@ -700,6 +813,8 @@ Suite *seccomp_escape_suite(void)
 	tcase_add_loop_test(tc, seccomp_docker_profile_runs_python, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, seccomp_log_reports_denied, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, seccomp_log_through_exec, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, seccomp_removed_calls_are_named, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, seccomp_policy_show_counts, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_set_timeout(tc, 60);
 	suite_add_tcase(s, tc);
 	return s;

@@ -666,6 +666,205 @@ START_TEST(default_policy_loads_and_compiles)
 }
 END_TEST
 
+/* ---- the default policy's size and its evidence (issue 37) ---- */
+
+#define EVIDENCE_UNION "policies/evidence/union.txt"
+#define DEFAULT_MAX_ALLOWED 170
+/* The comment that opens an allowing entry of names no workload of the
+ * evidence made here (each such entry says which and why). */
+#define NOT_IN_EVIDENCE "not in the evidence"
+
+static bool entry_names(const cJSON *entry, const char *name)
+{
+	const cJSON *n;
+	cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(entry, "names"))
+		if (cJSON_IsString(n) && !strcmp(n->valuestring, name))
+			return true;
+	return false;
+}
+
+static bool entry_allows(const cJSON *entry)
+{
+	const cJSON *a = cJSON_GetObjectItemCaseSensitive(entry, "action");
+	return cJSON_IsString(a) && !strcmp(a->valuestring, "SCMP_ACT_ALLOW");
+}
+
+static const char *entry_comment(const cJSON *entry)
+{
+	const cJSON *c = cJSON_GetObjectItemCaseSensitive(entry, "comment");
+	return cJSON_IsString(c) ? c->valuestring : "";
+}
+
+static cJSON *default_policy_json(void)
+{
+	struct moat_error err = { 0 };
+	char *buf;
+	size_t len;
+	ck_assert_int_eq(sc_policy_read(NULL, &buf, &len, &err), 0);
+	cJSON *j = cJSON_ParseWithLength(buf, len);
+	free(buf);
+	ck_assert_ptr_nonnull(j);
+	return j;
+}
+
+/* The evidence's union, one name a line (malloc'd names, NULL-terminated). */
+static char **evidence_union(size_t *n)
+{
+	FILE *f = fopen(EVIDENCE_UNION, "re");
+	ck_assert_msg(f, "%s: %s (run from the repository's root)", EVIDENCE_UNION,
+		      strerror(errno));
+	char **names = NULL, *line = NULL;
+	size_t cap = 0;
+	*n = 0;
+	ssize_t len;
+	while ((len = getline(&line, &cap, f)) > 0) {
+		while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == ' '))
+			line[--len] = '\0';
+		if (!len)
+			continue;
+		names = realloc(names, (*n + 2) * sizeof *names);
+		ck_assert_ptr_nonnull(names);
+		names[(*n)++] = strdup(line);
+		names[*n] = NULL;
+	}
+	free(line);
+	fclose(f);
+	ck_assert_uint_gt(*n, 50);
+	return names;
+}
+
+/* At most DEFAULT_MAX_ALLOWED names are allowed, counted over the file (every
+ * architecture's rules) and as the compiler sees it on this host, which is
+ * what `moat policy show` prints. */
+START_TEST(default_policy_allows_at_most_170)
+{
+	cJSON *j = default_policy_json();
+	const cJSON *e, *n;
+	size_t in_file = 0;
+	cJSON *seen = cJSON_CreateObject();
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(j, "syscalls")) {
+		if (!entry_allows(e))
+			continue;
+		cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(e, "names")) {
+			if (cJSON_GetObjectItemCaseSensitive(seen, n->valuestring))
+				continue;
+			cJSON_AddTrueToObject(seen, n->valuestring);
+			in_file++;
+		}
+	}
+	cJSON_Delete(seen);
+	cJSON_Delete(j);
+	ck_assert_msg(in_file <= DEFAULT_MAX_ALLOWED, "the default policy allows %zu names", in_file);
+	struct moat_error err = { 0 };
+	size_t here = 0;
+	ck_assert_int_eq(moat_seccomp_policy_allowed(NULL, &here, &err), 0);
+	ck_assert_uint_le(here, in_file);
+	ck_assert_uint_gt(here, 100);
+}
+END_TEST
+
+/* Every name a traced workload made is allowed, or refused on purpose by an
+ * entry of its own that says why; every allowed name is in the evidence or in
+ * an entry that says why it is allowed without it (SECURITY.md row 90: the
+ * rule for adding a call). */
+START_TEST(evidence_union_is_allowed_or_refused)
+{
+	cJSON *j = default_policy_json();
+	const cJSON *calls = cJSON_GetObjectItemCaseSensitive(j, "syscalls");
+	size_t n;
+	char **names = evidence_union(&n);
+	for (size_t i = 0; i < n; i++) {
+		bool allowed = false, refused = false;
+		const cJSON *e;
+		cJSON_ArrayForEach(e, calls) {
+			if (!entry_names(e, names[i]))
+				continue;
+			if (entry_allows(e))
+				allowed = true;
+			else if (strlen(entry_comment(e)) > 20)
+				refused = true;
+		}
+		ck_assert_msg(allowed || refused,
+			      "%s is in the evidence (%s) but neither allowed nor refused with a "
+			      "reason by the default policy",
+			      names[i], EVIDENCE_UNION);
+	}
+	const cJSON *e, *nm;
+	cJSON_ArrayForEach(e, calls) {
+		if (!entry_allows(e) || !strncmp(entry_comment(e), NOT_IN_EVIDENCE,
+						 strlen(NOT_IN_EVIDENCE)))
+			continue;
+		cJSON_ArrayForEach(nm, cJSON_GetObjectItemCaseSensitive(e, "names")) {
+			bool found = false;
+			for (size_t i = 0; i < n && !found; i++)
+				found = !strcmp(names[i], nm->valuestring);
+			ck_assert_msg(found,
+				      "%s is allowed by \"%s\" but is not in %s: move it to an "
+				      "entry whose comment starts \"" NOT_IN_EVIDENCE "\" and says why",
+				      nm->valuestring, entry_comment(e), EVIDENCE_UNION);
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		free(names[i]);
+	free(names);
+	cJSON_Delete(j);
+}
+END_TEST
+
+/* The Python zygote's filter (policies/zygote.json) allows every name the
+ * default does: its children run under the default stacked on it, and must
+ * be able to do what a cold run does. */
+START_TEST(zygote_policy_allows_what_the_default_does)
+{
+	cJSON *d = default_policy_json();
+	cJSON *z = cJSON_ParseWithLength((const char *)moat_embedded_zygote_policy,
+					 moat_embedded_zygote_policy_len);
+	ck_assert_ptr_nonnull(z);
+	const cJSON *e, *n, *ze;
+	cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(d, "syscalls")) {
+		if (!entry_allows(e))
+			continue;
+		cJSON_ArrayForEach(n, cJSON_GetObjectItemCaseSensitive(e, "names")) {
+			bool found = false;
+			cJSON_ArrayForEach(ze, cJSON_GetObjectItemCaseSensitive(z, "syscalls"))
+				found = found || (entry_allows(ze) && entry_names(ze, n->valuestring));
+			ck_assert_msg(found, "the default allows %s, the zygote's policy does not",
+				      n->valuestring);
+		}
+	}
+	cJSON_Delete(z);
+	cJSON_Delete(d);
+}
+END_TEST
+
+/* moat_seccomp_policy_allowed counts distinct names of the allowing rules
+ * that apply here: conditional ones once, refused and other-arch ones not. */
+START_TEST(policy_allowed_count)
+{
+	char *dir = make_tmpdir();
+	struct moat_error err = { 0 };
+	char *path = write_tmp(
+		dir, "count.json",
+		SYS("{\"names\": [\"read\", \"write\", \"read\"], \"action\": \"SCMP_ACT_ALLOW\"},"
+		    "{\"names\": [\"socket\"], \"action\": \"SCMP_ACT_ALLOW\", \"args\": [{\"index\": 0, "
+		    "\"value\": 1, \"op\": \"SCMP_CMP_EQ\"}]},"
+		    "{\"names\": [\"socket\"], \"action\": \"SCMP_ACT_ALLOW\", \"args\": [{\"index\": 0, "
+		    "\"value\": 2, \"op\": \"SCMP_CMP_EQ\"}]},"
+		    "{\"names\": [\"close\"], \"action\": \"SCMP_ACT_ALLOW\", \"includes\": "
+		    "{\"arches\": [\"s390x\"]}},"
+		    "{\"names\": [\"ptrace\", \"not_a_syscall\"], \"action\": \"SCMP_ACT_ERRNO\"}"));
+	size_t count = 99;
+	ck_assert_msg(moat_seccomp_policy_allowed(path, &count, &err) == 0, "%s", err.message);
+	ck_assert_uint_eq(count, 3); /* read, write, socket */
+	ck_assert_int_eq(moat_seccomp_policy_allowed("/nonexistent/p.json", &count, &err), -1);
+	ck_assert_int_eq(err.sys_errno, ENOENT);
+	moat_error_clear(&err);
+	free(path);
+	rm_rf(dir);
+	free(dir);
+}
+END_TEST
+
 /* ---- policy check / show ---- */
 
 START_TEST(policy_check_and_show)
@@ -1241,10 +1440,9 @@ static int child_checks(void)
 	if (syscall(SYS_getpid) <= 0)
 		return c;
 	c++;
-	if (syscall(SYS_personality, 0xffffffffUL) < 0)
-		return c;
-	c++;
-	if (syscall(SYS_personality, 0) < 0)
+	/* personality, even the query, is not allowed since issue 37: no
+	 * workload of the evidence made it */
+	if (!denied(syscall(SYS_personality, 0xffffffffUL), EPERM))
 		return c;
 	c++;
 	int fds[2];
@@ -1955,7 +2153,7 @@ static int run_logged_as(const struct moat_seccomp_prog *prog,
 	int lfd = recv_fd(sv[0]);
 	close(sv[0]);
 	ck_assert_int_ge(lfd, 0);
-	struct moat_seccomp_log *log = moat_seccomp_log_new();
+	struct moat_seccomp_log *log = moat_seccomp_log_new(false);
 	ck_assert_ptr_nonnull(log);
 	for (;;) {
 		struct pollfd p = { .fd = lfd, .events = POLLIN };
@@ -2015,15 +2213,21 @@ START_TEST(log_install_and_handle)
 	/* a clean run: an empty list */
 	st = run_logged(prog, clean_child_body, &json);
 	ck_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0);
-	ck_assert_str_eq(json, "{\"denied\":[]}");
+	ck_assert_str_eq(json, "{\"denied\":[],\"policy\":\"file\"}");
 	free(json);
 	moat_seccomp_prog_free(prog);
 
 	/* nothing recorded yet */
-	struct moat_seccomp_log *log = moat_seccomp_log_new();
+	struct moat_seccomp_log *log = moat_seccomp_log_new(false);
 	json = moat_seccomp_log_json(log);
-	ck_assert_str_eq(json, "{\"denied\":[]}");
+	ck_assert_str_eq(json, "{\"denied\":[],\"policy\":\"file\"}");
 	free(json);
+	/* the default policy's log says so; the hint comes with a refusal */
+	struct moat_seccomp_log *dlog = moat_seccomp_log_new(true);
+	json = moat_seccomp_log_json(dlog);
+	ck_assert_str_eq(json, "{\"denied\":[],\"policy\":\"default\"}");
+	free(json);
+	moat_seccomp_log_free(dlog);
 	ck_assert_int_eq(moat_seccomp_log_handle(NULL, 0, log), -1);
 	moat_seccomp_log_free(log);
 	moat_seccomp_log_free(NULL);
@@ -2088,7 +2292,8 @@ START_TEST(log_unknown_program_answers_eperm)
 	int st = run_logged_as(prog, &fake, unknown_child_body, &json);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x", st);
 	ck_assert_str_eq(json, "{\"denied\":[{\"syscall\":\"ptrace\",\"nr\":101,\"errno\":"
-			       "\"EPERM\",\"unknown\":true,\"unexplained\":true,\"count\":1}]}");
+			       "\"EPERM\",\"unknown\":true,\"unexplained\":true,\"count\":1}],"
+			       "\"policy\":\"file\"}");
 	free(json);
 	moat_seccomp_prog_free(prog);
 }
@@ -2235,7 +2440,7 @@ START_TEST(log_divergence_never_lets_the_call_through)
 	char *want = NULL;
 	ck_assert_int_ge(asprintf(&want,
 				  "{\"denied\":[{\"syscall\":\"unshare\",\"nr\":%d,\"errno\":"
-				  "\"EPERM\",\"unexplained\":true,\"count\":2}]}",
+				  "\"EPERM\",\"unexplained\":true,\"count\":2}],\"policy\":\"file\"}",
 				  SYS_unshare),
 			 0);
 	for (size_t i = 0; i < sizeof stand_ins / sizeof stand_ins[0]; i++) {
@@ -2276,6 +2481,10 @@ Suite *seccomp_policy_suite(void)
 	tcase_add_test(tc, docker_fixture_loads_and_compiles);
 	tcase_add_test(tc, default_policy_loads_and_compiles);
 	tcase_add_test(tc, policy_check_and_show);
+	tcase_add_test(tc, default_policy_allows_at_most_170);
+	tcase_add_test(tc, evidence_union_is_allowed_or_refused);
+	tcase_add_test(tc, policy_allowed_count);
+	tcase_add_test(tc, zygote_policy_allows_what_the_default_does);
 	tcase_add_test(tc, cache_hit_miss_and_corruption);
 	tcase_add_test(tc, prepare_reports_errors);
 	tcase_add_test(tc, embedded_policy_digest_is_built_in);
