@@ -493,7 +493,7 @@ static void maybe_delegate(struct probe *p, bool want_limit)
 	free(dwhy);
 }
 
-int moat_cgroup_delegate(char **note)
+int moat_cgroup_delegate_now(char **note)
 {
 	*note = NULL;
 	struct probe p;
@@ -973,34 +973,6 @@ void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res)
 
 /* ---- moat doctor --------------------------------------------------------- */
 
-int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_error *err)
-{
-	*out = NULL;
-	*group_kill = false;
-	struct moat_request *req = moat_request_new();
-	struct moat_result *res = moat_result_new();
-	if (!req || !res) {
-		moat_request_free(req);
-		moat_result_free(res);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-	}
-	/* a run asking for every limit */
-	req->memory_mb = 256;
-	req->pids_limit = 64;
-	req->cpus = 1;
-	struct moat_cgroup *cg = NULL;
-	int rc = moat_cgroup_prepare(req, res, &cg, err);
-	moat_request_free(req);
-	if (rc < 0) {
-		moat_result_free(res);
-		return -1;
-	}
-	*group_kill = moat_cgroup_clone_fd(cg) >= 0;
-	moat_cgroup_finish(cg, NULL);
-	*out = res;
-	return 0;
-}
-
 /* doctor's line on delegation from systemd, changing nothing */
 static void describe_systemd(FILE *out, const struct probe *p)
 {
@@ -1032,7 +1004,7 @@ static void describe_systemd(FILE *out, const struct probe *p)
 	free(unit);
 }
 
-int moat_cgroup_describe(FILE *out)
+int moat_cgroup_print_where(FILE *out)
 {
 	struct probe p;
 	probe_host(&p);

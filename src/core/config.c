@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "moat_admin.h"
 #include "core/config.h"
 #include "core/core.h"
 

@@ -161,7 +161,7 @@ static int clone_sandbox(struct run *r, struct moat_error *err)
 	r->pid = do_clone3(cgroup_fd, &r->pidfd);
 	if (r->pid < 0) {
 		int e = errno;
-		char *diag = moat_userns_diagnose();
+		char *diag = moat_ns_userns_diagnose();
 		/* clone3 also fails with EPERM/EACCES when the move into the
 		 * run's cgroup is refused (cgroup v2's common-ancestor rule; the
 		 * prepare step checks it, but the hierarchy may have changed) */
@@ -202,7 +202,7 @@ static int map_ids(struct run *r, struct moat_error *err)
 				    : getgid();
 	if (moat_idmap_write(r->pid, r->as_root, host_uid, host_gid, err) < 0 ||
 	    moat_net_attach(r->net, r->pid, err) < 0) {
-		char *diag = moat_userns_diagnose();
+		char *diag = moat_ns_userns_diagnose();
 		if (diag)
 			moat_error_wrap(err, NULL, diag);
 		free(diag);

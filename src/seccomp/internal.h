@@ -67,8 +67,6 @@ void sc_policy_free(struct sc_policy *p);
 /* Reads a policy file (path NULL: the embedded default) into a malloc'd,
  * NUL-terminated buffer. */
 int sc_policy_read(const char *path, char **buf, size_t *len, struct moat_error *err);
-/* policy check with notes written to `notes` (may be NULL). */
-int sc_policy_check(const char *path, FILE *notes, struct moat_error *err);
 
 /* ---- compiled program ---- */
 #define SC_MAX_INSNS 4096u /* BPF_MAXINSNS: 32 KiB of BPF */

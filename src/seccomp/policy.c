@@ -1074,12 +1074,7 @@ int sc_policy_check(const char *path, FILE *notes, struct moat_error *err)
 	return rc < 0 ? prefix_error(err, path) : 0;
 }
 
-int moat_seccomp_policy_check(const char *path, struct moat_error *err)
-{
-	return sc_policy_check(path, stderr, err);
-}
-
-int moat_seccomp_policy_show(const char *path, FILE *out, struct moat_error *err)
+int moat_seccomp_policy_print(const char *path, FILE *out, struct moat_error *err)
 {
 	struct sc_host host;
 	if (sc_host_detect(&host, err) < 0)

@@ -9,6 +9,7 @@
 
 #include <check.h>
 
+#include "moat_admin.h"
 #include "suites.h"
 #include "core/config.h"
 #include "core/core.h"
