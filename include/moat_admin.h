@@ -43,6 +43,35 @@ void moat_config_apply(const struct moat_config *cfg, struct moat_request *req, 
 /* Which of the MOAT_REQ_HAS_* keys a (valid) JSON request names. */
 unsigned moat_config_request_keys(const char *json, size_t len);
 
+/* ---- the request pipeline ----------------------------------------------------
+ * One path for every request (moat exec, moat run, /v1/run, the Spin
+ * routes): parse, fill what the request leaves out (the config, or a
+ * service's limits), then validate once with every module's rules
+ * (moat_request_validate). The result is marked prepared. */
+struct moat_request_defaults {
+	const struct moat_config *cfg; /* moat_config_apply; NULL: none */
+	/* then this, if set (moat serve's limits: defaults and maxima): given
+	 * is the MOAT_REQ_HAS_* keys the caller named; 0, or -1 with *err */
+	int (*fill)(void *ctx, struct moat_request *req, unsigned given,
+		    struct moat_error *err);
+	void *ctx;
+	/* an "allowedHosts"/"allowedCidrs" entry the network refuses is the
+	 * caller's input error (SandboxConfigError), not a policy refusal:
+	 * the Spin envelope's rule */
+	bool entry_refusal_is_config;
+};
+/* JSON text (header_id: an X-Sandbox-Id header's id, or NULL; it stands in
+ * for a missing "sandboxId", and a different one is a SandboxConfigError)
+ * → a prepared request in *out. d may be NULL: nothing to fill. */
+int moat_request_prepare(const char *json, size_t len, const char *header_id,
+			 const struct moat_request_defaults *d, struct moat_request **out,
+			 struct moat_error *err);
+/* The same for a request built otherwise (moat run's flags, a Spin
+ * envelope): fill with d (given: MOAT_REQ_HAS_* the caller named), then
+ * validate once. */
+int moat_request_finish(struct moat_request *req, unsigned given,
+			const struct moat_request_defaults *d, struct moat_error *err);
+
 /* ---- providers ---------------------------------------------------------------
  * native (moat_run), docker, e2b, daytona, none: one interface. */
 

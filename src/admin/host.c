@@ -101,7 +101,7 @@ int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_er
 	if (!req || !res) {
 		moat_request_free(req);
 		moat_result_free(res);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	/* a run asking for every limit */
 	req->memory_mb = 256;
@@ -126,7 +126,7 @@ int moat_net_probe(struct moat_error *err)
 {
 	struct moat_request *req = moat_request_new();
 	if (!req)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	req->network = true;
 	struct moat_net *net = NULL;
 	int rc = moat_net_prepare(req, &net, err);

@@ -422,7 +422,7 @@ static int warn(struct moat_result *res, struct moat_error *err, const char *f, 
 	int rc = s ? moat_result_warn(res, "%s", s) : -1;
 	free(s);
 	if (rc < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	return 0;
 }
 
@@ -526,7 +526,7 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 	res->limit_memory = res->limit_pids = res->limit_cpu = "none";
 	struct moat_cgroup *cg = calloc(1, sizeof *cg);
 	if (!cg)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	cg->v2_fd = -1;
 	bool want[L__COUNT] = { req->memory_mb > 0, req->pids_limit > 0, req->cpus > 0 };
 	char *why[L__COUNT] = { NULL, NULL, NULL }; /* why a limit has no cgroup */
@@ -584,7 +584,7 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 			cg->sweep[i] = strdup(p.v1_parent[i]);
 			cg->v1_leaf[i] = moat_cg_path(p.v1_parent[i], name);
 			if (!cg->v1_leaf[i]) {
-				rc = moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				rc = moat_error_oom(err);
 				goto fail;
 			}
 		}
@@ -762,7 +762,7 @@ int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_result *re
 		if (cg->v1_memsw && write_u64(mem, "memory.memsw.limit_in_bytes", cg->v1_mem) < 0 &&
 		    moat_result_warn(res, "memoryMb does not limit swap: cannot set "
 				     "memory.memsw.limit_in_bytes: %s", strerror(errno)) < 0)
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 	}
 	/* v1 charges socket buffers to a counter of their own, only once it
 	 * has a limit: memoryMb again (the sandbox's sockets are then put

@@ -196,31 +196,51 @@ enum {
 	OPT_OUTPUT,
 };
 
-/* Loads the config, fills what the request did not set, checks the provider
- * name and runs the request with it. */
-static int run_with_provider(struct moat_request *req, unsigned given, const char *provider,
-			     const char *config_path, const struct moat_run_options *opts,
-			     const char **used, struct moat_result **res, struct moat_error *err)
+/* The provider (--provider, else the config's) and the config: *used names
+ * the provider for the error's JSON, *cfg is the config (free it). */
+static int load_config(const char *provider, const char *config_path, const char **used,
+		       struct moat_config **cfg, struct moat_error *err)
 {
-	struct moat_config *cfg = NULL;
+	*cfg = NULL;
 	*used = provider ? provider : "native";
 	if (provider && !moat_provider_name(provider))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "--provider: unknown provider \"%s\" (native, docker, e2b, "
 				      "daytona, none)", provider);
-	if (moat_config_load(config_path, &cfg, err) < 0)
+	if (moat_config_load(config_path, cfg, err) < 0)
 		return -1;
 	if (!provider)
-		*used = moat_provider_name(moat_config_provider(cfg));
-	moat_config_apply(cfg, req, given);
-	if (req->kv_enabled && !opts->runtime_dir && *used && !strcmp(*used, "native")) {
-		moat_config_free(cfg);
+		*used = moat_provider_name(moat_config_provider(*cfg));
+	return 0;
+}
+
+/* Runs a prepared request (moat_request_prepare/_finish, with cfg's
+ * defaults) with the provider used. */
+static int run_prepared(const struct moat_request *req, const struct moat_config *cfg,
+			const char *used, const struct moat_run_options *opts,
+			struct moat_result **res, struct moat_error *err)
+{
+	if (req->kv_enabled && !opts->runtime_dir && used && !strcmp(used, "native"))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
 				      "kvEnabled needs the runtime shims (--runtime DIR, "
 				      "$MOAT_RUNTIME_DIR, or ../share/moat/runtime next to moat)");
-	}
 	struct moat_provider_options po = { .cfg = cfg, .run = opts };
-	int rc = moat_provider_run(*used, req, &po, res, err);
+	return moat_provider_run(used, req, &po, res, err);
+}
+
+/* moat run: the request its flags built, through the request pipeline with
+ * the config's defaults, then run. */
+static int run_with_provider(struct moat_request *req, unsigned given, const char *provider,
+			     const char *config_path, const struct moat_run_options *opts,
+			     const char **used, struct moat_result **res, struct moat_error *err)
+{
+	struct moat_config *cfg = NULL;
+	if (load_config(provider, config_path, used, &cfg, err) < 0)
+		return -1;
+	struct moat_request_defaults d = { .cfg = cfg };
+	int rc = moat_request_finish(req, given, &d, err);
+	if (rc == 0)
+		rc = run_prepared(req, cfg, *used, opts, res, err);
 	moat_config_free(cfg);
 	return rc;
 }
@@ -341,7 +361,7 @@ int cli_run(int argc, char **argv)
 			if (!value || add_kv(&req->env, &req->env_count, optarg,
 					     (size_t)(eq - optarg), value, strlen(value)) < 0) {
 				free(value);
-				moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				moat_error_oom(&err);
 				goto fail;
 			}
 			break;
@@ -359,7 +379,7 @@ int cli_run(int argc, char **argv)
 			if (add_kv(&req->files, &req->files_count, optarg, (size_t)(eq - optarg), data,
 				   len) < 0) {
 				free(data);
-				moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				moat_error_oom(&err);
 				goto fail;
 			}
 			break;
@@ -397,7 +417,7 @@ int cli_run(int argc, char **argv)
 			break;
 		case OPT_OUTPUT:
 			if (add_output(req, optarg) < 0) {
-				moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				moat_error_oom(&err);
 				goto fail;
 			}
 			break;
@@ -425,7 +445,7 @@ int cli_run(int argc, char **argv)
 			goto fail;
 		}
 		if (set_command(req, argv + optind, (size_t)(argc - optind)) < 0) {
-			moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			moat_error_oom(&err);
 			goto fail;
 		}
 	}
@@ -446,7 +466,7 @@ int cli_run(int argc, char **argv)
 		req->code = strdup(code_arg);
 		req->code_len = strlen(code_arg);
 		if (!req->code) {
-			moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			moat_error_oom(&err);
 			goto fail;
 		}
 	} else {
@@ -466,7 +486,7 @@ int cli_run(int argc, char **argv)
 	if (stdin_path && cli_read_file(stdin_path, MAX_STDIN_BYTES, &req->stdin_data,
 					&req->stdin_len, &err) < 0)
 		goto fail;
-	/* validated by moat_provider_run, after the config filled its defaults */
+	/* validated by the request pipeline, after the config filled its defaults */
 	if (!json) {
 		opts.on_output = stream_out;
 	}
@@ -560,11 +580,20 @@ int cli_exec(int argc, char **argv)
 	struct moat_result *res = NULL;
 	if (cli_read_file("-", MAX_INPUT_BYTES, &input, &len, &err) < 0)
 		goto fail;
-	int rc = moat_request_parse_json(input, len, &req, &err);
-	unsigned given = rc == 0 ? moat_config_request_keys(input, len) : 0;
-	free(input);
-	if (rc < 0)
+	/* the config first: the request pipeline fills what the request leaves
+	 * out from it, then validates once */
+	struct moat_config *cfg = NULL;
+	if (load_config(provider, config_path, &used, &cfg, &err) < 0) {
+		free(input);
 		goto fail;
+	}
+	struct moat_request_defaults d = { .cfg = cfg };
+	int rc = moat_request_prepare(input, len, NULL, &d, &req, &err);
+	free(input);
+	if (rc < 0) {
+		moat_config_free(cfg);
+		goto fail;
+	}
 	/* the store's API comes from the runtime shims (docs/KV.md); a Spin-style
 	 * request (a sandboxId) gets them without kvEnabled too, so that opening
 	 * the store says why it is not there */
@@ -575,11 +604,13 @@ int cli_exec(int argc, char **argv)
 			moat_error_set(&err, MOAT_ERR_CONFIG, 0, "--runtime %s: not a directory",
 				       runtime);
 			moat_request_free(req);
+			moat_config_free(cfg);
 			goto fail;
 		}
-		opts.runtime_dir = rt; /* none found: run_with_provider says so */
+		opts.runtime_dir = rt; /* none found: run_prepared says so */
 	}
-	rc = run_with_provider(req, given, provider, config_path, &opts, &used, &res, &err);
+	rc = run_prepared(req, cfg, used, &opts, &res, &err);
+	moat_config_free(cfg);
 	moat_request_free(req);
 	free(rt);
 	rt = NULL;

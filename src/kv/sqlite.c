@@ -144,7 +144,7 @@ int kv_sqlite_open(const char *path, void **h, struct moat_error *err)
 	struct sqlite_store *s = calloc(1, sizeof *s);
 	if (!s || !(s->path = strdup(path))) {
 		free(s);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	/* NOMUTEX: one store per run, used by one thread */
 	int rc = sq.open_v2(path, &s->db,

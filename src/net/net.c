@@ -78,7 +78,7 @@ int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 		return -1;
 	struct moat_net *net = calloc(1, sizeof *net);
 	if (!net)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	net->eg_child = net->eg_sup = net->px_child = net->px_sup = -1;
 	net->mode = req->network ? NET_EGRESS : req->has_allowed_hosts ? NET_ALLOWLIST : NET_NONE;
 	static const uint8_t lo4[4] = { 127, 0, 0, 1 };
@@ -96,7 +96,7 @@ int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 		return 0;
 	}
 	if (!(net->log = moat_netlog_new())) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto fail;
 	}
 	if (pair(&net->eg_child, &net->eg_sup, err) < 0)
@@ -112,7 +112,7 @@ int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 		moat_buf_free(&b);
 		net->cidr_count = req->allowed_cidrs_count;
 		if (!net->cidrs_json) {
-			moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			moat_error_oom(err);
 			goto fail;
 		}
 	}

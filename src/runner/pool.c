@@ -191,7 +191,7 @@ int run_frame_stdin(struct run *r, struct moat_error *err)
 	free(r->pool_frame);
 	size_t len = 0;
 	if (!(r->pool_frame = pool_frame(r->req, &len)))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	r->pool_frame_len = len;
 	return 0;
 }
@@ -222,7 +222,7 @@ int run_deliver(struct run *r, const struct moat_request *req,
 	size_t len = 0;
 	free(r->pool_frame); /* a zygote's child started ahead: its bootstrap's */
 	if (!(r->pool_frame = pool_frame(req, &len)))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	r->res->pooled = true;
 	size_t cap = req->max_output_bytes ? req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
 	r->out.cap = r->errout.cap = cap;

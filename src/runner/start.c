@@ -43,18 +43,11 @@ void sigpipe_restore(struct sigpipe_guard *g)
 	g->set = false;
 }
 
-static void close_fd(int *fd)
-{
-	if (*fd >= 0)
-		close(*fd);
-	*fd = -1;
-}
-
 void run_kill(struct run *r)
 {
 	if (r->pid <= 0)
 		return;
-	close_fd(&r->sync_w); /* alone, this makes pid 1 exit at its next sync wait */
+	moat_close_fd(&r->sync_w); /* alone, this makes pid 1 exit at its next sync wait */
 	syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
 	run_wait_pid1(r, NULL);
 	r->pid = -1;
@@ -126,13 +119,13 @@ static pid_t do_clone3(int cgroup_fd, int *pidfd)
 /* The child's ends live on in the child only. */
 static void close_child_ends(struct run *r)
 {
-	close_fd(&r->sync_r);
-	close_fd(&r->report_w);
-	close_fd(&r->stdin_r);
-	close_fd(&r->stdout_w);
-	close_fd(&r->stderr_w);
-	close_fd(&r->outputs_w);
-	close_fd(&r->kv_child);
+	moat_close_fd(&r->sync_r);
+	moat_close_fd(&r->report_w);
+	moat_close_fd(&r->stdin_r);
+	moat_close_fd(&r->stdout_w);
+	moat_close_fd(&r->stderr_w);
+	moat_close_fd(&r->outputs_w);
+	moat_close_fd(&r->kv_child);
 }
 
 void run_child_spec(const struct run *r, struct moat_child *c)
@@ -323,7 +316,7 @@ static int start(struct run *r, struct moat_error *err)
 			       strerror(errno));
 		return child_report_wins(r, err);
 	}
-	close_fd(&r->sync_w);
+	moat_close_fd(&r->sync_w);
 	r->started = true;
 	/* no timer, no wall-clock kill: the run fails instead */
 	if (r->broker)

@@ -25,11 +25,12 @@ int moat_sandbox_create(const struct moat_request *req, const struct moat_run_op
 			struct moat_sandbox **out, struct moat_error *err)
 {
 	*out = NULL;
-	if (moat_request_validate(req, err) < 0)   /* 1. validate: nothing acquired yet */
+	/* 1. validate (a prepared request was): nothing acquired yet */
+	if (!req->prepared && moat_request_validate(req, err) < 0)
 		return -1;
 	struct moat_sandbox *sb = malloc(sizeof *sb);
 	if (!sb)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	run_init(&sb->run, req, opts);
 	if (run_prepare(&sb->run, err) < 0 ||      /* 2. prepare (prepare.c) */
 	    run_spawn(&sb->run, err) < 0) {        /* 3. clone3 ... cgroups joined (start.c) */
@@ -63,7 +64,7 @@ int moat_sandbox_create_adopted(const struct moat_request *req, const struct moa
 		     opts->zygote_host))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "a zygote's child has the zygote's root, policy and no workdir");
-	if (moat_request_validate(req, err) < 0)
+	if (!req->prepared && moat_request_validate(req, err) < 0)
 		return -1;
 	const char *why = moat_pool_refusal(req, req);
 	if (why)
@@ -71,7 +72,7 @@ int moat_sandbox_create_adopted(const struct moat_request *req, const struct moa
 				      "this request cannot run in a zygote's child: %s", why);
 	struct moat_sandbox *sb = malloc(sizeof *sb);
 	if (!sb)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	struct run *r = &sb->run;
 	run_init(r, req, opts);
 	r->for_zygote = true;
@@ -148,7 +149,7 @@ int moat_sandbox_prewarm(const struct moat_request *boot, const struct moat_run_
 int moat_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
 			 const struct moat_run_options *per, struct moat_error *err)
 {
-	if (moat_request_validate(req, err) < 0)
+	if (!req->prepared && moat_request_validate(req, err) < 0)
 		return -1;
 	struct sigpipe_guard g;
 	sigpipe_block(&g);

@@ -457,7 +457,7 @@ int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
 				      "--pool needs the runtime shims (--runtime DIR)");
 	struct serve_pool *p = calloc(1, sizeof *p);
 	if (!p)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->want = want;
@@ -477,7 +477,7 @@ int serve_pool_start(struct serve_pool **out, unsigned want, bool zygote,
 		if (!b || !(p->ready[i] = calloc(want ? want : 1, sizeof *p->ready[i])) ||
 		    !(b->code = boot_code(i))) {
 			serve_pool_stop(p);
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 		}
 		b->code_len = strlen(b->code);
 		b->language = i == POOL_TS ? MOAT_LANG_JAVASCRIPT : pool_lang[i];
