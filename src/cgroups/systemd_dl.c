@@ -26,12 +26,11 @@ static const struct moat_dl_sym syms[] = {
 
 static void load(void)
 {
-	const char *lacks;
-	if (!moat_dl_open("libsystemd.so.0", syms, sizeof syms / sizeof syms[0], &moat_sdbus_fns,
-			  sizeof moat_sdbus_fns, &lacks))
-		once.error = lacks ? "libsystemd.so.0 lacks a function moat needs (sd-bus of "
-				     "systemd 237 or later)"
-				   : "libsystemd.so.0 cannot be loaded (Debian package libsystemd0)";
+	moat_dl_load(&once, "libsystemd.so.0", syms, sizeof syms / sizeof syms[0], &moat_sdbus_fns,
+		     sizeof moat_sdbus_fns,
+		     "libsystemd.so.0 cannot be loaded (Debian package libsystemd0)",
+		     "libsystemd.so.0 lacks a function moat needs (sd-bus of "
+		     "systemd 237 or later)");
 }
 
 int moat_sdbus_load(const char **why)

@@ -34,6 +34,16 @@ void *moat_dl_open(const char *soname, const struct moat_dl_sym *syms, size_t n,
 	return h;
 }
 
+void *moat_dl_load(struct moat_dl_once *o, const char *soname, const struct moat_dl_sym *syms,
+		   size_t n, void *fns, size_t size, const char *cannot_open, const char *lacks)
+{
+	const char *missing;
+	void *h = moat_dl_open(soname, syms, n, fns, size, &missing);
+	if (!h)
+		o->error = missing ? lacks : cannot_open;
+	return h;
+}
+
 int moat_dl_once(struct moat_dl_once *o, void (*load)(void), const char **why)
 {
 	pthread_once(&o->once, load);

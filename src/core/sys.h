@@ -37,6 +37,10 @@ struct moat_dl_once {
 };
 #define MOAT_DL_ONCE_INIT { PTHREAD_ONCE_INIT, NULL }
 int moat_dl_once(struct moat_dl_once *o, void (*load)(void), const char **why);
+/* A load's usual body: moat_dl_open, and o->error = cannot_open or lacks
+ * when it fails. The handle, or NULL. */
+void *moat_dl_load(struct moat_dl_once *o, const char *soname, const struct moat_dl_sym *syms,
+		   size_t n, void *fns, size_t size, const char *cannot_open, const char *lacks);
 
 /* Closes *fd if open (>= 0) and sets it to -1. */
 void moat_close_fd(int *fd);

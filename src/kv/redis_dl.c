@@ -18,12 +18,11 @@ static const struct moat_dl_sym syms[] = {
 
 static void load(void)
 {
-	const char *lacks;
-	if (!moat_dl_open("libhiredis.so.0.14", syms, sizeof syms / sizeof syms[0], &moat_redis_fns,
-			  sizeof moat_redis_fns, &lacks))
-		once.error = lacks ? "libhiredis.so.0.14 lacks a function moat needs (Debian package "
-				     "libhiredis0.14)"
-				   : "libhiredis.so.0.14 cannot be loaded (Debian package libhiredis0.14)";
+	moat_dl_load(&once, "libhiredis.so.0.14", syms, sizeof syms / sizeof syms[0], &moat_redis_fns,
+		     sizeof moat_redis_fns,
+		     "libhiredis.so.0.14 cannot be loaded (Debian package libhiredis0.14)",
+		     "libhiredis.so.0.14 lacks a function moat needs (Debian package "
+		     "libhiredis0.14)");
 }
 
 int moat_redis_load(const char **why)

@@ -19,12 +19,11 @@ static const struct moat_dl_sym syms[] = {
 
 static void load(void)
 {
-	const char *lacks;
-	if (!moat_dl_open("libmicrohttpd.so.12", syms, sizeof syms / sizeof syms[0], &moat_mhd_fns,
-			  sizeof moat_mhd_fns, &lacks))
-		once.error = lacks ? "libmicrohttpd lacks a function moat needs (version 0.9.75 or "
-				     "later is required)"
-				   : "libmicrohttpd.so.12 cannot be loaded (Debian package libmicrohttpd12)";
+	moat_dl_load(&once, "libmicrohttpd.so.12", syms, sizeof syms / sizeof syms[0], &moat_mhd_fns,
+		     sizeof moat_mhd_fns,
+		     "libmicrohttpd.so.12 cannot be loaded (Debian package libmicrohttpd12)",
+		     "libmicrohttpd lacks a function moat needs (version 0.9.75 or "
+		     "later is required)");
 }
 
 int moat_mhd_load(const char **why)
