@@ -9,6 +9,9 @@ log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
 
+echo "== the layer table of docs/ARCHITECTURE.md held in the code (tools/layers.sh)"
+bash tools/layers.sh "$BUILD" 2>&1 | tee -a "$log" || status=1
+
 echo "== unit tests (AddressSanitizer + UBSan)"
 "$BUILD/test-unit" 2>&1 | tee -a "$log" || status=1
 echo "== libmoat from 8 threads at once (ThreadSanitizer; root mode and uid 65534)"
@@ -95,8 +98,8 @@ ip=$(sed -n 's/^check-install: \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) 
 set -- $ip
 total=$((total + $1 + $2 + $3)); bad=$((bad + $2))
 # tests/deploy: "check-manifests: N passed, M failed, S skipped" and
-# "check-k8s: N passed, M failed, S skipped"
-kp=$(sed -n 's/^check-\(manifests\|k8s\): \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\2 \3 \4/p' "$log" |
+# "check-k8s: N passed, M failed, S skipped"; tools/layers.sh: "check-layers: ..."
+kp=$(sed -n 's/^check-\(manifests\|k8s\|layers\): \([0-9]*\) passed, \([0-9]*\) failed, \([0-9]*\) skipped$/\2 \3 \4/p' "$log" |
 	awk '{p+=$1; f+=$2; s+=$3} END {print p+0, f+0, s+0}')
 set -- $kp
 total=$((total + $1 + $2)); bad=$((bad + $2)); skipped=$((skipped + $3))
