@@ -74,7 +74,7 @@ UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
 INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
-.PHONY: all deps seccomp-evidence check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
+.PHONY: all deps layers seccomp-evidence check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat $(BUILD)/moat-zygote.so
@@ -197,6 +197,11 @@ check-unit: $(BUILD)/test-unit
 
 check-integration: $(BUILD)/moat $(BUILD)/test-integration
 	MOAT_BIN=$(CURDIR)/$(BUILD)/moat $(BUILD)/test-integration
+
+# The layer table of docs/ARCHITECTURE.md (tools/layers.txt) held against the
+# includes and, over the built objects, the calls (tools/layers.sh).
+layers: $(LIB_OBJS) $(CLI_OBJS)
+	@bash tools/layers.sh $(BUILD)
 
 check: $(BUILD)/moat $(BUILD)/test-unit $(BUILD)/test-threads $(BUILD)/test-integration \
        $(BUILD)/test-landlock $(BUILD)/oci-seccomp

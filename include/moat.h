@@ -60,6 +60,8 @@ struct moat_error {
 int moat_error_set(struct moat_error *err, enum moat_error_type type,
 		   int sys_errno, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* The out-of-memory error (SandboxUnavailableError, ENOMEM); returns -1. */
+int moat_error_oom(struct moat_error *err);
 void moat_error_clear(struct moat_error *err);
 /* "SandboxConfigError", "SandboxPolicyError", "SandboxUnavailableError". */
 const char *moat_error_type_name(enum moat_error_type type);
@@ -159,6 +161,12 @@ struct moat_request {
 	char *sandbox_id;
 	size_t sandbox_id_len;
 	bool kv_enabled;
+	/* Set by the request pipeline (moat_request_prepare/_finish,
+	 * moat_admin.h) once the request passed every module's rules: moat_run,
+	 * the phases and the providers then trust it instead of validating it
+	 * again. A request built or changed in code leaves it false (and is
+	 * validated where it runs). */
+	bool prepared;
 };
 
 /* A request with defaults and no code; free with moat_request_free. */

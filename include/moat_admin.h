@@ -43,6 +43,55 @@ void moat_config_apply(const struct moat_config *cfg, struct moat_request *req, 
 /* Which of the MOAT_REQ_HAS_* keys a (valid) JSON request names. */
 unsigned moat_config_request_keys(const char *json, size_t len);
 
+/* ---- the request pipeline ----------------------------------------------------
+ * One path for every request (moat exec, moat run, /v1/run, the Spin
+ * routes): parse, fill what the request leaves out (the config, or a
+ * service's limits), then validate once with every module's rules
+ * (moat_request_validate). The result is marked prepared. */
+struct moat_request_defaults {
+	const struct moat_config *cfg; /* moat_config_apply; NULL: none */
+	/* then this, if set (moat serve's limits: defaults and maxima): given
+	 * is the MOAT_REQ_HAS_* keys the caller named; 0, or -1 with *err */
+	int (*fill)(void *ctx, struct moat_request *req, unsigned given,
+		    struct moat_error *err);
+	void *ctx;
+	/* an "allowedHosts"/"allowedCidrs" entry the network refuses is the
+	 * caller's input error (SandboxConfigError), not a policy refusal:
+	 * the Spin envelope's rule */
+	bool entry_refusal_is_config;
+};
+/* JSON text (header_id: an X-Sandbox-Id header's id, or NULL; it stands in
+ * for a missing "sandboxId", and a different one is a SandboxConfigError)
+ * → a prepared request in *out. d may be NULL: nothing to fill. */
+int moat_request_prepare(const char *json, size_t len, const char *header_id,
+			 const struct moat_request_defaults *d, struct moat_request **out,
+			 struct moat_error *err);
+/* The same for a request built otherwise (moat run's flags, a Spin
+ * envelope): fill with d (given: MOAT_REQ_HAS_* the caller named), then
+ * validate once. */
+int moat_request_finish(struct moat_request *req, unsigned given,
+			const struct moat_request_defaults *d, struct moat_error *err);
+
+/* ---- streamed results (moat exec --stream; docs/SERVE.md, "Streaming") -------
+ * One JSON object a line: {"type":"stdout"|"stderr","data":...} as the
+ * program writes (base64 with "encoding":"base64" when not UTF-8, at most
+ * 64 KiB of its bytes a line), then one {"type":"result",...}. */
+struct moat_lines;
+struct moat_lines *moat_lines_new(void); /* NULL when out of memory */
+void moat_lines_free(struct moat_lines *l);
+/* Appends the lines for len bytes of stream (a UTF-8 sequence cut at the
+ * end is carried to that stream's next call). */
+void moat_lines_output(struct moat_lines *l, enum moat_stream stream, const char *buf, size_t len);
+/* The bytes still carried, as base64 lines (before the result line). */
+void moat_lines_flush(struct moat_lines *l);
+/* The bytes waiting to be written (*data), and their count. */
+size_t moat_lines_pending(const struct moat_lines *l, const char **data);
+/* n of the waiting bytes were written. */
+void moat_lines_consume(struct moat_lines *l, size_t n);
+/* The result line (res's stdout and stderr were streamed: left out),
+ * '\n'-terminated; malloc'd, NULL when out of memory. */
+char *moat_lines_result(const struct moat_result *res);
+
 /* ---- providers ---------------------------------------------------------------
  * native (moat_run), docker, e2b, daytona, none: one interface. */
 

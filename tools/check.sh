@@ -33,6 +33,9 @@ stage() {
 	echo "-- $((SECONDS - t0)) s: $title"
 }
 
+stage "the layer table of docs/ARCHITECTURE.md held in the code (tools/layers.sh)" \
+	bash tools/layers.sh "$BUILD"
+
 # The Spin toolbox root (rootfs/build-rootfs.sh --profile spin; .ci/run builds
 # it): every module imported inside a sandbox, as root and as uid 65534.
 # shellcheck disable=SC2317  # called through stage

@@ -422,7 +422,7 @@ static int warn(struct moat_result *res, struct moat_error *err, const char *f, 
 	int rc = s ? moat_result_warn(res, "%s", s) : -1;
 	free(s);
 	if (rc < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	return 0;
 }
 
@@ -493,7 +493,7 @@ static void maybe_delegate(struct probe *p, bool want_limit)
 	free(dwhy);
 }
 
-int moat_cgroup_delegate(char **note)
+int moat_cgroup_delegate_now(char **note)
 {
 	*note = NULL;
 	struct probe p;
@@ -526,7 +526,7 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 	res->limit_memory = res->limit_pids = res->limit_cpu = "none";
 	struct moat_cgroup *cg = calloc(1, sizeof *cg);
 	if (!cg)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	cg->v2_fd = -1;
 	bool want[L__COUNT] = { req->memory_mb > 0, req->pids_limit > 0, req->cpus > 0 };
 	char *why[L__COUNT] = { NULL, NULL, NULL }; /* why a limit has no cgroup */
@@ -584,7 +584,7 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 			cg->sweep[i] = strdup(p.v1_parent[i]);
 			cg->v1_leaf[i] = moat_cg_path(p.v1_parent[i], name);
 			if (!cg->v1_leaf[i]) {
-				rc = moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				rc = moat_error_oom(err);
 				goto fail;
 			}
 		}
@@ -762,7 +762,7 @@ int moat_cgroup_attach(struct moat_cgroup *cg, pid_t pid, struct moat_result *re
 		if (cg->v1_memsw && write_u64(mem, "memory.memsw.limit_in_bytes", cg->v1_mem) < 0 &&
 		    moat_result_warn(res, "memoryMb does not limit swap: cannot set "
 				     "memory.memsw.limit_in_bytes: %s", strerror(errno)) < 0)
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 	}
 	/* v1 charges socket buffers to a counter of their own, only once it
 	 * has a limit: memoryMb again (the sandbox's sockets are then put
@@ -973,34 +973,6 @@ void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res)
 
 /* ---- moat doctor --------------------------------------------------------- */
 
-int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_error *err)
-{
-	*out = NULL;
-	*group_kill = false;
-	struct moat_request *req = moat_request_new();
-	struct moat_result *res = moat_result_new();
-	if (!req || !res) {
-		moat_request_free(req);
-		moat_result_free(res);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-	}
-	/* a run asking for every limit */
-	req->memory_mb = 256;
-	req->pids_limit = 64;
-	req->cpus = 1;
-	struct moat_cgroup *cg = NULL;
-	int rc = moat_cgroup_prepare(req, res, &cg, err);
-	moat_request_free(req);
-	if (rc < 0) {
-		moat_result_free(res);
-		return -1;
-	}
-	*group_kill = moat_cgroup_clone_fd(cg) >= 0;
-	moat_cgroup_finish(cg, NULL);
-	*out = res;
-	return 0;
-}
-
 /* doctor's line on delegation from systemd, changing nothing */
 static void describe_systemd(FILE *out, const struct probe *p)
 {
@@ -1032,7 +1004,7 @@ static void describe_systemd(FILE *out, const struct probe *p)
 	free(unit);
 }
 
-int moat_cgroup_describe(FILE *out)
+int moat_cgroup_print_where(FILE *out)
 {
 	struct probe p;
 	probe_host(&p);

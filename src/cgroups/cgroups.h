@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
-#include "moat_admin.h" /* moat_cgroup_describe, moat_limits_probe */
+#include "moat.h"
 
 struct moat_cgroup;
 
@@ -88,8 +88,12 @@ int64_t moat_cgroup_memory_now(const struct moat_cgroup *cg);
 bool moat_cgroup_memory_is_v2(const struct moat_cgroup *cg);
 int moat_cgroup_memory_stall(const struct moat_cgroup *cg, int64_t *limit_hits,
 			     int64_t *full_us);
-/* moat doctor (moat_admin.h): moat_cgroup_describe says where cgroup v2
- * is and which parent moat would use, changing nothing; moat_limits_probe
- * finds what a run really gets by a trial prepare/finish. */
+/* moat doctor and moat serve (src/admin/, moat_admin.h's
+ * moat_cgroup_describe and moat_cgroup_delegate): print_where says where
+ * cgroup v2 is and which parent moat would use, changing nothing;
+ * delegate_now does now, once, what the first run asking for a limit would
+ * do about delegation (note: malloc'd, or NULL when nothing was needed). */
+int moat_cgroup_print_where(FILE *out);
+int moat_cgroup_delegate_now(char **note);
 
 #endif

@@ -19,7 +19,7 @@ int cli_read_file(const char *path, size_t max, char **out, size_t *len, struct 
 	char *buf = malloc(cap + 1);
 	int rc = -1;
 	if (!buf) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	for (;;) {
@@ -31,7 +31,7 @@ int cli_read_file(const char *path, size_t max, char **out, size_t *len, struct 
 			}
 			char *nb = realloc(buf, cap * 2 + 1);
 			if (!nb) {
-				moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				moat_error_oom(err);
 				goto out;
 			}
 			buf = nb;

@@ -13,7 +13,6 @@
 #include <cJSON.h>
 
 #include "cli/cli.h"
-#include "core/ndjson.h"
 
 #define MAX_INPUT_BYTES (256u * 1024u * 1024u)
 #define MAX_STDIN_BYTES (64u * 1024u * 1024u)
@@ -184,9 +183,7 @@ static void stream_out(void *ctx, enum moat_stream stream, const char *buf, size
 #define LINES_WRITE (64u * 1024u)
 
 struct stream_lines {
-	struct moat_ndjson nj;
-	struct moat_buf buf; /* lines not yet written: data[off..len) */
-	size_t off;
+	struct moat_lines *lines; /* the lines not yet written */
 	pthread_mutex_t mu;
 	pthread_cond_t cv;
 	bool done, broken;
@@ -227,17 +224,18 @@ static void *lines_writer(void *arg)
 	char *chunk = malloc(LINES_WRITE);
 	pthread_mutex_lock(&sl->mu);
 	for (;;) {
-		while (sl->buf.len == sl->off && !sl->done)
+		const char *data;
+		while (moat_lines_pending(sl->lines, &data) == 0 && !sl->done)
 			pthread_cond_wait(&sl->cv, &sl->mu);
-		if (sl->buf.len == sl->off)
+		size_t n = moat_lines_pending(sl->lines, &data);
+		if (n == 0)
 			break;
-		size_t n = sl->buf.len - sl->off;
 		if (n > LINES_WRITE)
 			n = LINES_WRITE;
 		bool send = chunk && !sl->broken;
 		if (send)
-			memcpy(chunk, sl->buf.data + sl->off, n);
-		sl->off += n;
+			memcpy(chunk, data, n);
+		moat_lines_consume(sl->lines, n);
 		pthread_mutex_unlock(&sl->mu);
 		bool gone = send ? !lines_write(chunk, n) : !chunk;
 		pthread_mutex_lock(&sl->mu);
@@ -257,12 +255,7 @@ static void stream_lines_out(void *ctx, enum moat_stream stream, const char *buf
 	struct stream_lines *sl = ctx;
 	pthread_mutex_lock(&sl->mu);
 	if (!sl->broken) {
-		if (sl->off) { /* what was written goes */
-			memmove(sl->buf.data, sl->buf.data + sl->off, sl->buf.len - sl->off);
-			sl->buf.len -= sl->off;
-			sl->off = 0;
-		}
-		moat_ndjson_output(&sl->nj, &sl->buf, stream, buf, len);
+		moat_lines_output(sl->lines, stream, buf, len);
 		pthread_cond_signal(&sl->cv);
 	}
 	pthread_mutex_unlock(&sl->mu);
@@ -272,7 +265,8 @@ static bool stream_lines_full(void *ctx)
 {
 	struct stream_lines *sl = ctx;
 	pthread_mutex_lock(&sl->mu);
-	bool full = !sl->broken && sl->buf.len - sl->off >= LINES_WINDOW;
+	const char *data;
+	bool full = !sl->broken && moat_lines_pending(sl->lines, &data) >= LINES_WINDOW;
 	pthread_mutex_unlock(&sl->mu);
 	return full;
 }
@@ -281,6 +275,8 @@ static bool stream_lines_full(void *ctx)
 static int lines_start(struct stream_lines *sl, struct moat_run_options *opts,
 		       struct moat_error *err)
 {
+	if (!(sl->lines = moat_lines_new()))
+		return moat_error_oom(err);
 	pthread_mutex_init(&sl->mu, NULL);
 	pthread_cond_init(&sl->cv, NULL);
 	sl->resume_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -389,31 +385,51 @@ enum {
 	OPT_OUTPUT, OPT_STREAM,
 };
 
-/* Loads the config, fills what the request did not set, checks the provider
- * name and runs the request with it. */
-static int run_with_provider(struct moat_request *req, unsigned given, const char *provider,
-			     const char *config_path, const struct moat_run_options *opts,
-			     const char **used, struct moat_result **res, struct moat_error *err)
+/* The provider (--provider, else the config's) and the config: *used names
+ * the provider for the error's JSON, *cfg is the config (free it). */
+static int load_config(const char *provider, const char *config_path, const char **used,
+		       struct moat_config **cfg, struct moat_error *err)
 {
-	struct moat_config *cfg = NULL;
+	*cfg = NULL;
 	*used = provider ? provider : "native";
 	if (provider && !moat_provider_name(provider))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "--provider: unknown provider \"%s\" (native, docker, e2b, "
 				      "daytona, none)", provider);
-	if (moat_config_load(config_path, &cfg, err) < 0)
+	if (moat_config_load(config_path, cfg, err) < 0)
 		return -1;
 	if (!provider)
-		*used = moat_provider_name(moat_config_provider(cfg));
-	moat_config_apply(cfg, req, given);
-	if (req->kv_enabled && !opts->runtime_dir && *used && !strcmp(*used, "native")) {
-		moat_config_free(cfg);
+		*used = moat_provider_name(moat_config_provider(*cfg));
+	return 0;
+}
+
+/* Runs a prepared request (moat_request_prepare/_finish, with cfg's
+ * defaults) with the provider used. */
+static int run_prepared(const struct moat_request *req, const struct moat_config *cfg,
+			const char *used, const struct moat_run_options *opts,
+			struct moat_result **res, struct moat_error *err)
+{
+	if (req->kv_enabled && !opts->runtime_dir && used && !strcmp(used, "native"))
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
 				      "kvEnabled needs the runtime shims (--runtime DIR, "
 				      "$MOAT_RUNTIME_DIR, or ../share/moat/runtime next to moat)");
-	}
 	struct moat_provider_options po = { .cfg = cfg, .run = opts };
-	int rc = moat_provider_run(*used, req, &po, res, err);
+	return moat_provider_run(used, req, &po, res, err);
+}
+
+/* moat run: the request its flags built, through the request pipeline with
+ * the config's defaults, then run. */
+static int run_with_provider(struct moat_request *req, unsigned given, const char *provider,
+			     const char *config_path, const struct moat_run_options *opts,
+			     const char **used, struct moat_result **res, struct moat_error *err)
+{
+	struct moat_config *cfg = NULL;
+	if (load_config(provider, config_path, used, &cfg, err) < 0)
+		return -1;
+	struct moat_request_defaults d = { .cfg = cfg };
+	int rc = moat_request_finish(req, given, &d, err);
+	if (rc == 0)
+		rc = run_prepared(req, cfg, *used, opts, res, err);
 	moat_config_free(cfg);
 	return rc;
 }
@@ -534,7 +550,7 @@ int cli_run(int argc, char **argv)
 			if (!value || add_kv(&req->env, &req->env_count, optarg,
 					     (size_t)(eq - optarg), value, strlen(value)) < 0) {
 				free(value);
-				moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				moat_error_oom(&err);
 				goto fail;
 			}
 			break;
@@ -552,7 +568,7 @@ int cli_run(int argc, char **argv)
 			if (add_kv(&req->files, &req->files_count, optarg, (size_t)(eq - optarg), data,
 				   len) < 0) {
 				free(data);
-				moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				moat_error_oom(&err);
 				goto fail;
 			}
 			break;
@@ -590,7 +606,7 @@ int cli_run(int argc, char **argv)
 			break;
 		case OPT_OUTPUT:
 			if (add_output(req, optarg) < 0) {
-				moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				moat_error_oom(&err);
 				goto fail;
 			}
 			break;
@@ -618,7 +634,7 @@ int cli_run(int argc, char **argv)
 			goto fail;
 		}
 		if (set_command(req, argv + optind, (size_t)(argc - optind)) < 0) {
-			moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			moat_error_oom(&err);
 			goto fail;
 		}
 	}
@@ -639,7 +655,7 @@ int cli_run(int argc, char **argv)
 		req->code = strdup(code_arg);
 		req->code_len = strlen(code_arg);
 		if (!req->code) {
-			moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			moat_error_oom(&err);
 			goto fail;
 		}
 	} else {
@@ -659,7 +675,7 @@ int cli_run(int argc, char **argv)
 	if (stdin_path && cli_read_file(stdin_path, MAX_STDIN_BYTES, &req->stdin_data,
 					&req->stdin_len, &err) < 0)
 		goto fail;
-	/* validated by moat_provider_run, after the config filled its defaults */
+	/* validated by the request pipeline, after the config filled its defaults */
 	if (!json) {
 		opts.on_output = stream_out;
 	}
@@ -760,11 +776,20 @@ int cli_exec(int argc, char **argv)
 	struct moat_result *res = NULL;
 	if (cli_read_file("-", MAX_INPUT_BYTES, &input, &len, &err) < 0)
 		goto fail;
-	int rc = moat_request_parse_json(input, len, &req, &err);
-	unsigned given = rc == 0 ? moat_config_request_keys(input, len) : 0;
-	free(input);
-	if (rc < 0)
+	/* the config first: the request pipeline fills what the request leaves
+	 * out from it, then validates once */
+	struct moat_config *cfg = NULL;
+	if (load_config(provider, config_path, &used, &cfg, &err) < 0) {
+		free(input);
 		goto fail;
+	}
+	struct moat_request_defaults d = { .cfg = cfg };
+	int rc = moat_request_prepare(input, len, NULL, &d, &req, &err);
+	free(input);
+	if (rc < 0) {
+		moat_config_free(cfg);
+		goto fail;
+	}
 	/* the store's API comes from the runtime shims (docs/KV.md); a Spin-style
 	 * request (a sandboxId) gets them without kvEnabled too, so that opening
 	 * the store says why it is not there */
@@ -775,15 +800,18 @@ int cli_exec(int argc, char **argv)
 			moat_error_set(&err, MOAT_ERR_CONFIG, 0, "--runtime %s: not a directory",
 				       runtime);
 			moat_request_free(req);
+			moat_config_free(cfg);
 			goto fail;
 		}
-		opts.runtime_dir = rt; /* none found: run_with_provider says so */
+		opts.runtime_dir = rt; /* none found: run_prepared says so */
 	}
 	if (stream && lines_start(&sl, &opts, &err) < 0) {
 		moat_request_free(req);
+		moat_config_free(cfg);
 		goto fail;
 	}
-	rc = run_with_provider(req, given, provider, config_path, &opts, &used, &res, &err);
+	rc = run_prepared(req, cfg, used, &opts, &res, &err);
+	moat_config_free(cfg);
 	moat_request_free(req);
 	free(rt);
 	rt = NULL;
@@ -795,12 +823,13 @@ int cli_exec(int argc, char **argv)
 		stream_lines_out(&sl, MOAT_STDOUT, res->stdout_buf, res->stdout_len);
 		stream_lines_out(&sl, MOAT_STDERR, res->stderr_buf, res->stderr_len);
 		pthread_mutex_lock(&sl.mu);
-		moat_ndjson_flush(&sl.nj, &sl.buf);
+		moat_lines_flush(sl.lines);
 		pthread_mutex_unlock(&sl.mu);
 		lines_stop(&sl);
-		moat_buf_free(&sl.buf);
+		moat_lines_free(sl.lines);
+		sl.lines = NULL;
 		res->stdout_len = res->stderr_len = 0;
-		char *line = moat_ndjson_result(res);
+		char *line = moat_lines_result(res);
 		moat_result_free(res);
 		if (!line) {
 			fputs("moat: out of memory\n", stderr);
@@ -816,7 +845,7 @@ int cli_exec(int argc, char **argv)
 fail:;
 	free(rt);
 	lines_stop(&sl);
-	moat_buf_free(&sl.buf);
+	moat_lines_free(sl.lines);
 	char *json = moat_error_to_json(&err, moat_provider_name(used) ? used : "native");
 	int status = moat_error_exit_code(err.type);
 	if (json) {

@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "moat_admin.h"
 #include "core/config.h"
 #include "core/core.h"
 
@@ -107,7 +108,7 @@ static int get_str(const cJSON *item, const char *source, char **out, struct moa
 			return key_error(err, source, item->string, "must not contain control characters");
 	char *p = strdup(item->valuestring);
 	if (!p)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	free(*out);
 	*out = p;
 	return 0;
@@ -176,14 +177,14 @@ static int get_images(struct moat_config *cfg, const cJSON *item, const char *so
 						 "in \"images\" names a language twice");
 		struct moat_kv *n = realloc(cfg->images, (cfg->images_count + 1) * sizeof *n);
 		if (!n)
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 		cfg->images = n;
 		n[cfg->images_count].key = strdup(canon);
 		n[cfg->images_count].value = strdup(c->valuestring);
 		n[cfg->images_count].value_len = strlen(c->valuestring);
 		cfg->images_count++;
 		if (!n[cfg->images_count - 1].key || !n[cfg->images_count - 1].value)
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 	}
 	return 0;
 }
@@ -261,9 +262,9 @@ static int fill(struct moat_config *cfg, const cJSON *obj, const char *source,
 			/* moat serve's limits: checked by the service (serve/limits.c) */
 			free(cfg->serve_json);
 			if (!(cfg->serve_json = cJSON_PrintUnformatted(it)))
-				return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				return moat_error_oom(err);
 		} else if (warn(cfg, source, k, "is not a moat setting; ignored") < 0) {
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 		}
 		if (rc < 0)
 			return -1;
@@ -306,7 +307,7 @@ int moat_config_parse(const char *buf, size_t len, bool aistack, const char *sou
 	int rc = -1;
 	struct moat_config *cfg = moat_config_new();
 	if (!cfg || !(cfg->source = strdup(source))) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	cfg->from_aistack = aistack;
@@ -319,7 +320,7 @@ int moat_config_parse(const char *buf, size_t len, bool aistack, const char *sou
 		/* aistack: nothing said about sandboxing means "none" (refuse). */
 		free(cfg->provider);
 		if (!(cfg->provider = strdup("none"))) {
-			moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			moat_error_oom(err);
 			goto out;
 		}
 		obj = cJSON_GetObjectItemCaseSensitive(root, "sandbox");
@@ -391,7 +392,7 @@ static int load_file(const char *path, bool optional, struct moat_config **out,
 		}
 	}
 	if (b.oom) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	const char *base = strrchr(path, '/');
@@ -429,7 +430,7 @@ int moat_config_load(const char *explicit_path, struct moat_config **out, struct
 	}
 	free(home_cfg);
 	if (!(*out = moat_config_new()))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	return 0;
 }
 

@@ -22,7 +22,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "moat_admin.h" /* the public part: load, free, apply, request keys */
+#include "moat.h" /* the public part (load, free, apply, request keys): moat_admin.h */
 
 #define MOAT_AISTACK_TIMEOUT_MS 30000u
 #define MOAT_AISTACK_MEMORY_MB 512u

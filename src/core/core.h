@@ -23,6 +23,20 @@ int moat_request_parse(const char *buf, size_t len, struct moat_request **out,
  * JSON is a SandboxConfigError. */
 int moat_request_parse_id(const char *buf, size_t len, const char *header_id,
 			  struct moat_request **out, struct moat_error *err);
+/* The one rule for a sandbox id ("sandboxId", X-Sandbox-Id, the store's
+ * scope, DELETE /v1/kv/<id>): 1 to MOAT_MAX_SANDBOX_ID bytes of UTF-8
+ * without NUL. */
+bool moat_sandbox_id_valid(const char *id, size_t len);
+/* An X-Sandbox-Id header's id (NULL: none) against the id the body or path
+ * names (NULL: none; where says which, for the message): 0 when either is
+ * missing or both are the same bytes, else -1 with a SandboxConfigError. */
+int moat_sandbox_id_agree(const char *header_id, const char *id, size_t id_len,
+			  const char *where, struct moat_error *err);
+/* The same without moat_request_check: the request pipeline's first step
+ * (moat_request_prepare, src/admin/request.c), which validates once, after
+ * the defaults are filled in. */
+int moat_request_decode(const char *buf, size_t len, const char *header_id,
+			struct moat_request **out, struct moat_error *err);
 
 /* The checks a JSON text gets before cJSON parses it: no raw NUL byte, no
  * nesting deeper than the request parser allows (-1, SandboxConfigError);

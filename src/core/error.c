@@ -1,5 +1,6 @@
 /* Errors: a type, an errno and a formatted message; the caller decides how to
  * print them (JSON for `exec`, one line for `run`). */
+#include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,11 @@ int moat_error_set(struct moat_error *err, enum moat_error_type type,
 	err->type = type;
 	err->sys_errno = sys_errno;
 	return -1;
+}
+
+int moat_error_oom(struct moat_error *err)
+{
+	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
 }
 
 int moat_error_wrap(struct moat_error *err, const char *prefix, const char *suffix)

@@ -97,11 +97,6 @@ static int named_error(struct moat_error *err, enum moat_error_type type, const 
 	return -1;
 }
 
-static int oom_error(struct moat_error *err)
-{
-	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-}
-
 /* ---- semantic rules ---- */
 
 static int cmp_env(const void *pa, const void *pb)
@@ -174,7 +169,7 @@ static int check_env(const struct moat_request *req, struct moat_error *err)
 	}
 	const struct moat_kv **sorted = sort_kvs(req->env, req->env_count, cmp_env);
 	if (!sorted)
-		return oom_error(err);
+		return moat_error_oom(err);
 	int rc = 0;
 	for (size_t i = 1; i < req->env_count && rc == 0; i++)
 		if (strcmp(sorted[i - 1]->key, sorted[i]->key) == 0)
@@ -250,7 +245,7 @@ static int check_files(const struct moat_request *req, struct moat_error *err)
 	 * duplicates and file/directory conflicts are adjacent. */
 	const struct moat_kv **sorted = sort_kvs(req->files, req->files_count, cmp_path);
 	if (!sorted)
-		return oom_error(err);
+		return moat_error_oom(err);
 	int rc = 0;
 	for (size_t i = 1; i < req->files_count && rc == 0; i++) {
 		const char *a = sorted[i - 1]->key, *b = sorted[i]->key;
@@ -384,9 +379,7 @@ int moat_request_check(const struct moat_request *req, struct moat_error *err)
 	if (req->max_output_bytes == 0 || req->max_output_bytes > MAX_OUTPUT_BYTES)
 		return range_error_u64(err, "maxOutputBytes", 1, MAX_OUTPUT_BYTES,
 				       req->max_output_bytes);
-	if (req->sandbox_id &&
-	    (req->sandbox_id_len < 1 || req->sandbox_id_len > MOAT_MAX_SANDBOX_ID ||
-	     !moat_utf8_text(req->sandbox_id, req->sandbox_id_len)))
+	if (req->sandbox_id && !moat_sandbox_id_valid(req->sandbox_id, req->sandbox_id_len))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "\"sandboxId\" must be 1 to %u bytes of UTF-8 without NUL "
 				      "(it has %zu bytes)", MOAT_MAX_SANDBOX_ID, req->sandbox_id_len);
@@ -538,7 +531,7 @@ static int get_string(const cJSON *item, const char *key, char **out, size_t *ou
 	size_t len = strlen(item->valuestring); /* no NUL inside: see prescan */
 	char *p = dup_bytes(item->valuestring, len);
 	if (!p)
-		return oom_error(err);
+		return moat_error_oom(err);
 	free(*out);
 	*out = p;
 	*out_len = len;
@@ -592,7 +585,7 @@ static int get_kvs(const cJSON *item, const char *key, size_t max_count, const c
 		return 0;
 	struct moat_kv *kv = calloc(n, sizeof *kv);
 	if (!kv)
-		return oom_error(err);
+		return moat_error_oom(err);
 	*out = kv;
 	for (const cJSON *c = item->child; c; c = c->next) {
 		const char *name = c->string ? c->string : "";
@@ -612,7 +605,7 @@ static int get_kvs(const cJSON *item, const char *key, size_t max_count, const c
 		e->value = dup_bytes(c->valuestring, e->value_len);
 		(*out_count)++;
 		if (!e->key || !e->value)
-			return oom_error(err);
+			return moat_error_oom(err);
 	}
 	return 0;
 }
@@ -632,7 +625,7 @@ static int get_strs(const cJSON *item, const char *key, char ***out, size_t *out
 				      key, n, MOAT_MAX_LIST_ENTRIES);
 	char **v = calloc(n + 1, sizeof *v);
 	if (!v)
-		return oom_error(err);
+		return moat_error_oom(err);
 	free_strs(*out, *out_count);
 	*out = v;
 	*out_count = 0;
@@ -644,7 +637,7 @@ static int get_strs(const cJSON *item, const char *key, char ***out, size_t *out
 					      json_type_name(c));
 		v[i] = dup_bytes(c->valuestring, strlen(c->valuestring));
 		if (!v[i])
-			return oom_error(err);
+			return moat_error_oom(err);
 		(*out_count)++;
 	}
 	return 0;
@@ -667,7 +660,7 @@ static int get_argv(const cJSON *item, struct moat_request *req, struct moat_err
 				      "too many \"argv\" entries: %zu (max %u)", n, MOAT_MAX_ARGC);
 	char **v = calloc(n + 1, sizeof *v);
 	if (!v)
-		return oom_error(err);
+		return moat_error_oom(err);
 	req->argv = v;
 	size_t i = 0;
 	for (const cJSON *c = item->child; c; c = c->next, i++) {
@@ -677,7 +670,7 @@ static int get_argv(const cJSON *item, struct moat_request *req, struct moat_err
 					      json_type_name(c));
 		/* no NUL inside: see prescan */
 		if (!(v[i] = dup_bytes(c->valuestring, strlen(c->valuestring))))
-			return oom_error(err);
+			return moat_error_oom(err);
 		req->argc++;
 	}
 	return 0;
@@ -699,7 +692,8 @@ static const char *const key_names[K__COUNT] = {
 	[K_ARGV] = "argv",
 };
 
-static int fill_request(const cJSON *root, const char *header_id, struct moat_request *req,
+static int fill_request(const cJSON *root, const char *header_id, bool check,
+			struct moat_request *req,
 			struct moat_error *err)
 {
 	bool seen[K__COUNT] = { false };
@@ -809,18 +803,15 @@ static int fill_request(const cJSON *root, const char *header_id, struct moat_re
 	/* "language" is optional and defaults to "python", as in the aistack
 	 * contract (moat_request_new set it). */
 	if (header_id && req->sandbox_id) {
-		if (strlen(header_id) != req->sandbox_id_len ||
-		    memcmp(header_id, req->sandbox_id, req->sandbox_id_len))
-			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-					      "the X-Sandbox-Id header and the request's "
-					      "\"sandboxId\" name different sandboxes (give the id "
-					      "once, or the same in both)");
+		if (moat_sandbox_id_agree(header_id, req->sandbox_id, req->sandbox_id_len,
+					  "the request's \"sandboxId\"", err) < 0)
+			return -1;
 	} else if (header_id) {
 		if (!(req->sandbox_id = strdup(header_id)))
-			return oom_error(err);
+			return moat_error_oom(err);
 		req->sandbox_id_len = strlen(header_id);
 	}
-	return moat_request_check(req, err);
+	return check ? moat_request_check(req, err) : 0;
 }
 
 int moat_request_parse(const char *buf, size_t len, struct moat_request **out,
@@ -829,8 +820,41 @@ int moat_request_parse(const char *buf, size_t len, struct moat_request **out,
 	return moat_request_parse_id(buf, len, NULL, out, err);
 }
 
+static int parse_request(const char *buf, size_t len, const char *header_id, bool check,
+			 struct moat_request **out, struct moat_error *err);
+
+bool moat_sandbox_id_valid(const char *id, size_t len)
+{
+	return id && len >= 1 && len <= MOAT_MAX_SANDBOX_ID && moat_utf8_text(id, len);
+}
+
+int moat_sandbox_id_agree(const char *header_id, const char *id, size_t id_len,
+			  const char *where, struct moat_error *err)
+{
+	if (!header_id || !id)
+		return 0;
+	if (strlen(header_id) == id_len && !memcmp(header_id, id, id_len))
+		return 0;
+	return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+			      "the X-Sandbox-Id header and %s name different sandboxes (give the "
+			      "id once, or the same in both)",
+			      where);
+}
+
 int moat_request_parse_id(const char *buf, size_t len, const char *header_id,
 			  struct moat_request **out, struct moat_error *err)
+{
+	return parse_request(buf, len, header_id, true, out, err);
+}
+
+int moat_request_decode(const char *buf, size_t len, const char *header_id,
+			struct moat_request **out, struct moat_error *err)
+{
+	return parse_request(buf, len, header_id, false, out, err);
+}
+
+static int parse_request(const char *buf, size_t len, const char *header_id, bool check,
+			 struct moat_request **out, struct moat_error *err)
 {
 	if (!out)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "no output for the request");
@@ -852,7 +876,7 @@ int moat_request_parse_id(const char *buf, size_t len, const char *header_id,
 	 * past the end, and the length so that it stops there. */
 	char *copy = dup_bytes(buf, len);
 	if (!copy)
-		return oom_error(err);
+		return moat_error_oom(err);
 	const char *end = NULL;
 	cJSON *root = cJSON_ParseWithLengthOpts(copy, len, &end, 0);
 	size_t off = end && end >= copy ? (size_t)(end - copy) : 0;
@@ -890,10 +914,10 @@ int moat_request_parse_id(const char *buf, size_t len, const char *header_id,
 	}
 	req = moat_request_new();
 	if (!req) {
-		oom_error(err);
+		moat_error_oom(err);
 		goto out;
 	}
-	if (fill_request(root, header_id, req, err) < 0)
+	if (fill_request(root, header_id, check, req, err) < 0)
 		goto out;
 	*out = req;
 	req = NULL;

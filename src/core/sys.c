@@ -16,6 +16,22 @@
 
 #include "core/sys.h"
 
+void moat_close_fd(int *fd)
+{
+	if (*fd >= 0)
+		close(*fd);
+	*fd = -1;
+}
+
+void moat_strv_free(char **v)
+{
+	if (!v)
+		return;
+	for (char **p = v; *p; p++)
+		free(*p);
+	free(v);
+}
+
 int64_t moat_mono_ms(void)
 {
 	struct timespec ts;

@@ -18,6 +18,35 @@
 #include <sys/types.h>
 
 /* CLOCK_MONOTONIC in milliseconds / nanoseconds. Child-safe. */
+/* ---- libraries loaded with dlopen (core/dl.c) ---- */
+/* One function of a table: its symbol and its field's offset. */
+struct moat_dl_sym {
+	const char *name;
+	size_t off;
+};
+/* Opens soname and fills the table fns (size bytes) from syms, all or
+ * nothing: the handle, or NULL (*lacks: the function it opened without,
+ * or NULL when it did not open). */
+void *moat_dl_open(const char *soname, const struct moat_dl_sym *syms, size_t n, void *fns,
+		   size_t size, const char **lacks);
+/* A library's first use: load runs once (it sets error when the library
+ * cannot be used); 0, or -1 with *why = error. */
+struct moat_dl_once {
+	pthread_once_t once;
+	const char *error;
+};
+#define MOAT_DL_ONCE_INIT { PTHREAD_ONCE_INIT, NULL }
+int moat_dl_once(struct moat_dl_once *o, void (*load)(void), const char **why);
+/* A load's usual body: moat_dl_open, and o->error = cannot_open or lacks
+ * when it fails. The handle, or NULL. */
+void *moat_dl_load(struct moat_dl_once *o, const char *soname, const struct moat_dl_sym *syms,
+		   size_t n, void *fns, size_t size, const char *cannot_open, const char *lacks);
+
+/* Closes *fd if open (>= 0) and sets it to -1. */
+void moat_close_fd(int *fd);
+/* Frees a NULL-terminated array of malloc'd strings and the array (v may
+ * be NULL). */
+void moat_strv_free(char **v);
 int64_t moat_mono_ms(void);
 uint64_t moat_mono_ns(void);
 

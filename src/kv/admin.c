@@ -27,7 +27,7 @@ int moat_kv_probe(const char *spec, char **desc, struct moat_error *err)
 		return -1;
 	*desc = strdup(moat_kv_backend_name(st));
 	moat_kv_close(st);
-	return *desc ? 0 : moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	return *desc ? 0 : moat_error_oom(err);
 }
 
 /* "export": every key with its value, text as "value", other bytes as
@@ -121,7 +121,7 @@ int moat_kv_admin(const char *spec, const char *op, const char *id, size_t id_le
 	moat_kv_close(st);
 	if (b.oom) {
 		moat_buf_free(&b);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	*out_len = b.len;
 	*out = moat_buf_take(&b);

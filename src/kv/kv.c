@@ -75,7 +75,7 @@ bad:
 
 bool moat_kv_id_valid(const char *id, size_t len)
 {
-	return len >= 1 && len <= MOAT_KV_MAX_ID && moat_utf8_text(id, len);
+	return moat_sandbox_id_valid(id, len);
 }
 
 bool moat_kv_key_valid(const char *key, size_t len)
@@ -137,7 +137,7 @@ char *moat_kv_default_path(struct moat_error *err)
 		return NULL;
 	}
 	if (rc < 0) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		return NULL;
 	}
 	if (moat_mkdirs(dir) < 0) {
@@ -149,7 +149,7 @@ char *moat_kv_default_path(struct moat_error *err)
 	char *path = moat_format("%s/kv.sqlite3", dir);
 	free(dir);
 	if (!path)
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 	return path;
 }
 
@@ -223,7 +223,7 @@ bad:
 		       "--kv \"%s\": expected redis://HOST[:PORT][/DB][?password-file=FILE]", spec);
 	goto out;
 oom:
-	moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	moat_error_oom(err);
 out:
 	if (password) {
 		explicit_bzero(password, strlen(password));
@@ -240,7 +240,7 @@ int moat_kv_open(const char *spec, struct moat_kv_store **out, struct moat_error
 	char *def = NULL;
 	int rc;
 	if (!st)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	if (spec && !strncmp(spec, "redis://", 8)) {
 		st->be = &kv_redis_backend;
 		rc = open_redis(spec, &st->h, err);

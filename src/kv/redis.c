@@ -289,7 +289,7 @@ int kv_redis_open(const char *host, unsigned port, unsigned db, const char *pass
 	if (!r || !(r->where = moat_format(strchr(host, ':') ? "[%s]:%u/%u" : "%s:%u/%u", host,
 					  port, db))) {
 		free(r);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	int fd = tcp_connect(host, port, r->where, err);
 	if (fd < 0) {
@@ -299,7 +299,7 @@ int kv_redis_open(const char *host, unsigned port, unsigned db, const char *pass
 	if (!(r->c = redisConnectFd(fd))) {
 		close(fd);
 		r_close(r);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	struct timeval tv = { .tv_sec = COMMAND_S };
 	if (redisSetTimeout(r->c, tv) != REDIS_OK) {

@@ -2,11 +2,11 @@
  * synchronous=FULL, every write one transaction committed before it
  * returns. libsqlite3 is loaded with dlopen the first time a store is
  * opened, so a run without kvEnabled does not map it. */
-#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <sqlite3.h>
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -17,7 +17,7 @@
 
 /* ---- libsqlite3 through dlopen ---- */
 
-static struct {
+static struct sq_fns {
 	int (*open_v2)(const char *, sqlite3 **, int, const char *);
 	int (*close_v2)(sqlite3 *);
 	const char *(*errmsg)(sqlite3 *);
@@ -37,32 +37,21 @@ static struct {
 	int (*changes)(sqlite3 *);
 } sq;
 
-static pthread_once_t sq_once = PTHREAD_ONCE_INIT;
-static const char *sq_error;
+static struct moat_dl_once sq_once = MOAT_DL_ONCE_INIT;
+
+static const struct moat_dl_sym sq_syms[] = {
+#define S(f) { "sqlite3_" #f, offsetof(struct sq_fns, f) }
+	S(open_v2), S(close_v2), S(errmsg), S(exec), S(prepare_v2), S(bind_blob),
+	S(bind_int64), S(step), S(reset), S(clear_bindings), S(column_blob),
+	S(column_bytes), S(column_int64), S(finalize), S(busy_timeout), S(changes),
+#undef S
+};
 
 static void sq_load(void)
 {
-	void *h = dlopen("libsqlite3.so.0", RTLD_NOW | RTLD_LOCAL);
-	if (!h) {
-		sq_error = "libsqlite3.so.0 cannot be loaded (Debian package libsqlite3-0)";
-		return;
-	}
-	static const struct { const char *name; void **slot; } syms[] = {
-#define S(f) { "sqlite3_" #f, (void **)&sq.f }
-		S(open_v2), S(close_v2), S(errmsg), S(exec), S(prepare_v2), S(bind_blob),
-		S(bind_int64), S(step), S(reset), S(clear_bindings), S(column_blob),
-		S(column_bytes), S(column_int64), S(finalize), S(busy_timeout), S(changes),
-#undef S
-	};
-	for (size_t i = 0; i < sizeof syms / sizeof syms[0]; i++) {
-		void *p = dlsym(h, syms[i].name);
-		if (!p) {
-			sq_error = "libsqlite3 lacks a function moat needs (3.24 or later is required)";
-			dlclose(h);
-			return;
-		}
-		*syms[i].slot = p;
-	}
+	moat_dl_load(&sq_once, "libsqlite3.so.0", sq_syms, sizeof sq_syms / sizeof sq_syms[0], &sq,
+		     sizeof sq, "libsqlite3.so.0 cannot be loaded (Debian package libsqlite3-0)",
+		     "libsqlite3 lacks a function moat needs (3.24 or later is required)");
 }
 
 /* ---- the store ---- */
@@ -133,9 +122,9 @@ static int check_file(const char *path, struct moat_error *err)
 
 int kv_sqlite_open(const char *path, void **h, struct moat_error *err)
 {
-	pthread_once(&sq_once, sq_load);
-	if (sq_error)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "key-value store: %s", sq_error);
+	const char *why;
+	if (moat_dl_once(&sq_once, sq_load, &why) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "key-value store: %s", why);
 	if (path[0] != '/')
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "key-value store \"%s\": the path must be absolute", path);
@@ -144,7 +133,7 @@ int kv_sqlite_open(const char *path, void **h, struct moat_error *err)
 	struct sqlite_store *s = calloc(1, sizeof *s);
 	if (!s || !(s->path = strdup(path))) {
 		free(s);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	/* NOMUTEX: one store per run, used by one thread */
 	int rc = sq.open_v2(path, &s->db,

@@ -299,7 +299,7 @@ int moat_allow_parse_entry(const char *s, struct moat_allow_entry *out, struct m
 	}
 	out->host = strdup(h.text);
 	if (!out->host)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	return 0;
 }
 
@@ -364,7 +364,7 @@ int moat_allowlist_build(const struct moat_request *req, struct moat_allowlist *
 	out->cidrs = calloc(m ? m : 1, sizeof *out->cidrs);
 	if (!out->entries || !out->cidrs) {
 		moat_allowlist_free(out);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	for (size_t i = 0; i < n; i++) {
 		if (moat_allow_parse_entry(req->allowed_hosts[i], &out->entries[i], err) < 0) {

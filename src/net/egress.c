@@ -895,7 +895,7 @@ int moat_egress_new(struct moat_allowlist *al, struct moat_netlog *log, int sock
 	struct moat_egress *e = calloc(1, sizeof *e);
 	if (!e) {
 		close(sock_fd);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	pthread_mutex_init(&e->mu, NULL);
 	pthread_condattr_t ca;

@@ -78,7 +78,7 @@ int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 		return -1;
 	struct moat_net *net = calloc(1, sizeof *net);
 	if (!net)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	net->eg_child = net->eg_sup = net->px_child = net->px_sup = -1;
 	net->mode = req->network ? NET_EGRESS : req->has_allowed_hosts ? NET_ALLOWLIST : NET_NONE;
 	static const uint8_t lo4[4] = { 127, 0, 0, 1 };
@@ -96,7 +96,7 @@ int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 		return 0;
 	}
 	if (!(net->log = moat_netlog_new())) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto fail;
 	}
 	if (pair(&net->eg_child, &net->eg_sup, err) < 0)
@@ -112,7 +112,7 @@ int moat_net_prepare(const struct moat_request *req, struct moat_net **out,
 		moat_buf_free(&b);
 		net->cidr_count = req->allowed_cidrs_count;
 		if (!net->cidrs_json) {
-			moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			moat_error_oom(err);
 			goto fail;
 		}
 	}
@@ -546,50 +546,3 @@ void moat_net_finish(struct moat_net *net, struct moat_result *res)
 	free(net);
 }
 
-/* ---- moat doctor ---- */
-
-int moat_net_probe(struct moat_error *err)
-{
-	struct moat_request *req = moat_request_new();
-	if (!req)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
-	req->network = true;
-	struct moat_net *net = NULL;
-	int rc = moat_net_prepare(req, &net, err);
-	moat_request_free(req);
-	if (rc < 0)
-		return -1;
-	int p[2];
-	if (pipe2(p, O_CLOEXEC) < 0) {
-		moat_net_finish(net, NULL);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "pipe: %s", strerror(errno));
-	}
-	pid_t pid = fork();
-	if (pid == 0) {
-		int out[2] = { 0, 0 };
-		int step = 0;
-		if (unshare(CLONE_NEWUSER | CLONE_NEWNET) < 0)
-			out[0] = -1, out[1] = errno;
-		else if (moat_net_child_sysctls(&step) < 0 || moat_net_child_setup(net, &step) < 0)
-			out[0] = -step, out[1] = errno;
-		_exit(write(p[1], out, sizeof out) == sizeof out ? 0 : 1);
-	}
-	close(p[1]);
-	int got[2] = { -1, EIO };
-	ssize_t n = pid < 0 ? -1 : read(p[0], got, sizeof got);
-	int saved = errno;
-	close(p[0]);
-	if (pid > 0)
-		while (waitpid(pid, NULL, 0) < 0 && errno == EINTR)
-			;
-	moat_net_finish(net, NULL);
-	if (pid < 0 || n != (ssize_t)sizeof got)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, saved, "cannot run the probe");
-	if (got[0] == -1)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, got[1],
-				      "cannot create a user and network namespace: %s",
-				      strerror(got[1]));
-	if (got[0] < 0)
-		return moat_net_setup_error(-got[0], got[1], err);
-	return 0;
-}

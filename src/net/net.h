@@ -78,10 +78,6 @@ int moat_net_child_setup(const struct moat_net *net, int *step);
 /* The SandboxUnavailableError for a child_setup failure at step with
  * errnum; names what is missing and the fix. Returns -1. */
 int moat_net_setup_error(int step, int errnum, struct moat_error *err);
-/* For `moat doctor`: the egress setup of a run (lo, routes, nftables,
- * sockets) done for real in a throwaway user and network namespace. 0, or
- * -1 with the SandboxUnavailableError a run would get. */
-int moat_net_probe(struct moat_error *err);
 /* Supervisor: after clone, before release. */
 int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err);
 /* Supervisor: after the child was released. caps: shared with other runs

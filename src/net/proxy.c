@@ -947,7 +947,7 @@ int moat_proxy_new(struct moat_allowlist *al, struct moat_netlog *log, int sock_
 	struct moat_proxy *p = calloc(1, sizeof *p);
 	if (!p) {
 		close(sock_fd);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	p->refs = 1;
 	p->sock_fd = sock_fd;

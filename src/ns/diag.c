@@ -148,7 +148,7 @@ static bool host_root(void)
 	return initial;
 }
 
-void moat_apparmor_probe(struct moat_apparmor *aa)
+void moat_ns_apparmor_probe(struct moat_ns_apparmor *aa)
 {
 	memset(aa, 0, sizeof *aa);
 	aa->profile_loaded = -1;
@@ -196,7 +196,7 @@ void moat_apparmor_probe(struct moat_apparmor *aa)
 	}
 }
 
-char *moat_apparmor_fix(const struct moat_apparmor *aa)
+char *moat_ns_apparmor_fix(const struct moat_ns_apparmor *aa)
 {
 	if (!aa->enabled || aa->restrict_userns != 1 || aa->as_root || aa->covered)
 		return NULL;
@@ -231,17 +231,17 @@ char *moat_apparmor_fix(const struct moat_apparmor *aa)
 	return rc < 0 ? NULL : s;
 }
 
-char *moat_userns_diagnose(void)
+char *moat_ns_userns_diagnose(void)
 {
 	char *s = NULL;
 	int rc = 0;
 	if (read_long("/proc/sys/kernel/apparmor_restrict_unprivileged_userns") == 1 &&
 	    !host_root()) {
-		struct moat_apparmor *aa = malloc(sizeof *aa);
+		struct moat_ns_apparmor *aa = malloc(sizeof *aa);
 		char *fix = NULL;
 		if (aa) {
-			moat_apparmor_probe(aa);
-			fix = moat_apparmor_fix(aa);
+			moat_ns_apparmor_probe(aa);
+			fix = moat_ns_apparmor_fix(aa);
 		}
 		if (fix || !aa)
 			rc = asprintf(&s, "AppArmor restricts unprivileged user namespaces "
@@ -320,7 +320,7 @@ int moat_proc_overmounts_parse(const char *text, char **out)
 	return 0;
 }
 
-char *moat_proc_diagnose(void)
+char *moat_ns_proc_diagnose(void)
 {
 	size_t len = 0;
 	char *text = read_all("/proc/self/mountinfo", 16u << 20, &len);

@@ -11,7 +11,6 @@
 #include <stdint.h>
 #include <sys/types.h>
 #include "core/core.h"
-#include "moat_admin.h" /* moat_userns_diagnose */
 
 #define MOAT_SANDBOX_DIR "/sandbox"
 /* where moat_run_options.runtime_dir appears inside (read-only) */
@@ -134,20 +133,45 @@ int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op);
 int moat_idmap_write(pid_t pid, bool as_root, uid_t host_uid, gid_t host_gid,
 		     struct moat_error *err);
 
-/* moat_userns_diagnose (moat_admin.h): why user namespaces are unavailable
- * here, with the fix; the runner adds it to clone3 and id-map errors. */
+/* Why user namespaces are unavailable here, with the fix, or NULL when no
+ * known restriction is found (malloc'd); the runner adds it to clone3 and
+ * id-map errors, moat doctor prints it (moat_userns_diagnose, src/admin/). */
+char *moat_ns_userns_diagnose(void);
 
 /* The mount points strictly under /proc in a /proc/self/mountinfo text,
  * binfmt_misc aside ("/proc/sys, /proc/kcore"), in *out (malloc'd; NULL
  * when there is none). 0, or -1 when out of memory. */
 int moat_proc_overmounts_parse(const char *text, char **out);
-/* moat_proc_diagnose (moat_admin.h): the runner adds it to a failed proc
- * mount. */
+/* Why a sandbox could not mount its own /proc here (mounts over parts of
+ * it), with the fix, or NULL (malloc'd); the runner adds it to a failed
+ * proc mount (moat_proc_diagnose, src/admin/). */
+char *moat_ns_proc_diagnose(void);
 
 /* /proc/self/uid_map text is the initial user namespace's ("0 0 4294967295"). */
 bool moat_uid_map_is_initial(const char *text);
 
-/* AppArmor, pure parsers behind moat_apparmor_probe (moat_admin.h). */
+/* AppArmor's user-namespace restriction and moat's profile: the fields of
+ * moat_admin.h's struct moat_apparmor (src/admin/ copies them), which the
+ * walls' headers do not see. */
+struct moat_ns_apparmor {
+	bool enabled;
+	int restrict_userns;
+	bool as_root;
+	char label[256];
+	bool covered;
+	int profile_loaded;
+	bool etc_profile;
+	bool exe_attached;
+	char exe[4096];
+	char profile_src[4096];
+};
+/* Fills *aa from /proc, /sys and the filesystem; changes nothing. */
+void moat_ns_apparmor_probe(struct moat_ns_apparmor *aa);
+/* What to run so that this binary may create user namespaces (malloc'd),
+ * or NULL when nothing stands in the way. */
+char *moat_ns_apparmor_fix(const struct moat_ns_apparmor *aa);
+
+/* AppArmor, pure parsers behind moat_ns_apparmor_probe. */
 /* The text of /proc/self/attr/current ("moat (unconfined)\n", "unconfined\n")
  * split into the label's profile part and its mode ("" when none). 0, or -1
  * when the text holds no label or a part does not fit. */

@@ -129,7 +129,7 @@ static int add_runtime_bind(struct moat_mount_plan *p, const char *src, bool pre
 				      "the runtime directory %s is not a directory", src);
 	char *dst = join(p->base, MOAT_RUNTIME_MOUNT);
 	if (!dst)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	int rc = 0;
 	if (!prepared && add_mkdirs(p, MOAT_RUNTIME_MOUNT, true) < 0)
 		rc = -1;
@@ -149,7 +149,7 @@ static int add_runtime_bind(struct moat_mount_plan *p, const char *src, bool pre
 	}
 	free(dst);
 	if (rc < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	return 0;
 }
 
@@ -212,7 +212,7 @@ static int add_ro_bind(struct moat_mount_plan *p, const char *src, bool optional
 	int link = add_usr_symlink(p, src);
 	if (link != 0)
 		return link > 0 ? 0
-				: moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				: moat_error_oom(err);
 	struct stat st;
 	if (stat(src, &st) < 0) {
 		if (optional && (errno == ENOENT || errno == ENOTDIR))
@@ -241,7 +241,7 @@ static int add_ro_bind(struct moat_mount_plan *p, const char *src, bool optional
 out:
 	free(dst);
 	if (rc < 0)
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 	return rc;
 }
 
@@ -249,13 +249,13 @@ static int add_usr_link(struct moat_mount_plan *p, const char *name, struct moat
 {
 	char *host = join("", name);
 	if (!host)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	if (host[0] != '/') {
 		char *h2 = join("/", name);
 		free(host);
 		host = h2;
 		if (!host)
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 	}
 	struct stat st;
 	int rc = 0;
@@ -271,7 +271,7 @@ static int add_usr_link(struct moat_mount_plan *p, const char *name, struct moat
 			target[n] = '\0';
 			char *dst = join(p->base, host);
 			if (!dst || !add_op(p, MOAT_OP_SYMLINK, target, dst))
-				rc = moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				rc = moat_error_oom(err);
 			free(dst);
 		}
 	} else if (S_ISDIR(st.st_mode)) {
@@ -302,7 +302,7 @@ static int add_generated(struct moat_mount_plan *p, const char *path, const char
 		op = add_op(p, MOAT_OP_WRITE, NULL, dst);
 	free(dst);
 	if (!op)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	op->data = text;
 	op->data_len = strlen(text);
 	op->mode = 0644;
@@ -336,7 +336,7 @@ static int run_plan_text(struct moat_mount_plan *p, const char *text, struct moa
 		size_t len = end ? (size_t)(end - line) : strlen(line);
 		char *copy = strndup(line, len);
 		if (!copy)
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 		char *hash = strchr(copy, '#');
 		if (hash)
 			*hash = '\0';
@@ -580,7 +580,7 @@ static int check_rootfs_dir(const char *dir, struct moat_error *err)
 	for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
 		char *path = join(dir, need[i]);
 		if (!path)
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 		int ok = lstat(path, &st) == 0 && S_ISDIR(st.st_mode);
 		free(path);
 		if (!ok)
@@ -708,7 +708,7 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 		return build_on_own_tree(in, out, err);
 	struct moat_mount_plan *p = calloc(1, sizeof *p);
 	if (!p)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	const char *base = pick_base();
 	if (!base) {
 		free(p);

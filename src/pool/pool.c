@@ -474,7 +474,7 @@ int pool_start(struct pool **out, const struct pool_config *cfg, struct moat_err
 				      "--pool needs the runtime shims (--runtime DIR)");
 	struct pool *p = calloc(1, sizeof *p);
 	if (!p)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	pthread_mutex_init(&p->mu, NULL);
 	pthread_cond_init(&p->cv, NULL);
 	p->want = want;
@@ -495,7 +495,7 @@ int pool_start(struct pool **out, const struct pool_config *cfg, struct moat_err
 		if (!b || !(p->ready[i] = calloc(want ? want : 1, sizeof *p->ready[i])) ||
 		    !(b->code = boot_code(i))) {
 			pool_stop(p);
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 		}
 		b->code_len = strlen(b->code);
 		b->language = i == POOL_TS ? MOAT_LANG_JAVASCRIPT : pool_lang[i];

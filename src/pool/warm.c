@@ -195,7 +195,7 @@ int pool_deliver(struct moat_sandbox *sb, const struct moat_request *boot,
 	size_t len = 0;
 	char *frame = pool_frame(req, &len);
 	if (!frame)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	return run_sandbox_deliver(sb, req, per, frame, len, err);
 }
 
@@ -204,7 +204,7 @@ int pool_create_adopted(const struct moat_request *req, const struct moat_run_op
 			struct moat_sandbox **out, struct moat_error *err)
 {
 	*out = NULL;
-	if (moat_request_validate(req, err) < 0)
+	if (!req->prepared && moat_request_validate(req, err) < 0)
 		return -1;
 	const char *why = pool_refusal(req, req);
 	if (why)
@@ -215,6 +215,6 @@ int pool_create_adopted(const struct moat_request *req, const struct moat_run_op
 	size_t len = 0;
 	char *frame = NULL;
 	if (start == RUN_ADOPT_START && !(frame = pool_frame(req, &len)))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	return run_sandbox_create_adopted(req, opts, frame, len, make_pid1, ctx, start, out, err);
 }

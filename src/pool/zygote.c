@@ -42,7 +42,7 @@ struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 	struct moat_error err = { 0 };
 	struct moat_zygote *z = calloc(1, sizeof *z);
 	if (!z) {
-		moat_error_set(&err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(&err);
 		goto fail;
 	}
 	if (moat_request_parse_json(request_json, len, &z->req, &err) < 0)

@@ -125,7 +125,7 @@ int pool_zygote_new(struct pool_zygote **out, const struct moat_run_options *opt
 				      "and the default seccomp policy (%s)", why);
 	struct pool_zygote *z = calloc(1, sizeof *z);
 	if (!z)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	pthread_mutex_init(&z->mu, NULL);
 	z->ctl = -1;
 	z->old_ctl = -1;
@@ -158,13 +158,13 @@ int pool_zygote_new(struct pool_zygote **out, const struct moat_run_options *opt
 		b->code = NULL;
 		free(so);
 		pool_zygote_free(z);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	b->code_len = strlen(b->code);
 	if (!(b->files = calloc(1, sizeof *b->files)) || !(b->files[0].key = strdup(ZYGOTE_SO))) {
 		free(so);
 		pool_zygote_free(z);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	b->files[0].value = so;
 	b->files[0].value_len = so_len;

@@ -12,7 +12,6 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "moat_admin.h"
 #include "priv/priv.h"
 
 #ifndef __NR_landlock_create_ruleset
@@ -62,11 +61,6 @@ int moat_landlock_abi(void)
 {
 	long abi = syscall(__NR_landlock_create_ruleset, NULL, 0, LL_CREATE_RULESET_VERSION);
 	return abi < 0 ? 0 : (int)abi;
-}
-
-int moat_landlock_version(void)
-{
-	return moat_landlock_abi();
 }
 
 static uint64_t handled_fs(int abi)

@@ -1,55 +1,48 @@
 /* Loads libcurl on first use (see curl_dl.h). */
 #include <dlfcn.h>
-#include <pthread.h>
 #include <stddef.h>
 #include <stdio.h>
 
+#include "core/sys.h"
 #include "providers/curl_dl.h"
 
 struct moat_curl_fns moat_curl_fns;
 
 /* Written once, under once; read-only afterwards. */
-static pthread_once_t once = PTHREAD_ONCE_INIT;
-static const char *load_error;
-static char version_error[160];
+static struct moat_dl_once once = MOAT_DL_ONCE_INIT;
+static char version_error[160]; /* or the function it lacks */
 
 /* 7.85.0: CURLOPT_PROTOCOLS_STR and CURLOPT_REDIR_PROTOCOLS_STR, which moat
  * sets to restrict requests to https. An older libcurl would refuse them;
  * moat refuses it first rather than ever run without the restriction. */
 #define CURL_MIN_VERSION 0x075500
 
-#define SYM(field, name)                                                   \
-	do {                                                               \
-		*(void **)&moat_curl_fns.field = dlsym(h, name);           \
-		if (!moat_curl_fns.field) {                                \
-			load_error = "the installed libcurl lacks " name;  \
-			return;                                            \
-		}                                                          \
-	} while (0)
+static const struct moat_dl_sym syms[] = {
+#define S(field, name) { name, offsetof(struct moat_curl_fns, field) }
+	S(global_init, "curl_global_init"), S(easy_init, "curl_easy_init"),
+	S(easy_setopt, "curl_easy_setopt"), S(easy_perform, "curl_easy_perform"),
+	S(easy_getinfo, "curl_easy_getinfo"), S(easy_cleanup, "curl_easy_cleanup"),
+	S(easy_reset, "curl_easy_reset"), S(easy_strerror, "curl_easy_strerror"),
+	S(easy_escape, "curl_easy_escape"), S(free, "curl_free"),
+	S(slist_append, "curl_slist_append"), S(slist_free_all, "curl_slist_free_all"),
+	S(url, "curl_url"), S(url_set, "curl_url_set"), S(url_get, "curl_url_get"),
+	S(url_cleanup, "curl_url_cleanup"),
+#undef S
+};
 
 static void load(void)
 {
-	void *h = dlopen("libcurl.so.4", RTLD_NOW | RTLD_LOCAL);
+	const char *lacks;
+	void *h = moat_dl_open("libcurl.so.4", syms, sizeof syms / sizeof syms[0], &moat_curl_fns,
+			       sizeof moat_curl_fns, &lacks);
 	if (!h) {
-		load_error = "libcurl is not installed (Debian package libcurl4)";
+		if (lacks)
+			snprintf(version_error, sizeof version_error,
+				 "the installed libcurl lacks %s", lacks);
+		once.error = lacks ? version_error
+				   : "libcurl is not installed (Debian package libcurl4)";
 		return;
 	}
-	SYM(global_init, "curl_global_init");
-	SYM(easy_init, "curl_easy_init");
-	SYM(easy_setopt, "curl_easy_setopt");
-	SYM(easy_perform, "curl_easy_perform");
-	SYM(easy_getinfo, "curl_easy_getinfo");
-	SYM(easy_cleanup, "curl_easy_cleanup");
-	SYM(easy_reset, "curl_easy_reset");
-	SYM(easy_strerror, "curl_easy_strerror");
-	SYM(easy_escape, "curl_easy_escape");
-	SYM(free, "curl_free");
-	SYM(slist_append, "curl_slist_append");
-	SYM(slist_free_all, "curl_slist_free_all");
-	SYM(url, "curl_url");
-	SYM(url_set, "curl_url_set");
-	SYM(url_get, "curl_url_get");
-	SYM(url_cleanup, "curl_url_cleanup");
 	curl_version_info_data *(*version_info)(CURLversion);
 	*(void **)&version_info = dlsym(h, "curl_version_info");
 	const curl_version_info_data *v = version_info ? version_info(CURLVERSION_NOW) : NULL;
@@ -58,19 +51,14 @@ static void load(void)
 			 "the installed libcurl (%s) is older than 7.85.0, which moat needs to "
 			 "restrict remote requests to https (CURLOPT_PROTOCOLS_STR)",
 			 v && v->version ? v->version : "unknown version");
-		load_error = version_error;
+		once.error = version_error;
 		return;
 	}
 	if (moat_curl_fns.global_init(CURL_GLOBAL_DEFAULT) != CURLE_OK)
-		load_error = "libcurl could not be initialised";
+		once.error = "libcurl could not be initialised";
 }
 
 int moat_curl_load(const char **why)
 {
-	pthread_once(&once, load);
-	if (load_error) {
-		*why = load_error;
-		return -1;
-	}
-	return 0;
+	return moat_dl_once(&once, load, why);
 }

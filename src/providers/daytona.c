@@ -67,7 +67,7 @@ static cJSON *json_request(struct dctx *d, const char *method, const char *path,
 {
 	char *text = body ? cJSON_PrintUnformatted(body) : NULL;
 	if (body && !text) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		return NULL;
 	}
 	const char *headers[] = { d->auth, "Accept: application/json",
@@ -125,7 +125,7 @@ static int create(struct dctx *d, const struct moat_request *req, char **id,
 	if (!cJSON_IsString(jid) || !id_ok(jid->valuestring)) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "daytona: the create response has no valid id");
 	} else if (!(*id = strdup(jid->valuestring))) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 	} else {
 		d->id = *id;
 		rc = 0;
@@ -135,7 +135,7 @@ static int create(struct dctx *d, const struct moat_request *req, char **id,
 			int64_t end = moat_mono_ms() + START_WAIT_MS;
 			rc = -1;
 			if (asprintf(&path, "/sandbox/%s", *id) < 0) {
-				moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				moat_error_oom(err);
 			} else {
 				while (moat_mono_ms() < end) {
 					struct moat_http_resp pr;
@@ -201,7 +201,7 @@ static int upload(struct dctx *d, const char *rel, const char *data, size_t len,
 	esc = full ? curl_easy_escape(d->h->curl, full, 0) : NULL;
 	if (b.oom || !esc || asprintf(&path, "/toolbox/%s/toolbox/files/upload?path=%s", d->id, esc) < 0 ||
 	    asprintf(&ctype, "Content-Type: multipart/form-data; boundary=%s", boundary) < 0) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	(void)base;
@@ -283,7 +283,7 @@ int moat_daytona_run(const struct moat_request *req, const struct moat_provider_
 	struct dctx d = { &h, NULL, NULL };
 	if (asprintf(&auth, "Authorization: Bearer %s", key) < 0) {
 		auth = NULL;
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	d.auth = auth;
@@ -294,7 +294,7 @@ int moat_daytona_run(const struct moat_request *req, const struct moat_provider_
 		goto del;
 	}
 	if (asprintf(&main_name, "main.%s", li->ext) < 0 || !(res = moat_result_new())) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto del;
 	}
 	if (upload(&d, main_name, req->code, req->code_len, err) < 0)
@@ -304,7 +304,7 @@ int moat_daytona_run(const struct moat_request *req, const struct moat_provider_
 			   req->files[i].value_len, err) < 0)
 			goto del;
 	if (asprintf(&path, "/toolbox/%s/toolbox/process/execute", id) < 0) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto del;
 	}
 	cJSON *b = cJSON_CreateObject();

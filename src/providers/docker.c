@@ -122,21 +122,12 @@ static void strv_addf(struct strv *s, const char *fmt, ...)
 	strv_add(s, p);
 }
 
-static void strv_free(char **v)
-{
-	if (!v)
-		return;
-	for (char **p = v; *p; p++)
-		free(*p);
-	free(v);
-}
-
 void moat_docker_cmd_free(struct moat_docker_cmd *cmd)
 {
 	if (!cmd)
 		return;
-	strv_free(cmd->argv);
-	strv_free(cmd->envp);
+	moat_strv_free(cmd->argv);
+	moat_strv_free(cmd->envp);
 	free(cmd->name);
 	memset(cmd, 0, sizeof *cmd);
 }
@@ -231,11 +222,11 @@ int moat_docker_build(const struct moat_request *req, const struct moat_config *
 		strv_addf(&e, "%s=%s", req->env[i].key, req->env[i].value ? req->env[i].value : "");
 	out->name = strdup(name);
 	if (a.oom || e.oom || !out->name) {
-		strv_free(a.v);
-		strv_free(e.v);
+		moat_strv_free(a.v);
+		moat_strv_free(e.v);
 		free(out->name);
 		out->name = NULL;
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	out->argv = a.v;
 	out->envp = e.v;
@@ -372,7 +363,7 @@ int moat_docker_run(const struct moat_request *req, const struct moat_provider_o
 	sigaddset(&stop_set, SIGPIPE);
 	bool masked = false;
 	if (!res) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	if (pipe2(in_p, O_CLOEXEC) < 0 || pipe2(out_p, O_CLOEXEC) < 0 || pipe2(err_p, O_CLOEXEC) < 0) {
@@ -406,7 +397,7 @@ int moat_docker_run(const struct moat_request *req, const struct moat_provider_o
 	bool killed = false, stopped = false;
 	char *chunk = malloc(65536);
 	if (!chunk) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	while (out_p[0] >= 0 || err_p[0] >= 0) {

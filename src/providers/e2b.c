@@ -139,7 +139,7 @@ static int create_sandbox(struct moat_http *api, const char *key_header, const c
 	char *text = cJSON_PrintUnformatted(body);
 	cJSON_Delete(body);
 	if (!text)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	const char *headers[] = { key_header, "Content-Type: application/json",
 				  "Accept: application/json", NULL };
 	struct moat_http_resp r;
@@ -171,7 +171,7 @@ static int create_sandbox(struct moat_http *api, const char *key_header, const c
 	if (cJSON_IsString(tok) && *tok->valuestring && !strpbrk(tok->valuestring, "\r\n"))
 		*token = strdup(tok->valuestring);
 	if (!*id) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	rc = 0;
@@ -237,7 +237,7 @@ int moat_e2b_run(const struct moat_request *req, const struct moat_provider_opti
 		return -1;
 	if (asprintf(&key_header, "X-API-Key: %s", key) < 0) {
 		key_header = NULL;
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	int64_t t0 = moat_mono_ms();
@@ -249,7 +249,7 @@ int moat_e2b_run(const struct moat_request *req, const struct moat_provider_opti
 	url = replace_id(cfg->e2b_sandbox_url ? cfg->e2b_sandbox_url : E2B_SANDBOX_URL, id);
 	if (!res || !url || asprintf(&id_header, "E2b-Sandbox-Id: %s", id) < 0 ||
 	    (token && asprintf(&tok_header, "X-Access-Token: %s", token) < 0)) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto del;
 	}
 	if (moat_http_open(&sbx, url, token ? token : key, "e2b", err) < 0)
@@ -263,7 +263,7 @@ int moat_e2b_run(const struct moat_request *req, const struct moat_provider_opti
 	body = cJSON_PrintUnformatted(jb);
 	cJSON_Delete(jb);
 	if (!body) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto del;
 	}
 	st.res = res;

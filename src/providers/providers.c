@@ -80,7 +80,7 @@ int moat_provider_run(const char *name, const struct moat_request *req,
 	if (!p)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "unknown provider (native, docker, e2b, daytona, none)");
-	if (moat_request_validate(req, err) < 0)
+	if (!req->prepared && moat_request_validate(req, err) < 0)
 		return -1;
 	/* the store lives in moat; another provider would run without it */
 	if (req->kv_enabled && p->run != native_run)
@@ -104,7 +104,7 @@ int moat_provider_run(const char *name, const struct moat_request *req,
 		if (moat_result_warn(*out, "%s", o->cfg->warnings[i]) < 0) {
 			moat_result_free(*out);
 			*out = NULL;
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 		}
 	return 0;
 }

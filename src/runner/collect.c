@@ -122,9 +122,9 @@ int run_setup_error(const struct run *r, const struct moat_report *rep, struct m
 	if (plan && rep->step == MOAT_STEP_MOUNT && rep->detail >= 0 &&
 	    (size_t)rep->detail < plan->count && plan->ops[rep->detail].kind == MOAT_OP_PROC &&
 	    rep->err == EPERM)
-		diag = moat_proc_diagnose();
+		diag = moat_ns_proc_diagnose();
 	if (!diag && (rep->err == EPERM || rep->err == EACCES))
-		diag = moat_userns_diagnose();
+		diag = moat_ns_userns_diagnose();
 	moat_error_set(err, MOAT_ERR_UNAVAILABLE, rep->err, "sandbox setup failed while %s: %s%s%s",
 		       what, strerror(rep->err), diag ? "; " : "", diag ? diag : "");
 	free(diag);

@@ -24,19 +24,10 @@ const char *const run_ts_flags[7] = { "--bundle", "--platform=node", "--format=e
 				      "--packages=external", "--log-level=error",
 				      "--outfile=" RUN_TS_OUTPUT, NULL };
 
-static void free_strv(char **v)
-{
-	if (!v)
-		return;
-	for (char **p = v; *p; p++)
-		free(*p);
-	free(v);
-}
-
 static void exec_free(struct moat_exec *e)
 {
-	free_strv(e->paths);
-	free_strv(e->argv);
+	moat_strv_free(e->paths);
+	moat_strv_free(e->argv);
 	e->paths = e->argv = NULL;
 }
 
@@ -49,7 +40,7 @@ static char **strv_new(const char *const *items, size_t n)
 	for (size_t i = 0; i < n; i++) {
 		v[i] = strdup(items[i]);
 		if (!v[i]) {
-			free_strv(v);
+			moat_strv_free(v);
 			return NULL;
 		}
 	}
@@ -216,7 +207,7 @@ static char **build_envp(const struct run *r, char *const *net_env)
 	return envp;
 fail:
 	envp[n] = NULL;
-	free_strv(envp);
+	moat_strv_free(envp);
 	return NULL;
 }
 
@@ -232,7 +223,7 @@ static int workdir_prepare(struct run *r, struct moat_error *err)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0, "the work directory is empty");
 	if (!(r->workdir = realpath(dir, NULL))) {
 		if (errno == ENOMEM)
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			return moat_error_oom(err);
 		return moat_error_set(err, MOAT_ERR_CONFIG, errno, "the work directory %s: %s", dir,
 				      strerror(errno));
 	}
@@ -316,7 +307,7 @@ static int kv_prepare(struct run *r, struct moat_error *err)
 		return -1;
 	if (!(r->broker = moat_kv_broker_new(r->kv, r->req->sandbox_id, r->req->sandbox_id_len,
 					     &r->kvq)))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	int sp[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
@@ -351,7 +342,7 @@ static int program_prepare(struct run *r, uint64_t tmpfs, struct moat_error *err
 {
 	if (lang_setup(r) < 0 || !(r->envp = build_envp(r, moat_net_env(r->net))) ||
 	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new(!r->opts.policy_path))))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	struct moat_plan_input pin = {
 		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = r->req,
 		.code_name = r->code_name, .resolv_conf = moat_net_resolv_conf(r->net),
@@ -368,7 +359,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 {
 	const struct moat_request *req = r->req;
 	if (!(r->res = moat_result_new()))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	moat_stamp("sup: run start");
 	uint64_t tmpfs = r->opts.tmpfs_bytes ? r->opts.tmpfs_bytes : MOAT_DEFAULT_TMPFS_BYTES;
 	if (moat_net_prepare(req, &r->net, err) < 0)
@@ -396,7 +387,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 	if (ll < 0)
 		return -1;
 	if (ll > 0 && moat_result_warn(r->res, "%s", MOAT_LANDLOCK_MISSING) < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	if (moat_cgroup_prepare(req, r->res, &r->cg, err) < 0)
 		return -1;
 	/* socket buffers: charged to memory.max on cgroup v2 only */
@@ -406,7 +397,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 			nofile = (unsigned long)r->priv.rlimits[i].value.rlim_max;
 	if (req->memory_mb && !moat_cgroup_charges_sockets(r->cg) &&
 	    moat_net_warn_uncharged(r->res, r->res->limit_memory, nofile) < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	struct moat_cgroup_rlimit rl[MOAT_CGROUP_MAX_RLIMITS];
 	for (size_t i = 0, n = moat_cgroup_rlimits(r->cg, rl); i < n; i++)
 		if (moat_priv_add_rlimit(&r->priv, rl[i].resource, (rlim_t)rl[i].value, err) < 0)
@@ -415,7 +406,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 	if (workdir_prepare(r, err) < 0)
 		return -1;
 	if (!(r->chunk = malloc(RUN_READ_CHUNK)))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	/* a zygote's child: the program, its environment and its mounts are
 	 * the template's (the request's code, files and env reach pid 2 in
 	 * its frame) */
@@ -427,13 +418,6 @@ int run_prepare(struct run *r, struct moat_error *err)
 	return 0;
 }
 
-static void close_fd(int *fd)
-{
-	if (*fd >= 0)
-		close(*fd);
-	*fd = -1;
-}
-
 void run_release(struct run *r)
 {
 	run_kill(r); /* a child still there: the run failed or was abandoned */
@@ -442,7 +426,7 @@ void run_release(struct run *r)
 		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
 		       &r->listener, &r->kv_fd, &r->kv_child, &r->thrash_fd };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
-		close_fd(fds[i]);
+		moat_close_fd(fds[i]);
 	moat_buf_free(&r->outs);
 	moat_kv_broker_free(r->broker);
 	free(r->pool_frame);
@@ -455,7 +439,7 @@ void run_release(struct run *r)
 	moat_seccomp_prog_free(r->seccomp);
 	exec_free(&r->program);
 	exec_free(&r->transpile);
-	free_strv(r->envp);
+	moat_strv_free(r->envp);
 	free(r->code_name);
 	free(r->workdir);
 	free(r->chunk);

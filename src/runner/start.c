@@ -43,18 +43,11 @@ void sigpipe_restore(struct sigpipe_guard *g)
 	g->set = false;
 }
 
-static void close_fd(int *fd)
-{
-	if (*fd >= 0)
-		close(*fd);
-	*fd = -1;
-}
-
 void run_kill(struct run *r)
 {
 	if (r->pid <= 0)
 		return;
-	close_fd(&r->sync_w); /* alone, this makes pid 1 exit at its next sync wait */
+	moat_close_fd(&r->sync_w); /* alone, this makes pid 1 exit at its next sync wait */
 	syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
 	run_wait_pid1(r, NULL);
 	r->pid = -1;
@@ -125,13 +118,13 @@ static pid_t do_clone3(int cgroup_fd, int *pidfd)
 /* The child's ends live on in the child only. */
 static void close_child_ends(struct run *r)
 {
-	close_fd(&r->sync_r);
-	close_fd(&r->report_w);
-	close_fd(&r->stdin_r);
-	close_fd(&r->stdout_w);
-	close_fd(&r->stderr_w);
-	close_fd(&r->outputs_w);
-	close_fd(&r->kv_child);
+	moat_close_fd(&r->sync_r);
+	moat_close_fd(&r->report_w);
+	moat_close_fd(&r->stdin_r);
+	moat_close_fd(&r->stdout_w);
+	moat_close_fd(&r->stderr_w);
+	moat_close_fd(&r->outputs_w);
+	moat_close_fd(&r->kv_child);
 }
 
 void run_child_spec(const struct run *r, struct moat_child *c)
@@ -160,7 +153,7 @@ static int clone_sandbox(struct run *r, struct moat_error *err)
 	r->pid = do_clone3(cgroup_fd, &r->pidfd);
 	if (r->pid < 0) {
 		int e = errno;
-		char *diag = moat_userns_diagnose();
+		char *diag = moat_ns_userns_diagnose();
 		/* clone3 also fails with EPERM/EACCES when the move into the
 		 * run's cgroup is refused (cgroup v2's common-ancestor rule; the
 		 * prepare step checks it, but the hierarchy may have changed) */
@@ -201,7 +194,7 @@ static int map_ids(struct run *r, struct moat_error *err)
 				    : getgid();
 	if (moat_idmap_write(r->pid, r->as_root, host_uid, host_gid, err) < 0 ||
 	    moat_net_attach(r->net, r->pid, err) < 0) {
-		char *diag = moat_userns_diagnose();
+		char *diag = moat_ns_userns_diagnose();
 		if (diag)
 			moat_error_wrap(err, NULL, diag);
 		free(diag);
@@ -321,7 +314,7 @@ static int start(struct run *r, struct moat_error *err)
 			       strerror(errno));
 		return child_report_wins(r, err);
 	}
-	close_fd(&r->sync_w);
+	moat_close_fd(&r->sync_w);
 	r->started = true;
 	/* no timer, no wall-clock kill: the run fails instead */
 	if (r->broker)

@@ -24,11 +24,12 @@ int moat_sandbox_create(const struct moat_request *req, const struct moat_run_op
 			struct moat_sandbox **out, struct moat_error *err)
 {
 	*out = NULL;
-	if (moat_request_validate(req, err) < 0)   /* 1. validate: nothing acquired yet */
+	/* 1. validate (a prepared request was): nothing acquired yet */
+	if (!req->prepared && moat_request_validate(req, err) < 0)
 		return -1;
 	struct moat_sandbox *sb = malloc(sizeof *sb);
 	if (!sb)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	run_init(&sb->run, req, opts);
 	if (run_prepare(&sb->run, err) < 0 ||      /* 2. prepare (prepare.c) */
 	    run_spawn(&sb->run, err) < 0) {        /* 3. clone3 ... cgroups joined (start.c) */
@@ -67,7 +68,7 @@ int run_sandbox_create_adopted(const struct moat_request *req, const struct moat
 	struct moat_sandbox *sb = malloc(sizeof *sb);
 	if (!sb) {
 		free(frame);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	struct run *r = &sb->run;
 	run_init(r, req, opts);
@@ -121,7 +122,7 @@ static int create_started(const struct moat_request *req, const struct moat_run_
 		return -1;
 	struct moat_sandbox *sb = malloc(sizeof *sb);
 	if (!sb)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	struct run *r = &sb->run;
 	run_init(r, req, opts);
 	r->origin = origin;
@@ -167,7 +168,7 @@ int run_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
 			const struct moat_run_options *per, char *frame, size_t frame_len,
 			struct moat_error *err)
 {
-	if (moat_request_validate(req, err) < 0) {
+	if (!req->prepared && moat_request_validate(req, err) < 0) {
 		free(frame);
 		return -1;
 	}

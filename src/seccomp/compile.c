@@ -167,7 +167,7 @@ static int export_bpf(scmp_filter_ctx ctx, struct moat_seccomp_prog *prog,
 	prog->insns = malloc(size);
 	if (!prog->insns) {
 		close(fd);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	size_t got = 0;
 	while (got < size) {
@@ -228,7 +228,7 @@ static int compile_locked(const struct sc_policy *p, const struct sc_compile_opt
 	struct moat_seccomp_prog *prog = calloc(1, sizeof *prog);
 	int rc = -1;
 	if (!prog) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	int arc = seccomp_attr_set(ctx, SCMP_FLTATR_ACT_BADARCH, SCMP_ACT_KILL_PROCESS);

@@ -113,26 +113,6 @@ int moat_seccomp_prepare_zygote(struct moat_seccomp_prog **out, struct moat_erro
 	return prepare(NULL, true, false, out, err);
 }
 
-int moat_seccomp_probe(char **cache_dir, bool *cached, struct moat_error *err)
-{
-	*cache_dir = NULL;
-	*cached = false;
-	struct moat_seccomp_prog *prog = NULL;
-	if (moat_seccomp_prepare(NULL, false, &prog, err) < 0)
-		return -1;
-	moat_seccomp_prog_free(prog);
-	prog = NULL;
-	/* a second prepare shows whether the first one could store it */
-	*cache_dir = moat_seccomp_cache_dir();
-	if (moat_seccomp_prepare(NULL, false, &prog, err) < 0) {
-		moat_error_clear(err); /* it compiled once: only the cache is in question */
-		return 0;
-	}
-	*cached = moat_seccomp_last_from_cache();
-	moat_seccomp_prog_free(prog);
-	return 0;
-}
-
 int moat_seccomp_install(const struct moat_seccomp_prog *prog, int *listener_fd)
 {
 	if (listener_fd)

@@ -70,8 +70,6 @@ int sc_policy_read(const char *path, char **buf, size_t *len, struct moat_error 
 /* How many distinct system calls an allowing rule that applies on this host
  * names (with or without conditions on the arguments). */
 size_t sc_policy_allowed_count(const struct sc_policy *p);
-/* policy check with notes written to `notes` (may be NULL). */
-int sc_policy_check(const char *path, FILE *notes, struct moat_error *err);
 
 /* ---- compiled program ---- */
 #define SC_MAX_INSNS 4096u /* BPF_MAXINSNS: 32 KiB of BPF */

@@ -42,7 +42,7 @@ int sc_notify_rewrite(struct moat_seccomp_prog *prog, struct moat_error *err)
 		return moat_error_set(err, MOAT_ERR_CONFIG, EINVAL, "seccomp: no program");
 	struct sock_filter *n = malloc(prog->len * sizeof *n);
 	if (!n)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	memcpy(n, prog->insns, prog->len * sizeof *n);
 	for (size_t i = 0; i < prog->len; i++) {
 		if (BPF_CLASS(n[i].code) != BPF_RET)

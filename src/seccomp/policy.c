@@ -1090,11 +1090,6 @@ int sc_policy_check(const char *path, FILE *notes, struct moat_error *err)
 	return rc < 0 ? prefix_error(err, path) : 0;
 }
 
-int moat_seccomp_policy_check(const char *path, struct moat_error *err)
-{
-	return sc_policy_check(path, stderr, err);
-}
-
 size_t sc_policy_allowed_count(const struct sc_policy *p)
 {
 	size_t n = 0;
@@ -1118,7 +1113,7 @@ size_t sc_policy_allowed_count(const struct sc_policy *p)
 	return n;
 }
 
-int moat_seccomp_policy_allowed(const char *path, size_t *count, struct moat_error *err)
+int sc_policy_allowed(const char *path, size_t *count, struct moat_error *err)
 {
 	struct sc_policy *pol;
 	if (policy_load(path, &pol, NULL, NULL, err) < 0)
@@ -1128,7 +1123,7 @@ int moat_seccomp_policy_allowed(const char *path, size_t *count, struct moat_err
 	return 0;
 }
 
-int moat_seccomp_policy_show(const char *path, FILE *out, struct moat_error *err)
+int moat_seccomp_policy_print(const char *path, FILE *out, struct moat_error *err)
 {
 	struct sc_policy *pol;
 	char *buf;

@@ -5,7 +5,7 @@
 
 #include <stdbool.h>
 #include <stdio.h>
-#include "moat_admin.h" /* policy check/show, moat_seccomp_probe */
+#include "moat.h"
 
 /* A compiled filter for the native architecture, ready to install. */
 struct moat_seccomp_prog;
@@ -62,7 +62,14 @@ char *moat_seccomp_log_json(const struct moat_seccomp_log *log);
 char *moat_seccomp_cache_dir(void);
 bool moat_seccomp_last_from_cache(void);
 
-/* moat_seccomp_policy_check, moat_seccomp_policy_show and
- * moat_seccomp_probe are public: moat_admin.h. */
+/* moat policy (moat_admin.h's moat_seccomp_policy_check/show, src/admin/):
+ * check parses and compiles the policy at path (NULL: the embedded
+ * default), its notes to notes (may be NULL); print writes it as Docker-format JSON. */
+int sc_policy_check(const char *path, FILE *notes, struct moat_error *err);
+int moat_seccomp_policy_print(const char *path, FILE *out, struct moat_error *err);
+/* How many distinct system call names the policy at path (NULL: the
+ * embedded default) allows on this host (moat_admin.h's
+ * moat_seccomp_policy_allowed). */
+int sc_policy_allowed(const char *path, size_t *count, struct moat_error *err);
 
 #endif

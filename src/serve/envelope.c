@@ -7,7 +7,6 @@
 
 #include <cjson/cJSON.h>
 
-#include "net/net.h"
 #include "serve/internal.h"
 
 #define PY_BOOTSTRAP "from moat_handler import main\nmain()\n"
@@ -178,7 +177,7 @@ static int parse_input(const cJSON *in, struct serve_input *out, struct moat_err
 		goto oom;
 	return 0;
 oom:
-	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+	return moat_error_oom(err);
 }
 
 /* The request a handler's bootstrap reads on stdin. */
@@ -254,7 +253,7 @@ static int make_handler(struct serve_envelope *env, struct moat_error *err)
 out:
 	free(code);
 	if (rc < 0)
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 	return rc;
 }
 
@@ -263,25 +262,12 @@ int serve_sandbox_id_header(const char *value, unsigned count, struct moat_error
 	if (count > 1)
 		return bad(err, "the X-Sandbox-Id header is given more than once");
 	size_t n = value ? strlen(value) : 0;
-	if (n == 0 || n > SERVE_MAX_SANDBOX_ID || !moat_utf8_text(value, n))
+	if (!moat_sandbox_id_valid(value, n))
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "the X-Sandbox-Id header must be 1 to %u bytes of UTF-8 "
 				      "without NUL (it has %zu bytes)",
-				      SERVE_MAX_SANDBOX_ID, n);
+				      MOAT_MAX_SANDBOX_ID, n);
 	return 0;
-}
-
-int serve_sandbox_id_agree(const char *header_id, const char *id, size_t id_len,
-			   const char *where, struct moat_error *err)
-{
-	if (!header_id || !id)
-		return 0;
-	if (strlen(header_id) == id_len && !memcmp(header_id, id, id_len))
-		return 0;
-	return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-			      "the X-Sandbox-Id header and %s name different sandboxes (give the "
-			      "id once, or the same in both)",
-			      where);
 }
 
 int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
@@ -349,11 +335,12 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 			       code_len, MOAT_MAX_CODE_BYTES);
 		goto out;
 	}
-	if (sid_len == 0 || sid_len > SERVE_MAX_SANDBOX_ID) {
-		bad(err, "\"sandboxId\" must be 1 to 256 bytes");
+	if (sid_len == 0 || sid_len > MOAT_MAX_SANDBOX_ID) {
+		moat_error_set(err, MOAT_ERR_CONFIG, 0, "\"sandboxId\" must be 1 to %u bytes",
+			       MOAT_MAX_SANDBOX_ID);
 		goto out;
 	}
-	if (serve_sandbox_id_agree(header_id, sid_text, sid_len, "the envelope's \"sandboxId\"",
+	if (moat_sandbox_id_agree(header_id, sid_text, sid_len, "the envelope's \"sandboxId\"",
 				   err) < 0)
 		goto out;
 	if (kv && !cJSON_IsBool(kv)) {
@@ -372,13 +359,13 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 		out->input.path = dup_str("/");
 		out->input.body = dup_str("");
 		if (!out->input.method || !out->input.path || !out->input.body) {
-			moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			moat_error_oom(err);
 			goto out;
 		}
 	}
 	struct moat_request *req = out->req = moat_request_new();
 	if (!req || !(req->code = strdup(code->valuestring))) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	req->code_len = code_len;
@@ -387,7 +374,7 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 	/* the store is scoped to the id (docs/KV.md); moat_request_validate
 	 * checks it is UTF-8 */
 	if (!(req->sandbox_id = strdup(sid_text))) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		goto out;
 	}
 	req->sandbox_id_len = sid_len;
@@ -400,7 +387,7 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 	if (nh) { /* missing or empty: no egress at all (only lo) */
 		req->has_allowed_hosts = true;
 		if (!(req->allowed_hosts = calloc(nh, sizeof *req->allowed_hosts))) {
-			moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+			moat_error_oom(err);
 			goto out;
 		}
 		for (const cJSON *it = hosts->child; it; it = it->next) {
@@ -410,16 +397,13 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 			}
 			if (!(req->allowed_hosts[req->allowed_hosts_count++] =
 				      strdup(it->valuestring))) {
-				moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+				moat_error_oom(err);
 				goto out;
 			}
 		}
-		/* a malformed entry is the caller's input error: 400, not 403 */
-		if (moat_net_validate(req, err) < 0) {
-			if (err->type == MOAT_ERR_POLICY)
-				err->type = MOAT_ERR_CONFIG;
-			goto out;
-		}
+		/* the entries themselves: the request pipeline (spin_route's
+		 * moat_request_finish), where a malformed one is the caller's
+		 * input error: 400, not 403 */
 	}
 	out->mode = serve_is_handler(req->code, req->code_len, lang) ? SERVE_HANDLER
 								      : SERVE_SCRIPT;

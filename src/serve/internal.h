@@ -16,7 +16,6 @@
 
 #define SERVE_SCRIPT_OUTPUT_CAP (256u * 1024u)   /* Spin: stdout/stderr of a script */
 #define SERVE_MAX_BODY (6u * 1024u * 1024u)      /* a request body */
-#define SERVE_MAX_SANDBOX_ID 256u
 #define SERVE_MAX_HANDLER_HEADERS 100u
 #define SERVE_MAX_HEAD_BYTES (64u * 1024u)       /* the handler's head line */
 #define SERVE_MAX_OUTPUT_DEFAULT (4u * 1024u * 1024u) /* serve.max.maxOutputBytes */
@@ -87,12 +86,8 @@ int serve_envelope_parse(const char *body, size_t len, enum moat_language lang,
 			 struct moat_error *err);
 /* The X-Sandbox-Id header (SERVE.md "Sandbox id in a header"): count is how
  * many times the request has it, value the first. 0 when it may be used,
- * else -1 with *err (400): given twice, not 1..256 bytes of UTF-8. */
+ * else -1 with *err (400): given twice, not a valid id (moat_sandbox_id_valid). */
 int serve_sandbox_id_header(const char *value, unsigned count, struct moat_error *err);
-/* header_id (NULL: none) against the body's or path's id (NULL: none): 0
- * when either is missing or both are the same bytes, else -1 with *err (400). */
-int serve_sandbox_id_agree(const char *header_id, const char *id, size_t id_len,
-			   const char *where, struct moat_error *err);
 void serve_envelope_free(struct serve_envelope *env);
 /* Handler detection (SERVE.md "Mode"). */
 bool serve_is_handler(const char *code, size_t len, enum moat_language lang);

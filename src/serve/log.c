@@ -137,7 +137,7 @@ int serve_log_init(struct serve_log *l, FILE *f, bool json, struct moat_error *e
 		if (r)
 			free(r->data);
 		free(r);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	r->fd = fileno(f);
 	r->json = json;

@@ -20,7 +20,7 @@ int serve_pool_start(struct pool **out, unsigned want, bool zygote,
 	/* the limits a Spin request gets: the pool serves exactly those */
 	struct moat_request *l = moat_request_new();
 	if (!l)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	l->max_output_bytes = SERVE_SCRIPT_OUTPUT_CAP;
 	int rc = serve_limits_apply(limits, l, 0, err);
 	if (rc == 0) {

@@ -25,7 +25,6 @@
 #include "core/ndjson.h"
 #include "core/sha256.h"
 #include "core/sys.h"
-#include "net/net.h"
 #include "serve/internal.h"
 #include "serve/mhd_dl.h"
 
@@ -149,11 +148,6 @@ struct req {
 	bool has_slot;
 };
 
-static int64_t now_ms(void)
-{
-	return moat_mono_ms();
-}
-
 /* ---- access log ---- */
 
 /* The request's method for the log: a standard one, else "other" (a
@@ -182,7 +176,7 @@ static void log_request(struct req *q)
 	moat_buf_appendf(&b, ",\"route\":\"%s\",\"status\":%u,\"outcome\":\"%s\",\"durationMs\":%lld,"
 			     "\"bytesIn\":%zu,\"bytesOut\":%llu",
 			 serve_route_name(q->route), q->status, serve_outcome_name(q->outcome),
-			 (long long)(now_ms() - q->t0), q->body.len,
+			 (long long)(moat_mono_ms() - q->t0), q->body.len,
 			 (unsigned long long)q->bytes_out);
 	if (q->lang >= 0)
 		moat_buf_appendf(&b, ",\"language\":\"%s\"",
@@ -214,7 +208,7 @@ static void req_unref(struct req *q)
 		return;
 	log_request(q);
 	serve_metrics_record(&q->s->metrics, q->route, q->lang, q->outcome,
-			     (double)(now_ms() - q->t0) / 1000.0);
+			     (double)(moat_mono_ms() - q->t0) / 1000.0);
 	if (q->conn_fd >= 0)
 		close(q->conn_fd);
 	stream_drop(q);
@@ -851,6 +845,22 @@ static enum MHD_Result take_slot(struct req *q, struct MHD_Connection *c)
 	return MHD_YES;
 }
 
+/* The service's limits as the request pipeline's defaults. */
+static int limits_fill(void *ctx, struct moat_request *req, unsigned given,
+		       struct moat_error *err)
+{
+	return serve_limits_apply(ctx, req, given, err);
+}
+
+/* /v1/run's: the same, and the request's language for the log and the
+ * metrics, an error after parsing included (an argv request has none). */
+static int v1_fill(void *ctx, struct moat_request *req, unsigned given, struct moat_error *err)
+{
+	struct req *q = ctx;
+	q->lang = req->argc ? -1 : (int)req->language;
+	return serve_limits_apply(&q->s->limits, req, given, err);
+}
+
 static enum MHD_Result spin_route(struct req *q, struct MHD_Connection *c)
 {
 	enum moat_language lang = q->route == R_PY ? MOAT_LANG_PYTHON : MOAT_LANG_TYPESCRIPT;
@@ -872,8 +882,12 @@ static enum MHD_Result spin_route(struct req *q, struct MHD_Connection *c)
 	if (q->env.mode == SERVE_HANDLER && !q->s->o->runtime_dir)
 		return fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
 			    "handlers need the runtime shims (moat serve --runtime DIR)");
-	if (serve_limits_apply(&q->s->limits, q->env.req, 0, &err) < 0 ||
-	    moat_request_validate(q->env.req, &err) < 0) {
+	/* the envelope's own fields are checked; the service's limits fill
+	 * the rest, then the request pipeline validates it once (a refused
+	 * allowedHosts entry is the envelope's input error: 400) */
+	struct moat_request_defaults d = { .fill = limits_fill, .ctx = &q->s->limits,
+					   .entry_refusal_is_config = true };
+	if (moat_request_finish(q->env.req, 0, &d, &err) < 0) {
 		r = fail_moat(q, c, &err);
 		moat_error_clear(&err);
 		return r;
@@ -989,15 +1003,10 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 	struct moat_error err = { 0 };
 	enum MHD_Result r;
 	const char *body = q->body.data ? q->body.data : "";
-	/* moat_request_parse_json with the X-Sandbox-Id header, if any, as
-	 * the request's "sandboxId" */
-	if (moat_request_parse_id(body, q->body.len, q->header_id, &req, &err) < 0 ||
-	    moat_net_validate(req, &err) < 0 ||
-	    serve_limits_apply(&q->s->limits, req,
-			       moat_config_request_keys(body, q->body.len), &err) < 0 ||
-	    moat_request_validate(req, &err) < 0) {
-		if (req)
-			q->lang = req->argc ? -1 : (int)req->language;
+	/* the request pipeline, with the X-Sandbox-Id header, if any, as the
+	 * request's "sandboxId" and the service's limits as its defaults */
+	struct moat_request_defaults d = { .fill = v1_fill, .ctx = q };
+	if (moat_request_prepare(body, q->body.len, q->header_id, &d, &req, &err) < 0) {
 		r = fail_moat(q, c, &err);
 		moat_error_clear(&err);
 		moat_request_free(req);
@@ -1038,7 +1047,7 @@ static double cpu_used_s(void)
 #define CPU_TAU_MS 1000.0
 static bool cpu_busy(struct server *s)
 {
-	int64_t now = now_ms();
+	int64_t now = moat_mono_ms();
 	double used = cpu_used_s();
 	if (s->cpu_at) {
 		double decay = exp(-(double)(now - s->cpu_at) / CPU_TAU_MS);
@@ -1127,7 +1136,7 @@ static enum MHD_Result kv_delete(struct req *q, struct MHD_Connection *c, const 
 	struct moat_error err = { 0 };
 	char *out = NULL;
 	size_t len;
-	if (serve_sandbox_id_agree(q->header_id, id, strlen(id), "the path", &err) < 0 ||
+	if (moat_sandbox_id_agree(q->header_id, id, strlen(id), "the path", &err) < 0 ||
 	    moat_kv_admin(o->kv_store, "clear", id, strlen(id), NULL, &out, &len, &err) < 0) {
 		enum MHD_Result r = fail_moat(q, c, &err);
 		moat_error_clear(&err);
@@ -1166,7 +1175,7 @@ static int read_id_header(struct req *q, struct MHD_Connection *c, struct moat_e
 	if (serve_sandbox_id_header(h.first, h.count, err) < 0)
 		return -1;
 	if (!(q->header_id = strdup(h.first)))
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	return 0;
 }
 
@@ -1281,7 +1290,7 @@ static void conn_deadline_in(struct server *s, struct MHD_Connection *c, int64_t
 	if (!k)
 		return;
 	pthread_mutex_lock(&s->conns_mu);
-	k->deadline = ms ? now_ms() + ms : 0;
+	k->deadline = ms ? moat_mono_ms() + ms : 0;
 	pthread_mutex_unlock(&s->conns_mu);
 }
 
@@ -1304,7 +1313,7 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 		}
 		k->fd = ci->connect_fd;
 		pthread_mutex_lock(&s->conns_mu);
-		k->deadline = now_ms() + (int64_t)s->o->client_timeout_s * 1000;
+		k->deadline = moat_mono_ms() + (int64_t)s->o->client_timeout_s * 1000;
 		k->next = s->conns;
 		if (s->conns)
 			s->conns->prev = k;
@@ -1336,7 +1345,7 @@ static void *watchdog(void *arg)
 	struct server *s = arg;
 	pthread_mutex_lock(&s->conns_mu);
 	while (!s->watchdog_stop) {
-		int64_t now = now_ms();
+		int64_t now = moat_mono_ms();
 		for (struct conn *k = s->conns; k; k = k->next)
 			if (k->deadline && now > k->deadline) {
 				/* reset, not closed: what the socket still holds for
@@ -1418,7 +1427,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 		q->lang = -1;
 		q->conn_fd = -1;
 		q->st.resume_fd = -1;
-		q->t0 = now_ms();
+		q->t0 = moat_mono_ms();
 		q->outcome = O_OK;
 		pthread_mutex_init(&q->mu, NULL);
 		pthread_cond_init(&q->cv, NULL);
@@ -1529,7 +1538,7 @@ static bool wait_idle(struct server *s, int64_t deadline)
 {
 	pthread_mutex_lock(&s->mu);
 	while (s->running > 0 || s->active > 0) {
-		int64_t left = deadline - now_ms();
+		int64_t left = deadline - moat_mono_ms();
 		if (left <= 0)
 			break;
 		moat_cond_wait_ms(&s->cv, &s->mu, left);
@@ -1608,7 +1617,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	struct server *s = calloc(1, sizeof *s);
 	if (!s) {
 		close_listeners(o);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		return moat_error_oom(err);
 	}
 	s->o = o;
 	serve_limits_default(&s->limits);
@@ -1663,7 +1672,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	if (o->max_dns)
 		s->limits.max_dns = o->max_dns;
 	if (!(s->relay_caps = moat_relay_caps_new(s->limits.max_relays, s->limits.max_dns))) {
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory");
+		moat_error_oom(err);
 		close_listeners(o);
 		goto out;
 	}
@@ -1755,7 +1764,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		close(l);
 	if (o->unlink_path)
 		unlink(o->unlink_path);
-	if (!wait_idle(s, now_ms() + (int64_t)o->grace_s * 1000)) {
+	if (!wait_idle(s, moat_mono_ms() + (int64_t)o->grace_s * 1000)) {
 		notice(s, "warn", "grace period over: killing the runs still in flight");
 		uint64_t one = 1;
 		if (write(s->cancel_fd, &one, sizeof one) < 0)
@@ -1763,7 +1772,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		/* a killed run ends in milliseconds (its cgroup or pid namespace
 		 * goes at once); the bound keeps the whole stop within --grace +
 		 * 5 s, inside a pod's terminationGracePeriodSeconds */
-		if (!wait_idle(s, now_ms() + 5000))
+		if (!wait_idle(s, moat_mono_ms() + 5000))
 			notice(s, "error", "runs still in flight 5 s after they were killed");
 	}
 	MHD_stop_daemon(s->d);

@@ -1,6 +1,7 @@
 /* Fuzz: a config file (moat_config_parse), read as moat.json and as an
  * aistack.config.json; what parses is applied to a request, and its "serve"
  * object goes through serve_limits_parse as `moat serve` reads it. */
+#include "moat_admin.h"
 #include "core/config.h"
 #include "serve/internal.h"
 #include "fuzz.h"

@@ -7,6 +7,7 @@
 
 #include <check.h>
 
+#include "moat_admin.h"
 #include "ns/ns.h"
 #include "suites.h"
 

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "moat_admin.h"
 #include "cgroups/cgroups.h"
 #include "cgroups/internal.h"
 #include "suites.h"

@@ -9,6 +9,7 @@
 
 #include <check.h>
 
+#include "moat_admin.h"
 #include "suites.h"
 #include "core/config.h"
 #include "core/core.h"
@@ -195,6 +196,98 @@ START_TEST(apply_fills_only_missing)
 }
 END_TEST
 
+/* The request pipeline (moat_admin.h): a fill callback that counts its
+ * calls, checks given and may refuse. */
+struct fill_ctx {
+	int calls;
+	unsigned given;
+	bool refuse;
+};
+
+static int count_fill(void *ctx, struct moat_request *req, unsigned given, struct moat_error *err)
+{
+	struct fill_ctx *f = ctx;
+	f->calls++;
+	f->given = given;
+	if (f->refuse)
+		return moat_error_set(err, MOAT_ERR_POLICY, 0, "refused by the fill");
+	if (!(given & MOAT_REQ_HAS_TIMEOUT))
+		req->timeout_ms = 4321;
+	return 0;
+}
+
+START_TEST(request_pipeline)
+{
+	struct moat_error err = { 0 };
+	struct moat_request *r = NULL;
+	/* the config fills, then the whole is validated once: open egress from
+	 * the config and the request's own allowlist contradict each other,
+	 * which neither the request's parse nor the config alone can see */
+	struct moat_config *cfg = parse_ok("{\"network\":true,\"memoryMb\":64}", false);
+	struct moat_request_defaults d = { .cfg = cfg };
+	static const char hosts[] = "{\"code\":\"x\",\"allowedHosts\":[\"https://a.example.com\"]}";
+	ck_assert_int_eq(moat_request_prepare(hosts, strlen(hosts), NULL, &d, &r, &err), -1);
+	ck_assert_ptr_null(r);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	ck_assert_msg(strstr(err.message, "contradict"), "%s", err.message);
+	moat_error_clear(&err);
+	/* a request the config completes is prepared, with its defaults */
+	static const char plain[] = "{\"code\":\"x\",\"timeout\":2000}";
+	ck_assert_int_eq(moat_request_prepare(plain, strlen(plain), NULL, &d, &r, &err), 0);
+	ck_assert(r->prepared);
+	ck_assert(r->network);
+	ck_assert_uint_eq(r->memory_mb, 64);
+	ck_assert_uint_eq(r->timeout_ms, 2000);
+	moat_request_free(r);
+	moat_config_free(cfg);
+
+	/* a service's fill: called once, with the keys the JSON named; its
+	 * refusal is the pipeline's error */
+	struct fill_ctx f = { 0 };
+	struct moat_request_defaults sd = { .fill = count_fill, .ctx = &f };
+	static const char mem[] = "{\"code\":\"x\",\"memoryMb\":32}";
+	ck_assert_int_eq(moat_request_prepare(mem, strlen(mem), NULL, &sd, &r, &err), 0);
+	ck_assert_int_eq(f.calls, 1);
+	ck_assert_uint_eq(f.given, MOAT_REQ_HAS_MEMORY);
+	ck_assert_uint_eq(r->timeout_ms, 4321);
+	ck_assert(r->prepared);
+	/* changed in code and finished again: validated again */
+	r->timeout_ms = 0;
+	ck_assert_int_eq(moat_request_finish(r, MOAT_REQ_HAS_TIMEOUT, &sd, &err), -1);
+	ck_assert(!r->prepared);
+	ck_assert_msg(strstr(err.message, "timeout"), "%s", err.message);
+	moat_error_clear(&err);
+	moat_request_free(r);
+	f.refuse = true;
+	ck_assert_int_eq(moat_request_prepare(mem, strlen(mem), NULL, &sd, &r, &err), -1);
+	ck_assert_ptr_null(r);
+	ck_assert_str_eq(err.message, "refused by the fill");
+	moat_error_clear(&err);
+
+	/* the X-Sandbox-Id header stands in for a missing id, and must agree */
+	static const char kv[] = "{\"code\":\"x\",\"kvEnabled\":true}";
+	ck_assert_int_eq(moat_request_prepare(kv, strlen(kv), "tenant-1", NULL, &r, &err), 0);
+	ck_assert_str_eq(r->sandbox_id, "tenant-1");
+	moat_request_free(r);
+	static const char id[] = "{\"code\":\"x\",\"sandboxId\":\"b\"}";
+	ck_assert_int_eq(moat_request_prepare(id, strlen(id), "a", NULL, &r, &err), -1);
+	ck_assert_msg(strstr(err.message, "the X-Sandbox-Id header and the request's \"sandboxId\" "
+				       "name different sandboxes"), "%s", err.message);
+	moat_error_clear(&err);
+
+	/* a refused allowlist entry: a policy refusal (403), or the caller's
+	 * input error where the Spin envelope says so (400) */
+	static const char priv[] = "{\"code\":\"x\",\"allowedHosts\":[\"ftp://a.example.com\"]}";
+	ck_assert_int_eq(moat_request_prepare(priv, strlen(priv), NULL, NULL, &r, &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_POLICY);
+	moat_error_clear(&err);
+	struct moat_request_defaults spin = { .entry_refusal_is_config = true };
+	ck_assert_int_eq(moat_request_prepare(priv, strlen(priv), NULL, &spin, &r, &err), -1);
+	ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+	moat_error_clear(&err);
+}
+END_TEST
+
 static void write_file(const char *path, const char *text)
 {
 	int fd = open(path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -304,6 +397,7 @@ Suite *config_suite(void)
 	tcase_add_test(tc, aistack_sandbox_object);
 	tcase_add_test(tc, aistack_defaults_fill_missing_keys);
 	tcase_add_test(tc, apply_fills_only_missing);
+	tcase_add_test(tc, request_pipeline);
 	tcase_add_test(tc, search_order);
 	suite_add_tcase(s, tc);
 	return s;

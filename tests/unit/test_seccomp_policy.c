@@ -28,6 +28,7 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 
+#include "moat_admin.h"
 #include "suites.h"
 #include "skip.h"
 #include "moat.h"

@@ -26,7 +26,9 @@
 
 /* ---- the envelope ---- */
 
-/* Parses an exact-size heap copy (no NUL after it), so ASan sees any over-read. */
+/* Parses an exact-size heap copy (no NUL after it), so ASan sees any
+ * over-read, then finishes the request as spin_route does (the request
+ * pipeline: a refused allowedHosts entry is the envelope's input error). */
 static int parse_env(const char *body, size_t len, enum moat_language lang,
 		     struct serve_envelope *env, bool *too_large, struct moat_error *err)
 {
@@ -35,6 +37,11 @@ static int parse_env(const char *body, size_t len, enum moat_language lang,
 	memcpy(b, body, len);
 	int rc = serve_envelope_parse(b, len, lang, NULL, env, too_large, err);
 	free(b);
+	struct moat_request_defaults d = { .entry_refusal_is_config = true };
+	if (rc == 0 && moat_request_finish(env->req, 0, &d, err) < 0) {
+		serve_envelope_free(env);
+		rc = -1;
+	}
 	return rc;
 }
 
@@ -260,15 +267,15 @@ START_TEST(envelope_header_id)
 
 	/* the header's own check: the envelope's rule (1..256 bytes of UTF-8) */
 	struct moat_error err = { 0 };
-	char id[SERVE_MAX_SANDBOX_ID + 2];
+	char id[MOAT_MAX_SANDBOX_ID + 2];
 	memset(id, 'i', sizeof id - 1);
-	id[SERVE_MAX_SANDBOX_ID] = 0;
+	id[MOAT_MAX_SANDBOX_ID] = 0;
 	ck_assert_int_eq(serve_sandbox_id_header(id, 1, &err), 0);
 	ck_assert_int_eq(serve_sandbox_id_header("d", 1, &err), 0);
 	ck_assert_int_eq(serve_sandbox_id_header("\xc3\xa9t\xc3\xa9", 1, &err), 0);
 	ck_assert_ptr_null(err.message);
-	id[SERVE_MAX_SANDBOX_ID] = 'i';
-	id[SERVE_MAX_SANDBOX_ID + 1] = 0;
+	id[MOAT_MAX_SANDBOX_ID] = 'i';
+	id[MOAT_MAX_SANDBOX_ID + 1] = 0;
 	const struct {
 		const char *v;
 		unsigned count;
@@ -287,10 +294,10 @@ START_TEST(envelope_header_id)
 		moat_error_clear(&err);
 	}
 	/* agree: a missing side is no conflict, bytes must match exactly */
-	ck_assert_int_eq(serve_sandbox_id_agree(NULL, "a", 1, "x", &err), 0);
-	ck_assert_int_eq(serve_sandbox_id_agree("a", NULL, 0, "x", &err), 0);
-	ck_assert_int_eq(serve_sandbox_id_agree("a", "a", 1, "x", &err), 0);
-	ck_assert_int_eq(serve_sandbox_id_agree("a", "a\0", 2, "the path", &err), -1);
+	ck_assert_int_eq(moat_sandbox_id_agree(NULL, "a", 1, "x", &err), 0);
+	ck_assert_int_eq(moat_sandbox_id_agree("a", NULL, 0, "x", &err), 0);
+	ck_assert_int_eq(moat_sandbox_id_agree("a", "a", 1, "x", &err), 0);
+	ck_assert_int_eq(moat_sandbox_id_agree("a", "a\0", 2, "the path", &err), -1);
 	ck_assert(strstr(err.message, "the X-Sandbox-Id header and the path name different"));
 	moat_error_clear(&err);
 }
