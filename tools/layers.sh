@@ -79,7 +79,12 @@ for m in "${mods[@]}"; do
 done
 
 # ---- symbols: implements and calls ---------------------------------------------
-objs=$(ls "$OBJ"/*/*.o "$OBJ"/main.o 2>/dev/null | grep -v "^$OBJ/gen/")
+# only the objects of sources that exist: a file moved or removed leaves its
+# stale object in a build directory that was not cleaned
+objs=$(for o in "$OBJ"/*/*.o "$OBJ"/main.o; do
+	src=src/${o#"$OBJ"/}
+	[ -f "${src%.o}.c" ] && echo "$o"
+done)
 if [ -z "$objs" ]; then
 	skip=$((skip + 2))
 	echo "check-layers: no objects in $OBJ (make first): implements and calls not checked"

@@ -30,10 +30,7 @@ void moat_lines_free(struct moat_lines *l)
 /* what was written goes, so the buffer holds only what waits */
 static void compact(struct moat_lines *l)
 {
-	if (!l->off)
-		return;
-	memmove(l->buf.data, l->buf.data + l->off, l->buf.len - l->off);
-	l->buf.len -= l->off;
+	moat_buf_drop_front(&l->buf, l->off);
 	l->off = 0;
 }
 

@@ -285,3 +285,13 @@ void moat_buf_append_base64(struct moat_buf *b, const unsigned char *s, size_t l
 	}
 	moat_buf_append(b, "\"", 1);
 }
+
+void moat_buf_drop_front(struct moat_buf *b, size_t n)
+{
+	if (n > b->len)
+		n = b->len;
+	if (!n)
+		return;
+	memmove(b->data, b->data + n, b->len - n);
+	b->len -= n;
+}

@@ -99,6 +99,9 @@ void moat_buf_append_quoted(struct moat_buf *b, const char *s, size_t len, size_
 void moat_buf_append_base64(struct moat_buf *b, const unsigned char *s, size_t len);
 /* Takes the NUL-terminated data (NULL if oom) and resets the buffer. */
 char *moat_buf_take(struct moat_buf *b);
+/* Drops the first n bytes (at most len) and moves the rest to the start:
+ * a buffer read from the front keeps its size instead of growing. */
+void moat_buf_drop_front(struct moat_buf *b, size_t n);
 void moat_buf_free(struct moat_buf *b);
 
 #endif

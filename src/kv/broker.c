@@ -188,11 +188,9 @@ int moat_kv_broker_feed(struct moat_kv_broker *b, const char *data, size_t len)
 		len -= drop;
 	}
 	if (len) {
-		if (b->in_off) { /* keep only what is not answered yet */
-			memmove(b->in.data, b->in.data + b->in_off, b->in.len - b->in_off);
-			b->in.len -= b->in_off;
-			b->in_off = 0;
-		}
+		/* keep only what is not answered yet */
+		moat_buf_drop_front(&b->in, b->in_off);
+		b->in_off = 0;
 		moat_buf_append(&b->in, data, len);
 		if (b->in.oom)
 			return -1;

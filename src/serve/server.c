@@ -473,13 +473,9 @@ static void on_head(void *ctx, int status, char **headers, size_t count)
  * returns its length, for pending_added (q->mu held). */
 static size_t pending_compact(struct req *q)
 {
-	struct moat_buf *p = &q->st.pending;
-	if (q->st.pending_off) {
-		memmove(p->data, p->data + q->st.pending_off, p->len - q->st.pending_off);
-		p->len -= q->st.pending_off;
-		q->st.pending_off = 0;
-	}
-	return p->len;
+	moat_buf_drop_front(&q->st.pending, q->st.pending_off);
+	q->st.pending_off = 0;
+	return q->st.pending.len;
 }
 
 /* Bytes appended to pending since pending_compact join the budget. */
