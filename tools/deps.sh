@@ -10,11 +10,13 @@ PKG="scdoc dpkg-dev debhelper fakeroot"
 RUNTIME="python3 nodejs esbuild bash"
 # apparmor: apparmor_parser for make check-install (Debian 12's is 3.0; tools/apparmor4.sh
 # brings AppArmor 4's for the userns rule); debootstrap also for make check-deb
+# python3-matplotlib: the session suite checks a plot comes back as a PNG
+# (docs/SESSIONS.md); without it that test reports itself skipped
 # python3-yaml, jq: make check-install runs the steps of docs/examples/*.yml
 # systemd, dbus-user-session, libpam-systemd: make check-systemd boots the host's root
 # with systemd as the VM's PID 1 (a user manager, su sessions registered with logind)
 # haproxy: make check-cluster (tests/cluster/two-node.sh) and make bench-cluster
-TEST="iproute2 curl debootstrap redis-server apparmor python3-yaml jq haproxy systemd dbus-user-session libpam-systemd"
+TEST="iproute2 curl debootstrap redis-server apparmor python3-yaml python3-matplotlib jq haproxy systemd dbus-user-session libpam-systemd"
 FUZZ="clang-14 libfuzzer-14-dev"
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"
