@@ -120,7 +120,11 @@ function writeFiles(files) {
 // it gets the lowest free fd, 0.
 function setStdin(data, seq) {
   let fd;
-  fs.closeSync(0);
+  try {
+    fs.closeSync(0);
+  } catch (e) {
+    if (e.code !== "EBADF") throw e; // the step closed it (process.stdin's end)
+  }
   if (data.length) {
     const name = `/tmp/.moat-stdin-${process.pid}-${seq}-${Math.random().toString(36).slice(2)}`;
     fd = fs.openSync(name, "wx+", 0o600);

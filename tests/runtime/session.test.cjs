@@ -246,6 +246,11 @@ test("stdin per step", (t) => withDriver(t, async (d) => {
   assert.equal(r.done.value, "''");
   r = await d.ok("require('fs').readFileSync(0)", { stdin: Buffer.from([0, 255]) });
   assert.equal(r.done.value, "<Buffer 00 ff>");
+  r = await d.ok("new Promise((res) => { let s = ''; process.stdin.on('data', (c) => { s += c })" +
+    ".on('end', () => res(s)) })", { stdin: "streamed" });
+  assert.equal(r.done.value, "'streamed'"); // process.stdin reads the first step's; later steps read fd 0
+  r = await d.ok("require('fs').readFileSync(0, 'utf8')", { stdin: "after the stream" });
+  assert.equal(r.done.value, "'after the stream'");
   r = await d.ok("require('child_process').execFileSync('cat', {stdio: ['inherit', 'pipe', 'pipe']}).toString()",
     { stdin: "to cat" });
   assert.equal(r.done.value, "'to cat'");
