@@ -179,6 +179,15 @@ function report(e) {
   try { process.stderr.write(describe(e) + "\n"); } catch { /* stderr gone */ }
 }
 
+// import() in a step loads as the main program's would; node 20 says once on
+// stderr that the option doing it is experimental, which is the driver's
+// business, not the step's output
+const emitWarning = process.emitWarning;
+process.emitWarning = function (warning, ...rest) {
+  if (String(warning && warning.message !== undefined ? warning.message : warning).includes("USE_MAIN_CONTEXT_DEFAULT_LOADER")) return;
+  return emitWarning.call(this, warning, ...rest);
+};
+
 const scriptOptions = (filename, extra) => {
   const o = { filename, ...extra };
   if (vm.constants && vm.constants.USE_MAIN_CONTEXT_DEFAULT_LOADER) {
@@ -194,7 +203,7 @@ function compile(code, filename) {
   try {
     return new vm.Script(code, scriptOptions(filename));
   } catch (e) {
-    if (!(e instanceof SyntaxError) || !/\bawait\b/.test(code) || !/await/.test(e.message)) throw e;
+    if (!(e instanceof SyntaxError) || !/\bawait\b/.test(code)) throw e;
     try {
       return new vm.Script(`${WRAP}${code}\n})()`, scriptOptions(filename, { columnOffset: -WRAP.length }));
     } catch {

@@ -226,6 +226,12 @@ test("a promise is awaited; top-level await works", (t) => withDriver(t, async (
   r = await d.ok("var fromWrapped = 1; globalThis.tla = await Promise.resolve('kept')");
   r = await d.ok("[typeof fromWrapped, tla]"); // declarations in a wrapped step are local
   assert.equal(r.done.value, "[ 'undefined', 'kept' ]");
+  r = await d.ok("globalThis.os = (await import('node:os')).EOL"); // an await the message does not name
+  r = await d.ok("[os, typeof fromWrapped]");
+  assert.equal(r.done.value, "[ '\\n', 'undefined' ]");
+  r = await d.ok("import('./m.mjs').then((m) => m.v)", { files: [["m.mjs", "export const v = 3"]] });
+  assert.equal(r.done.value, "3"); // import() from the session's root
+  assert.equal(r.err, ""); // and no warning about how
   r = await d.run("await Promise.reject(new Error('no'))");
   assert.deepEqual(r.done.error, { type: "Error", message: "no" });
   r = await d.run("await 1; let = ;"); // another syntax error stays the original one
