@@ -37,6 +37,7 @@ MPLRC_USR = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 # where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
 ROOT = os.environ.pop("MOAT_SESSION_ROOT", "/sandbox")
 _FILE = __file__
+FONTS_CONF = os.path.join(os.path.dirname(os.path.abspath(_FILE)), "fonts.conf")
 
 
 class ProtocolError(Exception):
@@ -308,6 +309,10 @@ def main():
     if ("MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc")
             and os.path.exists(MPLRC_USR)):
         os.environ["MATPLOTLIBRC"] = MPLRC_USR
+    # and fontconfig (matplotlib runs fc-list) /etc/fonts
+    if ("FONTCONFIG_FILE" not in os.environ and not os.path.exists("/etc/fonts/fonts.conf")
+            and os.path.exists(FONTS_CONF)):
+        os.environ["FONTCONFIG_FILE"] = FONTS_CONF
     for f in (sys.stdout, sys.stderr):
         try:
             f.reconfigure(line_buffering=True)
