@@ -32,7 +32,8 @@ VALUE_MAX = 64 * 1024
 # an error's type and message in `done` (the whole message is in the traceback)
 NAME_MAX = 256
 MESSAGE_MAX = 8 * 1024
-DISPLAY_MAX = 8 * 1024 * 1024
+DISPLAY_MAX = 8 * 1024 * 1024  # of PNG in one step's display, and at most
+DISPLAY_ITEMS_MAX = 64          # figures (the host takes no more)
 MPLRC_USR = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 # where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
 ROOT = os.environ.pop("MOAT_SESSION_ROOT", "/sandbox")
@@ -246,7 +247,7 @@ def take_figures():
             except Exception:
                 pass
             continue
-        if total + len(png) > DISPLAY_MAX:
+        if total + len(png) > DISPLAY_MAX or len(display) >= DISPLAY_ITEMS_MAX:
             dropped += 1
             continue
         total += len(png)

@@ -318,6 +318,10 @@ class DriverTest(unittest.TestCase):
         done, _, _ = self.ok("plt.get_fignums()")
         self.assertEqual(done["value"], "[]")
         self.assertEqual(done["display"], [])
+        # past 64 figures the rest is dropped
+        done, _, _ = self.ok("for i in range(70):\n    plt.figure(figsize=(0.5, 0.5), dpi=20)\n")
+        self.assertEqual((len(done["display"]), done["displayDropped"]), (64, 6))
+        self.assertEqual(self.d.run("plt.get_fignums()")[0]["value"], "[]")
         # past 8 MiB the rest is dropped
         done, _, _ = self.ok("import numpy as np\nfor i in range(3):\n"
                              "    plt.figure(figsize=(20, 20), dpi=100)\n"
