@@ -36,6 +36,7 @@ class Driver:
         e = dict(os.environ)
         e.pop("MPLBACKEND", None)
         e.pop("MPLCONFIGDIR", None)
+        e.pop("PYTHONUNBUFFERED", None)  # the sandbox's env has none: buffered as there
         e["MOAT_SESSION_ROOT"] = self.dir
         e["HOME"] = self.dir
         e.update(env or {})
