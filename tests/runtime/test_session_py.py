@@ -256,10 +256,10 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(self.d.run("ran")[0]["error"]["type"], "NameError")  # the code did not run
 
     def test_output_before_done_is_in_the_pipe(self):
-        code = ("import sys, os\nsys.stdout.write('o' * 50000)\nsys.stderr.write('e' * 3000)\n"
-                "sys.__stdout__.write('no newline')\nos.write(1, b'|raw')")
+        code = ("import sys, os\nos.write(1, b'raw|')\nsys.stdout.write('o' * 50000)\n"
+                "sys.stderr.write('e' * 3000)\nsys.__stdout__.write('no newline')")
         done, out, err = self.ok(code)
-        self.assertEqual(out, "o" * 50000 + "no newline|raw")
+        self.assertEqual(out, "raw|" + "o" * 50000 + "no newline")
         self.assertEqual(err, "e" * 3000)
 
     def test_os_exit_ends_the_process(self):
