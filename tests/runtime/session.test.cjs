@@ -227,11 +227,11 @@ test("a promise is awaited; top-level await works", (t) => withDriver(t, async (
   r = await d.ok("[typeof fromWrapped, tla]"); // declarations in a wrapped step are local
   assert.equal(r.done.value, "[ 'undefined', 'kept' ]");
   r = await d.ok("globalThis.os = (await import('node:os')).EOL"); // an await the message does not name
+  assert.equal(r.err, ""); // import() works, without a warning about how
   r = await d.ok("[os, typeof fromWrapped]");
   assert.equal(r.done.value, "[ '\\n', 'undefined' ]");
   r = await d.ok("import('./m.mjs').then((m) => m.v)", { files: [["m.mjs", "export const v = 3"]] });
   assert.equal(r.done.value, "3"); // import() from the session's root
-  assert.equal(r.err, ""); // and no warning about how
   r = await d.run("await Promise.reject(new Error('no'))");
   assert.deepEqual(r.done.error, { type: "Error", message: "no" });
   r = await d.run("await 1; let = ;"); // another syntax error stays the original one
@@ -260,6 +260,9 @@ test("stdin per step", (t) => withDriver(t, async (d) => {
   assert.equal(r.done.value, "'streamed'"); // process.stdin reads the first step's; later steps read fd 0
   r = await d.ok("require('fs').readFileSync(0, 'utf8')", { stdin: "after the stream" });
   assert.equal(r.done.value, "'after the stream'");
+  await d.ok("require('fs').closeSync(0)"); // a step that closed fd 0 leaves the next its stdin
+  r = await d.ok("require('fs').readFileSync(0, 'utf8')", { stdin: "after a close" });
+  assert.equal(r.done.value, "'after a close'");
   r = await d.ok("require('child_process').execFileSync('cat', {stdio: ['inherit', 'pipe', 'pipe']}).toString()",
     { stdin: "to cat" });
   assert.equal(r.done.value, "'to cat'");
