@@ -35,6 +35,10 @@ MESSAGE_MAX = 8 * 1024
 DISPLAY_MAX = 8 * 1024 * 1024  # of PNG in one step's display, and at most
 DISPLAY_ITEMS_MAX = 64          # figures (the host takes no more)
 MPLRC_USR = "/usr/share/matplotlib/mpl-data/matplotlibrc"
+# a step may `await` at its top level (as in a notebook)
+TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
+CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
+_loop = None
 # where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
 ROOT = os.environ.pop("MOAT_SESSION_ROOT", "/sandbox")
 _FILE = __file__
@@ -174,10 +178,16 @@ def set_stdin(data):
 
 
 def _print_exception(e):
-    """e's traceback on sys.stderr, without the driver's frames."""
+    """e's traceback on sys.stderr from the step's first frame (without the
+    driver's, or asyncio's for a step with a top-level await)."""
     tb = e.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == _FILE:
         tb = tb.tb_next
+    cell = tb
+    while cell is not None and not cell.tb_frame.f_code.co_filename.startswith("<cell "):
+        cell = cell.tb_next
+    if cell is not None:
+        tb = cell
     try:
         traceback.print_exception(type(e), e, tb)
     except Exception:
@@ -192,6 +202,19 @@ def _error_of(e):
     return {"type": _cut(type(e).__name__, NAME_MAX)[0], "message": _cut(msg, MESSAGE_MAX)[0]}
 
 
+def _run(compiled, ns):
+    """Evaluate compiled in ns; a step with a top-level await runs to its end
+    on the session's event loop (made by the first such step)."""
+    r = eval(compiled, ns)
+    if not compiled.co_flags & CO_COROUTINE:
+        return r
+    global _loop
+    if _loop is None:
+        import asyncio
+        _loop = asyncio.new_event_loop()
+    return _loop.run_until_complete(r)
+
+
 def run_code(ns, seq, code):
     """Run code in ns: (exitCode, error, value or None)."""
     filename = "<cell %d>" % seq
@@ -201,10 +224,10 @@ def run_code(ns, seq, code):
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
-        exec(compile(tree, filename, "exec", dont_inherit=True), ns)
+        _run(compile(tree, filename, "exec", flags=TOP_LEVEL_AWAIT, dont_inherit=True), ns)
         value = None
         if last is not None:
-            v = eval(compile(last, filename, "eval", dont_inherit=True), ns)
+            v = _run(compile(last, filename, "eval", flags=TOP_LEVEL_AWAIT, dont_inherit=True), ns)
             if v is not None:
                 value = repr(v)
         return 0, None, value

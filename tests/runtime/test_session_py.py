@@ -200,6 +200,21 @@ class DriverTest(unittest.TestCase):
         done, _, err = self.d.run("raise ValueError('\\ud800')")
         self.assertEqual(done["error"]["message"], "\\ud800")
 
+    def test_top_level_await(self):
+        self.ok("import asyncio\nasync def f(x):\n    await asyncio.sleep(0.01)\n    return x * 2\n"
+                "y = await f(2)")
+        done, _, _ = self.ok("await f(y)")
+        self.assertEqual(done["value"], "8")
+        done, _, _ = self.ok("asyncio.run(f(5))")  # a step without one may run its own loop
+        self.assertEqual(done["value"], "10")
+        done, _, err = self.d.run("async def g():\n    raise ValueError('in g')\nawait g()")
+        self.assertEqual(done["error"], {"type": "ValueError", "message": "in g"})
+        self.assertTrue(err.startswith('Traceback (most recent call last):\n  File "<cell 4>", line 3'), err)
+        self.assertNotIn("asyncio", err)
+        self.assertNotIn("moat_session", err)
+        done, _, _ = self.ok("'asyncio' in globals(), y")
+        self.assertEqual(done["value"], "(True, 4)")
+
     def test_system_exit(self):
         for code, rc, err in (("import sys; sys.exit()", 0, ""), ("raise SystemExit(3)", 3, ""),
                               ("import sys; sys.exit('bye')", 1, "bye\n"),
