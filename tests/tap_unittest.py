@@ -39,6 +39,12 @@ class TapResult(unittest.TestResult):
         super().addSkip(test, reason)
         self._line(True, test, " # SKIP " + reason.replace("\n", " "))
 
+    def addSubTest(self, test, subtest, err):
+        # a failed subTest fails its test, which then reports nothing itself
+        super().addSubTest(test, subtest, err)
+        if err is not None:
+            self._bad(subtest, err, "FAIL" if issubclass(err[0], test.failureException) else "ERROR")
+
     def addExpectedFailure(self, test, err):
         super().addExpectedFailure(test, err)
         self._line(True, test, " # TODO expected failure")
