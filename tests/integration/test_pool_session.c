@@ -96,19 +96,20 @@ static const char *lang_name(enum moat_language l)
 	return l == MOAT_LANG_PYTHON ? "python" : "javascript";
 }
 
-/* Forks fn as a worker in mode and asserts it wrote "ok". */
-static void worker_run(int mode, int (*fn)(struct w *w))
+/* Forks fn as a worker in mode and asserts it wrote "ok"; skipped when
+ * the driver (runtime/<driver>) is not in the checkout. */
+static void worker_driver(int mode, const char *driver, int (*fn)(struct w *w))
 {
 	int p[2];
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
 	struct w w = { .fd = p[1], .mode = mode };
 	snprintf(w.runtime, sizeof w.runtime, "%s", harness_runtime_dir());
 	char drv[PATH_MAX + 64];
-	snprintf(drv, sizeof drv, "%s/python/moat_session.py", w.runtime);
+	snprintf(drv, sizeof drv, "%s/%s", w.runtime, driver);
 	if (access(drv, R_OK) != 0) {
 		close(p[0]);
 		close(p[1]);
-		harness_skip("the session drivers are not in %s", w.runtime);
+		harness_skip("the session driver %s is not in %s", driver, w.runtime);
 		return;
 	}
 	pid_t pid = fork();
@@ -139,6 +140,11 @@ static void worker_run(int mode, int (*fn)(struct w *w))
 		      "mode %d: worker status %d: %s", mode, st, buf);
 }
 
+static void worker_run(int mode, int (*fn)(struct w *w))
+{
+	worker_driver(mode, "python/moat_session.py", fn);
+}
+
 /* ---- state ----------------------------------------------------------------- */
 
 static int fifty_steps(struct w *w, enum moat_language lang)
@@ -149,7 +155,9 @@ static int fifty_steps(struct w *w, enum moat_language lang)
 		err.message);
 	struct moat_result *r;
 	char *extra;
-	const char *init = lang == MOAT_LANG_PYTHON ? "x = 0\nimport json" : "var x = 0;";
+	bool py = lang == MOAT_LANG_PYTHON;
+	const char *init = py ? "x = 0\nimport json\nopen('keep.txt', 'w').write('kept')"
+			      : "var x = 0;\nrequire('fs').writeFileSync('keep.txt', 'kept');";
 	const char *inc = lang == MOAT_LANG_PYTHON ? "x += 1\nprint(x)" : "x += 1;\nconsole.log(x);";
 	W_CHECK(w, step(s, lang, init, 20000, &r, &extra, &err) == 0, "%s", err.message);
 	W_CHECK(w, r->exited && r->exit_code == 0, "init exit %d: %.*s", r->exit_code,
@@ -169,10 +177,14 @@ static int fifty_steps(struct w *w, enum moat_language lang)
 		moat_result_free(r);
 		free(extra);
 	}
-	/* the last expression's value (Python: its repr) */
-	W_CHECK(w, step(s, lang, lang == MOAT_LANG_PYTHON ? "x * 2" : "x * 2", 20000, &r, &extra,
-			&err) == 0, "%s", err.message);
-	W_CHECK(w, extra && strstr(extra, "\"value\":\"100\""), "extra %s", extra);
+	/* the last expression's value (Python: its repr; node: util.inspect),
+	 * of the globals, an import and a file of the first step */
+	W_CHECK(w, step(s, lang, py ? "(json.dumps(x * 2), open('keep.txt').read())"
+				    : "[x * 2, require('fs').readFileSync('keep.txt', 'utf8')]",
+			20000, &r, &extra, &err) == 0, "%s", err.message);
+	W_CHECK(w, extra && strstr(extra, py ? "\"value\":\"('100', 'kept')\""
+					     : "\"value\":\"[ 100, 'kept' ]\""),
+		"extra %s stderr [%.*s]", extra, (int)r->stderr_len, r->stderr_buf);
 	moat_result_free(r);
 	free(extra);
 	W_CHECK(w, pool_session_runs(s) == 52, "runs %u", pool_session_runs(s));
@@ -191,13 +203,20 @@ static int w_fifty_node(struct w *w)
 	return fifty_steps(w, MOAT_LANG_JAVASCRIPT);
 }
 
-/* Globals, imports and files under /sandbox persist from step to step, in
- * Python and in node, over 50 steps. */
+/* Globals and imports persist from step to step over 50 steps, and the
+ * last expression is the value: Python ... */
 START_TEST(state_across_50_steps)
 {
 	HARNESS_MODE_GUARD(_i);
 	worker_run(_i, w_fifty_python);
-	worker_run(_i, w_fifty_node);
+}
+END_TEST
+
+/* ... and node (module-level state of the one global scope). */
+START_TEST(state_across_50_steps_node)
+{
+	HARNESS_MODE_GUARD(_i);
+	worker_driver(_i, "js/session.cjs", w_fifty_node);
 }
 END_TEST
 
@@ -342,22 +361,26 @@ static int w_output(struct w *w)
 {
 	struct moat_error err = { 0 };
 	struct pool_session *s;
-	W_CHECK(w, start(w, MOAT_LANG_PYTHON, 0, 300000, &s, &err) == 0, "start: %s",
+	W_CHECK(w, start(w, MOAT_LANG_PYTHON, 0, 1000000, &s, &err) == 0, "start: %s",
 		err.message);
 	struct moat_result *r;
 	char *extra;
-	/* more than a pipe holds, on both streams, just before done */
+	/* written just before done into pipes made 1 MiB large (more than
+	 * one read of the pump): all of it counted in this step */
 	W_CHECK(w, step(s, MOAT_LANG_PYTHON,
-			"import sys\nsys.stdout.write('o' * 200000)\nsys.stderr.write('e' * 150000)",
+			"import sys, fcntl\n"
+			"for fd in (1, 2):\n"
+			"    fcntl.fcntl(fd, 1031, 1 << 20)\n"
+			"sys.stdout.write('o' * 900000)\nsys.stderr.write('e' * 700000)",
 			20000, &r, &extra, &err) == 0, "%s", err.message);
-	W_CHECK(w, r->stdout_len == 200000 && r->stderr_len == 150000 && !r->stdout_truncated,
+	W_CHECK(w, r->stdout_len == 900000 && r->stderr_len == 700000 && !r->stdout_truncated,
 		"stdout %zu stderr %zu", r->stdout_len, r->stderr_len);
 	moat_result_free(r);
 	free(extra);
-	/* the cap is per step: 400000 bytes cut at 300000 ... */
-	W_CHECK(w, step(s, MOAT_LANG_PYTHON, "print('p' * 399999)", 20000, &r, &extra, &err) == 0,
+	/* the cap is per step: 1200000 bytes cut at 1000000 ... */
+	W_CHECK(w, step(s, MOAT_LANG_PYTHON, "print('p' * 1199999)", 20000, &r, &extra, &err) == 0,
 		"%s", err.message);
-	W_CHECK(w, r->stdout_len == 300000 && r->stdout_truncated, "stdout %zu truncated %d",
+	W_CHECK(w, r->stdout_len == 1000000 && r->stdout_truncated, "stdout %zu truncated %d",
 		r->stdout_len, r->stdout_truncated);
 	moat_result_free(r);
 	free(extra);
@@ -620,6 +643,7 @@ Suite *pool_session_suite(void)
 	TCase *tc = tcase_create("pool_session");
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, state_across_50_steps, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, state_across_50_steps_node, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, step_timeout_kills_session, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, memory_grown_in_step_1_counts_in_step_2, MODE_ROOT,
 			    MODE_ROOTLESS + 1);
