@@ -296,9 +296,15 @@ static int w_memory(struct w *w)
 		W_CHECK(w, st == POOL_SESSION_KILLED && reason && !strcmp(reason, "oom"),
 			"state %d reason %s", st, reason);
 	} else {
-		/* RLIMIT_DATA: the allocation fails in the interpreter */
+		/* RLIMIT_DATA: the allocation fails in the interpreter, and
+		 * each step's result says which limit it had */
 		W_CHECK(w, r->exited && r->exit_code == 1 && extra && strstr(extra, "MemoryError"),
 			"exit %d extra %s", r->exit_code, extra);
+		bool said = false;
+		for (size_t i = 0; i < r->warnings_count; i++)
+			said = said || strstr(r->warnings[i], "RLIMIT_DATA");
+		W_CHECK(w, said && r->limit_memory && !strcmp(r->limit_memory, "rlimit"),
+			"step 2 does not say its memory limit is an rlimit (%s)", r->limit_memory);
 	}
 	moat_result_free(r);
 	free(extra);
