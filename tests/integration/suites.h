@@ -20,5 +20,6 @@ Suite *argv_suite(void);
 Suite *systemd_suite(void);
 Suite *serve_speed_suite(void);
 Suite *serve_stream_suite(void);
+Suite *serve_sessions_suite(void);
 
 #endif
