@@ -24,6 +24,9 @@
  * reaper ends it first, with the right reason */
 #define LIFETIME_SLACK_MS 5000
 
+#define SENTENCE_LIFETIME "the session expired: it reached the end of its lifetime (maxLifetimeMs)"
+#define SENTENCE_IDLE "the session expired: it was idle for its idleTimeoutMs"
+
 enum ses_state { SES_LIVE, SES_KILLED, SES_ENDED, SES_EXPIRED };
 
 struct serve_session {
@@ -182,8 +185,7 @@ static void sync_state(struct serve_sessions *ss, struct serve_session *x, int64
 		bool life = !strcmp(x->expire_reason, "lifetime");
 		ss->expired[life]++;
 		mark_dead(ss, x, SES_EXPIRED,
-			  life ? "the session expired: it reached its maxLifetimeMs"
-			       : "the session expired: it was idle for its idleTimeoutMs",
+			  life ? SENTENCE_LIFETIME : SENTENCE_IDLE,
 			  now);
 		return;
 	}
@@ -254,10 +256,7 @@ static void *session_thread(void *arg)
 				} else if ((life || idle) && !x->busy) {
 					ss->expired[life]++;
 					mark_dead(ss, x, SES_EXPIRED,
-						  life ? "the session expired: it reached its "
-							 "maxLifetimeMs"
-						       : "the session expired: it was idle for its "
-							 "idleTimeoutMs",
+						  life ? SENTENCE_LIFETIME : SENTENCE_IDLE,
 						  now);
 				}
 			}
