@@ -622,6 +622,59 @@ START_TEST(session_has_run_isolation)
 }
 END_TEST
 
+static int w_kv(struct w *w)
+{
+	char dir[] = "/tmp/moat-session-kv.XXXXXX", file[64];
+	W_CHECK(w, mkdtemp(dir) != NULL, "mkdtemp: %s", strerror(errno));
+	snprintf(file, sizeof file, "%s/kv.sqlite3", dir);
+	w->opts.kv_store = file;
+	struct moat_request *q = session_req(MOAT_LANG_PYTHON, 0, 0);
+	W_CHECK(w, q != NULL, "oom");
+	q->kv_enabled = true;
+	q->sandbox_id = strdup("agent-7");
+	q->sandbox_id_len = strlen(q->sandbox_id);
+	struct pool_session_config cfg = { .req = q, .opts = &w->opts,
+					   .lifetime_ms = (uint64_t)harness_scale_ms(120000) };
+	struct moat_error err = { 0 };
+	struct pool_session *s;
+	int rc = pool_session_start(&cfg, &s, &err);
+	moat_request_free(q);
+	W_CHECK(w, rc == 0, "start: %s", err.message);
+	struct moat_result *r;
+	char *extra;
+	/* the store in one step, read back in the next; the fds the
+	 * program holds: 0-2, the control socket 3, the store 4 */
+	W_CHECK(w, step(s, MOAT_LANG_PYTHON,
+			"import os\nfrom spin_sdk import key_value\n"
+			"st = key_value.open_default()\nst.set('k', b'v1')\n"
+			"print(sorted(int(f) for f in os.listdir('/proc/self/fd')))", 20000, &r,
+			&extra, &err) == 0, "%s", err.message);
+	W_CHECK(w, out_is(r, "[0, 1, 2, 3, 4, 5]\n"), "stdout [%.*s] stderr [%.*s]",
+		(int)r->stdout_len, r->stdout_buf, (int)r->stderr_len, r->stderr_buf);
+	moat_result_free(r);
+	free(extra);
+	W_CHECK(w, step(s, MOAT_LANG_PYTHON, "print(st.get('k'))", 20000, &r, &extra, &err) == 0,
+		"%s", err.message);
+	W_CHECK(w, out_is(r, "b'v1'\n"), "stdout [%.*s] stderr [%.*s]", (int)r->stdout_len,
+		r->stdout_buf, (int)r->stderr_len, r->stderr_buf);
+	moat_result_free(r);
+	free(extra);
+	pool_session_stop(s);
+	char cmd[96];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	W_CHECK(w, system(cmd) == 0, "rm");
+	return 0;
+}
+
+/* kvEnabled: the store's socket (fd 4) next to the control socket (fd 3),
+ * kept across steps. */
+START_TEST(session_with_store)
+{
+	HARNESS_MODE_GUARD(_i);
+	worker_run(_i, w_kv);
+}
+END_TEST
+
 static int w_refuses(struct w *w)
 {
 	struct moat_error err = { 0 };
@@ -659,6 +712,7 @@ Suite *pool_session_suite(void)
 	tcase_add_loop_test(tc, stop_leaves_no_process, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, kill_ends_running_step, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, session_has_run_isolation, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, session_with_store, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, other_languages_refused, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
