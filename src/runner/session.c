@@ -279,10 +279,7 @@ int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint6
 		if (session_events(r, EPOLLIN | EPOLLOUT) < 0)
 			session_bad(r);
 	}
-	struct sigpipe_guard g;
-	sigpipe_block(&g);
 	int rc = run_pump(r, err);
-	sigpipe_restore(&g);
 	if (rc < 0) {
 		step_end(r);
 		pump_kill(r);
