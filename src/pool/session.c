@@ -222,7 +222,7 @@ static bool take_done(const char *reply, size_t len, unsigned seq, struct moat_r
 	const cJSON *jseq = cJSON_GetObjectItemCaseSensitive(j, "seq");
 	const cJSON *code = cJSON_GetObjectItemCaseSensitive(j, "exitCode");
 	if (!cJSON_IsString(type) || strcmp(type->valuestring, "done") || !is_int(jseq) ||
-	    (unsigned)jseq->valuedouble != seq || jseq->valuedouble < 0 || !is_int(code))
+	    jseq->valuedouble < 0 || (unsigned)jseq->valuedouble != seq || !is_int(code))
 		goto done;
 	cJSON *error = cJSON_GetObjectItemCaseSensitive(j, "error");
 	if (error && !cJSON_IsNull(error)) {
