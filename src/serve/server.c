@@ -445,9 +445,11 @@ static void release_slot(struct server *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
-static void run_options(struct req *q, struct moat_run_options *opts)
+/* The service's options for a sandbox: root, policy, runtime, store,
+ * relay caps (a run's and a session's). */
+static void service_options(struct server *s, struct moat_run_options *opts)
 {
-	const struct moat_serve_options *o = q->s->o;
+	const struct moat_serve_options *o = s->o;
 	moat_run_options_init(opts);
 	opts->rootfs_dir = o->rootfs_dir ? o->rootfs_dir : o->cfg->rootfs_dir;
 	opts->policy_path = o->cfg->policy_path;
@@ -457,9 +459,14 @@ static void run_options(struct req *q, struct moat_run_options *opts)
 	opts->kv_max_keys = o->kv_max_keys;
 	opts->kv_max_bytes = o->kv_max_bytes;
 	opts->kv_max_value = o->kv_max_value;
+	opts->relay_caps = s->relay_caps;
+}
+
+static void run_options(struct req *q, struct moat_run_options *opts)
+{
+	service_options(q->s, opts);
 	opts->cancel_fd = q->s->cancel_fd;
 	opts->hangup_fd = q->conn_fd;
-	opts->relay_caps = q->s->relay_caps;
 }
 
 /* ---- handlers: the worker and the streamed response ---- */
@@ -2076,18 +2083,8 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		int max = o->max_sessions >= 0 ? o->max_sessions : s->limits.sessions_max;
 		if (max < 0)
 			max = (int)sessions_auto(s->limits.def_memory_mb);
-		struct moat_run_options *so = &s->ses_opts;
-		moat_run_options_init(so);
-		so->rootfs_dir = o->rootfs_dir ? o->rootfs_dir : o->cfg->rootfs_dir;
-		so->policy_path = o->cfg->policy_path;
-		so->runtime_dir = o->runtime_dir;
-		so->strict_isolation = o->cfg->strict_isolation;
-		so->kv_store = o->kv_store;
-		so->kv_max_keys = o->kv_max_keys;
-		so->kv_max_bytes = o->kv_max_bytes;
-		so->kv_max_value = o->kv_max_value;
-		so->relay_caps = s->relay_caps;
-		struct serve_sessions_config sc = { .max = (unsigned)max, .opts = so };
+		service_options(s, &s->ses_opts);
+		struct serve_sessions_config sc = { .max = (unsigned)max, .opts = &s->ses_opts };
 		if (serve_sessions_start(&s->sessions, &sc, err) < 0) {
 			close_listeners(o);
 			goto out;

@@ -1531,6 +1531,20 @@ START_TEST(limits_parse)
 	ck_assert_uint_eq(l.max_relays, 100);
 	ck_assert_uint_eq(l.max_dns, 8);
 
+	/* sessions (docs/SESSIONS.md): max unset (from memory), 10 min idle, 1 h */
+	serve_limits_default(&l);
+	ck_assert_int_eq(l.sessions_max, -1);
+	ck_assert_uint_eq(l.session_idle_ms, 600000);
+	ck_assert_uint_eq(l.session_max_idle_ms, 3600000);
+	ck_assert_uint_eq(l.session_max_life_ms, 3600000);
+	ck_assert_int_eq(serve_limits_parse("{\"sessions\":{\"max\":0,\"idleTimeoutMs\":1500,"
+					    "\"maxIdleTimeoutMs\":2000,\"maxLifetimeMs\":9000}}",
+					    &l, &err), 0);
+	ck_assert_int_eq(l.sessions_max, 0);
+	ck_assert_uint_eq(l.session_idle_ms, 1500);
+	ck_assert_uint_eq(l.session_max_idle_ms, 2000);
+	ck_assert_uint_eq(l.session_max_life_ms, 9000);
+
 	/* only some keys: the rest stay */
 	serve_limits_default(&l);
 	ck_assert_int_eq(serve_limits_parse("{\"max\":{\"timeout\":120000}}", &l, &err), 0);
@@ -1582,6 +1596,11 @@ START_TEST(limits_parse)
 		{ "{\"defaults\":{\"pidsLimit\":300}}", "above its max" },
 		{ "{\"max\":{\"timeout\":5000}}", "above its max" },
 		{ "{\"defaults\":{\"cpus\":1000}}", "above its max" },
+		{ "{\"sessions\":1}", "serve.sessions must be an object" },
+		{ "{\"sessions\":{\"max\":4097}}", "serve.sessions.max must be" },
+		{ "{\"sessions\":{\"idleTimeoutMs\":99}}", "serve.sessions.idleTimeoutMs" },
+		{ "{\"sessions\":{\"idleTimeoutMs\":7200000}}", "above maxIdleTimeoutMs" },
+		{ "{\"sessions\":{\"maxlifetimems\":1000}}", "unknown key \"maxlifetimems\"" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		serve_limits_default(&l);
