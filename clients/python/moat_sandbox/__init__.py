@@ -7,16 +7,20 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from ._async import AsyncSandbox
+from ._async import AsyncSandbox, AsyncSession
 from ._core import DEFAULT_SANDBOX_CONFIG, LANGUAGES, PROVIDERS, RunResult
-from ._errors import SandboxConfigError, SandboxError, SandboxPolicyError, SandboxUnavailableError
-from ._sync import Sandbox
+from ._errors import (
+    SandboxConfigError, SandboxError, SandboxPolicyError, SandboxUnavailableError, SessionBusyError,
+    SessionGoneError, SessionNotFoundError,
+)
+from ._sync import Sandbox, Session
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncSandbox", "DEFAULT_SANDBOX_CONFIG", "LANGUAGES", "PROVIDERS", "RunResult", "Sandbox",
-    "SandboxConfigError", "SandboxError", "SandboxPolicyError", "SandboxUnavailableError",
+    "AsyncSandbox", "AsyncSession", "DEFAULT_SANDBOX_CONFIG", "LANGUAGES", "PROVIDERS", "RunResult",
+    "Sandbox", "SandboxConfigError", "SandboxError", "SandboxPolicyError", "SandboxUnavailableError",
+    "Session", "SessionBusyError", "SessionGoneError", "SessionNotFoundError",
     "create_sandbox", "create_async_sandbox",
 ]
 
