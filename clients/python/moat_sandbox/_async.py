@@ -83,14 +83,9 @@ class AsyncSandbox:
         return _Opening(self._open(opts))
 
     async def _open(self, opts: Mapping[str, Any]) -> "AsyncSession":
-        s = self._s
         if self._disposed:
             raise SandboxError("sandbox disposed", provider=self.provider)
-        if not s._service:
-            raise _core.no_service(self.provider)
-        request = _core.session_request(opts, s._cfg, self.provider)
-        answer = await self._call(_core.Call("POST", "/v1/sessions", request, s._control_timeout(),
-                                             session=True, ok=201))
+        answer = await self._call(self._s._create_call(opts))
         ses = AsyncSession(self, _core.session_id_of(answer, self.provider), answer)
         if self._disposed:
             await ses.close()

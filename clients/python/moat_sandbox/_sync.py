@@ -108,13 +108,7 @@ class Sandbox:
         """A live interpreter that keeps its state between runs (``POST /v1/sessions``,
         docs/SESSIONS.md); a context manager that closes it. Needs a moat serve (``url`` or
         ``socket_path``). The config's limits are sent unless given here."""
-        if self._disposed:
-            raise SandboxError("sandbox disposed", provider=self.provider)
-        if not self._service:
-            raise _core.no_service(self.provider)
-        request = _core.session_request(locals(), self._cfg, self.provider)
-        answer = self._call(_core.Call("POST", "/v1/sessions", request, self._control_timeout(),
-                                       session=True, ok=201))
+        answer = self._call(self._create_call(locals()))
         s = Session(self, _core.session_id_of(answer, self.provider), answer)
         with self._lock:
             if not self._disposed:
@@ -122,6 +116,15 @@ class Sandbox:
                 return s
         s.close()
         raise SandboxError("sandbox disposed", provider=self.provider)
+
+    def _create_call(self, opts: Mapping[str, Any]) -> _core.Call:
+        """The checks of session() (sync and asyncio) and its POST /v1/sessions."""
+        if self._disposed:
+            raise SandboxError("sandbox disposed", provider=self.provider)
+        if not self._service:
+            raise _core.no_service(self.provider)
+        request = _core.session_request(opts, self._cfg, self.provider)
+        return _core.Call("POST", "/v1/sessions", request, self._control_timeout(), session=True, ok=201)
 
     def _control_timeout(self) -> int:
         """How long a session's create, info or close may take, before the grace."""
