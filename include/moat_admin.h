@@ -246,6 +246,9 @@ struct moat_serve_options {
 	 * relayed out of the host, DNS questions being resolved; 0: the
 	 * config's serve.maxRelays / serve.maxDns, else 4096 and 256 */
 	unsigned max_relays, max_dns;
+	/* sessions live at once (docs/SESSIONS.md); 0: sessions off; -1: the
+	 * config's serve.sessions.max, else from memory (at most 64) */
+	int max_sessions;
 	const char *rootfs_dir;   /* NULL: the config's, else the host-derived root */
 	const struct moat_config *cfg; /* never NULL: policy, rootfs and the "serve" limits */
 	FILE *log;                /* access log and notices */

@@ -34,7 +34,7 @@ static void usage(FILE *f)
 	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
 	      "                  [--pool N] [--pool-zygote | --no-pool-zygote] [--json-log]\n"
 	      "                  [--pool-zygote-max-children N] [--pool-zygote-max-age SECS]\n"
-	      "                  [--max-relays N] [--max-dns N]\n"
+	      "                  [--max-relays N] [--max-dns N] [--max-sessions N]\n"
 	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
 	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: the unix\n"
 	      "socket /run/moat/moat.sock as root, $XDG_RUNTIME_DIR/moat.sock otherwise,\n"
@@ -58,6 +58,9 @@ static void usage(FILE *f)
 	      "questions resolved at once across all runs (a full cap resets a new\n"
 	      "connection, answers a question SERVFAIL; default: config serve.maxRelays /\n"
 	      "maxDns, else 4096 and 256).\n"
+	      "--max-sessions N: sessions (POST /v1/sessions, docs/SESSIONS.md) live at\n"
+	      "once; 0 turns sessions off (default: config serve.sessions.max, else by\n"
+	      "available memory, at most 64).\n"
 	      "--json-log writes every log line as one JSON object to stdout (for a log\n"
 	      "collector, e.g. in a pod); by default the log goes to stderr.\n",
 	      f);
@@ -324,6 +327,7 @@ int cli_serve(int argc, char **argv)
 		{ "json-log", no_argument, NULL, 'J' },
 		{ "max-relays", required_argument, NULL, 'X' },
 		{ "max-dns", required_argument, NULL, 'D' },
+		{ "max-sessions", required_argument, NULL, 'S' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -332,7 +336,7 @@ int cli_serve(int argc, char **argv)
 	const char *socket_group = NULL, *metrics_spec = NULL;
 	bool no_kv = false, json_log = false, no_auth = false;
 	int zygote = -1;
-	int pool = -1;
+	int pool = -1, max_sessions = -1;
 	unsigned zyg_children = 0, zyg_age = 0, max_relays = 0, max_dns = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
@@ -380,6 +384,14 @@ int cli_serve(int argc, char **argv)
 				return bad("--max-dns wants a number from 1 to 65536, not %s",
 					   optarg);
 			break;
+		case 'S': {
+			unsigned n;
+			if (parse_uint(optarg, 0, 4096, &n) < 0)
+				return bad("--max-sessions wants a number from 0 to 4096, not %s",
+					   optarg);
+			max_sessions = (int)n;
+			break;
+		}
 		case 'P': {
 			unsigned n;
 			if (parse_uint(optarg, 0, 64, &n) < 0)
@@ -556,7 +568,7 @@ int cli_serve(int argc, char **argv)
 		.kv_max_bytes = kvo.kv_max_bytes, .kv_max_value = kvo.kv_max_value, .kv_off = no_kv,
 		.pool = pool, .pool_zygote = zygote,
 		.pool_zygote_max_children = zyg_children, .pool_zygote_max_age_s = zyg_age,
-		.max_relays = max_relays, .max_dns = max_dns,
+		.max_relays = max_relays, .max_dns = max_dns, .max_sessions = max_sessions,
 	};
 	fd = mfd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {

@@ -50,9 +50,9 @@ __attribute__((noreturn)) static void fail(const struct moat_child *c, enum moat
 /* Closes every fd but the ones in keep (unsorted, may hold -1). */
 static int close_all_except(const int *keep, int n)
 {
-	int sorted[9];
+	int sorted[10];
 	int m = 0;
-	for (int i = 0; i < n && m < 9; i++) {
+	for (int i = 0; i < n && m < 10; i++) {
 		if (keep[i] < 0)
 			continue;
 		int v = keep[i], j = m;
@@ -291,9 +291,12 @@ static void program_lockdown(const struct moat_child **cp, struct moat_child *lo
 	/* move the fds out of the way, then to 0, 1, 2, 3 (the report socket,
 	 * closed by execve) and 4 (the key-value socket, which the program
 	 * keeps) */
-	int fds[5] = { c->stdin_fd, c->stdout_fd, c->stderr_fd, c->report_fd, c->kv_fd };
-	int nfds = c->kv_fd >= 0 ? 5 : 4;
-	for (int i = 0; i < nfds; i++) {
+	int fds[6] = { c->stdin_fd, c->stdout_fd, c->stderr_fd, c->report_fd, c->kv_fd,
+		       c->session_fd };
+	bool kv = c->kv_fd >= 0, session = c->session_fd >= 0;
+	for (int i = 0; i < 6; i++) {
+		if (i >= 4 && fds[i] < 0)
+			continue;
 		fds[i] = fcntl(fds[i], F_DUPFD_CLOEXEC, 10);
 		if (fds[i] < 0)
 			fail(c, MOAT_STEP_FDS, 0);
@@ -301,14 +304,19 @@ static void program_lockdown(const struct moat_child **cp, struct moat_child *lo
 	for (int i = 0; i < 3; i++)
 		if (dup2(fds[i], i) < 0)
 			fail(c, MOAT_STEP_FDS, 0);
-	if (dup3(fds[3], 3, O_CLOEXEC) < 0)
+	/* a session's driver keeps its control socket as fd 3: the report
+	 * socket goes past the fds the program keeps */
+	int report = !session ? 3 : kv ? RUN_KV_FD + 1 : RUN_KV_FD;
+	if (dup3(fds[3], report, O_CLOEXEC) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
 	*local = *c;
-	local->report_fd = 3;
+	local->report_fd = report;
 	c = *cp = local;
-	if (nfds == 5 && dup2(fds[4], RUN_KV_FD) < 0) /* dup2: not close-on-exec */
+	if (kv && dup2(fds[4], RUN_KV_FD) < 0) /* dup2: not close-on-exec */
 		fail(c, MOAT_STEP_FDS, 0);
-	if (syscall(SYS_close_range, (unsigned)nfds, ~0U, 0) < 0)
+	if (session && dup2(fds[5], RUN_SESSION_FD) < 0)
+		fail(c, MOAT_STEP_FDS, 0);
+	if (syscall(SYS_close_range, (unsigned)report + 1, ~0U, 0) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
 	moat_stamp("pid2: fds done");
 	umask(022);
@@ -428,8 +436,8 @@ int moat_child_main(const struct moat_child *c)
 	if (prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0) < 0)
 		fail(c, MOAT_STEP_SYNC, 0);
 	int keep[] = { c->sync_fd, c->report_fd, c->stdin_fd, c->stdout_fd, c->stderr_fd,
-		       c->net_fds[0], c->net_fds[1], c->outputs_fd, c->kv_fd };
-	if (close_all_except(keep, 9) < 0)
+		       c->net_fds[0], c->net_fds[1], c->outputs_fd, c->kv_fd, c->session_fd };
+	if (close_all_except(keep, 10) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
 	/* Work for the program's sake, done here while the supervisor writes the
 	 * id maps (pid 2 inherits both): every signal back to its default with

@@ -11,6 +11,30 @@
 #include "core/sys.h"
 #include "runner/run.h"
 
+int run_take_per(struct run *r, const struct moat_run_options *per, uint64_t max_output,
+		 struct moat_error *err)
+{
+	size_t cap = max_output ? max_output : MOAT_DEFAULT_OUTPUT_CAP;
+	r->out.cap = r->errout.cap = cap;
+	if (!per)
+		return 0;
+	r->opts.on_output = per->on_output;
+	r->opts.output_ctx = per->output_ctx;
+	r->opts.stdout_stream = per->stdout_stream;
+	r->opts.stdout_full = per->stdout_full;
+	r->opts.resume_fd = per->resume_fd;
+	r->opts.output_stream = per->output_stream;
+	r->out.passed_on = per->stdout_stream || per->output_stream;
+	r->out.capped = r->errout.passed_on = r->errout.capped = per->output_stream;
+	r->cancel_fd = per->cancel_fd;
+	r->hangup_fd = per->hangup_fd;
+	if ((r->cancel_fd >= 0 && pump_watch_slot(r, PUMP_CANCEL, EPOLLIN) < 0) ||
+	    (r->hangup_fd >= 0 && pump_watch_slot(r, PUMP_HANGUP, EPOLLRDHUP) < 0))
+		return moat_error_set(err, MOAT_ERR_CONFIG, errno,
+				      "cannot watch the cancellation fd: %s", strerror(errno));
+	return 0;
+}
+
 int run_deliver(struct run *r, const struct moat_request *req,
 		const struct moat_run_options *per, char *frame, size_t frame_len,
 		struct moat_error *err)
@@ -39,24 +63,8 @@ int run_deliver(struct run *r, const struct moat_request *req,
 	r->pool_frame = frame;
 	r->pool_frame_len = frame_len;
 	r->res->pooled = true;
-	size_t cap = req->max_output_bytes ? req->max_output_bytes : MOAT_DEFAULT_OUTPUT_CAP;
-	r->out.cap = r->errout.cap = cap;
-	if (per) {
-		r->opts.on_output = per->on_output;
-		r->opts.output_ctx = per->output_ctx;
-		r->opts.stdout_stream = per->stdout_stream;
-		r->opts.stdout_full = per->stdout_full;
-		r->opts.resume_fd = per->resume_fd;
-		r->opts.output_stream = per->output_stream;
-		r->out.passed_on = per->stdout_stream || per->output_stream;
-		r->out.capped = r->errout.passed_on = r->errout.capped = per->output_stream;
-		r->cancel_fd = per->cancel_fd;
-		r->hangup_fd = per->hangup_fd;
-		if ((r->cancel_fd >= 0 && pump_watch_slot(r, PUMP_CANCEL, EPOLLIN) < 0) ||
-		    (r->hangup_fd >= 0 && pump_watch_slot(r, PUMP_HANGUP, EPOLLRDHUP) < 0))
-			return moat_error_set(err, MOAT_ERR_CONFIG, errno,
-					      "cannot watch the cancellation fd: %s", strerror(errno));
-	}
+	if (run_take_per(r, per, req->max_output_bytes, err) < 0)
+		return -1;
 	r->stdin_data = r->pool_frame;
 	r->stdin_len = frame_len;
 	r->stdin_off = 0;

@@ -330,7 +330,8 @@ void run_init(struct run *r, const struct moat_request *req, const struct moat_r
 	int *fds[] = { &r->sync_w, &r->report_r, &r->stdin_w, &r->stdout_r, &r->stderr_r,
 		       &r->outputs_r, &r->sync_r, &r->report_w, &r->stdin_r, &r->stdout_w,
 		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
-		       &r->listener, &r->kv_fd, &r->kv_child, &r->thrash_fd };
+		       &r->listener, &r->kv_fd, &r->kv_child, &r->thrash_fd, &r->session_fd,
+		       &r->session_child };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		*fds[i] = -1;
 	r->zygote_fd = -1;
@@ -424,9 +425,12 @@ void run_release(struct run *r)
 	int *fds[] = { &r->sync_w, &r->report_r, &r->stdin_w, &r->stdout_r, &r->stderr_r,
 		       &r->outputs_r, &r->sync_r, &r->report_w, &r->stdin_r, &r->stdout_w,
 		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
-		       &r->listener, &r->kv_fd, &r->kv_child, &r->thrash_fd };
+		       &r->listener, &r->kv_fd, &r->kv_child, &r->thrash_fd, &r->session_fd,
+		       &r->session_child };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		moat_close_fd(fds[i]);
+	moat_buf_free(&r->session_in);
+	free(r->session_reply);
 	moat_buf_free(&r->outs);
 	moat_kv_broker_free(r->broker);
 	free(r->pool_frame);

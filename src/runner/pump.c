@@ -4,6 +4,7 @@
  * Each watched fd is an entry that carries its own handler. */
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -265,6 +266,25 @@ static void kill_sandbox(struct run *r)
 {
 	if (moat_cgroup_kill(r->cg) < 0)
 		syscall(SYS_pidfd_send_signal, r->pidfd, SIGKILL, NULL, 0);
+}
+
+void pump_kill(struct run *r)
+{
+	kill_sandbox(r);
+}
+
+void pump_drain_now(struct run *r)
+{
+	enum pump_slot slots[] = { PUMP_STDOUT, PUMP_STDERR };
+	for (int i = 0; i < 2; i++) {
+		struct pump_entry *e = &r->pump[slots[i]];
+		for (int k = 0; k < 16 && *e->fd >= 0; k++) {
+			struct pollfd pf = { .fd = *e->fd, .events = POLLIN };
+			if (poll(&pf, 1, 0) <= 0 || !(pf.revents & (POLLIN | POLLHUP | POLLERR)))
+				break;
+			(void)on_output(r, e, NULL);
+		}
+	}
 }
 
 static int on_timer(struct run *r, struct pump_entry *e, struct moat_error *err)

@@ -66,7 +66,7 @@ struct pump_entry {
 enum pump_slot {
 	PUMP_STDOUT, PUMP_STDERR, PUMP_REPORT, PUMP_OUTPUTS, PUMP_LISTENER, PUMP_STDIN,
 	PUMP_TIMER, PUMP_EXIT, PUMP_CANCEL, PUMP_HANGUP, PUMP_KV, PUMP_THRASH, PUMP_RESUME,
-	PUMP__COUNT
+	PUMP_SESSION, PUMP__COUNT
 };
 
 /* The thrash watch (thrash.c): the samples of the last THRASH_TICKS ticks
@@ -193,6 +193,21 @@ struct run {
 	int thrash_fd; /* the thrash watch's periodic timer; -1 when not watching */
 	struct run_thrash thrash;
 	bool thrash_killed;
+
+	/* a session's sandbox (runner/session.c): the host's end of the
+	 * driver's control socket and the program's (RUN_SESSION_FD), -1
+	 * otherwise; what the driver wrote and was not yet taken as a frame;
+	 * the frame that ends the pump (PUMP_STOP) when taken */
+	int session_fd, session_child;
+	struct moat_buf session_in;
+	char *session_reply;
+	size_t session_reply_len;
+	const char *session_out; /* the host's frame being written (borrowed) */
+	size_t session_out_len, session_out_off;
+	bool session_bad;      /* the driver broke the protocol: killed */
+	int64_t session_end;   /* the lifetime's end (moat_mono_ms) */
+	int64_t session_cpu_ms; /* the cgroup's CPU time at the last step's end */
+	const char *session_limits[3]; /* limit_memory, _pids, _cpu of each step */
 };
 
 /* prepare.c */
@@ -243,6 +258,11 @@ int run_pump(struct run *r, struct moat_error *err);
 int pump_watch_slot(struct run *r, enum pump_slot slot, uint32_t events);
 /* Registers the pump's entries (run_start, once pid 1 was released). */
 int pump_watch(struct run *r, struct moat_error *err);
+/* Kills the whole sandbox now (cgroup.kill, else pid 1), as the timeout does. */
+void pump_kill(struct run *r);
+/* Reads what is in the output pipes now, without waiting (a session's
+ * step, once its driver said done): at most 16 chunks a stream. */
+void pump_drain_now(struct run *r);
 
 /* deliver.c */
 /* Hands a run started ahead (r->ahead) its one real request (docs/SERVE.md,
@@ -255,6 +275,12 @@ int pump_watch(struct run *r, struct moat_error *err);
 int run_deliver(struct run *r, const struct moat_request *req,
 		const struct moat_run_options *per, char *frame, size_t frame_len,
 		struct moat_error *err);
+/* The per-request options of a run started ahead (a delivery, a
+ * session's step): per's on_output, stdout flow control, cancel and hangup
+ * fds (watched from here; per NULL: the run's own stay) and the output
+ * caps (max_output, 0: the default). */
+int run_take_per(struct run *r, const struct moat_run_options *per, uint64_t max_output,
+		 struct moat_error *err);
 /* collect.c */
 int run_collect(struct run *r, struct moat_result **out, struct moat_error *err);
 /* Pure: how the program ended, into res->exited/exit_code/signal/killed_by.

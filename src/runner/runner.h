@@ -140,6 +140,10 @@ struct moat_exec {
 /* The program's fd of the key-value store (its number is MOAT_KV_FD). */
 #define RUN_KV_FD 4
 #define RUN_KV_FD_STR "4"
+/* A session's driver's control socket (runner/session.c, docs/SESSIONS.md):
+ * the program keeps it as fd 3 (the report socket, close-on-exec, moves
+ * past it then). */
+#define RUN_SESSION_FD 3
 
 struct moat_child {
 	const struct moat_mount_plan *plan;
@@ -158,6 +162,7 @@ struct moat_child {
 	int outputs_fd;       /* write end of the outputs stream, or -1 */
 	bool outputs_skip_work; /* the work directory is bound: not walked */
 	int kv_fd;            /* the program's end of the key-value socket, or -1 */
+	int session_fd;       /* a session's control socket (RUN_SESSION_FD), or -1 */
 	locale_t c_locale;    /* the C locale for matching them, or (locale_t)0 */
 	const struct moat_exec *transpile; /* NULL unless the language needs it */
 	/* NULL: no execve, pid 2 returns from moat_child_main once locked

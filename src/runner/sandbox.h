@@ -7,6 +7,7 @@
 #ifndef MOAT_RUNNER_SANDBOX_H
 #define MOAT_RUNNER_SANDBOX_H
 
+#include <stdbool.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -69,5 +70,44 @@ int run_sandbox_create_adopted(const struct moat_request *req, const struct moat
  * that stays the caller's, becomes the program's fd 4 (no kvEnabled). */
 int run_sandbox_start_zygote(const struct moat_request *boot, const struct moat_run_options *opts,
 			     int zygote_fd, struct moat_sandbox **out, struct moat_error *err);
+
+/* A session's sandbox (runner/session.c, docs/SESSIONS.md): boot (an
+ * argv request: the driver) created and started as a cold run, with a
+ * control socket whose other end the runner holds as the program's fd 3
+ * (RUN_SESSION_FD); boot's timeout_ms is the session's lifetime, and boot
+ * and opts stay borrowed until release (opts' cancel/hangup fds and
+ * output options are each step's, given to it). The thread that starts it
+ * must outlive it (pid 1's parent-death signal). */
+#define RUN_SESSION_MAX_FRAME (16u * 1024u * 1024u)
+int run_sandbox_start_session(const struct moat_request *boot, const struct moat_run_options *opts,
+			      struct moat_sandbox **out, struct moat_error *err);
+/* One exchange with the driver: frame (NULL: none, the wait for its
+ * ready) written on the control socket, then the pump as for a run --
+ * output capped at max_output (0: the default) a stream, per's on_output,
+ * flow control, cancel and hangup (per NULL: none), timeout_ms (within the
+ * lifetime; then the whole sandbox is killed) -- until the driver's next
+ * frame or the sandbox's end. 0 with *res (the step's result: output,
+ * caps, durationMs, the step's cpuTimeMs) and either *reply (the frame's
+ * JSON text, malloc'd, NUL-terminated; at most RUN_SESSION_MAX_FRAME; the
+ * output written before it drained into *res; exit code unset: the
+ * reply's) or *reply NULL: the sandbox ended, *res is its end collected as
+ * a run's (killedBy "timeout", "cancelled", "oom", "pids", "seccomp",
+ * "signal", or "protocol" when the driver wrote anything but a frame of
+ * at most RUN_SESSION_MAX_FRAME bytes; exitCode when the driver exited).
+ * -1 with *err: the sandbox had ended before, or the pump failed (the
+ * sandbox is killed). Not concurrent with itself. */
+int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint64_t max_output,
+			     const struct moat_run_options *per, const char *frame,
+			     size_t frame_len, struct moat_result **res, char **reply,
+			     size_t *reply_len, struct moat_error *err);
+/* Kills the whole sandbox now; a running step then ends with the sandbox.
+ * Any thread, any number of times, until release. */
+void run_sandbox_session_kill(struct moat_sandbox *sb);
+/* The sandbox's CPU time (ms) at the end of its last step, -1 unknown;
+ * its memory now (bytes), -1 unknown or ended. Not concurrent with a step
+ * (the caller keeps its own copies for other threads). */
+int64_t run_sandbox_cpu_ms(struct moat_sandbox *sb);
+int64_t run_sandbox_session_memory(const struct moat_sandbox *sb);
+bool run_sandbox_live(const struct moat_sandbox *sb);
 
 #endif

@@ -125,6 +125,7 @@ static void close_child_ends(struct run *r)
 	moat_close_fd(&r->stderr_w);
 	moat_close_fd(&r->outputs_w);
 	moat_close_fd(&r->kv_child);
+	moat_close_fd(&r->session_child);
 }
 
 void run_child_spec(const struct run *r, struct moat_child *c)
@@ -134,7 +135,7 @@ void run_child_spec(const struct run *r, struct moat_child *c)
 		.net = r->net, .net_fds = { -1, -1 },
 		.outputs = r->req->outputs, .outputs_count = r->req->outputs_count,
 		.outputs_fd = r->outputs_w, .outputs_skip_work = r->workdir != NULL,
-		.kv_fd = r->kv_child,
+		.kv_fd = r->kv_child, .session_fd = r->session_child,
 		.c_locale = r->req->outputs_count ? moat_outputs_locale() : (locale_t)0,
 		.sync_fd = r->sync_r, .report_fd = r->report_w, .stdin_fd = r->stdin_r,
 		.stdout_fd = r->stdout_w, .stderr_fd = r->stderr_w,

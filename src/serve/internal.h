@@ -11,6 +11,7 @@
 #include <stdio.h>
 
 #include "core/core.h"
+#include "core/sha256.h"
 #include "pool/pool.h"
 #include "serve/serve.h"
 
@@ -51,6 +52,12 @@ struct serve_limits {
 	/* across every run of the service at once (moat_relay_caps):
 	 * "maxRelays" relayed connections, "maxDns" DNS questions */
 	unsigned max_relays, max_dns;
+	/* "sessions" (docs/SESSIONS.md): "max" (-1: not set: from memory),
+	 * "idleTimeoutMs" (a session's default), "maxIdleTimeoutMs" and
+	 * "maxLifetimeMs" (the most a session may ask; also its default
+	 * lifetime) */
+	int sessions_max;
+	uint64_t session_idle_ms, session_max_idle_ms, session_max_life_ms;
 };
 /* Built-in values (SERVE.md); max_cpus: online CPUs. */
 void serve_limits_default(struct serve_limits *l);
@@ -119,7 +126,8 @@ bool frame_header_ok(const char *name, const char *value);
 bool frame_header_dropped(const char *name);
 
 /* ---- metrics ---- */
-enum serve_route { R_PY, R_TS, R_V1_RUN, R_HEALTHZ, R_METRICS, R_KV, R_OTHER, R__COUNT };
+enum serve_route { R_PY, R_TS, R_V1_RUN, R_HEALTHZ, R_METRICS, R_KV, R_OTHER, R_SESSIONS,
+		  R_SESSION, R_SESSION_RUN, R__COUNT };
 enum serve_outcome {
 	O_OK, O_ERROR, O_TIMEOUT, O_OOM, O_KILLED, O_DISCONNECTED, O_BAD_REQUEST,
 	O_UNAUTHORIZED, O_REJECTED, O_UNAVAILABLE, O__COUNT
@@ -191,6 +199,56 @@ int serve_pool_start(struct pool **out, unsigned want, bool zygote,
 int serve_pool_run(struct pool *p, const struct moat_request *req,
 		   const struct moat_run_options *opts, struct moat_result **out,
 		   struct moat_error *err);
+
+/* ---- sessions (sessions.c; docs/SESSIONS.md) ---- */
+#define SERVE_SESSION_ID_LEN 36 /* "ses_" + 32 hex digits: 128 random bits */
+#define SERVE_SESSIONS_LIMIT 4096 /* --max-sessions, serve.sessions.max at most */
+#define SERVE_SESSIONS_AUTO_MAX 64 /* the default from memory at most */
+enum { SERVE_SES_KILL_TIMEOUT, SERVE_SES_KILL_OOM, SERVE_SES_KILL_SECCOMP,
+       SERVE_SES_KILL_CRASH, SERVE_SES_KILL_EXIT, SERVE_SES_KILL_CANCELLED,
+       SERVE_SES_KILL__COUNT };
+struct serve_sessions_config {
+	unsigned max; /* 0: sessions off (serve_sessions_start makes none) */
+	const struct moat_run_options *opts; /* the sessions' sandboxes; lives as long */
+};
+struct serve_sessions;
+struct serve_session;
+/* Starts the session thread (*out NULL when cfg->max is 0). */
+int serve_sessions_start(struct serve_sessions **out, const struct serve_sessions_config *cfg,
+			 struct moat_error *err);
+/* Ends every session (a running step is cancelled, waited for up to 10 s)
+ * and the session thread; NULL-safe. */
+void serve_sessions_stop(struct serve_sessions *ss);
+unsigned serve_sessions_max(const struct serve_sessions *ss);
+bool serve_session_id_valid(const char *id);
+/* A new session for cred, its sandbox made by the session thread (req:
+ * prepared, borrowed until the call returns). 0 with *answer (the 201's
+ * JSON); -2: --max-sessions live, or stopping (503 ServerBusy); -1: *err. */
+int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA256_LEN],
+			  const struct moat_request *req, uint64_t idle_ms, uint64_t life_ms,
+			  char **answer, struct moat_error *err);
+/* The session id names for cred (a reference: serve_session_put), or NULL:
+ * none, another credential's or forgotten (404 alike). */
+struct serve_session *serve_sessions_get(struct serve_sessions *ss, const char *id,
+					 const uint8_t cred[MOAT_SHA256_LEN]);
+void serve_session_put(struct serve_sessions *ss, struct serve_session *x);
+/* NULL while live, else the 410's sentence (malloc'd). */
+char *serve_session_gone(struct serve_sessions *ss, struct serve_session *x);
+/* Takes the session for one step: 0; -1: a step runs (409); -2: gone (410,
+ * *gone the sentence, malloc'd). serve_session_end after. */
+int serve_session_begin(struct serve_sessions *ss, struct serve_session *x, char **gone);
+int serve_session_step(struct serve_sessions *ss, struct serve_session *x,
+		       const struct moat_request *step, const struct moat_run_options *per,
+		       struct moat_result **res, char **extra, struct moat_error *err);
+void serve_session_end(struct serve_sessions *ss, struct serve_session *x);
+enum moat_language serve_session_language(const struct serve_session *x);
+/* The session's JSON object into b (full: GET's, else a step's "session"). */
+void serve_session_json(struct serve_sessions *ss, struct serve_session *x, struct moat_buf *b,
+			bool full);
+/* DELETE: ends it, its sandbox gone before it returns: 0; -1: already gone
+ * (*gone: the sentence). */
+int serve_session_delete(struct serve_sessions *ss, struct serve_session *x, char **gone);
+void serve_sessions_metrics(struct serve_sessions *ss, struct moat_buf *b);
 
 /* The one-line "error" of a Spin script result (NULL on success). */
 char *serve_script_error(const struct moat_result *res, const struct moat_request *req);

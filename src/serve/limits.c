@@ -28,6 +28,10 @@ void serve_limits_default(struct serve_limits *l)
 		.pool_zygote_max_age_ms = SERVE_ZYGOTE_MAX_AGE_S * 1000ull,
 		.max_relays = SERVE_MAX_RELAYS,
 		.max_dns = SERVE_MAX_DNS,
+		.sessions_max = -1,
+		.session_idle_ms = 600000,
+		.session_max_idle_ms = 3600000,
+		.session_max_life_ms = 3600000,
 	};
 }
 
@@ -92,6 +96,41 @@ static int parse_set(const cJSON *obj, const char *where, uint64_t *timeout, uin
 	return 0;
 }
 
+/* The "sessions" object. */
+static int parse_sessions(const cJSON *obj, struct serve_limits *l, struct moat_error *err)
+{
+	if (!cJSON_IsObject(obj))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "config serve.sessions must be an object");
+	for (const cJSON *it = obj->child; it; it = it->next) {
+		const char *k = it->string ? it->string : "";
+		double v = 0;
+		if (!strcmp(k, "max")) {
+			if (get_num(it, "sessions", 0, SERVE_SESSIONS_LIMIT, &v, err) < 0)
+				return -1;
+			l->sessions_max = (int)v;
+		} else if (!strcmp(k, "idleTimeoutMs") || !strcmp(k, "maxIdleTimeoutMs") ||
+			   !strcmp(k, "maxLifetimeMs")) {
+			if (get_num(it, "sessions", 100, (double)MAX_TIMEOUT_MS * 7, &v, err) < 0)
+				return -1;
+			*(!strcmp(k, "idleTimeoutMs")	 ? &l->session_idle_ms
+			  : !strcmp(k, "maxLifetimeMs") ? &l->session_max_life_ms
+						       : &l->session_max_idle_ms) = (uint64_t)v;
+		} else {
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "config serve.sessions: unknown key \"%.64s\" (max, "
+					      "idleTimeoutMs, maxIdleTimeoutMs, maxLifetimeMs)", k);
+		}
+	}
+	if (l->session_idle_ms > l->session_max_idle_ms)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "config serve.sessions: idleTimeoutMs %llu is above "
+				      "maxIdleTimeoutMs %llu",
+				      (unsigned long long)l->session_idle_ms,
+				      (unsigned long long)l->session_max_idle_ms);
+	return 0;
+}
+
 int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_error *err)
 {
 	if (!json)
@@ -140,6 +179,9 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 			if (get_num(it, "", 1, SERVE_ZYGOTE_AGE_LIMIT_S, &v, err) < 0)
 				goto out;
 			l->pool_zygote_max_age_ms = (uint64_t)(v * 1000);
+		} else if (!strcmp(k, "sessions")) {
+			if (parse_sessions(it, l, err) < 0)
+				goto out;
 		} else if (!strcmp(k, "maxRelays") || !strcmp(k, "maxDns")) {
 			bool tcp = k[3] == 'R';
 			double v = 0;
@@ -152,7 +194,7 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
 				       "allowOpenNetwork, maxResponseBytes, pool, poolZygote, "
 				       "poolZygoteMaxChildren, poolZygoteMaxAge, maxRelays, "
-				       "maxDns)", k);
+				       "maxDns, sessions)", k);
 			goto out;
 		}
 	}

@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
+#include <cjson/cJSON.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <time.h>
@@ -100,6 +101,8 @@ struct server {
 	int64_t cpu_at;
 	double cpus; /* CPUs this process may use; MOAT_TEST_POOL_CPUS for tests */
 	struct moat_relay_caps *relay_caps; /* shared by every run's relays */
+	struct serve_sessions *sessions; /* NULL: sessions off (their routes are 404s) */
+	struct moat_run_options ses_opts; /* the sessions' sandboxes' */
 };
 
 /* A handler's response on its way from the worker to the connection. */
@@ -146,6 +149,12 @@ struct req {
 	struct serve_envelope env;
 	struct stream st;
 	bool has_slot;
+	/* the session routes: the caller's credential (the token's SHA-256, a
+	 * unix peer's uid hashed), the id in the path, the session held */
+	uint8_t cred[MOAT_SHA256_LEN];
+	char ses_id[SERVE_SESSION_ID_LEN + 1];
+	struct serve_session *ses;
+	bool ses_busy; /* a step of it is ours (serve_session_end) */
 };
 
 /* ---- access log ---- */
@@ -220,6 +229,9 @@ static void req_unref(struct req *q)
 	q->s->active--;
 	pthread_cond_broadcast(&q->s->cv);
 	pthread_mutex_unlock(&q->s->mu);
+	if (q->ses_busy)
+		serve_session_end(q->s->sessions, q->ses);
+	serve_session_put(q->s->sessions, q->ses);
 	moat_buf_free(&q->body);
 	free(q->header_id);
 	serve_envelope_free(&q->env);
@@ -290,7 +302,9 @@ static enum MHD_Result fail(struct req *q, struct MHD_Connection *c, unsigned st
 	if (status == 401)
 		h = "WWW-Authenticate", v = "Bearer";
 	else if (status == 405)
-		h = "Allow", v = q->route == R_HEALTHZ || q->route == R_METRICS ? "GET" : "POST";
+		h = "Allow", v = q->route == R_HEALTHZ || q->route == R_METRICS ? "GET"
+				 : q->route == R_SESSION			 ? "GET, DELETE"
+										 : "POST";
 	else if (status == 503)
 		h = "Retry-After", v = "1";
 	return respond(q, c, status, error_json(type, msg), "application/json", h, v);
@@ -898,6 +912,37 @@ static enum MHD_Result spin_route(struct req *q, struct MHD_Connection *c)
 	return run_script(q, c, q->env.req, false);
 }
 
+/* ---- sessions (docs/SESSIONS.md; the table and its thread: sessions.c) ---- */
+
+/* A step's answer: json (a result object, or an NDJSON result line) with
+ * the keys of extra (the driver's "error", "value", "display"...) and the
+ * "session" after the step; malloc'd, '\n'-terminated, NULL on OOM. */
+static char *session_answer(struct req *q, const char *json, const char *extra)
+{
+	size_t n = strlen(json);
+	while (n && (json[n - 1] == '\n' || json[n - 1] == ' '))
+		n--;
+	if (!n || json[n - 1] != '}')
+		return NULL;
+	struct moat_buf b = { 0 };
+	moat_buf_append(&b, json, n - 1);
+	const char *e = extra ? strchr(extra, '{') : NULL;
+	const char *end = e ? strrchr(e, '}') : NULL;
+	if (e && end) {
+		const char *in = e + 1;
+		while (in < end && (*in == ' ' || *in == '\n' || *in == '\t' || *in == '\r'))
+			in++;
+		if (in < end) {
+			moat_buf_append(&b, ",", 1);
+			moat_buf_append(&b, in, (size_t)(end - in));
+		}
+	}
+	moat_buf_append(&b, ",\"session\":", 11);
+	serve_session_json(q->s->sessions, q->ses, &b, false);
+	moat_buf_append(&b, "}\n", 2);
+	return moat_buf_take(&b);
+}
+
 /* ---- /v1/run streamed (Accept: application/x-ndjson) ---- */
 
 /* The client asked for the streamed answer. */
@@ -930,8 +975,21 @@ static void *ndjson_worker(void *arg)
 	opts.output_stream = true; /* nothing kept: the output is streamed, capped */
 	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
-	int rc = serve_pool_run(s->pool, q->st.req, &opts, &res, &err);
-	char *line = rc == 0 ? moat_ndjson_result(res) : NULL;
+	char *line = NULL;
+	int rc;
+	if (q->ses) {
+		char *extra = NULL;
+		rc = serve_session_step(s->sessions, q->ses, q->st.req, &opts, &res, &extra, &err);
+		serve_session_end(s->sessions, q->ses);
+		q->ses_busy = false;
+		char *r = rc == 0 ? moat_ndjson_result(res) : NULL;
+		line = r ? session_answer(q, r, extra) : NULL;
+		free(r);
+		free(extra);
+	} else {
+		rc = serve_pool_run(s->pool, q->st.req, &opts, &res, &err);
+		line = rc == 0 ? moat_ndjson_result(res) : NULL;
+	}
 	pthread_mutex_lock(&q->mu);
 	q->st.err = err;
 	q->st.run_failed = rc < 0 || !line;
@@ -983,6 +1041,14 @@ static enum MHD_Result run_ndjson(struct req *q, struct MHD_Connection *c,
 	bool failed = q->st.finished && q->st.run_failed &&
 		      q->st.pending.len == q->st.pending_off;
 	pthread_mutex_unlock(&q->mu);
+	if (failed && q->ses) { /* the session died before its step began */
+		char *gone = serve_session_gone(q->s->sessions, q->ses);
+		if (gone) {
+			enum MHD_Result r = fail(q, c, 410, "SessionGone", O_ERROR, gone);
+			free(gone);
+			return r;
+		}
+	}
 	if (failed) /* nothing was streamed: the ordinary error answer */
 		return q->st.err.message ? fail_moat(q, c, &q->st.err) : MHD_NO;
 	struct MHD_Response *r = stream_response(q);
@@ -1018,6 +1084,267 @@ static enum MHD_Result v1_route(struct req *q, struct MHD_Connection *c)
 		r = run_script(q, c, req, true);
 	moat_request_free(req);
 	return r;
+}
+
+/* The caller a session is bound to: the bearer token (its SHA-256) when
+ * the service has one, else on a unix socket the peer's uid, else (a
+ * loopback listener with --no-auth) every caller alike. */
+static void caller_cred(struct server *s, struct MHD_Connection *c, uint8_t out[MOAT_SHA256_LEN])
+{
+	if (s->auth) {
+		memcpy(out, s->token_hash, MOAT_SHA256_LEN);
+		return;
+	}
+	char who[64];
+	snprintf(who, sizeof who, "moat-session-caller:anonymous");
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	struct ucred uc;
+	socklen_t ul = sizeof uc;
+	struct sockaddr_storage ss;
+	socklen_t sl = sizeof ss;
+	if (ci && ci->connect_fd >= 0 &&
+	    getsockname(ci->connect_fd, (struct sockaddr *)&ss, &sl) == 0 &&
+	    ss.ss_family == AF_UNIX &&
+	    getsockopt(ci->connect_fd, SOL_SOCKET, SO_PEERCRED, &uc, &ul) == 0)
+		snprintf(who, sizeof who, "moat-session-caller:uid:%u", (unsigned)uc.uid);
+	moat_sha256(who, strlen(who), out);
+}
+
+static enum MHD_Result session_missing(struct req *q, struct MHD_Connection *c)
+{
+	return fail(q, c, 404, "SessionNotFound", O_BAD_REQUEST,
+		    "no such session (it never existed, is another caller's, or ended long ago)");
+}
+
+static enum MHD_Result session_gone(struct req *q, struct MHD_Connection *c, char *why)
+{
+	enum MHD_Result r = fail(q, c, 410, "SessionGone", O_ERROR,
+				 why ? why : "the session is gone");
+	free(why);
+	return r;
+}
+
+/* A lifetime field of POST /v1/sessions (removed from the object): its
+ * value, the default when absent, or -1 with *err. */
+static int lifetime_key(cJSON *o, const char *key, uint64_t def, uint64_t max, uint64_t *out,
+			struct moat_error *err)
+{
+	cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(o, key);
+	*out = def;
+	if (!it)
+		return 0;
+	double v = it->valuedouble;
+	bool ok = cJSON_IsNumber(it) && v >= 100 && v <= (double)max && v == floor(v);
+	cJSON_Delete(it);
+	if (!ok)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "\"%s\" must be a whole number of milliseconds from 100 to %llu "
+				      "(this server's serve.sessions maximum)", key,
+				      (unsigned long long)max);
+	*out = (uint64_t)v;
+	return 0;
+}
+
+/* body as a JSON object whose keys are among allowed (NULL-terminated):
+ * the object, or NULL with *err (400). */
+static cJSON *session_body(struct req *q, const char *const *refused, struct moat_error *err)
+{
+	bool nul = false;
+	const char *body = q->body.data ? q->body.data : "";
+	if (moat_json_prescan(body, q->body.len, &nul, err) < 0)
+		return NULL;
+	cJSON *o = cJSON_ParseWithLength(body, q->body.len);
+	if (!cJSON_IsObject(o)) {
+		cJSON_Delete(o);
+		moat_error_set(err, MOAT_ERR_CONFIG, 0, "the body must be a JSON object");
+		return NULL;
+	}
+	for (const cJSON *it = o->child; it; it = it->next)
+		for (const char *const *k = refused; *k; k++)
+			if (it->string && !strcmp(it->string, *k)) {
+				moat_error_set(err, MOAT_ERR_CONFIG, 0, "\"%s\" is not taken here "
+					       "(docs/SESSIONS.md)", *k);
+				cJSON_Delete(o);
+				return NULL;
+			}
+	return o;
+}
+
+/* The request pipeline on o (printed back), with the service's limits. */
+static int session_prepare(struct req *q, cJSON *o, const char *header_id,
+			   struct moat_request **req, struct moat_error *err)
+{
+	char *text = cJSON_PrintUnformatted(o);
+	if (!text)
+		return moat_error_oom(err);
+	struct moat_request_defaults d = { .fill = limits_fill, .ctx = &q->s->limits };
+	int rc = moat_request_prepare(text, strlen(text), header_id, &d, req, err);
+	free(text);
+	return rc;
+}
+
+/* POST /v1/sessions */
+static enum MHD_Result sessions_create_route(struct req *q, struct MHD_Connection *c)
+{
+	static const char *const refused[] = { "code", "argv", "stdin", "files", "outputs",
+					       "timeout", NULL };
+	const struct serve_limits *l = &q->s->limits;
+	struct moat_error err = { 0 };
+	struct moat_request *req = NULL;
+	char *answer = NULL;
+	uint64_t idle = 0, life = 0;
+	enum MHD_Result r;
+	int rc = -1;
+	cJSON *o = session_body(q, refused, &err);
+	if (o && lifetime_key(o, "idleTimeoutMs", l->session_idle_ms, l->session_max_idle_ms,
+			      &idle, &err) == 0 &&
+	    lifetime_key(o, "maxLifetimeMs", l->session_max_life_ms, l->session_max_life_ms,
+			 &life, &err) == 0 &&
+	    cJSON_AddStringToObject(o, "code", "") && session_prepare(q, o, q->header_id, &req,
+								       &err) == 0)
+		rc = 0;
+	cJSON_Delete(o);
+	if (rc == 0) {
+		q->lang = (int)req->language;
+		if (req->language != MOAT_LANG_PYTHON && req->language != MOAT_LANG_JAVASCRIPT)
+			rc = moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+					    "sessions take Python or JavaScript (\"language\": "
+					    "\"python\" or \"javascript\")");
+	}
+	if (rc == 0 && req->kv_enabled && q->s->o->kv_off) {
+		moat_request_free(req);
+		return fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
+			    "kvEnabled: this server runs without the key-value store (--no-kv)");
+	}
+	if (rc == 0)
+		rc = serve_sessions_create(q->s->sessions, q->cred, req, idle, life, &answer, &err);
+	moat_request_free(req);
+	if (rc == -2) {
+		r = fail(q, c, 503, "ServerBusy", O_REJECTED, err.message);
+	} else if (rc < 0) {
+		r = fail_moat(q, c, &err);
+	} else {
+		r = respond(q, c, 201, answer, "application/json", NULL, NULL);
+	}
+	moat_error_clear(&err);
+	return r;
+}
+
+/* A step answered whole. */
+static enum MHD_Result session_step(struct req *q, struct MHD_Connection *c,
+				    const struct moat_request *req)
+{
+	if (!reserve_result(q, req)) {
+		release_slot(q->s);
+		q->has_slot = false;
+		return fail(q, c, 503, "ServerBusy", O_REJECTED,
+			    "the results in flight fill this server's memory budget; retry later");
+	}
+	struct moat_run_options opts;
+	run_options(q, &opts);
+	struct moat_result *res = NULL;
+	struct moat_error err = { 0 };
+	char *extra = NULL;
+	int rc = serve_session_step(q->s->sessions, q->ses, req, &opts, &res, &extra, &err);
+	release_slot(q->s);
+	q->has_slot = false;
+	serve_session_end(q->s->sessions, q->ses);
+	q->ses_busy = false;
+	if (rc < 0) {
+		char *gone = serve_session_gone(q->s->sessions, q->ses);
+		enum MHD_Result r = gone ? session_gone(q, c, gone) : fail_moat(q, c, &err);
+		moat_error_clear(&err);
+		free(extra);
+		return r;
+	}
+	q->outcome = serve_run_outcome(res);
+	fit_result(res, req);
+	char *json = moat_result_to_json(res);
+	moat_result_free(res);
+	char *body = json ? session_answer(q, json, extra) : NULL;
+	free(json);
+	free(extra);
+	if (!body)
+		return MHD_NO;
+	enum serve_outcome keep = q->outcome;
+	enum MHD_Result r = respond(q, c, 200, body, "application/json", NULL, NULL);
+	q->outcome = keep;
+	return r;
+}
+
+/* POST /v1/sessions/{id}/run */
+static enum MHD_Result session_run_route(struct req *q, struct MHD_Connection *c)
+{
+	static const char *const refused[] = { "language", "argv", "env", "network",
+					       "allowedHosts", "allowedCidrs", "memoryMb", "cpus",
+					       "pidsLimit", "sandboxId", "kvEnabled", "outputs",
+					       "maxOutputBytes", "strictLimits", NULL };
+	struct serve_sessions *ss = q->s->sessions;
+	q->ses = serve_sessions_get(ss, q->ses_id, q->cred);
+	if (!q->ses)
+		return session_missing(q, c);
+	enum moat_language lang = serve_session_language(q->ses);
+	q->lang = (int)lang;
+	struct moat_error err = { 0 };
+	struct moat_request *req = NULL;
+	cJSON *o = session_body(q, refused, &err);
+	int rc = -1;
+	if (o && cJSON_AddStringToObject(o, "language", moat_lang_get(lang)->name) &&
+	    session_prepare(q, o, NULL, &req, &err) == 0)
+		rc = 0;
+	cJSON_Delete(o);
+	if (rc < 0) {
+		enum MHD_Result r = err.message ? fail_moat(q, c, &err) : MHD_NO;
+		moat_error_clear(&err);
+		return r;
+	}
+	/* the session's own cap bounds its output; this one the answer */
+	req->max_output_bytes = q->s->limits.max_output_bytes;
+	char *gone = NULL;
+	int b = serve_session_begin(ss, q->ses, &gone);
+	if (b == -1) {
+		moat_request_free(req);
+		return fail(q, c, 409, "SessionBusy", O_REJECTED,
+			    "a step is running in this session; runs in one session are "
+			    "serialised");
+	}
+	if (b < 0) {
+		moat_request_free(req);
+		return session_gone(q, c, gone);
+	}
+	q->ses_busy = true;
+	q->mode = "session";
+	enum MHD_Result r = take_slot(q, c);
+	if (r == MHD_YES && q->has_slot && wants_ndjson(c))
+		return run_ndjson(q, c, req);
+	if (r == MHD_YES && q->has_slot)
+		r = session_step(q, c, req);
+	moat_request_free(req);
+	return r;
+}
+
+/* GET and DELETE /v1/sessions/{id}: answered from the headers. */
+static enum MHD_Result session_route(struct req *q, struct MHD_Connection *c, bool del)
+{
+	struct serve_sessions *ss = q->s->sessions;
+	q->ses = serve_sessions_get(ss, q->ses_id, q->cred);
+	if (!q->ses)
+		return session_missing(q, c);
+	q->lang = (int)serve_session_language(q->ses);
+	struct moat_buf b = { 0 };
+	if (del) {
+		char *gone = NULL;
+		if (serve_session_delete(ss, q->ses, &gone) < 0)
+			return session_gone(q, c, gone);
+		moat_buf_appendf(&b, "{\"id\":\"%s\",\"state\":\"ended\"}\n", q->ses_id);
+	} else {
+		free(serve_session_gone(ss, q->ses)); /* its state now */
+		serve_session_json(ss, q->ses, &b, true);
+		moat_buf_append(&b, "\n", 1);
+	}
+	char *body = moat_buf_take(&b);
+	return body ? respond(q, c, 200, body, "application/json", NULL, NULL) : MHD_NO;
 }
 
 static double tv_s(struct timeval t)
@@ -1095,6 +1422,17 @@ static unsigned pool_size(int flag, int config)
 	return mib >= 4096 ? 2 : mib >= 1024 ? 1 : 0;
 }
 
+/* Sessions live at once by default: the memory available over a session's
+ * default memory, at most SERVE_SESSIONS_AUTO_MAX (as the pool's size is
+ * from memory), at least 1. */
+static unsigned sessions_auto(uint64_t memory_mb)
+{
+	long pages = sysconf(_SC_AVPHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
+	double mib = pages > 0 && psize > 0 ? (double)pages * (double)psize / 1048576.0 : 0;
+	double n = memory_mb ? mib / (double)memory_mb : 0;
+	return n >= SERVE_SESSIONS_AUTO_MAX ? SERVE_SESSIONS_AUTO_MAX : n >= 1 ? (unsigned)n : 1;
+}
+
 /* The service's metrics and the pool's. */
 static char *metrics_text(struct server *s)
 {
@@ -1117,6 +1455,7 @@ static char *metrics_text(struct server *s)
 			     "moat_serve_log_lines_dropped_total %llu\n",
 			 (unsigned long long)serve_log_dropped(&s->log));
 	serve_metrics_relays(s->relay_caps, &b);
+	serve_sessions_metrics(s->sessions, &b);
 	if (s->pool)
 		pool_render(s->pool, &b);
 	return moat_buf_take(&b);
@@ -1200,6 +1539,12 @@ static enum serve_route route_of(const char *url)
 		return R_V1_RUN;
 	if (!strncmp(url, "/v1/kv/", 7))
 		return R_KV;
+	if (!strcmp(url, "/v1/sessions"))
+		return R_SESSIONS;
+	if (!strncmp(url, "/v1/sessions/", 13)) {
+		size_t n = strlen(url + 13);
+		return n > 4 && !strcmp(url + 13 + n - 4, "/run") ? R_SESSION_RUN : R_SESSION;
+	}
 	if (!strcmp(url, "/healthz"))
 		return R_HEALTHZ;
 	if (!strcmp(url, "/metrics"))
@@ -1370,8 +1715,23 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 		return fail(q, c, 400, "SandboxConfigError", O_BAD_REQUEST,
 			    "the request's path or query holds an encoded NUL (%00)");
 	bool get_route = q->route == R_HEALTHZ || q->route == R_METRICS;
-	if (q->route == R_OTHER)
+	bool ses_route = q->route == R_SESSIONS || q->route == R_SESSION ||
+			 q->route == R_SESSION_RUN;
+	if (q->route == R_OTHER || (ses_route && !s->sessions))
 		return fail(q, c, 404, "NotFound", O_BAD_REQUEST, "no such route");
+	if (q->route == R_SESSION) {
+		if (strcmp(method, "GET") && strcmp(method, "DELETE"))
+			return fail(q, c, 405, "MethodNotAllowed", O_BAD_REQUEST,
+				    "this route takes GET or DELETE");
+		if (!token_ok(s, c))
+			return fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
+				    "a valid bearer token is required (Authorization: Bearer ...)");
+		caller_cred(s, c, q->cred);
+		snprintf(q->ses_id, sizeof q->ses_id, "%.36s", url + 13);
+		if (strlen(url + 13) != SERVE_SESSION_ID_LEN)
+			q->ses_id[0] = '\0'; /* no such id */
+		return session_route(q, c, !strcmp(method, "DELETE"));
+	}
 	const char *want = get_route ? "GET" : q->route == R_KV ? "DELETE" : "POST";
 	if (strcmp(method, want) && !(get_route && !strcmp(method, "HEAD")))
 		return fail(q, c, 405, "MethodNotAllowed", O_BAD_REQUEST,
@@ -1383,6 +1743,16 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	if (!token_ok(s, c))
 		return fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
 			    "a valid bearer token is required (Authorization: Bearer ...)");
+	if (q->route == R_SESSION_RUN) {
+		caller_cred(s, c, q->cred);
+		size_t n = strlen(url + 13) - 4;
+		if (n == SERVE_SESSION_ID_LEN)
+			memcpy(q->ses_id, url + 13, n);
+		if (!serve_session_id_valid(q->ses_id))
+			return session_missing(q, c); /* before its body is read */
+	} else if (q->route == R_SESSIONS) {
+		caller_cred(s, c, q->cred);
+	}
 	if (q->route == R_METRICS)
 		return respond(q, c, 200, metrics_text(s), "text/plain; version=0.0.4", NULL, NULL);
 	struct moat_error err = { 0 };
@@ -1462,6 +1832,10 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *c, const cha
 	if (q->over_budget || q->body.oom)
 		return fail(q, c, 503, "ServerBusy", O_REJECTED,
 			    "too many request bodies are being received at once; retry later");
+	if (q->route == R_SESSIONS)
+		return sessions_create_route(q, c);
+	if (q->route == R_SESSION_RUN)
+		return session_run_route(q, c);
 	return q->route == R_V1_RUN ? v1_route(q, c) : spin_route(q, c);
 }
 
@@ -1625,6 +1999,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	s->cancel_fd = -1;
 	s->cpus = usable_cpus();
 	int rc = -1;
+	bool sessions_stopped = false;
 	if (serve_log_init(&s->log, o->log, o->json_log, err) < 0) {
 		close(o->listen_fd);
 		goto out;
@@ -1691,6 +2066,27 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 			zyg = !no_zyg;
 		if (serve_pool_start(&s->pool, want, want && zyg > 0, &po, &s->limits, &s->log,
 				     slots_full, s, err) < 0) {
+			close_listeners(o);
+			goto out;
+		}
+	}
+	{
+		int max = o->max_sessions >= 0 ? o->max_sessions : s->limits.sessions_max;
+		if (max < 0)
+			max = (int)sessions_auto(s->limits.def_memory_mb);
+		struct moat_run_options *so = &s->ses_opts;
+		moat_run_options_init(so);
+		so->rootfs_dir = o->rootfs_dir ? o->rootfs_dir : o->cfg->rootfs_dir;
+		so->policy_path = o->cfg->policy_path;
+		so->runtime_dir = o->runtime_dir;
+		so->strict_isolation = o->cfg->strict_isolation;
+		so->kv_store = o->kv_store;
+		so->kv_max_keys = o->kv_max_keys;
+		so->kv_max_bytes = o->kv_max_bytes;
+		so->kv_max_value = o->kv_max_value;
+		so->relay_caps = s->relay_caps;
+		struct serve_sessions_config sc = { .max = (unsigned)max, .opts = so };
+		if (serve_sessions_start(&s->sessions, &sc, err) < 0) {
 			close_listeners(o);
 			goto out;
 		}
@@ -1771,6 +2167,10 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		if (!wait_idle(s, moat_mono_ms() + 5000))
 			notice(s, "error", "runs still in flight 5 s after they were killed");
 	}
+	/* every session ends before the service (a step still running is
+	 * cancelled); no new one is made from here on */
+	serve_sessions_stop(s->sessions);
+	sessions_stopped = true;
 	MHD_stop_daemon(s->d);
 	if (s->metrics_d)
 		MHD_stop_daemon(s->metrics_d); /* closes its listener */
@@ -1784,6 +2184,8 @@ out:
 		pthread_mutex_unlock(&s->conns_mu);
 		pthread_join(s->watchdog, NULL);
 	}
+	if (!sessions_stopped)
+		serve_sessions_stop(s->sessions);
 	pool_stop(s->pool); /* after every run: the pool's thread owns their pid 1 */
 	if (s->cancel_fd >= 0)
 		close(s->cancel_fd);

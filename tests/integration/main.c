@@ -14,7 +14,8 @@ int main(void)
 		runner_suite, isolation_suite, requests_suite, cli_suite, escape_suite,
 		network_suite, providers_cli_suite, limits_suite, seccomp_escape_suite,
 		outputs_suite, egress_suite, serve_suite, kv_suite, argv_suite,
-		systemd_suite, serve_speed_suite, serve_stream_suite,
+		systemd_suite, serve_speed_suite, serve_stream_suite, pool_session_suite,
+		serve_sessions_suite,
 	};
 	/* copy the binary once, in the parent, where uid 65534 can run it */
 	const char *moat = harness_moat();

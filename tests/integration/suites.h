@@ -20,5 +20,7 @@ Suite *argv_suite(void);
 Suite *systemd_suite(void);
 Suite *serve_speed_suite(void);
 Suite *serve_stream_suite(void);
+Suite *pool_session_suite(void);
+Suite *serve_sessions_suite(void);
 
 #endif

@@ -1,0 +1,339 @@
+"""moat's session driver for Python (docs/SESSIONS.md, "The driver protocol").
+
+moat starts this in a session's sandbox (locked down as any run: namespaces,
+mounts, cgroup, no capabilities, Landlock, seccomp, uid 65534) with the
+control channel, a unix stream socket, on fd 3. It writes a `ready` frame,
+then runs one step per `run` frame in ONE persistent `__main__` namespace, as
+the cells of a notebook, and answers each with a `done` frame. A frame is
+"MOATSESS1 <len>\\n" and <len> bytes of UTF-8 JSON.
+
+Nothing here is trusted by the host: the step's code shares this process and
+can write to fd 3 itself; it only lies about its own step. The driver never
+writes anything of the code or the files anywhere but the step's own output.
+
+The step sees `__name__ == "__main__"`, `sys.argv == [""]` (as the
+interactive interpreter), `sys.path[0] == "/sandbox"`, and none of the
+driver's names in its globals (they live in this module's own dict, which is
+not `sys.modules["__main__"]` once the session starts).
+"""
+import ast
+import base64
+import builtins
+import io
+import json
+import linecache
+import os
+import sys
+import traceback
+
+MAGIC = b"MOATSESS1 "
+CTL = 3
+VALUE_MAX = 64 * 1024
+DISPLAY_MAX = 8 * 1024 * 1024
+# where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
+ROOT = os.environ.pop("MOAT_SESSION_ROOT", "/sandbox")
+_FILE = __file__
+
+
+class ProtocolError(Exception):
+    pass
+
+
+class _Channel:
+    """The control channel: frames in and out on one fd."""
+
+    def __init__(self, fd):
+        self.fd = fd
+        self.buf = b""
+
+    def _fill(self):
+        b = os.read(self.fd, 1 << 16)
+        self.buf += b
+        return bool(b)
+
+    def read(self):
+        """The next frame's object, or None at EOF between frames."""
+        while b"\n" not in self.buf:
+            if len(self.buf) > len(MAGIC) + 11:
+                raise ProtocolError("bad frame header")
+            if not self._fill():
+                if self.buf:
+                    raise ProtocolError("the channel ended inside a frame")
+                return None
+        head, _, rest = self.buf.partition(b"\n")
+        digits = head[len(MAGIC):]
+        if (not head.startswith(MAGIC) or not digits.isdigit() or len(digits) > 10
+                or not digits.isascii()):
+            raise ProtocolError("bad frame header")
+        n = int(digits)
+        self.buf = rest
+        while len(self.buf) < n:
+            if not self._fill():
+                raise ProtocolError("the channel ended inside a frame")
+        body, self.buf = self.buf[:n], self.buf[n:]
+        try:
+            obj = json.loads(body.decode("utf-8"))
+        except ValueError:
+            raise ProtocolError("a frame is not UTF-8 JSON") from None
+        if not isinstance(obj, dict):
+            raise ProtocolError("a frame is not a JSON object")
+        return obj
+
+    def write(self, obj):
+        body = json.dumps(obj, separators=(",", ":")).encode("utf-8")
+        data = memoryview(MAGIC + str(len(body)).encode() + b"\n" + body)
+        while data:
+            n = os.write(self.fd, data)
+            data = data[n:]
+
+
+def _clean(s):
+    """s as text that encodes to UTF-8 (a lone surrogate is escaped)."""
+    return s.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _cut(s, limit):
+    """(s cut to at most limit bytes of UTF-8 at a character's edge, was it cut)."""
+    b = s.encode("utf-8", "backslashreplace")
+    if len(b) <= limit:
+        return b.decode("utf-8"), False
+    return b[:limit].decode("utf-8", "ignore"), True
+
+
+def parse_run(obj):
+    """A `run` frame's (seq, code, stdin bytes, [(path, bytes)]); ProtocolError if malformed."""
+    if obj.get("type") != "run":
+        raise ProtocolError("not a run frame")
+    seq, code = obj.get("seq"), obj.get("code")
+    stdin, files = obj.get("stdin", ""), obj.get("files", [])
+    if (not isinstance(seq, int) or isinstance(seq, bool) or not isinstance(code, str)
+            or not isinstance(stdin, (str, type(None))) or not isinstance(files, (list, type(None)))):
+        raise ProtocolError("a run frame's fields have the wrong types")
+    try:
+        data = base64.b64decode(stdin or "", validate=True)
+        out = []
+        for f in files or ():
+            if (not isinstance(f, list) or len(f) != 2 or not isinstance(f[0], str)
+                    or not isinstance(f[1], str)):
+                raise ProtocolError("a run frame's file is not [path, base64]")
+            out.append((f[0], base64.b64decode(f[1], validate=True)))
+    except ValueError:
+        raise ProtocolError("a run frame holds bad base64") from None
+    return seq, code, data, out
+
+
+def path_ok(rel):
+    """Whether rel is a file path a step may write: relative, no `..`, no NUL."""
+    if not rel or rel.startswith("/") or "\0" in rel:
+        return False
+    parts = rel.split("/")
+    return ".." not in parts and parts[-1] not in ("", ".")
+
+
+def write_files(files):
+    """Write every file under ROOT; an error's (type, message), or None."""
+    if not all(path_ok(p) for p, _ in files):
+        return ("ValueError", "a file's path is absolute or has a '..' component: nothing written")
+    for rel, content in files:
+        path = os.path.join(ROOT, rel)
+        try:
+            d = os.path.dirname(path)
+            if d:
+                os.makedirs(d, mode=0o755, exist_ok=True)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o644)
+            with open(fd, "wb") as f:
+                f.write(content)
+        except OSError as e:
+            return ("OSError", "a file could not be written: %s" % (e.strerror or "error"))
+    return None
+
+
+def set_stdin(data):
+    """fd 0 becomes the step's stdin, sys.stdin a fresh reader on it."""
+    if data:
+        try:
+            fd = os.open("/tmp", os.O_TMPFILE | os.O_RDWR | os.O_CLOEXEC, 0o600)
+        except (OSError, AttributeError):
+            import tempfile
+            fd, name = tempfile.mkstemp(prefix=".moat-stdin-", dir="/tmp")
+            os.unlink(name)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    else:
+        fd = os.open(os.devnull, os.O_RDONLY | os.O_CLOEXEC)
+    os.dup2(fd, 0)
+    os.close(fd)
+    old = sys.__stdin__
+    enc = getattr(old, "encoding", None) or "utf-8"
+    errors = getattr(old, "errors", None) or "strict"
+    sys.stdin = open(0, "r", encoding=enc, errors=errors, closefd=False)
+
+
+def _print_exception(e):
+    """e's traceback on sys.stderr, without the driver's frames."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == _FILE:
+        tb = tb.tb_next
+    try:
+        traceback.print_exception(type(e), e, tb)
+    except Exception:
+        pass
+
+
+def _error_of(e):
+    try:
+        msg = str(e)
+    except Exception:
+        msg = "<the exception's str() failed>"
+    return {"type": _clean(type(e).__name__), "message": _clean(msg)}
+
+
+def run_code(ns, seq, code):
+    """Run code in ns: (exitCode, error, value or None)."""
+    filename = "<cell %d>" % seq
+    linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
+    try:
+        tree = ast.parse(code, filename)
+        last = None
+        if tree.body and isinstance(tree.body[-1], ast.Expr):
+            last = ast.Expression(tree.body.pop().value)
+        exec(compile(tree, filename, "exec", dont_inherit=True), ns)
+        value = None
+        if last is not None:
+            v = eval(compile(last, filename, "eval", dont_inherit=True), ns)
+            if v is not None:
+                value = repr(v)
+        return 0, None, value
+    except SystemExit as e:
+        c = e.code
+        if c is None:
+            return 0, None, None
+        if isinstance(c, int):
+            return c & 0xFF, None, None
+        try:
+            print(c, file=sys.stderr)
+        except Exception:
+            pass
+        return 1, None, None
+    except BaseException as e:
+        _print_exception(e)
+        return 1, _error_of(e), None
+
+
+def take_figures():
+    """Every open matplotlib figure as PNG, then closed: (display, dropped)."""
+    plt = sys.modules.get("matplotlib.pyplot")
+    if plt is None:
+        return [], 0
+    display, dropped, total = [], 0, 0
+    try:
+        nums = list(plt.get_fignums())
+    except Exception:
+        return [], 0
+    for num in nums:
+        try:
+            buf = io.BytesIO()
+            plt.figure(num).savefig(buf, format="png")
+            png = buf.getvalue()
+        except Exception as e:
+            dropped += 1
+            try:
+                print("moat: a figure could not be drawn: %s: %s" % (type(e).__name__, e),
+                      file=sys.stderr)
+            except Exception:
+                pass
+            continue
+        if total + len(png) > DISPLAY_MAX:
+            dropped += 1
+            continue
+        total += len(png)
+        display.append({"type": "image/png", "data": base64.b64encode(png).decode("ascii")})
+    try:
+        plt.close("all")
+    except Exception:
+        pass
+    return display, dropped
+
+
+def _flush():
+    for f in (sys.stdout, sys.stderr, sys.__stdout__, sys.__stderr__):
+        try:
+            f.flush()
+        except Exception:
+            pass
+
+
+def step(ns, seq, code, stdin, files):
+    """One step: its `done` frame."""
+    display, dropped = [], 0
+    value, cut = None, False
+    err = write_files(files)
+    if err is not None:
+        exit_code, error = 1, {"type": err[0], "message": err[1]}
+        try:
+            print("moat: %s" % err[1], file=sys.stderr)
+        except Exception:
+            pass
+    else:
+        set_stdin(stdin)
+        exit_code, error, value = run_code(ns, seq, code)
+        if value is not None:
+            value, cut = _cut(value, VALUE_MAX)
+        display, dropped = take_figures()
+    _flush()
+    return {"type": "done", "seq": seq, "exitCode": exit_code, "error": error,
+            "value": value, "valueTruncated": cut, "display": display,
+            "displayDropped": dropped}
+
+
+def _session_main():
+    """The step's __main__ module: a fresh one, the driver's names not in it."""
+    mod = type(sys)("__main__")
+    mod.__builtins__ = builtins
+    mod.__loader__ = None
+    mod.__spec__ = None
+    mod.__package__ = None
+    sys.modules["__main__"] = mod
+    return mod
+
+
+def main():
+    os.set_inheritable(CTL, False)
+    os.environ.setdefault("MPLBACKEND", "Agg")
+    os.environ.setdefault("MPLCONFIGDIR", "/tmp/.moat-mpl")
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.reconfigure(line_buffering=True)
+        except Exception:
+            pass
+    ch = _Channel(CTL)
+    me = sys.modules.get("__main__")  # kept alive: the driver's own globals
+    ns = _session_main().__dict__
+    sys.argv[:] = [""]
+    if sys.path and os.path.abspath(sys.path[0] or ".") == os.path.dirname(os.path.abspath(_FILE)):
+        sys.path[0] = ROOT
+    try:
+        os.chdir(ROOT)
+    except OSError:
+        pass
+    ch.write({"type": "ready", "language": "python",
+              "version": "%d.%d.%d" % sys.version_info[:3]})
+    while True:
+        try:
+            obj = ch.read()
+            if obj is None:
+                break
+            seq, code, stdin, files = parse_run(obj)
+        except (ProtocolError, OSError) as e:
+            os.write(2, ("moat session driver: %s\n" % e).encode())
+            os._exit(2)
+        ch.write(step(ns, seq, code, stdin, files))
+    del me
+    _flush()
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

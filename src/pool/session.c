@@ -1,0 +1,544 @@
+/* A session's sandbox (docs/SESSIONS.md): one sandbox whose program is a
+ * driver (runtime/python/moat_session.py, runtime/js/session.cjs) holding
+ * one live interpreter, stepped through the runner's session phases
+ * (runner/session.c). Here: the driver's command, the run frames, the
+ * driver's answers checked (untrusted: the tenant's code shares the
+ * driver's process and can write to its control socket), and the
+ * session's state for the service. */
+#include <cjson/cJSON.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ns/ns.h"
+#include "pool/session.h"
+#include "runner/sandbox.h"
+
+#define VALUE_MAX_BYTES (256u * 1024u)   /* a 64 KiB-character repr in UTF-8 */
+#define ERROR_TYPE_MAX 256u
+#define ERROR_MESSAGE_MAX (64u * 1024u)
+#define DISPLAY_MAX_ITEMS 64
+#define READY_TIMEOUT_MS 30000u
+#define KILL_WAIT_MS 10000u
+
+struct pool_session {
+	pthread_mutex_t mu;
+	struct moat_request *boot; /* the driver's run: the session's limits, env, network */
+	struct moat_run_options opts;
+	struct moat_sandbox *sb;
+	enum moat_language language;
+	/* under mu */
+	enum pool_session_state state;
+	const char *reason;
+	char *sentence;
+	int64_t cpu_ms;
+	unsigned runs;
+	bool running; /* a step runs */
+	/* the caller killed it (pool_session_kill) */
+	atomic_bool kill_asked;
+	unsigned seq;
+};
+
+static char *dup_str(const char *s)
+{
+	return s ? strdup(s) : NULL;
+}
+
+/* The driver's run: the session request's limits, env and network, the
+ * driver as its program, the lifetime as its timeout. */
+static struct moat_request *boot_request(const struct moat_request *req, uint64_t lifetime_ms,
+					 struct moat_error *err)
+{
+	struct moat_request *b = moat_request_new();
+	if (!b)
+		return NULL;
+	const char *argv[2];
+	if (req->language == MOAT_LANG_PYTHON) {
+		argv[0] = "python3";
+		argv[1] = MOAT_RUNTIME_MOUNT "/python/moat_session.py";
+	} else {
+		argv[0] = "node";
+		argv[1] = MOAT_RUNTIME_MOUNT "/js/session.cjs";
+	}
+	bool ok = (b->argv = calloc(3, sizeof *b->argv)) != NULL;
+	for (size_t i = 0; ok && i < 2; i++)
+		ok = (b->argv[b->argc++] = strdup(argv[i])) != NULL;
+	b->language = req->language;
+	b->timeout_ms = lifetime_ms ? lifetime_ms : 24ull * 60 * 60 * 1000;
+	b->network = req->network;
+	b->memory_mb = req->memory_mb;
+	b->cpus = req->cpus;
+	b->pids_limit = req->pids_limit;
+	b->strict_limits = req->strict_limits;
+	if (req->max_output_bytes)
+		b->max_output_bytes = req->max_output_bytes;
+	b->kv_enabled = req->kv_enabled;
+	b->has_allowed_hosts = req->has_allowed_hosts;
+	if (ok && req->env_count) {
+		ok = (b->env = calloc(req->env_count, sizeof *b->env)) != NULL;
+		for (size_t i = 0; ok && i < req->env_count; i++, b->env_count++) {
+			b->env[i].key = strdup(req->env[i].key);
+			b->env[i].value = malloc(req->env[i].value_len + 1);
+			ok = b->env[i].key && b->env[i].value;
+			if (b->env[i].value) {
+				memcpy(b->env[i].value, req->env[i].value, req->env[i].value_len);
+				b->env[i].value[req->env[i].value_len] = '\0';
+				b->env[i].value_len = req->env[i].value_len;
+			}
+		}
+	}
+	char ***lists[] = { &b->allowed_hosts, &b->allowed_cidrs };
+	char **const from[] = { req->allowed_hosts, req->allowed_cidrs };
+	size_t counts[] = { req->allowed_hosts_count, req->allowed_cidrs_count };
+	size_t *to_counts[] = { &b->allowed_hosts_count, &b->allowed_cidrs_count };
+	for (int l = 0; ok && l < 2; l++) {
+		if (!counts[l])
+			continue;
+		ok = (*lists[l] = calloc(counts[l], sizeof **lists[l])) != NULL;
+		for (size_t i = 0; ok && i < counts[l]; i++, (*to_counts[l])++)
+			ok = ((*lists[l])[i] = dup_str(from[l][i])) != NULL;
+	}
+	if (ok && req->sandbox_id) {
+		ok = (b->sandbox_id = malloc(req->sandbox_id_len + 1)) != NULL;
+		if (ok) {
+			memcpy(b->sandbox_id, req->sandbox_id, req->sandbox_id_len);
+			b->sandbox_id[req->sandbox_id_len] = '\0';
+			b->sandbox_id_len = req->sandbox_id_len;
+		}
+	}
+	if (!ok) {
+		moat_request_free(b);
+		moat_error_oom(err);
+		return NULL;
+	}
+	return b;
+}
+
+/* The session is over: why, once (the first cause wins). Under mu. */
+static void set_over(struct pool_session *s, enum pool_session_state st, const char *reason,
+		     const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+static void set_over(struct pool_session *s, enum pool_session_state st, const char *reason,
+		     const char *fmt, ...)
+{
+	if (s->state != POOL_SESSION_LIVE)
+		return;
+	s->state = st;
+	s->reason = reason;
+	va_list ap;
+	va_start(ap, fmt);
+	if (vasprintf(&s->sentence, fmt, ap) < 0)
+		s->sentence = NULL;
+	va_end(ap);
+}
+
+/* How a step whose sandbox ended leaves the session. */
+static void ended_by(struct pool_session *s, const struct moat_result *res)
+{
+	const char *k = res->killed_by;
+	pthread_mutex_lock(&s->mu);
+	if (atomic_load(&s->kill_asked))
+		set_over(s, POOL_SESSION_KILLED, "cancelled", "the session was killed: cancelled");
+	else if (!k && res->exited)
+		set_over(s, POOL_SESSION_ENDED, "exit",
+			 "the session ended: its interpreter exited with code %d", res->exit_code);
+	else if (k && !strcmp(k, "timeout"))
+		set_over(s, POOL_SESSION_KILLED, "timeout",
+			 "the session was killed: a run timed out (its state may have been "
+			 "half-updated)");
+	else if (k && !strcmp(k, "oom"))
+		set_over(s, POOL_SESSION_KILLED, "oom",
+			 "the session was killed: memory limit exceeded (%llu MiB)",
+			 (unsigned long long)s->boot->memory_mb);
+	else if (k && !strcmp(k, "pids"))
+		set_over(s, POOL_SESSION_KILLED, "pids",
+			 "the session was killed: process limit reached (%llu)",
+			 (unsigned long long)s->boot->pids_limit);
+	else if (k && !strcmp(k, "seccomp"))
+		set_over(s, POOL_SESSION_KILLED, "seccomp",
+			 "the session was killed: its interpreter made a system call the "
+			 "sandbox forbids");
+	else if (k && !strcmp(k, "cancelled"))
+		set_over(s, POOL_SESSION_KILLED, "cancelled",
+			 "the session was killed: its run was cancelled");
+	else if (k && !strcmp(k, "protocol"))
+		set_over(s, POOL_SESSION_KILLED, "protocol",
+			 "the session was killed: its interpreter broke the session protocol");
+	else
+		set_over(s, POOL_SESSION_KILLED, "crash",
+			 "the session was killed: its interpreter crashed (signal %d)", res->signal);
+	if (res->cpu_time_ms >= 0)
+		s->cpu_ms = (s->cpu_ms > 0 ? s->cpu_ms : 0) + res->cpu_time_ms;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* The driver answered wrong: the sandbox killed, and waited for. */
+static void protocol_kill(struct pool_session *s, struct moat_result *res)
+{
+	run_sandbox_session_kill(s->sb);
+	struct moat_result *end = NULL;
+	char *reply = NULL;
+	size_t len;
+	struct moat_error err = { 0 };
+	if (run_sandbox_session_step(s->sb, KILL_WAIT_MS, 0, NULL, NULL, 0, &end, &reply, &len,
+				     &err) < 0)
+		moat_error_clear(&err);
+	free(reply);
+	moat_result_free(end);
+	res->exited = false;
+	res->exit_code = 0;
+	res->signal = 9;
+	res->killed_by = "protocol";
+	pthread_mutex_lock(&s->mu);
+	set_over(s, POOL_SESSION_KILLED, "protocol",
+		 "the session was killed: its interpreter broke the session protocol");
+	pthread_mutex_unlock(&s->mu);
+}
+
+static bool is_int(const cJSON *j)
+{
+	return cJSON_IsNumber(j) && j->valuedouble >= -2147483648.0 &&
+	       j->valuedouble <= 2147483647.0 && (double)(int)j->valuedouble == j->valuedouble;
+}
+
+static bool str_within(const cJSON *j, size_t max)
+{
+	return cJSON_IsString(j) && strlen(j->valuestring) <= max;
+}
+
+/* The done frame of step seq, checked, into *extra (the answer's keys) and
+ * res's exit code; false when it is not one. */
+static bool take_done(const char *reply, size_t len, unsigned seq, struct moat_result *res,
+		      char **extra)
+{
+	cJSON *j = cJSON_ParseWithLength(reply, len);
+	cJSON *out = cJSON_CreateObject();
+	bool ok = false;
+	if (!j || !out || !cJSON_IsObject(j))
+		goto done;
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+	const cJSON *jseq = cJSON_GetObjectItemCaseSensitive(j, "seq");
+	const cJSON *code = cJSON_GetObjectItemCaseSensitive(j, "exitCode");
+	if (!cJSON_IsString(type) || strcmp(type->valuestring, "done") || !is_int(jseq) ||
+	    (unsigned)jseq->valuedouble != seq || jseq->valuedouble < 0 || !is_int(code))
+		goto done;
+	cJSON *error = cJSON_GetObjectItemCaseSensitive(j, "error");
+	if (error && !cJSON_IsNull(error)) {
+		const cJSON *et = cJSON_GetObjectItemCaseSensitive(error, "type");
+		const cJSON *em = cJSON_GetObjectItemCaseSensitive(error, "message");
+		if (!cJSON_IsObject(error) || !str_within(et, ERROR_TYPE_MAX) ||
+		    !str_within(em, ERROR_MESSAGE_MAX) || cJSON_GetArraySize(error) != 2)
+			goto done;
+	}
+	cJSON *value = cJSON_GetObjectItemCaseSensitive(j, "value");
+	if (value && !cJSON_IsNull(value) && !str_within(value, VALUE_MAX_BYTES))
+		goto done;
+	const cJSON *vt = cJSON_GetObjectItemCaseSensitive(j, "valueTruncated");
+	if (vt && !cJSON_IsBool(vt))
+		goto done;
+	cJSON *display = cJSON_GetObjectItemCaseSensitive(j, "display");
+	if (display && !cJSON_IsNull(display)) {
+		if (!cJSON_IsArray(display) || cJSON_GetArraySize(display) > DISPLAY_MAX_ITEMS)
+			goto done;
+		const cJSON *d;
+		cJSON_ArrayForEach(d, display) {
+			const cJSON *dt = cJSON_GetObjectItemCaseSensitive(d, "type");
+			const cJSON *dd = cJSON_GetObjectItemCaseSensitive(d, "data");
+			if (!cJSON_IsObject(d) || cJSON_GetArraySize(d) != 2 ||
+			    !cJSON_IsString(dt) || strcmp(dt->valuestring, "image/png") ||
+			    !cJSON_IsString(dd))
+				goto done;
+		}
+	}
+	const cJSON *dropped = cJSON_GetObjectItemCaseSensitive(j, "displayDropped");
+	if (dropped && !(is_int(dropped) && dropped->valuedouble >= 0))
+		goto done;
+	/* the answer's keys: moved over once checked */
+	cJSON *keys[] = { error ? cJSON_DetachItemViaPointer(j, error) : cJSON_CreateNull(),
+			  value ? cJSON_DetachItemViaPointer(j, value) : cJSON_CreateNull(),
+			  cJSON_CreateBool(cJSON_IsTrue(vt)),
+			  display && !cJSON_IsNull(display) ? cJSON_DetachItemViaPointer(j, display)
+							    : cJSON_CreateArray() };
+	const char *names[] = { "error", "value", "valueTruncated", "display" };
+	ok = true;
+	for (int i = 0; i < 4; i++)
+		if (!keys[i] || !cJSON_AddItemToObject(out, names[i], keys[i]))
+			ok = false;
+	if (!ok)
+		goto done;
+	res->exited = true;
+	res->exit_code = (int)code->valuedouble;
+	if (dropped && dropped->valuedouble > 0)
+		(void)moat_result_warn(res, "%d figure(s) were not returned: the display of a run "
+				       "is at most 8 MiB", (int)dropped->valuedouble);
+	*extra = cJSON_PrintUnformatted(out);
+	ok = *extra != NULL;
+done:
+	cJSON_Delete(j);
+	cJSON_Delete(out);
+	return ok;
+}
+
+int pool_session_start(const struct pool_session_config *cfg, struct pool_session **out,
+		       struct moat_error *err)
+{
+	*out = NULL;
+	const struct moat_request *req = cfg->req;
+	if (req->argc || (req->language != MOAT_LANG_PYTHON &&
+			  req->language != MOAT_LANG_JAVASCRIPT))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "a session runs Python or JavaScript (not TypeScript, a shell "
+				      "or a command)");
+	if (!cfg->opts || !cfg->opts->runtime_dir)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "a session needs the runtime directory (its driver is there)");
+	struct pool_session *s = calloc(1, sizeof *s);
+	if (!s)
+		return moat_error_oom(err);
+	pthread_mutex_init(&s->mu, NULL);
+	s->language = req->language;
+	s->cpu_ms = -1;
+	s->opts = *cfg->opts;
+	s->opts.cancel_fd = s->opts.hangup_fd = s->opts.resume_fd = -1;
+	s->opts.on_output = NULL;
+	s->opts.output_ctx = NULL;
+	s->opts.stdout_stream = s->opts.output_stream = false;
+	s->opts.stdout_full = NULL;
+	if (!(s->boot = boot_request(req, cfg->lifetime_ms, err)) ||
+	    run_sandbox_start_session(s->boot, &s->opts, &s->sb, err) < 0)
+		goto fail;
+	struct moat_result *res = NULL;
+	char *reply = NULL;
+	size_t len = 0;
+	uint64_t ready_ms = cfg->ready_timeout_ms ? cfg->ready_timeout_ms : READY_TIMEOUT_MS;
+	if (run_sandbox_session_step(s->sb, ready_ms, 0, NULL, NULL, 0, &res, &reply, &len,
+				     err) < 0)
+		goto fail;
+	cJSON *j = reply ? cJSON_ParseWithLength(reply, len) : NULL;
+	const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
+	bool ready = cJSON_IsString(type) && !strcmp(type->valuestring, "ready");
+	cJSON_Delete(j);
+	free(reply);
+	if (!ready) {
+		/* what the driver said on its stderr is the host's to read,
+		 * never the tenant's: its first line only, for the operator */
+		size_t n = res ? strcspn(res->stderr_buf ? res->stderr_buf : "", "\n") : 0;
+		if (res && n > res->stderr_len)
+			n = res->stderr_len;
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+			       "the session's interpreter did not start%s%s%.*s",
+			       !reply ? " (it ended" : " (it answered wrong",
+			       n ? "): " : ")", (int)(n > 200 ? 200 : n),
+			       res && res->stderr_buf ? res->stderr_buf : "");
+		moat_result_free(res);
+		goto fail;
+	}
+	s->cpu_ms = res->cpu_time_ms;
+	moat_result_free(res);
+	*out = s;
+	return 0;
+fail:
+	pool_session_stop(s);
+	return -1;
+}
+
+/* The run frame of step seq: header and JSON. */
+static char *run_frame(const struct moat_request *step, unsigned seq, size_t *len)
+{
+	struct moat_buf b = { 0 };
+	moat_buf_appendf(&b, "{\"type\":\"run\",\"seq\":%u,\"code\":", seq);
+	moat_buf_append_json_string(&b, step->code ? step->code : "", step->code_len);
+	moat_buf_append(&b, ",\"stdin\":", 9);
+	moat_buf_append_base64(&b, (const unsigned char *)(step->stdin_data ? step->stdin_data : ""),
+			       step->stdin_len);
+	moat_buf_append(&b, ",\"files\":[", 10);
+	for (size_t i = 0; i < step->files_count; i++) {
+		moat_buf_append(&b, i ? ",[" : "[", i ? 2 : 1);
+		moat_buf_append_json_string(&b, step->files[i].key, strlen(step->files[i].key));
+		moat_buf_append(&b, ",", 1);
+		moat_buf_append_base64(&b, (const unsigned char *)step->files[i].value,
+				       step->files[i].value_len);
+		moat_buf_append(&b, "]", 1);
+	}
+	moat_buf_append(&b, "]}", 2);
+	if (b.oom) {
+		moat_buf_free(&b);
+		return NULL;
+	}
+	char head[32];
+	int hn = snprintf(head, sizeof head, "MOATSESS1 %zu\n", b.len);
+	char *frame = malloc((size_t)hn + b.len);
+	if (frame) {
+		memcpy(frame, head, (size_t)hn);
+		memcpy(frame + hn, b.data, b.len);
+		*len = (size_t)hn + b.len;
+	}
+	moat_buf_free(&b);
+	return frame;
+}
+
+static int step_run(struct pool_session *s, const struct moat_request *step,
+		    const struct moat_run_options *per, unsigned seq, struct moat_result **res,
+		    char **extra, struct moat_error *err);
+
+int pool_session_run(struct pool_session *s, const struct moat_request *step,
+		     const struct moat_run_options *per, struct moat_result **res, char **extra,
+		     struct moat_error *err)
+{
+	*res = NULL;
+	*extra = NULL;
+	pthread_mutex_lock(&s->mu);
+	bool busy = s->running;
+	bool live = s->state == POOL_SESSION_LIVE && !atomic_load(&s->kill_asked) && !busy;
+	unsigned seq = ++s->seq;
+	if (live)
+		s->running = true;
+	const char *why = s->sentence ? s->sentence : "the session is not live";
+	pthread_mutex_unlock(&s->mu);
+	if (busy)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "a run is running in the session");
+	if (!live)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "%s", why);
+	int rc = step_run(s, step, per, seq, res, extra, err);
+	pthread_mutex_lock(&s->mu);
+	s->running = false;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+static int step_run(struct pool_session *s, const struct moat_request *step,
+		    const struct moat_run_options *per, unsigned seq, struct moat_result **res,
+		    char **extra, struct moat_error *err)
+{
+	if (step->argc || step->language != s->language)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "a session's run is code in the session's language");
+	size_t flen = 0;
+	char *frame = run_frame(step, seq, &flen);
+	if (!frame)
+		return moat_error_oom(err);
+	char *reply = NULL;
+	size_t rlen = 0;
+	struct moat_result *r = NULL;
+	uint64_t timeout = step->timeout_ms ? step->timeout_ms : MOAT_DEFAULT_TIMEOUT_MS;
+	int rc = run_sandbox_session_step(s->sb, timeout, s->boot->max_output_bytes, per, frame,
+					  flen, &r, &reply, &rlen, err);
+	free(frame);
+	if (rc < 0) {
+		pthread_mutex_lock(&s->mu);
+		set_over(s, POOL_SESSION_KILLED, "crash",
+			 "the session was killed: its sandbox failed");
+		pthread_mutex_unlock(&s->mu);
+		return -1;
+	}
+	pthread_mutex_lock(&s->mu);
+	s->runs++;
+	pthread_mutex_unlock(&s->mu);
+	if (reply) {
+		bool ok = take_done(reply, rlen, seq, r, extra);
+		free(reply);
+		if (!ok)
+			protocol_kill(s, r);
+		else {
+			pthread_mutex_lock(&s->mu);
+			if (r->cpu_time_ms >= 0)
+				s->cpu_ms = (s->cpu_ms > 0 ? s->cpu_ms : 0) + r->cpu_time_ms;
+			pthread_mutex_unlock(&s->mu);
+			/* killed while it answered: over all the same */
+			if (atomic_load(&s->kill_asked)) {
+				pthread_mutex_lock(&s->mu);
+				set_over(s, POOL_SESSION_KILLED, "cancelled",
+					 "the session was killed: cancelled");
+				pthread_mutex_unlock(&s->mu);
+			}
+		}
+	} else {
+		if (atomic_load(&s->kill_asked) && !r->timed_out)
+			r->killed_by = "cancelled";
+		ended_by(s, r);
+	}
+	if (!*extra &&
+	    !(*extra = strdup("{\"error\":null,\"value\":null,\"valueTruncated\":false,"
+			      "\"display\":[]}"))) {
+		moat_result_free(r);
+		return moat_error_oom(err);
+	}
+	*res = r;
+	return 0;
+}
+
+enum pool_session_state pool_session_state(const struct pool_session *s, const char **reason,
+					   const char **sentence)
+{
+	struct pool_session *m = (struct pool_session *)s;
+	pthread_mutex_lock(&m->mu);
+	enum pool_session_state st = s->state;
+	if (reason)
+		*reason = s->reason;
+	if (sentence)
+		*sentence = s->sentence ? s->sentence
+			    : st == POOL_SESSION_LIVE ? NULL : "the session is over";
+	pthread_mutex_unlock(&m->mu);
+	return st;
+}
+
+int64_t pool_session_memory(const struct pool_session *s)
+{
+	struct pool_session *m = (struct pool_session *)s;
+	pthread_mutex_lock(&m->mu);
+	int64_t v = s->state == POOL_SESSION_LIVE && s->sb ? run_sandbox_memory(s->sb) : -1;
+	pthread_mutex_unlock(&m->mu);
+	return v;
+}
+
+int64_t pool_session_cpu_ms(const struct pool_session *s)
+{
+	struct pool_session *m = (struct pool_session *)s;
+	pthread_mutex_lock(&m->mu);
+	int64_t v = s->cpu_ms;
+	pthread_mutex_unlock(&m->mu);
+	return v;
+}
+
+unsigned pool_session_runs(const struct pool_session *s)
+{
+	struct pool_session *m = (struct pool_session *)s;
+	pthread_mutex_lock(&m->mu);
+	unsigned v = s->runs;
+	pthread_mutex_unlock(&m->mu);
+	return v;
+}
+
+void pool_session_kill(struct pool_session *s)
+{
+	if (!s)
+		return;
+	atomic_store(&s->kill_asked, true);
+	pthread_mutex_lock(&s->mu);
+	if (s->sb)
+		run_sandbox_session_kill(s->sb);
+	/* no step to see its end: over now */
+	if (!s->running)
+		set_over(s, POOL_SESSION_KILLED, "cancelled", "the session was killed: cancelled");
+	pthread_mutex_unlock(&s->mu);
+}
+
+void pool_session_stop(struct pool_session *s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	if (s->sb)
+		run_sandbox_session_kill(s->sb);
+	set_over(s, POOL_SESSION_ENDED, "closed", "the session was closed");
+	pthread_mutex_unlock(&s->mu);
+	/* release reaps pid 1 and removes the cgroup leaves (waiting for
+	 * their last task): nothing of the session is left */
+	moat_sandbox_release(s->sb);
+	moat_request_free(s->boot);
+	free(s->sentence);
+	pthread_mutex_destroy(&s->mu);
+	free(s);
+}

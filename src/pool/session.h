@@ -1,0 +1,78 @@
+/* A session's sandbox (docs/SESSIONS.md): one sandbox holding one live
+ * interpreter (the driver runtime/python/moat_session.py or
+ * runtime/js/session.cjs) that runs step after step in the same state.
+ * Built on the runner like the pool's sandboxes; never shared, never
+ * pooled, never reused. Thread-safe per object only where said. */
+#ifndef MOAT_POOL_SESSION_H
+#define MOAT_POOL_SESSION_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/core.h"
+#include "moat.h"
+
+struct pool_session;
+
+struct pool_session_config {
+	/* prepared (moat_request_prepare): language python|javascript, limits,
+	 * env, network, allowedHosts, sandboxId, kvEnabled, maxOutputBytes;
+	 * borrowed for the call only */
+	const struct moat_request *req;
+	/* the service's options (runtime_dir, kv, cgroup parent...); borrowed
+	 * while the session lives */
+	const struct moat_run_options *opts;
+	/* a backstop: the sandbox is killed after this (0: none) */
+	uint64_t lifetime_ms;
+	/* how long the driver may take to say ready */
+	uint64_t ready_timeout_ms;
+};
+
+/* Creates and starts the session's sandbox with its driver and waits for
+ * its ready frame. MUST be called on a thread that outlives the session:
+ * pid 1's parent-death signal follows the creating thread (serve: its
+ * session thread, never a connection's). On failure nothing is left. */
+int pool_session_start(const struct pool_session_config *cfg, struct pool_session **out,
+		       struct moat_error *err);
+
+/* One step. step: prepared, the session's language, code + stdin + files +
+ * timeout only (the rest is the session's). per: the step's cancel_fd,
+ * hangup_fd, on_output and stdout flow control (may be NULL). On return 0:
+ * *res is the run result (as moat_sandbox_wait's: stdout, stderr, caps,
+ * exitCode, timedOut, killedBy, durationMs, cpuTimeMs of this step) and
+ * *extra a malloc'd JSON object text with "error", "value",
+ * "valueTruncated", "display" (valid JSON; the caller merges its keys into
+ * the answer). A step that times out, is cancelled or whose sandbox dies
+ * still returns 0 with its result; the session's state says what became of
+ * it. <0 with err: the step could not start (the session is not live:
+ * MOAT_ERR_... with why). Not concurrent with itself (the caller
+ * serialises). */
+int pool_session_run(struct pool_session *s, const struct moat_request *step,
+		     const struct moat_run_options *per, struct moat_result **res, char **extra,
+		     struct moat_error *err);
+
+enum pool_session_state {
+	POOL_SESSION_LIVE,
+	POOL_SESSION_ENDED,  /* its interpreter exited (os._exit, process.exit) */
+	POOL_SESSION_KILLED, /* timeout, oom, pids, seccomp, a crash, cancelled, protocol */
+};
+/* The state and, when not live, why (static: "timeout", "oom", "pids",
+ * "seccomp", "crash", "cancelled", "protocol", "exit") and a sentence for
+ * a 410 ("the session was killed: memory limit exceeded (256 MiB)"). Safe
+ * from any thread. */
+enum pool_session_state pool_session_state(const struct pool_session *s, const char **reason,
+					   const char **sentence);
+/* The cgroup's memory in use now (bytes), -1 when unknown; CPU time used
+ * in all (ms), -1 when unknown; steps run. Safe from any thread. */
+int64_t pool_session_memory(const struct pool_session *s);
+int64_t pool_session_cpu_ms(const struct pool_session *s);
+unsigned pool_session_runs(const struct pool_session *s);
+/* Kills a running step (it returns with killedBy "cancelled") and the
+ * sandbox. Safe from any thread, any number of times. */
+void pool_session_kill(struct pool_session *s);
+/* Kills (if live) and destroys, every process of it gone before it returns.
+ * Any thread, once no step runs (pool_session_kill first to end one).
+ * NULL-safe. */
+void pool_session_stop(struct pool_session *s);
+
+#endif

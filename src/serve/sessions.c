@@ -1,0 +1,652 @@
+/* moat serve's sessions (docs/SESSIONS.md): the table of sessions, each
+ * one sandbox with a live interpreter (src/pool/session.c), bound to the
+ * credential that made it; the session thread that creates every session's
+ * sandbox (its pid 1's parent-death signal follows the thread that made
+ * it, so that thread lives as long as the service) and reaps idle,
+ * lifetime-expired and dead sessions. The HTTP side is server.c's.
+ *
+ * Nothing of a tenant reaches the log from here: no id, no credential, no
+ * code; notices say counts and reasons only. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "core/sys.h"
+#include "pool/session.h"
+#include "serve/internal.h"
+
+/* A dead session's 410 is kept for its idleTimeoutMs, then it is a 404. */
+#define REAP_EVERY_MS 200
+#define READY_TIMEOUT_MS 60000
+/* the sandbox's own backstop is a little past the session's lifetime: the
+ * reaper ends it first, with the right reason */
+#define LIFETIME_SLACK_MS 5000
+
+#define SENTENCE_LIFETIME "the session expired: it reached the end of its lifetime (maxLifetimeMs)"
+#define SENTENCE_IDLE "the session expired: it was idle for its idleTimeoutMs"
+
+enum ses_state { SES_LIVE, SES_KILLED, SES_ENDED, SES_EXPIRED };
+
+struct serve_session {
+	struct serve_session *next;
+	char id[SERVE_SESSION_ID_LEN + 1];
+	uint8_t cred[MOAT_SHA256_LEN];
+	enum moat_language lang;
+	struct pool_session *ps; /* NULL once stopped */
+	enum ses_state state;
+	bool busy;    /* a step holds it (serve_session_begin .. _end) */
+	bool removed; /* out of the table: freed with the last reference */
+	int refs;     /* the table's one, and one per caller holding it */
+	const char *expire_reason; /* set by the reaper while busy: "lifetime" */
+	char *reason;   /* a dead session's sentence */
+	int64_t created_wall_ms; /* CLOCK_REALTIME */
+	int64_t created_ms, last_ms, dead_ms; /* monotonic */
+	uint64_t idle_ms, life_ms;
+	uint64_t memory_mb, pids;
+	double cpus;
+	unsigned runs;
+	int64_t cpu_ms, memory_bytes; /* the last known, kept after its sandbox is gone */
+};
+
+struct create_job {
+	struct create_job *next;
+	const struct moat_request *req;
+	uint64_t life_ms;
+	struct pool_session *ps;
+	struct moat_error err;
+	int rc;
+	bool done;
+};
+
+struct serve_sessions {
+	struct serve_sessions_config cfg;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;      /* jobs, busy ends, stop */
+	struct serve_session *list;
+	struct create_job *jobs, **jobs_tail;
+	unsigned live;           /* live sessions and those being made */
+	bool stopping;
+	pthread_t thread;
+	bool have_thread;
+	uint64_t created, ended, runs;
+	uint64_t expired[2];    /* idle, lifetime */
+	uint64_t killed[SERVE_SES_KILL__COUNT];
+};
+
+static const char *const kill_labels[SERVE_SES_KILL__COUNT] = {
+	"timeout", "oom", "seccomp", "crash", "exit", "cancelled",
+};
+
+static int kill_index(const char *reason)
+{
+	if (!reason)
+		return 3;
+	for (int i = 0; i < SERVE_SES_KILL__COUNT; i++)
+		if (!strcmp(reason, kill_labels[i]))
+			return i;
+	if (!strcmp(reason, "pids"))
+		return 3; /* a crash of the session: its process limit */
+	return 3;
+}
+
+static int64_t wall_ms(void)
+{
+	struct timespec ts;
+	clock_gettime(CLOCK_REALTIME, &ts);
+	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+/* RFC 3339 UTC with milliseconds. */
+static void put_time(struct moat_buf *b, const char *key, int64_t ms)
+{
+	time_t t = (time_t)(ms / 1000);
+	struct tm tm;
+	gmtime_r(&t, &tm);
+	char s[40];
+	strftime(s, sizeof s, "%Y-%m-%dT%H:%M:%S", &tm);
+	moat_buf_appendf(b, ",\"%s\":\"%s.%03dZ\"", key, s, (int)(ms % 1000));
+}
+
+static bool ct_equal(const void *a, const void *b, size_t n)
+{
+	const unsigned char *x = a, *y = b;
+	unsigned diff = 0;
+	for (size_t i = 0; i < n; i++)
+		diff |= x[i] ^ y[i];
+	return diff == 0;
+}
+
+bool serve_session_id_valid(const char *id)
+{
+	if (strncmp(id, "ses_", 4) || strlen(id) != SERVE_SESSION_ID_LEN)
+		return false;
+	for (const char *p = id + 4; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+static int new_id(char out[SERVE_SESSION_ID_LEN + 1])
+{
+	unsigned char r[16];
+	size_t got = 0;
+	while (got < sizeof r) {
+		ssize_t n = getrandom(r + got, sizeof r - got, 0);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n < 0)
+			return -1;
+		got += (size_t)n;
+	}
+	memcpy(out, "ses_", 4);
+	for (size_t i = 0; i < sizeof r; i++) {
+		static const char hex[] = "0123456789abcdef";
+		out[4 + 2 * i] = hex[r[i] >> 4];
+		out[5 + 2 * i] = hex[r[i] & 15];
+	}
+	out[SERVE_SESSION_ID_LEN] = '\0';
+	return 0;
+}
+
+/* A live session dies (mu held): its state, reason and counters; its
+ * sandbox is left for the caller to stop. */
+static void mark_dead(struct serve_sessions *ss, struct serve_session *x, enum ses_state st,
+		      const char *sentence, int64_t now)
+{
+	if (x->state != SES_LIVE)
+		return;
+	x->state = st;
+	x->dead_ms = now;
+	free(x->reason);
+	x->reason = strdup(sentence ? sentence : "the session is gone");
+	if (x->ps) {
+		int64_t m = pool_session_cpu_ms(x->ps);
+		if (m >= 0)
+			x->cpu_ms = m;
+	}
+	x->memory_bytes = 0;
+	if (ss->live)
+		ss->live--;
+	pthread_cond_broadcast(&ss->cv);
+}
+
+/* After a step or between steps (mu held): the sandbox's own state. */
+static void sync_state(struct serve_sessions *ss, struct serve_session *x, int64_t now)
+{
+	if (x->state != SES_LIVE || !x->ps)
+		return;
+	const char *reason = NULL, *sentence = NULL;
+	enum pool_session_state st = pool_session_state(x->ps, &reason, &sentence);
+	if (st == POOL_SESSION_LIVE)
+		return;
+	if (x->expire_reason) {
+		bool life = !strcmp(x->expire_reason, "lifetime");
+		ss->expired[life]++;
+		mark_dead(ss, x, SES_EXPIRED,
+			  life ? SENTENCE_LIFETIME : SENTENCE_IDLE,
+			  now);
+		return;
+	}
+	if (st == POOL_SESSION_ENDED) {
+		ss->killed[SERVE_SES_KILL_EXIT]++;
+		mark_dead(ss, x, SES_ENDED, sentence ? sentence : "the session ended: its "
+						     "interpreter exited", now);
+	} else {
+		ss->killed[kill_index(reason)]++;
+		mark_dead(ss, x, SES_KILLED, sentence ? sentence : "the session was killed", now);
+	}
+}
+
+static void unref_locked(struct serve_session *x)
+{
+	if (--x->refs > 0)
+		return;
+	free(x->reason);
+	free(x);
+}
+
+/* ---- the session thread ---- */
+
+static void *session_thread(void *arg)
+{
+	struct serve_sessions *ss = arg;
+	pthread_mutex_lock(&ss->mu);
+	for (;;) {
+		/* sandboxes made here, one at a time */
+		while (ss->jobs) {
+			struct create_job *j = ss->jobs;
+			ss->jobs = j->next;
+			if (!ss->jobs)
+				ss->jobs_tail = &ss->jobs;
+			bool stop = ss->stopping;
+			pthread_mutex_unlock(&ss->mu);
+			if (stop) {
+				j->rc = moat_error_set(&j->err, MOAT_ERR_UNAVAILABLE, 0,
+						       "the server is shutting down");
+			} else {
+				struct pool_session_config pc = {
+					.req = j->req, .opts = ss->cfg.opts,
+					.lifetime_ms = j->life_ms + LIFETIME_SLACK_MS,
+					.ready_timeout_ms = READY_TIMEOUT_MS,
+				};
+				j->rc = pool_session_start(&pc, &j->ps, &j->err);
+			}
+			pthread_mutex_lock(&ss->mu);
+			j->done = true;
+			pthread_cond_broadcast(&ss->cv);
+		}
+		if (ss->stopping)
+			break;
+		/* reaping */
+		int64_t now = moat_mono_ms();
+		struct pool_session *stop[64];
+		size_t nstop = 0;
+		for (struct serve_session **pp = &ss->list; *pp;) {
+			struct serve_session *x = *pp;
+			if (x->state == SES_LIVE && !x->busy)
+				sync_state(ss, x, now);
+			if (x->state == SES_LIVE) {
+				bool life = now - x->created_ms >= (int64_t)x->life_ms;
+				bool idle = !x->busy && now - x->last_ms >= (int64_t)x->idle_ms;
+				if (life && x->busy && !x->expire_reason) {
+					x->expire_reason = "lifetime";
+					pool_session_kill(x->ps); /* the step ends, then sync_state */
+				} else if ((life || idle) && !x->busy) {
+					ss->expired[life]++;
+					mark_dead(ss, x, SES_EXPIRED,
+						  life ? SENTENCE_LIFETIME : SENTENCE_IDLE,
+						  now);
+				}
+			}
+			if (x->state != SES_LIVE && !x->busy && x->ps && nstop < 64) {
+				stop[nstop++] = x->ps;
+				x->ps = NULL;
+			}
+			if (x->state != SES_LIVE && !x->ps &&
+			    now - x->dead_ms >= (int64_t)x->idle_ms) {
+				*pp = x->next;
+				x->removed = true;
+				unref_locked(x);
+				continue;
+			}
+			pp = &x->next;
+		}
+		if (nstop) {
+			pthread_mutex_unlock(&ss->mu);
+			for (size_t i = 0; i < nstop; i++)
+				pool_session_stop(stop[i]);
+			pthread_mutex_lock(&ss->mu);
+		}
+		if (!ss->jobs && !ss->stopping && !nstop)
+			moat_cond_wait_ms(&ss->cv, &ss->mu, REAP_EVERY_MS);
+	}
+	pthread_mutex_unlock(&ss->mu);
+	return NULL;
+}
+
+int serve_sessions_start(struct serve_sessions **out, const struct serve_sessions_config *cfg,
+			 struct moat_error *err)
+{
+	*out = NULL;
+	if (cfg->max == 0)
+		return 0;
+	struct serve_sessions *ss = calloc(1, sizeof *ss);
+	if (!ss)
+		return moat_error_oom(err);
+	ss->cfg = *cfg;
+	ss->jobs_tail = &ss->jobs;
+	pthread_mutex_init(&ss->mu, NULL);
+	pthread_cond_init(&ss->cv, NULL);
+	if ((errno = pthread_create(&ss->thread, NULL, session_thread, ss)) != 0) {
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+			       "moat serve: cannot start the session thread: %s", strerror(errno));
+		pthread_mutex_destroy(&ss->mu);
+		pthread_cond_destroy(&ss->cv);
+		free(ss);
+		return -1;
+	}
+	ss->have_thread = true;
+	*out = ss;
+	return 0;
+}
+
+unsigned serve_sessions_max(const struct serve_sessions *ss)
+{
+	return ss ? ss->cfg.max : 0;
+}
+
+void serve_sessions_stop(struct serve_sessions *ss)
+{
+	if (!ss)
+		return;
+	pthread_mutex_lock(&ss->mu);
+	ss->stopping = true;
+	/* running steps are cancelled; then every sandbox goes */
+	for (struct serve_session *x = ss->list; x; x = x->next)
+		if (x->ps)
+			pool_session_kill(x->ps);
+	pthread_cond_broadcast(&ss->cv);
+	bool any_busy = true;
+	int64_t until = moat_mono_ms() + 10000;
+	while (any_busy && moat_mono_ms() < until) {
+		any_busy = false;
+		for (struct serve_session *x = ss->list; x; x = x->next)
+			any_busy |= x->busy;
+		if (any_busy)
+			moat_cond_wait_ms(&ss->cv, &ss->mu, 100);
+	}
+	pthread_mutex_unlock(&ss->mu);
+	if (ss->have_thread)
+		pthread_join(ss->thread, NULL);
+	pthread_mutex_lock(&ss->mu);
+	for (struct serve_session *x = ss->list; x; x = x->next) {
+		if (x->state == SES_LIVE) {
+			ss->ended++;
+			mark_dead(ss, x, SES_ENDED, "the session was ended: the server stopped",
+				  moat_mono_ms());
+		}
+		if (x->ps && !x->busy) {
+			struct pool_session *p = x->ps;
+			x->ps = NULL;
+			pthread_mutex_unlock(&ss->mu);
+			pool_session_stop(p);
+			pthread_mutex_lock(&ss->mu);
+		}
+	}
+	struct serve_session *x = ss->list;
+	ss->list = NULL;
+	while (x) {
+		struct serve_session *n = x->next;
+		x->removed = true;
+		unref_locked(x); /* a step still running after 10 s keeps its own */
+		x = n;
+	}
+	pthread_mutex_unlock(&ss->mu);
+	/* the struct stays: a connection thread past its grace may still
+	 * hold a session; the process is exiting */
+}
+
+/* ---- the calls of server.c ---- */
+
+int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA256_LEN],
+			  const struct moat_request *req, uint64_t idle_ms, uint64_t life_ms,
+			  char **answer, struct moat_error *err)
+{
+	*answer = NULL;
+	char id[SERVE_SESSION_ID_LEN + 1];
+	if (new_id(id) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+				      "cannot draw a session id: %s", strerror(errno));
+	struct serve_session *x = calloc(1, sizeof *x);
+	struct create_job *j = calloc(1, sizeof *j);
+	if (!x || !j) {
+		free(x);
+		free(j);
+		return moat_error_oom(err);
+	}
+	pthread_mutex_lock(&ss->mu);
+	if (ss->stopping || ss->live >= ss->cfg.max) {
+		bool stopping = ss->stopping;
+		pthread_mutex_unlock(&ss->mu);
+		free(x);
+		free(j);
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+			       stopping ? "the server is shutting down"
+					: "the server holds its --max-sessions live sessions; close one "
+					  "or retry later");
+		return -2;
+	}
+	ss->live++;
+	j->req = req;
+	j->life_ms = life_ms;
+	*ss->jobs_tail = j;
+	ss->jobs_tail = &j->next;
+	pthread_cond_broadcast(&ss->cv);
+	while (!j->done)
+		pthread_cond_wait(&ss->cv, &ss->mu);
+	if (j->rc < 0) {
+		ss->live--;
+		pthread_mutex_unlock(&ss->mu);
+		*err = j->err;
+		free(j);
+		free(x);
+		return -1;
+	}
+	memcpy(x->id, id, sizeof id);
+	memcpy(x->cred, cred, MOAT_SHA256_LEN);
+	x->lang = req->language;
+	x->ps = j->ps;
+	x->state = SES_LIVE;
+	x->refs = 1;
+	x->created_wall_ms = wall_ms();
+	x->created_ms = x->last_ms = moat_mono_ms();
+	x->idle_ms = idle_ms;
+	x->life_ms = life_ms;
+	x->memory_mb = req->memory_mb;
+	x->cpus = req->cpus;
+	x->pids = req->pids_limit;
+	x->next = ss->list;
+	ss->list = x;
+	ss->created++;
+	free(j);
+	struct moat_buf b = { 0 };
+	moat_buf_appendf(&b, "{\"id\":\"%s\",\"language\":\"%s\"", x->id,
+			 moat_lang_get(x->lang)->name);
+	put_time(&b, "expiresAt", x->created_wall_ms + (int64_t)life_ms);
+	put_time(&b, "idleExpiresAt", x->created_wall_ms + (int64_t)idle_ms);
+	moat_buf_appendf(&b, ",\"limits\":{\"memoryMb\":%llu,\"cpus\":%g,\"pidsLimit\":%llu,"
+			     "\"idleTimeoutMs\":%llu,\"maxLifetimeMs\":%llu},\"warnings\":[]}\n",
+			 (unsigned long long)x->memory_mb, x->cpus, (unsigned long long)x->pids,
+			 (unsigned long long)idle_ms, (unsigned long long)life_ms);
+	pthread_mutex_unlock(&ss->mu);
+	*answer = moat_buf_take(&b);
+	return *answer ? 0 : moat_error_oom(err);
+}
+
+struct serve_session *serve_sessions_get(struct serve_sessions *ss, const char *id,
+					 const uint8_t cred[MOAT_SHA256_LEN])
+{
+	if (!ss || !serve_session_id_valid(id))
+		return NULL;
+	struct serve_session *found = NULL;
+	pthread_mutex_lock(&ss->mu);
+	for (struct serve_session *x = ss->list; x; x = x->next) {
+		/* every entry is compared whole: the time says nothing */
+		bool same = ct_equal(x->id, id, SERVE_SESSION_ID_LEN);
+		bool mine = ct_equal(x->cred, cred, MOAT_SHA256_LEN);
+		if (same && mine)
+			found = x;
+	}
+	if (found)
+		found->refs++;
+	pthread_mutex_unlock(&ss->mu);
+	return found;
+}
+
+void serve_session_put(struct serve_sessions *ss, struct serve_session *x)
+{
+	if (!x)
+		return;
+	pthread_mutex_lock(&ss->mu);
+	unref_locked(x);
+	pthread_mutex_unlock(&ss->mu);
+}
+
+char *serve_session_gone(struct serve_sessions *ss, struct serve_session *x)
+{
+	pthread_mutex_lock(&ss->mu);
+	sync_state(ss, x, moat_mono_ms());
+	char *r = x->state == SES_LIVE ? NULL
+				       : strdup(x->reason ? x->reason : "the session is gone");
+	pthread_mutex_unlock(&ss->mu);
+	return r;
+}
+
+int serve_session_begin(struct serve_sessions *ss, struct serve_session *x, char **gone)
+{
+	*gone = NULL;
+	pthread_mutex_lock(&ss->mu);
+	int rc = 0;
+	if (!x->busy)
+		sync_state(ss, x, moat_mono_ms());
+	if (x->state != SES_LIVE || !x->ps) {
+		*gone = strdup(x->reason ? x->reason : "the session is gone");
+		rc = -2;
+	} else if (x->busy) {
+		rc = -1;
+	} else {
+		x->busy = true;
+		x->last_ms = moat_mono_ms();
+	}
+	pthread_mutex_unlock(&ss->mu);
+	return rc;
+}
+
+void serve_session_end(struct serve_sessions *ss, struct serve_session *x)
+{
+	pthread_mutex_lock(&ss->mu);
+	x->busy = false;
+	x->last_ms = moat_mono_ms();
+	sync_state(ss, x, x->last_ms);
+	pthread_cond_broadcast(&ss->cv);
+	pthread_mutex_unlock(&ss->mu);
+}
+
+int serve_session_step(struct serve_sessions *ss, struct serve_session *x,
+		       const struct moat_request *step, const struct moat_run_options *per,
+		       struct moat_result **res, char **extra, struct moat_error *err)
+{
+	/* busy: the reaper and DELETE leave x->ps alone until _end */
+	int rc = pool_session_run(x->ps, step, per, res, extra, err);
+	pthread_mutex_lock(&ss->mu);
+	if (rc == 0) {
+		x->runs++;
+		ss->runs++;
+	}
+	pthread_mutex_unlock(&ss->mu);
+	return rc;
+}
+
+enum moat_language serve_session_language(const struct serve_session *x)
+{
+	return x->lang;
+}
+
+/* The "session" object (mu held). */
+static void session_object(struct serve_session *x, struct moat_buf *b, bool full)
+{
+	static const char *const names[] = { "idle", "killed", "ended", "expired" };
+	const char *state = x->state == SES_LIVE && x->busy ? "running" : names[x->state];
+	if (x->ps) {
+		int64_t m = pool_session_memory(x->ps), c = pool_session_cpu_ms(x->ps);
+		if (m >= 0)
+			x->memory_bytes = m;
+		if (c >= 0)
+			x->cpu_ms = c;
+	}
+	moat_buf_appendf(b, "{\"id\":\"%s\"", x->id);
+	if (full)
+		moat_buf_appendf(b, ",\"language\":\"%s\"", moat_lang_get(x->lang)->name);
+	moat_buf_appendf(b, ",\"state\":\"%s\",\"runs\":%u,\"cpuTimeMs\":%lld,\"memoryBytes\":%lld",
+			 state, x->runs, (long long)x->cpu_ms, (long long)x->memory_bytes);
+	if (full)
+		put_time(b, "createdAt", x->created_wall_ms);
+	put_time(b, "expiresAt", x->created_wall_ms + (int64_t)x->life_ms);
+	put_time(b, "idleExpiresAt",
+		 x->created_wall_ms + (x->last_ms - x->created_ms) + (int64_t)x->idle_ms);
+	if (full) {
+		moat_buf_appendf(b, ",\"limits\":{\"memoryMb\":%llu,\"cpus\":%g,\"pidsLimit\":%llu,"
+				    "\"idleTimeoutMs\":%llu,\"maxLifetimeMs\":%llu},\"reason\":",
+				 (unsigned long long)x->memory_mb, x->cpus,
+				 (unsigned long long)x->pids, (unsigned long long)x->idle_ms,
+				 (unsigned long long)x->life_ms);
+		if (x->state == SES_LIVE || !x->reason)
+			moat_buf_append(b, "null", 4);
+		else
+			moat_buf_append_json_string(b, x->reason, strlen(x->reason));
+	}
+	moat_buf_append(b, "}", 1);
+}
+
+void serve_session_json(struct serve_sessions *ss, struct serve_session *x, struct moat_buf *b,
+			bool full)
+{
+	pthread_mutex_lock(&ss->mu);
+	session_object(x, b, full);
+	pthread_mutex_unlock(&ss->mu);
+}
+
+int serve_session_delete(struct serve_sessions *ss, struct serve_session *x, char **gone)
+{
+	*gone = NULL;
+	pthread_mutex_lock(&ss->mu);
+	if (!x->busy)
+		sync_state(ss, x, moat_mono_ms());
+	if (x->state != SES_LIVE) {
+		*gone = strdup(x->reason ? x->reason : "the session is gone");
+		pthread_mutex_unlock(&ss->mu);
+		return -1;
+	}
+	ss->ended++;
+	mark_dead(ss, x, SES_ENDED, "the session was ended (DELETE)", moat_mono_ms());
+	if (x->ps)
+		pool_session_kill(x->ps); /* a running step: killedBy "cancelled" */
+	while (x->busy)
+		pthread_cond_wait(&ss->cv, &ss->mu);
+	struct pool_session *p = x->ps;
+	x->ps = NULL;
+	pthread_mutex_unlock(&ss->mu);
+	pool_session_stop(p); /* gone before the answer */
+	return 0;
+}
+
+void serve_sessions_metrics(struct serve_sessions *ss, struct moat_buf *b)
+{
+	if (!ss)
+		return;
+	pthread_mutex_lock(&ss->mu);
+	int64_t mem = 0;
+	for (struct serve_session *x = ss->list; x; x = x->next)
+		if (x->state == SES_LIVE && x->ps) {
+			int64_t m = pool_session_memory(x->ps);
+			if (m > 0)
+				mem += m;
+		}
+	moat_buf_appendf(b, "# HELP moat_serve_sessions_live Sessions live (and being made).\n"
+			    "# TYPE moat_serve_sessions_live gauge\n"
+			    "moat_serve_sessions_live %u\n"
+			    "# HELP moat_serve_sessions_max The most sessions live at once "
+			    "(--max-sessions).\n"
+			    "# TYPE moat_serve_sessions_max gauge\n"
+			    "moat_serve_sessions_max %u\n"
+			    "# HELP moat_serve_sessions_created_total Sessions made.\n"
+			    "# TYPE moat_serve_sessions_created_total counter\n"
+			    "moat_serve_sessions_created_total %llu\n"
+			    "# HELP moat_serve_sessions_expired_total Sessions reaped: idle or past "
+			    "their lifetime.\n"
+			    "# TYPE moat_serve_sessions_expired_total counter\n"
+			    "moat_serve_sessions_expired_total{reason=\"idle\"} %llu\n"
+			    "moat_serve_sessions_expired_total{reason=\"lifetime\"} %llu\n"
+			    "# HELP moat_serve_sessions_killed_total Sessions whose sandbox died.\n"
+			    "# TYPE moat_serve_sessions_killed_total counter\n",
+			 ss->live, ss->cfg.max, (unsigned long long)ss->created,
+			 (unsigned long long)ss->expired[0], (unsigned long long)ss->expired[1]);
+	for (int i = 0; i < SERVE_SES_KILL__COUNT; i++)
+		moat_buf_appendf(b, "moat_serve_sessions_killed_total{reason=\"%s\"} %llu\n",
+				 kill_labels[i], (unsigned long long)ss->killed[i]);
+	moat_buf_appendf(b, "# HELP moat_serve_sessions_ended_total Sessions ended by DELETE or "
+			    "the service's stop.\n"
+			    "# TYPE moat_serve_sessions_ended_total counter\n"
+			    "moat_serve_sessions_ended_total %llu\n"
+			    "# HELP moat_serve_sessions_runs_total Steps run in sessions.\n"
+			    "# TYPE moat_serve_sessions_runs_total counter\n"
+			    "moat_serve_sessions_runs_total %llu\n"
+			    "# HELP moat_serve_sessions_memory_bytes The live sessions' memory "
+			    "(their cgroups) in all.\n"
+			    "# TYPE moat_serve_sessions_memory_bytes gauge\n"
+			    "moat_serve_sessions_memory_bytes %lld\n",
+			 (unsigned long long)ss->ended, (unsigned long long)ss->runs, (long long)mem);
+	pthread_mutex_unlock(&ss->mu);
+}

@@ -1,0 +1,820 @@
+/* Sessions in moat serve (docs/SESSIONS.md): POST /v1/sessions, its steps,
+ * GET and DELETE, from the outside, as root and rootless (loop index =
+ * harness mode). Each test starts its own server (serve_common.c) and
+ * speaks to it with curl, or with a raw socket as another uid.
+ *
+ * Until the session sandbox (src/pool/session.c) is built into the binary,
+ * creating a session is refused as unavailable, and every test that needs
+ * one reports itself skipped (ses_create). */
+#include "serve_common.h"
+#include "skip.h"
+
+#include <sys/random.h>
+
+/* POST /v1/sessions with body: the id (malloc'd), or NULL when sessions
+ * are not built here (the test is then skipped by its caller). */
+static char *ses_try_create(struct server *s, const char *body, const char *auth,
+			    struct resp *out)
+{
+	struct req q = { .path = "/v1/sessions", .body = body, .auth = auth };
+	struct resp r;
+	call(s, &q, &r);
+	if (r.code == 503 && strstr(r.body, "not built into this moat")) {
+		resp_free(&r);
+		return NULL;
+	}
+	ck_assert_msg(r.code == 201, "%s: POST /v1/sessions %s: HTTP %d: %s", MODE_NAME[s->mode],
+		      body, r.code, r.body);
+	const char *id = jstr(r.json, "id");
+	ck_assert_msg(id && strlen(id) == 36 && !strncmp(id, "ses_", 4), "bad id in %s", r.body);
+	for (int i = 4; i < 36; i++)
+		ck_assert_msg(isxdigit((unsigned char)id[i]), "id not hex: %s", id);
+	ck_assert_ptr_nonnull(jstr(r.json, "expiresAt"));
+	char *ret = strdup(id);
+	if (out)
+		*out = r;
+	else
+		resp_free(&r);
+	return ret;
+}
+
+/* A session or the test is skipped: returns false then (the caller stops
+ * its server and returns). */
+static bool ses_create(struct server *s, const char *body, char **id)
+{
+	*id = ses_try_create(s, body, NULL, NULL);
+	if (*id)
+		return true;
+	server_stop(s);
+	harness_skip("sessions are not built into this moat (src/pool/session.c)");
+	return false;
+}
+
+/* POST /v1/sessions/{id}/run {code, ...extra}. */
+static void ses_run(struct server *s, const char *id, const char *code, const char *extra,
+		    struct resp *r)
+{
+	char path[96], *body = NULL;
+	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
+	char *q = harness_json_quote(code);
+	ck_assert_int_ge(asprintf(&body, "{\"code\":%s%s}", q, extra ? extra : ""), 0);
+	free(q);
+	post(s, path, body, r);
+	free(body);
+}
+
+static void ses_call(struct server *s, const char *method, const char *id, struct resp *r)
+{
+	char path[96];
+	snprintf(path, sizeof path, "/v1/sessions/%s", id);
+	struct req q = { .method = method, .path = path };
+	call(s, &q, r);
+}
+
+/* A step that must succeed: its stdout (malloc'd). */
+static char *ses_ok(struct server *s, const char *id, const char *code)
+{
+	struct resp r;
+	ses_run(s, id, code, NULL, &r);
+	ck_assert_msg(r.code == 200 && jnum(r.json, "exitCode") == 0,
+		      "%s: step %s: HTTP %d: %.2000s", MODE_NAME[s->mode], code, r.code, r.body);
+	const cJSON *ses = jget(r.json, "session");
+	ck_assert_msg(ses && jstr(ses, "state") && !strcmp(jstr(ses, "state"), "idle"),
+		      "%s: the session after a step: %.2000s", MODE_NAME[s->mode], r.body);
+	char *out = strdup(jstr(r.json, "stdout") ? jstr(r.json, "stdout") : "");
+	resp_free(&r);
+	return out;
+}
+
+/* The step's memory limit is a cgroup's (root here), not RLIMIT_DATA per
+ * process (rootless without a delegated cgroup: an allocation past it
+ * fails with MemoryError instead of an OOM kill). */
+static bool cgroup_memory(const struct resp *r)
+{
+	const char *m = jstr(jget(r->json, "limits"), "memory");
+	return m && !strncmp(m, "cgroup", 6);
+}
+
+static void expect_gone(struct server *s, const char *id, const char *why_has)
+{
+	struct resp r;
+	ses_run(s, id, "print(1)", NULL, &r);
+	expect_error("a run in a dead session", &r, 410, "SessionGone");
+	const char *msg = jstr(jget(r.json, "error"), "message");
+	ck_assert_msg(msg && strstr(msg, why_has), "%s: 410 message %s lacks \"%s\"",
+		      MODE_NAME[s->mode], msg ? msg : "(none)", why_has);
+	resp_free(&r);
+}
+
+/* ---- state across steps ---- */
+
+START_TEST(ses_state_kept)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	char *o = ses_ok(&s, id, "import json\nx = 0\nopen('/sandbox/f.txt','w').write('a')\n"
+			 "open('/tmp/t.txt','w').write('b')");
+	free(o);
+	for (int i = 1; i <= 50; i++) {
+		struct resp r;
+		ses_run(&s, id, "x += 1\nx", NULL, &r);
+		ck_assert_msg(r.code == 200, "%s: step %d: HTTP %d %s", MODE_NAME[_i], i, r.code,
+			      r.body);
+		char want[16];
+		snprintf(want, sizeof want, "%d", i);
+		const char *v = jstr(r.json, "value");
+		ck_assert_msg(v && !strcmp(v, want), "%s: step %d: value %s (want %s): %.1000s",
+			      MODE_NAME[_i], i, v ? v : "null", want, r.body);
+		ck_assert_int_eq((int)jnum(jget(r.json, "session"), "runs"), i + 1);
+		resp_free(&r);
+	}
+	o = ses_ok(&s, id, "print(open('/sandbox/f.txt').read() + open('/tmp/t.txt').read(), "
+		   "json.dumps(1))");
+	ck_assert_msg(!strcmp(o, "ab 1\n"), "%s: files and imports across steps: %s",
+		      MODE_NAME[_i], o);
+	free(o);
+	/* an exception is the step's error, and the session goes on */
+	struct resp r;
+	ses_run(&s, id, "1/0", NULL, &r);
+	ck_assert_int_eq(r.code, 200);
+	ck_assert_str_eq(jstr(jget(r.json, "error"), "type"), "ZeroDivisionError");
+	resp_free(&r);
+	o = ses_ok(&s, id, "print(x)");
+	ck_assert_str_eq(o, "50\n");
+	free(o);
+	/* GET */
+	ses_call(&s, "GET", id, &r);
+	ck_assert_int_eq(r.code, 200);
+	ck_assert_str_eq(jstr(r.json, "state"), "idle");
+	ck_assert_int_eq((int)jnum(r.json, "runs"), 54);
+	ck_assert_str_eq(jstr(r.json, "language"), "python");
+	resp_free(&r);
+	/* node keeps its global state too */
+	char *jid;
+	jid = ses_try_create(&s, "{\"language\":\"javascript\"}", NULL, NULL);
+	ck_assert_ptr_nonnull(jid);
+	o = ses_ok(&s, jid, "var n = 40; function f() { return n + 2; }");
+	free(o);
+	for (int i = 0; i < 3; i++) {
+		o = ses_ok(&s, jid, "n += 1; console.log(f())");
+		char want[16];
+		snprintf(want, sizeof want, "%d\n", 43 + i);
+		ck_assert_msg(!strcmp(o, want), "%s: node step %d: %s", MODE_NAME[_i], i, o);
+		free(o);
+	}
+	ses_call(&s, "DELETE", id, &r);
+	ck_assert_int_eq(r.code, 200);
+	ck_assert_str_eq(jstr(r.json, "state"), "ended");
+	resp_free(&r);
+	expect_gone(&s, id, "ended");
+	ses_call(&s, "DELETE", jid, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	free(id);
+	free(jid);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- two sessions see nothing of each other ---- */
+
+START_TEST(ses_isolated)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *a, *b;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &a))
+		return;
+	b = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
+	ck_assert_ptr_nonnull(b);
+	ck_assert_str_ne(a, b);
+	char *o = ses_ok(&s, a,
+			 "import subprocess, sys, os\nsecret = 'A-SECRET'\n"
+			 "open('/sandbox/a.txt','w').write('a')\nopen('/tmp/a.txt','w').write('a')\n"
+			 "p = subprocess.Popen([sys.executable, '-c', 'import time; "
+			 "time.sleep(120)', 'session-a-marker'])\nprint(p.pid)");
+	free(o);
+	o = ses_ok(&s, b,
+		   "import os\n"
+		   "seen = [d for d in os.listdir('/proc') if d.isdigit() and "
+		   "b'session-a-marker' in open('/proc/%s/cmdline' % d, 'rb').read()]\n"
+		   "print('secret' in globals(), os.path.exists('/sandbox/a.txt'), "
+		   "os.path.exists('/tmp/a.txt'), len(seen))");
+	ck_assert_msg(!strcmp(o, "False False False 0\n"),
+		      "%s: session B sees session A's (global, /sandbox, /tmp, process): %s",
+		      MODE_NAME[_i], o);
+	free(o);
+	/* A still has all of it (the check above can fail) */
+	o = ses_ok(&s, a,
+		   "seen = [d for d in os.listdir('/proc') if d.isdigit() and "
+		   "b'session-a-marker' in open('/proc/%s/cmdline' % d, 'rb').read()]\n"
+		   "print('secret' in globals(), os.path.exists('/sandbox/a.txt'), "
+		   "os.path.exists('/tmp/a.txt'), len(seen))");
+	ck_assert_msg(!strcmp(o, "True True True 1\n"), "%s: session A lost its state: %s",
+		      MODE_NAME[_i], o);
+	free(o);
+	/* and a cold run sees none of it */
+	struct resp r;
+	post(&s, "/v1/run", "{\"language\":\"python\",\"code\":\"import os\\n"
+	     "print(os.path.exists('/sandbox/a.txt'), os.path.exists('/tmp/a.txt'))\"}", &r);
+	ck_assert_int_eq(r.code, 200);
+	ck_assert_str_eq(jstr(r.json, "stdout"), "False False\n");
+	resp_free(&r);
+	struct resp d;
+	ses_call(&s, "DELETE", a, &d);
+	ck_assert_int_eq(d.code, 200);
+	resp_free(&d);
+	ses_call(&s, "DELETE", b, &d);
+	ck_assert_int_eq(d.code, 200);
+	resp_free(&d);
+	free(a);
+	free(b);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- another caller: 404; no token: 401 ---- */
+
+/* A raw request from uid 65534 on the server's unix socket: its status. */
+static int status_as_other(struct server *s, const char *method, const char *path)
+{
+	pid_t pid = fork();
+	ck_assert_int_ge(pid, 0);
+	if (pid == 0) {
+		if (setgroups(0, NULL) < 0 || setgid(ROOTLESS_ID) < 0 || setuid(ROOTLESS_ID) < 0)
+			_exit(99);
+		int fd = raw_connect(s);
+		char req[256];
+		int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
+				 "Connection: close\r\n\r\n{}", method, path);
+		if (!raw_send(fd, req, (size_t)n))
+			_exit(98);
+		bool closed;
+		long took;
+		char *resp = raw_read(fd, 20000, &closed, &took);
+		_exit(raw_status(resp) / 100 * 10 + raw_status(resp) % 10);
+	}
+	int st;
+	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
+	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 98, "the other caller could not ask");
+	int e = WEXITSTATUS(st);
+	return e / 10 * 100 + e % 10;
+}
+
+START_TEST(ses_other_caller)
+{
+	if (!harness_is_root()) {
+		harness_skip("another caller's uid needs root to switch to");
+		return;
+	}
+	/* a unix socket without a token: bound to the peer's uid (root here;
+	 * the other caller is uid 65534, let in by the socket's group) */
+	static const char *const args[] = { "--socket-group", "nogroup", NULL };
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0, .socket = true,
+						    .args = args });
+	ck_assert_int_eq(chmod(s.dir, 0711), 0);
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	char path[96];
+	snprintf(path, sizeof path, "/v1/sessions/%s", id);
+	int st = status_as_other(&s, "GET", path);
+	ck_assert_msg(st == 404, "%s: another uid's GET of a session: %d (want 404)", MODE_NAME[_i],
+		      st);
+	st = status_as_other(&s, "DELETE", path);
+	ck_assert_msg(st == 404, "%s: another uid's DELETE: %d (want 404)", MODE_NAME[_i], st);
+	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
+	st = status_as_other(&s, "POST", path);
+	ck_assert_msg(st == 404, "%s: another uid's run: %d (want 404)", MODE_NAME[_i], st);
+	/* its owner still has it (the other's DELETE did nothing) */
+	char *o = ses_ok(&s, id, "print(2)");
+	ck_assert_str_eq(o, "2\n");
+	free(o);
+	struct resp r;
+	ses_call(&s, "DELETE", id, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	free(id);
+	server_stop(&s);
+
+	/* with a token: bound to it; without it, 401 before anything */
+	server_start(&s, _i, &(struct server_opts){ .pool = 0, .token = true });
+	id = ses_try_create(&s, "{\"language\":\"python\"}", "Bearer " TOKEN, NULL);
+	ck_assert_ptr_nonnull(id);
+	snprintf(path, sizeof path, "/v1/sessions/%s", id);
+	struct req q = { .path = path };
+	call(&s, &q, &r);
+	expect_error("a session without the token", &r, 401, "AuthenticationError");
+	resp_free(&r);
+	q.auth = "Bearer wrong-token";
+	call(&s, &q, &r);
+	expect_error("a session with another token", &r, 401, "AuthenticationError");
+	resp_free(&r);
+	q.auth = "Bearer " TOKEN;
+	call(&s, &q, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	q.method = "DELETE";
+	call(&s, &q, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- 404 ---- */
+
+START_TEST(ses_unknown)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	static const char *const ids[] = { "ses_0123456789abcdef0123456789abcdef", "ses_x",
+					   "nothing", "ses_0123456789ABCDEF0123456789ABCDEF" };
+	for (size_t i = 0; i < sizeof ids / sizeof ids[0]; i++) {
+		struct resp r;
+		ses_call(&s, "GET", ids[i], &r);
+		expect_error("GET of an unknown session", &r, 404, "SessionNotFound");
+		resp_free(&r);
+		ses_call(&s, "DELETE", ids[i], &r);
+		expect_error("DELETE of an unknown session", &r, 404, "SessionNotFound");
+		resp_free(&r);
+		ses_run(&s, ids[i], "print(1)", NULL, &r);
+		expect_error("a run in an unknown session", &r, 404, "SessionNotFound");
+		resp_free(&r);
+	}
+	struct resp r;
+	post(&s, "/v1/sessions", "{\"language\":\"shell\"}", &r);
+	expect_error("a shell session", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	post(&s, "/v1/sessions", "{\"language\":\"python\",\"code\":\"1\"}", &r);
+	expect_error("a session with code", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	post(&s, "/v1/sessions", "{\"language\":\"python\",\"idleTimeoutMs\":99999999}", &r);
+	expect_error("an idle timeout over the max", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	post(&s, "/v1/sessions", "{\"language\":\"python\",\"memoryMb\":999999}", &r);
+	expect_error("memory over the max", &r, 403, "SandboxPolicyError");
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- expiry ---- */
+
+START_TEST(ses_idle_expiry)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\",\"idleTimeoutMs\":1500}", &id))
+		return;
+	/* steps within the idle time keep it */
+	for (int i = 0; i < 3; i++) {
+		sleep_ms(700);
+		free(ses_ok(&s, id, "pass"));
+	}
+	sleep_ms(harness_scale_ms(1500) + 1500);
+	expect_gone(&s, id, "idle");
+	struct resp r;
+	ses_call(&s, "GET", id, &r);
+	ck_assert_int_eq(r.code, 200);
+	ck_assert_str_eq(jstr(r.json, "state"), "expired");
+	resp_free(&r);
+	char *m = get_metrics(&s, NULL);
+	int found = 0;
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_expired_total", "reason=\"idle\"",
+				       &found), 1);
+	free(m);
+	/* the 410 is kept for its idle time, then the id is unknown */
+	sleep_ms(3500);
+	ses_call(&s, "GET", id, &r);
+	expect_error("GET long after expiry", &r, 404, "SessionNotFound");
+	resp_free(&r);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+START_TEST(ses_lifetime_expiry)
+{
+	struct server s;
+	static const char *const cfg = "{\"serve\":{\"sessions\":{\"maxLifetimeMs\":2500}}}";
+	server_start(&s, _i, &(struct server_opts){ .pool = 0, .config = cfg });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	struct resp r;
+	post(&s, "/v1/sessions", "{\"language\":\"python\",\"maxLifetimeMs\":2501}", &r);
+	expect_error("a lifetime over the operator's", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	/* busy all along: the lifetime ends it anyway */
+	long t0 = now_ms();
+	int code = 200;
+	while (code == 200 && now_ms() - t0 < harness_scale_ms(15000)) {
+		ses_run(&s, id, "import time\ntime.sleep(0.3)", NULL, &r);
+		code = r.code;
+		resp_free(&r);
+	}
+	ck_assert_msg(code == 410, "%s: steps after the lifetime: HTTP %d", MODE_NAME[_i], code);
+	ck_assert_msg(now_ms() - t0 >= 2000, "%s: ended after %ld ms, before its lifetime",
+		      MODE_NAME[_i], now_ms() - t0);
+	expect_gone(&s, id, "lifetime");
+	char *m = get_metrics(&s, NULL);
+	int found = 0;
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_expired_total",
+				       "reason=\"lifetime\"", &found), 1);
+	free(m);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- 409 ---- */
+
+START_TEST(ses_busy)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	char path[96];
+	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
+	struct req q = { .path = path, .body = "{\"code\":\"import time\\ntime.sleep(3)\\n7\"}" };
+	struct call c;
+	call_start(&s, &q, &c);
+	sleep_ms(harness_scale_ms(800));
+	struct resp r;
+	long t0 = now_ms();
+	ses_run(&s, id, "print(1)", NULL, &r);
+	long took = now_ms() - t0;
+	expect_error("a second concurrent step", &r, 409, "SessionBusy");
+	ck_assert_msg(took < 1500, "%s: the 409 took %ld ms: it queued behind the step",
+		      MODE_NAME[_i], took);
+	resp_free(&r);
+	ses_call(&s, "GET", id, &r);
+	ck_assert_str_eq(jstr(r.json, "state"), "running");
+	resp_free(&r);
+	call_finish(&c, &r);
+	ck_assert_int_eq(r.code, 200);
+	ck_assert_str_eq(jstr(r.json, "value"), "7");
+	resp_free(&r);
+	free(ses_ok(&s, id, "pass"));
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- 410 ---- */
+
+START_TEST(ses_gone)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	struct resp r;
+	/* its interpreter exits */
+	ses_run(&s, id, "import os\nos._exit(3)", NULL, &r);
+	ck_assert_msg(r.code == 200, "os._exit step: %d %s", r.code, r.body);
+	ck_assert_str_eq(jstr(jget(r.json, "session"), "state"), "ended");
+	resp_free(&r);
+	expect_gone(&s, id, "");
+	free(id);
+	/* a timeout kills it */
+	id = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
+	ses_run(&s, id, "x = 1\nwhile True: pass", ",\"timeout\":1000", &r);
+	ck_assert_msg(r.code == 200, "timeout step: %d %s", r.code, r.body);
+	ck_assert_msg(cJSON_IsTrue(jget(r.json, "timedOut")), "not timed out: %s", r.body);
+	ck_assert_str_eq(jstr(jget(r.json, "session"), "state"), "killed");
+	resp_free(&r);
+	expect_gone(&s, id, "time");
+	free(id);
+	/* memory */
+	id = ses_try_create(&s, "{\"language\":\"python\",\"memoryMb\":64}", NULL, NULL);
+	ses_run(&s, id, "b = bytearray(200 * 1024 * 1024)\nb[::4096] = b'x' * len(b[::4096])",
+		NULL, &r);
+	ck_assert_msg(r.code == 200, "oom step: %d %s", r.code, r.body);
+	bool cg = cgroup_memory(&r);
+	if (cg) {
+		ck_assert_str_eq(jstr(jget(r.json, "session"), "state"), "killed");
+		expect_gone(&s, id, "memory");
+	} else { /* RLIMIT_DATA: the allocation fails, the session goes on */
+		ck_assert_str_eq(jstr(jget(r.json, "error"), "type"), "MemoryError");
+		ck_assert_str_eq(jstr(jget(r.json, "session"), "state"), "idle");
+	}
+	resp_free(&r);
+	char *m = get_metrics(&s, NULL);
+	int found = 0;
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_killed_total", "reason=\"oom\"",
+				       &found), cg ? 1 : 0);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_killed_total",
+				       "reason=\"timeout\"", &found), 1);
+	free(m);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- memory held across steps counts ---- */
+
+START_TEST(ses_memory_held)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	static const char grow[] = "b%d = bytearray(70 * 1024 * 1024)\n"
+				   "b%d[::4096] = b'x' * len(b%d[::4096])\nprint('ok')";
+	char code1[200], code2[200];
+	snprintf(code1, sizeof code1, grow, 1, 1, 1);
+	snprintf(code2, sizeof code2, grow, 2, 2, 2);
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\",\"memoryMb\":128}", &id))
+		return;
+	/* 70 MiB fits in 128 MiB alone... */
+	struct resp r;
+	ses_run(&s, id, code1, NULL, &r);
+	ck_assert_msg(r.code == 200 && jnum(r.json, "exitCode") == 0, "%s: 70 MiB: %.1500s",
+		      MODE_NAME[_i], r.body);
+	bool cg = cgroup_memory(&r);
+	resp_free(&r);
+	if (cg) { /* the cgroup's memory is the session's */
+		ses_call(&s, "GET", id, &r);
+		ck_assert_msg(jnum(r.json, "memoryBytes") >= 60.0 * 1024 * 1024,
+			      "%s: a session holding 70 MiB reports %.0f bytes", MODE_NAME[_i],
+			      jnum(r.json, "memoryBytes"));
+		resp_free(&r);
+	}
+	/* ...but not on top of the 70 step 1 kept: with a cgroup the session
+	 * is killed, with RLIMIT_DATA (per process: the interpreter's) the
+	 * allocation fails */
+	ses_run(&s, id, code2, NULL, &r);
+	ck_assert_int_eq(r.code, 200);
+	const char *st = jstr(jget(r.json, "session"), "state");
+	const char *et = jstr(jget(r.json, "error"), "type");
+	ck_assert_msg(cg ? !strcmp(st, "killed") : et && !strcmp(et, "MemoryError"),
+		      "%s: 140 MiB over two steps under memoryMb 128: %.1500s", MODE_NAME[_i],
+		      r.body);
+	resp_free(&r);
+	if (cg)
+		expect_gone(&s, id, "memory");
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- a plot ---- */
+
+START_TEST(ses_plot)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	struct resp r;
+	post(&s, "/v1/run", "{\"language\":\"python\",\"code\":\"import matplotlib\"}", &r);
+	ck_assert_int_eq(r.code, 200);
+	bool have = jnum(r.json, "exitCode") == 0;
+	resp_free(&r);
+	if (!have) {
+		server_stop(&s);
+		harness_skip("matplotlib is not importable in a sandbox (python3-matplotlib)");
+		return;
+	}
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\",\"memoryMb\":512}", &id))
+		return;
+	ses_run(&s, id, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])", NULL, &r);
+	ck_assert_msg(r.code == 200, "%d %s", r.code, r.body);
+	const cJSON *d = jget(r.json, "display");
+	ck_assert_msg(cJSON_IsArray(d) && cJSON_GetArraySize(d) == 1, "%s: display: %.2000s",
+		      MODE_NAME[_i], r.body);
+	const cJSON *img = cJSON_GetArrayItem(d, 0);
+	ck_assert_str_eq(jstr(img, "type"), "image/png");
+	const char *data = jstr(img, "data");
+	/* base64 of "\x89PNG" */
+	ck_assert_msg(data && !strncmp(data, "iVBORw0KGgo", 11), "not a PNG: %.40s",
+		      data ? data : "(null)");
+	resp_free(&r);
+	/* returned once: the figure is closed after */
+	ses_run(&s, id, "1", NULL, &r);
+	ck_assert_int_eq(cJSON_GetArraySize(jget(r.json, "display")), 0);
+	resp_free(&r);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- no process outlives the service ---- */
+
+/* Processes whose command line holds marker. */
+static int marked(const char *marker)
+{
+	DIR *d = opendir("/proc");
+	ck_assert_ptr_nonnull(d);
+	int n = 0;
+	struct dirent *e;
+	while ((e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char *cl = proc_cmdline((pid_t)atoi(e->d_name));
+		if (cl && strstr(cl, marker))
+			n++;
+		free(cl);
+	}
+	closedir(d);
+	return n;
+}
+
+static void marker_step(struct server *s, const char *id, const char *marker)
+{
+	char code[400];
+	snprintf(code, sizeof code,
+		 "import subprocess, sys\n"
+		 "p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(300)', "
+		 "'%s'])", marker);
+	free(ses_ok(s, id, code));
+}
+
+START_TEST(ses_kill9_leaves_nothing)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	char marker[64];
+	snprintf(marker, sizeof marker, "moat-ses-k9-%d-%ld", (int)getpid(), now_ms());
+	marker_step(&s, id, marker);
+	long t0 = now_ms();
+	while (marked(marker) < 1 && now_ms() - t0 < 5000)
+		sleep_ms(50);
+	ck_assert_msg(marked(marker) >= 1, "%s: the session's process is not seen", MODE_NAME[_i]);
+	ck_assert_int_eq(kill(s.p.pid, SIGKILL), 0);
+	server_reap(&s);
+	t0 = now_ms();
+	while (marked(marker) > 0 && now_ms() - t0 < harness_scale_ms(10000))
+		sleep_ms(50);
+	ck_assert_msg(marked(marker) == 0, "%s: a session's process outlived kill -9 of the "
+		      "service", MODE_NAME[_i]);
+	free(id);
+	server_cleanup(&s);
+}
+END_TEST
+
+START_TEST(ses_sigterm_ends_sessions)
+{
+	static const char *const args[] = { "--grace", "1", NULL };
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0, .args = args });
+	char *id, *id2;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	id2 = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
+	char marker[64];
+	snprintf(marker, sizeof marker, "moat-ses-term-%d-%ld", (int)getpid(), now_ms());
+	marker_step(&s, id, marker);
+	/* a step running when the service stops is cancelled */
+	char path[96];
+	snprintf(path, sizeof path, "/v1/sessions/%s/run", id2);
+	struct req q = { .path = path, .body = "{\"code\":\"import time\\ntime.sleep(60)\"}" };
+	struct call c;
+	call_start(&s, &q, &c);
+	sleep_ms(harness_scale_ms(1000));
+	ck_assert_int_ge(marked(marker), 1);
+	long took;
+	int st = server_term(&s, harness_scale_ms(15000), &took);
+	ck_assert_msg(st == 0, "%s: status %d after SIGTERM with sessions", MODE_NAME[_i], st);
+	struct resp r;
+	call_finish(&c, &r);
+	ck_assert_msg(r.code == 0 || (r.code == 200 && jstr(r.json, "killedBy")),
+		      "%s: the running step at SIGTERM: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	ck_assert_msg(marked(marker) == 0, "%s: a session's process outlived the service",
+		      MODE_NAME[_i]);
+	free(id);
+	free(id2);
+	server_cleanup(&s);
+}
+END_TEST
+
+/* ---- streaming ---- */
+
+START_TEST(ses_stream)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	free(ses_ok(&s, id, "y = 5"));
+	char path[96];
+	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
+	static const char *const accept[] = { "-H", "Accept: application/x-ndjson", NULL };
+	struct req q = { .path = path, .body = "{\"code\":\"print('a')\\nprint(y)\\ny * 2\"}",
+			 .extra = accept };
+	struct resp r;
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 200, "%d %s", r.code, r.body);
+	char ct[128];
+	ck_assert_ptr_nonnull(resp_header(&r, "Content-Type", ct, sizeof ct));
+	ck_assert_msg(strstr(ct, "application/x-ndjson"), "Content-Type %s", ct);
+	char *out = calloc(1, r.body_len + 1);
+	cJSON *result = NULL;
+	for (char *line = strtok(r.body, "\n"); line; line = strtok(NULL, "\n")) {
+		cJSON *j = cJSON_Parse(line);
+		ck_assert_msg(j, "not JSON: %s", line);
+		const char *t = jstr(j, "type");
+		if (!strcmp(t, "stdout"))
+			strcat(out, jstr(j, "data"));
+		if (!strcmp(t, "result"))
+			result = j;
+		else
+			cJSON_Delete(j);
+	}
+	ck_assert_str_eq(out, "a\n5\n");
+	ck_assert_msg(result, "no result line");
+	ck_assert_str_eq(jstr(result, "value"), "10");
+	ck_assert_str_eq(jstr(jget(result, "session"), "state"), "idle");
+	cJSON_Delete(result);
+	free(out);
+	resp_free(&r);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- --max-sessions and the metrics ---- */
+
+START_TEST(ses_max_and_metrics)
+{
+	static const char *const args[] = { "--max-sessions", "1", NULL };
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0, .args = args });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	struct resp r;
+	post(&s, "/v1/sessions", "{\"language\":\"python\"}", &r);
+	expect_error("a session past --max-sessions", &r, 503, "ServerBusy");
+	char ra[32];
+	ck_assert_ptr_nonnull(resp_header(&r, "Retry-After", ra, sizeof ra));
+	resp_free(&r);
+	free(ses_ok(&s, id, "a = 1"));
+	free(ses_ok(&s, id, "a += 1"));
+	char *m = get_metrics(&s, NULL);
+	int found = 0;
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_live", NULL, &found), 1);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_created_total", NULL, &found), 1);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_runs_total", NULL, &found), 2);
+	ck_assert(metric_sum(m, "moat_serve_sessions_memory_bytes", NULL, &found) > 0);
+	free(m);
+	ses_call(&s, "DELETE", id, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	m = get_metrics(&s, NULL);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_live", NULL, &found), 0);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_ended_total", NULL, &found), 1);
+	free(m);
+	free(id);
+	/* the slot is free again */
+	id = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
+	ck_assert_ptr_nonnull(id);
+	free(id);
+	/* its log holds no session id */
+	server_stop(&s);
+	server_start(&s, _i, &(struct server_opts){ .pool = 0,
+						    .args = (const char *const[]){
+							    "--max-sessions", "0", NULL } });
+	post(&s, "/v1/sessions", "{\"language\":\"python\"}", &r);
+	ck_assert_int_eq(r.code, 404);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+Suite *serve_sessions_suite(void)
+{
+	Suite *s = suite_create("serve_sessions");
+	TCase *tc = tcase_create("serve_sessions");
+	tcase_set_timeout(tc, 240);
+	tcase_add_loop_test(tc, ses_state_kept, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_isolated, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_other_caller, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_unknown, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_idle_expiry, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_lifetime_expiry, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_busy, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_gone, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_memory_held, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_plot, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_kill9_leaves_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_sigterm_ends_sessions, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_stream, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_max_and_metrics, MODE_ROOT, MODE_ROOTLESS + 1);
+	suite_add_tcase(s, tc);
+	return s;
+}
