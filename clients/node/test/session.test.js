@@ -460,6 +460,23 @@ describe('sessions: a real moat serve on a unix socket', () => {
     } finally { await s.close(); }
   });
 
+  it('a step that times out kills the session: timedOut, then SessionGoneError saying why', { skip }, async () => {
+    const s = await sb.session({ language: 'python' });
+    try {
+      await s.run('x = 1');
+      const r = await s.run('while True: pass', { timeout: 500 });
+      assert.equal(r.timedOut, true);
+      assert.equal(r.killedBy, 'timeout');
+      assert.equal(r.session.state, 'killed');
+      await assert.rejects(s.run('x'), (e) => {
+        assert.ok(e instanceof SessionGoneError, `${e.name}: ${e.message}`);
+        assert.match(e.reason, /time/);
+        return true;
+      });
+      assert.equal((await s.info()).state, 'killed');
+    } finally { await s.close(); }
+  });
+
   it('streaming a step: chunks as they come, value in the result', { skip }, async () => {
     const s = await sb.session({ language: 'python' });
     try {

@@ -410,6 +410,16 @@ class RealServe(unittest.TestCase):
             self.assertEqual(cm.exception.status, 410)
             self.assertTrue(cm.exception.reason)
 
+    def test_timeout_kills_the_session(self) -> None:
+        with self.sb.session(language="python") as s:
+            s.run("x = 1")
+            r = s.run("while True: pass", timeout=500)
+            self.assertEqual((r.timed_out, r.killed_by, r.session["state"]), (True, "timeout", "killed"))
+            with self.assertRaises(SessionGoneError) as cm:
+                s.run("x")
+            self.assertRegex(cm.exception.reason, "time")
+            self.assertEqual(s.info().state, "killed")
+
     def test_async_stream(self) -> None:
         async def main() -> None:
             async with AsyncSandbox(socket_path=self.sock, timeout=20000) as a:
