@@ -316,7 +316,8 @@ static void program_lockdown(const struct moat_child **cp, struct moat_child *lo
 		fail(c, MOAT_STEP_FDS, 0);
 	if (session && dup2(fds[5], RUN_SESSION_FD) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
-	if (syscall(SYS_close_range, (unsigned)report + 1, ~0U, 0) < 0)
+	int top = kv && report < RUN_KV_FD ? RUN_KV_FD : report; /* the highest kept */
+	if (syscall(SYS_close_range, (unsigned)top + 1, ~0U, 0) < 0)
 		fail(c, MOAT_STEP_FDS, 0);
 	moat_stamp("pid2: fds done");
 	umask(022);

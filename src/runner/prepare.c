@@ -431,6 +431,7 @@ void run_release(struct run *r)
 		moat_close_fd(fds[i]);
 	moat_buf_free(&r->session_in);
 	free(r->session_reply);
+	moat_result_free(r->session_proto);
 	moat_buf_free(&r->outs);
 	moat_kv_broker_free(r->broker);
 	free(r->pool_frame);

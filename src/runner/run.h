@@ -207,7 +207,7 @@ struct run {
 	bool session_bad;      /* the driver broke the protocol: killed */
 	int64_t session_end;   /* the lifetime's end (moat_mono_ms) */
 	int64_t session_cpu_ms; /* the cgroup's CPU time at the last step's end */
-	const char *session_limits[3]; /* limit_memory, _pids, _cpu of each step */
+	struct moat_result *session_proto; /* the limits and warnings of each step */
 };
 
 /* prepare.c */

@@ -125,6 +125,18 @@ static int on_session(struct run *r, struct pump_entry *e, struct moat_error *er
 	return got ? PUMP_STOP : PUMP_GO;
 }
 
+/* The limits and warnings of from into to. */
+static int proto_copy(struct moat_result *to, const struct moat_result *from)
+{
+	to->limit_memory = from->limit_memory;
+	to->limit_pids = from->limit_pids;
+	to->limit_cpu = from->limit_cpu;
+	for (size_t i = 0; i < from->warnings_count; i++)
+		if (moat_result_warn(to, "%s", from->warnings[i]) < 0)
+			return -1;
+	return 0;
+}
+
 int run_sandbox_start_session(const struct moat_request *boot, const struct moat_run_options *opts,
 			      struct moat_sandbox **out, struct moat_error *err)
 {
@@ -147,9 +159,12 @@ int run_sandbox_start_session(const struct moat_request *boot, const struct moat
 	r->session_end = moat_mono_ms() + (int64_t)boot->timeout_ms;
 	if (run_prepare(r, err) < 0 || run_spawn(r, err) < 0 || run_start(r, err) < 0)
 		goto fail;
-	r->session_limits[0] = r->res->limit_memory;
-	r->session_limits[1] = r->res->limit_pids;
-	r->session_limits[2] = r->res->limit_cpu;
+	/* what every step's result says of the sandbox: its limits and the
+	 * warnings of its making (a limit's fallback, Landlock missing) */
+	if (!(r->session_proto = moat_result_new()))
+		goto oom;
+	if (proto_copy(r->session_proto, r->res) < 0)
+		goto oom;
 	r->pump[PUMP_SESSION] = (struct pump_entry){ &r->session_fd, on_session };
 	if (pump_watch_slot(r, PUMP_SESSION, EPOLLIN) < 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_ctl: %s", strerror(errno));
@@ -157,6 +172,8 @@ int run_sandbox_start_session(const struct moat_request *boot, const struct moat
 	}
 	*out = sb;
 	return 0;
+oom:
+	moat_error_oom(err);
 fail:
 	moat_sandbox_release(sb);
 	return -1;
@@ -189,11 +206,8 @@ static int step_begin(struct run *r, uint64_t timeout_ms, uint64_t max_output,
 		      const struct moat_run_options *per, struct moat_error *err)
 {
 	if (!r->res) {
-		if (!(r->res = moat_result_new()))
+		if (!(r->res = moat_result_new()) || proto_copy(r->res, r->session_proto) < 0)
 			return moat_error_oom(err);
-		r->res->limit_memory = r->session_limits[0];
-		r->res->limit_pids = r->session_limits[1];
-		r->res->limit_cpu = r->session_limits[2];
 	}
 	r->t0 = moat_mono_ms();
 	struct run_stream *ss[] = { &r->out, &r->errout };

@@ -806,15 +806,31 @@ static bool reserve_result(struct req *q, const struct moat_request *req)
 	return ok;
 }
 
+/* A finished run's 200 (body taken; NULL: out of memory), its outcome kept. */
+static enum MHD_Result respond_run(struct req *q, struct MHD_Connection *c, char *body)
+{
+	if (!body)
+		return MHD_NO;
+	enum serve_outcome keep = q->outcome;
+	enum MHD_Result r = respond(q, c, 200, body, "application/json", NULL, NULL);
+	q->outcome = keep;
+	return r;
+}
+
+/* An admitted request whose answer would not fit the results' budget. */
+static enum MHD_Result refuse_result(struct req *q, struct MHD_Connection *c)
+{
+	release_slot(q->s);
+	q->has_slot = false;
+	return fail(q, c, 503, "ServerBusy", O_REJECTED,
+		    "the results in flight fill this server's memory budget; retry later");
+}
+
 static enum MHD_Result run_script(struct req *q, struct MHD_Connection *c,
 				  const struct moat_request *req, bool v1)
 {
-	if (!reserve_result(q, req)) { /* admitted, but its answer would not fit */
-		release_slot(q->s);
-		q->has_slot = false;
-		return fail(q, c, 503, "ServerBusy", O_REJECTED,
-			    "the results in flight fill this server's memory budget; retry later");
-	}
+	if (!reserve_result(q, req)) /* admitted, but its answer would not fit */
+		return refuse_result(q, c);
 	struct moat_run_options opts;
 	run_options(q, &opts);
 	struct moat_result *res = NULL;
@@ -831,12 +847,7 @@ static enum MHD_Result run_script(struct req *q, struct MHD_Connection *c,
 	fit_result(res, req);
 	char *body = v1 ? moat_result_to_json(res) : script_json(res, req);
 	moat_result_free(res);
-	if (!body)
-		return MHD_NO;
-	enum serve_outcome keep = q->outcome;
-	enum MHD_Result r = respond(q, c, 200, body, "application/json", NULL, NULL);
-	q->outcome = keep;
-	return r;
+	return respond_run(q, c, body);
 }
 
 static enum MHD_Result take_slot(struct req *q, struct MHD_Connection *c)
@@ -1235,12 +1246,8 @@ static enum MHD_Result sessions_create_route(struct req *q, struct MHD_Connectio
 static enum MHD_Result session_step(struct req *q, struct MHD_Connection *c,
 				    const struct moat_request *req)
 {
-	if (!reserve_result(q, req)) {
-		release_slot(q->s);
-		q->has_slot = false;
-		return fail(q, c, 503, "ServerBusy", O_REJECTED,
-			    "the results in flight fill this server's memory budget; retry later");
-	}
+	if (!reserve_result(q, req))
+		return refuse_result(q, c);
 	struct moat_run_options opts;
 	run_options(q, &opts);
 	struct moat_result *res = NULL;
@@ -1265,12 +1272,7 @@ static enum MHD_Result session_step(struct req *q, struct MHD_Connection *c,
 	char *body = json ? session_answer(q, json, extra) : NULL;
 	free(json);
 	free(extra);
-	if (!body)
-		return MHD_NO;
-	enum serve_outcome keep = q->outcome;
-	enum MHD_Result r = respond(q, c, 200, body, "application/json", NULL, NULL);
-	q->outcome = keep;
-	return r;
+	return respond_run(q, c, body);
 }
 
 /* POST /v1/sessions/{id}/run */

@@ -96,19 +96,20 @@ static const char *lang_name(enum moat_language l)
 	return l == MOAT_LANG_PYTHON ? "python" : "javascript";
 }
 
-/* Forks fn as a worker in mode and asserts it wrote "ok". */
-static void worker_run(int mode, int (*fn)(struct w *w))
+/* Forks fn as a worker in mode and asserts it wrote "ok"; skipped when
+ * the driver (runtime/<driver>) is not in the checkout. */
+static void worker_driver(int mode, const char *driver, int (*fn)(struct w *w))
 {
 	int p[2];
 	ck_assert_int_eq(pipe2(p, O_CLOEXEC), 0);
 	struct w w = { .fd = p[1], .mode = mode };
 	snprintf(w.runtime, sizeof w.runtime, "%s", harness_runtime_dir());
 	char drv[PATH_MAX + 64];
-	snprintf(drv, sizeof drv, "%s/python/moat_session.py", w.runtime);
+	snprintf(drv, sizeof drv, "%s/%s", w.runtime, driver);
 	if (access(drv, R_OK) != 0) {
 		close(p[0]);
 		close(p[1]);
-		harness_skip("the session drivers are not in %s", w.runtime);
+		harness_skip("the session driver %s is not in %s", driver, w.runtime);
 		return;
 	}
 	pid_t pid = fork();
@@ -139,6 +140,11 @@ static void worker_run(int mode, int (*fn)(struct w *w))
 		      "mode %d: worker status %d: %s", mode, st, buf);
 }
 
+static void worker_run(int mode, int (*fn)(struct w *w))
+{
+	worker_driver(mode, "python/moat_session.py", fn);
+}
+
 /* ---- state ----------------------------------------------------------------- */
 
 static int fifty_steps(struct w *w, enum moat_language lang)
@@ -149,7 +155,9 @@ static int fifty_steps(struct w *w, enum moat_language lang)
 		err.message);
 	struct moat_result *r;
 	char *extra;
-	const char *init = lang == MOAT_LANG_PYTHON ? "x = 0\nimport json" : "var x = 0;";
+	bool py = lang == MOAT_LANG_PYTHON;
+	const char *init = py ? "x = 0\nimport json\nopen('keep.txt', 'w').write('kept')"
+			      : "var x = 0;\nrequire('fs').writeFileSync('keep.txt', 'kept');";
 	const char *inc = lang == MOAT_LANG_PYTHON ? "x += 1\nprint(x)" : "x += 1;\nconsole.log(x);";
 	W_CHECK(w, step(s, lang, init, 20000, &r, &extra, &err) == 0, "%s", err.message);
 	W_CHECK(w, r->exited && r->exit_code == 0, "init exit %d: %.*s", r->exit_code,
@@ -169,10 +177,14 @@ static int fifty_steps(struct w *w, enum moat_language lang)
 		moat_result_free(r);
 		free(extra);
 	}
-	/* the last expression's value (Python: its repr) */
-	W_CHECK(w, step(s, lang, lang == MOAT_LANG_PYTHON ? "x * 2" : "x * 2", 20000, &r, &extra,
-			&err) == 0, "%s", err.message);
-	W_CHECK(w, extra && strstr(extra, "\"value\":\"100\""), "extra %s", extra);
+	/* the last expression's value (Python: its repr; node: util.inspect),
+	 * of the globals, an import and a file of the first step */
+	W_CHECK(w, step(s, lang, py ? "(json.dumps(x * 2), open('keep.txt').read())"
+				    : "[x * 2, require('fs').readFileSync('keep.txt', 'utf8')]",
+			20000, &r, &extra, &err) == 0, "%s", err.message);
+	W_CHECK(w, extra && strstr(extra, py ? "\"value\":\"('100', 'kept')\""
+					     : "\"value\":\"[ 100, 'kept' ]\""),
+		"extra %s stderr [%.*s]", extra, (int)r->stderr_len, r->stderr_buf);
 	moat_result_free(r);
 	free(extra);
 	W_CHECK(w, pool_session_runs(s) == 52, "runs %u", pool_session_runs(s));
@@ -191,13 +203,20 @@ static int w_fifty_node(struct w *w)
 	return fifty_steps(w, MOAT_LANG_JAVASCRIPT);
 }
 
-/* Globals, imports and files under /sandbox persist from step to step, in
- * Python and in node, over 50 steps. */
+/* Globals and imports persist from step to step over 50 steps, and the
+ * last expression is the value: Python ... */
 START_TEST(state_across_50_steps)
 {
 	HARNESS_MODE_GUARD(_i);
 	worker_run(_i, w_fifty_python);
-	worker_run(_i, w_fifty_node);
+}
+END_TEST
+
+/* ... and node (module-level state of the one global scope). */
+START_TEST(state_across_50_steps_node)
+{
+	HARNESS_MODE_GUARD(_i);
+	worker_driver(_i, "js/session.cjs", w_fifty_node);
 }
 END_TEST
 
@@ -277,9 +296,15 @@ static int w_memory(struct w *w)
 		W_CHECK(w, st == POOL_SESSION_KILLED && reason && !strcmp(reason, "oom"),
 			"state %d reason %s", st, reason);
 	} else {
-		/* RLIMIT_DATA: the allocation fails in the interpreter */
+		/* RLIMIT_DATA: the allocation fails in the interpreter, and
+		 * each step's result says which limit it had */
 		W_CHECK(w, r->exited && r->exit_code == 1 && extra && strstr(extra, "MemoryError"),
 			"exit %d extra %s", r->exit_code, extra);
+		bool said = false;
+		for (size_t i = 0; i < r->warnings_count; i++)
+			said = said || strstr(r->warnings[i], "RLIMIT_DATA");
+		W_CHECK(w, said && r->limit_memory && !strcmp(r->limit_memory, "rlimit"),
+			"step 2 does not say its memory limit is an rlimit (%s)", r->limit_memory);
 	}
 	moat_result_free(r);
 	free(extra);
@@ -342,22 +367,26 @@ static int w_output(struct w *w)
 {
 	struct moat_error err = { 0 };
 	struct pool_session *s;
-	W_CHECK(w, start(w, MOAT_LANG_PYTHON, 0, 300000, &s, &err) == 0, "start: %s",
+	W_CHECK(w, start(w, MOAT_LANG_PYTHON, 0, 1000000, &s, &err) == 0, "start: %s",
 		err.message);
 	struct moat_result *r;
 	char *extra;
-	/* more than a pipe holds, on both streams, just before done */
+	/* written just before done into pipes made 1 MiB large (more than
+	 * one read of the pump): all of it counted in this step */
 	W_CHECK(w, step(s, MOAT_LANG_PYTHON,
-			"import sys\nsys.stdout.write('o' * 200000)\nsys.stderr.write('e' * 150000)",
+			"import sys, fcntl\n"
+			"for fd in (1, 2):\n"
+			"    fcntl.fcntl(fd, 1031, 1 << 20)\n"
+			"sys.stdout.write('o' * 900000)\nsys.stderr.write('e' * 700000)",
 			20000, &r, &extra, &err) == 0, "%s", err.message);
-	W_CHECK(w, r->stdout_len == 200000 && r->stderr_len == 150000 && !r->stdout_truncated,
+	W_CHECK(w, r->stdout_len == 900000 && r->stderr_len == 700000 && !r->stdout_truncated,
 		"stdout %zu stderr %zu", r->stdout_len, r->stderr_len);
 	moat_result_free(r);
 	free(extra);
-	/* the cap is per step: 400000 bytes cut at 300000 ... */
-	W_CHECK(w, step(s, MOAT_LANG_PYTHON, "print('p' * 399999)", 20000, &r, &extra, &err) == 0,
+	/* the cap is per step: 1200000 bytes cut at 1000000 ... */
+	W_CHECK(w, step(s, MOAT_LANG_PYTHON, "print('p' * 1199999)", 20000, &r, &extra, &err) == 0,
 		"%s", err.message);
-	W_CHECK(w, r->stdout_len == 300000 && r->stdout_truncated, "stdout %zu truncated %d",
+	W_CHECK(w, r->stdout_len == 1000000 && r->stdout_truncated, "stdout %zu truncated %d",
 		r->stdout_len, r->stdout_truncated);
 	moat_result_free(r);
 	free(extra);
@@ -593,6 +622,59 @@ START_TEST(session_has_run_isolation)
 }
 END_TEST
 
+static int w_kv(struct w *w)
+{
+	char dir[] = "/tmp/moat-session-kv.XXXXXX", file[64];
+	W_CHECK(w, mkdtemp(dir) != NULL, "mkdtemp: %s", strerror(errno));
+	snprintf(file, sizeof file, "%s/kv.sqlite3", dir);
+	w->opts.kv_store = file;
+	struct moat_request *q = session_req(MOAT_LANG_PYTHON, 0, 0);
+	W_CHECK(w, q != NULL, "oom");
+	q->kv_enabled = true;
+	q->sandbox_id = strdup("agent-7");
+	q->sandbox_id_len = strlen(q->sandbox_id);
+	struct pool_session_config cfg = { .req = q, .opts = &w->opts,
+					   .lifetime_ms = (uint64_t)harness_scale_ms(120000) };
+	struct moat_error err = { 0 };
+	struct pool_session *s;
+	int rc = pool_session_start(&cfg, &s, &err);
+	moat_request_free(q);
+	W_CHECK(w, rc == 0, "start: %s", err.message);
+	struct moat_result *r;
+	char *extra;
+	/* the store in one step, read back in the next; the fds the
+	 * program holds: 0-2, the control socket 3, the store 4 */
+	W_CHECK(w, step(s, MOAT_LANG_PYTHON,
+			"import os\nfrom spin_sdk import key_value\n"
+			"st = key_value.open_default()\nst.set('k', b'v1')\n"
+			"print(sorted(int(f) for f in os.listdir('/proc/self/fd')))", 20000, &r,
+			&extra, &err) == 0, "%s", err.message);
+	W_CHECK(w, out_is(r, "[0, 1, 2, 3, 4, 5]\n"), "stdout [%.*s] stderr [%.*s]",
+		(int)r->stdout_len, r->stdout_buf, (int)r->stderr_len, r->stderr_buf);
+	moat_result_free(r);
+	free(extra);
+	W_CHECK(w, step(s, MOAT_LANG_PYTHON, "print(st.get('k'))", 20000, &r, &extra, &err) == 0,
+		"%s", err.message);
+	W_CHECK(w, out_is(r, "b'v1'\n"), "stdout [%.*s] stderr [%.*s]", (int)r->stdout_len,
+		r->stdout_buf, (int)r->stderr_len, r->stderr_buf);
+	moat_result_free(r);
+	free(extra);
+	pool_session_stop(s);
+	char cmd[96];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+	W_CHECK(w, system(cmd) == 0, "rm");
+	return 0;
+}
+
+/* kvEnabled: the store's socket (fd 4) next to the control socket (fd 3),
+ * kept across steps. */
+START_TEST(session_with_store)
+{
+	HARNESS_MODE_GUARD(_i);
+	worker_run(_i, w_kv);
+}
+END_TEST
+
 static int w_refuses(struct w *w)
 {
 	struct moat_error err = { 0 };
@@ -620,6 +702,7 @@ Suite *pool_session_suite(void)
 	TCase *tc = tcase_create("pool_session");
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, state_across_50_steps, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, state_across_50_steps_node, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, step_timeout_kills_session, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, memory_grown_in_step_1_counts_in_step_2, MODE_ROOT,
 			    MODE_ROOTLESS + 1);
@@ -629,6 +712,7 @@ Suite *pool_session_suite(void)
 	tcase_add_loop_test(tc, stop_leaves_no_process, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, kill_ends_running_step, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, session_has_run_isolation, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, session_with_store, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, other_languages_refused, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;

@@ -106,6 +106,25 @@ static void expect_gone(struct server *s, const char *id, const char *why_has)
 	resp_free(&r);
 }
 
+/* Ends a session that may still be live (a live one is a child of the
+ * server's, which server_stop counts as a leak). */
+static void ses_end(struct server *s, const char *id)
+{
+	struct resp r;
+	ses_call(s, "DELETE", id, &r);
+	ck_assert_msg(r.code == 200 || r.code == 410, "%s: DELETE: %d %s", MODE_NAME[s->mode],
+		      r.code, r.body);
+	resp_free(&r);
+}
+
+/* Whether the JavaScript session driver is in the runtime the tests use. */
+static bool have_js_driver(void)
+{
+	char p[4096];
+	snprintf(p, sizeof p, "%s/js/session.cjs", harness_runtime_dir());
+	return access(p, R_OK) == 0;
+}
+
 /* ---- state across steps ---- */
 
 START_TEST(ses_state_kept)
@@ -152,9 +171,20 @@ START_TEST(ses_state_kept)
 	ck_assert_int_eq((int)jnum(r.json, "runs"), 54);
 	ck_assert_str_eq(jstr(r.json, "language"), "python");
 	resp_free(&r);
+	ses_call(&s, "DELETE", id, &r);
+	ck_assert_int_eq(r.code, 200);
+	ck_assert_str_eq(jstr(r.json, "state"), "ended");
+	resp_free(&r);
+	expect_gone(&s, id, "ended");
+	free(id);
 	/* node keeps its global state too */
-	char *jid;
-	jid = ses_try_create(&s, "{\"language\":\"javascript\"}", NULL, NULL);
+	if (!have_js_driver()) {
+		fprintf(stderr, "note: %s: runtime/js/session.cjs is not there: the JavaScript "
+			"part of ses_state_kept not run\n", MODE_NAME[_i]);
+		server_stop(&s);
+		return;
+	}
+	char *jid = ses_try_create(&s, "{\"language\":\"javascript\"}", NULL, NULL);
 	ck_assert_ptr_nonnull(jid);
 	o = ses_ok(&s, jid, "var n = 40; function f() { return n + 2; }");
 	free(o);
@@ -165,15 +195,9 @@ START_TEST(ses_state_kept)
 		ck_assert_msg(!strcmp(o, want), "%s: node step %d: %s", MODE_NAME[_i], i, o);
 		free(o);
 	}
-	ses_call(&s, "DELETE", id, &r);
-	ck_assert_int_eq(r.code, 200);
-	ck_assert_str_eq(jstr(r.json, "state"), "ended");
-	resp_free(&r);
-	expect_gone(&s, id, "ended");
 	ses_call(&s, "DELETE", jid, &r);
 	ck_assert_int_eq(r.code, 200);
 	resp_free(&r);
-	free(id);
 	free(jid);
 	server_stop(&s);
 }
@@ -465,6 +489,7 @@ START_TEST(ses_busy)
 	ck_assert_str_eq(jstr(r.json, "value"), "7");
 	resp_free(&r);
 	free(ses_ok(&s, id, "pass"));
+	ses_end(&s, id);
 	free(id);
 	server_stop(&s);
 }
@@ -514,6 +539,7 @@ START_TEST(ses_gone)
 	int found = 0;
 	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_killed_total", "reason=\"oom\"",
 				       &found), cg ? 1 : 0);
+	ses_end(&s, id);
 	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_killed_total",
 				       "reason=\"timeout\"", &found), 1);
 	free(m);
@@ -563,6 +589,7 @@ START_TEST(ses_memory_held)
 	resp_free(&r);
 	if (cg)
 		expect_gone(&s, id, "memory");
+	ses_end(&s, id);
 	free(id);
 	server_stop(&s);
 }
@@ -575,7 +602,11 @@ START_TEST(ses_plot)
 	struct server s;
 	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	struct resp r;
-	post(&s, "/v1/run", "{\"language\":\"python\",\"code\":\"import matplotlib\"}", &r);
+	/* Debian's matplotlib reads /etc/matplotlibrc, which the sandbox's root
+	 * does not have: the one under /usr is named */
+#define MPLRC "\"env\":{\"MATPLOTLIBRC\":\"/usr/share/matplotlib/mpl-data/matplotlibrc\"}"
+	post(&s, "/v1/run", "{\"language\":\"python\"," MPLRC ",\"code\":\"import matplotlib\"}",
+	     &r);
 	ck_assert_int_eq(r.code, 200);
 	bool have = jnum(r.json, "exitCode") == 0;
 	resp_free(&r);
@@ -585,7 +616,7 @@ START_TEST(ses_plot)
 		return;
 	}
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\",\"memoryMb\":512}", &id))
+	if (!ses_create(&s, "{\"language\":\"python\",\"memoryMb\":512," MPLRC "}", &id))
 		return;
 	ses_run(&s, id, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])", NULL, &r);
 	ck_assert_msg(r.code == 200, "%d %s", r.code, r.body);
@@ -603,6 +634,7 @@ START_TEST(ses_plot)
 	ses_run(&s, id, "1", NULL, &r);
 	ck_assert_int_eq(cJSON_GetArraySize(jget(r.json, "display")), 0);
 	resp_free(&r);
+	ses_end(&s, id);
 	free(id);
 	server_stop(&s);
 }
@@ -742,6 +774,7 @@ START_TEST(ses_stream)
 	cJSON_Delete(result);
 	free(out);
 	resp_free(&r);
+	ses_end(&s, id);
 	free(id);
 	server_stop(&s);
 }
@@ -764,13 +797,18 @@ START_TEST(ses_max_and_metrics)
 	ck_assert_ptr_nonnull(resp_header(&r, "Retry-After", ra, sizeof ra));
 	resp_free(&r);
 	free(ses_ok(&s, id, "a = 1"));
-	free(ses_ok(&s, id, "a += 1"));
+	ses_run(&s, id, "a += 1", NULL, &r);
+	ck_assert_int_eq(r.code, 200);
+	bool cg = cgroup_memory(&r);
+	resp_free(&r);
 	char *m = get_metrics(&s, NULL);
 	int found = 0;
 	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_live", NULL, &found), 1);
 	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_created_total", NULL, &found), 1);
 	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_runs_total", NULL, &found), 2);
-	ck_assert(metric_sum(m, "moat_serve_sessions_memory_bytes", NULL, &found) > 0);
+	/* a session's memory is its cgroup's (unknown under RLIMIT_DATA) */
+	if (cg)
+		ck_assert(metric_sum(m, "moat_serve_sessions_memory_bytes", NULL, &found) > 0);
 	free(m);
 	ses_call(&s, "DELETE", id, &r);
 	ck_assert_int_eq(r.code, 200);
@@ -783,8 +821,13 @@ START_TEST(ses_max_and_metrics)
 	/* the slot is free again */
 	id = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
 	ck_assert_ptr_nonnull(id);
+	ses_end(&s, id);
+	/* the access log holds no session id */
+	char *log = server_log(&s);
+	ck_assert_msg(!strstr(log, id) && !strstr(log, "ses_"), "%s: a session id in the log",
+		      MODE_NAME[_i]);
+	free(log);
 	free(id);
-	/* its log holds no session id */
 	server_stop(&s);
 	server_start(&s, _i, &(struct server_opts){ .pool = 0,
 						    .args = (const char *const[]){
