@@ -11,7 +11,9 @@
 # answer, per client: spaced requests), POOL_FLAGS (more flags for the pooled service, e.g.
 # --no-pool-zygote for the warm Python interpreters instead of the zygote), ROUNDS (each
 # cell in that many parts, the workloads taking turns: bench/serve-load.mjs; default 5, so
-# that the two sides of a ratio see the same host).
+# that the two sides of a ratio see the same host); SESSIONS=0 leaves out the session step's
+# table (bench/session-load.mjs: SESSION_ROUNDS, SESSION_CODE, SESSION_LANGUAGE),
+# SESSION_ONLY=1 prints only that one.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -56,7 +58,11 @@ pid=$!
 cold_pid=$!
 
 rc=0
-"$NODE" "$here/serve-load.mjs" --socket "$sock" --cold-socket "$tmp/cold.sock" --moat "$MOAT" --cpus "$CPUS" --queue "$QUEUE" || rc=$?
+[ "${SESSION_ONLY:-0}" = 1 ] ||
+	"$NODE" "$here/serve-load.mjs" --socket "$sock" --cold-socket "$tmp/cold.sock" --moat "$MOAT" --cpus "$CPUS" --queue "$QUEUE" || rc=$?
+# a session step against a cold and a warm run of the same code (bench/session-load.mjs)
+[ "$rc" != 0 ] || [ "${SESSIONS:-1}" = 0 ] ||
+	"$NODE" "$here/session-load.mjs" --socket "$sock" --cold-socket "$tmp/cold.sock" || rc=$?
 if [ "$rc" != 0 ]; then
 	echo "bench-serve: failed (exit $rc); the end of moat serve's log:" >&2
 	tail -n 20 "$tmp/serve.log" >&2 || true

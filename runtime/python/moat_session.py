@@ -30,6 +30,7 @@ MAGIC = b"MOATSESS1 "
 CTL = 3
 VALUE_MAX = 64 * 1024
 DISPLAY_MAX = 8 * 1024 * 1024
+MPLRC_USR = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 # where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
 ROOT = os.environ.pop("MOAT_SESSION_ROOT", "/sandbox")
 _FILE = __file__
@@ -303,6 +304,11 @@ def main():
     os.set_inheritable(CTL, False)
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ.setdefault("MPLCONFIGDIR", "/tmp/.moat-mpl")
+    # Debian's matplotlib reads /etc/matplotlibrc, which a sandbox's root may
+    # not have; the same file is under /usr
+    if ("MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc")
+            and os.path.exists(MPLRC_USR)):
+        os.environ["MATPLOTLIBRC"] = MPLRC_USR
     for f in (sys.stdout, sys.stderr):
         try:
             f.reconfigure(line_buffering=True)
