@@ -27,6 +27,9 @@ const { createRequire } = require("node:module");
 const MAGIC = "MOATSESS1 ";
 const CTL = 3;
 const VALUE_MAX = 64 * 1024;
+// an error's type and message in `done` (the whole message is in the stack)
+const NAME_MAX = 256;
+const MESSAGE_MAX = 8 * 1024;
 // where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
 const ROOT = process.env.MOAT_SESSION_ROOT || "/sandbox";
 delete process.env.MOAT_SESSION_ROOT;
@@ -153,8 +156,6 @@ function cut(s, limit) {
   return [b.subarray(0, end).toString("utf8"), true];
 }
 
-const wellFormed = (s) => Buffer.from(String(s), "utf8").toString("utf8");
-
 function isError(e) {
   return e !== null && typeof e === "object" && safe(() => typeof e.stack === "string", false);
 }
@@ -167,10 +168,10 @@ function describe(e) {
 }
 
 function errorOf(e) {
-  if (!isError(e)) return { type: "Error", message: wellFormed(safe(() => util.inspect(e), "exception")) };
+  if (!isError(e)) return { type: "Error", message: cut(safe(() => util.inspect(e), "exception"), MESSAGE_MAX)[0] };
   return {
-    type: wellFormed(safe(() => String(e.name), "Error")),
-    message: wellFormed(safe(() => String(e.message), "")),
+    type: cut(safe(() => String(e.name), "Error"), NAME_MAX)[0],
+    message: cut(safe(() => String(e.message), ""), MESSAGE_MAX)[0],
   };
 }
 

@@ -29,6 +29,9 @@ import traceback
 MAGIC = b"MOATSESS1 "
 CTL = 3
 VALUE_MAX = 64 * 1024
+# an error's type and message in `done` (the whole message is in the traceback)
+NAME_MAX = 256
+MESSAGE_MAX = 8 * 1024
 DISPLAY_MAX = 8 * 1024 * 1024
 MPLRC_USR = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 # where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
@@ -88,13 +91,9 @@ class _Channel:
             data = data[n:]
 
 
-def _clean(s):
-    """s as text that encodes to UTF-8 (a lone surrogate is escaped)."""
-    return s.encode("utf-8", "backslashreplace").decode("utf-8")
-
-
 def _cut(s, limit):
-    """(s cut to at most limit bytes of UTF-8 at a character's edge, was it cut)."""
+    """(s cut to at most limit bytes of UTF-8 at a character's edge, was it cut);
+    a lone surrogate is escaped, so the text always encodes."""
     b = s.encode("utf-8", "backslashreplace")
     if len(b) <= limit:
         return b.decode("utf-8"), False
@@ -188,7 +187,7 @@ def _error_of(e):
         msg = str(e)
     except Exception:
         msg = "<the exception's str() failed>"
-    return {"type": _clean(type(e).__name__), "message": _clean(msg)}
+    return {"type": _cut(type(e).__name__, NAME_MAX)[0], "message": _cut(msg, MESSAGE_MAX)[0]}
 
 
 def run_code(ns, seq, code):

@@ -199,6 +199,9 @@ test("an exception is an error with its stack on stderr, and the session goes on
   assert.match(r.err, /Uncaught 42/);
   r = await d.run("Promise.reject(new RangeError('later'))");
   assert.deepEqual(r.done.error, { type: "RangeError", message: "later" });
+  r = await d.run("throw new Error('m'.repeat(30000))"); // cut at 8 KiB in done, whole on stderr
+  assert.equal(r.done.error.message, "m".repeat(8192));
+  assert.ok(r.err.includes("m".repeat(30000)));
   r = await d.ok("kept + 1");
   assert.equal(r.done.value, "2");
 }));

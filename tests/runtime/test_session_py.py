@@ -192,6 +192,12 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(done["error"], {"type": "KeyError", "message": "'k'"})
         self.assertNotIn("moat_session", err)
         self.ok("x")
+        # an error's message is cut at 8 KiB in `done` (stderr has it whole), a lone surrogate escaped
+        done, _, err = self.d.run("raise ValueError('m' * 30000 + '\\ud800')")
+        self.assertEqual(done["error"]["message"], "m" * 8192)
+        self.assertIn("m" * 30000, err)
+        done, _, err = self.d.run("raise ValueError('\\ud800')")
+        self.assertEqual(done["error"]["message"], "\\ud800")
 
     def test_system_exit(self):
         for code, rc, err in (("import sys; sys.exit()", 0, ""), ("raise SystemExit(3)", 3, ""),
