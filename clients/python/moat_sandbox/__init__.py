@@ -2,7 +2,9 @@
 
 ``create_sandbox(config).run(code, language=..., timeout=...)`` runs ``code`` in a fresh
 moat sandbox, through ``moat exec`` (the default) or a ``moat serve`` (``url`` or
-``socket_path``), and returns a :class:`RunResult`. Standard library only."""
+``socket_path``), and returns a :class:`RunResult`. Through a service,
+``sandbox.session(language="python")`` is a :class:`Session`: one interpreter that keeps its
+state between runs (docs/SESSIONS.md). Standard library only."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
