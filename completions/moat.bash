@@ -88,7 +88,7 @@ _moat()
 	mcp)
 		COMPREPLY=($(compgen -W '--config --timeout --memory --cpus --pids --max-output
 			--strict-limits --net --allowed-host --sandbox-id --kv-enabled --max-concurrent
-			--max-queued --url --socket --token-file --policy --rootfs --kv --kv-quota
+			--max-queued --url --socket --token-file --session --policy --rootfs --kv --kv-quota
 			--strict-isolation --help' -- "$cur")) ;;
 	kv)
 		local sub= j

@@ -134,10 +134,102 @@ export interface Sandbox {
   readonly provider: SandboxProvider;
   run(code: string, opts?: RunOptions): Promise<RunResult>;
   /**
+   * A live interpreter that keeps its state between runs (docs/SESSIONS.md): `POST
+   * /v1/sessions`. Needs a `moat serve` (url or socketPath): without one it rejects with
+   * SandboxConfigError. Bad options reject before any request.
+   */
+  session(opts?: SessionOptions): Promise<Session>;
+  /**
    * Stops running moat processes and removes the client's temporary config; through
-   * `moat serve`, aborts the requests in flight (they reject with SandboxError).
+   * `moat serve`, aborts the requests in flight (they reject with SandboxError) and closes
+   * the sessions opened through this sandbox.
    */
   dispose(): Promise<void>;
+}
+
+export type SessionLanguage = 'python' | 'javascript' | 'py' | 'python3' | 'js' | 'node';
+
+/** `POST /v1/sessions`'s body; limits default to the service's serve.defaults, within serve.max.
+ * The config's memoryMb, cpus, pidsLimit, network, strictLimits, maxOutputBytes are sent
+ * unless given here. */
+export interface SessionOptions {
+  language?: SessionLanguage;
+  /** The key-value store's scope (with kvEnabled). */
+  sandboxId?: string;
+  kvEnabled?: boolean;
+  memoryMb?: number;
+  cpus?: number;
+  pidsLimit?: number;
+  strictLimits?: boolean;
+  maxOutputBytes?: number;
+  env?: Record<string, string>;
+  network?: boolean;
+  allowedHosts?: string[];
+  /** The session ends after this long without a run (default: the service's, 600000). */
+  idleTimeoutMs?: number;
+  /** The session ends this long after it was made (default: the service's, 3600000). */
+  maxLifetimeMs?: number;
+}
+
+/** A session's run: only what changes from step to step. */
+export interface SessionRunOptions {
+  stdin?: string;
+  /** Written under /sandbox before the code runs. */
+  files?: Record<string, string>;
+  /** ms for this step (default the config's timeout, else the service's). A step that
+   * times out kills the session. */
+  timeout?: number;
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+}
+
+export type SessionState = 'idle' | 'running' | 'killed' | 'ended' | 'expired';
+
+export interface SessionStatus {
+  id: string;
+  state: SessionState;
+  runs: number;
+  cpuTimeMs: number;
+  memoryBytes: number;
+  expiresAt: string;
+  idleExpiresAt: string;
+  [extra: string]: unknown;
+}
+
+export interface SessionInfo extends SessionStatus {
+  language: string;
+  createdAt: string;
+  limits?: Record<string, unknown>;
+  /** Why the session is no longer live, else null. */
+  reason: string | null;
+}
+
+export interface SessionRunResult extends RunResult {
+  /** null, or the step's exception (its traceback is in stderr, exitCode 1). */
+  error: { type: string; message: string } | null;
+  /** The last expression's repr (Python) / util.inspect (node), or null; at most 64 KiB. */
+  value: string | null;
+  valueTruncated?: boolean;
+  /** Python: every matplotlib figure the step left open, as PNG. */
+  display: Array<{ type: string; data: string }>;
+  /** The session after the step ('ended' after os._exit/process.exit, 'killed' after a timeout). */
+  session: SessionStatus;
+}
+
+export interface Session {
+  /** `ses_` + 32 hex digits: bound to the credential that made it. */
+  readonly id: string;
+  readonly language?: string;
+  readonly expiresAt?: string;
+  /** POST /v1/sessions's whole answer. */
+  readonly created: Record<string, unknown>;
+  /** Runs `code` in the session's interpreter. A run while another runs rejects with
+   * SessionBusyError; after close() with SessionGoneError (no request). */
+  run(code: string, opts?: SessionRunOptions): Promise<SessionRunResult>;
+  /** GET /v1/sessions/{id}. */
+  info(): Promise<SessionInfo>;
+  /** DELETE /v1/sessions/{id}; idempotent, and a session the service already ended is closed. */
+  close(): Promise<void>;
 }
 
 export function createSandbox(cfg?: SandboxConfig | null): Sandbox;
@@ -199,6 +291,22 @@ export class SandboxUnavailableError extends SandboxError {
 export class SandboxPolicyError extends SandboxError {
   constructor(message: string, options?: { provider?: string; cause?: unknown });
   constructor(provider: string, reason: string);
+}
+/** 409: a step is running in this session. */
+export class SessionBusyError extends SandboxError {
+  constructor(message: string, options?: { provider?: string; cause?: unknown });
+  sessionId?: string;
+}
+/** 410: the session was killed, expired or ended; `reason` says which and why. */
+export class SessionGoneError extends SandboxError {
+  constructor(message: string, options?: { provider?: string; cause?: unknown; reason?: string });
+  reason: string;
+  sessionId?: string;
+}
+/** 404: no such session for this caller (never existed, another caller's, gone long ago). */
+export class SessionNotFoundError extends SandboxError {
+  constructor(message: string, options?: { provider?: string; cause?: unknown });
+  sessionId?: string;
 }
 /** Malformed request or config; a refused daytonaApiUrl already at createSandbox. */
 export class SandboxConfigError extends SandboxError {

@@ -62,6 +62,31 @@ class SandboxConfigError extends SandboxError {
   }
 }
 
+// A session's errors (docs/SESSIONS.md, "Statuses"): moat's own, no aistack counterpart, no
+// prefix. `sessionId` names the session (the caller's own id; never logged by moat).
+class SessionBusyError extends SandboxError {
+  constructor(message, options, cause) {
+    super(message, options, cause);
+    this.name = 'SessionBusyError';
+  }
+}
+class SessionGoneError extends SandboxError {
+  constructor(message, options, cause) {
+    super(message, options, cause);
+    this.name = 'SessionGoneError';
+    // why the session is no longer live: the service's message ("the session was killed:
+    // memory limit exceeded (256 MiB)"), or what the client knows ("closed by this client")
+    const o = options && typeof options === 'object' ? options : {};
+    this.reason = o.reason !== undefined ? String(o.reason) : this.message;
+  }
+}
+class SessionNotFoundError extends SandboxError {
+  constructor(message, options, cause) {
+    super(message, options, cause);
+    this.name = 'SessionNotFoundError';
+  }
+}
+
 const ERROR_CLASSES = {
   SandboxUnavailableError, SandboxPolicyError, SandboxConfigError, SandboxError,
 };
@@ -312,7 +337,12 @@ function createSandbox(cfg) {
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   }
 
-  return { provider, run, dispose };
+  function session() {
+    return Promise.reject(new SandboxConfigError(
+      'sessions need a moat serve: give url or socketPath (docs/SESSIONS.md)', { provider }));
+  }
+
+  return { provider, run, session, dispose };
 }
 
 // A language moat does not run is refused by policy, as by every aistack adapter (the
@@ -408,7 +438,7 @@ function serviceTarget(cfg, provider) {
       throw bad('socketPath must be a non-empty string (the path of the service\'s unix socket)');
     }
     return { mod: http, where: `unix:${cfg.socketPath}`, options: { socketPath: cfg.socketPath },
-      path: '/v1/run' };
+      base: '' };
   }
   if (typeof cfg.url !== 'string') throw bad('url must be a string such as "http://127.0.0.1:3000"');
   let u;
@@ -424,7 +454,7 @@ function serviceTarget(cfg, provider) {
     mod: u.protocol === 'https:' ? https : http,
     where: `${u.protocol}//${u.host}`,
     options: { hostname, port: u.port || (u.protocol === 'https:' ? 443 : 80) },
-    path: `${base}/v1/run`,
+    base,
   };
 }
 
@@ -442,7 +472,10 @@ function retryAfterMs(value) {
 // service's policy or size limits (403, 413) → SandboxPolicyError; the service cannot run it
 // now (429, 5xx: ServerBusy, shutting down, cannot isolate, not implemented) →
 // SandboxUnavailableError, with retryAfterMs when the service sent Retry-After.
-const TYPED = { SandboxConfigError, SandboxPolicyError, SandboxUnavailableError };
+const TYPED = {
+  SandboxConfigError, SandboxPolicyError, SandboxUnavailableError,
+  SessionBusy: SessionBusyError, SessionGone: SessionGoneError, SessionNotFound: SessionNotFoundError,
+};
 function serviceError(status, json, headers, ctx) {
   const info = json && typeof json === 'object' && json.error && typeof json.error === 'object'
     ? json.error : null;
@@ -451,19 +484,95 @@ function serviceError(status, json, headers, ctx) {
     ? String(info.message) : `moat serve answered HTTP ${status} without an error object`;
   let Cls;
   if (type && Object.prototype.hasOwnProperty.call(TYPED, type)) Cls = TYPED[type];
+  // a session route: 409 and 410 are the session's whatever the type; a 404 without a type
+  // is the session's too (the service's own "no such route" carries NotFound)
+  else if (ctx.sessionId && status === 409) Cls = SessionBusyError;
+  else if (ctx.sessionId && status === 410) Cls = SessionGoneError;
+  else if (ctx.sessionId && status === 404 && !type) Cls = SessionNotFoundError;
   else if (status === 400 || status === 401 || status === 404 || status === 405) Cls = SandboxConfigError;
   else if (status === 403 || status === 413) Cls = SandboxPolicyError;
   else if (status === 429 || status >= 500) Cls = SandboxUnavailableError;
   else Cls = SandboxError;
   if (status === 401) message += ctx.hasToken ? ' (the token was refused)' : ' (no token configured: set token)';
-  if (status === 404 || status === 405) message += ` (POST ${ctx.path} at ${ctx.where}: is this a moat serve?)`;
+  if ((status === 404 || status === 405) && Cls === SandboxConfigError) {
+    message += ` (${ctx.method} ${ctx.path} at ${ctx.where}: is this a moat serve` +
+      `${ctx.session ? ' with sessions on (--max-sessions 0 turns them off)' : ''}?)`;
+  }
   const provider = info && typeof info.provider === 'string' ? info.provider : ctx.provider;
-  const err = new Cls(message, { provider });
+  const opts = { provider };
+  if (Cls === SessionGoneError && info && typeof info.reason === 'string') opts.reason = info.reason;
+  const err = new Cls(message, opts);
   err.status = status;
   if (type) err.errorType = type;
+  if (ctx.sessionId) err.sessionId = ctx.sessionId;
   const after = retryAfterMs(headers['retry-after']);
   if (after !== undefined) err.retryAfterMs = after;
   return err;
+}
+
+// ---- sessions (docs/SESSIONS.md) ------------------------------------------------------
+
+// session(opts)'s keys, all sent as they are; the config's limits folded in as for a run
+const SESSION_KEYS = ['language', 'sandboxId', 'kvEnabled', 'memoryMb', 'cpus', 'pidsLimit',
+  'strictLimits', 'maxOutputBytes', 'env', 'network', 'allowedHosts', 'idleTimeoutMs',
+  'maxLifetimeMs'];
+const SESSION_DEFAULT_KEYS = DEFAULT_KEYS.filter((k) => k !== 'timeout');
+// a session's run(code, opts)
+const SESSION_RUN_KEYS = ['stdin', 'files', 'timeout', 'onStdout', 'onStderr'];
+const SESSION_LANGUAGES = ['python', 'javascript', 'py', 'python3', 'js', 'node'];
+// what the client puts in a URL path: the service's ids are `ses_` + 32 hex digits
+const SESSION_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+// The client-side refusals of session(opts), before any request: a SandboxConfigError (a
+// language moat does not run at all: SandboxPolicyError, as for run).
+function sessionRequest(opts, cfg, provider) {
+  const bad = (msg) => new SandboxConfigError(msg, { provider });
+  if (opts === undefined || opts === null) opts = {};
+  if (typeof opts !== 'object' || Array.isArray(opts)) throw bad('session(opts): opts must be an object');
+  for (const k of Object.keys(opts)) {
+    if (!SESSION_KEYS.includes(k)) throw bad(`session(opts): unknown option ${JSON.stringify(k).slice(0, 60)}`);
+  }
+  if (opts.language !== undefined && !SESSION_LANGUAGES.includes(opts.language)) {
+    const refused = languageRefused(opts, provider);
+    if (refused) throw refused;
+    throw bad(`sessions take python or javascript, not ${opts.language}`);
+  }
+  for (const k of ['idleTimeoutMs', 'maxLifetimeMs']) {
+    if (opts[k] !== undefined && !(Number.isInteger(opts[k]) && opts[k] > 0)) {
+      throw bad(`${k} must be a whole number of ms > 0`);
+    }
+  }
+  const request = {};
+  for (const k of SESSION_DEFAULT_KEYS) if (cfg[k] !== undefined) request[k] = cfg[k];
+  for (const k of SESSION_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
+  return request;
+}
+
+// The checks of a session's run(code, opts); the request and its callbacks.
+function sessionRunRequest(code, opts, cfg, provider) {
+  const bad = (msg) => new SandboxConfigError(msg, { provider });
+  if (typeof code !== 'string') throw bad('code must be a string');
+  if (opts === undefined || opts === null) opts = {};
+  if (typeof opts !== 'object' || Array.isArray(opts)) throw bad('session.run(code, opts): opts must be an object');
+  for (const k of Object.keys(opts)) {
+    if (!SESSION_RUN_KEYS.includes(k)) {
+      throw bad(`session.run(code, opts): unknown option ${JSON.stringify(k).slice(0, 60)}` +
+        ' (a session\'s limits, env and language are set at session())');
+    }
+  }
+  if (opts.stdin !== undefined && typeof opts.stdin !== 'string') throw bad('stdin must be a string');
+  if (opts.files !== undefined && (opts.files === null || typeof opts.files !== 'object' || Array.isArray(opts.files))) {
+    throw bad('files must be an object of path → content');
+  }
+  if (opts.timeout !== undefined && !(typeof opts.timeout === 'number' && opts.timeout > 0)) {
+    throw bad('timeout must be a number of ms > 0');
+  }
+  const cb = streamCallbacks(opts, provider);
+  if (cb && cb.error) throw cb.error;
+  const request = { code };
+  if (cfg.timeout !== undefined) request.timeout = cfg.timeout;
+  for (const k of ['stdin', 'files', 'timeout']) if (opts[k] !== undefined) request[k] = opts[k];
+  return { request, cb };
 }
 
 function createServiceSandbox(cfg, provider, grace) {
@@ -471,36 +580,27 @@ function createServiceSandbox(cfg, provider, grace) {
   const token = cfg.token;
   const agent = new target.mod.Agent({ keepAlive: true, timeout: FREE_SOCKET_MS });
   const inflight = new Set();
+  const sessions = new Set(); // open sessions, closed by dispose()
   let disposed = false;
 
-  function run(code, opts) {
-    if (disposed) return Promise.reject(new SandboxError('sandbox disposed', { provider }));
-    if (typeof code !== 'string') {
-      return Promise.reject(new SandboxConfigError('code must be a string', { provider }));
-    }
-    if (opts === undefined || opts === null) opts = {};
-    if (typeof opts !== 'object' || Array.isArray(opts)) {
-      return Promise.reject(new SandboxConfigError('run(code, opts): opts must be an object', { provider }));
-    }
-    const unsupported = languageRefused(opts, provider);
-    if (unsupported) return Promise.reject(unsupported);
-    const cb = streamCallbacks(opts, provider);
-    if (cb && cb.error) return Promise.reject(cb.error);
-    const request = { code };
-    for (const k of DEFAULT_KEYS) if (cfg[k] !== undefined) request[k] = cfg[k];
-    for (const k of REQUEST_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
-    const timeout = typeof request.timeout === 'number' ? request.timeout : DEFAULT_TIMEOUT;
+  // One exchange with the service: METHOD base+route with a JSON body (or none), the answer's
+  // JSON. With `cb` the answer is asked for as NDJSON and the output goes to the callbacks.
+  // A session run's 200 answer may carry `error` (the step's exception): it is the result.
+  function call(method, route, payload, { cb, timeout, sessionId, session, okStatus = 200 }) {
     const deadline = timeout + grace;
-    const body = Buffer.from(JSON.stringify(request), 'utf8');
+    const body = payload === undefined ? null : Buffer.from(JSON.stringify(payload), 'utf8');
+    const path = target.base + route;
     const headers = {
-      'Content-Type': 'application/json',
-      'Content-Length': String(body.length),
       // with a callback: the output as it comes, one JSON line a chunk
       Accept: cb ? 'application/x-ndjson' : 'application/json',
     };
+    if (body) {
+      headers['Content-Type'] = 'application/json';
+      headers['Content-Length'] = String(body.length);
+    }
     if (token !== undefined) headers.Authorization = `Bearer ${token}`;
-    const started = Date.now();
-    const ctx = { provider, where: target.where, path: target.path, hasToken: token !== undefined };
+    const ctx = { provider, where: target.where, method, path: target.base + (session ? '/v1/sessions' : route),
+      hasToken: token !== undefined, sessionId, session };
 
     return new Promise((resolve, reject) => {
       let settled = false;
@@ -520,9 +620,7 @@ function createServiceSandbox(cfg, provider, grace) {
         `moat serve did not answer within ${deadline} ms (sandbox timeout ${timeout} ms + ${grace} ms); aborted the request`,
         { provider })), deadline);
       try {
-        req = target.mod.request({
-          ...target.options, method: 'POST', path: target.path, headers, agent,
-        });
+        req = target.mod.request({ ...target.options, method, path, headers, agent });
       } catch (e) {
         clearTimeout(timer);
         reject(new SandboxUnavailableError(`cannot call moat serve at ${target.where}: ${e.message}`,
@@ -552,7 +650,8 @@ function createServiceSandbox(cfg, provider, grace) {
           } else {
             try { json = JSON.parse(Buffer.concat(chunks).toString('utf8')); } catch { json = undefined; }
           }
-          if (res.statusCode !== 200 || (json && typeof json === 'object' && json.error)) {
+          if (res.statusCode !== okStatus ||
+              (!session && json && typeof json === 'object' && json.error)) {
             finish(reject, serviceError(res.statusCode, json, res.headers, ctx));
             return;
           }
@@ -561,13 +660,100 @@ function createServiceSandbox(cfg, provider, grace) {
               'moat serve answered with something that is not a result', { provider }));
             return;
           }
-          if (typeof json.durationMs !== 'number') json.durationMs = Date.now() - started;
-          if (json.provider === undefined) json.provider = provider;
           finish(resolve, json);
         });
       });
-      req.end(body);
+      req.end(body || undefined);
     });
+  }
+
+  function filled(json, started) {
+    if (typeof json.durationMs !== 'number') json.durationMs = Date.now() - started;
+    if (json.provider === undefined) json.provider = provider;
+    return json;
+  }
+
+  function run(code, opts) {
+    if (disposed) return Promise.reject(new SandboxError('sandbox disposed', { provider }));
+    if (typeof code !== 'string') {
+      return Promise.reject(new SandboxConfigError('code must be a string', { provider }));
+    }
+    if (opts === undefined || opts === null) opts = {};
+    if (typeof opts !== 'object' || Array.isArray(opts)) {
+      return Promise.reject(new SandboxConfigError('run(code, opts): opts must be an object', { provider }));
+    }
+    const unsupported = languageRefused(opts, provider);
+    if (unsupported) return Promise.reject(unsupported);
+    const cb = streamCallbacks(opts, provider);
+    if (cb && cb.error) return Promise.reject(cb.error);
+    const request = { code };
+    for (const k of DEFAULT_KEYS) if (cfg[k] !== undefined) request[k] = cfg[k];
+    for (const k of REQUEST_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
+    const timeout = typeof request.timeout === 'number' ? request.timeout : DEFAULT_TIMEOUT;
+    const started = Date.now();
+    return call('POST', '/v1/run', request, { cb, timeout }).then((json) => filled(json, started));
+  }
+
+  // POST /v1/sessions → a Session (docs/SESSIONS.md, "Clients").
+  async function session(opts) {
+    if (disposed) throw new SandboxError('sandbox disposed', { provider });
+    const request = sessionRequest(opts, cfg, provider);
+    const timeout = typeof cfg.timeout === 'number' ? cfg.timeout : DEFAULT_TIMEOUT;
+    const answer = await call('POST', '/v1/sessions', request, { timeout, session: true, okStatus: 201 });
+    if (typeof answer.id !== 'string' || !SESSION_ID.test(answer.id)) {
+      throw new SandboxUnavailableError('moat serve answered POST /v1/sessions without a session id',
+        { provider });
+    }
+    const s = makeSession(answer);
+    if (disposed) { await s.close().catch(() => {}); throw new SandboxError('sandbox disposed', { provider }); }
+    return s;
+  }
+
+  function makeSession(created) {
+    const id = created.id;
+    const route = `/v1/sessions/${id}`;
+    let closing = null; // the DELETE's promise, once close() was called
+    const gone = () => new SessionGoneError('the session was closed by this client',
+      { provider, reason: 'closed by this client' });
+    const s = {
+      id,
+      language: created.language,
+      expiresAt: created.expiresAt,
+      created,
+      run(code, opts) {
+        let r;
+        try {
+          if (closing || disposed) throw Object.assign(gone(), { sessionId: id });
+          r = sessionRunRequest(code, opts, cfg, provider);
+        } catch (e) {
+          return Promise.reject(e);
+        }
+        const timeout = typeof r.request.timeout === 'number' ? r.request.timeout : DEFAULT_TIMEOUT;
+        const started = Date.now();
+        return call('POST', `${route}/run`, r.request, { cb: r.cb, timeout, sessionId: id, session: true })
+          .then((json) => filled(json, started));
+      },
+      info() {
+        if (disposed) return Promise.reject(new SandboxError('sandbox disposed', { provider }));
+        return call('GET', route, undefined, { timeout: DEFAULT_TIMEOUT, sessionId: id, session: true });
+      },
+      // Idempotent: one DELETE; a session the service already ended (404, 410) is closed.
+      close() {
+        if (!closing) {
+          sessions.delete(s);
+          closing = call('DELETE', route, undefined, { timeout: DEFAULT_TIMEOUT, sessionId: id, session: true })
+            .then(() => undefined, (e) => {
+              if (e instanceof SessionGoneError || e instanceof SessionNotFoundError) return undefined;
+              closing = null; // unreachable or refused: a later close() tries again
+              sessions.add(s);
+              throw e;
+            });
+        }
+        return closing;
+      },
+    };
+    sessions.add(s);
+    return s;
   }
 
   async function dispose() {
@@ -577,12 +763,15 @@ function createServiceSandbox(cfg, provider, grace) {
       e.abort(new SandboxError('sandbox disposed while the run was in flight; the request was aborted',
         { provider }));
     }
+    // the sessions opened here end with it (their sandboxes are the service's memory)
+    await Promise.allSettled([...sessions].map((s) => s.close()));
     agent.destroy();
   }
 
-  return { provider, run, dispose };
+  return { provider, run, session, dispose };
 }
 
 module.exports = {
   createSandbox, DEFAULT_SANDBOX_CONFIG, SandboxError, SandboxUnavailableError, SandboxPolicyError, SandboxConfigError,
+  SessionBusyError, SessionGoneError, SessionNotFoundError,
 };

@@ -31,7 +31,7 @@ try {
     `run \`npm ci --omit=dev\` there (moat's package ships it under /usr/lib/moat/mcp)`);
   process.exit(3);
 }
-const { createSandbox } = require('./index.js');
+const { createSandbox, SessionGoneError, SessionNotFoundError } = require('./index.js');
 
 const LANGUAGES = ['python', 'javascript', 'typescript', 'bash', 'sh'];
 const MAX_CODE = 5 * 1024 * 1024; // moat's MOAT_MAX_CODE_BYTES
@@ -45,12 +45,17 @@ const CONFIG_KEYS = {
   timeout: 'number', memoryMb: 'number', cpus: 'number', pidsLimit: 'number',
   maxOutputBytes: 'number', strictLimits: 'boolean', network: 'boolean', allowedHosts: 'array',
   kvEnabled: 'boolean', sandboxId: 'string', maxConcurrent: 'number', maxQueued: 'number',
-  url: 'string', socketPath: 'string', tokenFile: 'string',
+  url: 'string', socketPath: 'string', tokenFile: 'string', session: 'boolean',
   policy: 'string', rootfs: 'string', kv: 'string', kvQuota: 'string', strictIsolation: 'boolean',
 };
 // sent with every run (the operator's; the model cannot name them)
 const REQUEST_KEYS = ['timeout', 'memoryMb', 'cpus', 'pidsLimit', 'maxOutputBytes', 'strictLimits',
   'network', 'allowedHosts', 'kvEnabled', 'sandboxId'];
+// With --session: the languages whose calls share one interpreter for the connection
+// (docs/SESSIONS.md), and the operator's settings a session is made with.
+const SESSION_LANGUAGES = ['python', 'javascript'];
+const SESSION_KEYS = ['memoryMb', 'cpus', 'pidsLimit', 'maxOutputBytes', 'strictLimits', 'network',
+  'allowedHosts', 'kvEnabled', 'sandboxId'];
 // moat exec's own config (written by the client into its private config file)
 const EXEC_KEYS = ['policy', 'rootfs', 'kv', 'kvQuota', 'strictIsolation'];
 
@@ -75,6 +80,9 @@ use is set here, never by the model:
   --max-concurrent N   runs at once (default 2); --max-queued N waiting (default 16)
   --url URL | --socket PATH   run through a moat serve instead of moat exec
   --token-file FILE    that service's bearer token
+  --session            python and javascript calls share one interpreter for this
+                       connection (a moat serve session: state kept between calls;
+                       needs --url or --socket)
   --policy FILE, --rootfs DIR, --kv SPEC, --kv-quota SPEC, --strict-isolation
                        moat exec's own settings (not with --url/--socket)
 `;
@@ -147,7 +155,8 @@ function settingsFrom(argv) {
         'allowed-host': { type: 'string', multiple: true }, 'sandbox-id': { type: 'string' },
         'kv-enabled': { type: 'boolean' }, 'max-concurrent': { type: 'string' },
         'max-queued': { type: 'string' }, url: { type: 'string' }, socket: { type: 'string' },
-        'token-file': { type: 'string' }, policy: { type: 'string' }, rootfs: { type: 'string' },
+        'token-file': { type: 'string' }, session: { type: 'boolean' },
+        policy: { type: 'string' }, rootfs: { type: 'string' },
         kv: { type: 'string' }, 'kv-quota': { type: 'string' }, 'strict-isolation': { type: 'boolean' },
       },
     });
@@ -173,6 +182,7 @@ function settingsFrom(argv) {
   if (o.net) s.network = true;
   if (o['kv-enabled']) s.kvEnabled = true;
   if (o['strict-isolation']) s.strictIsolation = true;
+  if (o.session) s.session = true;
   if (o['allowed-host']) s.allowedHosts = [...(s.allowedHosts || []), ...o['allowed-host']];
   set('sandboxId', o['sandbox-id']);
   set('url', o.url);
@@ -185,6 +195,9 @@ function settingsFrom(argv) {
   if (s.url !== undefined && s.socketPath !== undefined) throw new UsageError('--url and --socket are exclusive');
   const service = s.url !== undefined || s.socketPath !== undefined;
   if (s.tokenFile !== undefined && !service) throw new UsageError('--token-file needs --url or --socket');
+  if (s.session && !service) {
+    throw new UsageError('--session needs --url or --socket (sessions are a moat serve\'s)');
+  }
   if (service) {
     const exec = EXEC_KEYS.filter((k) => s[k] !== undefined);
     if (exec.length) throw new UsageError(`${exec.join(', ')}: moat exec settings; a moat serve has its own`);
@@ -201,6 +214,16 @@ function describe(s) {
   if (s.allowedHosts && s.allowedHosts.length) parts.push(`network only to ${s.allowedHosts.join(', ')}`);
   else parts.push(s.network ? 'network access' : 'no network access');
   if (s.kvEnabled) parts.push('a key-value store (Spin\'s API) that persists between runs');
+  if (s.session) {
+    return 'Run code in an isolated Linux sandbox (moat) and return its output. Python and ' +
+      'JavaScript calls run in one interpreter kept for this conversation, one per language, ' +
+      'as cells of a notebook: variables, functions, imports and files under /sandbox stay ' +
+      'from one call to the next, and the value of a last expression is returned. Other ' +
+      `languages start from scratch each call. The sandbox has ${parts.join(', ')} (per call). ` +
+      'The working directory is /sandbox, where `files` are written (relative paths). A call ' +
+      'that runs too long is stopped and its interpreter lost, as is one that exits; the ' +
+      'next call then starts a fresh one.';
+  }
   return 'Run a program in a fresh, isolated Linux sandbox (moat) and return its output and ' +
     `exit code. Each call starts from scratch: ${parts.join(', ')}. The program is ` +
     '/sandbox/main.<ext>, its working directory /sandbox, where `files` are written too ' +
@@ -242,6 +265,12 @@ function buildServer(s) {
       timeoutMs: z.number(), memoryMb: z.number().nullable(), cpus: z.number().nullable(),
       pidsLimit: z.number().nullable(), network: z.boolean(), allowedHosts: z.array(z.string()),
     }).describe('the limits this server runs every program with (set by its operator)'),
+    // with --session, for a call run in the session
+    value: z.string().nullable().optional().describe('the last expression\'s value (session calls)'),
+    error: z.object({ type: z.string(), message: z.string() }).nullable().optional()
+      .describe('the exception the call raised (session calls)'),
+    session: z.object({ state: z.string(), runs: z.number() }).optional()
+      .describe('the interpreter after the call: idle, or ended/killed (its state is lost)'),
   });
 
   const service = s.url !== undefined || s.socketPath !== undefined;
@@ -282,6 +311,36 @@ function buildServer(s) {
     if (next) next(true); else running--;
   };
 
+  // --session: one session per language for this connection, made at its first call; calls
+  // to one session wait for each other (a session runs one step at a time). A session that
+  // ended is forgotten: the next call makes a new one.
+  const sessions = new Map(); // language → { session: Promise<Session>, tail: Promise }
+  const sessionOpts = { language: null };
+  for (const k of SESSION_KEYS) if (s[k] !== undefined) sessionOpts[k] = s[k];
+  function inSession(language, code, runOpts) {
+    let e = sessions.get(language);
+    if (!e) {
+      e = { session: sandbox.session({ ...sessionOpts, language }), tail: Promise.resolve() };
+      e.session.catch(() => { if (sessions.get(language) === e) sessions.delete(language); });
+      sessions.set(language, e);
+    }
+    const entry = e;
+    const step = entry.tail.then(() => entry.session).then((ses) => ses.run(code, runOpts).then((r) => {
+      if (r.session && r.session.state !== 'idle' && r.session.state !== 'running') {
+        if (sessions.get(language) === entry) sessions.delete(language);
+        ses.close().catch(() => {});
+      }
+      return r;
+    }, (err) => {
+      if (err instanceof SessionGoneError || err instanceof SessionNotFoundError) {
+        if (sessions.get(language) === entry) sessions.delete(language);
+      }
+      throw err;
+    }));
+    entry.tail = step.catch(() => {});
+    return step;
+  }
+
   const server = new McpServer({ name: 'moat', version: require('./package.json').version },
     { capabilities: { tools: {} } });
   const toolError = (sentence, structured) => {
@@ -303,6 +362,7 @@ function buildServer(s) {
     const opts = { ...request, language: args.language };
     if (args.stdin !== undefined) opts.stdin = args.stdin;
     if (args.files !== undefined) opts.files = args.files;
+    const session = s.session && SESSION_LANGUAGES.includes(args.language);
     if (!(await acquire())) {
       log(`run_code refused: ${maxConcurrent} runs and ${maxQueued} waiting already`);
       return toolError(`The sandbox is busy (${maxConcurrent} running, ${maxQueued} waiting); ` +
@@ -311,15 +371,21 @@ function buildServer(s) {
     const started = Date.now();
     let r;
     try {
-      r = await sandbox.run(args.code, opts);
+      r = session
+        ? await inSession(args.language, args.code, { stdin: opts.stdin, files: opts.files, timeout })
+        : await sandbox.run(args.code, opts);
     } catch (e) {
       const kind = e && e.name ? e.name : 'Error';
       log(`run_code ${args.language}: ${kind} after ${Date.now() - started} ms`);
+      if (e instanceof SessionGoneError || e instanceof SessionNotFoundError) {
+        return toolError(`The ${args.language} interpreter of this conversation has ended ` +
+          `(${sentence(e).replace(/\.$/, '')}). Its state is lost; the next call starts a fresh one.`);
+      }
       return toolError(sentence(e));
     } finally {
       release();
     }
-    const out = structured(r, applied);
+    const out = structured(r, applied, session);
     log(`run_code ${args.language}: ${r.timedOut ? 'timed out' : r.exitCode !== null &&
       r.exitCode !== undefined ? `exit ${r.exitCode}` : `killed (${r.killedBy || 'signal'})`} in ${out.durationMs} ms`);
     if (r.timedOut) {
@@ -340,7 +406,7 @@ function sentence(e) {
   return /[.!?]$/.test(m) ? m : `${m}.`;
 }
 
-function structured(r, applied) {
+function structured(r, applied, session) {
   const num = (v) => (typeof v === 'number' && Number.isFinite(v) ? v : null);
   const limits = {};
   if (r.limits && typeof r.limits === 'object') {
@@ -359,6 +425,15 @@ function structured(r, applied) {
     limits,
     warnings: Array.isArray(r.warnings) ? r.warnings.filter((w) => typeof w === 'string') : [],
     sandbox: applied,
+    ...(session ? {
+      value: typeof r.value === 'string' ? r.value : null,
+      error: r.error && typeof r.error === 'object'
+        ? { type: String(r.error.type), message: String(r.error.message) } : null,
+      session: {
+        state: r.session && typeof r.session.state === 'string' ? r.session.state : 'unknown',
+        runs: r.session && num(r.session.runs) !== null ? r.session.runs : 0,
+      },
+    } : {}),
   };
 }
 
@@ -371,6 +446,12 @@ function render(o) {
   const lines = [`${status}, ${o.durationMs} ms`];
   lines.push(`--- stdout${o.stdoutTruncated ? ' (truncated)' : ''} ---`, cut(o.stdout));
   lines.push(`--- stderr${o.stderrTruncated ? ' (truncated)' : ''} ---`, cut(o.stderr));
+  if (o.error) lines.push(`--- raised ---`, `${o.error.type}: ${o.error.message}`);
+  if (o.value !== undefined && o.value !== null) lines.push('--- value ---', cut(o.value));
+  if (o.session && o.session.state !== 'idle') {
+    lines.push(`(the interpreter has ${o.session.state === 'ended' ? 'exited' : 'been stopped'}: ` +
+      'its state is lost; the next call starts a fresh one)');
+  }
   for (const w of o.warnings) lines.push(`warning: ${w}`);
   return lines.join('\n');
 }
@@ -405,7 +486,7 @@ async function main() {
   await server.connect(transport);
   server.server.onclose = () => shutdown('transport closed');
   log(`serving run_code over stdio (${s.url !== undefined || s.socketPath !== undefined
-    ? 'through moat serve' : 'moat exec'})`);
+    ? 'through moat serve' : 'moat exec'}${s.session ? ', a session per language' : ''})`);
   return undefined;
 }
 

@@ -329,3 +329,169 @@ T('startup_errors: moat mcp says clearly what is missing: node, the server, the 
   assert.match(r.stderr, /kvEnabled needs a sandboxId/);
   assert.equal(r.stdout, '');
 });
+
+// ---- --session (docs/MCP.md, "Sessions") -------------------------------------------------
+
+T('session_flag: --session needs --url or --socket', {}, () => {
+  const r = spawnSync(MOAT, ['mcp', '--session'], { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: '/nonexistent' } });
+  assert.equal(r.status, 2);
+  assert.match(r.stderr, /--session needs --url or --socket/);
+  assert.equal(r.stdout, '');
+});
+
+// A fake moat serve on a unix socket with sessions: a step answers `value` = the session's
+// step count; code "EXIT" ends the session as os._exit would; `gone` ids answer 410; a step
+// while another runs in the same session answers 409 (what mcp.js must never cause).
+function fakeSessionService(sock) {
+  const http = require('node:http');
+  const seen = [];
+  const live = new Map(); // id → { language, runs, running }
+  const gone = new Set();
+  let n = 0;
+  const answer = (res, status, obj) => {
+    res.writeHead(status, { 'Content-Type': 'application/json' });
+    res.end(JSON.stringify(obj));
+  };
+  const srv = http.createServer((req, res) => {
+    let raw = '';
+    req.on('data', (d) => { raw += d; });
+    req.on('end', () => {
+      const body = raw ? JSON.parse(raw) : undefined;
+      seen.push({ method: req.method, url: req.url, body });
+      const m = /^\/v1\/sessions\/(ses_[0-9a-f]{32})(\/run)?$/.exec(req.url);
+      if (req.method === 'POST' && req.url === '/v1/sessions') {
+        const id = `ses_${(++n).toString(16).padStart(32, '0')}`;
+        live.set(id, { language: body.language, runs: 0, running: false });
+        return answer(res, 201, { id, language: body.language, expiresAt: 'x', idleExpiresAt: 'x' });
+      }
+      if (req.method === 'POST' && req.url === '/v1/run') {
+        return answer(res, 200, { stdout: 'cold\n', stderr: '', exitCode: 0, timedOut: false, durationMs: 1 });
+      }
+      if (!m) return answer(res, 404, { error: { type: 'NotFound', message: 'no such route' } });
+      const id = m[1];
+      if (gone.has(id)) return answer(res, 410, { error: { type: 'SessionGone', message: 'the session was killed: memory limit exceeded (64 MiB)' } });
+      const ses = live.get(id);
+      if (!ses) return answer(res, 404, { error: { type: 'SessionNotFound', message: 'no such session' } });
+      if (req.method === 'DELETE') { live.delete(id); return answer(res, 200, { id, state: 'ended' }); }
+      if (ses.running) return answer(res, 409, { error: { type: 'SessionBusy', message: 'a step is running' } });
+      ses.running = true;
+      setTimeout(() => {
+        ses.running = false;
+        ses.runs++;
+        const ended = body.code === 'EXIT';
+        if (ended) { live.delete(id); gone.add(id); }
+        answer(res, 200, { stdout: `${ses.language} step ${ses.runs}\n`, stderr: '', exitCode: ended ? 3 : 0,
+          timedOut: false, durationMs: 200, error: body.code === 'RAISE' ? { type: 'ValueError', message: 'v' } : null,
+          value: String(ses.runs), display: [],
+          session: { id, state: ended ? 'ended' : 'idle', runs: ses.runs } });
+      }, 200);
+      return undefined;
+    });
+  });
+  return {
+    seen, live, gone,
+    listen: () => new Promise((r) => srv.listen(sock, r)),
+    close: () => new Promise((r) => srv.close(() => r())),
+  };
+}
+
+T('session (fake service): one session per language per connection, calls serialised, state reported, a dead session replaced, all closed at the end', {}, async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-mcp-test-'));
+  const sock = path.join(dir, 'fake.sock');
+  const fake = fakeSessionService(sock);
+  await fake.listen();
+  try {
+    const s = await connect(['--socket', sock, '--session', '--memory', '64M', '--timeout', '10s']);
+    let closed = false;
+    try {
+      const { tools } = await s.client.listTools();
+      assert.match(tools[0].description, /one interpreter kept for this conversation/);
+      // two calls at once: one session made, its steps one after the other (no 409)
+      const [a, b] = await Promise.all([s.call({ language: 'python', code: 'x = 1' }),
+        s.call({ language: 'python', code: 'x += 1\nx' })]);
+      for (const r of [a, b]) assert.ok(!r.isError, text(r));
+      assert.deepEqual([a, b].map((r) => r.structuredContent.value).sort(), ['1', '2']);
+      assert.deepEqual(b.structuredContent.session.state, 'idle');
+      const creates = () => fake.seen.filter((q) => q.url === '/v1/sessions');
+      assert.equal(creates().length, 1);
+      assert.deepEqual(creates()[0].body, { language: 'python', memoryMb: 64 });
+      const runs = fake.seen.filter((q) => /\/run$/.test(q.url) && q.url !== '/v1/run');
+      assert.equal(runs.length, 2);
+      assert.deepEqual(runs[0].body.timeout, 10000);
+      assert.match(text(b), /--- value ---\n[12]/);
+      // the step's exception is in the result, not a tool error
+      const raised = await s.call({ language: 'python', code: 'RAISE' });
+      assert.ok(!raised.isError, text(raised));
+      assert.deepEqual(raised.structuredContent.error, { type: 'ValueError', message: 'v' });
+      assert.match(text(raised), /--- raised ---\nValueError: v/);
+      // javascript: a session of its own; bash: a cold run
+      const js = await s.call({ language: 'javascript', code: 'var y = 1' });
+      assert.equal(js.structuredContent.value, '1');
+      assert.equal(creates().length, 2);
+      assert.equal(creates()[1].body.language, 'javascript');
+      const sh = await s.call({ language: 'bash', code: 'echo cold' });
+      assert.equal(sh.structuredContent.stdout, 'cold\n');
+      assert.equal(sh.structuredContent.value, undefined);
+      // an interpreter that exits: said so; the next call makes a new session
+      const exit = await s.call({ language: 'python', code: 'EXIT' });
+      assert.equal(exit.structuredContent.session.state, 'ended');
+      assert.match(text(exit), /state is lost/);
+      const fresh = await s.call({ language: 'python', code: 'x' });
+      assert.ok(!fresh.isError, text(fresh));
+      assert.equal(fresh.structuredContent.value, '1');
+      assert.equal(creates().length, 3);
+      // a session the service killed (410): a tool error saying the state is lost, then a new one
+      for (const [id, ses] of [...fake.live]) {
+        if (ses.language === 'python') { fake.gone.add(id); fake.live.delete(id); }
+      }
+      const dead = await s.call({ language: 'python', code: 'x' });
+      assert.equal(dead.isError, true);
+      assert.match(text(dead), /interpreter of this conversation has ended \(the session was killed: memory limit exceeded \(64 MiB\)\)\. Its state is lost/);
+      const again = await s.call({ language: 'python', code: 'x' });
+      assert.ok(!again.isError, text(again));
+      assert.equal(creates().length, 4);
+      // the id never reaches the log
+      assert.ok(!/ses_[0-9a-f]{8}/.test(s.log()), 'a session id in the log');
+      const live = [...fake.live.keys()];
+      assert.equal(live.length, 2); // python (the 4th) and javascript
+      await s.close();
+      closed = true;
+      for (let i = 0; i < 100 && fake.live.size > 0; i++) await new Promise((r) => setTimeout(r, 50));
+      assert.deepEqual([...fake.live.keys()], [], 'sessions left open after the connection ended');
+      const deletes = fake.seen.filter((q) => q.method === 'DELETE').map((q) => q.url).sort();
+      assert.ok(live.every((id) => deletes.includes(`/v1/sessions/${id}`)), JSON.stringify(deletes));
+    } finally { if (!closed) await s.close(); }
+  } finally {
+    await fake.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+T('session (real moat serve): a python call keeps its state for the next one', {}, async (t) => {
+  const help = spawnSync(MOAT, ['serve', '--help'], { timeout: 10000 });
+  if (help.status !== 0) { t.skip('moat serve --help fails (no moat serve in this build)'); return; }
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-mcp-test-'));
+  const sock = path.join(dir, 'moat.sock');
+  const srv = spawn(MOAT, ['serve', '--socket', sock, '--pool', '0', '--no-kv', '--runtime', path.join(ROOT, 'runtime')],
+    { stdio: ['ignore', 'ignore', 'pipe'] });
+  let srvLog = '';
+  srv.stderr.on('data', (d) => { srvLog += d; });
+  try {
+    for (let i = 0; i < 200 && !fs.existsSync(sock) && srv.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
+    assert.ok(fs.existsSync(sock), `moat serve did not listen: ${srvLog.slice(-1000)}`);
+    const s = await connect(['--socket', sock, '--session', '--timeout', '20s']);
+    try {
+      let r = await s.call({ language: 'python', code: 'import math\nx = 41' });
+      assert.ok(!r.isError, text(r));
+      r = await s.call({ language: 'python', code: 'x += 1\nprint(math.pi > 3)\nx' });
+      assert.ok(!r.isError, text(r));
+      assert.equal(r.structuredContent.stdout, 'True\n');
+      assert.equal(r.structuredContent.value, '42');
+      assert.equal(r.structuredContent.session.runs, 2);
+    } finally { await s.close(); }
+  } finally {
+    srv.kill('SIGTERM');
+    await new Promise((r) => (srv.exitCode !== null ? r() : srv.on('exit', r)));
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});

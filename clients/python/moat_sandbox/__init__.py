@@ -2,21 +2,27 @@
 
 ``create_sandbox(config).run(code, language=..., timeout=...)`` runs ``code`` in a fresh
 moat sandbox, through ``moat exec`` (the default) or a ``moat serve`` (``url`` or
-``socket_path``), and returns a :class:`RunResult`. Standard library only."""
+``socket_path``), and returns a :class:`RunResult`. Through a service,
+``sandbox.session(language="python")`` is a :class:`Session`: one interpreter that keeps its
+state between runs (docs/SESSIONS.md). Standard library only."""
 from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
-from ._async import AsyncSandbox
+from ._async import AsyncSandbox, AsyncSession
 from ._core import DEFAULT_SANDBOX_CONFIG, LANGUAGES, PROVIDERS, RunResult
-from ._errors import SandboxConfigError, SandboxError, SandboxPolicyError, SandboxUnavailableError
-from ._sync import Sandbox
+from ._errors import (
+    SandboxConfigError, SandboxError, SandboxPolicyError, SandboxUnavailableError, SessionBusyError,
+    SessionGoneError, SessionNotFoundError,
+)
+from ._sync import Sandbox, Session
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncSandbox", "DEFAULT_SANDBOX_CONFIG", "LANGUAGES", "PROVIDERS", "RunResult", "Sandbox",
-    "SandboxConfigError", "SandboxError", "SandboxPolicyError", "SandboxUnavailableError",
+    "AsyncSandbox", "AsyncSession", "DEFAULT_SANDBOX_CONFIG", "LANGUAGES", "PROVIDERS", "RunResult",
+    "Sandbox", "SandboxConfigError", "SandboxError", "SandboxPolicyError", "SandboxUnavailableError",
+    "Session", "SessionBusyError", "SessionGoneError", "SessionNotFoundError",
     "create_sandbox", "create_async_sandbox",
 ]
 

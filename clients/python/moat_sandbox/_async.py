@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Dict, List, Mapping, Optional, Set, Tuple
 
 from . import _core, _proc
 from ._core import Callback, RunResult
-from ._errors import SandboxError, SandboxUnavailableError
+from ._errors import SandboxError, SandboxUnavailableError, SessionGoneError, SessionNotFoundError
 from ._sync import Sandbox
 
 MAX_HEAD_BYTES = 64 << 10
@@ -44,6 +44,7 @@ class AsyncSandbox:
         self._procs: Set[asyncio.subprocess.Process] = set()
         self._writers: Set[asyncio.StreamWriter] = set()
         self._reapers: Set["asyncio.Task[None]"] = set()
+        self._sessions: Dict[str, "AsyncSession"] = {}  # open sessions, closed by dispose()
 
     async def run(self, code: str, *, language: Optional[str] = None, timeout: Optional[int] = None,
                   env: Optional[Mapping[str, str]] = None, files: Optional[Mapping[str, str]] = None,
@@ -69,9 +70,32 @@ class AsyncSandbox:
                 await _call(_core.deliver_whole(answer, on_stdout, on_stderr))
         return s._exec_answer(answer)
 
+    def session(self, *, language: Optional[str] = None, sandbox_id: Optional[str] = None,
+                kv_enabled: Optional[bool] = None, memory_mb: Optional[int] = None,
+                cpus: Optional[float] = None, pids_limit: Optional[int] = None,
+                strict_limits: Optional[bool] = None, max_output_bytes: Optional[int] = None,
+                env: Optional[Mapping[str, str]] = None, network: Optional[bool] = None,
+                allowed_hosts: Optional[List[str]] = None, idle_timeout_ms: Optional[int] = None,
+                max_lifetime_ms: Optional[int] = None) -> "_Opening":
+        """``await a.session(...)`` → :class:`AsyncSession`, or ``async with a.session(...)
+        as s`` (closed at the end). The same arguments and checks as Sandbox.session."""
+        opts = dict(locals())
+        return _Opening(self._open(opts))
+
+    async def _open(self, opts: Mapping[str, Any]) -> "AsyncSession":
+        if self._disposed:
+            raise SandboxError("sandbox disposed", provider=self.provider)
+        answer = await self._call(self._s._create_call(opts))
+        ses = AsyncSession(self, _core.session_id_of(answer, self.provider), answer)
+        if self._disposed:
+            await ses.close()
+            raise SandboxError("sandbox disposed", provider=self.provider)
+        self._sessions[ses.id] = ses
+        return ses
+
     async def dispose(self) -> None:
         """Stops running moat processes, closes the connections in flight (their runs
-        raise SandboxError), removes the temporary config."""
+        raise SandboxError) and the sessions opened here, removes the temporary config."""
         if self._disposed:
             return
         self._disposed = True
@@ -79,6 +103,11 @@ class AsyncSandbox:
             self._stop(p)
         for w in list(self._writers):
             w.close()
+        for ses in list(self._sessions.values()):
+            try:
+                await ses._close(closing=True)
+            except SandboxError:
+                pass
         self._s.dispose()
         if self._reapers:
             await asyncio.gather(*self._reapers, return_exceptions=True)
@@ -187,21 +216,28 @@ class AsyncSandbox:
 
     async def _run_service(self, request: Dict[str, Any], on_stdout: Optional[Callback],
                            on_stderr: Optional[Callback]) -> RunResult:
+        started = time.monotonic()
+        call = _core.Call("POST", "/v1/run", request, _core.request_timeout(request, {}))
+        return _core.result_of(await self._call(call, on_stdout, on_stderr), self.provider, started)
+
+    async def _call(self, call: _core.Call, on_stdout: Optional[Callback] = None,
+                    on_stderr: Optional[Callback] = None, closing: bool = False) -> Dict[str, Any]:
+        """One exchange with the service (its own connection); the answer's JSON object.
+        ``closing``: a session's DELETE made by dispose() itself."""
         s = self._s
         provider = self.provider
         t = s._target
         stream = on_stdout is not None or on_stderr is not None
-        timeout = _core.request_timeout(request, {})
+        timeout = call.timeout
         deadline_ms = timeout + s._grace
-        started = time.monotonic()
-        body = json.dumps(request).encode("utf-8")
-        head = "POST %s HTTP/1.1\r\n" % t.path
+        body = call.body
+        head = "%s %s HTTP/1.1\r\n" % (call.method, call.path(t))
         for k, v in _core.request_headers(body, s._token, stream, t):
             head += "%s: %s\r\n" % (k, v)
         head += "Connection: close\r\n\r\n"
         writer: Optional[asyncio.StreamWriter] = None
 
-        async def exchange() -> RunResult:
+        async def exchange() -> Dict[str, Any]:
             nonlocal writer
             try:
                 if t.socket_path is not None:
@@ -216,7 +252,7 @@ class AsyncSandbox:
                                               % (t.where, e.strerror or e), provider=provider) from None
             self._writers.add(writer)
             try:
-                writer.write(head.encode("latin-1") + body)
+                writer.write(head.encode("latin-1") + (body or b""))
                 await writer.drain()
                 status, hdrs = await _read_head(reader)
                 if status == 200 and stream and _core.is_ndjson(hdrs.get("content-type")):
@@ -234,9 +270,9 @@ class AsyncSandbox:
                     if pending.strip():
                         raise _Cut()
                     data = assembler.finish()
-                    if isinstance(data.get("error"), Mapping):
-                        raise _core.service_error(status, data, hdrs, provider, t, s._token is not None)
-                    return _core.result_of(data, provider, started)
+                    if not call.session and isinstance(data.get("error"), Mapping):
+                        raise _core.service_error(status, data, hdrs, provider, t, s._token is not None, call)
+                    return data
                 raw = bytearray()
                 async for chunk in _body(reader, hdrs):
                     raw.extend(chunk)
@@ -244,16 +280,16 @@ class AsyncSandbox:
                         raise SandboxUnavailableError("moat serve at %s sent an answer over %d bytes"
                                                       % (t.where, _core.MAX_ANSWER_BYTES), provider=provider)
                 answer = _core.parse_json(bytes(raw))
-                if status != 200 or (isinstance(answer, dict) and answer.get("error")):
-                    raise _core.service_error(status, answer, hdrs, provider, t, s._token is not None)
+                if status != call.ok or (not call.session and isinstance(answer, dict) and answer.get("error")):
+                    raise _core.service_error(status, answer, hdrs, provider, t, s._token is not None, call)
                 if not isinstance(answer, dict):
                     raise SandboxUnavailableError("moat serve answered with something that is not a result",
                                                   provider=provider)
                 await _call(_core.deliver_whole(answer, on_stdout, on_stderr))
-                return _core.result_of(answer, provider, started)
+                return answer
             except (_Cut, asyncio.IncompleteReadError, ConnectionError, asyncio.LimitOverrunError,
                     ValueError):
-                if self._disposed:
+                if self._disposed and not closing:
                     raise SandboxError("sandbox disposed while the run was in flight; the request was aborted",
                                        provider=provider) from None
                 raise SandboxUnavailableError(
@@ -269,6 +305,92 @@ class AsyncSandbox:
             if writer is not None:
                 self._writers.discard(writer)
                 writer.close()
+
+
+class _Opening:
+    """What AsyncSandbox.session returns: awaitable (the session) and an async context
+    manager (the session, closed at the end)."""
+
+    def __init__(self, coro: Any) -> None:
+        self._coro = coro
+        self._session: Optional[AsyncSession] = None
+
+    def __await__(self) -> Any:
+        return self._coro.__await__()
+
+    async def __aenter__(self) -> "AsyncSession":
+        self._session = await self._coro
+        return self._session
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+
+class AsyncSession:
+    """The asyncio face of :class:`moat_sandbox.Session`: ``await run(...)``, ``await
+    info()``, ``await close()``; ``async with``."""
+
+    def __init__(self, sandbox: AsyncSandbox, sid: str, created: Mapping[str, Any]) -> None:
+        self._a = sandbox
+        self.id = sid
+        self.created: Dict[str, Any] = dict(created)
+        self.language: Optional[str] = created.get("language")
+        self.expires_at: Optional[str] = created.get("expiresAt")
+        self._route = "/v1/sessions/" + sid
+        self._closing: Optional["asyncio.Future[None]"] = None
+
+    async def run(self, code: str, *, stdin: Optional[str] = None, files: Optional[Mapping[str, str]] = None,
+                  timeout: Optional[int] = None, on_stdout: Optional[Callback] = None,
+                  on_stderr: Optional[Callback] = None) -> RunResult:
+        a = self._a
+        if self._closing is not None or a._disposed:
+            raise _core.closed_here(self.id, a.provider)
+        request = _core.session_run_request(code, stdin, files, timeout, on_stdout, on_stderr, a._s._cfg,
+                                            a.provider)
+        started = time.monotonic()
+        call = _core.Call("POST", self._route + "/run", request, _core.request_timeout(request, {}),
+                          session=True, session_id=self.id)
+        return _core.result_of(await a._call(call, on_stdout, on_stderr), a.provider, started)
+
+    async def info(self) -> _core.SessionInfo:
+        a = self._a
+        if a._disposed:
+            raise SandboxError("sandbox disposed", provider=a.provider)
+        return _core.SessionInfo(await a._call(_core.Call("GET", self._route, None, a._s._control_timeout(),
+                                                          session=True, session_id=self.id)))
+
+    async def close(self) -> None:
+        """Idempotent (concurrent calls share one DELETE); a session the service already
+        ended (410, 404) is closed; after a failure a later close() tries again."""
+        await self._close(closing=False)
+
+    async def _close(self, closing: bool) -> None:
+        a = self._a
+        if self._closing is None:
+            self._closing = asyncio.get_running_loop().create_future()
+            try:
+                await a._call(_core.Call("DELETE", self._route, None, a._s._control_timeout(), session=True,
+                                         session_id=self.id), closing=closing)
+            except (SessionGoneError, SessionNotFoundError):
+                pass
+            except BaseException as e:
+                fut, self._closing = self._closing, None
+                fut.set_result(None)
+                raise e
+            a._sessions.pop(self.id, None)
+            self._closing.set_result(None)
+            return
+        await asyncio.shield(self._closing)
+
+    async def __aenter__(self) -> "AsyncSession":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return "AsyncSession(language=%r)" % (self.language,)
 
 
 async def _read_head(reader: asyncio.StreamReader) -> Tuple[int, Dict[str, str]]:

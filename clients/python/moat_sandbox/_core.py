@@ -20,6 +20,9 @@ from ._errors import (
     SandboxError,
     SandboxPolicyError,
     SandboxUnavailableError,
+    SessionBusyError,
+    SessionGoneError,
+    SessionNotFoundError,
 )
 
 PROVIDERS = ("native", "docker", "e2b", "daytona", "none")
@@ -228,6 +231,13 @@ class RunResult:
     warnings: Optional[List[str]]
     files: Optional[Dict[str, Dict[str, Any]]]
     network: Optional[Dict[str, Any]]
+    # a session's step (docs/SESSIONS.md): the exception it raised, the last expression's
+    # repr, the figures it left open, the session after it
+    error: Optional[Dict[str, str]]
+    value: Optional[str]
+    value_truncated: Optional[bool]
+    display: Optional[List[Dict[str, str]]]
+    session: Optional[Dict[str, Any]]
 
     _DEFAULTS = {"stdout": "", "stderr": "", "exitCode": None, "timedOut": False}
 
@@ -270,9 +280,22 @@ class RunResult:
 
     def __repr__(self) -> str:
         shown = ", ".join("%s=%r" % (snake(k), self._data[k]) for k in
-                          ("exitCode", "timedOut", "durationMs", "provider", "stdout", "stderr")
+                          ("exitCode", "timedOut", "durationMs", "provider", "stdout", "stderr", "value")
                           if k in self._data)
         return "RunResult(%s)" % shown
+
+
+class SessionInfo(RunResult):
+    """``GET /v1/sessions/{id}``: ``id``, ``state`` ("idle", "running", "killed", "ended",
+    "expired"), ``runs``, ``cpu_time_ms``, ``memory_bytes``, ``created_at``, ``expires_at``,
+    ``idle_expires_at``, ``limits``, ``reason``; ``to_dict()`` under the wire names."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        shown = ", ".join("%s=%r" % (snake(k), self._data[k]) for k in ("state", "runs", "reason")
+                          if k in self._data)
+        return "SessionInfo(%s)" % shown
 
 
 def result_of(json_value: Any, provider: str, started: float) -> RunResult:
@@ -303,12 +326,13 @@ class Target:
     """Where the service is: a unix socket or a host and port, http or https."""
 
     def __init__(self, scheme: str, host: Optional[str], port: Optional[int],
-                 socket_path: Optional[str], path: str, where: str) -> None:
+                 socket_path: Optional[str], base: str, where: str) -> None:
         self.scheme = scheme
+        self.base = base  # the service's path prefix ("" or the url's path)
+        self.path = base + "/v1/run"
         self.host = host
         self.port = port
         self.socket_path = socket_path
-        self.path = path
         self.where = where
 
     def host_header(self) -> str:
@@ -340,7 +364,7 @@ def service_target(cfg: Mapping[str, Any], provider: str) -> Target:
             sp = os.fspath(sp)
         if not isinstance(sp, str) or sp == "" or "\0" in sp:
             raise bad("socketPath must be a non-empty string (the path of the service's unix socket)")
-        return Target("http", None, None, sp, "/v1/run", "unix:" + sp)
+        return Target("http", None, None, sp, "", "unix:" + sp)
     url = cfg.get("url")
     if not isinstance(url, str):
         raise bad('url must be a string such as "http://127.0.0.1:3000"')
@@ -362,7 +386,7 @@ def service_target(cfg: Mapping[str, Any], provider: str) -> Target:
     port = port or (443 if scheme == "https" else 80)
     base = u.path.rstrip("/")
     shown = "[%s]" % host if ":" in host else host
-    return Target(scheme, host, port, None, base + "/v1/run", "%s://%s:%d" % (scheme, shown, port))
+    return Target(scheme, host, port, None, base, "%s://%s:%d" % (scheme, shown, port))
 
 
 def retry_after_ms(value: Optional[str]) -> Optional[int]:
@@ -383,22 +407,56 @@ _TYPED: Dict[str, Type[SandboxError]] = {
     "SandboxConfigError": SandboxConfigError,
     "SandboxPolicyError": SandboxPolicyError,
     "SandboxUnavailableError": SandboxUnavailableError,
+    "SessionBusy": SessionBusyError,
+    "SessionGone": SessionGoneError,
+    "SessionNotFound": SessionNotFoundError,
 }
 
 
+class Call:
+    """One exchange with the service: METHOD base+route, a JSON body or none. ``session_id``
+    for a session's own routes; ``session`` for every session route (a 200 answer's
+    ``error`` is then the step's exception, part of the result); ``ok`` the success status."""
+
+    def __init__(self, method: str, route: str, payload: Optional[Mapping[str, Any]], timeout: int,
+                 session: bool = False, session_id: Optional[str] = None, ok: int = 200) -> None:
+        self.method = method
+        self.route = route
+        self.body = None if payload is None else json.dumps(payload).encode("utf-8")
+        self.timeout = timeout
+        self.session = session
+        self.session_id = session_id
+        self.ok = ok
+
+    def path(self, target: Target) -> str:
+        return target.base + self.route
+
+    def shown(self, target: Target) -> str:
+        """The path as an error message names it: never a session's id."""
+        return target.base + ("/v1/sessions" if self.session else self.route)
+
+
 def service_error(status: int, body: Any, headers: Mapping[str, str], provider: str,
-                  target: Target, has_token: bool) -> SandboxError:
+                  target: Target, has_token: bool, call: Optional[Call] = None) -> SandboxError:
     """An HTTP answer that is not a result, as the contract's classes (see the node
-    client: a known error type wins, else the status decides)."""
+    client: a known error type wins, else the status decides; on a session's route 409,
+    410 and an untyped 404 are the session's)."""
     info = body.get("error") if isinstance(body, Mapping) and isinstance(body.get("error"), Mapping) else None
     etype = info.get("type") if info is not None and isinstance(info.get("type"), str) else None
     if info is not None and info.get("message") is not None:
         message = str(info["message"])
     else:
         message = "moat serve answered HTTP %d without an error object" % status
+    sid = call.session_id if call is not None else None
     cls: Type[SandboxError]
     if etype in _TYPED:
-        cls = _TYPED[etype]
+        cls = _TYPED[str(etype)]
+    elif sid and status == 409:
+        cls = SessionBusyError
+    elif sid and status == 410:
+        cls = SessionGoneError
+    elif sid and status == 404 and etype is None:
+        cls = SessionNotFoundError
     elif status in (400, 401, 404, 405):
         cls = SandboxConfigError
     elif status in (403, 413):
@@ -409,10 +467,19 @@ def service_error(status: int, body: Any, headers: Mapping[str, str], provider: 
         cls = SandboxError
     if status == 401:
         message += " (the token was refused)" if has_token else " (no token configured: set token)"
-    if status in (404, 405):
-        message += " (POST %s at %s: is this a moat serve?)" % (target.path, target.where)
+    if status in (404, 405) and cls is SandboxConfigError:
+        method, shown = (call.method, call.shown(target)) if call is not None else ("POST", target.path)
+        message += " (%s %s at %s: is this a moat serve%s?)" % (
+            method, shown, target.where,
+            " with sessions on (--max-sessions 0 turns them off)" if call is not None and call.session else "")
     p = info.get("provider") if info is not None and isinstance(info.get("provider"), str) else provider
-    err = cls(message, provider=p)
+    if cls is SessionGoneError:
+        reason = info.get("reason") if info is not None and isinstance(info.get("reason"), str) else None
+        err: SandboxError = SessionGoneError(message, provider=p, reason=reason)
+    else:
+        err = cls(message, provider=p)
+    if isinstance(err, (SessionBusyError, SessionGoneError, SessionNotFoundError)):
+        err.session_id = sid
     err.status = status
     err.error_type = etype
     after = retry_after_ms(headers.get("retry-after"))
@@ -421,9 +488,12 @@ def service_error(status: int, body: Any, headers: Mapping[str, str], provider: 
     return err
 
 
-def request_headers(body: bytes, token: Optional[str], stream: bool, target: Target) -> List[Tuple[str, str]]:
-    h = [("Host", target.host_header()), ("Content-Type", "application/json"),
-         ("Content-Length", str(len(body))), ("Accept", NDJSON if stream else "application/json")]
+def request_headers(body: Optional[bytes], token: Optional[str], stream: bool,
+                    target: Target) -> List[Tuple[str, str]]:
+    h = [("Host", target.host_header())]
+    if body is not None:
+        h += [("Content-Type", "application/json"), ("Content-Length", str(len(body)))]
+    h.append(("Accept", NDJSON if stream else "application/json"))
     if token is not None:
         h.append(("Authorization", "Bearer " + token))
     return h
@@ -499,9 +569,9 @@ class StreamAssembler:
             raise SandboxUnavailableError(
                 "%s ended the stream without a result line" % self.where, provider=self.provider)
         data = dict(self.result)
-        data.pop("type", None)
+        is_result = data.pop("type", None) == "result"
         data.pop("streamed", None)
-        if "error" not in data:
+        if is_result or "error" not in data:
             for k in ("stdout", "stderr"):
                 if not data.get(k):
                     data[k] = b"".join(self.parts[k]).decode("utf-8", "replace")
@@ -536,3 +606,89 @@ def too_late(what: str, deadline_ms: float, timeout: int, grace: float, done: st
 
 def remaining_s(deadline: float) -> float:
     return deadline - time.monotonic()
+
+
+# ---- sessions (docs/SESSIONS.md) -------------------------------------------------------
+
+# session()'s keyword arguments and their names in POST /v1/sessions
+SESSION_KEYS = {
+    "language": "language", "sandbox_id": "sandboxId", "kv_enabled": "kvEnabled",
+    "memory_mb": "memoryMb", "cpus": "cpus", "pids_limit": "pidsLimit",
+    "strict_limits": "strictLimits", "max_output_bytes": "maxOutputBytes", "env": "env",
+    "network": "network", "allowed_hosts": "allowedHosts", "idle_timeout_ms": "idleTimeoutMs",
+    "max_lifetime_ms": "maxLifetimeMs",
+}
+SESSION_LANGUAGES = ("python", "javascript", "py", "python3", "js", "node")
+# what the client puts in a URL path: the service's ids are `ses_` + 32 hex digits
+_SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+def no_service(provider: str) -> SandboxConfigError:
+    return SandboxConfigError("sessions need a moat serve: give url or socket_path (docs/SESSIONS.md)",
+                              provider=provider)
+
+
+def _positive_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v > 0
+
+
+def session_request(opts: Mapping[str, Any], cfg: Mapping[str, Any], provider: str) -> Dict[str, Any]:
+    """POST /v1/sessions's body; the client-side refusals first (SandboxConfigError; a
+    language moat does not run at all: SandboxPolicyError, as for run)."""
+    language = opts.get("language")
+    if language is not None and language not in SESSION_LANGUAGES:
+        refused = language_refused(language, provider)
+        if refused:
+            raise refused
+        raise SandboxConfigError("sessions take python or javascript, not %s" % language, provider=provider)
+    for k in ("idle_timeout_ms", "max_lifetime_ms"):
+        if opts.get(k) is not None and not _positive_int(opts[k]):
+            raise SandboxConfigError("%s must be a whole number of ms > 0" % k, provider=provider)
+    request: Dict[str, Any] = {}
+    for k in DEFAULT_KEYS:
+        if k != "timeout" and cfg.get(k) is not None:
+            request[k] = cfg[k]
+    for k, wire in SESSION_KEYS.items():
+        if opts.get(k) is not None:
+            v = opts[k]
+            request[wire] = list(v) if wire == "allowedHosts" and isinstance(v, tuple) else v
+    return request
+
+
+def session_id_of(answer: Mapping[str, Any], provider: str) -> str:
+    sid = answer.get("id")
+    if not isinstance(sid, str) or not _SESSION_ID.match(sid):
+        raise SandboxUnavailableError("moat serve answered POST /v1/sessions without a session id",
+                                      provider=provider)
+    return sid
+
+
+def session_run_request(code: Any, stdin: Any, files: Any, timeout: Any, on_stdout: Any,
+                        on_stderr: Any, cfg: Mapping[str, Any], provider: str) -> Dict[str, Any]:
+    """A session step's body; its refusals before any request."""
+    def bad(msg: str) -> SandboxConfigError:
+        return SandboxConfigError(msg, provider=provider)
+    if not isinstance(code, str):
+        raise bad("code must be a string")
+    if stdin is not None and not isinstance(stdin, str):
+        raise bad("stdin must be a string")
+    if files is not None and not isinstance(files, Mapping):
+        raise bad("files must be a dict of path -> content")
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float))
+                                or not timeout > 0):
+        raise bad("timeout must be a number of ms > 0")
+    check_callbacks(on_stdout, on_stderr, provider)
+    request: Dict[str, Any] = {"code": code}
+    if cfg.get("timeout") is not None:
+        request["timeout"] = cfg["timeout"]
+    for k, v in (("stdin", stdin), ("files", None if files is None else dict(files)), ("timeout", timeout)):
+        if v is not None:
+            request[k] = v
+    return request
+
+
+def closed_here(sid: str, provider: str) -> SessionGoneError:
+    e = SessionGoneError("the session was closed by this client", provider=provider,
+                         reason="closed by this client")
+    e.session_id = sid
+    return e

@@ -71,6 +71,34 @@ class SandboxConfigError(SandboxError):
     _prefix = "Sandbox configuration error: "
 
 
+class _SessionError(SandboxError):
+    """A session's refusal (docs/SESSIONS.md, "Statuses"); ``session_id`` names it (the
+    caller's own id, which moat never logs)."""
+
+    def __init__(self, *args: Any, provider: Optional[str] = None, cause: Any = None) -> None:
+        super().__init__(*args, provider=provider, cause=cause)
+        self.session_id: Optional[str] = None
+
+
+class SessionBusyError(_SessionError):
+    """409: a step is running in this session (runs in one session are serialised)."""
+
+
+class SessionGoneError(_SessionError):
+    """410: the session was killed, expired or ended; ``reason`` says which and why (the
+    service's message, e.g. "the session was killed: memory limit exceeded (256 MiB)")."""
+
+    def __init__(self, *args: Any, provider: Optional[str] = None, cause: Any = None,
+                 reason: Optional[str] = None) -> None:
+        super().__init__(*args, provider=provider, cause=cause)
+        self.reason: str = self.message if reason is None else str(reason)
+
+
+class SessionNotFoundError(_SessionError):
+    """404: no such session for this caller (never existed, another caller's, or gone
+    long ago)."""
+
+
 ERROR_CLASSES = {
     "SandboxError": SandboxError,
     "SandboxUnavailableError": SandboxUnavailableError,

@@ -16,7 +16,10 @@ from typing import Any, Dict, List, Mapping, Optional, Set, Tuple
 
 from . import _core, _proc
 from ._core import Callback, RunResult
-from ._errors import SandboxConfigError, SandboxError, SandboxPolicyError, SandboxUnavailableError
+from ._errors import (
+    SandboxConfigError, SandboxError, SandboxPolicyError, SandboxUnavailableError, SessionGoneError,
+    SessionNotFoundError,
+)
 
 
 class Sandbox:
@@ -48,6 +51,7 @@ class Sandbox:
             self._token: Optional[str] = cfg.get("token")
             self._idle: List[Tuple[http.client.HTTPConnection, float]] = []
             self._inflight: Set[http.client.HTTPConnection] = set()
+            self._sessions: Dict[str, Session] = {}  # open sessions, closed by dispose()
             return
         if "token" in cfg:
             raise SandboxConfigError("token needs url or socketPath (a moat serve to send it to)",
@@ -94,9 +98,42 @@ class Sandbox:
                                      provider=provider)
         return _core.build_request(code, opts, {}, provider)
 
+    def session(self, *, language: Optional[str] = None, sandbox_id: Optional[str] = None,
+                kv_enabled: Optional[bool] = None, memory_mb: Optional[int] = None,
+                cpus: Optional[float] = None, pids_limit: Optional[int] = None,
+                strict_limits: Optional[bool] = None, max_output_bytes: Optional[int] = None,
+                env: Optional[Mapping[str, str]] = None, network: Optional[bool] = None,
+                allowed_hosts: Optional[List[str]] = None, idle_timeout_ms: Optional[int] = None,
+                max_lifetime_ms: Optional[int] = None) -> "Session":
+        """A live interpreter that keeps its state between runs (``POST /v1/sessions``,
+        docs/SESSIONS.md); a context manager that closes it. Needs a moat serve (``url`` or
+        ``socket_path``). The config's limits are sent unless given here."""
+        answer = self._call(self._create_call(locals()))
+        s = Session(self, _core.session_id_of(answer, self.provider), answer)
+        with self._lock:
+            if not self._disposed:
+                self._sessions[s.id] = s
+                return s
+        s.close()
+        raise SandboxError("sandbox disposed", provider=self.provider)
+
+    def _create_call(self, opts: Mapping[str, Any]) -> _core.Call:
+        """The checks of session() (sync and asyncio) and its POST /v1/sessions."""
+        if self._disposed:
+            raise SandboxError("sandbox disposed", provider=self.provider)
+        if not self._service:
+            raise _core.no_service(self.provider)
+        request = _core.session_request(opts, self._cfg, self.provider)
+        return _core.Call("POST", "/v1/sessions", request, self._control_timeout(), session=True, ok=201)
+
+    def _control_timeout(self) -> int:
+        """How long a session's create, info or close may take, before the grace."""
+        return _core.request_timeout({}, self._cfg)
+
     def dispose(self) -> None:
         """Stops running moat processes and removes the temporary config; through a
-        service, aborts the requests in flight (their run raises SandboxError)."""
+        service, aborts the requests in flight (their run raises SandboxError) and closes
+        the sessions opened through this sandbox."""
         with self._lock:
             if self._disposed:
                 return
@@ -105,10 +142,17 @@ class Sandbox:
             with self._lock:
                 idle, self._idle = self._idle, []
                 busy = list(self._inflight)
+                sessions = list(self._sessions.values())
             for c, _ in idle:
                 c.close()
             for c in busy:
                 _shutdown(c)
+            # their sandboxes are the service's memory: ended with this one
+            for s in sessions:
+                try:
+                    s._close(closing=True)
+                except SandboxError:
+                    pass
             return
         with self._lock:
             children = list(self._children)
@@ -281,14 +325,22 @@ class Sandbox:
 
     def _run_service(self, request: Dict[str, Any], on_stdout: Optional[Callback],
                      on_stderr: Optional[Callback]) -> RunResult:
+        started = time.monotonic()
+        call = _core.Call("POST", "/v1/run", request, _core.request_timeout(request, {}))
+        return _core.result_of(self._call(call, on_stdout, on_stderr), self.provider, started)
+
+    def _call(self, call: _core.Call, on_stdout: Optional[Callback] = None,
+              on_stderr: Optional[Callback] = None, closing: bool = False) -> Dict[str, Any]:
+        """One exchange with the service; the answer's JSON object. ``closing``: a session's
+        DELETE made by dispose() itself."""
         provider = self.provider
         t = self._target
         stream = on_stdout is not None or on_stderr is not None
-        timeout = _core.request_timeout(request, {})
+        timeout = call.timeout
         deadline_ms = timeout + self._grace
         started = time.monotonic()
         deadline = started + deadline_ms / 1000.0
-        body = json.dumps(request).encode("utf-8")
+        body = call.body
         headers = {k: v for k, v in _core.request_headers(body, self._token, stream, t) if k != "Host"}
 
         def late() -> SandboxUnavailableError:
@@ -307,7 +359,7 @@ class Sandbox:
                     if conn.sock is None:
                         conn.connect()
                     conn.sock.settimeout(max(0.001, _core.remaining_s(deadline)))
-                    conn.request("POST", t.path, body=body, headers=headers)
+                    conn.request(call.method, call.path(t), body=body, headers=headers)
                     resp = conn.getresponse()
                 except (BrokenPipeError, ConnectionResetError, http.client.RemoteDisconnected):
                     if self._disposed:
@@ -319,22 +371,22 @@ class Sandbox:
                 except socket.timeout:
                     raise late() from None
                 except (OSError, http.client.HTTPException) as e:
-                    if self._disposed:
+                    if self._disposed and not closing:
                         raise gone() from None
                     raise SandboxUnavailableError("cannot reach moat serve at %s: %s"
                                                   % (t.where, _oserror_text(e)), provider=provider) from None
                 try:
                     answer, keep = self._read_answer(conn, resp, deadline, stream, on_stdout, on_stderr,
-                                                     started)
+                                                     call)
                 except socket.timeout:
                     raise late() from None
                 except (OSError, http.client.HTTPException):
-                    if self._disposed:
+                    if self._disposed and not closing:
                         raise gone() from None
                     raise SandboxUnavailableError(
                         "moat serve at %s closed the connection before the whole answer" % t.where,
                         provider=provider) from None
-                if self._disposed:
+                if self._disposed and not closing:
                     raise gone()
                 return answer
             finally:
@@ -343,7 +395,7 @@ class Sandbox:
 
     def _read_answer(self, conn: http.client.HTTPConnection, resp: http.client.HTTPResponse,
                      deadline: float, stream: bool, on_stdout: Optional[Callback],
-                     on_stderr: Optional[Callback], started: float) -> Tuple[RunResult, bool]:
+                     on_stderr: Optional[Callback], call: _core.Call) -> Tuple[Dict[str, Any], bool]:
         provider = self.provider
         t = self._target
         hdrs = {k.lower(): v for k, v in resp.getheaders()}
@@ -364,9 +416,9 @@ class Sandbox:
                     pass
             self._check_complete(resp, b"")
             data = assembler.finish()
-            if isinstance(data.get("error"), Mapping):
-                raise _core.service_error(resp.status, data, hdrs, provider, t, self._token is not None)
-            return _core.result_of(data, provider, started), not resp.will_close
+            if not call.session and isinstance(data.get("error"), Mapping):
+                raise _core.service_error(resp.status, data, hdrs, provider, t, self._token is not None, call)
+            return data, not resp.will_close
         raw = bytearray()
         while True:
             if conn.sock is not None:
@@ -380,14 +432,14 @@ class Sandbox:
                                               % (t.where, _core.MAX_ANSWER_BYTES), provider=provider)
         self._check_complete(resp, b"")
         answer = _core.parse_json(bytes(raw))
-        if resp.status != 200 or (isinstance(answer, dict) and answer.get("error")):
-            raise _core.service_error(resp.status, answer, hdrs, provider, t, self._token is not None)
+        if resp.status != call.ok or (not call.session and isinstance(answer, dict) and answer.get("error")):
+            raise _core.service_error(resp.status, answer, hdrs, provider, t, self._token is not None, call)
         if not isinstance(answer, dict):
             raise SandboxUnavailableError("moat serve answered with something that is not a result",
                                           provider=provider)
         for _ in _core.deliver_whole(answer, on_stdout, on_stderr):
             pass
-        return _core.result_of(answer, provider, started), not resp.will_close
+        return answer, not resp.will_close
 
     def _check_complete(self, resp: http.client.HTTPResponse, tail: bytes) -> None:
         """A body cut short: a Content-Length not reached, a chunked body without its last
@@ -395,6 +447,74 @@ class Sandbox:
         if tail or (resp.length is not None and resp.length > 0) or \
                 (resp.chunked and resp.chunk_left is not None and not resp.isclosed()):
             raise http.client.IncompleteRead(tail)
+
+
+class Session:
+    """One session (docs/SESSIONS.md): ``id``, ``language``, ``expires_at``, ``created``
+    (``POST /v1/sessions``'s answer); ``run`` a step, ``info()``, ``close()`` (idempotent).
+    A context manager: ``with sandbox.session(language="python") as s: ...``."""
+
+    def __init__(self, sandbox: Sandbox, sid: str, created: Mapping[str, Any]) -> None:
+        self._s = sandbox
+        self.id = sid
+        self.created: Dict[str, Any] = dict(created)
+        self.language: Optional[str] = created.get("language")
+        self.expires_at: Optional[str] = created.get("expiresAt")
+        self._route = "/v1/sessions/" + sid
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def run(self, code: str, *, stdin: Optional[str] = None, files: Optional[Mapping[str, str]] = None,
+            timeout: Optional[int] = None, on_stdout: Optional[Callback] = None,
+            on_stderr: Optional[Callback] = None) -> RunResult:
+        """Runs ``code`` in the session's interpreter: the run's result plus ``error`` (the
+        step's exception or None), ``value``, ``display`` and ``session``. A run while
+        another runs raises SessionBusyError; after close(), SessionGoneError."""
+        s = self._s
+        if self._closed or s._disposed:
+            raise _core.closed_here(self.id, s.provider)
+        request = _core.session_run_request(code, stdin, files, timeout, on_stdout, on_stderr, s._cfg,
+                                            s.provider)
+        started = time.monotonic()
+        call = _core.Call("POST", self._route + "/run", request, _core.request_timeout(request, {}),
+                          session=True, session_id=self.id)
+        return _core.result_of(s._call(call, on_stdout, on_stderr), s.provider, started)
+
+    def info(self) -> _core.SessionInfo:
+        """``GET /v1/sessions/{id}``: state, runs, cpu time, memory, expiry, reason."""
+        s = self._s
+        if s._disposed:
+            raise SandboxError("sandbox disposed", provider=s.provider)
+        return _core.SessionInfo(s._call(_core.Call("GET", self._route, None, s._control_timeout(),
+                                                    session=True, session_id=self.id)))
+
+    def close(self) -> None:
+        """Ends the session (``DELETE``); a second call does nothing, and a session the
+        service already ended (410, 404) is closed."""
+        self._close(closing=False)
+
+    def _close(self, closing: bool) -> None:
+        s = self._s
+        with self._lock:  # one DELETE, whoever calls
+            if self._closed:
+                return
+            try:
+                s._call(_core.Call("DELETE", self._route, None, s._control_timeout(), session=True,
+                                   session_id=self.id), closing=closing)
+            except (SessionGoneError, SessionNotFoundError):
+                pass
+            self._closed = True
+        with s._lock:
+            s._sessions.pop(self.id, None)
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return "Session(language=%r, closed=%r)" % (self.language, self._closed)
 
 
 class _UnixConnection(http.client.HTTPConnection):

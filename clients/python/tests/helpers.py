@@ -108,11 +108,12 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             body: Any = json.loads(raw)
         except ValueError:
             body = raw
-        rec = Rec("POST", self.path, {k.lower(): v for k, v in self.headers.items()}, body)
+        rec = Rec(self.command, self.path, {k.lower(): v for k, v in self.headers.items()}, body)
         self.server.fake.seen.append(rec)
         self.server.fake.reply(self, rec)
 
     do_GET = do_POST
+    do_DELETE = do_POST
 
     # helpers for the replies
     def json(self, status: int, obj: Any, headers: Optional[Dict[str, str]] = None) -> None:
