@@ -186,3 +186,11 @@ test("process.exit() and an uncaught exception end as they did", () => {
   assert.equal(thrown.status, 1);
   assert.match(thrown.stderr, /Error: boom/);
 });
+
+test("output a slow reader has not taken yet is written whole before the program ends", () => {
+  const req = JSON.stringify(path.join(ROOT, "runtime", "js", "pool.cjs"));
+  const prog = `require(${req}).forTests.quickExit(); process.stdout.write("x".repeat(3000000) + "\\n");`;
+  const r = spawnSync("sh", ["-c", `"$0" -e "$1" | (sleep 0.5; wc -c)`, process.execPath, prog], { encoding: "utf8" });
+  assert.equal(r.status, 0);
+  assert.equal(r.stdout.trim(), "3000001");
+});
