@@ -514,8 +514,8 @@ async function main(boot) {
 // A program that ends by itself (its event loop empty, not process.exit())
 // ends here once its 'exit' listeners have run: node's own teardown after
 // them (the environment, the isolate and its heap, the platform's threads)
-// only frees memory of a sandbox that dies with the process, and took 3-10 ms
-// of a warm request's time on a 2-CPU host. The wrapper is put on process.emit
+// only frees memory of a sandbox that dies with the process, and took 1-9 ms
+// of a spaced warm request's time on a 2-CPU host. The wrapper is put on process.emit
 // at 'beforeExit' (always before a natural 'exit', after the program's own
 // start), so that it is the outermost: whatever the program wrapped round
 // emit for 'exit' (signal-exit does) runs first. stdout and stderr are pipes
