@@ -518,9 +518,11 @@ async function main(boot) {
 // of a spaced warm request's time on a 2-CPU host. The wrapper is put on process.emit
 // at 'beforeExit' (always before a natural 'exit', after the program's own
 // start), so that it is the outermost: whatever the program wrapped round
-// emit for 'exit' (signal-exit does) runs first. stdout and stderr are pipes
-// or files, written synchronously on Linux: nothing is left unwritten. The
-// status is what node's would be: process.exitCode, else 0.
+// emit for 'exit' (signal-exit does) runs first. Nothing is left unwritten:
+// a natural exit comes only once the event loop is empty, so every write to
+// stdout or stderr queued for a slow reader has gone (what an 'exit' listener
+// writes is as node's own exit leaves it). The status is what node's would
+// be: process.exitCode, else 0.
 function quickExit() {
   let armed = false;
   process.on("beforeExit", () => {
