@@ -32,6 +32,19 @@ const WARMUP = Number(process.env.WARMUP ?? 10);
 // sends them: a warm pool has refilled in between); req/s then counts the gaps too
 const GAP_MS = Number(process.env.GAP_MS || 0);
 const CLIENTS = (process.env.CLIENTS || '1,2,8').split(',').map(Number).filter((n) => n > 0);
+// SEED: the order of the cells in each round is shuffled with it (default: the time,
+// printed with the tables). In a fixed order one workload always followed the same
+// other one and paid for what that one left behind: the pool refilling the kinds it
+// used (a node start, an esbuild), held while the service's CPUs were busy and made as
+// soon as they were not (docs/benchmarks-latest.md, "The fresh-connection gap").
+const SEED = Number(process.env.SEED || Date.now() % 1000000);
+let rng = SEED >>> 0;
+const random = () => { rng = (Math.imul(rng, 1664525) + 1013904223) >>> 0; return rng / 2 ** 32; };
+const shuffled = (xs) => {
+  const v = [...xs];
+  for (let i = v.length - 1; i > 0; i--) { const j = Math.floor(random() * (i + 1)); [v[i], v[j]] = [v[j], v[i]]; }
+  return v;
+};
 const WORKLOADS = (process.env.WORKLOADS ||
   'py-script,py-script-fresh,py-script-cold,py-script-cold-fresh,bare-py,js-script,js-script-fresh,js-script-cold,bare-node,ts-script,ts-script-fresh,ts-script-cold,py-handler,py-handler-cold,ts-handler,ts-handler-cold,exec-py').split(',');
 
@@ -302,7 +315,7 @@ async function main() {
       for (let round = 0; round < ROUNDS; round++) {
         // this round's part: the requests left over by the division go to the first rounds
         const part = Math.floor(REQUESTS / ROUNDS) + (round < REQUESTS % ROUNDS ? 1 : 0);
-        for (const c of cells) {
+        for (const c of shuffled(cells)) {
           const r = await drive(workloads[c.name], clients, part, cfgFile);
           c.lat.push(...r.lat);
           c.errors.push(...r.errors);
@@ -327,7 +340,7 @@ async function main() {
   console.log(`${os.cpus().length} CPUs (${os.cpus()[0]?.model?.trim() ?? '?'}), Linux ${os.release()}, ` +
     `node ${process.version}, load average after: ${load}. moat serve on a unix socket, ` +
     `--max-concurrent ${args.cpus ?? '?'} --queue ${args.queue ?? '?'}; ${REQUESTS} requests per cell` +
-    `${ROUNDS > 1 ? ` in ${ROUNDS} interleaved rounds` : ''} after ${WARMUP} not timed${GAP_MS > 0 ? `, each client pausing ${GAP_MS} ms after each answer` : ''}; one keep-alive connection per client (the \`-fresh\` workloads: a new connection per request); run limits ${JSON.stringify(LIMITS)} ` +
+    `${ROUNDS > 1 ? ` in ${ROUNDS} interleaved rounds` : ''}, each round in its own random order (SEED=${SEED}), after ${WARMUP} not timed${GAP_MS > 0 ? `, each client pausing ${GAP_MS} ms after each answer` : ''}; one keep-alive connection per client (the \`-fresh\` workloads: a new connection per request); run limits ${JSON.stringify(LIMITS)} ` +
     '(the service\'s defaults, sent to moat exec as well). Latency from request to the whole answer.');
   console.log('');
   console.log('| workload | clients | ok | failed | p50 ms | p90 ms | p99 ms | req/s |');

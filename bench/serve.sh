@@ -10,10 +10,10 @@
 # runtime/ of this checkout), QUEUE (--queue, 1024), NODE (node), GAP_MS (a pause after each
 # answer, per client: spaced requests), POOL_FLAGS (more flags for the pooled service, e.g.
 # --no-pool-zygote for the warm Python interpreters instead of the zygote), ROUNDS (each
-# cell in that many parts, the workloads taking turns: bench/serve-load.mjs; default 5, so
-# that the two sides of a ratio see the same host); SESSIONS=0 leaves out the session step's
-# table (bench/session-load.mjs: SESSION_ROUNDS, SESSION_CODE, SESSION_LANGUAGE),
-# SESSION_ONLY=1 prints only that one.
+# cell in that many parts, the workloads taking turns in a random order each round (SEED):
+# bench/serve-load.mjs; default 5, so that the two sides of a ratio see the same host);
+# SESSIONS=0 leaves out the session step's table (bench/session-load.mjs: SESSION_ROUNDS,
+# SESSION_CODE, SESSION_LANGUAGE), SESSION_ONLY=1 prints only that one.
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)

@@ -507,10 +507,37 @@ async function main(boot) {
   const Module = require("node:module");
   delete require.cache[main];
   process.argv[1] = main;
+  quickExit();
   Module.runMain(main);
+}
+
+// A program that ends by itself (its event loop empty, not process.exit())
+// ends here once its 'exit' listeners have run: node's own teardown after
+// them (the environment, the isolate and its heap, the platform's threads)
+// only frees memory of a sandbox that dies with the process, and took 1-9 ms
+// of a spaced warm request's time on a 2-CPU host. The wrapper is put on process.emit
+// at 'beforeExit' (always before a natural 'exit', after the program's own
+// start), so that it is the outermost: whatever the program wrapped round
+// emit for 'exit' (signal-exit does) runs first. Nothing is left unwritten:
+// a natural exit comes only once the event loop is empty, so every write to
+// stdout or stderr queued for a slow reader has gone (what an 'exit' listener
+// writes is as node's own exit leaves it). The status is what node's would
+// be: process.exitCode, else 0.
+function quickExit() {
+  let armed = false;
+  process.on("beforeExit", () => {
+    if (armed) return;
+    armed = true;
+    const emit = process.emit;
+    process.emit = function (ev, ...args) {
+      const r = emit.call(this, ev, ...args);
+      if (ev === "exit") process.reallyExit(process.exitCode ?? 0);
+      return r;
+    };
+  });
 }
 
 module.exports = { main };
 // for tests/runtime/pool.test.cjs only
 module.exports.forTests = { encodePacket, decodePacket, cliWording, prestart, stop, SERVICE_VERSION,
-  parseRequest };
+  parseRequest, quickExit };

@@ -143,3 +143,54 @@ test("another esbuild, or one that speaks nonsense, waits as a cold run's would"
       fs.rmSync(dir, { recursive: true });
     }
   });
+
+// A warm node's program that ends by itself ends at process.reallyExit once
+// its 'exit' listeners have run (quickExit: node's teardown after them is of
+// no use to a sandbox that dies with it), with the status node would give it,
+// its output whole, and a wrapper the program put round process.emit run first.
+test("a program that ends by itself ends after its exit listeners, with its status", () => {
+  const prog = `
+    const { forTests } = require(${JSON.stringify(path.join(ROOT, "runtime", "js", "pool.cjs"))});
+    forTests.quickExit();
+    const really = process.reallyExit;
+    process.reallyExit = (code) => { process.stdout.write("reallyExit " + code + "\\n"); really(code); };
+    const emit = process.emit;
+    process.emit = function (ev, ...a) {
+      const r = emit.call(this, ev, ...a);
+      if (ev === "exit") process.stdout.write("wrapper after exit\\n");
+      return r;
+    };
+    let n = 0;
+    process.on("beforeExit", () => { if (n++ < 1) setTimeout(() => process.stdout.write("more work\\n"), 1); });
+    process.on("exit", (code) => { process.stdout.write("exit listener " + code + "\\n"); process.exitCode = 7; });
+    process.stdout.write("x".repeat(200000) + "\\n");
+  `;
+  const r = spawnSync(process.execPath, ["-e", prog], { encoding: "utf8", maxBuffer: 1 << 20 });
+  assert.equal(r.stderr, "");
+  assert.equal(r.status, 7);
+  const lines = r.stdout.split("\n");
+  assert.equal(lines[0].length, 200000);
+  assert.deepEqual(lines.slice(1), ["more work", "exit listener 0", "wrapper after exit", "reallyExit 7", ""]);
+});
+
+test("process.exit() and an uncaught exception end as they did", () => {
+  const req = JSON.stringify(path.join(ROOT, "runtime", "js", "pool.cjs"));
+  const exit = spawnSync(process.execPath, ["-e",
+    `require(${req}).forTests.quickExit(); process.on("exit", (c) => console.log("exit", c)); process.exit(3)`],
+  { encoding: "utf8" });
+  assert.equal(exit.status, 3);
+  assert.equal(exit.stdout, "exit 3\n");
+  const thrown = spawnSync(process.execPath, ["-e",
+    `require(${req}).forTests.quickExit(); setTimeout(() => { throw new Error("boom") }, 1)`],
+  { encoding: "utf8" });
+  assert.equal(thrown.status, 1);
+  assert.match(thrown.stderr, /Error: boom/);
+});
+
+test("output a slow reader has not taken yet is written whole before the program ends", () => {
+  const req = JSON.stringify(path.join(ROOT, "runtime", "js", "pool.cjs"));
+  const prog = `require(${req}).forTests.quickExit(); process.stdout.write("x".repeat(3000000) + "\\n");`;
+  const r = spawnSync("sh", ["-c", `"$0" -e "$1" | (sleep 0.5; wc -c)`, process.execPath, prog], { encoding: "utf8" });
+  assert.equal(r.status, 0);
+  assert.equal(r.stdout.trim(), "3000001");
+});
