@@ -328,12 +328,12 @@ def main():
     os.set_inheritable(CTL, False)
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ.setdefault("MPLCONFIGDIR", "/tmp/.moat-mpl")
-    # Debian's matplotlib reads /etc/matplotlibrc, which a sandbox's root may
-    # not have; the same file is under /usr
+    # Debian's matplotlib reads /etc/matplotlibrc, and fontconfig /etc/fonts:
+    # the default root binds both (rootfs/default.plan), a --rootfs root may
+    # lack them; then the files under /usr and the runtime stand in
     if ("MATPLOTLIBRC" not in os.environ and not os.path.exists("/etc/matplotlibrc")
             and os.path.exists(MPLRC_USR)):
         os.environ["MATPLOTLIBRC"] = MPLRC_USR
-    # and fontconfig (matplotlib runs fc-list) /etc/fonts
     if ("FONTCONFIG_FILE" not in os.environ and not os.path.exists("/etc/fonts/fonts.conf")
             and os.path.exists(FONTS_CONF)):
         os.environ["FONTCONFIG_FILE"] = FONTS_CONF

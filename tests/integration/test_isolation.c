@@ -6,6 +6,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <glob.h>
 #include <grp.h>
 #include <limits.h>
 #include <netinet/in.h>
@@ -443,6 +444,8 @@ START_TEST(etc_only_planned_files)
 		{ "/etc/ca-certificates.conf", "ca-certificates.conf" }, { "/etc/mime.types", "mime.types" },
 		{ "/etc/python3", "python3" }, { "/etc/python3.11", "python3.11" },
 		{ "/etc/python3.12", "python3.12" }, { "/etc/python3.13", "python3.13" },
+		{ "/etc/timezone", "timezone" }, { "/etc/matplotlibrc", "matplotlibrc" },
+		{ "/etc/fonts", "fonts" },
 	};
 	const char *names[32] = { "passwd", "group", "hosts", "hostname" };
 	size_t n = 4;
@@ -458,15 +461,131 @@ START_TEST(etc_only_planned_files)
 	}
 	char list[1024], want[2048];
 	py_list(names, n, list, sizeof list);
+	/* /etc/ssl holds only the two planned entries, never the host's private/ */
+	const char *ssl[2];
+	size_t nssl = 0;
+	if (access("/etc/ssl/certs", F_OK) == 0)
+		ssl[nssl++] = "certs";
+	if (access("/etc/ssl/openssl.cnf", F_OK) == 0)
+		ssl[nssl++] = "openssl.cnf";
+	char ssl_list[128];
+	py_list(ssl, nssl, ssl_list, sizeof ssl_list);
 	snprintf(want, sizeof want,
-		 "%s\n['nobody', 'root']\n['nogroup', 'root']\nmoat\n", list);
+		 "%s\n['nobody', 'root']\n['nogroup', 'root']\nmoat\n%s\n[]\n", list,
+		 nssl ? ssl_list : "[]");
+	/* what the plan refuses (docs/rootfs.md): secrets, credentials of other
+	 * tools, the host's identity and configuration; asked by name too, so a
+	 * bind of a whole directory that brought one of them in fails here */
 	expect_py(_i,
 		  "import os\n"
 		  "print(sorted(os.listdir('/etc')))\n"
 		  "print(sorted(l.split(':')[0] for l in open('/etc/passwd') if l.strip()))\n"
 		  "print(sorted(l.split(':')[0] for l in open('/etc/group') if l.strip()))\n"
-		  "print(open('/etc/hostname').read().strip())\n",
+		  "print(open('/etc/hostname').read().strip())\n"
+		  "print(sorted(os.listdir('/etc/ssl')) if os.path.isdir('/etc/ssl') else [])\n"
+		  "print([p for p in ['/etc/shadow', '/etc/shadow-', '/etc/gshadow', '/etc/gshadow-',\n"
+		  "       '/etc/passwd-', '/etc/group-', '/etc/subuid', '/etc/subgid', '/etc/sudoers',\n"
+		  "       '/etc/sudoers.d', '/etc/ssh', '/etc/ssl/private', '/etc/pam.d', '/etc/security',\n"
+		  "       '/etc/machine-id', '/etc/resolv.conf', '/etc/gitconfig', '/etc/pip.conf',\n"
+		  "       '/etc/npmrc', '/etc/wgetrc', '/etc/environment', '/etc/profile', '/etc/apt',\n"
+		  "       '/etc/cron.d', '/etc/crontab', '/etc/fstab', '/etc/krb5.keytab', '/etc/ldap',\n"
+		  "       '/etc/docker', '/etc/containers', '/etc/netrc',\n"
+		  "       '/root', '/root/.ssh', '/home', '/var/cache/fontconfig']\n"
+		  "       if os.path.lexists(p)])\n",
 		  want);
+}
+END_TEST
+
+/* Host matplotlib the sandbox's python3 (/usr/bin) would import: Debian's
+ * python3-matplotlib, or one installed under /usr/local. */
+static bool host_has_matplotlib(void)
+{
+	static const char *const pats[] = {
+		"/usr/lib/python3/dist-packages/matplotlib/__init__.py",
+		"/usr/local/lib/python3*/dist-packages/matplotlib/__init__.py",
+	};
+	for (size_t i = 0; i < sizeof pats / sizeof pats[0]; i++) {
+		glob_t g;
+		bool hit = glob(pats[i], 0, NULL, &g) == 0 && g.gl_pathc > 0;
+		globfree(&g);
+		if (hit)
+			return true;
+	}
+	return false;
+}
+
+/* An agent's most common snippet in a cold run (no session driver, no env):
+ * matplotlib imports (Debian's reads /etc/matplotlibrc, which the plan binds),
+ * draws with Agg and saves a PNG that comes back through "outputs". */
+START_TEST(matplotlib_plot_cold_run)
+{
+	HARNESS_MODE_GUARD(_i);
+	if (!host_has_matplotlib()) {
+		harness_skip("%s: the host has no matplotlib (python3-matplotlib)", __func__);
+		return;
+	}
+	struct run_out o;
+	harness_exec_code(_i, "python",
+			  "import matplotlib\n"
+			  "matplotlib.use('Agg')\n"
+			  "import matplotlib.pyplot as plt\n"
+			  "fig, ax = plt.subplots()\n"
+			  "ax.plot([1, 3, 2], label='moat')\n"
+			  "ax.set_title('a plot'); ax.legend()\n"
+			  "fig.savefig('/sandbox/plot.png')\n"
+			  "print(matplotlib.get_backend(), matplotlib.matplotlib_fname())\n",
+			  ",\"outputs\":[\"plot.png\"]", &o);
+	const char *so = harness_str(&o, "stdout"), *se = harness_str(&o, "stderr");
+	ck_assert_msg(o.status == 0 && harness_num(&o, "exitCode") == 0,
+		      "mode %d: stdout [%s] stderr [%.2000s]", _i, so, se);
+	/* Debian's file when the host has it, else matplotlib's own */
+	const char *rc = access("/etc/matplotlibrc", F_OK) == 0 ? "agg /etc/matplotlibrc\n" : "agg ";
+	ck_assert_msg(so && !strncmp(so, rc, strlen(rc)), "mode %d: stdout [%s]", _i, so);
+	ck_assert_msg(!se || !strstr(se, "Fontconfig error"), "mode %d: stderr [%s]", _i, se);
+	const cJSON *files = cJSON_GetObjectItemCaseSensitive(o.json, "files");
+	const cJSON *png = cJSON_GetObjectItemCaseSensitive(files, "plot.png");
+	ck_assert_msg(cJSON_IsObject(png), "mode %d: no plot.png: %.500s", _i, o.out);
+	const cJSON *enc = cJSON_GetObjectItemCaseSensitive(png, "encoding");
+	const cJSON *content = cJSON_GetObjectItemCaseSensitive(png, "content");
+	ck_assert(cJSON_IsString(enc) && !strcmp(enc->valuestring, "base64"));
+	/* base64 of "\x89PNG\r\n\x1a\n" */
+	ck_assert_msg(cJSON_IsString(content) && !strncmp(content->valuestring, "iVBORw0KGgo", 11),
+		      "mode %d: not a PNG: %.40s", _i,
+		      cJSON_IsString(content) ? content->valuestring : "(none)");
+	ck_assert_uint_gt(strlen(content->valuestring), 1000);
+	harness_free(&o);
+}
+END_TEST
+
+/* fontconfig reads its configuration (/etc/fonts, bound by the plan) and
+ * finds a font under /usr: fc-match where the host has it, else matplotlib's
+ * font manager (which asks fontconfig too). */
+START_TEST(fontconfig_finds_a_font)
+{
+	HARNESS_MODE_GUARD(_i);
+	bool fc = access("/usr/bin/fc-match", X_OK) == 0;
+	if (!fc && !host_has_matplotlib()) {
+		harness_skip("%s: the host has neither fc-match (fontconfig) nor matplotlib", __func__);
+		return;
+	}
+	if (access("/etc/fonts/fonts.conf", F_OK) != 0) {
+		harness_skip("%s: the host has no /etc/fonts/fonts.conf", __func__);
+		return;
+	}
+	const char *code =
+		fc ? "import os, subprocess\n"
+		     "r = subprocess.run(['fc-match', '-f', '%{file}', 'sans-serif'], capture_output=True,\n"
+		     "                   text=True)\n"
+		     "n = subprocess.run(['fc-list'], capture_output=True, text=True)\n"
+		     "print(r.returncode, repr(r.stderr), repr(n.stderr), len(n.stdout.splitlines()) > 0)\n"
+		     "print(r.stdout.startswith('/usr/'), os.path.isfile(r.stdout))\n"
+		   : "import os, warnings\n"
+		     "warnings.simplefilter('error')\n"
+		     "from matplotlib import font_manager\n"
+		     "f = font_manager.findfont('sans-serif', fallback_to_default=False)\n"
+		     "print(0, repr(''), repr(''), len(font_manager.get_font_names()) > 0)\n"
+		     "print(f.startswith('/usr/'), os.path.isfile(f))\n";
+	expect_py(_i, code, "0 '' '' True\nTrue True\n");
 }
 END_TEST
 
@@ -1058,6 +1177,8 @@ Suite *isolation_suite(void)
 	tcase_add_loop_test(tc, ptys_private_instance, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, host_paths_hidden, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, etc_only_planned_files, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, matplotlib_plot_cold_run, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, fontconfig_finds_a_font, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ids_are_nobody, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, no_capabilities_no_new_privs, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, only_sandbox_pids, MODE_ROOT, MODE_ROOTLESS + 1);

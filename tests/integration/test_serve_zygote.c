@@ -466,6 +466,55 @@ START_TEST(zygote_child_waits_locked_down)
 }
 END_TEST
 
+/* An agent's plot in a pooled request (no env, no session driver): the
+ * zygote's children and the warm interpreters have the default root's
+ * /etc/matplotlibrc and /etc/fonts (rootfs/default.plan), so matplotlib
+ * imports and draws a PNG, with no fontconfig error (SECURITY.md row 107). */
+#define PY_PLOT                                                                             \
+	"import io, matplotlib\n"                                                               \
+	"matplotlib.use('Agg')\n"                                                               \
+	"import matplotlib.pyplot as plt\n"                                                     \
+	"fig, ax = plt.subplots(); ax.plot([1, 3, 2]); ax.set_title('a plot')\n"               \
+	"b = io.BytesIO(); fig.savefig(b, format='png')\n"                                      \
+	"print(b.getvalue()[:8], len(b.getvalue()) > 1000)\n"
+
+static void pool_plot(struct server *s, const char *what)
+{
+	pool_wait_ready(s, "python", 1);
+	char *q = harness_json_quote(PY_PLOT), *body = NULL;
+	ck_assert_int_ge(asprintf(&body, "{\"code\":%s}", q), 0);
+	struct resp r;
+	v1(s, body, &r);
+	ck_assert_msg(pooled(&r) && jnum(r.json, "exitCode") == 0 &&
+			      !strcmp(jstr(r.json, "stdout"), "b'\\x89PNG\\r\\n\\x1a\\n' True\n") &&
+			      !strstr(jstr(r.json, "stderr"), "Fontconfig error"),
+		      "%s: %.1500s", what, r.body);
+	resp_free(&r);
+	free(body);
+	free(q);
+}
+
+START_TEST(pooled_plot_needs_no_env)
+{
+	HARNESS_MODE_GUARD(_i);
+	if (access("/usr/lib/python3/dist-packages/matplotlib/__init__.py", F_OK) != 0) {
+		harness_skip("%s: the host has no python3-matplotlib", __func__);
+		return;
+	}
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = 1 };
+	server_start(&s, _i, &o);
+	pool_wait_zygote(&s);
+	pool_plot(&s, "a zygote's child");
+	server_stop_pool(&s, pool_idle_children(1, true));
+	o = (struct server_opts){ .socket = true, .pool = 1,
+				  .config = "{\"serve\":{\"poolZygote\":false}}" };
+	server_start(&s, _i, &o);
+	pool_plot(&s, "a warm interpreter");
+	server_stop_pool(&s, pool_idle_children(1, false));
+}
+END_TEST
+
 void serve_zygote_tests(Suite *s, const char *only)
 {
 	TCase *tc = serve_tcase(s, "zygote");
@@ -477,4 +526,5 @@ void serve_zygote_tests(Suite *s, const char *only)
 	SERVE_ADD(tc, only, mountinfo_names_no_runtime_path, SERVE_MODES);
 	SERVE_ADD(tc, only, zygote_child_tree_is_a_cold_runs, SERVE_MODES);
 	SERVE_ADD(tc, only, zygote_child_waits_locked_down, SERVE_MODES);
+	SERVE_ADD(tc, only, pooled_plot_needs_no_env, SERVE_MODES);
 }
