@@ -220,8 +220,10 @@ check-k8s: $(BUILD)/moat $(BUILD)/test-integration $(BUILD)/oci-seccomp
 	    bash tests/deploy/seccomp.sh $(BUILD) $(K8S_SUITES) || rc=1; exit $$rc
 
 # The limits and runner suites again on a pure cgroup v2 kernel under qemu
-# (tools/vm/README.md), in one boot; this machine's cgroups are v1.
-VM_SUITES ?= limits runner systemd
+# (tools/vm/README.md), in one boot; this machine's cgroups are v1. pool_session:
+# a session's memory held across steps and its CPU time per step read from
+# cgroup v2's files (memory.max, cpu.stat)
+VM_SUITES ?= limits runner systemd pool_session
 # Two moat serve nodes in network namespaces, one Redis, HAProxy (root; part of make check)
 check-cluster: $(BUILD)/moat
 	bash tests/cluster/two-node.sh $(BUILD)/moat
