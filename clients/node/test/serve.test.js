@@ -4,7 +4,6 @@
 // ($MOAT_BIN, else ../../../build/moat), skipped when that binary has no `serve`.
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn, spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const http = require('node:http');
 const net = require('node:net');
@@ -334,55 +333,7 @@ function freePort() {
 
 // ---- the real moat serve ---------------------------------------------------------------
 
-const MOAT = process.env.MOAT_BIN || path.resolve(__dirname, '../../../build/moat');
-const RUNTIME = path.resolve(__dirname, '../../../runtime');
-const skip = (() => {
-  if (!fs.existsSync(MOAT)) return `no moat binary at ${MOAT} (set MOAT_BIN)`;
-  const r = spawnSync(MOAT, ['serve', '--help'], { timeout: 10000, encoding: 'utf8' });
-  if (r.status !== 0) return `\`${MOAT} serve --help\` fails (no moat serve in this build)`;
-  return false;
-})();
-
-function get(where, p) {
-  return new Promise((resolve, reject) => {
-    const req = http.get({ ...where, path: p, timeout: 2000 }, (res) => {
-      let b = '';
-      res.on('data', (d) => { b += d; });
-      res.on('end', () => resolve({ status: res.statusCode, body: b }));
-    });
-    req.on('timeout', () => req.destroy(new Error('timeout')));
-    req.on('error', reject);
-  });
-}
-
-// Starts `moat serve ARGS` and waits until GET /healthz answers {"status":"ok"}.
-async function startServe(args, where) {
-  const child = spawn(MOAT, ['serve', ...args, '--runtime', RUNTIME], { stdio: ['ignore', 'ignore', 'pipe'] });
-  const srv = { child, log: '', exit: null };
-  child.stderr.on('data', (d) => { srv.log += d; });
-  srv.exited = new Promise((r) => child.on('exit', (code, sig) => { srv.exit = { code, sig }; r(srv.exit); }));
-  const t0 = Date.now();
-  for (;;) {
-    if (srv.exit) throw new Error(`moat serve exited (${JSON.stringify(srv.exit)}): ${srv.log.slice(-2000)}`);
-    try {
-      const h = await get(where, '/healthz');
-      if (h.status === 200) { assert.deepEqual(JSON.parse(h.body), { status: 'ok' }); return srv; }
-    } catch { /* not up yet */ }
-    if (Date.now() - t0 > 20000) {
-      child.kill('SIGKILL');
-      throw new Error(`moat serve did not answer /healthz within 20 s: ${srv.log.slice(-2000)}`);
-    }
-    await new Promise((r) => setTimeout(r, 50));
-  }
-}
-async function stopServe(srv) {
-  if (!srv || srv.exit) return srv && srv.exit;
-  srv.child.kill('SIGTERM');
-  const t = setTimeout(() => srv.child.kill('SIGKILL'), 20000);
-  const e = await srv.exited;
-  clearTimeout(t);
-  return e;
-}
+const { skip, startServe, stopServe } = require('../test-support/serve');
 
 describe('real moat serve on a unix socket', () => {
   const sock = path.join(tmp, 'moat.sock');

@@ -5,7 +5,6 @@
 // ../../../build/moat), skipped when that binary has no `serve`.
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn, spawnSync } = require('node:child_process');
 const fs = require('node:fs');
 const http = require('node:http');
 const os = require('node:os');
@@ -344,51 +343,21 @@ describe('sessions need a service', () => {
 
 // ---- the real moat serve ---------------------------------------------------------------
 
-const MOAT = process.env.MOAT_BIN || path.resolve(__dirname, '../../../build/moat');
-const RUNTIME = path.resolve(__dirname, '../../../runtime');
-const skip = (() => {
-  if (!fs.existsSync(MOAT)) return `no moat binary at ${MOAT} (set MOAT_BIN)`;
-  const r = spawnSync(MOAT, ['serve', '--help'], { timeout: 10000, encoding: 'utf8' });
-  if (r.status !== 0) return `\`${MOAT} serve --help\` fails (no moat serve in this build)`;
-  return false;
-})();
+const { skip, startServe, stopServe } = require('../test-support/serve');
 
-function healthz(sock) {
-  return new Promise((resolve) => {
-    const req = http.get({ socketPath: sock, path: '/healthz', timeout: 2000 }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode === 200));
-    });
-    req.on('error', () => resolve(false));
-    req.on('timeout', () => req.destroy());
-  });
-}
 
 describe('sessions: a real moat serve on a unix socket', () => {
   const sock = path.join(tmp, 'moat.sock');
-  let child;
-  let exited;
-  let log = '';
+  let srv;
   let sb;
   before(async () => {
     if (skip) return;
-    child = spawn(MOAT, ['serve', '--socket', sock, '--pool', '0', '--runtime', RUNTIME],
-      { stdio: ['ignore', 'ignore', 'pipe'] });
-    child.stderr.on('data', (d) => { log += d; });
-    exited = new Promise((r) => child.on('exit', (code, sig) => r({ code, sig })));
-    const t0 = Date.now();
-    while (!(await healthz(sock))) {
-      if (Date.now() - t0 > 30000) throw new Error(`moat serve did not answer /healthz within 30 s: ${log.slice(-2000)}`);
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    srv = await startServe(['--socket', sock, '--pool', '0'], { socketPath: sock });
     sb = createSandbox({ socketPath: sock, timeout: 20000 });
   });
   after(async () => {
     if (sb) await sb.dispose();
-    if (child) {
-      child.kill('SIGTERM');
-      assert.deepEqual(await exited, { code: 0, sig: null }, log.slice(-2000));
-    }
+    if (srv) assert.deepEqual(await stopServe(srv), { code: 0, sig: null }, srv.log.slice(-2000));
   });
 
   it('python: state kept across steps, value, error, info, close then run and info', { skip }, async () => {

@@ -5,21 +5,12 @@
 // ../../../build/moat.
 const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
-const { spawn, spawnSync } = require('node:child_process');
 const fs = require('node:fs');
-const http = require('node:http');
 const os = require('node:os');
 const path = require('node:path');
 const { createSandbox, SandboxConfigError } = require('..');
 
-const MOAT = process.env.MOAT_BIN || path.resolve(__dirname, '../../../build/moat');
-const RUNTIME = path.resolve(__dirname, '../../../runtime');
-const skip = (() => {
-  if (!fs.existsSync(MOAT)) return `no moat binary at ${MOAT} (set MOAT_BIN)`;
-  const r = spawnSync(MOAT, ['serve', '--help'], { timeout: 10000, encoding: 'utf8' });
-  if (r.status !== 0) return `\`${MOAT} serve --help\` fails (no moat serve in this build)`;
-  return false;
-})();
+const { MOAT, skip, startServe, stopServe } = require('../test-support/serve');
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-stream-test-'));
 after(() => fs.rmSync(tmp, { recursive: true, force: true }));
 
@@ -99,40 +90,19 @@ describe('exec path: moat exec --stream', () => {
   it('refusals', async () => { await refusals(s); });
 });
 
-function healthz(sock) {
-  return new Promise((resolve) => {
-    const req = http.get({ socketPath: sock, path: '/healthz', timeout: 2000 }, (res) => {
-      res.resume();
-      res.on('end', () => resolve(res.statusCode === 200));
-    });
-    req.on('error', () => resolve(false));
-    req.on('timeout', () => req.destroy());
-  });
-}
 
 describe('service path: a real moat serve', () => {
   const sock = path.join(tmp, 'moat.sock');
-  let child;
-  let exited;
+  let srv;
   let s;
   before(async () => {
     if (skip) return;
-    child = spawn(MOAT, ['serve', '--socket', sock, '--pool', '0', '--runtime', RUNTIME],
-      { stdio: ['ignore', 'ignore', 'ignore'] });
-    exited = new Promise((r) => child.on('exit', (code, sig) => r({ code, sig })));
-    const t0 = Date.now();
-    while (!(await healthz(sock))) {
-      if (Date.now() - t0 > 20000) throw new Error('moat serve did not answer /healthz within 20 s');
-      await new Promise((r) => setTimeout(r, 50));
-    }
+    srv = await startServe(['--socket', sock, '--pool', '0'], { socketPath: sock });
     s = createSandbox({ provider: 'native', socketPath: sock, timeout: 20000 });
   });
   after(async () => {
     if (s) await s.dispose();
-    if (child) {
-      child.kill('SIGTERM');
-      assert.deepEqual(await exited, { code: 0, sig: null });
-    }
+    if (srv) assert.deepEqual(await stopServe(srv), { code: 0, sig: null }, srv.log.slice(-2000));
   });
 
   it('chunks as they come, the result unchanged', { skip }, async () => {
