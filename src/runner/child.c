@@ -450,6 +450,7 @@ int moat_child_main(const struct moat_child *c)
 		fail(c, MOAT_STEP_CAPS, 0);
 	if (hide_host_cmdline() < 0)
 		fail(c, MOAT_STEP_CMDLINE, 0);
+	moat_stamp("init: prepared, waits for the id maps");
 	if (moat_sync_wait(c->sync_fd, MOAT_SYNC_IDS) < 0)
 		moat_sys_exit(125); /* the supervisor gave up: nothing to report to */
 	moat_stamp("init: released");

@@ -395,6 +395,51 @@ START_TEST(killed_by_signal)
 }
 END_TEST
 
+/* moat started with signals ignored and blocked (as a shell's background job
+ * or a service manager may start it): the program still gets every signal
+ * at its default and an empty mask, whichever way pid 1 finds the
+ * dispositions to reset. */
+static int prep_signals_ignored(int mode, void *arg)
+{
+	(void)mode;
+	(void)arg;
+	struct sigaction ign = { .sa_handler = SIG_IGN };
+	int sigs[] = { SIGHUP, SIGINT, SIGUSR2, SIGTERM, SIGRTMIN + 3, SIGRTMAX };
+	for (size_t i = 0; i < sizeof sigs / sizeof sigs[0]; i++)
+		if (sigaction(sigs[i], &ign, NULL) < 0) {
+			perror("sigaction");
+			return -1;
+		}
+	sigset_t block;
+	sigemptyset(&block);
+	sigaddset(&block, SIGUSR1);
+	sigaddset(&block, SIGRTMIN + 5);
+	if (sigprocmask(SIG_BLOCK, &block, NULL) < 0) {
+		perror("sigprocmask");
+		return -1;
+	}
+	return 0;
+}
+
+START_TEST(program_signals_default)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *args[] = { "run", "-l", "sh", "-c",
+			       "exec cat /proc/self/status", NULL };
+	struct harness_proc p;
+	harness_start(_i, args, NULL, 0, NULL, prep_signals_ignored, NULL, &p);
+	struct run_out o = { 0 };
+	harness_finish(&p, &o);
+	ck_assert_msg(o.status == 0, "status %d, stderr %s", o.status, o.err);
+	/* cat installs no handler: what it shows is what it was started with */
+	const char *lines[] = { "\nSigBlk:\t0000000000000000\n", "\nSigIgn:\t0000000000000000\n",
+				"\nSigCgt:\t0000000000000000\n" };
+	for (size_t i = 0; i < sizeof lines / sizeof lines[0]; i++)
+		ck_assert_msg(strstr(o.out, lines[i]), "no %s in: %s", lines[i] + 1, o.out);
+	harness_free(&o);
+}
+END_TEST
+
 START_TEST(limits_fallback_reported)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -1134,6 +1179,7 @@ Suite *runner_suite(void)
 	tcase_add_loop_test(tc, output_cap, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, binary_output_is_valid_json, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, killed_by_signal, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, program_signals_default, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, limits_fallback_reported, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, pid2_returns_locked_down, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, adopted_pid1_is_locked_down, MODE_ROOT, MODE_ROOTLESS + 1);
