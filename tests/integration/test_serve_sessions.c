@@ -839,6 +839,68 @@ START_TEST(ses_max_and_metrics)
 }
 END_TEST
 
+/* ---- a slow start holds up no one ---- */
+
+/* A driver that never says ready, by the tenant's own env: node waits for a
+ * debugger before its first line. */
+#define HANGING_CREATE \
+	"{\"language\":\"javascript\",\"env\":{\"NODE_OPTIONS\":\"--inspect-brk=127.0.0.1:9229\"}}"
+
+START_TEST(ses_slow_start)
+{
+	if (!have_js_driver() || access("/usr/bin/node", X_OK) != 0) {
+		harness_skip("node or runtime/js/session.cjs is not there");
+		return;
+	}
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *a;
+	if (!ses_create(&s, "{\"language\":\"python\",\"idleTimeoutMs\":1000}", &a))
+		return;
+	/* its client gives up after a while: the hang-up ends the wait */
+	long give_up = harness_scale_ms(8000);
+	struct req q = { .path = "/v1/sessions", .body = HANGING_CREATE, .max_ms = give_up };
+	struct call c;
+	call_start(&s, &q, &c);
+	sleep_ms(harness_scale_ms(500));
+	/* another tenant's create is not queued behind it */
+	long t0 = now_ms();
+	char *b = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
+	long took = now_ms() - t0;
+	ck_assert_msg(took < harness_scale_ms(5000),
+		      "%s: a create took %ld ms while another's driver would not start: it "
+		      "waited behind it", MODE_NAME[_i], took);
+	free(ses_ok(&s, b, "pass"));
+	/* nor is the reaping: the idle session expires on time */
+	struct resp r;
+	long t1 = now_ms();
+	for (;;) {
+		ses_call(&s, "GET", a, &r);
+		bool gone = r.code != 200 || strcmp(jstr(r.json, "state"), "idle") != 0;
+		ck_assert_msg(gone || now_ms() - t1 < harness_scale_ms(4000),
+			      "%s: an idle session (idleTimeoutMs 1000) still idle after %ld ms while "
+			      "another's driver would not start: %s", MODE_NAME[_i],
+			      now_ms() - t1 + 500, r.body);
+		resp_free(&r);
+		if (gone)
+			break;
+		sleep_ms(100);
+	}
+	call_finish(&c, &r);
+	ck_assert_msg(r.code != 201, "%s: the hanging driver started after all (the test proves "
+		      "nothing): %s", MODE_NAME[_i], r.body);
+	ck_assert_msg(r.ms >= give_up - 100, "%s: the hanging create answered in %ld ms: %d %s",
+		      MODE_NAME[_i], r.ms, r.code, r.body);
+	resp_free(&r);
+	ses_end(&s, b);
+	free(a);
+	free(b);
+	/* and the sandbox of the create whose client hung up is gone (server_stop
+	 * counts the server's children) */
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_sessions_suite(void)
 {
 	Suite *s = suite_create("serve_sessions");
@@ -858,6 +920,7 @@ Suite *serve_sessions_suite(void)
 	tcase_add_loop_test(tc, ses_sigterm_ends_sessions, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_stream, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_max_and_metrics, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_slow_start, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
