@@ -37,6 +37,9 @@ struct serve_session {
 	struct pool_session *ps; /* NULL once stopped */
 	enum ses_state state;
 	bool busy;    /* a step holds it (serve_session_begin .. _end) */
+	bool stepping; /* that step is in pool_session_run (ps is its); before,
+			* it may wait for a run slot, and a DELETE, the reaper
+			* or the stop need not wait for it */
 	bool removed; /* out of the table: freed with the last reference */
 	int refs;     /* the table's one, and one per caller holding it */
 	const char *expire_reason; /* set by the reaper while busy: "lifetime" */
@@ -267,7 +270,7 @@ static void *session_thread(void *arg)
 						  now);
 				}
 			}
-			if (x->state != SES_LIVE && !x->busy && x->ps && nstop < 64) {
+			if (x->state != SES_LIVE && !x->stepping && x->ps && nstop < 64) {
 				stop[nstop++] = x->ps;
 				x->ps = NULL;
 			}
@@ -357,7 +360,7 @@ void serve_sessions_stop(struct serve_sessions *ss)
 			mark_dead(ss, x, SES_ENDED, "the session was ended: the server stopped",
 				  moat_mono_ms());
 		}
-		if (x->ps && !x->busy) {
+		if (x->ps && !x->stepping) {
 			struct pool_session *p = x->ps;
 			x->ps = NULL;
 			pthread_mutex_unlock(&ss->mu);
@@ -556,13 +559,25 @@ int serve_session_step(struct serve_sessions *ss, struct serve_session *x,
 		       const struct moat_request *step, const struct moat_run_options *per,
 		       struct moat_result **res, char **extra, struct moat_error *err)
 {
-	/* busy: the reaper and DELETE leave x->ps alone until _end */
-	int rc = pool_session_run(x->ps, step, per, res, extra, err);
+	/* stepping: the reaper and DELETE leave x->ps alone until it ends;
+	 * one that ended the session while this step waited for its slot
+	 * took ps already */
 	pthread_mutex_lock(&ss->mu);
+	struct pool_session *ps = x->state == SES_LIVE ? x->ps : NULL;
+	if (!ps) {
+		pthread_mutex_unlock(&ss->mu);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "the session is gone");
+	}
+	x->stepping = true;
+	pthread_mutex_unlock(&ss->mu);
+	int rc = pool_session_run(ps, step, per, res, extra, err);
+	pthread_mutex_lock(&ss->mu);
+	x->stepping = false;
 	if (rc == 0) {
 		x->runs++;
 		ss->runs++;
 	}
+	pthread_cond_broadcast(&ss->cv);
 	pthread_mutex_unlock(&ss->mu);
 	return rc;
 }
@@ -631,7 +646,9 @@ int serve_session_delete(struct serve_sessions *ss, struct serve_session *x, cha
 	mark_dead(ss, x, SES_ENDED, "the session was ended (DELETE)", moat_mono_ms());
 	if (x->ps)
 		pool_session_kill(x->ps); /* a running step: killedBy "cancelled" */
-	while (x->busy)
+	/* a step still waiting for a run slot is not waited for: it finds
+	 * the session gone */
+	while (x->stepping)
 		pthread_cond_wait(&ss->cv, &ss->mu);
 	struct pool_session *p = x->ps;
 	x->ps = NULL;

@@ -901,6 +901,52 @@ START_TEST(ses_slow_start)
 }
 END_TEST
 
+/* ---- a DELETE is not held by a step waiting for a run slot ---- */
+
+START_TEST(ses_delete_queued)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0,
+						    .args = (const char *const[]){
+							    "--max-concurrent", "1", NULL } });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	/* another tenant's cold run holds the one run slot */
+	struct req cq = { .path = "/v1/run",
+			  .body = "{\"language\":\"python\",\"code\":\"import time\\ntime.sleep(10)\","
+				  "\"timeout\":30000}" };
+	struct call cold;
+	call_start(&s, &cq, &cold);
+	sleep_ms(harness_scale_ms(1000));
+	/* the session's step waits for it */
+	char path[96];
+	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
+	struct req sq = { .path = path, .body = "{\"code\":\"print(1)\"}" };
+	struct call step;
+	call_start(&s, &sq, &step);
+	sleep_ms(harness_scale_ms(500));
+	struct resp r;
+	long t0 = now_ms();
+	ses_call(&s, "DELETE", id, &r);
+	long took = now_ms() - t0;
+	ck_assert_msg(r.code == 200, "%s: DELETE: %d %s", MODE_NAME[_i], r.code, r.body);
+	ck_assert_msg(took < harness_scale_ms(3000),
+		      "%s: DELETE took %ld ms: it waited for a step that waited for a run slot",
+		      MODE_NAME[_i], took);
+	resp_free(&r);
+	/* the queued step finds the session gone once it has its slot */
+	call_finish(&step, &r);
+	expect_error("a step queued before a DELETE", &r, 410, "SessionGone");
+	resp_free(&r);
+	call_finish(&cold, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_sessions_suite(void)
 {
 	Suite *s = suite_create("serve_sessions");
@@ -921,6 +967,7 @@ Suite *serve_sessions_suite(void)
 	tcase_add_loop_test(tc, ses_stream, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_max_and_metrics, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_slow_start, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_delete_queued, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
