@@ -63,6 +63,15 @@ static void ses_run(struct server *s, const char *id, const char *code, const ch
 	free(body);
 }
 
+/* A step started in the background (call_finish ends it). */
+static void ses_run_start(struct server *s, const char *id, const char *body, struct call *c)
+{
+	char path[96];
+	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
+	struct req q = { .path = path, .body = body };
+	call_start(s, &q, c);
+}
+
 static void ses_call(struct server *s, const char *method, const char *id, struct resp *r)
 {
 	char path[96];
@@ -467,11 +476,8 @@ START_TEST(ses_busy)
 	char *id;
 	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
 		return;
-	char path[96];
-	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
-	struct req q = { .path = path, .body = "{\"code\":\"import time\\ntime.sleep(3)\\n7\"}" };
 	struct call c;
-	call_start(&s, &q, &c);
+	ses_run_start(&s, id, "{\"code\":\"import time\\ntime.sleep(3)\\n7\"}", &c);
 	sleep_ms(harness_scale_ms(800));
 	struct resp r;
 	long t0 = now_ms();
@@ -920,11 +926,8 @@ START_TEST(ses_delete_queued)
 	call_start(&s, &cq, &cold);
 	sleep_ms(harness_scale_ms(1000));
 	/* the session's step waits for it */
-	char path[96];
-	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
-	struct req sq = { .path = path, .body = "{\"code\":\"print(1)\"}" };
 	struct call step;
-	call_start(&s, &sq, &step);
+	ses_run_start(&s, id, "{\"code\":\"print(1)\"}", &step);
 	sleep_ms(harness_scale_ms(500));
 	struct resp r;
 	long t0 = now_ms();
