@@ -281,7 +281,7 @@ done:
 	return ok;
 }
 
-int pool_session_start(const struct pool_session_config *cfg, struct pool_session **out,
+int pool_session_spawn(const struct pool_session_config *cfg, struct pool_session **out,
 		       struct moat_error *err)
 {
 	*out = NULL;
@@ -307,41 +307,77 @@ int pool_session_start(const struct pool_session_config *cfg, struct pool_sessio
 	s->opts.stdout_stream = s->opts.output_stream = false;
 	s->opts.stdout_full = NULL;
 	if (!(s->boot = boot_request(req, cfg->lifetime_ms, err)) ||
-	    run_sandbox_start_session(s->boot, &s->opts, &s->sb, err) < 0)
-		goto fail;
+	    run_sandbox_start_session(s->boot, &s->opts, &s->sb, err) < 0) {
+		pool_session_stop(s);
+		return -1;
+	}
+	*out = s;
+	return 0;
+}
+
+int pool_session_ready(struct pool_session *s, uint64_t ready_ms,
+		       const struct moat_run_options *per, struct moat_error *err)
+{
+	pthread_mutex_lock(&s->mu);
+	bool go = s->state == POOL_SESSION_LIVE && !atomic_load(&s->kill_asked);
+	s->running = go; /* a pool_session_kill now ends the wait below */
+	pthread_mutex_unlock(&s->mu);
+	if (!go)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "the session's interpreter did not start (cancelled)");
 	struct moat_result *res = NULL;
 	char *reply = NULL;
 	size_t len = 0;
-	uint64_t ready_ms = cfg->ready_timeout_ms ? cfg->ready_timeout_ms : READY_TIMEOUT_MS;
-	if (run_sandbox_session_step(s->sb, ready_ms, 0, NULL, NULL, 0, &res, &reply, &len,
-				     err) < 0)
-		goto fail;
+	int rc = run_sandbox_session_step(s->sb, ready_ms ? ready_ms : READY_TIMEOUT_MS, 0, per,
+					  NULL, 0, &res, &reply, &len, err);
+	pthread_mutex_lock(&s->mu);
+	s->running = false;
+	pthread_mutex_unlock(&s->mu);
+	if (rc < 0)
+		return -1;
 	cJSON *j = reply ? cJSON_ParseWithLength(reply, len) : NULL;
 	const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
 	bool ready = cJSON_IsString(type) && !strcmp(type->valuestring, "ready");
 	cJSON_Delete(j);
 	free(reply);
-	if (!ready) {
+	if (!ready || atomic_load(&s->kill_asked)) {
 		/* what the driver said on its stderr is the host's to read,
 		 * never the tenant's: its first line only, for the operator */
 		size_t n = res ? strcspn(res->stderr_buf ? res->stderr_buf : "", "\n") : 0;
 		if (res && n > res->stderr_len)
 			n = res->stderr_len;
-		moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
-			       "the session's interpreter did not start%s%s%.*s",
-			       !reply ? " (it ended" : " (it answered wrong",
-			       n ? "): " : ")", (int)(n > 200 ? 200 : n),
-			       res && res->stderr_buf ? res->stderr_buf : "");
+		if (ready || atomic_load(&s->kill_asked))
+			moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				       "the session's interpreter did not start (cancelled)");
+		else
+			moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				       "the session's interpreter did not start%s%s%.*s",
+				       !reply ? " (it ended" : " (it answered wrong",
+				       n ? "): " : ")", (int)(n > 200 ? 200 : n),
+				       res && res->stderr_buf ? res->stderr_buf : "");
 		moat_result_free(res);
-		goto fail;
+		return -1;
 	}
+	pthread_mutex_lock(&s->mu);
 	s->cpu_ms = res->cpu_time_ms;
+	pthread_mutex_unlock(&s->mu);
 	moat_result_free(res);
+	return 0;
+}
+
+int pool_session_start(const struct pool_session_config *cfg, struct pool_session **out,
+		       struct moat_error *err)
+{
+	struct pool_session *s;
+	if (pool_session_spawn(cfg, &s, err) < 0)
+		return -1;
+	if (pool_session_ready(s, cfg->ready_timeout_ms, NULL, err) < 0) {
+		pool_session_stop(s);
+		*out = NULL;
+		return -1;
+	}
 	*out = s;
 	return 0;
-fail:
-	pool_session_stop(s);
-	return -1;
 }
 
 /* The run frame of step seq: header and JSON. */

@@ -35,6 +35,18 @@ struct pool_session_config {
 int pool_session_start(const struct pool_session_config *cfg, struct pool_session **out,
 		       struct moat_error *err);
 
+/* pool_session_start in two halves, so that a driver slow to start holds
+ * up only its own creator: _spawn makes the sandbox (on the long-lived
+ * thread, as above; it does not wait for the driver), _ready waits up to
+ * ready_ms (0: 30 s) for its ready frame, on any thread; a
+ * pool_session_kill ends that wait, and so do per's cancel_fd and
+ * hangup_fd (per may be NULL). After a failed _ready the caller
+ * stops the session. */
+int pool_session_spawn(const struct pool_session_config *cfg, struct pool_session **out,
+		       struct moat_error *err);
+int pool_session_ready(struct pool_session *s, uint64_t ready_ms,
+		       const struct moat_run_options *per, struct moat_error *err);
+
 /* One step. step: prepared, the session's language, code + stdin + files +
  * timeout only (the rest is the session's). per: the step's cancel_fd,
  * hangup_fd, on_output and stdout flow control (may be NULL). On return 0:

@@ -222,11 +222,14 @@ void serve_sessions_stop(struct serve_sessions *ss);
 unsigned serve_sessions_max(const struct serve_sessions *ss);
 bool serve_session_id_valid(const char *id);
 /* A new session for cred, its sandbox made by the session thread (req:
- * prepared, borrowed until the call returns). 0 with *answer (the 201's
- * JSON); -2: --max-sessions live, or stopping (503 ServerBusy); -1: *err. */
+ * prepared, borrowed until the call returns), its driver's start waited
+ * for on the caller's thread (per: its cancel_fd and hangup_fd end that
+ * wait, as a step's; may be NULL). 0 with *answer (the 201's JSON); -2:
+ * --max-sessions live, or stopping (503 ServerBusy); -1: *err. */
 int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA256_LEN],
 			  const struct moat_request *req, uint64_t idle_ms, uint64_t life_ms,
-			  char **answer, struct moat_error *err);
+			  const struct moat_run_options *per, char **answer,
+			  struct moat_error *err);
 /* The session id names for cred (a reference: serve_session_put), or NULL:
  * none, another credential's or forgotten (404 alike). */
 struct serve_session *serve_sessions_get(struct serve_sessions *ss, const char *id,

@@ -857,6 +857,18 @@ static enum MHD_Result run_script(struct req *q, struct MHD_Connection *c,
 	return respond_run(q, c, body);
 }
 
+/* q->conn_fd: a dup of the client's socket, for a run's (or a session's
+ * start's) hangup_fd. */
+static void watch_client(struct req *q, struct MHD_Connection *c)
+{
+	if (q->conn_fd >= 0)
+		return;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0)
+		q->conn_fd = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
+}
+
 static enum MHD_Result take_slot(struct req *q, struct MHD_Connection *c)
 {
 	bool stopping;
@@ -866,10 +878,7 @@ static enum MHD_Result take_slot(struct req *q, struct MHD_Connection *c)
 				     : "every run slot and the queue are full; retry later");
 	q->has_slot = true;
 	/* the run watches the client: a hang-up kills it */
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (ci && ci->connect_fd >= 0)
-		q->conn_fd = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
+	watch_client(q, c);
 	return MHD_YES;
 }
 
@@ -1235,8 +1244,15 @@ static enum MHD_Result sessions_create_route(struct req *q, struct MHD_Connectio
 		return fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
 			    "kvEnabled: this server runs without the key-value store (--no-kv)");
 	}
-	if (rc == 0)
-		rc = serve_sessions_create(q->s->sessions, q->cred, req, idle, life, &answer, &err);
+	if (rc == 0) {
+		/* a client that hangs up, or the end of the grace, ends the
+		 * wait for the driver's start */
+		watch_client(q, c);
+		struct moat_run_options per;
+		run_options(q, &per);
+		rc = serve_sessions_create(q->s->sessions, q->cred, req, idle, life, &per, &answer,
+					   &err);
+	}
 	moat_request_free(req);
 	if (rc == -2) {
 		r = fail(q, c, 503, "ServerBusy", O_REJECTED, err.message);

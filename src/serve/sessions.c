@@ -37,6 +37,9 @@ struct serve_session {
 	struct pool_session *ps; /* NULL once stopped */
 	enum ses_state state;
 	bool busy;    /* a step holds it (serve_session_begin .. _end) */
+	bool stepping; /* that step is in pool_session_run (ps is its); before,
+			* it may wait for a run slot, and a DELETE, the reaper
+			* or the stop need not wait for it */
 	bool removed; /* out of the table: freed with the last reference */
 	int refs;     /* the table's one, and one per caller holding it */
 	const char *expire_reason; /* set by the reaper while busy: "lifetime" */
@@ -52,6 +55,7 @@ struct serve_session {
 
 struct create_job {
 	struct create_job *next;
+	struct create_job *snext; /* in serve_sessions.starting while its driver starts */
 	const struct moat_request *req;
 	uint64_t life_ms;
 	struct pool_session *ps;
@@ -66,6 +70,9 @@ struct serve_sessions {
 	pthread_cond_t cv;      /* jobs, busy ends, stop */
 	struct serve_session *list;
 	struct create_job *jobs, **jobs_tail;
+	/* made, their drivers starting (pool_session_ready in the creator's
+	 * thread): the stop kills them */
+	struct create_job *starting;
 	unsigned live;           /* live sessions and those being made */
 	bool stopping;
 	pthread_t thread;
@@ -214,7 +221,10 @@ static void *session_thread(void *arg)
 	struct serve_sessions *ss = arg;
 	pthread_mutex_lock(&ss->mu);
 	for (;;) {
-		/* sandboxes made here, one at a time */
+		/* sandboxes made here, one at a time; each creator then waits
+		 * for its own driver's ready, so a driver slow to start (a
+		 * tenant's env, a tiny cpus) holds up neither other creates nor
+		 * the reaping */
 		while (ss->jobs) {
 			struct create_job *j = ss->jobs;
 			ss->jobs = j->next;
@@ -231,7 +241,7 @@ static void *session_thread(void *arg)
 					.lifetime_ms = j->life_ms + LIFETIME_SLACK_MS,
 					.ready_timeout_ms = READY_TIMEOUT_MS,
 				};
-				j->rc = pool_session_start(&pc, &j->ps, &j->err);
+				j->rc = pool_session_spawn(&pc, &j->ps, &j->err);
 			}
 			pthread_mutex_lock(&ss->mu);
 			j->done = true;
@@ -260,7 +270,7 @@ static void *session_thread(void *arg)
 						  now);
 				}
 			}
-			if (x->state != SES_LIVE && !x->busy && x->ps && nstop < 64) {
+			if (x->state != SES_LIVE && !x->stepping && x->ps && nstop < 64) {
 				stop[nstop++] = x->ps;
 				x->ps = NULL;
 			}
@@ -327,6 +337,8 @@ void serve_sessions_stop(struct serve_sessions *ss)
 	for (struct serve_session *x = ss->list; x; x = x->next)
 		if (x->ps)
 			pool_session_kill(x->ps);
+	for (struct create_job *j = ss->starting; j; j = j->snext)
+		pool_session_kill(j->ps);
 	pthread_cond_broadcast(&ss->cv);
 	bool any_busy = true;
 	int64_t until = moat_mono_ms() + 10000;
@@ -334,6 +346,7 @@ void serve_sessions_stop(struct serve_sessions *ss)
 		any_busy = false;
 		for (struct serve_session *x = ss->list; x; x = x->next)
 			any_busy |= x->busy;
+		any_busy |= ss->starting != NULL;
 		if (any_busy)
 			moat_cond_wait_ms(&ss->cv, &ss->mu, 100);
 	}
@@ -347,7 +360,7 @@ void serve_sessions_stop(struct serve_sessions *ss)
 			mark_dead(ss, x, SES_ENDED, "the session was ended: the server stopped",
 				  moat_mono_ms());
 		}
-		if (x->ps && !x->busy) {
+		if (x->ps && !x->stepping) {
 			struct pool_session *p = x->ps;
 			x->ps = NULL;
 			pthread_mutex_unlock(&ss->mu);
@@ -372,7 +385,8 @@ void serve_sessions_stop(struct serve_sessions *ss)
 
 int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA256_LEN],
 			  const struct moat_request *req, uint64_t idle_ms, uint64_t life_ms,
-			  char **answer, struct moat_error *err)
+			  const struct moat_run_options *per, char **answer,
+			  struct moat_error *err)
 {
 	*answer = NULL;
 	char id[SERVE_SESSION_ID_LEN + 1];
@@ -406,6 +420,33 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 	pthread_cond_broadcast(&ss->cv);
 	while (!j->done)
 		pthread_cond_wait(&ss->cv, &ss->mu);
+	if (j->rc == 0) {
+		/* the driver starts on this thread: a slow one holds up only
+		 * its own creator */
+		j->snext = ss->starting;
+		ss->starting = j;
+		pthread_mutex_unlock(&ss->mu);
+		j->rc = pool_session_ready(j->ps, READY_TIMEOUT_MS, per, &j->err);
+		pthread_mutex_lock(&ss->mu);
+		for (struct create_job **pp = &ss->starting; *pp; pp = &(*pp)->snext)
+			if (*pp == j) {
+				*pp = j->snext;
+				break;
+			}
+		pthread_cond_broadcast(&ss->cv);
+		if (j->rc == 0 && ss->stopping) {
+			moat_error_clear(&j->err);
+			j->rc = moat_error_set(&j->err, MOAT_ERR_UNAVAILABLE, 0,
+					       "the server is shutting down");
+		}
+		if (j->rc < 0) {
+			struct pool_session *p = j->ps;
+			j->ps = NULL;
+			pthread_mutex_unlock(&ss->mu);
+			pool_session_stop(p);
+			pthread_mutex_lock(&ss->mu);
+		}
+	}
 	if (j->rc < 0) {
 		ss->live--;
 		pthread_mutex_unlock(&ss->mu);
@@ -518,13 +559,25 @@ int serve_session_step(struct serve_sessions *ss, struct serve_session *x,
 		       const struct moat_request *step, const struct moat_run_options *per,
 		       struct moat_result **res, char **extra, struct moat_error *err)
 {
-	/* busy: the reaper and DELETE leave x->ps alone until _end */
-	int rc = pool_session_run(x->ps, step, per, res, extra, err);
+	/* stepping: the reaper and DELETE leave x->ps alone until it ends;
+	 * one that ended the session while this step waited for its slot
+	 * took ps already */
 	pthread_mutex_lock(&ss->mu);
+	struct pool_session *ps = x->state == SES_LIVE ? x->ps : NULL;
+	if (!ps) {
+		pthread_mutex_unlock(&ss->mu);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "the session is gone");
+	}
+	x->stepping = true;
+	pthread_mutex_unlock(&ss->mu);
+	int rc = pool_session_run(ps, step, per, res, extra, err);
+	pthread_mutex_lock(&ss->mu);
+	x->stepping = false;
 	if (rc == 0) {
 		x->runs++;
 		ss->runs++;
 	}
+	pthread_cond_broadcast(&ss->cv);
 	pthread_mutex_unlock(&ss->mu);
 	return rc;
 }
@@ -593,7 +646,9 @@ int serve_session_delete(struct serve_sessions *ss, struct serve_session *x, cha
 	mark_dead(ss, x, SES_ENDED, "the session was ended (DELETE)", moat_mono_ms());
 	if (x->ps)
 		pool_session_kill(x->ps); /* a running step: killedBy "cancelled" */
-	while (x->busy)
+	/* a step still waiting for a run slot is not waited for: it finds
+	 * the session gone */
+	while (x->stepping)
 		pthread_cond_wait(&ss->cv, &ss->mu);
 	struct pool_session *p = x->ps;
 	x->ps = NULL;

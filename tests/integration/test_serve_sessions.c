@@ -63,6 +63,15 @@ static void ses_run(struct server *s, const char *id, const char *code, const ch
 	free(body);
 }
 
+/* A step started in the background (call_finish ends it). */
+static void ses_run_start(struct server *s, const char *id, const char *body, struct call *c)
+{
+	char path[96];
+	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
+	struct req q = { .path = path, .body = body };
+	call_start(s, &q, c);
+}
+
 static void ses_call(struct server *s, const char *method, const char *id, struct resp *r)
 {
 	char path[96];
@@ -467,11 +476,8 @@ START_TEST(ses_busy)
 	char *id;
 	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
 		return;
-	char path[96];
-	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
-	struct req q = { .path = path, .body = "{\"code\":\"import time\\ntime.sleep(3)\\n7\"}" };
 	struct call c;
-	call_start(&s, &q, &c);
+	ses_run_start(&s, id, "{\"code\":\"import time\\ntime.sleep(3)\\n7\"}", &c);
 	sleep_ms(harness_scale_ms(800));
 	struct resp r;
 	long t0 = now_ms();
@@ -839,6 +845,111 @@ START_TEST(ses_max_and_metrics)
 }
 END_TEST
 
+/* ---- a slow start holds up no one ---- */
+
+/* A driver that never says ready, by the tenant's own env: node waits for a
+ * debugger before its first line. */
+#define HANGING_CREATE \
+	"{\"language\":\"javascript\",\"env\":{\"NODE_OPTIONS\":\"--inspect-brk=127.0.0.1:9229\"}}"
+
+START_TEST(ses_slow_start)
+{
+	if (!have_js_driver() || access("/usr/bin/node", X_OK) != 0) {
+		harness_skip("node or runtime/js/session.cjs is not there");
+		return;
+	}
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *a;
+	if (!ses_create(&s, "{\"language\":\"python\",\"idleTimeoutMs\":1000}", &a))
+		return;
+	/* its client gives up after a while: the hang-up ends the wait */
+	long give_up = harness_scale_ms(8000);
+	struct req q = { .path = "/v1/sessions", .body = HANGING_CREATE, .max_ms = give_up };
+	struct call c;
+	call_start(&s, &q, &c);
+	sleep_ms(harness_scale_ms(500));
+	/* another tenant's create is not queued behind it */
+	long t0 = now_ms();
+	char *b = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
+	long took = now_ms() - t0;
+	ck_assert_msg(took < harness_scale_ms(5000),
+		      "%s: a create took %ld ms while another's driver would not start: it "
+		      "waited behind it", MODE_NAME[_i], took);
+	free(ses_ok(&s, b, "pass"));
+	/* nor is the reaping: the idle session expires on time */
+	struct resp r;
+	long t1 = now_ms();
+	for (;;) {
+		ses_call(&s, "GET", a, &r);
+		bool gone = r.code != 200 || strcmp(jstr(r.json, "state"), "idle") != 0;
+		ck_assert_msg(gone || now_ms() - t1 < harness_scale_ms(4000),
+			      "%s: an idle session (idleTimeoutMs 1000) still idle after %ld ms while "
+			      "another's driver would not start: %s", MODE_NAME[_i],
+			      now_ms() - t1 + 500, r.body);
+		resp_free(&r);
+		if (gone)
+			break;
+		sleep_ms(100);
+	}
+	call_finish(&c, &r);
+	ck_assert_msg(r.code != 201, "%s: the hanging driver started after all (the test proves "
+		      "nothing): %s", MODE_NAME[_i], r.body);
+	ck_assert_msg(r.ms >= give_up - 100, "%s: the hanging create answered in %ld ms: %d %s",
+		      MODE_NAME[_i], r.ms, r.code, r.body);
+	resp_free(&r);
+	ses_end(&s, b);
+	free(a);
+	free(b);
+	/* and the sandbox of the create whose client hung up is gone (server_stop
+	 * counts the server's children) */
+	server_stop(&s);
+}
+END_TEST
+
+/* ---- a DELETE is not held by a step waiting for a run slot ---- */
+
+START_TEST(ses_delete_queued)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0,
+						    .args = (const char *const[]){
+							    "--max-concurrent", "1", NULL } });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	/* another tenant's cold run holds the one run slot */
+	struct req cq = { .path = "/v1/run",
+			  .body = "{\"language\":\"python\",\"code\":\"import time\\ntime.sleep(10)\","
+				  "\"timeout\":30000}" };
+	struct call cold;
+	call_start(&s, &cq, &cold);
+	sleep_ms(harness_scale_ms(1000));
+	/* the session's step waits for it */
+	struct call step;
+	ses_run_start(&s, id, "{\"code\":\"print(1)\"}", &step);
+	sleep_ms(harness_scale_ms(500));
+	struct resp r;
+	long t0 = now_ms();
+	ses_call(&s, "DELETE", id, &r);
+	long took = now_ms() - t0;
+	ck_assert_msg(r.code == 200, "%s: DELETE: %d %s", MODE_NAME[_i], r.code, r.body);
+	ck_assert_msg(took < harness_scale_ms(3000),
+		      "%s: DELETE took %ld ms: it waited for a step that waited for a run slot",
+		      MODE_NAME[_i], took);
+	resp_free(&r);
+	/* the queued step finds the session gone once it has its slot */
+	call_finish(&step, &r);
+	expect_error("a step queued before a DELETE", &r, 410, "SessionGone");
+	resp_free(&r);
+	call_finish(&cold, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_sessions_suite(void)
 {
 	Suite *s = suite_create("serve_sessions");
@@ -858,6 +969,8 @@ Suite *serve_sessions_suite(void)
 	tcase_add_loop_test(tc, ses_sigterm_ends_sessions, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_stream, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_max_and_metrics, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_slow_start, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_delete_queued, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
