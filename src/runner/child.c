@@ -73,14 +73,23 @@ static int close_all_except(const int *keep, int n)
 	return (int)syscall(SYS_close_range, from, ~0U, 0);
 }
 
+/* Every signal back to its default and none blocked: a disposition set to
+ * ignore survives execve, so whatever started moat would otherwise pass it on
+ * to the program. The raw call, because glibc refuses its two internal
+ * signals (32 and 33) in sigaction and hides them from sigprocmask, yet an
+ * ignored 32 or 33 is inherited like any other (seen from CI's shell). An
+ * all-zero kernel sigaction is SIG_DFL, no flags, an empty mask, whatever the
+ * architecture's field order; the buffer is larger than any's. */
 static void reset_signals(void)
 {
-	sigset_t none;
-	sigemptyset(&none);
-	sigprocmask(SIG_SETMASK, &none, NULL);
-	for (int s = 1; s < NSIG; s++)
+	unsigned long dfl[8] = { 0 };
+	unsigned long none[4] = { 0 };
+	const size_t setsize = (_NSIG - 1) / 8;
+
+	syscall(SYS_rt_sigprocmask, SIG_SETMASK, none, NULL, setsize);
+	for (int s = 1; s < _NSIG; s++)
 		if (s != SIGKILL && s != SIGSTOP)
-			signal(s, SIG_DFL);
+			syscall(SYS_rt_sigaction, s, dfl, NULL, setsize);
 }
 
 /* What pid 1 shows as its command line instead of the supervisor's. */
