@@ -220,17 +220,19 @@ check-k8s: $(BUILD)/moat $(BUILD)/test-integration $(BUILD)/oci-seccomp
 	    bash tests/deploy/seccomp.sh $(BUILD) $(K8S_SUITES) || rc=1; exit $$rc
 
 # The limits and runner suites again on a pure cgroup v2 kernel under qemu
-# (tools/vm/README.md), in one boot; this machine's cgroups are v1. pool_session:
-# a session's memory held across steps and its CPU time per step read from
-# cgroup v2's files (memory.max, cpu.stat)
-VM_SUITES ?= limits runner systemd pool_session
+# (tools/vm/README.md), in one boot; this machine's cgroups are v1. An entry
+# SUITE/CASE runs one tcase: pool_session_cgroup is what a session's cgroup
+# does (memory held across steps, the kill of its tree) on cgroup v2
+VM_SUITES ?= limits runner systemd pool_session/pool_session_cgroup
 # Two moat serve nodes in network namespaces, one Redis, HAProxy (root; part of make check)
 check-cluster: $(BUILD)/moat
 	bash tests/cluster/two-node.sh $(BUILD)/moat
 
 check-vm: $(BUILD)/moat $(BUILD)/test-integration
 	tools/vm/run-vm.sh -- env MOAT_BIN=$(CURDIR)/$(BUILD)/moat sh -c \
-	    'rc=0; for s in $(VM_SUITES); do CK_TAP_LOG_FILE_NAME=- CK_RUN_SUITE=$$s $(BUILD)/test-integration || rc=1; done; exit $$rc'
+	    'rc=0; for s in $(VM_SUITES); do c=; case $$s in */*) c=$${s#*/}; s=$${s%%/*};; esac; \
+	     env CK_TAP_LOG_FILE_NAME=- CK_RUN_SUITE=$$s $${c:+CK_RUN_CASE=$$c} $(BUILD)/test-integration || rc=1; \
+	     done; exit $$rc'
 
 # Delegation from systemd (src/cgroups/systemd.c) on a real one: the same VM
 # with systemd as PID 1 (tools/vm/README.md), uid 65534 lingering; the suites

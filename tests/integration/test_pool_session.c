@@ -703,17 +703,23 @@ Suite *pool_session_suite(void)
 	tcase_set_timeout(tc, 600);
 	tcase_add_loop_test(tc, state_across_50_steps, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, state_across_50_steps_node, MODE_ROOT, MODE_ROOTLESS + 1);
-	tcase_add_loop_test(tc, step_timeout_kills_session, MODE_ROOT, MODE_ROOTLESS + 1);
-	tcase_add_loop_test(tc, memory_grown_in_step_1_counts_in_step_2, MODE_ROOT,
-			    MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, interpreter_exit_ends_session, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, output_per_step, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, forged_frame_kills_session, MODE_ROOT, MODE_ROOTLESS + 1);
-	tcase_add_loop_test(tc, stop_leaves_no_process, MODE_ROOT, MODE_ROOTLESS + 1);
-	tcase_add_loop_test(tc, kill_ends_running_step, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, session_has_run_isolation, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, session_with_store, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, other_languages_refused, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
+	/* what the session's cgroup does (memory held across steps, the kill of
+	 * the whole tree on a timeout, a kill and a stop): make check-vm runs
+	 * this case on cgroup v2 (VM_SUITES pool_session/pool_session_cgroup) */
+	TCase *cg = tcase_create("pool_session_cgroup");
+	tcase_set_timeout(cg, 600);
+	tcase_add_loop_test(cg, step_timeout_kills_session, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(cg, memory_grown_in_step_1_counts_in_step_2, MODE_ROOT,
+			    MODE_ROOTLESS + 1);
+	tcase_add_loop_test(cg, stop_leaves_no_process, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(cg, kill_ends_running_step, MODE_ROOT, MODE_ROOTLESS + 1);
+	suite_add_tcase(s, cg);
 	return s;
 }
