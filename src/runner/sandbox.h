@@ -103,11 +103,5 @@ int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint6
 /* Kills the whole sandbox now; a running step then ends with the sandbox.
  * Any thread, any number of times, until release. */
 void run_sandbox_session_kill(struct moat_sandbox *sb);
-/* The sandbox's CPU time (ms) at the end of its last step, -1 unknown;
- * its memory now (bytes), -1 unknown or ended. Not concurrent with a step
- * (the caller keeps its own copies for other threads). */
-int64_t run_sandbox_cpu_ms(struct moat_sandbox *sb);
-int64_t run_sandbox_session_memory(const struct moat_sandbox *sb);
-bool run_sandbox_live(const struct moat_sandbox *sb);
 
 #endif

@@ -191,16 +191,6 @@ static int64_t cpu_now(struct run *r)
 	return ms;
 }
 
-int64_t run_sandbox_cpu_ms(struct moat_sandbox *sb)
-{
-	return sb ? sb->run.session_cpu_ms : -1;
-}
-
-bool run_sandbox_live(const struct moat_sandbox *sb)
-{
-	return sb && sb->run.pid > 0;
-}
-
 /* A step's own state: a fresh result, its caps, options and clock. */
 static int step_begin(struct run *r, uint64_t timeout_ms, uint64_t max_output,
 		      const struct moat_run_options *per, struct moat_error *err)
@@ -332,9 +322,4 @@ void run_sandbox_session_kill(struct moat_sandbox *sb)
 {
 	/* from any thread: the cgroup and the pidfd stay until release */
 	pump_kill(&sb->run);
-}
-
-int64_t run_sandbox_session_memory(const struct moat_sandbox *sb)
-{
-	return sb && sb->run.pid > 0 ? moat_cgroup_memory_now(sb->run.cg) : -1;
 }
