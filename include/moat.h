@@ -338,8 +338,12 @@ int moat_run(const struct moat_request *req, const struct moat_run_options *opts
  *   wait     relays output (opts->on_output) and stdin until the sandbox has
  *            ended, then returns the result, as moat_run does. A setup step
  *            pid 1 fails after create (a mount, the interpreter missing) is
- *            the error of wait.
- *   release  kills what still runs, removes the cgroups, closes and frees
+ *            the error of wait. The result is final once pid 1 has reported
+ *            the program's status with no other process of the sandbox
+ *            left: wait may return while pid 1 itself is still exiting (the
+ *            namespaces' teardown, under a millisecond).
+ *   release  kills what still runs and reaps pid 1 (nothing of the sandbox
+ *            is left after it), removes the cgroups, closes and frees
  *            everything. Call it exactly once for every created sandbox,
  *            after a failed start or wait too. NULL is a no-op.
  *

@@ -847,6 +847,18 @@ static int64_t read_num(const char *dir, const char *file)
 	return v;
 }
 
+int64_t moat_cgroup_cpu_ms(const struct moat_cgroup *cg)
+{
+	if (!cg)
+		return -1;
+	/* cpuacct.usage (ns) or cpu.stat usage_usec (a core v2 file) */
+	int64_t ns = read_num(cg->v1_leaf[MOAT_V1_CPUACCT], "cpuacct.usage");
+	if (ns >= 0)
+		return ns / 1000000;
+	int64_t us = read_kv(cg->v2_leaf, "cpu.stat", "usage_usec");
+	return us >= 0 ? us / 1000 : -1;
+}
+
 static void collect(struct moat_cgroup *cg, struct moat_result *res)
 {
 	const char *v2 = cg->v2_leaf;
@@ -856,15 +868,9 @@ static void collect(struct moat_cgroup *cg, struct moat_result *res)
 	int64_t peak = v2mem ? read_num(v2, "memory.peak") : read_num(mem1, "memory.max_usage_in_bytes");
 	if (peak >= 0)
 		res->memory_peak_bytes = peak;
-	/* cpu time: cpuacct.usage (ns) or cpu.stat usage_usec (a core v2 file) */
-	int64_t ns = read_num(cg->v1_leaf[MOAT_V1_CPUACCT], "cpuacct.usage");
-	if (ns >= 0)
-		res->cpu_time_ms = ns / 1000000;
-	else {
-		int64_t us = read_kv(v2, "cpu.stat", "usage_usec");
-		if (us >= 0)
-			res->cpu_time_ms = us / 1000;
-	}
+	int64_t cpu = moat_cgroup_cpu_ms(cg);
+	if (cpu >= 0)
+		res->cpu_time_ms = cpu;
 	/* OOM */
 	bool oom = false;
 	if (v2mem) {

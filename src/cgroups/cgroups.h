@@ -80,6 +80,10 @@ void moat_cgroup_collect(struct moat_cgroup *cg, struct moat_result *res);
 /* The run's memory in use now (memory.current / memory.usage_in_bytes),
  * or -1 without a memory cgroup. */
 int64_t moat_cgroup_memory_now(const struct moat_cgroup *cg);
+/* The run's CPU time so far in ms (cpuacct.usage / cpu.stat usage_usec),
+ * or -1 without a cpu accounting cgroup: what moat_cgroup_collect puts in
+ * cpu_time_ms, read alone (a session's step). */
+int64_t moat_cgroup_cpu_ms(const struct moat_cgroup *cg);
 /* For the thrash watch (runner/thrash.c): the run's memory limit is a
  * cgroup v2 one (memory.max); then moat_cgroup_memory_stall reads how often
  * it was hit (memory.events "max") and how long all the run's tasks have

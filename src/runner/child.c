@@ -429,7 +429,16 @@ __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_
 				moat_outputs_collect(c);
 				close(c->outputs_fd);
 			}
-			report(c->report_fd, MOAT_REPORT_STATUS, 0, 0, st);
+			/* alone (no child left, the zombies reaped): no other
+			 * process of the run exists or can appear, so the
+			 * supervisor may answer without waiting for this exit */
+			int z;
+			pid_t more;
+			while ((more = waitpid(-1, &z, WNOHANG | __WALL)) > 0 ||
+			       (more < 0 && errno == EINTR))
+				;
+			int32_t alone = more < 0 && errno == ECHILD ? MOAT_STATUS_ALONE : 0;
+			report(c->report_fd, MOAT_REPORT_STATUS, alone, 0, st);
 			moat_stamp("init: status sent, exiting");
 			/* exiting kills every other process of the pid namespace */
 			moat_sys_exit(0);

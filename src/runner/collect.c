@@ -134,9 +134,16 @@ int run_setup_error(const struct run *r, const struct moat_report *rep, struct m
 int run_collect(struct run *r, struct moat_result **out, struct moat_error *err)
 {
 	siginfo_t si;
-	run_wait_pid1(r, &si);
-	moat_stamp("sup: reaped");
-	r->pid = -1;
+	if (run_ended_alone(r)) {
+		/* the status is final and nothing but the exiting pid 1 is
+		 * left: it is reaped by run_release, after the answer */
+		memset(&si, 0, sizeof si);
+		moat_stamp("sup: ended alone");
+	} else {
+		run_wait_pid1(r, &si);
+		moat_stamp("sup: reaped");
+		r->pid = -1;
+	}
 	struct moat_result *res = r->res;
 	res->duration_ms = (uint64_t)(moat_mono_ms() - r->t0);
 

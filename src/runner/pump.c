@@ -412,10 +412,35 @@ int pump_watch(struct run *r, struct moat_error *err)
 	return 0;
 }
 
+bool run_ended_alone(const struct run *r)
+{
+	return !r->exited && r->have_status && r->status.step == MOAT_STATUS_ALONE &&
+	       !r->res->timed_out && !r->cancelled && !r->thrash_killed;
+}
+
+/* The run is over for its caller: every stream drained to EOF, and pid 1
+ * either ended (its reports read to EOF) or reported the program's status
+ * with nothing else of the run alive (run_ended_alone): then no process is
+ * left that could write to the pipes, the store or the cgroup's figures,
+ * and pid 1's own exit (the namespaces' teardown) is waited for by
+ * run_release (run_kill), after the answer. */
+static bool pump_over(const struct run *r)
+{
+	if (r->stdout_r >= 0 || r->stderr_r >= 0 || r->outputs_r >= 0)
+		return false;
+	if (r->exited)
+		return r->report_r < 0;
+	if (!run_ended_alone(r))
+		return false;
+	/* store requests the program sent before it ended are served first,
+	 * as they were while pid 1 exited (its end of the socket stays open) */
+	struct pollfd pf = { .fd = r->kv_fd, .events = POLLIN };
+	return r->kv_fd < 0 || r->kv_writing || poll(&pf, 1, 0) == 0;
+}
+
 static int pump(struct run *r, struct moat_error *err)
 {
-	while (r->stdout_r >= 0 || r->stderr_r >= 0 || r->report_r >= 0 || r->outputs_r >= 0 ||
-	       !r->exited) {
+	while (!pump_over(r)) {
 		struct epoll_event evs[8];
 		int n = epoll_wait(r->epfd, evs, 8, -1);
 		if (n < 0) {

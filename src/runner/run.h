@@ -254,6 +254,10 @@ void sigpipe_restore(struct sigpipe_guard *g);
 
 /* pump.c */
 int run_pump(struct run *r, struct moat_error *err);
+/* pid 1 reported the program's status with no other process of the run
+ * left (MOAT_STATUS_ALONE), has not been seen to exit yet, and nothing
+ * killed the sandbox: the result is final, pid 1 is reaped by run_release. */
+bool run_ended_alone(const struct run *r);
 /* Watches one more entry (its fd set) for events. */
 int pump_watch_slot(struct run *r, enum pump_slot slot, uint32_t events);
 /* Registers the pump's entries (run_start, once pid 1 was released). */

@@ -85,6 +85,11 @@ struct moat_report {
 	int32_t err;
 	int32_t detail;
 };
+/* A MOAT_REPORT_STATUS record's step: pid 1 had no other child left when
+ * it sent the status (waitpid ECHILD), so nothing of the run but pid 1,
+ * already exiting, is alive (every process of the pid namespace descends
+ * from it). */
+#define MOAT_STATUS_ALONE 1
 
 /* A pid 1 made by another process, a zygote (src/pool/zygote.c,
  * moat_zygote_spawn), for the supervisor to adopt (run_adopt): the fds it

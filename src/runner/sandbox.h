@@ -35,6 +35,11 @@ int run_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
 /* The sandbox's memory in use now, from its cgroup (bytes), or -1 when it
  * has no memory cgroup. */
 int64_t run_sandbox_memory(const struct moat_sandbox *sb);
+/* pid 1 killed if it is still there, and reaped (waited for): after it
+ * nothing of the run is alive. moat_sandbox_wait may return before pid 1
+ * has exited (run_ended_alone); moat_sandbox_release does this too. sb may
+ * be NULL. */
+void run_sandbox_reap(struct moat_sandbox *sb);
 
 /* How a zygote's child is made: make_pid1 hands the zygote the run's five
  * fds (stdin, stdout, stderr, report, sync: borrowed, the run closes its

@@ -179,18 +179,6 @@ fail:
 	return -1;
 }
 
-/* The CPU time of the sandbox's cgroup now (ms), -1 when unknown. */
-static int64_t cpu_now(struct run *r)
-{
-	struct moat_result *scratch = moat_result_new();
-	if (!scratch)
-		return -1;
-	moat_cgroup_collect(r->cg, scratch);
-	int64_t ms = scratch->cpu_time_ms;
-	moat_result_free(scratch);
-	return ms;
-}
-
 /* A step's own state: a fresh result, its caps, options and clock. */
 static int step_begin(struct run *r, uint64_t timeout_ms, uint64_t max_output,
 		      const struct moat_run_options *per, struct moat_error *err)
@@ -288,7 +276,7 @@ int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint6
 		struct moat_result *out = r->res;
 		r->res = NULL;
 		out->duration_ms = (uint64_t)(moat_mono_ms() - r->t0);
-		int64_t cpu = cpu_now(r);
+		int64_t cpu = moat_cgroup_cpu_ms(r->cg);
 		if (cpu >= 0) {
 			out->cpu_time_ms = cpu0 >= 0 ? cpu - cpu0 : cpu;
 			r->session_cpu_ms = cpu;

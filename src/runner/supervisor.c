@@ -184,6 +184,12 @@ int64_t run_sandbox_memory(const struct moat_sandbox *sb)
 	return sb ? moat_cgroup_memory_now(sb->run.cg) : -1;
 }
 
+void run_sandbox_reap(struct moat_sandbox *sb)
+{
+	if (sb)
+		run_kill(&sb->run);
+}
+
 void moat_sandbox_release(struct moat_sandbox *sb)
 {
 	if (!sb)

@@ -195,10 +195,19 @@ int serve_pool_start(struct pool **out, unsigned want, bool zygote,
 		     const struct moat_run_options *opts,
 		     const struct serve_limits *limits, struct serve_log *log, bool (*saturated)(void *ctx),
 		     void *sat_ctx, struct moat_error *err);
-/* moat_run, in a sandbox of p's when it has one for req (p may be NULL). */
+/* moat_run, in a sandbox of p's when it has one for req (p may be NULL),
+ * up to its result: the result is final once pid 1 has sent the program's
+ * status with nothing else of the run alive, and pid 1's own exit (the
+ * namespaces' teardown) may still be under way. The sandbox stays in *l
+ * until serve_pool_end, called after the answer is out and before the
+ * request's run slot is released. */
 int serve_pool_run(struct pool *p, const struct moat_request *req,
-		   const struct moat_run_options *opts, struct moat_result **out,
-		   struct moat_error *err);
+		   const struct moat_run_options *opts, struct pool_lease *l,
+		   struct moat_result **out, struct moat_error *err);
+/* The run of serve_pool_run's *l (rc: its return) ends: pid 1 killed if
+ * still there and reaped (so no process of the run is left), then the
+ * sandbox back to p, which removes its cgroup leaves in the background. */
+void serve_pool_end(struct pool *p, struct pool_lease *l, int rc);
 
 /* ---- sessions (sessions.c; docs/SESSIONS.md) ---- */
 #define SERVE_SESSION_ID_LEN 36 /* "ses_" + 32 hex digits: 128 random bits */

@@ -38,21 +38,25 @@ int serve_pool_start(struct pool **out, unsigned want, bool zygote,
 }
 
 int serve_pool_run(struct pool *p, const struct moat_request *req,
-		   const struct moat_run_options *opts, struct moat_result **out,
-		   struct moat_error *err)
+		   const struct moat_run_options *opts, struct pool_lease *l,
+		   struct moat_result **out, struct moat_error *err)
 {
 	*out = NULL;
-	struct pool_lease l;
-	pool_acquire(p, req, opts, &l);
+	pool_acquire(p, req, opts, l);
 	int rc = 0;
-	if (!l.sb) {
+	if (!l->sb) {
 		/* cold: moat_run's phases, with the release in pool_return */
-		rc = moat_sandbox_create(req, opts, &l.sb, err);
+		rc = moat_sandbox_create(req, opts, &l->sb, err);
 		if (rc == 0)
-			rc = moat_sandbox_start(l.sb, err);
+			rc = moat_sandbox_start(l->sb, err);
 	}
 	if (rc == 0)
-		rc = moat_sandbox_wait(l.sb, out, err);
-	pool_return(p, &l, rc);
+		rc = moat_sandbox_wait(l->sb, out, err);
 	return rc;
+}
+
+void serve_pool_end(struct pool *p, struct pool_lease *l, int rc)
+{
+	run_sandbox_reap(l->sb);
+	pool_return(p, l, rc);
 }

@@ -155,6 +155,11 @@ struct req {
 	char ses_id[SERVE_SESSION_ID_LEN + 1];
 	struct serve_session *ses;
 	bool ses_busy; /* a step of it is ours (serve_session_end) */
+	/* a run answered in this thread (run_script): its sandbox, ended by
+	 * on_completed once the answer is out, before the slot is released */
+	struct pool_lease lease;
+	int lease_rc;
+	bool has_lease;
 };
 
 /* ---- access log ---- */
@@ -598,7 +603,8 @@ static void *handler_worker(void *arg)
 	opts.stdout_stream = true; /* no second copy: the response is streamed */
 	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
-	int rc = serve_pool_run(q->s->pool, q->env.req, &opts, &res, &err);
+	struct pool_lease lease;
+	int rc = serve_pool_run(q->s->pool, q->env.req, &opts, &lease, &res, &err);
 	pthread_mutex_lock(&q->mu);
 	frame_finish(&q->st.frame);
 	q->st.res = res;
@@ -621,6 +627,7 @@ static void *handler_worker(void *arg)
 	pthread_cond_broadcast(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 	req_unref(q);
+	serve_pool_end(s->pool, &lease, rc); /* the answer is out: pid 1 gone, then */
 	release_slot(s); /* last: shutdown waits for it */
 	return NULL;
 }
@@ -842,9 +849,10 @@ static enum MHD_Result run_script(struct req *q, struct MHD_Connection *c,
 	run_options(q, &opts);
 	struct moat_result *res = NULL;
 	struct moat_error err = { 0 };
-	int rc = serve_pool_run(q->s->pool, req, &opts, &res, &err);
-	release_slot(q->s);
-	q->has_slot = false;
+	int rc = serve_pool_run(q->s->pool, req, &opts, &q->lease, &res, &err);
+	/* the slot and the sandbox stay until the answer is out (on_completed) */
+	q->lease_rc = rc;
+	q->has_lease = true;
 	if (rc < 0) {
 		enum MHD_Result r = fail_moat(q, c, &err);
 		moat_error_clear(&err);
@@ -1004,6 +1012,8 @@ static void *ndjson_worker(void *arg)
 	struct moat_error err = { 0 };
 	char *line = NULL;
 	int rc;
+	struct pool_lease lease;
+	bool ran = false;
 	if (q->ses) {
 		char *extra = NULL;
 		rc = serve_session_step(s->sessions, q->ses, q->st.req, &opts, &res, &extra, &err);
@@ -1014,7 +1024,8 @@ static void *ndjson_worker(void *arg)
 		free(r);
 		free(extra);
 	} else {
-		rc = serve_pool_run(s->pool, q->st.req, &opts, &res, &err);
+		rc = serve_pool_run(s->pool, q->st.req, &opts, &lease, &res, &err);
+		ran = true;
 		line = rc == 0 ? moat_ndjson_result(res) : NULL;
 	}
 	pthread_mutex_lock(&q->mu);
@@ -1036,6 +1047,8 @@ static void *ndjson_worker(void *arg)
 	pthread_cond_broadcast(&q->cv);
 	pthread_mutex_unlock(&q->mu);
 	req_unref(q);
+	if (ran) /* the answer is out: pid 1 gone, then */
+		serve_pool_end(s->pool, &lease, rc);
 	release_slot(s); /* last: shutdown waits for it */
 	return NULL;
 }
@@ -1897,15 +1910,23 @@ static void on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (!q)
 		return;
 	*con_cls = NULL;
-	if (q->has_slot) {
-		release_slot(q->s);
-		q->has_slot = false;
-	}
+	struct server *s = q->s;
+	/* a run answered in this thread: its sandbox ends after the answer
+	 * (and after the access line, which times the answer), before its
+	 * slot is freed */
+	struct pool_lease lease = q->lease;
+	bool ending = q->has_lease, slot = q->has_slot;
+	int rc = q->lease_rc;
+	q->has_lease = q->has_slot = false;
 	pthread_mutex_lock(&q->mu);
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && q->outcome == O_OK)
 		q->outcome = O_DISCONNECTED;
 	pthread_mutex_unlock(&q->mu);
 	req_unref(q);
+	if (ending)
+		serve_pool_end(s->pool, &lease, rc);
+	if (slot)
+		release_slot(s);
 }
 
 __attribute__((format(printf, 2, 0)))

@@ -17,7 +17,11 @@
 #include "pool/session.h"
 #include "serve/internal.h"
 
-/* A dead session's 410 is kept for its idleTimeoutMs, then it is a 404. */
+/* A dead session's 410 is kept for its idleTimeoutMs, then it is a 404;
+ * at most TOMBSTONES_PER_SESSION x --max-sessions of them are kept (the
+ * oldest dropped first, a 404 from then on): a client that creates and
+ * deletes sessions in a loop cannot grow the table. */
+#define TOMBSTONES_PER_SESSION 4
 #define REAP_EVERY_MS 200
 #define READY_TIMEOUT_MS 60000
 /* the sandbox's own backstop is a little past the session's lifetime: the
@@ -74,6 +78,8 @@ struct serve_sessions {
 	 * thread): the stop kills them */
 	struct create_job *starting;
 	unsigned live;           /* live sessions and those being made */
+	unsigned dead;           /* dead sessions still in the table (tombstones) */
+	uint64_t dropped;        /* tombstones dropped for the cap before their time */
 	bool stopping;
 	pthread_t thread;
 	bool have_thread;
@@ -176,6 +182,7 @@ static void mark_dead(struct serve_sessions *ss, struct serve_session *x, enum s
 	x->memory_bytes = 0;
 	if (ss->live)
 		ss->live--;
+	ss->dead++;
 	pthread_cond_broadcast(&ss->cv);
 }
 
@@ -212,6 +219,38 @@ static void unref_locked(struct serve_session *x)
 		return;
 	free(x->reason);
 	free(x);
+}
+
+/* A dead session leaves the table (mu held; *pp points at it): an unknown
+ * id from now on, freed with its last reference. */
+static void unlink_dead(struct serve_sessions *ss, struct serve_session **pp)
+{
+	struct serve_session *x = *pp;
+	*pp = x->next;
+	x->removed = true;
+	if (ss->dead)
+		ss->dead--;
+	unref_locked(x);
+}
+
+/* Past the cap, the oldest tombstones whose sandbox is gone are dropped
+ * (mu held). */
+static void trim_tombstones(struct serve_sessions *ss)
+{
+	unsigned cap = ss->cfg.max * TOMBSTONES_PER_SESSION;
+	while (ss->dead > cap) {
+		struct serve_session **oldest = NULL;
+		for (struct serve_session **pp = &ss->list; *pp; pp = &(*pp)->next) {
+			struct serve_session *x = *pp;
+			if (x->state != SES_LIVE && !x->ps && !x->stepping &&
+			    (!oldest || x->dead_ms <= (*oldest)->dead_ms))
+				oldest = pp;
+		}
+		if (!oldest)
+			return; /* the rest still stop their sandbox: the reaper's */
+		unlink_dead(ss, oldest);
+		ss->dropped++;
+	}
 }
 
 /* ---- the session thread ---- */
@@ -276,13 +315,12 @@ static void *session_thread(void *arg)
 			}
 			if (x->state != SES_LIVE && !x->ps &&
 			    now - x->dead_ms >= (int64_t)x->idle_ms) {
-				*pp = x->next;
-				x->removed = true;
-				unref_locked(x);
+				unlink_dead(ss, pp);
 				continue;
 			}
 			pp = &x->next;
 		}
+		trim_tombstones(ss);
 		if (nstop) {
 			pthread_mutex_unlock(&ss->mu);
 			for (size_t i = 0; i < nstop; i++)
@@ -654,6 +692,9 @@ int serve_session_delete(struct serve_sessions *ss, struct serve_session *x, cha
 	x->ps = NULL;
 	pthread_mutex_unlock(&ss->mu);
 	pool_session_stop(p); /* gone before the answer */
+	pthread_mutex_lock(&ss->mu);
+	trim_tombstones(ss);
+	pthread_mutex_unlock(&ss->mu);
 	return 0;
 }
 
@@ -698,10 +739,20 @@ void serve_sessions_metrics(struct serve_sessions *ss, struct moat_buf *b)
 			    "# HELP moat_serve_sessions_runs_total Steps run in sessions.\n"
 			    "# TYPE moat_serve_sessions_runs_total counter\n"
 			    "moat_serve_sessions_runs_total %llu\n"
+			    "# HELP moat_serve_sessions_tombstones Ended sessions kept to answer 410 "
+			    "(at most 4 x --max-sessions).\n"
+			    "# TYPE moat_serve_sessions_tombstones gauge\n"
+			    "moat_serve_sessions_tombstones %u\n"
+			    "# HELP moat_serve_sessions_tombstones_dropped_total Ended sessions "
+			    "forgotten before their idleTimeoutMs, the oldest first, to keep that cap "
+			    "(a 404 from then on).\n"
+			    "# TYPE moat_serve_sessions_tombstones_dropped_total counter\n"
+			    "moat_serve_sessions_tombstones_dropped_total %llu\n"
 			    "# HELP moat_serve_sessions_memory_bytes The live sessions' memory "
 			    "(their cgroups) in all.\n"
 			    "# TYPE moat_serve_sessions_memory_bytes gauge\n"
 			    "moat_serve_sessions_memory_bytes %lld\n",
-			 (unsigned long long)ss->ended, (unsigned long long)ss->runs, (long long)mem);
+			 (unsigned long long)ss->ended, (unsigned long long)ss->runs, ss->dead,
+			 (unsigned long long)ss->dropped, (long long)mem);
 	pthread_mutex_unlock(&ss->mu);
 }

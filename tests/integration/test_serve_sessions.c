@@ -845,6 +845,53 @@ START_TEST(ses_max_and_metrics)
 }
 END_TEST
 
+/* Ended sessions are kept to answer 410 for their idleTimeoutMs, but at most
+ * 4 x --max-sessions of them: a client that creates and deletes sessions in
+ * a loop cannot grow the table; the oldest goes first and is then unknown
+ * (404), the newest are still "ended" (a run in one: 410). */
+START_TEST(ses_tombstones_capped)
+{
+	static const char *const args[] = { "--max-sessions", "1", NULL };
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0, .args = args });
+	enum { CAP = 4, N = CAP + 2 };
+	char *ids[N] = { 0 };
+	for (int i = 0; i < N; i++) {
+		/* an idle timeout far past the test: only the cap drops them */
+		if (!ses_create(&s, "{\"language\":\"python\",\"idleTimeoutMs\":600000}", &ids[i]))
+			return;
+		struct resp r;
+		ses_call(&s, "DELETE", ids[i], &r);
+		ck_assert_msg(r.code == 200, "%s: DELETE: %d %s", MODE_NAME[_i], r.code, r.body);
+		resp_free(&r);
+	}
+	for (int i = 0; i < N; i++) {
+		struct resp r;
+		ses_call(&s, "GET", ids[i], &r);
+		if (i < N - CAP)
+			expect_error("GET of a session past the tombstone cap", &r, 404,
+				     "SessionNotFound");
+		else
+			ck_assert_msg(r.code == 200 && jstr(r.json, "state") &&
+					      !strcmp(jstr(r.json, "state"), "ended"),
+				      "%s: GET of ended session %d of %d: HTTP %d %s",
+				      MODE_NAME[_i], i + 1, N, r.code, r.body);
+		resp_free(&r);
+	}
+	expect_gone(&s, ids[N - 1], "DELETE"); /* the newest: a run still says 410 */
+	char *m = get_metrics(&s, NULL);
+	int found = 0;
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_tombstones", NULL, &found), CAP);
+	ck_assert_double_eq(
+		metric_sum(m, "moat_serve_sessions_tombstones_dropped_total", NULL, &found),
+		N - CAP);
+	free(m);
+	for (int i = 0; i < N; i++)
+		free(ids[i]);
+	server_stop(&s);
+}
+END_TEST
+
 /* ---- a slow start holds up no one ---- */
 
 /* A driver that never says ready, by the tenant's own env: node waits for a
@@ -969,6 +1016,7 @@ Suite *serve_sessions_suite(void)
 	tcase_add_loop_test(tc, ses_sigterm_ends_sessions, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_stream, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_max_and_metrics, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_tombstones_capped, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_slow_start, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_delete_queued, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);

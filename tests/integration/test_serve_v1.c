@@ -2,6 +2,8 @@
  * helpers are serve_common.h's. */
 #include "serve_common.h"
 
+#include <sys/ptrace.h>
+
 /* ---- tests: /v1/run ---------------------------------------------------------------- */
 
 START_TEST(v1_run)
@@ -101,10 +103,106 @@ START_TEST(v1_open_network_allowed)
 }
 END_TEST
 
+/* pid ns init's pid among the server's children: NSpid "<host> 1" (0: none yet). */
+static pid_t sandbox_pid1(const struct server *s)
+{
+	pid_t kids[64];
+	int n = proc_children(s->p.pid, kids, 64);
+	for (int i = 0; i < n; i++) {
+		char path[64];
+		snprintf(path, sizeof path, "/proc/%ld/status", (long)kids[i]);
+		char *st = slurp(path, NULL);
+		const char *ns = st ? strstr(st, "\nNSpid:") : NULL;
+		bool init = false;
+		if (ns) {
+			const char *eol = strchr(ns + 1, '\n');
+			const char *last = eol ? eol : ns + strlen(ns);
+			while (last > ns && isdigit((unsigned char)last[-1]))
+				last--;
+			init = last[0] == '1' && !isdigit((unsigned char)last[1]) && last[-1] != ':';
+		}
+		free(st);
+		if (init)
+			return kids[i];
+	}
+	return 0;
+}
+
+/* The answer goes out once pid 1 has sent the program's status with nothing
+ * else of the run alive, not after pid 1's own exit (the namespaces'
+ * teardown): with pid 1 held at the very start of its exit (a ptrace exit
+ * stop, PTRACE_O_TRACEEXIT), the answer still comes, complete; let go, pid 1
+ * is reaped and nothing of the run is left (server_stop). */
+START_TEST(v1_answer_before_teardown)
+{
+	HARNESS_MODE_GUARD(_i);
+	if (getuid() != 0)
+		harness_skip("ptrace of the sandbox's pid 1 needs root");
+	struct server s;
+	struct server_opts o = { 0 }; /* --pool 0: a cold run, pid 1 the server's child */
+	server_start(&s, _i, &o);
+	struct req q = { .path = "/v1/run",
+			 .body = "{\"argv\":[\"sh\",\"-c\",\"sleep 2; echo done\"]}" };
+	struct call c;
+	call_start(&s, &q, &c);
+	pid_t pid1 = 0;
+	for (long until = now_ms() + harness_scale_ms(10000); !pid1 && now_ms() < until;)
+		if (!(pid1 = sandbox_pid1(&s)))
+			sleep_ms(5);
+	ck_assert_msg(pid1 > 0, "no sandbox pid 1 among the server's children");
+	ck_assert_msg(ptrace(PTRACE_SEIZE, pid1, NULL, (void *)(long)PTRACE_O_TRACEEXIT) == 0,
+		      "PTRACE_SEIZE %ld: %s", (long)pid1, strerror(errno));
+	/* pid 1's stops until its exit stop: signals (SIGCHLD) passed on */
+	bool at_exit = false;
+	long until = now_ms() + harness_scale_ms(20000);
+	while (!at_exit && now_ms() < until) {
+		int st;
+		pid_t w = waitpid(pid1, &st, __WALL | WNOHANG);
+		if (w == 0) {
+			sleep_ms(2);
+			continue;
+		}
+		ck_assert_msg(w == pid1 && WIFSTOPPED(st), "pid 1 ended before its exit stop (%#x)",
+			      w == pid1 ? st : -1);
+		if (st >> 8 == (SIGTRAP | (PTRACE_EVENT_EXIT << 8)))
+			at_exit = true;
+		else
+			ptrace(PTRACE_CONT, pid1, NULL,
+			       (void *)(long)(st >> 16 ? 0 : WSTOPSIG(st)));
+	}
+	ck_assert_msg(at_exit, "pid 1 did not reach its exit");
+	/* held there: the answer must come all the same */
+	bool answered = false;
+	for (long end = now_ms() + harness_scale_ms(5000); !answered && now_ms() < end;) {
+		siginfo_t si = { 0 };
+		answered = waitid(P_PID, (id_t)c.pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
+			   si.si_pid == c.pid;
+		if (!answered)
+			sleep_ms(5);
+	}
+	ptrace(PTRACE_DETACH, pid1, NULL, NULL); /* let it go (or the SIGKILL did) */
+	struct resp r;
+	call_finish(&c, &r);
+	ck_assert_msg(answered, "%s: no answer while pid 1 was held at its exit", MODE_NAME[_i]);
+	ck_assert_msg(r.code == 200 && r.json && jstr(r.json, "stdout") &&
+			      !strcmp(jstr(r.json, "stdout"), "done\n") && jnum(r.json, "exitCode") == 0,
+		      "HTTP %d: %.600s", r.code, r.body);
+	resp_free(&r);
+	/* let go, it is reaped (server_stop: nothing of the server left) */
+	bool gone = false;
+	for (long end = now_ms() + harness_scale_ms(5000); !gone && now_ms() < end;)
+		if (!(gone = kill(pid1, 0) < 0 && errno == ESRCH))
+			sleep_ms(5);
+	ck_assert_msg(gone, "pid 1 %ld still there after it was let go", (long)pid1);
+	server_stop(&s);
+}
+END_TEST
+
 void serve_v1_tests(Suite *s, const char *only)
 {
 	TCase *tc = serve_tcase(s, "v1");
 
 	SERVE_ADD(tc, only, v1_run, SERVE_MODES);
 	SERVE_ADD(tc, only, v1_open_network_allowed, SERVE_MODES);
+	SERVE_ADD(tc, only, v1_answer_before_teardown, SERVE_MODES);
 }
