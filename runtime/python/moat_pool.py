@@ -11,7 +11,7 @@ writes the files, sets the environment and runs /sandbox/main.py as
 __main__, as `python3 /sandbox/main.py` would. The sandbox is used once and
 destroyed: nothing here is meant to be reset.
 
-Only os.read on fd 0 is used for the request, byte by byte for the header:
+Only os.read on fd 0 is used for the request, never past the header's newline:
 sys.stdin's buffer never sees it, so the program reads its stdin from the
 first byte, through sys.stdin or fd 0 or a child process alike.
 """
@@ -36,7 +36,16 @@ def _read_exact(n):
 
 
 def _read_header():
+    # the magic in one read where it can (a header is never shorter), the
+    # length byte by byte: nothing past the header's newline is taken
     line = bytearray()
+    while len(line) < len(MAGIC):
+        b = os.read(0, len(MAGIC) - len(line))
+        if not b:
+            raise EOFError("no request")
+        line += b
+    if line != MAGIC:
+        raise ValueError("bad request header")
     while not line.endswith(b"\n"):
         b = os.read(0, 1)
         if not b:
@@ -98,9 +107,17 @@ def parse_request(body):
 
 def main():
     code, files, env = parse_request(_read_exact(_read_header()))
-    with open("/sandbox/main.py", "wb") as f:
-        f.write(code)
-    _write_files(files)
+    # os.open and os.write, not open(): no io objects built for one write
+    # (in a zygote's child each object touched is a copy-on-write fault)
+    fd = os.open("/sandbox/main.py", os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        view = memoryview(code)
+        while view:
+            view = view[os.write(fd, view):]
+    finally:
+        os.close(fd)
+    if files:
+        _write_files(files)
     for k, v in env:
         os.environb[k] = v
         if k == b"PYTHONPATH":  # read at start-up in a cold run

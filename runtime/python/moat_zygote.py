@@ -27,6 +27,7 @@ sandbox reads it, and the program ends as `python3 /sandbox/main.py`
 would (_become_program says what of the interpreter's exit is skipped).
 EOF on the control socket ends the loop, and the zygote.
 """
+import atexit  # here, not imported in each child at its exit
 import ctypes
 import os
 import sys
@@ -76,9 +77,9 @@ def _exit_code(e):
     return 1
 
 
-def _become_program(env):
-    """pid 2, locked down: the run's environment, then the request; never
-    returns.
+def _become_program():
+    """pid 2, locked down, its environment the run's (the zygote set it
+    before its loop): the request; never returns.
 
     The end is what Py_FinalizeEx does first -- wait for the program's
     threads, run its atexit functions, flush stdout and stderr -- and then
@@ -86,10 +87,6 @@ def _become_program(env):
     the zygote's heap, each page a copy-on-write fault, for nothing (the
     sandbox ends with this process). What is left undone is what CPython
     does not promise at exit either: __del__ of objects still alive."""
-    os.environ.clear()
-    for kv in env:
-        k, _, v = kv.partition(b"=")
-        os.environb[k] = v
     code = 0
     try:
         moat_pool.main()
@@ -103,7 +100,6 @@ def _become_program(env):
         threading = sys.modules.get("threading")
         if threading is not None:
             threading._shutdown()
-        import atexit
         atexit._run_exitfuncs()
     except SystemExit as e:
         code = _exit_code(e)
@@ -129,13 +125,25 @@ def main():
     lib, z, env = _load(so_path, template, tmpfs, runtime, flags)
     api = ctypes.pythonapi
     hook = lambda f: ctypes.cast(f, ctypes.c_void_p)
+    # What each child did alike is done here, once: a page of the zygote
+    # that a child writes is a copy-on-write fault in that child (with a
+    # TLB flush; dear in a VM), and these three -- looking up
+    # PyOS_AfterFork_Child (dlsym, a new ctypes function object), setting
+    # the template's environment through os.environ's Python code, and
+    # importing atexit at the exit -- cost each run about 100 of its ~360
+    # faults (docs/benchmarks-latest.md, "CPU of a warm Python request").
+    after_child = api.PyOS_AfterFork_Child
+    os.environ.clear()
+    for kv in env:
+        k, _, v = kv.partition(b"=")
+        os.environb[k] = v
     sys.stdout.flush()
     sys.stderr.flush()
     rc = lib.moat_zygote_serve(z, ctl_fd, hook(api.PyOS_BeforeFork),
                                hook(api.PyOS_AfterFork_Parent))
     if rc == 0:
-        api.PyOS_AfterFork_Child()
-        _become_program(env)  # never returns
+        after_child()
+        _become_program()  # never returns
     if rc < 0:
         sys.stderr.write("moat zygote: %s\n" % os.strerror(-rc))
         sys.exit(2)
