@@ -147,6 +147,10 @@ struct moat_exec {
 
 struct moat_child {
 	const struct moat_mount_plan *plan;
+	/* > 0: plan is the start of a shared mapping of this size, filled by
+	 * the supervisor after clone3 (read only after MOAT_SYNC_IDS), that
+	 * pid 1 unmaps once its mounts are made */
+	size_t plan_map_len;
 	const struct moat_priv_plan *priv;
 	const struct moat_seccomp_prog *seccomp; /* NULL: none */
 	const struct moat_net *net;

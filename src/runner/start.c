@@ -131,7 +131,8 @@ static void close_child_ends(struct run *r)
 void run_child_spec(const struct run *r, struct moat_child *c)
 {
 	*c = (struct moat_child){
-		.plan = r->plan, .priv = &r->priv, .seccomp = r->seccomp, .as_root = r->as_root,
+		.plan = r->plan_map ? (const struct moat_mount_plan *)r->plan_map : r->plan,
+		.plan_map_len = r->plan_map ? RUN_PLAN_MAP_BYTES : 0, .priv = &r->priv, .seccomp = r->seccomp, .as_root = r->as_root,
 		.net = r->net, .net_fds = { -1, -1 },
 		.outputs = r->req->outputs, .outputs_count = r->req->outputs_count,
 		.outputs_fd = r->outputs_w, .outputs_skip_work = r->workdir != NULL,
@@ -210,11 +211,20 @@ static int spawn(struct run *r, struct moat_error *err)
 		return -1;
 	if (map_ids(r, err) < 0)
 		return child_report_wins(r, err);
+	/* the mount plan, built while pid 1 is still being scheduled (it reads
+	 * the plan only once released); its error is the run's, as before
+	 * clone3: pid 1 is killed, never released */
+	if (run_plan_hand_over(r, err) < 0) {
+		run_kill(r);
+		return -1;
+	}
 	if (moat_sync_send(r->sync_w, MOAT_SYNC_IDS) < 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cannot release the sandbox: %s",
 			       strerror(errno));
 		return child_report_wins(r, err);
 	}
+	/* pid 1 has its own mapping of it: the supervisor never reads it */
+	run_plan_unmap(r);
 	moat_stamp("sup: released");
 	/* creating, limiting and joining the v1 cgroups takes ~1 ms here: done
 	 * while the child builds its mounts; it forks the program only after
