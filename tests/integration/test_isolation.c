@@ -1095,6 +1095,20 @@ END_TEST
 
 /* ---- invariant 7: nothing outlives a run ---------------------------------------- */
 
+/* /proc/PID/task/PID/children into kids (len bytes; "" when unread). */
+static void read_children(pid_t pid, char *kids, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	kids[0] = '\0';
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (!fgets(kids, (int)len, f))
+			kids[0] = '\0';
+		fclose(f);
+	}
+}
+
 START_TEST(supervisor_killed_kills_sandbox)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -1119,14 +1133,8 @@ START_TEST(supervisor_killed_kills_sandbox)
 	}
 	ck_assert_int_eq(started, 4);
 	/* the sandbox init, to clean up if the test fails */
-	char path[64], kids[256] = "";
-	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
-	FILE *f = fopen(path, "r");
-	if (f) {
-		if (!fgets(kids, sizeof kids, f))
-			kids[0] = '\0';
-		fclose(f);
-	}
+	char kids[256];
+	read_children(pid, kids, sizeof kids);
 	ck_assert_int_eq(kill(pid, SIGKILL), 0);
 	ck_assert_int_eq(wait_status(pid), 128 + SIGKILL);
 	int left = -1;
@@ -1148,14 +1156,8 @@ END_TEST
 /* The first pid listed in /proc/PID/task/PID/children, or -1. */
 static pid_t first_child(pid_t pid)
 {
-	char path[64], kids[256] = "";
-	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
-	FILE *f = fopen(path, "r");
-	if (f) {
-		if (!fgets(kids, sizeof kids, f))
-			kids[0] = '\0';
-		fclose(f);
-	}
+	char kids[256];
+	read_children(pid, kids, sizeof kids);
 	return kids[0] ? (pid_t)atoi(kids) : -1;
 }
 
