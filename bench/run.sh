@@ -5,12 +5,16 @@
 #   sh bench/run.sh [PATH/TO/moat]
 # Environment: N (rounds, default 30), WARMUP (3), MEMRUNS (5), TPUT_SECS (5; 0 = skip
 # throughput), CLIENTS (1,2,8), SEED, CC, OUT (results prefix, default
-# bench/results/latest).
+# bench/results/latest), MOAT_B (a second moat binary, e.g. the branch point's: its own
+# row "moat-b" in the same interleaved rounds, an A/B of two builds).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 MOAT=${1:-$here/../build/moat}
 MOAT=$(cd "$(dirname "$MOAT")" && pwd)/$(basename "$MOAT")
+MOAT_B=${MOAT_B:-}
+[ -z "$MOAT_B" ] || { [ -x "$MOAT_B" ] || { echo "bench: MOAT_B=$MOAT_B is not executable" >&2; exit 2; }
+	MOAT_B=$(cd "$(dirname "$MOAT_B")" && pwd)/$(basename "$MOAT_B"); }
 N=${N:-30}
 WARMUP=${WARMUP:-3}
 MEMRUNS=${MEMRUNS:-5}
@@ -98,6 +102,7 @@ cases=$work/cases.tsv
 	printf '@meta\tcpus\t%s\n' "$(nproc)"
 	printf '@meta\tuser\t%s\n' "$(id -u)"
 	printf '@meta\tmoat\t%s\n' "$("$MOAT" version 2>/dev/null | head -1)"
+	[ -z "$MOAT_B" ] || printf '@meta\tmoat-b\t%s (%s)\n' "$("$MOAT_B" version 2>/dev/null | head -1)" "$MOAT_B"
 	[ -z "$BWRAP" ] || printf '@meta\tbwrap\t%s\n' "$("$BWRAP" --version | head -1)"
 	printf '@meta\tcpuModel\t%s\n' "$(sed -n 's/^model name[^:]*: //p' /proc/cpuinfo | head -1)"
 	printf '%s' "$notes"
@@ -137,6 +142,8 @@ cases=$work/cases.tsv
 		# moat: full default isolation, seccomp on, limits on
 		printf 'case\t%s\tmoat\t%s\t%s\n' "$wl" "$t" "$(printf '%s\t' "$MOAT" run \
 			--memory 256M --pids 64 --cpus 1 -l "$lang" "$f" | sed "s/$tab\$//")"
+		[ -z "$MOAT_B" ] || printf 'case\t%s\tmoat-b\t%s\t%s\n' "$wl" "$t" "$(printf '%s\t' \
+			"$MOAT_B" run --memory 256M --pids 64 --cpus 1 -l "$lang" "$f" | sed "s/$tab\$//")"
 	done
 } >"$cases"
 

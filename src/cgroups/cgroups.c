@@ -81,6 +81,12 @@ struct moat_cgroup {
 	char *sweep[MOAT_V1__COUNT + 1];  /* parents to clear of stale leaves, or NULL */
 	struct moat_cgroup_rlimit rl[MOAT_CGROUP_MAX_RLIMITS]; /* fallbacks for the program */
 	size_t nrl;
+	/* the figures as moat_cgroup_snapshot read them (-1: not there), until
+	 * moat_cgroup_collect takes them */
+	struct cg_figures {
+		bool taken;
+		int64_t peak, cpu_ns, cpu_us, oom_kills, oom_group_kills, failcnt, pids_hits;
+	} fig;
 };
 
 /* What the host offers, found without changing anything. */
@@ -859,29 +865,54 @@ int64_t moat_cgroup_cpu_ms(const struct moat_cgroup *cg)
 	return us >= 0 ? us / 1000 : -1;
 }
 
-static void collect(struct moat_cgroup *cg, struct moat_result *res)
+/* The files only; what they mean for the run is collect's (it needs the
+ * decoded status). */
+static void read_figures(struct moat_cgroup *cg, struct cg_figures *f)
 {
 	const char *v2 = cg->v2_leaf;
 	const char *mem1 = cg->v1_leaf[MOAT_V1_MEMORY];
 	bool v2mem = cg->v2_ctl[L_MEMORY];
-	/* memory peak */
-	int64_t peak = v2mem ? read_num(v2, "memory.peak") : read_num(mem1, "memory.max_usage_in_bytes");
-	if (peak >= 0)
-		res->memory_peak_bytes = peak;
-	int64_t cpu = moat_cgroup_cpu_ms(cg);
-	if (cpu >= 0)
-		res->cpu_time_ms = cpu;
+	*f = (struct cg_figures){ true, -1, -1, -1, -1, -1, -1, -1 };
+	f->peak = v2mem ? read_num(v2, "memory.peak") : read_num(mem1, "memory.max_usage_in_bytes");
+	/* cpu time: cpuacct.usage (ns) or cpu.stat usage_usec (a core v2 file) */
+	f->cpu_ns = read_num(cg->v1_leaf[MOAT_V1_CPUACCT], "cpuacct.usage");
+	if (f->cpu_ns < 0)
+		f->cpu_us = read_kv(v2, "cpu.stat", "usage_usec");
+	if (v2mem) {
+		f->oom_kills = read_kv(v2, "memory.events", "oom_kill");
+		f->oom_group_kills = read_kv(v2, "memory.events", "oom_group_kill");
+	} else if (mem1) {
+		f->oom_kills = read_kv(mem1, "memory.oom_control", "oom_kill");
+		if (f->oom_kills < 0) /* kernels before 4.13 */
+			f->failcnt = read_num(mem1, "memory.failcnt");
+	}
+	const char *pl = cg->v2_ctl[L_PIDS] ? v2 : cg->v1_leaf[MOAT_V1_PIDS];
+	if (cg->mech[L_PIDS] == MOAT_CG_V1 || cg->mech[L_PIDS] == MOAT_CG_V2)
+		f->pids_hits = read_kv(pl, "pids.events", "max");
+}
+
+static void collect(struct moat_cgroup *cg, struct moat_result *res)
+{
+	struct cg_figures f = cg->fig;
+	if (!f.taken)
+		read_figures(cg, &f);
+	cg->fig.taken = false; /* a session's next step reads its own */
+	bool v2mem = cg->v2_ctl[L_MEMORY];
+	if (f.peak >= 0)
+		res->memory_peak_bytes = f.peak;
+	if (f.cpu_ns >= 0)
+		res->cpu_time_ms = f.cpu_ns / 1000000;
+	else if (f.cpu_us >= 0)
+		res->cpu_time_ms = f.cpu_us / 1000;
 	/* OOM */
 	bool oom = false;
-	if (v2mem) {
-		oom = read_kv(v2, "memory.events", "oom_kill") > 0 ||
-		      read_kv(v2, "memory.events", "oom_group_kill") > 0;
-	} else if (mem1) {
-		int64_t kills = read_kv(mem1, "memory.oom_control", "oom_kill");
-		if (kills >= 0)
-			oom = kills > 0;
+	if (v2mem)
+		oom = f.oom_kills > 0 || f.oom_group_kills > 0;
+	else if (cg->v1_leaf[MOAT_V1_MEMORY]) {
+		if (f.oom_kills >= 0)
+			oom = f.oom_kills > 0;
 		else /* kernels before 4.13: a SIGKILL after hitting the limit */
-			oom = read_num(mem1, "memory.failcnt") > 0 && !res->exited && res->signal == 9;
+			oom = f.failcnt > 0 && !res->exited && res->signal == 9;
 	}
 	if (oom) {
 		res->oom_killed = true;
@@ -889,9 +920,8 @@ static void collect(struct moat_cgroup *cg, struct moat_result *res)
 			res->killed_by = "oom";
 	}
 	/* pids limit hit: the cause only when the program failed */
-	const char *pl = cg->v2_ctl[L_PIDS] ? v2 : cg->v1_leaf[MOAT_V1_PIDS];
 	if (cg->mech[L_PIDS] == MOAT_CG_V1 || cg->mech[L_PIDS] == MOAT_CG_V2) {
-		int64_t hits = read_kv(pl, "pids.events", "max");
+		int64_t hits = f.pids_hits;
 		if (hits > 0) {
 			bool failed = !res->exited || res->exit_code != 0;
 			if (failed && !res->timed_out && !oom)
@@ -960,6 +990,12 @@ int moat_cgroup_memory_stall(const struct moat_cgroup *cg, int64_t *limit_hits,
 	if (!ok || (*limit_hits = read_kv(cg->v2_leaf, "memory.events", "max")) < 0)
 		return -1;
 	return 0;
+}
+
+void moat_cgroup_snapshot(struct moat_cgroup *cg)
+{
+	if (cg && !cg->fig.taken)
+		read_figures(cg, &cg->fig);
 }
 
 void moat_cgroup_collect(struct moat_cgroup *cg, struct moat_result *res)

@@ -77,6 +77,11 @@ void moat_cgroup_finish(struct moat_cgroup *cg, struct moat_result *res);
  * wait for the kernel to let go of the last task, which a caller may do
  * after it has answered. */
 void moat_cgroup_collect(struct moat_cgroup *cg, struct moat_result *res);
+/* Reads the figures moat_cgroup_collect (or finish) then reports, instead
+ * of reading them there: the supervisor takes them once the program's
+ * status is in, while pid 1's exit tears the namespaces down. The next
+ * collect uses them and forgets them. NULL-safe. */
+void moat_cgroup_snapshot(struct moat_cgroup *cg);
 /* The run's memory in use now (memory.current / memory.usage_in_bytes),
  * or -1 without a memory cgroup. */
 int64_t moat_cgroup_memory_now(const struct moat_cgroup *cg);

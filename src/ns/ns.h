@@ -120,6 +120,14 @@ int moat_plan_check_text(const char *text, struct moat_error *err);
 int moat_tree_check_own(const char *mountinfo, bool runtime, char *why, size_t len);
 /* The same of this process's own tree (/proc/self/mountinfo). */
 int moat_tree_check_self(bool runtime, char *why, size_t len);
+/* A copy of plan laid out in buf (cap bytes): the plan at buf itself, then
+ * its ops and every string, each pointer into buf; data pointers are kept
+ * as they are (never owned by a plan: the request's files, static text and
+ * the network's resolv.conf, all made before clone3). The supervisor builds
+ * the plan after clone3 into a MAP_SHARED mapping made before it, which pid 1
+ * reads at the same address once released. NULL: it does not fit. */
+struct moat_mount_plan *moat_plan_flatten(const struct moat_mount_plan *plan, void *buf,
+					  size_t cap);
 /* Human description of op i for error messages: "bind /usr on /usr". */
 int moat_plan_describe(const struct moat_mount_plan *plan, size_t i, char *buf, size_t len);
 

@@ -825,6 +825,49 @@ void moat_plan_free(struct moat_mount_plan *p)
 	free(p);
 }
 
+/* A bump allocation of n bytes (aligned for any op) from buf's cap, or NULL. */
+static void *flat_take(char *buf, size_t cap, size_t *used, size_t n)
+{
+	size_t at = (*used + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1);
+	if (at > cap || n > cap - at)
+		return NULL;
+	*used = at + n;
+	return buf + at;
+}
+
+static bool flat_str(char *buf, size_t cap, size_t *used, char **s)
+{
+	if (!*s)
+		return true;
+	size_t n = strlen(*s) + 1;
+	char *c = flat_take(buf, cap, used, n);
+	if (!c)
+		return false;
+	memcpy(c, *s, n);
+	*s = c;
+	return true;
+}
+
+struct moat_mount_plan *moat_plan_flatten(const struct moat_mount_plan *p, void *buf, size_t cap)
+{
+	size_t used = 0;
+	struct moat_mount_plan *f = flat_take(buf, cap, &used, sizeof *f);
+	if (!f || p->count > (cap - used) / sizeof *p->ops)
+		return NULL;
+	*f = (struct moat_mount_plan){ .count = p->count, .cap = p->count, .base = p->base };
+	if (p->count && !(f->ops = flat_take(buf, cap, &used, p->count * sizeof *p->ops)))
+		return NULL;
+	if (p->count)
+		memcpy(f->ops, p->ops, p->count * sizeof *p->ops);
+	if (!flat_str(buf, cap, &used, &f->base))
+		return NULL;
+	for (size_t i = 0; i < f->count; i++)
+		if (!flat_str(buf, cap, &used, &f->ops[i].src) ||
+		    !flat_str(buf, cap, &used, &f->ops[i].dst))
+			return NULL;
+	return f;
+}
+
 int moat_plan_describe(const struct moat_mount_plan *p, size_t i, char *buf, size_t len)
 {
 	if (i >= p->count)

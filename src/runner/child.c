@@ -10,6 +10,7 @@
 #include <sched.h>
 #include <signal.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/mount.h>
 #include <sys/prctl.h>
 #include <sys/ptrace.h>
@@ -497,7 +498,15 @@ int moat_child_main(const struct moat_child *c)
 	if (mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL) < 0)
 		fail(c, MOAT_STEP_PRIVATE, 0);
 	size_t op = 0;
+	/* the supervisor built the plan while this process set its ids */
+	if (c->plan_map_len && moat_sync_wait(c->sync_fd, MOAT_SYNC_PLAN) < 0)
+		moat_sys_exit(125);
 	if (moat_plan_apply(c->plan, &op) < 0)
+		fail(c, MOAT_STEP_MOUNT, (int)op);
+	/* the supervisor's hand-over (memory shared with it): gone before the
+	 * program is forked, so no process of the sandbox shares a page with
+	 * the supervisor */
+	if (c->plan_map_len && munmap((void *)c->plan, c->plan_map_len) < 0)
 		fail(c, MOAT_STEP_MOUNT, (int)op);
 	if (sysctl_errno) {
 		errno = sysctl_errno;

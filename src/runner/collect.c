@@ -162,7 +162,8 @@ int run_collect(struct run *r, struct moat_result **out, struct moat_error *err)
 		(void)moat_result_warn(res, "out of memory rendering the outputs");
 	if (r->sclog && !(res->seccomp_json = moat_seccomp_log_json(r->sclog)))
 		(void)moat_result_warn(res, "out of memory rendering the seccomp log");
-	/* the statistics now; the leaves go in run_release (their removal can
+	/* the statistics now (read when the status came in, if it did: the
+	 * pump's on_report); the leaves go in run_release (their removal can
 	 * wait several ms for the kernel, after the answer is out) */
 	moat_cgroup_collect(r->cg, res);
 	moat_stamp("sup: cgroup read");

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -338,22 +339,62 @@ void run_init(struct run *r, const struct moat_request *req, const struct moat_r
 	r->pid = -1;
 }
 
-/* The program, its environment, the seccomp log and the mount plan. */
-static int program_prepare(struct run *r, uint64_t tmpfs, struct moat_error *err)
+static int plan_build(struct run *r, struct moat_error *err)
 {
-	if (lang_setup(r) < 0 || !(r->envp = build_envp(r, moat_net_env(r->net))) ||
-	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new(!r->opts.policy_path))))
-		return moat_error_oom(err);
 	struct moat_plan_input pin = {
-		.rootfs_dir = r->opts.rootfs_dir, .tmpfs_bytes = tmpfs, .req = r->req,
-		.code_name = r->code_name, .resolv_conf = moat_net_resolv_conf(r->net),
-		.runtime_dir = r->opts.runtime_dir, .workdir = r->workdir,
-		.proc_unmasked = r->zygote_fd >= 0, .own_tree = r->own_tree,
+		.rootfs_dir = r->opts.rootfs_dir,
+		.tmpfs_bytes = r->opts.tmpfs_bytes ? r->opts.tmpfs_bytes : MOAT_DEFAULT_TMPFS_BYTES,
+		.req = r->req, .code_name = r->code_name,
+		.resolv_conf = moat_net_resolv_conf(r->net), .runtime_dir = r->opts.runtime_dir,
+		.workdir = r->workdir, .proc_unmasked = r->zygote_fd >= 0, .own_tree = r->own_tree,
 	};
 	if (moat_plan_build(&pin, &r->plan, err) < 0)
 		return -1;
 	moat_stamp("sup: plan built");
 	return 0;
+}
+
+/* The program, its environment, the seccomp log and the mount plan: a
+ * zygote's template builds it now (its pid 1s are cloned from its memory),
+ * a run spawned here after clone3 (run_plan_hand_over) into a shared
+ * mapping made now. Every pointer the plan's ops keep to data (the
+ * request's files, the network's resolv.conf) is made before clone3. */
+static int program_prepare(struct run *r, struct moat_error *err)
+{
+	if (lang_setup(r) < 0 || !(r->envp = build_envp(r, moat_net_env(r->net))) ||
+	    (r->opts.seccomp_log && !(r->sclog = moat_seccomp_log_new(!r->opts.policy_path))))
+		return moat_error_oom(err);
+	if (r->origin == RUN_TEMPLATE)
+		return plan_build(r, err);
+	/* pages are taken only as the plan is copied in (a few); no swap or
+	 * commit is reserved for the rest */
+	void *m = mmap(NULL, RUN_PLAN_MAP_BYTES, PROT_READ | PROT_WRITE,
+		       MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (m == MAP_FAILED)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+				      "cannot map the mount plan's hand-over: %s", strerror(errno));
+	r->plan_map = m;
+	return 0;
+}
+
+int run_plan_hand_over(struct run *r, struct moat_error *err)
+{
+	if (!r->plan_map)
+		return 0;
+	if (plan_build(r, err) < 0)
+		return -1;
+	if (!moat_plan_flatten(r->plan, r->plan_map, RUN_PLAN_MAP_BYTES))
+		return moat_error_set(err, MOAT_ERR_CONFIG, EFBIG,
+				      "the mount plan is larger than %u MiB",
+				      (unsigned)(RUN_PLAN_MAP_BYTES >> 20));
+	return 0;
+}
+
+void run_plan_unmap(struct run *r)
+{
+	if (r->plan_map)
+		munmap(r->plan_map, RUN_PLAN_MAP_BYTES);
+	r->plan_map = NULL;
 }
 
 int run_prepare(struct run *r, struct moat_error *err)
@@ -411,7 +452,7 @@ int run_prepare(struct run *r, struct moat_error *err)
 	/* a zygote's child: the program, its environment and its mounts are
 	 * the template's (the request's code, files and env reach pid 2 in
 	 * its frame) */
-	if (r->origin != RUN_ADOPTED && program_prepare(r, tmpfs, err) < 0)
+	if (r->origin != RUN_ADOPTED && program_prepare(r, err) < 0)
 		return -1;
 	if (make_channels(r, err) < 0 || kv_prepare(r, err) < 0)
 		return -1;
@@ -440,6 +481,7 @@ void run_release(struct run *r)
 	moat_cgroup_finish(r->cg, NULL);
 	moat_net_finish(r->net, NULL);
 	moat_plan_free(r->plan);
+	run_plan_unmap(r);
 	moat_priv_release(&r->priv);
 	moat_seccomp_prog_free(r->seccomp);
 	exec_free(&r->program);

@@ -170,6 +170,11 @@ static int on_report(struct run *r, struct pump_entry *e, struct moat_error *err
 		if (rep.kind == MOAT_REPORT_STATUS && !r->have_status) {
 			r->status = rep;
 			r->have_status = true;
+			/* the program is over and pid 1 is exiting: its
+			 * cgroup figures now, while the kernel tears the
+			 * namespaces down, not after (run_collect uses them) */
+			moat_cgroup_snapshot(r->cg);
+			moat_stamp("sup: status in, figures read");
 		} else if (rep.kind == MOAT_REPORT_SETUP_FAILED && !r->have_setup) {
 			r->setup = rep;
 			r->have_setup = true;

@@ -43,8 +43,13 @@ enum moat_step {
  * and pid 1 exits (125) without reporting. */
 enum moat_sync {
 	/* uid_map/gid_map are written (and the network attached): become
-	 * 65534, build the mounts, set up lo */
+	 * 65534, then (after MOAT_SYNC_PLAN where the plan is handed over)
+	 * build the mounts, set up lo */
 	MOAT_SYNC_IDS = 'g',
+	/* the mount plan is in the shared hand-over (moat_child.plan_map_len
+	 * > 0 only; the supervisor builds it after clone3 while pid 1 sets its
+	 * ids): make the mounts */
+	MOAT_SYNC_PLAN = 'p',
 	/* the run's cgroups hold pid 1 (v1 join done) and the run is started:
 	 * fork the program. Until this byte only moat's own code runs. */
 	MOAT_SYNC_START = 'c',
@@ -152,6 +157,10 @@ struct moat_exec {
 
 struct moat_child {
 	const struct moat_mount_plan *plan;
+	/* > 0: plan is the start of a shared mapping of this size, filled by
+	 * the supervisor after clone3 (read only after MOAT_SYNC_PLAN), that
+	 * pid 1 unmaps once its mounts are made */
+	size_t plan_map_len;
 	const struct moat_priv_plan *priv;
 	const struct moat_seccomp_prog *seccomp; /* NULL: none */
 	const struct moat_net *net;

@@ -131,7 +131,8 @@ static void close_child_ends(struct run *r)
 void run_child_spec(const struct run *r, struct moat_child *c)
 {
 	*c = (struct moat_child){
-		.plan = r->plan, .priv = &r->priv, .seccomp = r->seccomp, .as_root = r->as_root,
+		.plan = r->plan_map ? (const struct moat_mount_plan *)r->plan_map : r->plan,
+		.plan_map_len = r->plan_map ? RUN_PLAN_MAP_BYTES : 0, .priv = &r->priv, .seccomp = r->seccomp, .as_root = r->as_root,
 		.net = r->net, .net_fds = { -1, -1 },
 		.outputs = r->req->outputs, .outputs_count = r->req->outputs_count,
 		.outputs_fd = r->outputs_w, .outputs_skip_work = r->workdir != NULL,
@@ -204,6 +205,21 @@ static int map_ids(struct run *r, struct moat_error *err)
 	return 0;
 }
 
+/* MOAT_SYNC_PLAN where the plan was handed over, the supervisor's view of
+ * it unmapped first (pid 1 has its own mapping: the supervisor never reads
+ * it). */
+static int send_plan(struct run *r, struct moat_error *err)
+{
+	if (!r->plan_map)
+		return 0;
+	run_plan_unmap(r);
+	if (moat_sync_send(r->sync_w, MOAT_SYNC_PLAN) < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+				      "cannot hand the mount plan to the sandbox: %s", strerror(errno));
+	moat_stamp("sup: plan handed over");
+	return 0;
+}
+
 static int spawn(struct run *r, struct moat_error *err)
 {
 	if (clone_sandbox(r, err) < 0)
@@ -216,6 +232,15 @@ static int spawn(struct run *r, struct moat_error *err)
 		return child_report_wins(r, err);
 	}
 	moat_stamp("sup: released");
+	/* the mount plan, built while pid 1 is scheduled and sets its ids (it
+	 * waits for MOAT_SYNC_PLAN only before its mounts); its error is the
+	 * run's, as before clone3: pid 1 is killed before it mounts anything */
+	if (run_plan_hand_over(r, err) < 0) {
+		run_kill(r);
+		return -1;
+	}
+	if (send_plan(r, err) < 0)
+		return child_report_wins(r, err);
 	/* creating, limiting and joining the v1 cgroups takes ~1 ms here: done
 	 * while the child builds its mounts; it forks the program only after
 	 * MOAT_SYNC_START */
@@ -266,6 +291,10 @@ static int adopt(struct run *r, int pidfd, struct moat_error *err)
 			       strerror(errno));
 		return child_report_wins(r, err);
 	}
+	/* a pid 1 made from this run's own spec after run_plan_hand_over (a
+	 * zygote's template hands none over: its plan is in its memory) */
+	if (send_plan(r, err) < 0)
+		return child_report_wins(r, err);
 	if (moat_cgroup_adopt(r->cg, r->pid, r->res, err) < 0)
 		return child_report_wins(r, err);
 	return 0;

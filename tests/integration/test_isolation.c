@@ -1095,6 +1095,20 @@ END_TEST
 
 /* ---- invariant 7: nothing outlives a run ---------------------------------------- */
 
+/* /proc/PID/task/PID/children into kids (len bytes; "" when unread). */
+static void read_children(pid_t pid, char *kids, size_t len)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
+	kids[0] = '\0';
+	FILE *f = fopen(path, "r");
+	if (f) {
+		if (!fgets(kids, (int)len, f))
+			kids[0] = '\0';
+		fclose(f);
+	}
+}
+
 START_TEST(supervisor_killed_kills_sandbox)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -1119,14 +1133,8 @@ START_TEST(supervisor_killed_kills_sandbox)
 	}
 	ck_assert_int_eq(started, 4);
 	/* the sandbox init, to clean up if the test fails */
-	char path[64], kids[256] = "";
-	snprintf(path, sizeof path, "/proc/%d/task/%d/children", (int)pid, (int)pid);
-	FILE *f = fopen(path, "r");
-	if (f) {
-		if (!fgets(kids, sizeof kids, f))
-			kids[0] = '\0';
-		fclose(f);
-	}
+	char kids[256];
+	read_children(pid, kids, sizeof kids);
 	ck_assert_int_eq(kill(pid, SIGKILL), 0);
 	ck_assert_int_eq(wait_status(pid), 128 + SIGKILL);
 	int left = -1;
@@ -1142,6 +1150,68 @@ START_TEST(supervisor_killed_kills_sandbox)
 	free(text);
 	ck_assert_msg(left == 0, "%d sandbox processes outlived a killed supervisor (mode %d)", left,
 		      _i);
+}
+END_TEST
+
+/* The first pid listed in /proc/PID/task/PID/children, or -1. */
+static pid_t first_child(pid_t pid)
+{
+	char kids[256];
+	read_children(pid, kids, sizeof kids);
+	return kids[0] ? (pid_t)atoi(kids) : -1;
+}
+
+/* Lines of /proc/PID/maps (into *lines) and, of them, the shared writable
+ * mappings (perms "rw-s": a file mapped read-only and shared, like glibc's
+ * gconv cache, is no channel); -1 when it cannot be read. */
+static int shared_maps(pid_t pid, int *lines)
+{
+	char path[64], line[1024];
+	snprintf(path, sizeof path, "/proc/%d/maps", (int)pid);
+	FILE *f = fopen(path, "r");
+	if (!f)
+		return -1;
+	int shared = 0;
+	*lines = 0;
+	while (fgets(line, sizeof line, f)) {
+		char perms[8] = "";
+		(*lines)++;
+		if (sscanf(line, "%*s %7s", perms) == 1 && perms[1] == 'w' && perms[3] == 's') {
+			fprintf(stderr, "shared mapping in %d: %s", (int)pid, line);
+			shared++;
+		}
+	}
+	fclose(f);
+	return shared;
+}
+
+/* No process of the sandbox shares a page with the supervisor: the mount
+ * plan reaches pid 1 in a MAP_SHARED mapping the supervisor fills after
+ * clone3, and pid 1 unmaps it once its mounts are made, before it forks
+ * the program. Looked at from the host while the program runs. */
+START_TEST(sandbox_shares_no_memory_with_supervisor)
+{
+	HARNESS_MODE_GUARD(_i);
+	const char *args[] = { "run", "-l", "bash", "-", NULL };
+	int out;
+	pid_t pid = spawn_moat(_i, args, "echo ready; exec sleep 30\n", false, false, &out);
+	char *text = read_until(out, "ready\n", 20000);
+	pid_t init = first_child(pid), program = init > 0 ? first_child(init) : -1;
+	int init_lines = 0, program_lines = 0;
+	int init_shared = init > 0 ? shared_maps(init, &init_lines) : -1;
+	int program_shared = program > 0 ? shared_maps(program, &program_lines) : -1;
+	ck_assert_int_eq(kill(pid, SIGKILL), 0); /* pid 1 and the program die with it */
+	ck_assert_int_eq(wait_status(pid), 128 + SIGKILL);
+	close(out);
+	ck_assert_msg(strstr(text, "ready\n"), "no ready: %s", text);
+	free(text);
+	ck_assert_msg(init > 0 && program > 0, "mode %d: pid 1 %d, program %d", _i, (int)init,
+		      (int)program);
+	ck_assert_msg(init_lines > 0 && program_lines > 0, "mode %d: maps unread (%d, %d lines)",
+		      _i, init_lines, program_lines);
+	ck_assert_msg(init_shared == 0, "mode %d: pid 1 maps %d shared mappings", _i, init_shared);
+	ck_assert_msg(program_shared == 0, "mode %d: the program maps %d shared mappings", _i,
+		      program_shared);
 }
 END_TEST
 
@@ -1193,6 +1263,8 @@ Suite *isolation_suite(void)
 	tcase_add_loop_test(tc, no_host_fds, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, no_terminal_inside, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, supervisor_killed_kills_sandbox, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sandbox_shares_no_memory_with_supervisor, MODE_ROOT,
+			    MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, rlimits_set, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;

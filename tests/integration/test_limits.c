@@ -518,6 +518,31 @@ START_TEST(many_runs_leave_nothing)
 }
 END_TEST
 
+/* The mount plan is built after clone3 (issue 35): one that cannot be built
+ * (a --rootfs that is not there) still fails the run with the error it gave
+ * before clone3, and leaves no cgroup leaf and no process behind. */
+START_TEST(plan_error_leaves_nothing)
+{
+	HARNESS_MODE_GUARD(_i);
+	char dir[96];
+	snprintf(dir, sizeof dir, "/nonexistent-moat-rootfs-%ld-%d", (long)getpid(), _i);
+	for (int k = 0; k < 3; k++) {
+		struct run_out o;
+		const char *args[] = { "run", "--rootfs", dir, "--memory", "64M", "--pids", "32",
+				       "--cpus", "0.5", "-l", "sh", "-c", "echo ran", NULL };
+		harness_run(_i, args, NULL, 0, &o);
+		char want[160];
+		snprintf(want, sizeof want, "moat: SandboxConfigError: --rootfs %s is not a directory\n",
+			 dir);
+		ck_assert_msg(o.status == 2, "mode %d: status %d: %s", _i, o.status, o.err);
+		ck_assert_str_eq(o.err, want);
+		ck_assert_str_eq(o.out, "");
+		harness_free(&o);
+	}
+	ck_assert_int_eq(leftover_leaves(), 0);
+}
+END_TEST
+
 /* The parents a moat of this mode puts its leaves in: the one the harness
  * gives it (MOAT_CGROUP_PARENT), else, as root, its own v2 cgroup and, on a
  * v1 host, its v1 cgroups. Rootless without one: none. */
@@ -1185,6 +1210,7 @@ Suite *limits_suite(void)
 	tcase_add_loop_test(tc, cpu_share_is_limited, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, timeout_kills_a_tree_at_once, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, many_runs_leave_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, plan_error_leaves_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, stale_leaves_are_swept, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, no_limits_no_warnings_but_stats, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, program_starts_inside_its_cgroups, MODE_ROOT, MODE_ROOTLESS + 1);

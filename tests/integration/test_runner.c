@@ -662,6 +662,11 @@ __attribute__((noreturn)) static void pid2_zygote(struct run *r, int sock)
 /* Adopts pid 1 from a stand-in zygote forked here (pid2_zygote). */
 static int pid2_adopt(struct run *r, pid_t *zygote, struct moat_error *err)
 {
+	/* a run made here builds its mount plan in run_spawn, after clone3,
+	 * into memory pid 1 shares (a zygote's template builds it in
+	 * run_prepare): the stand-in's pid 1 is cloned after this */
+	if (run_plan_hand_over(r, err) < 0)
+		return -1;
 	int sp[2];
 	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair");

@@ -478,6 +478,63 @@ START_TEST(own_tree_plan)
 }
 END_TEST
 
+/* The copy pid 1 reads after clone3 (moat_plan_flatten): every op and
+ * string equal to the plan's and inside the buffer, data pointers kept (the
+ * request's own memory), and a buffer too small refused, never overrun. */
+START_TEST(flattened_plan_is_self_contained)
+{
+	struct moat_request *req = moat_request_new();
+	ck_assert_ptr_nonnull(req);
+	req->code = strdup("print(1)");
+	req->code_len = strlen(req->code);
+	struct moat_error err = { 0 };
+	struct moat_mount_plan *p = build((const char *)moat_embedded_rootfs_plan, req, &err);
+	ck_assert_msg(p, "%s", err.message);
+	size_t cap = 1 << 20;
+	char *buf = malloc(cap);
+	ck_assert_ptr_nonnull(buf);
+	memset(buf, 0x5a, cap);
+	struct moat_mount_plan *f = moat_plan_flatten(p, buf, cap);
+	ck_assert_ptr_eq(f, (void *)buf);
+#define INSIDE(ptr) ((const char *)(ptr) >= buf && (const char *)(ptr) < buf + cap)
+	ck_assert_uint_eq(f->count, p->count);
+	ck_assert(INSIDE(f->ops) && INSIDE(f->base));
+	ck_assert_str_eq(f->base, p->base);
+	bool saw_code = false;
+	for (size_t i = 0; i < p->count; i++) {
+		const struct moat_mount_op *a = &p->ops[i], *b = &f->ops[i];
+		ck_assert_int_eq(a->kind, b->kind);
+		ck_assert(!a->src == !b->src && !a->dst == !b->dst);
+		ck_assert(!b->src || (INSIDE(b->src) && !strcmp(a->src, b->src)));
+		ck_assert(!b->dst || (INSIDE(b->dst) && !strcmp(a->dst, b->dst)));
+		ck_assert_ptr_eq(a->data, b->data);
+		ck_assert_uint_eq(a->data_len, b->data_len);
+		ck_assert(a->flags == b->flags && a->attr_set == b->attr_set && a->mode == b->mode &&
+			  a->slot == b->slot && a->optional == b->optional);
+		saw_code |= b->data == req->code;
+	}
+	ck_assert(saw_code);
+	/* every size below what it used: NULL, and nothing written past cap */
+	size_t used = 0;
+	for (size_t i = 0; i < cap; i++)
+		if (buf[i] != 0x5a)
+			used = i + 1;
+	ck_assert_uint_gt(used, sizeof *p);
+	for (size_t small = 0; small < used; small += 1 + small / 8) {
+		memset(buf, 0x5a, used + 64);
+		ck_assert_ptr_null(moat_plan_flatten(p, buf, small));
+		size_t i = small;
+		while (i < used + 64 && buf[i] == 0x5a)
+			i++;
+		ck_assert_msg(i == used + 64, "cap %zu: byte %zu written", small, i);
+	}
+#undef INSIDE
+	free(buf);
+	moat_plan_free(p);
+	moat_request_free(req);
+}
+END_TEST
+
 Suite *rootfs_plan_suite(void)
 {
 	Suite *s = suite_create("rootfs_plan");
@@ -493,6 +550,7 @@ Suite *rootfs_plan_suite(void)
 	tcase_add_test(tc, rootfs_dir_needs_mount_points);
 	tcase_add_test(tc, own_tree_check);
 	tcase_add_test(tc, own_tree_plan);
+	tcase_add_test(tc, flattened_plan_is_self_contained);
 	suite_add_tcase(s, tc);
 	return s;
 }
