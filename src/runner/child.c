@@ -149,15 +149,29 @@ static int read_self_stat(const int *want, int n, unsigned long *out)
 	return 0;
 }
 
-/* Writes len bytes of data (NULL: zeros) at addr of this process's memory
- * through mem, a /proc/self/mem fd: an address the kernel cannot write
- * fails instead of faulting. */
-static int poke(int mem, unsigned long addr, const char *data, size_t len)
+/* Writes len bytes of data (NULL: zeros) at addr of this process's own
+ * memory through process_vm_writev: an address the kernel cannot write fails
+ * instead of faulting, and no /proc file is opened. System calls only. */
+static int poke(unsigned long addr, const char *data, size_t len)
 {
 	static const char zeros[4096];
+	pid_t self = (pid_t)syscall(SYS_getpid);
 	while (len) {
-		size_t n = len < sizeof zeros ? len : sizeof zeros;
-		ssize_t w = pwrite(mem, data ? data : zeros, n, (off_t)addr);
+		struct iovec local[16], remote;
+		size_t n = 0;
+		unsigned long k = 0;
+		if (data) {
+			local[k++] = (struct iovec){ (void *)data, len };
+			n = len;
+		} else {
+			for (; k < 16 && n < len; k++) {
+				size_t c = len - n < sizeof zeros ? len - n : sizeof zeros;
+				local[k] = (struct iovec){ (void *)zeros, c };
+				n += c;
+			}
+		}
+		remote = (struct iovec){ (void *)addr, n };
+		ssize_t w = process_vm_writev(self, local, k, &remote, 1, 0);
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
@@ -173,6 +187,24 @@ static int poke(int mem, unsigned long addr, const char *data, size_t len)
 	return 0;
 }
 
+/* The fields of /proc/self/stat that PR_SET_MM_MAP needs (proc(5) numbers). */
+enum { START_CODE, END_CODE, START_STACK, START_DATA, END_DATA, START_BRK, ARG_START,
+       ARG_END, ENV_START, ENV_END, NFIELDS };
+static const int layout_fields[NFIELDS] = { 26, 27, 28, 45, 46, 47, 48, 49, 50, 51 };
+
+/* This process's layout, read once before main: pid 1 is a copy of this
+ * memory (clone3 from the supervisor, or from a zygote that loaded libmoat),
+ * so the areas are the same, and pid 1, a fresh process, no longer pays for
+ * a first /proc/self read of its own (~0.1 ms in issue 35's timeline); the
+ * supervisor reads /proc/self anyway. Written only here. */
+static unsigned long self_layout[NFIELDS];
+static bool self_layout_ok;
+
+__attribute__((constructor)) static void read_self_layout(void)
+{
+	self_layout_ok = read_self_stat(layout_fields, NFIELDS, self_layout) == 0;
+}
+
 /* pid 1 is a copy of the supervisor, and /proc/1/cmdline is readable by
  * every process of the sandbox (dumpability does not guard it): the host's
  * command line (--env values, host paths) must not be there, nor its
@@ -180,19 +212,20 @@ static int poke(int mem, unsigned long addr, const char *data, size_t len)
  * overwritten in pid 1's own copy (INIT_NAME, then zeros); then, where the
  * kernel allows it without a capability (PR_SET_MM_MAP without exe_fd:
  * CONFIG_CHECKPOINT_RESTORE), the command line is shrunk to INIT_NAME alone
- * and the environment emptied. Runs while the host's /proc is still
- * mounted. System calls only. */
+ * and the environment emptied. The areas are the supervisor's, read before
+ * its main (read_self_layout); where that failed, from pid 1's /proc/self,
+ * while the host's /proc is still mounted. System calls only. */
 static int hide_host_cmdline(void)
 {
-	enum { START_CODE, END_CODE, START_STACK, START_DATA, END_DATA, START_BRK, ARG_START,
-	       ARG_END, ENV_START, ENV_END, NFIELDS };
-	static const int fields[NFIELDS] = { 26, 27, 28, 45, 46, 47, 48, 49, 50, 51 };
 	unsigned long v[NFIELDS];
 	/* raw prctl: sanitizers intercept PR_SET_NAME and take their thread
 	 * registry's lock, which another thread of the supervisor may have
 	 * held at clone3 */
-	if (syscall(SYS_prctl, PR_SET_NAME, INIT_NAME, 0, 0, 0) < 0 ||
-	    read_self_stat(fields, NFIELDS, v) < 0)
+	if (syscall(SYS_prctl, PR_SET_NAME, INIT_NAME, 0, 0, 0) < 0)
+		return -1;
+	if (self_layout_ok)
+		memcpy(v, self_layout, sizeof v);
+	else if (read_self_stat(layout_fields, NFIELDS, v) < 0)
 		return -1;
 	if (v[ARG_END] < v[ARG_START] || v[ENV_END] < v[ENV_START]) {
 		errno = EINVAL;
@@ -201,15 +234,10 @@ static int hide_host_cmdline(void)
 	size_t arg_len = v[ARG_END] - v[ARG_START];
 	/* a shorter area (argv[0] of a few bytes) is only zeroed */
 	size_t name_len = arg_len >= sizeof INIT_NAME ? sizeof INIT_NAME : 0;
-	int mem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-	if (mem < 0)
+	if (poke(v[ARG_START], INIT_NAME, name_len) < 0 ||
+	    poke(v[ARG_START] + name_len, NULL, arg_len - name_len) < 0 ||
+	    poke(v[ENV_START], NULL, v[ENV_END] - v[ENV_START]) < 0)
 		return -1;
-	int rc = -1;
-	if (poke(mem, v[ARG_START], INIT_NAME, name_len) < 0 ||
-	    poke(mem, v[ARG_START] + name_len, NULL, arg_len - name_len) < 0 ||
-	    poke(mem, v[ENV_START], NULL, v[ENV_END] - v[ENV_START]) < 0)
-		goto out;
-	rc = 0;
 	struct prctl_mm_map map = {
 		.start_code = v[START_CODE], .end_code = v[END_CODE],
 		.start_data = v[START_DATA], .end_data = v[END_DATA],
@@ -221,11 +249,7 @@ static int hide_host_cmdline(void)
 	};
 	/* best effort: without it the areas read as INIT_NAME and zeros */
 	(void)syscall(SYS_prctl, PR_SET_MM, PR_SET_MM_MAP, &map, sizeof map, 0);
-out:;
-	int e = errno;
-	close(mem);
-	errno = e;
-	return rc;
+	return 0;
 }
 
 /* Tries each candidate path; returns only when none could be executed. */
