@@ -242,11 +242,11 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held_
 	case MOAT_OP_SETATTR:
 		return sys_mount_setattr(op->dst, op->recursive, op->attr_set);
 	case MOAT_OP_MKFILE: {
-		/* one call where the file is new (always, on moat's own tmpfs) */
+		/* one call where the file is new (always, on moat's own tmpfs);
+		 * open as before when it exists or mknod is refused (a container
+		 * runtime's filter may refuse it whatever the file type) */
 		if (mknod(op->dst, S_IFREG | 0444, 0) == 0)
 			return 0;
-		if (errno != EEXIST)
-			return -1;
 		int fd = open(op->dst, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0444);
 		if (fd < 0)
 			return -1;
