@@ -149,12 +149,36 @@ static int read_self_stat(const int *want, int n, unsigned long *out)
 	return 0;
 }
 
-/* Writes len bytes of data (NULL: zeros) at addr of this process's own
- * memory through process_vm_writev: an address the kernel cannot write fails
- * instead of faulting, and no /proc file is opened. System calls only. */
+static const char zeros[4096];
+
+/* Writes len bytes of data (NULL: zeros) at addr of this process's memory
+ * through mem, a /proc/self/mem fd: where process_vm_writev is refused (a
+ * zygote runs under its sandbox's seccomp filter, which denies it). */
+static int poke_mem(int mem, unsigned long addr, const char *data, size_t len)
+{
+	while (len) {
+		size_t n = len < sizeof zeros ? len : sizeof zeros;
+		ssize_t w = pwrite(mem, data ? data : zeros, n, (off_t)addr);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			if (w == 0)
+				errno = EIO;
+			return -1;
+		}
+		addr += (unsigned long)w;
+		len -= (size_t)w;
+		if (data)
+			data += w;
+	}
+	return 0;
+}
+
+/* The same through process_vm_writev on itself: an address the kernel
+ * cannot write fails instead of faulting, and no /proc file is opened.
+ * System calls only. */
 static int poke(unsigned long addr, const char *data, size_t len)
 {
-	static const char zeros[4096];
 	pid_t self = (pid_t)syscall(SYS_getpid);
 	while (len) {
 		struct iovec local[16], remote;
@@ -234,9 +258,30 @@ static int hide_host_cmdline(void)
 	size_t arg_len = v[ARG_END] - v[ARG_START];
 	/* a shorter area (argv[0] of a few bytes) is only zeroed */
 	size_t name_len = arg_len >= sizeof INIT_NAME ? sizeof INIT_NAME : 0;
-	if (poke(v[ARG_START], INIT_NAME, name_len) < 0 ||
-	    poke(v[ARG_START] + name_len, NULL, arg_len - name_len) < 0 ||
-	    poke(v[ENV_START], NULL, v[ENV_END] - v[ENV_START]) < 0)
+	/* under a seccomp filter already (a zygote's pid 1 runs under its
+	 * sandbox's, or moat itself is sandboxed), which may refuse
+	 * process_vm_writev or kill for it: /proc/self/mem, as before */
+	bool filtered = syscall(SYS_prctl, PR_GET_SECCOMP, 0, 0, 0, 0) != 0;
+	int rc = -1;
+	errno = EPERM;
+	if (!filtered && poke(v[ARG_START], INIT_NAME, name_len) == 0 &&
+	    poke(v[ARG_START] + name_len, NULL, arg_len - name_len) == 0 &&
+	    poke(v[ENV_START], NULL, v[ENV_END] - v[ENV_START]) == 0)
+		rc = 0;
+	if (rc < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES)) {
+		/* refused, not a bad range: through /proc/self/mem */
+		int mem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+		if (mem < 0)
+			return -1;
+		if (poke_mem(mem, v[ARG_START], INIT_NAME, name_len) == 0 &&
+		    poke_mem(mem, v[ARG_START] + name_len, NULL, arg_len - name_len) == 0 &&
+		    poke_mem(mem, v[ENV_START], NULL, v[ENV_END] - v[ENV_START]) == 0)
+			rc = 0;
+		int e = errno;
+		close(mem);
+		errno = e;
+	}
+	if (rc < 0)
 		return -1;
 	struct prctl_mm_map map = {
 		.start_code = v[START_CODE], .end_code = v[END_CODE],
