@@ -149,16 +149,35 @@ static int read_self_stat(const int *want, int n, unsigned long *out)
 	return 0;
 }
 
-static const char zeros[4096];
-
-/* Writes len bytes of data (NULL: zeros) at addr of this process's memory
- * through mem, a /proc/self/mem fd: where process_vm_writev is refused (a
- * zygote runs under its sandbox's seccomp filter, which denies it). */
-static int poke_mem(int mem, unsigned long addr, const char *data, size_t len)
+/* Writes len bytes of data (NULL: zeros) at addr of this process's own
+ * memory, through mem (a /proc/self/mem fd) or, with mem -1, through
+ * process_vm_writev on itself (no /proc file opened): an address the kernel
+ * cannot write fails instead of faulting. System calls only. */
+static int poke(int mem, unsigned long addr, const char *data, size_t len)
 {
+	static const char zeros[4096];
+	pid_t self = mem < 0 ? (pid_t)syscall(SYS_getpid) : 0;
 	while (len) {
-		size_t n = len < sizeof zeros ? len : sizeof zeros;
-		ssize_t w = pwrite(mem, data ? data : zeros, n, (off_t)addr);
+		ssize_t w;
+		if (mem >= 0) {
+			size_t n = len < sizeof zeros ? len : sizeof zeros;
+			w = pwrite(mem, data ? data : zeros, n, (off_t)addr);
+		} else {
+			struct iovec local[16], remote;
+			size_t n = 0;
+			unsigned long k = 0;
+			if (data) {
+				local[k++] = (struct iovec){ (void *)data, len };
+				n = len;
+			}
+			for (; !data && k < 16 && n < len; k++) {
+				size_t c = len - n < sizeof zeros ? len - n : sizeof zeros;
+				local[k] = (struct iovec){ (void *)zeros, c };
+				n += c;
+			}
+			remote = (struct iovec){ (void *)addr, n };
+			w = process_vm_writev(self, local, k, &remote, 1, 0);
+		}
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
@@ -174,40 +193,15 @@ static int poke_mem(int mem, unsigned long addr, const char *data, size_t len)
 	return 0;
 }
 
-/* The same through process_vm_writev on itself: an address the kernel
- * cannot write fails instead of faulting, and no /proc file is opened.
- * System calls only. */
-static int poke(unsigned long addr, const char *data, size_t len)
+/* INIT_NAME over the start of the argument area (a shorter area is only
+ * zeroed), zeros over the rest of it and over the environment. */
+static int wipe(int mem, unsigned long arg, size_t arg_len, size_t name_len, unsigned long env,
+		size_t env_len)
 {
-	pid_t self = (pid_t)syscall(SYS_getpid);
-	while (len) {
-		struct iovec local[16], remote;
-		size_t n = 0;
-		unsigned long k = 0;
-		if (data) {
-			local[k++] = (struct iovec){ (void *)data, len };
-			n = len;
-		} else {
-			for (; k < 16 && n < len; k++) {
-				size_t c = len - n < sizeof zeros ? len - n : sizeof zeros;
-				local[k] = (struct iovec){ (void *)zeros, c };
-				n += c;
-			}
-		}
-		remote = (struct iovec){ (void *)addr, n };
-		ssize_t w = process_vm_writev(self, local, k, &remote, 1, 0);
-		if (w < 0 && errno == EINTR)
-			continue;
-		if (w <= 0) {
-			if (w == 0)
-				errno = EIO;
-			return -1;
-		}
-		addr += (unsigned long)w;
-		len -= (size_t)w;
-		if (data)
-			data += w;
-	}
+	if (poke(mem, arg, INIT_NAME, name_len) < 0 ||
+	    poke(mem, arg + name_len, NULL, arg_len - name_len) < 0 ||
+	    poke(mem, env, NULL, env_len) < 0)
+		return -1;
 	return 0;
 }
 
@@ -262,21 +256,17 @@ static int hide_host_cmdline(void)
 	 * sandbox's, or moat itself is sandboxed), which may refuse
 	 * process_vm_writev or kill for it: /proc/self/mem, as before */
 	bool filtered = syscall(SYS_prctl, PR_GET_SECCOMP, 0, 0, 0, 0) != 0;
+	size_t env_len = v[ENV_END] - v[ENV_START];
 	int rc = -1;
 	errno = EPERM;
-	if (!filtered && poke(v[ARG_START], INIT_NAME, name_len) == 0 &&
-	    poke(v[ARG_START] + name_len, NULL, arg_len - name_len) == 0 &&
-	    poke(v[ENV_START], NULL, v[ENV_END] - v[ENV_START]) == 0)
-		rc = 0;
+	if (!filtered)
+		rc = wipe(-1, v[ARG_START], arg_len, name_len, v[ENV_START], env_len);
 	if (rc < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES)) {
 		/* refused, not a bad range: through /proc/self/mem */
 		int mem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
 		if (mem < 0)
 			return -1;
-		if (poke_mem(mem, v[ARG_START], INIT_NAME, name_len) == 0 &&
-		    poke_mem(mem, v[ARG_START] + name_len, NULL, arg_len - name_len) == 0 &&
-		    poke_mem(mem, v[ENV_START], NULL, v[ENV_END] - v[ENV_START]) == 0)
-			rc = 0;
+		rc = wipe(mem, v[ARG_START], arg_len, name_len, v[ENV_START], env_len);
 		int e = errno;
 		close(mem);
 		errno = e;
