@@ -12,6 +12,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include "core/stamp.h"
 #include "core/sys.h"
 #include "ns/ns.h"
 
@@ -241,6 +242,11 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held_
 	case MOAT_OP_SETATTR:
 		return sys_mount_setattr(op->dst, op->recursive, op->attr_set);
 	case MOAT_OP_MKFILE: {
+		/* one call where the file is new (always, on moat's own tmpfs);
+		 * open as before when it exists or mknod is refused (a container
+		 * runtime's filter may refuse it whatever the file type) */
+		if (mknod(op->dst, S_IFREG | 0444, 0) == 0)
+			return 0;
 		int fd = open(op->dst, O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0444);
 		if (fd < 0)
 			return -1;
@@ -262,11 +268,13 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held_
 	case MOAT_OP_PIVOT:
 		if (chdir(op->dst) < 0)
 			return -1;
+		moat_stamp("init: pivot_root");
 		if (syscall(SYS_pivot_root, ".", ".") < 0)
 			return -1;
 		/* the old root is now stacked on top of the new one: detach it */
 		if (umount2(".", MNT_DETACH) < 0)
 			return -1;
+		moat_stamp("init: old root detached");
 		return chdir("/");
 	case MOAT_OP_CHDIR:
 		return chdir(op->dst);
@@ -281,6 +289,7 @@ int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op)
 	for (size_t i = 0; i < MOAT_PLAN_HELD; i++)
 		held[i] = -1;
 	size_t base_len = strlen(plan->base);
+	const char *skipped = NULL; /* dst of the optional op skipped last */
 	for (size_t i = 0; i < plan->count; i++) {
 		const struct moat_mount_op *op = &plan->ops[i];
 		if (op->kind == MOAT_OP_SANDBOX_FILE && sandbox_fd < 0) {
@@ -303,9 +312,17 @@ int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op)
 			close(sandbox_fd);
 			sandbox_fd = -1;
 		}
+		/* the read-only setattr of an optional bind that was skipped
+		 * (its path is absent) would fail the same way: not tried */
+		if (op->kind == MOAT_OP_SETATTR && op->optional && skipped &&
+		    !strcmp(skipped, op->dst))
+			continue;
+		skipped = NULL;
 		if (apply_one(op, &sandbox_fd, held) < 0) {
-			if (op->optional && (errno == ENOENT || errno == ENOTDIR))
+			if (op->optional && (errno == ENOENT || errno == ENOTDIR)) {
+				skipped = op->dst;
 				continue;
+			}
 			*failed_op = i;
 			int saved = errno;
 			if (sandbox_fd >= 0)

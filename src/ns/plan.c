@@ -421,18 +421,16 @@ static int add_tmpfs(struct moat_mount_plan *p, const char *rel, unsigned long f
 }
 
 /* The sandbox's own pseudo-terminals: a new devpts instance (the host's
- * ptys are in another and stay invisible), /dev/ptmx a link to its
- * multiplexer (made here when link). Not nodev, or no pty could be opened;
- * the kernel allows its device nodes in a user namespace. New ptys belong to
- * the opener (65534) with group 65534, mapped in both modes; at most
- * MOAT_MAX_PTYS at once, so a sandbox cannot drain the host's shared pty
- * count (kernel.pty.max). */
-static int add_devpts(struct moat_mount_plan *p, bool link)
+ * ptys are in another and stay invisible); a cold run's /dev/ptmx links to its
+ * multiplexer (add_dev makes the link and the mount point). Not nodev, or no
+ * pty could be opened; the kernel allows its device nodes in a user
+ * namespace. New ptys belong to the opener (65534) with group 65534, mapped in
+ * both modes; at most MOAT_MAX_PTYS at once, so a sandbox cannot drain the
+ * host's shared pty count (kernel.pty.max). */
+static int add_devpts(struct moat_mount_plan *p)
 {
-	char *pts = join(p->base, "/dev/pts"), *ptmx = join(p->base, "/dev/ptmx");
-	struct moat_mount_op *op = NULL;
-	if (pts && ptmx && (!link || add_mkdirs(p, "/dev/pts", true) == 0))
-		op = add_op(p, MOAT_OP_DEVPTS, NULL, pts);
+	char *pts = join(p->base, "/dev/pts");
+	struct moat_mount_op *op = pts ? add_op(p, MOAT_OP_DEVPTS, NULL, pts) : NULL;
 	if (op) {
 		op->flags = MS_NOSUID | MS_NOEXEC;
 		if (asprintf(&op->src, "newinstance,ptmxmode=0666,mode=0620,gid=%u,max=%u",
@@ -441,10 +439,7 @@ static int add_devpts(struct moat_mount_plan *p, bool link)
 			op = NULL;
 		}
 	}
-	if (op && link)
-		op = add_op(p, MOAT_OP_SYMLINK, "pts/ptmx", ptmx);
 	free(pts);
-	free(ptmx);
 	return op ? 0 : -1;
 }
 
@@ -453,6 +448,12 @@ static int add_shm(struct moat_mount_plan *p, uint64_t bytes)
 	return add_tmpfs(p, "/dev/shm", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, bytes);
 }
 
+/* /dev: a tmpfs with the host's five harmless device nodes bound in, the
+ * /proc/self/fd links, a devpts of its own and /dev/shm. Every mount point and
+ * link first (the tmpfs is writable), then the five binds, then one recursive
+ * setattr makes /dev and the nodes read-only, nosuid, noexec (/dev is nodev
+ * from its mount; the nodes must not be), one call instead of one per node;
+ * devpts and /dev/shm are mounted after it, so they stay writable. */
 static int add_dev(struct moat_mount_plan *p, uint64_t shm_bytes)
 {
 	char *dev = join(p->base, "/dev");
@@ -463,15 +464,8 @@ static int add_dev(struct moat_mount_plan *p, uint64_t shm_bytes)
 	    add_tmpfs(p, "/dev", MS_NOSUID | MS_NOEXEC | MS_NODEV, 0755, 1024 * 1024) < 0)
 		goto out;
 	for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++) {
-		char *host = join("/dev", DEVICES[i]);
 		char *dst = join(dev, DEVICES[i]);
-		struct moat_mount_op *op = NULL;
-		if (host && dst && add_op(p, MOAT_OP_MKFILE, NULL, dst))
-			op = add_op(p, MOAT_OP_BIND, host, dst);
-		if (op && add_setattr(p, dst, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC,
-				      false) < 0)
-			op = NULL;
-		free(host);
+		struct moat_mount_op *op = dst ? add_op(p, MOAT_OP_MKFILE, NULL, dst) : NULL;
 		free(dst);
 		if (!op)
 			goto out;
@@ -479,6 +473,7 @@ static int add_dev(struct moat_mount_plan *p, uint64_t shm_bytes)
 	static const char *const links[][2] = {
 		{ "/proc/self/fd", "fd" }, { "/proc/self/fd/0", "stdin" },
 		{ "/proc/self/fd/1", "stdout" }, { "/proc/self/fd/2", "stderr" },
+		{ "pts/ptmx", "ptmx" },
 	};
 	for (size_t i = 0; i < sizeof links / sizeof links[0]; i++) {
 		char *dst = join(dev, links[i][1]);
@@ -487,10 +482,19 @@ static int add_dev(struct moat_mount_plan *p, uint64_t shm_bytes)
 		if (!op)
 			goto out;
 	}
-	if (add_devpts(p, true) < 0)
+	if (add_mkdirs(p, "/dev/pts", true) < 0 || add_mkdirs(p, "/dev/shm", true) < 0)
 		goto out;
-	if (add_mkdirs(p, "/dev/shm", true) < 0 || add_shm(p, shm_bytes) < 0 ||
-	    add_setattr(p, dev, RO_ATTRS | MOUNT_ATTR_NOEXEC, false) < 0)
+	for (size_t i = 0; i < sizeof DEVICES / sizeof DEVICES[0]; i++) {
+		char *host = join("/dev", DEVICES[i]);
+		char *dst = join(dev, DEVICES[i]);
+		struct moat_mount_op *op = host && dst ? add_op(p, MOAT_OP_BIND, host, dst) : NULL;
+		free(host);
+		free(dst);
+		if (!op)
+			goto out;
+	}
+	if (add_setattr(p, dev, MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NOEXEC, true) < 0 ||
+	    add_devpts(p) < 0 || add_shm(p, shm_bytes) < 0)
 		goto out;
 	rc = 0;
 out:
@@ -679,7 +683,7 @@ static int build_on_own_tree(const struct moat_plan_input *in, struct moat_mount
 	if (!p || !(p->base = strdup("")))
 		goto oom;
 	uint64_t tmpfs = in->tmpfs_bytes ? in->tmpfs_bytes : MOAT_DEFAULT_TMPFS_BYTES;
-	if (add_devpts(p, false) < 0 || add_shm(p, tmpfs) < 0 || add_proc(p, false, false) < 0 ||
+	if (add_devpts(p) < 0 || add_shm(p, tmpfs) < 0 || add_proc(p, false, false) < 0 ||
 	    add_tmpfs(p, "/tmp", MS_NOSUID | MS_NODEV | MS_NOEXEC, 01777, tmpfs) < 0 ||
 	    add_tmpfs(p, "/sandbox", MS_NOSUID | MS_NODEV, 0755, tmpfs) < 0)
 		goto oom;

@@ -150,15 +150,35 @@ static int read_self_stat(const int *want, int n, unsigned long *out)
 	return 0;
 }
 
-/* Writes len bytes of data (NULL: zeros) at addr of this process's memory
- * through mem, a /proc/self/mem fd: an address the kernel cannot write
- * fails instead of faulting. */
+/* Writes len bytes of data (NULL: zeros) at addr of this process's own
+ * memory, through mem (a /proc/self/mem fd) or, with mem -1, through
+ * process_vm_writev on itself (no /proc file opened): an address the kernel
+ * cannot write fails instead of faulting. System calls only. */
 static int poke(int mem, unsigned long addr, const char *data, size_t len)
 {
 	static const char zeros[4096];
+	pid_t self = mem < 0 ? (pid_t)syscall(SYS_getpid) : 0;
 	while (len) {
-		size_t n = len < sizeof zeros ? len : sizeof zeros;
-		ssize_t w = pwrite(mem, data ? data : zeros, n, (off_t)addr);
+		ssize_t w;
+		if (mem >= 0) {
+			size_t n = len < sizeof zeros ? len : sizeof zeros;
+			w = pwrite(mem, data ? data : zeros, n, (off_t)addr);
+		} else {
+			struct iovec local[16], remote;
+			size_t n = 0;
+			unsigned long k = 0;
+			if (data) {
+				local[k++] = (struct iovec){ (void *)data, len };
+				n = len;
+			}
+			for (; !data && k < 16 && n < len; k++) {
+				size_t c = len - n < sizeof zeros ? len - n : sizeof zeros;
+				local[k] = (struct iovec){ (void *)zeros, c };
+				n += c;
+			}
+			remote = (struct iovec){ (void *)addr, n };
+			w = process_vm_writev(self, local, k, &remote, 1, 0);
+		}
 		if (w < 0 && errno == EINTR)
 			continue;
 		if (w <= 0) {
@@ -174,6 +194,36 @@ static int poke(int mem, unsigned long addr, const char *data, size_t len)
 	return 0;
 }
 
+/* INIT_NAME over the start of the argument area (a shorter area is only
+ * zeroed), zeros over the rest of it and over the environment. */
+static int wipe(int mem, unsigned long arg, size_t arg_len, size_t name_len, unsigned long env,
+		size_t env_len)
+{
+	if (poke(mem, arg, INIT_NAME, name_len) < 0 ||
+	    poke(mem, arg + name_len, NULL, arg_len - name_len) < 0 ||
+	    poke(mem, env, NULL, env_len) < 0)
+		return -1;
+	return 0;
+}
+
+/* The fields of /proc/self/stat that PR_SET_MM_MAP needs (proc(5) numbers). */
+enum { START_CODE, END_CODE, START_STACK, START_DATA, END_DATA, START_BRK, ARG_START,
+       ARG_END, ENV_START, ENV_END, NFIELDS };
+static const int layout_fields[NFIELDS] = { 26, 27, 28, 45, 46, 47, 48, 49, 50, 51 };
+
+/* This process's layout, read once before main: pid 1 is a copy of this
+ * memory (clone3 from the supervisor, or from a zygote that loaded libmoat),
+ * so the areas are the same, and pid 1, a fresh process, no longer pays for
+ * a first /proc/self read of its own (~0.1 ms in issue 35's timeline); the
+ * supervisor reads /proc/self anyway. Written only here. */
+static unsigned long self_layout[NFIELDS];
+static bool self_layout_ok;
+
+__attribute__((constructor)) static void read_self_layout(void)
+{
+	self_layout_ok = read_self_stat(layout_fields, NFIELDS, self_layout) == 0;
+}
+
 /* pid 1 is a copy of the supervisor, and /proc/1/cmdline is readable by
  * every process of the sandbox (dumpability does not guard it): the host's
  * command line (--env values, host paths) must not be there, nor its
@@ -181,19 +231,20 @@ static int poke(int mem, unsigned long addr, const char *data, size_t len)
  * overwritten in pid 1's own copy (INIT_NAME, then zeros); then, where the
  * kernel allows it without a capability (PR_SET_MM_MAP without exe_fd:
  * CONFIG_CHECKPOINT_RESTORE), the command line is shrunk to INIT_NAME alone
- * and the environment emptied. Runs while the host's /proc is still
- * mounted. System calls only. */
+ * and the environment emptied. The areas are the supervisor's, read before
+ * its main (read_self_layout); where that failed, from pid 1's /proc/self,
+ * while the host's /proc is still mounted. System calls only. */
 static int hide_host_cmdline(void)
 {
-	enum { START_CODE, END_CODE, START_STACK, START_DATA, END_DATA, START_BRK, ARG_START,
-	       ARG_END, ENV_START, ENV_END, NFIELDS };
-	static const int fields[NFIELDS] = { 26, 27, 28, 45, 46, 47, 48, 49, 50, 51 };
 	unsigned long v[NFIELDS];
 	/* raw prctl: sanitizers intercept PR_SET_NAME and take their thread
 	 * registry's lock, which another thread of the supervisor may have
 	 * held at clone3 */
-	if (syscall(SYS_prctl, PR_SET_NAME, INIT_NAME, 0, 0, 0) < 0 ||
-	    read_self_stat(fields, NFIELDS, v) < 0)
+	if (syscall(SYS_prctl, PR_SET_NAME, INIT_NAME, 0, 0, 0) < 0)
+		return -1;
+	if (self_layout_ok)
+		memcpy(v, self_layout, sizeof v);
+	else if (read_self_stat(layout_fields, NFIELDS, v) < 0)
 		return -1;
 	if (v[ARG_END] < v[ARG_START] || v[ENV_END] < v[ENV_START]) {
 		errno = EINVAL;
@@ -202,15 +253,27 @@ static int hide_host_cmdline(void)
 	size_t arg_len = v[ARG_END] - v[ARG_START];
 	/* a shorter area (argv[0] of a few bytes) is only zeroed */
 	size_t name_len = arg_len >= sizeof INIT_NAME ? sizeof INIT_NAME : 0;
-	int mem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
-	if (mem < 0)
-		return -1;
+	/* under a seccomp filter already (a zygote's pid 1 runs under its
+	 * sandbox's, or moat itself is sandboxed), which may refuse
+	 * process_vm_writev or kill for it: /proc/self/mem, as before */
+	bool filtered = syscall(SYS_prctl, PR_GET_SECCOMP, 0, 0, 0, 0) != 0;
+	size_t env_len = v[ENV_END] - v[ENV_START];
 	int rc = -1;
-	if (poke(mem, v[ARG_START], INIT_NAME, name_len) < 0 ||
-	    poke(mem, v[ARG_START] + name_len, NULL, arg_len - name_len) < 0 ||
-	    poke(mem, v[ENV_START], NULL, v[ENV_END] - v[ENV_START]) < 0)
-		goto out;
-	rc = 0;
+	errno = EPERM;
+	if (!filtered)
+		rc = wipe(-1, v[ARG_START], arg_len, name_len, v[ENV_START], env_len);
+	if (rc < 0 && (errno == EPERM || errno == ENOSYS || errno == EACCES)) {
+		/* refused, not a bad range: through /proc/self/mem */
+		int mem = open("/proc/self/mem", O_RDWR | O_CLOEXEC);
+		if (mem < 0)
+			return -1;
+		rc = wipe(mem, v[ARG_START], arg_len, name_len, v[ENV_START], env_len);
+		int e = errno;
+		close(mem);
+		errno = e;
+	}
+	if (rc < 0)
+		return -1;
 	struct prctl_mm_map map = {
 		.start_code = v[START_CODE], .end_code = v[END_CODE],
 		.start_data = v[START_DATA], .end_data = v[END_DATA],
@@ -222,11 +285,7 @@ static int hide_host_cmdline(void)
 	};
 	/* best effort: without it the areas read as INIT_NAME and zeros */
 	(void)syscall(SYS_prctl, PR_SET_MM, PR_SET_MM_MAP, &map, sizeof map, 0);
-out:;
-	int e = errno;
-	close(mem);
-	errno = e;
-	return rc;
+	return 0;
 }
 
 /* Tries each candidate path; returns only when none could be executed. */

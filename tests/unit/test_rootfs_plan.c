@@ -120,7 +120,8 @@ START_TEST(devpts_is_a_private_instance)
 	snprintf(dev, sizeof dev, "%s/dev", p->base);
 	snprintf(max, sizeof max, "max=%d", MOAT_MAX_PTYS);
 	int devpts = 0, links = 0;
-	size_t dev_tmpfs = p->count, dev_ro = p->count, at = p->count;
+	size_t dev_tmpfs = p->count, dev_ro = p->count, at = p->count, shm = p->count;
+	size_t last_node = 0, last_dev_op = 0;
 	for (size_t i = 0; i < p->count; i++) {
 		const struct moat_mount_op *op = &p->ops[i];
 		if (op->kind == MOAT_OP_BIND)
@@ -129,8 +130,26 @@ START_TEST(devpts_is_a_private_instance)
 				      "bind of the host's %s", op->src);
 		if (op->kind == MOAT_OP_TMPFS && !strcmp(op->dst, dev))
 			dev_tmpfs = i;
-		if (op->kind == MOAT_OP_SETATTR && !strcmp(op->dst, dev))
+		if (op->kind == MOAT_OP_SETATTR && !strcmp(op->dst, dev)) {
 			dev_ro = i;
+			/* one call for /dev and its nodes: recursive, and never
+			 * nodev (the nodes must open; the tmpfs is nodev itself) */
+			ck_assert(op->recursive);
+			ck_assert(op->attr_set & MOUNT_ATTR_RDONLY);
+			ck_assert(op->attr_set & MOUNT_ATTR_NOSUID);
+			ck_assert(op->attr_set & MOUNT_ATTR_NOEXEC);
+			ck_assert(!(op->attr_set & MOUNT_ATTR_NODEV));
+		}
+		if (op->kind == MOAT_OP_BIND && !strncmp(op->src, "/dev/", 5))
+			last_node = i;
+		/* everything made on the /dev tmpfs itself */
+		if ((op->kind == MOAT_OP_MKFILE || op->kind == MOAT_OP_MKDIR ||
+		     op->kind == MOAT_OP_SYMLINK) &&
+		    !strncmp(op->dst, dev, strlen(dev)) && op->dst[strlen(dev)] == '/')
+			last_dev_op = i;
+		if (op->kind == MOAT_OP_TMPFS && !strncmp(op->dst, dev, strlen(dev)) &&
+		    !strcmp(op->dst + strlen(dev), "/shm"))
+			shm = i;
 		if (op->kind == MOAT_OP_DEVPTS) {
 			devpts++;
 			at = i;
@@ -150,8 +169,11 @@ START_TEST(devpts_is_a_private_instance)
 	}
 	ck_assert_int_eq(devpts, 1);
 	ck_assert_int_eq(links, 1);
-	/* on the /dev tmpfs, before /dev is made read-only */
-	ck_assert(dev_tmpfs < at && at < dev_ro && dev_ro < p->count);
+	/* every mount point, link and node bind on the /dev tmpfs before the
+	 * recursive read-only setattr; devpts and /dev/shm after it, or they
+	 * would be read-only too */
+	ck_assert(dev_tmpfs < last_dev_op && last_dev_op < dev_ro);
+	ck_assert(last_node < dev_ro && dev_ro < at && dev_ro < shm && shm < p->count);
 	char what[256];
 	moat_plan_describe(p, at, what, sizeof what);
 	ck_assert_str_eq(what, "mount devpts on /dev/pts");
