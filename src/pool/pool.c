@@ -649,8 +649,11 @@ void pool_acquire(struct pool *p, const struct moat_request *req,
 
 void pool_return(struct pool *p, struct pool_lease *l, int rc)
 {
-	/* pid 1 is reaped (or was never started: then release kills it here,
-	 * in its creating thread): what is left, the thread releases */
+	/* a pid 1 that reported the program's status alone (the answer went
+	 * out before its exit) is reaped here, before the caller frees its
+	 * run slot; a pid 1 never started is killed by the release below, in
+	 * its creating thread: what is left, the thread releases */
+	run_sandbox_reap(l->sb);
 	bool later = false;
 	if (p && l->sb) {
 		pthread_mutex_lock(&p->mu);

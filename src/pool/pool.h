@@ -100,8 +100,10 @@ struct pool_lease {
 void pool_acquire(struct pool *p, const struct moat_request *req,
 		  const struct moat_run_options *opts, struct pool_lease *l);
 /* The run in l->sb is over (rc: moat_sandbox_wait's, or a failed cold
- * create/start's); l->sb is released, by the pool's thread after the
- * answer when it can. p may be NULL. */
+ * create/start's); its pid 1 is reaped now (run_sandbox_reap: one that
+ * reported its status alone may still be exiting), the rest of l->sb is
+ * released by the pool's thread after the answer when it can. p may be
+ * NULL. */
 void pool_return(struct pool *p, struct pool_lease *l, int rc);
 /* The pool's and the zygote's metrics (Prometheus text). */
 void pool_render(struct pool *p, struct moat_buf *b);

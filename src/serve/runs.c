@@ -57,6 +57,5 @@ int serve_pool_run(struct pool *p, const struct moat_request *req,
 
 void serve_pool_end(struct pool *p, struct pool_lease *l, int rc)
 {
-	run_sandbox_reap(l->sb);
-	pool_return(p, l, rc);
+	pool_return(p, l, rc); /* pid 1 reaped there */
 }
