@@ -231,7 +231,11 @@ START_TEST(delegated_memory_is_cgroup_v2)
 	exec_env(req, PLAIN_ENV, &o);
 	ck_assert_msg(o.status == 0 && !harness_error_type(&o), "%s %s", o.out, o.err);
 	ck_assert_str_eq(harness_limit_of(&o, "memory"), "cgroup-v2");
-	ck_assert_int_eq(harness_warning_count(&o), 0);
+	/* no fallback warning; under TCG the kernel's reclaim of file-backed
+	 * pages can keep the hog grinding until moat's thrash watch kills it
+	 * as out of memory, which says so (as in limits/memory_hog_is_oom_killed) */
+	int thrash = harness_has_warning(&o, "thrashed at its memory limit");
+	ck_assert_msg(harness_warning_count(&o) == thrash, "%s", o.out);
 	ck_assert_msg(!strstr(o.out, "survived"), "the hog was not stopped: %s", o.out);
 	ck_assert_msg(harness_bool(&o, "oomKilled"), "%s", o.out);
 	ck_assert_str_eq(harness_str(&o, "killedBy"), "oom");
