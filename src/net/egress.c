@@ -857,7 +857,6 @@ static void dns_tcp(struct conn *c)
 	free(msg);
 }
 
-
 /* ---- the accepting thread ---- */
 
 static int receive_sockets(struct moat_egress *e)
