@@ -7,6 +7,8 @@
  *   table inet moat {
  *     chain out_nat {     type nat hook output priority -100; policy accept;
  *       udp dport 53 redirect to :53          # every DNS query: moat's answerer
+ *       tcp dport 53 redirect to :1           # DNS over TCP, loopback's too: the
+ *                                             # relay, which answers it itself
  *       ip daddr 127.0.0.0/8 return           # the sandbox's own loopback
  *       ip6 daddr ::1 return
  *       meta l4proto tcp redirect to :1       # every other TCP connection
@@ -215,6 +217,12 @@ int main(int argc, char **argv)
 	uint16_t dns = htons(53);
 	cmp_eq(r, &dns, 2);
 	redirect_to(r, MOAT_NET_DNS_PORT);
+	emit_rule(r);
+	r = rule(MOAT_NFT_NAT_CHAIN);
+	l4proto(r, IPPROTO_TCP);
+	payload(r, NFT_PAYLOAD_TRANSPORT_HEADER, 2, 2);
+	cmp_eq(r, &dns, 2);
+	redirect_to(r, MOAT_NET_EGRESS_PORT);
 	emit_rule(r);
 	r = rule(MOAT_NFT_NAT_CHAIN);
 	daddr_loopback4(r);

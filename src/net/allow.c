@@ -457,15 +457,63 @@ static bool in_prefix(const uint8_t *a, const uint8_t *net, unsigned prefix)
 	return true;
 }
 
+/* The clouds' and platforms' metadata services, host agents and
+ * instance-local resolvers: credentials, the VM's configuration and the
+ * provider's internal names. Refused in every mode, before allowedCidrs is
+ * looked at (no range lifts them), and whatever name led there. */
+#define META "cloud metadata"
+static const struct {
+	uint32_t net;
+	unsigned prefix;
+} meta4[] = {
+	/* AWS, GCP (metadata.google.internal), Azure IMDS, Oracle, DigitalOcean,
+	 * OpenStack, IBM, Hetzner, Huawei, ... */
+	{ 0xa9fea9feu, 32 },	/* 169.254.169.254 */
+	{ 0xa9fea9fdu, 32 },	/* 169.254.169.253: AWS's VPC resolver */
+	{ 0xa9feaa02u, 32 },	/* 169.254.170.2: AWS ECS task credentials */
+	{ 0xa9feaa17u, 32 },	/* 169.254.170.23: AWS EKS Pod Identity agent */
+	{ 0xa9fe0017u, 32 },	/* 169.254.0.23: Tencent Cloud */
+	{ 0xa9fe140au, 32 },	/* 169.254.20.10: Kubernetes NodeLocal DNSCache */
+	{ 0x646464c8u, 32 },	/* 100.100.100.200: Alibaba Cloud */
+	{ 0xa83f8110u, 32 },	/* 168.63.129.16: Azure WireServer (80), HostGAPlugin
+				 * (32526), the VNet's DNS: a public address */
+	{ 0xc00000c0u, 32 },	/* 192.0.0.192: Oracle Cloud's legacy metadata */
+};
+
+static const struct {
+	uint8_t net[16];
+	unsigned prefix;
+} meta6[] = {
+	{ { 0xfd, 0x00, 0x0e, 0xc2 }, 32 },	/* fd00:ec2::/32: AWS (IMDS ::254, DNS
+						 * ::253, EKS Pod Identity ::23) */
+	{ { 0xfd, 0x20, 0x00, 0xce, [14] = 0x02, [15] = 0x54 }, 128 }, /* fd20:ce::254: GCP */
+	{ { 0xfd, 0x00, 0x00, 0xc1, [12] = 0xa9, 0xfe, 0xa9, 0xfe }, 128 }, /* fd00:c1::a9fe:a9fe:
+									      * Oracle */
+	{ { 0xfe, 0x80, [12] = 0xa9, 0xfe, 0xa9, 0xfe }, 128 },	/* fe80::a9fe:a9fe: OpenStack */
+};
+
+static const char *meta4_of(const uint8_t *a)
+{
+	for (size_t i = 0; i < sizeof meta4 / sizeof meta4[0]; i++)
+		if (in4(a, meta4[i].net, meta4[i].prefix))
+			return META;
+	return NULL;
+}
+
+static const char *meta6_of(const uint8_t *a)
+{
+	for (size_t i = 0; i < sizeof meta6 / sizeof meta6[0]; i++)
+		if (in_prefix(a, meta6[i].net, meta6[i].prefix))
+			return META;
+	return NULL;
+}
+
 /* IANA IPv4 special-purpose registry; first match wins. */
 static const struct {
 	uint32_t net;
 	unsigned prefix;
 	const char *why;
 } v4_rules[] = {
-	{ 0xa9fea9feu, 32, "cloud metadata" },	/* 169.254.169.254 */
-	{ 0xa9feaa02u, 32, "cloud metadata" },	/* 169.254.170.2 (ECS task) */
-	{ 0x646464c8u, 32, "cloud metadata" },	/* 100.100.100.200 (Alibaba) */
 	{ 0xffffffffu, 32, "broadcast" },
 	{ 0x00000000u, 8, "unspecified" },
 	{ 0x0a000000u, 8, "private" },
@@ -486,6 +534,8 @@ static const struct {
 
 static const char *class4(const uint8_t *a)
 {
+	if (meta4_of(a))
+		return META;
 	for (size_t i = 0; i < sizeof v4_rules / sizeof v4_rules[0]; i++)
 		if (in4(a, v4_rules[i].net, v4_rules[i].prefix))
 			return v4_rules[i].why;
@@ -501,7 +551,6 @@ static const struct {
 	unsigned prefix;
 	const char *why;
 } v6_rules[] = {
-	{ { 0xfd, 0x00, 0x0e, 0xc2, [14] = 0x02, [15] = 0x54 }, 128, "cloud metadata" },
 	{ { 0 }, 128, "unspecified" },
 	{ { [15] = 1 }, 128, "loopback" },
 	{ { 0 }, 96, "reserved" },				/* IPv4-compatible */
@@ -524,6 +573,8 @@ static const struct {
 
 static const char *class6_literal(const uint8_t *a)
 {
+	if (meta6_of(a))
+		return META;
 	for (size_t i = 0; i < sizeof v6_rules / sizeof v6_rules[0]; i++)
 		if (in_prefix(a, v6_rules[i].net, v6_rules[i].prefix))
 			return v6_rules[i].why;
@@ -606,13 +657,13 @@ static bool cidr_covers(const struct moat_allowlist *al, int family, const uint8
 	return false;
 }
 
-/* One address on its own: its class (unless allowedCidrs covers it), then
- * the host's (never excepted). */
+/* One address on its own: a metadata address (never excepted), its class
+ * (unless allowedCidrs covers it), then the host's (never excepted). */
 static const char *judge_one(const struct moat_allowlist *al, int family, const uint8_t *a,
 			     const char *(*host)(int, const uint8_t *))
 {
-	const char *why = NULL;
-	if (!cidr_covers(al, family, a))
+	const char *why = family == AF_INET ? meta4_of(a) : meta6_of(a);
+	if (!why && !cidr_covers(al, family, a))
 		why = family == AF_INET ? class4(a) : class6_literal(a);
 	return why || !host ? why : host(family, a);
 }

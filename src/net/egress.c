@@ -19,6 +19,10 @@
  *       time; only addresses the policy allows are answered (with
  *       "allowedHosts", only for allowed names), and a name with none gets
  *       what a name that does not exist gets; other types an empty answer.
+ *       TCP to port 53, whatever the address, lands on the TCP listener and
+ *       is answered the same way (DNS over TCP), never relayed. Each run
+ *       has a question rate (EG_DNS_RATE, EG_DNS_BURST): a question past it
+ *       is answered SERVFAIL at once and counted.
  *
  * One thread accepts and receives; each connection and each question runs
  * in a detached thread that holds a reference, bounded in number per run
@@ -59,6 +63,14 @@
 #define EG_STACK (192 * 1024)
 #define EG_DNS_TTL 30
 #define EG_DNS_MAX 4096           /* largest query read */
+/* Questions a run may ask (UDP and TCP together): a bucket of EG_DNS_BURST
+ * refilled at EG_DNS_RATE a second. Each question asked costs the
+ * supervisor a thread and two queries upstream, outside the run's cgroup;
+ * one past the rate is answered SERVFAIL at once and counted. */
+#define EG_DNS_RATE 100
+#define EG_DNS_BURST 200
+#define EG_DNS_TCP_QUESTIONS 64   /* questions on one DNS-over-TCP connection */
+#define EG_DNS_TCP_TIMEOUT_MS 10000 /* for each of them to arrive whole */
 #define ORIGINAL_DST 80           /* SO_ORIGINAL_DST, IP6T_SO_ORIGINAL_DST */
 
 /* pid 1 passes its sockets in this order; the message's one data byte says
@@ -90,6 +102,9 @@ struct moat_egress {
 	_Atomic uint64_t out_bufs; /* the outbound sockets' large buffers */
 	struct moat_relay_caps *caps; /* shared with other runs, or NULL */
 	int64_t idle_ms;          /* a relayed connection idle this long is reset */
+	uint64_t dns_tokens;      /* the question bucket, in thousandths */
+	int64_t dns_refilled;     /* when (moat_mono_ms) */
+	bool dns_rate_logged;     /* the first question past the rate has its entry */
 };
 
 static void egress_unref(struct moat_egress *e)
@@ -187,6 +202,7 @@ struct conn {
 	struct moat_http_req req;
 	struct moat_http_body body;
 	char host[254];    /* the host its Host named */
+	bool dns_closed;   /* DNS over TCP: the program closed after its answers */
 };
 
 static void refuse(struct conn *c, const char *why)
@@ -476,6 +492,8 @@ static int original_dst(int fd, int family, uint8_t addr[16], uint16_t *port)
 	return 0;
 }
 
+static void dns_tcp(struct conn *c);
+
 static void *conn_main(void *arg)
 {
 	struct conn *c = arg;
@@ -494,6 +512,11 @@ static void *conn_main(void *arg)
 	c->idx = moat_netlog_add(e->log, "tcp", NULL, named ? name : c->text, c->port);
 	if (named)
 		moat_netlog_host(e->log, c->idx, NULL, c->text);
+	if (c->port == 53) {
+		/* DNS over TCP, to any address: moat answers, as for UDP */
+		dns_tcp(c);
+		goto out;
+	}
 	/* the address first: nothing is read from a connection that cannot go out */
 	if (moat_egress_refusal_text(e->allowlist ? &e->al : NULL, c->family, c->addr, why,
 				     sizeof why)) {
@@ -527,6 +550,8 @@ out:
 	if (c->ofd >= 0 && ended && !c->http_bad) {
 		close(c->ofd);
 		close(c->cfd);
+	} else if (c->dns_closed) {
+		close(c->cfd); /* answered, and closed by the program first */
 	} else {
 		/* refused, failed, malformed or cut at the run's end: a reset both
 		 * ways, so what either socket still queued (a peer that stopped
@@ -578,19 +603,16 @@ static void answer(struct question *q, const uint8_t *msg, size_t len)
 		     q->peer_len);
 }
 
-static void *dns_main(void *arg)
+/* One question (msg, len: UDP or TCP alike) answered into out (cap bytes):
+ * the answer's length, or -1 for none. Asks the host's resolvers. */
+static int dns_respond(struct moat_egress *e, const uint8_t *msg, size_t len, uint8_t *out,
+		       size_t cap)
 {
-	struct question *q = arg;
-	struct moat_egress *e = q->e;
 	struct moat_dns_query dq;
-	uint8_t out[512];
 	int bad_id = -1;
-	if (moat_dns_parse_query(q->msg, q->len, &dq, &bad_id) < 0) {
+	if (moat_dns_parse_query(msg, len, &dq, &bad_id) < 0) {
 		moat_netlog_count(e->log, MOAT_NETLOG_MALFORMED, 1);
-		int n = bad_id >= 0 ? moat_dns_build_formerr((uint16_t)bad_id, out, sizeof out) : -1;
-		if (n > 0)
-			answer(q, out, (size_t)n);
-		goto done;
+		return bad_id >= 0 ? moat_dns_build_formerr((uint16_t)bad_id, out, cap) : -1;
 	}
 	int idx = moat_netlog_add(e->log, "dns", qtype_name(dq.qtype), dq.name, 0);
 	int rcode = 0;
@@ -661,18 +683,178 @@ static void *dns_main(void *arg)
 		moat_netlog_answers(e->log, idx, answers.data);
 	moat_netlog_verdict(e->log, idx, !refused_by_policy && rcode != 5, why[0] ? why : NULL);
 	moat_buf_free(&answers);
-	int n = moat_dns_build_response(&dq, q->msg, rcode, ok, nok, EG_DNS_TTL, out, sizeof out);
-	if (n > 0)
-		answer(q, out, (size_t)n);
-done:
-	free(q);
+	return moat_dns_build_response(&dq, msg, rcode, ok, nok, EG_DNS_TTL, out, cap);
+}
+
+/* A DNS slot: the run's (EG_MAX_DNS at once) and the service's. false when
+ * either is full (the service's counts as refused). */
+static bool dns_slot_take(struct moat_egress *e, bool *capped)
+{
+	pthread_mutex_lock(&e->mu);
+	bool busy = e->dns >= EG_MAX_DNS;
+	if (!busy) {
+		e->dns++;
+		e->refs++;
+	}
+	pthread_mutex_unlock(&e->mu);
+	*capped = false;
+	if (busy)
+		return false;
+	if (moat_relay_caps_take(e->caps, MOAT_RELAY_DNS))
+		return true;
+	*capped = true;
+	pthread_mutex_lock(&e->mu);
+	e->dns--;
+	e->refs--;
+	pthread_mutex_unlock(&e->mu);
+	return false;
+}
+
+/* Gives back a slot of dns_slot_take; the last reference may go with it. */
+static void dns_slot_give(struct moat_egress *e)
+{
 	moat_relay_caps_give(e->caps, MOAT_RELAY_DNS);
 	pthread_mutex_lock(&e->mu);
 	e->dns--;
 	pthread_cond_broadcast(&e->idle);
 	pthread_mutex_unlock(&e->mu);
 	egress_unref(e);
+}
+
+/* One question from the run's bucket; false past the rate (counted; *first
+ * for the first such question of the run). */
+static bool dns_rate_take(struct moat_egress *e, bool *first)
+{
+	int64_t now = moat_mono_ms();
+	pthread_mutex_lock(&e->mu);
+	uint64_t full = (uint64_t)EG_DNS_BURST * 1000;
+	if (now > e->dns_refilled) {
+		uint64_t add = (uint64_t)(now - e->dns_refilled) * EG_DNS_RATE;
+		e->dns_tokens = full - e->dns_tokens < add ? full : e->dns_tokens + add;
+		e->dns_refilled = now;
+	}
+	bool ok = e->dns_tokens >= 1000;
+	if (ok)
+		e->dns_tokens -= 1000;
+	*first = !ok && !e->dns_rate_logged;
+	if (*first)
+		e->dns_rate_logged = true;
+	pthread_mutex_unlock(&e->mu);
+	if (!ok)
+		moat_netlog_count(e->log, MOAT_NETLOG_DNS_RATE, 1);
+	return ok;
+}
+
+/* A question refused without being asked (past the run's rate, or a cap
+ * full: why): SERVFAIL, a transient failure (getaddrinfo says EAI_AGAIN;
+ * REFUSED would read as a policy, which moat answers NXDOMAIN). Logged
+ * when log; the answer's length or -1. */
+static int dns_refuse(struct moat_egress *e, const uint8_t *msg, size_t len, const char *why,
+		      bool log, uint8_t *out, size_t cap)
+{
+	struct moat_dns_query dq;
+	int bad_id = -1;
+	if (moat_dns_parse_query(msg, len, &dq, &bad_id) < 0)
+		return -1;
+	if (log) {
+		int idx = moat_netlog_add(e->log, "dns", qtype_name(dq.qtype), dq.name, 0);
+		moat_netlog_verdict(e->log, idx, false, why);
+	}
+	return moat_dns_build_response(&dq, msg, 2, NULL, 0, EG_DNS_TTL, out, cap);
+}
+
+/* What the log says of the first question past the rate (the others are
+ * counted in dnsRateRefusals). */
+#define STR_(x) #x
+#define STR(x) STR_(x)
+#define DNS_RATE_WHY "past the run's DNS question rate (" STR(EG_DNS_RATE) " a second, " \
+	STR(EG_DNS_BURST) " at once): answered SERVFAIL, the next ones only counted " \
+	"(dnsRateRefusals)"
+
+static void *dns_main(void *arg)
+{
+	struct question *q = arg;
+	struct moat_egress *e = q->e;
+	uint8_t out[MOAT_DNS_UDP_MAX];
+	int n = dns_respond(e, q->msg, q->len, out, sizeof out);
+	if (n > 0)
+		answer(q, out, (size_t)n);
+	free(q);
+	dns_slot_give(e);
 	return NULL;
+}
+
+/* Reads exactly n bytes of the program's by the deadline: 0, 1 at the end
+ * of the stream before any of them, -1 otherwise. */
+static int recv_exact(struct conn *c, uint8_t *p, size_t n, int64_t deadline)
+{
+	size_t got = 0;
+	while (got < n) {
+		ssize_t r = recv(c->cfd, p + got, n - got, 0);
+		if (r > 0) {
+			got += (size_t)r;
+			continue;
+		}
+		if (r == 0)
+			return got ? -1 : 1;
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return -1;
+		if (wait_fd(c->e, c->cfd, POLLIN, deadline) <= 0)
+			return -1;
+	}
+	return 0;
+}
+
+/* DNS over TCP (port 53 at any address, the host's resolvers included):
+ * answered by moat as over UDP (RFC 7766's two-byte length before each
+ * message), never relayed. At most EG_DNS_TCP_QUESTIONS questions, each to
+ * arrive whole within EG_DNS_TCP_TIMEOUT_MS, one at a time, each taking a
+ * DNS slot and a token of the run's rate. */
+static void dns_tcp(struct conn *c)
+{
+	struct moat_egress *e = c->e;
+	moat_netlog_verdict(e->log, c->idx, true, "DNS over TCP: answered by moat's DNS, not relayed");
+	uint8_t *msg = malloc(EG_DNS_MAX);
+	uint8_t out[2 + MOAT_DNS_UDP_MAX];
+	for (unsigned k = 0; msg && k < EG_DNS_TCP_QUESTIONS; k++) {
+		int64_t deadline = moat_mono_ms() + EG_DNS_TCP_TIMEOUT_MS;
+		uint8_t lp[2];
+		int r = recv_exact(c, lp, 2, deadline);
+		if (r == 1)
+			c->dns_closed = true;
+		if (r != 0)
+			break;
+		size_t len = (size_t)lp[0] << 8 | lp[1];
+		if (len == 0 || len > EG_DNS_MAX) {
+			moat_netlog_count(e->log, MOAT_NETLOG_MALFORMED, 1);
+			break;
+		}
+		if (recv_exact(c, msg, len, deadline) != 0)
+			break;
+		c->sent += 2 + len;
+		int n;
+		bool capped = false, first = false;
+		if (!dns_rate_take(e, &first)) {
+			n = dns_refuse(e, msg, len, DNS_RATE_WHY, first, out + 2, MOAT_DNS_UDP_MAX);
+		} else if (!dns_slot_take(e, &capped)) {
+			moat_netlog_count(e->log, MOAT_NETLOG_BUSY, 1);
+			n = dns_refuse(e, msg, len, capped ? MOAT_NET_CAPS_FULL :
+				       "too many DNS questions at once", true, out + 2, MOAT_DNS_UDP_MAX);
+		} else {
+			n = dns_respond(e, msg, len, out + 2, MOAT_DNS_UDP_MAX);
+			dns_slot_give(e);
+		}
+		if (n <= 0)
+			break;
+		out[0] = (uint8_t)(n >> 8);
+		out[1] = (uint8_t)n;
+		if (moat_send_all_until(c->cfd, out, (size_t)n + 2, e->stop_fd, deadline) < 0)
+			break;
+		c->received += (size_t)n + 2;
+	}
+	free(msg);
 }
 
 /* ---- the accepting thread ---- */
@@ -782,23 +964,6 @@ static bool accept_all(struct moat_egress *e, pthread_attr_t *attr, int lfd, int
 	}
 }
 
-/* A question the service-wide cap refused: SERVFAIL ("cannot answer now":
- * getaddrinfo says EAI_AGAIN and a program may retry; REFUSED would read
- * as a policy, which moat answers NXDOMAIN) and an entry in the log. */
-static void dns_capped(struct question *q)
-{
-	struct moat_dns_query dq;
-	int bad_id = -1;
-	if (moat_dns_parse_query(q->msg, q->len, &dq, &bad_id) < 0)
-		return;
-	int idx = moat_netlog_add(q->e->log, "dns", qtype_name(dq.qtype), dq.name, 0);
-	moat_netlog_verdict(q->e->log, idx, false, MOAT_NET_CAPS_FULL);
-	uint8_t out[512];
-	int n = moat_dns_build_response(&dq, q->msg, 2, NULL, 0, EG_DNS_TTL, out, sizeof out);
-	if (n > 0)
-		answer(q, out, (size_t)n);
-}
-
 static void receive_all(struct moat_egress *e, pthread_attr_t *attr, int fd)
 {
 	for (;;) {
@@ -818,26 +983,26 @@ static void receive_all(struct moat_egress *e, pthread_attr_t *attr, int fd)
 		q->e = e;
 		q->fd = fd;
 		q->len = (size_t)n;
-		pthread_mutex_lock(&e->mu);
-		bool busy = e->dns >= EG_MAX_DNS;
-		if (!busy) {
-			e->dns++;
-			e->refs++;
-		}
-		pthread_mutex_unlock(&e->mu);
-		if (!busy && !moat_relay_caps_take(e->caps, MOAT_RELAY_DNS)) {
-			pthread_mutex_lock(&e->mu);
-			e->dns--;
-			e->refs--;
-			pthread_mutex_unlock(&e->mu);
-			dns_capped(q);
-			moat_netlog_count(e->log, MOAT_NETLOG_BUSY, 1);
+		bool first = false, capped = false;
+		if (!dns_rate_take(e, &first)) {
+			/* answered at once, nothing asked: a flood costs a parse each */
+			uint8_t out[MOAT_DNS_UDP_MAX];
+			int k = dns_refuse(e, q->msg, q->len, DNS_RATE_WHY, first, out, sizeof out);
+			if (k > 0)
+				answer(q, out, (size_t)k);
 			free(q);
 			continue;
 		}
-		if (busy) {
-			/* the resolver retries; a flood only costs itself */
+		if (!dns_slot_take(e, &capped)) {
 			moat_netlog_count(e->log, MOAT_NETLOG_BUSY, 1);
+			if (capped) {
+				uint8_t out[MOAT_DNS_UDP_MAX];
+				int k = dns_refuse(e, q->msg, q->len, MOAT_NET_CAPS_FULL, true, out,
+						   sizeof out);
+				if (k > 0)
+					answer(q, out, (size_t)k);
+			}
+			/* the run's own bound: the resolver retries; a flood only costs itself */
 			free(q);
 			continue;
 		}
@@ -910,6 +1075,8 @@ int moat_egress_new(struct moat_allowlist *al, struct moat_netlog *log, int sock
 	e->log = moat_netlog_ref(log);
 	e->caps = moat_relay_caps_ref(caps);
 	e->idle_ms = moat_net_relay_idle_ms();
+	e->dns_tokens = (uint64_t)EG_DNS_BURST * 1000;
+	e->dns_refilled = moat_mono_ms();
 	if (al) {
 		e->allowlist = true;
 		e->al = *al;

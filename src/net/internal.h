@@ -128,7 +128,9 @@ void moat_addr_unmap(int *family, uint8_t *addr);
 
 /* "host address" when the host holds addr on one of its interfaces now, or
  * routes it locally (local, broadcast, multicast, anycast route types);
+ * "host DNS resolver" when a nameserver line of /etc/resolv.conf names it;
  * NULL otherwise. Asked at connect time, never cached. */
+#define MOAT_NET_RESOLV_CONF "/etc/resolv.conf"
 const char *moat_addr_host_local(int family, const uint8_t *addr);
 /* The one egress policy: moat_addr_judge with moat_addr_host_local. With
  * text (may be NULL), the refusal's text (moat_addr_verdict_text) too. */
@@ -211,6 +213,7 @@ enum moat_netlog_counter {
 	MOAT_NETLOG_BYTES,     /* relayed, both ways, every path */
 	MOAT_NETLOG_BUSY,      /* refused for a concurrency or total limit */
 	MOAT_NETLOG_MALFORMED, /* malformed proxy requests or DNS queries */
+	MOAT_NETLOG_DNS_RATE,  /* DNS questions past the run's rate, answered SERVFAIL */
 	MOAT_NETLOG_COUNTERS
 };
 /* Reference counted: the threads of the egress paths each hold one, so a

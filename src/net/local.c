@@ -3,12 +3,14 @@
  * lookup answering local, broadcast, anycast or multicast) is never
  * connected to for a sandbox, whatever its class. Nothing is cached: an
  * address added after the run started (a VPN, a container bridge) counts. */
+#include <arpa/inet.h>
 #include <errno.h>
 #include <ifaddrs.h>
 #include <net/if.h>
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <netinet/in.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
@@ -86,6 +88,33 @@ out:
 	return type;
 }
 
+/* Is addr a nameserver of the host's /etc/resolv.conf, read now (every
+ * line, not only the three glibc uses)? */
+static bool host_resolver(int family, const uint8_t *addr)
+{
+	FILE *f = fopen(MOAT_NET_RESOLV_CONF, "re");
+	if (!f)
+		return false; /* glibc then asks 127.0.0.1: loopback anyway */
+	char *line = NULL;
+	size_t cap = 0;
+	bool found = false;
+	for (unsigned k = 0; !found && k < 4096 && getline(&line, &cap, f) > 0; k++) {
+		char *p = line + strspn(line, " \t");
+		if (strncmp(p, "nameserver", 10) || !strchr(" \t", p[10]) || !p[10])
+			continue;
+		p += 10 + strspn(p + 10, " \t");
+		p[strcspn(p, " \t\r\n#;%")] = '\0';
+		uint8_t a[16];
+		if (family == AF_INET)
+			found = inet_pton(AF_INET, p, a) == 1 && !memcmp(a, addr, 4);
+		else
+			found = inet_pton(AF_INET6, p, a) == 1 && !memcmp(a, addr, 16);
+	}
+	free(line);
+	fclose(f);
+	return found;
+}
+
 const char *moat_addr_host_local(int family, const uint8_t *addr)
 {
 	if (family != AF_INET && family != AF_INET6)
@@ -99,8 +128,13 @@ const char *moat_addr_host_local(int family, const uint8_t *addr)
 	case RTN_MULTICAST:
 		return "host address";
 	default:
-		return NULL;
+		break;
 	}
+	/* its DNS over TCP (port 53) is moat's answer; every other port (DNS
+	 * over TLS on 853, HTTPS, a directory server's) is the host's network */
+	if (host_resolver(family, addr))
+		return "host DNS resolver";
+	return NULL;
 }
 
 bool moat_host_has_ipv6(void)

@@ -169,6 +169,7 @@ void moat_netlog_render(struct moat_netlog *l, struct moat_buf *b)
 		[MOAT_NETLOG_BYTES] = "bytes",
 		[MOAT_NETLOG_BUSY] = "busyRefusals",
 		[MOAT_NETLOG_MALFORMED] = "malformedRequests",
+		[MOAT_NETLOG_DNS_RATE] = "dnsRateRefusals",
 	};
 	pthread_mutex_lock(&l->mu);
 	moat_buf_append(b, ",\"connections\":[", 16);

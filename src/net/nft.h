@@ -1,7 +1,9 @@
 /* The nftables table inside a sandbox with egress ("network": true or
  * "allowedHosts"): every TCP connection that does not stay on the sandbox's
  * own loopback is redirected to MOAT_NET_EGRESS_PORT, every UDP datagram to
- * port 53 to MOAT_NET_DNS_PORT, and every other packet that would leave lo
+ * port 53 to MOAT_NET_DNS_PORT, every TCP connection to port 53 (loopback's
+ * too) to MOAT_NET_EGRESS_PORT, where the supervisor answers it as DNS, and
+ * every other packet that would leave lo
  * is dropped. Behind both ports are sockets pid 1 opened and handed to the
  * supervisor, which decides (net/egress.c). The batch is built at build time
  * by tools/nftgen.c with libnftnl; pid 1 only sends it. */

@@ -34,6 +34,10 @@ static const char *const WANT[] = {
 	"rule inet moat out_nat [ meta load l4proto => reg 1 ] [ cmp eq reg 1 0x00000011 ] "
 	"[ payload load 2b @ transport header + 2 => reg 1 ] [ cmp eq reg 1 0x00003500 ] "
 	"[ immediate reg 1 0x00003500 ] [ redir proto_min reg 1 ]",
+	/* tcp dport 53 redirect to :1 (DNS over TCP, loopback's too: moat answers) */
+	"rule inet moat out_nat [ meta load l4proto => reg 1 ] [ cmp eq reg 1 0x00000006 ] "
+	"[ payload load 2b @ transport header + 2 => reg 1 ] [ cmp eq reg 1 0x00003500 ] "
+	"[ immediate reg 1 0x00000100 ] [ redir proto_min reg 1 ]",
 	/* ip daddr 127.0.0.0/8 return */
 	"rule inet moat out_nat [ meta load nfproto => reg 1 ] [ cmp eq reg 1 0x00000002 ] "
 	"[ payload load 4b @ network header + 16 => reg 1 ] "

@@ -162,6 +162,15 @@ START_TEST(address_classes)
 		{ "e000::1", "not global unicast" }, { "::2", "unspecified" },
 		{ "2002:808:808::1", "6to4" }, { "2001:0:808:808::f7f7:f7f7", "Teredo" },
 		{ "64:ff9b:0:0:1::1", "not global unicast" }, { "fe00::1", "not global unicast" },
+		/* the clouds' metadata services, host agents and instance resolvers */
+		{ "168.63.129.16", "cloud metadata" }, { "::ffff:168.63.129.16", "cloud metadata" },
+		{ "64:ff9b::a83f:8110", "cloud metadata" }, { "2002:a83f:8110::1", "cloud metadata" },
+		{ "192.0.0.192", "cloud metadata" }, { "169.254.169.253", "cloud metadata" },
+		{ "169.254.170.23", "cloud metadata" }, { "169.254.0.23", "cloud metadata" },
+		{ "169.254.20.10", "cloud metadata" }, { "fd00:ec2::253", "cloud metadata" },
+		{ "fd00:ec2::23", "cloud metadata" }, { "fd20:ce::254", "cloud metadata" },
+		{ "fd00:c1::a9fe:a9fe", "cloud metadata" }, { "fe80::a9fe:a9fe", "cloud metadata" },
+		{ "169.254.20.11", "link-local" }, { "192.0.0.193", "reserved" },
 	};
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
 		const char *c = cls(cases[i][0]);
@@ -320,6 +329,27 @@ START_TEST(cidr_allowance)
 	ck_assert_str_eq(moat_addr_refusal(&al, AF_INET, a), "documentation");
 	inet_pton(AF_INET, "127.0.0.1", a);
 	ck_assert_str_eq(moat_addr_refusal(&al, AF_INET, a), "loopback");
+	/* no range lifts a metadata address, by itself or carried; its
+	 * neighbours in the range pass */
+	struct moat_cidr m[2];
+	two_cidrs(&al, m, "168.63.129.0/24", "169.254.0.0/16");
+	static const char *const meta[] = { "168.63.129.16", "169.254.169.254", "169.254.170.2",
+					    "169.254.20.10", "::ffff:168.63.129.16" };
+	for (size_t i = 0; i < sizeof meta / sizeof meta[0]; i++) {
+		int fam = strchr(meta[i], ':') ? AF_INET6 : AF_INET;
+		ck_assert_int_eq(inet_pton(fam, meta[i], a), 1);
+		const char *why = moat_addr_refusal(&al, fam, a);
+		ck_assert_msg(why && !strcmp(why, "cloud metadata"), "%s: %s", meta[i], why ? why : "passed");
+	}
+	inet_pton(AF_INET, "168.63.129.17", a);
+	ck_assert_ptr_null(moat_addr_refusal(&al, AF_INET, a));
+	inet_pton(AF_INET, "169.254.1.1", a);
+	ck_assert_ptr_null(moat_addr_refusal(&al, AF_INET, a));
+	two_cidrs(&al, m, "fd00:ec2::/32", "2002::/16");
+	inet_pton(AF_INET6, "fd00:ec2::254", a);
+	ck_assert_str_eq(moat_addr_refusal(&al, AF_INET6, a), "cloud metadata");
+	inet_pton(AF_INET6, "2002:a83f:8110::1", a);
+	ck_assert_str_eq(moat_addr_refusal(&al, AF_INET6, a), "cloud metadata");
 	static const char *const bad[] = { "198.51.100.1/24", "10.0.0.0", "10.0.0.0/33",
 					   "10.0.0.0/0", "10.0.0.0/x", "host/8", "::/129" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
