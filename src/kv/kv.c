@@ -35,6 +35,8 @@ static int parse_count(const char *s, size_t len, uint64_t *out)
 			return -1;
 		v = v * 10 + (uint64_t)(s[i] - '0');
 	}
+	if (v > UINT64_MAX / mul / 4) /* room for the floor's arithmetic */
+		return -1;
 	*out = v * mul;
 	return 0;
 }
