@@ -188,8 +188,8 @@ void moat_timeline_dump(void);
 /* ---- the key-value store (moat kv; docs/KV.md) ------------------------------
  * spec: as --kv (NULL: this user's default SQLite file). */
 
-/* The quota text of --kv-quota ("keys=N,bytes=N,value=N", sizes with K/M/G)
- * into the run options' kv_max_*. */
+/* The quota text of --kv-quota ("keys=N,bytes=N,value=N,free=N", sizes with
+ * K/M/G) into the run options' kv_max_* and kv_min_free. */
 int moat_kv_quota_options(const char *text, struct moat_run_options *opts,
 			  struct moat_error *err);
 /* Opens the store and closes it again (moat serve at start, moat doctor):

@@ -31,7 +31,7 @@ static void usage(FILE *f)
 	      "                  [--token-file F | --no-auth] [--metrics-listen HOST:PORT]\n"
 	      "                  [--max-concurrent N] [--queue N] [--config F] [--rootfs DIR]\n"
 	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
-	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
+	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N,free=N | --no-kv]\n"
 	      "                  [--pool N] [--pool-zygote | --no-pool-zygote] [--json-log]\n"
 	      "                  [--pool-zygote-max-children N] [--pool-zygote-max-age SECS]\n"
 	      "                  [--max-relays N] [--max-dns N] [--max-sessions N]\n"
