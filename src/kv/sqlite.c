@@ -232,10 +232,11 @@ static sqlite3_stmt *bound(struct sqlite_store *s, int which, const char *id, si
 	return st;
 }
 
-/* true when rc (or the system call behind it) says the disk is full */
+/* true when rc (or, for an I/O error, the system call behind it: the WAL
+ * index grown by a write) says the disk is full */
 static bool full(struct sqlite_store *s, int rc)
 {
-	int e = sq.system_errno(s->db);
+	int e = (rc & 0xff) == SQLITE_IOERR ? sq.system_errno(s->db) : 0;
 	return (rc & 0xff) == SQLITE_FULL || e == ENOSPC || e == EDQUOT;
 }
 
@@ -365,9 +366,8 @@ static int sqlite_clear(void *h, const char *id, size_t idlen, uint64_t *removed
 /* The free-space floor (in the write's transaction): true when this write
  * may go on. It needs its bytes twice (the WAL's frame and the database
  * page the checkpoint copies it to); pages on SQLite's free list count as
- * room, as the write reuses them. fstatvfs costs about a microsecond
- * (docs/KV.md), the free list is read only when the file system alone is
- * short. */
+ * room, as the write reuses them (read only when the file system alone
+ * is short). */
 static bool floor_ok(struct sqlite_store *s, uint64_t need, uint64_t min_free, uint64_t *avail)
 {
 	*avail = UINT64_MAX;
