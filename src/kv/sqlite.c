@@ -118,6 +118,10 @@ static void sqlite_close(void *h)
 	free(s);
 }
 
+static void reserve_keep(struct sqlite_store *s);
+static bool reserve_release(struct sqlite_store *s);
+static bool full(struct sqlite_store *s, int rc);
+
 /* One integer a PRAGMA answers; fallback when it answers none. */
 static int64_t pragma_int(sqlite3 *db, const char *text, int64_t fallback)
 {
@@ -198,6 +202,12 @@ int kv_sqlite_open(const char *path, void **h, struct moat_error *err)
 			     "CREATE TABLE IF NOT EXISTS kv (sid BLOB NOT NULL, key BLOB NOT NULL, "
 			     "value BLOB NOT NULL, PRIMARY KEY (sid, key)) WITHOUT ROWID;",
 			     NULL, NULL, NULL);
+		/* a full disk has no room for the WAL index (32 KiB) a connection
+		 * needs: the reserve gives it, once (a delete may be what comes) */
+		if (rc != SQLITE_OK && full(s, rc) && reserve_release(s)) {
+			rc = SQLITE_OK;
+			continue;
+		}
 		if (((rc & 0xff) != SQLITE_BUSY && (rc & 0xff) != SQLITE_LOCKED) ||
 		    moat_mono_ms() >= until)
 			break;
@@ -215,6 +225,7 @@ int kv_sqlite_open(const char *path, void **h, struct moat_error *err)
 	}
 	s->page_size = pragma_int(s->db, "PRAGMA page_size", 4096);
 	s->secure_delete = (int)pragma_int(s->db, "PRAGMA secure_delete", 0);
+	reserve_keep(s);
 	*h = s;
 	return 0;
 }
@@ -270,9 +281,60 @@ static uint64_t fs_free(struct sqlite_store *s)
 	return (uint64_t)v.f_bavail * (uint64_t)v.f_frsize;
 }
 
+/* The reserve: FILE.reserve beside the store, KV_RESERVE bytes allocated
+ * while there is room, given back to the file system when a delete finds
+ * none (another writer filled it, or no floor), so the delete can run. */
+#define KV_RESERVE (1u << 20)
+
+/* The reserve's fd (ours, a regular file, not a symlink), or -1. */
+static int reserve_open(struct sqlite_store *s, bool create)
+{
+	const char *base = strrchr(s->path, '/') + 1;
+	char *name = moat_format("%s.reserve", base);
+	if (!name)
+		return -1;
+	int fd = openat(s->dirfd, name,
+			O_RDWR | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | (create ? O_CREAT : 0), 0600);
+	free(name);
+	struct stat st;
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode) || st.st_uid != geteuid())) {
+		close(fd);
+		fd = -1;
+	}
+	return fd;
+}
+
+/* Allocates the reserve when it is not, and the file system has room for
+ * it twice over. Best effort: a store without one still works. */
+static void reserve_keep(struct sqlite_store *s)
+{
+	int fd = reserve_open(s, true);
+	struct stat st;
+	if (fd < 0)
+		return;
+	if (fstat(fd, &st) == 0 && (st.st_size < (off_t)KV_RESERVE || st.st_blocks == 0) &&
+	    fs_free(s) >= 2ull * KV_RESERVE && posix_fallocate(fd, 0, KV_RESERVE) != 0 &&
+	    ftruncate(fd, 0) < 0) {
+		/* a part allocated stays: it is reserve all the same */
+	}
+	close(fd);
+}
+
+/* Gives the reserve's space back; true when it held some. */
+static bool reserve_release(struct sqlite_store *s)
+{
+	int fd = reserve_open(s, false);
+	struct stat st;
+	bool had = fd >= 0 && fstat(fd, &st) == 0 && st.st_blocks > 0 && ftruncate(fd, 0) == 0;
+	if (fd >= 0)
+		close(fd);
+	return had;
+}
+
 /* A delete (or clear) statement bound and ready: run, and when the disk is
  * full, once more without zeroing the freed pages (secure_delete FAST),
- * which needs a few pages of room instead of as many as it frees. */
+ * which needs a few pages of room instead of as many as it frees; when
+ * even that finds none, once more after giving the reserve back. */
 static int run_delete(struct sqlite_store *s, sqlite3_stmt *st, struct moat_kv_answer *a,
 		      bool *retried)
 {
@@ -281,15 +343,22 @@ static int run_delete(struct sqlite_store *s, sqlite3_stmt *st, struct moat_kv_a
 	*retried = false;
 	if (rc == SQLITE_DONE)
 		return 0;
-	if (!full(s, rc) || s->secure_delete == 2)
+	if (!full(s, rc))
 		return db_fail(s, a, rc);
 	*retried = true;
-	sq.exec(s->db, "PRAGMA secure_delete = FAST", NULL, NULL, NULL);
+	if (s->secure_delete != 2)
+		sq.exec(s->db, "PRAGMA secure_delete = FAST", NULL, NULL, NULL);
 	rc = sq.step(st);
 	sq.reset(st);
+	if (rc != SQLITE_DONE && full(s, rc) && reserve_release(s)) {
+		rc = sq.step(st);
+		sq.reset(st);
+	}
 	int failed = rc == SQLITE_DONE ? 0 : db_fail(s, a, rc); /* before the next exec */
-	sq.exec(s->db, s->secure_delete ? "PRAGMA secure_delete = 1" : "PRAGMA secure_delete = 0",
-		NULL, NULL, NULL);
+	if (s->secure_delete != 2)
+		sq.exec(s->db,
+			s->secure_delete ? "PRAGMA secure_delete = 1" : "PRAGMA secure_delete = 0",
+			NULL, NULL, NULL);
 	return failed;
 }
 
@@ -358,8 +427,10 @@ static int sqlite_clear(void *h, const char *id, size_t idlen, uint64_t *removed
 	if (run_delete(s, bound(s, Q_CLEAR, id, idlen, NULL, 0), a, &retried) < 0)
 		return -1;
 	*removed = (uint64_t)sq.changes(s->db);
-	if (retried || fs_free(s) < MOAT_KV_DEFAULT_MIN_FREE)
+	if (retried || fs_free(s) < MOAT_KV_DEFAULT_MIN_FREE) {
 		(void)sq.exec(s->db, "PRAGMA wal_checkpoint(TRUNCATE)", NULL, NULL, NULL);
+		reserve_keep(s); /* again, when that made room */
+	}
 	return 0;
 }
 

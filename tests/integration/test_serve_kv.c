@@ -506,8 +506,28 @@ START_TEST(kv_full_names_no_path)
 }
 END_TEST
 
-/* A full store under moat serve (issue 51 item 4): DELETE /v1/kv retires
- * the full id, and writes work again. */
+/* Fills what is left of the file system holding dir with one file (another
+ * writer on the store's disk); its path into hog. */
+static void fill_rest(const char *dir, char *hog, size_t size)
+{
+	snprintf(hog, size, "%s/hog", dir);
+	int fd = open(hog, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	static char block[65536];
+	while (write(fd, block, sizeof block) > 0)
+		;
+	while (write(fd, block, 512) > 0)
+		;
+	ck_assert_int_eq(close(fd), 0);
+	struct statvfs v;
+	ck_assert_int_eq(statvfs(dir, &v), 0);
+	ck_assert_uint_lt(v.f_bavail * v.f_frsize, 4096);
+}
+
+/* A full store under moat serve (issue 51 item 4): the writes stopped at
+ * the floor, then another writer took the rest of the disk (nothing
+ * free): DELETE /v1/kv still retires the id (the store's reserve), and
+ * once the other writer's file is gone, writes work again. */
 START_TEST(kv_full_delete_frees)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -520,12 +540,15 @@ START_TEST(kv_full_delete_frees)
 		return;
 	}
 	resp_free(&r);
+	char hog[128];
+	fill_rest(dir, hog, sizeof hog);
 	struct req del = { .method = "DELETE", .path = "/v1/kv/filler" };
 	call(&s, &del, &r);
 	ck_assert_msg(r.code == 200 && jnum(r.json, "removed") == n1,
-		      "DELETE /v1/kv on a full store: HTTP %d %.400s (want removed %d)", r.code,
+		      "DELETE /v1/kv on a full disk: HTTP %d %.400s (want removed %d)", r.code,
 		      r.body, n1);
 	resp_free(&r);
+	ck_assert_int_eq(unlink(hog), 0);
 	run_kv(&s, "/py/run", PY_FILL, "filler", true, &r);
 	expect_script("fill again", &r);
 	ck_assert_msg(sscanf(jstr(r.json, "stdout"), "%d %63s", &n2, kind) == 2 &&
