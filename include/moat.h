@@ -285,6 +285,17 @@ struct moat_run_options {
 	 * per sandboxId, 0 for the defaults (1024 keys, 64 MiB, 1 MiB a value). */
 	const char *kv_store;
 	uint64_t kv_max_keys, kv_max_bytes, kv_max_value;
+	/* The free space a SQLite store's file system keeps: a write that
+	 * would leave less is refused ("the store is full"), deletes are not
+	 * (docs/KV.md, "A full disk"). 0: the default (16 MiB);
+	 * MOAT_KV_FREE_OFF: no floor. */
+	uint64_t kv_min_free;
+	/* Lines for the operator only, never for the program or a client (the
+	 * store's path and its backend's error behind the program's "the store
+	 * is full"): on_notice(notice_ctx, line); NULL: dropped. A run sends a
+	 * handful at most. Called on the thread that waits for the run. */
+	void (*on_notice)(void *ctx, const char *line);
+	void *notice_ctx;
 	/* Caps shared with other runs (moat_relay_caps_new below); NULL: none,
 	 * only this run's own caps (512 relayed connections, 64 DNS questions
 	 * at once). The run takes a reference of its own while it relays. */
@@ -292,6 +303,8 @@ struct moat_run_options {
 };
 
 void moat_run_options_init(struct moat_run_options *opts);
+/* kv_min_free: no free-space floor. */
+#define MOAT_KV_FREE_OFF UINT64_MAX
 
 /* ---- caps across runs ---------------------------------------------------
  *

@@ -188,8 +188,8 @@ void moat_timeline_dump(void);
 /* ---- the key-value store (moat kv; docs/KV.md) ------------------------------
  * spec: as --kv (NULL: this user's default SQLite file). */
 
-/* The quota text of --kv-quota ("keys=N,bytes=N,value=N", sizes with K/M/G)
- * into the run options' kv_max_*. */
+/* The quota text of --kv-quota ("keys=N,bytes=N,value=N,free=N", sizes with
+ * K/M/G) into the run options' kv_max_* and kv_min_free. */
 int moat_kv_quota_options(const char *text, struct moat_run_options *opts,
 			  struct moat_error *err);
 /* Opens the store and closes it again (moat serve at start, moat doctor):
@@ -200,9 +200,14 @@ int moat_kv_probe(const char *spec, char **desc, struct moat_error *err);
  * "export" (JSON {"sandboxId","items":[{"key","value"|"valueBase64"}..]}),
  * "clear" (JSON {"sandboxId","removed":N}) or "get" (the value's bytes).
  * *out is malloc'd (*out_len bytes). 0; 1 when "get" found no such key; -1
- * with *err. */
+ * with *err, whose message names no host path or server address (moat
+ * serve answers it to a client: "the store is full", "the key-value store
+ * cannot be opened"); *detail (detail may be NULL; malloc'd or NULL) is
+ * then the operator's: the store's path or address and the backend's
+ * error. */
 int moat_kv_admin(const char *spec, const char *op, const char *id, size_t id_len,
-		  const char *key, char **out, size_t *out_len, struct moat_error *err);
+		  const char *key, char **out, size_t *out_len, char **detail,
+		  struct moat_error *err);
 
 /* ---- the HTTP service (moat serve; docs/SERVE.md) ------------------------------
  * libmicrohttpd is loaded with dlopen when the service starts, so no other
@@ -229,6 +234,7 @@ struct moat_serve_options {
 	 * (0: defaults); kv_off refuses kvEnabled with 501 */
 	const char *kv_store;
 	uint64_t kv_max_keys, kv_max_bytes, kv_max_value;
+	uint64_t kv_min_free; /* moat_run_options' kv_min_free */
 	bool kv_off;
 	int pool;                 /* warm sandboxes per language (python, javascript); 0: none;
 				   * -1: the config's serve.pool, else sized to the memory */

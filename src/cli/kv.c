@@ -61,9 +61,13 @@ int cli_kv(int argc, char **argv)
 		}
 		spec = moat_config_kv_store(cfg);
 	}
+	char *detail = NULL;
 	int rc = moat_kv_admin(spec, argv[0], argv[1], strlen(argv[1]), get ? argv[2] : NULL, &out,
-			       &len, &err);
+			       &len, &detail, &err);
 	moat_config_free(cfg); /* spec is not used after this */
+	if (rc < 0 && detail) /* the operator's own tool: the path and the backend's words */
+		moat_error_set(&err, err.type, err.sys_errno, "%s", detail);
+	free(detail);
 	if (rc < 0) {
 		rc = cli_fail(&err);
 		moat_error_clear(&err);

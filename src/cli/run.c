@@ -18,6 +18,15 @@
 #define MAX_STDIN_BYTES (64u * 1024u * 1024u)
 #define MAX_FILE_BYTES (64u * 1024u * 1024u)
 
+/* A run's line for the operator (the store's path behind the program's
+ * "the store is full"): moat run's and moat exec's stderr is the
+ * operator's. */
+static void notice_stderr(void *ctx, const char *line)
+{
+	(void)ctx;
+	fprintf(stderr, "moat: %s\n", line);
+}
+
 static void run_usage(FILE *f)
 {
 	fputs("usage: moat run [-l LANG] [-c CODE | FILE | -] [options]\n"
@@ -466,6 +475,7 @@ int cli_run(int argc, char **argv)
 	struct moat_request *req = moat_request_new();
 	struct moat_run_options opts;
 	moat_run_options_init(&opts);
+	opts.on_notice = notice_stderr;
 	struct moat_result *res = NULL;
 	bool json = false, lang_given = false;
 	const char *code_arg = NULL, *stdin_path = NULL;
@@ -733,6 +743,7 @@ int cli_exec(int argc, char **argv)
 	};
 	struct moat_run_options opts;
 	moat_run_options_init(&opts);
+	opts.on_notice = notice_stderr;
 	struct moat_error err = { 0 };
 	struct stream_lines sl = { .resume_fd = -1, .cancel_fd = -1 };
 	bool stream = false;

@@ -31,7 +31,7 @@ static void usage(FILE *f)
 	      "                  [--token-file F | --no-auth] [--metrics-listen HOST:PORT]\n"
 	      "                  [--max-concurrent N] [--queue N] [--config F] [--rootfs DIR]\n"
 	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
-	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N | --no-kv]\n"
+	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N,free=N | --no-kv]\n"
 	      "                  [--pool N] [--pool-zygote | --no-pool-zygote] [--json-log]\n"
 	      "                  [--pool-zygote-max-children N] [--pool-zygote-max-age SECS]\n"
 	      "                  [--max-relays N] [--max-dns N] [--max-sessions N]\n"
@@ -565,7 +565,8 @@ int cli_serve(int argc, char **argv)
 		.max_concurrent = maxc, .queue = queue, .grace_s = grace,
 		.client_timeout_s = client_to, .runtime_dir = rt, .rootfs_dir = rootfs, .cfg = cfg,
 		.log = json_log ? stdout : stderr, .json_log = json_log, .kv_store = kv, .kv_max_keys = kvo.kv_max_keys,
-		.kv_max_bytes = kvo.kv_max_bytes, .kv_max_value = kvo.kv_max_value, .kv_off = no_kv,
+		.kv_max_bytes = kvo.kv_max_bytes, .kv_max_value = kvo.kv_max_value,
+		.kv_min_free = kvo.kv_min_free, .kv_off = no_kv,
 		.pool = pool, .pool_zygote = zygote,
 		.pool_zygote_max_children = zyg_children, .pool_zygote_max_age_s = zyg_age,
 		.max_relays = max_relays, .max_dns = max_dns, .max_sessions = max_sessions,

@@ -51,7 +51,7 @@ struct moat_config {
 	char *rootfs_dir;      /* native: prepared root directory */
 	int strict_isolation;  /* "strictIsolation": refuse runs without Landlock (0/1) */
 	char *kv_store;        /* "kv": the store spec (docs/KV.md), or NULL */
-	char *kv_quota;        /* "kvQuota": "keys=N,bytes=N,value=N", or NULL */
+	char *kv_quota;        /* "kvQuota": "keys=N,bytes=N,value=N,free=N", or NULL */
 	char *serve_json;      /* the "serve" object (moat serve's limits) as JSON, or NULL */
 	struct moat_kv *images; /* language name → container image (docker) */
 	size_t images_count;

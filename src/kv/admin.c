@@ -17,6 +17,7 @@ int moat_kv_quota_options(const char *text, struct moat_run_options *opts,
 	opts->kv_max_keys = q.max_keys;
 	opts->kv_max_bytes = q.max_bytes;
 	opts->kv_max_value = q.max_value;
+	opts->kv_min_free = q.min_free ? q.min_free : MOAT_KV_FREE_OFF;
 	return 0;
 }
 
@@ -60,8 +61,11 @@ static int export_items(struct moat_kv_store *st, const char *id, size_t idlen,
 }
 
 int moat_kv_admin(const char *spec, const char *op, const char *id, size_t id_len,
-		  const char *key, char **out, size_t *out_len, struct moat_error *err)
+		  const char *key, char **out, size_t *out_len, char **detail,
+		  struct moat_error *err)
 {
+	if (detail)
+		*detail = NULL;
 	bool get = !strcmp(op, "get"), list = !strcmp(op, "list"), exp = !strcmp(op, "export"),
 	     clear = !strcmp(op, "clear");
 	if (!get && !list && !exp && !clear)
@@ -76,8 +80,13 @@ int moat_kv_admin(const char *spec, const char *op, const char *id, size_t id_le
 				      "moat kv get needs a key: 1 to %u bytes of UTF-8",
 				      MOAT_KV_MAX_KEY);
 	struct moat_kv_store *st;
-	if (moat_kv_open(spec, &st, err) < 0)
-		return -1;
+	if (moat_kv_open(spec, &st, err) < 0) {
+		/* the error names the file or the server: the operator's */
+		if (detail)
+			*detail = err->message ? strdup(err->message) : NULL;
+		return moat_error_set(err, err->type, err->sys_errno,
+				      "the key-value store cannot be opened");
+	}
 	struct moat_kv_answer a = { 0 };
 	struct moat_buf b = { 0 };
 	int rc = 0;
@@ -131,6 +140,8 @@ int moat_kv_admin(const char *spec, const char *op, const char *id, size_t id_le
 failed:
 	moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "%s",
 		       a.msg.data ? a.msg.data : "the key-value store failed");
+	if (detail && a.detail.len && !a.detail.oom)
+		*detail = strdup(a.detail.data);
 	moat_kv_answer_reset(&a);
 	moat_buf_free(&b);
 	moat_kv_close(st);

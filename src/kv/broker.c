@@ -26,6 +26,9 @@ struct moat_kv_broker {
 	int64_t deadline; /* moat_mono_ms; 0: none */
 	uint64_t ops;
 	struct moat_kv_answer a;
+	void (*notice)(void *ctx, const char *line);
+	void *notice_ctx;
+	unsigned notices; /* sent so far */
 };
 
 struct moat_kv_broker *moat_kv_broker_new(struct moat_kv_store *st, const char *id, size_t idlen,
@@ -162,6 +165,16 @@ static int handle(struct moat_kv_broker *b, const char *p, uint32_t len)
 		moat_kv_keys(b->st, b->id, b->idlen, a);
 		break;
 	}
+	if (a->status == MOAT_KV_ERROR && a->detail.len && !a->detail.oom && b->notice &&
+	    b->notices <= MOAT_KV_BROKER_NOTICES) {
+		/* the operator's: the path or address and the backend's words; a
+		 * program looping on a full store gets a few lines, not one a call */
+		if (b->notices++ < MOAT_KV_BROKER_NOTICES)
+			b->notice(b->notice_ctx, a->detail.data);
+		else
+			b->notice(b->notice_ctx, "key-value store: more errors in this run are not "
+						 "logged");
+	}
 	if (a->data.oom || a->msg.oom) {
 		moat_kv_answer_reset(a);
 		answer_error(b, MOAT_KV_KIND_OTHER, "out of memory", 13);
@@ -249,6 +262,13 @@ void moat_kv_broker_consume(struct moat_kv_broker *b, size_t n)
 void moat_kv_broker_set_deadline(struct moat_kv_broker *b, int64_t deadline_ms)
 {
 	b->deadline = deadline_ms;
+}
+
+void moat_kv_broker_set_notice(struct moat_kv_broker *b, void (*fn)(void *ctx, const char *line),
+			       void *ctx)
+{
+	b->notice = fn;
+	b->notice_ctx = ctx;
 }
 
 uint64_t moat_kv_broker_ops(const struct moat_kv_broker *b)

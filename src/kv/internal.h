@@ -44,6 +44,10 @@ extern const struct kv_backend kv_redis_backend;
 /* Fills a as ERROR of kind with a formatted message; returns the given rc. */
 int kv_fail(struct moat_kv_answer *a, int rc, const char *kind, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
+/* Sets a's operator detail (kv.h) to the formatted text, one line. */
+void kv_detail(struct moat_kv_answer *a, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* The message a program gets when the store has no room. */
+#define KV_MSG_FULL "the store is full: nothing was written"
 /* The protocol's little-endian u32 (docs/KV.md). */
 static inline uint32_t kv_le32(const char *p)
 {

@@ -16,6 +16,7 @@ void moat_kv_quota_default(struct moat_kv_quota *q)
 	q->max_keys = MOAT_KV_DEFAULT_MAX_KEYS;
 	q->max_bytes = MOAT_KV_DEFAULT_MAX_BYTES;
 	q->max_value = MOAT_KV_DEFAULT_MAX_VALUE;
+	q->min_free = MOAT_KV_DEFAULT_MIN_FREE;
 }
 
 /* A decimal count with an optional K/M/G (powers of 1024) suffix. */
@@ -34,6 +35,8 @@ static int parse_count(const char *s, size_t len, uint64_t *out)
 			return -1;
 		v = v * 10 + (uint64_t)(s[i] - '0');
 	}
+	if (v > UINT64_MAX / mul / 4) /* room for the floor's arithmetic */
+		return -1;
 	*out = v * mul;
 	return 0;
 }
@@ -46,10 +49,15 @@ int moat_kv_quota_parse(const char *s, struct moat_kv_quota *q, struct moat_erro
 		size_t len = strcspn(p, ",");
 		const char *eq = memchr(p, '=', len);
 		uint64_t v;
-		if (!eq || parse_count(eq + 1, len - (size_t)(eq + 1 - p), &v) < 0 || v == 0)
+		if (!eq || parse_count(eq + 1, len - (size_t)(eq + 1 - p), &v) < 0)
 			goto bad;
 		size_t nl = (size_t)(eq - p);
-		if (nl == 4 && !memcmp(p, "keys", 4))
+		bool floor = nl == 4 && !memcmp(p, "free", 4);
+		if (v == 0 && !floor)
+			goto bad;
+		if (floor)
+			n.min_free = v;
+		else if (nl == 4 && !memcmp(p, "keys", 4))
 			n.max_keys = v;
 		else if (nl == 5 && !memcmp(p, "bytes", 5))
 			n.max_bytes = v;
@@ -69,8 +77,9 @@ int moat_kv_quota_parse(const char *s, struct moat_kv_quota *q, struct moat_erro
 	return 0;
 bad:
 	return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-			      "--kv-quota \"%s\": expected keys=N,bytes=N,value=N (each "
-			      "optional, > 0, sizes may end in K, M or G)", s);
+			      "--kv-quota \"%s\": expected keys=N,bytes=N,value=N,free=N (each "
+			      "optional; keys, bytes and value > 0; free=0 turns the free-space "
+			      "floor off; sizes may end in K, M or G)", s);
 }
 
 bool moat_kv_id_valid(const char *id, size_t len)
@@ -92,6 +101,7 @@ int kv_fail(struct moat_kv_answer *a, int rc, const char *kind, const char *fmt,
 	a->status = MOAT_KV_ERROR;
 	a->kind = kind;
 	a->msg.len = 0;
+	a->detail.len = 0;
 	if (m) {
 		/* one line: a backend's message may carry newlines */
 		for (char *c = m; *c; c++)
@@ -101,6 +111,22 @@ int kv_fail(struct moat_kv_answer *a, int rc, const char *kind, const char *fmt,
 		free(m);
 	}
 	return rc;
+}
+
+void kv_detail(struct moat_kv_answer *a, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	char *m = moat_vformat(fmt, ap);
+	va_end(ap);
+	a->detail.len = 0;
+	if (m) {
+		for (char *c = m; *c; c++)
+			if (*c == '\n' || *c == '\r')
+				*c = ' ';
+		moat_buf_append(&a->detail, m, strlen(m));
+		free(m);
+	}
 }
 
 void kv_put_item(struct moat_buf *b, const char *s, size_t len)
@@ -114,6 +140,7 @@ void kv_put_item(struct moat_buf *b, const char *s, size_t len)
 void moat_kv_answer_reset(struct moat_kv_answer *a)
 {
 	moat_buf_free(&a->msg);
+	moat_buf_free(&a->detail);
 	moat_buf_free(&a->data);
 	memset(a, 0, sizeof *a);
 }
@@ -291,6 +318,7 @@ static void answer_begin(struct moat_kv_answer *a)
 	a->status = MOAT_KV_OK;
 	a->kind = NULL;
 	a->msg.len = 0;
+	a->detail.len = 0;
 	a->data.len = 0;
 	a->exists = false;
 }

@@ -18,15 +18,23 @@
 #define MOAT_KV_DEFAULT_MAX_BYTES (64ull * 1024 * 1024)
 #define MOAT_KV_DEFAULT_MAX_VALUE (1024u * 1024u)
 #define MOAT_KV_LIMIT_MAX_VALUE (64u * 1024u * 1024u)
+/* The free space a SQLite store's file system keeps (docs/KV.md, "A full
+ * disk"): room for a delete and the WAL's checkpoint. */
+#define MOAT_KV_DEFAULT_MIN_FREE (16ull * 1024 * 1024)
 
 struct moat_kv_quota {
 	uint64_t max_keys;  /* keys per sandboxId */
 	uint64_t max_bytes; /* sum of key + value bytes per sandboxId */
 	uint64_t max_value; /* bytes of one value, <= MOAT_KV_LIMIT_MAX_VALUE */
+	/* Store-wide, not per id: a SQLite write is refused ("the store is
+	 * full") when it would leave less free space than this on the store's
+	 * file system; deletes are not. 0: no floor. Redis: not used. */
+	uint64_t min_free;
 };
 /* The defaults above. */
 void moat_kv_quota_default(struct moat_kv_quota *q);
-/* "keys=N,bytes=N,value=N" (any subset; sizes with K/M/G); starts from *q. */
+/* "keys=N,bytes=N,value=N,free=N" (any subset; sizes with K/M/G; free=0
+ * turns the floor off); starts from *q. */
 int moat_kv_quota_parse(const char *s, struct moat_kv_quota *q, struct moat_error *err);
 
 /* Outcome of one operation. */
@@ -66,7 +74,11 @@ bool moat_kv_key_valid(const char *key, size_t len);
 struct moat_kv_answer {
 	enum moat_kv_status status;
 	const char *kind;
-	struct moat_buf msg;  /* ERROR: the message */
+	struct moat_buf msg;  /* ERROR: the message, the program's: no host path, no
+			       * server address */
+	struct moat_buf detail; /* ERROR: the operator's (the store's path or address
+				 * and the backend's own error); empty when msg says
+				 * it all. Never sent to the program. */
 	struct moat_buf data; /* GET: the value; KEYS: u32le len | bytes, each key */
 	bool exists;          /* EXISTS */
 };
@@ -110,5 +122,11 @@ void moat_kv_broker_consume(struct moat_kv_broker *b, size_t n);
 void moat_kv_broker_set_deadline(struct moat_kv_broker *b, int64_t deadline_ms);
 /* How many requests were answered. */
 uint64_t moat_kv_broker_ops(const struct moat_kv_broker *b);
+/* Where an answer's operator detail goes (its path, the backend's error):
+ * fn(ctx, line), for the first MOAT_KV_BROKER_NOTICES of a run, then one
+ * line saying the rest are not logged. None set: dropped. */
+#define MOAT_KV_BROKER_NOTICES 5u
+void moat_kv_broker_set_notice(struct moat_kv_broker *b, void (*fn)(void *ctx, const char *line),
+			       void *ctx);
 
 #endif

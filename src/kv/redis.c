@@ -238,17 +238,40 @@ static void describe(struct moat_buf *b, const struct kv_redis *r, bool where, c
 	}
 }
 
-/* Fails the operation (kind other, -1) with describe's message; frees rep. */
+/* Fails the operation (-1) and frees rep. The operator's detail is
+ * describe's message with the server's address; the program's names the
+ * operation and, for an error reply, only its code (the first word: a
+ * MOVED reply's text is another node's address): kind store_table_full
+ * "the store is full" for OOM (maxmemory), else other. */
 static int op_fail(struct kv_redis *r, struct moat_kv_answer *a, const char *what,
 		   redisReply *rep)
 {
 	struct moat_buf b = { 0 };
-	describe(&b, r, false, what, rep);
+	describe(&b, r, true, what, rep);
+	char *d = moat_buf_take(&b);
+	if (rep && rep->type == REDIS_REPLY_ERROR && rep->str) {
+		size_t n = strcspn(rep->str, " ");
+		if (n == 3 && !memcmp(rep->str, "OOM", 3)) {
+			kv_fail(a, -1, MOAT_KV_KIND_FULL, KV_MSG_FULL);
+		} else {
+			struct moat_buf c = { 0 };
+			append_text(&c, rep->str, n > 32 ? 32 : n);
+			char *code = moat_buf_take(&c);
+			kv_fail(a, -1, MOAT_KV_KIND_OTHER, "redis store: %s: the server answered %s",
+				what, code ? code : "an error");
+			free(code);
+		}
+	} else {
+		describe(&b, r, false, what, rep);
+		char *m = moat_buf_take(&b);
+		kv_fail(a, -1, MOAT_KV_KIND_OTHER, "%s", m ? m : "redis store: out of memory");
+		free(m);
+	}
+	if (d)
+		kv_detail(a, "%s", d);
+	free(d);
 	if (rep)
 		freeReplyObject(rep);
-	char *m = moat_buf_take(&b);
-	kv_fail(a, -1, MOAT_KV_KIND_OTHER, "%s", m ? m : "redis store: out of memory");
-	free(m);
 	return -1;
 }
 

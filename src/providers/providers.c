@@ -23,7 +23,8 @@ static int native_run(const struct moat_request *req, const struct moat_provider
 		opts.strict_isolation = true;
 	if (!opts.kv_store && o->cfg->kv_store)
 		opts.kv_store = o->cfg->kv_store;
-	if (!opts.kv_max_keys && !opts.kv_max_bytes && !opts.kv_max_value && o->cfg->kv_quota &&
+	if (!opts.kv_max_keys && !opts.kv_max_bytes && !opts.kv_max_value && !opts.kv_min_free &&
+	    o->cfg->kv_quota &&
 	    moat_kv_quota_options(o->cfg->kv_quota, &opts, err) < 0)
 		return -1;
 	if (moat_run(req, &opts, out, err) < 0)

@@ -300,15 +300,25 @@ static int kv_prepare(struct run *r, struct moat_error *err)
 		r->kvq.max_bytes = r->opts.kv_max_bytes;
 	if (r->opts.kv_max_value)
 		r->kvq.max_value = r->opts.kv_max_value;
+	if (r->opts.kv_min_free)
+		r->kvq.min_free = r->opts.kv_min_free == MOAT_KV_FREE_OFF ? 0 : r->opts.kv_min_free;
 	if (r->kvq.max_value > MOAT_KV_LIMIT_MAX_VALUE)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "the key-value value quota is above %u bytes",
 				      MOAT_KV_LIMIT_MAX_VALUE);
-	if (moat_kv_open(r->opts.kv_store, &r->kv, err) < 0)
-		return -1;
+	if (moat_kv_open(r->opts.kv_store, &r->kv, err) < 0) {
+		/* the message names the store's file or server: the operator's,
+		 * not the request's (moat serve answers err to its client) */
+		if (r->opts.on_notice && err->message)
+			r->opts.on_notice(r->opts.notice_ctx, err->message);
+		return moat_error_set(err, err->type, err->sys_errno,
+				      "the key-value store cannot be opened%s",
+				      r->opts.on_notice ? " (the operator's log says why)" : "");
+	}
 	if (!(r->broker = moat_kv_broker_new(r->kv, r->req->sandbox_id, r->req->sandbox_id_len,
 					     &r->kvq)))
 		return moat_error_oom(err);
+	moat_kv_broker_set_notice(r->broker, r->opts.on_notice, r->opts.notice_ctx);
 	int sp[2];
 	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",

@@ -450,6 +450,13 @@ static void release_slot(struct server *s)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* A run's line for the operator (the store's path behind a program's "the
+ * store is full"): the service's log. */
+static void kv_notice(void *ctx, const char *line)
+{
+	serve_log_notice(ctx, "warn", "kv", "%s", line);
+}
+
 /* The service's options for a sandbox: root, policy, runtime, store,
  * relay caps (a run's and a session's). */
 static void service_options(struct server *s, struct moat_run_options *opts)
@@ -464,6 +471,9 @@ static void service_options(struct server *s, struct moat_run_options *opts)
 	opts->kv_max_keys = o->kv_max_keys;
 	opts->kv_max_bytes = o->kv_max_bytes;
 	opts->kv_max_value = o->kv_max_value;
+	opts->kv_min_free = o->kv_min_free;
+	opts->on_notice = kv_notice;
+	opts->notice_ctx = &s->log;
 	opts->relay_caps = s->relay_caps;
 }
 
@@ -1507,10 +1517,15 @@ static enum MHD_Result kv_delete(struct req *q, struct MHD_Connection *c, const 
 		return fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
 			    "this server runs without the key-value store (--no-kv)");
 	struct moat_error err = { 0 };
-	char *out = NULL;
+	char *out = NULL, *detail = NULL;
 	size_t len;
 	if (moat_sandbox_id_agree(q->header_id, id, strlen(id), "the path", &err) < 0 ||
-	    moat_kv_admin(o->kv_store, "clear", id, strlen(id), NULL, &out, &len, &err) < 0) {
+	    moat_kv_admin(o->kv_store, "clear", id, strlen(id), NULL, &out, &len, &detail,
+			  &err) < 0) {
+		/* the client gets err (no host path), the log the store's own words */
+		if (detail)
+			serve_log_notice(&q->s->log, "warn", "kv", "DELETE /v1/kv/{id}: %s", detail);
+		free(detail);
 		enum MHD_Result r = fail_moat(q, c, &err);
 		moat_error_clear(&err);
 		return r;

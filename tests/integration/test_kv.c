@@ -3,10 +3,12 @@
  * nothing of the store reachable without kvEnabled, writes that survive a
  * kill -9 of moat, concurrent runs on one id, quotas the program sees. */
 #include <errno.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mount.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -419,6 +421,141 @@ START_TEST(kv_quotas_in_program)
 }
 END_TEST
 
+/* A store on a tmpfs of mb MiB of its own, owned by the mode's user, in a
+ * mount namespace of this test's process (Check forks one per test), so a
+ * failed test leaves no mount behind: 0, or -1 when this process cannot
+ * mount (not root). */
+static int store_tmpfs(struct store *s, int mode, unsigned mb)
+{
+	if (!harness_is_root())
+		return -1;
+	ck_assert_msg(unshare(CLONE_NEWNS) == 0, "unshare: %s", strerror(errno));
+	ck_assert_int_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+	store_make(s, mode);
+	unsigned id = mode == MODE_ROOTLESS ? ROOTLESS_ID : 0;
+	char opts[96];
+	snprintf(opts, sizeof opts, "size=%um,mode=0700,uid=%u,gid=%u", mb, id, id);
+	ck_assert_msg(mount("tmpfs", s->dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) == 0,
+		      "mount tmpfs on %s: %s", s->dir, strerror(errno));
+	return 0;
+}
+
+static void store_tmpfs_drop(struct store *s)
+{
+	ck_assert_int_eq(umount2(s->dir, MNT_DETACH), 0);
+	ck_assert_int_eq(rmdir(s->dir), 0);
+}
+
+/* Writes 256 KiB values under fresh keys until the store refuses one; then
+ * deletes one key. Prints "<writes> <kind> deleted", then the error. */
+#define PY_FILL                                                                        \
+	"from spin_sdk import key_value\n"                                              \
+	"s = key_value.open_default()\n"                                                \
+	"n, kind, err = 0, '-', '-'\n"                                                  \
+	"try:\n"                                                                        \
+	"    while n < 400:\n"                                                          \
+	"        s.set('k%d' % n, b'x' * 262144)\n"                                     \
+	"        n += 1\n"                                                              \
+	"except key_value.Error as e:\n"                                                \
+	"    kind, err = e.kind, repr(e) + ' ' + repr(getattr(e, 'value', None))\n"     \
+	"d = 'deleted'\n"                                                               \
+	"try:\n"                                                                        \
+	"    s.delete('k0')\n"                                                          \
+	"except key_value.Error as e:\n"                                                \
+	"    d = 'delete-failed ' + repr(e)\n"                                          \
+	"print(n, kind, d)\n"                                                           \
+	"print(err)\n"
+
+/* Fills a store on a 24 MiB tmpfs (default 16 MiB floor) with PY_FILL as
+ * "filler": *o is the run, *n its writes, kind and del its first words. */
+static void fill(int mode, const struct store *st, struct run_out *o, int *n, char *kind,
+		 char *del)
+{
+	kv_exec(mode, st, "python", PY_FILL, "filler", true, NULL, NULL, o);
+	expect_ok("fill", o);
+	*n = -1;
+	ck_assert_msg(sscanf(out_of(o), "%d %63s %31s", n, kind, del) == 3, "%s", out_of(o));
+}
+
+/* A full store (issue 51 item 3; docs/KV.md, "A full disk"): the program's
+ * error is "the store is full" (store_table_full) and names no host path;
+ * the operator's stderr does. */
+START_TEST(kv_full_disk_names_no_path)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct store st;
+	if (store_tmpfs(&st, _i, 24) < 0) {
+		harness_skip("%s: mounting the test's small tmpfs needs root", __func__);
+		return;
+	}
+	struct run_out o;
+	int n = -1;
+	char kind[64] = "", del[32] = "";
+	fill(_i, &st, &o, &n, kind, del);
+	/* the tenant's view: no host path anywhere in the result */
+	ck_assert_msg(!strstr(o.out, st.dir), "the result names the store's directory %s: %.600s",
+		      st.dir, o.out);
+	ck_assert_msg(n > 0 && !strcmp(kind, "store_table_full") && strstr(o.out, "the store is full"),
+		      "want writes, then store_table_full \"the store is full\": %s", out_of(&o));
+	/* the operator's view: where */
+	ck_assert_msg(strstr(o.err, st.file), "moat exec's stderr lacks the store's path: %.600s",
+		      o.err);
+	harness_free(&o);
+	store_tmpfs_drop(&st);
+}
+END_TEST
+
+/* A full store (issue 51 item 4): the program's own delete works; `moat kv
+ * clear` retires the id, and that makes room: the next run writes again. */
+START_TEST(kv_full_disk_delete_frees)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct store st;
+	if (store_tmpfs(&st, _i, 24) < 0) {
+		harness_skip("%s: mounting the test's small tmpfs needs root", __func__);
+		return;
+	}
+	struct run_out o;
+	int n1 = -1, n2 = -1;
+	char kind[64] = "", del[32] = "";
+	fill(_i, &st, &o, &n1, kind, del);
+	ck_assert_msg(n1 > 0 && !strcmp(del, "deleted"), "the program's delete on a full store: %s",
+		      out_of(&o));
+	harness_free(&o);
+	const char *clear[] = { "kv", "--kv", st.file, "clear", "filler", NULL };
+	harness_run(_i, clear, "", 0, &o);
+	ck_assert_msg(o.status == 0 && strstr(o.out, "\"removed\":"),
+		      "moat kv clear on a full store: status %d: %.300s %.300s", o.status, o.out,
+		      o.err);
+	harness_free(&o);
+	fill(_i, &st, &o, &n2, kind, del);
+	ck_assert_msg(n2 >= (n1 + 1) / 2 && !strcmp(kind, "store_table_full"),
+		      "after the clear, writes (want >= %d of them): %s", (n1 + 1) / 2, out_of(&o));
+	harness_free(&o);
+	store_tmpfs_drop(&st);
+}
+END_TEST
+
+/* A store that cannot be opened: the run's error names no host path (the
+ * operator's stderr does). */
+START_TEST(kv_open_error_names_no_path)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct store st;
+	store_make(&st, _i);
+	struct store bad = st;
+	snprintf(bad.file, sizeof bad.file, "%s/missing/kv.sqlite3", st.dir);
+	struct run_out o;
+	kv_exec(_i, &bad, "python", "print('ran')", "id", true, NULL, NULL, &o);
+	ck_assert_msg(o.status == 3 && !strstr(o.out, "ran"), "unopenable store: %.300s", o.out);
+	ck_assert_msg(!strstr(o.out, st.dir), "the error names the store's directory: %.400s",
+		      o.out);
+	ck_assert_msg(strstr(o.err, bad.file), "stderr lacks the store's path: %.400s", o.err);
+	harness_free(&o);
+	store_drop(&st);
+}
+END_TEST
+
 /* Requests the store refuses before anything starts. */
 START_TEST(kv_request_errors)
 {
@@ -591,6 +728,9 @@ Suite *kv_suite(void)
 	tcase_add_loop_test(tc, kv_cli, 0, 2);
 	tcase_add_loop_test(tc, kv_config_and_providers, 0, 2);
 	tcase_add_loop_test(tc, kv_redis_exec, 0, 2);
+	tcase_add_loop_test(tc, kv_full_disk_names_no_path, 0, 2);
+	tcase_add_loop_test(tc, kv_full_disk_delete_frees, 0, 2);
+	tcase_add_loop_test(tc, kv_open_error_names_no_path, 0, 2);
 	suite_add_tcase(s, tc);
 	return s;
 }

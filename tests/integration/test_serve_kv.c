@@ -403,6 +403,163 @@ START_TEST(kv_path_nul)
 }
 END_TEST
 
+/* Writes 256 KiB values under fresh keys until the store refuses one.
+ * Prints "<writes> <kind>", then the error. */
+#define PY_FILL                                                                        \
+	"from spin_sdk import key_value\n"                                              \
+	"s = key_value.open_default()\n"                                                \
+	"n, kind, err = 0, '-', '-'\n"                                                  \
+	"try:\n"                                                                        \
+	"    while n < 400:\n"                                                          \
+	"        s.set('k%d' % n, b'x' * 262144)\n"                                     \
+	"        n += 1\n"                                                              \
+	"except key_value.Error as e:\n"                                                \
+	"    kind, err = e.kind, repr(e) + ' ' + repr(getattr(e, 'value', None))\n"     \
+	"print(n, kind)\n"                                                              \
+	"print(err)\n"
+
+/* The server's log holds want within 3 s (its writer thread is behind). */
+static bool log_has(const struct server *s, const char *want)
+{
+	for (int i = 0; i < 30; i++) {
+		char *l = server_log(s);
+		bool found = strstr(l, want) != NULL;
+		free(l);
+		if (found)
+			return true;
+		usleep(100 * 1000);
+	}
+	return false;
+}
+
+/* A 24 MiB tmpfs of the mode's user at dir, in a mount namespace of this
+ * test's process (a failed test leaves no mount), and moat serve with its
+ * store there (the default 16 MiB floor); then PY_FILL as "filler": *n
+ * writes, *r the answer. false when this process cannot mount. */
+static bool full_store(int mode, char *dir, char *file, struct server *s, int *n,
+		       struct resp *r)
+{
+	if (!harness_is_root())
+		return false;
+	ck_assert_msg(unshare(CLONE_NEWNS) == 0, "unshare: %s", strerror(errno));
+	ck_assert_int_eq(mount(NULL, "/", NULL, MS_REC | MS_PRIVATE, NULL), 0);
+	strcpy(dir, "/tmp/moat-kvfull-XXXXXX");
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	unsigned id = mode == MODE_ROOTLESS ? ROOTLESS_ID : 0;
+	char opts[96];
+	snprintf(opts, sizeof opts, "size=24m,mode=0700,uid=%u,gid=%u", id, id);
+	ck_assert_msg(mount("tmpfs", dir, "tmpfs", MS_NOSUID | MS_NODEV, opts) == 0, "mount: %s",
+		      strerror(errno));
+	snprintf(file, 96, "%s/kv.sqlite3", dir);
+	struct server_opts o = { .socket = true, .kv = file };
+	server_start(s, mode, &o);
+	run_kv(s, "/py/run", PY_FILL, "filler", true, r);
+	expect_script("fill", r);
+	*n = -1;
+	ck_assert_msg(sscanf(jstr(r->json, "stdout"), "%d", n) == 1 && *n > 0, "%s",
+		      jstr(r->json, "stdout"));
+	return true;
+}
+
+static void full_store_drop(struct server *s, const char *dir)
+{
+	server_stop(s);
+	ck_assert_int_eq(umount2(dir, MNT_DETACH), 0);
+	ck_assert_int_eq(rmdir(dir), 0);
+}
+
+/* A full store under moat serve (issue 51 item 3; docs/KV.md, "A full
+ * disk"): the program's error and the body of a failed DELETE /v1/kv name
+ * no host path; the service's log does. */
+START_TEST(kv_full_names_no_path)
+{
+	HARNESS_MODE_GUARD(_i);
+	char dir[64], file[96], kind[64] = "";
+	struct server s;
+	struct resp r;
+	int n;
+	if (!full_store(_i, dir, file, &s, &n, &r)) {
+		harness_skip("%s: mounting the test's small tmpfs needs root", __func__);
+		return;
+	}
+	ck_assert_msg(!strstr(r.body, dir), "the answer names the store's directory %s: %.600s", dir,
+		      r.body);
+	ck_assert_msg(sscanf(jstr(r.json, "stdout"), "%*d %63s", kind) == 1 &&
+			      !strcmp(kind, "store_table_full") &&
+			      strstr(jstr(r.json, "stdout"), "the store is full"),
+		      "want store_table_full \"the store is full\": %s", jstr(r.json, "stdout"));
+	resp_free(&r);
+	ck_assert_msg(log_has(&s, file), "the service's log lacks the store's path");
+	/* a store that cannot be opened any more: DELETE's error names no path */
+	char cmd[256];
+	snprintf(cmd, sizeof cmd, "rm -f '%s'* && mkdir '%s'", file, file);
+	ck_assert_int_eq(system(cmd), 0);
+	struct req del = { .method = "DELETE", .path = "/v1/kv/filler" };
+	call(&s, &del, &r);
+	ck_assert_msg(r.code == 503 && !strstr(r.body, dir),
+		      "DELETE with a broken store: HTTP %d %.400s (want 503 without %s)", r.code,
+		      r.body, dir);
+	resp_free(&r);
+	ck_assert_msg(log_has(&s, "DELETE /v1/kv/{id}: key-value store"),
+		      "the service's log lacks DELETE's reason");
+	full_store_drop(&s, dir);
+}
+END_TEST
+
+/* Fills what is left of the file system holding dir with one file (another
+ * writer on the store's disk); its path into hog. */
+static void fill_rest(const char *dir, char *hog, size_t size)
+{
+	snprintf(hog, size, "%s/hog", dir);
+	int fd = open(hog, O_WRONLY | O_CREAT | O_CLOEXEC, 0600);
+	ck_assert_int_ge(fd, 0);
+	static char block[65536];
+	while (write(fd, block, sizeof block) > 0)
+		;
+	while (write(fd, block, 512) > 0)
+		;
+	ck_assert_int_eq(close(fd), 0);
+	struct statvfs v;
+	ck_assert_int_eq(statvfs(dir, &v), 0);
+	ck_assert_uint_lt(v.f_bavail * v.f_frsize, 4096);
+}
+
+/* A full store under moat serve (issue 51 item 4): the writes stopped at
+ * the floor, then another writer took the rest of the disk (nothing
+ * free): DELETE /v1/kv still retires the id (the store's reserve), and
+ * once the other writer's file is gone, writes work again. */
+START_TEST(kv_full_delete_frees)
+{
+	HARNESS_MODE_GUARD(_i);
+	char dir[64], file[96], kind[64] = "";
+	struct server s;
+	struct resp r;
+	int n1, n2 = -1;
+	if (!full_store(_i, dir, file, &s, &n1, &r)) {
+		harness_skip("%s: mounting the test's small tmpfs needs root", __func__);
+		return;
+	}
+	resp_free(&r);
+	char hog[128];
+	fill_rest(dir, hog, sizeof hog);
+	struct req del = { .method = "DELETE", .path = "/v1/kv/filler" };
+	call(&s, &del, &r);
+	ck_assert_msg(r.code == 200 && jnum(r.json, "removed") == n1,
+		      "DELETE /v1/kv on a full disk: HTTP %d %.400s (want removed %d)", r.code,
+		      r.body, n1);
+	resp_free(&r);
+	ck_assert_int_eq(unlink(hog), 0);
+	run_kv(&s, "/py/run", PY_FILL, "filler", true, &r);
+	expect_script("fill again", &r);
+	ck_assert_msg(sscanf(jstr(r.json, "stdout"), "%d %63s", &n2, kind) == 2 &&
+			      n2 >= (n1 + 1) / 2 && !strcmp(kind, "store_table_full"),
+		      "after DELETE, writes (want >= %d of them): %s", (n1 + 1) / 2,
+		      jstr(r.json, "stdout"));
+	resp_free(&r);
+	full_store_drop(&s, dir);
+}
+END_TEST
+
 void serve_kv_tests(Suite *s, const char *only)
 {
 	TCase *tc = serve_tcase(s, "kv");
@@ -413,4 +570,6 @@ void serve_kv_tests(Suite *s, const char *only)
 	SERVE_ADD(tc, only, kv_redis_two_nodes, SERVE_MODES);
 	SERVE_ADD(tc, only, sandbox_id_header, SERVE_MODES);
 	SERVE_ADD(tc, only, kv_path_nul, SERVE_MODES);
+	SERVE_ADD(tc, only, kv_full_names_no_path, SERVE_MODES);
+	SERVE_ADD(tc, only, kv_full_delete_frees, SERVE_MODES);
 }

@@ -196,15 +196,114 @@ START_TEST(kv_quota_parse)
 	ck_assert_int_eq(q.max_bytes, MOAT_KV_DEFAULT_MAX_BYTES);
 	ck_assert_int_eq(moat_kv_quota_parse("bytes=1G", &q, &err), 0);
 	ck_assert_int_eq(q.max_bytes, 1024ull * 1024 * 1024);
+	/* the free-space floor: 16 MiB by default, 0 turns it off */
+	ck_assert_uint_eq(q.min_free, MOAT_KV_DEFAULT_MIN_FREE);
+	ck_assert_int_eq(moat_kv_quota_parse("free=32M", &q, &err), 0);
+	ck_assert_uint_eq(q.min_free, 32ull << 20);
+	ck_assert_int_eq(moat_kv_quota_parse("keys=3,free=0", &q, &err), 0);
+	ck_assert_uint_eq(q.min_free, 0);
+	ck_assert_int_eq(q.max_keys, 3);
+	ck_assert_int_eq(moat_kv_quota_parse("free=1G", &q, &err), 0);
 	const char *bad[] = { "keys", "keys=", "keys=0", "keys=-1", "keys=1,", "nope=1",
-			      "value=65M", "keys=1x", "keys=1,,bytes=2" };
+			      "value=65M", "keys=1x", "keys=1,,bytes=2", "free=", "free=-1",
+			      "free=1T", "free=ten", "floor=1M" };
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		struct moat_kv_quota before = q;
 		ck_assert_msg(moat_kv_quota_parse(bad[i], &q, &err) == -1, "accepted %s", bad[i]);
 		ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+		if (strcmp(bad[i], "value=65M")) /* that one names the limit */
+			ck_assert_msg(strstr(err.message, "free=N"), "%s", err.message);
 		ck_assert_int_eq(memcmp(&before, &q, sizeof q), 0); /* unchanged */
 		moat_error_clear(&err);
 	}
+}
+END_TEST
+
+/* The free-space floor (docs/KV.md, "A full disk"): a write that would leave
+ * less is store_table_full "the store is full", with no path in the
+ * program's message (the operator's detail has it); deletes and a clear
+ * are not held to it. A floor above any disk stands for a full one. */
+START_TEST(kv_floor)
+{
+	struct moat_kv_store *st = open_store();
+	struct moat_kv_quota q;
+	moat_kv_quota_default(&q);
+	set_ok(st, S("id"), S("a"), "1", &q);
+	set_ok(st, S("id"), S("b"), "2", &q);
+	struct moat_kv_quota full = q;
+	full.min_free = 1ull << 60;
+	struct moat_kv_answer a = { 0 };
+	ck_assert_int_eq(moat_kv_set(st, S("id"), S("c"), S("3"), &full, &a), 0);
+	ck_assert_int_eq(a.status, MOAT_KV_ERROR);
+	ck_assert_str_eq(a.kind, MOAT_KV_KIND_FULL);
+	ck_assert_msg(strstr(a.msg.data, "the store is full") && !strstr(a.msg.data, dir), "%s",
+		      a.msg.data);
+	ck_assert_msg(a.detail.len && strstr(a.detail.data, path) && strstr(a.detail.data, "floor"),
+		      "detail: %s", a.detail.data ? a.detail.data : "(none)");
+	ck_assert_ptr_null(get(st, S("id"), S("c")));
+	/* a replacement is a write too */
+	ck_assert_int_eq(moat_kv_set(st, S("id"), S("a"), S("9"), &full, &a), 0);
+	ck_assert_str_eq(a.kind, MOAT_KV_KIND_FULL);
+	char *v = get(st, S("id"), S("a"));
+	ck_assert_str_eq(v, "1");
+	free(v);
+	ck_assert_int_eq(moat_kv_delete(st, S("id"), S("a"), &a), 0);
+	ck_assert_int_eq(a.status, MOAT_KV_OK);
+	uint64_t removed = 0;
+	ck_assert_int_eq(moat_kv_clear(st, S("id"), &removed, &a), 0);
+	ck_assert_uint_eq(removed, 1);
+	/* no floor: the write goes in */
+	full.min_free = 0;
+	set_ok(st, S("id"), S("c"), "3", &full);
+	moat_kv_answer_reset(&a);
+	moat_kv_close(st);
+}
+END_TEST
+
+struct notices {
+	unsigned n;
+	char last[512];
+};
+
+static void on_notice(void *ctx, const char *line)
+{
+	struct notices *ns = ctx;
+	ns->n++;
+	snprintf(ns->last, sizeof ns->last, "%s", line);
+}
+
+static int call(struct moat_kv_broker *b, int op, const char *key, size_t klen, const char *val,
+		size_t vlen, char **out, size_t *olen);
+
+/* The broker's refusal on a full store: the program's answer names no path,
+ * the operator's notice does; a program looping on it gets a few notices,
+ * then one saying the rest are not logged. */
+START_TEST(broker_full_notices)
+{
+	struct moat_kv_store *st = open_store();
+	struct moat_kv_quota q;
+	moat_kv_quota_default(&q);
+	q.min_free = 1ull << 60;
+	struct moat_kv_broker *b = moat_kv_broker_new(st, S("sb"), &q);
+	struct notices ns = { 0 };
+	moat_kv_broker_set_notice(b, on_notice, &ns);
+	for (unsigned i = 0; i < MOAT_KV_BROKER_NOTICES + 3; i++) {
+		char *out = NULL;
+		size_t olen;
+		ck_assert_int_eq(call(b, 2, S("k"), "v", 1, &out, &olen), MOAT_KV_ERROR);
+		ck_assert_msg(!strncmp(out, "store_table_full the store is full", 34) &&
+				      !strstr(out, dir),
+			      "%s", out);
+		free(out);
+		if (i < MOAT_KV_BROKER_NOTICES)
+			ck_assert_msg(ns.n == i + 1 && strstr(ns.last, path), "%u: %s", ns.n, ns.last);
+	}
+	ck_assert_uint_eq(ns.n, MOAT_KV_BROKER_NOTICES + 1);
+	ck_assert_msg(strstr(ns.last, "not logged"), "%s", ns.last);
+	/* a delete is answered OK under the same floor */
+	ck_assert_int_eq(call(b, 3, S("k"), NULL, 0, NULL, NULL), MOAT_KV_OK);
+	moat_kv_broker_free(b);
+	moat_kv_close(st);
 }
 END_TEST
 
@@ -553,24 +652,24 @@ START_TEST(kv_admin_ops)
 	struct moat_error err = { 0 };
 	char *out;
 	size_t len;
-	ck_assert_int_eq(moat_kv_admin(path, "list", S("sb"), NULL, &out, &len, &err), 0);
+	ck_assert_int_eq(moat_kv_admin(path, "list", S("sb"), NULL, &out, &len, NULL, &err), 0);
 	ck_assert_str_eq(out, "{\"sandboxId\":\"sb\",\"keys\":[\"bin\",\"text\"]}");
 	free(out);
-	ck_assert_int_eq(moat_kv_admin(path, "export", S("sb"), NULL, &out, &len, &err), 0);
+	ck_assert_int_eq(moat_kv_admin(path, "export", S("sb"), NULL, &out, &len, NULL, &err), 0);
 	ck_assert_str_eq(out, "{\"sandboxId\":\"sb\",\"items\":[{\"key\":\"bin\",\"valueBase64\":"
 			      "\"/wA=\"},{\"key\":\"text\",\"value\":\"hello\"}]}");
 	free(out);
-	ck_assert_int_eq(moat_kv_admin(path, "get", S("sb"), "text", &out, &len, &err), 0);
+	ck_assert_int_eq(moat_kv_admin(path, "get", S("sb"), "text", &out, &len, NULL, &err), 0);
 	ck_assert_uint_eq(len, 5);
 	free(out);
-	ck_assert_int_eq(moat_kv_admin(path, "get", S("sb"), "none", &out, &len, &err), 1);
+	ck_assert_int_eq(moat_kv_admin(path, "get", S("sb"), "none", &out, &len, NULL, &err), 1);
 	free(out);
-	ck_assert_int_eq(moat_kv_admin(path, "clear", S("sb"), NULL, &out, &len, &err), 0);
+	ck_assert_int_eq(moat_kv_admin(path, "clear", S("sb"), NULL, &out, &len, NULL, &err), 0);
 	ck_assert_str_eq(out, "{\"sandboxId\":\"sb\",\"removed\":2}");
 	free(out);
-	ck_assert_int_eq(moat_kv_admin(path, "drop", S("sb"), NULL, &out, &len, &err), -1);
+	ck_assert_int_eq(moat_kv_admin(path, "drop", S("sb"), NULL, &out, &len, NULL, &err), -1);
 	moat_error_clear(&err);
-	ck_assert_int_eq(moat_kv_admin(path, "list", "", 0, NULL, &out, &len, &err), -1);
+	ck_assert_int_eq(moat_kv_admin(path, "list", "", 0, NULL, &out, &len, NULL, &err), -1);
 	moat_error_clear(&err);
 	struct moat_run_options o;
 	moat_run_options_init(&o);
@@ -590,6 +689,8 @@ Suite *kv_suite(void)
 	tcase_add_test(tc, kv_ops);
 	tcase_add_test(tc, kv_quotas);
 	tcase_add_test(tc, kv_quota_parse);
+	tcase_add_test(tc, kv_floor);
+	tcase_add_test(tc, broker_full_notices);
 	tcase_add_test(tc, kv_names_valid);
 	tcase_add_test(tc, kv_file_rules);
 	tcase_add_test(tc, kv_default_path);

@@ -372,9 +372,7 @@ static void *open_at(unsigned port, unsigned db)
 /* Empties an answer between operations (moat_kv_* does it in kv.c). */
 static void fresh(struct moat_kv_answer *a)
 {
-	moat_buf_free(&a->msg);
-	moat_buf_free(&a->data);
-	memset(a, 0, sizeof *a);
+	moat_kv_answer_reset(a);
 }
 
 static const char *msg_of(const struct moat_kv_answer *a)
@@ -964,6 +962,53 @@ START_TEST(error_reply)
 }
 END_TEST
 
+/* A full Redis (maxmemory with noeviction: its OOM error reply): a set is
+ * store_table_full "the store is full", whose message names neither the
+ * server's address nor its words (a MOVED reply's text is another node's
+ * address); the operator's detail has both. Deletes and a clear still
+ * work (Redis runs DEL under maxmemory), and writes after them. */
+START_TEST(full_names_no_host)
+{
+	BEGIN();
+	struct server s;
+	char *why = NULL;
+	ck_assert_msg(server_start(&s, NULL, &why) == 0, "%s", why);
+	void *h = open_at(s.port, 0);
+	set_ok(h, "f", 1, "k", "v", 1, &roomy);
+	set_ok(h, "f", 1, "k1", "v", 1, &roomy);
+	redisContext *c = raw_connect(s.port);
+	freeReplyObject(raw(c, 4, A("CONFIG"), A("SET"), A("maxmemory-policy"), A("noeviction")));
+	freeReplyObject(raw(c, 4, A("CONFIG"), A("SET"), A("maxmemory"), A("1")));
+	struct moat_kv_answer a = { 0 };
+	ck_assert_int_eq(be->set(h, "f", 1, "k2", 2, "v", 1, &roomy, &a), -1);
+	ck_assert_int_eq(a.status, MOAT_KV_ERROR);
+	ck_assert_str_eq(a.kind, MOAT_KV_KIND_FULL);
+	ck_assert_msg(strstr(msg_of(&a), "the store is full") && !strstr(msg_of(&a), "127.0.0.1") &&
+			      !strstr(msg_of(&a), "maxmemory"),
+		      "%s", msg_of(&a));
+	char port[16];
+	snprintf(port, sizeof port, ":%u", s.port);
+	ck_assert_msg(a.detail.len && strstr(a.detail.data, "127.0.0.1") &&
+			      strstr(a.detail.data, port) && strstr(a.detail.data, "OOM"),
+		      "detail: %s", a.detail.data ? a.detail.data : "(none)");
+	fresh(&a);
+	/* one key of two (the byte count goes down), then the id */
+	ck_assert_msg(be->del(h, "f", 1, "k", 1, &a) == 0 && a.status == MOAT_KV_OK, "del: %s",
+		      msg_of(&a));
+	fresh(&a);
+	uint64_t n = 9;
+	ck_assert_int_eq(be->clear(h, "f", 1, &n, &a), 0);
+	ck_assert_uint_eq(n, 1);
+	fresh(&a);
+	freeReplyObject(raw(c, 4, A("CONFIG"), A("SET"), A("maxmemory"), A("0")));
+	set_ok(h, "f", 1, "k2", "v", 1, &roomy);
+	get_is(h, "f", 1, "k2", "v", 1);
+	redisFree(c);
+	be->close(h);
+	server_stop(&s);
+}
+END_TEST
+
 /* The server dies under an open store: every operation is -1, kind other,
  * a message naming redis; nothing crashes (and no SIGPIPE kills us). */
 START_TEST(lost_connection)
@@ -994,6 +1039,9 @@ START_TEST(lost_connection)
 		ck_assert_msg(!strncmp(msg_of(&a), "redis store: set: ", 18) &&
 				      !strstr(msg_of(&a), "127.0.0.1"),
 			      "%s", msg_of(&a));
+		/* where it is: the operator's */
+		ck_assert_msg(a.detail.len && strstr(a.detail.data, "redis store 127.0.0.1:"), "%s",
+			      a.detail.data ? a.detail.data : "(no detail)");
 		ck_assert_ptr_null(memchr(a.msg.data, '\n', a.msg.len));
 		fresh(&a);
 	}
@@ -1194,6 +1242,7 @@ Suite *kv_redis_suite(void)
 	tcase_add_test(tc, quota_value);
 	tcase_add_test(tc, scripts_reloaded);
 	tcase_add_test(tc, error_reply);
+	tcase_add_test(tc, full_names_no_host);
 	tcase_add_test(tc, lost_connection);
 	tcase_add_test(tc, open_refused);
 	tcase_add_test(tc, databases_apart);
