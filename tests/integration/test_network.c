@@ -2304,27 +2304,29 @@ END_TEST
  * CONNECT host (whole or in pieces; none for an IP literal), or one plain
  * HTTP request whose Host names it, allowed as http on that port, relayed
  * alone; anything else is reset and logged, naming what the bytes asked
- * for. The peers: the TCP echo on 9000 (what passes comes back) and the
- * kept-alive service on 8082 (it answers every request that reaches it). */
+ * for, and so is a tunnel whose first bytes do not decide in 16 KiB or do
+ * not come in 10 s. The peers: the TCP echo on 9000 (what passes comes
+ * back) and the kept-alive service on 8082 (it answers every request that
+ * reaches it). */
 static const char PY_TUNNEL[] =
 	PY_KA
 	"import time\n"
 	"def tls(name, hp, data, pieces=1):\n"
 	"    try:\n"
-	"        s = socket.create_connection(PROXY, timeout=10)\n"
+	"        s = socket.create_connection(PROXY, timeout=30)\n"
 	"        if not tunnel(s, hp):\n"
 	"            OUT[name] = 'CONNECT refused'\n"
 	"            return\n"
-	"        k = (len(data) + pieces - 1) // pieces\n"
+	"        k = max(1, (len(data) + pieces - 1) // pieces)\n"
 	"        for i in range(0, len(data), k):\n"
 	"            if i: time.sleep(0.3)\n"
 	"            s.sendall(data[i:i + k])\n"
 	"        got = b''\n"
-	"        while len(got) < len(data):\n"
+	"        while len(got) < len(data) or not data:\n"
 	"            b = s.recv(65536)\n"
 	"            if not b: break\n"
 	"            got += b\n"
-	"        OUT[name] = 'echo' if got == data else 'closed after %d bytes' % len(got)\n"
+	"        OUT[name] = 'echo' if got == data and data else 'closed after %d bytes' % len(got)\n"
 	"    except OSError as e:\n"
 	"        OUT[name] = 'cut %s' % e.__class__.__name__\n"
 	"A = ('public.test', 8082)\n"
@@ -2337,6 +2339,8 @@ static const char PY_TUNNEL[] =
 	"        (tls, 'tls-evil', 'public.test:9000', hello('other.test')),\n"
 	"        (tls, 'tls-nosni', 'public.test:9000', hello(None)),\n"
 	"        (tls, 'other', 'public.test:9000', b'ping\\n'),\n"
+	"        (tls, 'silent', 'public.test:9000', b''),\n"
+	"        (tls, 'long-head', 'public.test:8082', b'GET / HTTP/1.1\\r\\nX: ' + b'a' * 17000),\n"
 	"        (ka, 'http-pipe', PROXY, G1, G2, False, 'public.test:8082'),\n"
 	"        (ka, 'http-kept', PROXY, G1, G2, True, 'public.test:8082'),\n"
 	"        (ka, 'http-other', PROXY, G2, '', False, 'public.test:8082'),\n"
@@ -2371,11 +2375,12 @@ START_TEST(allowlist_tunnel)
 		{ "http-https-only", "none" },
 	};
 	v_exact(&v, &ls, want, sizeof want / sizeof want[0]);
-	static const char *const cut[] = { "tls-evil", "tls-nosni", "other" };
+	static const char *const cut[] = { "tls-evil", "tls-nosni", "other", "silent", "long-head" };
 	for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
 		const char *r = lines_get(&ls, cut[i]);
-		v_expect(&v, r && (!strncmp(r, "cut", 3) || !strcmp(r, "closed after 0 bytes")),
-			 "%s: want the tunnel cut with nothing relayed, got \"%s\"", cut[i],
+		v_expect(&v, r && (!strncmp(r, "cut Connection", 14) ||
+				   !strcmp(r, "closed after 0 bytes")),
+			 "%s: want the tunnel cut (reset or closed) with nothing relayed, got \"%s\"", cut[i],
 			 r ? r : "(no line)");
 	}
 	v_expect(&v, out && !strstr(out, "other.test") && !strstr(out, "/two"),
@@ -2387,6 +2392,8 @@ START_TEST(allowlist_tunnel)
 		{ "other.test", "the TLS SNI names other.test, not the CONNECT host public.test", 1 },
 		{ "public.test", "TLS without a server name (SNI)", 1 },
 		{ "public.test", "neither TLS nor HTTP", 1 },
+		{ "public.test", "no TLS ClientHello or HTTP request in time", 1 },
+		{ "public.test", "HTTP request refused: no complete request head in 16 KiB", 1 },
 		{ "other.test", "the HTTP Host header names other.test, not the CONNECT host "
 				"public.test", 1 },
 		{ "api.example.com", "http://api.example.com:8082 is not in allowedHosts", 1 },
