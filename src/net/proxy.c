@@ -96,8 +96,7 @@ struct conn {
 	const struct moat_host *host; /* of the request relayed (http) */
 	uint16_t port;
 	bool one;                     /* one HTTP request: what the client sends is body */
-	bool body_done;               /* ... and its body is complete */
-	struct moat_http_body body;
+	struct moat_http_body body;   /* ... parsed here */
 	bool extra;                   /* bytes after it were refused (logged) */
 	bool reset;                   /* idle, refused or malformed: both ends reset */
 };
@@ -581,26 +580,18 @@ static ssize_t body_filter(struct conn *c, const char *p, size_t n)
 {
 	if (!c->one)
 		return (ssize_t)n;
-	if (c->body_done) {
-		refuse_extra(c, p, n);
-		return 0;
-	}
-	size_t used = 0;
+	size_t used = 0; /* once the body is complete: 1, none of them */
 	const char *bad;
 	int r = moat_http_body_feed(&c->body, (const uint8_t *)p, n, &used, &bad);
-	if (r < 0) {
-		char why[200];
-		snprintf(why, sizeof why, "HTTP request body refused: %s", bad);
-		log_verdict(c, false, why);
-		c->reset = true;
-		return -1;
-	}
-	if (r == 1) {
-		c->body_done = true;
-		if (used < n)
-			refuse_extra(c, p + used, n - used);
-	}
-	return (ssize_t)used;
+	if (r == 1 && used < n)
+		refuse_extra(c, p + used, n - used);
+	if (r >= 0)
+		return (ssize_t)used;
+	char why[200];
+	snprintf(why, sizeof why, "HTTP request body refused: %s", bad);
+	log_verdict(c, false, why);
+	c->reset = true;
+	return -1;
 }
 
 /* Both ways until done; the client's bytes through body_filter. tunnel: a
