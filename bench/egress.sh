@@ -1,7 +1,9 @@
 #!/bin/sh
 # Bulk egress throughput: one TCP download of SIZE_MB MiB from a public-looking
-# peer, bare, through pasta used directly as a user-mode uplink, and through
-# moat "network": true (as root and rootless); REPS interleaved repetitions,
+# peer, bare, through pasta used directly as a user-mode uplink, through
+# moat "network": true and through moat's proxy (allowedHosts: a CONNECT
+# tunnel, "tunnel") (as root and rootless; RUNNERS=a,b picks rows); REPS
+# interleaved repetitions,
 # median MB/s. Then PAR (256) connections open at once from inside moat, each
 # echoing 4 KiB: all must succeed. Then SINK (500) connections of a 32 MiB run
 # to a peer that never reads, each sent to until nothing moves: the host's TCP
@@ -9,7 +11,9 @@
 # rootless).
 #
 #   sudo sh bench/egress.sh [PATH/TO/moat]
-# Environment: SIZE_MB (512), REPS (3), PAR (256), SINK (500), PY (/usr/bin/python3).
+# Environment: SIZE_MB (512), TUNNEL_MB (192: the tunnel rows' download; the
+# proxy relays at most 256 MiB a run), REPS (3), PAR (256), SINK (500),
+# PY (/usr/bin/python3).
 #
 # Nothing on the machine's own network is touched: everything runs in a
 # network namespace "H" made here (the host), joined by a veth to a peer
@@ -24,6 +28,7 @@ SIZE_MB=${SIZE_MB:-512}
 REPS=${REPS:-3}
 PAR=${PAR:-256}
 SINK=${SINK:-500}
+TUNNEL_MB=${TUNNEL_MB:-192} # the proxy relays at most 256 MiB a run
 SINK_PORT=9200
 PY=${PY:-/usr/bin/python3}
 BYTES=$((SIZE_MB * 1048576))
@@ -110,11 +115,22 @@ moat_cmd="$tmp/moat run --net --timeout 300s --env EGRESS_HOST=$PEER4 --env EGRE
 pasta_cmd="$PASTA --quiet --config-net --no-map-gw -t none -u none -T none -U none -- $PY $tmp/egress_client.py"
 pasta_root_cmd="$PASTA --runas 0 --quiet --config-net --no-map-gw -t none -u none -T none -U none -- $PY $tmp/egress_client.py"
 
+# the same download through moat's proxy: allowedHosts, a CONNECT tunnel to the
+# peer's address, a ClientHello first (what the proxy judges before relaying)
+"$PY" -c 'import json, sys
+print(json.dumps({"language": "python", "code": open(sys.argv[1]).read(), "timeout": 300000,
+    "allowedHosts": ["https://%s:%s" % (sys.argv[2], sys.argv[3])],
+    "env": {"EGRESS_HOST": sys.argv[2], "EGRESS_PORT": sys.argv[3], "EGRESS_BYTES": sys.argv[4],
+            "EGRESS_TUNNEL": "1"}}))' "$tmp/egress_client.py" $PEER4 $STREAM_PORT $((TUNNEL_MB * 1048576)) > "$tmp/tunnel.json"
+chmod 644 "$tmp/tunnel.json"
+
 runners="bare moat"
 [ -n "$PASTA" ] && runners="bare pasta moat"
-[ -n "$AS_NOBODY" ] && runners="$runners moat-rootless"
+runners="$runners tunnel"
+[ -n "$AS_NOBODY" ] && runners="$runners moat-rootless tunnel-rootless"
 [ -n "$PASTA" ] && [ -n "$AS_NOBODY" ] && runners="$runners pasta-rootless"
 [ -n "$PASTA" ] || echo "egress.sh: pasta (Debian package passt) not installed: no pasta rows" >&2
+[ -n "${RUNNERS:-}" ] && runners=$(echo "$RUNNERS" | tr ',' ' ')
 
 for r in $runners; do : > "$tmp/res.$r"; done
 rep=1
@@ -126,13 +142,15 @@ while [ $rep -le "$REPS" ]; do
 		pasta-rootless) v=$(run_case $r $AS_NOBODY $pasta_cmd) ;;
 		moat) v=$(run_case $r $moat_cmd) ;;
 		moat-rootless) v=$(run_case $r $AS_NOBODY $moat_cmd) ;;
+		tunnel) v=$(run_case $r sh -c "$tmp/moat exec < $tmp/tunnel.json") ;;
+		tunnel-rootless) v=$(run_case $r $AS_NOBODY sh -c "$tmp/moat exec < $tmp/tunnel.json") ;;
 		esac
 		echo "$v" >> "$tmp/res.$r"
 	done
 	rep=$((rep + 1))
 done
 
-echo "# egress: one TCP download of $SIZE_MB MiB from $PEER4, MB/s (10^6 bytes/s), $REPS reps, median"
+echo "# egress: one TCP download of $SIZE_MB MiB ($TUNNEL_MB MiB for tunnel rows) from $PEER4, MB/s (10^6 bytes/s), $REPS reps, median"
 echo "# $(uname -r), $(nproc) CPUs, moat: $("$MOAT" version 2>/dev/null | head -1)"
 printf '| %-15s | %-27s | %9s |\n' runner "runs" median
 printf '|%s|%s|%s|\n' "-----------------" "-----------------------------" "----------:"

@@ -1,7 +1,8 @@
 # The public peer of bench/egress.sh (run in its network namespace):
 #   python3 egress_peer.py ADDR,ADDR... STREAM_PORT ECHO_PORT
-# STREAM_PORT: the client sends one line "<bytes>\n"; the peer answers with
-# that many zero bytes (sendfile from a 64 MiB memfd) and closes.
+# STREAM_PORT: the client sends one line "<bytes>\n" (after one TLS record,
+# skipped, when its first byte is 22); the peer answers with that many zero
+# bytes (sendfile from a 64 MiB memfd) and closes.
 # ECHO_PORT: echoes whatever it reads (the 256-connection check).
 # SINK_PORT (optional 4th argument): holds every connection and never reads,
 # with small receive buffers (a peer on another machine, whose buffers are
@@ -17,9 +18,23 @@ zeros = os.memfd_create('egress-zeros')
 os.ftruncate(zeros, CHUNK)
 
 
+def take(c, n):
+    d = b''
+    while len(d) < n:
+        b = c.recv(n - len(d))
+        if not b:
+            raise OSError('closed')
+        d += b
+    return d
+
+
 def stream(c):
     try:
-        line = b''
+        line = take(c, 1)
+        if line == b'\x16':  # a TLS record first (the client's tunnel mode): skipped
+            rec = take(c, 4)
+            take(c, rec[2] << 8 | rec[3])
+            line = b''
         while not line.endswith(b'\n') and len(line) < 64:
             b = c.recv(64)
             if not b:

@@ -404,6 +404,47 @@ bool moat_allowlist_match(const struct moat_allowlist *al, bool https, const str
 	return false;
 }
 
+const char *moat_allowlist_refusal(const struct moat_allowlist *al, bool https,
+				   const struct moat_host *h, uint16_t port, char *why,
+				   size_t whylen)
+{
+	if (moat_allowlist_match(al, https, h, port))
+		return NULL;
+	bool v6 = h->kind == MOAT_HOST_IPV6;
+	snprintf(why, whylen, "%s://%s%s%s:%u is not in allowedHosts", https ? "https" : "http",
+		 v6 ? "[" : "", h->text, v6 ? "]" : "", port);
+	return why;
+}
+
+const char *moat_sniff_host(enum moat_sniff_kind kind, const char *name,
+			    const struct moat_http_req *req, struct moat_host *h, char *why,
+			    size_t whylen)
+{
+	memset(h, 0, sizeof *h);
+	bool tls = kind == MOAT_SNIFF_TLS;
+	if (kind == MOAT_SNIFF_OTHER && req && req->refusal) {
+		snprintf(why, whylen, "HTTP request refused: %s", req->refusal);
+		return why;
+	}
+	if (!tls && kind != MOAT_SNIFF_HTTP)
+		return "neither TLS nor HTTP: allowedHosts checks the TLS SNI or the HTTP Host";
+	if (!name[0])
+		return tls ? "TLS without a server name (SNI)" : "HTTP request without a Host header";
+	/* the sniffer gives an IPv6 Host without its brackets */
+	char v6[MOAT_HOST_MAX + 3];
+	size_t n = strlen(name);
+	bool colon = strchr(name, ':') != NULL;
+	if (colon)
+		n = (size_t)snprintf(v6, sizeof v6, "[%s]", name);
+	if (moat_host_parse(colon ? v6 : name, n, h) < 0) {
+		memset(h, 0, sizeof *h);
+		snprintf(why, whylen, "malformed host name in the %s",
+			 tls ? "TLS SNI" : "HTTP Host header");
+		return why;
+	}
+	return NULL;
+}
+
 bool moat_allowlist_match_name(const struct moat_allowlist *al, const struct moat_host *h)
 {
 	for (size_t i = 0; i < al->count; i++)

@@ -210,6 +210,36 @@ static void refuse(struct conn *c, const char *why)
 	moat_netlog_verdict(c->e->log, c->idx, false, why);
 }
 
+const char *moat_sniff_read(int fd, int stop_fd, uint8_t *buf, size_t *len, int64_t deadline,
+			    char name[254], struct moat_http_req *req, enum moat_sniff_kind *kind)
+{
+	*kind = *len ? moat_sniff_request(buf, *len, name, req) : MOAT_SNIFF_MORE;
+	while (*kind == MOAT_SNIFF_MORE) {
+		if (*len >= MOAT_SNIFF_MAX) {
+			*kind = MOAT_SNIFF_OTHER;
+			break;
+		}
+		ssize_t n = recv(fd, buf + *len, MOAT_SNIFF_MAX - *len, 0);
+		if (n > 0) {
+			*len += (size_t)n;
+			*kind = moat_sniff_request(buf, *len, name, req);
+			continue;
+		}
+		if (n == 0)
+			return "the program closed the connection before naming a host";
+		if (errno == EINTR)
+			continue;
+		if (errno != EAGAIN && errno != EWOULDBLOCK)
+			return "the connection failed before naming a host";
+		int w = moat_wait_or_stop(fd, POLLIN, stop_fd, deadline);
+		if (w == 0)
+			return "no TLS ClientHello or HTTP request in time (allowedHosts needs one)";
+		if (w < 0)
+			return "the run ended";
+	}
+	return NULL;
+}
+
 /* Allowlist: reads the program's first bytes and checks the name they carry
  * against this run's DNS answers and the allowlist. NULL, or why not
  * (written into why). */
@@ -219,54 +249,19 @@ static const char *check_named(struct conn *c, char *why, size_t whylen)
 	if (!c->first)
 		return "out of memory";
 	char name[254] = "";
-	enum moat_sniff_kind kind = MOAT_SNIFF_MORE;
-	int64_t deadline = moat_mono_ms() + EG_SNIFF_TIMEOUT_MS;
-	while (kind == MOAT_SNIFF_MORE) {
-		if (c->first_len == MOAT_SNIFF_MAX) {
-			kind = MOAT_SNIFF_OTHER;
-			break;
-		}
-		ssize_t n = recv(c->cfd, c->first + c->first_len, MOAT_SNIFF_MAX - c->first_len, 0);
-		if (n > 0) {
-			c->first_len += (size_t)n;
-			kind = moat_sniff_request(c->first, c->first_len, name, &c->req);
-			continue;
-		}
-		if (n == 0)
-			return "the program closed the connection before naming a host";
-		if (errno == EINTR)
-			continue;
-		if (errno != EAGAIN && errno != EWOULDBLOCK)
-			return "the connection failed before naming a host";
-		int w = wait_fd(c->e, c->cfd, POLLIN, deadline);
-		if (w == 0)
-			return "no TLS ClientHello or HTTP request in time (allowedHosts needs one)";
-		if (w < 0)
-			return "the run ended";
-	}
-	if (kind == MOAT_SNIFF_OTHER && c->req.refusal) {
-		snprintf(why, whylen, "HTTP request refused: %s", c->req.refusal);
-		return why;
-	}
-	if (kind == MOAT_SNIFF_OTHER)
-		return "neither TLS nor HTTP: allowedHosts checks the TLS SNI or the HTTP Host";
-	if (!name[0])
-		return kind == MOAT_SNIFF_TLS ? "TLS without a server name (SNI)"
-					      : "HTTP request without a Host header";
+	enum moat_sniff_kind kind;
+	const char *no = moat_sniff_read(c->cfd, c->e->stop_fd, c->first, &c->first_len,
+					 moat_mono_ms() + EG_SNIFF_TIMEOUT_MS, name, &c->req, &kind);
 	struct moat_host h;
-	if (moat_host_parse(name, strlen(name), &h) < 0) {
-		snprintf(why, whylen, "malformed host name in the %s",
-			 kind == MOAT_SNIFF_TLS ? "TLS SNI" : "HTTP Host header");
-		return why;
-	}
+	if (!no)
+		no = moat_sniff_host(kind, name, &c->req, &h, why, whylen);
+	if (no)
+		return no;
 	moat_netlog_host(c->e->log, c->idx, h.text, c->text);
 	bool tls = kind == MOAT_SNIFF_TLS;
-	if (!moat_allowlist_match(&c->e->al, tls, &h, c->port)) {
-		snprintf(why, whylen, "%s://%s%s%s:%u is not in allowedHosts", tls ? "https" : "http",
-			 h.kind == MOAT_HOST_IPV6 ? "[" : "", h.text,
-			 h.kind == MOAT_HOST_IPV6 ? "]" : "", c->port);
-		return why;
-	}
+	no = moat_allowlist_refusal(&c->e->al, tls, &h, c->port, why, whylen);
+	if (no)
+		return no;
 	/* a name must have been resolved by moat to this very address; an IP
 	 * literal must be this address */
 	bool literal_here = h.kind != MOAT_HOST_NAME &&

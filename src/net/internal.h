@@ -14,6 +14,7 @@
 
 #include "core/core.h"
 #include "net/net.h"
+#include "net/sniff.h"
 
 /* ---- rtnetlink requests (rtnl.c) ----------------------------------------- */
 
@@ -85,6 +86,19 @@ void moat_allowlist_free(struct moat_allowlist *al);
 /* Does any entry allow scheme (https for CONNECT) + host + port? */
 bool moat_allowlist_match(const struct moat_allowlist *al, bool https, const struct moat_host *h,
 			  uint16_t port);
+/* moat_allowlist_match, or why not ("https://h:443 is not in allowedHosts",
+ * written into why). */
+const char *moat_allowlist_refusal(const struct moat_allowlist *al, bool https,
+				   const struct moat_host *h, uint16_t port, char *why,
+				   size_t whylen);
+/* The host a connection's first bytes name (moat_sniff_request's kind, name
+ * and req): NULL with *h set (canonical, as moat_host_parse; an IPv6 Host
+ * too), or why not (static, or written into why): neither TLS nor HTTP, an
+ * HTTP head refused (req->refusal), TLS without SNI, HTTP without Host, a
+ * malformed name. Pure: the transparent path and the proxy's tunnels. */
+const char *moat_sniff_host(enum moat_sniff_kind kind, const char *name,
+			    const struct moat_http_req *req, struct moat_host *h, char *why,
+			    size_t whylen);
 
 /* Why an address must not be reached from the sandbox ("loopback",
  * "private", "link-local", "cloud metadata", "6to4", "Teredo", ...), or
@@ -249,6 +263,12 @@ int moat_egress_new(struct moat_allowlist *al, struct moat_netlog *log, int sock
 int moat_egress_start(struct moat_egress *e, struct moat_error *err);
 /* Stops every thread (bounded wait) and releases; NULL-safe. */
 void moat_egress_stop(struct moat_egress *e);
+/* Reads a connection's first bytes into buf (MOAT_SNIFF_MAX bytes; *len
+ * already there) until moat_sniff_request decides (*kind, name, req), the
+ * buffer is full (OTHER), deadline passes or stop_fd is readable (fd
+ * non-blocking). NULL, or why it did not decide (static text). */
+const char *moat_sniff_read(int fd, int stop_fd, uint8_t *buf, size_t *len, int64_t deadline,
+			    char name[254], struct moat_http_req *req, enum moat_sniff_kind *kind);
 
 /* ---- proxy (proxy.c) ------------------------------------------------------ */
 
@@ -287,6 +307,18 @@ enum { MOAT_PROXY_OK = 0, MOAT_PROXY_BAD = 400, MOAT_PROXY_REFUSED = 403 };
  * checked after, by the caller. */
 int moat_proxy_parse_request(const char *head, size_t head_len, struct moat_proxy_request *rq,
 			     const char **reason);
+
+/* A CONNECT tunnel's first bytes (moat_sniff_request's kind, name and req)
+ * for the CONNECT target and port, already allowed as https: NULL when they
+ * are TLS whose SNI names the target (none for an IP literal target), or
+ * one plain HTTP request whose Host names it and that the allowlist allows
+ * as http on that port; else why not (static, or written into why). *seen:
+ * the host the bytes named (text "" when none). Pure: unit-tested, fuzzed. */
+const char *moat_proxy_tunnel_refusal(const struct moat_allowlist *al,
+				      const struct moat_host *target, uint16_t port,
+				      enum moat_sniff_kind kind, const char *name,
+				      const struct moat_http_req *req, struct moat_host *seen,
+				      char *why, size_t whylen);
 
 struct moat_proxy;
 

@@ -2,7 +2,11 @@
  * listening socket that lives on 127.0.0.1 inside the sandbox.
  *
  * One request per connection: CONNECT host:port (checked as https) opens a
- * tunnel; an absolute-URI http:// request is checked (its Host header must
+ * tunnel whose first bytes are judged as the transparent path judges a
+ * connection's (egress.c, sniff.c): a ClientHello whose SNI names the
+ * CONNECT host, or one plain HTTP request naming it that the allowlist
+ * allows as http, relayed alone; anything else is reset and logged. An
+ * absolute-URI http:// request is checked (its Host header must
  * name the same host and port), rewritten to origin form with
  * "Connection: close", and only its Content-Length body is forwarded (what
  * the client sends after it is dropped, the first bytes logged as a refused
@@ -40,6 +44,7 @@
 #include "core/sys.h"
 #include "net/dnsmsg.h"
 #include "net/internal.h"
+#include "net/sniff.h"
 
 #define PROXY_MAX_CONNS 32
 #define PROXY_MAX_TOTAL 4096
@@ -90,9 +95,13 @@ struct conn {
 	size_t head_len, have;
 	const struct moat_host *host; /* of the request relayed (http) */
 	uint16_t port;
+	bool one;                     /* one HTTP request: what the client sends is body */
+	struct moat_http_body body;   /* ... parsed here */
 	bool extra;                   /* bytes after it were refused (logged) */
-	bool reset;                   /* idle: both ends closed with a reset */
+	bool reset;                   /* idle, refused or malformed: both ends reset */
 };
+
+_Static_assert(PROXY_HEAD_MAX >= MOAT_SNIFF_MAX, "a tunnel's first bytes are read into the head's buffer");
 
 static void proxy_unref(struct moat_proxy *p)
 {
@@ -538,7 +547,8 @@ static bool count_bytes(struct moat_proxy *p, size_t n)
 
 /* What the client sends after its one request's body: dropped; the first
  * time logged as a refused request of its own (naming the host it asks for
- * when its head is all there). */
+ * when its head is all there: a proxy request's, or in a tunnel an origin
+ * server's). */
 static void refuse_extra(struct conn *c, const char *p, size_t n)
 {
 	if (c->extra || !c->host)
@@ -549,7 +559,11 @@ static void refuse_extra(struct conn *c, const char *p, size_t n)
 	const char *end = memmem(p, n, "\r\n\r\n", 4);
 	bool named = end && moat_proxy_parse_request(p, (size_t)(end - p) + 4, &rq, &bad) !=
 					 MOAT_PROXY_BAD && rq.logged;
-	int idx = log_add(c->p, "HTTP", named ? rq.host.text : c->host->text,
+	char origin[254] = "";
+	struct moat_http_req hr;
+	if (!named && moat_sniff_request((const uint8_t *)p, n, origin, &hr) != MOAT_SNIFF_HTTP)
+		origin[0] = '\0';
+	int idx = log_add(c->p, "HTTP", named ? rq.host.text : origin[0] ? origin : c->host->text,
 			  named ? rq.port : c->port);
 	if (end)
 		free(rq.h);
@@ -558,9 +572,31 @@ static void refuse_extra(struct conn *c, const char *p, size_t n)
 			    "request per connection (with Connection: close) and drops what follows");
 }
 
-/* body_left: bytes of the client still forwarded (UINT64_MAX: a tunnel);
- * the rest of what the client sends is read, dropped and logged. */
-static void relay(struct conn *c, uint64_t body_left, bool tunnel, const char **end_reason)
+/* Of n bytes from the client, how many go out: all in a TLS tunnel; of one
+ * HTTP request (c->one) the rest of its body, what follows dropped (the
+ * first time logged); -1 when its body's framing is malformed (logged; the
+ * connection is reset). */
+static ssize_t body_filter(struct conn *c, const char *p, size_t n)
+{
+	if (!c->one)
+		return (ssize_t)n;
+	size_t used = 0; /* once the body is complete: 1, none of them */
+	const char *bad;
+	int r = moat_http_body_feed(&c->body, (const uint8_t *)p, n, &used, &bad);
+	if (r == 1 && used < n)
+		refuse_extra(c, p + used, n - used);
+	if (r >= 0)
+		return (ssize_t)used;
+	char why[200];
+	snprintf(why, sizeof why, "HTTP request body refused: %s", bad);
+	log_verdict(c, false, why);
+	c->reset = true;
+	return -1;
+}
+
+/* Both ways until done; the client's bytes through body_filter. tunnel: a
+ * half close is passed on (else the origin's end ends it). */
+static void relay(struct conn *c, bool tunnel, const char **end_reason)
 {
 	char *up = malloc(PROXY_RELAY_BUF), *down = malloc(PROXY_RELAY_BUF);
 	size_t up_len = 0, up_off = 0, down_len = 0, down_off = 0;
@@ -614,14 +650,12 @@ static void relay(struct conn *c, uint64_t body_left, bool tunnel, const char **
 					*end_reason = "byte cap reached";
 					break;
 				}
-				size_t keep = (uint64_t)n < body_left ? (size_t)n : (size_t)body_left;
-				if (body_left != UINT64_MAX)
-					body_left -= keep;
-				if (keep < (size_t)n)
-					refuse_extra(c, up + keep, (size_t)n - keep);
-				up_len = keep;
+				ssize_t keep = body_filter(c, up, (size_t)n);
+				if (keep < 0)
+					break;
+				up_len = (size_t)keep;
 				up_off = 0;
-				c->sent += keep;
+				c->sent += (size_t)keep;
 			} else if (errno != EINTR && errno != EAGAIN) {
 				break;
 			}
@@ -667,6 +701,91 @@ out:
 	free(down);
 }
 
+/* ---- a CONNECT tunnel ---- */
+
+const char *moat_proxy_tunnel_refusal(const struct moat_allowlist *al,
+				      const struct moat_host *target, uint16_t port,
+				      enum moat_sniff_kind kind, const char *name,
+				      const struct moat_http_req *req, struct moat_host *seen,
+				      char *why, size_t whylen)
+{
+	if (kind == MOAT_SNIFF_TLS && !name[0] && target->kind != MOAT_HOST_NAME) {
+		*seen = *target; /* TLS names no IP address in its SNI (RFC 6066) */
+		return NULL;
+	}
+	const char *no = moat_sniff_host(kind, name, req, seen, why, whylen);
+	if (no)
+		return no;
+	bool tls = kind == MOAT_SNIFF_TLS;
+	if (strcmp(seen->text, target->text)) {
+		snprintf(why, whylen, "the %s names %s, not the CONNECT host %s",
+			 tls ? "TLS SNI" : "HTTP Host header", seen->text, target->text);
+		return why;
+	}
+	return moat_allowlist_refusal(al, tls, seen, port, why, whylen);
+}
+
+/* After "200 Connection established": the tunnel's first bytes (extra of
+ * them came with the CONNECT head) judged as the transparent path judges a
+ * connection's, then TLS relayed both ways, or one plain HTTP request (its
+ * head with "Connection: close", its body, nothing after it). A refusal
+ * resets both ends; the entry then names the host the bytes asked for. */
+static void tunnel_relay(struct conn *c, const struct moat_host *h, uint16_t port, size_t extra)
+{
+	static const char ok200[] = "HTTP/1.1 200 Connection established\r\n\r\n";
+	if (write_all(c->p, c->cfd, ok200, sizeof ok200 - 1,
+		      moat_mono_ms() + PROXY_REPLY_TIMEOUT_MS) < 0)
+		return;
+	char *buf = c->head; /* PROXY_HEAD_MAX >= MOAT_SNIFF_MAX */
+	memmove(buf, c->head + c->head_len, extra);
+	size_t len = extra;
+	char name[254] = "", why[600];
+	struct moat_http_req req;
+	struct moat_host seen = { 0 };
+	enum moat_sniff_kind kind;
+	const char *no = moat_sniff_read(c->cfd, c->p->stop_fd, (uint8_t *)buf, &len,
+					 moat_mono_ms() + PROXY_HEAD_TIMEOUT_MS, name, &req, &kind);
+	if (!no)
+		no = moat_proxy_tunnel_refusal(&c->p->al, h, port, kind, name, &req, &seen, why,
+					       sizeof why);
+	if (no) {
+		if (seen.text[0])
+			moat_netlog_host(c->p->log, c->log_idx, seen.text, NULL);
+		log_verdict(c, false, no);
+		c->reset = true;
+		return;
+	}
+	if (!count_bytes(c->p, len)) {
+		log_verdict(c, true, "byte cap reached");
+		return;
+	}
+	size_t at = 0;
+	if (kind == MOAT_SNIFF_HTTP) {
+		uint8_t *head = malloc(req.head_len + MOAT_HTTP_CLOSE_EXTRA);
+		if (!head)
+			return;
+		size_t k = moat_http_close_head((const uint8_t *)buf, req.head_len, head);
+		int rc = write_all(c->p, c->ofd, (const char *)head, k,
+				   moat_mono_ms() + PROXY_CONNECT_TIMEOUT_MS);
+		free(head);
+		if (rc < 0)
+			return;
+		c->sent += k;
+		at = req.head_len;
+		c->one = true;
+		moat_http_body_init(&c->body, &req);
+	}
+	ssize_t n = body_filter(c, buf + at, len - at);
+	if (n < 0 || (n && write_all(c->p, c->ofd, buf + at, (size_t)n,
+				     moat_mono_ms() + PROXY_CONNECT_TIMEOUT_MS) < 0))
+		return;
+	c->sent += (size_t)n;
+	const char *end_reason;
+	relay(c, true, &end_reason);
+	if (end_reason)
+		log_verdict(c, true, end_reason);
+}
+
 /* ---- one connection ---- */
 
 static void handle(struct conn *c)
@@ -695,14 +814,12 @@ static void handle(struct conn *c)
 		refuse(c, bad);
 		goto out;
 	}
-	if (!moat_allowlist_match(&c->p->al, tunnel, &h, port)) {
-		snprintf(why, sizeof why, "%s://%s%s%s:%u is not in allowedHosts",
-			 tunnel ? "https" : "http", h.kind == MOAT_HOST_IPV6 ? "[" : "", h.text,
-			 h.kind == MOAT_HOST_IPV6 ? "]" : "", port);
-		refuse(c, why);
+	const char *r = moat_allowlist_refusal(&c->p->al, tunnel, &h, port, why, sizeof why);
+	if (r) {
+		refuse(c, r);
 		goto out;
 	}
-	const char *r = resolve_checked(c, &h, ok, &nok, why, sizeof why);
+	r = resolve_checked(c, &h, ok, &nok, why, sizeof why);
 	if (r) {
 		refuse(c, r);
 		goto out;
@@ -717,19 +834,10 @@ static void handle(struct conn *c)
 	}
 	log_verdict(c, true, NULL);
 	size_t extra = c->have - c->head_len; /* bytes after the head */
+	c->host = &h;
+	c->port = port;
 	if (tunnel) {
-		static const char ok200[] = "HTTP/1.1 200 Connection established\r\n\r\n";
-		if (write_all(c->p, c->cfd, ok200, sizeof ok200 - 1,
-			      moat_mono_ms() + PROXY_REPLY_TIMEOUT_MS) < 0)
-			goto out;
-		if (extra && (write_all(c->p, c->ofd, c->head + c->head_len, extra,
-					moat_mono_ms() + PROXY_REPLY_TIMEOUT_MS) < 0))
-			goto out;
-		c->sent += extra;
-		const char *end_reason;
-		relay(c, UINT64_MAX, true, &end_reason);
-		if (end_reason)
-			log_verdict(c, true, end_reason);
+		tunnel_relay(c, &h, port, extra);
 		goto out;
 	}
 	{
@@ -760,14 +868,11 @@ static void handle(struct conn *c)
 			moat_buf_appendf(&b, "Host: %s%s%s:%u\r\n", h.kind == MOAT_HOST_IPV6 ? "[" : "",
 					 h.text, h.kind == MOAT_HOST_IPV6 ? "]" : "", port);
 		moat_buf_append(&b, "Connection: close\r\n\r\n", 21);
-		size_t first = extra < body ? extra : (size_t)body;
-		moat_buf_append(&b, c->head + c->head_len, first);
-		c->host = &h;
-		c->port = port;
-		if (first < extra)
-			refuse_extra(c, c->head + c->head_len + first, extra - first);
-		body -= first;
-		c->sent += first;
+		c->one = true;
+		moat_http_body_init(&c->body, &(struct moat_http_req){ .length = body });
+		ssize_t first = body_filter(c, c->head + c->head_len, extra);
+		moat_buf_append(&b, c->head + c->head_len, first > 0 ? (size_t)first : 0);
+		c->sent += first > 0 ? (size_t)first : 0;
 		bool oom = b.oom;
 		int wr = oom ? -1 : write_all(c->p, c->ofd, b.data, b.len,
 					       moat_mono_ms() + PROXY_CONNECT_TIMEOUT_MS);
@@ -775,7 +880,7 @@ static void handle(struct conn *c)
 		if (wr < 0)
 			goto out;
 		const char *end_reason;
-		relay(c, body, false, &end_reason);
+		relay(c, false, &end_reason);
 		if (end_reason)
 			log_verdict(c, true, end_reason);
 	}

@@ -394,6 +394,42 @@ static int hexval(uint8_t c)
 	return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
 }
 
+/* A framing or routing field, which a trailer must not be (RFC 9110 6.5.1):
+ * a server that merges trailers into the head would read it there. */
+static bool trailer_forbidden(const char *name, size_t n)
+{
+	static const char *const names[] = { "content-length", "transfer-encoding", "host" };
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (n == strlen(names[i]) && !memcmp(name, names[i], n))
+			return true;
+	return false;
+}
+
+/* One byte of a trailer line before its CR: a header field line, "name:"
+ * OWS value, as header() has it. NULL, or why not. */
+static const char *trailer_byte(struct moat_http_body *b, uint8_t c)
+{
+	if (b->line == 1 && (c == ' ' || c == '\t'))
+		return "a folded trailer line (obs-fold)";
+	if (b->value)
+		return (c < 0x20 && c != '\t') || c == 0x7f ? "a control byte or bare LF in a trailer"
+							      : NULL;
+	if (tchar(c)) {
+		if (b->name_len < sizeof b->name)
+			b->name[b->name_len] = lower(c);
+		b->name_len++;
+		return NULL;
+	}
+	if (c != ':' || b->name_len == 0)
+		return "a trailer line that is not a header field (a request line, or a "
+		       "malformed name)";
+	if (b->name_len <= sizeof b->name && trailer_forbidden(b->name, b->name_len))
+		return "a Content-Length, Transfer-Encoding or Host trailer (framing and "
+		       "routing fields are never trailers)";
+	b->value = true;
+	return NULL;
+}
+
 int moat_http_body_feed(struct moat_http_body *b, const uint8_t *p, size_t n, size_t *used,
 			const char **why)
 {
@@ -453,6 +489,8 @@ int moat_http_body_feed(struct moat_http_body *b, const uint8_t *p, size_t n, si
 			else
 				b->state = b->state == CH_DATA_LF ? CH_SIZE : CH_TRAILER;
 			b->digits = 0;
+			b->value = false;
+			b->name_len = 0;
 			if (b->state == CH_TRAILER && (b->trailer += 2) > MOAT_HTTP_LINE_MAX) {
 				*why = "trailers over 16 KiB";
 				goto bad;
@@ -466,15 +504,17 @@ int moat_http_body_feed(struct moat_http_body *b, const uint8_t *p, size_t n, si
 			b->state = CH_DATA_LF;
 			break;
 		case CH_TRAILER:
-			if (c == '\r') {
+			if (c == '\r' && (b->line == 1 || b->value)) {
 				b->state = b->line == 1 ? CH_END_LF : CH_TRAILER_LF;
-			} else if ((c < 0x20 && c != '\t') || c == 0x7f) {
-				*why = "a control byte or bare LF in a trailer";
-				goto bad;
-			} else if (++b->trailer > MOAT_HTTP_LINE_MAX) {
+				break;
+			}
+			if (++b->trailer > MOAT_HTTP_LINE_MAX) {
 				*why = "trailers over 16 KiB";
 				goto bad;
 			}
+			*why = trailer_byte(b, c);
+			if (*why)
+				goto bad;
 			break;
 		}
 	}

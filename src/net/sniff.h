@@ -61,7 +61,11 @@ enum moat_sniff_kind moat_sniff_request(const uint8_t *buf, size_t len, char nam
 #define MOAT_HTTP_LINE_MAX 16384 /* a chunk-size line; all trailers together */
 
 /* The body of one request: Content-Length bytes, or a chunked body parsed
- * strictly (CRLF only, sizes of at most 15 hex digits, bounded lines). */
+ * strictly (CRLF only, sizes of at most 15 hex digits, bounded lines), its
+ * trailer lines as strictly as a head's header lines: each "name:" (tchars)
+ * then a value without control bytes; no obs-fold, and no Content-Length,
+ * Transfer-Encoding or Host (framing and routing, never trailers). */
+#define MOAT_HTTP_TRAILER_NAME 18 /* longest name kept to compare */
 struct moat_http_body {
 	bool chunked;
 	int state;
@@ -69,6 +73,9 @@ struct moat_http_body {
 	uint64_t left;    /* bytes left of the body or of the current chunk */
 	size_t line;      /* bytes of the current framing line */
 	size_t trailer;   /* bytes of the trailer section */
+	bool value;       /* the current trailer line is past its colon */
+	size_t name_len;  /* bytes of the current trailer line's name */
+	char name[MOAT_HTTP_TRAILER_NAME]; /* its first bytes, lowercased */
 };
 
 void moat_http_body_init(struct moat_http_body *b, const struct moat_http_req *req);

@@ -5,9 +5,52 @@
  * arrive; a few prefixes of each input are checked against the whole.
  * For HTTP the egress path then relays one request (moat_sniff_request,
  * moat_http_close_head, moat_http_body_feed): the head's length and the
- * body's end must not depend on how the bytes are split. */
+ * body's end must not depend on how the bytes are split. The same bytes as
+ * a CONNECT tunnel's first (moat_sniff_host, moat_proxy_tunnel_refusal, for
+ * a name and an IP literal target): a tunnel passes only TLS or HTTP naming
+ * its target, and every refusal says why. */
+#include "net/internal.h"
 #include "net/sniff.h"
 #include "fuzz.h"
+
+static struct moat_allowlist *allowlist(void)
+{
+	static struct moat_allow_entry entries[3];
+	static struct moat_allowlist al;
+	static const char *const text[] = { "https://a.test:*", "http://a.test:8080",
+					    "https://192.0.2.1:*" };
+	if (!al.count) {
+		struct moat_error err = { 0 };
+		for (size_t i = 0; i < 3; i++)
+			if (moat_allow_parse_entry(text[i], &entries[i], &err) < 0)
+				abort();
+		al.entries = entries;
+		al.count = 3;
+	}
+	return &al;
+}
+
+static void tunnel(enum moat_sniff_kind k, const char *name, const struct moat_http_req *req)
+{
+	static const char *const targets[] = { "a.test", "192.0.2.1" };
+	for (size_t t = 0; t < 2; t++) {
+		struct moat_host target, seen, h;
+		char why[600];
+		if (moat_host_parse(targets[t], strlen(targets[t]), &target) < 0)
+			abort();
+		uint16_t port = k == MOAT_SNIFF_HTTP ? 8080 : 443;
+		const char *r = moat_proxy_tunnel_refusal(allowlist(), &target, port, k, name, req,
+							  &seen, why, sizeof why);
+		if (r ? !r[0] : (k != MOAT_SNIFF_TLS && k != MOAT_SNIFF_HTTP) ||
+				strcmp(seen.text, target.text))
+			abort();
+		if (strnlen(seen.text, sizeof seen.text) > MOAT_HOST_MAX)
+			abort();
+		const char *hr = moat_sniff_host(k, name, req, &h, why, sizeof why);
+		if (hr ? !hr[0] || h.text[0] : !name[0] || !h.text[0])
+			abort();
+	}
+}
 
 static enum moat_sniff_kind sniff(const uint8_t *data, size_t len, char name[254])
 {
@@ -60,6 +103,8 @@ static void request(const uint8_t *data, size_t size)
 		abort();
 	if (req.refusal && k != MOAT_SNIFF_OTHER)
 		abort();
+	if (k != MOAT_SNIFF_MORE)
+		tunnel(k, name, &req);
 	if (k != MOAT_SNIFF_HTTP)
 		return;
 	if (req.head_len < 4 || req.head_len > size || (req.chunked && req.length))

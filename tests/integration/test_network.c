@@ -450,6 +450,19 @@ static const char PY_PROXY[] =
 	"    try: show(name, talk('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' % (hp, hp), then))\n"
 	"    except OSError as e: print('%s:error:%s' % (name, e))\n";
 
+/* hello(sni): a real ClientHello (Python's ssl, TLS 1.2-1.3), SNI sni or
+ * none; the first flight of a TLS client, as moat sees it. */
+static const char PY_HELLO[] =
+	"import ssl\n"
+	"def hello(sni):\n"
+	"    ctx = ssl.create_default_context()\n"
+	"    if not sni: ctx.check_hostname = False\n"
+	"    o = ssl.MemoryBIO()\n"
+	"    t = ctx.wrap_bio(ssl.MemoryBIO(), o, server_hostname=sni)\n"
+	"    try: t.do_handshake()\n"
+	"    except ssl.SSLWantReadError: pass\n"
+	"    return o.read()\n";
+
 /* hc(name, host, port[, Host header]): a plain http.client GET (no proxy). */
 static const char PY_HTTP_CLIENT[] =
 	"import http.client\n"
@@ -1111,6 +1124,17 @@ static void v_fail(struct verdict *v, const struct lines *ls, const char *name)
 	const char *r = lines_get(ls, name);
 	v_expect(v, r && !strncmp(r, "fail", 4), "%s: want a refusal, got \"%s\"", name,
 		 r ? r : "(no line)");
+}
+
+/* Each line want[i][0] exists and is exactly want[i][1]. */
+static void v_exact(struct verdict *v, const struct lines *ls, const char *const (*want)[2],
+		    size_t n)
+{
+	for (size_t i = 0; i < n; i++) {
+		const char *r = lines_get(ls, want[i][0]);
+		v_expect(v, r && !strcmp(r, want[i][1]), "%s: want \"%s\", got \"%s\"", want[i][0],
+			 want[i][1], r ? r : "(no line)");
+	}
 }
 
 static void v_done(struct verdict *v, const struct run_out *o)
@@ -2142,34 +2166,52 @@ END_TEST
  * path and the proxy, each refusal in the network log. Request heads moat
  * cannot judge (smuggling-shaped framing, Upgrade, obs-fold) and malformed
  * chunked bodies are refused. */
-static const char PY_ONE_REQUEST[] =
-	"import re, socket, threading\n"
-	"PROXY = ('127.0.0.1', 3128)\n"
-	"OUT = {}\n"
-	"def answers(d):\n"
-	"    got = re.findall(r'host=(\\S+) path=(\\S+) body=(\\d+)', d.decode('latin1'))\n"
-	"    return ' '.join('%s%s:%s' % g for g in got) or 'none'\n"
-	"def ka(name, addr, first, second, wait_first=False):\n"
-	"    try:\n"
-	"        s = socket.create_connection(addr, timeout=10)\n"
-	"        s.sendall((first if wait_first else first + second).encode())\n"
-	"        d = b''\n"
-	"        try:\n"
-	"            while wait_first and not re.search(rb'n=\\d+\\n', d):\n"
-	"                b = s.recv(65536)\n"
-	"                if not b: break\n"
-	"                d += b\n"
-	"            if wait_first: s.sendall(second.encode())\n"
-	"            while True:\n"
-	"                b = s.recv(65536)\n"
-	"                if not b: break\n"
-	"                d += b\n"
-	"        except OSError:\n"
-	"            pass\n"
-	"        s.close()\n"
-	"        OUT[name] = answers(d)\n"
-	"    except OSError as e:\n"
+/* ka(name, addr, first, second[, wait_first[, connect]]): first and second
+ * sent on one connection to addr (through a CONNECT tunnel to connect, when
+ * given); OUT[name]: what the kept-alive service answered ("host/path:body
+ * ...", "none"). */
+#define PY_KA                                                                                    \
+	"import re, socket, threading\n"                                                        \
+	"PROXY = ('127.0.0.1', 3128)\n"                                                         \
+	"OUT = {}\n"                                                                            \
+	"def answers(d):\n"                                                                     \
+	"    got = re.findall(r'host=(\\S+) path=(\\S+) body=(\\d+)', d.decode('latin1'))\n"   \
+	"    return ' '.join('%s%s:%s' % g for g in got) or 'none'\n"                          \
+	"def tunnel(s, hp):\n"                                                                  \
+	"    s.sendall(('CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n' % (hp, hp)).encode())\n"  \
+	"    h = b''\n"                                                                         \
+	"    while b'\\r\\n\\r\\n' not in h:\n"                                                 \
+	"        b = s.recv(1)\n"                                                               \
+	"        if not b: break\n"                                                             \
+	"        h += b\n"                                                                      \
+	"    return h.startswith(b'HTTP/1.1 200')\n"                                            \
+	"def ka(name, addr, first, second, wait_first=False, connect=None):\n"                  \
+	"    try:\n"                                                                            \
+	"        s = socket.create_connection(addr, timeout=10)\n"                              \
+	"        if connect and not tunnel(s, connect):\n"                                      \
+	"            OUT[name] = 'CONNECT refused'\n"                                           \
+	"            return\n"                                                                  \
+	"        s.sendall((first if wait_first else first + second).encode())\n"              \
+	"        d = b''\n"                                                                         \
+	"        try:\n"                                                                            \
+	"            while wait_first and not re.search(rb'n=\\d+\\n', d):\n"                       \
+	"                b = s.recv(65536)\n"                                                       \
+	"                if not b: break\n"                                                         \
+	"                d += b\n"                                                                  \
+	"            if wait_first: s.sendall(second.encode())\n"                                   \
+	"            while True:\n"                                                                 \
+	"                b = s.recv(65536)\n"                                                       \
+	"                if not b: break\n"                                                         \
+	"                d += b\n"                                                                  \
+	"        except OSError:\n"                                                                 \
+	"            pass\n"                                                                        \
+	"        s.close()\n"                                                                       \
+	"        OUT[name] = answers(d)\n"                                                          \
+	"    except OSError as e:\n"                                                                \
 	"        OUT[name] = 'error %s' % e\n"
+
+static const char PY_ONE_REQUEST[] =
+	PY_KA
 	"A = ('public.test', 8082)\n"
 	"H = 'Host: public.test:8082\\r\\n'\n"
 	"G1 = 'GET /one HTTP/1.1\\r\\n' + H + '\\r\\n'\n"
@@ -2250,6 +2292,171 @@ START_TEST(allowlist_one_request)
 	for (size_t i = 0; i < sizeof heads / sizeof heads[0]; i++)
 		v_expect(&v, refusals(&o, "tcp", NULL, heads[i]) == 1,
 			 "no refused transparent entry naming \"%s\"", heads[i]);
+	v_done(&v, &o);
+	lines_free(&ls);
+	harness_free(&o);
+	free(req);
+}
+END_TEST
+
+/* A CONNECT tunnel is judged as the transparent path judges a connection
+ * (issue 50): its first bytes must be a TLS ClientHello whose SNI names the
+ * CONNECT host (whole or in pieces; none for an IP literal), or one plain
+ * HTTP request whose Host names it, allowed as http on that port, relayed
+ * alone; anything else is reset and logged, naming what the bytes asked
+ * for, and so is a tunnel whose first bytes do not decide in 16 KiB or do
+ * not come in 10 s. The peers: the TCP echo on 9000 (what passes comes
+ * back) and the kept-alive service on 8082 (it answers every request that
+ * reaches it). */
+static const char PY_TUNNEL[] =
+	PY_KA
+	"import time\n"
+	"def tls(name, hp, data, pieces=1):\n"
+	"    try:\n"
+	"        s = socket.create_connection(PROXY, timeout=30)\n"
+	"        if not tunnel(s, hp):\n"
+	"            OUT[name] = 'CONNECT refused'\n"
+	"            return\n"
+	"        k = max(1, (len(data) + pieces - 1) // pieces)\n"
+	"        for i in range(0, len(data), k):\n"
+	"            if i: time.sleep(0.3)\n"
+	"            s.sendall(data[i:i + k])\n"
+	"        got = b''\n"
+	"        while len(got) < len(data) or not data:\n"
+	"            b = s.recv(65536)\n"
+	"            if not b: break\n"
+	"            got += b\n"
+	"        OUT[name] = 'echo' if got == data and data else 'closed after %d bytes' % len(got)\n"
+	"    except OSError as e:\n"
+	"        OUT[name] = 'cut %s' % e.__class__.__name__\n"
+	"A = ('public.test', 8082)\n"
+	"G1 = 'GET /one HTTP/1.1\\r\\nHost: public.test:8082\\r\\n\\r\\n'\n"
+	"G2 = 'GET /two HTTP/1.1\\r\\nHost: other.test:8082\\r\\n\\r\\n'\n"
+	"GA = 'GET /api HTTP/1.1\\r\\nHost: api.example.com:8082\\r\\n\\r\\n'\n"
+	"JOBS = [(tls, 'tls-ok', 'public.test:9000', hello('public.test')),\n"
+	"        (tls, 'tls-pieces', 'public.test:9000', hello('PUBLIC.test.'), 3),\n"
+	"        (tls, 'tls-ip', '11.77.0.2:9000', hello(None)),\n"
+	"        (tls, 'tls-evil', 'public.test:9000', hello('other.test')),\n"
+	"        (tls, 'tls-nosni', 'public.test:9000', hello(None)),\n"
+	"        (tls, 'other', 'public.test:9000', b'ping\\n'),\n"
+	"        (tls, 'silent', 'public.test:9000', b''),\n"
+	"        (tls, 'long-head', 'public.test:8082', b'GET / HTTP/1.1\\r\\nX: ' + b'a' * 17000),\n"
+	"        (ka, 'http-pipe', PROXY, G1, G2, False, 'public.test:8082'),\n"
+	"        (ka, 'http-kept', PROXY, G1, G2, True, 'public.test:8082'),\n"
+	"        (ka, 'http-other', PROXY, G2, '', False, 'public.test:8082'),\n"
+	"        (ka, 'http-https-only', PROXY, GA, G2, False, 'api.example.com:8082')]\n"
+	"ts = [threading.Thread(target=j[0], args=j[1:]) for j in JOBS]\n"
+	"for t in ts: t.start()\n"
+	"for t in ts: t.join()\n"
+	"for j in JOBS: print('%s:%s' % (j[1], OUT.get(j[1], 'none')))\n";
+
+START_TEST(allowlist_tunnel)
+{
+	PEER_GUARD(_i);
+	char *code = NULL;
+	ck_assert_int_ge(asprintf(&code, "%s%s", PY_HELLO, PY_TUNNEL), 0);
+	char *req = request(code, ",\"allowedHosts\":[\"https://public.test:*\","
+			    "\"http://public.test:8082\",\"https://api.example.com:*\","
+			    "\"https://" PUB4 ":9000\"]");
+	struct run_out o;
+	net_exec(_i, req, &o);
+	const char *out = harness_str(&o, "stdout");
+	struct lines ls;
+	lines_parse(out, &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	static const char *const want[][2] = {
+		{ "tls-ok", "echo" },
+		{ "tls-pieces", "echo" },
+		{ "tls-ip", "echo" },
+		{ "http-pipe", "public.test:8082/one:0" },
+		{ "http-kept", "public.test:8082/one:0" },
+		{ "http-other", "none" },
+		{ "http-https-only", "none" },
+	};
+	v_exact(&v, &ls, want, sizeof want / sizeof want[0]);
+	static const char *const cut[] = { "tls-evil", "tls-nosni", "other", "silent", "long-head" };
+	for (size_t i = 0; i < sizeof cut / sizeof cut[0]; i++) {
+		const char *r = lines_get(&ls, cut[i]);
+		v_expect(&v, r && (!strncmp(r, "cut Connection", 14) ||
+				   !strcmp(r, "closed after 0 bytes")),
+			 "%s: want the tunnel cut (reset or closed) with nothing relayed, got \"%s\"", cut[i],
+			 r ? r : "(no line)");
+	}
+	v_expect(&v, out && !strstr(out, "other.test") && !strstr(out, "/two"),
+		 "a request for other.test reached the peer");
+	static const struct {
+		const char *host, *why;
+		int n;
+	} logged[] = {
+		{ "other.test", "the TLS SNI names other.test, not the CONNECT host public.test", 1 },
+		{ "public.test", "TLS without a server name (SNI)", 1 },
+		{ "public.test", "neither TLS nor HTTP", 1 },
+		{ "public.test", "no TLS ClientHello or HTTP request in time", 1 },
+		{ "public.test", "HTTP request refused: no complete request head in 16 KiB", 1 },
+		{ "other.test", "the HTTP Host header names other.test, not the CONNECT host "
+				"public.test", 1 },
+		{ "api.example.com", "http://api.example.com:8082 is not in allowedHosts", 1 },
+		{ "other.test", "second request on one proxy connection", 2 },
+	};
+	for (size_t i = 0; i < sizeof logged / sizeof logged[0]; i++) {
+		int n = refusals(&o, "proxy", logged[i].host, logged[i].why);
+		v_expect(&v, n == logged[i].n, "%d refused proxy entries for %s saying \"%s\", want %d",
+			 n, logged[i].host, logged[i].why, logged[i].n);
+	}
+	v_expect(&v, has_conn(&o, "proxy", "public.test", 9000, true, true),
+		 "no allowed proxy entry for public.test:9000 with received > 0");
+	v_expect(&v, has_conn(&o, "proxy", PUB4, 9000, true, true),
+		 "no allowed proxy entry for " PUB4 ":9000 with received > 0");
+	v_done(&v, &o);
+	lines_free(&ls);
+	harness_free(&o);
+	free(req);
+	free(code);
+}
+END_TEST
+
+/* Trailers after a chunked body are header fields, judged as a head's are
+ * (issue 50): a request line there is refused, on the transparent path and
+ * through a CONNECT tunnel, the connection reset before the body reaches
+ * the peer; a real trailer passes. */
+static const char PY_TRAILERS[] =
+	PY_KA
+	"A = ('public.test', 8082)\n"
+	"HEAD = 'POST /t HTTP/1.1\\r\\nHost: public.test:8082\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n'\n"
+	"BAD = HEAD + '5\\r\\nhello\\r\\n0\\r\\nGET /b HTTP/1.1\\r\\nHost: other.test:8082\\r\\n\\r\\n'\n"
+	"GOOD = HEAD + '5\\r\\nhello\\r\\n0\\r\\nX-Checksum: 1\\r\\n\\r\\n'\n"
+	"JOBS = [('trailer', A, BAD, ''), ('trailer-tunnel', PROXY, BAD, '', False, 'public.test:8082'),\n"
+	"        ('trailer-ok', A, GOOD, ''), ('trailer-ok-tunnel', PROXY, GOOD, '', False, 'public.test:8082')]\n"
+	"ts = [threading.Thread(target=ka, args=j) for j in JOBS]\n"
+	"for t in ts: t.start()\n"
+	"for t in ts: t.join()\n"
+	"for j in JOBS: print('%s:%s' % (j[0], OUT.get(j[0], 'none')))\n";
+
+START_TEST(allowlist_trailers)
+{
+	PEER_GUARD(_i);
+	char *req = request(PY_TRAILERS, ",\"allowedHosts\":[\"http://public.test:8082\","
+			    "\"https://public.test:8082\"]");
+	struct run_out o;
+	net_exec(_i, req, &o);
+	const char *out = harness_str(&o, "stdout");
+	struct lines ls;
+	lines_parse(out, &ls);
+	struct verdict v;
+	v_init(&v, __func__, _i);
+	static const char *const want[][2] = {
+		{ "trailer", "none" },
+		{ "trailer-tunnel", "none" },
+		{ "trailer-ok", "public.test:8082/t:5" },
+		{ "trailer-ok-tunnel", "public.test:8082/t:5" },
+	};
+	v_exact(&v, &ls, want, sizeof want / sizeof want[0]);
+	static const char why[] = "HTTP request body refused: a trailer line that is not a header field";
+	v_expect(&v, refusals(&o, "tcp", NULL, why) == 1, "no refused transparent entry saying \"%s\"",
+		 why);
+	v_expect(&v, refusals(&o, "proxy", "public.test", why) == 1,
+		 "no refused proxy entry for public.test saying \"%s\"", why);
 	v_done(&v, &o);
 	lines_free(&ls);
 	harness_free(&o);
@@ -2480,15 +2687,15 @@ END_TEST
  * CONNECT tunnel. */
 static const char PY_IDLE[] =
 	"import socket, time\n"
-	"def idle(name, s, wait):\n"
+	"def idle(name, s, wait, data=b'ping'):\n"
 	"    try:\n"
-	"        s.sendall(b'ping')\n"
+	"        s.sendall(data)\n"
 	"        got = b''\n"
-	"        while len(got) < 4:\n"
-	"            b = s.recv(100)\n"
+	"        while len(got) < len(data):\n"
+	"            b = s.recv(65536)\n"
 	"            if not b: break\n"
 	"            got += b\n"
-	"        if got != b'ping':\n"
+	"        if got != data:\n"
 	"            print('%s:noecho %r' % (name, got)); return\n"
 	"        time.sleep(wait)\n"
 	"        s.settimeout(15)\n"
@@ -2508,7 +2715,7 @@ static const char PY_IDLE[] =
 	"        if not b: break\n"
 	"        d += b\n"
 	"    if not d.startswith(b'HTTP/1.1 200'): print('proxy:refused %r' % d)\n"
-	"    else: idle('proxy', s, WAIT)\n";
+	"    else: idle('proxy', s, WAIT, hello('public.test'))\n";
 
 static const char *const H_ENV_IDLE[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
 					  HARNESS_CANARY_NAME "=" HARNESS_CANARY_VALUE,
@@ -2538,8 +2745,9 @@ START_TEST(relay_idle_reset)
 	struct run_out o;
 	for (size_t m = 0; m < 2; m++) {
 		char *code = NULL;
-		ck_assert_int_ge(asprintf(&code, "MODE = '%s'\nWAIT = %.1f\n%s", modes[m][0],
-					  (double)harness_scale_ms(4000) / 1000.0, PY_IDLE), 0);
+		ck_assert_int_ge(asprintf(&code, "MODE = '%s'\nWAIT = %.1f\n%s%s", modes[m][0],
+					  (double)harness_scale_ms(4000) / 1000.0, PY_HELLO, PY_IDLE),
+				 0);
 		char *req = request(code, modes[m][1]);
 		memset(&o, 0, sizeof o);
 		struct harness_proc p;
@@ -3063,6 +3271,8 @@ Suite *network_suite(void)
 	tcase_add_loop_test(tc, allowlist_transparent, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_proxy, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_one_request, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, allowlist_tunnel, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, allowlist_trailers, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_empty, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, allowlist_spin_send, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, refused_requests, MODE_ROOT, MODE_ROOTLESS + 1);

@@ -7,6 +7,7 @@
 
 #include <check.h>
 
+#include "net/internal.h"
 #include "net/sniff.h"
 #include "suites.h"
 
@@ -491,6 +492,22 @@ START_TEST(http_bodies)
 		{ true, 0, "1000000000000000\r\n", -1, 0, "over 15 hex digits" },
 		{ true, 0, "5;a\x01\r\n", -1, 0, "control byte" },
 		{ true, 0, "0\r\nX: a\nY: b\r\n\r\n", -1, 0, "bare LF" },
+		/* trailers are header field lines, judged as a head's are */
+		{ true, 0, "5\r\nhello\r\n0\r\nGET /b HTTP/1.1\r\nHost: evil.test\r\n\r\n", -1, 0,
+		  "not a header field" },
+		{ true, 0, "0\r\nX-T: 1\r\nGET /b HTTP/1.1\r\n\r\n", -1, 0, "not a header field" },
+		{ true, 0, "0\r\n: v\r\n\r\n", -1, 0, "not a header field" },
+		{ true, 0, "0\r\nX T: v\r\n\r\n", -1, 0, "not a header field" },
+		{ true, 0, "0\r\nX-T\r\n\r\n", -1, 0, "not a header field" },
+		{ true, 0, "0\r\nX-T: 1\r\n Y: 2\r\n\r\n", -1, 0, "obs-fold" },
+		{ true, 0, "0\r\n\tY: 2\r\n\r\n", -1, 0, "obs-fold" },
+		{ true, 0, "0\r\nX\x01: 2\r\n\r\n", -1, 0, "not a header field" },
+		{ true, 0, "0\r\nX: 2\x7f\r\n\r\n", -1, 0, "control byte" },
+		{ true, 0, "0\r\nHost: evil.test\r\n\r\n", -1, 0, "Host trailer" },
+		{ true, 0, "0\r\ncontent-LENGTH: 5\r\n\r\n", -1, 0, "Host trailer" },
+		{ true, 0, "0\r\nTransfer-Encoding: chunked\r\n\r\n", -1, 0, "Host trailer" },
+		{ true, 0, "0\r\nHostx: a\r\nX-Transfer-Encoding: b\r\nContent-Lengths: 1\r\n"
+		  "A-very-long-trailer-name-that-goes-on: 1\r\nX:\r\n\r\n", 1, 105, NULL },
 	};
 	static const size_t steps[] = { 0, 1, 2, 3, 7 };
 	for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
@@ -625,6 +642,118 @@ START_TEST(random_input)
 }
 END_TEST
 
+/* ---- a CONNECT tunnel's first bytes (moat_proxy_tunnel_refusal) ---- */
+
+/* The verdict on bytes for CONNECT target:port under allowedHosts entries:
+ * NULL (passes) or the refusal; *seen_out: the host the bytes named. */
+static const char *tunnel(const char *const *entries, const char *target, uint16_t port,
+			  const void *bytes, size_t len, char *seen_out, char *why, size_t whylen)
+{
+	struct moat_allowlist al = { 0 };
+	size_t n = 0;
+	while (entries[n])
+		n++;
+	al.entries = calloc(n ? n : 1, sizeof *al.entries);
+	ck_assert_ptr_nonnull(al.entries);
+	struct moat_error err = { 0 };
+	for (size_t i = 0; i < n; i++) {
+		ck_assert_int_eq(moat_allow_parse_entry(entries[i], &al.entries[i], &err), 0);
+		al.count++;
+	}
+	struct moat_host t, seen;
+	ck_assert_int_eq(moat_host_parse(target, strlen(target), &t), 0);
+	/* the CONNECT was let through: an https entry allows it */
+	ck_assert(moat_allowlist_match(&al, true, &t, port));
+	char name[254];
+	struct moat_http_req req;
+	uint8_t *b = malloc(len);
+	ck_assert_ptr_nonnull(b);
+	memcpy(b, bytes, len);
+	enum moat_sniff_kind k = moat_sniff_request(b, len, name, &req);
+	free(b);
+	ck_assert_int_ne(k, MOAT_SNIFF_MORE);
+	const char *r = moat_proxy_tunnel_refusal(&al, &t, port, k, name, &req, &seen, why, whylen);
+	strcpy(seen_out, seen.text);
+	moat_allowlist_free(&al);
+	return r;
+}
+
+START_TEST(tunnel_first_bytes)
+{
+	static const char *const https_only[] = { "https://allowed.test:*", "https://11.77.0.2",
+						  "https://[2a01:4f8::2]", NULL };
+	static const char *const both[] = { "https://allowed.test:*", "http://allowed.test:8082",
+					    "http://[2a01:4f8::2]:8082", "https://[2a01:4f8::2]:8082",
+					    NULL };
+	uint8_t b[4200];
+	char seen[254], why[600];
+	const char *r;
+	/* TLS: the SNI must be the CONNECT host (case and one trailing dot aside) */
+	size_t len = hello_with(b, "ALLOWED.test.");
+	ck_assert_ptr_null(tunnel(https_only, "allowed.test", 443, b, len, seen, why, sizeof why));
+	ck_assert_str_eq(seen, "allowed.test");
+	ck_assert_ptr_null(tunnel(https_only, "Allowed.Test.", 8443, b, len, seen, why, sizeof why));
+	len = hello_with(b, "evil.test");
+	r = tunnel(https_only, "allowed.test", 443, b, len, seen, why, sizeof why);
+	ck_assert_str_eq(r, "the TLS SNI names evil.test, not the CONNECT host allowed.test");
+	ck_assert_str_eq(seen, "evil.test");
+	len = hello_with(b, "sub.allowed.test");
+	ck_assert_ptr_nonnull(tunnel(https_only, "allowed.test", 443, b, len, seen, why, sizeof why));
+	len = hello_with(b, "11.77.0.2");
+	ck_assert_ptr_nonnull(tunnel(https_only, "allowed.test", 443, b, len, seen, why, sizeof why));
+	/* no SNI: refused for a name; an IP literal target has none (RFC 6066) */
+	len = hello_with(b, NULL);
+	r = tunnel(https_only, "allowed.test", 443, b, len, seen, why, sizeof why);
+	ck_assert_str_eq(r, "TLS without a server name (SNI)");
+	ck_assert_str_eq(seen, "");
+	ck_assert_ptr_null(tunnel(https_only, "11.77.0.2", 443, b, len, seen, why, sizeof why));
+	ck_assert_str_eq(seen, "11.77.0.2");
+	ck_assert_ptr_null(tunnel(https_only, "[2a01:4f8::2]", 443, b, len, seen, why, sizeof why));
+	/* an IP target with an SNI: it must name that address */
+	len = hello_with(b, "11.77.0.2");
+	ck_assert_ptr_null(tunnel(https_only, "11.77.0.2", 443, b, len, seen, why, sizeof why));
+	len = hello_with(b, "allowed.test");
+	r = tunnel(https_only, "11.77.0.2", 443, b, len, seen, why, sizeof why);
+	ck_assert_str_eq(r, "the TLS SNI names allowed.test, not the CONNECT host 11.77.0.2");
+
+	/* plain HTTP: judged as the transparent path judges it (an http entry
+	 * for the host and port), and its Host must be the CONNECT host */
+	static const char get[] = "GET /a HTTP/1.1\r\nHost: allowed.test:8082\r\n\r\n";
+	r = tunnel(https_only, "allowed.test", 8082, get, sizeof get - 1, seen, why, sizeof why);
+	ck_assert_str_eq(r, "http://allowed.test:8082 is not in allowedHosts");
+	ck_assert_ptr_null(tunnel(both, "allowed.test", 8082, get, sizeof get - 1, seen, why,
+				  sizeof why));
+	ck_assert_str_eq(seen, "allowed.test");
+	static const char other[] = "GET /a HTTP/1.1\r\nHost: evil.test\r\n\r\n";
+	r = tunnel(both, "allowed.test", 8082, other, sizeof other - 1, seen, why, sizeof why);
+	ck_assert_str_eq(r, "the HTTP Host header names evil.test, not the CONNECT host allowed.test");
+	ck_assert_str_eq(seen, "evil.test");
+	static const char v6[] = "GET /a HTTP/1.1\r\nHost: [2A01:4f8:0::2]:8082\r\n\r\n";
+	ck_assert_ptr_null(tunnel(both, "[2a01:4f8::2]", 8082, v6, sizeof v6 - 1, seen, why,
+				  sizeof why));
+	ck_assert_str_eq(seen, "2a01:4f8::2");
+	static const char nohost[] = "GET /a HTTP/1.0\r\n\r\n";
+	r = tunnel(both, "allowed.test", 8082, nohost, sizeof nohost - 1, seen, why, sizeof why);
+	ck_assert_str_eq(r, "HTTP request without a Host header");
+	static const char smuggle[] = "POST /a HTTP/1.1\r\nHost: allowed.test\r\n"
+				      "Content-Length: 1\r\nTransfer-Encoding: chunked\r\n\r\n";
+	r = tunnel(both, "allowed.test", 8082, smuggle, sizeof smuggle - 1, seen, why, sizeof why);
+	ck_assert_ptr_nonnull(strstr(r, "HTTP request refused: both Content-Length"));
+	static const char proxyform[] = "GET http://evil.test/ HTTP/1.1\r\nHost: allowed.test\r\n\r\n";
+	r = tunnel(both, "allowed.test", 8082, proxyform, sizeof proxyform - 1, seen, why,
+		   sizeof why);
+	ck_assert_ptr_nonnull(strstr(r, "absolute-form"));
+	/* anything else */
+	static const char ssh[] = "SSH-2.0-OpenSSH_9.2\r\n";
+	r = tunnel(both, "allowed.test", 8082, ssh, sizeof ssh - 1, seen, why, sizeof why);
+	ck_assert_ptr_nonnull(strstr(r, "neither TLS nor HTTP"));
+	ck_assert_str_eq(seen, "");
+	uint8_t junk[8] = { 22, 3, 1, 0, 2, 2, 0, 0 }; /* a record, not a ClientHello */
+	r = tunnel(both, "allowed.test", 443, junk, sizeof junk, seen, why, sizeof why);
+	ck_assert_ptr_nonnull(strstr(r, "neither TLS nor HTTP"));
+}
+END_TEST
+
 Suite *sniff_suite(void)
 {
 	Suite *s = suite_create("sniff");
@@ -637,6 +766,7 @@ Suite *sniff_suite(void)
 	tcase_add_test(tc, http_bodies);
 	tcase_add_test(tc, http_close_head);
 	tcase_add_test(tc, random_input);
+	tcase_add_test(tc, tunnel_first_bytes);
 	suite_add_tcase(s, tc);
 	return s;
 }
