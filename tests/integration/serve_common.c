@@ -1292,9 +1292,7 @@ Suite *serve_suite(void)
 	return s;
 }
 
-/* the directory of the test's own cgroup in hierarchy name ("memory",
- * "unified"...), malloc'd, or NULL */
-static char *cg_own_dir(const char *name)
+char *cg_own_dir(const char *name)
 {
 	char *text = slurp("/proc/self/cgroup", NULL);
 	char *dir = NULL, *save = NULL;

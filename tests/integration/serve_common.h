@@ -245,5 +245,9 @@ const char *proc_status_field(pid_t pid, const char *key);
  * them): their number, and which hierarchies hold them ("cpu pids
  * unified ...") in where (may be NULL). */
 int cg_leaves_of(pid_t owner, char *where, size_t size);
+/* The directory of the test process's cgroup in hierarchy name ("memory",
+ * "pids", "cpu", "cpuacct", "unified": the cgroup2 mount), malloc'd, or
+ * NULL. */
+char *cg_own_dir(const char *name);
 
 #endif
