@@ -20,10 +20,15 @@
  *    used for CLONE_INTO_CGROUP, cgroup.kill and cpu.stat.
  *  - otherwise rlimits for the program: memory → RLIMIT_DATA, pids →
  *    RLIMIT_NPROC, cpu → not expressible (reported "none").
- * Leaves are named moat-<pid>-<counter>; leaves of supervisors that no
- * longer exist are removed (rmdir only, never killed) by later runs, while
- * their program starts (moat_cgroup_sweep).
- * Liveness is kill(pid, 0) in moat's pid namespace, so two moats in
+ * Leaves are named moat-<pid>-t<start>-<counter> (start: the owner's start
+ * time, /proc/<pid>/stat field 22; moat-<pid>-<counter> when unknown, and
+ * from moats before it); leaves of supervisors that no longer exist are
+ * removed (rmdir only, never killed) by later runs, while their program
+ * starts (moat_cgroup_sweep: a process's first run, then at most once a
+ * minute), and without a run by moat serve at its start and every minute
+ * (moat_cgroup_stale_leaves, which moat doctor uses to count them).
+ * Liveness is kill(pid, 0) in moat's pid namespace, and the start time when
+ * the name has one (a pid reused since is another process), so two moats in
  * different pid namespaces sharing one cgroup parent should not share it.
  *
  * The memory rlimit, measured with node 20 and python 3.11 on this kernel:

@@ -942,7 +942,7 @@ START_TEST(ses_killed_while_idle)
 		      "%s: GET of a session whose sandbox was killed: %s", MODE_NAME[_i], r.body);
 	resp_free(&r);
 	/* the next step: a 410 at once, with the reason */
-	expect_gone(&s, id, "killed");
+	expect_gone(&s, id, "killed between runs (signal 9)");
 	/* the live gauge and the counters (the reaper's tick is 200 ms) */
 	char *m = NULL;
 	int found = 0;
