@@ -1304,7 +1304,7 @@ char *cg_own_dir(const char *name)
 		char *c1 = strchr(l, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
 		if (!c2)
 			continue;
-		*c2 = '\0';
+		*c1 = *c2 = '\0';
 		const char *ctls = c1 + 1, *path = c2 + 1;
 		bool match = false;
 		if (unified)
