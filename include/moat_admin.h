@@ -146,8 +146,19 @@ char *moat_apparmor_fix(const struct moat_apparmor *aa);
  * nothing was needed or it worked, -1 when runs will fall back to rlimits;
  * *note (malloc'd, or NULL when nothing was needed) says which, for a log. */
 int moat_cgroup_delegate(char **note);
-/* Where cgroup v2 is and which parent moat would use; changes nothing. */
+/* Where cgroup v2 is and which parent moat would use, and the leaves of
+ * moats no longer running found there; changes nothing. */
 int moat_cgroup_describe(FILE *out);
+/* The cgroup leaves of moats no longer running (a crash, kill -9) under the
+ * parents this process's runs would use: how many were found, how many
+ * removed (remove: empty ones rmdir'd, never a live moat's), and where
+ * ("cpu,cpuacct 45, pids 45, unified 45"; malloc'd, NULL when none). For
+ * moat serve, at its start and on a timer. 0, or -1 out of memory. */
+struct moat_cgroup_leftovers {
+	unsigned found, removed;
+	char *where;
+};
+int moat_cgroup_sweep_leftovers(bool remove, struct moat_cgroup_leftovers *out);
 /* What a run asking for every limit would get on this host, decided as a
  * run decides (a cgroup leaf is created and removed again): *out holds
  * limit_memory/pids/cpu and the warnings; *group_kill is true when a

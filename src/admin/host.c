@@ -92,6 +92,11 @@ int moat_cgroup_describe(FILE *out)
 	return moat_cgroup_print_where(out);
 }
 
+int moat_cgroup_sweep_leftovers(bool remove, struct moat_cgroup_leftovers *out)
+{
+	return moat_cgroup_stale_leaves(remove, &out->found, &out->removed, &out->where);
+}
+
 int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_error *err)
 {
 	*out = NULL;

@@ -20,10 +20,15 @@
  *    used for CLONE_INTO_CGROUP, cgroup.kill and cpu.stat.
  *  - otherwise rlimits for the program: memory → RLIMIT_DATA, pids →
  *    RLIMIT_NPROC, cpu → not expressible (reported "none").
- * Leaves are named moat-<pid>-<counter>; leaves of supervisors that no
- * longer exist are removed (rmdir only, never killed) by later runs, while
- * their program starts (moat_cgroup_sweep).
- * Liveness is kill(pid, 0) in moat's pid namespace, so two moats in
+ * Leaves are named moat-<pid>-t<start>-<counter> (start: the owner's start
+ * time, /proc/<pid>/stat field 22; moat-<pid>-<counter> when unknown, and
+ * from moats before it); leaves of supervisors that no longer exist are
+ * removed (rmdir only, never killed) by later runs, while their program
+ * starts (moat_cgroup_sweep: a process's first run, then at most once a
+ * minute), and without a run by moat serve at its start and every minute
+ * (moat_cgroup_stale_leaves, which moat doctor uses to count them).
+ * Liveness is kill(pid, 0) in moat's pid namespace, and the start time when
+ * the name has one (a pid reused since is another process), so two moats in
  * different pid namespaces sharing one cgroup parent should not share it.
  *
  * The memory rlimit, measured with node 20 and python 3.11 on this kernel:
@@ -312,6 +317,22 @@ static unsigned next_counter(void)
 	return __atomic_add_fetch(&counter, 1, __ATOMIC_RELAXED);
 }
 
+/* This process's start time, for its leaves' names (0: unknown). Read once
+ * per pid (a fork's child reads its own); threads racing here store the
+ * same figure. */
+static uint64_t self_start(void)
+{
+	static _Atomic uint64_t cached;
+	static _Atomic pid_t cached_pid;
+	pid_t me = getpid();
+	if (atomic_load(&cached_pid) == me)
+		return atomic_load(&cached);
+	uint64_t v = moat_cg_pid_start(me);
+	atomic_store(&cached, v);
+	atomic_store(&cached_pid, me);
+	return v;
+}
+
 static char *make_leaf(const char *parent, const char *name)
 {
 	char *leaf = moat_cg_path(parent, name);
@@ -540,7 +561,7 @@ int moat_cgroup_prepare(const struct moat_request *req, struct moat_result *res,
 	probe_host(&p);
 	maybe_delegate(&p, want[L_MEMORY] || want[L_PIDS] || want[L_CPU]);
 	char name[64];
-	moat_cg_leaf_name(getpid(), next_counter(), name, sizeof name);
+	moat_cg_leaf_name(getpid(), self_start(), next_counter(), name, sizeof name);
 	int rc = -1;
 
 	/* v2: a leaf in the parent (pure v2: the limits; hybrid: kill + stats) */
@@ -811,6 +832,73 @@ int moat_cgroup_adopt(struct moat_cgroup *cg, pid_t pid, struct moat_result *res
  * stale leaves are only made by moats that crashed. */
 static _Atomic int64_t last_sweep_ms;
 
+/* The parents this process's runs would use, as the probe finds them now
+ * (changing nothing), each once: v1 cpu and cpuacct are one directory when
+ * co-mounted. names[i]: the hierarchies of parents[i] ("cpu,cpuacct"). */
+struct sweep_parents {
+	char *dir[MOAT_V1__COUNT + 1];
+	char names[MOAT_V1__COUNT + 1][48];
+	int n;
+};
+
+static void sweep_parents(struct sweep_parents *sp)
+{
+	memset(sp, 0, sizeof *sp);
+	struct probe p;
+	probe_host(&p);
+	struct stat seen[MOAT_V1__COUNT + 1];
+	for (int i = 0; i <= MOAT_V1__COUNT; i++) {
+		const char *dir = i < MOAT_V1__COUNT ? p.v1_parent[i] : p.v2_parent;
+		const char *name = i < MOAT_V1__COUNT ? moat_cg_v1_name((enum moat_cg_v1ctl)i)
+				   : p.v2_pure		     ? "cgroup2"
+							     : "unified";
+		struct stat st;
+		if (!dir || stat(dir, &st) < 0)
+			continue;
+		int j = 0;
+		while (j < sp->n && !(seen[j].st_dev == st.st_dev && seen[j].st_ino == st.st_ino))
+			j++;
+		if (j < sp->n) {
+			size_t l = strlen(sp->names[j]);
+			snprintf(sp->names[j] + l, sizeof sp->names[j] - l, ",%s", name);
+			continue;
+		}
+		if (!(sp->dir[sp->n] = strdup(dir)))
+			continue;
+		seen[sp->n] = st;
+		snprintf(sp->names[sp->n], sizeof sp->names[sp->n], "%s", name);
+		sp->n++;
+	}
+	probe_free(&p);
+}
+
+int moat_cgroup_stale_leaves(bool remove, unsigned *found, unsigned *removed, char **where)
+{
+	*found = *removed = 0;
+	*where = NULL;
+	struct sweep_parents sp;
+	sweep_parents(&sp);
+	if (remove)
+		atomic_store(&last_sweep_ms, moat_mono_ms());
+	char *w = NULL;
+	int rc = 0;
+	for (int i = 0; i < sp.n; i++) {
+		unsigned f = 0, r = 0;
+		moat_cg_scan_stale(sp.dir[i], remove, &f, &r);
+		*found += f;
+		*removed += r;
+		if (f) {
+			char *nw = fmt("%s%s%s %u", w ? w : "", w ? ", " : "", sp.names[i], f);
+			free(w);
+			if (!(w = nw))
+				rc = -1;
+		}
+		free(sp.dir[i]);
+	}
+	*where = w;
+	return rc;
+}
+
 void moat_cgroup_sweep(struct moat_cgroup *cg)
 {
 	if (!cg)
@@ -1064,5 +1152,15 @@ int moat_cgroup_print_where(FILE *out)
 			p.v2_pure ? "" : " (on this hybrid host only for cgroup.kill)", p.v2_why);
 	describe_systemd(out, &p);
 	probe_free(&p);
+	unsigned found = 0, removed = 0;
+	char *where = NULL;
+	(void)moat_cgroup_stale_leaves(false, &found, &removed, &where);
+	if (found)
+		fprintf(out, "cgroup leftovers:   %u leaves of moats no longer running (%s): empty "
+			"ones are removed by moat serve at its start and every minute, and by "
+			"a run at most once a minute\n", found, where ? where : "?");
+	else
+		fprintf(out, "cgroup leftovers:   none\n");
+	free(where);
 	return 0;
 }

@@ -15,6 +15,7 @@
 #ifndef MOAT_CGROUPS_CGROUPS_H
 #define MOAT_CGROUPS_CGROUPS_H
 
+#include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <sys/types.h>
@@ -67,6 +68,14 @@ int moat_cgroup_adopt(struct moat_cgroup *cg, pid_t pid, struct moat_result *res
  * MOAT_CGROUP_SWEEP_EVERY_MS (the other runs' calls only free). */
 #define MOAT_CGROUP_SWEEP_EVERY_MS 60000
 void moat_cgroup_sweep(struct moat_cgroup *cg);
+/* The same without a run, for moat serve (at start and on a timer) and moat
+ * doctor: the leaves of moats no longer running (their owner's pid gone, or
+ * taken by a process that started at another time) under every parent this
+ * process's runs would use now. *found of them, *removed (remove: rmdir'd,
+ * never killed; a sweep now counts for the runs' once-a-minute one), *where
+ * the hierarchies that hold them ("cpu,cpuacct 45, pids 45, unified 45",
+ * malloc'd, NULL when none). 0, or -1 out of memory (the counts stand). */
+int moat_cgroup_stale_leaves(bool remove, unsigned *found, unsigned *removed, char **where);
 /* Kill every process of the run at once; -1 when this mechanism cannot. */
 int moat_cgroup_kill(struct moat_cgroup *cg);
 /* After the run: statistics and oom/pids detection into res, then remove

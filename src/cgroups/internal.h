@@ -56,16 +56,28 @@ int64_t moat_cg_cpu_quota(double cpus);
 /* "QUOTA PERIOD" for cpu.max, e.g. 0.25 → "25000 100000". -1 if it does not fit. */
 int moat_cg_format_cpu_max(double cpus, char *buf, size_t len);
 
-/* Leaf names: "moat-<pid>-<counter>"; the supervisor's own leaf on a
- * delegated v2 cgroup is "moat-<pid>-supervisor". */
+/* Leaf names: "moat-<pid>-t<start>-<counter>", start the owner's start
+ * time (/proc/<pid>/stat field 22, clock ticks since boot), or
+ * "moat-<pid>-<counter>" when it is unknown (0; and moats before it); the
+ * supervisor's own leaf on a delegated v2 cgroup is "moat-<pid>-supervisor".
+ * The start time tells a live owner from a process that got its pid since. */
 #define MOAT_CG_SUPERVISOR_SUFFIX "supervisor"
-int moat_cg_leaf_name(pid_t pid, unsigned counter, char *buf, size_t len);
-/* 1 and *pid when name is "moat-<pid>-<non-empty suffix>", else 0. */
+int moat_cg_leaf_name(pid_t pid, uint64_t start, unsigned counter, char *buf, size_t len);
+/* 1 and *pid, *start (0: not in the name) when name is "moat-<pid>-<non-empty
+ * suffix>", else 0. */
+int moat_cg_leaf_owner(const char *name, pid_t *pid, uint64_t *start);
 int moat_cg_leaf_pid(const char *name, pid_t *pid);
+/* /proc/<pid>/stat's starttime (field 22; comm may hold spaces and
+ * parentheses): 1 and *out, else 0. */
+int moat_cg_stat_starttime(const char *text, uint64_t *out);
+/* That of pid now, 0 when unknown. */
+uint64_t moat_cg_pid_start(pid_t pid);
 /* A leaf left behind by a run whose supervisor no longer exists. */
-bool moat_cg_leaf_stale(const char *name, bool (*alive)(pid_t pid));
-/* kill(pid, 0) based liveness (EPERM counts as alive). */
-bool moat_cg_pid_alive(pid_t pid);
+bool moat_cg_leaf_stale(const char *name, bool (*alive)(pid_t pid, uint64_t start));
+/* kill(pid, 0) based liveness (EPERM counts as alive); with a start time,
+ * a pid whose process started at another time is not the owner (unknown
+ * counts as alive). */
+bool moat_cg_pid_alive(pid_t pid, uint64_t start);
 
 /* ---- files (dir/file joined; untrusted contents read whole, malloc'd) ---- */
 char *moat_cg_path(const char *dir, const char *file);
@@ -76,6 +88,9 @@ int moat_cg_write(const char *dir, const char *file, const char *value);
 int moat_cg_rmdir_wait(const char *dir);
 /* Removes sibling leaves under parent left by supervisors that are gone. */
 void moat_cg_remove_stale(const char *parent);
+/* The same, counting: *found such leaves (may be NULL), *removed of them
+ * (rmdir'd when remove; a leaf with processes in it stays). */
+void moat_cg_scan_stale(const char *parent, bool remove, unsigned *found, unsigned *removed);
 
 /* ---- delegation from the user's systemd (systemd.c) ---- */
 /* Whether a run asks systemd for a delegated scope: a unified host, no

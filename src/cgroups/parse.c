@@ -230,13 +230,14 @@ int moat_cg_format_cpu_max(double cpus, char *buf, size_t len)
 	return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
-int moat_cg_leaf_name(pid_t pid, unsigned counter, char *buf, size_t len)
+int moat_cg_leaf_name(pid_t pid, uint64_t start, unsigned counter, char *buf, size_t len)
 {
-	int n = snprintf(buf, len, "moat-%ld-%u", (long)pid, counter);
+	int n = start ? snprintf(buf, len, "moat-%ld-t%" PRIu64 "-%u", (long)pid, start, counter)
+		      : snprintf(buf, len, "moat-%ld-%u", (long)pid, counter);
 	return n < 0 || (size_t)n >= len ? -1 : 0;
 }
 
-int moat_cg_leaf_pid(const char *name, pid_t *pid)
+int moat_cg_leaf_owner(const char *name, pid_t *pid, uint64_t *start)
 {
 	if (strncmp(name, "moat-", 5))
 		return 0;
@@ -252,18 +253,92 @@ int moat_cg_leaf_pid(const char *name, pid_t *pid)
 	if (*p != '-' || p[1] == '\0')
 		return 0;
 	*pid = (pid_t)v;
+	*start = 0;
+	/* "t<start>-<counter>": the owner's start time (/proc/<pid>/stat's
+	 * field 22) */
+	if (p[1] == 't' && p[2] >= '1' && p[2] <= '9') {
+		uint64_t t = 0;
+		const char *q = p + 2;
+		for (; *q >= '0' && *q <= '9'; q++) {
+			if (t > (UINT64_MAX - 9) / 10)
+				return 1; /* not a start time: the pid alone */
+			t = t * 10 + (uint64_t)(*q - '0');
+		}
+		if (*q == '-' && q[1] != '\0')
+			*start = t;
+	}
 	return 1;
 }
 
-bool moat_cg_pid_alive(pid_t pid)
+int moat_cg_leaf_pid(const char *name, pid_t *pid)
 {
-	return kill(pid, 0) == 0 || errno == EPERM;
+	uint64_t start;
+	return moat_cg_leaf_owner(name, pid, &start);
 }
 
-bool moat_cg_leaf_stale(const char *name, bool (*alive)(pid_t pid))
+int moat_cg_stat_starttime(const char *text, uint64_t *out)
+{
+	/* "pid (comm) state ppid ...": comm may hold spaces and ')'; field 22
+	 * is the 20th after the last ')' */
+	const char *p = text ? strrchr(text, ')') : NULL;
+	if (!p)
+		return 0;
+	p++;
+	for (int field = 3; field <= 22; field++) {
+		while (*p == ' ')
+			p++;
+		if (!*p)
+			return 0;
+		if (field == 22) {
+			uint64_t v = 0;
+			if (*p < '0' || *p > '9')
+				return 0;
+			for (; *p >= '0' && *p <= '9'; p++) {
+				if (v > (UINT64_MAX - 9) / 10)
+					return 0;
+				v = v * 10 + (uint64_t)(*p - '0');
+			}
+			if (*p != ' ' && *p != '\n' && *p != '\0')
+				return 0;
+			*out = v;
+			return 1;
+		}
+		while (*p && *p != ' ')
+			p++;
+	}
+	return 0;
+}
+
+uint64_t moat_cg_pid_start(pid_t pid)
+{
+	char dir[32];
+	snprintf(dir, sizeof dir, "/proc/%ld", (long)pid);
+	char *t = moat_cg_read(dir, "stat");
+	uint64_t v = 0;
+	if (!t || moat_cg_stat_starttime(t, &v) != 1)
+		v = 0;
+	free(t);
+	return v;
+}
+
+bool moat_cg_pid_alive(pid_t pid, uint64_t start)
+{
+	if (!(kill(pid, 0) == 0 || errno == EPERM))
+		return false;
+	if (!start)
+		return true;
+	/* the pid lives: the leaf's owner only if it started when the owner
+	 * did (a pid reused since is another process); unknown counts as
+	 * alive */
+	uint64_t now = moat_cg_pid_start(pid);
+	return !now || now == start;
+}
+
+bool moat_cg_leaf_stale(const char *name, bool (*alive)(pid_t pid, uint64_t start))
 {
 	pid_t pid;
-	return moat_cg_leaf_pid(name, &pid) && !alive(pid);
+	uint64_t start;
+	return moat_cg_leaf_owner(name, &pid, &start) && !alive(pid, start);
 }
 
 char *moat_cg_path(const char *dir, const char *file)
@@ -358,7 +433,7 @@ int moat_cg_rmdir_wait(const char *dir)
 	return -1;
 }
 
-void moat_cg_remove_stale(const char *parent)
+void moat_cg_scan_stale(const char *parent, bool remove, unsigned *found, unsigned *removed)
 {
 	int dfd = open(parent, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
 	if (dfd < 0)
@@ -374,10 +449,18 @@ void moat_cg_remove_stale(const char *parent)
 			continue;
 		if (!moat_cg_leaf_stale(de->d_name, moat_cg_pid_alive))
 			continue;
+		if (found)
+			(*found)++;
 		/* a crashed run's processes died with its pid namespace, so
 		 * its leaf is empty. Only rmdir, never kill: a busy leaf may
 		 * belong to a live moat in another pid namespace */
-		(void)unlinkat(dfd, de->d_name, AT_REMOVEDIR);
+		if (remove && unlinkat(dfd, de->d_name, AT_REMOVEDIR) == 0 && removed)
+			(*removed)++;
 	}
 	closedir(d);
+}
+
+void moat_cg_remove_stale(const char *parent)
+{
+	moat_cg_scan_stale(parent, true, NULL, NULL);
 }

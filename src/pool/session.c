@@ -134,8 +134,9 @@ static void set_over(struct pool_session *s, enum pool_session_state st, const c
 	va_end(ap);
 }
 
-/* How a step whose sandbox ended leaves the session. */
-static void ended_by(struct pool_session *s, const struct moat_result *res)
+/* How a step whose sandbox ended leaves the session (between: no step
+ * ran, pool_session_watch saw it die). */
+static void ended_by(struct pool_session *s, const struct moat_result *res, bool between)
 {
 	const char *k = res->killed_by;
 	pthread_mutex_lock(&s->mu);
@@ -163,6 +164,10 @@ static void ended_by(struct pool_session *s, const struct moat_result *res)
 	else if (k && !strcmp(k, "cancelled"))
 		set_over(s, POOL_SESSION_KILLED, "cancelled",
 			 "the session was killed: its run was cancelled");
+	else if (k && !strcmp(k, "signal") && between)
+		set_over(s, POOL_SESSION_KILLED, "crash",
+			 "the session was killed: its sandbox was killed between runs (signal %d)",
+			 res->signal);
 	else if (k && !strcmp(k, "protocol"))
 		set_over(s, POOL_SESSION_KILLED, "protocol",
 			 "the session was killed: its interpreter broke the session protocol");
@@ -493,7 +498,7 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 	} else {
 		if (atomic_load(&s->kill_asked) && !r->timed_out)
 			r->killed_by = "cancelled";
-		ended_by(s, r);
+		ended_by(s, r, false);
 	}
 	if (!*extra &&
 	    !(*extra = strdup("{\"error\":null,\"value\":null,\"valueTruncated\":false,"
@@ -503,6 +508,42 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 	}
 	*res = r;
 	return 0;
+}
+
+bool pool_session_watch(struct pool_session *s)
+{
+	pthread_mutex_lock(&s->mu);
+	bool look = s->state == POOL_SESSION_LIVE && !s->running && s->sb;
+	bool over = s->state != POOL_SESSION_LIVE;
+	if (look && run_sandbox_session_ended(s->sb))
+		s->running = true; /* collecting: no step, no ready wait meanwhile */
+	else
+		look = false;
+	pthread_mutex_unlock(&s->mu);
+	if (!look)
+		return over;
+	/* pid 1 is gone, so is every process of its namespace: the pump only
+	 * reads what is left in the pipes and pid 1's reports, and returns */
+	struct moat_result *res = NULL;
+	char *reply = NULL;
+	size_t len = 0;
+	struct moat_error err = { 0 };
+	int rc = run_sandbox_session_step(s->sb, KILL_WAIT_MS, 0, NULL, NULL, 0, &res, &reply,
+					  &len, &err);
+	moat_error_clear(&err);
+	if (rc == 0 && !reply)
+		ended_by(s, res, true);
+	pthread_mutex_lock(&s->mu);
+	if (rc < 0)
+		set_over(s, POOL_SESSION_KILLED, "crash", "the session was killed: its sandbox failed");
+	else if (reply) /* a frame nobody asked for: the driver broke the protocol */
+		set_over(s, POOL_SESSION_KILLED, "protocol",
+			 "the session was killed: its interpreter broke the session protocol");
+	s->running = false;
+	pthread_mutex_unlock(&s->mu);
+	free(reply);
+	moat_result_free(res);
+	return true;
 }
 
 enum pool_session_state pool_session_state(const struct pool_session *s, const char **reason,

@@ -74,6 +74,16 @@ enum pool_session_state {
  * from any thread. */
 enum pool_session_state pool_session_state(const struct pool_session *s, const char **reason,
 					   const char **sentence);
+/* Between steps: when the sandbox died on its own (pid 1 ended: killed
+ * from outside, the kernel, its interpreter gone), collects its end now
+ * (pid 1's status read, nothing reaped) and marks the session over with
+ * the reason, as a step that saw the end would have. true when the session
+ * is (now or already) not live. Cheap while the sandbox lives (one poll of
+ * its pidfd). Any thread, but never while a step of it may start: the
+ * caller serialises it with pool_session_run (serve: under its table's
+ * lock, only while no step holds the session); a running step or ready
+ * wait makes it a no-op. */
+bool pool_session_watch(struct pool_session *s);
 /* The cgroup's memory in use now (bytes), -1 when unknown; CPU time used
  * in all (ms), -1 when unknown; steps run. Safe from any thread. */
 int64_t pool_session_memory(const struct pool_session *s);

@@ -108,5 +108,10 @@ int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint6
 /* Kills the whole sandbox now; a running step then ends with the sandbox.
  * Any thread, any number of times, until release. */
 void run_sandbox_session_kill(struct moat_sandbox *sb);
+/* Between steps: whether the sandbox's pid 1 has ended (its pidfd is
+ * readable, polled without waiting; nothing is reaped or read). The caller
+ * then collects the end with run_sandbox_session_step (frame NULL), which
+ * returns at once with its result. Not concurrent with a step. */
+bool run_sandbox_session_ended(struct moat_sandbox *sb);
 
 #endif

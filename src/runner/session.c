@@ -8,6 +8,7 @@
  * code shares its process and fd 3): bounded, its header checked, anything
  * else kills the sandbox ("protocol"). */
 #include <errno.h>
+#include <poll.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -310,4 +311,19 @@ void run_sandbox_session_kill(struct moat_sandbox *sb)
 {
 	/* from any thread: the cgroup and the pidfd stay until release */
 	pump_kill(&sb->run);
+}
+
+bool run_sandbox_session_ended(struct moat_sandbox *sb)
+{
+	struct run *r = &sb->run;
+	if (r->pid <= 0 || r->exited)
+		return true;
+	if (r->pidfd < 0)
+		return false;
+	struct pollfd p = { .fd = r->pidfd, .events = POLLIN };
+	int n;
+	do
+		n = poll(&p, 1, 0);
+	while (n < 0 && errno == EINTR);
+	return n > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
 }

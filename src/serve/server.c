@@ -1731,15 +1731,52 @@ static void on_connection(void *cls, struct MHD_Connection *c, void **socket_con
 	}
 }
 
+static void notice(struct server *s, const char *level, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+
+/* Cgroup leaves left by moats no longer running (a predecessor killed with
+ * -9 leaves its runs' leaves behind): removed when the service starts and
+ * every LEFTOVER_SWEEP_MS after, so they wait neither for a run nor forever
+ * (a run sweeps too, at most once a minute; src/cgroups). Only rmdir, only
+ * leaves whose owner is gone: never a live moat's. */
+#define LEFTOVER_SWEEP_MS 60000
+static void sweep_leftovers(struct server *s, bool *warned)
+{
+	struct moat_cgroup_leftovers lo = { 0 };
+	(void)moat_cgroup_sweep_leftovers(true, &lo);
+	if (lo.removed)
+		notice(s, "info", "removed %u cgroup leaves left by moats no longer running (%s)",
+		       lo.removed, lo.where ? lo.where : "?");
+	if (lo.found > lo.removed && !*warned) {
+		*warned = true;
+		notice(s, "warn", "%u cgroup leaves of moats no longer running could not be removed "
+		       "(%s): processes are still in them (a moat of another pid namespace?)",
+		       lo.found - lo.removed, lo.where ? lo.where : "?");
+	}
+	free(lo.where);
+}
+
 /* Every half second: a connection whose request (headers and body) is not in
  * by its deadline, or whose answer is not out by its own, is shut down; MHD
- * then closes it. */
+ * then closes it. And the leftover sweep above, at its start and every
+ * minute. */
 static void *watchdog(void *arg)
 {
 	struct server *s = arg;
+	bool warned = false;
+	/* first thing, beside the start-up: the listener does not wait for it */
+	sweep_leftovers(s, &warned);
+	int64_t next_sweep = moat_mono_ms() + LEFTOVER_SWEEP_MS;
 	pthread_mutex_lock(&s->conns_mu);
 	while (!s->watchdog_stop) {
 		int64_t now = moat_mono_ms();
+		if (now >= next_sweep) {
+			pthread_mutex_unlock(&s->conns_mu);
+			sweep_leftovers(s, &warned);
+			pthread_mutex_lock(&s->conns_mu);
+			next_sweep = moat_mono_ms() + LEFTOVER_SWEEP_MS;
+			continue;
+		}
 		for (struct conn *k = s->conns; k; k = k->next)
 			if (k->deadline && now > k->deadline) {
 				/* reset, not closed: what the socket still holds for

@@ -186,11 +186,18 @@ static void mark_dead(struct serve_sessions *ss, struct serve_session *x, enum s
 	pthread_cond_broadcast(&ss->cv);
 }
 
-/* After a step or between steps (mu held): the sandbox's own state. */
+/* After a step or between steps (mu held): the sandbox's own state. A
+ * sandbox that died while no step ran (pid 1 killed from outside, its
+ * interpreter gone between runs) is collected here, at once: its pidfd is
+ * polled on every call (each GET, step, DELETE, and the reaper's tick), and
+ * only while no step is in pool_session_run (a step starts only under mu,
+ * setting stepping first, so none starts meanwhile). */
 static void sync_state(struct serve_sessions *ss, struct serve_session *x, int64_t now)
 {
 	if (x->state != SES_LIVE || !x->ps)
 		return;
+	if (!x->stepping)
+		(void)pool_session_watch(x->ps);
 	const char *reason = NULL, *sentence = NULL;
 	enum pool_session_state st = pool_session_state(x->ps, &reason, &sentence);
 	if (st == POOL_SESSION_LIVE)

@@ -1291,3 +1291,67 @@ Suite *serve_suite(void)
 	serve_ops_tests(s, only);
 	return s;
 }
+
+char *cg_own_dir(const char *name)
+{
+	char *text = slurp("/proc/self/cgroup", NULL);
+	char *dir = NULL, *save = NULL;
+	bool unified = !strcmp(name, "unified");
+	struct statfs sfs;
+	bool pure = statfs("/sys/fs/cgroup", &sfs) == 0 && sfs.f_type == 0x63677270; /* cgroup2 */
+	for (char *l = text ? strtok_r(text, "\n", &save) : NULL; l && !dir;
+	     l = strtok_r(NULL, "\n", &save)) {
+		char *c1 = strchr(l, ':'), *c2 = c1 ? strchr(c1 + 1, ':') : NULL;
+		if (!c2)
+			continue;
+		*c1 = *c2 = '\0';
+		const char *ctls = c1 + 1, *path = c2 + 1;
+		bool match = false;
+		if (unified)
+			match = !strcmp(l, "0") && !*ctls;
+		else {
+			char *copy = strdup(ctls), *s2 = NULL;
+			for (char *t = strtok_r(copy, ",", &s2); t; t = strtok_r(NULL, ",", &s2))
+				match |= !strcmp(t, name);
+			free(copy);
+		}
+		if (!match)
+			continue;
+		if (unified && pure)
+			ck_assert_int_ge(asprintf(&dir, "/sys/fs/cgroup%s", strcmp(path, "/") ? path : ""), 0);
+		else
+			ck_assert_int_ge(asprintf(&dir, "/sys/fs/cgroup/%s%s", name,
+						  strcmp(path, "/") ? path : ""), 0);
+	}
+	free(text);
+	return dir;
+}
+
+int cg_leaves_of(pid_t owner, char *where, size_t size)
+{
+	static const char *const names[] = { "memory", "pids", "cpu", "cpuacct", "unified" };
+	char prefix[32];
+	snprintf(prefix, sizeof prefix, "moat-%ld-", (long)owner);
+	if (where && size)
+		where[0] = '\0';
+	int total = 0;
+	for (size_t i = 0; i < sizeof names / sizeof *names; i++) {
+		char *dir = cg_own_dir(names[i]);
+		DIR *d = dir ? opendir(dir) : NULL;
+		int n = 0;
+		struct dirent *e;
+		while (d && (e = readdir(d)))
+			if (!strncmp(e->d_name, prefix, strlen(prefix)))
+				n++;
+		if (d)
+			closedir(d);
+		free(dir);
+		if (n && where && strlen(where) + strlen(names[i]) + 2 < size) {
+			if (where[0])
+				strcat(where, " ");
+			strcat(where, names[i]);
+		}
+		total += n;
+	}
+	return total;
+}

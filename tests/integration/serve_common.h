@@ -44,6 +44,7 @@
 #include <sys/socket.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/statvfs.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -238,5 +239,15 @@ void server_stop_pool(struct server *s, int idle);
 void cold_results(int mode, const char *const *bodies, int n, struct resp *cold);
 int proc_descendants_named(pid_t pid, const char *comm, int depth, pid_t *last);
 const char *proc_status_field(pid_t pid, const char *key);
+/* The cgroup leaves named moat-<owner>-* in every hierarchy moat puts them
+ * in (the v1 memory, pids, cpu, cpuacct and the cgroup2 mount), under the
+ * cgroups the test process is in (a server started by the test is in
+ * them): their number, and which hierarchies hold them ("cpu pids
+ * unified ...") in where (may be NULL). */
+int cg_leaves_of(pid_t owner, char *where, size_t size);
+/* The directory of the test process's cgroup in hierarchy name ("memory",
+ * "pids", "cpu", "cpuacct", "unified": the cgroup2 mount), malloc'd, or
+ * NULL. */
+char *cg_own_dir(const char *name);
 
 #endif

@@ -391,7 +391,7 @@ static bool harness_leaf_stale(const char *name)
 	if (strncmp(name, "h-", 2) || !isdigit((unsigned char)name[2]))
 		return false;
 	long pid = strtol(name + 2, &end, 10);
-	return !*end && !moat_cg_pid_alive((pid_t)pid);
+	return !*end && !moat_cg_pid_alive((pid_t)pid, 0);
 }
 
 /* Parents of moat's leaves: each v1 controller's cgroup, the v2 one and

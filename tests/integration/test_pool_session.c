@@ -9,6 +9,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -361,6 +362,75 @@ START_TEST(interpreter_exit_ends_session)
 }
 END_TEST
 
+/* ---- a sandbox that dies between steps ------------------------------------------ */
+
+static long mono_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return (long)t.tv_sec * 1000 + t.tv_nsec / 1000000;
+}
+
+/* The worker's one child: the session's pid 1 (0 when not exactly one). */
+static pid_t only_child(void)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/self/task/%ld/children", (long)getpid());
+	FILE *f = fopen(path, "re");
+	long a = 0, b = 0;
+	int n = f ? fscanf(f, "%ld %ld", &a, &b) : 0;
+	if (f)
+		fclose(f);
+	return n == 1 ? (pid_t)a : 0;
+}
+
+static int w_dies_between(struct w *w)
+{
+	struct moat_error err = { 0 };
+	struct pool_session *s;
+	W_CHECK(w, start(w, MOAT_LANG_PYTHON, 0, 0, &s, &err) == 0, "start: %s", err.message);
+	struct moat_result *r;
+	char *extra;
+	W_CHECK(w, step(s, MOAT_LANG_PYTHON, "a = 1", 20000, &r, &extra, &err) == 0, "%s",
+		err.message);
+	moat_result_free(r);
+	free(extra);
+	/* alive: the watch changes nothing */
+	W_CHECK(w, !pool_session_watch(s) && pool_session_state(s, NULL, NULL) == POOL_SESSION_LIVE,
+		"a live session's watch ended it");
+	pid_t pid1 = only_child();
+	W_CHECK(w, pid1 > 0, "the session's pid 1 is not this worker's one child");
+	W_CHECK(w, kill(pid1, SIGKILL) == 0, "kill pid 1: %s", strerror(errno));
+	long t0 = mono_ms();
+	while (!pool_session_watch(s) && mono_ms() - t0 < harness_scale_ms(2000))
+		usleep(20000);
+	const char *reason = NULL, *sentence = NULL;
+	W_CHECK(w, pool_session_state(s, &reason, &sentence) == POOL_SESSION_KILLED,
+		"not killed %ld ms after its pid 1 was", mono_ms() - t0);
+	W_CHECK(w, reason && !strcmp(reason, "crash") && sentence &&
+			   strstr(sentence, "killed between runs (signal 9)"),
+		"reason %s: %s", reason ? reason : "null", sentence ? sentence : "null");
+	/* the next step does not run: the session is over, with why */
+	r = NULL;
+	extra = NULL;
+	W_CHECK(w, step(s, MOAT_LANG_PYTHON, "print(a)", 20000, &r, &extra, &err) < 0 &&
+			   strstr(err.message, "between runs"),
+		"a step after the death: %s", r ? "it ran" : err.message);
+	moat_error_clear(&err);
+	pool_session_stop(s);
+	W_CHECK(w, only_child() == 0, "pid 1 not reaped by stop");
+	return 0;
+}
+
+/* pid 1 killed from outside while no step runs: pool_session_watch sees it,
+ * the session is killed with the reason, the next step refused. */
+START_TEST(death_between_steps_is_seen)
+{
+	HARNESS_MODE_GUARD(_i);
+	worker_run(_i, w_dies_between);
+}
+END_TEST
+
 /* ---- output per step ---------------------------------------------------------- */
 
 static int w_output(struct w *w)
@@ -704,6 +774,7 @@ Suite *pool_session_suite(void)
 	tcase_add_loop_test(tc, state_across_50_steps, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, state_across_50_steps_node, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, interpreter_exit_ends_session, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, death_between_steps_is_seen, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, output_per_step, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, forged_frame_kills_session, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, session_has_run_isolation, MODE_ROOT, MODE_ROOTLESS + 1);

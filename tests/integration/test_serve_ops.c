@@ -1714,6 +1714,154 @@ START_TEST(relay_cap_across_runs)
 }
 END_TEST
 
+/* ---- after kill -9: the cgroup leaves it left (issue 51) ---------------------------- */
+
+/* The test process moves into cgroups of its own in each hierarchy moat uses
+ * (root): the servers it starts (and moat doctor) take their leaves' parents
+ * from there, so no other moat on the host, whose own sweep would remove a
+ * dead server's leaves as well, shares those parents. */
+#define CG_HIER 5
+static const char *const cg_hier[CG_HIER] = { "memory", "pids", "cpu", "cpuacct", "unified" };
+struct cg_box {
+	char *orig[CG_HIER], *mine[CG_HIER];
+};
+
+static void cg_join(const char *dir, pid_t pid)
+{
+	char f[600], v[24];
+	snprintf(f, sizeof f, "%s/cgroup.procs", dir);
+	snprintf(v, sizeof v, "%ld", (long)pid);
+	int fd = open(f, O_WRONLY | O_CLOEXEC);
+	ck_assert_msg(fd >= 0 && write(fd, v, strlen(v)) == (ssize_t)strlen(v), "join %s: %s", f,
+		      strerror(errno));
+	close(fd);
+}
+
+static void cg_box_enter(struct cg_box *b)
+{
+	memset(b, 0, sizeof *b);
+	for (int i = 0; i < CG_HIER; i++) {
+		if (!(b->orig[i] = cg_own_dir(cg_hier[i])))
+			continue;
+		ck_assert_int_ge(asprintf(&b->mine[i], "%s/t51-%ld", b->orig[i], (long)getpid()), 0);
+		/* cpu and cpuacct co-mounted: one directory, EEXIST the second time */
+		ck_assert_msg(mkdir(b->mine[i], 0755) == 0 || errno == EEXIST, "mkdir %s: %s",
+			      b->mine[i], strerror(errno));
+		cg_join(b->mine[i], getpid());
+	}
+}
+
+/* Back where it was; the box and whatever moat left in it removed. */
+static void cg_box_leave(struct cg_box *b)
+{
+	for (int i = 0; i < CG_HIER; i++) {
+		if (!b->mine[i])
+			continue;
+		cg_join(b->orig[i], getpid());
+		DIR *d = opendir(b->mine[i]);
+		struct dirent *e;
+		while (d && (e = readdir(d)))
+			if (!strncmp(e->d_name, "moat-", 5)) {
+				char leaf[800];
+				snprintf(leaf, sizeof leaf, "%s/%s", b->mine[i], e->d_name);
+				rmdir(leaf);
+			}
+		if (d)
+			closedir(d);
+		rmdir(b->mine[i]);
+		free(b->mine[i]);
+		free(b->orig[i]);
+	}
+}
+
+/* A service with a pool of 2 that answered three requests, killed with -9:
+ * its pid; *leaves, where: what it left. *cg: its runs' memory limit was a
+ * cgroup's. */
+static pid_t serve_and_kill(int mode, int *leaves, char *where, size_t size, bool *cg)
+{
+	struct server s;
+	server_start(&s, mode, &(struct server_opts){ .pool = 2 });
+	for (int i = 0; i < 3; i++) {
+		struct resp r;
+		v1(&s, "{\"code\":\"print(6 * 7)\"}", &r);
+		ck_assert_str_eq(jstr(r.json, "stdout"), "42\n");
+		const char *m = jstr(jget(r.json, "limits"), "memory");
+		*cg = m && !strncmp(m, "cgroup", 6);
+		resp_free(&r);
+	}
+	pid_t pid = s.p.pid;
+	ck_assert_int_eq(kill(pid, SIGKILL), 0);
+	server_wait_exit(&s, harness_scale_ms(10000));
+	server_cleanup(&s);
+	*leaves = cg_leaves_of(pid, where, size);
+	return pid;
+}
+
+/* The leaves a killed service left are removed by the next one when it
+ * starts, before any run of its own (--pool 0), and moat doctor names them
+ * (how many, in which hierarchies) before that. */
+START_TEST(crash_leaves_swept)
+{
+	bool root = _i == MODE_ROOT;
+	struct cg_box box;
+	if (root)
+		cg_box_enter(&box);
+	char where_a[128] = "", where_d[128] = "", left_where[128] = "";
+	bool cg = false;
+	int leaves_a = 0, leaves_d = 0;
+	pid_t a = serve_and_kill(_i, &leaves_a, where_a, sizeof where_a, &cg);
+	if (!root && leaves_a == 0) {
+		ck_assert_msg(!cg, "rootless: cgroup limits but no leaf seen");
+		harness_skip("rootless: moat makes no cgroup leaves on this host (the cgroups it "
+			     "runs in are root's and not delegated; its limits are rlimits), so a "
+			     "killed rootless service leaves none");
+		return;
+	}
+	if (root)
+		ck_assert_msg(leaves_a > 0, "root: the killed service left no leaf: the test proves "
+			      "nothing");
+	/* a new service, without any run: the dead one's leaves go */
+	struct server c;
+	server_start(&c, _i, &(struct server_opts){ .pool = 0 });
+	int left = leaves_a;
+	long t0 = now_ms();
+	while ((left = cg_leaves_of(a, left_where, sizeof left_where)) > 0 &&
+	       now_ms() - t0 < harness_scale_ms(5000))
+		sleep_ms(100);
+	long took = now_ms() - t0;
+	char *log = server_log(&c);
+	bool logged = strstr(log, "cgroup leaves left by moats no longer running") != NULL;
+	free(log);
+	server_stop(&c);
+	/* moat doctor names what a killed service left */
+	pid_t d = serve_and_kill(_i, &leaves_d, where_d, sizeof where_d, &cg);
+	struct run_out o;
+	harness_run(_i, (const char *const[]){ "doctor", NULL }, NULL, 0, &o);
+	const char *line = strstr(o.out, "cgroup leftovers:");
+	char named[512] = "";
+	if (line)
+		snprintf(named, sizeof named, "%.*s", (int)strcspn(line, "\n"), line);
+	bool counted = line && strtol(line + strlen("cgroup leftovers:"), NULL, 10) >= 1;
+	bool hier_named = counted;
+	char wd[128];
+	snprintf(wd, sizeof wd, "%s", where_d);
+	for (char *sv = NULL, *h = strtok_r(wd, " ", &sv); h; h = strtok_r(NULL, " ", &sv))
+		hier_named &= strstr(named, h) != NULL;
+	harness_free(&o);
+	int d_left = cg_leaves_of(d, NULL, 0);
+	if (root)
+		cg_box_leave(&box);
+	ck_assert_msg(left == 0 && logged && leaves_d > 0 && hier_named,
+		      "%s: the leaves of a service killed with -9 (pid %ld: %d in %s) %s %ld ms after "
+		      "a new service started (%d left in %s; its log %s the sweep); moat doctor after "
+		      "another (pid %ld: %d in %s; %d still there) says: \"%s\"",
+		      MODE_NAME[_i], (long)a, leaves_a, where_a,
+		      left ? "are still there" : "are gone", took, left, left_where,
+		      logged ? "names" : "does not name", (long)d, leaves_d, where_d, d_left,
+		      line ? named : "(no cgroup leftovers line)");
+}
+END_TEST
+
 void serve_ops_tests(Suite *s, const char *only)
 {
 	TCase *tc = serve_tcase(s, "ops");
@@ -1744,4 +1892,5 @@ void serve_ops_tests(Suite *s, const char *only)
 	SERVE_ADD(tc, only, access_log_every_route, SERVE_MODES);
 	SERVE_ADD(tc, only, log_reader_stalls, SERVE_MODES);
 	SERVE_ADD(tc, only, log_reader_gone_stop, SERVE_MODES);
+	SERVE_ADD(tc, only, crash_leaves_swept, SERVE_MODES);
 }

@@ -892,6 +892,137 @@ START_TEST(ses_tombstones_capped)
 }
 END_TEST
 
+/* ---- a sandbox that dies between steps ---- */
+
+/* The session's pid 1: the server's one child (--pool 0, one session). */
+static pid_t ses_pid1(struct server *s)
+{
+	pid_t kids[8];
+	int n = 0;
+	long t0 = now_ms();
+	while ((n = proc_children(s->p.pid, kids, 8)) != 1 && now_ms() - t0 < 5000)
+		sleep_ms(50);
+	ck_assert_msg(n == 1, "%s: the server has %d children, not the session's pid 1 alone",
+		      MODE_NAME[s->mode], n);
+	return kids[0];
+}
+
+/* Killed from outside while idle: the service sees it at once (SESSIONS.md,
+ * "410"): GET says killed with the reason, the live gauge drops, the next
+ * step is a 410 (not a 200 "killed" step), and nothing of it is left. */
+START_TEST(ses_killed_while_idle)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	free(ses_ok(&s, id, "a = 1"));
+	char before[64];
+	int leaves = cg_leaves_of(s.p.pid, before, sizeof before);
+	pid_t pid1 = ses_pid1(&s);
+	ck_assert_int_eq(kill(pid1, SIGKILL), 0);
+	/* the namespace's teardown takes the kernel a moment; then GET knows */
+	struct resp r;
+	long t0 = now_ms(), bound = harness_scale_ms(1000);
+	for (;;) {
+		ses_call(&s, "GET", id, &r);
+		ck_assert_int_eq(r.code, 200);
+		const char *st = jstr(r.json, "state");
+		if (st && strcmp(st, "idle"))
+			break;
+		ck_assert_msg(now_ms() - t0 < bound, "%s: %ld ms after its pid 1 was killed the "
+			      "session is still reported alive: %s", MODE_NAME[_i], now_ms() - t0,
+			      r.body);
+		resp_free(&r);
+		sleep_ms(50);
+	}
+	ck_assert_msg(!strcmp(jstr(r.json, "state"), "killed") && jstr(r.json, "reason") &&
+			      strstr(jstr(r.json, "reason"), "killed"),
+		      "%s: GET of a session whose sandbox was killed: %s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	/* the next step: a 410 at once, with the reason */
+	expect_gone(&s, id, "killed between runs (signal 9)");
+	/* the live gauge and the counters (the reaper's tick is 200 ms) */
+	char *m = NULL;
+	int found = 0;
+	t0 = now_ms();
+	do {
+		free(m);
+		m = get_metrics(&s, NULL);
+	} while (metric_sum(m, "moat_serve_sessions_live", NULL, &found) != 0 &&
+		 now_ms() - t0 < harness_scale_ms(2000) && (sleep_ms(100), 1));
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_live", NULL, &found), 0);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_killed_total", "reason=\"crash\"",
+				       &found), 1);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_runs_total", NULL, &found), 1);
+	free(m);
+	/* its resources: pid 1 reaped, its cgroup leaves removed */
+	char desc[2048];
+	int left = server_children_gone(&s, harness_scale_ms(3000), desc, sizeof desc);
+	ck_assert_msg(left == 0, "%s: the dead session's pid 1 is not reaped: %s", MODE_NAME[_i],
+		      desc);
+	char after[64] = "";
+	t0 = now_ms();
+	while (cg_leaves_of(s.p.pid, after, sizeof after) &&
+	       now_ms() - t0 < harness_scale_ms(3000))
+		sleep_ms(50);
+	ck_assert_msg(cg_leaves_of(s.p.pid, after, sizeof after) == 0,
+		      "%s: the dead session's cgroup leaves are still there (%s; %d in %s before)",
+		      MODE_NAME[_i], after, leaves, before);
+	/* and the service goes on: a new session */
+	char *id2 = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
+	ck_assert_ptr_nonnull(id2);
+	free(ses_ok(&s, id2, "pass"));
+	ses_end(&s, id2);
+	free(id2);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* The watch changes nothing for a session that reaches its lifetime idle:
+ * expired (not killed), the lifetime's reason, counted as such. */
+START_TEST(ses_idle_lifetime_end)
+{
+	struct server s;
+	static const char *const cfg = "{\"serve\":{\"sessions\":{\"maxLifetimeMs\":2000}}}";
+	server_start(&s, _i, &(struct server_opts){ .pool = 0, .config = cfg });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	free(ses_ok(&s, id, "a = 1"));
+	struct resp r;
+	long t0 = now_ms();
+	for (;;) {
+		ses_call(&s, "GET", id, &r);
+		ck_assert_int_eq(r.code, 200);
+		if (strcmp(jstr(r.json, "state"), "idle"))
+			break;
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(8000), "%s: still idle past its "
+			      "lifetime: %s", MODE_NAME[_i], r.body);
+		resp_free(&r);
+		sleep_ms(100);
+	}
+	ck_assert_msg(!strcmp(jstr(r.json, "state"), "expired") &&
+			      strstr(jstr(r.json, "reason"), "lifetime"),
+		      "%s: an idle session at its lifetime: %s", MODE_NAME[_i], r.body);
+	ck_assert_msg(now_ms() - t0 >= 1000, "%s: ended before its lifetime", MODE_NAME[_i]);
+	resp_free(&r);
+	expect_gone(&s, id, "lifetime");
+	char *m = get_metrics(&s, NULL);
+	int found = 0;
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_expired_total",
+				       "reason=\"lifetime\"", &found), 1);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_killed_total", "reason=\"crash\"",
+				       &found), 0);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_live", NULL, &found), 0);
+	free(m);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 /* ---- a slow start holds up no one ---- */
 
 /* A driver that never says ready, by the tenant's own env: node waits for a
@@ -1019,6 +1150,8 @@ Suite *serve_sessions_suite(void)
 	tcase_add_loop_test(tc, ses_tombstones_capped, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_slow_start, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_delete_queued, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_killed_while_idle, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_idle_lifetime_end, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -201,20 +201,39 @@ START_TEST(cpu_max_format)
 }
 END_TEST
 
-static bool alive_only_42(pid_t pid)
+/* pid 42 lives, started at tick 500 */
+static bool alive_only_42(pid_t pid, uint64_t start)
 {
-	return pid == 42;
+	return pid == 42 && (!start || start == 500);
 }
 
 START_TEST(leaf_names)
 {
 	char buf[64];
-	ck_assert_int_eq(moat_cg_leaf_name(1234, 7, buf, sizeof buf), 0);
+	ck_assert_int_eq(moat_cg_leaf_name(1234, 0, 7, buf, sizeof buf), 0);
 	ck_assert_str_eq(buf, "moat-1234-7");
-	ck_assert_int_eq(moat_cg_leaf_name(1234, 7, buf, 6), -1);
+	ck_assert_int_eq(moat_cg_leaf_name(1234, 0, 7, buf, 6), -1);
+	ck_assert_int_eq(moat_cg_leaf_name(1234, 98765, 7, buf, sizeof buf), 0);
+	ck_assert_str_eq(buf, "moat-1234-t98765-7");
+	ck_assert_int_eq(moat_cg_leaf_name(1234, 98765, 7, buf, 12), -1);
 	pid_t pid = 0;
+	uint64_t start = 1;
 	ck_assert_int_eq(moat_cg_leaf_pid("moat-1234-7", &pid), 1);
 	ck_assert_int_eq(pid, 1234);
+	ck_assert_int_eq(moat_cg_leaf_owner("moat-1234-7", &pid, &start), 1);
+	ck_assert_int_eq(start, 0);
+	ck_assert_int_eq(moat_cg_leaf_owner("moat-1234-t98765-7", &pid, &start), 1);
+	ck_assert_int_eq(pid, 1234);
+	ck_assert_uint_eq(start, 98765);
+	/* not a start time: the pid alone counts */
+	const char *no_start[] = { "moat-5-t-1", "moat-5-t12", "moat-5-t12-", "moat-5-t0-1",
+				   "moat-5-tx-1", "moat-5-t99999999999999999999999-1" };
+	for (size_t i = 0; i < sizeof no_start / sizeof no_start[0]; i++) {
+		start = 1;
+		ck_assert_int_eq(moat_cg_leaf_owner(no_start[i], &pid, &start), 1);
+		ck_assert_msg(pid == 5 && start == 0, "%s: pid %d start %llu", no_start[i],
+			      (int)pid, (unsigned long long)start);
+	}
 	ck_assert_int_eq(moat_cg_leaf_pid("moat-99-" MOAT_CG_SUPERVISOR_SUFFIX, &pid), 1);
 	ck_assert_int_eq(pid, 99);
 	const char *bad[] = { "moat-", "moat-12", "moat-12-", "moat--1", "moat-0-1", "moat-x-1",
@@ -224,7 +243,42 @@ START_TEST(leaf_names)
 	ck_assert(moat_cg_leaf_stale("moat-41-3", alive_only_42));
 	ck_assert(!moat_cg_leaf_stale("moat-42-3", alive_only_42));
 	ck_assert(!moat_cg_leaf_stale("user.slice", alive_only_42));
-	ck_assert(moat_cg_pid_alive(getpid()));
+	/* the pid reused by a process that started later: the owner is gone */
+	ck_assert(!moat_cg_leaf_stale("moat-42-t500-3", alive_only_42));
+	ck_assert(moat_cg_leaf_stale("moat-42-t501-3", alive_only_42));
+	ck_assert(moat_cg_leaf_stale("moat-41-t500-3", alive_only_42));
+	ck_assert(moat_cg_pid_alive(getpid(), 0));
+	uint64_t me = moat_cg_pid_start(getpid());
+	ck_assert_uint_gt(me, 0);
+	ck_assert(moat_cg_pid_alive(getpid(), me));
+	ck_assert(!moat_cg_pid_alive(getpid(), me + 1));
+}
+END_TEST
+
+/* /proc/<pid>/stat's field 22, whatever the command's name holds */
+START_TEST(stat_starttime)
+{
+	uint64_t v = 0;
+	ck_assert_int_eq(moat_cg_stat_starttime("1234 (moat) S 1 1234 1234 0 -1 4194560 2747 0 0 0 "
+						 "1 2 0 0 20 0 3 0 8815123 12345 67\n", &v), 1);
+	ck_assert_uint_eq(v, 8815123);
+	ck_assert_int_eq(moat_cg_stat_starttime("7 (a) b) c (d) R 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 "
+						 "20 0 1 0 42 1 1", &v), 1);
+	ck_assert_uint_eq(v, 42);
+	const char *bad[] = { "", "1234 moat S 1", "1 (x) S 1 2 3", "1 (x) S 1 1 1 0 -1 0 0 0 0 0 "
+			      "0 0 0 0 20 0 1 0 x1 1", NULL };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		ck_assert_msg(moat_cg_stat_starttime(bad[i], &v) == 0, "%s accepted",
+			      bad[i] ? bad[i] : "NULL");
+	char self[64];
+	snprintf(self, sizeof self, "/proc/%ld/stat", (long)getpid());
+	FILE *f = fopen(self, "r");
+	char line[1024];
+	ck_assert_ptr_nonnull(f);
+	ck_assert_ptr_nonnull(fgets(line, sizeof line, f));
+	fclose(f);
+	ck_assert_int_eq(moat_cg_stat_starttime(line, &v), 1);
+	ck_assert_uint_eq(v, moat_cg_pid_start(getpid()));
 }
 END_TEST
 
@@ -242,10 +296,28 @@ START_TEST(remove_stale_dirs)
 	ck_assert_int_eq(mkdir(dead, 0700), 0);
 	ck_assert_int_eq(mkdir(live, 0700), 0);
 	ck_assert_int_eq(mkdir(other, 0700), 0);
+	/* our pid with our start time: live; with another: a process that had
+	 * our pid before us (reused), gone */
+	uint64_t me = moat_cg_pid_start(getpid());
+	char live_t[160], reused[160];
+	snprintf(live_t, sizeof live_t, "%s/moat-%ld-t%llu-2", dir, (long)getpid(),
+		 (unsigned long long)me);
+	snprintf(reused, sizeof reused, "%s/moat-%ld-t%llu-2", dir, (long)getpid(),
+		 (unsigned long long)me + 1);
+	ck_assert_int_eq(mkdir(live_t, 0700), 0);
+	ck_assert_int_eq(mkdir(reused, 0700), 0);
+	unsigned found = 0, removed = 0;
+	moat_cg_scan_stale(dir, false, &found, &removed);
+	ck_assert_uint_eq(found, 2);
+	ck_assert_uint_eq(removed, 0);
+	ck_assert_int_eq(access(dead, F_OK), 0);
 	moat_cg_remove_stale(dir);
 	ck_assert_int_eq(access(dead, F_OK), -1);
+	ck_assert_int_eq(access(reused, F_OK), -1);
 	ck_assert_int_eq(access(live, F_OK), 0);
+	ck_assert_int_eq(access(live_t, F_OK), 0);
 	ck_assert_int_eq(access(other, F_OK), 0);
+	ck_assert_int_eq(rmdir(live_t), 0);
 	ck_assert_int_eq(moat_cg_rmdir_wait(live), 0);
 	ck_assert_int_eq(moat_cg_rmdir_wait(live), 0); /* already gone: fine */
 	rmdir(other);
@@ -514,6 +586,7 @@ Suite *cgroups_suite(void)
 	tcase_add_test(tc, single_numbers);
 	tcase_add_test(tc, cpu_max_format);
 	tcase_add_test(tc, leaf_names);
+	tcase_add_test(tc, stat_starttime);
 	tcase_add_test(tc, remove_stale_dirs);
 	tcase_add_test(tc, file_helpers);
 	tcase_add_test(tc, mech_names_and_describe);
