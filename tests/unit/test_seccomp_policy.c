@@ -1553,8 +1553,8 @@ static int child_checks(void)
 	if (syscall(SYS_inotify_init1, O_CLOEXEC) < 0)
 		return c;
 	c++;
-	/* personality, even the query, is not allowed since issue 37: no
-	 * workload of the evidence made it */
+	/* personality, even the query, is not allowed (since issue 37; no
+	 * workload of the evidence makes it) */
 	if (!denied(syscall(SYS_personality, 0xffffffffUL), EPERM))
 		return c;
 	c++;
