@@ -1248,15 +1248,15 @@ START_TEST(rlimits_set)
 	 * never raises one); RLIMIT_NICE and RLIMIT_RTPRIO 0: what the default
 	 * policy's mlock, setpriority and sched_set* are held to (SECURITY.md
 	 * rows 15, 90) */
-	/* the caller's own limits raised first (this test runs in a process of
-	 * its own, and as root may): moat lowers them for the program whatever
-	 * the caller had */
-	if (harness_is_root()) {
-		struct rlimit big = { 64u << 20, 64u << 20 }, nice = { 20, 20 }, rt = { 10, 10 };
-		ck_assert_int_eq(setrlimit(RLIMIT_MEMLOCK, &big), 0);
-		ck_assert_int_eq(setrlimit(RLIMIT_NICE, &nice), 0);
-		ck_assert_int_eq(setrlimit(RLIMIT_RTPRIO, &rt), 0);
-	}
+	/* the caller's own limits raised first where it may (this test runs in
+	 * a process of its own; raising a hard limit needs CAP_SYS_RESOURCE):
+	 * moat lowers them for the program whatever the caller had */
+	struct rlimit big = { 64u << 20, 64u << 20 }, nice = { 20, 20 }, rt = { 10, 10 };
+	if (setrlimit(RLIMIT_MEMLOCK, &big) < 0 || setrlimit(RLIMIT_NICE, &nice) < 0 ||
+	    setrlimit(RLIMIT_RTPRIO, &rt) < 0)
+		fprintf(stderr, "note: %s: the caller's RLIMIT_MEMLOCK, NICE and RTPRIO not "
+			"raised (%s): the program's are checked against the caller's\n",
+			__func__, strerror(errno));
 	struct rlimit ml;
 	ck_assert_int_eq(getrlimit(RLIMIT_MEMLOCK, &ml), 0);
 	unsigned long long memlock = 8ull << 20;
