@@ -19,9 +19,16 @@ int moat_priv_prepare(struct moat_priv_plan *p, uint64_t fsize_bytes, struct moa
 	p->empty = cap_init(); /* cap_init returns every set cleared */
 	if (!p->empty)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "cap_init: %s", strerror(errno));
+	/* RLIMIT_MEMLOCK, RLIMIT_NICE and RLIMIT_RTPRIO bound what the default
+	 * seccomp policy lets the program do without capabilities (SECURITY.md
+	 * row 90): lock at most 8 MiB (the kernel's own default since 5.16),
+	 * never lower its niceness, never take a real-time scheduling class */
 	if (moat_priv_add_rlimit(p, RLIMIT_CORE, 0, err) < 0 ||
 	    moat_priv_add_rlimit(p, RLIMIT_NOFILE, 1024, err) < 0 ||
-	    moat_priv_add_rlimit(p, RLIMIT_FSIZE, (rlim_t)fsize_bytes, err) < 0) {
+	    moat_priv_add_rlimit(p, RLIMIT_FSIZE, (rlim_t)fsize_bytes, err) < 0 ||
+	    moat_priv_add_rlimit(p, RLIMIT_MEMLOCK, MOAT_MEMLOCK_BYTES, err) < 0 ||
+	    moat_priv_add_rlimit(p, RLIMIT_NICE, 0, err) < 0 ||
+	    moat_priv_add_rlimit(p, RLIMIT_RTPRIO, 0, err) < 0) {
 		moat_priv_release(p);
 		return -1;
 	}

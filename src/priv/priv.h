@@ -10,7 +10,9 @@
 #include <sys/capability.h>
 #include "moat.h"
 
-#define MOAT_MAX_RLIMITS 8
+#define MOAT_MAX_RLIMITS 12
+/* the program's RLIMIT_MEMLOCK (or the caller's, when lower) */
+#define MOAT_MEMLOCK_BYTES (8u << 20)
 
 struct moat_rlimit {
 	int resource;

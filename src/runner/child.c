@@ -234,6 +234,26 @@ __attribute__((constructor)) static void read_self_layout(void)
  * and the environment emptied. The areas are the supervisor's, read before
  * its main (read_self_layout); where that failed, from pid 1's /proc/self,
  * while the host's /proc is still mounted. System calls only. */
+/* memfd_create is in the default policy (SECURITY.md row 90): as root, pid 1
+ * still runs with the host's root uid here (it becomes 65534 later), the one
+ * uid the kernel lets write vm.memfd_noexec, and this process's pid
+ * namespace is the run's own. 2: every memfd is sealed not executable and
+ * MFD_EXEC fails, for every process of the run (a pid namespace's setting
+ * can only be raised below it, and the program holds no capability to raise
+ * or lower it). Rootless the kernel refuses the write; before Linux 6.3 the
+ * file is missing. Either way a memfd stays executable, which gives the
+ * program nothing /sandbox (writable, not noexec) does not. */
+static void memfd_noexec(void)
+{
+	int fd = open("/proc/sys/vm/memfd_noexec", O_WRONLY | O_CLOEXEC);
+	if (fd < 0)
+		return;
+	if (write(fd, "2", 1) < 0) {
+		/* best effort: the property is defence in depth (above) */
+	}
+	close(fd);
+}
+
 static int hide_host_cmdline(void)
 {
 	unsigned long v[NFIELDS];
@@ -528,6 +548,8 @@ int moat_child_main(const struct moat_child *c)
 		fail(c, MOAT_STEP_CAPS, 0);
 	if (hide_host_cmdline() < 0)
 		fail(c, MOAT_STEP_CMDLINE, 0);
+	if (c->as_root)
+		memfd_noexec();
 	moat_stamp("init: prepared, waits for the id maps");
 	if (moat_sync_wait(c->sync_fd, MOAT_SYNC_IDS) < 0)
 		moat_sys_exit(125); /* the supervisor gave up: nothing to report to */

@@ -119,7 +119,7 @@ struct moat_zygote_rlimit {
 	uint32_t zero;
 	uint64_t value;
 };
-#define MOAT_ZYGOTE_MAX_RECORD (1 + 8 * sizeof(struct moat_zygote_rlimit))
+#define MOAT_ZYGOTE_MAX_RECORD (1 + MOAT_MAX_RLIMITS * sizeof(struct moat_zygote_rlimit))
 
 /* The namespaces every sandbox's pid 1 is cloned into, spelled once: by
  * the runner (start.c, clone3) and by a zygote for its children

@@ -339,6 +339,27 @@ for name in ("keyctl", "bpf", "io_uring_setup", "kexec_load", "init_module", "op
     check(not any(name in r.get("names", []) and r.get("action") == "SCMP_ACT_ALLOW" for r in rules),
           "the profile does not allow %s (neither the default nor moat needs it)" % name)
 
+# moat runs beneath the profile: every name moat's default policy allows must
+# get through it (SECURITY.md row 90), whole where the default allows it whole
+try:
+    default = json.load(open(os.path.join(ROOT, "policies", "default.json")))
+except (OSError, ValueError) as e:
+    default = {}
+    check(False, "policies/default.json parses", str(e))
+missing = []
+for r in default.get("syscalls", []):
+    if r.get("action") != "SCMP_ACT_ALLOW":
+        continue
+    for name in r.get("names", []):
+        if r.get("args") or r.get("includes") or r.get("excludes"):
+            ok = any(name in x.get("names", []) and x.get("action") == "SCMP_ACT_ALLOW" for x in rules)
+        else:
+            ok = allowed_whole(name)
+        if not ok:
+            missing.append(name)
+check(default and not missing, "the profile lets through every call moat's default policy allows",
+      "missing %s" % sorted(set(missing)))
+
 # ---- the container image recipe --------------------------------------------------
 cf = os.path.join(ROOT, "deploy", "container", "Containerfile")
 text = open(cf).read() if os.path.isfile(cf) else ""

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <sys/wait.h>
@@ -445,7 +446,8 @@ START_TEST(etc_only_planned_files)
 		{ "/etc/python3", "python3" }, { "/etc/python3.11", "python3.11" },
 		{ "/etc/python3.12", "python3.12" }, { "/etc/python3.13", "python3.13" },
 		{ "/etc/timezone", "timezone" }, { "/etc/matplotlibrc", "matplotlibrc" },
-		{ "/etc/fonts", "fonts" },
+		{ "/etc/fonts", "fonts" }, { "/etc/services", "services" },
+		{ "/etc/protocols", "protocols" },
 	};
 	const char *names[32] = { "passwd", "group", "hosts", "hostname" };
 	size_t n = 4;
@@ -517,6 +519,28 @@ static bool host_has_matplotlib(void)
 /* An agent's most common snippet in a cold run (no session driver, no env):
  * matplotlib imports (Debian's reads /etc/matplotlibrc, which the plan binds),
  * draws with Agg and saves a PNG that comes back through "outputs". */
+/* /etc/services and /etc/protocols (rootfs/default.plan, docs/rootfs.md):
+ * a service or protocol given by name resolves inside, as it does on the
+ * host (issue 43: getservbyname and getaddrinfo with a service name failed).
+ * Read-only like every bind (root_and_binds_read_only, mount_flags). */
+START_TEST(etc_services_names_resolve)
+{
+	HARNESS_MODE_GUARD(_i);
+	if (access("/etc/services", R_OK) != 0 || access("/etc/protocols", R_OK) != 0) {
+		harness_skip("the host has no /etc/services or /etc/protocols to bind");
+		return;
+	}
+	expect_py(_i,
+		  "import os, socket\n"
+		  "print(socket.getservbyname('http'), socket.getservbyport(443, 'tcp'),\n"
+		  "      socket.getprotobyname('tcp'))\n"
+		  "print(sorted({a[4][1] for a in socket.getaddrinfo('localhost', 'http',\n"
+		  "                                                  type=socket.SOCK_STREAM)}))\n"
+		  "print([os.access(p, os.W_OK) for p in ('/etc/services', '/etc/protocols')])\n",
+		  "80 https 6\n[80]\n[False, False]\n");
+}
+END_TEST
+
 START_TEST(matplotlib_plot_cold_run)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -1220,6 +1244,27 @@ END_TEST
 START_TEST(rlimits_set)
 {
 	HARNESS_MODE_GUARD(_i);
+	/* RLIMIT_MEMLOCK: 8 MiB, or the caller's hard limit when lower (moat
+	 * never raises one); RLIMIT_NICE and RLIMIT_RTPRIO 0: what the default
+	 * policy's mlock, setpriority and sched_set* are held to (SECURITY.md
+	 * rows 15, 90) */
+	/* the caller's own limits raised first where it may (this test runs in
+	 * a process of its own; raising a hard limit needs CAP_SYS_RESOURCE):
+	 * moat lowers them for the program whatever the caller had */
+	struct rlimit big = { 64u << 20, 64u << 20 }, nice = { 20, 20 }, rt = { 10, 10 };
+	if (setrlimit(RLIMIT_MEMLOCK, &big) < 0 || setrlimit(RLIMIT_NICE, &nice) < 0 ||
+	    setrlimit(RLIMIT_RTPRIO, &rt) < 0)
+		fprintf(stderr, "note: %s: the caller's RLIMIT_MEMLOCK, NICE and RTPRIO not "
+			"raised (%s): the program's are checked against the caller's\n",
+			__func__, strerror(errno));
+	struct rlimit ml;
+	ck_assert_int_eq(getrlimit(RLIMIT_MEMLOCK, &ml), 0);
+	unsigned long long memlock = 8ull << 20;
+	if (ml.rlim_max != RLIM_INFINITY && ml.rlim_max < memlock)
+		memlock = ml.rlim_max;
+	char want[256];
+	snprintf(want, sizeof want, "(0, 0) True True\ncannot raise\n(%llu, %llu) (0, 0) (0, 0)\n",
+		 memlock, memlock);
 	expect_py(_i,
 		  "import resource as r\n"
 		  "core = r.getrlimit(r.RLIMIT_CORE)\n"
@@ -1229,8 +1274,10 @@ START_TEST(rlimits_set)
 		  "try:\n"
 		  "    r.setrlimit(r.RLIMIT_NOFILE, (4096, 4096)); print('raised')\n"
 		  "except (ValueError, OSError) as e:\n"
-		  "    print('cannot raise')\n",
-		  "(0, 0) True True\ncannot raise\n");
+		  "    print('cannot raise')\n"
+		  "print(r.getrlimit(r.RLIMIT_MEMLOCK), r.getrlimit(r.RLIMIT_NICE),\n"
+		  "      r.getrlimit(r.RLIMIT_RTPRIO))\n",
+		  want);
 }
 END_TEST
 
@@ -1247,6 +1294,7 @@ Suite *isolation_suite(void)
 	tcase_add_loop_test(tc, ptys_private_instance, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, host_paths_hidden, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, etc_only_planned_files, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, etc_services_names_resolve, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, matplotlib_plot_cold_run, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, fontconfig_finds_a_font, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ids_are_nobody, MODE_ROOT, MODE_ROOTLESS + 1);

@@ -515,6 +515,78 @@ START_TEST(pooled_plot_needs_no_env)
 }
 END_TEST
 
+/* Calls the default policy allows since issue 43 work in a zygote's child,
+ * which runs the default stacked on the zygote's own filter
+ * (policies/zygote.json allows every name the default does), and in a warm
+ * interpreter: same-id setresuid, pause woken by an alarm, sigpending,
+ * getitimer, waitid, pidfd_open, nice, inotify; the program's rlimits
+ * (RLIMIT_MEMLOCK at most 8 MiB, RLIMIT_NICE and RLIMIT_RTPRIO 0) reach a
+ * zygote's child too, and as root its memfds are sealed not executable
+ * (vm.memfd_noexec 2, set by the pid 1 of the zygote's own sandbox for every
+ * pid namespace below it; SECURITY.md row 90). */
+#define PY_CONFINED                                                                          \
+	"import ctypes, os, resource as r, signal, time\n"                                       \
+	"os.setresuid(*os.getresuid())\n"                                                         \
+	"signal.signal(signal.SIGALRM, lambda s, f: None)\n"                                      \
+	"t0 = time.monotonic(); signal.alarm(1); signal.pause()\n"                                \
+	"pid = os.fork()\n"                                                                       \
+	"if pid == 0:\n"                                                                          \
+	"    os._exit(3)\n"                                                                       \
+	"st = os.waitid(os.P_PID, pid, os.WEXITED).si_status\n"                                   \
+	"os.close(os.pidfd_open(os.getpid()))\n"                                                  \
+	"n = os.nice(0); os.nice(2)\n"                                                            \
+	"print(time.monotonic() - t0 > 0.5, signal.sigpending(), signal.getitimer(signal.ITIMER_REAL),\n" \
+	"      st, os.nice(0) - n, ctypes.CDLL(None).inotify_init1(0) >= 0)\n"                    \
+	"print(r.getrlimit(r.RLIMIT_MEMLOCK)[0] <= 8 << 20, r.getrlimit(r.RLIMIT_NICE),\n"        \
+	"      r.getrlimit(r.RLIMIT_RTPRIO))\n"                                                   \
+	"print('memfd_noexec', open('/proc/sys/vm/memfd_noexec').read().strip())\n"
+
+static void pool_confined(struct server *s, int mode, const char *what)
+{
+	pool_wait_ready(s, "python", 1);
+	char host[8] = "0";
+	FILE *f = fopen("/proc/sys/vm/memfd_noexec", "re");
+	if (f) {
+		if (!fgets(host, sizeof host, f))
+			strcpy(host, "0");
+		fclose(f);
+		host[strcspn(host, "\n")] = '\0';
+	}
+	char *q = harness_json_quote(PY_CONFINED), *body = NULL, *want = NULL;
+	ck_assert_int_ge(asprintf(&body, "{\"code\":%s}", q), 0);
+	ck_assert_int_ge(asprintf(&want,
+				  "True set() (0.0, 0.0) 3 2 True\nTrue (0, 0) (0, 0)\n"
+				  "memfd_noexec %s\n",
+				  mode == MODE_ROOT && f ? "2" : host),
+			 0);
+	struct resp r;
+	v1(s, body, &r);
+	ck_assert_msg(pooled(&r) && jnum(r.json, "exitCode") == 0 &&
+			      !strcmp(jstr(r.json, "stdout"), want),
+		      "%s: wanted %s: %.1500s", what, want, r.body);
+	resp_free(&r);
+	free(want);
+	free(body);
+	free(q);
+}
+
+START_TEST(pooled_confined_calls_work)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct server s;
+	struct server_opts o = { .socket = true, .pool = 1, .zygote = 1 };
+	server_start(&s, _i, &o);
+	pool_wait_zygote(&s);
+	pool_confined(&s, _i, "a zygote's child");
+	server_stop_pool(&s, pool_idle_children(1, true));
+	o = (struct server_opts){ .socket = true, .pool = 1,
+				  .config = "{\"serve\":{\"poolZygote\":false}}" };
+	server_start(&s, _i, &o);
+	pool_confined(&s, _i, "a warm interpreter");
+	server_stop_pool(&s, pool_idle_children(1, false));
+}
+END_TEST
+
 void serve_zygote_tests(Suite *s, const char *only)
 {
 	TCase *tc = serve_tcase(s, "zygote");
@@ -527,4 +599,5 @@ void serve_zygote_tests(Suite *s, const char *only)
 	SERVE_ADD(tc, only, zygote_child_tree_is_a_cold_runs, SERVE_MODES);
 	SERVE_ADD(tc, only, zygote_child_waits_locked_down, SERVE_MODES);
 	SERVE_ADD(tc, only, pooled_plot_needs_no_env, SERVE_MODES);
+	SERVE_ADD(tc, only, pooled_confined_calls_work, SERVE_MODES);
 }

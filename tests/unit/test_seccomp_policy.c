@@ -622,17 +622,53 @@ START_TEST(docker_fixture_loads_and_compiles)
 }
 END_TEST
 
-/* Must never be allowed (DESIGN.md §4 invariant 4). Conditional ones
- * (clone, personality, ioctl, socket) are exercised in the child test. */
-static const char *const must_deny[] = {
-	"ptrace", "process_vm_readv", "process_vm_writev", "mount", "umount2", "fsopen",
-	"fsconfig", "fsmount", "fspick", "open_tree", "move_mount", "mount_setattr",
-	"pivot_root", "chroot", "unshare", "setns", "keyctl", "add_key", "request_key", "bpf",
-	"perf_event_open", "userfaultfd", "io_uring_setup", "io_uring_enter",
-	"io_uring_register", "kexec_load", "kexec_file_load", "init_module", "finit_module",
-	"delete_module", "open_by_handle_at", "name_to_handle_at", "reboot", "swapon",
-	"swapoff", "syslog", "acct", "quotactl", "lookup_dcookie", "iopl", "ioperm", "clone3",
+/* The families the default policy refuses (SECURITY.md row 90: the rule),
+ * every name of each: none may ever be allowed, conditionally or not
+ * (DESIGN.md §4 invariant 4). Conditional ones of other calls (clone with
+ * namespace flags, personality, ioctl, socket) are exercised in the child
+ * test. */
+static const struct {
+	const char *family;
+	const char *const names[16];
+} refused_families[] = {
+	{ "io_uring", { "io_uring_setup", "io_uring_enter", "io_uring_register" } },
+	{ "bpf", { "bpf" } },
+	{ "userfaultfd", { "userfaultfd" } },
+	{ "perf_event_open", { "perf_event_open" } },
+	{ "the key calls", { "keyctl", "add_key", "request_key" } },
+	{ "mount, namespace and pivot calls",
+	  { "mount", "umount2", "fsopen", "fsconfig", "fsmount", "fspick", "move_mount",
+	    "open_tree", "mount_setattr", "pivot_root", "chroot", "unshare", "setns", "clone3" } },
+	{ "ptrace and cross-process memory and descriptors",
+	  { "ptrace", "process_vm_readv", "process_vm_writev", "process_madvise", "pidfd_getfd",
+	    "kcmp" } },
+	{ "module and kexec loading",
+	  { "init_module", "finit_module", "delete_module", "kexec_load", "kexec_file_load" } },
+	{ "file handles", { "open_by_handle_at", "name_to_handle_at" } },
+	{ "raw I/O ports", { "ioperm", "iopl" } },
+	{ "setting the clocks", { "settimeofday", "clock_settime", "clock_adjtime", "adjtimex" } },
+	{ "host and domain names", { "sethostname", "setdomainname" } },
+	{ "swap, reboot, process accounting, quotas and the kernel log",
+	  { "swapon", "swapoff", "reboot", "acct", "quotactl", "quotactl_fd", "syslog" } },
+	{ "NUMA page moving and placement",
+	  { "move_pages", "migrate_pages", "mbind", "set_mempolicy", "set_mempolicy_home_node" } },
+	{ "fanotify", { "fanotify_init", "fanotify_mark" } },
+	{ "memfd_secret", { "memfd_secret" } },
+	{ "obsolete and legacy calls",
+	  { "uselib", "_sysctl", "ustat", "sysfs", "nfsservctl", "lookup_dcookie", "modify_ldt",
+	    "vhangup", "remap_file_pages" } },
 };
+#define N_FAMILIES (sizeof refused_families / sizeof refused_families[0])
+
+/* The family that refuses name, or NULL. */
+static const char *refused_family_of(const char *name)
+{
+	for (size_t f = 0; f < N_FAMILIES; f++)
+		for (size_t k = 0; refused_families[f].names[k]; k++)
+			if (!strcmp(refused_families[f].names[k], name))
+				return refused_families[f].family;
+	return NULL;
+}
 
 START_TEST(default_policy_loads_and_compiles)
 {
@@ -648,17 +684,19 @@ START_TEST(default_policy_loads_and_compiles)
 	free(buf);
 	ck_assert_uint_eq(p->default_action, SCMP_ACT_ERRNO(EPERM));
 	ck_assert_uint_eq(p->n_notes, 0); /* every name known on this host */
-	for (size_t k = 0; k < sizeof must_deny / sizeof must_deny[0]; k++) {
-		int nr = seccomp_syscall_resolve_name(must_deny[k]);
-		for (size_t i = 0; i < p->n_rules; i++) {
-			const struct sc_rule *r = &p->rules[i];
-			if (!r->applies || r->action == p->default_action)
-				continue;
-			for (size_t n = 0; n < r->n_names; n++)
-				ck_assert_msg(r->nrs[n] != nr || r->action != SCMP_ACT_ALLOW,
-					      "default policy allows %s", must_deny[k]);
+	for (size_t f = 0; f < N_FAMILIES; f++)
+		for (size_t k = 0; refused_families[f].names[k]; k++) {
+			int nr = seccomp_syscall_resolve_name(refused_families[f].names[k]);
+			for (size_t i = 0; i < p->n_rules; i++) {
+				const struct sc_rule *r = &p->rules[i];
+				if (!r->applies || r->action == p->default_action)
+					continue;
+				for (size_t n = 0; n < r->n_names; n++)
+					ck_assert_msg(r->nrs[n] != nr || r->action != SCMP_ACT_ALLOW,
+						      "default policy allows %s",
+						      refused_families[f].names[k]);
+			}
 		}
-	}
 	struct moat_seccomp_prog *prog = NULL;
 	ck_assert_msg(sc_compile(p, &prog, &err) == 0, "%s", err.message);
 	ck_assert(!prog->log);
@@ -667,13 +705,15 @@ START_TEST(default_policy_loads_and_compiles)
 }
 END_TEST
 
-/* ---- the default policy's size and its evidence (issue 37) ---- */
+/* ---- the default policy's rule, size and evidence (issues 37, 43) ---- */
 
 #define EVIDENCE_UNION "policies/evidence/union.txt"
-#define DEFAULT_MAX_ALLOWED 170
-/* The comment that opens an allowing entry of names no workload of the
- * evidence made here (each such entry says which and why). */
-#define NOT_IN_EVIDENCE "not in the evidence"
+#define DEFAULT_MAX_ALLOWED 230
+/* The comment that opens each refused family's entry (then the family, then
+ * why); an allowing entry's comment says how the kernel confines its calls,
+ * at least this long. */
+#define REFUSED_PREFIX "refused: "
+#define MIN_REASON 40
 
 static bool entry_names(const cJSON *entry, const char *name)
 {
@@ -737,7 +777,7 @@ static char **evidence_union(size_t *n)
 /* At most DEFAULT_MAX_ALLOWED names are allowed, counted over the file (every
  * architecture's rules) and as the compiler sees it on this host, which is
  * what `moat policy show` prints. */
-START_TEST(default_policy_allows_at_most_170)
+START_TEST(default_policy_allows_at_most_230)
 {
 	cJSON *j = default_policy_json();
 	const cJSON *e, *n;
@@ -764,10 +804,71 @@ START_TEST(default_policy_allows_at_most_170)
 }
 END_TEST
 
-/* Every name a traced workload made is allowed, or refused on purpose by an
- * entry of its own that says why; every allowed name is in the evidence or in
- * an entry that says why it is allowed without it (SECURITY.md row 90: the
- * rule for adding a call). */
+static bool entry_is_conditional(const cJSON *entry)
+{
+	return cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(entry, "args")) > 0;
+}
+
+/* Every name of every refused family: no allowing entry names it, not even
+ * under a condition; an entry of its family refuses it, whose comment starts
+ * "refused: <family>" and says why (clone3: its own ENOSYS entry); the
+ * program compiled here answers it with an errno. Fails if a family's call
+ * is ever allowed (the rule, SECURITY.md row 90). */
+START_TEST(default_policy_refuses_the_risky_families)
+{
+	cJSON *j = default_policy_json();
+	const cJSON *calls = cJSON_GetObjectItemCaseSensitive(j, "syscalls");
+	struct moat_seccomp_prog *prog = NULL;
+	struct moat_error err = { 0 };
+	sc_cache_set_dir("");
+	ck_assert_msg(moat_seccomp_prepare(NULL, false, &prog, &err) == 0, "%s", err.message);
+	sc_cache_set_dir(NULL);
+	size_t checked = 0;
+	for (size_t f = 0; f < N_FAMILIES; f++) {
+		for (size_t k = 0; refused_families[f].names[k]; k++) {
+			const char *name = refused_families[f].names[k];
+			bool refused = false;
+			const cJSON *e;
+			cJSON_ArrayForEach(e, calls) {
+				if (!entry_names(e, name))
+					continue;
+				ck_assert_msg(!entry_allows(e),
+					      "the default policy allows %s (%s), of the refused "
+					      "family \"%s\"%s",
+					      name, entry_comment(e), refused_families[f].family,
+					      entry_is_conditional(e) ? " (conditionally)" : "");
+				const char *c = entry_comment(e);
+				if (!strcmp(name, "clone3") ||
+				    (!strncmp(c, REFUSED_PREFIX, strlen(REFUSED_PREFIX)) &&
+				     !strncmp(c + strlen(REFUSED_PREFIX), refused_families[f].family,
+					      strlen(refused_families[f].family)) &&
+				     strlen(c) > MIN_REASON))
+					refused = true;
+			}
+			ck_assert_msg(refused,
+				      "%s: no entry \"" REFUSED_PREFIX "%s. <why>\" in the default policy",
+				      name, refused_families[f].family);
+			int nr = seccomp_syscall_resolve_name(name);
+			if (nr < 0)
+				continue; /* not a call of this architecture */
+			struct seccomp_data d = { .nr = nr, .arch = seccomp_arch_native() };
+			uint32_t ret;
+			ck_assert_int_eq(sc_bpf_run(prog->insns, prog->len, &d, &ret), 0);
+			ck_assert_msg((ret & SECCOMP_RET_ACTION_FULL) == SECCOMP_RET_ERRNO,
+				      "%s: the compiled default answers %#x, not an errno", name, ret);
+			checked++;
+		}
+	}
+	ck_assert_uint_gt(checked, 60);
+	moat_seccomp_prog_free(prog);
+	cJSON_Delete(j);
+}
+END_TEST
+
+/* Every name a traced workload made (policies/evidence/) is allowed, or is
+ * one of a refused family's: a call real programs make is never refused for
+ * anything but its risk. Every allowing entry says why the kernel confines
+ * its calls (the rule for adding a call, SECURITY.md row 90). */
 START_TEST(evidence_union_is_allowed_or_refused)
 {
 	cJSON *j = default_policy_json();
@@ -775,34 +876,27 @@ START_TEST(evidence_union_is_allowed_or_refused)
 	size_t n;
 	char **names = evidence_union(&n);
 	for (size_t i = 0; i < n; i++) {
-		bool allowed = false, refused = false;
+		bool allowed = false;
 		const cJSON *e;
-		cJSON_ArrayForEach(e, calls) {
-			if (!entry_names(e, names[i]))
-				continue;
-			if (entry_allows(e))
-				allowed = true;
-			else if (strlen(entry_comment(e)) > 20)
-				refused = true;
-		}
-		ck_assert_msg(allowed || refused,
-			      "%s is in the evidence (%s) but neither allowed nor refused with a "
-			      "reason by the default policy",
+		cJSON_ArrayForEach(e, calls)
+			allowed = allowed || (entry_names(e, names[i]) && entry_allows(e));
+		ck_assert_msg(allowed || refused_family_of(names[i]),
+			      "%s is in the evidence (%s) but neither allowed by the default "
+			      "policy nor in a refused family",
 			      names[i], EVIDENCE_UNION);
 	}
-	const cJSON *e, *nm;
+	const cJSON *e;
 	cJSON_ArrayForEach(e, calls) {
-		if (!entry_allows(e) || !strncmp(entry_comment(e), NOT_IN_EVIDENCE,
-						 strlen(NOT_IN_EVIDENCE)))
-			continue;
-		cJSON_ArrayForEach(nm, cJSON_GetObjectItemCaseSensitive(e, "names")) {
-			bool found = false;
-			for (size_t i = 0; i < n && !found; i++)
-				found = !strcmp(names[i], nm->valuestring);
-			ck_assert_msg(found,
-				      "%s is allowed by \"%s\" but is not in %s: move it to an "
-				      "entry whose comment starts \"" NOT_IN_EVIDENCE "\" and says why",
-				      nm->valuestring, entry_comment(e), EVIDENCE_UNION);
+		if (entry_allows(e))
+			ck_assert_msg(strlen(entry_comment(e)) > MIN_REASON,
+				      "an allowing entry without a reason: \"%s\"", entry_comment(e));
+		else if (!strncmp(entry_comment(e), REFUSED_PREFIX, strlen(REFUSED_PREFIX))) {
+			/* each refused entry is a family of the list above */
+			const cJSON *nm;
+			cJSON_ArrayForEach(nm, cJSON_GetObjectItemCaseSensitive(e, "names"))
+				ck_assert_msg(refused_family_of(nm->valuestring),
+					      "%s is refused by \"%s\" but in no family of this test",
+					      nm->valuestring, entry_comment(e));
 		}
 	}
 	for (size_t i = 0; i < n; i++)
@@ -1441,8 +1535,26 @@ static int child_checks(void)
 	if (syscall(SYS_getpid) <= 0)
 		return c;
 	c++;
-	/* personality, even the query, is not allowed since issue 37: no
-	 * workload of the evidence made it */
+	/* allowed since issue 43: the kernel confines them to the caller */
+	if (syscall(SYS_setresuid, -1L, -1L, -1L) != 0)
+		return c;
+	c++;
+	uint64_t pending = 0;
+	if (syscall(SYS_rt_sigpending, &pending, sizeof pending) != 0)
+		return c;
+	c++;
+	long itv[4];
+	if (syscall(SYS_getitimer, 0 /* ITIMER_REAL */, itv) != 0)
+		return c;
+	c++;
+	if (syscall(SYS_pidfd_open, syscall(SYS_getpid), 0) < 0)
+		return c;
+	c++;
+	if (syscall(SYS_inotify_init1, O_CLOEXEC) < 0)
+		return c;
+	c++;
+	/* personality, even the query, is not allowed (since issue 37; no
+	 * workload of the evidence makes it) */
 	if (!denied(syscall(SYS_personality, 0xffffffffUL), EPERM))
 		return c;
 	c++;
@@ -2482,7 +2594,8 @@ Suite *seccomp_policy_suite(void)
 	tcase_add_test(tc, docker_fixture_loads_and_compiles);
 	tcase_add_test(tc, default_policy_loads_and_compiles);
 	tcase_add_test(tc, policy_check_and_show);
-	tcase_add_test(tc, default_policy_allows_at_most_170);
+	tcase_add_test(tc, default_policy_allows_at_most_230);
+	tcase_add_test(tc, default_policy_refuses_the_risky_families);
 	tcase_add_test(tc, evidence_union_is_allowed_or_refused);
 	tcase_add_test(tc, policy_allowed_count);
 	tcase_add_test(tc, zygote_policy_allows_what_the_default_does);
