@@ -50,9 +50,9 @@ int moat_seccomp_log_handle(const struct moat_seccomp_prog *prog, int listener_f
  * entry limit. */
 char *moat_seccomp_log_json(const struct moat_seccomp_log *log);
 #define SC_LOG_DEFAULT_HINT                                                                 \
-	"refused by moat's default seccomp policy, which allows only the calls real "       \
-	"workloads were seen to make (SECURITY.md); to allow one, run with --policy FILE, " \
-	"a copy of moat policy show with its name added"
+	"refused by moat's default seccomp policy, which refuses the calls that open "      \
+	"kernel attack surface sandboxed code does not need (SECURITY.md row 90); to "     \
+	"allow one, run with --policy FILE, a copy of moat policy show with its name added"
 
 /* For `moat doctor`: where this user's compiled filters are cached (malloc'd
  * path; NULL when there is none: root uses /var/cache/moat/seccomp, others

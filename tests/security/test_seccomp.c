@@ -768,7 +768,10 @@ static const char confined_py[] =
 	"            raise OSError(ctypes.get_errno(), 'sync')\n"
 	"    os.close(fd)\n"
 	"    return True\n"
-	"t('sync_syncfs', sync)\n";
+	"t('sync_syncfs', sync)\n"
+	"import socket\n"
+	"t('if_nameindex', lambda: 'lo' in [n for _, n in socket.if_nameindex()])\n"
+	;
 
 static const char confined_expected[] =
 	"setresuid_same_ids ok\n"
@@ -789,7 +792,8 @@ static const char confined_expected[] =
 	"mlock_within_limit ok\n"
 	"memfd_create ok\n"
 	"xattr ok\n"
-	"sync_syncfs ok\n";
+	"sync_syncfs ok\n"
+	"if_nameindex ok\n";
 
 START_TEST(seccomp_confined_calls_work)
 {

@@ -1483,8 +1483,20 @@ static int child_checks(void)
 	if (!denied(syscall(SYS_socket, AF_VSOCK, SOCK_STREAM, 0), EPERM))
 		return c;
 	c++;
-	if (!denied(syscall(SYS_socket, AF_NETLINK, SOCK_RAW, NETLINK_ROUTE), EPERM))
+	if (!denied(syscall(SYS_socket, AF_NETLINK, SOCK_RAW, NETLINK_NETFILTER), EPERM))
 		return c;
+	c++;
+	if (!denied(syscall(SYS_socket, AF_NETLINK, SOCK_RAW, NETLINK_AUDIT), EPERM))
+		return c;
+	c++;
+	if (!denied(syscall(SYS_socket, AF_NETLINK | (1L << 32), SOCK_RAW, NETLINK_ROUTE), EPERM))
+		return c;
+	c++;
+	/* allowed: the run's own interfaces read through rtnetlink */
+	long nl = syscall(SYS_socket, AF_NETLINK, SOCK_RAW | SOCK_CLOEXEC, NETLINK_ROUTE);
+	if (nl < 0)
+		return c;
+	syscall(SYS_close, nl);
 	c++;
 	if (!denied(syscall(SYS_socket, AF_UNIX | (1L << 32), SOCK_STREAM, 0), EPERM))
 		return c;
