@@ -16,6 +16,7 @@ import faulthandler
 import fnmatch
 import importlib
 import os
+import re
 import sys
 import time
 import traceback
@@ -42,9 +43,18 @@ def emit(status, name, why=""):
     OUT.flush()
 
 
+ERRLINE = re.compile(r"^\s*[\w.]*(Error|Exception|Exit|Interrupt)\b.*")
+
+
 def last_line(err):
+    """the line that says what went wrong: assert_python_ok's message ends in
+    the child's traceback and a "---" line, so its last exception line"""
     text = "".join(traceback.format_exception_only(err[0], err[1])).strip()
-    return text.splitlines()[-1] if text else repr(err[1])
+    lines = [l for l in text.splitlines() if l.strip() and set(l.strip()) != {"-"}]
+    if not lines:
+        return repr(err[1])
+    errs = [l for l in lines[1:] if ERRLINE.match(l)]
+    return (lines[0] + " ... " + errs[-1].strip()) if errs else lines[-1]
 
 
 class Result(unittest.TestResult):
