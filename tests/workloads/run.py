@@ -185,6 +185,11 @@ class Harness:
             return lims
         for line in out.decode().splitlines():
             f = line.split()
+            if not self.root and f[0] != "NOFILE":
+                # a caller without root cannot raise a hard limit, and a bare
+                # run that fails to start would skip everything: NOFILE alone
+                # (moat's is lower than any host's) is copied
+                continue
             if len(f) == 3 and f[0] in ("CORE", "FSIZE", "NOFILE", "STACK", "MEMLOCK", "NPROC",
                                          "SIGPENDING", "MSGQUEUE", "NICE", "RTPRIO", "AS", "DATA"):
                 v = [x if x != "-1" else "unlimited" for x in f[1:]]
@@ -225,13 +230,14 @@ class Harness:
 
     def inside(self, name, mode, timeout, memory, argv):
         r = Run()
-        moat = self.moat if mode == "root" else self.moat_rl
+        rootless = mode.startswith("rootless")
+        moat = self.moat_rl if rootless else self.moat
         cmd = [moat, "run", "--json", "--seccomp-log", "--timeout", "%ds" % timeout,
                "--memory", memory, "--max-output", str(16 << 20), "--workdir", self.work]
         if self.policy:
             cmd += ["--policy", self.policy]
         cmd += ["--"] + argv
-        if mode == "rootless" and self.root:
+        if rootless and self.root:
             cmd = self.drop() + ["env", "-i", "PATH=/usr/local/bin:/usr/bin:/bin",
                                  "HOME=" + self.rl_home] + cmd
         rc, out, err, r.secs = run_cmd(cmd, "/", timeout + 60)
@@ -350,7 +356,44 @@ class Harness:
             if mode == "root" and not self.root:
                 self.tap(True, "%s (root)" % name, skip="root mode needs root")
                 continue
+            self.retry(name, mode, timeout, memory, argv, bare, runs[mode])
             self.compare(name, mode, bare, runs[mode])
+
+    def retry(self, name, mode, timeout, memory, argv, bare, run):
+        """Tests that passed bare and not inside while the policy refused
+        nothing (no EPERM: clone3's ENOSYS is glibc's way to fall back to
+        clone) run once more inside, alone: on a loaded machine a timing test
+        can lose once. One that passes then counts as passed, and a comment
+        says so; with any call refused there is no second chance."""
+        lost = sorted(t for t, (st, _) in bare.results.items()
+                      if st == "ok" and run.results.get(t, ("",))[0] != "ok")
+        if not lost or any(d.get("errno") != "ENOSYS" for d in run.denied):
+            return
+        again = self.inside(name, mode + "-retry", timeout, memory, self.retry_argv(argv, lost))
+        passed = [t for t in lost if again.results.get(t, ("",))[0] == "ok"]
+        for t in passed:
+            sys.stdout.write("# %s (%s): %s failed inside (%s) with no call refused; passed on a retry\n"
+                             % (name, mode, t, " ".join((run.results.get(t) or ("", "did not run"))[1].split())[:200]))
+            run.results[t] = ("ok", "")
+        run.denied = run.denied + [d for d in again.denied if d not in run.denied]
+
+    @staticmethod
+    def retry_argv(argv, tests):
+        """a pyunit argv narrowed to the given test ids; any other, as it was"""
+        if "pyunit.py" not in argv:
+            return argv
+        i = argv.index("pyunit.py") + 1
+        head, rest = argv[:i], argv[i:]
+        if rest[:1] == ["--timeout"]:
+            head, rest = head + rest[:2], rest[2:]
+        specs = []
+        for spec in rest:
+            mod = spec.split(":")[0]
+            modname = mod if mod.startswith("wl_") else "test." + mod
+            ids = [t for t in tests if t.startswith(modname + ".")]
+            if ids:
+                specs.append(mod + ":" + ",".join(ids))
+        return head + specs if specs else argv
 
     def main(self, only):
         t0 = time.monotonic()
