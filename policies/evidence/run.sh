@@ -74,7 +74,7 @@ for mode in ${MODES:-root rootless}; do
 		# shellcheck disable=SC2086  # the tab-separated argv, split on tabs
 		set -- $wargs
 		IFS=$oldifs
-		trace "wl-$wname" $mode "$MOAT" run --timeout "${wtimeout}s" --memory "$wmemory" \
+		trace "wl-$wname" "$mode" "$MOAT" run --timeout "${wtimeout}s" --memory "$wmemory" \
 			--max-output 16777216 --workdir "$work/wl" -- "$@"
 	done <"$work/wl.list"
 	if [ -d "$SPIN_ROOTFS" ]; then

@@ -27,4 +27,4 @@ sed -n 's/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .*\(Passed\).*/@@wl ok cmak
 s/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .*\*\*\*\(.*\)/@@wl fail cmake.ctest.\1: \2/p
 s/^ *[0-9]*\/[0-9]* Test *#[0-9]*: \([^ ]*\) .*\(Failed\|Exception\|Timeout\).*/@@wl fail cmake.ctest.\1: \2/p' ctest.log
 [ "$rc" -eq 0 ] || cat ctest.log >&2
-echo "@@wl $( [ "$rc" -eq 0 ] && echo ok || echo fail ) cmake.ctest"
+if [ "$rc" -eq 0 ]; then echo "@@wl ok cmake.ctest"; else echo "@@wl fail cmake.ctest: exit $rc"; fi

@@ -1,3 +1,4 @@
+# shellcheck shell=sh
 # sourced by the shell workloads: step NAME CMD... runs CMD, prints its
 # result line and keeps its output for the failure's reason (README.md)
 step() {

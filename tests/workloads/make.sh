@@ -10,5 +10,8 @@ else
 	cat make.log >&2
 	exit 1
 fi
-make check
-echo "@@wl $( [ $? -eq 0 ] && echo ok || echo fail ) make.check"
+if make check; then
+	echo "@@wl ok make.check"
+else
+	echo "@@wl fail make.check: exit $?"
+fi
