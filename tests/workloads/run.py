@@ -185,12 +185,14 @@ class Harness:
             return lims
         for line in out.decode().splitlines():
             f = line.split()
+            if len(f) != 3:
+                continue
             if not self.root and f[0] != "NOFILE":
                 # a caller without root cannot raise a hard limit, and a bare
                 # run that fails to start would skip everything: NOFILE alone
                 # (moat's is lower than any host's) is copied
                 continue
-            if len(f) == 3 and f[0] in ("CORE", "FSIZE", "NOFILE", "STACK", "MEMLOCK", "NPROC",
+            if f[0] in ("CORE", "FSIZE", "NOFILE", "STACK", "MEMLOCK", "NPROC",
                                          "SIGPENDING", "MSGQUEUE", "NICE", "RTPRIO", "AS", "DATA"):
                 v = [x if x != "-1" else "unlimited" for x in f[1:]]
                 lims.append("--%s=%s:%s" % (f[0].lower(), v[0], v[1]))
