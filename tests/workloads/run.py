@@ -209,7 +209,7 @@ class Harness:
                 # (moat's is lower than any host's) is copied
                 continue
             if f[0] in ("CORE", "FSIZE", "NOFILE", "STACK", "MEMLOCK", "NPROC",
-                                         "SIGPENDING", "MSGQUEUE", "NICE", "RTPRIO", "AS", "DATA"):
+                        "SIGPENDING", "MSGQUEUE", "NICE", "RTPRIO", "AS", "DATA"):
                 v = [x if x != "-1" else "unlimited" for x in f[1:]]
                 lims.append("--%s=%s:%s" % (f[0].lower(), v[0], v[1]))
         return lims
