@@ -74,7 +74,7 @@ UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
 INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
-.PHONY: all deps layers seccomp-evidence check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
+.PHONY: all deps layers seccomp-evidence check-workloads check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 all: $(BUILD)/moat $(BUILD)/moat-zygote.so
@@ -245,11 +245,19 @@ check-systemd: $(BUILD)/moat $(BUILD)/test-integration
 	MOAT_VM_SYSTEMD=1 tools/vm/run-vm.sh -- sh tests/systemd/check.sh $(BUILD) $(SYSTEMD_SUITES)
 
 # The evidence behind the default seccomp policy (policies/evidence/README.md):
-# the workloads moat exists for, traced with strace inside moat as root and
-# rootless; rewrites policies/evidence/calls/ and union.txt. Slow (minutes),
-# needs strace and libpython3.11-testsuite; not part of make check.
+# every workload of tests/workloads bare and inside moat, compared test by test
+# (make check runs the fast set: make check-workloads), then the workloads
+# traced with strace inside moat as root and rootless, which rewrites
+# policies/evidence/calls/ and union.txt. Slow (an hour or more), needs strace
+# and libpython3.11-testsuite (golang-go for the Go workload); not part of make check.
 seccomp-evidence: $(BUILD)/moat
-	sh policies/evidence/run.sh $(BUILD)/moat
+	@rc=0; python3 tests/workloads/run.py $(BUILD)/moat all || rc=1; \
+	    sh policies/evidence/run.sh $(BUILD)/moat || rc=1; exit $$rc
+
+# tests/workloads alone (WORKLOADS=all for the whole set)
+WORKLOADS ?= fast
+check-workloads: $(BUILD)/moat
+	python3 tests/workloads/run.py $(BUILD)/moat $(WORKLOADS)
 
 # Figures, not tests: moat vs bare, unshare and bubblewrap (bench/README.md).
 bench: $(BUILD)/moat

@@ -65,6 +65,12 @@ stage "Landlock alone (a test-only build without the read-only mounts; root and 
 	"$BUILD/test-landlock"
 stage "integration and security tests ($(id -un): root mode $( [ "$(id -u)" -eq 0 ] && echo on || echo off ), rootless mode on)" \
 	env MOAT_BIN="$moat_bin" "$BUILD/test-integration"
+# real workloads (a make and a CMake build, perl, node --test, parts of CPython's
+# regression suites) bare as uid 65534, then inside moat with the default policy
+# as root and rootless, compared test by test (tests/workloads/README.md; the
+# whole set: make seccomp-evidence)
+stage "real workloads inside moat as bare (tests/workloads, fast set; root and uid 65534)" \
+	python3 tests/workloads/run.py "$BUILD/moat" fast
 stage "handler runtime shims (runtime/, on the host's python3 and node)" bash tests/runtime/run.sh
 stage "Spin SDK conformance of the shims (tests/compat/spin, on the host's python3 and node)" \
 	bash tests/compat/spin/run.sh

@@ -1,6 +1,7 @@
 #!/bin/sh
 # Traces the workloads moat exists for, inside moat, as root and rootless, and
-# writes the system calls each made (policies/evidence/README.md).
+# writes the system calls each made (policies/evidence/README.md): the ones of
+# workloads/ here and every workload of tests/workloads (named wl-NAME).
 #   usage: policies/evidence/run.sh MOAT_BIN [ONLY]     (make seccomp-evidence)
 #   MODES="root rootless" (default) or one of them; PYTESTS: other CPython
 #   test modules than issue 37's; PYTEST_TIMEOUT: seconds per module (300).
@@ -27,6 +28,10 @@ SPIN_ROOTFS=${SPIN_ROOTFS:-/var/tmp/moat-spin-rootfs}
 # CPython's regression suites named in issue 37 (Debian: libpython3.11-testsuite)
 PYTESTS=${PYTESTS:-"test_json test_re test_collections test_tempfile test_subprocess test_threading test_os test_shutil test_select test_mmap"}
 failed=0
+tab=$(printf '\t')
+oldifs=$IFS
+python3 "$repo/tests/workloads/run.py" --prepare "$work/wl" || exit 2
+python3 "$repo/tests/workloads/run.py" --list all >"$work/wl.list" || exit 2
 
 # trace NAME MODE CMD...: run CMD (which runs moat) under strace
 trace() {
@@ -62,6 +67,16 @@ for mode in ${MODES:-root rootless}; do
 	trace tar $mode "$MOAT" run -l bash --timeout 5m "$work/tar.sh"
 	trace python-fetch $mode "$MOAT" run --timeout 5m "$work/fetch.py"
 	trace curl $mode "$MOAT" run -l bash --timeout 5m "$work/curl.sh"
+	# tests/workloads' whole set (make, CMake, perl, node --test, git, tar/xz,
+	# Go, CPython's suites module by module): the argv run.py --list gives
+	while IFS="$tab" read -r wname wtimeout wmemory wargs; do
+		IFS=$tab
+		# shellcheck disable=SC2086  # the tab-separated argv, split on tabs
+		set -- $wargs
+		IFS=$oldifs
+		trace "wl-$wname" "$mode" "$MOAT" run --timeout "${wtimeout}s" --memory "$wmemory" \
+			--max-output 16777216 --workdir "$work/wl" -- "$@"
+	done <"$work/wl.list"
 	if [ -d "$SPIN_ROOTFS" ]; then
 		trace spin-toolbox $mode sh "$repo/tests/spin/check-toolbox.sh" "$SPIN_ROOTFS" "$MOAT"
 	else
