@@ -283,6 +283,48 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held_
 	return -1;
 }
 
+/* *s, a string of the flat plan laid out at was, moved into buf (len
+ * bytes); false when it does not lie inside it, NUL-terminated. */
+static bool rebase_str(char **s, char *buf, size_t len, uint64_t was)
+{
+	if (!*s)
+		return true;
+	uint64_t off = (uint64_t)(uintptr_t)*s - was;
+	if (off >= len || !memchr(buf + off, '\0', len - off))
+		return false;
+	*s = buf + off;
+	return true;
+}
+
+struct moat_mount_plan *moat_plan_rebase(void *buf, size_t len, uint64_t was)
+{
+	char *b = buf;
+	struct moat_mount_plan *p = buf;
+	if (len < sizeof *p)
+		goto bad;
+	uint64_t off = (uint64_t)(uintptr_t)p->ops - was;
+	if (p->count) {
+		if (off >= len || off % _Alignof(struct moat_mount_op) ||
+		    p->count > (len - off) / sizeof *p->ops)
+			goto bad;
+		p->ops = (struct moat_mount_op *)(void *)(b + off);
+	} else {
+		p->ops = NULL;
+	}
+	p->cap = p->count;
+	p->owned_text = NULL;
+	if (!p->base || !rebase_str(&p->base, b, len, was))
+		goto bad;
+	for (size_t i = 0; i < p->count; i++)
+		if (!rebase_str(&p->ops[i].src, b, len, was) ||
+		    !rebase_str(&p->ops[i].dst, b, len, was))
+			goto bad;
+	return p;
+bad:
+	errno = EINVAL;
+	return NULL;
+}
+
 int moat_plan_apply(const struct moat_mount_plan *plan, size_t *failed_op)
 {
 	int sandbox_fd = -1, held[MOAT_PLAN_HELD];

@@ -124,12 +124,21 @@ int moat_tree_check_self(bool runtime, char *why, size_t len);
  * its ops and every string, each pointer into buf; data pointers are kept
  * as they are (never owned by a plan: the request's files, static text and
  * the network's resolv.conf, all made before clone3). The supervisor builds
- * the plan after clone3 into a MAP_SHARED mapping made before it, which pid 1
- * reads at the same address once released. NULL: it does not fit. */
+ * the plan after clone3, lays it out in a buffer of its own and writes it
+ * to pid 1 over the sync pipe; pid 1 reads it into memory of its own and
+ * moves its pointers there (moat_plan_rebase). NULL: it does not fit. */
 struct moat_mount_plan *moat_plan_flatten(const struct moat_mount_plan *plan, void *buf,
 					  size_t cap);
+/* The bytes moat_plan_flatten takes of plan (from an aligned buf). */
+size_t moat_plan_flat_size(const struct moat_mount_plan *plan);
 /* Human description of op i for error messages: "bind /usr on /usr". */
 int moat_plan_describe(const struct moat_mount_plan *plan, size_t i, char *buf, size_t len);
+
+/* Child side: a flat plan (moat_plan_flatten) laid out at address was,
+ * copied to buf (len bytes): every pointer of it into buf moved there, each
+ * checked to fall inside buf (data pointers are left as they are). The plan
+ * at buf, or NULL (errno EINVAL) when one does not. System calls only. */
+struct moat_mount_plan *moat_plan_rebase(void *buf, size_t len, uint64_t was);
 
 /* Child side: applies every op in order. 0, or -1 with errno and the index
  * of the op that failed in *failed_op. System calls only. */

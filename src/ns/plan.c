@@ -852,6 +852,29 @@ static bool flat_str(char *buf, size_t cap, size_t *used, char **s)
 	return true;
 }
 
+/* What flat_take and flat_str take of a plan's flat copy, counted alike. */
+static void flat_count(size_t *used, size_t n)
+{
+	*used = ((*used + _Alignof(max_align_t) - 1) & ~(_Alignof(max_align_t) - 1)) + n;
+}
+
+size_t moat_plan_flat_size(const struct moat_mount_plan *p)
+{
+	size_t used = 0;
+	flat_count(&used, sizeof *p);
+	if (p->count)
+		flat_count(&used, p->count * sizeof *p->ops);
+	if (p->base)
+		flat_count(&used, strlen(p->base) + 1);
+	for (size_t i = 0; i < p->count; i++) {
+		if (p->ops[i].src)
+			flat_count(&used, strlen(p->ops[i].src) + 1);
+		if (p->ops[i].dst)
+			flat_count(&used, strlen(p->ops[i].dst) + 1);
+	}
+	return used;
+}
+
 struct moat_mount_plan *moat_plan_flatten(const struct moat_mount_plan *p, void *buf, size_t cap)
 {
 	size_t used = 0;

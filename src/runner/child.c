@@ -526,6 +526,55 @@ __attribute__((noreturn)) static void init_main(const struct moat_child *c, pid_
 	}
 }
 
+/* Exactly len bytes from fd: 0, or -1 (EOF: errno 0). */
+static int read_full(int fd, void *buf, size_t len)
+{
+	char *p = buf;
+	while (len) {
+		ssize_t n = read(fd, p, len);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			if (n == 0)
+				errno = 0;
+			return -1;
+		}
+		p += n;
+		len -= (size_t)n;
+	}
+	return 0;
+}
+
+/* The mount plan from the sync pipe (runner.h, struct moat_plan_header),
+ * into an anonymous private mapping of this process's own (*held, *len:
+ * unmapped once the mounts are made): no page of it is shared with the
+ * supervisor or with any other run's pid 1. The supervisor gone (EOF, or
+ * another byte): exit 125. */
+static const struct moat_mount_plan *read_plan(const struct moat_child *c, void **held,
+					       size_t *len)
+{
+	struct moat_plan_header h;
+	if (moat_sync_wait(c->sync_fd, MOAT_SYNC_PLAN) < 0 ||
+	    read_full(c->sync_fd, &h, sizeof h) < 0)
+		moat_sys_exit(125);
+	if (h.len < sizeof(struct moat_mount_plan) || h.len > MOAT_PLAN_MAX_BYTES) {
+		errno = EINVAL;
+		fail(c, MOAT_STEP_MOUNT, 0);
+	}
+	void *m = mmap(NULL, (size_t)h.len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS,
+		       -1, 0);
+	if (m == MAP_FAILED)
+		fail(c, MOAT_STEP_MOUNT, 0);
+	if (read_full(c->sync_fd, m, (size_t)h.len) < 0)
+		moat_sys_exit(125);
+	*held = m;
+	*len = (size_t)h.len;
+	const struct moat_mount_plan *p = moat_plan_rebase(m, (size_t)h.len, h.at);
+	if (!p)
+		fail(c, MOAT_STEP_MOUNT, 0);
+	return p;
+}
+
 int moat_child_main(const struct moat_child *c)
 {
 	moat_sys_child_begin();
@@ -580,14 +629,14 @@ int moat_child_main(const struct moat_child *c)
 		fail(c, MOAT_STEP_PRIVATE, 0);
 	size_t op = 0;
 	/* the supervisor built the plan while this process set its ids */
-	if (c->plan_map_len && moat_sync_wait(c->sync_fd, MOAT_SYNC_PLAN) < 0)
-		moat_sys_exit(125);
-	if (moat_plan_apply(c->plan, &op) < 0)
+	void *held = NULL;
+	size_t held_len = 0;
+	const struct moat_mount_plan *plan = c->plan_piped ? read_plan(c, &held, &held_len)
+							   : c->plan;
+	if (moat_plan_apply(plan, &op) < 0)
 		fail(c, MOAT_STEP_MOUNT, (int)op);
-	/* the supervisor's hand-over (memory shared with it): gone before the
-	 * program is forked, so no process of the sandbox shares a page with
-	 * the supervisor */
-	if (c->plan_map_len && munmap((void *)c->plan, c->plan_map_len) < 0)
+	/* pid 1's own copy: gone before the program is forked */
+	if (held && munmap(held, held_len) < 0)
 		fail(c, MOAT_STEP_MOUNT, (int)op);
 	if (sysctl_errno) {
 		errno = sysctl_errno;

@@ -2,11 +2,11 @@
  * clone3, owned by struct run; and run_release, which frees all of it. */
 #include <errno.h>
 #include <fcntl.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/timerfd.h>
@@ -366,8 +366,8 @@ static int plan_build(struct run *r, struct moat_error *err)
 
 /* The program, its environment, the seccomp log and the mount plan: a
  * zygote's template builds it now (its pid 1s are cloned from its memory),
- * a run spawned here after clone3 (run_plan_hand_over) into a shared
- * mapping made now. Every pointer the plan's ops keep to data (the
+ * a run spawned here after clone3 (run_plan_hand_over), for pid 1 to read
+ * from the sync pipe. Every pointer the plan's ops keep to data (the
  * request's files, the network's resolv.conf) is made before clone3. */
 static int program_prepare(struct run *r, struct moat_error *err)
 {
@@ -376,35 +376,42 @@ static int program_prepare(struct run *r, struct moat_error *err)
 		return moat_error_oom(err);
 	if (r->origin == RUN_TEMPLATE)
 		return plan_build(r, err);
-	/* pages are taken only as the plan is copied in (a few); no swap or
-	 * commit is reserved for the rest */
-	void *m = mmap(NULL, RUN_PLAN_MAP_BYTES, PROT_READ | PROT_WRITE,
-		       MAP_SHARED | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-	if (m == MAP_FAILED)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
-				      "cannot map the mount plan's hand-over: %s", strerror(errno));
-	r->plan_map = m;
+	r->plan_piped = true;
 	return 0;
 }
 
 int run_plan_hand_over(struct run *r, struct moat_error *err)
 {
-	if (!r->plan_map)
+	if (!r->plan_piped)
 		return 0;
 	if (plan_build(r, err) < 0)
 		return -1;
-	if (!moat_plan_flatten(r->plan, r->plan_map, RUN_PLAN_MAP_BYTES))
+	size_t len = moat_plan_flat_size(r->plan);
+	if (len > MOAT_PLAN_MAX_BYTES)
 		return moat_error_set(err, MOAT_ERR_CONFIG, EFBIG,
 				      "the mount plan is larger than %u MiB",
-				      (unsigned)(RUN_PLAN_MAP_BYTES >> 20));
+				      (unsigned)(MOAT_PLAN_MAX_BYTES >> 20));
+	/* the sync byte and the header just before the plan: one write */
+	char *buf = malloc(RUN_PLAN_PREFIX + len);
+	if (!buf)
+		return moat_error_oom(err);
+	r->plan_flat = buf;
+	r->plan_flat_len = len;
+	char *flat = buf + RUN_PLAN_PREFIX;
+	struct moat_plan_header h = { .len = len, .at = (uint64_t)(uintptr_t)flat };
+	flat[-(ptrdiff_t)sizeof h - 1] = (char)MOAT_SYNC_PLAN;
+	memcpy(flat - sizeof h, &h, sizeof h);
+	if (!moat_plan_flatten(r->plan, flat, len))
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, EINVAL,
+				      "the mount plan could not be laid out for the sandbox");
 	return 0;
 }
 
-void run_plan_unmap(struct run *r)
+void run_plan_flat_free(struct run *r)
 {
-	if (r->plan_map)
-		munmap(r->plan_map, RUN_PLAN_MAP_BYTES);
-	r->plan_map = NULL;
+	free(r->plan_flat);
+	r->plan_flat = NULL;
+	r->plan_flat_len = 0;
 }
 
 int run_prepare(struct run *r, struct moat_error *err)
@@ -491,7 +498,7 @@ void run_release(struct run *r)
 	moat_cgroup_finish(r->cg, NULL);
 	moat_net_finish(r->net, NULL);
 	moat_plan_free(r->plan);
-	run_plan_unmap(r);
+	run_plan_flat_free(r);
 	moat_priv_release(&r->priv);
 	moat_seccomp_prog_free(r->seccomp);
 	exec_free(&r->program);

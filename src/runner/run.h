@@ -97,11 +97,9 @@ struct run_end {
 	int init_status;  /* and its si_status */
 };
 
-/* The mount plan's shared hand-over (struct run.plan_map): address space
- * only, pages are taken as the plan is copied in. A plan's size is bounded
- * by the request's (at most 1000 files, each a path of at most PATH_MAX)
- * and the fixed root plan: a few MiB at the very most. */
-#define RUN_PLAN_MAP_BYTES (16u << 20)
+/* run.plan_flat: the sync byte and struct moat_plan_header end here, the
+ * flat plan starts here (aligned as malloc's memory is) */
+#define RUN_PLAN_PREFIX 32
 
 enum run_origin { RUN_COLD, RUN_WARM, RUN_ADOPTED, RUN_TEMPLATE };
 
@@ -120,14 +118,16 @@ struct run {
 	struct moat_priv_plan priv;
 	struct moat_cgroup *cg;
 	/* the mount plan: built before clone3 for a zygote's template, after
-	 * it for a run spawned here (run_plan_hand_over, while pid 1 is being
-	 * scheduled) and then copied into plan_map, a MAP_SHARED mapping made
-	 * before clone3 that pid 1 reads at the same address once released
-	 * and unmaps once its mounts are made. The supervisor only writes it
-	 * (a setup report's op index is looked up in plan, its own copy) and
-	 * unmaps it once pid 1 has been released. */
+	 * it for a run spawned here (plan_piped: run_plan_hand_over, while
+	 * pid 1 is being scheduled) and then flattened into plan_flat
+	 * (plan_flat_len bytes, private to the supervisor), which send_plan
+	 * writes to pid 1 over the sync pipe after MOAT_SYNC_PLAN and frees
+	 * (runner.h, struct moat_plan_header). A setup report's op index is
+	 * looked up in plan, the supervisor's own copy. */
 	struct moat_mount_plan *plan;
-	void *plan_map;
+	bool plan_piped;
+	void *plan_flat;      /* RUN_PLAN_PREFIX bytes, then the flat plan */
+	size_t plan_flat_len; /* the flat plan's */
 	struct moat_exec program, transpile;
 	bool need_transpile;
 	char *code_name;
@@ -227,11 +227,11 @@ struct run {
 /* prepare.c */
 void run_init(struct run *r, const struct moat_request *req, const struct moat_run_options *opts);
 int run_prepare(struct run *r, struct moat_error *err);
-/* After clone3 and before MOAT_SYNC_IDS: the mount plan built and copied
- * into r->plan_map (a no-op where run_prepare built it). 0 or -1 with err
- * (the plan's own error, as run_prepare would have given it). */
+/* After clone3 and MOAT_SYNC_IDS: the mount plan built and flattened into
+ * r->plan_flat for send_plan (a no-op where run_prepare built it). 0 or -1
+ * with err (the plan's own error, as run_prepare would have given it). */
 int run_plan_hand_over(struct run *r, struct moat_error *err);
-void run_plan_unmap(struct run *r);
+void run_plan_flat_free(struct run *r);
 void run_release(struct run *r);
 
 /* start.c */

@@ -46,14 +46,30 @@ enum moat_sync {
 	 * 65534, then (after MOAT_SYNC_PLAN where the plan is handed over)
 	 * build the mounts, set up lo */
 	MOAT_SYNC_IDS = 'g',
-	/* the mount plan is in the shared hand-over (moat_child.plan_map_len
-	 * > 0 only; the supervisor builds it after clone3 while pid 1 sets its
-	 * ids): make the mounts */
+	/* the mount plan follows on the sync pipe (moat_child.plan_piped
+	 * only; the supervisor builds it after clone3 while pid 1 sets its
+	 * ids): a struct moat_plan_header, then its len bytes; read it, make
+	 * the mounts */
 	MOAT_SYNC_PLAN = 'p',
 	/* the run's cgroups hold pid 1 (v1 join done) and the run is started:
 	 * fork the program. Until this byte only moat's own code runs. */
 	MOAT_SYNC_START = 'c',
 };
+
+/* After MOAT_SYNC_PLAN on the sync pipe: the mount plan as
+ * moat_plan_flatten laid it out in the supervisor's buffer at address at,
+ * len bytes of it following. pid 1 reads them into memory of its own and
+ * moves every pointer into it (moat_plan_rebase). A pipe, not a mapping
+ * made before clone3: another thread's clone3 (another run's pid 1, a copy
+ * of the supervisor) would inherit a mapping and with it this run's plan;
+ * the pipe's fds it inherits it closes first thing (moat_child_main). */
+struct moat_plan_header {
+	uint64_t len;
+	uint64_t at;
+};
+/* A plan's size is bounded by the request's (at most 1000 files, each a
+ * path of at most PATH_MAX) and the fixed root plan: a few MiB at most. */
+#define MOAT_PLAN_MAX_BYTES (16u << 20)
 
 /* Supervisor side. 0, or -1 with errno (EPIPE: pid 1 is gone). */
 static inline int moat_sync_send(int fd, enum moat_sync what)
@@ -156,11 +172,13 @@ struct moat_exec {
 #define RUN_SESSION_FD 3
 
 struct moat_child {
+	/* NULL when plan_piped */
 	const struct moat_mount_plan *plan;
-	/* > 0: plan is the start of a shared mapping of this size, filled by
-	 * the supervisor after clone3 (read only after MOAT_SYNC_PLAN), that
-	 * pid 1 unmaps once its mounts are made */
-	size_t plan_map_len;
+	/* the plan comes after MOAT_SYNC_PLAN on sync_fd (struct
+	 * moat_plan_header), built by the supervisor after clone3; pid 1
+	 * reads it into an anonymous private mapping of its own and unmaps it
+	 * once its mounts are made */
+	bool plan_piped;
 	const struct moat_priv_plan *priv;
 	const struct moat_seccomp_prog *seccomp; /* NULL: none */
 	const struct moat_net *net;

@@ -131,8 +131,8 @@ static void close_child_ends(struct run *r)
 void run_child_spec(const struct run *r, struct moat_child *c)
 {
 	*c = (struct moat_child){
-		.plan = r->plan_map ? (const struct moat_mount_plan *)r->plan_map : r->plan,
-		.plan_map_len = r->plan_map ? RUN_PLAN_MAP_BYTES : 0, .priv = &r->priv, .seccomp = r->seccomp, .as_root = r->as_root,
+		.plan = r->plan_piped ? NULL : r->plan, .plan_piped = r->plan_piped,
+		.priv = &r->priv, .seccomp = r->seccomp, .as_root = r->as_root,
 		.net = r->net, .net_fds = { -1, -1 },
 		.outputs = r->req->outputs, .outputs_count = r->req->outputs_count,
 		.outputs_fd = r->outputs_w, .outputs_skip_work = r->workdir != NULL,
@@ -205,17 +205,22 @@ static int map_ids(struct run *r, struct moat_error *err)
 	return 0;
 }
 
-/* MOAT_SYNC_PLAN where the plan was handed over, the supervisor's view of
- * it unmapped first (pid 1 has its own mapping: the supervisor never reads
- * it). */
+/* MOAT_SYNC_PLAN where the plan is handed over, then the plan itself on
+ * the sync pipe (runner.h, struct moat_plan_header), all of it one write
+ * from the flat copy run_plan_hand_over laid out behind them: at once
+ * where the pipe holds it (a plan of a few KiB), else as pid 1 reads it.
+ * The supervisor's flat copy is freed once written. */
 static int send_plan(struct run *r, struct moat_error *err)
 {
-	if (!r->plan_map)
+	if (!r->plan_piped)
 		return 0;
-	run_plan_unmap(r);
-	if (moat_sync_send(r->sync_w, MOAT_SYNC_PLAN) < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
-				      "cannot hand the mount plan to the sandbox: %s", strerror(errno));
+	char *at = (char *)r->plan_flat + RUN_PLAN_PREFIX - sizeof(struct moat_plan_header) - 1;
+	int rc = moat_write_all(r->sync_w, at, 1 + sizeof(struct moat_plan_header) + r->plan_flat_len);
+	int e = errno;
+	run_plan_flat_free(r);
+	if (rc < 0)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, e,
+				      "cannot hand the mount plan to the sandbox: %s", strerror(e));
 	moat_stamp("sup: plan handed over");
 	return 0;
 }

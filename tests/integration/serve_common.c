@@ -730,13 +730,21 @@ void expect_script(const char *what, const struct resp *r)
 
 /* Waits until GET /healthz says {"status":"ok"}; fails with the log when
  * the server exits or the deadline passes. */
-void server_wait_ready(struct server *s)
+/* As server_wait_ready; with port_retry, false (the server exited and
+ * reaped) when it could not listen on the port free_port() picked because
+ * another process took it in between. */
+static bool wait_ready(struct server *s, bool port_retry)
 {
 	long t0 = now_ms(), limit = harness_scale_ms(20000);
 	for (;;) {
 		if (server_exited(s)) {
 			int st = server_reap(s);
 			char *l = server_log(s);
+			if (port_retry && st == 3 && l && strstr(l, "cannot listen on") &&
+			    strstr(l, strerror(EADDRINUSE))) {
+				free(l);
+				return false;
+			}
 			ck_abort_msg("%s: moat serve exited with %d before it listened: %.2000s",
 				     MODE_NAME[s->mode], st, l);
 		}
@@ -750,7 +758,7 @@ void server_wait_ready(struct server *s)
 		}
 		resp_free(&r);
 		if (ok)
-			return;
+			return true;
 		if (now_ms() - t0 > limit) {
 			char *l = server_log(s);
 			ck_abort_msg("%s: moat serve did not answer /healthz within %ld ms: %.2000s",
@@ -760,10 +768,27 @@ void server_wait_ready(struct server *s)
 	}
 }
 
+void server_wait_ready(struct server *s)
+{
+	wait_ready(s, false);
+}
+
+/* The port free_port() found is free only when it looked: another process
+ * on the host (another suite's client, another test run) may bind or
+ * connect from it before the server listens. The server then cannot
+ * listen (exit 3, EADDRINUSE): started again on another port, twice at
+ * most. */
 void server_start(struct server *s, int mode, const struct server_opts *o)
 {
-	server_spawn(s, mode, o);
-	server_wait_ready(s);
+	for (int tries = 0;; tries++) {
+		server_spawn(s, mode, o);
+		bool ours = !o->no_listener && !o->socket;
+		if (wait_ready(s, ours && tries < 2))
+			return;
+		fprintf(stderr, "note: port %d was taken before moat serve listened; another\n",
+			s->port);
+		server_cleanup(s);
+	}
 }
 
 /* Children of the running server, waiting up to ms for there to be none. */

@@ -1210,9 +1210,10 @@ static int shared_maps(pid_t pid, int *lines)
 }
 
 /* No process of the sandbox shares a page with the supervisor: the mount
- * plan reaches pid 1 in a MAP_SHARED mapping the supervisor fills after
- * clone3, and pid 1 unmaps it once its mounts are made, before it forks
- * the program. Looked at from the host while the program runs. */
+ * plan reaches pid 1 on the sync pipe after clone3, read into a private
+ * mapping pid 1 unmaps once its mounts are made, before it forks the
+ * program. Looked at from the host while the program runs (concurrent runs
+ * under the service: serve/v1_concurrent_runs_share_no_memory). */
 START_TEST(sandbox_shares_no_memory_with_supervisor)
 {
 	HARNESS_MODE_GUARD(_i);

@@ -544,13 +544,14 @@ START_TEST(queue_is_first_come_first_served)
 	const char *a[] = { "--max-concurrent", "1", "--queue", "16", NULL };
 	struct server_opts o = { .args = a, .socket = true };
 	server_start(&s, _i, &o);
-	/* held long enough for the six to queue behind it on a slow host (a
-	 * /v1/run request may ask up to the service's 60 s) */
-	long hold_ms = harness_scale_ms(3000) < 50000 ? harness_scale_ms(3000) : 50000;
-	char hold[160];
-	snprintf(hold, sizeof hold,
-		 "{\"code\":\"import time\\ntime.sleep(%.3f)\\nprint('held')\",\"timeout\":60000}",
-		 (double)hold_ms / 1000.0);
+	/* held until the six have queued behind it: the test's SIGUSR1 lets
+	 * it go (a sleep scaled for a slow host still ended before the sixth
+	 * queued on a loaded one, issue 49); named moat-hold once it listens */
+	static const char hold[] =
+		"{\"code\":\"import ctypes, signal, time\\nclass Go(BaseException): pass\\n"
+		"def go(*a): raise Go\\nsignal.signal(signal.SIGUSR1, go)\\n"
+		"ctypes.CDLL(None).prctl(15, b'moat-hold', 0, 0, 0)\\ntry:\\n    time.sleep(55)\\n"
+		"except Go:\\n    pass\\nprint('held')\",\"timeout\":60000}";
 	struct req hq = { .path = "/v1/run", .body = hold };
 	enum { N = 6 };
 	struct call run, queued[N];
@@ -571,6 +572,11 @@ START_TEST(queue_is_first_come_first_served)
 		}
 		ck_assert_msg(in, "request %d never waited in the queue", i);
 	}
+	pid_t holder = 0;
+	for (long t1 = now_ms(); proc_descendants_named(s.p.pid, "moat-hold\n", 3, &holder) < 1;
+	     sleep_ms(20))
+		ck_assert_msg(now_ms() - t1 < harness_scale_ms(20000), "the holding run never held");
+	ck_assert_int_eq(kill(holder, SIGUSR1), 0);
 	struct resp r;
 	call_finish(&run, &r);
 	ck_assert_msg(r.code == 200 && r.json && jstr(r.json, "stdout") &&

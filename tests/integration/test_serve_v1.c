@@ -198,6 +198,154 @@ START_TEST(v1_answer_before_teardown)
 }
 END_TEST
 
+/* The mappings of pid that another process may share: writable shared
+ * ones (perms "rw-s") and any of shared anonymous memory ("/dev/zero
+ * (deleted)") or a memfd, whatever its perms; each line appended to *why
+ * (with what the process is). How many, or -1 when its maps cannot be read
+ * (it ended). */
+static int foreign_maps(pid_t pid, const char *what, char **why)
+{
+	char path[64];
+	snprintf(path, sizeof path, "/proc/%ld/maps", (long)pid);
+	char *maps = slurp(path, NULL);
+	if (!maps || !*maps) {
+		free(maps);
+		return -1;
+	}
+	int n = 0;
+	for (char *save = NULL, *l = strtok_r(maps, "\n", &save); l; l = strtok_r(NULL, "\n", &save)) {
+		char perms[8] = "";
+		if (sscanf(l, "%*s %7s", perms) != 1)
+			continue;
+		if ((perms[1] == 'w' && perms[3] == 's') || strstr(l, "/dev/zero (deleted)") ||
+		    strstr(l, "/memfd:")) {
+			n++;
+			char *more = NULL;
+			if (asprintf(&more, "%s%s %ld: %s\n", *why ? *why : "", what, (long)pid, l) >= 0) {
+				free(*why);
+				*why = more;
+			}
+		}
+	}
+	free(maps);
+	return n;
+}
+
+/* Every process named "moat-init" (a run's pid 1) among pid's descendants
+ * to depth, with its children (the program) when progs: checked with
+ * foreign_maps. Adds the pid 1s seen to *inits, what they map to *bad. */
+static void check_inits(pid_t pid, int depth, bool progs, int *inits, int *bad, char **why)
+{
+	pid_t kids[64];
+	int n = proc_children(pid, kids, 64);
+	for (int i = 0; i < n; i++) {
+		char f[64];
+		snprintf(f, sizeof f, "/proc/%ld/comm", (long)kids[i]);
+		char *comm = slurp(f, NULL);
+		bool init = comm && !strcmp(comm, "moat-init\n");
+		free(comm);
+		if (init) {
+			int m = foreign_maps(kids[i], "pid 1", why);
+			if (m >= 0) {
+				(*inits)++;
+				*bad += m;
+			}
+			pid_t prog[8];
+			int np = progs ? proc_children(kids[i], prog, 8) : 0;
+			for (int j = 0; j < np; j++) {
+				int pm = foreign_maps(prog[j], "its program", why);
+				*bad += pm > 0 ? pm : 0;
+			}
+		}
+		if (depth > 1)
+			check_inits(kids[i], depth - 1, progs, inits, bad, why);
+	}
+}
+
+/* How many pid 1s (children of the server named moat-init) have a child. */
+static int inits_running(const struct server *s)
+{
+	pid_t kids[64], prog[8];
+	int n = proc_children(s->p.pid, kids, 64), running = 0;
+	for (int i = 0; i < n; i++) {
+		char f[64];
+		snprintf(f, sizeof f, "/proc/%ld/comm", (long)kids[i]);
+		char *comm = slurp(f, NULL);
+		running += comm && !strcmp(comm, "moat-init\n") && proc_children(kids[i], prog, 8) > 0;
+		free(comm);
+	}
+	return running;
+}
+
+/* Concurrent cold runs under the service (issue 43, SECURITY.md row 108):
+ * no run's pid 1 or program holds a mapping it shares with the supervisor
+ * or with another run. The mount plan used to reach each pid 1 in a
+ * MAP_SHARED mapping made before clone3, which every other thread's clone3
+ * meanwhile copied into its own pid 1 (11 of 12 pid 1s held other runs'
+ * 16 MiB regions, a session's for its whole life). Ten cold runs and a
+ * session made at once, looked at from the host while all of them run;
+ * then a pooled server's zygote and warm sandboxes, made while ten cold
+ * runs start (and the pid 1s of the zygote's children). The runs are
+ * ended by the server's stop (--grace 1) once looked at. */
+START_TEST(v1_concurrent_runs_share_no_memory)
+{
+	HARNESS_MODE_GUARD(_i);
+	enum { RUNS = 10 };
+	static const char *const args[] = { "--max-concurrent", "16", "--grace", "1", NULL };
+	static const char body[] =
+		"{\"language\":\"bash\",\"code\":\"exec sleep 55\",\"timeout\":60000}";
+	for (int pool = 0; pool <= 1; pool++) {
+		struct server s;
+		struct server_opts o = { .socket = true, .pool = pool, .args = args };
+		server_start(&s, _i, &o);
+		struct req q = { .path = "/v1/run", .body = body };
+		struct req sq = { .path = "/v1/sessions", .body = "{\"language\":\"python\"}" };
+		struct call calls[RUNS], ses;
+		for (int k = 0; k < RUNS; k++) {
+			call_start(&s, &q, &calls[k]);
+			if (k == RUNS / 2 && !pool)
+				call_start(&s, &sq, &ses);
+		}
+		struct resp r;
+		int want = RUNS;
+		if (!pool) {
+			call_finish(&ses, &r);
+			ck_assert_msg(r.code == 201 || (r.code == 503 && strstr(r.body, "not built")),
+				      "%s: session: HTTP %d %.300s", MODE_NAME[_i], r.code, r.body);
+			want += r.code == 201;
+			resp_free(&r);
+		} else {
+			pool_wait_zygote(&s);
+			pool_wait_ready(&s, "python", 1);
+			want += pool_kinds() + 1; /* the warm sandboxes, the zygote's own */
+		}
+		long t0 = now_ms();
+		while (inits_running(&s) < want && now_ms() - t0 < harness_scale_ms(30000))
+			sleep_ms(50);
+		int inits = 0, bad = 0;
+		char *why = NULL;
+		/* the cold runs' and the session's pid 1s and programs; with a
+		 * pool, the zygote's children's pid 1s too (its grandchildren) */
+		check_inits(s.p.pid, pool ? 4 : 1, true, &inits, &bad, &why);
+		/* the stop ends the runs (--grace 1) */
+		int st = server_term(&s, harness_scale_ms(15000), NULL);
+		for (int k = 0; k < RUNS; k++) {
+			call_finish(&calls[k], &r);
+			resp_free(&r);
+		}
+		server_cleanup(&s);
+		ck_assert_msg(st == 0, "%s, pool %d: status %d after SIGTERM", MODE_NAME[_i], pool, st);
+		ck_assert_msg(inits >= want, "%s, pool %d: %d pid 1s seen at once, %d wanted",
+			      MODE_NAME[_i], pool, inits, want);
+		ck_assert_msg(bad == 0,
+			      "%s, pool %d: %d mappings shared with another process in %d pid 1s "
+			      "and their programs:\n%s",
+			      MODE_NAME[_i], pool, bad, inits, why ? why : "");
+		free(why);
+	}
+}
+END_TEST
+
 void serve_v1_tests(Suite *s, const char *only)
 {
 	TCase *tc = serve_tcase(s, "v1");
@@ -205,4 +353,5 @@ void serve_v1_tests(Suite *s, const char *only)
 	SERVE_ADD(tc, only, v1_run, SERVE_MODES);
 	SERVE_ADD(tc, only, v1_open_network_allowed, SERVE_MODES);
 	SERVE_ADD(tc, only, v1_answer_before_teardown, SERVE_MODES);
+	SERVE_ADD(tc, only, v1_concurrent_runs_share_no_memory, SERVE_MODES);
 }

@@ -39,7 +39,14 @@ START_TEST(zygote_is_the_default)
 	pool_wait_ready(&s, "python", 1);
 	double kids = pool_metric(&s, "moat_pool_zygote_children_total", NULL);
 	pool_py_42(&s, "the default");
-	ck_assert(pool_metric(&s, "moat_pool_zygote_children_total", NULL) > kids);
+	/* the child that served it was counted when it was made ahead; the
+	 * one the refill makes after the hand-over (it may wait 0.2 s for the
+	 * run, longer on a loaded host) is counted when it is made: waited
+	 * for, not read at once (issue 49's loaded runs) */
+	for (long t0 = now_ms(); pool_metric(&s, "moat_pool_zygote_children_total", NULL) <= kids;
+	     sleep_ms(20))
+		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+			      "%s: the zygote made no child after the request", MODE_NAME[_i]);
 	server_stop_pool(&s, pool_idle_children(1, true));
 
 	o.config = "{\"serve\":{\"poolZygote\":false}}";
@@ -318,12 +325,50 @@ END_TEST
 	"print('umount', [(libc.umount2(m.encode(), 2), ctypes.get_errno()) for m in fresh])\n" \
 	"print('TREE_UNDER', sum(len(stack[m]) - 1 for m in fresh), *(','.join(stack[m]) for m in fresh))\n"
 
+/* What the first of two children adds to PY_TREE: a marker (MARK, the
+ * test's) in each writable fresh mount, its name set to moat-hold for the
+ * test to find it (prctl PR_SET_NAME), then it waits, alive with every filesystem it mounted,
+ * until the test's SIGUSR1 (or 55 s). */
+#define PY_HOLD                                                                                 \
+	"import ctypes, signal, time\n"                                                         \
+	"for d in ('/tmp', '/sandbox', '/dev/shm'):\n"                                          \
+	"    open(d + '/' + MARK, 'w').write(MARK)\n"                                           \
+	"class Go(BaseException): pass\n"                                                       \
+	"def go(*a): raise Go\n"                                                                \
+	"signal.signal(signal.SIGUSR1, go)\n"                                                   \
+	"ctypes.CDLL(None).prctl(15, b'moat-hold', 0, 0, 0)\n"                                 \
+	"try:\n"                                                                                \
+	"    time.sleep(55)\n"                                                                  \
+	"except Go:\n"                                                                          \
+	"    print('RELEASED')\n"
+
+/* The five device numbers (top,under each) after TREE_UNDER in a child's
+ * output, into devs. */
+static void tree_devs(const char *what, const char *out, char devs[5][64])
+{
+	const char *u = out ? strstr(out, "TREE_UNDER ") : NULL;
+	int n = -1;
+	ck_assert_msg(u && sscanf(u, "TREE_UNDER %d %63s %63s %63s %63s %63s", &n, devs[0], devs[1],
+				  devs[2], devs[3], devs[4]) == 6 && n == 5,
+		      "%s: not on the zygote's tree: %s", what, u ? u : out);
+	for (int m = 0; m < 5; m++) {
+		char *comma = strchr(devs[m], ',');
+		ck_assert_msg(comma && strcmp(comma + 1, devs[m]) && !strchr(comma + 1, ','),
+			      "%s: mount %d: %s", what, m, devs[m]);
+		*comma = '\0';
+	}
+}
+
 /* A child of the zygote keeps the zygote's read-only tree and mounts anew
  * only what a run writes to and /proc: what its program sees is what a
  * cold run's sees, mount for mount and directory for directory; each of
- * those five is a new filesystem over the zygote's, another in each child
- * (the device numbers), and the working directory is the new /sandbox;
- * none of them can be unmounted to uncover the zygote's. */
+ * those five is a new filesystem over the zygote's, another in each child,
+ * and the working directory is the new /sandbox; none of them can be
+ * unmounted to uncover the zygote's. "Another in each child" is measured
+ * with both children alive (issue 49): the first holds its filesystems
+ * (and a marker in each writable one) until the second has answered, so
+ * equal device numbers can only be one filesystem, never a number the
+ * kernel freed and handed out again; and the second sees no marker. */
 START_TEST(zygote_child_tree_is_a_cold_runs)
 {
 	HARNESS_MODE_GUARD(_i);
@@ -340,47 +385,80 @@ START_TEST(zygote_child_tree_is_a_cold_runs)
 	/* nothing can uncover what is under a fresh mount (EPERM) */
 	ck_assert_msg(strstr(cold_out, "umount [(-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1)]\n"),
 		      "%s", cold_out);
+	char mark[64];
+	snprintf(mark, sizeof mark, "moat-mark-%ld-%ld", (long)getpid(), now_ms());
+	char *hold_code = NULL, *hq = NULL, *hold_body = NULL;
+	ck_assert_int_ge(asprintf(&hold_code, "MARK = '%s'\n" PY_TREE PY_HOLD, mark), 0);
+	hq = harness_json_quote(hold_code);
+	ck_assert_int_ge(asprintf(&hold_body, "{\"code\":%s,\"timeout\":60000}", hq), 0);
+
 	struct server s;
 	struct server_opts o = { .socket = true, .pool = 1, .zygote = 1 };
 	server_start(&s, _i, &o);
 	pool_wait_zygote(&s);
-	char *under[2] = { NULL, NULL };
-	for (int k = 0; k < 2; k++) {
-		pool_wait_ready(&s, "python", 1);
-		struct resp r;
-		v1(&s, body, &r);
-		const char *out = jstr(r.json, "stdout");
-		const char *u = strstr(out, "TREE_UNDER ");
-		ck_assert_msg(pooled(&r) && u, "%.800s", r.body);
-		ck_assert_msg((size_t)(u - out) == (size_t)(cold_under - cold_out) &&
-				      !strncmp(out, cold_out, (size_t)(u - out)),
-			      "a child of the zygote sees another tree:\n%s\ncold:\n%s", out, cold_out);
-		/* five fresh mounts, each over the zygote's one */
-		int n = -1;
-		char devs[5][64];
-		ck_assert_msg(sscanf(u, "TREE_UNDER %d %63s %63s %63s %63s %63s", &n, devs[0], devs[1],
-				     devs[2], devs[3], devs[4]) == 6 && n == 5,
-			      "not on the zygote's tree: %s", u);
-		for (int m = 0; m < 5; m++) {
-			char *comma = strchr(devs[m], ',');
-			ck_assert_msg(comma && strcmp(comma + 1, devs[m]) && !strchr(comma + 1, ','),
-				      "mount %d: %s", m, devs[m]);
-			*comma = '\0';
+	pool_wait_ready(&s, "python", 1);
+	/* the first child: reports its tree, then holds it */
+	struct req hreq = { .path = "/v1/run", .body = hold_body };
+	struct call first;
+	call_start(&s, &hreq, &first);
+	pid_t hold = 0;
+	long t0 = now_ms();
+	while (proc_descendants_named(s.p.pid, "moat-hold\n", 5, &hold) < 1) {
+		if (now_ms() - t0 > harness_scale_ms(20000)) {
+			struct resp r;
+			call_finish(&first, &r);
+			const char *e = r.json ? jstr(r.json, "stderr") : NULL;
+			ck_abort_msg("%s: the first child never held its tree: HTTP %d, stderr %.1500s",
+				     MODE_NAME[_i], r.code, e ? e : r.body);
 		}
-		ck_assert_int_ge(asprintf(&under[k], "%s %s %s %s %s", devs[0], devs[1], devs[2],
-					  devs[3], devs[4]), 0);
-		resp_free(&r);
+		sleep_ms(20);
 	}
-	/* another filesystem in each child, at each of the five */
+	/* the second, made while the first holds */
+	pool_wait_ready(&s, "python", 1);
+	struct resp r2;
+	v1(&s, body, &r2);
+	/* the first still holds: both were alive while the second reported */
+	char f[64], *comm;
+	snprintf(f, sizeof f, "/proc/%ld/comm", (long)hold);
+	comm = slurp(f, NULL);
+	bool held = comm && !strcmp(comm, "moat-hold\n");
+	free(comm);
+	ck_assert_msg(held, "%s: the first child ended before the second reported", MODE_NAME[_i]);
+	ck_assert_int_eq(kill(hold, SIGUSR1), 0);
+	struct resp r1;
+	call_finish(&first, &r1);
+	const char *out1 = r1.json ? jstr(r1.json, "stdout") : NULL;
+	const char *out2 = r2.json ? jstr(r2.json, "stdout") : NULL;
+	ck_assert_msg(pooled(&r1) && out1 && strstr(out1, "RELEASED\n") &&
+			      jnum(r1.json, "exitCode") == 0,
+		      "%s: the first child: %.1500s", MODE_NAME[_i], r1.body);
+	ck_assert_msg(pooled(&r2) && out2, "%s: the second child: %.800s", MODE_NAME[_i], r2.body);
+	/* another filesystem in each child, at each of the five, and none of
+	 * the first's markers in the second's */
 	char a[5][64], b[5][64];
-	ck_assert_int_eq(sscanf(under[0], "%63s %63s %63s %63s %63s", a[0], a[1], a[2], a[3], a[4]), 5);
-	ck_assert_int_eq(sscanf(under[1], "%63s %63s %63s %63s %63s", b[0], b[1], b[2], b[3], b[4]), 5);
+	tree_devs("the first child", out1, a);
+	tree_devs("the second child", out2, b);
 	for (int m = 0; m < 5; m++)
-		ck_assert_msg(strcmp(a[m], b[m]), "two children share %s at fresh mount %d", a[m], m);
-	free(under[0]);
-	free(under[1]);
+		ck_assert_msg(strcmp(a[m], b[m]), "%s: two children alive at once share %s at fresh mount %d",
+			      MODE_NAME[_i], a[m], m);
+	ck_assert_msg(!strstr(out2, mark), "%s: the second child sees the first's marker: %s",
+		      MODE_NAME[_i], out2);
+	/* and each saw what a cold run sees */
+	const char *outs[2] = { out1, out2 };
+	for (int k = 0; k < 2; k++) {
+		const char *u = strstr(outs[k], "TREE_UNDER ");
+		ck_assert_msg((size_t)(u - outs[k]) == (size_t)(cold_under - cold_out) &&
+				      !strncmp(outs[k], cold_out, (size_t)(u - outs[k])),
+			      "a child of the zygote sees another tree:\n%s\ncold:\n%s", outs[k],
+			      cold_out);
+	}
+	resp_free(&r1);
+	resp_free(&r2);
 	server_stop_pool(&s, pool_idle_children(1, true));
 	resp_free(&cold);
+	free(hold_body);
+	free(hq);
+	free(hold_code);
 	free(body);
 	free(q);
 }
@@ -481,8 +559,11 @@ END_TEST
 static void pool_plot(struct server *s, const char *what)
 {
 	pool_wait_ready(s, "python", 1);
+	/* the service's default timeout (10 s) is short for a plot on a
+	 * loaded host (issue 49: printed, then killed at 10 s): 60 s, its
+	 * maximum, which the pool serves */
 	char *q = harness_json_quote(PY_PLOT), *body = NULL;
-	ck_assert_int_ge(asprintf(&body, "{\"code\":%s}", q), 0);
+	ck_assert_int_ge(asprintf(&body, "{\"code\":%s,\"timeout\":60000}", q), 0);
 	struct resp r;
 	v1(s, body, &r);
 	ck_assert_msg(pooled(&r) && jnum(r.json, "exitCode") == 0 &&

@@ -550,6 +550,43 @@ START_TEST(flattened_plan_is_self_contained)
 			i++;
 		ck_assert_msg(i == used + 64, "cap %zu: byte %zu written", small, i);
 	}
+	/* what the supervisor sends pid 1: exactly moat_plan_flat_size bytes */
+	size_t need = moat_plan_flat_size(p);
+	ck_assert_uint_ge(need, used);
+	ck_assert_uint_le(need, used + _Alignof(max_align_t));
+	ck_assert_ptr_null(moat_plan_flatten(p, buf, need - 1));
+	ck_assert_ptr_nonnull(moat_plan_flatten(p, buf, need));
+	/* pid 1's copy of it (another address): every pointer moved into the
+	 * copy, data pointers kept; one pointing out of it, or a string cut
+	 * off by the copy's end, refused */
+	char *copy = malloc(need);
+	ck_assert_ptr_nonnull(copy);
+	memcpy(copy, buf, need);
+	uint64_t was = (uint64_t)(uintptr_t)buf;
+	struct moat_mount_plan *g = moat_plan_rebase(copy, need, was);
+	ck_assert_ptr_eq(g, (void *)copy);
+#define IN_COPY(ptr) ((const char *)(ptr) >= copy && (const char *)(ptr) < copy + need)
+	ck_assert(IN_COPY(g->ops) && IN_COPY(g->base));
+	ck_assert_str_eq(g->base, p->base);
+	for (size_t i = 0; i < p->count; i++) {
+		const struct moat_mount_op *a = &p->ops[i], *b = &g->ops[i];
+		ck_assert(!b->src || (IN_COPY(b->src) && !strcmp(a->src, b->src)));
+		ck_assert(!b->dst || (IN_COPY(b->dst) && !strcmp(a->dst, b->dst)));
+		ck_assert_ptr_eq(a->data, b->data);
+	}
+	memcpy(copy, buf, need);
+	((struct moat_mount_plan *)(void *)copy)->ops = (void *)(buf + need);
+	ck_assert_ptr_null(moat_plan_rebase(copy, need, was));
+	memcpy(copy, buf, need);
+	((struct moat_mount_plan *)(void *)copy)->base = buf - 1;
+	ck_assert_ptr_null(moat_plan_rebase(copy, need, was));
+	memcpy(copy, buf, need);
+	copy[need - 1] = 'x'; /* the last string's NUL */
+	ck_assert_ptr_null(moat_plan_rebase(copy, need, was));
+	memcpy(copy, buf, need);
+	ck_assert_ptr_null(moat_plan_rebase(copy, sizeof *p - 1, was));
+#undef IN_COPY
+	free(copy);
 #undef INSIDE
 	free(buf);
 	moat_plan_free(p);
