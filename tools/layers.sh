@@ -9,6 +9,11 @@
 #   calls:      every function a module's objects call from another module
 #               is that module's (in "uses"), or declared in a public header
 #               in "uses" that the callee's module implements (nm)
+#   rooms:      inside each module, the files call only downward: no cycle
+#               among the calls from one of its objects to another (nm).
+#               A module named on a "!loops" line of the table is the one
+#               exception, reported (skipped, its loop named), never silent;
+#               a "!loops" module with no loop left fails (drop the line)
 # The symbol checks need the objects (BUILD/obj, default build/obj); without
 # them they are counted skipped. Prints
 #   check-layers: N passed, M failed, S skipped
@@ -20,10 +25,11 @@ OBJ=$BUILD/obj
 table=tools/layers.txt
 pass=0; fail=0; skip=0
 
-declare -A uses impl layer failed
+declare -A uses impl layer failed loopok
 mods=()
 while read -r m l rest; do
 	case "$m" in ''|'#'*) continue ;; esac
+	if [ "$m" = '!loops' ]; then loopok[$l]=1; continue; fi
 	mods+=("$m"); layer[$m]=$l
 	uses[$m]=" ${rest%%|*} "; impl[$m]=" $(echo "${rest#*|}") "
 done < "$table"
@@ -86,13 +92,14 @@ objs=$(for o in "$OBJ"/*/*.o "$OBJ"/main.o; do
 	[ -f "${src%.o}.c" ] && echo "$o"
 done)
 if [ -z "$objs" ]; then
-	skip=$((skip + 2))
-	echo "check-layers: no objects in $OBJ (make first): implements and calls not checked"
+	skip=$((skip + 3))
+	echo "check-layers: no objects in $OBJ (make first): implements, calls and rooms not checked"
 else
 	# one awk over one nm: the table, the public headers' functions, then
 	# every object's defined and undefined global symbols
 	res=$( {
 		for m in "${mods[@]}"; do echo "M ${m}|${uses[$m]}|${impl[$m]}|${layer[$m]}"; done
+		for m in "${!loopok[@]}"; do echo "E $m"; done
 		for h in moat.h moat_admin.h; do
 			grep -o '\bmoat_[a-z0-9_]*[[:space:]]*(' include/$h | tr -d '( \t' | sort -u |
 				sed "s/^/P $h /"
@@ -104,6 +111,7 @@ else
 	$1 == "M" { split(substr($0, 3), f, "|"); m = f[1]; uses[m] = f[2]; impl[m] = f[3]
 		    lay[m] = f[4]; order[++nm] = m; next }
 	$1 == "P" { pub[$3] = pub[$3] " " $2; next }
+	$1 == "E" { loopok[$2] = 1; next }
 	$1 == "S" {
 		o = $2; sub(/:.*/, "", o)
 		if (NF == 4 && $3 ~ /^[TDBRV]$/) { def[$4] = mod(o); defo[$4] = o; dn++; dsym[dn] = $4; dobj[dn] = o }
@@ -124,15 +132,56 @@ else
 				if ((has(uses[m], hs[j]) || has(uses[m], hs[j] ":c")) && has(impl[to], hs[j])) ok = 1
 			if (!ok) print "C " m " " uobj[i] ": calls " s " of " defo[s] " (" to ", layer " lay[to] "): " m " (layer " lay[m] ") may not reach it"
 		}
+		# rooms: the calls between the objects of one module, a graph per
+		# module; peel off the files that call no other file left, and
+		# what remains is a loop (or calls into one)
+		for (i = 1; i <= un; i++) {
+			s = usym[i]; a = uobj[i]; b = defo[s]
+			if (b == "" || a == b || mod(a) != mod(b)) continue
+			if (!((a, b) in edge)) { edge[a, b] = s; outs[a]++ }
+			node[a] = node[b] = 1
+		}
+		do {
+			peeled = 0
+			for (a in node) if (!outs[a]) {
+				delete node[a]; peeled = 1
+				for (k in edge) { split(k, ab, SUBSEP); if (ab[2] == a && ab[1] in node) outs[ab[1]]-- }
+			}
+		} while (peeled)
+		# then the files no file left calls: what remains is on a loop
+		do {
+			peeled = 0
+			for (a in node) ins[a] = 0
+			for (k in edge) { split(k, ab, SUBSEP); if ((ab[1] in node) && (ab[2] in node)) ins[ab[2]]++ }
+			for (a in node) if (!ins[a]) { delete node[a]; peeled = 1 }
+		} while (peeled)
+		ne = 0
+		for (k in edge) {
+			split(k, ab, SUBSEP)
+			if ((ab[1] in node) && (ab[2] in node)) {
+				e = ab[1] "->" ab[2] "(" edge[k] ")"
+				for (j = ++ne; j > 1 && el[j - 1] > e; j--) el[j] = el[j - 1]
+				el[j] = e
+			}
+		}
+		for (j = 1; j <= ne; j++) { m = mod(el[j]); loop[m] = loop[m] " " el[j] }
+		for (i = 1; i <= nm; i++) {
+			m = order[i]
+			if (loop[m] != "" && loopok[m]) print "X " m " " m "/: files calling each other, left to do (tools/layers.txt !loops):" loop[m]
+			else if (loop[m] != "") print "L " m " " m "/: files calling each other (move what they share to a lower file):" loop[m]
+			else if (loopok[m]) print "Y " m " " m "/: named on a !loops line of tools/layers.txt but has no loop left: drop the line"
+		}
 		for (i = 1; i <= nm; i++) print "H " order[i]
 	}')
 	while read -r kind m msg; do
 		case "$kind" in
-		F|C) bad "$msg"; failed["$kind$m"]=1 ;;
+		F|C|L|Y) bad "$msg"; failed["$kind$m"]=1 ;;
+		X) skip=$((skip + 1)); echo "check-layers: SKIP $msg"; failed["X$m"]=1 ;;
 		H)
 			ls "$OBJ/$m"/*.o >/dev/null 2>&1 || continue
 			[ -n "${failed[F$m]:-}" ] || ok
 			[ -n "${failed[C$m]:-}" ] || ok
+			[ -n "${failed[L$m]:-}${failed[Y$m]:-}${failed[X$m]:-}" ] || ok
 			;;
 		esac
 	done <<< "$res"

@@ -1,7 +1,6 @@
 /* The store's front: the --kv spec, quotas, the rules for ids and keys, and
  * each operation dispatched to its backend (docs/KV.md). */
 #include <errno.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -90,59 +89,6 @@ bool moat_kv_id_valid(const char *id, size_t len)
 bool moat_kv_key_valid(const char *key, size_t len)
 {
 	return len >= 1 && len <= MOAT_KV_MAX_KEY && moat_utf8_text(key, len);
-}
-
-int kv_fail(struct moat_kv_answer *a, int rc, const char *kind, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *m = moat_vformat(fmt, ap);
-	va_end(ap);
-	a->status = MOAT_KV_ERROR;
-	a->kind = kind;
-	a->msg.len = 0;
-	a->detail.len = 0;
-	if (m) {
-		/* one line: a backend's message may carry newlines */
-		for (char *c = m; *c; c++)
-			if (*c == '\n' || *c == '\r')
-				*c = ' ';
-		moat_buf_append(&a->msg, m, strlen(m));
-		free(m);
-	}
-	return rc;
-}
-
-void kv_detail(struct moat_kv_answer *a, const char *fmt, ...)
-{
-	va_list ap;
-	va_start(ap, fmt);
-	char *m = moat_vformat(fmt, ap);
-	va_end(ap);
-	a->detail.len = 0;
-	if (m) {
-		for (char *c = m; *c; c++)
-			if (*c == '\n' || *c == '\r')
-				*c = ' ';
-		moat_buf_append(&a->detail, m, strlen(m));
-		free(m);
-	}
-}
-
-void kv_put_item(struct moat_buf *b, const char *s, size_t len)
-{
-	char le[4];
-	kv_le32_put(le, (uint32_t)len);
-	moat_buf_append(b, le, 4);
-	moat_buf_append(b, s, len);
-}
-
-void moat_kv_answer_reset(struct moat_kv_answer *a)
-{
-	moat_buf_free(&a->msg);
-	moat_buf_free(&a->detail);
-	moat_buf_free(&a->data);
-	memset(a, 0, sizeof *a);
 }
 
 char *moat_kv_default_path(struct moat_error *err)

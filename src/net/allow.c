@@ -760,6 +760,21 @@ int moat_addr_verdict_text(const struct moat_addr_verdict *v, char *out, size_t 
 			carried ? literal : "", carried ? ")" : "");
 }
 
+const char *moat_egress_refusal(const struct moat_allowlist *al, int family, const uint8_t *addr)
+{
+	return moat_addr_judge(al, family, addr, moat_addr_host_local, NULL);
+}
+
+const char *moat_egress_refusal_text(const struct moat_allowlist *al, int family,
+				     const uint8_t *addr, char *text, size_t len)
+{
+	struct moat_addr_verdict v;
+	const char *why = moat_addr_judge(al, family, addr, moat_addr_host_local, &v);
+	if (why && text && len)
+		moat_addr_verdict_text(&v, text, len);
+	return why;
+}
+
 const char *moat_net_addr_refused(int family, const void *addr)
 {
 	if (family != AF_INET && family != AF_INET6)

@@ -146,7 +146,7 @@ void moat_addr_unmap(int *family, uint8_t *addr);
  * NULL otherwise. Asked at connect time, never cached. */
 #define MOAT_NET_RESOLV_CONF "/etc/resolv.conf"
 const char *moat_addr_host_local(int family, const uint8_t *addr);
-/* The one egress policy: moat_addr_judge with moat_addr_host_local. With
+/* The one egress policy (allow.c): moat_addr_judge with moat_addr_host_local. With
  * text (may be NULL), the refusal's text (moat_addr_verdict_text) too. */
 const char *moat_egress_refusal(const struct moat_allowlist *al, int family, const uint8_t *addr);
 const char *moat_egress_refusal_text(const struct moat_allowlist *al, int family,
@@ -177,7 +177,7 @@ enum moat_resolve moat_resolve(const char *name, int family, struct moat_dns_add
  * sent the code, and must not tell which names the host's network has. */
 #define MOAT_NET_NO_NAME "no such name, or none of its addresses may be reached"
 
-/* ---- the relays' sockets (net.c) ----------------------------------------- */
+/* ---- the relays' sockets (relay.c) -------------------------------------- */
 
 /* SO_SNDBUF and SO_RCVBUF of the sockets the supervisor connects out of the
  * host for a sandbox, fixed (the kernel doubles them): neither a peer that

@@ -152,18 +152,3 @@ bool moat_host_has_ipv6(void)
 	freeifaddrs(ifa);
 	return found;
 }
-
-const char *moat_egress_refusal(const struct moat_allowlist *al, int family, const uint8_t *addr)
-{
-	return moat_addr_judge(al, family, addr, moat_addr_host_local, NULL);
-}
-
-const char *moat_egress_refusal_text(const struct moat_allowlist *al, int family,
-				     const uint8_t *addr, char *text, size_t len)
-{
-	struct moat_addr_verdict v;
-	const char *why = moat_addr_judge(al, family, addr, moat_addr_host_local, &v);
-	if (why && text && len)
-		moat_addr_verdict_text(&v, text, len);
-	return why;
-}

@@ -423,47 +423,6 @@ int moat_net_warn_uncharged(struct moat_result *res, const char *mech, unsigned 
 
 /* ---- supervisor, after clone ---- */
 
-int moat_net_out_socket(int family, _Atomic uint64_t *used, uint64_t *charged)
-{
-	*charged = 0;
-	int s = socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-	if (s < 0)
-		return -1;
-	const uint64_t cost = 4ull * MOAT_NET_OUT_LARGE;
-	uint64_t cur = atomic_load(used);
-	while (cur + cost <= MOAT_NET_OUT_BUDGET &&
-	       !atomic_compare_exchange_weak(used, &cur, cur + cost))
-		;
-	int size = MOAT_NET_OUT_SMALL;
-	if (cur + cost <= MOAT_NET_OUT_BUDGET) {
-		*charged = cost;
-		size = MOAT_NET_OUT_LARGE;
-	}
-	if (setsockopt(s, SOL_SOCKET, SO_SNDBUF, &size, sizeof size) < 0 ||
-	    setsockopt(s, SOL_SOCKET, SO_RCVBUF, &size, sizeof size) < 0) {
-		int saved = errno;
-		close(s);
-		moat_net_out_release(used, *charged);
-		*charged = 0;
-		errno = saved;
-		return -1;
-	}
-	return s;
-}
-
-void moat_net_out_release(_Atomic uint64_t *used, uint64_t charged)
-{
-	if (charged)
-		atomic_fetch_sub(used, charged);
-}
-
-void moat_net_reset_close(int fd)
-{
-	struct linger l = { .l_onoff = 1, .l_linger = 0 };
-	(void)setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
-	close(fd);
-}
-
 int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err)
 {
 	(void)child;
@@ -478,18 +437,6 @@ int moat_net_attach(struct moat_net *net, pid_t child, struct moat_error *err)
 		net->px_child = -1;
 	}
 	return 0;
-}
-
-int64_t moat_net_relay_idle_ms(void)
-{
-	int64_t ms = moat_test_ms("MOAT_TEST_RELAY_IDLE_MS", MOAT_NET_RELAY_IDLE_MS);
-	return ms < 86400000 ? ms : 86400000; /* poll()'s int, a day at most */
-}
-
-void moat_net_idle_reason(int64_t idle_ms, char *out, size_t len)
-{
-	snprintf(out, len, "idle for %lld.%03lld s (no byte either way): closed with a reset",
-		 (long long)(idle_ms / 1000), (long long)(idle_ms % 1000));
 }
 
 int moat_net_start(struct moat_net *net, struct moat_relay_caps *caps, struct moat_error *err)

@@ -21,12 +21,6 @@
 
 #define DRAIN_GRACE_MS 2000
 
-int pump_watch_slot(struct run *r, enum pump_slot slot, uint32_t events)
-{
-	struct epoll_event ev = { .events = events, .data.ptr = &r->pump[slot] };
-	return epoll_ctl(r->epfd, EPOLL_CTL_ADD, *r->pump[slot].fd, &ev);
-}
-
 /* The entry is done: unwatched and its fd closed. */
 static void pump_drop(struct run *r, struct pump_entry *e)
 {

@@ -234,6 +234,26 @@ int run_plan_hand_over(struct run *r, struct moat_error *err);
 void run_plan_flat_free(struct run *r);
 void run_release(struct run *r);
 
+/* base.c: below every other file of runner/ */
+/* Waits until pid 1 has ended: reaps it (*si: how, when si is not NULL),
+ * or for an adopted one waits for its pidfd (si zeroed). */
+void run_wait_pid1(struct run *r, siginfo_t *si);
+/* (Re)arms the run's timer to fire once, ms from now. 0, or -1 with *err:
+ * the run must fail then (no timer is no wall-clock kill). */
+int run_arm_timer(struct run *r, uint64_t ms, struct moat_error *err);
+/* Kills and reaps pid 1 if it is still there. */
+void run_kill(struct run *r);
+/* SIGPIPE blocked in the calling thread for the span of a phase that
+ * writes to a pipe pid 1 may have closed (the sync bytes, stdin). */
+struct sigpipe_guard {
+	sigset_t old;
+	bool set;
+};
+void sigpipe_block(struct sigpipe_guard *g);
+void sigpipe_restore(struct sigpipe_guard *g);
+/* Watches one more entry (its fd set) for events. */
+int pump_watch_slot(struct run *r, enum pump_slot slot, uint32_t events);
+
 /* start.c */
 /* What pid 1 runs from (moat_child_main): the run's plan, privileges,
  * filter, network, channels (the child's ends) and program. Borrows from
@@ -253,23 +273,7 @@ int run_spawn(struct run *r, struct moat_error *err);
 int run_adopt(struct run *r, int pidfd, struct moat_error *err);
 /* How long a kill waits for an adopted pid 1 to exit. */
 #define RUN_ADOPT_EXIT_WAIT_MS 5000
-/* Waits until pid 1 has ended: reaps it (*si: how, when si is not NULL),
- * or for an adopted one waits for its pidfd (si zeroed). */
-void run_wait_pid1(struct run *r, siginfo_t *si);
 int run_start(struct run *r, struct moat_error *err);
-/* (Re)arms the run's timer to fire once, ms from now. 0, or -1 with *err:
- * the run must fail then (no timer is no wall-clock kill). */
-int run_arm_timer(struct run *r, uint64_t ms, struct moat_error *err);
-/* Kills and reaps pid 1 if it is still there. */
-void run_kill(struct run *r);
-/* SIGPIPE blocked in the calling thread for the span of a phase that
- * writes to a pipe pid 1 may have closed (the sync bytes, stdin). */
-struct sigpipe_guard {
-	sigset_t old;
-	bool set;
-};
-void sigpipe_block(struct sigpipe_guard *g);
-void sigpipe_restore(struct sigpipe_guard *g);
 
 /* pump.c */
 int run_pump(struct run *r, struct moat_error *err);
@@ -277,8 +281,6 @@ int run_pump(struct run *r, struct moat_error *err);
  * left (MOAT_STATUS_ALONE), has not been seen to exit yet, and nothing
  * killed the sandbox: the result is final, pid 1 is reaped by run_release. */
 bool run_ended_alone(const struct run *r);
-/* Watches one more entry (its fd set) for events. */
-int pump_watch_slot(struct run *r, enum pump_slot slot, uint32_t events);
 /* Registers the pump's entries (run_start, once pid 1 was released). */
 int pump_watch(struct run *r, struct moat_error *err);
 /* Kills the whole sandbox now (cgroup.kill, else pid 1), as the timeout does. */

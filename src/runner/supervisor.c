@@ -12,14 +12,6 @@ struct moat_sandbox {
 	struct run run;
 };
 
-void moat_run_options_init(struct moat_run_options *opts)
-{
-	memset(opts, 0, sizeof *opts);
-	opts->cancel_fd = -1;
-	opts->hangup_fd = -1;
-	opts->resume_fd = -1;
-}
-
 int moat_sandbox_create(const struct moat_request *req, const struct moat_run_options *opts,
 			struct moat_sandbox **out, struct moat_error *err)
 {
