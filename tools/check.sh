@@ -58,7 +58,12 @@ toolbox() {
 }
 
 moat_bin="$(pwd)/$BUILD/moat"
-stage "unit tests (AddressSanitizer + UBSan)" "$BUILD/test-unit"
+# Check's per-test timeout (4 s unless a tcase sets its own) guards against a
+# hang; under ASan on a loaded machine tests that pass in seconds alone
+# took longer (14 of 329 at a load of 15-23), so this stage's timeouts are
+# three times as long (CK_TIMEOUT_MULTIPLIER given wins)
+stage "unit tests (AddressSanitizer + UBSan)" \
+	env CK_TIMEOUT_MULTIPLIER="${CK_TIMEOUT_MULTIPLIER:-3}" "$BUILD/test-unit"
 stage "libmoat from 8 threads at once (ThreadSanitizer; root mode and uid 65534)" \
 	env TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$BUILD/test-threads"
 stage "Landlock alone (a test-only build without the read-only mounts; root and uid 65534)" \
