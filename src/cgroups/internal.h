@@ -1,5 +1,7 @@
-/* cgroups module internals: pure parsers (unit-tested against fixtures) and
- * small file helpers shared by the v2, v1 and rlimit parts. */
+/* cgroups module internals the unit tests reach: pure parsers (parse.c,
+ * unit-tested against fixtures), the file helpers (files.c), the stale-leaf
+ * scan (sweep.c) and systemd delegation's pure parts (systemd.c). The
+ * backends' private plumbing is backend.h. */
 #ifndef MOAT_CGROUPS_INTERNAL_H
 #define MOAT_CGROUPS_INTERNAL_H
 
@@ -79,14 +81,20 @@ bool moat_cg_leaf_stale(const char *name, bool (*alive)(pid_t pid, uint64_t star
  * counts as alive). */
 bool moat_cg_pid_alive(pid_t pid, uint64_t start);
 
-/* ---- files (dir/file joined; untrusted contents read whole, malloc'd) ---- */
+/* ---- files (files.c; untrusted contents read whole, malloc'd) ---- */
+/* file relative to the directory fd dfd (O_PATH is enough; AT_FDCWD: a
+ * path), opened O_CLOEXEC: a run's leaves are read and written this way */
+char *moat_cg_read_at(int dfd, const char *file);
+int moat_cg_write_at(int dfd, const char *file, const char *value);
+/* dir/file joined: one-off reads and writes of the host's cgroups */
 char *moat_cg_path(const char *dir, const char *file);
 char *moat_cg_read(const char *dir, const char *file);
 int moat_cg_write(const char *dir, const char *file, const char *value);
 /* Removes a leaf directory, retrying up to about 1 s while it is still busy
  * (processes draining). 0 or -1 with errno. */
 int moat_cg_rmdir_wait(const char *dir);
-/* Removes sibling leaves under parent left by supervisors that are gone. */
+/* Removes sibling leaves under parent left by supervisors that are gone
+ * (sweep.c). */
 void moat_cg_remove_stale(const char *parent);
 /* The same, counting: *found such leaves (may be NULL), *removed of them
  * (rmdir'd when remove; a leaf with processes in it stays). */

@@ -1,7 +1,10 @@
 /* cgroups: parsers for /proc/self/cgroup and the controller files (fixtures
  * under tests/fixtures/cgroup/ for the v2 files this host lacks), cpu.max
- * formatting, leaf naming and stale-leaf detection. */
+ * formatting, leaf naming and stale-leaf detection; the v2 and v1 backends
+ * writing a fake tree through their leaves' fds. */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +14,7 @@
 
 #include "moat_admin.h"
 #include "cgroups/cgroups.h"
+#include "cgroups/backend.h"
 #include "cgroups/internal.h"
 #include "suites.h"
 
@@ -570,6 +574,247 @@ START_TEST(delegate_without_bus_fails_with_reason)
 }
 END_TEST
 
+/* ---- the backends on fake trees ------------------------------------------
+ * This host's cgroup2 has no controllers (check-vm runs the real v2 limits);
+ * here v2.c and v1.c write into plain directories shaped like a cgroup, so
+ * what they write, where, and through which fd is checked on every host. */
+
+static void put(const char *dir, const char *file, const char *text)
+{
+	char *path = moat_cg_path(dir, file);
+	FILE *f = fopen(path, "w");
+	ck_assert_msg(f != NULL, "%s: %s", path, strerror(errno));
+	fputs(text, f);
+	fclose(f);
+	free(path);
+}
+
+static void expect(const char *dir, const char *file, const char *want)
+{
+	char *t = moat_cg_read(dir, file);
+	ck_assert_msg(t != NULL, "%s/%s: %s", dir, file, strerror(errno));
+	ck_assert_msg(!strncmp(t, want, strlen(want)), "%s/%s holds '%s', want '%s'", dir, file,
+		      t, want);
+	free(t);
+}
+
+static int count_fds(void)
+{
+	DIR *d = opendir("/proc/self/fd");
+	ck_assert_ptr_nonnull(d);
+	int n = 0;
+	while (readdir(d))
+		n++;
+	closedir(d);
+	return n;
+}
+
+static void rm_tree(const char *dir)
+{
+	char *cmd = NULL;
+	ck_assert_int_ge(asprintf(&cmd, "rm -rf '%s'", dir), 0);
+	ck_assert_int_eq(system(cmd), 0);
+	free(cmd);
+}
+
+static struct moat_cgroup *fake_record(void)
+{
+	struct moat_cgroup *cg = calloc(1, sizeof *cg);
+	ck_assert_ptr_nonnull(cg);
+	cg->v2_fd = -1;
+	for (int i = 0; i < MOAT_V1__COUNT; i++)
+		cg->v1_fd[i] = -1;
+	return cg;
+}
+
+START_TEST(v2_on_a_fake_tree)
+{
+	char tmpl[] = "/tmp/moat-cg-v2-XXXXXX";
+	char *parent = mkdtemp(tmpl);
+	ck_assert_ptr_nonnull(parent);
+	/* a delegated parent below the root (cgroup.type), holding no process */
+	put(parent, "cgroup.type", "domain\n");
+	put(parent, "cgroup.procs", "");
+	put(parent, "cgroup.subtree_control", "");
+	/* the leaf as the kernel would populate it on mkdir (mkdirat's EEXIST
+	 * is accepted: a name reused within a process) */
+	const char *name = "moat-1-t1-1";
+	char *leaf = moat_cg_path(parent, name);
+	ck_assert_int_eq(mkdir(leaf, 0755), 0);
+	put(leaf, "cgroup.controllers", "cpu memory pids\n");
+	const char *files[] = { "memory.max", "memory.oom.group", "memory.swap.max", "pids.max",
+				"cpu.max", "cgroup.procs", "cgroup.kill" };
+	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
+		put(leaf, files[i], "");
+	put(leaf, "memory.current", "4096\n");
+	put(leaf, "memory.peak", "8192\n");
+	put(leaf, "memory.events", "low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n");
+	put(leaf, "memory.pressure", "some avg10=0.00 avg60=0.00 avg300=0.00 total=9\n"
+				     "full avg10=0.00 avg60=0.00 avg300=0.00 total=7\n");
+	put(leaf, "pids.events", "max 2\n");
+	put(leaf, "cpu.stat", "usage_usec 25000\nuser_usec 20000\nsystem_usec 5000\n");
+
+	int fds = count_fds();
+	struct probe p;
+	memset(&p, 0, sizeof p);
+	p.v2_mount = "/nonexistent";
+	p.v2_pure = true;
+	p.v2_parent = parent;
+	for (int i = 0; i < L__COUNT; i++)
+		p.v2_avail[i] = true;
+	struct moat_cgroup *cg = fake_record();
+	bool want[L__COUNT] = { true, true, true };
+	char *why[L__COUNT] = { NULL, NULL, NULL };
+	cg_v2_create(cg, &p, name, want, why);
+	for (int i = 0; i < L__COUNT; i++)
+		ck_assert_msg(why[i] == NULL, "limit %d: %s", i, why[i]);
+	ck_assert_int_ge(cg->v2_fd, 0);
+	ck_assert(fcntl(cg->v2_fd, F_GETFD) & FD_CLOEXEC);
+	ck_assert_str_eq(cg->v2_leaf, leaf);
+	ck_assert_str_eq(moat_cgroup_clone_path(cg), leaf);
+	ck_assert_int_eq(moat_cgroup_clone_fd(cg), cg->v2_fd);
+	for (int i = 0; i < L__COUNT; i++)
+		ck_assert(cg->v2_ctl[i]);
+	/* the controllers were enabled in the parent, one write each (a plain
+	 * file keeps the last: "+cpu" over "+pids" over "+memory") */
+	expect(parent, "cgroup.subtree_control", "+cpu");
+
+	struct moat_result res;
+	memset(&res, 0, sizeof res);
+	struct moat_error err = { 0 };
+	char *w = NULL;
+	ck_assert_int_eq(cg_v2_set_memory(cg, 64 * MIB, &w, &res, &err), 0);
+	ck_assert_ptr_null(w);
+	cg_v2_set_pids(cg, 32, &w);
+	ck_assert_ptr_null(w);
+	cg_v2_set_cpu(cg, 0.5, &w);
+	ck_assert_ptr_null(w);
+	expect(leaf, "memory.max", "67108864");
+	expect(leaf, "memory.oom.group", "1");
+	expect(leaf, "memory.swap.max", "0");
+	expect(leaf, "pids.max", "32");
+	expect(leaf, "cpu.max", "50000 100000");
+	ck_assert_int_eq(cg->mech[L_MEMORY], MOAT_CG_V2);
+	ck_assert_int_eq(cg->mech[L_PIDS], MOAT_CG_V2);
+	ck_assert_int_eq(cg->mech[L_CPU], MOAT_CG_V2);
+	ck_assert_uint_eq(res.warnings_count, 0);
+
+	/* the face, through the leaf's fd */
+	ck_assert_int_eq(moat_cgroup_adopt(cg, 4242, &res, &err), 0);
+	expect(leaf, "cgroup.procs", "4242");
+	ck_assert_int_eq(moat_cgroup_kill(cg), 0);
+	expect(leaf, "cgroup.kill", "1");
+	ck_assert(moat_cgroup_memory_is_v2(cg));
+	ck_assert(moat_cgroup_charges_sockets(cg));
+	ck_assert_int_eq(moat_cgroup_memory_now(cg), 4096);
+	ck_assert_int_eq(moat_cgroup_cpu_ms(cg), 25);
+	int64_t hits = -1, full = -1;
+	ck_assert_int_eq(moat_cgroup_memory_stall(cg, &hits, &full), 0);
+	ck_assert_int_eq(hits, 3);
+	ck_assert_int_eq(full, 7);
+	res.exited = true;
+	res.exit_code = 1;
+	moat_cgroup_collect(cg, &res);
+	ck_assert_int_eq(res.memory_peak_bytes, 8192);
+	ck_assert_int_eq(res.cpu_time_ms, 25);
+	ck_assert(res.oom_killed);
+	ck_assert_ptr_null(res.killed_by); /* exited: no kill; the pids hits are a warning */
+	ck_assert_uint_eq(res.warnings_count, 1);
+	ck_assert_msg(strstr(res.warnings[0], "pids limit was hit 2"), "%s", res.warnings[0]);
+
+	/* a leaf whose name was swapped after creation: the fd still writes
+	 * the leaf moat made, not what the name points at now */
+	char *moved = moat_cg_path(parent, "moved");
+	ck_assert_int_eq(rename(leaf, moved), 0);
+	ck_assert_int_eq(mkdir(leaf, 0755), 0);
+	put(leaf, "pids.max", "");
+	cg_v2_set_pids(cg, 7, &w);
+	ck_assert_ptr_null(w);
+	expect(moved, "pids.max", "7");
+	char *now = moat_cg_read(leaf, "pids.max");
+	ck_assert_str_eq(now, "");
+	free(now);
+
+	/* finish closes the fd whatever rmdir says (the fake leaf holds files) */
+	cg->v2_leaf[0] = '\0'; /* rmdir("") fails: keep the fake tree for rm_tree */
+	moat_cgroup_finish(cg, NULL);
+	ck_assert_int_eq(count_fds(), fds);
+	for (size_t i = 0; i < res.warnings_count; i++)
+		free(res.warnings[i]);
+	free(res.warnings);
+	moat_error_clear(&err);
+	rm_tree(parent);
+	free(moved);
+	free(leaf);
+}
+END_TEST
+
+START_TEST(v1_on_a_fake_tree)
+{
+	char tmpl[] = "/tmp/moat-cg-v1-XXXXXX";
+	char *root = mkdtemp(tmpl);
+	ck_assert_ptr_nonnull(root);
+	int fds = count_fds();
+	struct moat_cgroup *cg = fake_record();
+	for (int i = 0; i < MOAT_V1__COUNT; i++) {
+		char *ctl = moat_cg_path(root, moat_cg_v1_name((enum moat_cg_v1ctl)i));
+		ck_assert_int_eq(mkdir(ctl, 0755), 0);
+		cg->v1_leaf[i] = moat_cg_path(ctl, "moat-1-t1-1");
+		ck_assert_int_eq(mkdir(cg->v1_leaf[i], 0755), 0);
+		put(cg->v1_leaf[i], "cgroup.procs", "");
+		free(ctl);
+	}
+	const char *mem = cg->v1_leaf[MOAT_V1_MEMORY];
+	put(mem, "memory.limit_in_bytes", "");
+	put(mem, "memory.memsw.limit_in_bytes", "");
+	put(mem, "memory.kmem.tcp.limit_in_bytes", "");
+	put(mem, "memory.usage_in_bytes", "2048\n");
+	put(cg->v1_leaf[MOAT_V1_PIDS], "pids.max", "");
+	put(cg->v1_leaf[MOAT_V1_CPU], "cpu.cfs_period_us", "");
+	put(cg->v1_leaf[MOAT_V1_CPU], "cpu.cfs_quota_us", "");
+	put(cg->v1_leaf[MOAT_V1_CPUACCT], "cpuacct.usage", "3000000\n");
+	cg_v1_set_pids(cg, 16);
+	cg_v1_set_cpu(cg, 0.25);
+	cg->mech[L_MEMORY] = MOAT_CG_V1;
+	cg->v1_mem = 32 * MIB;
+	cg->v1_memsw = cg->v1_tcp = true;
+	struct moat_result res;
+	memset(&res, 0, sizeof res);
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(moat_cgroup_attach(cg, 4242, &res, &err), 0);
+	expect(mem, "memory.limit_in_bytes", "33554432");
+	expect(mem, "memory.memsw.limit_in_bytes", "33554432");
+	expect(mem, "memory.kmem.tcp.limit_in_bytes", "33554432");
+	expect(cg->v1_leaf[MOAT_V1_PIDS], "pids.max", "16");
+	expect(cg->v1_leaf[MOAT_V1_CPU], "cpu.cfs_period_us", "100000");
+	expect(cg->v1_leaf[MOAT_V1_CPU], "cpu.cfs_quota_us", "25000");
+	for (int i = 0; i < MOAT_V1__COUNT; i++) {
+		expect(cg->v1_leaf[i], "cgroup.procs", "4242");
+		ck_assert_int_ge(cg->v1_fd[i], 0);
+		ck_assert(fcntl(cg->v1_fd[i], F_GETFD) & FD_CLOEXEC);
+	}
+	ck_assert(moat_cgroup_charges_sockets(cg));
+	ck_assert_int_eq(moat_cgroup_memory_now(cg), 2048);
+	ck_assert_int_eq(moat_cgroup_cpu_ms(cg), 3);
+	ck_assert_int_eq(moat_cgroup_kill(cg), -1); /* no v2 leaf: the caller kills */
+	/* a leaf that cannot be created fails the run, naming it */
+	struct moat_cgroup *bad = fake_record();
+	bad->v1_leaf[MOAT_V1_PIDS] = moat_cg_path(root, "missing/moat-1-t1-2");
+	ck_assert_int_eq(moat_cgroup_attach(bad, 4242, &res, &err), -1);
+	ck_assert_msg(strstr(err.message, "missing/moat-1-t1-2"), "%s", err.message);
+	moat_cgroup_finish(bad, NULL);
+	for (int i = 0; i < MOAT_V1__COUNT; i++)
+		cg->v1_leaf[i][0] = '\0'; /* keep the fake tree for rm_tree */
+	moat_cgroup_finish(cg, NULL);
+	ck_assert_int_eq(count_fds(), fds);
+	for (size_t i = 0; i < res.warnings_count; i++)
+		free(res.warnings[i]);
+	free(res.warnings);
+	moat_error_clear(&err);
+	rm_tree(root);
+}
+END_TEST
+
 Suite *cgroups_suite(void)
 {
 	Suite *s = suite_create("cgroups");
@@ -589,6 +834,8 @@ Suite *cgroups_suite(void)
 	tcase_add_test(tc, stat_starttime);
 	tcase_add_test(tc, remove_stale_dirs);
 	tcase_add_test(tc, file_helpers);
+	tcase_add_test(tc, v2_on_a_fake_tree);
+	tcase_add_test(tc, v1_on_a_fake_tree);
 	tcase_add_test(tc, mech_names_and_describe);
 	tcase_add_test(tc, null_safe);
 	tcase_add_test(tc, delegation_decision);
