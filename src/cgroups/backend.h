@@ -121,12 +121,10 @@ int cg_v1_attach(struct moat_cgroup *cg, pid_t pid, struct moat_result *res,
 int cg_rlimit_fallback(struct moat_cgroup *cg, const struct moat_request *req, int i,
 		       const char *w, struct moat_result *res, struct moat_error *err);
 
-/* ---- cgroups.c ---- */
+/* ---- files.c: a cgroup's files relative to its directory fd ---- */
 /* A warning on the result; -1 with err when out of memory. */
 int cg_warn(struct moat_result *res, struct moat_error *err, const char *f, ...)
 	__attribute__((format(printf, 3, 4)));
-
-/* ---- files.c: a cgroup's files relative to its directory fd ---- */
 /* One number ("max": INT64_MAX), or a key of a flat-keyed file; -1 when
  * absent (dfd < 0 included). */
 int64_t cg_read_num(int dfd, const char *file);

@@ -36,19 +36,6 @@
 
 #define fmt moat_format
 
-int cg_warn(struct moat_result *res, struct moat_error *err, const char *f, ...)
-{
-	va_list ap;
-	va_start(ap, f);
-	char *s = moat_vformat(f, ap);
-	va_end(ap);
-	int rc = s ? moat_result_warn(res, "%s", s) : -1;
-	free(s);
-	if (rc < 0)
-		return moat_error_oom(err);
-	return 0;
-}
-
 static void cg_free(struct moat_cgroup *cg, struct moat_result *res);
 
 static unsigned next_counter(void)

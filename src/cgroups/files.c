@@ -7,6 +7,8 @@
  * bounded at 16 MiB, malloc'd. */
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,4 +150,42 @@ int cg_write_u64(int dfd, const char *file, unsigned long long v)
 	char buf[32];
 	snprintf(buf, sizeof buf, "%llu", v);
 	return moat_cg_write_at(dfd, file, buf);
+}
+
+int cg_warn(struct moat_result *res, struct moat_error *err, const char *f, ...)
+{
+	va_list ap;
+	va_start(ap, f);
+	char *s = moat_vformat(f, ap);
+	va_end(ap);
+	int rc = s ? moat_result_warn(res, "%s", s) : -1;
+	free(s);
+	if (rc < 0)
+		return moat_error_oom(err);
+	return 0;
+}
+
+uint64_t moat_cg_pid_start(pid_t pid)
+{
+	char dir[32];
+	snprintf(dir, sizeof dir, "/proc/%ld", (long)pid);
+	char *t = moat_cg_read(dir, "stat");
+	uint64_t v = 0;
+	if (!t || moat_cg_stat_starttime(t, &v) != 1)
+		v = 0;
+	free(t);
+	return v;
+}
+
+bool moat_cg_pid_alive(pid_t pid, uint64_t start)
+{
+	if (!(kill(pid, 0) == 0 || errno == EPERM))
+		return false;
+	if (!start)
+		return true;
+	/* the pid lives: the leaf's owner only if it started when the owner
+	 * did (a pid reused since is another process); unknown counts as
+	 * alive */
+	uint64_t now = moat_cg_pid_start(pid);
+	return !now || now == start;
 }

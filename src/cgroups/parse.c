@@ -308,31 +308,6 @@ int moat_cg_stat_starttime(const char *text, uint64_t *out)
 	return 0;
 }
 
-uint64_t moat_cg_pid_start(pid_t pid)
-{
-	char dir[32];
-	snprintf(dir, sizeof dir, "/proc/%ld", (long)pid);
-	char *t = moat_cg_read(dir, "stat");
-	uint64_t v = 0;
-	if (!t || moat_cg_stat_starttime(t, &v) != 1)
-		v = 0;
-	free(t);
-	return v;
-}
-
-bool moat_cg_pid_alive(pid_t pid, uint64_t start)
-{
-	if (!(kill(pid, 0) == 0 || errno == EPERM))
-		return false;
-	if (!start)
-		return true;
-	/* the pid lives: the leaf's owner only if it started when the owner
-	 * did (a pid reused since is another process); unknown counts as
-	 * alive */
-	uint64_t now = moat_cg_pid_start(pid);
-	return !now || now == start;
-}
-
 bool moat_cg_leaf_stale(const char *name, bool (*alive)(pid_t pid, uint64_t start))
 {
 	pid_t pid;

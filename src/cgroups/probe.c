@@ -24,6 +24,8 @@ static bool is_fs(const char *path, unsigned long magic)
 	return statfs(path, &sfs) == 0 && (unsigned long)sfs.f_type == magic;
 }
 
+const char *const MOAT_CG_V2_CTL[L__COUNT] = { "memory", "pids", "cpu" };
+
 bool cg_word_in(const char *list, const char *word)
 {
 	size_t n = strlen(word);

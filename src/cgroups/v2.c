@@ -19,8 +19,6 @@
 
 #define fmt moat_format
 
-const char *const MOAT_CG_V2_CTL[L__COUNT] = { "memory", "pids", "cpu" };
-
 /* true when processes live in the cgroup at dfd (cgroup.procs not empty) */
 static bool has_procs(int dfd)
 {
