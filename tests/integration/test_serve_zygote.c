@@ -124,18 +124,18 @@ START_TEST(zygote_that_cannot_make_sandboxes)
 	HARNESS_MODE_GUARD(_i);
 	struct server s;
 	pool_server_env(&s, _i, "MOAT_TEST_ZYGOTE_REFUSE=1");
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (pool_metric(&s, "moat_pool_zygote_failed_total", NULL) < 1) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was never refused");
-		sleep_ms(20);
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000), "the zygote was never refused");
+		harness_sleep_ms(20);
 	}
 	pool_wait_ready(&s, "python", 1);
 	pool_py_42(&s, "a zygote that cannot make sandboxes");
 	/* replaced after its back-off, and refused again */
-	t0 = now_ms();
+	t0 = harness_now_ms();
 	while (pool_metric(&s, "moat_pool_zygote_starts_total", NULL) < 2) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
-		sleep_ms(50);
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
+		harness_sleep_ms(50);
 	}
 	ck_assert(pool_metric(&s, "moat_pool_zygote_children_total", NULL) == 0);
 	pool_py_42(&s, "after the zygote was replaced");
@@ -177,10 +177,10 @@ START_TEST(zygote_is_replaced_past_its_age)
 			 .body = "{\"code\":\"import time\\ntime.sleep(3)\\nprint('survived')\"}" };
 	struct call slow;
 	call_start(&s, &q, &slow);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (pool_metric(&s, "moat_pool_zygote_starts_total", NULL) < starts + 1) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
-		sleep_ms(50);
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
+		harness_sleep_ms(50);
 	}
 	ck_assert(pool_metric(&s, "moat_pool_zygote_replaced_total", "reason=\"age\"") >= 1);
 	pool_wait_ready(&s, "python", 1);
@@ -407,16 +407,16 @@ START_TEST(zygote_child_waits_locked_down)
 	ck_assert_int_eq(proc_descendants_named(s.p.pid, "python3\n", 2, &zyg), 1);
 	pid_t pid1[8], pid2[8];
 	int n1 = 0;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	/* the refill sends the start right after the child is made */
 	for (;;) {
 		n1 = proc_children(zyg, pid1, 8);
 		if (n1 == 1 && proc_children(pid1[0], pid2, 8) == 1)
 			break;
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(10000),
 			      "%s: the zygote's child made ahead has no pid 2 (%d children)",
 			      MODE_NAME[_i], n1);
-		sleep_ms(20);
+		harness_sleep_ms(20);
 	}
 	/* ... and it is waiting for its frame: read(0, ...) */
 #if defined(__x86_64__)
@@ -432,7 +432,7 @@ START_TEST(zygote_child_waits_locked_down)
 	long nr = -2;
 	unsigned long fd = 99;
 	/* (another architecture: its number is not known here, nothing to wait for) */
-	for (t0 = now_ms(); nr_read >= 0 && now_ms() - t0 < harness_scale_ms(10000); sleep_ms(20)) {
+	for (t0 = harness_now_ms(); nr_read >= 0 && harness_now_ms() - t0 < harness_scale_ms(10000); harness_sleep_ms(20)) {
 		free(sc);
 		sc = slurp(f, NULL);
 		ck_assert_msg(sc, "%s: cannot read %s", MODE_NAME[_i], f);
@@ -452,7 +452,7 @@ START_TEST(zygote_child_waits_locked_down)
 	ck_assert_str_eq(proc_status_field(pid2[0], "NoNewPrivs"), "1");
 	ck_assert_str_eq(proc_status_field(pid2[0], "Seccomp"), "2");
 	/* longer than the bootstrap's 1 s timeout, then a 0.6 s request */
-	sleep_ms(1500);
+	harness_sleep_ms(1500);
 	struct resp r;
 	v1(&s, "{\"code\":\"import os, time\\ntime.sleep(0.6)\\nprint('slept', os.getpid())\"}", &r);
 	ck_assert_msg(pooled(&r) && !cJSON_IsTrue(jget(r.json, "timedOut")) &&
