@@ -35,6 +35,35 @@
 
 enum { NS_H, NS_LAN, NS_META, NS_PUB, NS_COUNT };
 
+/* answer(q): the DNS answer (A, AAAA, NXDOMAIN) to a question from the
+ * hosts table `table`, in python; in dns.py and the agents' peer resolver. */
+#define PY_DNS_ANSWER \
+	"def answer(q):\n" \
+	"    if len(q) < 12: return None\n" \
+	"    qid, flags, qd = struct.unpack('!HHH', q[:6])\n" \
+	"    if qd != 1: return None\n" \
+	"    i, labels = 12, []\n" \
+	"    while i < len(q) and q[i]:\n" \
+	"        labels.append(q[i + 1:i + 1 + q[i]].decode('latin1'))\n" \
+	"        i += 1 + q[i]\n" \
+	"    i += 1\n" \
+	"    if i + 4 > len(q): return None\n" \
+	"    qtype, qclass = struct.unpack('!HH', q[i:i + 4])\n" \
+	"    question = q[12:i + 4]\n" \
+	"    name = '.'.join(labels).lower()\n" \
+	"    ans = []\n" \
+	"    if name in table:\n" \
+	"        rcode = 0\n" \
+	"        for a in table[name]:\n" \
+	"            if qtype == 1 and ':' not in a:\n" \
+	"                ans.append(struct.pack('!HHHIH', 0xc00c, 1, 1, 5, 4) + socket.inet_pton(socket.AF_INET, a))\n" \
+	"            if qtype == 28 and ':' in a:\n" \
+	"                ans.append(struct.pack('!HHHIH', 0xc00c, 28, 1, 5, 16) + socket.inet_pton(socket.AF_INET6, a))\n" \
+	"    else:\n" \
+	"        rcode = 3\n" \
+	"    hdr = struct.pack('!HHHHHH', qid, 0x8180 | (flags & 0x0100) | rcode, 1, len(ans), 0, 0)\n" \
+	"    return hdr + question + b''.join(ans)\n"
+
 struct lines {
 	char *buf;
 	char **name, **res; /* "name:res" */
