@@ -86,10 +86,10 @@ enum wall { WALL_NONE, WALL_EGRESS, WALL_ALLOWLIST };
 #define PEER_GUARD(mode)                                                                    \
 	do {                                                                                \
 		HARNESS_MODE_GUARD(mode);                                                   \
-		if (!net_ready) {                                                               \
+		if (!net_ready) {                                                           \
 			ck_assert_msg(!harness_is_root(), "%s: no host namespace: %s",      \
 				      __func__, setup_why);                                 \
-			harness_skip("%s: %s", __func__, setup_why);     \
+			harness_skip("%s: %s", __func__, setup_why);                        \
 			return;                                                             \
 		}                                                                           \
 	} while (0)
