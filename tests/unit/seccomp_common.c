@@ -7,6 +7,7 @@
 #include <check.h>
 
 #include "moat.h"
+#include "fixture.h"
 #include "seccomp_common.h"
 
 struct sc_host secpol_host(void)
@@ -43,19 +44,7 @@ const char *secpol_docker_fixture(void)
 	const char *env = getenv("MOAT_DOCKER_SECCOMP_FIXTURE");
 	if (env && *env)
 		return access(env, R_OK) == 0 ? env : NULL;
-	if (access(DOCKER_FIXTURE, R_OK) == 0)
-		return DOCKER_FIXTURE;
-	static char beside[4096 + 8 + sizeof DOCKER_FIXTURE];
-	char exe[4096];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n <= 0)
-		return NULL;
-	exe[n] = '\0';
-	char *slash = strrchr(exe, '/');
-	if (slash)
-		*slash = '\0';
-	snprintf(beside, sizeof beside, "%s/../%s", exe, DOCKER_FIXTURE);
-	return access(beside, R_OK) == 0 ? beside : NULL;
+	return fixture_path(DOCKER_FIXTURE_REL);
 }
 
 char *secpol_tmpdir(void)

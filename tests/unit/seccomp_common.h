@@ -20,7 +20,8 @@ struct sc_policy *secpol_parse_ok(const char *json);
 
 /* Docker's default profile, shipped in the checkout (tests/fixtures/seccomp/
  * README.md): its path, or NULL. */
-#define DOCKER_FIXTURE "tests/fixtures/seccomp/docker-default.json"
+#define DOCKER_FIXTURE_REL "seccomp/docker-default.json" /* under tests/fixtures/ */
+#define DOCKER_FIXTURE "tests/fixtures/" DOCKER_FIXTURE_REL
 const char *secpol_docker_fixture(void);
 
 /* A new directory under /tmp (malloc'd), removed with secpol_rm_rf; a file
