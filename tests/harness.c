@@ -54,6 +54,20 @@ long harness_scale_ms(long ms)
 	return (long)((double)ms * harness_slowdown());
 }
 
+long harness_now_ms(void)
+{
+	struct timespec t;
+	clock_gettime(CLOCK_MONOTONIC, &t);
+	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
+}
+
+void harness_sleep_ms(long ms)
+{
+	struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
+	while (nanosleep(&t, &t) < 0 && errno == EINTR)
+		;
+}
+
 const char *harness_cgroup_parent(int mode)
 {
 	const char *v = getenv(mode == MODE_ROOT ? "MOAT_TEST_ROOT_CGROUP" : "MOAT_TEST_ROOTLESS_CGROUP");

@@ -75,6 +75,11 @@ bool harness_is_root(void);
 double harness_slowdown(void);
 /* ms scaled by harness_slowdown(), for wall-time values. */
 long harness_scale_ms(long ms);
+
+/* CLOCK_MONOTONIC in milliseconds; a sleep of ms that EINTR does not cut
+ * short. */
+long harness_now_ms(void);
+void harness_sleep_ms(long ms);
 /*
  * Cgroups the environment provides for moat (tools/vm sets both):
  *  - MOAT_TEST_ROOT_CGROUP: a cgroup2 directory with the memory, pids and cpu

@@ -4,20 +4,6 @@
 
 /* ---- small helpers ----------------------------------------------------------- */
 
-long now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
-}
-
-void sleep_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR)
-		;
-}
-
 /* The whole file, NUL-terminated (*len without it), or NULL. */
 char *slurp(const char *path, size_t *len)
 {
@@ -465,11 +451,11 @@ int server_reap(struct server *s)
  * it still runs. */
 int server_wait_exit(struct server *s, long ms)
 {
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (!server_exited(s)) {
-		if (now_ms() - t0 > ms)
+		if (harness_now_ms() - t0 > ms)
 			return -1;
-		sleep_ms(10);
+		harness_sleep_ms(10);
 	}
 	return server_reap(s);
 }
@@ -546,7 +532,7 @@ void call_start(struct server *s, const struct req *q, struct call *c)
 	}
 	argv[n++] = url;
 	argv[n] = NULL;
-	c->t0 = now_ms();
+	c->t0 = harness_now_ms();
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -585,16 +571,16 @@ void call_finish(struct call *c, struct resp *r)
 		if (w == c->pid)
 			break;
 		ck_assert_int_eq(w, 0);
-		if (now_ms() - c->t0 > deadline) {
+		if (harness_now_ms() - c->t0 > deadline) {
 			kill(c->pid, SIGKILL);
 			waitpid(c->pid, &st, 0);
 			c->s->open_calls--;
 			ck_abort_msg("curl %s did not end within %ld ms", c->pre, deadline);
 		}
-		sleep_ms(5);
+		harness_sleep_ms(5);
 	}
 	c->s->open_calls--;
-	r->ms = now_ms() - c->t0;
+	r->ms = harness_now_ms() - c->t0;
 	r->curl_rc = WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 	ck_assert_msg(r->curl_rc != 127 && r->curl_rc != 126, "cannot run curl");
 	char f[200];
@@ -735,7 +721,7 @@ void expect_script(const char *what, const struct resp *r)
  * another process took it in between. */
 static bool wait_ready(struct server *s, bool port_retry)
 {
-	long t0 = now_ms(), limit = harness_scale_ms(20000);
+	long t0 = harness_now_ms(), limit = harness_scale_ms(20000);
 	for (;;) {
 		if (server_exited(s)) {
 			int st = server_reap(s);
@@ -759,12 +745,12 @@ static bool wait_ready(struct server *s, bool port_retry)
 		resp_free(&r);
 		if (ok)
 			return true;
-		if (now_ms() - t0 > limit) {
+		if (harness_now_ms() - t0 > limit) {
 			char *l = server_log(s);
 			ck_abort_msg("%s: moat serve did not answer /healthz within %ld ms: %.2000s",
 				     MODE_NAME[s->mode], limit, l);
 		}
-		sleep_ms(50);
+		harness_sleep_ms(50);
 	}
 }
 
@@ -794,11 +780,11 @@ void server_start(struct server *s, int mode, const struct server_opts *o)
 /* Children of the running server, waiting up to ms for there to be none. */
 int server_children_gone(const struct server *s, long ms, char *desc, size_t size)
 {
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	pid_t kids[64];
 	int n;
-	while ((n = proc_children(s->p.pid, kids, 64)) > 0 && now_ms() - t0 < ms)
-		sleep_ms(20);
+	while ((n = proc_children(s->p.pid, kids, 64)) > 0 && harness_now_ms() - t0 < ms)
+		harness_sleep_ms(20);
 	desc[0] = '\0';
 	for (int i = 0; i < n && strlen(desc) + 300 < size; i++) {
 		char d[400];
@@ -812,12 +798,12 @@ int server_children_gone(const struct server *s, long ms, char *desc, size_t siz
 /* Waits up to ms until the running server has at least n children. */
 bool server_wait_children(const struct server *s, int n, long ms)
 {
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	pid_t kids[64];
-	while (now_ms() - t0 < ms) {
+	while (harness_now_ms() - t0 < ms) {
 		if (proc_children(s->p.pid, kids, 64) >= n)
 			return true;
-		sleep_ms(10);
+		harness_sleep_ms(10);
 	}
 	return false;
 }
@@ -860,8 +846,8 @@ void server_cleanup(struct server *s)
 	 * sandbox's pid 1 killed with the server (its parent-death signal) may
 	 * take a moment on a loaded machine: up to 3 s (scaled) for every such
 	 * child to be a zombie or gone, so only one that stays alive counts */
-	sleep_ms(harness_scale_ms(100));
-	for (long t0 = now_ms(); now_ms() - t0 < harness_scale_ms(3000); sleep_ms(50))
+	harness_sleep_ms(harness_scale_ms(100));
+	for (long t0 = harness_now_ms(); harness_now_ms() - t0 < harness_scale_ms(3000); harness_sleep_ms(50))
 		if (!server_orphans_alive())
 			break;
 	int n = proc_children(getpid(), kids, 64), bad = 0;
@@ -896,11 +882,11 @@ void server_cleanup(struct server *s)
 /* SIGTERM; waits up to ms for the exit. Status, or -1 (then killed). */
 int server_term(struct server *s, long ms, long *took)
 {
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	ck_assert_int_eq(kill(s->p.pid, SIGTERM), 0);
 	int st = server_wait_exit(s, ms);
 	if (took)
-		*took = now_ms() - t0;
+		*took = harness_now_ms() - t0;
 	if (st < 0) {
 		kill(s->p.pid, SIGKILL);
 		server_reap(s);
@@ -966,10 +952,10 @@ char *raw_read(int fd, long ms, bool *closed, long *took)
 	size_t cap = 4096, n = 0;
 	char *buf = malloc(cap);
 	ck_assert_ptr_nonnull(buf);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	*closed = false;
 	for (;;) {
-		long left = ms - (now_ms() - t0);
+		long left = ms - (harness_now_ms() - t0);
 		if (left <= 0)
 			break;
 		struct pollfd pf = { fd, POLLIN, 0 };
@@ -992,7 +978,7 @@ char *raw_read(int fd, long ms, bool *closed, long *took)
 	}
 	buf[n] = '\0';
 	if (took)
-		*took = now_ms() - t0;
+		*took = harness_now_ms() - t0;
 	return buf;
 }
 
@@ -1153,11 +1139,11 @@ void pool_wait_ready(struct server *s, const char *lang, int n)
 {
 	char label[64];
 	snprintf(label, sizeof label, "language=\"%s\"", lang);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (pool_metric(s, "moat_pool_ready", label) < n) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000),
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000),
 			      "the pool never held %d %s sandbox(es)", n, lang);
-		sleep_ms(20);
+		harness_sleep_ms(20);
 	}
 }
 
@@ -1207,10 +1193,10 @@ int pool_idle_children(int want, bool zygote)
  * then on). */
 void pool_wait_zygote(struct server *s)
 {
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (pool_metric(s, "moat_pool_zygote_up", NULL) < 1) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote never started");
-		sleep_ms(20);
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000), "the zygote never started");
+		harness_sleep_ms(20);
 	}
 }
 
@@ -1219,13 +1205,13 @@ void pool_wait_zygote(struct server *s)
 void server_stop_pool(struct server *s, int idle)
 {
 	pid_t kids[64];
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	int n;
 	while ((n = proc_children(s->p.pid, kids, 64)) != idle) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000),
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000),
 			      "%s: the idle pooled server has %d children (want its %d warm ones)",
 			      MODE_NAME[s->mode], n, idle);
-		sleep_ms(50);
+		harness_sleep_ms(50);
 	}
 	int st = server_term(s, harness_scale_ms(15000), NULL);
 	ck_assert_msg(st == 0, "%s: pooled moat serve after SIGTERM: status %d", MODE_NAME[s->mode],

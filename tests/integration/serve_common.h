@@ -153,8 +153,6 @@ void serve_listen_tests(Suite *s, const char *only);
 void serve_ops_tests(Suite *s, const char *only);
 
 /* ---- small helpers ----------------------------------------------------------- */
-long now_ms(void);
-void sleep_ms(long ms);
 char *slurp(const char *path, size_t *len);
 void write_file(const char *path, const char *data, size_t len, mode_t mode);
 void rm_flat_dir(const char *dir);

@@ -396,21 +396,21 @@ START_TEST(client_disconnect)
 	call_start(&s, &q, &c);
 	ck_assert_msg(server_wait_children(&s, 1, harness_scale_ms(10000)),
 		      "no sandbox process appeared under the server");
-	sleep_ms(harness_scale_ms(1000));
+	harness_sleep_ms(harness_scale_ms(1000));
 	kill(c.pid, SIGKILL);
 	struct resp r;
 	call_finish(&c, &r);
 	resp_free(&r);
 	free(body);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	char kids[4096];
 	int n = server_children_gone(&s, harness_scale_ms(5000), kids, sizeof kids);
 	ck_assert_msg(n == 0, "%s: %ld ms after the client went, the server still has %d child(ren):\n%s",
-		      MODE_NAME[_i], now_ms() - t0, n, kids);
+		      MODE_NAME[_i], harness_now_ms() - t0, n, kids);
 	/* the access line says so */
 	bool seen = false;
 	char *log = NULL;
-	for (long t1 = now_ms(); !seen && now_ms() - t1 < harness_scale_ms(5000); sleep_ms(50)) {
+	for (long t1 = harness_now_ms(); !seen && harness_now_ms() - t1 < harness_scale_ms(5000); harness_sleep_ms(50)) {
 		free(log);
 		log = server_log(&s);
 		cJSON *lines = access_lines(&s);
@@ -442,7 +442,7 @@ START_TEST(sigterm_drains)
 	call_start(&s, &q, &c[1]);
 	/* both in flight (not in the listen backlog, not queued) */
 	bool both = false;
-	for (long t1 = now_ms(); !both && now_ms() - t1 < harness_scale_ms(10000); sleep_ms(20)) {
+	for (long t1 = harness_now_ms(); !both && harness_now_ms() - t1 < harness_scale_ms(10000); harness_sleep_ms(20)) {
 		char *m = get_metrics(&s, NULL);
 		both = metric_sum(m, "moat_serve_in_flight", NULL, NULL) == 2;
 		free(m);
@@ -450,10 +450,10 @@ START_TEST(sigterm_drains)
 	ck_assert_msg(both, "moat_serve_in_flight never reached 2");
 	ck_assert_msg(server_wait_children(&s, 2, harness_scale_ms(10000)),
 		      "the two runs have no processes");
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	ck_assert_int_eq(kill(s.p.pid, SIGTERM), 0);
 	/* it stops accepting */
-	sleep_ms(harness_scale_ms(200));
+	harness_sleep_ms(harness_scale_ms(200));
 	if (!server_exited(&s)) {
 		struct req qh = { .path = "/healthz", .max_ms = 3000 };
 		struct resp rh;
@@ -474,7 +474,7 @@ START_TEST(sigterm_drains)
 		free(log);
 		resp_free(&r[i]);
 	}
-	long took = now_ms() - t0;
+	long took = harness_now_ms() - t0;
 	if (st < 0) {
 		kill(s.p.pid, SIGKILL);
 		server_reap(&s);
@@ -502,7 +502,7 @@ START_TEST(sigterm_grace_kills)
 	call_start(&s, &q, &queued[1]);
 	/* wait until both wait in the queue */
 	bool both = false;
-	for (long t1 = now_ms(); !both && now_ms() - t1 < harness_scale_ms(10000); sleep_ms(50)) {
+	for (long t1 = harness_now_ms(); !both && harness_now_ms() - t1 < harness_scale_ms(10000); harness_sleep_ms(50)) {
 		char *m = get_metrics(&s, NULL);
 		both = metric_sum(m, "moat_serve_queued", NULL, NULL) == 2;
 		free(m);
@@ -565,7 +565,7 @@ START_TEST(queue_is_first_come_first_served)
 		struct req q = { .path = "/py/run", .body = bodies[i] };
 		call_start(&s, &q, &queued[i]);
 		bool in = false;
-		for (long t1 = now_ms(); !in && now_ms() - t1 < harness_scale_ms(10000); sleep_ms(10)) {
+		for (long t1 = harness_now_ms(); !in && harness_now_ms() - t1 < harness_scale_ms(10000); harness_sleep_ms(10)) {
 			char *m = get_metrics(&s, NULL);
 			in = metric_sum(m, "moat_serve_queued", NULL, NULL) == i + 1;
 			free(m);
@@ -573,9 +573,9 @@ START_TEST(queue_is_first_come_first_served)
 		ck_assert_msg(in, "request %d never waited in the queue", i);
 	}
 	pid_t holder = 0;
-	for (long t1 = now_ms(); proc_descendants_named(s.p.pid, "moat-hold\n", 3, &holder) < 1;
-	     sleep_ms(20))
-		ck_assert_msg(now_ms() - t1 < harness_scale_ms(20000), "the holding run never held");
+	for (long t1 = harness_now_ms(); proc_descendants_named(s.p.pid, "moat-hold\n", 3, &holder) < 1;
+	     harness_sleep_ms(20))
+		ck_assert_msg(harness_now_ms() - t1 < harness_scale_ms(20000), "the holding run never held");
 	ck_assert_int_eq(kill(holder, SIGUSR1), 0);
 	struct resp r;
 	call_finish(&run, &r);
@@ -744,9 +744,9 @@ START_TEST(slowloris)
 	fd = raw_connect(&s);
 	static const char trickle[] = "POST /py/run HTTP/1.1\r\nHost: x\r\nX-Slow: "
 				      "aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa";
-	long t0 = now_ms(), limit = harness_scale_ms(2000 + 15000);
+	long t0 = harness_now_ms(), limit = harness_scale_ms(2000 + 15000);
 	closed = false;
-	for (size_t i = 0; !closed && now_ms() - t0 < limit; i = (i + 1) % (sizeof trickle - 1)) {
+	for (size_t i = 0; !closed && harness_now_ms() - t0 < limit; i = (i + 1) % (sizeof trickle - 1)) {
 		if (!raw_send(fd, trickle + i, 1)) {
 			closed = true;
 			break;
@@ -754,7 +754,7 @@ START_TEST(slowloris)
 		got = raw_read(fd, 300, &closed, NULL);
 		free(got);
 	}
-	took = now_ms() - t0;
+	took = harness_now_ms() - t0;
 	close(fd);
 	ck_assert_msg(closed, "a request trickled a byte every 300 ms was still open after %ld ms "
 		      "(--client-timeout 2)", took);
@@ -838,7 +838,7 @@ START_TEST(connection_limit)
 	int fds[N];
 	for (int i = 0; i < N; i++)
 		fds[i] = raw_connect(&s);
-	sleep_ms(harness_scale_ms(500));
+	harness_sleep_ms(harness_scale_ms(500));
 	int closed_n = 0;
 	for (int i = 0; i < N; i++) {
 		bool closed;
@@ -850,7 +850,7 @@ START_TEST(connection_limit)
 		      "once (limit 64 per address)", closed_n);
 	for (int i = 0; i < N; i++)
 		close(fds[i]);
-	sleep_ms(harness_scale_ms(300));
+	harness_sleep_ms(harness_scale_ms(300));
 	struct resp r;
 	get(&s, "/healthz", &r);
 	ck_assert_msg(r.code == 200, "/healthz once the connections went: %d", r.code);
@@ -965,7 +965,7 @@ START_TEST(handler_slow_clients)
 	ck_assert_msg(base > 0, "no VmRSS for the server (pid %ld)", (long)s.p.pid);
 	enum { N = 4 };
 	int fd[N];
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	for (int i = 0; i < N; i++)
 		fd[i] = raw_post(&s, "/py/big", env);
 	free(env);
@@ -977,7 +977,7 @@ START_TEST(handler_slow_clients)
 	/* the handlers' runs end by their 3 s timeout: the slots come back
 	 * while their clients still have not read a byte */
 	long peak = base, freed = -1, limit = harness_scale_ms(3000 + 2000 + 10000);
-	while (now_ms() - t0 < limit) {
+	while (harness_now_ms() - t0 < limit) {
 		long rss = vm_rss_kib(s.p.pid);
 		if (rss > peak)
 			peak = rss;
@@ -985,11 +985,11 @@ START_TEST(handler_slow_clients)
 		int found = 0;
 		double inflight = metric_sum(m, "moat_serve_in_flight", NULL, &found);
 		free(m);
-		if (found && inflight == 0 && now_ms() - t0 >= 2500) {
-			freed = now_ms() - t0;
+		if (found && inflight == 0 && harness_now_ms() - t0 >= 2500) {
+			freed = harness_now_ms() - t0;
 			break;
 		}
-		sleep_ms(100);
+		harness_sleep_ms(100);
 	}
 	ck_assert_msg(freed >= 0, "%d stalled handler runs still held their slots %ld ms after they "
 		      "started (timeout 3 s)", N, limit);
@@ -1003,9 +1003,9 @@ START_TEST(handler_slow_clients)
 	for (int i = 0; i < N; i++)
 		close(fd[i]);
 	/* each run was ended by its timeout */
-	long t1 = now_ms();
+	long t1 = harness_now_ms();
 	int timeouts = 0;
-	while (now_ms() - t1 < harness_scale_ms(10000)) {
+	while (harness_now_ms() - t1 < harness_scale_ms(10000)) {
 		cJSON *lines = access_lines(&s);
 		timeouts = 0;
 		const cJSON *l;
@@ -1018,7 +1018,7 @@ START_TEST(handler_slow_clients)
 		cJSON_Delete(lines);
 		if (timeouts >= N)
 			break;
-		sleep_ms(100);
+		harness_sleep_ms(100);
 	}
 	ck_assert_msg(timeouts == N, "%d of %d stalled handler runs were logged as timed out",
 		      timeouts, N);
@@ -1033,18 +1033,18 @@ END_TEST
  * took, or -1. */
 static long trickle_read(const struct server *s, int fd, const char *path, long ms)
 {
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	char buf[16384];
-	while (now_ms() - t0 < ms) {
+	while (harness_now_ms() - t0 < ms) {
 		struct pollfd pf = { fd, POLLIN, 0 };
 		if (poll(&pf, 1, 100) > 0 && recv(fd, buf, sizeof buf, MSG_DONTWAIT) == 0)
-			return now_ms() - t0;
+			return harness_now_ms() - t0;
 		cJSON *lines = access_lines(s);
 		bool done = access_find(lines, "path", path) != NULL;
 		cJSON_Delete(lines);
 		if (done)
-			return now_ms() - t0;
-		sleep_ms(100);
+			return harness_now_ms() - t0;
+		harness_sleep_ms(100);
 	}
 	return -1;
 }
@@ -1160,7 +1160,7 @@ START_TEST(result_budget)
 	struct req q = { .path = "/v1/run", .body = big };
 	struct call c;
 	call_start(&s, &q, &c);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	for (;;) {
 		char *m = get_metrics(&s, NULL);
 		int found = 0;
@@ -1168,9 +1168,9 @@ START_TEST(result_budget)
 		free(m);
 		if (found && held > 0)
 			break;
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(10000),
 			      "the first request never reserved its result (moat_serve_result_bytes)");
-		sleep_ms(20);
+		harness_sleep_ms(20);
 	}
 	struct resp r;
 	post(&s, "/v1/run", big, &r);
@@ -1203,9 +1203,9 @@ END_TEST
 static bool raw_read_until(int fd, char **buf, size_t *len, size_t *cap, long ms,
 			   bool (*want)(const char *buf, size_t len))
 {
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (!want(*buf, *len)) {
-		long left = ms - (now_ms() - t0);
+		long left = ms - (harness_now_ms() - t0);
 		if (left <= 0)
 			return false;
 		struct pollfd pf = { fd, POLLIN, 0 };
@@ -1471,9 +1471,9 @@ static bool raw_get(const struct server *s, const char *path, long ms, int *stat
  * stops early when *all holds stop_at. */
 static void pipe_drain(int fd, char **all, size_t *len, long ms, const char *stop_at)
 {
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	char buf[65536];
-	while (now_ms() - t0 < ms) {
+	while (harness_now_ms() - t0 < ms) {
 		struct pollfd pf = { fd, POLLIN, 0 };
 		if (poll(&pf, 1, 50) <= 0)
 			continue;
@@ -1830,11 +1830,11 @@ START_TEST(crash_leaves_swept)
 	struct server c;
 	server_start(&c, _i, &(struct server_opts){ .pool = 0 });
 	int left = leaves_a;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while ((left = cg_leaves_of(a, left_where, sizeof left_where)) > 0 &&
-	       now_ms() - t0 < harness_scale_ms(5000))
-		sleep_ms(100);
-	long took = now_ms() - t0;
+	       harness_now_ms() - t0 < harness_scale_ms(5000))
+		harness_sleep_ms(100);
+	long took = harness_now_ms() - t0;
 	char *log = server_log(&c);
 	bool logged = strstr(log, "cgroup leaves left by moats no longer running") != NULL;
 	free(log);

@@ -103,7 +103,7 @@ static void pool_limits_and_fallback_in(int _i, bool zygote)
 	if (zygote)
 		pool_wait_zygote(&s);
 	pool_wait_ready(&s, "python", 1);
-	sleep_ms(1500); /* idle time is not the request's */
+	harness_sleep_ms(1500); /* idle time is not the request's */
 	struct resp r;
 	v1(&s, "{\"code\":\"import time\\ntime.sleep(0.5)\\nprint('slept')\",\"timeout\":1000}",
 	   &r);
@@ -281,7 +281,7 @@ static void pool_dead_sandbox_in(int _i, bool zygote)
 	ck_assert_int_eq(n, pool_idle_children(1, zygote));
 	for (int k = 0; k < n; k++)
 		ck_assert_int_eq(kill(kids[k], SIGKILL), 0); /* each warm sandbox's pid 1 */
-	sleep_ms(100);
+	harness_sleep_ms(100);
 	struct resp r;
 	v1(&s, "{\"code\":\"print('after')\"}", &r);
 	ck_assert_msg(!pooled(&r) && !strcmp(jstr(r.json, "stdout"), "after\n"),
@@ -336,9 +336,9 @@ static void held_start(struct server *s, long ms, struct call *c)
 static void refill_wait_deferred(struct server *s, double n, long t0)
 {
 	while (pool_metric(s, "moat_pool_refill_deferred_total", NULL) < n) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(10000),
 			      "the refill never waited for the run");
-		sleep_ms(10);
+		harness_sleep_ms(10);
 	}
 }
 
@@ -366,17 +366,17 @@ START_TEST(pool_refill_waits_for_a_run)
 	double deferred = pool_metric(&s, "moat_pool_refill_deferred_total", NULL);
 	double created = pool_metric(&s, "moat_pool_created_total", NULL);
 	struct call run;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	held_start(&s, 3 * defer, &run);
 	/* handed out: the refill waits (and says so) */
 	refill_wait_deferred(&s, deferred + 1, t0);
 	double made = pool_metric(&s, "moat_pool_created_total", NULL);
-	if (now_ms() - t0 < defer / 2) /* surely before the deadline */
+	if (harness_now_ms() - t0 < defer / 2) /* surely before the deadline */
 		ck_assert_msg(made == created, "a sandbox was made while the run had just started");
 	/* the deadline: the pool is whole again while the run still runs */
 	pool_wait_ready(&s, "javascript", 2);
 	ck_assert_msg(pool_metric(&s, "moat_pool_in_use", NULL) == 1,
-		      "the pool was refilled only after the run (%ld ms of %ld)", now_ms() - t0,
+		      "the pool was refilled only after the run (%ld ms of %ld)", harness_now_ms() - t0,
 		      3 * defer);
 	held_finish(&run);
 	server_stop_pool(&s, pool_idle_children(2, false));
@@ -396,13 +396,13 @@ START_TEST(pool_refill_under_load_does_not_wait)
 	refill_server(&s, _i, 60000, args);
 	long hold = harness_scale_ms(4000);
 	struct call run[2];
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	held_start(&s, hold, &run[0]);
 	refill_wait_deferred(&s, 1, t0);
 	held_start(&s, hold, &run[1]);
 	pool_wait_ready(&s, "javascript", 2);
 	ck_assert_msg(pool_metric(&s, "moat_pool_in_use", NULL) == 2,
-		      "the pool was refilled only after the runs (%ld ms of %ld)", now_ms() - t0,
+		      "the pool was refilled only after the runs (%ld ms of %ld)", harness_now_ms() - t0,
 		      hold);
 	held_finish(&run[0]);
 	held_finish(&run[1]);
@@ -574,7 +574,7 @@ START_TEST(pool_typescript)
 	pool_wait_all(&s, 1);
 	/* its name is set in its execve before its command line is (issue
 	 * 49: seen as [] under load): both, once the execve is done */
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	pid_t esb = -1;
 	char *cmd = NULL;
 	for (;;) {
@@ -583,9 +583,9 @@ START_TEST(pool_typescript)
 		int n = proc_descendants_named(s.p.pid, "esbuild\n", 4, &esb);
 		if (n == 1 && (cmd = proc_cmdline(esb)) && *cmd)
 			break;
-		if (now_ms() - t0 > harness_scale_ms(10000))
+		if (harness_now_ms() - t0 > harness_scale_ms(10000))
 			break;
-		sleep_ms(20);
+		harness_sleep_ms(20);
 	}
 	ck_assert_int_eq(proc_descendants_named(s.p.pid, "esbuild\n", 4, &esb), 1);
 	/* the esbuild pool.cjs speaks the service with waits as the service
@@ -623,13 +623,13 @@ START_TEST(pool_typescript)
 	 * cold run's pid 2 does */
 	pool_wait_ready(&s, "typescript", 1);
 	esb = -1;
-	t0 = now_ms();
+	t0 = harness_now_ms();
 	while (proc_descendants_named(s.p.pid, "esbuild\n", 4, &esb) < 1 &&
-	       now_ms() - t0 < harness_scale_ms(10000))
-		sleep_ms(20);
+	       harness_now_ms() - t0 < harness_scale_ms(10000))
+		harness_sleep_ms(20);
 	ck_assert_int_gt(esb, 0);
 	ck_assert_int_eq(kill(esb, SIGKILL), 0);
-	sleep_ms(100);
+	harness_sleep_ms(100);
 	struct resp d;
 	v1(&s, "{\"language\":\"typescript\",\"code\":\"console.log(7 as number)\"}", &d);
 	ck_assert_msg(pooled(&d) && jnum(d.json, "exitCode") == 0 &&

@@ -408,28 +408,28 @@ START_TEST(ses_idle_expiry)
 		return;
 	/* steps within the idle time keep it */
 	for (int i = 0; i < 3; i++) {
-		sleep_ms(700);
+		harness_sleep_ms(700);
 		free(ses_ok(&s, id, "pass"));
 	}
 	/* The ended session's record lives for idleTimeoutMs after the expiry and
 	 * then goes (404): a fixed sleep past the expiry could land after it on a
 	 * slow host. Wait for the expiry itself, then check the 410 at once. */
-	sleep_ms(1400);
+	harness_sleep_ms(1400);
 	struct resp r;
-	long deadline = now_ms() + harness_scale_ms(1500) + 3000;
+	long deadline = harness_now_ms() + harness_scale_ms(1500) + 3000;
 	for (;;) {
 		ses_call(&s, "GET", id, &r);
 		ck_assert_msg(r.code == 200, "%s: GET while waiting for the expiry: %d %s",
 			      MODE_NAME[s.mode], r.code, r.body);
 		const char *st = jstr(r.json, "state");
 		bool expired = st && strcmp(st, "expired") == 0;
-		ck_assert_msg(expired || now_ms() < deadline,
+		ck_assert_msg(expired || harness_now_ms() < deadline,
 			      "%s: not expired %ld ms after a 1500 ms idle timeout: %s",
 			      MODE_NAME[s.mode], harness_scale_ms(1500) + 4400, r.body);
 		resp_free(&r);
 		if (expired)
 			break;
-		sleep_ms(50);
+		harness_sleep_ms(50);
 	}
 	expect_gone(&s, id, "idle");
 	char *m = get_metrics(&s, NULL);
@@ -438,13 +438,13 @@ START_TEST(ses_idle_expiry)
 				       &found), 1);
 	free(m);
 	/* the 410 is kept for its idle time, then the id is unknown */
-	deadline = now_ms() + harness_scale_ms(1500) + 3000;
+	deadline = harness_now_ms() + harness_scale_ms(1500) + 3000;
 	for (;;) {
 		ses_call(&s, "GET", id, &r);
-		if (r.code == 404 || now_ms() >= deadline)
+		if (r.code == 404 || harness_now_ms() >= deadline)
 			break;
 		resp_free(&r);
-		sleep_ms(100);
+		harness_sleep_ms(100);
 	}
 	expect_error("GET long after expiry", &r, 404, "SessionNotFound");
 	resp_free(&r);
@@ -466,16 +466,16 @@ START_TEST(ses_lifetime_expiry)
 	expect_error("a lifetime over the operator's", &r, 400, "SandboxConfigError");
 	resp_free(&r);
 	/* busy all along: the lifetime ends it anyway */
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	int code = 200;
-	while (code == 200 && now_ms() - t0 < harness_scale_ms(15000)) {
+	while (code == 200 && harness_now_ms() - t0 < harness_scale_ms(15000)) {
 		ses_run(&s, id, "import time\ntime.sleep(0.3)", NULL, &r);
 		code = r.code;
 		resp_free(&r);
 	}
 	ck_assert_msg(code == 410, "%s: steps after the lifetime: HTTP %d", MODE_NAME[_i], code);
-	ck_assert_msg(now_ms() - t0 >= 2000, "%s: ended after %ld ms, before its lifetime",
-		      MODE_NAME[_i], now_ms() - t0);
+	ck_assert_msg(harness_now_ms() - t0 >= 2000, "%s: ended after %ld ms, before its lifetime",
+		      MODE_NAME[_i], harness_now_ms() - t0);
 	expect_gone(&s, id, "lifetime");
 	char *m = get_metrics(&s, NULL);
 	int found = 0;
@@ -498,11 +498,11 @@ START_TEST(ses_busy)
 		return;
 	struct call c;
 	ses_run_start(&s, id, "{\"code\":\"import time\\ntime.sleep(3)\\n7\"}", &c);
-	sleep_ms(harness_scale_ms(800));
+	harness_sleep_ms(harness_scale_ms(800));
 	struct resp r;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	ses_run(&s, id, "print(1)", NULL, &r);
-	long took = now_ms() - t0;
+	long took = harness_now_ms() - t0;
 	expect_error("a second concurrent step", &r, 409, "SessionBusy");
 	ck_assert_msg(took < 1500, "%s: the 409 took %ld ms: it queued behind the step",
 		      MODE_NAME[_i], took);
@@ -705,17 +705,17 @@ START_TEST(ses_kill9_leaves_nothing)
 	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
 		return;
 	char marker[64];
-	snprintf(marker, sizeof marker, "moat-ses-k9-%d-%ld", (int)getpid(), now_ms());
+	snprintf(marker, sizeof marker, "moat-ses-k9-%d-%ld", (int)getpid(), harness_now_ms());
 	marker_step(&s, id, marker);
-	long t0 = now_ms();
-	while (marked(marker) < 1 && now_ms() - t0 < 5000)
-		sleep_ms(50);
+	long t0 = harness_now_ms();
+	while (marked(marker) < 1 && harness_now_ms() - t0 < 5000)
+		harness_sleep_ms(50);
 	ck_assert_msg(marked(marker) >= 1, "%s: the session's process is not seen", MODE_NAME[_i]);
 	ck_assert_int_eq(kill(s.p.pid, SIGKILL), 0);
 	server_reap(&s);
-	t0 = now_ms();
-	while (marked(marker) > 0 && now_ms() - t0 < harness_scale_ms(10000))
-		sleep_ms(50);
+	t0 = harness_now_ms();
+	while (marked(marker) > 0 && harness_now_ms() - t0 < harness_scale_ms(10000))
+		harness_sleep_ms(50);
 	ck_assert_msg(marked(marker) == 0, "%s: a session's process outlived kill -9 of the "
 		      "service", MODE_NAME[_i]);
 	free(id);
@@ -733,7 +733,7 @@ START_TEST(ses_sigterm_ends_sessions)
 		return;
 	id2 = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
 	char marker[64];
-	snprintf(marker, sizeof marker, "moat-ses-term-%d-%ld", (int)getpid(), now_ms());
+	snprintf(marker, sizeof marker, "moat-ses-term-%d-%ld", (int)getpid(), harness_now_ms());
 	marker_step(&s, id, marker);
 	/* a step running when the service stops is cancelled */
 	char path[96];
@@ -741,7 +741,7 @@ START_TEST(ses_sigterm_ends_sessions)
 	struct req q = { .path = path, .body = "{\"code\":\"import time\\ntime.sleep(60)\"}" };
 	struct call c;
 	call_start(&s, &q, &c);
-	sleep_ms(harness_scale_ms(1000));
+	harness_sleep_ms(harness_scale_ms(1000));
 	ck_assert_int_ge(marked(marker), 1);
 	long took;
 	int st = server_term(&s, harness_scale_ms(15000), &took);
@@ -919,9 +919,9 @@ static pid_t ses_pid1(struct server *s)
 {
 	pid_t kids[8];
 	int n = 0;
-	long t0 = now_ms();
-	while ((n = proc_children(s->p.pid, kids, 8)) != 1 && now_ms() - t0 < 5000)
-		sleep_ms(50);
+	long t0 = harness_now_ms();
+	while ((n = proc_children(s->p.pid, kids, 8)) != 1 && harness_now_ms() - t0 < 5000)
+		harness_sleep_ms(50);
 	ck_assert_msg(n == 1, "%s: the server has %d children, not the session's pid 1 alone",
 		      MODE_NAME[s->mode], n);
 	return kids[0];
@@ -944,18 +944,18 @@ START_TEST(ses_killed_while_idle)
 	ck_assert_int_eq(kill(pid1, SIGKILL), 0);
 	/* the namespace's teardown takes the kernel a moment; then GET knows */
 	struct resp r;
-	long t0 = now_ms(), bound = harness_scale_ms(1000);
+	long t0 = harness_now_ms(), bound = harness_scale_ms(1000);
 	for (;;) {
 		ses_call(&s, "GET", id, &r);
 		ck_assert_int_eq(r.code, 200);
 		const char *st = jstr(r.json, "state");
 		if (st && strcmp(st, "idle"))
 			break;
-		ck_assert_msg(now_ms() - t0 < bound, "%s: %ld ms after its pid 1 was killed the "
-			      "session is still reported alive: %s", MODE_NAME[_i], now_ms() - t0,
+		ck_assert_msg(harness_now_ms() - t0 < bound, "%s: %ld ms after its pid 1 was killed the "
+			      "session is still reported alive: %s", MODE_NAME[_i], harness_now_ms() - t0,
 			      r.body);
 		resp_free(&r);
-		sleep_ms(50);
+		harness_sleep_ms(50);
 	}
 	ck_assert_msg(!strcmp(jstr(r.json, "state"), "killed") && jstr(r.json, "reason") &&
 			      strstr(jstr(r.json, "reason"), "killed"),
@@ -966,12 +966,12 @@ START_TEST(ses_killed_while_idle)
 	/* the live gauge and the counters (the reaper's tick is 200 ms) */
 	char *m = NULL;
 	int found = 0;
-	t0 = now_ms();
+	t0 = harness_now_ms();
 	do {
 		free(m);
 		m = get_metrics(&s, NULL);
 	} while (metric_sum(m, "moat_serve_sessions_live", NULL, &found) != 0 &&
-		 now_ms() - t0 < harness_scale_ms(2000) && (sleep_ms(100), 1));
+		 harness_now_ms() - t0 < harness_scale_ms(2000) && (harness_sleep_ms(100), 1));
 	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_live", NULL, &found), 0);
 	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_killed_total", "reason=\"crash\"",
 				       &found), 1);
@@ -983,10 +983,10 @@ START_TEST(ses_killed_while_idle)
 	ck_assert_msg(left == 0, "%s: the dead session's pid 1 is not reaped: %s", MODE_NAME[_i],
 		      desc);
 	char after[64] = "";
-	t0 = now_ms();
+	t0 = harness_now_ms();
 	while (cg_leaves_of(s.p.pid, after, sizeof after) &&
-	       now_ms() - t0 < harness_scale_ms(3000))
-		sleep_ms(50);
+	       harness_now_ms() - t0 < harness_scale_ms(3000))
+		harness_sleep_ms(50);
 	ck_assert_msg(cg_leaves_of(s.p.pid, after, sizeof after) == 0,
 		      "%s: the dead session's cgroup leaves are still there (%s; %d in %s before)",
 		      MODE_NAME[_i], after, leaves, before);
@@ -1013,21 +1013,21 @@ START_TEST(ses_idle_lifetime_end)
 		return;
 	free(ses_ok(&s, id, "a = 1"));
 	struct resp r;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	for (;;) {
 		ses_call(&s, "GET", id, &r);
 		ck_assert_int_eq(r.code, 200);
 		if (strcmp(jstr(r.json, "state"), "idle"))
 			break;
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(8000), "%s: still idle past its "
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(8000), "%s: still idle past its "
 			      "lifetime: %s", MODE_NAME[_i], r.body);
 		resp_free(&r);
-		sleep_ms(100);
+		harness_sleep_ms(100);
 	}
 	ck_assert_msg(!strcmp(jstr(r.json, "state"), "expired") &&
 			      strstr(jstr(r.json, "reason"), "lifetime"),
 		      "%s: an idle session at its lifetime: %s", MODE_NAME[_i], r.body);
-	ck_assert_msg(now_ms() - t0 >= 1000, "%s: ended before its lifetime", MODE_NAME[_i]);
+	ck_assert_msg(harness_now_ms() - t0 >= 1000, "%s: ended before its lifetime", MODE_NAME[_i]);
 	resp_free(&r);
 	expect_gone(&s, id, "lifetime");
 	char *m = get_metrics(&s, NULL);
@@ -1066,29 +1066,29 @@ START_TEST(ses_slow_start)
 	struct req q = { .path = "/v1/sessions", .body = HANGING_CREATE, .max_ms = give_up };
 	struct call c;
 	call_start(&s, &q, &c);
-	sleep_ms(harness_scale_ms(500));
+	harness_sleep_ms(harness_scale_ms(500));
 	/* another tenant's create is not queued behind it */
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	char *b = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
-	long took = now_ms() - t0;
+	long took = harness_now_ms() - t0;
 	ck_assert_msg(took < harness_scale_ms(5000),
 		      "%s: a create took %ld ms while another's driver would not start: it "
 		      "waited behind it", MODE_NAME[_i], took);
 	free(ses_ok(&s, b, "pass"));
 	/* nor is the reaping: the idle session expires on time */
 	struct resp r;
-	long t1 = now_ms();
+	long t1 = harness_now_ms();
 	for (;;) {
 		ses_call(&s, "GET", a, &r);
 		bool gone = r.code != 200 || strcmp(jstr(r.json, "state"), "idle") != 0;
-		ck_assert_msg(gone || now_ms() - t1 < harness_scale_ms(4000),
+		ck_assert_msg(gone || harness_now_ms() - t1 < harness_scale_ms(4000),
 			      "%s: an idle session (idleTimeoutMs 1000) still idle after %ld ms while "
 			      "another's driver would not start: %s", MODE_NAME[_i],
-			      now_ms() - t1 + 500, r.body);
+			      harness_now_ms() - t1 + 500, r.body);
 		resp_free(&r);
 		if (gone)
 			break;
-		sleep_ms(100);
+		harness_sleep_ms(100);
 	}
 	call_finish(&c, &r);
 	ck_assert_msg(r.code != 201, "%s: the hanging driver started after all (the test proves "
@@ -1122,15 +1122,15 @@ START_TEST(ses_delete_queued)
 				  "\"timeout\":30000}" };
 	struct call cold;
 	call_start(&s, &cq, &cold);
-	sleep_ms(harness_scale_ms(1000));
+	harness_sleep_ms(harness_scale_ms(1000));
 	/* the session's step waits for it */
 	struct call step;
 	ses_run_start(&s, id, "{\"code\":\"print(1)\"}", &step);
-	sleep_ms(harness_scale_ms(500));
+	harness_sleep_ms(harness_scale_ms(500));
 	struct resp r;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	ses_call(&s, "DELETE", id, &r);
-	long took = now_ms() - t0;
+	long took = harness_now_ms() - t0;
 	ck_assert_msg(r.code == 200, "%s: DELETE: %d %s", MODE_NAME[_i], r.code, r.body);
 	ck_assert_msg(took < harness_scale_ms(3000),
 		      "%s: DELETE took %ld ms: it waited for a step that waited for a run slot",

@@ -26,20 +26,6 @@ struct speed_server {
 	char kv[96];
 };
 
-static long now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
-}
-
-static void sleep_ms(long ms)
-{
-	struct timespec t = { ms / 1000, (ms % 1000) * 1000000L };
-	while (nanosleep(&t, &t) < 0 && errno == EINTR)
-		;
-}
-
 /* One request on a fresh connection: the status (0: no answer) and the
  * body (malloc'd, NUL-terminated) in *body. */
 static int http(const struct speed_server *s, const char *method, const char *path,
@@ -133,16 +119,16 @@ static void speed_start(struct speed_server *s, int mode)
 	const char *const env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
 				    "MOAT_TEST_POOL_CPUS=1", NULL };
 	harness_start(mode, argv, NULL, 0, env, NULL, NULL, &s->p);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	for (;;) {
 		char *b = NULL;
 		int code = access(s->sock, F_OK) == 0 ? http(s, "GET", "/healthz", NULL, &b) : 0;
 		free(b);
 		if (code == 200 && metric(s, "moat_pool_ready", "language=\"python\"") >= 1)
 			break;
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(30000),
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(30000),
 			      "moat serve never held a warm Python sandbox");
-		sleep_ms(50);
+		harness_sleep_ms(50);
 	}
 }
 
@@ -204,11 +190,11 @@ START_TEST(pool_holds_refill_while_cpus_busy)
 	ck_assert_msg(metric(&s, "moat_pool_refill_held_total", NULL) >= held0 + 1,
 		      "the held refill is not in /metrics");
 	/* the load is over: the pool is whole again */
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (metric(&s, "moat_pool_ready", py) < 1) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000),
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000),
 			      "the pool was not refilled once the CPUs were idle");
-		sleep_ms(50);
+		harness_sleep_ms(50);
 	}
 	speed_stop(&s);
 }

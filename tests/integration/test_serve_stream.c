@@ -28,20 +28,6 @@
 
 static const char *const MODE_NAME[] = { "root", "rootless" };
 
-static long now_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return ts.tv_sec * 1000L + ts.tv_nsec / 1000000L;
-}
-
-static void sleep_ms(long ms)
-{
-	struct timespec ts = { ms / 1000, (ms % 1000) * 1000000L };
-	while (nanosleep(&ts, &ts) < 0 && errno == EINTR) {
-	}
-}
-
 /* ---- the server ---- */
 
 struct srv {
@@ -209,10 +195,10 @@ static void http_read(int fd, long t0, const char *mark, struct hresp *r)
 	int got;
 	while ((got = read_some(fd, r, 1000)) != 0) {
 		if (mark && r->t_mark < 0 && raw_find(r, mark))
-			r->t_mark = now_ms() - t0;
-		ck_assert_msg(now_ms() - t0 < limit, "the answer did not end within %ld ms", limit);
+			r->t_mark = harness_now_ms() - t0;
+		ck_assert_msg(harness_now_ms() - t0 < limit, "the answer did not end within %ld ms", limit);
 	}
-	r->t_end = now_ms() - t0;
+	r->t_end = harness_now_ms() - t0;
 	close(fd);
 	parse_resp(r);
 }
@@ -221,7 +207,7 @@ static void http(const struct srv *s, const char *method, const char *path, cons
 		 const char *body, struct hresp *r)
 {
 	memset(r, 0, sizeof *r);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	int fd = http_send(s, method, path, accept, body, 0);
 	http_read(fd, t0, NULL, r);
 }
@@ -269,7 +255,7 @@ static void srv_start(struct srv *s, int mode, int pool)
 	const char *argv[] = { "serve", "--listen", listen, "--no-auth", "--runtime",
 			       harness_runtime_dir(), "--pool", pools, "--kv", kv, NULL };
 	harness_start(mode, argv, NULL, 0, NULL, prep_log, s, &s->p);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	for (;;) {
 		int c = conn_open(s, 0);
 		if (c >= 0) {
@@ -278,9 +264,9 @@ static void srv_start(struct srv *s, int mode, int pool)
 		}
 		ck_assert_msg(waitpid(s->p.pid, NULL, WNOHANG) == 0,
 			      "%s: moat serve exited before it listened", MODE_NAME[mode]);
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000),
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000),
 			      "%s: moat serve did not listen within 20 s", MODE_NAME[mode]);
-		sleep_ms(50);
+		harness_sleep_ms(50);
 	}
 }
 
@@ -438,7 +424,7 @@ START_TEST(stream_arrives_early)
 		 "{\"language\":\"python\",\"code\":\"import time\\nprint('early-7c1e', "
 		 "flush=True)\\ntime.sleep(%.3f)\\nprint('late')\"}", nap / 1000.0);
 	struct hresp r = { 0 };
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	int fd = http_send(&s, "POST", "/v1/run", ND, body, 0);
 	http_read(fd, t0, "early-7c1e", &r);
 	expect_ndjson(&r);
@@ -567,17 +553,17 @@ START_TEST(stream_stalled_client)
 		 "\"import sys\\nb=b'y'*65536\\nfor i in range(%zu): sys.stdout.buffer.write(b)\\n"
 		 "sys.stdout.flush()\"}",
 		 total, 60000L, total / 65536);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	int fd = http_send(&s, "POST", "/v1/run", ND, body, 4096);
 	long stall = harness_scale_ms(3000);
-	sleep_ms(stall);
+	harness_sleep_ms(stall);
 	/* others are answered promptly while it waits */
-	long t1 = now_ms();
+	long t1 = harness_now_ms();
 	struct hresp r;
 	http(&s, "POST", "/v1/run", ND, "{\"language\":\"bash\",\"code\":\"echo other\"}", &r);
 	expect_ndjson(&r);
 	ck_assert_msg(strstr(r.body, "\"data\":\"other\\n\""), "%s", r.body);
-	long took = now_ms() - t1;
+	long took = harness_now_ms() - t1;
 	ck_assert_msg(took < harness_scale_ms(30000), "%s: another run took %ld ms beside the "
 		      "stalled one", MODE_NAME[_i], took);
 	hresp_free(&r);
@@ -616,21 +602,21 @@ START_TEST(stream_disconnect_cancels)
 	struct srv s;
 	srv_start(&s, _i, 0);
 	struct hresp r = { 0 };
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	int fd = http_send(&s, "POST", "/v1/run", ND,
 			   "{\"language\":\"bash\",\"timeout\":60000,\"code\":"
 			   "\"echo started-5d2a; sleep 50; echo never\"}",
 			   0);
 	while (!raw_find(&r, "started-5d2a")) {
 		ck_assert_msg(read_some(fd, &r, 1000) != 0, "the answer ended: %s", r.raw);
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(30000), "no first line");
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(30000), "no first line");
 	}
 	close(fd);
-	long t1 = now_ms();
+	long t1 = harness_now_ms();
 	while (metric(&s, "moat_serve_in_flight") > 0) {
-		ck_assert_msg(now_ms() - t1 < harness_scale_ms(15000),
+		ck_assert_msg(harness_now_ms() - t1 < harness_scale_ms(15000),
 			      "%s: the run goes on after its client hung up", MODE_NAME[_i]);
-		sleep_ms(100);
+		harness_sleep_ms(100);
 	}
 	ck_assert_msg(metric(&s, "moat_serve_stream_bytes") == 0, "bytes still held");
 	hresp_free(&r);
@@ -644,13 +630,13 @@ START_TEST(stream_pooled_python)
 	HARNESS_MODE_GUARD(_i);
 	struct srv s;
 	srv_start(&s, _i, 1);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	bool pooled = false;
 	while (!pooled) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(30000),
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(30000),
 			      "%s: no pooled python run within 30 s", MODE_NAME[_i]);
 		struct hresp r = { 0 };
-		long t1 = now_ms();
+		long t1 = harness_now_ms();
 		int fd = http_send(&s, "POST", "/v1/run", ND,
 				   "{\"language\":\"python\",\"code\":\"import sys,time\\n"
 				   "print('pool-first', flush=True)\\ntime.sleep(1.5)\\n"
@@ -670,7 +656,7 @@ START_TEST(stream_pooled_python)
 		lines_free(&L);
 		hresp_free(&r);
 		if (!pooled)
-			sleep_ms(200);
+			harness_sleep_ms(200);
 	}
 	srv_stop(&s);
 }
@@ -690,19 +676,19 @@ START_TEST(exec_stream)
 	struct harness_proc p;
 	harness_start(_i, args, req, strlen(req), NULL, NULL, NULL, &p);
 	struct hresp r = { 0 };
-	long t0 = now_ms(), t_first = -1;
+	long t0 = harness_now_ms(), t_first = -1;
 	while (t_first < 0) {
 		ck_assert_msg(read_some(p.out, &r, harness_scale_ms(30000)) == 1,
 			      "moat exec --stream ended or said nothing: %s", r.raw ? r.raw : "");
 		if (raw_find(&r, "cli-first"))
-			t_first = now_ms() - t0;
+			t_first = harness_now_ms() - t0;
 	}
 	struct run_out out = { 0 };
 	out.out = r.raw;
 	out.out_len = r.raw_len;
 	r.raw = NULL;
 	harness_finish(&p, &out);
-	long t_end = now_ms() - t0;
+	long t_end = harness_now_ms() - t0;
 	ck_assert_msg(out.status == 0, "%s: moat exec --stream: status %d, %s", MODE_NAME[_i],
 		      out.status, out.err);
 	ck_assert_msg(t_end - t_first >= nap * 2 / 3, "%s: the first line at %ld ms, the end "
@@ -740,7 +726,7 @@ START_TEST(exec_stream_stalled_reader)
 	struct harness_proc p;
 	harness_start(_i, args, req, strlen(req), NULL, NULL, NULL, &p);
 	long stall = harness_scale_ms(12000);
-	sleep_ms(stall);
+	harness_sleep_ms(stall);
 	struct run_out out = { 0 };
 	harness_finish(&p, &out);
 	ck_assert_msg(out.status == 0, "%s: status %d %s", MODE_NAME[_i], out.status, out.err);
@@ -767,7 +753,7 @@ START_TEST(exec_stream_reader_gone)
 	struct harness_proc p;
 	harness_start(_i, args, req, strlen(req), NULL, NULL, NULL, &p);
 	struct hresp r = { 0 };
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (!raw_find(&r, "gone-first"))
 		ck_assert_msg(read_some(p.out, &r, harness_scale_ms(30000)) == 1,
 			      "no first line: %s", r.raw ? r.raw : "");
@@ -775,7 +761,7 @@ START_TEST(exec_stream_reader_gone)
 	p.out = -1;
 	struct run_out out = { 0 };
 	harness_finish(&p, &out);
-	long took = now_ms() - t0;
+	long took = harness_now_ms() - t0;
 	ck_assert_msg(took < harness_scale_ms(20000), "%s: moat exec --stream ran %ld ms after "
 		      "its reader went away", MODE_NAME[_i], took);
 	harness_free(&out);

@@ -146,20 +146,20 @@ START_TEST(v1_answer_before_teardown)
 	struct call c;
 	call_start(&s, &q, &c);
 	pid_t pid1 = 0;
-	for (long until = now_ms() + harness_scale_ms(10000); !pid1 && now_ms() < until;)
+	for (long until = harness_now_ms() + harness_scale_ms(10000); !pid1 && harness_now_ms() < until;)
 		if (!(pid1 = sandbox_pid1(&s)))
-			sleep_ms(5);
+			harness_sleep_ms(5);
 	ck_assert_msg(pid1 > 0, "no sandbox pid 1 among the server's children");
 	ck_assert_msg(ptrace(PTRACE_SEIZE, pid1, NULL, (void *)(long)PTRACE_O_TRACEEXIT) == 0,
 		      "PTRACE_SEIZE %ld: %s", (long)pid1, strerror(errno));
 	/* pid 1's stops until its exit stop: signals (SIGCHLD) passed on */
 	bool at_exit = false;
-	long until = now_ms() + harness_scale_ms(20000);
-	while (!at_exit && now_ms() < until) {
+	long until = harness_now_ms() + harness_scale_ms(20000);
+	while (!at_exit && harness_now_ms() < until) {
 		int st;
 		pid_t w = waitpid(pid1, &st, __WALL | WNOHANG);
 		if (w == 0) {
-			sleep_ms(2);
+			harness_sleep_ms(2);
 			continue;
 		}
 		ck_assert_msg(w == pid1 && WIFSTOPPED(st), "pid 1 ended before its exit stop (%#x)",
@@ -173,12 +173,12 @@ START_TEST(v1_answer_before_teardown)
 	ck_assert_msg(at_exit, "pid 1 did not reach its exit");
 	/* held there: the answer must come all the same */
 	bool answered = false;
-	for (long end = now_ms() + harness_scale_ms(5000); !answered && now_ms() < end;) {
+	for (long end = harness_now_ms() + harness_scale_ms(5000); !answered && harness_now_ms() < end;) {
 		siginfo_t si = { 0 };
 		answered = waitid(P_PID, (id_t)c.pid, &si, WEXITED | WNOHANG | WNOWAIT) == 0 &&
 			   si.si_pid == c.pid;
 		if (!answered)
-			sleep_ms(5);
+			harness_sleep_ms(5);
 	}
 	ptrace(PTRACE_DETACH, pid1, NULL, NULL); /* let it go (or the SIGKILL did) */
 	struct resp r;
@@ -190,9 +190,9 @@ START_TEST(v1_answer_before_teardown)
 	resp_free(&r);
 	/* let go, it is reaped (server_stop: nothing of the server left) */
 	bool gone = false;
-	for (long end = now_ms() + harness_scale_ms(5000); !gone && now_ms() < end;)
+	for (long end = harness_now_ms() + harness_scale_ms(5000); !gone && harness_now_ms() < end;)
 		if (!(gone = kill(pid1, 0) < 0 && errno == ESRCH))
-			sleep_ms(5);
+			harness_sleep_ms(5);
 	ck_assert_msg(gone, "pid 1 %ld still there after it was let go", (long)pid1);
 	server_stop(&s);
 }
@@ -319,9 +319,9 @@ START_TEST(v1_concurrent_runs_share_no_memory)
 			pool_wait_ready(&s, "python", 1);
 			want += pool_kinds() + 1; /* the warm sandboxes, the zygote's own */
 		}
-		long t0 = now_ms();
-		while (inits_running(&s) < want && now_ms() - t0 < harness_scale_ms(30000))
-			sleep_ms(50);
+		long t0 = harness_now_ms();
+		while (inits_running(&s) < want && harness_now_ms() - t0 < harness_scale_ms(30000))
+			harness_sleep_ms(50);
 		int inits = 0, bad = 0;
 		char *why = NULL;
 		/* the cold runs' and the session's pid 1s and programs; with a

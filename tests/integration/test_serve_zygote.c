@@ -43,9 +43,9 @@ START_TEST(zygote_is_the_default)
 	 * one the refill makes after the hand-over (it may wait 0.2 s for the
 	 * run, longer on a loaded host) is counted when it is made: waited
 	 * for, not read at once (issue 49's loaded runs) */
-	for (long t0 = now_ms(); pool_metric(&s, "moat_pool_zygote_children_total", NULL) <= kids;
-	     sleep_ms(20))
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+	for (long t0 = harness_now_ms(); pool_metric(&s, "moat_pool_zygote_children_total", NULL) <= kids;
+	     harness_sleep_ms(20))
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(10000),
 			      "%s: the zygote made no child after the request", MODE_NAME[_i]);
 	server_stop_pool(&s, pool_idle_children(1, true));
 
@@ -131,18 +131,18 @@ START_TEST(zygote_that_cannot_make_sandboxes)
 	HARNESS_MODE_GUARD(_i);
 	struct server s;
 	pool_server_env(&s, _i, "MOAT_TEST_ZYGOTE_REFUSE=1");
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (pool_metric(&s, "moat_pool_zygote_failed_total", NULL) < 1) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was never refused");
-		sleep_ms(20);
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000), "the zygote was never refused");
+		harness_sleep_ms(20);
 	}
 	pool_wait_ready(&s, "python", 1);
 	pool_py_42(&s, "a zygote that cannot make sandboxes");
 	/* replaced after its back-off, and refused again */
-	t0 = now_ms();
+	t0 = harness_now_ms();
 	while (pool_metric(&s, "moat_pool_zygote_starts_total", NULL) < 2) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
-		sleep_ms(50);
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
+		harness_sleep_ms(50);
 	}
 	ck_assert(pool_metric(&s, "moat_pool_zygote_children_total", NULL) == 0);
 	pool_py_42(&s, "after the zygote was replaced");
@@ -184,10 +184,10 @@ START_TEST(zygote_is_replaced_past_its_age)
 			 .body = "{\"code\":\"import time\\ntime.sleep(3)\\nprint('survived')\"}" };
 	struct call slow;
 	call_start(&s, &q, &slow);
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (pool_metric(&s, "moat_pool_zygote_starts_total", NULL) < starts + 1) {
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
-		sleep_ms(50);
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000), "the zygote was not replaced");
+		harness_sleep_ms(50);
 	}
 	ck_assert(pool_metric(&s, "moat_pool_zygote_replaced_total", "reason=\"age\"") >= 1);
 	pool_wait_ready(&s, "python", 1);
@@ -386,7 +386,7 @@ START_TEST(zygote_child_tree_is_a_cold_runs)
 	ck_assert_msg(strstr(cold_out, "umount [(-1, 1), (-1, 1), (-1, 1), (-1, 1), (-1, 1)]\n"),
 		      "%s", cold_out);
 	char mark[64];
-	snprintf(mark, sizeof mark, "moat-mark-%ld-%ld", (long)getpid(), now_ms());
+	snprintf(mark, sizeof mark, "moat-mark-%ld-%ld", (long)getpid(), harness_now_ms());
 	char *hold_code = NULL, *hq = NULL, *hold_body = NULL;
 	ck_assert_int_ge(asprintf(&hold_code, "MARK = '%s'\n" PY_TREE PY_HOLD, mark), 0);
 	hq = harness_json_quote(hold_code);
@@ -402,16 +402,16 @@ START_TEST(zygote_child_tree_is_a_cold_runs)
 	struct call first;
 	call_start(&s, &hreq, &first);
 	pid_t hold = 0;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	while (proc_descendants_named(s.p.pid, "moat-hold\n", 5, &hold) < 1) {
-		if (now_ms() - t0 > harness_scale_ms(20000)) {
+		if (harness_now_ms() - t0 > harness_scale_ms(20000)) {
 			struct resp r;
 			call_finish(&first, &r);
 			const char *e = r.json ? jstr(r.json, "stderr") : NULL;
 			ck_abort_msg("%s: the first child never held its tree: HTTP %d, stderr %.1500s",
 				     MODE_NAME[_i], r.code, e ? e : r.body);
 		}
-		sleep_ms(20);
+		harness_sleep_ms(20);
 	}
 	/* the second, made while the first holds */
 	pool_wait_ready(&s, "python", 1);
@@ -485,16 +485,16 @@ START_TEST(zygote_child_waits_locked_down)
 	ck_assert_int_eq(proc_descendants_named(s.p.pid, "python3\n", 2, &zyg), 1);
 	pid_t pid1[8], pid2[8];
 	int n1 = 0;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	/* the refill sends the start right after the child is made */
 	for (;;) {
 		n1 = proc_children(zyg, pid1, 8);
 		if (n1 == 1 && proc_children(pid1[0], pid2, 8) == 1)
 			break;
-		ck_assert_msg(now_ms() - t0 < harness_scale_ms(10000),
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(10000),
 			      "%s: the zygote's child made ahead has no pid 2 (%d children)",
 			      MODE_NAME[_i], n1);
-		sleep_ms(20);
+		harness_sleep_ms(20);
 	}
 	/* ... and it is waiting for its frame: read(0, ...) */
 #if defined(__x86_64__)
@@ -510,7 +510,7 @@ START_TEST(zygote_child_waits_locked_down)
 	long nr = -2;
 	unsigned long fd = 99;
 	/* (another architecture: its number is not known here, nothing to wait for) */
-	for (t0 = now_ms(); nr_read >= 0 && now_ms() - t0 < harness_scale_ms(10000); sleep_ms(20)) {
+	for (t0 = harness_now_ms(); nr_read >= 0 && harness_now_ms() - t0 < harness_scale_ms(10000); harness_sleep_ms(20)) {
 		free(sc);
 		sc = slurp(f, NULL);
 		ck_assert_msg(sc, "%s: cannot read %s", MODE_NAME[_i], f);
@@ -530,7 +530,7 @@ START_TEST(zygote_child_waits_locked_down)
 	ck_assert_str_eq(proc_status_field(pid2[0], "NoNewPrivs"), "1");
 	ck_assert_str_eq(proc_status_field(pid2[0], "Seccomp"), "2");
 	/* longer than the bootstrap's 1 s timeout, then a 0.6 s request */
-	sleep_ms(1500);
+	harness_sleep_ms(1500);
 	struct resp r;
 	v1(&s, "{\"code\":\"import os, time\\ntime.sleep(0.6)\\nprint('slept', os.getpid())\"}", &r);
 	ck_assert_msg(pooled(&r) && !cJSON_IsTrue(jget(r.json, "timedOut")) &&

@@ -3,7 +3,7 @@
 side writes is what the bootstrap gets back, every malformed body is refused
 (also checked by tests/unit/test_pool.c and tests/runtime/frames.test.cjs) --
 and the handler protocol (handler.json) written by runtime/python/moat_handler.py
-byte for byte as moat serve's parser reads it (tests/unit/test_serve.c).
+byte for byte as moat serve's parser reads it (tests/unit/test_serve_frames.c).
 
 Run: /usr/bin/python3 -m unittest discover -s tests/runtime -p 'test_*.py'
 """

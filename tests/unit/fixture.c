@@ -8,18 +8,28 @@
 
 #include "fixture.h"
 
+const char *fixture_path(const char *rel)
+{
+	static char path[8192];
+	snprintf(path, sizeof path, "tests/fixtures/%s", rel);
+	if (access(path, R_OK) == 0)
+		return path;
+	char exe[4096];
+	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
+	if (n <= 0)
+		return NULL;
+	exe[n] = '\0';
+	char *slash = strrchr(exe, '/');
+	if (slash)
+		*slash = '\0';
+	snprintf(path, sizeof path, "%s/../tests/fixtures/%s", exe, rel);
+	return access(path, R_OK) == 0 ? path : NULL;
+}
+
 cJSON *fixture_json(const char *rel)
 {
-	char path[8192];
-	snprintf(path, sizeof path, "tests/fixtures/%s", rel);
-	if (access(path, R_OK) != 0) {
-		char exe[4096];
-		ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-		ck_assert_int_gt(n, 0);
-		exe[n] = '\0';
-		*strrchr(exe, '/') = '\0';
-		snprintf(path, sizeof path, "%s/../tests/fixtures/%s", exe, rel);
-	}
+	const char *path = fixture_path(rel);
+	ck_assert_msg(path, "tests/fixtures/%s: cannot open", rel);
 	FILE *f = fopen(path, "re");
 	ck_assert_msg(f, "tests/fixtures/%s: cannot open", rel);
 	char *text = NULL;
