@@ -450,8 +450,12 @@ START_TEST(dns_rate)
 	long bound = 200 + (long)(100 * elapsed) + 10;
 	v_expect(&v, nx > 0 && nx <= bound, "%ld questions answered from upstream in %.3f s, want 1 to "
 		 "%ld", nx, elapsed, bound);
-	v_expect(&v, servfail >= sent / 2, "%ld questions answered SERVFAIL of %ld sent, want at "
-		 "least half", servfail, sent);
+	/* past the rate, some are refused; how many depends on how fast the
+	 * flood went out (a loaded host sends it slower and the bucket refills:
+	 * "at least half" failed at load 20), so the count is held to the
+	 * bound above and the refusals are only required to exist */
+	v_expect(&v, sent <= bound || servfail > 0, "%ld questions answered SERVFAIL of %ld sent "
+		 "in %.3f s (more than the rate's %ld), want some", servfail, sent, elapsed, bound);
 	cJSON *net = cJSON_GetObjectItemCaseSensitive(o.json, "network");
 	double counted = net ? num_item(net, "dnsRateRefusals") : -1;
 	v_expect(&v, counted >= (double)servfail && counted <= (double)sent,
