@@ -139,12 +139,12 @@ static void sweep_leftovers(struct server *s, bool *warned)
 	(void)moat_cgroup_sweep_leftovers(true, &lo);
 	if (lo.removed)
 		srv_notice(s, "info", "removed %u cgroup leaves left by moats no longer running (%s)",
-		       lo.removed, lo.where ? lo.where : "?");
+			   lo.removed, lo.where ? lo.where : "?");
 	if (lo.found > lo.removed && !*warned) {
 		*warned = true;
 		srv_notice(s, "warn", "%u cgroup leaves of moats no longer running could not be removed "
-		       "(%s): processes are still in them (a moat of another pid namespace?)",
-		       lo.found - lo.removed, lo.where ? lo.where : "?");
+			   "(%s): processes are still in them (a moat of another pid namespace?)",
+			   lo.found - lo.removed, lo.where ? lo.where : "?");
 	}
 	free(lo.where);
 }

@@ -109,7 +109,7 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	 * refused here, as the envelope and X-Sandbox-Id refuse it */
 	if (srv_target_had_nul(c))
 		return srv_fail(q, c, 400, "SandboxConfigError", O_BAD_REQUEST,
-			    "the request's path or query holds an encoded NUL (%00)");
+				"the request's path or query holds an encoded NUL (%00)");
 	bool get_route = q->route == R_HEALTHZ || q->route == R_METRICS;
 	bool ses_route = q->route == R_SESSIONS || q->route == R_SESSION ||
 			 q->route == R_SESSION_RUN;
@@ -118,10 +118,10 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	if (q->route == R_SESSION) {
 		if (strcmp(method, "GET") && strcmp(method, "DELETE"))
 			return srv_fail(q, c, 405, "MethodNotAllowed", O_BAD_REQUEST,
-				    "this route takes GET or DELETE");
+					"this route takes GET or DELETE");
 		if (!token_ok(s, c))
 			return srv_fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
-				    "a valid bearer token is required (Authorization: Bearer ...)");
+					"a valid bearer token is required (Authorization: Bearer ...)");
 		srv_caller_cred(s, c, q->cred);
 		snprintf(q->ses_id, sizeof q->ses_id, "%.36s", url + 13);
 		if (strlen(url + 13) != SERVE_SESSION_ID_LEN)
@@ -131,14 +131,14 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	const char *want = get_route ? "GET" : q->route == R_KV ? "DELETE" : "POST";
 	if (strcmp(method, want) && !(get_route && !strcmp(method, "HEAD")))
 		return srv_fail(q, c, 405, "MethodNotAllowed", O_BAD_REQUEST,
-			    get_route		  ? "this route takes GET"
-			    : q->route == R_KV ? "this route takes DELETE"
-					       : "this route takes POST");
+				get_route	   ? "this route takes GET"
+				: q->route == R_KV ? "this route takes DELETE"
+						   : "this route takes POST");
 	if (q->route == R_HEALTHZ)
 		return srv_respond(q, c, 200, strdup(s->healthz), "application/json", NULL, NULL);
 	if (!token_ok(s, c))
 		return srv_fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
-			    "a valid bearer token is required (Authorization: Bearer ...)");
+				"a valid bearer token is required (Authorization: Bearer ...)");
 	if (q->route == R_SESSION_RUN) {
 		srv_caller_cred(s, c, q->cred);
 		size_t n = strlen(url + 13) - 4;
@@ -166,7 +166,7 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 		unsigned long long n = strtoull(cl, &end, 10);
 		if (errno || *end || end == cl || n > SERVE_MAX_BODY)
 			return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
-				    "the request body is larger than 6 MiB");
+					"the request body is larger than 6 MiB");
 	}
 	q->is_post = true;
 	return MHD_YES;
@@ -224,10 +224,10 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 	srv_conn_deadline(s, c, false); /* the request is in: the run's timeout takes over */
 	if (q->too_large)
 		return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
-			    "the request body is larger than 6 MiB");
+				"the request body is larger than 6 MiB");
 	if (q->over_budget || q->body.oom)
 		return srv_fail(q, c, 503, "ServerBusy", O_REJECTED,
-			    "too many request bodies are being received at once; retry later");
+				"too many request bodies are being received at once; retry later");
 	if (q->route == R_SESSIONS)
 		return srv_sessions_create_route(q, c);
 	if (q->route == R_SESSION_RUN)

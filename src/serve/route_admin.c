@@ -41,7 +41,7 @@ enum MHD_Result srv_kv_delete(struct req *q, struct MHD_Connection *c, const cha
 	const struct moat_serve_options *o = q->s->o;
 	if (o->kv_off)
 		return srv_fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
-			    "this server runs without the key-value store (--no-kv)");
+				"this server runs without the key-value store (--no-kv)");
 	struct moat_error err = { 0 };
 	char *out = NULL, *detail = NULL;
 	size_t len;
@@ -83,6 +83,6 @@ enum MHD_Result srv_on_metrics_listener(void *cls, struct MHD_Connection *c,
 				  "application/json", NULL, NULL);
 	if (strcmp(method, "GET") && strcmp(method, "HEAD"))
 		return srv_queue_body(c, 405, srv_error_json("MethodNotAllowed", "this route takes GET"),
-				  "application/json", "Allow", "GET");
+				      "application/json", "Allow", "GET");
 	return srv_queue_body(c, 200, srv_metrics_text(s), "text/plain; version=0.0.4", NULL, NULL);
 }

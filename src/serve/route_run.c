@@ -100,7 +100,7 @@ enum MHD_Result srv_run_ndjson(struct req *q, struct MHD_Connection *c,
 		srv_release_slot(q->s);
 		q->has_slot = false;
 		return srv_fail(q, c, 503, q->result_budget ? "SandboxUnavailableError" : "ServerBusy",
-			    q->result_budget ? O_UNAVAILABLE : O_REJECTED, why);
+				q->result_budget ? O_UNAVAILABLE : O_REJECTED, why);
 	}
 	q->has_slot = false; /* the worker releases it */
 	pthread_mutex_lock(&q->mu);

@@ -39,13 +39,13 @@ void srv_caller_cred(struct server *s, struct MHD_Connection *c, uint8_t out[MOA
 enum MHD_Result srv_session_missing(struct req *q, struct MHD_Connection *c)
 {
 	return srv_fail(q, c, 404, "SessionNotFound", O_BAD_REQUEST,
-		    "no such session (it never existed, is another caller's, or ended long ago)");
+			"no such session (it never existed, is another caller's, or ended long ago)");
 }
 
 static enum MHD_Result session_gone(struct req *q, struct MHD_Connection *c, char *why)
 {
 	enum MHD_Result r = srv_fail(q, c, 410, "SessionGone", O_ERROR,
-				 why ? why : "the session is gone");
+				     why ? why : "the session is gone");
 	free(why);
 	return r;
 }
@@ -140,7 +140,7 @@ enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *
 	if (rc == 0 && req->kv_enabled && q->s->o->kv_off) {
 		moat_request_free(req);
 		return srv_fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
-			    "kvEnabled: this server runs without the key-value store (--no-kv)");
+				"kvEnabled: this server runs without the key-value store (--no-kv)");
 	}
 	if (rc == 0) {
 		/* a client that hangs up, or the end of the grace, ends the
@@ -229,8 +229,8 @@ enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c)
 	if (b == -1) {
 		moat_request_free(req);
 		return srv_fail(q, c, 409, "SessionBusy", O_REJECTED,
-			    "a step is running in this session; runs in one session are "
-			    "serialised");
+				"a step is running in this session; runs in one session are "
+				"serialised");
 	}
 	if (b < 0) {
 		moat_request_free(req);

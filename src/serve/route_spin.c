@@ -122,13 +122,13 @@ static enum MHD_Result run_handler(struct req *q, struct MHD_Connection *c)
 		srv_release_slot(q->s);
 		q->has_slot = false;
 		return srv_fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
-			    "cannot make the response's eventfd");
+				"cannot make the response's eventfd");
 	}
 	if (srv_start_worker(q, handler_worker) < 0) {
 		srv_release_slot(q->s);
 		q->has_slot = false;
 		return srv_fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
-			    "cannot start a worker thread");
+				"cannot start a worker thread");
 	}
 	q->has_slot = false; /* the worker releases it */
 	pthread_mutex_lock(&q->mu);
@@ -208,10 +208,10 @@ enum MHD_Result srv_spin_route(struct req *q, struct MHD_Connection *c)
 	q->mode = q->env.mode == SERVE_HANDLER ? "handler" : "script";
 	if (q->env.kv_enabled && q->s->o->kv_off)
 		return srv_fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
-			    "kvEnabled: this server runs without the key-value store (--no-kv)");
+				"kvEnabled: this server runs without the key-value store (--no-kv)");
 	if (q->env.mode == SERVE_HANDLER && !q->s->o->runtime_dir)
 		return srv_fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE,
-			    "handlers need the runtime shims (moat serve --runtime DIR)");
+				"handlers need the runtime shims (moat serve --runtime DIR)");
 	/* the envelope's own fields are checked; the service's limits fill
 	 * the rest, then the request pipeline validates it once (a refused
 	 * allowedHosts entry is the envelope's input error: 400) */

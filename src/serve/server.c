@@ -277,7 +277,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		const char *no_zyg = pool_zygote_refusal(&po);
 		if (want && zyg < 0 && no_zyg)
 			srv_notice(s, "info", "Python requests use warm interpreters, not the zygote: it "
-			       "needs the host's root and the default seccomp policy (%s)", no_zyg);
+				   "needs the host's root and the default seccomp policy (%s)", no_zyg);
 		if (zyg < 0)
 			zyg = !no_zyg;
 		if (serve_pool_start(&s->pool, want, want && zyg > 0, &po, &s->limits, &s->log,
@@ -340,11 +340,11 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		}
 	}
 	srv_notice(s, "info", "listening on %s (max %u runs at once, queue %u%s)", o->listen_desc,
-	       o->max_concurrent, o->queue,
-	       o->token ? ", bearer token required" : is_unix ? ", the socket's mode guards it" : "");
+		   o->max_concurrent, o->queue,
+		   o->token ? ", bearer token required" : is_unix ? ", the socket's mode guards it" : "");
 	if (o->no_auth)
 		srv_notice(s, "warn", "authentication is off (--no-auth): whoever can connect to %s can "
-		       "run code and read every sandboxId's store", o->listen_desc);
+			   "run code and read every sandboxId's store", o->listen_desc);
 	if (s->metrics_d)
 		srv_notice(s, "info", "/metrics without a token on %s", o->metrics_desc);
 

@@ -98,7 +98,7 @@ enum MHD_Result srv_refuse_result(struct req *q, struct MHD_Connection *c)
 	srv_release_slot(q->s);
 	q->has_slot = false;
 	return srv_fail(q, c, 503, "ServerBusy", O_REJECTED,
-		    "the results in flight fill this server's memory budget; retry later");
+			"the results in flight fill this server's memory budget; retry later");
 }
 
 /* A run's line for the operator (the store's path behind a program's "the
@@ -159,7 +159,7 @@ enum MHD_Result srv_take_slot(struct req *q, struct MHD_Connection *c)
 	bool stopping;
 	if (admit(q->s, &stopping) < 0)
 		return srv_fail(q, c, 503, "ServerBusy", O_REJECTED,
-			    stopping ? "the server is shutting down"
+				stopping ? "the server is shutting down"
 				     : "every run slot and the queue are full; retry later");
 	q->has_slot = true;
 	/* the run watches the client: a hang-up kills it */
