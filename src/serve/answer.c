@@ -109,7 +109,7 @@ enum MHD_Result srv_respond_run(struct req *q, struct MHD_Connection *c, char *b
 }
 
 enum MHD_Result srv_run_script(struct req *q, struct MHD_Connection *c,
-				  const struct moat_request *req, bool v1)
+			       const struct moat_request *req, bool v1)
 {
 	if (!srv_reserve_result(q, req)) /* admitted, but its answer would not fit */
 		return srv_refuse_result(q, c);

@@ -82,7 +82,7 @@ void srv_conn_deadline(struct server *s, struct MHD_Connection *c, bool arm)
 }
 
 void srv_on_connection(void *cls, struct MHD_Connection *c, void **socket_context,
-			  enum MHD_ConnectionNotificationCode code)
+		       enum MHD_ConnectionNotificationCode code)
 {
 	struct server *s = cls;
 	if (code == MHD_CONNECTION_NOTIFY_STARTED) {

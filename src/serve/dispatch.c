@@ -173,8 +173,8 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 }
 
 enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *url,
-				  const char *method, const char *version,
-				  const char *upload_data, size_t *upload_data_size, void **con_cls)
+			       const char *method, const char *version,
+			       const char *upload_data, size_t *upload_data_size, void **con_cls)
 {
 	struct server *s = cls;
 	struct req *q = *con_cls;
@@ -236,7 +236,7 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 }
 
 void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
-			 enum MHD_RequestTerminationCode toe)
+		      enum MHD_RequestTerminationCode toe)
 {
 	struct req *q = *con_cls;
 	srv_conn_deadline(cls, c, true); /* the next request on this connection */

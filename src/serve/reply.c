@@ -98,7 +98,7 @@ void srv_req_unref(struct req *q)
 
 /* Queues body (taken; NULL: out of memory, an empty body): MHD's answer. */
 enum MHD_Result srv_queue_body(struct MHD_Connection *c, unsigned status, char *body,
-				  const char *ctype, const char *h1, const char *v1)
+			       const char *ctype, const char *h1, const char *v1)
 {
 	size_t len = body ? strlen(body) : 0;
 	struct MHD_Response *r = MHD_create_response_from_buffer(len, body ? body : (char *)"",
@@ -118,7 +118,7 @@ enum MHD_Result srv_queue_body(struct MHD_Connection *c, unsigned status, char *
 }
 
 enum MHD_Result srv_respond(struct req *q, struct MHD_Connection *c, unsigned status,
-			       char *body, const char *ctype, const char *h1, const char *v1)
+			    char *body, const char *ctype, const char *h1, const char *v1)
 {
 	q->status = status;
 	q->bytes_out = body ? strlen(body) : 0;
@@ -140,7 +140,7 @@ char *srv_error_json(const char *type, const char *msg)
 }
 
 enum MHD_Result srv_fail(struct req *q, struct MHD_Connection *c, unsigned status,
-			    const char *type, enum serve_outcome outcome, const char *msg)
+			 const char *type, enum serve_outcome outcome, const char *msg)
 {
 	q->outcome = outcome;
 	const char *h = NULL, *v = NULL;
@@ -157,7 +157,7 @@ enum MHD_Result srv_fail(struct req *q, struct MHD_Connection *c, unsigned statu
 
 /* A moat error: 400 config, 403 policy, 503 unavailable. */
 enum MHD_Result srv_fail_moat(struct req *q, struct MHD_Connection *c,
-				 const struct moat_error *err)
+			      const struct moat_error *err)
 {
 	const char *msg = err->message ? err->message : "error";
 	const char *type = moat_error_type_name(err->type);

@@ -65,9 +65,9 @@ enum MHD_Result srv_kv_delete(struct req *q, struct MHD_Connection *c, const cha
 /* The --metrics-listen listener: GET (or HEAD) /metrics without the token,
  * 404 for every other path. Scrapes are neither logged nor counted. */
 enum MHD_Result srv_on_metrics_listener(void *cls, struct MHD_Connection *c,
-					   const char *url, const char *method,
-					   const char *version, const char *upload_data,
-					   size_t *upload_data_size, void **con_cls)
+					const char *url, const char *method,
+					const char *version, const char *upload_data,
+					size_t *upload_data_size, void **con_cls)
 {
 	struct server *s = cls;
 	(void)version;

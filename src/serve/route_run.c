@@ -85,7 +85,7 @@ static void *ndjson_worker(void *arg)
  * goes with the first line: a run that fails before any is an ordinary
  * error answer. */
 enum MHD_Result srv_run_ndjson(struct req *q, struct MHD_Connection *c,
-				  struct moat_request *req)
+			       struct moat_request *req)
 {
 	q->st.ndjson = true;
 	q->st.req = req;

@@ -137,7 +137,7 @@ void srv_run_options(struct req *q, struct moat_run_options *opts)
 
 /* The service's limits as the request pipeline's defaults. */
 int srv_limits_fill(void *ctx, struct moat_request *req, unsigned given,
-		       struct moat_error *err)
+		    struct moat_error *err)
 {
 	return serve_limits_apply(ctx, req, given, err);
 }

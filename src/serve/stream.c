@@ -61,7 +61,7 @@ static void stream_wake(struct req *q)
 /* A streamed response's run options: its output to fn, the window's flow
  * control (stream_full, the response's resume_fd). */
 void srv_stream_options(struct req *q, struct moat_run_options *opts,
-			   void (*fn)(void *, enum moat_stream, const char *, size_t))
+			void (*fn)(void *, enum moat_stream, const char *, size_t))
 {
 	srv_run_options(q, opts);
 	opts->on_output = fn;
@@ -146,7 +146,7 @@ struct MHD_Response *srv_stream_response(struct req *q)
 /* Queues it (and lets it go): the whole response is out within the run's
  * timeout and then --client-timeout, however slowly the client reads. */
 enum MHD_Result srv_stream_queue(struct req *q, struct MHD_Connection *c,
-				    struct MHD_Response *r, unsigned status, uint64_t timeout_ms)
+				 struct MHD_Response *r, unsigned status, uint64_t timeout_ms)
 {
 	q->status = status;
 	srv_conn_deadline_in(q->s, c, (int64_t)timeout_ms + (int64_t)q->s->o->client_timeout_s * 1000);
