@@ -4,6 +4,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cleanup.h"
 #include "serve/http.h"
 
 void srv_put_key_str(struct moat_buf *b, const char *key, const char *s, size_t len)
@@ -116,16 +117,13 @@ enum MHD_Result srv_run_script(struct req *q, struct MHD_Connection *c,
 	struct moat_run_options opts;
 	srv_run_options(q, &opts);
 	struct moat_result *res = NULL;
-	struct moat_error err = { 0 };
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	int rc = serve_pool_run(q->s->pool, req, &opts, &q->lease, &res, &err);
 	/* the slot and the sandbox stay until the answer is out (srv_on_completed) */
 	q->lease_rc = rc;
 	q->has_lease = true;
-	if (rc < 0) {
-		enum MHD_Result r = srv_fail_moat(q, c, &err);
-		moat_error_clear(&err);
-		return r;
-	}
+	if (rc < 0)
+		return srv_fail_moat(q, c, &err);
 	q->outcome = serve_run_outcome(res);
 	srv_fit_result(res, req);
 	char *body = v1 ? moat_result_to_json(res) : script_json(res, req);

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cleanup.h"
 #include "serve/http.h"
 
 /* The service's metrics and the pool's. */
@@ -42,8 +43,9 @@ enum MHD_Result srv_kv_delete(struct req *q, struct MHD_Connection *c, const cha
 	if (o->kv_off)
 		return srv_fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
 				"this server runs without the key-value store (--no-kv)");
-	struct moat_error err = { 0 };
-	char *out = NULL, *detail = NULL;
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	MOAT_AUTOFREE char *out = NULL;
+	MOAT_AUTOFREE char *detail = NULL;
 	size_t len;
 	if (moat_sandbox_id_agree(q->header_id, id, strlen(id), "the path", &err) < 0 ||
 	    moat_kv_admin(o->kv_store, "clear", id, strlen(id), NULL, &out, &len, &detail,
@@ -51,13 +53,9 @@ enum MHD_Result srv_kv_delete(struct req *q, struct MHD_Connection *c, const cha
 		/* the client gets err (no host path), the log the store's own words */
 		if (detail)
 			serve_log_notice(&q->s->log, "warn", "kv", "DELETE /v1/kv/{id}: %s", detail);
-		free(detail);
-		enum MHD_Result r = srv_fail_moat(q, c, &err);
-		moat_error_clear(&err);
-		return r;
+		return srv_fail_moat(q, c, &err);
 	}
 	char *body = moat_format("%s\n", out);
-	free(out);
 	return body ? srv_respond(q, c, 200, body, "application/json", NULL, NULL)
 		    : srv_fail(q, c, 503, "SandboxUnavailableError", O_UNAVAILABLE, "out of memory");
 }

@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 
+#include "core/cleanup.h"
 #include "serve/http.h"
 
 /* The client asked for the streamed answer. */
@@ -138,27 +139,21 @@ static int v1_fill(void *ctx, struct moat_request *req, unsigned given, struct m
 
 enum MHD_Result srv_v1_route(struct req *q, struct MHD_Connection *c)
 {
-	struct moat_request *req = NULL;
-	struct moat_error err = { 0 };
-	enum MHD_Result r;
+	MOAT_AUTO(moat_request) struct moat_request *req = NULL;
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	const char *body = q->body.data ? q->body.data : "";
 	/* the request pipeline, with the X-Sandbox-Id header, if any, as the
 	 * request's "sandboxId" and the service's limits as its defaults */
 	struct moat_request_defaults d = { .fill = v1_fill, .ctx = q };
-	if (moat_request_prepare(body, q->body.len, q->header_id, &d, &req, &err) < 0) {
-		r = srv_fail_moat(q, c, &err);
-		moat_error_clear(&err);
-		moat_request_free(req);
-		return r;
-	}
+	if (moat_request_prepare(body, q->body.len, q->header_id, &d, &req, &err) < 0)
+		return srv_fail_moat(q, c, &err);
 	/* an argv request has no language: the log and the metrics say none */
 	q->lang = req->argc ? -1 : (int)req->language;
 	q->mode = req->argc ? "command" : "script";
-	r = srv_take_slot(q, c);
+	enum MHD_Result r = srv_take_slot(q, c);
 	if (r == MHD_YES && q->has_slot && srv_wants_ndjson(c))
-		return srv_run_ndjson(q, c, req);
+		return srv_run_ndjson(q, c, MOAT_TAKE(req));
 	if (r == MHD_YES && q->has_slot)
 		r = srv_run_script(q, c, req, true);
-	moat_request_free(req);
 	return r;
 }

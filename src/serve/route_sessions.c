@@ -9,7 +9,10 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "core/cleanup.h"
 #include "serve/http.h"
+
+MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 /* The caller a session is bound to: the bearer token (its SHA-256) when
  * the service has one, else on a unix socket the peer's uid, else (a
@@ -100,13 +103,11 @@ static cJSON *session_body(struct req *q, const char *const *refused, struct moa
 static int session_prepare(struct req *q, cJSON *o, const char *header_id,
 			   struct moat_request **req, struct moat_error *err)
 {
-	char *text = cJSON_PrintUnformatted(o);
+	MOAT_AUTOFREE char *text = cJSON_PrintUnformatted(o);
 	if (!text)
 		return moat_error_oom(err);
 	struct moat_request_defaults d = { .fill = srv_limits_fill, .ctx = &q->s->limits };
-	int rc = moat_request_prepare(text, strlen(text), header_id, &d, req, err);
-	free(text);
-	return rc;
+	return moat_request_prepare(text, strlen(text), header_id, &d, req, err);
 }
 
 /* POST /v1/sessions */
@@ -115,52 +116,43 @@ enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *
 	static const char *const refused[] = { "code", "argv", "stdin", "files", "outputs",
 					       "timeout", NULL };
 	const struct serve_limits *l = &q->s->limits;
-	struct moat_error err = { 0 };
-	struct moat_request *req = NULL;
-	char *answer = NULL;
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	MOAT_AUTO(moat_request) struct moat_request *req = NULL;
 	uint64_t idle = 0, life = 0;
-	enum MHD_Result r;
-	int rc = -1;
-	cJSON *o = session_body(q, refused, &err);
-	if (o && lifetime_key(o, "idleTimeoutMs", l->session_idle_ms, l->session_max_idle_ms,
-			      &idle, &err) == 0 &&
-	    lifetime_key(o, "maxLifetimeMs", l->session_max_life_ms, l->session_max_life_ms,
-			 &life, &err) == 0 &&
-	    cJSON_AddStringToObject(o, "code", "") && session_prepare(q, o, q->header_id, &req,
-								       &err) == 0)
-		rc = 0;
-	cJSON_Delete(o);
-	if (rc == 0) {
-		q->lang = (int)req->language;
-		if (req->language != MOAT_LANG_PYTHON && req->language != MOAT_LANG_JAVASCRIPT)
-			rc = moat_error_set(&err, MOAT_ERR_CONFIG, 0,
-					    "sessions take Python or JavaScript (\"language\": "
-					    "\"python\" or \"javascript\")");
+	{
+		MOAT_AUTO(cJSON) cJSON *o = session_body(q, refused, &err);
+		if (!o ||
+		    lifetime_key(o, "idleTimeoutMs", l->session_idle_ms, l->session_max_idle_ms,
+				 &idle, &err) < 0 ||
+		    lifetime_key(o, "maxLifetimeMs", l->session_max_life_ms,
+				 l->session_max_life_ms, &life, &err) < 0 ||
+		    !cJSON_AddStringToObject(o, "code", "") ||
+		    session_prepare(q, o, q->header_id, &req, &err) < 0)
+			return srv_fail_moat(q, c, &err);
 	}
-	if (rc == 0 && req->kv_enabled && q->s->o->kv_off) {
-		moat_request_free(req);
+	q->lang = (int)req->language;
+	if (req->language != MOAT_LANG_PYTHON && req->language != MOAT_LANG_JAVASCRIPT) {
+		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
+			       "sessions take Python or JavaScript (\"language\": \"python\" or "
+			       "\"javascript\")");
+		return srv_fail_moat(q, c, &err);
+	}
+	if (req->kv_enabled && q->s->o->kv_off)
 		return srv_fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
 				"kvEnabled: this server runs without the key-value store (--no-kv)");
-	}
-	if (rc == 0) {
-		/* a client that hangs up, or the end of the grace, ends the
-		 * wait for the driver's start */
-		srv_watch_client(q, c);
-		struct moat_run_options per;
-		srv_run_options(q, &per);
-		rc = serve_sessions_create(q->s->sessions, q->cred, req, idle, life, &per, &answer,
-					   &err);
-	}
-	moat_request_free(req);
-	if (rc == -2) {
-		r = srv_fail(q, c, 503, "ServerBusy", O_REJECTED, err.message);
-	} else if (rc < 0) {
-		r = srv_fail_moat(q, c, &err);
-	} else {
-		r = srv_respond(q, c, 201, answer, "application/json", NULL, NULL);
-	}
-	moat_error_clear(&err);
-	return r;
+	/* a client that hangs up, or the end of the grace, ends the wait for
+	 * the driver's start */
+	srv_watch_client(q, c);
+	struct moat_run_options per;
+	srv_run_options(q, &per);
+	char *answer = NULL;
+	int rc = serve_sessions_create(q->s->sessions, q->cred, req, idle, life, &per, &answer,
+				       &err);
+	if (rc == -2)
+		return srv_fail(q, c, 503, "ServerBusy", O_REJECTED, err.message);
+	if (rc < 0)
+		return srv_fail_moat(q, c, &err);
+	return srv_respond(q, c, 201, answer, "application/json", NULL, NULL);
 }
 
 /* A step answered whole. */
@@ -172,8 +164,8 @@ static enum MHD_Result session_step(struct req *q, struct MHD_Connection *c,
 	struct moat_run_options opts;
 	srv_run_options(q, &opts);
 	struct moat_result *res = NULL;
-	struct moat_error err = { 0 };
-	char *extra = NULL;
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	MOAT_AUTOFREE char *extra = NULL;
 	int rc = serve_session_step(q->s->sessions, q->ses, req, &opts, &res, &extra, &err);
 	srv_release_slot(q->s);
 	q->has_slot = false;
@@ -181,10 +173,7 @@ static enum MHD_Result session_step(struct req *q, struct MHD_Connection *c,
 	q->ses_busy = false;
 	if (rc < 0) {
 		char *gone = serve_session_gone(q->s->sessions, q->ses);
-		enum MHD_Result r = gone ? session_gone(q, c, gone) : srv_fail_moat(q, c, &err);
-		moat_error_clear(&err);
-		free(extra);
-		return r;
+		return gone ? session_gone(q, c, gone) : srv_fail_moat(q, c, &err);
 	}
 	q->outcome = serve_run_outcome(res);
 	srv_fit_result(res, req);
@@ -192,7 +181,6 @@ static enum MHD_Result session_step(struct req *q, struct MHD_Connection *c,
 	moat_result_free(res);
 	char *body = json ? srv_session_answer(q, json, extra) : NULL;
 	free(json);
-	free(extra);
 	return srv_respond_run(q, c, body);
 }
 
@@ -209,41 +197,31 @@ enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c)
 		return srv_session_missing(q, c);
 	enum moat_language lang = serve_session_language(q->ses);
 	q->lang = (int)lang;
-	struct moat_error err = { 0 };
-	struct moat_request *req = NULL;
-	cJSON *o = session_body(q, refused, &err);
-	int rc = -1;
-	if (o && cJSON_AddStringToObject(o, "language", moat_lang_get(lang)->name) &&
-	    session_prepare(q, o, NULL, &req, &err) == 0)
-		rc = 0;
-	cJSON_Delete(o);
-	if (rc < 0) {
-		enum MHD_Result r = err.message ? srv_fail_moat(q, c, &err) : MHD_NO;
-		moat_error_clear(&err);
-		return r;
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	MOAT_AUTO(moat_request) struct moat_request *req = NULL;
+	{
+		MOAT_AUTO(cJSON) cJSON *o = session_body(q, refused, &err);
+		if (!o || !cJSON_AddStringToObject(o, "language", moat_lang_get(lang)->name) ||
+		    session_prepare(q, o, NULL, &req, &err) < 0)
+			return err.message ? srv_fail_moat(q, c, &err) : MHD_NO;
 	}
 	/* the session's own cap bounds its output; this one the answer */
 	req->max_output_bytes = q->s->limits.max_output_bytes;
 	char *gone = NULL;
 	int b = serve_session_begin(ss, q->ses, &gone);
-	if (b == -1) {
-		moat_request_free(req);
+	if (b == -1)
 		return srv_fail(q, c, 409, "SessionBusy", O_REJECTED,
 				"a step is running in this session; runs in one session are "
 				"serialised");
-	}
-	if (b < 0) {
-		moat_request_free(req);
+	if (b < 0)
 		return session_gone(q, c, gone);
-	}
 	q->ses_busy = true;
 	q->mode = "session";
 	enum MHD_Result r = srv_take_slot(q, c);
 	if (r == MHD_YES && q->has_slot && srv_wants_ndjson(c))
-		return srv_run_ndjson(q, c, req);
+		return srv_run_ndjson(q, c, MOAT_TAKE(req));
 	if (r == MHD_YES && q->has_slot)
 		r = session_step(q, c, req);
-	moat_request_free(req);
 	return r;
 }
 

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <sys/eventfd.h>
 
+#include "core/cleanup.h"
 #include "serve/http.h"
 
 /* A status whose response has no body (RFC 9110 15.3.5, 15.3.6, 15.4.5):
@@ -196,15 +197,12 @@ enum MHD_Result srv_spin_route(struct req *q, struct MHD_Connection *c)
 	enum moat_language lang = q->route == R_PY ? MOAT_LANG_PYTHON : MOAT_LANG_TYPESCRIPT;
 	q->lang = (int)lang;
 	bool too_large;
-	struct moat_error err = { 0 };
-	enum MHD_Result r;
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	if (serve_envelope_parse(q->body.data ? q->body.data : "", q->body.len, lang,
-				 q->header_id, &q->env, &too_large, &err) < 0) {
-		r = too_large ? srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST, err.message)
-			      : srv_fail_moat(q, c, &err);
-		moat_error_clear(&err);
-		return r;
-	}
+				 q->header_id, &q->env, &too_large, &err) < 0)
+		return too_large ? srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
+					    err.message)
+				 : srv_fail_moat(q, c, &err);
 	q->mode = q->env.mode == SERVE_HANDLER ? "handler" : "script";
 	if (q->env.kv_enabled && q->s->o->kv_off)
 		return srv_fail(q, c, 501, "NotImplemented", O_BAD_REQUEST,
@@ -217,14 +215,11 @@ enum MHD_Result srv_spin_route(struct req *q, struct MHD_Connection *c)
 	 * allowedHosts entry is the envelope's input error: 400) */
 	struct moat_request_defaults d = { .fill = srv_limits_fill, .ctx = &q->s->limits,
 					   .entry_refusal_is_config = true };
-	if (moat_request_finish(q->env.req, 0, &d, &err) < 0) {
-		r = srv_fail_moat(q, c, &err);
-		moat_error_clear(&err);
-		return r;
-	}
+	if (moat_request_finish(q->env.req, 0, &d, &err) < 0)
+		return srv_fail_moat(q, c, &err);
 	/* a handler's stdout is streamed (bounded by maxResponseBytes and the
 	 * stream window); the cap, a script's, is its stderr's */
-	r = srv_take_slot(q, c);
+	enum MHD_Result r = srv_take_slot(q, c);
 	if (!q->has_slot)
 		return r;
 	if (q->env.mode == SERVE_HANDLER)
