@@ -13,6 +13,7 @@
 #include <sys/random.h>
 #include <time.h>
 
+#include "core/cleanup.h"
 #include "core/sys.h"
 #include "pool/session.h"
 #include "serve/internal.h"
@@ -438,19 +439,14 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 	if (new_id(id) < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
 				      "cannot draw a session id: %s", strerror(errno));
-	struct serve_session *x = calloc(1, sizeof *x);
-	struct create_job *j = calloc(1, sizeof *j);
-	if (!x || !j) {
-		free(x);
-		free(j);
+	MOAT_AUTOFREE struct serve_session *x = calloc(1, sizeof *x);
+	MOAT_AUTOFREE struct create_job *j = calloc(1, sizeof *j);
+	if (!x || !j)
 		return moat_error_oom(err);
-	}
 	pthread_mutex_lock(&ss->mu);
 	if (ss->stopping || ss->live >= ss->cfg.max) {
 		bool stopping = ss->stopping;
 		pthread_mutex_unlock(&ss->mu);
-		free(x);
-		free(j);
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
 			       stopping ? "the server is shutting down"
 					: "the server holds its --max-sessions live sessions; close one "
@@ -496,8 +492,6 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 		ss->live--;
 		pthread_mutex_unlock(&ss->mu);
 		*err = j->err;
-		free(j);
-		free(x);
 		return -1;
 	}
 	memcpy(x->id, id, sizeof id);
@@ -516,16 +510,17 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 	x->next = ss->list;
 	ss->list = x;
 	ss->created++;
-	free(j);
+	const struct serve_session *made = MOAT_TAKE(x); /* the table's from here */
 	struct moat_buf b = { 0 };
-	moat_buf_appendf(&b, "{\"id\":\"%s\",\"language\":\"%s\"", x->id,
-			 moat_lang_get(x->lang)->name);
-	put_time(&b, "expiresAt", x->created_wall_ms + (int64_t)life_ms);
-	put_time(&b, "idleExpiresAt", x->created_wall_ms + (int64_t)idle_ms);
+	moat_buf_appendf(&b, "{\"id\":\"%s\",\"language\":\"%s\"", made->id,
+			 moat_lang_get(made->lang)->name);
+	put_time(&b, "expiresAt", made->created_wall_ms + (int64_t)life_ms);
+	put_time(&b, "idleExpiresAt", made->created_wall_ms + (int64_t)idle_ms);
 	moat_buf_appendf(&b, ",\"limits\":{\"memoryMb\":%llu,\"cpus\":%g,\"pidsLimit\":%llu,"
 			     "\"idleTimeoutMs\":%llu,\"maxLifetimeMs\":%llu},\"warnings\":[]}\n",
-			 (unsigned long long)x->memory_mb, x->cpus, (unsigned long long)x->pids,
-			 (unsigned long long)idle_ms, (unsigned long long)life_ms);
+			 (unsigned long long)made->memory_mb, made->cpus,
+			 (unsigned long long)made->pids, (unsigned long long)idle_ms,
+			 (unsigned long long)life_ms);
 	pthread_mutex_unlock(&ss->mu);
 	*answer = moat_buf_take(&b);
 	return *answer ? 0 : moat_error_oom(err);

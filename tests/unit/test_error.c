@@ -1,5 +1,7 @@
 /* Unit tests: errors (src/core/error.c). */
 #include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -8,6 +10,7 @@
 
 #include "suites.h"
 #include "moat.h"
+#include "core/cleanup.h"
 
 START_TEST(type_names)
 {
@@ -171,6 +174,75 @@ START_TEST(to_json_without_message)
 }
 END_TEST
 
+/* ---- core/cleanup.h: release on scope exit ---- */
+
+struct counted {
+	int *released;
+};
+static void counted_free(struct counted *c)
+{
+	(*c->released)++;
+}
+MOAT_DEFINE_AUTO(counted, counted_free)
+
+static struct counted *counted_kept(struct counted *c, bool keep)
+{
+	MOAT_AUTO(counted) struct counted *p = c;
+	if (!keep)
+		return NULL; /* released here */
+	return MOAT_TAKE(p); /* handed out: not released */
+}
+
+START_TEST(cleanup_releases_at_scope_exit)
+{
+	int released = 0;
+	struct counted c = { &released };
+	ck_assert_ptr_null(counted_kept(&c, false));
+	ck_assert_int_eq(released, 1);
+	ck_assert_ptr_eq(counted_kept(&c, true), &c);
+	ck_assert_int_eq(released, 1);
+	{
+		MOAT_AUTO(counted) struct counted *none = NULL; /* NULL: nothing called */
+		(void)none;
+	}
+	ck_assert_int_eq(released, 1);
+	{
+		/* ASan's leak check fails the suite if this is not freed */
+		MOAT_AUTOFREE char *text = strdup("freed at the brace");
+		ck_assert_ptr_nonnull(text);
+		MOAT_AUTO_ERROR struct moat_error err = { 0 };
+		moat_error_set(&err, MOAT_ERR_CONFIG, 0, "cleared at the brace");
+	}
+}
+END_TEST
+
+START_TEST(cleanup_closes_and_takes_fds)
+{
+	int kept, closed;
+	{
+		MOAT_AUTOCLOSE int a = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		MOAT_AUTOCLOSE int b = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		MOAT_AUTOCLOSE int none = -1; /* -1: nothing closed */
+		(void)none;
+		ck_assert_int_ge(a, 0);
+		ck_assert_int_ge(b, 0);
+		closed = a;
+		kept = MOAT_TAKE_FD(b);
+		ck_assert_int_eq(b, -1);
+		/* a close that fails on the way out (EBADF: closed already, and
+		 * nothing opened since) keeps the error being returned */
+		MOAT_AUTOCLOSE int gone = open("/dev/null", O_RDONLY | O_CLOEXEC);
+		ck_assert_int_ge(gone, 0);
+		close(gone);
+		errno = ENOSPC;
+	}
+	ck_assert_int_eq(errno, ENOSPC);
+	ck_assert_int_eq(fcntl(closed, F_GETFD), -1);
+	ck_assert_int_ge(fcntl(kept, F_GETFD), 0);
+	close(kept);
+}
+END_TEST
+
 Suite *error_suite(void)
 {
 	Suite *s = suite_create("error");
@@ -185,6 +257,8 @@ Suite *error_suite(void)
 	tcase_add_test(tc, to_json_provider_and_types);
 	tcase_add_test(tc, to_json_escapes_message);
 	tcase_add_test(tc, to_json_without_message);
+	tcase_add_test(tc, cleanup_releases_at_scope_exit);
+	tcase_add_test(tc, cleanup_closes_and_takes_fds);
 	suite_add_tcase(s, tc);
 	return s;
 }
