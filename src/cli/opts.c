@@ -300,5 +300,5 @@ void cli_opts_bash(const struct cli_cmd *const *cmds, size_t n, FILE *f)
 			fprintf(f, "--%s)\n\t\tCOMPREPLY=($(compgen -W '%s' -- \"$cur\")) ;;\n",
 				o->name, o->words ? o->words : "");
 		}
-	fputs("\t*) return 1 ;;\n\tesac\n}\n", f);
+	fputs("\t*) return 1 ;;\n\tesac\n\treturn 0\n}\n", f);
 }
