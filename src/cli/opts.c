@@ -12,7 +12,7 @@
 #define OPTS_MAX 64 /* cli_parsed.seen's bits */
 #define LONG_BASE 256 /* getopt's value of opts[i] without a short name: LONG_BASE + i */
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
+int cli_opts_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
 {
 	char *end;
 	errno = 0;
@@ -101,7 +101,7 @@ int cli_opts_parse(const struct cli_cmd *cmd, int argc, char **argv, void *ctx,
 			*(const char **)field = optarg;
 			break;
 		case CLI_OPT_UINT:
-			if (parse_uint(optarg, o->lo, o->hi, (unsigned *)field) < 0) {
+			if (cli_opts_uint(optarg, o->lo, o->hi, (unsigned *)field) < 0) {
 				fprintf(stderr, "%s--%s wants %s from %u to %u, not %s\n",
 					cmd->prefix ? cmd->prefix : "", o->name, o->unit, o->lo, o->hi,
 					optarg);
@@ -213,8 +213,10 @@ void cli_opts_list(const struct cli_cmd *cmd, FILE *f)
 	}
 }
 
-/* Whether an option named like o came before it in the tables' order
- * (cmds[ci].opts[oi]) with an argument completed as kind. */
+/* Whether an option with an argument and o's name comes before o
+ * (cmds[ci]->opts[oi]) in the tables: the first one's completion is the
+ * name's, for every command (the completion goes by the word before the
+ * cursor). */
 static bool named_before(const struct cli_cmd *const *cmds, size_t ci, size_t oi,
 			 const struct cli_opt *o)
 {

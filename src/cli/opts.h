@@ -75,6 +75,8 @@ struct cli_parsed {
  * returned). */
 int cli_opts_parse(const struct cli_cmd *cmd, int argc, char **argv, void *ctx,
 		   struct cli_parsed *p);
+/* A decimal from lo to hi (no sign, nothing after it) into *out: 0, or -1. */
+int cli_opts_uint(const char *s, unsigned lo, unsigned hi, unsigned *out);
 /* Whether the option of this long name was given. */
 bool cli_opts_given(const struct cli_cmd *cmd, const struct cli_parsed *p, const char *name);
 /* The help: usage, the options with their help, the epilogue. */

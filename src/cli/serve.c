@@ -38,17 +38,6 @@ static int bad(const char *fmt, ...)
 	return 2;
 }
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi || s[0] == '-')
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
 /* "127.0.0.1:3000", "[::1]:3000". Numeric addresses only. */
 static int tcp_listener(const char *spec)
 {
@@ -59,7 +48,7 @@ static int tcp_listener(const char *spec)
 	memcpy(host, spec, (size_t)(colon - spec));
 	host[colon - spec] = '\0';
 	unsigned port;
-	if (parse_uint(colon + 1, 1, 65535, &port) < 0)
+	if (cli_opts_uint(colon + 1, 1, 65535, &port) < 0)
 		return -1;
 	struct sockaddr_storage ss;
 	memset(&ss, 0, sizeof ss);
@@ -168,7 +157,7 @@ static int unix_listener(const char *path, gid_t gid, const char **why)
 static int parse_group(const char *s, gid_t *gid)
 {
 	unsigned n;
-	if (parse_uint(s, 0, 0x7fffffff, &n) == 0) {
+	if (cli_opts_uint(s, 0, 0x7fffffff, &n) == 0) {
 		*gid = (gid_t)n;
 		return 0;
 	}
