@@ -178,7 +178,7 @@ done
 [ "$(complete_words policy c)" = "check" ] && ok "completion: policy c → check" ||
 	bad "completion: policy c → $(complete_words policy c)"
 missing=""
-for opt in $(grep -oE -- '--[a-z][a-z-]+' "$work/help.txt" | sort -u) $exec_opts; do
+for opt in $(grep -oE -- '--[a-z][a-z-]+' "$work/help.txt" | sort -u); do
 	grep -qF -- "$opt" "$comp" || missing="$missing $opt"
 done
 check "completion knows every option of the help texts${missing:+ (missing:$missing)}" test -z "$missing"
