@@ -229,6 +229,24 @@ static bool named_before(const struct cli_cmd *const *cmds, size_t ci, size_t oi
 	return false;
 }
 
+/* cmds[c]->opts[i] when it takes an argument completed as kind and is the
+ * first of its name; else NULL. */
+static const struct cli_opt *completes_as(const struct cli_cmd *const *cmds, size_t c, size_t i,
+					  enum cli_opt_complete kind)
+{
+	const struct cli_opt *o = &cmds[c]->opts[i];
+	return is_option(o) && o->arg && o->complete == kind && !named_before(cmds, c, i, o) ? o
+											     : NULL;
+}
+
+/* o's names (-x, --name), each after sep but the very first (*k counts) */
+static void put_names(const struct cli_opt *o, const char *sep, int *k, FILE *f)
+{
+	if (o->short_name)
+		fprintf(f, "%s-%c", (*k)++ ? sep : "", o->short_name);
+	fprintf(f, "%s--%s", (*k)++ ? sep : "", o->name);
+}
+
 /* The names (-x|--name) of the options whose argument completes as kind,
  * each once, joined by '|'; 0 when none. */
 static int bash_names(const struct cli_cmd *const *cmds, size_t n, enum cli_opt_complete kind,
@@ -237,13 +255,9 @@ static int bash_names(const struct cli_cmd *const *cmds, size_t n, enum cli_opt_
 	int k = 0;
 	for (size_t c = 0; c < n; c++)
 		for (size_t i = 0; i < cmds[c]->count; i++) {
-			const struct cli_opt *o = &cmds[c]->opts[i];
-			if (!is_option(o) || !o->arg || o->complete != kind ||
-			    named_before(cmds, c, i, o))
-				continue;
-			if (o->short_name)
-				fprintf(f, "%s-%c", k++ ? "|" : "", o->short_name);
-			fprintf(f, "%s--%s", k++ ? "|" : "", o->name);
+			const struct cli_opt *o = completes_as(cmds, c, i, kind);
+			if (o)
+				put_names(o, "|", &k, f);
 		}
 	return k;
 }
@@ -255,14 +269,9 @@ void cli_opts_bash(const struct cli_cmd *const *cmds, size_t n, FILE *f)
 	for (size_t c = 0; c < n; c++) {
 		fprintf(f, "\t%s) echo '", cmds[c]->name);
 		int k = 0;
-		for (size_t i = 0; i < cmds[c]->count; i++) {
-			const struct cli_opt *o = &cmds[c]->opts[i];
-			if (!is_option(o))
-				continue;
-			if (o->short_name)
-				fprintf(f, "%s-%c", k++ ? " " : "", o->short_name);
-			fprintf(f, "%s--%s", k++ ? " " : "", o->name);
-		}
+		for (size_t i = 0; i < cmds[c]->count; i++)
+			if (is_option(&cmds[c]->opts[i]))
+				put_names(&cmds[c]->opts[i], " ", &k, f);
 		fprintf(f, "%s' ;;\n", cmds[c]->dashdash_command ? " --" : "");
 	}
 	fputs("\tesac\n}\n"
@@ -292,15 +301,14 @@ void cli_opts_bash(const struct cli_cmd *const *cmds, size_t n, FILE *f)
 	}
 	for (size_t c = 0; c < n; c++)
 		for (size_t i = 0; i < cmds[c]->count; i++) {
-			const struct cli_opt *o = &cmds[c]->opts[i];
-			if (!is_option(o) || !o->arg || o->complete != CLI_COMP_WORDS ||
-			    named_before(cmds, c, i, o))
+			const struct cli_opt *o = completes_as(cmds, c, i, CLI_COMP_WORDS);
+			if (!o)
 				continue;
+			int k = 0;
 			fputc('\t', f);
-			if (o->short_name)
-				fprintf(f, "-%c|", o->short_name);
-			fprintf(f, "--%s)\n\t\tCOMPREPLY=($(compgen -W '%s' -- \"$cur\")) ;;\n",
-				o->name, o->words ? o->words : "");
+			put_names(o, "|", &k, f);
+			fprintf(f, ")\n\t\tCOMPREPLY=($(compgen -W '%s' -- \"$cur\")) ;;\n",
+				o->words ? o->words : "");
 		}
 	fputs("\t*) return 1 ;;\n\tesac\n\treturn 0\n}\n", f);
 }
