@@ -53,7 +53,8 @@ struct cli_cmd {
 	int help_col;         /* where the options' help starts */
 	const struct cli_opt *opts;
 	size_t count;         /* at most 64 */
-	/* CALL: 0, or the exit status to stop with (after saying why) */
+	/* CALL: 0; the exit status to stop with (after saying why); or -1, an
+	 * error the command keeps in ctx and reports itself (run, exec) */
 	int (*set)(void *ctx, const struct cli_opt *o, const char *arg);
 	bool usage_on_error;  /* an unknown option or a missing argument: the help on stderr */
 	bool dashdash_command; /* "--" is followed by a command line (completion offers it) */
@@ -72,7 +73,7 @@ struct cli_parsed {
  * first operand or at "--"; a repeated option is set again. 0: the options
  * are done (p->next, p->dashdash, p->seen); 1: stop with p->status (--help:
  * 0; an unknown option, a missing argument, a bad value: 2, or what set()
- * returned). */
+ * returned, -1 among it). */
 int cli_opts_parse(const struct cli_cmd *cmd, int argc, char **argv, void *ctx,
 		   struct cli_parsed *p);
 /* A decimal from lo to hi (no sign, nothing after it) into *out: 0, or -1. */
