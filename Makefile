@@ -77,7 +77,7 @@ THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 .PHONY: all deps layers seccomp-evidence check-workloads check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
-all: $(BUILD)/moat $(BUILD)/moat-zygote.so
+all: $(BUILD)/moat $(BUILD)/moat-zygote.so $(BUILD)/moat.bash
 
 deps:
 	@sh tools/deps.sh
@@ -150,8 +150,10 @@ $(BUILD)/moat-zygote.so: $(BUILD)/libmoat.a src/pool/zygote.map
 $(BUILD)/tests/san/%.o: tests/%.c
 	@mkdir -p $(@D)
 	$(CC) $(ALL_CFLAGS) $(SAN) $(CHECK_CFLAGS) $(NFT_CFLAGS) -Itests -MMD -MP -c -o $@ $<
-$(BUILD)/test-unit: $(UNIT_OBJS) $(BUILD)/libmoat-san.a
-	$(CC) $(ALL_CFLAGS) $(SAN) -o $@ $(UNIT_OBJS) \
+# the CLI's option parser (tests/unit/test_cliopts.c): the CLI is not in libmoat
+UNIT_CLI_OBJS := $(BUILD)/san/cli/opts.o
+$(BUILD)/test-unit: $(UNIT_OBJS) $(UNIT_CLI_OBJS) $(BUILD)/libmoat-san.a
+	$(CC) $(ALL_CFLAGS) $(SAN) -o $@ $(UNIT_OBJS) $(UNIT_CLI_OBJS) \
 	    $(BUILD)/libmoat-san.a $(PKG_LIBS) $(CHECK_LIBS) $(NFT_LIBS)
 
 # Integration and security tests: run build/moat for real, as root and as uid 65534.
@@ -419,6 +421,12 @@ $(BUILD)/moat.1: docs/moat.1.scd
 	scdoc < $< > $@.tmp && mv $@.tmp $@
 man: $(BUILD)/moat.1
 
+# the bash completion: the template with the option tables' functions (moat
+# __options bash) in place of its line @OPTION_TABLES@
+$(BUILD)/moat.bash: completions/moat.bash.in $(BUILD)/moat
+	$(BUILD)/moat __options bash > $@.tables
+	sed -e '/^@OPTION_TABLES@$$/{r $@.tables' -e 'd}' $< > $@.tmp && rm -f $@.tables && mv $@.tmp $@
+
 # moat mcp's server (clients/node/mcp.js) with its production node_modules, made by
 # npm ci --omit=dev from the committed lock (the npm registry, or npm's cache, must be
 # reachable); installed under $(LIBDIR)/moat/mcp, where moat mcp finds it
@@ -432,7 +440,7 @@ $(BUILD)/mcp/.stamp: $(addprefix clients/node/,$(MCP_FILES))
 	touch $@
 mcp: $(BUILD)/mcp/.stamp
 
-install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat-zygote.so $(BUILD)/mcp/.stamp
+install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat.bash $(BUILD)/moat-zygote.so $(BUILD)/mcp/.stamp
 	install -D -m 0755 $(BUILD)/moat $(DESTDIR)$(BINDIR)/moat
 	install -d -m 0755 $(DESTDIR)$(LIBDIR)/moat/mcp
 	cp -R --no-preserve=ownership $(BUILD)/mcp/node_modules $(DESTDIR)$(LIBDIR)/moat/mcp/
@@ -446,7 +454,7 @@ install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat-zygote.so $(BUILD)/mcp/.sta
 	    install -D -m 0644 "$$f" "$(DESTDIR)$(DATADIR)/moat/$$f" || exit 1; done
 	install -D -m 0644 apparmor/moat $(DESTDIR)$(DATADIR)/moat/apparmor/moat
 	install -D -m 0644 $(BUILD)/moat.1 $(DESTDIR)$(MANDIR)/man1/moat.1
-	install -D -m 0644 completions/moat.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/moat
+	install -D -m 0644 $(BUILD)/moat.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/moat
 	install -d -m 0755 $(DESTDIR)$(PYTHONDIR)/moat_sandbox
 	install -m 0644 $(PY_FILES) $(DESTDIR)$(PYTHONDIR)/moat_sandbox/
 ifeq ($(AA_ETC),yes)

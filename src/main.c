@@ -55,6 +55,8 @@ int main(int argc, char **argv)
 		return cli_doctor(argc - 1, argv + 1);
 	if (!strcmp(cmd, "policy"))
 		return cli_policy(argc - 1, argv + 1);
+	if (!strcmp(cmd, "__options"))
+		return cli_options(argc - 1, argv + 1);
 	if (!strcmp(cmd, "version") || !strcmp(cmd, "--version"))
 		return cli_version();
 	if (!strcmp(cmd, "help") || !strcmp(cmd, "--help") || !strcmp(cmd, "-h")) {

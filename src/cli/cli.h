@@ -26,6 +26,12 @@ bool cli_is_dir(const char *p);
  * Malloc'd (a real path) or NULL. */
 char *cli_find_runtime(void);
 int cli_kv(int argc, char **argv);
+/* The option tables of the commands (cli/opts.h). */
+struct cli_cmd;
+extern const struct cli_cmd cli_run_cmd, cli_exec_cmd, cli_serve_cmd, cli_kv_cmd;
+/* moat __options CMD: the options of run, exec, serve or kv, one a line (the
+ * man page's check); moat __options bash: the completion's functions. */
+int cli_options(int argc, char **argv);
 /* Prints "moat: <message>" on stderr and returns the error's exit code. */
 int cli_fail(const struct moat_error *err);
 

@@ -1,52 +1,52 @@
 /* moat kv: look into or retire a sandboxId's key-value store (docs/KV.md). */
-#include <getopt.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 
-static void usage(FILE *f)
-{
-	fputs("usage: moat kv [--kv SPEC | --config F] list SANDBOXID   its keys (JSON)\n"
-	      "       moat kv [--kv SPEC] get SANDBOXID KEY   the value's bytes\n"
-	      "       moat kv [--kv SPEC] export SANDBOXID    keys and values (JSON)\n"
-	      "       moat kv [--kv SPEC] clear SANDBOXID     delete every key of the id\n"
-	      "SPEC: a file, sqlite:FILE or redis://HOST:PORT/DB (default: the config's\n"
-	      "\"kv\", else this user's SQLite file). Exit status: 0; 1 when get finds no such key; 2 for bad\n"
-	      "arguments; 3 when the store cannot be used.\n", f);
-}
+struct kv_args {
+	const char *spec, *config;
+};
+
+static const struct cli_opt kv_opts[] = {
+	{ .name = "kv", .arg = "SPEC", .kind = CLI_OPT_STR, .off = offsetof(struct kv_args, spec),
+	  .complete = CLI_COMP_FILE },
+	{ .name = "config", .arg = "F", .kind = CLI_OPT_STR,
+	  .off = offsetof(struct kv_args, config), .complete = CLI_COMP_FILE },
+	{ .name = "help", .short_name = 'h', .kind = CLI_OPT_HELP },
+};
+
+/* The help is the usage: its two options are in its lines. */
+const struct cli_cmd cli_kv_cmd = {
+	.name = "kv",
+	.usage = "usage: moat kv [--kv SPEC | --config F] list SANDBOXID   its keys (JSON)\n"
+		 "       moat kv [--kv SPEC] get SANDBOXID KEY   the value's bytes\n"
+		 "       moat kv [--kv SPEC] export SANDBOXID    keys and values (JSON)\n"
+		 "       moat kv [--kv SPEC] clear SANDBOXID     delete every key of the id\n"
+		 "SPEC: a file, sqlite:FILE or redis://HOST:PORT/DB (default: the config's\n"
+		 "\"kv\", else this user's SQLite file). Exit status: 0; 1 when get finds no such key; 2 for bad\n"
+		 "arguments; 3 when the store cannot be used.\n",
+	.opts = kv_opts,
+	.count = sizeof kv_opts / sizeof kv_opts[0],
+	.usage_on_error = true,
+};
 
 int cli_kv(int argc, char **argv)
 {
-	static const struct option longs[] = {
-		{ "kv", required_argument, NULL, 'k' },
-		{ "config", required_argument, NULL, 'c' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	const char *spec = NULL, *config = NULL;
-	int c;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+h", longs, NULL)) != -1) {
-		if (c == 'k') {
-			spec = optarg;
-		} else if (c == 'c') {
-			config = optarg;
-		} else if (c == 'h') {
-			usage(stdout);
-			return 0;
-		} else {
-			usage(stderr);
-			return 2;
-		}
-	}
-	argc -= optind;
-	argv += optind;
+	struct kv_args a = { 0 };
+	struct cli_parsed p;
+	if (cli_opts_parse(&cli_kv_cmd, argc, argv, &a, &p))
+		return p.status;
+	const char *spec = a.spec, *config = a.config;
+	argc -= p.next;
+	argv += p.next;
 	bool get = argc >= 1 && !strcmp(argv[0], "get");
 	if (argc != (get ? 3 : 2)) {
-		usage(stderr);
+		cli_opts_help(&cli_kv_cmd, stderr);
 		return 2;
 	}
 	struct moat_error err = { 0 };

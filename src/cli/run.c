@@ -1,9 +1,9 @@
 /* moat run / moat exec. */
 #include <errno.h>
-#include <getopt.h>
 #include <math.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +13,7 @@
 #include <cJSON.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 
 #define MAX_INPUT_BYTES (256u * 1024u * 1024u)
 #define MAX_STDIN_BYTES (64u * 1024u * 1024u)
@@ -25,45 +26,6 @@ static void notice_stderr(void *ctx, const char *line)
 {
 	(void)ctx;
 	fprintf(stderr, "moat: %s\n", line);
-}
-
-static void run_usage(FILE *f)
-{
-	fputs("usage: moat run [-l LANG] [-c CODE | FILE | -] [options]\n"
-	      "       moat run [options] -- CMD [ARG]...\n"
-	      "  -l, --language LANG   python, javascript, typescript, bash, sh (default: from\n"
-	      "                        the file extension, else python)\n"
-	      "  -c, --code CODE       the program text\n"
-	      "  FILE | -              read the program from FILE or standard input\n"
-	      "  -- CMD [ARG]...       run this command line instead of code: CMD is looked up\n"
-	      "                        in the sandbox's PATH (/usr/local/bin:/usr/bin:/bin)\n"
-	      "                        unless it holds a '/'; 127 when it is not found\n"
-	      "  --workdir DIR         bind host directory DIR read-only at /sandbox/work and\n"
-	      "                        run there\n"
-	      "  --output PATTERN      return the files under /sandbox matching PATTERN in the\n"
-	      "                        result's \"files\" (repeatable; needs --json)\n"
-	      "  --timeout DURATION    wall clock: 500ms, 5s, 2m (plain number: seconds; default 30s)\n"
-	      "  --memory SIZE         memory limit: 256M, 1G (plain number: MiB)\n"
-	      "  --cpus N              CPU share, fractions allowed (0.5)\n"
-	      "  --pids N              process limit\n"
-	      "  --strict-limits       fail instead of running with a limit not enforced\n"
-	      "  --env NAME=VALUE      set a variable (repeatable; nothing of the host is passed)\n"
-	      "  --file DEST=SRC       copy host file SRC to /sandbox/DEST (repeatable)\n"
-	      "  --stdin FILE|-        the program's standard input (default: empty)\n"
-	      "  --max-output BYTES    capture cap per stream (default 1 MiB)\n"
-	      "  --net                 allow network egress\n"
-	      "  --policy FILE         seccomp policy (Docker JSON format)\n"
-	      "  --seccomp-log         report every system call the policy refused\n"
-	      "  --strict-isolation    refuse to run where Landlock (the second filesystem\n"
-	      "                        wall) is missing, instead of a warning\n"
-	      "  --rootfs DIR          a prepared root directory instead of the host's /usr\n"
-	      "  --provider NAME       native (default), docker, e2b, daytona or none\n"
-	      "  --config FILE         config file (default: $MOAT_CONFIG, ./moat.json,\n"
-	      "                        ./aistack.config.json, ~/.config/moat/config.json,\n"
-	      "                        /etc/moat/config.json)\n"
-	      "  --json                print the result as JSON instead of streaming output\n"
-	      "Exit status: the program's; 124 on timeout; 128+N when killed by signal N;\n"
-	      "2 for a bad request or policy refusal; 3 when the sandbox is unavailable.\n", f);
 }
 
 /* "5s", "500ms", "2m", "5" (seconds) → milliseconds. */
@@ -387,13 +349,6 @@ static int print_json_result(const struct moat_result *r)
 	return fflush(stdout) == 0 ? 0 : -1;
 }
 
-enum {
-	OPT_TIMEOUT = 256, OPT_MEMORY, OPT_CPUS, OPT_PIDS, OPT_STRICT, OPT_ENV, OPT_FILE,
-	OPT_STDIN, OPT_MAXOUT, OPT_NET, OPT_POLICY, OPT_ROOTFS, OPT_JSON, OPT_HELP, OPT_SCLOG,
-	OPT_PROVIDER, OPT_CONFIG, OPT_KV, OPT_KV_QUOTA, OPT_RUNTIME, OPT_STRICT_ISO, OPT_WORKDIR,
-	OPT_OUTPUT, OPT_STREAM,
-};
-
 /* The provider (--provider, else the config's) and the config: *used names
  * the provider for the error's JSON, *cfg is the config (free it). */
 static int load_config(const char *provider, const char *config_path, const char **used,
@@ -443,207 +398,232 @@ static int run_with_provider(struct moat_request *req, unsigned given, const cha
 	return rc;
 }
 
+/* What moat run's flags set. */
+struct run_args {
+	struct moat_request *req;
+	struct moat_run_options opts;
+	struct moat_error err;
+	const char *provider, *config_path, *code_arg, *stdin_path;
+	unsigned given;
+	bool json, lang_given;
+};
+
+enum {
+	RUN_LANGUAGE = 1, RUN_TIMEOUT, RUN_MEMORY, RUN_CPUS, RUN_PIDS, RUN_MAXOUT, RUN_STRICT,
+	RUN_ENV, RUN_FILE, RUN_NET, RUN_OUTPUT,
+};
+
+/* NAME=VALUE (--env) or DEST=SRC (--file, the host file's bytes) */
+static int run_set_pair(struct run_args *a, int id, const char *arg)
+{
+	struct moat_request *req = a->req;
+	const char *eq = strchr(arg, '=');
+	if (id == RUN_ENV) {
+		if (!eq)
+			return moat_error_set(&a->err, MOAT_ERR_CONFIG, 0, "--env: expected NAME=VALUE");
+		char *value = strdup(eq + 1);
+		if (!value || add_kv(&req->env, &req->env_count, arg, (size_t)(eq - arg), value,
+				     strlen(value)) < 0) {
+			free(value);
+			return moat_error_oom(&a->err);
+		}
+		return 0;
+	}
+	if (!eq || eq == arg || !eq[1])
+		return moat_error_set(&a->err, MOAT_ERR_CONFIG, 0, "--file: expected DEST=SRC");
+	char *data;
+	size_t len;
+	if (cli_read_file(eq + 1, MAX_FILE_BYTES, &data, &len, &a->err) < 0)
+		return -1;
+	if (add_kv(&req->files, &req->files_count, arg, (size_t)(eq - arg), data, len) < 0) {
+		free(data);
+		return moat_error_oom(&a->err);
+	}
+	return 0;
+}
+
+/* A CALL row of run_opts: 0, or -1 with a->err set. */
+static int run_set(void *ctx, const struct cli_opt *o, const char *arg)
+{
+	struct run_args *a = ctx;
+	struct moat_request *req = a->req;
+	struct moat_error *err = &a->err;
+	switch (o->id) {
+	case RUN_LANGUAGE:
+		if (moat_lang_from_name(arg, &req->language) < 0)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "unknown language \"%s\" (python, javascript, "
+					      "typescript, bash, sh)", arg);
+		a->lang_given = true;
+		return 0;
+	case RUN_TIMEOUT:
+		a->given |= MOAT_REQ_HAS_TIMEOUT;
+		if (parse_duration(arg, &req->timeout_ms) < 0)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "--timeout: expected a duration like 500ms, 5s or 2m, "
+					      "got \"%s\"", arg);
+		return 0;
+	case RUN_MEMORY:
+		a->given |= MOAT_REQ_HAS_MEMORY;
+		if (parse_size_mb(arg, &req->memory_mb) < 0)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "--memory: expected a size like 256M or 1G, got \"%s\"",
+					      arg);
+		return 0;
+	case RUN_CPUS: {
+		a->given |= MOAT_REQ_HAS_CPUS;
+		char *end;
+		errno = 0;
+		req->cpus = strtod(arg, &end);
+		if (errno || end == arg || *end || !isfinite(req->cpus) || req->cpus <= 0)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "--cpus: expected a positive number, got \"%s\"", arg);
+		return 0;
+	}
+	case RUN_PIDS:
+		a->given |= MOAT_REQ_HAS_PIDS;
+		if (parse_u64(arg, &req->pids_limit) < 0 || req->pids_limit == 0)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "--pids: expected a positive integer, got \"%s\"", arg);
+		return 0;
+	case RUN_MAXOUT:
+		a->given |= MOAT_REQ_HAS_MAXOUT;
+		if (parse_u64(arg, &req->max_output_bytes) < 0 || req->max_output_bytes == 0)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "--max-output: expected a positive integer, got \"%s\"",
+					      arg);
+		return 0;
+	case RUN_STRICT:
+		a->given |= MOAT_REQ_HAS_STRICT;
+		req->strict_limits = true;
+		return 0;
+	case RUN_NET:
+		a->given |= MOAT_REQ_HAS_NETWORK;
+		req->network = true;
+		return 0;
+	case RUN_ENV:
+	case RUN_FILE:
+		return run_set_pair(a, o->id, arg);
+	case RUN_OUTPUT:
+		return add_output(req, arg) < 0 ? moat_error_oom(err) : 0;
+	}
+	return 2;
+}
+
+#define R_CALL(n, s, a, i, h) { .name = n, .short_name = s, .arg = a, .kind = CLI_OPT_CALL, \
+	.id = i, .help = h }
+#define R_STR(n, a, f, c, h) { .name = n, .arg = a, .kind = CLI_OPT_STR, \
+	.off = offsetof(struct run_args, f), .complete = c, .help = h }
+#define R_FLAG(n, f, h) { .name = n, .kind = CLI_OPT_FLAG, \
+	.off = offsetof(struct run_args, f), .help = h }
+
+static const struct cli_opt run_opts[] = {
+	{ .name = "language", .short_name = 'l', .arg = "LANG", .kind = CLI_OPT_CALL,
+	  .id = RUN_LANGUAGE, .complete = CLI_COMP_WORDS,
+	  .words = "python javascript typescript bash sh",
+	  .help = "python, javascript, typescript, bash, sh (default: from the file extension, "
+		  "else python)" },
+	{ .name = "code", .short_name = 'c', .arg = "CODE", .kind = CLI_OPT_STR,
+	  .off = offsetof(struct run_args, code_arg), .help = "the program text" },
+	{ .kind = CLI_OPT_DOC, .arg = "FILE | -", .help = "read the program from FILE or standard input" },
+	{ .kind = CLI_OPT_DOC, .arg = "-- CMD [ARG]...",
+	  .help = "run this command line instead of code: CMD is looked up in the sandbox's "
+		  "PATH (/usr/local/bin:/usr/bin:/bin) unless it holds a '/'; 127 when it is "
+		  "not found" },
+	R_STR("workdir", "DIR", opts.workdir, CLI_COMP_DIR,
+	      "bind host directory DIR read-only at /sandbox/work and run there"),
+	R_CALL("output", 0, "PATTERN", RUN_OUTPUT,
+	       "return the files under /sandbox matching PATTERN in the result's \"files\" "
+	       "(repeatable; needs --json)"),
+	R_CALL("timeout", 0, "DURATION", RUN_TIMEOUT,
+	       "wall clock: 500ms, 5s, 2m (plain number: seconds; default 30s)"),
+	R_CALL("memory", 0, "SIZE", RUN_MEMORY, "memory limit: 256M, 1G (plain number: MiB)"),
+	R_CALL("cpus", 0, "N", RUN_CPUS, "CPU share, fractions allowed (0.5)"),
+	R_CALL("pids", 0, "N", RUN_PIDS, "process limit"),
+	R_CALL("strict-limits", 0, NULL, RUN_STRICT,
+	       "fail instead of running with a limit not enforced"),
+	R_CALL("env", 0, "NAME=VALUE", RUN_ENV,
+	       "set a variable (repeatable; nothing of the host is passed)"),
+	{ .name = "file", .arg = "DEST=SRC", .kind = CLI_OPT_CALL, .id = RUN_FILE,
+	  .complete = CLI_COMP_ASSIGN_FILE,
+	  .help = "copy host file SRC to /sandbox/DEST (repeatable)" },
+	R_STR("stdin", "FILE|-", stdin_path, CLI_COMP_FILE,
+	      "the program's standard input (default: empty)"),
+	R_CALL("max-output", 0, "BYTES", RUN_MAXOUT, "capture cap per stream (default 1 MiB)"),
+	R_CALL("net", 0, NULL, RUN_NET, "allow network egress"),
+	R_STR("policy", "FILE", opts.policy_path, CLI_COMP_FILE, "seccomp policy (Docker JSON format)"),
+	R_FLAG("seccomp-log", opts.seccomp_log, "report every system call the policy refused"),
+	R_FLAG("strict-isolation", opts.strict_isolation,
+	       "refuse to run where Landlock (the second filesystem wall) is missing, instead "
+	       "of a warning"),
+	R_STR("rootfs", "DIR", opts.rootfs_dir, CLI_COMP_DIR,
+	      "a prepared root directory instead of the host's /usr"),
+	{ .name = "provider", .arg = "NAME", .kind = CLI_OPT_STR,
+	  .off = offsetof(struct run_args, provider), .complete = CLI_COMP_WORDS,
+	  .words = "native docker e2b daytona none",
+	  .help = "native (default), docker, e2b, daytona or none" },
+	R_STR("config", "FILE", config_path, CLI_COMP_FILE,
+	      "config file (default: $MOAT_CONFIG, ./moat.json, ./aistack.config.json, "
+	      "~/.config/moat/config.json, /etc/moat/config.json)"),
+	R_FLAG("json", json, "print the result as JSON instead of streaming output"),
+	{ .name = "help", .kind = CLI_OPT_HELP },
+};
+
+const struct cli_cmd cli_run_cmd = {
+	.name = "run",
+	.usage = "usage: moat run [-l LANG] [-c CODE | FILE | -] [options]\n"
+		 "       moat run [options] -- CMD [ARG]...\n",
+	.epilogue = "Exit status: the program's; 124 on timeout; 128+N when killed by signal N;\n"
+		    "2 for a bad request or policy refusal; 3 when the sandbox is unavailable.\n",
+	.help_col = 24,
+	.opts = run_opts,
+	.count = sizeof run_opts / sizeof run_opts[0],
+	.set = run_set,
+	.usage_on_error = true,
+	.dashdash_command = true,
+};
+
 int cli_run(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "language", required_argument, NULL, 'l' }, { "code", required_argument, NULL, 'c' },
-		{ "timeout", required_argument, NULL, OPT_TIMEOUT },
-		{ "memory", required_argument, NULL, OPT_MEMORY },
-		{ "cpus", required_argument, NULL, OPT_CPUS },
-		{ "pids", required_argument, NULL, OPT_PIDS },
-		{ "strict-limits", no_argument, NULL, OPT_STRICT },
-		{ "env", required_argument, NULL, OPT_ENV },
-		{ "file", required_argument, NULL, OPT_FILE },
-		{ "stdin", required_argument, NULL, OPT_STDIN },
-		{ "max-output", required_argument, NULL, OPT_MAXOUT },
-		{ "net", no_argument, NULL, OPT_NET },
-		{ "policy", required_argument, NULL, OPT_POLICY },
-		{ "rootfs", required_argument, NULL, OPT_ROOTFS },
-		{ "json", no_argument, NULL, OPT_JSON }, { "help", no_argument, NULL, OPT_HELP },
-		{ "seccomp-log", no_argument, NULL, OPT_SCLOG },
-		{ "provider", required_argument, NULL, OPT_PROVIDER },
-		{ "config", required_argument, NULL, OPT_CONFIG },
-		{ "strict-isolation", no_argument, NULL, OPT_STRICT_ISO },
-		{ "workdir", required_argument, NULL, OPT_WORKDIR },
-		{ "output", required_argument, NULL, OPT_OUTPUT },
-		{ NULL, 0, NULL, 0 },
-	};
+	struct run_args a = { .req = moat_request_new() };
 	struct moat_error err = { 0 };
-	const char *provider = NULL, *config_path = NULL, *used = "native";
-	const char *last_optarg = NULL;
-	unsigned given = 0;
-	struct moat_request *req = moat_request_new();
-	struct moat_run_options opts;
-	moat_run_options_init(&opts);
-	opts.on_notice = notice_stderr;
+	const char *used = "native";
+	struct moat_request *req = a.req;
+	moat_run_options_init(&a.opts);
+	a.opts.on_notice = notice_stderr;
 	struct moat_result *res = NULL;
-	bool json = false, lang_given = false;
-	const char *code_arg = NULL, *stdin_path = NULL;
 	int status = 2;
 	if (!req) {
 		fputs("moat: out of memory\n", stderr);
 		return 3;
 	}
-	optind = 1;
-	int c;
-	while ((c = getopt_long(argc, argv, "+l:c:", longopts, NULL)) != -1) {
-		last_optarg = optarg;
-		switch (c) {
-		case 'l':
-			if (moat_lang_from_name(optarg, &req->language) < 0) {
-				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
-					       "unknown language \"%s\" (python, javascript, "
-					       "typescript, bash, sh)", optarg);
-				goto fail;
-			}
-			lang_given = true;
-			break;
-		case 'c':
-			code_arg = optarg;
-			break;
-		case OPT_TIMEOUT:
-			given |= MOAT_REQ_HAS_TIMEOUT;
-			if (parse_duration(optarg, &req->timeout_ms) < 0) {
-				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
-					       "--timeout: expected a duration like 500ms, 5s or 2m, got \"%s\"",
-					       optarg);
-				goto fail;
-			}
-			break;
-		case OPT_MEMORY:
-			given |= MOAT_REQ_HAS_MEMORY;
-			if (parse_size_mb(optarg, &req->memory_mb) < 0) {
-				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
-					       "--memory: expected a size like 256M or 1G, got \"%s\"", optarg);
-				goto fail;
-			}
-			break;
-		case OPT_CPUS: {
-			given |= MOAT_REQ_HAS_CPUS;
-			char *end;
-			errno = 0;
-			req->cpus = strtod(optarg, &end);
-			if (errno || end == optarg || *end || !isfinite(req->cpus) || req->cpus <= 0) {
-				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
-					       "--cpus: expected a positive number, got \"%s\"", optarg);
-				goto fail;
-			}
-			break;
-		}
-		case OPT_PIDS:
-			given |= MOAT_REQ_HAS_PIDS;
-			if (parse_u64(optarg, &req->pids_limit) < 0 || req->pids_limit == 0) {
-				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
-					       "--pids: expected a positive integer, got \"%s\"", optarg);
-				goto fail;
-			}
-			break;
-		case OPT_MAXOUT:
-			given |= MOAT_REQ_HAS_MAXOUT;
-			if (parse_u64(optarg, &req->max_output_bytes) < 0 || req->max_output_bytes == 0) {
-				moat_error_set(&err, MOAT_ERR_CONFIG, 0,
-					       "--max-output: expected a positive integer, got \"%s\"", optarg);
-				goto fail;
-			}
-			break;
-		case OPT_STRICT:
-			given |= MOAT_REQ_HAS_STRICT;
-			req->strict_limits = true;
-			break;
-		case OPT_ENV: {
-			const char *eq = strchr(optarg, '=');
-			if (!eq) {
-				moat_error_set(&err, MOAT_ERR_CONFIG, 0, "--env: expected NAME=VALUE");
-				goto fail;
-			}
-			char *value = strdup(eq + 1);
-			if (!value || add_kv(&req->env, &req->env_count, optarg,
-					     (size_t)(eq - optarg), value, strlen(value)) < 0) {
-				free(value);
-				moat_error_oom(&err);
-				goto fail;
-			}
-			break;
-		}
-		case OPT_FILE: {
-			const char *eq = strchr(optarg, '=');
-			if (!eq || eq == optarg || !eq[1]) {
-				moat_error_set(&err, MOAT_ERR_CONFIG, 0, "--file: expected DEST=SRC");
-				goto fail;
-			}
-			char *data;
-			size_t len;
-			if (cli_read_file(eq + 1, MAX_FILE_BYTES, &data, &len, &err) < 0)
-				goto fail;
-			if (add_kv(&req->files, &req->files_count, optarg, (size_t)(eq - optarg), data,
-				   len) < 0) {
-				free(data);
-				moat_error_oom(&err);
-				goto fail;
-			}
-			break;
-		}
-		case OPT_STDIN:
-			stdin_path = optarg;
-			break;
-		case OPT_NET:
-			given |= MOAT_REQ_HAS_NETWORK;
-			req->network = true;
-			break;
-		case OPT_POLICY:
-			opts.policy_path = optarg;
-			break;
-		case OPT_ROOTFS:
-			opts.rootfs_dir = optarg;
-			break;
-		case OPT_JSON:
-			json = true;
-			break;
-		case OPT_SCLOG:
-			opts.seccomp_log = true;
-			break;
-		case OPT_STRICT_ISO:
-			opts.strict_isolation = true;
-			break;
-		case OPT_PROVIDER:
-			provider = optarg;
-			break;
-		case OPT_CONFIG:
-			config_path = optarg;
-			break;
-		case OPT_WORKDIR:
-			opts.workdir = optarg;
-			break;
-		case OPT_OUTPUT:
-			if (add_output(req, optarg) < 0) {
-				moat_error_oom(&err);
-				goto fail;
-			}
-			break;
-		case OPT_HELP:
-			run_usage(stdout);
+	struct cli_parsed p;
+	if (cli_opts_parse(&cli_run_cmd, argc, argv, &a, &p)) {
+		if (p.status >= 0) { /* --help, or getopt said why */
 			moat_request_free(req);
-			return 0;
-		default:
-			run_usage(stderr);
-			moat_request_free(req);
-			return 2;
+			return p.status;
 		}
+		err = a.err;
+		goto fail;
 	}
-	/* "--" ended the options (not an option's argument "--"): a command line */
-	bool command = optind > 1 && !strcmp(argv[optind - 1], "--") &&
-		       argv[optind - 1] != last_optarg;
+	struct moat_run_options opts = a.opts;
+	const char *provider = a.provider, *config_path = a.config_path;
+	const char *code_arg = a.code_arg, *stdin_path = a.stdin_path;
+	bool json = a.json, lang_given = a.lang_given;
+	unsigned given = a.given;
+	int next = p.next;
+	bool command = p.dashdash; /* "--" ended the options: a command line */
 	if (command) {
 		if (code_arg || lang_given) {
 			moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 				       "a command after -- is the program: -c and -l do not apply to it");
 			goto fail;
 		}
-		if (optind >= argc) {
+		if (next >= argc) {
 			moat_error_set(&err, MOAT_ERR_CONFIG, 0, "give the command after --");
 			goto fail;
 		}
-		if (set_command(req, argv + optind, (size_t)(argc - optind)) < 0) {
+		if (set_command(req, argv + next, (size_t)(argc - next)) < 0) {
 			moat_error_oom(&err);
 			goto fail;
 		}
@@ -653,8 +633,8 @@ int cli_run(int argc, char **argv)
 			       "--output returns the files in the result's \"files\": add --json");
 		goto fail;
 	}
-	const char *file = !command && optind < argc ? argv[optind] : NULL;
-	if (!command && (optind + 1 < argc || (file && code_arg) || (!file && !code_arg))) {
+	const char *file = !command && next < argc ? argv[next] : NULL;
+	if (!command && (next + 1 < argc || (file && code_arg) || (!file && !code_arg))) {
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 			       "give the program as exactly one of -c CODE, FILE or - (see moat run --help)");
 		goto fail;
@@ -726,57 +706,83 @@ fail:
 	return status;
 }
 
+/* What moat exec's flags set. */
+struct exec_args {
+	struct moat_run_options opts;
+	struct moat_error err;
+	const char *provider, *config_path, *runtime;
+	bool stream;
+};
+
+/* --kv-quota: 0, or -1 with a->err set */
+static int exec_set(void *ctx, const struct cli_opt *o, const char *arg)
+{
+	struct exec_args *a = ctx;
+	(void)o;
+	return moat_kv_quota_options(arg, &a->opts, &a->err) < 0 ? -1 : 0;
+}
+
+#define E_STR(n, a, f, c, h) { .name = n, .arg = a, .kind = CLI_OPT_STR, \
+	.off = offsetof(struct exec_args, f), .complete = c, .help = h }
+#define E_FLAG(n, f, h) { .name = n, .kind = CLI_OPT_FLAG, \
+	.off = offsetof(struct exec_args, f), .help = h }
+
+static const struct cli_opt exec_opts[] = {
+	{ .name = "provider", .arg = "NAME", .kind = CLI_OPT_STR,
+	  .off = offsetof(struct exec_args, provider), .complete = CLI_COMP_WORDS,
+	  .words = "native docker e2b daytona none",
+	  .help = "native (default), docker, e2b, daytona or none" },
+	E_STR("config", "FILE", config_path, CLI_COMP_FILE, "config file (as for moat run)"),
+	E_STR("policy", "FILE", opts.policy_path, CLI_COMP_FILE,
+	      "seccomp policy (Docker JSON format)"),
+	E_FLAG("seccomp-log", opts.seccomp_log, "report every system call the policy refused"),
+	E_FLAG("strict-isolation", opts.strict_isolation,
+	       "refuse to run where Landlock (the second filesystem wall) is missing"),
+	E_STR("rootfs", "DIR", opts.rootfs_dir, CLI_COMP_DIR,
+	      "a prepared root directory instead of the host's /usr"),
+	E_STR("kv", "SPEC", opts.kv_store, CLI_COMP_FILE,
+	      "the key-value store of kvEnabled requests: a file, sqlite:FILE or "
+	      "redis://HOST:PORT/DB"),
+	{ .name = "kv-quota", .arg = "keys=N,bytes=N,value=N", .kind = CLI_OPT_CALL,
+	  .help = "quotas per sandbox id (defaults: 1024 keys, 64 MiB, 1 MiB a value)" },
+	E_STR("runtime", "DIR", runtime, CLI_COMP_DIR,
+	      "the runtime shims (default: $MOAT_RUNTIME_DIR, else next to moat)"),
+	E_FLAG("stream", stream,
+	       "the output as lines of JSON as the program writes, then the result's line"),
+	{ .name = "help", .kind = CLI_OPT_HELP },
+};
+
+const struct cli_cmd cli_exec_cmd = {
+	.name = "exec",
+	.usage = "usage: moat exec [options] < REQUEST\n"
+		 "Runs the JSON request on standard input and prints its result as JSON.\n",
+	.help_col = 24,
+	.opts = exec_opts,
+	.count = sizeof exec_opts / sizeof exec_opts[0],
+	.set = exec_set,
+};
+
 int cli_exec(int argc, char **argv)
 {
-	static const struct option longopts[] = {
-		{ "policy", required_argument, NULL, OPT_POLICY },
-		{ "rootfs", required_argument, NULL, OPT_ROOTFS },
-		{ "provider", required_argument, NULL, OPT_PROVIDER },
-		{ "config", required_argument, NULL, OPT_CONFIG },
-		{ "seccomp-log", no_argument, NULL, OPT_SCLOG },
-		{ "kv", required_argument, NULL, OPT_KV },
-		{ "kv-quota", required_argument, NULL, OPT_KV_QUOTA },
-		{ "runtime", required_argument, NULL, OPT_RUNTIME },
-		{ "strict-isolation", no_argument, NULL, OPT_STRICT_ISO },
-		{ "stream", no_argument, NULL, OPT_STREAM },
-		{ NULL, 0, NULL, 0 },
-	};
-	struct moat_run_options opts;
-	moat_run_options_init(&opts);
-	opts.on_notice = notice_stderr;
+	struct exec_args a = { .err = { 0 } };
+	moat_run_options_init(&a.opts);
+	a.opts.on_notice = notice_stderr;
 	struct moat_error err = { 0 };
 	struct stream_lines sl = { .resume_fd = -1, .cancel_fd = -1 };
-	bool stream = false;
-	const char *provider = NULL, *config_path = NULL, *used = "native", *runtime = NULL;
 	char *rt = NULL;
-	optind = 1;
-	int c;
-	while ((c = getopt_long(argc, argv, "+", longopts, NULL)) != -1) {
-		if (c == OPT_POLICY)
-			opts.policy_path = optarg;
-		else if (c == OPT_ROOTFS)
-			opts.rootfs_dir = optarg;
-		else if (c == OPT_SCLOG)
-			opts.seccomp_log = true;
-		else if (c == OPT_PROVIDER)
-			provider = used = optarg;
-		else if (c == OPT_CONFIG)
-			config_path = optarg;
-		else if (c == OPT_KV)
-			opts.kv_store = optarg;
-		else if (c == OPT_RUNTIME)
-			runtime = optarg;
-		else if (c == OPT_STRICT_ISO)
-			opts.strict_isolation = true;
-		else if (c == OPT_STREAM)
-			stream = true;
-		else if (c == OPT_KV_QUOTA) {
-			if (moat_kv_quota_options(optarg, &opts, &err) < 0)
-				goto fail;
-		} else
-			return 2;
+	struct cli_parsed p;
+	int parsed = cli_opts_parse(&cli_exec_cmd, argc, argv, &a, &p);
+	struct moat_run_options opts = a.opts;
+	bool stream = a.stream;
+	const char *provider = a.provider, *config_path = a.config_path, *runtime = a.runtime;
+	const char *used = provider ? provider : "native";
+	if (parsed) {
+		if (p.status >= 0) /* --help, or getopt said why */
+			return p.status;
+		err = a.err;
+		goto fail;
 	}
-	if (optind < argc) {
+	if (p.next < argc) {
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 			       "moat exec takes its request as JSON on standard input, not arguments");
 		goto fail;

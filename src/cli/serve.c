@@ -3,12 +3,12 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <getopt.h>
 #include <grp.h>
 #include <limits.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,51 +20,11 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/opts.h"
 
 #define TOKEN_MIN 16
 #define TOKEN_MAX 4096
 #define ROOT_SOCKET_DIR "/run/moat" /* root's default listener: moat.sock in it */
-
-static void usage(FILE *f)
-{
-	fputs("usage: moat serve [--listen HOST:PORT | --socket PATH [--socket-group G]]\n"
-	      "                  [--token-file F | --no-auth] [--metrics-listen HOST:PORT]\n"
-	      "                  [--max-concurrent N] [--queue N] [--config F] [--rootfs DIR]\n"
-	      "                  [--runtime DIR] [--grace SECS] [--client-timeout SECS]\n"
-	      "                  [--kv SPEC] [--kv-quota keys=N,bytes=N,value=N,free=N | --no-kv]\n"
-	      "                  [--pool N] [--pool-zygote | --no-pool-zygote] [--json-log]\n"
-	      "                  [--pool-zygote-max-children N] [--pool-zygote-max-age SECS]\n"
-	      "                  [--max-relays N] [--max-dns N] [--max-sessions N]\n"
-	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
-	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: the unix\n"
-	      "socket /run/moat/moat.sock as root, $XDG_RUNTIME_DIR/moat.sock otherwise,\n"
-	      "mode 0600 (--socket-group G: 0660, group G). A TCP listener (--listen),\n"
-	      "loopback too, needs --token-file; --no-auth serves loopback without one.\n"
-	      "--metrics-listen HOST:PORT also serves GET /metrics there without the token.\n"
-	      "kvEnabled requests use the store of --kv (a file, sqlite:FILE or\n"
-	      "redis://HOST:PORT/DB; default: the SQLite file of this user); docs/KV.md.\n"
-	      "--pool N keeps N warm python, javascript and typescript sandboxes each\n"
-	      "(typescript where the root has esbuild; 0: none;\n"
-	      "default: config serve.pool, else 1-2 by available memory).\n"
-	      "--pool-zygote (with a pool): Python requests are made by forking an\n"
-	      "initialised interpreter, each into a fresh sandbox (docs/SERVE.md);\n"
-	      "default: config serve.poolZygote, else on unless --rootfs or a policy\n"
-	      "is set. --no-pool-zygote: warm Python interpreters instead.\n"
-	      "--pool-zygote-max-children N, --pool-zygote-max-age SECS: a zygote is\n"
-	      "replaced after making N sandboxes or after SECS, whichever comes first\n"
-	      "(its children share its address layout and str hash secret; default:\n"
-	      "config serve.poolZygoteMaxChildren / poolZygoteMaxAge, else 100 and 60).\n"
-	      "--max-relays N, --max-dns N: connections relayed out of the host and DNS\n"
-	      "questions resolved at once across all runs (a full cap resets a new\n"
-	      "connection, answers a question SERVFAIL; default: config serve.maxRelays /\n"
-	      "maxDns, else 4096 and 256).\n"
-	      "--max-sessions N: sessions (POST /v1/sessions, docs/SESSIONS.md) live at\n"
-	      "once; 0 turns sessions off (default: config serve.sessions.max, else by\n"
-	      "available memory, at most 64).\n"
-	      "--json-log writes every log line as one JSON object to stdout (for a log\n"
-	      "collector, e.g. in a pod); by default the log goes to stderr.\n",
-	      f);
-}
 
 static int bad(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 static int bad(const char *fmt, ...)
@@ -78,17 +38,6 @@ static int bad(const char *fmt, ...)
 	return 2;
 }
 
-static int parse_uint(const char *s, unsigned lo, unsigned hi, unsigned *out)
-{
-	char *end;
-	errno = 0;
-	unsigned long v = strtoul(s, &end, 10);
-	if (errno || end == s || *end || v < lo || v > hi || s[0] == '-')
-		return -1;
-	*out = (unsigned)v;
-	return 0;
-}
-
 /* "127.0.0.1:3000", "[::1]:3000". Numeric addresses only. */
 static int tcp_listener(const char *spec)
 {
@@ -99,7 +48,7 @@ static int tcp_listener(const char *spec)
 	memcpy(host, spec, (size_t)(colon - spec));
 	host[colon - spec] = '\0';
 	unsigned port;
-	if (parse_uint(colon + 1, 1, 65535, &port) < 0)
+	if (cli_opts_uint(colon + 1, 1, 65535, &port) < 0)
 		return -1;
 	struct sockaddr_storage ss;
 	memset(&ss, 0, sizeof ss);
@@ -208,7 +157,7 @@ static int unix_listener(const char *path, gid_t gid, const char **why)
 static int parse_group(const char *s, gid_t *gid)
 {
 	unsigned n;
-	if (parse_uint(s, 0, 0x7fffffff, &n) == 0) {
+	if (cli_opts_uint(s, 0, 0x7fffffff, &n) == 0) {
 		*gid = (gid_t)n;
 		return 0;
 	}
@@ -300,134 +249,142 @@ out:
 	return buf;
 }
 
+/* What the flags set. */
+struct serve_args {
+	const char *listen_spec, *sock, *token_file, *config, *rootfs, *runtime, *kv, *kv_quota;
+	const char *socket_group, *metrics_spec;
+	bool no_kv, json_log, no_auth;
+	int zygote; /* -1: not given */
+	unsigned pool, max_sessions, zyg_children, zyg_age, max_relays, max_dns;
+	unsigned maxc, queue, grace, client_to;
+};
+
+enum { SERVE_ZYGOTE = 1, SERVE_NO_ZYGOTE };
+
+static int serve_set(void *ctx, const struct cli_opt *o, const char *arg)
+{
+	struct serve_args *a = ctx;
+	(void)arg;
+	int on = o->id == SERVE_ZYGOTE;
+	if (a->zygote >= 0 && a->zygote != on)
+		return bad("%s", "--pool-zygote and --no-pool-zygote exclude each other");
+	a->zygote = on;
+	return 0;
+}
+
+#define S_STR(n, a, f, c, h) { .name = n, .arg = a, .kind = CLI_OPT_STR, \
+	.off = offsetof(struct serve_args, f), .complete = c, .help = h }
+#define S_FLAG(n, f, h) { .name = n, .kind = CLI_OPT_FLAG, \
+	.off = offsetof(struct serve_args, f), .help = h }
+#define S_UINT(n, a, f, l, u, un, h) { .name = n, .arg = a, .kind = CLI_OPT_UINT, \
+	.off = offsetof(struct serve_args, f), .lo = l, .hi = u, .unit = un, .help = h }
+
+static const struct cli_opt serve_opts[] = {
+	S_STR("listen", "HOST:PORT", listen_spec, CLI_COMP_NONE,
+	      "a TCP listener instead of the unix socket, a numeric address (127.0.0.1:3000, "
+	      "[::1]:3000); loopback too, it needs --token-file"),
+	S_STR("socket", "PATH", sock, CLI_COMP_FILE,
+	      "the unix socket, mode 0600 (default: /run/moat/moat.sock as root, "
+	      "$XDG_RUNTIME_DIR/moat.sock otherwise)"),
+	S_STR("socket-group", "G", socket_group, CLI_COMP_GROUP,
+	      "the socket mode 0660, group G (a name or a gid)"),
+	S_STR("token-file", "F", token_file, CLI_COMP_FILE,
+	      "the bearer token every route but /healthz requires: the file's first line, at "
+	      "least 16 bytes; the file mode 0600"),
+	S_FLAG("no-auth", no_auth, "serve loopback (or a socket) without a token"),
+	S_STR("metrics-listen", "HOST:PORT", metrics_spec, CLI_COMP_NONE,
+	      "also serve GET /metrics there, without the token"),
+	S_UINT("max-concurrent", "N", maxc, 1, 4096, "a number",
+	       "runs at once (default: the number of CPUs)"),
+	S_UINT("queue", "N", queue, 0, 65536, "a number",
+	       "requests waiting (default: 4 times --max-concurrent); beyond, 503"),
+	S_STR("config", "F", config, CLI_COMP_FILE, "the config file (as for moat run)"),
+	S_STR("rootfs", "DIR", rootfs, CLI_COMP_DIR,
+	      "a prepared root directory instead of the host's /usr"),
+	S_STR("runtime", "DIR", runtime, CLI_COMP_DIR,
+	      "the runtime shims (default: $MOAT_RUNTIME_DIR, else next to moat)"),
+	S_UINT("grace", "SECS", grace, 0, 3600, "seconds",
+	       "on SIGTERM or SIGINT, how long running requests may finish (default 10)"),
+	S_UINT("client-timeout", "SECS", client_to, 1, 3600, "seconds",
+	       "how long a client may take to send a request (default 15)"),
+	S_STR("kv", "SPEC", kv, CLI_COMP_FILE,
+	      "the store of kvEnabled requests: a file, sqlite:FILE or redis://HOST:PORT/DB "
+	      "(default: the SQLite file of this user); docs/KV.md"),
+	S_STR("kv-quota", "keys=N,bytes=N,value=N,free=N", kv_quota, CLI_COMP_NONE,
+	      "the store's quotas per sandbox id"),
+	S_FLAG("no-kv", no_kv, "run without the key-value store"),
+	S_UINT("pool", "N", pool, 0, 64, "a number",
+	       "keep N warm python, javascript and typescript sandboxes each (typescript "
+	       "where the root has esbuild; 0: none; default: config serve.pool, else 1-2 by "
+	       "available memory)"),
+	{ .name = "pool-zygote", .kind = CLI_OPT_CALL, .id = SERVE_ZYGOTE,
+	  .help = "(with a pool) Python requests are made by forking an initialised "
+		  "interpreter, each into a fresh sandbox (docs/SERVE.md); default: config "
+		  "serve.poolZygote, else on unless --rootfs or a policy is set" },
+	{ .name = "no-pool-zygote", .kind = CLI_OPT_CALL, .id = SERVE_NO_ZYGOTE,
+	  .help = "warm Python interpreters instead" },
+	S_UINT("pool-zygote-max-children", "N", zyg_children, 1, 100000, "a number",
+	       "a zygote is replaced after making N sandboxes (default: config "
+	       "serve.poolZygoteMaxChildren, else 100)"),
+	S_UINT("pool-zygote-max-age", "SECS", zyg_age, 1, 86400, "seconds",
+	       "or after SECS, whichever comes first (its children share its address layout "
+	       "and str hash secret; default: config serve.poolZygoteMaxAge, else 60)"),
+	S_UINT("max-relays", "N", max_relays, 1, 1048576, "a number",
+	       "connections relayed out of the host at once across all runs (a full cap "
+	       "resets a new connection; default: config serve.maxRelays, else 4096)"),
+	S_UINT("max-dns", "N", max_dns, 1, 65536, "a number",
+	       "DNS questions resolved at once across all runs (a full cap answers SERVFAIL; "
+	       "default: config serve.maxDns, else 256)"),
+	S_UINT("max-sessions", "N", max_sessions, 0, 4096, "a number",
+	       "sessions (POST /v1/sessions, docs/SESSIONS.md) live at once; 0 turns sessions "
+	       "off (default: config serve.sessions.max, else by available memory, at most "
+	       "64)"),
+	S_FLAG("json-log", json_log,
+	       "write every log line as one JSON object to stdout (for a log collector, e.g. "
+	       "in a pod); by default the log goes to stderr"),
+	{ .name = "help", .short_name = 'h', .kind = CLI_OPT_HELP },
+};
+
+const struct cli_cmd cli_serve_cmd = {
+	.name = "serve",
+	.prefix = "moat serve: ",
+	.usage = "usage: moat serve [--listen HOST:PORT | --socket PATH [--socket-group G]]\n"
+		 "                  [--token-file F | --no-auth] [options]\n"
+		 "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
+		 "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: the unix\n"
+		 "socket /run/moat/moat.sock as root, $XDG_RUNTIME_DIR/moat.sock otherwise,\n"
+		 "mode 0600 (--socket-group G: 0660, group G). A TCP listener (--listen),\n"
+		 "loopback too, needs --token-file; --no-auth serves loopback without one.\n",
+	.help_col = 30,
+	.opts = serve_opts,
+	.count = sizeof serve_opts / sizeof serve_opts[0],
+	.set = serve_set,
+	.usage_on_error = true,
+};
+
 int cli_serve(int argc, char **argv)
 {
-	static const struct option longs[] = {
-		{ "listen", required_argument, NULL, 'l' },
-		{ "socket", required_argument, NULL, 's' },
-		{ "token-file", required_argument, NULL, 't' },
-		{ "no-auth", no_argument, NULL, 'A' },
-		{ "socket-group", required_argument, NULL, 'G' },
-		{ "metrics-listen", required_argument, NULL, 'M' },
-		{ "max-concurrent", required_argument, NULL, 'm' },
-		{ "queue", required_argument, NULL, 'q' },
-		{ "config", required_argument, NULL, 'c' },
-		{ "rootfs", required_argument, NULL, 'r' },
-		{ "runtime", required_argument, NULL, 'R' },
-		{ "grace", required_argument, NULL, 'g' },
-		{ "client-timeout", required_argument, NULL, 'T' },
-		{ "kv", required_argument, NULL, 'k' },
-		{ "kv-quota", required_argument, NULL, 'Q' },
-		{ "no-kv", no_argument, NULL, 'N' },
-		{ "pool", required_argument, NULL, 'P' },
-		{ "pool-zygote", no_argument, NULL, 'Z' },
-		{ "no-pool-zygote", no_argument, NULL, 'z' },
-		{ "pool-zygote-max-children", required_argument, NULL, 'C' },
-		{ "pool-zygote-max-age", required_argument, NULL, 'Y' },
-		{ "json-log", no_argument, NULL, 'J' },
-		{ "max-relays", required_argument, NULL, 'X' },
-		{ "max-dns", required_argument, NULL, 'D' },
-		{ "max-sessions", required_argument, NULL, 'S' },
-		{ "help", no_argument, NULL, 'h' },
-		{ 0 },
-	};
-	const char *listen_spec = NULL, *sock = NULL, *token_file = NULL, *config = NULL;
-	const char *rootfs = NULL, *runtime = NULL, *kv = NULL, *kv_quota = NULL;
-	const char *socket_group = NULL, *metrics_spec = NULL;
-	bool no_kv = false, json_log = false, no_auth = false;
-	int zygote = -1;
-	int pool = -1, max_sessions = -1;
-	unsigned zyg_children = 0, zyg_age = 0, max_relays = 0, max_dns = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
-	bool have_queue = false;
-	int c;
-	optind = 1;
-	while ((c = getopt_long(argc, argv, "+h", longs, NULL)) != -1) {
-		switch (c) {
-		case 'l': listen_spec = optarg; break;
-		case 's': sock = optarg; break;
-		case 't': token_file = optarg; break;
-		case 'A': no_auth = true; break;
-		case 'G': socket_group = optarg; break;
-		case 'M': metrics_spec = optarg; break;
-		case 'c': config = optarg; break;
-		case 'r': rootfs = optarg; break;
-		case 'R': runtime = optarg; break;
-		case 'k': kv = optarg; break;
-		case 'Q': kv_quota = optarg; break;
-		case 'N': no_kv = true; break;
-		case 'J': json_log = true; break;
-		case 'Z':
-		case 'z':
-			if (zygote >= 0 && zygote != (c == 'Z'))
-				return bad("%s", "--pool-zygote and --no-pool-zygote exclude each other");
-			zygote = c == 'Z';
-			break;
-		case 'C':
-			if (parse_uint(optarg, 1, 100000, &zyg_children) < 0)
-				return bad("--pool-zygote-max-children wants a number from 1 to 100000, "
-					   "not %s", optarg);
-			break;
-		case 'Y':
-			if (parse_uint(optarg, 1, 86400, &zyg_age) < 0)
-				return bad("--pool-zygote-max-age wants seconds from 1 to 86400, not %s",
-					   optarg);
-			break;
-		case 'X':
-			if (parse_uint(optarg, 1, 1048576, &max_relays) < 0)
-				return bad("--max-relays wants a number from 1 to 1048576, not %s",
-					   optarg);
-			break;
-		case 'D':
-			if (parse_uint(optarg, 1, 65536, &max_dns) < 0)
-				return bad("--max-dns wants a number from 1 to 65536, not %s",
-					   optarg);
-			break;
-		case 'S': {
-			unsigned n;
-			if (parse_uint(optarg, 0, 4096, &n) < 0)
-				return bad("--max-sessions wants a number from 0 to 4096, not %s",
-					   optarg);
-			max_sessions = (int)n;
-			break;
-		}
-		case 'P': {
-			unsigned n;
-			if (parse_uint(optarg, 0, 64, &n) < 0)
-				return bad("--pool wants a number from 0 to 64, not %s", optarg);
-			pool = (int)n;
-			break;
-		}
-		case 'm':
-			if (parse_uint(optarg, 1, 4096, &maxc) < 0)
-				return bad("--max-concurrent wants a number from 1 to 4096, not %s",
-					   optarg);
-			break;
-		case 'q':
-			if (parse_uint(optarg, 0, 65536, &queue) < 0)
-				return bad("--queue wants a number from 0 to 65536, not %s", optarg);
-			have_queue = true;
-			break;
-		case 'g':
-			if (parse_uint(optarg, 0, 3600, &grace) < 0)
-				return bad("--grace wants seconds from 0 to 3600, not %s", optarg);
-			break;
-		case 'T':
-			if (parse_uint(optarg, 1, 3600, &client_to) < 0)
-				return bad("--client-timeout wants seconds from 1 to 3600, not %s",
-					   optarg);
-			break;
-		case 'h':
-			usage(stdout);
-			return 0;
-		default:
-			usage(stderr);
-			return 2;
-		}
-	}
-	if (optind < argc)
-		return bad("unexpected argument %s", argv[optind]);
+	struct serve_args a = { .zygote = -1, .maxc = ncpu > 0 ? (unsigned)ncpu : 1,
+				.grace = 10, .client_to = 15 };
+	struct cli_parsed p;
+	if (cli_opts_parse(&cli_serve_cmd, argc, argv, &a, &p))
+		return p.status;
+	const char *listen_spec = a.listen_spec, *sock = a.sock, *token_file = a.token_file;
+	const char *config = a.config, *rootfs = a.rootfs, *runtime = a.runtime, *kv = a.kv;
+	const char *kv_quota = a.kv_quota, *socket_group = a.socket_group;
+	const char *metrics_spec = a.metrics_spec;
+	bool no_kv = a.no_kv, json_log = a.json_log, no_auth = a.no_auth;
+	int zygote = a.zygote;
+	int pool = cli_opts_given(&cli_serve_cmd, &p, "pool") ? (int)a.pool : -1;
+	int max_sessions = cli_opts_given(&cli_serve_cmd, &p, "max-sessions")
+				   ? (int)a.max_sessions : -1;
+	unsigned zyg_children = a.zyg_children, zyg_age = a.zyg_age;
+	unsigned max_relays = a.max_relays, max_dns = a.max_dns;
+	unsigned maxc = a.maxc, queue = a.queue, grace = a.grace, client_to = a.client_to;
+	bool have_queue = cli_opts_given(&cli_serve_cmd, &p, "queue");
+	if (p.next < argc)
+		return bad("unexpected argument %s", argv[p.next]);
 	if (listen_spec && sock)
 		return bad("%s", "--listen and --socket exclude each other");
 	if (no_auth && token_file)

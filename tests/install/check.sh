@@ -132,14 +132,17 @@ for cmd in run exec serve kv mcp doctor policy version; do
 done
 check "moat.1 documents every command and every option of the help texts${missing:+ (missing:$missing)}" \
 	test -z "$missing"
-# every option the exec parser knows (it has no --help)
-exec_opts=$(sed -n '/^int cli_exec/,/{ NULL, 0, NULL, 0 }/p' src/cli/run.c |
-	grep -oE '\{ "[a-z-]+"' | sed 's/{ "/--/;s/"//' | sort -u)
+# every option of the commands' option tables (src/cli/opts.h), as the
+# parsers know them
 missing=""
-for opt in $exec_opts; do
-	grep -qF -- "*$opt*" docs/moat.1.scd || missing="$missing $opt"
+for cmd in run exec serve kv; do
+	opts=$("$moat_bin" __options $cmd) || { missing="$missing (moat __options $cmd failed)"; continue; }
+	[ -n "$opts" ] || missing="$missing (moat __options $cmd: none)"
+	for opt in $opts; do
+		grep -qF -- "*$opt*" docs/moat.1.scd || missing="$missing $cmd:$opt"
+	done
 done
-check "moat.1 documents every moat exec option${missing:+ (missing:$missing)}" test -z "$missing"
+check "moat.1 documents every option of the option tables${missing:+ (missing:$missing)}" test -z "$missing"
 
 # ---- bash completion, sourced from where it was installed
 comp="$root/share/bash-completion/completions/moat"
@@ -156,10 +159,26 @@ complete_words() { # the candidates for the words given, the last one being comp
 [ "$(complete_words serve --no | tr "\n" " ")" = "--no-auth --no-kv --no-pool-zygote " ] &&
 	ok "completion: serve --no → --no-auth --no-kv --no-pool-zygote" ||
 	bad "completion: serve --no → $(complete_words serve --no)"
+# every option of the tables is offered after its command, with its short name
+missing=""
+for cmd in run exec serve kv; do
+	offered=" $(complete_words $cmd - | tr '\n' ' ') "
+	for opt in $("$moat_bin" __options $cmd); do
+		case $offered in *" $opt "*) ;; *) missing="$missing $cmd:$opt" ;; esac
+	done
+done
+[ -z "$missing" ] && ok "completion: every option of the option tables" ||
+	bad "completion: options not offered:$missing"
+: >"$work/compfile.txt"
+[ "$(complete_words run --file "d=$work/compf")" = "d=$work/compfile.txt" ] &&
+	ok "completion: run --file DEST=SRC completes SRC" ||
+	bad "completion: run --file d=$work/compf → $(complete_words run --file "d=$work/compf")"
+[ "$(complete_words exec --provider da)" = "daytona" ] && ok "completion: exec --provider da → daytona" ||
+	bad "completion: exec --provider da → $(complete_words exec --provider da)"
 [ "$(complete_words policy c)" = "check" ] && ok "completion: policy c → check" ||
 	bad "completion: policy c → $(complete_words policy c)"
 missing=""
-for opt in $(grep -oE -- '--[a-z][a-z-]+' "$work/help.txt" | sort -u) $exec_opts; do
+for opt in $(grep -oE -- '--[a-z][a-z-]+' "$work/help.txt" | sort -u); do
 	grep -qF -- "$opt" "$comp" || missing="$missing $opt"
 done
 check "completion knows every option of the help texts${missing:+ (missing:$missing)}" test -z "$missing"
