@@ -381,6 +381,7 @@ check-mcp: $(BUILD)/moat
 # the Python client (clients/python), root and uid 65534
 check-python: $(BUILD)/moat
 	bash clients/python/tests/run.sh $(BUILD)
+	bash clients/python/tests/install.sh $(BUILD)
 
 # make install [PREFIX=/usr/local] [DESTDIR=...] [APPARMOR=auto|yes|no]: the binary,
 # the runtime shims (found by the binary at ../share/moat/runtime), a copy of the
