@@ -161,6 +161,44 @@ REQUEST_KEYS = {
 }
 
 
+# the request's keys whose values are text (str), alone or in a dict or a list
+_TEXT_KEYS = ("code", "stdin", "env", "files", "outputs", "allowedHosts", "allowedCidrs", "language",
+              "sandboxId")
+_PY_NAMES = {"allowedHosts": "allowed_hosts", "allowedCidrs": "allowed_cidrs", "sandboxId": "sandbox_id"}
+
+
+def check_text(request: Mapping[str, Any], provider: str) -> Mapping[str, Any]:
+    """request, or SandboxConfigError where bytes (or anything else not text) stand where
+    text is expected: named by its Python spelling, before json.dumps would raise a bare
+    TypeError."""
+    def refuse(where: str, v: Any) -> SandboxConfigError:
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            return SandboxConfigError("%s must be text (str), not %s: decode it first "
+                                      "(data.decode('utf-8'))" % (where, type(v).__name__),
+                                      provider=provider)
+        return SandboxConfigError("%s must be a string, not %s" % (where, type(v).__name__),
+                                  provider=provider)
+    for key in _TEXT_KEYS:
+        if key not in request:
+            continue
+        v, name = request[key], _PY_NAMES.get(key, key)
+        if isinstance(v, Mapping):
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    raise refuse("%s's names (%r)" % (name, k), k)
+                if not isinstance(item, str):
+                    raise refuse("%s[%r]" % (name, k), item)
+        elif isinstance(v, (list, tuple)):
+            for i, item in enumerate(v):
+                if not isinstance(item, str):
+                    raise refuse("%s[%d]" % (name, i), item)
+        elif not isinstance(v, str):
+            if key in ("env", "files") and not isinstance(v, (bytes, bytearray, memoryview)):
+                continue  # not a dict: moat's own refusal names it
+            raise refuse(name, v)
+    return request
+
+
 def build_request(code: Any, opts: Mapping[str, Any], defaults: Mapping[str, Any],
                   provider: str) -> Dict[str, Any]:
     """The JSON request of one run; the client-side refusals first (as the node client)."""
@@ -177,6 +215,7 @@ def build_request(code: Any, opts: Mapping[str, Any], defaults: Mapping[str, Any
         if opts.get(k) is not None:
             v = opts[k]
             request[wire] = list(v) if wire in ("allowedHosts", "outputs") and isinstance(v, tuple) else v
+    check_text(request, provider)
     return request
 
 
@@ -652,6 +691,7 @@ def session_request(opts: Mapping[str, Any], cfg: Mapping[str, Any], provider: s
         if opts.get(k) is not None:
             v = opts[k]
             request[wire] = list(v) if wire == "allowedHosts" and isinstance(v, tuple) else v
+    check_text(request, provider)
     return request
 
 
@@ -684,6 +724,7 @@ def session_run_request(code: Any, stdin: Any, files: Any, timeout: Any, on_stdo
     for k, v in (("stdin", stdin), ("files", None if files is None else dict(files)), ("timeout", timeout)):
         if v is not None:
             request[k] = v
+    check_text(request, provider)
     return request
 
 
