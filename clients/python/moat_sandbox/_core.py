@@ -288,7 +288,8 @@ class RunResult:
         key = camel(name)
         if key in data:
             return data[key]
-        if key in RunResult._DEFAULTS or name in RunResult.__annotations__:
+        if key in RunResult._DEFAULTS or name in RunResult.__annotations__ or \
+                name in type(self).__dict__.get("__annotations__", {}):
             return RunResult._DEFAULTS.get(key)
         raise AttributeError("RunResult has no field %r" % name)
 
@@ -327,9 +328,13 @@ class RunResult:
 class SessionInfo(RunResult):
     """``GET /v1/sessions/{id}``: ``id``, ``state`` ("idle", "running", "killed", "ended",
     "expired"), ``runs``, ``cpu_time_ms``, ``memory_bytes``, ``created_at``, ``expires_at``,
-    ``idle_expires_at``, ``limits``, ``reason``; ``to_dict()`` under the wire names."""
+    ``idle_expires_at``, ``limits``, ``reason``; ``to_dict()`` under the wire names.
+    ``cpu_time_ms`` and ``memory_bytes`` are None where nothing measures them (no cgroup:
+    rootless without a delegated one), with a ``warnings`` entry saying so."""
 
     __slots__ = ()
+
+    memory_bytes: Optional[int]
 
     def __repr__(self) -> str:
         shown = ", ".join("%s=%r" % (snake(k), self._data[k]) for k in ("state", "runs", "reason")

@@ -148,5 +148,16 @@ class PythonSpelling(unittest.TestCase):
         sb.dispose()
 
 
+class AbsentFigures(unittest.TestCase):
+    def test_session_figures_absent_are_none(self) -> None:
+        from moat_sandbox._core import SessionInfo
+        info = SessionInfo({"id": "ses_x", "state": "idle", "runs": 1,
+                            "warnings": ["cpuTimeMs and memoryBytes are absent: ..."]})
+        self.assertIsNone(info.cpu_time_ms)
+        self.assertIsNone(info.memory_bytes)
+        self.assertIn("absent", info.warnings[0])
+        self.assertEqual(SessionInfo({"memoryBytes": 5, "cpuTimeMs": 2}).memory_bytes, 5)
+
+
 if __name__ == "__main__":
     unittest.main()
