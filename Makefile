@@ -77,7 +77,9 @@ THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 .PHONY: all node-deps deps layers seccomp-evidence check-workloads check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
-all: $(BUILD)/moat $(BUILD)/moat-zygote.so node-deps
+# NODE_DEPS=no: leave clients/node alone (the Debian package vendors build/mcp instead)
+NODE_DEPS ?= yes
+all: $(BUILD)/moat $(BUILD)/moat-zygote.so $(if $(filter yes,$(NODE_DEPS)),node-deps)
 
 # moat mcp from the source tree (it runs clients/node/mcp.js): the MCP SDK in
 # clients/node/node_modules, by npm ci --omit=dev from the committed lock, when
