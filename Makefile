@@ -74,10 +74,34 @@ UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
 INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
-.PHONY: all deps layers seccomp-evidence check-workloads check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
+.PHONY: all node-deps deps layers seccomp-evidence check-workloads check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
-all: $(BUILD)/moat $(BUILD)/moat-zygote.so $(BUILD)/moat.bash
+# NODE_DEPS=no: leave clients/node alone (the Debian package vendors build/mcp instead)
+NODE_DEPS ?= yes
+all: $(BUILD)/moat $(BUILD)/moat-zygote.so $(BUILD)/moat.bash $(if $(filter yes,$(NODE_DEPS)),node-deps)
+
+# moat mcp from the source tree (it runs clients/node/mcp.js): the MCP SDK in
+# clients/node/node_modules, by npm ci --omit=dev from the committed lock, when
+# node_modules is missing or older than the lock. Never fails the build: without
+# npm, or offline, one line says how to get MCP and the rest is built as ever.
+# (.ci/run then runs a full npm ci there for the tests' dev dependencies.)
+node-deps:
+	@if ! command -v npm >/dev/null 2>&1; then \
+	    echo "make: moat mcp needs clients/node's modules and npm is not installed:" \
+	        "apt-get install npm (tools/deps.sh does), then make again"; \
+	elif [ ! -d clients/node/node_modules ] || \
+	     [ clients/node/package-lock.json -nt clients/node/node_modules ]; then \
+	    mkdir -p $(BUILD); \
+	    if (cd clients/node && npm ci --omit=dev --ignore-scripts --no-audit --no-fund) \
+	        >$(BUILD)/npm-ci.log 2>&1; then \
+	        touch clients/node/node_modules; \
+	        echo "make: clients/node: npm ci --omit=dev from the lock (moat mcp runs from this tree)"; \
+	    else \
+	        echo "make: clients/node: npm ci --omit=dev failed (offline? $(BUILD)/npm-ci.log):" \
+	            "moat mcp will not run until it succeeds; everything else is built"; \
+	    fi; \
+	fi
 
 deps:
 	@sh tools/deps.sh
@@ -383,6 +407,7 @@ check-mcp: $(BUILD)/moat
 # the Python client (clients/python), root and uid 65534
 check-python: $(BUILD)/moat
 	bash clients/python/tests/run.sh $(BUILD)
+	bash clients/python/tests/install.sh $(BUILD)
 
 # make install [PREFIX=/usr/local] [DESTDIR=...] [APPARMOR=auto|yes|no]: the binary,
 # the runtime shims (found by the binary at ../share/moat/runtime), a copy of the

@@ -122,6 +122,11 @@ struct moat_request {
 	char **argv;
 	size_t argc;
 	uint64_t timeout_ms;      /* > 0; default MOAT_DEFAULT_TIMEOUT_MS */
+	/* "timeout" came as a JSON number (milliseconds): one below
+	 * MOAT_TIMEOUT_UNIT_WARN_MS is run as given, with a warning naming the
+	 * unit (moat_request_warn_units), for seconds are what E2B and
+	 * Daytona take */
+	bool timeout_from_json;
 	struct moat_kv *env;      /* names match ^[A-Za-z_][A-Za-z0-9_]*$ */
 	size_t env_count;
 	struct moat_kv *files;    /* key: relative path under /sandbox */
@@ -215,6 +220,12 @@ void moat_result_free(struct moat_result *res);
 /* Adds a formatted warning; returns -1 on OOM. */
 int moat_result_warn(struct moat_result *res, const char *fmt, ...)
 	__attribute__((format(printf, 2, 3)));
+/* A JSON "timeout" below this many milliseconds is warned about. */
+#define MOAT_TIMEOUT_UNIT_WARN_MS 100u
+/* The warning of a JSON "timeout" below MOAT_TIMEOUT_UNIT_WARN_MS (it is in
+ * milliseconds) added to res; 0 when none is due, -1 on OOM. Every entry
+ * that answers a JSON request calls it on the result it returns. */
+int moat_request_warn_units(const struct moat_request *req, struct moat_result *res);
 /* Result JSON (README.md, "JSON contract"). Output bytes are made valid UTF-8: invalid
  * sequences become U+FFFD, NUL and control bytes are \u-escaped. */
 char *moat_result_to_json(const struct moat_result *res);

@@ -124,6 +124,10 @@ stage "moat mcp (tests/mcp, the SDK's client over stdio against the built binary
 # the Python client against the binary and a real moat serve (root, then uid 65534)
 stage "python client tests (clients/python, against the built binary and a real moat serve)" \
 	bash clients/python/tests/run.sh "$BUILD"
+# the Python client installed with nothing but pip, offline, into a fresh venv (its own
+# standard-library build backend): from the tree, as a wheel, as an sdist
+stage "python client install (clients/python/tests/install.sh: a venv with nothing but pip)" \
+	bash clients/python/tests/install.sh "$BUILD"
 
 read -r passed failed skipped < <(tap_sum "$log")
 if [ $((passed + failed + skipped)) -eq 0 ]; then

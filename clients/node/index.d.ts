@@ -189,8 +189,11 @@ export interface SessionStatus {
   id: string;
   state: SessionState;
   runs: number;
-  cpuTimeMs: number;
-  memoryBytes: number;
+  /** Absent where nothing measures them (no cgroup: rootless without a delegated one),
+   * with a `warnings` entry saying so; never a 0 that was not read. */
+  cpuTimeMs?: number;
+  memoryBytes?: number;
+  warnings?: string[];
   expiresAt: string;
   idleExpiresAt: string;
   [extra: string]: unknown;

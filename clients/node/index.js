@@ -247,6 +247,8 @@ function createSandbox(cfg) {
     if (cb && cb.error) return Promise.reject(cb.error);
     const request = { code };
     for (const k of REQUEST_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
+    const notText = bytesRefused(request, provider);
+    if (notText) return Promise.reject(notText);
     const timeout = typeof request.timeout === 'number' ? request.timeout
       : typeof cfg.timeout === 'number' ? cfg.timeout : DEFAULT_TIMEOUT;
     const deadline = timeout + grace;
@@ -347,6 +349,31 @@ function createSandbox(cfg) {
 
 // A language moat does not run is refused by policy, as by every aistack adapter (the
 // LANGUAGE_IMAGE lookups of src/sandbox/{docker,e2b,daytona}.ts upstream).
+// Bytes (a Buffer, a typed array) where the request takes text: the client's own
+// SandboxConfigError naming the field, before JSON.stringify would send
+// {"type":"Buffer","data":[...]} for moat to refuse as some object. null when all is text.
+const TEXT_KEYS = ['stdin', 'env', 'files', 'outputs', 'allowedHosts', 'allowedCidrs', 'sandboxId'];
+function isBytes(v) {
+  return v instanceof ArrayBuffer || ArrayBuffer.isView(v);
+}
+function bytesRefused(request, provider) {
+  const refuse = (where) => new SandboxConfigError(
+    `${where} must be text (a string), not bytes: decode it first (buf.toString('utf8'))`, { provider });
+  for (const k of TEXT_KEYS) {
+    const v = request[k];
+    if (v === undefined || v === null) continue;
+    if (isBytes(v)) return refuse(k);
+    if (Array.isArray(v)) {
+      const i = v.findIndex(isBytes);
+      if (i >= 0) return refuse(`${k}[${i}]`);
+    } else if (typeof v === 'object') {
+      const name = Object.keys(v).find((n) => isBytes(v[n]));
+      if (name !== undefined) return refuse(`${k}[${JSON.stringify(name).slice(0, 60)}]`);
+    }
+  }
+  return null;
+}
+
 function languageRefused(opts, provider) {
   if (!opts || opts.language === undefined || LANGUAGES.includes(opts.language) ||
       LANGUAGE_ALIASES.includes(opts.language)) return null;
@@ -545,6 +572,8 @@ function sessionRequest(opts, cfg, provider) {
   const request = {};
   for (const k of SESSION_DEFAULT_KEYS) if (cfg[k] !== undefined) request[k] = cfg[k];
   for (const k of SESSION_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
+  const notText = bytesRefused(request, provider);
+  if (notText) throw notText;
   return request;
 }
 
@@ -572,6 +601,8 @@ function sessionRunRequest(code, opts, cfg, provider) {
   const request = { code };
   if (cfg.timeout !== undefined) request.timeout = cfg.timeout;
   for (const k of ['stdin', 'files', 'timeout']) if (opts[k] !== undefined) request[k] = opts[k];
+  const notText = bytesRefused(request, provider);
+  if (notText) throw notText;
   return { request, cb };
 }
 
@@ -689,6 +720,8 @@ function createServiceSandbox(cfg, provider, grace) {
     const request = { code };
     for (const k of DEFAULT_KEYS) if (cfg[k] !== undefined) request[k] = cfg[k];
     for (const k of REQUEST_KEYS) if (opts[k] !== undefined) request[k] = opts[k];
+    const notText = bytesRefused(request, provider);
+    if (notText) return Promise.reject(notText);
     const timeout = typeof request.timeout === 'number' ? request.timeout : DEFAULT_TIMEOUT;
     const started = Date.now();
     return call('POST', '/v1/run', request, { cb, timeout }).then((json) => filled(json, started));

@@ -215,6 +215,17 @@ static int fill(struct moat_config *cfg, const cJSON *obj, const char *source,
 			rc = get_str(it, source, &cfg->provider, err);
 		} else if (!strcmp(k, "timeout")) {
 			rc = get_uint(it, source, MAX_TIMEOUT_MS, &cfg->timeout_ms, err);
+			/* milliseconds, where E2B and Daytona take seconds */
+			char what[160];
+			if (rc == 0 && cfg->timeout_ms < MOAT_TIMEOUT_UNIT_WARN_MS) {
+				snprintf(what, sizeof what,
+					 "%llu is in milliseconds (for %llu seconds, give %llu)",
+					 (unsigned long long)cfg->timeout_ms,
+					 (unsigned long long)cfg->timeout_ms,
+					 (unsigned long long)cfg->timeout_ms * 1000);
+				if (warn(cfg, source, k, what) < 0)
+					return moat_error_oom(err);
+			}
 		} else if (!strcmp(k, "memoryMb")) {
 			rc = get_uint(it, source, MAX_MEMORY_MB, &cfg->memory_mb, err);
 		} else if (!strcmp(k, "cpus")) {

@@ -726,6 +726,7 @@ static int fill_request(const cJSON *root, const char *header_id, bool check,
 			break;
 		case K_TIMEOUT:
 			rc = get_uint(item, name, 1, MAX_TIMEOUT_MS, &req->timeout_ms, err);
+			req->timeout_from_json = true;
 			break;
 		case K_ENV:
 			rc = get_kvs(item, name, MAX_ENV_COUNT, "env entries", &req->env,

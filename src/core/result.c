@@ -57,6 +57,18 @@ int moat_result_warn(struct moat_result *res, const char *fmt, ...)
 	return 0;
 }
 
+int moat_request_warn_units(const struct moat_request *req, struct moat_result *res)
+{
+	if (!req || !res || !req->timeout_from_json ||
+	    req->timeout_ms >= MOAT_TIMEOUT_UNIT_WARN_MS)
+		return 0;
+	uint64_t t = req->timeout_ms;
+	return moat_result_warn(res,
+				"timeout %" PRIu64 " is in milliseconds: this run had %" PRIu64
+				" ms (for %" PRIu64 " seconds, give %" PRIu64 ")",
+				t, t, t, t * 1000);
+}
+
 static void put_key(struct moat_buf *b, bool *first, const char *key)
 {
 	if (!*first)

@@ -506,6 +506,12 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 		moat_result_free(r);
 		return moat_error_oom(err);
 	}
+	if (moat_request_warn_units(step, r) < 0) {
+		moat_result_free(r);
+		free(*extra);
+		*extra = NULL;
+		return moat_error_oom(err);
+	}
 	*res = r;
 	return 0;
 }

@@ -101,6 +101,11 @@ int moat_provider_run(const char *name, const struct moat_request *req,
 	if (p->run(req, o, out, err) < 0)
 		return -1;
 	(*out)->provider = p->name;
+	if (moat_request_warn_units(req, *out) < 0) {
+		moat_result_free(*out);
+		*out = NULL;
+		return moat_error_oom(err);
+	}
 	for (size_t i = 0; i < o->cfg->warnings_count; i++)
 		if (moat_result_warn(*out, "%s", o->cfg->warnings[i]) < 0) {
 			moat_result_free(*out);

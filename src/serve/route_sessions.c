@@ -74,9 +74,12 @@ static int lifetime_key(cJSON *o, const char *key, uint64_t def, uint64_t max, u
 	return 0;
 }
 
-/* body as a JSON object whose keys are among allowed (NULL-terminated):
- * the object, or NULL with *err (400). */
-static cJSON *session_body(struct req *q, const char *const *refused, struct moat_error *err)
+/* body as a JSON object whose keys are among the route's own (keys, a
+ * NULL-terminated list): the object, or NULL with *err (400) naming the
+ * route's keys, so that a key of /v1/run's is not offered where a session
+ * refuses it. */
+static cJSON *session_body(struct req *q, const char *route, const char *const *keys,
+			   struct moat_error *err)
 {
 	bool nul = false;
 	const char *body = q->body.data ? q->body.data : "";
@@ -88,14 +91,23 @@ static cJSON *session_body(struct req *q, const char *const *refused, struct moa
 		moat_error_set(err, MOAT_ERR_CONFIG, 0, "the body must be a JSON object");
 		return NULL;
 	}
-	for (const cJSON *it = o->child; it; it = it->next)
-		for (const char *const *k = refused; *k; k++)
-			if (it->string && !strcmp(it->string, *k)) {
-				moat_error_set(err, MOAT_ERR_CONFIG, 0, "\"%s\" is not taken here "
-					       "(docs/SESSIONS.md)", *k);
-				cJSON_Delete(o);
-				return NULL;
-			}
+	for (const cJSON *it = o->child; it; it = it->next) {
+		const char *name = it->string ? it->string : "";
+		const char *const *k = keys;
+		while (*k && strcmp(name, *k) != 0)
+			k++;
+		if (*k)
+			continue;
+		struct moat_buf b = { 0 };
+		for (k = keys; *k; k++)
+			moat_buf_appendf(&b, "%s%s", k == keys ? "" : ", ", *k);
+		MOAT_AUTOFREE char *list = moat_buf_take(&b);
+		moat_error_set(err, MOAT_ERR_CONFIG, 0,
+			       "unknown key \"%.64s\" for %s (accepted: %s; docs/SESSIONS.md)",
+			       name, route, list ? list : "see docs/SESSIONS.md");
+		cJSON_Delete(o);
+		return NULL;
+	}
 	return o;
 }
 
@@ -113,14 +125,16 @@ static int session_prepare(struct req *q, cJSON *o, const char *header_id,
 /* POST /v1/sessions */
 enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *c)
 {
-	static const char *const refused[] = { "code", "argv", "stdin", "files", "outputs",
-					       "timeout", NULL };
+	static const char *const keys[] = { "language", "env", "network", "allowedHosts",
+					    "allowedCidrs", "memoryMb", "cpus", "pidsLimit",
+					    "strictLimits", "maxOutputBytes", "sandboxId", "kvEnabled",
+					    "idleTimeoutMs", "maxLifetimeMs", NULL };
 	const struct serve_limits *l = &q->s->limits;
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	MOAT_AUTO(moat_request) struct moat_request *req = NULL;
 	uint64_t idle = 0, life = 0;
 	{
-		MOAT_AUTO(cJSON) cJSON *o = session_body(q, refused, &err);
+		MOAT_AUTO(cJSON) cJSON *o = session_body(q, "POST /v1/sessions", keys, &err);
 		if (!o ||
 		    lifetime_key(o, "idleTimeoutMs", l->session_idle_ms, l->session_max_idle_ms,
 				 &idle, &err) < 0 ||
@@ -187,10 +201,7 @@ static enum MHD_Result session_step(struct req *q, struct MHD_Connection *c,
 /* POST /v1/sessions/{id}/run */
 enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c)
 {
-	static const char *const refused[] = { "language", "argv", "env", "network",
-					       "allowedHosts", "allowedCidrs", "memoryMb", "cpus",
-					       "pidsLimit", "sandboxId", "kvEnabled", "outputs",
-					       "maxOutputBytes", "strictLimits", NULL };
+	static const char *const keys[] = { "code", "timeout", "stdin", "files", NULL };
 	struct serve_sessions *ss = q->s->sessions;
 	q->ses = serve_sessions_get(ss, q->ses_id, q->cred);
 	if (!q->ses)
@@ -200,7 +211,8 @@ enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c)
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	MOAT_AUTO(moat_request) struct moat_request *req = NULL;
 	{
-		MOAT_AUTO(cJSON) cJSON *o = session_body(q, refused, &err);
+		MOAT_AUTO(cJSON) cJSON *o =
+			session_body(q, "POST /v1/sessions/{id}/run", keys, &err);
 		if (!o || !cJSON_AddStringToObject(o, "language", moat_lang_get(lang)->name) ||
 		    session_prepare(q, o, NULL, &req, &err) < 0)
 			return err.message ? srv_fail_moat(q, c, &err) : MHD_NO;

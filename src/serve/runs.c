@@ -52,6 +52,11 @@ int serve_pool_run(struct pool *p, const struct moat_request *req,
 	}
 	if (rc == 0)
 		rc = moat_sandbox_wait(l->sb, out, err);
+	if (rc == 0 && moat_request_warn_units(req, *out) < 0) {
+		moat_result_free(*out);
+		*out = NULL;
+		rc = moat_error_oom(err);
+	}
 	return rc;
 }
 

@@ -180,7 +180,8 @@ static void mark_dead(struct serve_sessions *ss, struct serve_session *x, enum s
 		if (m >= 0)
 			x->cpu_ms = m;
 	}
-	x->memory_bytes = 0;
+	if (x->memory_bytes > 0)
+		x->memory_bytes = 0; /* measured: nothing is held now */
 	if (ss->live)
 		ss->live--;
 	ss->dead++;
@@ -443,6 +444,7 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 	MOAT_AUTOFREE struct create_job *j = calloc(1, sizeof *j);
 	if (!x || !j)
 		return moat_error_oom(err);
+	x->cpu_ms = x->memory_bytes = -1; /* not measured (yet) */
 	pthread_mutex_lock(&ss->mu);
 	if (ss->stopping || ss->live >= ss->cfg.max) {
 		bool stopping = ss->stopping;
@@ -642,8 +644,22 @@ static void session_object(struct serve_session *x, struct moat_buf *b, bool ful
 	moat_buf_appendf(b, "{\"id\":\"%s\"", x->id);
 	if (full)
 		moat_buf_appendf(b, ",\"language\":\"%s\"", moat_lang_get(x->lang)->name);
-	moat_buf_appendf(b, ",\"state\":\"%s\",\"runs\":%u,\"cpuTimeMs\":%lld,\"memoryBytes\":%lld",
-			 state, x->runs, (long long)x->cpu_ms, (long long)x->memory_bytes);
+	moat_buf_appendf(b, ",\"state\":\"%s\",\"runs\":%u", state, x->runs);
+	/* a figure nothing measured (no cgroup: rootless without a delegated
+	 * one) is absent, with a warning, never a 0 */
+	if (x->cpu_ms >= 0)
+		moat_buf_appendf(b, ",\"cpuTimeMs\":%lld", (long long)x->cpu_ms);
+	if (x->memory_bytes >= 0)
+		moat_buf_appendf(b, ",\"memoryBytes\":%lld", (long long)x->memory_bytes);
+	if (x->cpu_ms < 0 || x->memory_bytes < 0) {
+		bool both = x->cpu_ms < 0 && x->memory_bytes < 0;
+		moat_buf_appendf(b, ",\"warnings\":[\"%s%s%s %s absent: this session's sandbox has "
+				    "no cgroup to measure %s (rootless without a delegated "
+				    "cgroup)\"]",
+				 x->cpu_ms < 0 ? "cpuTimeMs" : "", both ? " and " : "",
+				 x->memory_bytes < 0 ? "memoryBytes" : "", both ? "are" : "is",
+				 both ? "them" : "it");
+	}
 	if (full)
 		put_time(b, "createdAt", x->created_wall_ms);
 	put_time(b, "expiresAt", x->created_wall_ms + (int64_t)x->life_ms);

@@ -4,7 +4,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "harness.h"
 #include "suites.h"
@@ -202,6 +204,49 @@ START_TEST(valid_neighbours_run)
 }
 END_TEST
 
+/* A JSON "timeout" is milliseconds (aistack's contract), where E2B and
+ * Daytona take seconds: one below 100 runs as given, with a warning naming
+ * the unit (issue 48); 100 and more, and moat run's --timeout (a duration,
+ * a plain number in seconds), have none. A config file's "timeout" too. */
+#define UNIT_MODE(m) ((m) == MODE_ROOT ? "root" : "rootless")
+START_TEST(timeout_unit_warned)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec(_i, "{\"code\":\"print(1)\",\"timeout\":5}", &o);
+	ck_assert_msg(o.json && !harness_error_type(&o), "%s: %s %s", UNIT_MODE(_i), o.out, o.err);
+	ck_assert_msg(harness_has_warning(&o, "timeout 5 is in milliseconds") &&
+			      harness_has_warning(&o, "give 5000"),
+		      "%s: timeout 5 without the unit's warning: %s", UNIT_MODE(_i), o.out);
+	harness_free(&o);
+	harness_exec(_i, "{\"code\":\"print(1)\",\"timeout\":10000}", &o);
+	ck_assert_msg(harness_num(&o, "exitCode") == 0, "%s: %s", UNIT_MODE(_i), o.out);
+	ck_assert_msg(!harness_has_warning(&o, "in milliseconds"), "%s: %s", UNIT_MODE(_i), o.out);
+	harness_free(&o);
+	const char *cli[] = { "run", "--json", "--timeout", "5", "-c", "print(1)", NULL };
+	harness_run(_i, cli, "", 0, &o);
+	ck_assert_msg(o.json && harness_num(&o, "exitCode") == 0, "%s: %s %s", UNIT_MODE(_i), o.out,
+		      o.err);
+	ck_assert_msg(!harness_has_warning(&o, "in milliseconds"), "%s: --timeout 5 (seconds): %s",
+		      UNIT_MODE(_i), o.out);
+	harness_free(&o);
+	char cfg[] = "/tmp/moat-units-XXXXXX";
+	int fd = mkstemp(cfg);
+	ck_assert_int_ge(fd, 0);
+	static const char body[] = "{\"timeout\":50}";
+	ck_assert_int_eq(write(fd, body, sizeof body - 1), (ssize_t)(sizeof body - 1));
+	close(fd);
+	ck_assert_int_eq(chmod(cfg, 0644), 0);
+	const char *with_cfg[] = { "run", "--json", "--config", cfg, "-c", "print(1)", NULL };
+	harness_run(_i, with_cfg, "", 0, &o);
+	unlink(cfg);
+	ck_assert_msg(o.json && harness_has_warning(&o, "\"timeout\" 50 is in milliseconds"),
+		      "%s: a config's timeout 50 without the unit's warning: %s %s", UNIT_MODE(_i),
+		      o.out, o.err);
+	harness_free(&o);
+}
+END_TEST
+
 Suite *requests_suite(void)
 {
 	Suite *s = suite_create("requests");
@@ -217,6 +262,7 @@ Suite *requests_suite(void)
 	tcase_add_test(tc, bad_file_paths);
 	tcase_add_test(tc, nesting_too_deep);
 	tcase_add_test(tc, valid_neighbours_run);
+	tcase_add_loop_test(tc, timeout_unit_warned, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }

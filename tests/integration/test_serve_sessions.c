@@ -1148,6 +1148,147 @@ START_TEST(ses_delete_queued)
 }
 END_TEST
 
+/* ---- each route's own keys, units, figures not measured (issue 48) ---- */
+
+/* Some string of the array arr contains needle. */
+static bool warned(const cJSON *arr, const char *needle)
+{
+	const cJSON *w;
+	cJSON_ArrayForEach(w, arr)
+		if (cJSON_IsString(w) && strstr(w->valuestring, needle))
+			return true;
+	return false;
+}
+
+/* A refusal of an unknown key names the route's own keys, not /v1/run's. */
+static void expect_own_keys(struct server *s, const char *path, const char *body,
+			    const char *key, const char *has, const char *lacks)
+{
+	struct resp r;
+	post(s, path, body, &r);
+	expect_error(path, &r, 400, "SandboxConfigError");
+	const char *msg = jstr(jget(r.json, "error"), "message");
+	char want[96];
+	snprintf(want, sizeof want, "unknown key \"%s\"", key);
+	ck_assert_msg(msg && strstr(msg, want) && strstr(msg, has) && !strstr(msg, lacks),
+		      "%s: %s %s: the message should name \"%s\" and list %s, not %s: %s",
+		      MODE_NAME[s->mode], path, body, key, has, lacks, msg ? msg : r.body);
+	resp_free(&r);
+}
+
+START_TEST(ses_route_keys)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	/* a session takes no code, outputs nor argv: its list offers none of them */
+	expect_own_keys(&s, "/v1/sessions", "{\"language\":\"python\",\"outputs\":[\"x\"]}",
+			"outputs", "idleTimeoutMs", "argv");
+	expect_own_keys(&s, "/v1/sessions", "{\"language\":\"python\",\"nope\":1}", "nope",
+			"maxLifetimeMs", "outputs");
+	expect_own_keys(&s, "/v1/sessions", "{\"language\":\"python\",\"timeout\":5000}",
+			"timeout", "memoryMb", "\"code\"");
+	char path[96];
+	snprintf(path, sizeof path, "/v1/sessions/%s/run", id);
+	expect_own_keys(&s, path, "{\"code\":\"1\",\"env\":{}}", "env", "code, timeout, stdin, files",
+			"outputs");
+	expect_own_keys(&s, path, "{\"code\":\"1\",\"nope\":1}", "nope", "stdin", "memoryMb");
+	ses_end(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* A step's "timeout" below 100 is milliseconds all the same: run as
+ * given, with a warning naming the unit. */
+START_TEST(ses_timeout_unit)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	struct resp r;
+	ses_run(&s, id, "print(1)", ",\"timeout\":10000", &r);
+	ck_assert_msg(r.code == 200 && !warned(jget(r.json, "warnings"), "in milliseconds"),
+		      "%s: a step of 10 s: %.1500s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	/* last: 50 ms may end the session */
+	ses_run(&s, id, "print(1)", ",\"timeout\":50", &r);
+	ck_assert_msg(r.code == 200 && warned(jget(r.json, "warnings"),
+					      "timeout 50 is in milliseconds"),
+		      "%s: a step with timeout 50 without the unit's warning: %.1500s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	ses_end(&s, id);
+	free(id);
+	/* /v1/run alike */
+	post(&s, "/v1/run", "{\"code\":\"print(1)\",\"timeout\":7}", &r);
+	ck_assert_msg(r.code == 200 && warned(jget(r.json, "warnings"),
+					      "timeout 7 is in milliseconds"),
+		      "%s: /v1/run with timeout 7 without the unit's warning: %.1500s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	post(&s, "/v1/run", "{\"code\":\"print(1)\",\"timeout\":100}", &r);
+	/* (100 ms may not be enough for python3 on a loaded host: only the
+	 * warning is looked at) */
+	ck_assert_msg(r.code == 200 && !warned(jget(r.json, "warnings"), "in milliseconds"),
+		      "%s: /v1/run with timeout 100: %.1500s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* cpuTimeMs and memoryBytes of a session: measured by its cgroup (> 0
+ * after a busy step), or absent with a warning where nothing measures
+ * them (rootless without a delegated cgroup), never a 0 that was not read. */
+static void expect_figures(const cJSON *ses, bool cg, const char *what, const char *body)
+{
+	const cJSON *cpu = jget(ses, "cpuTimeMs"), *mem = jget(ses, "memoryBytes");
+	if (cg) {
+		ck_assert_msg(cJSON_IsNumber(cpu) && cpu->valuedouble > 0 && cJSON_IsNumber(mem) &&
+				      mem->valuedouble > 0,
+			      "%s: with a cgroup, cpuTimeMs and memoryBytes > 0: %.1500s", what, body);
+		ck_assert_msg(!warned(jget(ses, "warnings"), "absent"), "%s: %.1500s", what, body);
+	} else {
+		ck_assert_msg(!cpu && !mem, "%s: without a cgroup, cpuTimeMs and memoryBytes "
+					    "absent, not a figure nothing measured: %.1500s",
+			      what, body);
+		ck_assert_msg(warned(jget(ses, "warnings"), "cpuTimeMs and memoryBytes are absent"),
+			      "%s: no warning says why the figures are absent: %.1500s", what, body);
+	}
+}
+
+START_TEST(ses_figures_measured_or_absent)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+		return;
+	struct resp r;
+	ses_run(&s, id, "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2:\n"
+			"    pass\nb = bytearray(8 << 20)\nprint('ok')", NULL, &r);
+	ck_assert_msg(r.code == 200 && jnum(r.json, "exitCode") == 0, "%s: busy step: %.1500s",
+		      MODE_NAME[_i], r.body);
+	bool cg = cgroup_memory(&r);
+	char what[64];
+	snprintf(what, sizeof what, "%s: the step's answer", MODE_NAME[_i]);
+	expect_figures(jget(r.json, "session"), cg, what, r.body);
+	resp_free(&r);
+	ses_call(&s, "GET", id, &r);
+	ck_assert_int_eq(r.code, 200);
+	snprintf(what, sizeof what, "%s: GET /v1/sessions/{id}", MODE_NAME[_i]);
+	expect_figures(r.json, cg, what, r.body);
+	resp_free(&r);
+	ses_end(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_sessions_suite(void)
 {
 	Suite *s = suite_create("serve_sessions");
@@ -1172,6 +1313,13 @@ Suite *serve_sessions_suite(void)
 	tcase_add_loop_test(tc, ses_delete_queued, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_killed_while_idle, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_idle_lifetime_end, MODE_ROOT, MODE_ROOTLESS + 1);
+	suite_add_tcase(s, tc);
+	/* its own case, to run alone: CK_RUN_CASE=serve_sessions_messages */
+	tc = tcase_create("serve_sessions_messages");
+	tcase_set_timeout(tc, 240);
+	tcase_add_loop_test(tc, ses_route_keys, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_timeout_unit, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_figures_measured_or_absent, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }

@@ -199,3 +199,25 @@ test('dispose: later runs are refused and the temp config is gone', async () => 
   await s.dispose();
   await assert.rejects(s.run('print(1)'), SandboxError);
 });
+
+// issue 48: bytes where text is expected are the client's own error, named, before any run
+test('bytes where text is expected: SandboxConfigError naming the field', async () => {
+  const sb = createSandbox({ provider: 'native', moatPath: '/nonexistent/moat' });
+  try {
+    for (const [opts, where] of [
+      [{ stdin: Buffer.from('x') }, 'stdin'],
+      [{ files: { 'a.txt': Buffer.from('x') } }, 'files["a.txt"]'],
+      [{ env: { A: new Uint8Array([120]) } }, 'env["A"]'],
+      [{ outputs: [Buffer.from('*.txt')] }, 'outputs[0]'],
+    ]) {
+      await assert.rejects(sb.run('print(1)', opts), (e) => {
+        assert.ok(e instanceof SandboxConfigError, `${where}: ${e}`);
+        assert.ok(e.message.includes(`${where} must be text`), e.message);
+        return true;
+      });
+    }
+    await assert.rejects(sb.run(Buffer.from('print(1)')), SandboxConfigError);
+  } finally {
+    sb.dispose();
+  }
+});

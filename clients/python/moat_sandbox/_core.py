@@ -161,6 +161,44 @@ REQUEST_KEYS = {
 }
 
 
+# the request's keys whose values are text (str), alone or in a dict or a list
+_TEXT_KEYS = ("code", "stdin", "env", "files", "outputs", "allowedHosts", "allowedCidrs", "language",
+              "sandboxId")
+_PY_NAMES = {"allowedHosts": "allowed_hosts", "allowedCidrs": "allowed_cidrs", "sandboxId": "sandbox_id"}
+
+
+def check_text(request: Mapping[str, Any], provider: str) -> Mapping[str, Any]:
+    """request, or SandboxConfigError where bytes (or anything else not text) stand where
+    text is expected: named by its Python spelling, before json.dumps would raise a bare
+    TypeError."""
+    def refuse(where: str, v: Any) -> SandboxConfigError:
+        if isinstance(v, (bytes, bytearray, memoryview)):
+            return SandboxConfigError("%s must be text (str), not %s: decode it first "
+                                      "(data.decode('utf-8'))" % (where, type(v).__name__),
+                                      provider=provider)
+        return SandboxConfigError("%s must be a string, not %s" % (where, type(v).__name__),
+                                  provider=provider)
+    for key in _TEXT_KEYS:
+        if key not in request:
+            continue
+        v, name = request[key], _PY_NAMES.get(key, key)
+        if isinstance(v, Mapping):
+            for k, item in v.items():
+                if not isinstance(k, str):
+                    raise refuse("%s's names (%r)" % (name, k), k)
+                if not isinstance(item, str):
+                    raise refuse("%s[%r]" % (name, k), item)
+        elif isinstance(v, (list, tuple)):
+            for i, item in enumerate(v):
+                if not isinstance(item, str):
+                    raise refuse("%s[%d]" % (name, i), item)
+        elif not isinstance(v, str):
+            if key in ("env", "files") and not isinstance(v, (bytes, bytearray, memoryview)):
+                continue  # not a dict: moat's own refusal names it
+            raise refuse(name, v)
+    return request
+
+
 def build_request(code: Any, opts: Mapping[str, Any], defaults: Mapping[str, Any],
                   provider: str) -> Dict[str, Any]:
     """The JSON request of one run; the client-side refusals first (as the node client)."""
@@ -177,6 +215,7 @@ def build_request(code: Any, opts: Mapping[str, Any], defaults: Mapping[str, Any
         if opts.get(k) is not None:
             v = opts[k]
             request[wire] = list(v) if wire in ("allowedHosts", "outputs") and isinstance(v, tuple) else v
+    check_text(request, provider)
     return request
 
 
@@ -249,7 +288,8 @@ class RunResult:
         key = camel(name)
         if key in data:
             return data[key]
-        if key in RunResult._DEFAULTS or name in RunResult.__annotations__:
+        if key in RunResult._DEFAULTS or name in RunResult.__annotations__ or \
+                name in type(self).__dict__.get("__annotations__", {}):
             return RunResult._DEFAULTS.get(key)
         raise AttributeError("RunResult has no field %r" % name)
 
@@ -288,9 +328,13 @@ class RunResult:
 class SessionInfo(RunResult):
     """``GET /v1/sessions/{id}``: ``id``, ``state`` ("idle", "running", "killed", "ended",
     "expired"), ``runs``, ``cpu_time_ms``, ``memory_bytes``, ``created_at``, ``expires_at``,
-    ``idle_expires_at``, ``limits``, ``reason``; ``to_dict()`` under the wire names."""
+    ``idle_expires_at``, ``limits``, ``reason``; ``to_dict()`` under the wire names.
+    ``cpu_time_ms`` and ``memory_bytes`` are None where nothing measures them (no cgroup:
+    rootless without a delegated one), with a ``warnings`` entry saying so."""
 
     __slots__ = ()
+
+    memory_bytes: Optional[int]
 
     def __repr__(self) -> str:
         shown = ", ".join("%s=%r" % (snake(k), self._data[k]) for k in ("state", "runs", "reason")
@@ -652,6 +696,7 @@ def session_request(opts: Mapping[str, Any], cfg: Mapping[str, Any], provider: s
         if opts.get(k) is not None:
             v = opts[k]
             request[wire] = list(v) if wire == "allowedHosts" and isinstance(v, tuple) else v
+    check_text(request, provider)
     return request
 
 
@@ -684,6 +729,7 @@ def session_run_request(code: Any, stdin: Any, files: Any, timeout: Any, on_stdo
     for k, v in (("stdin", stdin), ("files", None if files is None else dict(files)), ("timeout", timeout)):
         if v is not None:
             request[k] = v
+    check_text(request, provider)
     return request
 
 

@@ -127,7 +127,8 @@ def exec_answer(status: Optional[int], out: bytes, err: bytes,
 def spawn_failed(e: OSError, moat: str, provider: str) -> Exception:
     from ._errors import SandboxUnavailableError
     if isinstance(e, FileNotFoundError):
-        return SandboxUnavailableError("moat binary not found (%s); install moat or set moatPath" % moat,
+        return SandboxUnavailableError("moat binary not found (%s); install moat, or give its path: "
+                                       "create_sandbox(binary=...) or MOAT_BIN" % moat,
                                        provider=provider)
     return SandboxUnavailableError("cannot run moat (%s): %s" % (moat, e.strerror or e), provider=provider)
 

@@ -118,5 +118,46 @@ class Stream(unittest.TestCase):
             b.finish()
 
 
+class PythonSpelling(unittest.TestCase):
+    """Issue 48: bytes where text is expected raise the client's own error, not json's bare
+    TypeError; the hints name Python's spelling (binary=, MOAT_BIN), not the node client's."""
+
+    def test_bytes_where_text_is_expected(self) -> None:
+        sb = create_sandbox(binary="/nonexistent")
+        for opts, where in (({"stdin": b"x"}, "stdin"), ({"files": {"a": b"x"}}, "files['a']"),
+                            ({"env": {"A": bytearray(b"x")}}, "env['A']"),
+                            ({"files": {b"a": "x"}}, "files's names"),
+                            ({"outputs": [b"*.txt"]}, "outputs[0]"),
+                            ({"allowed_hosts": [b"https://a.example"]}, "allowed_hosts[0]")):
+            with self.assertRaises(SandboxConfigError, msg=repr(opts)) as cm:
+                sb.run("print(1)", **opts)  # type: ignore[arg-type]
+            self.assertIn(where, str(cm.exception))
+            self.assertIn("must be text (str), not ", str(cm.exception))
+        with self.assertRaisesRegex(SandboxConfigError, "code must be a string"):
+            sb.run(b"print(1)")  # type: ignore[arg-type]
+        sb.dispose()
+
+    def test_missing_binary_hint_is_pythons(self) -> None:
+        sb = create_sandbox(binary="/nonexistent/moat")
+        with self.assertRaises(SandboxUnavailableError) as cm:
+            sb.run("print(1)")
+        msg = str(cm.exception)
+        self.assertIn("binary=", msg)
+        self.assertIn("MOAT_BIN", msg)
+        self.assertNotIn("moatPath", msg)
+        sb.dispose()
+
+
+class AbsentFigures(unittest.TestCase):
+    def test_session_figures_absent_are_none(self) -> None:
+        from moat_sandbox._core import SessionInfo
+        info = SessionInfo({"id": "ses_x", "state": "idle", "runs": 1,
+                            "warnings": ["cpuTimeMs and memoryBytes are absent: ..."]})
+        self.assertIsNone(info.cpu_time_ms)
+        self.assertIsNone(info.memory_bytes)
+        self.assertIn("absent", info.warnings[0])
+        self.assertEqual(SessionInfo({"memoryBytes": 5, "cpuTimeMs": 2}).memory_bytes, 5)
+
+
 if __name__ == "__main__":
     unittest.main()
