@@ -37,6 +37,7 @@ struct pool_session {
 	int64_t cpu_ms;
 	unsigned runs;
 	bool running; /* a step runs */
+	bool frozen;  /* every process stopped (pool_session_freeze) */
 	/* the caller killed it (pool_session_kill) */
 	atomic_bool kill_asked;
 	unsigned seq;
@@ -442,6 +443,17 @@ int pool_session_run(struct pool_session *s, const struct moat_request *step,
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "a run is running in the session");
 	if (!live)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "%s", why);
+	/* a frozen sandbox is thawed for its step (running keeps a freeze
+	 * out meanwhile) */
+	if (s->frozen) {
+		if (run_sandbox_freeze(s->sb, false, err) < 0) {
+			pthread_mutex_lock(&s->mu);
+			s->running = false;
+			pthread_mutex_unlock(&s->mu);
+			return -1;
+		}
+		s->frozen = false;
+	}
 	int rc = step_run(s, step, per, seq, res, extra, err);
 	pthread_mutex_lock(&s->mu);
 	s->running = false;
@@ -575,6 +587,51 @@ int64_t pool_session_cpu_ms(const struct pool_session *s)
 	struct pool_session *m = (struct pool_session *)s;
 	pthread_mutex_lock(&m->mu);
 	int64_t v = s->cpu_ms;
+	/* while it lives: the sandbox's own figure, background work included
+	 * (the steps' sum misses what ran between them) */
+	if (s->state == POOL_SESSION_LIVE && s->sb) {
+		int64_t now = run_sandbox_cpu_ms(s->sb);
+		if (now >= 0)
+			v = m->cpu_ms = now;
+	}
+	pthread_mutex_unlock(&m->mu);
+	return v;
+}
+
+bool pool_session_cpu_bounded(const struct pool_session *s)
+{
+	return s->sb && run_sandbox_cpu_bounded(s->sb);
+}
+
+int pool_session_freeze(struct pool_session *s, bool frozen, struct moat_error *err)
+{
+	pthread_mutex_lock(&s->mu);
+	bool go = s->state == POOL_SESSION_LIVE && !s->running && s->sb &&
+		  !atomic_load(&s->kill_asked);
+	if (go && s->frozen == frozen) {
+		pthread_mutex_unlock(&s->mu);
+		return 0;
+	}
+	if (go)
+		s->running = true; /* no step, watch or other freeze meanwhile */
+	pthread_mutex_unlock(&s->mu);
+	if (!go)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "the session is not live, or a run is running in it");
+	int rc = run_sandbox_freeze(s->sb, frozen, err);
+	pthread_mutex_lock(&s->mu);
+	if (rc == 0)
+		s->frozen = frozen;
+	s->running = false;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+bool pool_session_frozen(const struct pool_session *s)
+{
+	struct pool_session *m = (struct pool_session *)s;
+	pthread_mutex_lock(&m->mu);
+	bool v = s->frozen;
 	pthread_mutex_unlock(&m->mu);
 	return v;
 }

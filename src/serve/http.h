@@ -71,6 +71,8 @@ struct server {
 	struct moat_relay_caps *relay_caps; /* shared by every run's relays */
 	struct serve_sessions *sessions; /* NULL: sessions off (their routes are 404s) */
 	struct moat_run_options ses_opts; /* the sessions' sandboxes' */
+	struct serve_budget budget; /* the live sandboxes' memory and cpus (budget.c) */
+	bool have_budget;
 };
 
 /* A handler's response on its way from the worker to the connection. */
@@ -196,6 +198,7 @@ enum MHD_Result srv_session_missing(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, bool del);
+enum MHD_Result srv_session_ctl_route(struct req *q, struct MHD_Connection *c, bool pause);
 
 /* ---- route_admin.c ---- */
 char *srv_metrics_text(struct server *s);

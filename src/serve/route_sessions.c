@@ -74,6 +74,22 @@ static int lifetime_key(cJSON *o, const char *key, uint64_t def, uint64_t max, u
 	return 0;
 }
 
+/* "onIdle" of POST /v1/sessions (removed from the object): "pause" or
+ * "delete" (the default). */
+static int on_idle_key(cJSON *o, bool *pause, struct moat_error *err)
+{
+	cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(o, "onIdle");
+	*pause = false;
+	if (!it)
+		return 0;
+	bool ok = cJSON_IsString(it) && (!strcmp(it->valuestring, "pause") ||
+					 !strcmp(it->valuestring, "delete"));
+	*pause = ok && !strcmp(it->valuestring, "pause");
+	cJSON_Delete(it);
+	return ok ? 0 : moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				       "\"onIdle\" must be \"pause\" or \"delete\"");
+}
+
 /* body as a JSON object whose keys are among allowed (NULL-terminated):
  * the object, or NULL with *err (400). */
 static cJSON *session_body(struct req *q, const char *const *refused, struct moat_error *err)
@@ -118,14 +134,19 @@ enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *
 	const struct serve_limits *l = &q->s->limits;
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	MOAT_AUTO(moat_request) struct moat_request *req = NULL;
-	uint64_t idle = 0, life = 0;
+	struct serve_session_params sp = { 0 };
 	{
 		MOAT_AUTO(cJSON) cJSON *o = session_body(q, refused, &err);
+		uint64_t cpu_max = l->session_max_cpu_ms ? l->session_max_cpu_ms
+							 : 7ull * 24 * 3600 * 1000;
 		if (!o ||
 		    lifetime_key(o, "idleTimeoutMs", l->session_idle_ms, l->session_max_idle_ms,
-				 &idle, &err) < 0 ||
+				 &sp.idle_ms, &err) < 0 ||
 		    lifetime_key(o, "maxLifetimeMs", l->session_max_life_ms,
-				 l->session_max_life_ms, &life, &err) < 0 ||
+				 l->session_max_life_ms, &sp.life_ms, &err) < 0 ||
+		    lifetime_key(o, "maxCpuTimeMs", l->session_max_cpu_ms, cpu_max,
+				 &sp.max_cpu_ms, &err) < 0 ||
+		    on_idle_key(o, &sp.on_idle_pause, &err) < 0 ||
 		    !cJSON_AddStringToObject(o, "code", "") ||
 		    session_prepare(q, o, q->header_id, &req, &err) < 0)
 			return srv_fail_moat(q, c, &err);
@@ -146,8 +167,7 @@ enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *
 	struct moat_run_options per;
 	srv_run_options(q, &per);
 	char *answer = NULL;
-	int rc = serve_sessions_create(q->s->sessions, q->cred, req, idle, life, &per, &answer,
-				       &err);
+	int rc = serve_sessions_create(q->s->sessions, q->cred, req, &sp, &per, &answer, &err);
 	if (rc == -2)
 		return srv_fail(q, c, 503, "ServerBusy", O_REJECTED, err.message);
 	if (rc < 0)
@@ -244,6 +264,37 @@ enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, bool 
 		serve_session_json(ss, q->ses, &b, true);
 		moat_buf_append(&b, "\n", 1);
 	}
+	char *body = moat_buf_take(&b);
+	return body ? srv_respond(q, c, 200, body, "application/json", NULL, NULL) : MHD_NO;
+}
+
+/* POST /v1/sessions/{id}/pause and /resume: answered from the headers. */
+enum MHD_Result srv_session_ctl_route(struct req *q, struct MHD_Connection *c, bool pause)
+{
+	struct serve_sessions *ss = q->s->sessions;
+	q->ses = serve_sessions_get(ss, q->ses_id, q->cred);
+	if (!q->ses)
+		return srv_session_missing(q, c);
+	q->lang = (int)serve_session_language(q->ses);
+	struct moat_buf b = { 0 };
+	char *gone = NULL;
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	int rc = serve_session_pause(ss, q->ses, pause, &b, &gone, &err);
+	if (rc == -1) {
+		moat_buf_free(&b);
+		return srv_fail(q, c, 409, "SessionBusy", O_REJECTED,
+				"a step is running in this session; pause or resume it between "
+				"steps");
+	}
+	if (rc == -2) {
+		moat_buf_free(&b);
+		return session_gone(q, c, gone);
+	}
+	if (rc < 0) {
+		moat_buf_free(&b);
+		return srv_fail_moat(q, c, &err);
+	}
+	moat_buf_append(&b, "\n", 1);
 	char *body = moat_buf_take(&b);
 	return body ? srv_respond(q, c, 200, body, "application/json", NULL, NULL) : MHD_NO;
 }
