@@ -1,21 +1,25 @@
 /* Freezing a sandbox between requests and reading its CPU time without a
  * cgroup (runner/sandbox.h: run_sandbox_freeze, run_sandbox_cpu_ms;
- * docs/SESSIONS.md, "Pause and resume"). The sandbox's processes are the
- * tasks of its pid namespace, found by the host's /proc: every task whose
- * /proc/<pid>/ns/pid is pid 1's (the sandbox's filter refuses unshare and
- * clone's namespace flags, so no task of it is in a namespace below).
+ * docs/SESSIONS.md, "Pause and resume"). The sandbox's processes are pid
+ * 1 and its descendants, found by the host's /proc (each process's parent
+ * in /proc/<pid>/stat, which anyone may read: pid 1 is not dumpable and a
+ * process of the sandbox may make itself so, which would hide its
+ * /proc/<pid>/ns from a rootless service). Inside a pid namespace every
+ * orphan is reparented to a task of it (its init or a subreaper below),
+ * so the descendants of pid 1 are the namespace's tasks; the sandbox's
+ * filter refuses setns, so nothing joins it from outside but the host.
  *
- * Freeze: SIGSTOP to every process of the namespace that has a thread not
- * stopped, pass after pass, until two passes in a row find the same tasks
- * and every thread of them stopped. Complete because (1) a task with a
+ * Freeze: SIGSTOP to every such process that has a thread not stopped,
+ * pass after pass, until two passes in a row find the same processes and
+ * every thread of them stopped. Complete because (1) a task with a
  * SIGSTOP pending cannot finish a fork or clone (copy_process aborts on a
- * pending signal), so once every process seen was stopped nothing new
- * comes of it; (2) a task alive through a whole pass is seen by that pass;
- * (3) a task made during pass k by one not stopped yet is alive through
- * pass k+1, which then differs from pass k or sees it running; and a
- * SIGCONT from inside needs a task running, which (2) and (3) find. Only
- * SIGKILL and SIGSTOP reach a pid namespace's init from outside, and both
- * do; a stopped task keeps its memory. Thaw: SIGCONT to each. */
+ * pending signal), so nothing new comes of a process once it is stopped;
+ * (2) a task alive through a whole pass is seen by that pass; (3) a task
+ * made during pass k by one not stopped yet is alive through pass k+1,
+ * which then differs from pass k or sees it running; and a SIGCONT from
+ * inside needs a task running, which (2) and (3) find. Only SIGKILL and
+ * SIGSTOP reach a pid namespace's init from outside, and both do; a
+ * stopped task keeps its memory and uses no CPU. Thaw: SIGCONT to each. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -37,20 +41,6 @@ struct moat_sandbox {
 };
 
 #define FREEZE_MAX_PASSES 2000
-
-/* The pid namespace of pid (its nsfs inode): 0, or -1 (gone, or not ours
- * to look at). */
-static int ns_of(pid_t pid, dev_t *dev, ino_t *ino)
-{
-	char p[64];
-	snprintf(p, sizeof p, "/proc/%d/ns/pid", (int)pid);
-	struct stat st;
-	if (stat(p, &st) < 0)
-		return -1;
-	*dev = st.st_dev;
-	*ino = st.st_ino;
-	return 0;
-}
 
 /* Reads a small /proc file whole into buf (NUL-terminated): its length,
  * or -1. */
@@ -121,48 +111,72 @@ static bool all_threads_stopped(pid_t pid)
 	return all;
 }
 
-/* Each process of the namespace (dev, ino): fn(pid, ctx). -1 when /proc
- * cannot be read. */
-static int each_process(dev_t dev, ino_t ino, void (*fn)(pid_t, void *), void *ctx)
+struct proc_ent {
+	pid_t pid, ppid;
+	unsigned long long ticks;
+	bool in; /* pid 1 or a descendant */
+};
+
+/* Every process of the host (pid, parent, CPU ticks) in pid order, and
+ * which of them are root and its descendants: 0 with *out (malloc'd) and
+ * *n, or -1. */
+static int tree_of(pid_t root, struct proc_ent **out, size_t *n)
 {
+	*out = NULL;
+	*n = 0;
 	DIR *d = opendir("/proc");
 	if (!d)
 		return -1;
+	struct proc_ent *v = NULL;
+	size_t len = 0, cap = 0;
 	struct dirent *e;
 	while ((e = readdir(d))) {
 		if (!isdigit((unsigned char)e->d_name[0]))
 			continue;
 		pid_t pid = (pid_t)atoi(e->d_name);
-		dev_t pd;
-		ino_t pi;
-		if (ns_of(pid, &pd, &pi) == 0 && pd == dev && pi == ino)
-			fn(pid, ctx);
+		char p[64], buf[1024];
+		snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+		if (read_small(p, buf, sizeof buf) <= 0)
+			continue;
+		char *rp = strrchr(buf, ')');
+		int ppid = 0;
+		unsigned long long t[4] = { 0 };
+		if (!rp || sscanf(rp + 1, " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu "
+					  "%llu", &ppid, &t[0], &t[1], &t[2], &t[3]) != 5)
+			continue;
+		if (len == cap) {
+			size_t nc = cap ? cap * 2 : 512;
+			struct proc_ent *nv = realloc(v, nc * sizeof *nv);
+			if (!nv) {
+				free(v);
+				closedir(d);
+				errno = ENOMEM;
+				return -1;
+			}
+			v = nv;
+			cap = nc;
+		}
+		v[len++] = (struct proc_ent){ pid, (pid_t)ppid, t[0] + t[1] + t[2] + t[3],
+					      pid == root };
 	}
 	closedir(d);
+	/* descendants: a parent in the set puts its child in, until none
+	 * more (as many rounds as the tree is deep) */
+	for (bool more = true; more;) {
+		more = false;
+		for (size_t i = 0; i < len; i++) {
+			if (v[i].in)
+				continue;
+			for (size_t j = 0; j < len; j++)
+				if (v[j].in && v[j].pid == v[i].ppid) {
+					v[i].in = more = true;
+					break;
+				}
+		}
+	}
+	*out = v;
+	*n = len;
 	return 0;
-}
-
-struct stop_pass {
-	bool freeze;
-	bool sent;           /* a process was signalled (found running) */
-	uint64_t sum;        /* the pids seen, summed and mixed: a pass's set */
-	unsigned count;
-	unsigned long long ticks;
-};
-
-static void stop_one(pid_t pid, void *ctx)
-{
-	struct stop_pass *sp = ctx;
-	sp->count++;
-	sp->sum += (uint64_t)pid * 0x9e3779b97f4a7c15ull ^ (uint64_t)pid;
-	if (!sp->freeze) {
-		kill(pid, SIGCONT);
-		return;
-	}
-	if (!all_threads_stopped(pid)) {
-		kill(pid, SIGSTOP);
-		sp->sent = true;
-	}
 }
 
 int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *err)
@@ -170,46 +184,48 @@ int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *
 	struct run *r = &sb->run;
 	if (r->pid <= 0 || r->exited)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "the sandbox has ended");
-	dev_t dev;
-	ino_t ino;
-	if (ns_of(r->pid, &dev, &ino) < 0)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
-				      "cannot find the sandbox's processes: %s", strerror(errno));
-	if (!frozen) {
-		/* nothing of a stopped tree forks: one pass finds every task */
-		struct stop_pass sp = { .freeze = false };
-		if (each_process(dev, ino, stop_one, &sp) < 0)
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
-					      "cannot read /proc: %s", strerror(errno));
-		return 0;
-	}
 	uint64_t last_sum = 0;
-	unsigned last_count = 0;
+	size_t last_count = 0;
 	bool last_clean = false;
 	for (int pass = 0; pass < FREEZE_MAX_PASSES; pass++) {
-		struct stop_pass sp = { .freeze = true };
-		if (each_process(dev, ino, stop_one, &sp) < 0)
+		struct proc_ent *v;
+		size_t n;
+		if (tree_of(r->pid, &v, &n) < 0)
 			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
-					      "cannot read /proc: %s", strerror(errno));
-		bool clean = !sp.sent;
-		if (clean && last_clean && sp.sum == last_sum && sp.count == last_count)
+					      "cannot read the sandbox's processes in /proc: %s",
+					      strerror(errno));
+		bool sent = false;
+		uint64_t sum = 0;
+		size_t count = 0;
+		for (size_t i = 0; i < n; i++) {
+			if (!v[i].in)
+				continue;
+			count++;
+			sum += (uint64_t)v[i].pid * 0x9e3779b97f4a7c15ull;
+			if (!frozen)
+				kill(v[i].pid, SIGCONT);
+			else if (!all_threads_stopped(v[i].pid)) {
+				kill(v[i].pid, SIGSTOP);
+				sent = true;
+			}
+		}
+		free(v);
+		if (!count)
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "the sandbox has ended");
+		/* thawed: nothing of a stopped tree forks, one pass finds all */
+		if (!frozen)
+			return 0;
+		bool clean = !sent;
+		if (clean && last_clean && sum == last_sum && count == last_count)
 			return 0;
 		last_clean = clean;
-		last_sum = sp.sum;
-		last_count = sp.count;
+		last_sum = sum;
+		last_count = count;
 		if (!clean) /* the stops take effect */
 			nanosleep(&(struct timespec){ .tv_nsec = 1000000 }, NULL);
 	}
 	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
 			      "the sandbox's processes did not all stop");
-}
-
-static void sum_one(pid_t pid, void *ctx)
-{
-	struct stop_pass *sp = ctx;
-	unsigned long long t = 0;
-	if (task_stat(pid, 0, &t))
-		sp->ticks += t;
 }
 
 int64_t run_sandbox_cpu_ms(const struct moat_sandbox *sb)
@@ -218,17 +234,19 @@ int64_t run_sandbox_cpu_ms(const struct moat_sandbox *sb)
 	int64_t cg = moat_cgroup_cpu_ms(r->cg);
 	if (cg >= 0 || r->pid <= 0 || r->exited)
 		return cg;
-	dev_t dev;
-	ino_t ino;
-	if (ns_of(r->pid, &dev, &ino) < 0)
+	struct proc_ent *v;
+	size_t n;
+	if (tree_of(r->pid, &v, &n) < 0)
 		return -1;
-	struct stop_pass sp = { 0 };
-	if (each_process(dev, ino, sum_one, &sp) < 0)
-		return -1;
+	unsigned long long ticks = 0;
+	for (size_t i = 0; i < n; i++)
+		if (v[i].in)
+			ticks += v[i].ticks;
+	free(v);
 	long hz = sysconf(_SC_CLK_TCK);
 	if (hz <= 0)
 		hz = 100;
-	return (int64_t)(sp.ticks * 1000ull / (unsigned long long)hz);
+	return (int64_t)(ticks * 1000ull / (unsigned long long)hz);
 }
 
 bool run_sandbox_cpu_bounded(const struct moat_sandbox *sb)

@@ -62,6 +62,8 @@ struct serve_session {
 	bool on_idle_pause;  /* onIdle "pause" */
 	bool unbounded;      /* no cgroup bounds its CPU: frozen between steps */
 	bool paused;         /* paused (POST .../pause, or idle with onIdle "pause") */
+	bool freezing;       /* a pause or resume holds it (busy, stepping): a step
+			      * or another pause waits for it, never a 409 */
 	unsigned runs;
 	int64_t cpu_ms, memory_bytes; /* the last known, kept after its sandbox is gone */
 };
@@ -352,7 +354,7 @@ static void *session_thread(void *arg)
 				/* onIdle "pause": an idle session is paused, not ended */
 				if (idle && !life && x->on_idle_pause) {
 					if (!x->paused && npause < 64) {
-						x->busy = x->stepping = true;
+						x->busy = x->stepping = x->freezing = true;
 						x->refs++;
 						pause[npause++] = x;
 					}
@@ -390,7 +392,7 @@ static void *session_thread(void *arg)
 			if (rc < 0)
 				pool_session_kill(p); /* never left half-frozen */
 			pthread_mutex_lock(&ss->mu);
-			x->busy = x->stepping = false;
+			x->busy = x->stepping = x->freezing = false;
 			x->paused = rc == 0;
 			sync_state(ss, x, moat_mono_ms());
 			unref_locked(x);
@@ -662,6 +664,8 @@ int serve_session_begin(struct serve_sessions *ss, struct serve_session *x, char
 {
 	*gone = NULL;
 	pthread_mutex_lock(&ss->mu);
+	while (x->freezing)
+		pthread_cond_wait(&ss->cv, &ss->mu);
 	int rc = 0;
 	if (!x->busy)
 		sync_state(ss, x, moat_mono_ms());
@@ -733,9 +737,10 @@ enum moat_language serve_session_language(const struct serve_session *x)
 static void session_object(struct serve_session *x, struct moat_buf *b, bool full)
 {
 	static const char *const names[] = { "idle", "killed", "ended", "expired" };
-	const char *state = x->state == SES_LIVE && x->busy	? "running"
-			    : x->state == SES_LIVE && x->paused ? "paused"
-								: names[x->state];
+	/* a pause or resume under way is no step: "idle" until it is done */
+	const char *state = x->state == SES_LIVE && x->busy && !x->freezing ? "running"
+			    : x->state == SES_LIVE && x->paused		  ? "paused"
+									  : names[x->state];
 	if (x->ps) {
 		int64_t m = pool_session_memory(x->ps), c = pool_session_cpu_ms(x->ps);
 		if (m >= 0)
@@ -787,6 +792,8 @@ int serve_session_pause(struct serve_sessions *ss, struct serve_session *x, bool
 {
 	*gone = NULL;
 	pthread_mutex_lock(&ss->mu);
+	while (x->freezing)
+		pthread_cond_wait(&ss->cv, &ss->mu);
 	if (!x->busy)
 		sync_state(ss, x, moat_mono_ms());
 	if (x->state != SES_LIVE || !x->ps) {
@@ -799,7 +806,7 @@ int serve_session_pause(struct serve_sessions *ss, struct serve_session *x, bool
 		return -1;
 	}
 	/* held as a step holds it: DELETE, the reaper and the stop wait */
-	x->busy = x->stepping = true;
+	x->busy = x->stepping = x->freezing = true;
 	struct pool_session *p = x->ps;
 	pthread_mutex_unlock(&ss->mu);
 	/* resumed, a session no cgroup bounds stays frozen between steps */
@@ -807,7 +814,7 @@ int serve_session_pause(struct serve_sessions *ss, struct serve_session *x, bool
 	if (rc < 0)
 		pool_session_kill(p); /* never left half-frozen */
 	pthread_mutex_lock(&ss->mu);
-	x->busy = x->stepping = false;
+	x->busy = x->stepping = x->freezing = false;
 	x->last_ms = moat_mono_ms();
 	if (rc == 0)
 		x->paused = pause;
