@@ -153,9 +153,10 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 						   : "this route takes POST");
 	if (q->route == R_HEALTHZ) {
 		/* the body stays what clients and load balancers compare whole;
-		 * ?detail=1 adds the live sandboxes' budgets */
+		 * ?detail=1 adds the live sandboxes' budgets, to a caller that
+		 * may see /metrics (the token, when there is one) */
 		const char *d = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "detail");
-		if (!d || strcmp(d, "1") || !s->have_budget)
+		if (!d || strcmp(d, "1") || !s->have_budget || !token_ok(s, c))
 			return srv_respond(q, c, 200, strdup(s->healthz), "application/json", NULL,
 					   NULL);
 		struct moat_buf b = { 0 };
