@@ -29,6 +29,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -179,6 +180,44 @@ static int tree_of(pid_t root, struct proc_ent **out, size_t *n)
 	return 0;
 }
 
+/* The parent of pid now (its /proc stat), or -1 when gone. */
+static pid_t parent_of(pid_t pid)
+{
+	char p[64], buf[1024];
+	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
+	if (read_small(p, buf, sizeof buf) <= 0)
+		return -1;
+	char *rp = strrchr(buf, ')');
+	int ppid = -1;
+	if (!rp || sscanf(rp + 1, " %*c %d", &ppid) != 1)
+		return -1;
+	return (pid_t)ppid;
+}
+
+/* sig to the process v[i] of the tree, never to another that took its pid
+ * since the snapshot: a pidfd is opened first, then its parent is read
+ * again and must be in the tree; the signal goes through the pidfd, so
+ * it reaches that process or none (one that died since: ESRCH). pid 1
+ * through the run's own pidfd. */
+static void signal_member(const struct run *r, const struct proc_ent *v, size_t n, size_t i,
+			  int sig)
+{
+	if (v[i].pid == r->pid && r->pidfd >= 0) {
+		syscall(SYS_pidfd_send_signal, r->pidfd, sig, NULL, 0);
+		return;
+	}
+	int fd = (int)syscall(SYS_pidfd_open, v[i].pid, 0);
+	if (fd < 0)
+		return; /* gone */
+	pid_t pp = parent_of(v[i].pid);
+	bool in = false;
+	for (size_t j = 0; j < n && !in; j++)
+		in = v[j].in && v[j].pid == pp;
+	if (in)
+		syscall(SYS_pidfd_send_signal, fd, sig, NULL, 0);
+	close(fd);
+}
+
 int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *err)
 {
 	struct run *r = &sb->run;
@@ -203,9 +242,9 @@ int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *
 			count++;
 			sum += (uint64_t)v[i].pid * 0x9e3779b97f4a7c15ull;
 			if (!frozen)
-				kill(v[i].pid, SIGCONT);
+				signal_member(r, v, n, i, SIGCONT);
 			else if (!all_threads_stopped(v[i].pid)) {
-				kill(v[i].pid, SIGSTOP);
+				signal_member(r, v, n, i, SIGSTOP);
 				sent = true;
 			}
 		}
