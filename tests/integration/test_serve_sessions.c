@@ -1509,9 +1509,14 @@ Suite *serve_sessions_suite(void)
 	tcase_add_loop_test(tc, ses_killed_while_idle, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_idle_lifetime_end, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_budget, MODE_ROOT, MODE_ROOTLESS + 1);
-	tcase_add_loop_test(tc, ses_background_cpu, MODE_ROOT, MODE_ROOTLESS + 1);
-	tcase_add_loop_test(tc, ses_frozen_between_steps, MODE_ROOT, MODE_ROOTLESS + 1);
-	tcase_add_loop_test(tc, ses_pause_resume, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
+	/* background CPU, the freeze, pause and resume: a tcase of its own so
+	 * that the VM stage runs it on cgroup v2 (VM_SUITES) */
+	TCase *cpu = tcase_create("serve_sessions_cpu");
+	tcase_set_timeout(cpu, 240);
+	tcase_add_loop_test(cpu, ses_background_cpu, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(cpu, ses_frozen_between_steps, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(cpu, ses_pause_resume, MODE_ROOT, MODE_ROOTLESS + 1);
+	suite_add_tcase(s, cpu);
 	return s;
 }
