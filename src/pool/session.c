@@ -43,6 +43,22 @@ struct pool_session {
 	unsigned seq;
 };
 
+/* The session's CPU time after a step or its end (mu held): the sandbox's
+ * own figure when it has one (its cgroup's, or while its processes live
+ * their /proc times: background work included), else the step's added;
+ * never less than before. */
+static void account_cpu(struct pool_session *s, int64_t step_ms)
+{
+	int64_t now = s->sb ? run_sandbox_cpu_ms(s->sb) : -1;
+	int64_t was = s->cpu_ms > 0 ? s->cpu_ms : 0;
+	if (now >= 0)
+		s->cpu_ms = now > was ? now : was;
+	else if (step_ms > 0)
+		s->cpu_ms = was + step_ms;
+	else
+		s->cpu_ms = was;
+}
+
 static char *dup_str(const char *s)
 {
 	return s ? strdup(s) : NULL;
@@ -175,8 +191,7 @@ static void ended_by(struct pool_session *s, const struct moat_result *res, bool
 	else
 		set_over(s, POOL_SESSION_KILLED, "crash",
 			 "the session was killed: its interpreter crashed (signal %d)", res->signal);
-	if (res->cpu_time_ms >= 0)
-		s->cpu_ms = (s->cpu_ms > 0 ? s->cpu_ms : 0) + res->cpu_time_ms;
+	account_cpu(s, res->cpu_time_ms);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -496,8 +511,7 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 			protocol_kill(s, r);
 		else {
 			pthread_mutex_lock(&s->mu);
-			if (r->cpu_time_ms >= 0)
-				s->cpu_ms = (s->cpu_ms > 0 ? s->cpu_ms : 0) + r->cpu_time_ms;
+			account_cpu(s, r->cpu_time_ms);
 			pthread_mutex_unlock(&s->mu);
 			/* killed while it answered: over all the same */
 			if (atomic_load(&s->kill_asked)) {
@@ -591,7 +605,7 @@ int64_t pool_session_cpu_ms(const struct pool_session *s)
 	 * (the steps' sum misses what ran between them) */
 	if (s->state == POOL_SESSION_LIVE && s->sb) {
 		int64_t now = run_sandbox_cpu_ms(s->sb);
-		if (now >= 0)
+		if (now > v) /* never less than before: a task reaped unseen */
 			v = m->cpu_ms = now;
 	}
 	pthread_mutex_unlock(&m->mu);
