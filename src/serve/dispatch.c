@@ -119,31 +119,24 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 			 q->route == R_SESSION_RUN || q->route == R_SESSION_CTL;
 	if (q->route == R_OTHER || (ses_route && !s->sessions))
 		return srv_fail(q, c, 404, "NotFound", O_BAD_REQUEST, "no such route");
-	if (q->route == R_SESSION) {
-		if (strcmp(method, "GET") && strcmp(method, "DELETE"))
+	if (q->route == R_SESSION || q->route == R_SESSION_CTL) {
+		/* answered from the headers: a body, if any, is not read */
+		bool ctl = q->route == R_SESSION_CTL;
+		if (ctl ? strcmp(method, "POST") != 0
+			: strcmp(method, "GET") && strcmp(method, "DELETE"))
 			return srv_fail(q, c, 405, "MethodNotAllowed", O_BAD_REQUEST,
-					"this route takes GET or DELETE");
+					ctl ? "this route takes POST" : "this route takes GET or DELETE");
 		if (!token_ok(s, c))
 			return srv_fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
 					"a valid bearer token is required (Authorization: Bearer ...)");
 		srv_caller_cred(s, c, q->cred);
 		snprintf(q->ses_id, sizeof q->ses_id, "%.36s", url + 13);
-		if (strlen(url + 13) != SERVE_SESSION_ID_LEN)
+		if (!ctl && strlen(url + 13) != SERVE_SESSION_ID_LEN)
 			q->ses_id[0] = '\0'; /* no such id */
-		return srv_session_route(q, c, !strcmp(method, "DELETE"));
-	}
-	if (q->route == R_SESSION_CTL) {
-		/* answered from the headers: a body, if any, is not read */
-		if (strcmp(method, "POST"))
-			return srv_fail(q, c, 405, "MethodNotAllowed", O_BAD_REQUEST,
-					"this route takes POST");
-		if (!token_ok(s, c))
-			return srv_fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
-					"a valid bearer token is required (Authorization: Bearer ...)");
-		srv_caller_cred(s, c, q->cred);
-		memcpy(q->ses_id, url + 13, SERVE_SESSION_ID_LEN);
-		q->ses_id[SERVE_SESSION_ID_LEN] = '\0';
-		return srv_session_ctl_route(q, c, url[13 + SERVE_SESSION_ID_LEN + 1] == 'p');
+		enum srv_session_op op = !ctl ? (!strcmp(method, "DELETE") ? SES_OP_DELETE : SES_OP_GET)
+				       : url[13 + SERVE_SESSION_ID_LEN + 1] == 'p' ? SES_OP_PAUSE
+										   : SES_OP_RESUME;
+		return srv_session_route(q, c, op);
 	}
 	const char *want = get_route ? "GET" : q->route == R_KV ? "DELETE" : "POST";
 	if (strcmp(method, want) && !(get_route && !strcmp(method, "HEAD")))

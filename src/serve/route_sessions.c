@@ -245,31 +245,9 @@ enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c)
 	return r;
 }
 
-/* GET and DELETE /v1/sessions/{id}: answered from the headers. */
-enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, bool del)
-{
-	struct serve_sessions *ss = q->s->sessions;
-	q->ses = serve_sessions_get(ss, q->ses_id, q->cred);
-	if (!q->ses)
-		return srv_session_missing(q, c);
-	q->lang = (int)serve_session_language(q->ses);
-	struct moat_buf b = { 0 };
-	if (del) {
-		char *gone = NULL;
-		if (serve_session_delete(ss, q->ses, &gone) < 0)
-			return session_gone(q, c, gone);
-		moat_buf_appendf(&b, "{\"id\":\"%s\",\"state\":\"ended\"}\n", q->ses_id);
-	} else {
-		free(serve_session_gone(ss, q->ses)); /* its state now */
-		serve_session_json(ss, q->ses, &b, true);
-		moat_buf_append(&b, "\n", 1);
-	}
-	char *body = moat_buf_take(&b);
-	return body ? srv_respond(q, c, 200, body, "application/json", NULL, NULL) : MHD_NO;
-}
-
-/* POST /v1/sessions/{id}/pause and /resume: answered from the headers. */
-enum MHD_Result srv_session_ctl_route(struct req *q, struct MHD_Connection *c, bool pause)
+/* GET and DELETE /v1/sessions/{id}, POST .../pause and .../resume:
+ * answered from the headers. */
+enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, enum srv_session_op op)
 {
 	struct serve_sessions *ss = q->s->sessions;
 	q->ses = serve_sessions_get(ss, q->ses_id, q->cred);
@@ -278,21 +256,26 @@ enum MHD_Result srv_session_ctl_route(struct req *q, struct MHD_Connection *c, b
 	q->lang = (int)serve_session_language(q->ses);
 	struct moat_buf b = { 0 };
 	char *gone = NULL;
-	MOAT_AUTO_ERROR struct moat_error err = { 0 };
-	int rc = serve_session_pause(ss, q->ses, pause, &b, &gone, &err);
-	if (rc == -1) {
-		moat_buf_free(&b);
-		return srv_fail(q, c, 409, "SessionBusy", O_REJECTED,
-				"a step is running in this session; pause or resume it between "
-				"steps");
-	}
-	if (rc == -2) {
-		moat_buf_free(&b);
-		return session_gone(q, c, gone);
-	}
-	if (rc < 0) {
-		moat_buf_free(&b);
-		return srv_fail_moat(q, c, &err);
+	if (op == SES_OP_DELETE) {
+		if (serve_session_delete(ss, q->ses, &gone) < 0)
+			return session_gone(q, c, gone);
+		moat_buf_appendf(&b, "{\"id\":\"%s\",\"state\":\"ended\"}", q->ses_id);
+	} else if (op == SES_OP_GET) {
+		free(serve_session_gone(ss, q->ses)); /* its state now */
+		serve_session_json(ss, q->ses, &b, true);
+	} else {
+		MOAT_AUTO_ERROR struct moat_error err = { 0 };
+		int rc = serve_session_pause(ss, q->ses, op == SES_OP_PAUSE, &b, &gone, &err);
+		if (rc < 0)
+			moat_buf_free(&b);
+		if (rc == -1)
+			return srv_fail(q, c, 409, "SessionBusy", O_REJECTED,
+					"a step is running in this session; pause or resume it between "
+					"steps");
+		if (rc == -2)
+			return session_gone(q, c, gone);
+		if (rc < 0)
+			return srv_fail_moat(q, c, &err);
 	}
 	moat_buf_append(&b, "\n", 1);
 	char *body = moat_buf_take(&b);
