@@ -11,7 +11,9 @@
  *
  * Freeze: SIGSTOP to every such process that has a thread not stopped,
  * pass after pass, until two passes in a row find the same processes and
- * every thread of them stopped. Complete because (1) a task with a
+ * every thread of them stopped (or, signalled, in an uninterruptible
+ * wait in the kernel: it stops on its way out, before any instruction of
+ * its own). Complete because (1) a task with a
  * SIGSTOP pending cannot finish a fork or clone (copy_process aborts on a
  * pending signal), so nothing new comes of a process once it is stopped;
  * (2) a task alive through a whole pass is seen by that pass; (3) a task
@@ -90,26 +92,34 @@ static char task_stat(pid_t pid, pid_t tid, unsigned long long *times)
 	return rp[2];
 }
 
-static bool stopped_letter(char c)
-{
-	return c == 'T' || c == 'Z' || c == 'X' || c == 0;
-}
+enum thread_state { ALL_STOPPED, IN_KERNEL, RUNNING };
 
-/* Every thread of pid stopped (or gone)? */
-static bool all_threads_stopped(pid_t pid)
+/* The threads of pid: all stopped (or gone); none running but some in an
+ * uninterruptible wait ('D', e.g. a vfork's parent whose child we
+ * stopped before its exec: it waits until we thaw) or a tracing stop;
+ * or one running. A thread in the kernel that was sent SIGSTOP stops
+ * before it runs a user instruction again, so it counts as frozen once
+ * signalled (the caller signals it on every pass). */
+static enum thread_state threads_of(pid_t pid)
 {
 	char p[64];
 	snprintf(p, sizeof p, "/proc/%d/task", (int)pid);
 	DIR *d = opendir(p);
 	if (!d)
-		return true; /* gone */
-	bool all = true;
+		return ALL_STOPPED; /* gone */
+	enum thread_state st = ALL_STOPPED;
 	struct dirent *e;
-	while (all && (e = readdir(d)))
-		if (isdigit((unsigned char)e->d_name[0]))
-			all = stopped_letter(task_stat(pid, (pid_t)atoi(e->d_name), NULL));
+	while (st != RUNNING && (e = readdir(d))) {
+		if (!isdigit((unsigned char)e->d_name[0]))
+			continue;
+		char c = task_stat(pid, (pid_t)atoi(e->d_name), NULL);
+		if (c == 'D' || c == 't')
+			st = IN_KERNEL;
+		else if (c != 'T' && c != 'Z' && c != 'X' && c != 0)
+			st = RUNNING;
+	}
 	closedir(d);
-	return all;
+	return st;
 }
 
 struct proc_ent {
@@ -243,9 +253,11 @@ int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *
 			sum += (uint64_t)v[i].pid * 0x9e3779b97f4a7c15ull;
 			if (!frozen)
 				signal_member(r, v, n, i, SIGCONT);
-			else if (!all_threads_stopped(v[i].pid)) {
-				signal_member(r, v, n, i, SIGSTOP);
-				sent = true;
+			else {
+				enum thread_state st = threads_of(v[i].pid);
+				if (st != ALL_STOPPED)
+					signal_member(r, v, n, i, SIGSTOP);
+				sent |= st == RUNNING;
 			}
 		}
 		free(v);
