@@ -334,19 +334,13 @@ static void *session_thread(void *arg)
 				int64_t cpu = pool_session_cpu_ms(x->ps);
 				spent = cpu >= 0 && (uint64_t)cpu >= x->max_cpu_ms;
 			}
-			if (spent && x->busy && !x->expire_reason) {
+			if (spent && !x->expire_reason) {
+				/* a step ends with it, then sync_state says why; idle,
+				 * it is over now (its sandbox is stopped below) */
 				x->expire_reason = "cpu-time";
-				pool_session_kill(x->ps); /* the step ends, then sync_state */
-			} else if (spent && !x->busy && x->state == SES_LIVE) {
-				{ /* over now; the sandbox is stopped below */
-					pool_session_kill(x->ps);
-					ss->killed[SERVE_SES_KILL_CPU_TIME]++;
-					char why[160];
-					snprintf(why, sizeof why, "the session was killed: it used its "
-								  "CPU time (maxCpuTimeMs %llu)",
-						 (unsigned long long)x->max_cpu_ms);
-					mark_dead(ss, x, SES_KILLED, why, now);
-				}
+				pool_session_kill(x->ps);
+				if (!x->busy)
+					sync_state(ss, x, now);
 			}
 			if (x->state == SES_LIVE) {
 				bool life = now - x->created_ms >= (int64_t)x->life_ms;
