@@ -43,7 +43,9 @@ struct moat_sandbox {
 	struct run run;
 };
 
-#define FREEZE_MAX_PASSES 2000
+/* how long a freeze may take before it is given up (the caller then kills
+ * the sandbox): stops take effect within a scheduling slice, even loaded */
+#define FREEZE_MAX_MS 10000
 
 /* Reads a small /proc file whole into buf (NUL-terminated): its length,
  * or -1. */
@@ -236,7 +238,8 @@ int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *
 	uint64_t last_sum = 0;
 	size_t last_count = 0;
 	bool last_clean = false;
-	for (int pass = 0; pass < FREEZE_MAX_PASSES; pass++) {
+	int64_t until = moat_mono_ms() + FREEZE_MAX_MS;
+	while (moat_mono_ms() < until) {
 		struct proc_ent *v;
 		size_t n;
 		if (tree_of(r->pid, &v, &n) < 0)
