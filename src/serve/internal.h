@@ -217,6 +217,9 @@ int serve_pool_run(struct pool *p, const struct moat_request *req,
 void serve_pool_end(struct pool *p, struct pool_lease *l, int rc);
 
 /* ---- the live sandboxes' budgets (budget.c; docs/SESSIONS.md) ---- */
+/* the default CPU budget, in CPUs this process may use: a session's cpus
+ * is a ceiling (its cgroup quota), not a use; idle ones use none */
+#define SERVE_SANDBOX_CPU_OVERCOMMIT 4
 struct serve_budget {
 	pthread_mutex_t mu;
 	uint64_t memory_mb, memory_reserved; /* MiB */

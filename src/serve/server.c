@@ -289,13 +289,15 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	}
 	{
 		/* the budgets: memory, half the host's less what the run slots
-		 * may take at once; cpus, the CPUs this process may use */
+		 * may take at once; cpus, SERVE_SANDBOX_CPU_OVERCOMMIT times
+		 * the CPUs this process may use */
 		uint64_t bmem = s->limits.sandboxes_memory_mb;
 		if (!bmem)
 			bmem = serve_budget_default_memory_mb(o->max_concurrent,
 							      s->limits.max_memory_mb,
 							      s->limits.def_memory_mb);
-		double bcpu = s->limits.sandboxes_cpus > 0 ? s->limits.sandboxes_cpus : s->cpus;
+		double bcpu = s->limits.sandboxes_cpus > 0 ? s->limits.sandboxes_cpus
+							   : s->cpus * SERVE_SANDBOX_CPU_OVERCOMMIT;
 		serve_budget_init(&s->budget, bmem, bcpu);
 		s->have_budget = true;
 		int max = o->max_sessions >= 0 ? o->max_sessions : s->limits.sessions_max;
