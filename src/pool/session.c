@@ -37,10 +37,27 @@ struct pool_session {
 	int64_t cpu_ms;
 	unsigned runs;
 	bool running; /* a step runs */
+	bool frozen;  /* every process stopped (pool_session_freeze) */
 	/* the caller killed it (pool_session_kill) */
 	atomic_bool kill_asked;
 	unsigned seq;
 };
+
+/* The session's CPU time after a step or its end (mu held): the sandbox's
+ * own figure when it has one (its cgroup's, or while its processes live
+ * their /proc times: background work included), else the step's added;
+ * never less than before. */
+static void account_cpu(struct pool_session *s, int64_t step_ms)
+{
+	int64_t now = s->sb ? run_sandbox_cpu_ms(s->sb) : -1;
+	int64_t was = s->cpu_ms > 0 ? s->cpu_ms : 0;
+	if (now >= 0)
+		s->cpu_ms = now > was ? now : was;
+	else if (step_ms > 0)
+		s->cpu_ms = was + step_ms;
+	else
+		s->cpu_ms = was;
+}
 
 static char *dup_str(const char *s)
 {
@@ -174,8 +191,7 @@ static void ended_by(struct pool_session *s, const struct moat_result *res, bool
 	else
 		set_over(s, POOL_SESSION_KILLED, "crash",
 			 "the session was killed: its interpreter crashed (signal %d)", res->signal);
-	if (res->cpu_time_ms >= 0)
-		s->cpu_ms = (s->cpu_ms > 0 ? s->cpu_ms : 0) + res->cpu_time_ms;
+	account_cpu(s, res->cpu_time_ms);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -442,6 +458,17 @@ int pool_session_run(struct pool_session *s, const struct moat_request *step,
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "a run is running in the session");
 	if (!live)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "%s", why);
+	/* a frozen sandbox is thawed for its step (running keeps a freeze
+	 * out meanwhile) */
+	if (s->frozen) {
+		if (run_sandbox_freeze(s->sb, false, err) < 0) {
+			pthread_mutex_lock(&s->mu);
+			s->running = false;
+			pthread_mutex_unlock(&s->mu);
+			return -1;
+		}
+		s->frozen = false;
+	}
 	int rc = step_run(s, step, per, seq, res, extra, err);
 	pthread_mutex_lock(&s->mu);
 	s->running = false;
@@ -484,8 +511,7 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 			protocol_kill(s, r);
 		else {
 			pthread_mutex_lock(&s->mu);
-			if (r->cpu_time_ms >= 0)
-				s->cpu_ms = (s->cpu_ms > 0 ? s->cpu_ms : 0) + r->cpu_time_ms;
+			account_cpu(s, r->cpu_time_ms);
 			pthread_mutex_unlock(&s->mu);
 			/* killed while it answered: over all the same */
 			if (atomic_load(&s->kill_asked)) {
@@ -581,6 +607,51 @@ int64_t pool_session_cpu_ms(const struct pool_session *s)
 	struct pool_session *m = (struct pool_session *)s;
 	pthread_mutex_lock(&m->mu);
 	int64_t v = s->cpu_ms;
+	/* while it lives: the sandbox's own figure, background work included
+	 * (the steps' sum misses what ran between them) */
+	if (s->state == POOL_SESSION_LIVE && s->sb) {
+		int64_t now = run_sandbox_cpu_ms(s->sb);
+		if (now > v) /* never less than before: a task reaped unseen */
+			v = m->cpu_ms = now;
+	}
+	pthread_mutex_unlock(&m->mu);
+	return v;
+}
+
+bool pool_session_cpu_bounded(const struct pool_session *s)
+{
+	return s->sb && run_sandbox_cpu_bounded(s->sb);
+}
+
+int pool_session_freeze(struct pool_session *s, bool frozen, struct moat_error *err)
+{
+	pthread_mutex_lock(&s->mu);
+	bool go = s->state == POOL_SESSION_LIVE && !s->running && s->sb &&
+		  !atomic_load(&s->kill_asked);
+	if (go && s->frozen == frozen) {
+		pthread_mutex_unlock(&s->mu);
+		return 0;
+	}
+	if (go)
+		s->running = true; /* no step, watch or other freeze meanwhile */
+	pthread_mutex_unlock(&s->mu);
+	if (!go)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+				      "the session is not live, or a run is running in it");
+	int rc = run_sandbox_freeze(s->sb, frozen, err);
+	pthread_mutex_lock(&s->mu);
+	if (rc == 0)
+		s->frozen = frozen;
+	s->running = false;
+	pthread_mutex_unlock(&s->mu);
+	return rc;
+}
+
+bool pool_session_frozen(const struct pool_session *s)
+{
+	struct pool_session *m = (struct pool_session *)s;
+	pthread_mutex_lock(&m->mu);
+	bool v = s->frozen;
 	pthread_mutex_unlock(&m->mu);
 	return v;
 }

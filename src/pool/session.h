@@ -89,6 +89,18 @@ bool pool_session_watch(struct pool_session *s);
 int64_t pool_session_memory(const struct pool_session *s);
 int64_t pool_session_cpu_ms(const struct pool_session *s);
 unsigned pool_session_runs(const struct pool_session *s);
+/* pool_session_cpu_ms is, while the session lives, its sandbox's CPU time
+ * now (run_sandbox_cpu_ms: background work between steps counted), else
+ * the last known. Whether a cgroup bounds its CPU (its cpus quota):
+ * without, nothing bounds work left running between steps. */
+bool pool_session_cpu_bounded(const struct pool_session *s);
+/* Freezes (frozen) or thaws every process of the session's sandbox
+ * (run_sandbox_freeze), keeping its memory: 0, or -1 with *err (not live,
+ * or a step, a watch or another freeze holds it). A step thaws a frozen
+ * session first (pool_session_run); the caller freezes it again after,
+ * if it wants. Idempotent. */
+int pool_session_freeze(struct pool_session *s, bool frozen, struct moat_error *err);
+bool pool_session_frozen(const struct pool_session *s);
 /* Kills a running step (it returns with killedBy "cancelled") and the
  * sandbox. Safe from any thread, any number of times. */
 void pool_session_kill(struct pool_session *s);

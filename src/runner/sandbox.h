@@ -35,6 +35,21 @@ int run_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
 /* The sandbox's memory in use now, from its cgroup (bytes), or -1 when it
  * has no memory cgroup. */
 int64_t run_sandbox_memory(const struct moat_sandbox *sb);
+/* Freezes (frozen) or thaws every process of the sandbox (runner/freeze.c:
+ * SIGSTOP of each task of its pid namespace until two passes in a row
+ * find the same tasks all stopped; SIGCONT to each). Works alike with or
+ * without a cgroup, as root and rootless. A stopped task keeps its memory
+ * and uses no CPU; SIGKILL still ends it. 0, or -1 with *err (the sandbox
+ * has ended, /proc unreadable, or its tasks would not stop). Not
+ * concurrent with itself. */
+int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *err);
+/* The sandbox's CPU time so far (ms), background work included: its
+ * cgroup's (cpuacct.usage / cpu.stat), else the sum of its tasks' /proc
+ * stat times (their own and their reaped children's); -1 unknown. */
+int64_t run_sandbox_cpu_ms(const struct moat_sandbox *sb);
+/* Whether the sandbox's CPU is bounded by a cgroup (its cpus quota):
+ * without, background work between requests is bounded by nothing. */
+bool run_sandbox_cpu_bounded(const struct moat_sandbox *sb);
 /* pid 1 killed if it is still there, and reaped (waited for): after it
  * nothing of the run is alive. moat_sandbox_wait may return before pid 1
  * has exited (run_ended_alone); moat_sandbox_release does this too. sb may

@@ -75,6 +75,10 @@ static enum serve_route route_of(const char *url)
 		return R_SESSIONS;
 	if (!strncmp(url, "/v1/sessions/", 13)) {
 		size_t n = strlen(url + 13);
+		if (n == SERVE_SESSION_ID_LEN + 6 && !strcmp(url + 13 + n - 6, "/pause"))
+			return R_SESSION_CTL;
+		if (n == SERVE_SESSION_ID_LEN + 7 && !strcmp(url + 13 + n - 7, "/resume"))
+			return R_SESSION_CTL;
 		return n > 4 && !strcmp(url + 13 + n - 4, "/run") ? R_SESSION_RUN : R_SESSION;
 	}
 	if (!strcmp(url, "/healthz"))
@@ -112,21 +116,27 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 				"the request's path or query holds an encoded NUL (%00)");
 	bool get_route = q->route == R_HEALTHZ || q->route == R_METRICS;
 	bool ses_route = q->route == R_SESSIONS || q->route == R_SESSION ||
-			 q->route == R_SESSION_RUN;
+			 q->route == R_SESSION_RUN || q->route == R_SESSION_CTL;
 	if (q->route == R_OTHER || (ses_route && !s->sessions))
 		return srv_fail(q, c, 404, "NotFound", O_BAD_REQUEST, "no such route");
-	if (q->route == R_SESSION) {
-		if (strcmp(method, "GET") && strcmp(method, "DELETE"))
+	if (q->route == R_SESSION || q->route == R_SESSION_CTL) {
+		/* answered from the headers: a body, if any, is not read */
+		bool ctl = q->route == R_SESSION_CTL;
+		if (ctl ? strcmp(method, "POST") != 0
+			: strcmp(method, "GET") && strcmp(method, "DELETE"))
 			return srv_fail(q, c, 405, "MethodNotAllowed", O_BAD_REQUEST,
-					"this route takes GET or DELETE");
+					ctl ? "this route takes POST" : "this route takes GET or DELETE");
 		if (!token_ok(s, c))
 			return srv_fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
 					"a valid bearer token is required (Authorization: Bearer ...)");
 		srv_caller_cred(s, c, q->cred);
 		snprintf(q->ses_id, sizeof q->ses_id, "%.36s", url + 13);
-		if (strlen(url + 13) != SERVE_SESSION_ID_LEN)
+		if (!ctl && strlen(url + 13) != SERVE_SESSION_ID_LEN)
 			q->ses_id[0] = '\0'; /* no such id */
-		return srv_session_route(q, c, !strcmp(method, "DELETE"));
+		enum srv_session_op op = !ctl ? (!strcmp(method, "DELETE") ? SES_OP_DELETE : SES_OP_GET)
+				       : url[13 + SERVE_SESSION_ID_LEN + 1] == 'p' ? SES_OP_PAUSE
+										   : SES_OP_RESUME;
+		return srv_session_route(q, c, op);
 	}
 	const char *want = get_route ? "GET" : q->route == R_KV ? "DELETE" : "POST";
 	if (strcmp(method, want) && !(get_route && !strcmp(method, "HEAD")))
@@ -134,8 +144,23 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 				get_route	   ? "this route takes GET"
 				: q->route == R_KV ? "this route takes DELETE"
 						   : "this route takes POST");
-	if (q->route == R_HEALTHZ)
-		return srv_respond(q, c, 200, strdup(s->healthz), "application/json", NULL, NULL);
+	if (q->route == R_HEALTHZ) {
+		/* the body stays what clients and load balancers compare whole;
+		 * ?detail=1 adds the live sandboxes' budgets, to a caller that
+		 * may see /metrics (the token, when there is one) */
+		const char *d = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "detail");
+		if (!d || strcmp(d, "1") || !s->have_budget || !token_ok(s, c))
+			return srv_respond(q, c, 200, strdup(s->healthz), "application/json", NULL,
+					   NULL);
+		struct moat_buf b = { 0 };
+		size_t hl = strlen(s->healthz);
+		moat_buf_append(&b, s->healthz, hl - 2); /* without its "}\n" */
+		moat_buf_append(&b, ",\"sandboxes\":", 13);
+		serve_budget_json(&s->budget, &b);
+		moat_buf_append(&b, "}\n", 2);
+		char *body = moat_buf_take(&b);
+		return body ? srv_respond(q, c, 200, body, "application/json", NULL, NULL) : MHD_NO;
+	}
 	if (!token_ok(s, c))
 		return srv_fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
 				"a valid bearer token is required (Authorization: Bearer ...)");

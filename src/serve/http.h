@@ -71,6 +71,8 @@ struct server {
 	struct moat_relay_caps *relay_caps; /* shared by every run's relays */
 	struct serve_sessions *sessions; /* NULL: sessions off (their routes are 404s) */
 	struct moat_run_options ses_opts; /* the sessions' sandboxes' */
+	struct serve_budget budget; /* the live sandboxes' memory and cpus (budget.c) */
+	bool have_budget;
 };
 
 /* A handler's response on its way from the worker to the connection. */
@@ -195,7 +197,9 @@ void srv_caller_cred(struct server *s, struct MHD_Connection *c, uint8_t out[MOA
 enum MHD_Result srv_session_missing(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c);
-enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, bool del);
+enum srv_session_op { SES_OP_GET, SES_OP_DELETE, SES_OP_PAUSE, SES_OP_RESUME };
+/* GET and DELETE /v1/sessions/{id}, POST .../pause and .../resume. */
+enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, enum srv_session_op op);
 
 /* ---- route_admin.c ---- */
 char *srv_metrics_text(struct server *s);

@@ -58,6 +58,13 @@ struct serve_limits {
 	 * lifetime) */
 	int sessions_max;
 	uint64_t session_idle_ms, session_max_idle_ms, session_max_life_ms;
+	/* "sessions.maxCpuTimeMs": the most CPU time a session may ask to be
+	 * capped at, and its default (0: no cap unless the session asks) */
+	uint64_t session_max_cpu_ms;
+	/* "sandboxes" (docs/SESSIONS.md, "Budgets"): "memoryMb" and "cpus"
+	 * the live sandboxes reserve in all; 0: not set (from the host) */
+	uint64_t sandboxes_memory_mb;
+	double sandboxes_cpus;
 };
 /* Built-in values (SERVE.md); max_cpus: online CPUs. */
 void serve_limits_default(struct serve_limits *l);
@@ -127,7 +134,7 @@ bool frame_header_dropped(const char *name);
 
 /* ---- metrics ---- */
 enum serve_route { R_PY, R_TS, R_V1_RUN, R_HEALTHZ, R_METRICS, R_KV, R_OTHER, R_SESSIONS,
-		  R_SESSION, R_SESSION_RUN, R__COUNT };
+		  R_SESSION, R_SESSION_RUN, R_SESSION_CTL /* /pause, /resume */, R__COUNT };
 enum serve_outcome {
 	O_OK, O_ERROR, O_TIMEOUT, O_OOM, O_KILLED, O_DISCONNECTED, O_BAD_REQUEST,
 	O_UNAUTHORIZED, O_REJECTED, O_UNAVAILABLE, O__COUNT
@@ -209,16 +216,40 @@ int serve_pool_run(struct pool *p, const struct moat_request *req,
  * sandbox back to p, which removes its cgroup leaves in the background. */
 void serve_pool_end(struct pool *p, struct pool_lease *l, int rc);
 
+/* ---- the live sandboxes' budgets (budget.c; docs/SESSIONS.md) ---- */
+/* the default CPU budget, in CPUs this process may use: a session's cpus
+ * is a ceiling (its cgroup quota), not a use; idle ones use none */
+#define SERVE_SANDBOX_CPU_OVERCOMMIT 4
+struct serve_budget {
+	pthread_mutex_t mu;
+	uint64_t memory_mb, memory_reserved; /* MiB */
+	uint64_t cpus_milli, cpus_reserved;  /* thousandths of a CPU */
+	uint64_t refused[2];                 /* memory, cpus */
+};
+/* The default memory budget: half of MemTotal less the run slots' share
+ * (slots x slot_mb), at least floor_mb. */
+uint64_t serve_budget_default_memory_mb(unsigned slots, uint64_t slot_mb, uint64_t floor_mb);
+void serve_budget_init(struct serve_budget *b, uint64_t memory_mb, double cpus);
+/* Reserves memory_mb and cpus: 0, or -1 past a budget with *why (malloc'd,
+ * may be NULL out of memory) naming it, for a 503 ServerBusy. */
+int serve_budget_reserve(struct serve_budget *b, uint64_t memory_mb, double cpus, char **why);
+void serve_budget_release(struct serve_budget *b, uint64_t memory_mb, double cpus);
+/* {"memoryMb":{"reserved","total"},"cpus":{"reserved","total"}} */
+void serve_budget_json(struct serve_budget *b, struct moat_buf *out);
+void serve_budget_metrics(struct serve_budget *b, struct moat_buf *out);
+
 /* ---- sessions (sessions.c; docs/SESSIONS.md) ---- */
 #define SERVE_SESSION_ID_LEN 36 /* "ses_" + 32 hex digits: 128 random bits */
 #define SERVE_SESSIONS_LIMIT 4096 /* --max-sessions, serve.sessions.max at most */
 #define SERVE_SESSIONS_AUTO_MAX 64 /* the default from memory at most */
 enum { SERVE_SES_KILL_TIMEOUT, SERVE_SES_KILL_OOM, SERVE_SES_KILL_SECCOMP,
        SERVE_SES_KILL_CRASH, SERVE_SES_KILL_EXIT, SERVE_SES_KILL_CANCELLED,
-       SERVE_SES_KILL__COUNT };
+       SERVE_SES_KILL_CPU_TIME, SERVE_SES_KILL__COUNT };
 struct serve_sessions_config {
 	unsigned max; /* 0: sessions off (serve_sessions_start makes none) */
 	const struct moat_run_options *opts; /* the sessions' sandboxes; lives as long */
+	struct serve_budget *budget; /* each live session's reservation; lives as long */
+	uint64_t max_cpu_ms; /* serve.sessions.maxCpuTimeMs: a session's cap at most (0: none) */
 };
 struct serve_sessions;
 struct serve_session;
@@ -235,10 +266,24 @@ bool serve_session_id_valid(const char *id);
  * for on the caller's thread (per: its cancel_fd and hangup_fd end that
  * wait, as a step's; may be NULL). 0 with *answer (the 201's JSON); -2:
  * --max-sessions live, or stopping (503 ServerBusy); -1: *err. */
+struct serve_session_params {
+	uint64_t idle_ms, life_ms;
+	uint64_t max_cpu_ms; /* maxCpuTimeMs: 0 none */
+	bool on_idle_pause;  /* onIdle "pause": the idle timeout pauses, not ends */
+};
+/* -2 also when the live sandboxes' budget (serve.sandboxes) cannot hold
+ * its memoryMb and cpus: *err names the budget. A session whose CPU no
+ * cgroup bounds is frozen between its steps (warnings say so). */
 int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA256_LEN],
-			  const struct moat_request *req, uint64_t idle_ms, uint64_t life_ms,
+			  const struct moat_request *req, const struct serve_session_params *p,
 			  const struct moat_run_options *per, char **answer,
 			  struct moat_error *err);
+/* POST .../pause (pause) and .../resume: every process of the session
+ * frozen (thawed): 0 with its "session" object in b; -1: a step runs
+ * (409); -2: gone (410, *gone the sentence); -3: the freeze failed, the
+ * session is killed (*err). A step on a paused session resumes it. */
+int serve_session_pause(struct serve_sessions *ss, struct serve_session *x, bool pause,
+			struct moat_buf *b, char **gone, struct moat_error *err);
 /* The session id names for cred (a reference: serve_session_put), or NULL:
  * none, another credential's or forgotten (404 alike). */
 struct serve_session *serve_sessions_get(struct serve_sessions *ss, const char *id,

@@ -96,6 +96,32 @@ static int parse_set(const cJSON *obj, const char *where, uint64_t *timeout, uin
 	return 0;
 }
 
+/* The "sandboxes" object: the live sandboxes' budgets. */
+static int parse_sandboxes(const cJSON *obj, struct serve_limits *l, struct moat_error *err)
+{
+	if (!cJSON_IsObject(obj))
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "config serve.sandboxes must be an object");
+	for (const cJSON *it = obj->child; it; it = it->next) {
+		const char *k = it->string ? it->string : "";
+		double v = 0;
+		if (!strcmp(k, "memoryMb")) {
+			if (get_num(it, "sandboxes", 16, 1024.0 * 1024 * 1024, &v, err) < 0)
+				return -1;
+			l->sandboxes_memory_mb = (uint64_t)v;
+		} else if (!strcmp(k, "cpus")) {
+			if (get_num(it, "sandboxes", 0.01, 65536, &v, err) < 0)
+				return -1;
+			l->sandboxes_cpus = v;
+		} else {
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "config serve.sandboxes: unknown key \"%.64s\" "
+					      "(memoryMb, cpus)", k);
+		}
+	}
+	return 0;
+}
+
 /* The "sessions" object. */
 static int parse_sessions(const cJSON *obj, struct serve_limits *l, struct moat_error *err)
 {
@@ -109,6 +135,10 @@ static int parse_sessions(const cJSON *obj, struct serve_limits *l, struct moat_
 			if (get_num(it, "sessions", 0, SERVE_SESSIONS_LIMIT, &v, err) < 0)
 				return -1;
 			l->sessions_max = (int)v;
+		} else if (!strcmp(k, "maxCpuTimeMs")) {
+			if (get_num(it, "sessions", 100, (double)MAX_TIMEOUT_MS * 7, &v, err) < 0)
+				return -1;
+			l->session_max_cpu_ms = (uint64_t)v;
 		} else if (!strcmp(k, "idleTimeoutMs") || !strcmp(k, "maxIdleTimeoutMs") ||
 			   !strcmp(k, "maxLifetimeMs")) {
 			if (get_num(it, "sessions", 100, (double)MAX_TIMEOUT_MS * 7, &v, err) < 0)
@@ -119,7 +149,8 @@ static int parse_sessions(const cJSON *obj, struct serve_limits *l, struct moat_
 		} else {
 			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 					      "config serve.sessions: unknown key \"%.64s\" (max, "
-					      "idleTimeoutMs, maxIdleTimeoutMs, maxLifetimeMs)", k);
+					      "idleTimeoutMs, maxIdleTimeoutMs, maxLifetimeMs, "
+					      "maxCpuTimeMs)", k);
 		}
 	}
 	if (l->session_idle_ms > l->session_max_idle_ms)
@@ -182,6 +213,9 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 		} else if (!strcmp(k, "sessions")) {
 			if (parse_sessions(it, l, err) < 0)
 				goto out;
+		} else if (!strcmp(k, "sandboxes")) {
+			if (parse_sandboxes(it, l, err) < 0)
+				goto out;
 		} else if (!strcmp(k, "maxRelays") || !strcmp(k, "maxDns")) {
 			bool tcp = k[3] == 'R';
 			double v = 0;
@@ -194,7 +228,7 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
 				       "allowOpenNetwork, maxResponseBytes, pool, poolZygote, "
 				       "poolZygoteMaxChildren, poolZygoteMaxAge, maxRelays, "
-				       "maxDns, sessions)", k);
+				       "maxDns, sessions, sandboxes)", k);
 			goto out;
 		}
 	}

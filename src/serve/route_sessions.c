@@ -74,6 +74,22 @@ static int lifetime_key(cJSON *o, const char *key, uint64_t def, uint64_t max, u
 	return 0;
 }
 
+/* "onIdle" of POST /v1/sessions (removed from the object): "pause" or
+ * "delete" (the default). */
+static int on_idle_key(cJSON *o, bool *pause, struct moat_error *err)
+{
+	cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(o, "onIdle");
+	*pause = false;
+	if (!it)
+		return 0;
+	bool ok = cJSON_IsString(it) && (!strcmp(it->valuestring, "pause") ||
+					 !strcmp(it->valuestring, "delete"));
+	*pause = ok && !strcmp(it->valuestring, "pause");
+	cJSON_Delete(it);
+	return ok ? 0 : moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				       "\"onIdle\" must be \"pause\" or \"delete\"");
+}
+
 /* body as a JSON object whose keys are among the route's own (keys, a
  * NULL-terminated list): the object, or NULL with *err (400) naming the
  * route's keys, so that a key of /v1/run's is not offered where a session
@@ -128,18 +144,24 @@ enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *
 	static const char *const keys[] = { "language", "env", "network", "allowedHosts",
 					    "allowedCidrs", "memoryMb", "cpus", "pidsLimit",
 					    "strictLimits", "maxOutputBytes", "sandboxId", "kvEnabled",
-					    "idleTimeoutMs", "maxLifetimeMs", NULL };
+					    "idleTimeoutMs", "maxLifetimeMs", "maxCpuTimeMs", "onIdle",
+					    NULL };
 	const struct serve_limits *l = &q->s->limits;
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	MOAT_AUTO(moat_request) struct moat_request *req = NULL;
-	uint64_t idle = 0, life = 0;
+	struct serve_session_params sp = { 0 };
 	{
 		MOAT_AUTO(cJSON) cJSON *o = session_body(q, "POST /v1/sessions", keys, &err);
+		uint64_t cpu_max = l->session_max_cpu_ms ? l->session_max_cpu_ms
+							 : 7ull * 24 * 3600 * 1000;
 		if (!o ||
 		    lifetime_key(o, "idleTimeoutMs", l->session_idle_ms, l->session_max_idle_ms,
-				 &idle, &err) < 0 ||
+				 &sp.idle_ms, &err) < 0 ||
 		    lifetime_key(o, "maxLifetimeMs", l->session_max_life_ms,
-				 l->session_max_life_ms, &life, &err) < 0 ||
+				 l->session_max_life_ms, &sp.life_ms, &err) < 0 ||
+		    lifetime_key(o, "maxCpuTimeMs", l->session_max_cpu_ms, cpu_max,
+				 &sp.max_cpu_ms, &err) < 0 ||
+		    on_idle_key(o, &sp.on_idle_pause, &err) < 0 ||
 		    !cJSON_AddStringToObject(o, "code", "") ||
 		    session_prepare(q, o, q->header_id, &req, &err) < 0)
 			return srv_fail_moat(q, c, &err);
@@ -160,8 +182,7 @@ enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *
 	struct moat_run_options per;
 	srv_run_options(q, &per);
 	char *answer = NULL;
-	int rc = serve_sessions_create(q->s->sessions, q->cred, req, idle, life, &per, &answer,
-				       &err);
+	int rc = serve_sessions_create(q->s->sessions, q->cred, req, &sp, &per, &answer, &err);
 	if (rc == -2)
 		return srv_fail(q, c, 503, "ServerBusy", O_REJECTED, err.message);
 	if (rc < 0)
@@ -237,8 +258,9 @@ enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c)
 	return r;
 }
 
-/* GET and DELETE /v1/sessions/{id}: answered from the headers. */
-enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, bool del)
+/* GET and DELETE /v1/sessions/{id}, POST .../pause and .../resume:
+ * answered from the headers. */
+enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, enum srv_session_op op)
 {
 	struct serve_sessions *ss = q->s->sessions;
 	q->ses = serve_sessions_get(ss, q->ses_id, q->cred);
@@ -246,16 +268,29 @@ enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, bool 
 		return srv_session_missing(q, c);
 	q->lang = (int)serve_session_language(q->ses);
 	struct moat_buf b = { 0 };
-	if (del) {
-		char *gone = NULL;
+	char *gone = NULL;
+	if (op == SES_OP_DELETE) {
 		if (serve_session_delete(ss, q->ses, &gone) < 0)
 			return session_gone(q, c, gone);
-		moat_buf_appendf(&b, "{\"id\":\"%s\",\"state\":\"ended\"}\n", q->ses_id);
-	} else {
+		moat_buf_appendf(&b, "{\"id\":\"%s\",\"state\":\"ended\"}", q->ses_id);
+	} else if (op == SES_OP_GET) {
 		free(serve_session_gone(ss, q->ses)); /* its state now */
 		serve_session_json(ss, q->ses, &b, true);
-		moat_buf_append(&b, "\n", 1);
+	} else {
+		MOAT_AUTO_ERROR struct moat_error err = { 0 };
+		int rc = serve_session_pause(ss, q->ses, op == SES_OP_PAUSE, &b, &gone, &err);
+		if (rc < 0)
+			moat_buf_free(&b);
+		if (rc == -1)
+			return srv_fail(q, c, 409, "SessionBusy", O_REJECTED,
+					"a step is running in this session; pause or resume it between "
+					"steps");
+		if (rc == -2)
+			return session_gone(q, c, gone);
+		if (rc < 0)
+			return srv_fail_moat(q, c, &err);
 	}
+	moat_buf_append(&b, "\n", 1);
 	char *body = moat_buf_take(&b);
 	return body ? srv_respond(q, c, 200, body, "application/json", NULL, NULL) : MHD_NO;
 }

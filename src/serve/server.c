@@ -100,14 +100,15 @@ static unsigned pool_size(int flag, int config)
 	return mib >= 4096 ? 2 : mib >= 1024 ? 1 : 0;
 }
 
-/* Sessions live at once by default: the memory available over a session's
- * default memory, at most SERVE_SESSIONS_AUTO_MAX (as the pool's size is
- * from memory), at least 1. */
-static unsigned sessions_auto(uint64_t memory_mb)
+/* Sessions live at once by default: as many of the default size as the
+ * budgets hold (serve.sandboxes: memory and cpus, docs/SESSIONS.md
+ * "Budgets"), at most SERVE_SESSIONS_AUTO_MAX, at least 1. */
+static unsigned sessions_auto(uint64_t budget_mb, double budget_cpus, uint64_t memory_mb,
+			      double cpus)
 {
-	long pages = sysconf(_SC_AVPHYS_PAGES), psize = sysconf(_SC_PAGESIZE);
-	double mib = pages > 0 && psize > 0 ? (double)pages * (double)psize / 1048576.0 : 0;
-	double n = memory_mb ? mib / (double)memory_mb : 0;
+	double n = memory_mb ? (double)budget_mb / (double)memory_mb : 0;
+	if (cpus > 0 && budget_cpus / cpus < n)
+		n = budget_cpus / cpus;
 	return n >= SERVE_SESSIONS_AUTO_MAX ? SERVE_SESSIONS_AUTO_MAX : n >= 1 ? (unsigned)n : 1;
 }
 
@@ -287,11 +288,26 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		}
 	}
 	{
+		/* the budgets: memory, half the host's less what the run slots
+		 * may take at once; cpus, SERVE_SANDBOX_CPU_OVERCOMMIT times
+		 * the CPUs this process may use */
+		uint64_t bmem = s->limits.sandboxes_memory_mb;
+		if (!bmem)
+			bmem = serve_budget_default_memory_mb(o->max_concurrent,
+							      s->limits.max_memory_mb,
+							      s->limits.def_memory_mb);
+		double bcpu = s->limits.sandboxes_cpus > 0 ? s->limits.sandboxes_cpus
+							   : s->cpus * SERVE_SANDBOX_CPU_OVERCOMMIT;
+		serve_budget_init(&s->budget, bmem, bcpu);
+		s->have_budget = true;
 		int max = o->max_sessions >= 0 ? o->max_sessions : s->limits.sessions_max;
 		if (max < 0)
-			max = (int)sessions_auto(s->limits.def_memory_mb);
+			max = (int)sessions_auto(bmem, bcpu, s->limits.def_memory_mb,
+						 s->limits.def_cpus);
 		srv_service_options(s, &s->ses_opts);
-		struct serve_sessions_config sc = { .max = (unsigned)max, .opts = &s->ses_opts };
+		struct serve_sessions_config sc = { .max = (unsigned)max, .opts = &s->ses_opts,
+						    .budget = &s->budget,
+						    .max_cpu_ms = s->limits.session_max_cpu_ms };
 		if (serve_sessions_start(&s->sessions, &sc, err) < 0) {
 			close_listeners(o);
 			goto out;

@@ -31,6 +31,9 @@
 
 #define SENTENCE_LIFETIME "the session expired: it reached the end of its lifetime (maxLifetimeMs)"
 #define SENTENCE_IDLE "the session expired: it was idle for its idleTimeoutMs"
+#define WARN_FROZEN "no cgroup bounds this session's CPU here (rootless without a delegated " \
+		    "cgroup): every process of it is frozen between its steps, and thawed " \
+		    "for each step (docs/SESSIONS.md)"
 
 enum ses_state { SES_LIVE, SES_KILLED, SES_ENDED, SES_EXPIRED };
 
@@ -54,6 +57,13 @@ struct serve_session {
 	uint64_t idle_ms, life_ms;
 	uint64_t memory_mb, pids;
 	double cpus;
+	bool reserved;      /* memory_mb and cpus held in the budget while live */
+	uint64_t max_cpu_ms; /* maxCpuTimeMs (0: none) */
+	bool on_idle_pause;  /* onIdle "pause" */
+	bool unbounded;      /* no cgroup bounds its CPU: frozen between steps */
+	bool paused;         /* paused (POST .../pause, or idle with onIdle "pause") */
+	bool freezing;       /* a pause or resume holds it (busy, stepping): a step
+			      * or another pause waits for it, never a 409 */
 	unsigned runs;
 	int64_t cpu_ms, memory_bytes; /* the last known, kept after its sandbox is gone */
 };
@@ -90,7 +100,7 @@ struct serve_sessions {
 };
 
 static const char *const kill_labels[SERVE_SES_KILL__COUNT] = {
-	"timeout", "oom", "seccomp", "crash", "exit", "cancelled",
+	"timeout", "oom", "seccomp", "crash", "exit", "cancelled", "cpu-time",
 };
 
 static int kill_index(const char *reason)
@@ -182,6 +192,10 @@ static void mark_dead(struct serve_sessions *ss, struct serve_session *x, enum s
 	}
 	if (x->memory_bytes > 0)
 		x->memory_bytes = 0; /* measured: nothing is held now */
+	if (x->reserved && ss->cfg.budget)
+		serve_budget_release(ss->cfg.budget, x->memory_mb, x->cpus);
+	x->reserved = false;
+	x->paused = false;
 	if (ss->live)
 		ss->live--;
 	ss->dead++;
@@ -204,6 +218,14 @@ static void sync_state(struct serve_sessions *ss, struct serve_session *x, int64
 	enum pool_session_state st = pool_session_state(x->ps, &reason, &sentence);
 	if (st == POOL_SESSION_LIVE)
 		return;
+	if (x->expire_reason && !strcmp(x->expire_reason, "cpu-time")) {
+		ss->killed[SERVE_SES_KILL_CPU_TIME]++;
+		char why[160];
+		snprintf(why, sizeof why, "the session was killed: it used its CPU time "
+					  "(maxCpuTimeMs %llu)", (unsigned long long)x->max_cpu_ms);
+		mark_dead(ss, x, SES_KILLED, why, now);
+		return;
+	}
 	if (x->expire_reason) {
 		bool life = !strcmp(x->expire_reason, "lifetime");
 		ss->expired[life]++;
@@ -301,13 +323,38 @@ static void *session_thread(void *arg)
 		int64_t now = moat_mono_ms();
 		struct pool_session *stop[64];
 		size_t nstop = 0;
+		struct serve_session *pause[64];
+		size_t npause = 0;
 		for (struct serve_session **pp = &ss->list; *pp;) {
 			struct serve_session *x = *pp;
 			if (x->state == SES_LIVE && !x->busy)
 				sync_state(ss, x, now);
+			/* the CPU cap, background work included: on every tick */
+			bool spent = false;
+			if (x->state == SES_LIVE && x->max_cpu_ms && x->ps) {
+				int64_t cpu = pool_session_cpu_ms(x->ps);
+				spent = cpu >= 0 && (uint64_t)cpu >= x->max_cpu_ms;
+			}
+			if (spent && !x->expire_reason) {
+				/* a step ends with it, then sync_state says why; idle,
+				 * it is over now (its sandbox is stopped below) */
+				x->expire_reason = "cpu-time";
+				pool_session_kill(x->ps);
+				if (!x->busy)
+					sync_state(ss, x, now);
+			}
 			if (x->state == SES_LIVE) {
 				bool life = now - x->created_ms >= (int64_t)x->life_ms;
 				bool idle = !x->busy && now - x->last_ms >= (int64_t)x->idle_ms;
+				/* onIdle "pause": an idle session is paused, not ended */
+				if (idle && !life && x->on_idle_pause) {
+					if (!x->paused && npause < 64) {
+						x->busy = x->stepping = x->freezing = true;
+						x->refs++;
+						pause[npause++] = x;
+					}
+					idle = false;
+				}
 				if (life && x->busy && !x->expire_reason) {
 					x->expire_reason = "lifetime";
 					pool_session_kill(x->ps); /* the step ends, then sync_state */
@@ -330,13 +377,29 @@ static void *session_thread(void *arg)
 			pp = &x->next;
 		}
 		trim_tombstones(ss);
+		for (size_t i = 0; i < npause; i++) {
+			struct serve_session *x = pause[i];
+			struct pool_session *p = x->ps;
+			pthread_mutex_unlock(&ss->mu);
+			struct moat_error e = { 0 };
+			int rc = pool_session_freeze(p, true, &e);
+			moat_error_clear(&e);
+			if (rc < 0)
+				pool_session_kill(p); /* never left half-frozen */
+			pthread_mutex_lock(&ss->mu);
+			x->busy = x->stepping = x->freezing = false;
+			x->paused = rc == 0;
+			sync_state(ss, x, moat_mono_ms());
+			unref_locked(x);
+			pthread_cond_broadcast(&ss->cv);
+		}
 		if (nstop) {
 			pthread_mutex_unlock(&ss->mu);
 			for (size_t i = 0; i < nstop; i++)
 				pool_session_stop(stop[i]);
 			pthread_mutex_lock(&ss->mu);
 		}
-		if (!ss->jobs && !ss->stopping && !nstop)
+		if (!ss->jobs && !ss->stopping && !nstop && !npause)
 			moat_cond_wait_ms(&ss->cv, &ss->mu, REAP_EVERY_MS);
 	}
 	pthread_mutex_unlock(&ss->mu);
@@ -431,10 +494,11 @@ void serve_sessions_stop(struct serve_sessions *ss)
 /* ---- the calls of server.c ---- */
 
 int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA256_LEN],
-			  const struct moat_request *req, uint64_t idle_ms, uint64_t life_ms,
+			  const struct moat_request *req, const struct serve_session_params *prm,
 			  const struct moat_run_options *per, char **answer,
 			  struct moat_error *err)
 {
+	uint64_t idle_ms = prm->idle_ms, life_ms = prm->life_ms;
 	*answer = NULL;
 	char id[SERVE_SESSION_ID_LEN + 1];
 	if (new_id(id) < 0)
@@ -453,6 +517,15 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 			       stopping ? "the server is shutting down"
 					: "the server holds its --max-sessions live sessions; close one "
 					  "or retry later");
+		return -2;
+	}
+	char *why = NULL;
+	if (ss->cfg.budget &&
+	    serve_budget_reserve(ss->cfg.budget, req->memory_mb, req->cpus, &why) < 0) {
+		pthread_mutex_unlock(&ss->mu);
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "%s",
+			       why ? why : "the live sandboxes' budget is spent; retry later");
+		free(why);
 		return -2;
 	}
 	ss->live++;
@@ -482,6 +555,13 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 			j->rc = moat_error_set(&j->err, MOAT_ERR_UNAVAILABLE, 0,
 					       "the server is shutting down");
 		}
+		/* nothing bounds its CPU: frozen from now on whenever no step
+		 * runs, or not made at all */
+		if (j->rc == 0 && !pool_session_cpu_bounded(j->ps)) {
+			pthread_mutex_unlock(&ss->mu);
+			j->rc = pool_session_freeze(j->ps, true, &j->err);
+			pthread_mutex_lock(&ss->mu);
+		}
 		if (j->rc < 0) {
 			struct pool_session *p = j->ps;
 			j->ps = NULL;
@@ -492,6 +572,8 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 	}
 	if (j->rc < 0) {
 		ss->live--;
+		if (ss->cfg.budget)
+			serve_budget_release(ss->cfg.budget, req->memory_mb, req->cpus);
 		pthread_mutex_unlock(&ss->mu);
 		*err = j->err;
 		return -1;
@@ -508,6 +590,10 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 	x->life_ms = life_ms;
 	x->memory_mb = req->memory_mb;
 	x->cpus = req->cpus;
+	x->reserved = ss->cfg.budget != NULL;
+	x->max_cpu_ms = prm->max_cpu_ms;
+	x->on_idle_pause = prm->on_idle_pause;
+	x->unbounded = !pool_session_cpu_bounded(x->ps);
 	x->pids = req->pids_limit;
 	x->next = ss->list;
 	ss->list = x;
@@ -519,10 +605,13 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 	put_time(&b, "expiresAt", made->created_wall_ms + (int64_t)life_ms);
 	put_time(&b, "idleExpiresAt", made->created_wall_ms + (int64_t)idle_ms);
 	moat_buf_appendf(&b, ",\"limits\":{\"memoryMb\":%llu,\"cpus\":%g,\"pidsLimit\":%llu,"
-			     "\"idleTimeoutMs\":%llu,\"maxLifetimeMs\":%llu},\"warnings\":[]}\n",
+			     "\"idleTimeoutMs\":%llu,\"maxLifetimeMs\":%llu,\"maxCpuTimeMs\":%llu,"
+			     "\"onIdle\":\"%s\"},\"warnings\":[%s]}\n",
 			 (unsigned long long)made->memory_mb, made->cpus,
 			 (unsigned long long)made->pids, (unsigned long long)idle_ms,
-			 (unsigned long long)life_ms);
+			 (unsigned long long)life_ms, (unsigned long long)made->max_cpu_ms,
+			 made->on_idle_pause ? "pause" : "delete",
+			 made->unbounded ? "\"" WARN_FROZEN "\"" : "");
 	pthread_mutex_unlock(&ss->mu);
 	*answer = moat_buf_take(&b);
 	return *answer ? 0 : moat_error_oom(err);
@@ -571,6 +660,8 @@ int serve_session_begin(struct serve_sessions *ss, struct serve_session *x, char
 {
 	*gone = NULL;
 	pthread_mutex_lock(&ss->mu);
+	while (x->freezing)
+		pthread_cond_wait(&ss->cv, &ss->mu);
 	int rc = 0;
 	if (!x->busy)
 		sync_state(ss, x, moat_mono_ms());
@@ -581,6 +672,7 @@ int serve_session_begin(struct serve_sessions *ss, struct serve_session *x, char
 		rc = -1;
 	} else {
 		x->busy = true;
+		x->paused = false; /* the step resumes it (pool_session_run thaws) */
 		x->last_ms = moat_mono_ms();
 	}
 	pthread_mutex_unlock(&ss->mu);
@@ -613,6 +705,14 @@ int serve_session_step(struct serve_sessions *ss, struct serve_session *x,
 	x->stepping = true;
 	pthread_mutex_unlock(&ss->mu);
 	int rc = pool_session_run(ps, step, per, res, extra, err);
+	/* no cgroup bounds it: frozen again before the answer, never left
+	 * running between steps (a failure ends it) */
+	if (x->unbounded && pool_session_state(ps, NULL, NULL) == POOL_SESSION_LIVE) {
+		struct moat_error e = { 0 };
+		if (pool_session_freeze(ps, true, &e) < 0)
+			pool_session_kill(ps);
+		moat_error_clear(&e);
+	}
 	pthread_mutex_lock(&ss->mu);
 	x->stepping = false;
 	if (rc == 0) {
@@ -633,7 +733,10 @@ enum moat_language serve_session_language(const struct serve_session *x)
 static void session_object(struct serve_session *x, struct moat_buf *b, bool full)
 {
 	static const char *const names[] = { "idle", "killed", "ended", "expired" };
-	const char *state = x->state == SES_LIVE && x->busy ? "running" : names[x->state];
+	/* a pause or resume under way is no step: "idle" until it is done */
+	const char *state = x->state == SES_LIVE && x->busy && !x->freezing ? "running"
+			    : x->state == SES_LIVE && x->paused		  ? "paused"
+									  : names[x->state];
 	if (x->ps) {
 		int64_t m = pool_session_memory(x->ps), c = pool_session_cpu_ms(x->ps);
 		if (m >= 0)
@@ -667,10 +770,17 @@ static void session_object(struct serve_session *x, struct moat_buf *b, bool ful
 		 x->created_wall_ms + (x->last_ms - x->created_ms) + (int64_t)x->idle_ms);
 	if (full) {
 		moat_buf_appendf(b, ",\"limits\":{\"memoryMb\":%llu,\"cpus\":%g,\"pidsLimit\":%llu,"
-				    "\"idleTimeoutMs\":%llu,\"maxLifetimeMs\":%llu},\"reason\":",
+				    "\"idleTimeoutMs\":%llu,\"maxLifetimeMs\":%llu,"
+				    "\"maxCpuTimeMs\":%llu,\"onIdle\":\"%s\"},\"frozen\":%s,"
+				    "\"reason\":",
 				 (unsigned long long)x->memory_mb, x->cpus,
 				 (unsigned long long)x->pids, (unsigned long long)x->idle_ms,
-				 (unsigned long long)x->life_ms);
+				 (unsigned long long)x->life_ms, (unsigned long long)x->max_cpu_ms,
+				 x->on_idle_pause ? "pause" : "delete",
+				 x->state == SES_LIVE && x->ps && !x->busy &&
+						 pool_session_frozen(x->ps)
+					 ? "true"
+					 : "false");
 		if (x->state == SES_LIVE || !x->reason)
 			moat_buf_append(b, "null", 4);
 		else
@@ -685,6 +795,45 @@ void serve_session_json(struct serve_sessions *ss, struct serve_session *x, stru
 	pthread_mutex_lock(&ss->mu);
 	session_object(x, b, full);
 	pthread_mutex_unlock(&ss->mu);
+}
+
+int serve_session_pause(struct serve_sessions *ss, struct serve_session *x, bool pause,
+			struct moat_buf *b, char **gone, struct moat_error *err)
+{
+	*gone = NULL;
+	pthread_mutex_lock(&ss->mu);
+	while (x->freezing)
+		pthread_cond_wait(&ss->cv, &ss->mu);
+	if (!x->busy)
+		sync_state(ss, x, moat_mono_ms());
+	if (x->state != SES_LIVE || !x->ps) {
+		*gone = strdup(x->reason ? x->reason : "the session is gone");
+		pthread_mutex_unlock(&ss->mu);
+		return -2;
+	}
+	if (x->busy) {
+		pthread_mutex_unlock(&ss->mu);
+		return -1;
+	}
+	/* held as a step holds it: DELETE, the reaper and the stop wait */
+	x->busy = x->stepping = x->freezing = true;
+	struct pool_session *p = x->ps;
+	pthread_mutex_unlock(&ss->mu);
+	/* resumed, a session no cgroup bounds stays frozen between steps */
+	int rc = pause || !x->unbounded ? pool_session_freeze(p, pause, err) : 0;
+	if (rc < 0)
+		pool_session_kill(p); /* never left half-frozen */
+	pthread_mutex_lock(&ss->mu);
+	x->busy = x->stepping = x->freezing = false;
+	x->last_ms = moat_mono_ms();
+	if (rc == 0)
+		x->paused = pause;
+	sync_state(ss, x, x->last_ms);
+	pthread_cond_broadcast(&ss->cv);
+	if (rc == 0)
+		session_object(x, b, false);
+	pthread_mutex_unlock(&ss->mu);
+	return rc < 0 ? -3 : 0;
 }
 
 int serve_session_delete(struct serve_sessions *ss, struct serve_session *x, char **gone)

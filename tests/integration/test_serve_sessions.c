@@ -1242,22 +1242,25 @@ START_TEST(ses_timeout_unit)
 END_TEST
 
 /* cpuTimeMs and memoryBytes of a session: measured by its cgroup (> 0
- * after a busy step), or absent with a warning where nothing measures
- * them (rootless without a delegated cgroup), never a 0 that was not read. */
+ * after a busy step); without one (rootless without a delegated cgroup)
+ * cpuTimeMs from its processes' /proc times (> 0 after a busy step: the
+ * freeze's measure, issue 45) and memoryBytes absent with a warning, never
+ * a 0 that was not read. */
 static void expect_figures(const cJSON *ses, bool cg, const char *what, const char *body)
 {
 	const cJSON *cpu = jget(ses, "cpuTimeMs"), *mem = jget(ses, "memoryBytes");
+	ck_assert_msg(cJSON_IsNumber(cpu) && cpu->valuedouble > 0,
+		      "%s: cpuTimeMs > 0 after a busy step: %.1500s", what, body);
 	if (cg) {
-		ck_assert_msg(cJSON_IsNumber(cpu) && cpu->valuedouble > 0 && cJSON_IsNumber(mem) &&
-				      mem->valuedouble > 0,
-			      "%s: with a cgroup, cpuTimeMs and memoryBytes > 0: %.1500s", what, body);
+		ck_assert_msg(cJSON_IsNumber(mem) && mem->valuedouble > 0,
+			      "%s: with a cgroup, memoryBytes > 0: %.1500s", what, body);
 		ck_assert_msg(!warned(jget(ses, "warnings"), "absent"), "%s: %.1500s", what, body);
 	} else {
-		ck_assert_msg(!cpu && !mem, "%s: without a cgroup, cpuTimeMs and memoryBytes "
-					    "absent, not a figure nothing measured: %.1500s",
+		ck_assert_msg(!mem, "%s: without a cgroup, memoryBytes absent, not a figure "
+				    "nothing measured: %.1500s",
 			      what, body);
-		ck_assert_msg(warned(jget(ses, "warnings"), "cpuTimeMs and memoryBytes are absent"),
-			      "%s: no warning says why the figures are absent: %.1500s", what, body);
+		ck_assert_msg(warned(jget(ses, "warnings"), "memoryBytes is absent"),
+			      "%s: no warning says why memoryBytes is absent: %.1500s", what, body);
 	}
 }
 
@@ -1289,6 +1292,344 @@ START_TEST(ses_figures_measured_or_absent)
 }
 END_TEST
 
+
+/* ---- budgets, background CPU, freezing, pause and resume (issue 45) ---- */
+
+/* A call on /v1/sessions/{id}<tail>. */
+static void ses_req(struct server *s, const char *method, const char *id, const char *tail,
+		    struct resp *r)
+{
+	char path[128];
+	snprintf(path, sizeof path, "/v1/sessions/%s%s", id, tail);
+	struct req q = { .method = method, .path = path };
+	call(s, &q, r);
+}
+
+/* The session's cpuTimeMs now (GET). */
+static double ses_cpu(struct server *s, const char *id)
+{
+	struct resp r;
+	ses_call(s, "GET", id, &r);
+	ck_assert_msg(r.code == 200, "%s: GET: %d %s", MODE_NAME[s->mode], r.code, r.body);
+	double v = jnum(r.json, "cpuTimeMs");
+	resp_free(&r);
+	return v;
+}
+
+/* A step's answer says whether a cgroup bounds the session's CPU. */
+static bool step_cpu_bounded(const struct resp *r)
+{
+	const char *c = jstr(jget(r->json, "limits"), "cpu");
+	return c && strcmp(c, "none") != 0;
+}
+
+#define BUSY_CHILD "import subprocess, sys\n" \
+	"p = subprocess.Popen([sys.executable, '-c', 'while True: pass'])\n" \
+	"print(p.pid)"
+
+/* Hole 3 of issue 45: live sessions reserved more memory than the host
+ * had (23 sessions of 1 GiB on a 23 GB host). Each now reserves its
+ * memoryMb and cpus from serve.sandboxes; past it, a 503 naming the
+ * budget, and what is reserved never exceeds it. */
+START_TEST(ses_budget)
+{
+	static const char *const args[] = { "--max-sessions", "8", NULL };
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){
+		.pool = 0, .args = args,
+		.config = "{\"serve\":{\"sandboxes\":{\"memoryMb\":2560,\"cpus\":64}}}" });
+	char *ids[8] = { 0 };
+	int made = 0;
+	struct resp r;
+	for (int i = 0; i < 8; i++) {
+		post(&s, "/v1/sessions", "{\"language\":\"python\",\"memoryMb\":1024}", &r);
+		if (r.code != 201) {
+			expect_error("a session past the memory budget", &r, 503, "ServerBusy");
+			const char *msg = jstr(jget(r.json, "error"), "message");
+			ck_assert_msg(msg && strstr(msg, "serve.sandboxes.memoryMb 2560"),
+				      "%s: the refusal does not name the budget: %s", MODE_NAME[_i],
+				      r.body);
+			char ra[32];
+			ck_assert_ptr_nonnull(resp_header(&r, "Retry-After", ra, sizeof ra));
+			resp_free(&r);
+			break;
+		}
+		ids[made++] = strdup(jstr(r.json, "id"));
+		resp_free(&r);
+		get(&s, "/healthz?detail=1", &r);
+		const cJSON *m = jget(jget(r.json, "sandboxes"), "memoryMb");
+		ck_assert_msg(m && jnum(m, "total") == 2560 && jnum(m, "reserved") == 1024.0 * made,
+			      "%s: /healthz?detail=1 after %d sessions: %s", MODE_NAME[_i], made,
+			      r.body);
+		resp_free(&r);
+	}
+	ck_assert_msg(made == 2, "%s: %d sessions of 1 GiB in a 2560 MiB budget", MODE_NAME[_i],
+		      made);
+	char *m = get_metrics(&s, NULL);
+	int found = 0;
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sandboxes_memory_reserved_mb", NULL, &found),
+			    2048);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sandboxes_memory_budget_mb", NULL, &found),
+			    2560);
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sandboxes_budget_refused_total",
+				       "budget=\"memory\"", &found), 1);
+	free(m);
+	/* an ended session gives its reservation back */
+	ses_end(&s, ids[0]);
+	free(ids[0]);
+	ids[0] = ses_try_create(&s, "{\"language\":\"python\",\"memoryMb\":1024}", NULL, NULL);
+	ck_assert_ptr_nonnull(ids[0]);
+	for (int i = 0; i < made; i++) {
+		ses_end(&s, ids[i]);
+		free(ids[i]);
+	}
+	get(&s, "/healthz?detail=1", &r);
+	ck_assert_msg(jnum(jget(jget(r.json, "sandboxes"), "memoryMb"), "reserved") == 0,
+		      "%s: reservations left after every session ended: %s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	/* /healthz itself stays what clients compare whole */
+	get(&s, "/healthz", &r);
+	ck_assert_msg(!strncmp(r.body, "{\"status\":\"ok\"", 14) && !strstr(r.body, "sandboxes"),
+		      "/healthz: %s", r.body);
+	resp_free(&r);
+	server_stop(&s);
+}
+END_TEST
+
+/* Hole 2 of issue 45: a step starts a busy child and returns; the child
+ * burned a full CPU while the service reported nothing. Now its CPU is
+ * counted in the session's cpuTimeMs (with a cgroup: bounded by its
+ * quota), and maxCpuTimeMs ends the session with the reason; without a
+ * cgroup (rootless here) the child is frozen between steps, and counted
+ * while a step runs. */
+START_TEST(ses_background_cpu)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\",\"cpus\":1,\"maxCpuTimeMs\":1500}", &id))
+		return;
+	struct resp r;
+	ses_run(&s, id, BUSY_CHILD, NULL, &r);
+	ck_assert_msg(r.code == 200 && jnum(r.json, "exitCode") == 0, "%s: step: %d %s",
+		      MODE_NAME[_i], r.code, r.body);
+	bool bounded = step_cpu_bounded(&r);
+	double c0 = jnum(jget(r.json, "session"), "cpuTimeMs");
+	resp_free(&r);
+	ck_assert_msg(c0 < 1500, "%s: the step alone used %.0f ms", MODE_NAME[_i], c0);
+	if (!bounded) {
+		/* nothing bounds it: frozen between steps, its CPU still */
+		harness_sleep_ms(1500);
+		double c1 = ses_cpu(&s, id);
+		ck_assert_msg(c1 - c0 < 50, "%s: no cgroup bounds it, yet the busy child ran "
+			      "between steps: cpuTimeMs %.0f -> %.0f", MODE_NAME[_i], c0, c1);
+		/* a step thaws it; the step's and the child's CPU count, up to
+		 * the cap, which ends the session in the step */
+		ses_run(&s, id, "while True: pass", ",\"timeout\":60000", &r);
+		ck_assert_msg(r.code == 200 && !strcmp(jstr(jget(r.json, "session"), "state"),
+						       "killed"),
+			      "%s: a step past maxCpuTimeMs: %d %s", MODE_NAME[_i], r.code, r.body);
+		resp_free(&r);
+	}
+	/* with a cgroup: no step runs; the child's CPU counts (GET), up to
+	 * the cap, which ends the session with its reason */
+	long t0 = harness_now_ms();
+	double seen = c0;
+	for (;;) {
+		ses_call(&s, "GET", id, &r);
+		ck_assert_int_eq(r.code, 200);
+		const char *st = jstr(r.json, "state");
+		if (st && strcmp(st, "idle") && strcmp(st, "running"))
+			break;
+		seen = jnum(r.json, "cpuTimeMs");
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(30000),
+			      "%s: a busy child left running between steps, and the session's "
+			      "cpuTimeMs is %.0f after the step's %.0f: %s", MODE_NAME[_i], seen, c0,
+			      r.body);
+		resp_free(&r);
+		harness_sleep_ms(100);
+	}
+	ck_assert_msg(!strcmp(jstr(r.json, "state"), "killed") && jstr(r.json, "reason") &&
+			      strstr(jstr(r.json, "reason"), "CPU time (maxCpuTimeMs 1500)"),
+		      "%s: a session past its maxCpuTimeMs: %s", MODE_NAME[_i], r.body);
+	ck_assert_msg(jnum(r.json, "cpuTimeMs") >= 1500, "%s: ended below its cap: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	if (bounded)
+		ck_assert_msg(seen > c0, "%s: cpuTimeMs never grew between steps", MODE_NAME[_i]);
+	expect_gone(&s, id, "maxCpuTimeMs 1500");
+	char *m = get_metrics(&s, NULL);
+	int found = 0;
+	ck_assert_double_eq(metric_sum(m, "moat_serve_sessions_killed_total",
+				       "reason=\"cpu-time\"", &found), 1);
+	free(m);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* Without a cgroup the session is frozen between steps: a background
+ * loop's largest gap between two of its iterations spans the time between
+ * two steps, the session's CPU does not move meanwhile, and the loop runs
+ * again in the next step. With a cgroup (root here) its quota bounds such
+ * work instead: ses_background_cpu. */
+#define GAP_LOOP "import subprocess, sys\n" \
+	"code = '''\n" \
+	"import os, time\n" \
+	"n = 0; gap = 0.0; prev = time.monotonic()\n" \
+	"while True:\n" \
+	"    t = time.monotonic(); gap = max(gap, t - prev); prev = t; n += 1\n" \
+	"    if n % 2000 == 0:\n" \
+	"        with open('/tmp/ctr.tmp', 'w') as f: f.write('%d %f' % (n, gap))\n" \
+	"        os.replace('/tmp/ctr.tmp', '/tmp/ctr')\n" \
+	"'''\n" \
+	"subprocess.Popen([sys.executable, '-c', code])\n"
+#define GAP_READ "import os, time\n" \
+	"while not os.path.exists('/tmp/ctr'): time.sleep(0.01)\n" \
+	"def rd(): return open('/tmp/ctr').read().split()\n"
+
+START_TEST(ses_frozen_between_steps)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	struct resp r;
+	char *id = ses_try_create(&s, "{\"language\":\"python\"}", NULL, &r);
+	if (!id) {
+		server_stop(&s);
+		harness_skip("sessions are not built into this moat (src/pool/session.c)");
+		return;
+	}
+	bool warned = strstr(r.body, "frozen between its steps") != NULL;
+	resp_free(&r);
+	ses_run(&s, id, GAP_LOOP, NULL, &r);
+	ck_assert_msg(r.code == 200 && jnum(r.json, "exitCode") == 0, "%s: step: %d %s",
+		      MODE_NAME[_i], r.code, r.body);
+	bool bounded = step_cpu_bounded(&r);
+	resp_free(&r);
+	if (bounded) {
+		ses_end(&s, id);
+		free(id);
+		server_stop(&s);
+		harness_skip("a cgroup bounds the session's CPU here: work between steps is "
+			     "bounded by its quota (ses_background_cpu), not frozen");
+		return;
+	}
+	free(ses_ok(&s, id, GAP_READ "n, gap = rd(); print(n)"));
+	double c0 = ses_cpu(&s, id);
+	harness_sleep_ms(2000);
+	double c1 = ses_cpu(&s, id);
+	/* the gap as written after the thaw: the loop writes every 2000
+	 * iterations, the first read may still be the last write before */
+	char *out = ses_ok(&s, id, GAP_READ "n, _ = rd(); time.sleep(0.5); m, gap = rd()\n"
+				   "print(gap, int(m) - int(n))");
+	double gap = 0;
+	long moved = 0;
+	ck_assert_msg(sscanf(out, "%lf %ld", &gap, &moved) == 2, "step output: %s", out);
+	ck_assert_msg(c1 - c0 < 50, "%s: the session's CPU moved %.0f ms in 2 s between steps",
+		      MODE_NAME[_i], c1 - c0);
+	ck_assert_msg(gap >= 1.5, "%s: the background loop was never stopped 1.5 s (its largest "
+		      "gap: %.3f s) while the session waited 2 s between steps", MODE_NAME[_i], gap);
+	ck_assert_msg(moved > 0, "%s: the background loop does not run again in the next step",
+		      MODE_NAME[_i]);
+	free(out);
+	ck_assert_msg(warned, "%s: no cgroup bounds the session, and its create answer has no "
+		      "warning saying it is frozen between steps", MODE_NAME[_i]);
+	ses_end(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* POST .../pause freezes every process (a busy child uses no CPU for 5 s:
+ * the cgroup's as root, the tasks' /proc times rootless, both what GET
+ * says), a step resumes it transparently, POST .../resume too; onIdle
+ * "pause" pauses an idle session instead of ending it. */
+START_TEST(ses_pause_resume)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
+	char *id;
+	if (!ses_create(&s, "{\"language\":\"python\",\"cpus\":1}", &id))
+		return;
+	struct resp r;
+	ses_run(&s, id, BUSY_CHILD, NULL, &r);
+	ck_assert_msg(r.code == 200, "%s: step: %d %s", MODE_NAME[_i], r.code, r.body);
+	bool bounded = step_cpu_bounded(&r);
+	resp_free(&r);
+	ses_req(&s, "POST", id, "/pause", &r);
+	ck_assert_msg(r.code == 200 && jstr(r.json, "state") &&
+			      !strcmp(jstr(r.json, "state"), "paused"),
+		      "%s: POST pause: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	double c0 = ses_cpu(&s, id);
+	harness_sleep_ms(5000);
+	double c1 = ses_cpu(&s, id);
+	ck_assert_msg(c1 - c0 <= 20, "%s: a paused session's CPU time moved %.0f ms in 5 s",
+		      MODE_NAME[_i], c1 - c0);
+	ses_call(&s, "GET", id, &r);
+	ck_assert_msg(!strcmp(jstr(r.json, "state"), "paused") &&
+			      cJSON_IsTrue(jget(r.json, "frozen")),
+		      "%s: GET of a paused session: %s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	/* a step resumes it: the child runs (and counts) again */
+	ses_run(&s, id, "import time\ntime.sleep(2)", NULL, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(jstr(jget(r.json, "session"), "state"), "idle"),
+		      "%s: a step on a paused session: %d %s", MODE_NAME[_i], r.code, r.body);
+	double c2 = jnum(jget(r.json, "session"), "cpuTimeMs");
+	resp_free(&r);
+	ck_assert_msg(c2 - c1 >= 30, "%s: the busy child did not run in the step after the "
+		      "pause: cpuTimeMs %.0f -> %.0f", MODE_NAME[_i], c1, c2);
+	ses_req(&s, "POST", id, "/pause", &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	ses_req(&s, "POST", id, "/resume", &r);
+	ck_assert_msg(r.code == 200 && !strcmp(jstr(r.json, "state"), "idle"),
+		      "%s: POST resume: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	if (bounded) { /* resumed and idle, a cgroup's quota bounds it: it runs */
+		double c3 = ses_cpu(&s, id), c4 = c3;
+		long t1 = harness_now_ms();
+		while (c4 - c3 < 30 && harness_now_ms() - t1 < harness_scale_ms(10000)) {
+			harness_sleep_ms(200);
+			c4 = ses_cpu(&s, id);
+		}
+		ck_assert_msg(c4 - c3 >= 30, "%s: resumed, the child does not run (%.0f -> %.0f)",
+			      MODE_NAME[_i], c3, c4);
+	}
+	ses_end(&s, id);
+	ses_req(&s, "POST", id, "/pause", &r);
+	expect_error("pausing an ended session", &r, 410, "SessionGone");
+	resp_free(&r);
+	free(id);
+	/* onIdle "pause": idle, it is paused, not ended; a step resumes it */
+	if (!ses_create(&s, "{\"language\":\"python\",\"idleTimeoutMs\":300,\"onIdle\":\"pause\"}",
+			&id))
+		return;
+	free(ses_ok(&s, id, "x = 5"));
+	long t0 = harness_now_ms();
+	for (;;) {
+		ses_call(&s, "GET", id, &r);
+		ck_assert_msg(r.code == 200, "%s: GET: %d %s", MODE_NAME[_i], r.code, r.body);
+		const char *st = jstr(r.json, "state");
+		if (st && !strcmp(st, "paused"))
+			break;
+		ck_assert_msg(st && !strcmp(st, "idle") &&
+				      harness_now_ms() - t0 < harness_scale_ms(3000),
+			      "%s: an idle session with onIdle pause: %s", MODE_NAME[_i], r.body);
+		resp_free(&r);
+		harness_sleep_ms(100);
+	}
+	resp_free(&r);
+	harness_sleep_ms(600); /* past its idle timeout again: still paused, not expired */
+	char *o = ses_ok(&s, id, "print(x)");
+	ck_assert_str_eq(o, "5\n");
+	free(o);
+	ses_end(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_sessions_suite(void)
 {
 	Suite *s = suite_create("serve_sessions");
@@ -1313,7 +1654,16 @@ Suite *serve_sessions_suite(void)
 	tcase_add_loop_test(tc, ses_delete_queued, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_killed_while_idle, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ses_idle_lifetime_end, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ses_budget, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
+	/* background CPU, the freeze, pause and resume: a tcase of its own so
+	 * that the VM stage runs it on cgroup v2 (VM_SUITES) */
+	TCase *cpu = tcase_create("serve_sessions_cpu");
+	tcase_set_timeout(cpu, 240);
+	tcase_add_loop_test(cpu, ses_background_cpu, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(cpu, ses_frozen_between_steps, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(cpu, ses_pause_resume, MODE_ROOT, MODE_ROOTLESS + 1);
+	suite_add_tcase(s, cpu);
 	/* its own case, to run alone: CK_RUN_CASE=serve_sessions_messages */
 	tc = tcase_create("serve_sessions_messages");
 	tcase_set_timeout(tc, 240);

@@ -757,6 +757,69 @@ START_TEST(log_never_blocks)
 }
 END_TEST
 
+/* ---- the live sandboxes' budgets (budget.c) ---- */
+
+START_TEST(budget_reserve_release)
+{
+	struct serve_budget b;
+	serve_budget_init(&b, 2560, 2);
+	char *why = NULL;
+	ck_assert_int_eq(serve_budget_reserve(&b, 1024, 1, &why), 0);
+	ck_assert_int_eq(serve_budget_reserve(&b, 1024, 0.5, &why), 0);
+	/* memory first: 2048 + 1024 > 2560 */
+	ck_assert_int_eq(serve_budget_reserve(&b, 1024, 0.25, &why), -1);
+	ck_assert_ptr_nonnull(why);
+	ck_assert_msg(strstr(why, "serve.sandboxes.memoryMb 2560 MiB") && strstr(why, "2048 MiB"),
+		      "%s", why);
+	free(why);
+	/* what is left of memory fits; the CPUs do not (1.5 + 0.75 > 2) */
+	ck_assert_int_eq(serve_budget_reserve(&b, 512, 0.75, &why), -1);
+	ck_assert_msg(why && strstr(why, "serve.sandboxes.cpus 2"), "%s", why ? why : "(null)");
+	free(why);
+	/* a third of a CPU, three times: no drift past the total */
+	serve_budget_release(&b, 1024, 0.5);
+	for (int i = 0; i < 3; i++)
+		ck_assert_int_eq(serve_budget_reserve(&b, 1, 1.0 / 3, &why), 0);
+	ck_assert_int_eq(serve_budget_reserve(&b, 1, 0.01, &why), -1);
+	free(why);
+	/* a release never goes below zero */
+	serve_budget_release(&b, 1 << 20, 100);
+	struct moat_buf out = { 0 };
+	serve_budget_json(&b, &out);
+	ck_assert_str_eq(out.data, "{\"memoryMb\":{\"reserved\":0,\"total\":2560},"
+				   "\"cpus\":{\"reserved\":0,\"total\":2}}");
+	moat_buf_free(&out);
+	serve_budget_metrics(&b, &out);
+	ck_assert_ptr_nonnull(strstr(out.data, "moat_serve_sandboxes_budget_refused_total"
+					       "{budget=\"memory\"} 1\n"));
+	ck_assert_ptr_nonnull(strstr(out.data, "moat_serve_sandboxes_budget_refused_total"
+					       "{budget=\"cpus\"} 2\n"));
+	moat_buf_free(&out);
+	/* the default: half the host less the slots, never below the floor */
+	ck_assert_uint_eq(serve_budget_default_memory_mb(1000000, 1024, 256), 256);
+	ck_assert_uint_gt(serve_budget_default_memory_mb(0, 0, 1), 1);
+}
+END_TEST
+
+START_TEST(budget_config)
+{
+	struct serve_limits l;
+	struct moat_error err = { 0 };
+	serve_limits_default(&l);
+	ck_assert_uint_eq(l.sandboxes_memory_mb, 0);
+	ck_assert_int_eq(serve_limits_parse("{\"sandboxes\":{\"memoryMb\":4096,\"cpus\":1.5},"
+					    "\"sessions\":{\"maxCpuTimeMs\":60000}}", &l, &err), 0);
+	ck_assert_uint_eq(l.sandboxes_memory_mb, 4096);
+	ck_assert(l.sandboxes_cpus == 1.5);
+	ck_assert_uint_eq(l.session_max_cpu_ms, 60000);
+	ck_assert_int_eq(serve_limits_parse("{\"sandboxes\":{\"disk\":1}}", &l, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "unknown key \"disk\" (memoryMb, cpus)"));
+	moat_error_clear(&err);
+	ck_assert_int_eq(serve_limits_parse("{\"sandboxes\":{\"cpus\":0}}", &l, &err), -1);
+	moat_error_clear(&err);
+}
+END_TEST
+
 void serve_limits_tests(TCase *tc);
 
 void serve_limits_tests(TCase *tc)
@@ -769,4 +832,6 @@ void serve_limits_tests(TCase *tc)
 	tcase_add_test(tc, metrics_relays);
 	tcase_add_test(tc, auth_check_listeners);
 	tcase_add_test(tc, log_never_blocks);
+	tcase_add_test(tc, budget_reserve_release);
+	tcase_add_test(tc, budget_config);
 }
