@@ -19,6 +19,7 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -59,6 +60,23 @@ long harness_now_ms(void)
 	struct timespec t;
 	clock_gettime(CLOCK_MONOTONIC, &t);
 	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
+}
+
+int harness_pidfd(pid_t pid)
+{
+	int fd = (int)syscall(SYS_pidfd_open, pid, 0); /* always close-on-exec */
+	ck_assert_msg(fd >= 0, "pidfd_open %ld: %s", (long)pid, strerror(errno));
+	return fd;
+}
+
+bool harness_pidfd_exists(int pidfd)
+{
+	/* signal 0: the permission and existence checks, nothing sent; ESRCH
+	 * once the process is reaped (a zombie still counts, as kill(pid, 0)) */
+	if (syscall(SYS_pidfd_send_signal, pidfd, 0, NULL, 0) == 0)
+		return true;
+	ck_assert_msg(errno == ESRCH, "pidfd_send_signal: %s", strerror(errno));
+	return false;
 }
 
 void harness_sleep_ms(long ms)

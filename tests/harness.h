@@ -80,6 +80,16 @@ long harness_scale_ms(long ms);
  * short. */
 long harness_now_ms(void);
 void harness_sleep_ms(long ms);
+
+/* A pidfd (close-on-exec) of pid, opened while the caller knows pid is the
+ * process it means; fails the test when pid is gone. It names that process
+ * and no other: asked later, "does it still exist" cannot be answered by a
+ * process that got its number since (pid_max is 32768 on the development
+ * hosts, and several test runs at once cycle through it; issue 49). */
+int harness_pidfd(pid_t pid);
+/* Does the process of pidfd still exist (running, or a zombie not yet
+ * reaped)? */
+bool harness_pidfd_exists(int pidfd);
 /*
  * Cgroups the environment provides for moat (tools/vm sets both):
  *  - MOAT_TEST_ROOT_CGROUP: a cgroup2 directory with the memory, pids and cpu
