@@ -1172,26 +1172,48 @@ START_TEST(ses_delete_queued)
 	char *id;
 	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
 		return;
-	/* another tenant's cold run holds the one run slot */
-	struct req cq = { .path = "/v1/run",
-			  .body = "{\"language\":\"python\",\"code\":\"import time\\ntime.sleep(10)\","
-				  "\"timeout\":30000}" };
+	/* another tenant's cold run holds the one run slot, until the test lets
+	 * it go (issue 49: a 10 s sleep and scaled waits let a loaded host hand
+	 * the slot to the step first, or end the run before the DELETE) */
+	char *hq = harness_json_quote(SES_HOLD), *hbody = NULL;
+	ck_assert_int_ge(asprintf(&hbody, "{\"language\":\"python\",\"code\":%s,"
+				  "\"timeout\":60000}", hq), 0);
+	struct req cq = { .path = "/v1/run", .body = hbody };
 	struct call cold;
 	call_start(&s, &cq, &cold);
-	harness_sleep_ms(harness_scale_ms(1000));
-	/* the session's step waits for it */
+	pid_t hold = 0;
+	long t0 = harness_now_ms();
+	while (proc_descendants_named(s.p.pid, "moat-hold\n", 5, &hold) < 1) {
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000),
+			      "%s: the cold run never held its slot", MODE_NAME[_i]);
+		harness_sleep_ms(20);
+	}
+	int hfd = harness_pidfd(hold);
+	/* the session's step waits for it: queued */
 	struct call step;
 	ses_run_start(&s, id, "{\"code\":\"print(1)\"}", &step);
-	harness_sleep_ms(harness_scale_ms(500));
+	for (t0 = harness_now_ms();; harness_sleep_ms(20)) {
+		char *m = get_metrics(&s, NULL);
+		bool queued = metric_sum(m, "moat_serve_queued", NULL, NULL) == 1;
+		free(m);
+		if (queued)
+			break;
+		ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(20000),
+			      "%s: the step never queued for the run slot", MODE_NAME[_i]);
+	}
 	struct resp r;
-	long t0 = harness_now_ms();
+	t0 = harness_now_ms();
 	ses_call(&s, "DELETE", id, &r);
 	long took = harness_now_ms() - t0;
 	ck_assert_msg(r.code == 200, "%s: DELETE: %d %s", MODE_NAME[_i], r.code, r.body);
-	ck_assert_msg(took < harness_scale_ms(3000),
-		      "%s: DELETE took %ld ms: it waited for a step that waited for a run slot",
-		      MODE_NAME[_i], took);
+	/* the slot is still held (the run holds until let go): a DELETE that
+	 * waited for the step could not have answered */
+	ck_assert_msg(harness_pidfd_exists(hfd),
+		      "%s: DELETE took %ld ms, answered only after the run holding the slot ended: "
+		      "it waited for a step that waited for a run slot", MODE_NAME[_i], took);
 	resp_free(&r);
+	ck_assert_int_eq(syscall(SYS_pidfd_send_signal, hfd, SIGUSR1, NULL, 0), 0);
+	close(hfd);
 	/* the queued step finds the session gone once it has its slot */
 	call_finish(&step, &r);
 	expect_error("a step queued before a DELETE", &r, 410, "SessionGone");
@@ -1199,6 +1221,8 @@ START_TEST(ses_delete_queued)
 	call_finish(&cold, &r);
 	ck_assert_int_eq(r.code, 200);
 	resp_free(&r);
+	free(hbody);
+	free(hq);
 	free(id);
 	server_stop(&s);
 }
