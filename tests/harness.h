@@ -90,6 +90,18 @@ int harness_pidfd(pid_t pid);
 /* Does the process of pidfd still exist (running, or a zombie not yet
  * reaped)? */
 bool harness_pidfd_exists(int pidfd);
+
+/* As root, into a network namespace of the test's own: loopback up,
+ * nothing else. 0, or -1 after saying why. */
+int harness_private_netns(void);
+/* A test that checks a TCP port is closed, or starts a server on a port it
+ * found free earlier, calls this first: in the host's namespace another
+ * program (a parallel test run) can take the port in between, and "open",
+ * EADDRINUSE or another server's answer then says nothing of moat (issue
+ * 49: a port compared across processes that need not hold it together).
+ * harness_private_netns, or, where it cannot be made, a note that the
+ * test's ports stay the host's. */
+void harness_private_ports(void);
 /*
  * Cgroups the environment provides for moat (tools/vm sets both):
  *  - MOAT_TEST_ROOT_CGROUP: a cgroup2 directory with the memory, pids and cpu
