@@ -54,7 +54,9 @@ bin=$logdir/build/test-integration moat=$logdir/build/moat
 . "$(dirname "$0")/tap.sh"
 
 say() { printf '%s\n' "$*" | tee -a "$logdir/summary.txt"; }
-say "loop: $suite${case:+ case $case}${tests:+ tests $tests}, $n runs, logs in $logdir ($(date -u +%FT%TZ))"
+top=$(dirname "$0")/..
+rev=$(git -C "$top" rev-parse --short HEAD 2>/dev/null)$(git -C "$top" diff --quiet HEAD -- 2>/dev/null || echo +dirty)
+say "loop: $suite${case:+ case $case}${tests:+ tests $tests}, $n runs, logs in $logdir ($(date -u +%FT%TZ); checkout ${rev:-unknown})"
 bad=0
 for k in $(seq 1 "$n"); do
 	tap=$logdir/run-$k.tap
