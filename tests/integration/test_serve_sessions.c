@@ -797,7 +797,20 @@ START_TEST(ses_sigterm_ends_sessions)
 	struct req q = { .path = path, .body = "{\"code\":\"import time\\ntime.sleep(60)\"}" };
 	struct call c;
 	call_start(&s, &q, &c);
-	harness_sleep_ms(harness_scale_ms(1000));
+	/* the step runs (not a scaled 1 s that a loaded host may not have
+	 * started it in: issue 49) */
+	for (long t0 = harness_now_ms();; harness_sleep_ms(50)) {
+		struct resp g;
+		ses_call(&s, "GET", id2, &g);
+		const char *st = g.code == 200 ? jstr(g.json, "state") : NULL;
+		bool running = st && !strcmp(st, "running");
+		ck_assert_msg(running || harness_now_ms() - t0 < harness_scale_ms(20000),
+			      "%s: the second session's step never ran: %d %s", MODE_NAME[_i], g.code,
+			      g.body);
+		resp_free(&g);
+		if (running)
+			break;
+	}
 	ck_assert_int_ge(marked(marker), 1);
 	long took;
 	int st = server_term(&s, harness_scale_ms(15000), &took);
