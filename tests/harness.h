@@ -80,6 +80,28 @@ long harness_scale_ms(long ms);
  * short. */
 long harness_now_ms(void);
 void harness_sleep_ms(long ms);
+
+/* A pidfd (close-on-exec) of pid, opened while the caller knows pid is the
+ * process it means; fails the test when pid is gone. It names that process
+ * and no other: asked later, "does it still exist" cannot be answered by a
+ * process that got its number since (pid_max is 32768 on the development
+ * hosts, and several test runs at once cycle through it; issue 49). */
+int harness_pidfd(pid_t pid);
+/* Does the process of pidfd still exist (running, or a zombie not yet
+ * reaped)? */
+bool harness_pidfd_exists(int pidfd);
+
+/* As root, into a network namespace of the test's own: loopback up,
+ * nothing else. 0, or -1 after saying why. */
+int harness_private_netns(void);
+/* A test that checks a TCP port is closed, or starts a server on a port it
+ * found free earlier, calls this first: in the host's namespace another
+ * program (a parallel test run) can take the port in between, and "open",
+ * EADDRINUSE or another server's answer then says nothing of moat (issue
+ * 49: a port compared across processes that need not hold it together).
+ * harness_private_netns, or, where it cannot be made, a note that the
+ * test's ports stay the host's. */
+void harness_private_ports(void);
 /*
  * Cgroups the environment provides for moat (tools/vm sets both):
  *  - MOAT_TEST_ROOT_CGROUP: a cgroup2 directory with the memory, pids and cpu

@@ -714,6 +714,51 @@ void expect_script(const char *what, const struct resp *r)
 			      what, keys[i], r->body);
 }
 
+/* Is pid the one listening on TCP port (any address, /proc/net/tcp and
+ * tcp6, then pid's fds)? What answers on a port free_port() found may be
+ * another program that took it before the server listened (issue 49).
+ * true as well when nothing is seen listening there (nothing to tell). */
+static bool listener_is(pid_t pid, int port)
+{
+	unsigned long inodes[16];
+	int n = 0;
+	static const char *const tabs[] = { "/proc/net/tcp", "/proc/net/tcp6" };
+	for (int t = 0; t < 2; t++) {
+		char *tab = slurp(tabs[t], NULL);
+		for (char *l = tab ? strchr(tab, '\n') : NULL; l && n < 16; l = strchr(l + 1, '\n')) {
+			char local[64], st[8];
+			unsigned long ino;
+			if (sscanf(l + 1, "%*d: %63s %*s %7s %*s %*s %*s %*s %*s %lu", local, st, &ino) != 3)
+				continue;
+			char *colon = strrchr(local, ':');
+			if (colon && strtol(colon + 1, NULL, 16) == port && !strcmp(st, "0A"))
+				inodes[n++] = ino;
+		}
+		free(tab);
+	}
+	if (n == 0)
+		return true;
+	char dir[64], link[64], path[384];
+	snprintf(dir, sizeof dir, "/proc/%ld/fd", (long)pid);
+	DIR *d = opendir(dir);
+	struct dirent *e;
+	bool ours = false;
+	while (d && !ours && (e = readdir(d))) {
+		snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+		ssize_t len = readlink(path, link, sizeof link - 1);
+		unsigned long ino;
+		if (len <= 0)
+			continue;
+		link[len] = '\0';
+		if (sscanf(link, "socket:[%lu]", &ino) == 1)
+			for (int i = 0; i < n; i++)
+				ours |= inodes[i] == ino;
+	}
+	if (d)
+		closedir(d);
+	return ours;
+}
+
 /* Waits until GET /healthz says {"status":"ok"}; fails with the log when
  * the server exits or the deadline passes. */
 /* As server_wait_ready; with port_retry, false (the server exited and
@@ -738,6 +783,11 @@ static bool wait_ready(struct server *s, bool port_retry)
 		struct resp r;
 		call(s, &q, &r);
 		bool ok = r.code == 200;
+		/* on a TCP port: from this server, not a program that took the
+		 * port first (then this one exits, EADDRINUSE, and is started
+		 * again on another) */
+		if (ok && s->port && !listener_is(s->p.pid, s->port))
+			ok = false;
 		if (ok) {
 			const char *st = jstr(r.json, "status");
 			ck_assert_msg(st && !strcmp(st, "ok"), "/healthz body: %s", r.body);

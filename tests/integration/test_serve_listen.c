@@ -59,29 +59,6 @@ START_TEST(socket_listener)
 }
 END_TEST
 
-/* As root, in a network namespace of the test's own: loopback up, nothing
- * else. 0, or -1 after saying why. */
-static int private_netns(void)
-{
-	if (unshare(CLONE_NEWNET) < 0) {
-		perror("serve test: unshare(CLONE_NEWNET)");
-		return -1;
-	}
-	int fd = socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-	struct ifreq ifr;
-	memset(&ifr, 0, sizeof ifr);
-	snprintf(ifr.ifr_name, sizeof ifr.ifr_name, "lo");
-	int rc = fd < 0 || ioctl(fd, SIOCGIFFLAGS, &ifr) < 0 ? -1 : 0;
-	ifr.ifr_flags |= IFF_UP;
-	if (rc == 0)
-		rc = ioctl(fd, SIOCSIFFLAGS, &ifr);
-	if (rc < 0)
-		perror("serve test: bring lo up");
-	if (fd >= 0)
-		close(fd);
-	return rc;
-}
-
 /* As root: a mount namespace of the test's own with an empty tmpfs on /run,
  * where the root default's /run/moat is made unseen by the host (and by
  * other servers). 0, or -1 after saying why. */
@@ -150,7 +127,7 @@ static void root_default_listener(void)
 	int host_mnt = open("/proc/self/ns/mnt", O_RDONLY | O_CLOEXEC);
 	ck_assert_int_ge(host_net, 0);
 	ck_assert_int_ge(host_mnt, 0);
-	ck_assert_msg(private_netns() == 0, "cannot make the test's network namespace");
+	ck_assert_msg(harness_private_netns() == 0, "cannot make the test's network namespace");
 	ck_assert_msg(private_run() == 0, "cannot make the test's /run");
 	ck_assert_msg(access("/run/moat", F_OK) < 0, "the private /run is not empty");
 	char xdg[] = "/tmp/moat-serve-xdg-XXXXXX";
@@ -339,6 +316,7 @@ static const char *log_line(const char *log, const char *needle, char *buf, size
 START_TEST(tcp_needs_token)
 {
 	HARNESS_MODE_GUARD(_i);
+	harness_private_ports();
 	int port = free_port();
 	char listen[64];
 	snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
@@ -362,6 +340,7 @@ END_TEST
 START_TEST(no_auth)
 {
 	HARNESS_MODE_GUARD(_i);
+	harness_private_ports();
 	const char *a[] = { "--no-auth", NULL };
 	struct server s;
 	struct server_opts o = { .args = a };
@@ -420,6 +399,7 @@ END_TEST
 START_TEST(metrics_listener)
 {
 	HARNESS_MODE_GUARD(_i);
+	harness_private_ports();
 	int mport = free_port();
 	char ml[64];
 	snprintf(ml, sizeof ml, "127.0.0.1:%d", mport);

@@ -110,6 +110,9 @@ START_TEST(token_file_rules)
 	char *log;
 	int st;
 
+	/* the port is refused, then taken by a second start: no other
+	 * program may take it in between */
+	harness_private_ports();
 	/* non-loopback without --token-file: exit 2, naming the flag */
 	int port = free_port();
 	char listen[64];

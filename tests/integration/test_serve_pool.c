@@ -4,6 +4,8 @@
  * helpers are serve_common.h's. */
 #include "serve_common.h"
 
+#include <sys/syscall.h>
+
 /* ---- tests: the warm pool (docs/SERVE.md, "The pool") --------------------------------- */
 
 /* A pool test the Python zygote shares, NAME_in(mode, zygote): loop index 0,
@@ -319,17 +321,61 @@ static void refill_server(struct server *s, int mode, long defer_ms, const char 
 	pool_wait_all(s, 2);
 }
 
-/* A JavaScript request that prints "held" after ms (its own timeout 60 s),
- * started into c. */
-static void held_start(struct server *s, long ms, struct call *c)
+/* A JavaScript request that holds its sandbox until the test lets it go
+ * (held_release; 55 s at most), named moat-hold while it holds, then prints
+ * "held", started into c; returns once it holds. The refill tests used to
+ * hold for a scaled time instead, which a loaded host could see end before
+ * the refill it was to outlast (issue 49). */
+static void held_start(struct server *s, struct call *c)
 {
-	char body[192];
-	snprintf(body, sizeof body,
-		 "{\"language\":\"javascript\",\"code\":\"setTimeout(() => console.log('held'), "
-		 "%ld)\",\"timeout\":60000}",
-		 ms);
+	static const char *const body =
+		"{\"language\":\"javascript\",\"code\":\"process.title = 'moat-hold';\\n"
+		"const t = setTimeout(() => {}, 55000);\\n"
+		"process.on('SIGUSR2', () => { clearTimeout(t); process.title = 'node'; "
+		"console.log('held'); });\",\"timeout\":60000}";
+	int before = proc_descendants_named(s->p.pid, "moat-hold\n", 5, NULL);
 	struct req q = { .path = "/v1/run", .body = body };
 	call_start(s, &q, c);
+	long t0 = harness_now_ms();
+	while (proc_descendants_named(s->p.pid, "moat-hold\n", 5, NULL) <= before) {
+		if (harness_now_ms() - t0 > harness_scale_ms(20000)) {
+			struct resp r;
+			call_finish(c, &r);
+			ck_abort_msg("the long run never held its sandbox: HTTP %d %.600s", r.code,
+				     r.body);
+		}
+		harness_sleep_ms(20);
+	}
+}
+
+/* Lets every held run go (SIGUSR2, through a pidfd of a process seen named
+ * moat-hold). */
+static bool named_hold(pid_t p)
+{
+	char f[64];
+	snprintf(f, sizeof f, "/proc/%ld/comm", (long)p);
+	char *comm = slurp(f, NULL);
+	bool is = comm && !strcmp(comm, "moat-hold\n");
+	free(comm);
+	return is;
+}
+
+static void held_release(struct server *s)
+{
+	pid_t p = 0;
+	while (proc_descendants_named(s->p.pid, "moat-hold\n", 5, &p) > 0) {
+		int fd = harness_pidfd(p);
+		/* still the one seen: the pidfd names it, not a later owner of p */
+		if (named_hold(p))
+			ck_assert_int_eq(syscall(SYS_pidfd_send_signal, fd, SIGUSR2, NULL, 0), 0);
+		close(fd);
+		/* its name goes with the signal's handler */
+		for (long t0 = harness_now_ms(); named_hold(p);) {
+			ck_assert_msg(harness_now_ms() - t0 < harness_scale_ms(10000),
+				      "a held run did not let go");
+			harness_sleep_ms(10);
+		}
+	}
 }
 
 /* Waits until the refill has waited for a run n times in all (since t0). */
@@ -367,17 +413,18 @@ START_TEST(pool_refill_waits_for_a_run)
 	double created = pool_metric(&s, "moat_pool_created_total", NULL);
 	struct call run;
 	long t0 = harness_now_ms();
-	held_start(&s, 3 * defer, &run);
+	held_start(&s, &run);
 	/* handed out: the refill waits (and says so) */
 	refill_wait_deferred(&s, deferred + 1, t0);
 	double made = pool_metric(&s, "moat_pool_created_total", NULL);
 	if (harness_now_ms() - t0 < defer / 2) /* surely before the deadline */
 		ck_assert_msg(made == created, "a sandbox was made while the run had just started");
-	/* the deadline: the pool is whole again while the run still runs */
+	/* the deadline: the pool is whole again while the run still runs (it
+	 * holds until released) */
 	pool_wait_ready(&s, "javascript", 2);
 	ck_assert_msg(pool_metric(&s, "moat_pool_in_use", NULL) == 1,
-		      "the pool was refilled only after the run (%ld ms of %ld)", harness_now_ms() - t0,
-		      3 * defer);
+		      "the pool was refilled only after the run (%ld ms)", harness_now_ms() - t0);
+	held_release(&s);
 	held_finish(&run);
 	server_stop_pool(&s, pool_idle_children(2, false));
 }
@@ -394,16 +441,16 @@ START_TEST(pool_refill_under_load_does_not_wait)
 	static const char *const args[] = { "--max-concurrent", "4", NULL };
 	struct server s;
 	refill_server(&s, _i, 60000, args);
-	long hold = harness_scale_ms(4000);
 	struct call run[2];
 	long t0 = harness_now_ms();
-	held_start(&s, hold, &run[0]);
+	held_start(&s, &run[0]);
 	refill_wait_deferred(&s, 1, t0);
-	held_start(&s, hold, &run[1]);
+	held_start(&s, &run[1]);
+	/* both hold until released: refilled while both run */
 	pool_wait_ready(&s, "javascript", 2);
 	ck_assert_msg(pool_metric(&s, "moat_pool_in_use", NULL) == 2,
-		      "the pool was refilled only after the runs (%ld ms of %ld)", harness_now_ms() - t0,
-		      hold);
+		      "the pool was refilled only after the runs (%ld ms)", harness_now_ms() - t0);
+	held_release(&s);
 	held_finish(&run[0]);
 	held_finish(&run[1]);
 	ck_assert_double_eq(pool_metric(&s, "moat_pool_refill_deferred_total", NULL), 1);

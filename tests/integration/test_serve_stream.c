@@ -245,6 +245,9 @@ static void srv_start(struct srv *s, int mode, int pool)
 		ck_assert_int_eq(chown(s->dir, ROOTLESS_ID, ROOTLESS_ID), 0);
 		ck_assert_int_eq(chown(s->log, ROOTLESS_ID, ROOTLESS_ID), 0);
 	}
+	/* the port found free is the test's alone until the server listens,
+	 * and what answers on it can only be that server */
+	harness_private_ports();
 	s->port = free_port();
 	char listen[32], pools[16], kv[128];
 	snprintf(listen, sizeof listen, "127.0.0.1:%d", s->port);

@@ -150,6 +150,8 @@ START_TEST(v1_answer_before_teardown)
 		if (!(pid1 = sandbox_pid1(&s)))
 			harness_sleep_ms(5);
 	ck_assert_msg(pid1 > 0, "no sandbox pid 1 among the server's children");
+	/* "reaped" asked of this process, never of another that gets its pid */
+	int pfd = harness_pidfd(pid1);
 	ck_assert_msg(ptrace(PTRACE_SEIZE, pid1, NULL, (void *)(long)PTRACE_O_TRACEEXIT) == 0,
 		      "PTRACE_SEIZE %ld: %s", (long)pid1, strerror(errno));
 	/* pid 1's stops until its exit stop: signals (SIGCHLD) passed on */
@@ -191,8 +193,9 @@ START_TEST(v1_answer_before_teardown)
 	/* let go, it is reaped (server_stop: nothing of the server left) */
 	bool gone = false;
 	for (long end = harness_now_ms() + harness_scale_ms(5000); !gone && harness_now_ms() < end;)
-		if (!(gone = kill(pid1, 0) < 0 && errno == ESRCH))
+		if (!(gone = !harness_pidfd_exists(pfd)))
 			harness_sleep_ms(5);
+	close(pfd);
 	ck_assert_msg(gone, "pid 1 %ld still there after it was let go", (long)pid1);
 	server_stop(&s);
 }
