@@ -40,6 +40,7 @@ struct pool_session {
 	/* the caller killed it (pool_session_kill) */
 	atomic_bool kill_asked;
 	unsigned seq;
+	uint64_t grace_ms; /* of an interrupt */
 };
 
 static char *dup_str(const char *s)
@@ -145,10 +146,19 @@ static void ended_by(struct pool_session *s, const struct moat_result *res, bool
 	else if (!k && res->exited)
 		set_over(s, POOL_SESSION_ENDED, "exit",
 			 "the session ended: its interpreter exited with code %d", res->exit_code);
+	else if (k && !strcmp(k, "timeout") && run_sandbox_session_interrupted(s->sb, NULL))
+		set_over(s, POOL_SESSION_KILLED, "timeout",
+			 "the session was killed: a run timed out and its interpreter did not "
+			 "stop within %llu ms of the interrupt", (unsigned long long)s->grace_ms);
 	else if (k && !strcmp(k, "timeout"))
 		set_over(s, POOL_SESSION_KILLED, "timeout",
 			 "the session was killed: a run timed out (its state may have been "
 			 "half-updated)");
+	else if (k && !strcmp(k, "cancelled") && !between &&
+		 run_sandbox_session_interrupted(s->sb, NULL))
+		set_over(s, POOL_SESSION_KILLED, "cancelled",
+			 "the session was killed: its interpreter did not stop within %llu ms of "
+			 "the interrupt", (unsigned long long)s->grace_ms);
 	else if (k && !strcmp(k, "oom"))
 		set_over(s, POOL_SESSION_KILLED, "oom",
 			 "the session was killed: memory limit exceeded (%llu MiB)",
@@ -215,8 +225,8 @@ static bool str_within(const cJSON *j, size_t max)
 
 /* The done frame of step seq, checked, into *extra (the answer's keys) and
  * res's exit code; false when it is not one. */
-static bool take_done(const char *reply, size_t len, unsigned seq, struct moat_result *res,
-		      char **extra)
+static bool take_done(const char *reply, size_t len, unsigned seq, bool interrupted,
+		      struct moat_result *res, char **extra)
 {
 	cJSON *j = cJSON_ParseWithLength(reply, len);
 	cJSON *out = cJSON_CreateObject();
@@ -271,8 +281,10 @@ static bool take_done(const char *reply, size_t len, unsigned seq, struct moat_r
 	for (int i = 0; i < 4; i++)
 		if (!keys[i] || !cJSON_AddItemToObject(out, names[i], keys[i]))
 			ok = false;
-	if (!ok)
+	if (!ok || !cJSON_AddBoolToObject(out, "interrupted", interrupted)) {
+		ok = false;
 		goto done;
+	}
 	res->exited = true;
 	res->exit_code = (int)code->valuedouble;
 	if (dropped && dropped->valuedouble > 0)
@@ -316,6 +328,8 @@ int pool_session_spawn(const struct pool_session_config *cfg, struct pool_sessio
 		pool_session_stop(s);
 		return -1;
 	}
+	s->grace_ms = cfg->interrupt_grace_ms ? cfg->interrupt_grace_ms : POOL_SESSION_GRACE_MS;
+	run_sandbox_session_set_grace(s->sb, s->grace_ms, cfg->hangup_finish);
 	*out = s;
 	return 0;
 }
@@ -478,7 +492,8 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 	s->runs++;
 	pthread_mutex_unlock(&s->mu);
 	if (reply) {
-		bool ok = take_done(reply, rlen, seq, r, extra);
+		bool ok = take_done(reply, rlen, seq, run_sandbox_session_interrupted(s->sb, NULL),
+				    r, extra);
 		free(reply);
 		if (!ok)
 			protocol_kill(s, r);
@@ -502,7 +517,7 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 	}
 	if (!*extra &&
 	    !(*extra = strdup("{\"error\":null,\"value\":null,\"valueTruncated\":false,"
-			      "\"display\":[]}"))) {
+			      "\"display\":[],\"interrupted\":false}"))) {
 		moat_result_free(r);
 		return moat_error_oom(err);
 	}
@@ -586,6 +601,16 @@ unsigned pool_session_runs(const struct pool_session *s)
 	unsigned v = s->runs;
 	pthread_mutex_unlock(&m->mu);
 	return v;
+}
+
+bool pool_session_interrupt(struct pool_session *s)
+{
+	pthread_mutex_lock(&s->mu);
+	bool running = s->running && s->state == POOL_SESSION_LIVE && s->sb;
+	if (running && run_sandbox_session_interrupt(s->sb) < 0)
+		running = false;
+	pthread_mutex_unlock(&s->mu);
+	return running;
 }
 
 void pool_session_kill(struct pool_session *s)

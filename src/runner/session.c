@@ -7,13 +7,18 @@
  * the sandbox's end. Every frame of the driver is untrusted (the tenant's
  * code shares its process and fd 3): bounded, its header checked, anything
  * else kills the sandbox ("protocol"). */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "core/sys.h"
@@ -126,6 +131,113 @@ static int on_session(struct run *r, struct pump_entry *e, struct moat_error *er
 	return got ? PUMP_STOP : PUMP_GO;
 }
 
+/* /proc/<pid>/stat's parent pid (the host's view), -1 when unreadable. */
+static pid_t proc_ppid(pid_t pid)
+{
+	char path[48], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	/* "pid (comm) state ppid ...": comm may hold anything but ends at the
+	 * last ')' of what was read */
+	char *end = strrchr(buf, ')');
+	char state;
+	int ppid;
+	if (!end || sscanf(end + 1, " %c %d", &state, &ppid) != 2)
+		return -1;
+	return (pid_t)ppid;
+}
+
+/* Whether pid's innermost pid namespace number (status's NSpid, last) is 2. */
+static bool proc_is_pid2(pid_t pid)
+{
+	char path[48];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	char *line = NULL;
+	size_t cap = 0;
+	bool two = false;
+	while (getline(&line, &cap, f) > 0)
+		if (!strncmp(line, "NSpid:", 6)) {
+			char *last = strrchr(line, '\t');
+			two = last && !strcmp(last, "\t2\n");
+			break;
+		}
+	free(line);
+	fclose(f);
+	return two;
+}
+
+/* A pidfd of the session's driver: the child of pid 1 that is pid 2 in
+ * its namespace (the kernel has no children list here: /proc is
+ * scanned). Checked again once the pidfd is open, so a pid reused in
+ * between is never signalled (a driver gone since makes the signal fail).
+ * -1 when not found. */
+static int find_pid2(pid_t pid1)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return -1;
+	int fd = -1;
+	struct dirent *e;
+	while (fd < 0 && (e = readdir(d))) {
+		char *endp;
+		long p = strtol(e->d_name, &endp, 10);
+		if (*endp || p <= 0 || proc_ppid((pid_t)p) != pid1 || !proc_is_pid2((pid_t)p))
+			continue;
+		fd = (int)syscall(SYS_pidfd_open, (pid_t)p, 0);
+		if (fd >= 0 && (proc_ppid((pid_t)p) != pid1 || !proc_is_pid2((pid_t)p)))
+			moat_close_fd(&fd);
+	}
+	closedir(d);
+	return fd;
+}
+
+bool run_session_interrupt(struct run *r, enum run_intr why)
+{
+	if (!r->session_stepping || !r->session_grace_ms || r->session_intr != RUN_INTR_NONE ||
+	    r->exited || r->have_status)
+		return false;
+	if (r->session_pid2fd < 0)
+		r->session_pid2fd = find_pid2(r->pid);
+	if (r->session_pid2fd < 0 ||
+	    syscall(SYS_pidfd_send_signal, r->session_pid2fd, SIGINT, NULL, 0) < 0)
+		return false;
+	struct moat_error ignored = { 0 };
+	int rc = run_arm_timer(r, r->session_grace_ms, &ignored);
+	moat_error_clear(&ignored);
+	if (rc < 0)
+		return false;
+	r->session_intr = why;
+	return true;
+}
+
+/* An interrupt asked from another thread (run_sandbox_session_interrupt):
+ * the step's driver is interrupted, or killed when it cannot be. */
+static int on_interrupt(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	(void)e;
+	(void)err;
+	uint64_t n;
+	if (read(r->session_intr_fd, &n, sizeof n) < 0 || !r->session_stepping ||
+	    r->session_intr != RUN_INTR_NONE || r->exited || r->have_status ||
+	    r->res->timed_out || r->cancelled)
+		return PUMP_GO;
+	if (!run_session_interrupt(r, RUN_INTR_ASKED)) {
+		r->cancelled = true;
+		pump_kill(r);
+	}
+	return PUMP_GO;
+}
+
 /* The limits and warnings of from into to. */
 static int proto_copy(struct moat_result *to, const struct moat_result *from)
 {
@@ -167,7 +279,10 @@ int run_sandbox_start_session(const struct moat_request *boot, const struct moat
 	if (proto_copy(r->session_proto, r->res) < 0)
 		goto oom;
 	r->pump[PUMP_SESSION] = (struct pump_entry){ &r->session_fd, on_session };
-	if (pump_watch_slot(r, PUMP_SESSION, EPOLLIN) < 0) {
+	r->pump[PUMP_INTERRUPT] = (struct pump_entry){ &r->session_intr_fd, on_interrupt };
+	r->session_intr_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (r->session_intr_fd < 0 || pump_watch_slot(r, PUMP_SESSION, EPOLLIN) < 0 ||
+	    pump_watch_slot(r, PUMP_INTERRUPT, EPOLLIN) < 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_ctl: %s", strerror(errno));
 		goto fail;
 	}
@@ -189,6 +304,13 @@ static int step_begin(struct run *r, uint64_t timeout_ms, uint64_t max_output,
 			return moat_error_oom(err);
 	}
 	r->t0 = moat_mono_ms();
+	/* an interrupt asked after the last step's end is not this step's */
+	uint64_t stale;
+	if (r->session_intr_fd >= 0 && read(r->session_intr_fd, &stale, sizeof stale) < 0 &&
+	    errno != EAGAIN)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "eventfd: %s",
+				      strerror(errno));
+	r->session_intr = RUN_INTR_NONE;
 	struct run_stream *ss[] = { &r->out, &r->errout };
 	enum pump_slot slots[] = { PUMP_STDOUT, PUMP_STDERR };
 	for (int i = 0; i < 2; i++) {
@@ -229,6 +351,7 @@ static void step_end(struct run *r)
 		}
 	r->session_out = NULL;
 	r->session_out_len = r->session_out_off = 0;
+	r->session_stepping = false;
 }
 
 int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint64_t max_output,
@@ -255,6 +378,7 @@ int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint6
 		r->session_out = frame;
 		r->session_out_len = frame_len;
 		r->session_out_off = 0;
+		r->session_stepping = true;
 		if (session_events(r, EPOLLIN | EPOLLOUT) < 0)
 			session_bad(r);
 	}
@@ -276,6 +400,10 @@ int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint6
 		moat_error_clear(&ignored);
 		struct moat_result *out = r->res;
 		r->res = NULL;
+		/* interrupted at its timeout, and the driver answered: timed out,
+		 * the session lives on */
+		if (r->session_intr == RUN_INTR_TIMEOUT)
+			out->timed_out = true;
 		out->duration_ms = (uint64_t)(moat_mono_ms() - r->t0);
 		int64_t cpu = moat_cgroup_cpu_ms(r->cg);
 		if (cpu >= 0) {
@@ -326,4 +454,24 @@ bool run_sandbox_session_ended(struct moat_sandbox *sb)
 		n = poll(&p, 1, 0);
 	while (n < 0 && errno == EINTR);
 	return n > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
+void run_sandbox_session_set_grace(struct moat_sandbox *sb, uint64_t grace_ms,
+				   bool hangup_finish)
+{
+	sb->run.session_grace_ms = grace_ms;
+	sb->run.session_hangup_finish = hangup_finish;
+}
+
+int run_sandbox_session_interrupt(struct moat_sandbox *sb)
+{
+	uint64_t one = 1;
+	return write(sb->run.session_intr_fd, &one, sizeof one) == (ssize_t)sizeof one ? 0 : -1;
+}
+
+bool run_sandbox_session_interrupted(const struct moat_sandbox *sb, bool *asked)
+{
+	if (asked)
+		*asked = sb->run.session_intr == RUN_INTR_ASKED;
+	return sb->run.session_intr != RUN_INTR_NONE;
 }

@@ -196,6 +196,7 @@ enum MHD_Result srv_session_missing(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, bool del);
+enum MHD_Result srv_session_interrupt_route(struct req *q, struct MHD_Connection *c);
 
 /* ---- route_admin.c ---- */
 char *srv_metrics_text(struct server *s);
