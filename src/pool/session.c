@@ -21,6 +21,9 @@
 #define ERROR_TYPE_MAX 256u
 #define ERROR_MESSAGE_MAX (64u * 1024u)
 #define DISPLAY_MAX_ITEMS 64
+#define TRACEBACK_MAX_LINES 1000u
+#define RESULTS_MAX_ITEMS 64
+#define RESULT_ENTRY_MAX (4u * 1024u * 1024u)
 #define READY_TIMEOUT_MS 30000u
 #define KILL_WAIT_MS 10000u
 
@@ -223,6 +226,73 @@ static bool str_within(const cJSON *j, size_t max)
 	return cJSON_IsString(j) && strlen(j->valuestring) <= max;
 }
 
+/* An error of a done frame: type and message (and Jupyter's name, value
+ * and traceback lines), each within its bound, nothing else. */
+static bool error_ok(const cJSON *error)
+{
+	if (!cJSON_IsObject(error))
+		return false;
+	static const char *const keys[] = { "type", "message", "name", "value", "traceback" };
+	static const size_t max[] = { ERROR_TYPE_MAX, ERROR_MESSAGE_MAX, ERROR_TYPE_MAX,
+				      ERROR_MESSAGE_MAX, 0 };
+	int seen = 0;
+	for (int i = 0; i < 5; i++) {
+		const cJSON *it = cJSON_GetObjectItemCaseSensitive(error, keys[i]);
+		if (!it) {
+			if (i < 2)
+				return false;
+			continue;
+		}
+		seen++;
+		if (i < 4 && !str_within(it, max[i]))
+			return false;
+		if (i == 4) {
+			if (!cJSON_IsArray(it) || (unsigned)cJSON_GetArraySize(it) > TRACEBACK_MAX_LINES)
+				return false;
+			const cJSON *l;
+			cJSON_ArrayForEach(l, it) if (!str_within(l, ERROR_MESSAGE_MAX)) return false;
+		}
+	}
+	return cJSON_GetArraySize(error) == seen;
+}
+
+/* A done frame's results: at most RESULTS_MAX_ITEMS {isMain, data} (one
+ * isMain at most), data a MIME bundle of the known types with text/plain,
+ * each entry a string of at most RESULT_ENTRY_MAX (application/json: any
+ * JSON value, bounded by the frame). */
+static bool results_ok(const cJSON *results)
+{
+	static const char *const mimes[] = { "text/plain", "text/html", "text/markdown",
+					     "image/svg+xml", "image/png", "image/jpeg",
+					     "text/latex", "application/json",
+					     "application/javascript" };
+	if (!cJSON_IsArray(results) || cJSON_GetArraySize(results) > RESULTS_MAX_ITEMS)
+		return false;
+	int mains = 0;
+	const cJSON *r;
+	cJSON_ArrayForEach(r, results) {
+		const cJSON *main = cJSON_GetObjectItemCaseSensitive(r, "isMain");
+		const cJSON *data = cJSON_GetObjectItemCaseSensitive(r, "data");
+		if (!cJSON_IsObject(r) || cJSON_GetArraySize(r) != 2 || !cJSON_IsBool(main) ||
+		    !cJSON_IsObject(data) ||
+		    !str_within(cJSON_GetObjectItemCaseSensitive(data, "text/plain"),
+				VALUE_MAX_BYTES))
+			return false;
+		mains += cJSON_IsTrue(main);
+		const cJSON *d;
+		cJSON_ArrayForEach(d, data) {
+			size_t m = 0;
+			while (m < sizeof mimes / sizeof *mimes && strcmp(d->string, mimes[m]))
+				m++;
+			if (m == sizeof mimes / sizeof *mimes ||
+			    (strcmp(d->string, "application/json") &&
+			     !str_within(d, RESULT_ENTRY_MAX)))
+				return false;
+		}
+	}
+	return mains <= 1;
+}
+
 /* The done frame of step seq, checked, into *extra (the answer's keys) and
  * res's exit code; false when it is not one. */
 static bool take_done(const char *reply, size_t len, unsigned seq, bool interrupted,
@@ -240,13 +310,15 @@ static bool take_done(const char *reply, size_t len, unsigned seq, bool interrup
 	    jseq->valuedouble < 0 || (unsigned)jseq->valuedouble != seq || !is_int(code))
 		goto done;
 	cJSON *error = cJSON_GetObjectItemCaseSensitive(j, "error");
-	if (error && !cJSON_IsNull(error)) {
-		const cJSON *et = cJSON_GetObjectItemCaseSensitive(error, "type");
-		const cJSON *em = cJSON_GetObjectItemCaseSensitive(error, "message");
-		if (!cJSON_IsObject(error) || !str_within(et, ERROR_TYPE_MAX) ||
-		    !str_within(em, ERROR_MESSAGE_MAX) || cJSON_GetArraySize(error) != 2)
-			goto done;
-	}
+	if (error && !cJSON_IsNull(error) && !error_ok(error))
+		goto done;
+	cJSON *results = cJSON_GetObjectItemCaseSensitive(j, "results");
+	if (results && !results_ok(results))
+		goto done;
+	const cJSON *rt = cJSON_GetObjectItemCaseSensitive(j, "resultsTruncated");
+	const cJSON *count = cJSON_GetObjectItemCaseSensitive(j, "executionCount");
+	if ((rt && !cJSON_IsBool(rt)) || (count && !(is_int(count) && count->valuedouble >= 0)))
+		goto done;
 	cJSON *value = cJSON_GetObjectItemCaseSensitive(j, "value");
 	if (value && !cJSON_IsNull(value) && !str_within(value, VALUE_MAX_BYTES))
 		goto done;
@@ -278,6 +350,12 @@ static bool take_done(const char *reply, size_t len, unsigned seq, bool interrup
 							    : cJSON_CreateArray() };
 	const char *names[] = { "error", "value", "valueTruncated", "display" };
 	ok = true;
+	if (!cJSON_AddItemToObject(out, "results", results ? cJSON_DetachItemViaPointer(j, results)
+							   : cJSON_CreateArray()) ||
+	    !cJSON_AddBoolToObject(out, "resultsTruncated", cJSON_IsTrue(rt)) ||
+	    !(count ? cJSON_AddNumberToObject(out, "executionCount", count->valuedouble)
+		    : cJSON_AddNullToObject(out, "executionCount")))
+		ok = false;
 	for (int i = 0; i < 4; i++)
 		if (!keys[i] || !cJSON_AddItemToObject(out, names[i], keys[i]))
 			ok = false;
@@ -290,6 +368,10 @@ static bool take_done(const char *reply, size_t len, unsigned seq, bool interrup
 	if (dropped && dropped->valuedouble > 0)
 		(void)moat_result_warn(res, "%d figure(s) were not returned: the display of a run "
 				       "is at most 8 MiB", (int)dropped->valuedouble);
+	if (cJSON_IsTrue(rt))
+		(void)moat_result_warn(res, "some results were cut or not returned: a result is "
+				       "at most 4 MiB a MIME type, a step's results at most 64 and "
+				       "6 MiB (resultsTruncated)");
 	*extra = cJSON_PrintUnformatted(out);
 	ok = *extra != NULL;
 done:
@@ -517,7 +599,8 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 	}
 	if (!*extra &&
 	    !(*extra = strdup("{\"error\":null,\"value\":null,\"valueTruncated\":false,"
-			      "\"display\":[],\"interrupted\":false}"))) {
+			      "\"display\":[],\"interrupted\":false,\"results\":[],"
+			      "\"resultsTruncated\":false,\"executionCount\":null}"))) {
 		moat_result_free(r);
 		return moat_error_oom(err);
 	}
