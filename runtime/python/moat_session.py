@@ -60,6 +60,8 @@ CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
 _loop = None
 # where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
 ROOT = os.environ.pop("MOAT_SESSION_ROOT", "/sandbox")
+# the session's memoryMb (the host's): the interpreter's data is kept below it
+MEMORY_MB = os.environ.pop("MOAT_SESSION_MEMORY_MB", "")
 _FILE = __file__
 # a SIGINT (the host's interrupt: the step's timeout, POST .../interrupt) is a
 # KeyboardInterrupt only while a step's code runs; in the driver's own code
@@ -420,33 +422,30 @@ def _shell_line(m):
     return None
 
 
-def shell_escapes(code):
-    """code with its `!cmd` lines (IPython's shell escape: run by /bin/sh,
-    output to the step's) and `%pip` lines (refused) made Python. Only a cell
-    that does not parse as Python is looked at, so no string is touched."""
-    import re
-    pat = re.compile(r"^([ \t]*)([!%])(.*)$")
-    out, changed = [], False
-    for line in code.split("\n"):
-        m = pat.match(line)
-        py = _shell_line(m) if m else None
-        out.append(line if py is None else py)
-        changed = changed or py is not None
-    return "\n".join(out) if changed else None
+SHELL_LINES_MAX = 1000  # !cmd lines a cell may have
 
 
 def _parse(code, filename):
-    try:
-        return ast.parse(code, filename)
-    except SyntaxError:
-        alt = shell_escapes(code)
-        if alt is None:
-            raise
+    """code's tree; a line the parser stops at that is an IPython shell
+    escape (`!cmd`: run by /bin/sh, its output the step's) or `%pip` (refused)
+    is made Python and the parse tried again. Only the line the parser
+    rejects is looked at, so a `!` line inside a string is never touched."""
+    import re
+    pat = re.compile(r"^([ \t]*)([!%])(.*)$")
+    lines = None
+    for _ in range(SHELL_LINES_MAX + 1):
         try:
-            return ast.parse(alt, filename)
-        except SyntaxError:
-            pass
-        raise
+            return ast.parse(code if lines is None else "\n".join(lines), filename)
+        except SyntaxError as e:
+            if lines is None:
+                lines = code.split("\n")
+            n = (e.lineno or 0) - 1
+            m = pat.match(lines[n]) if 0 <= n < len(lines) else None
+            py = _shell_line(m) if m else None
+            if py is None:
+                raise
+            lines[n] = py
+    raise SyntaxError("too many shell escape lines in one cell", (filename, 1, 1, ""))
 
 
 def run_code(ns, seq, code, results=None):
@@ -585,8 +584,30 @@ def _session_main():
     return mod
 
 
+def limit_data(mb):
+    """RLIMIT_DATA's soft limit below the session's memory (mb MiB), so that
+    an allocation past it fails in the interpreter (MemoryError in the step)
+    before the cgroup's OOM killer ends the session; room is left for what
+    else the cgroup counts (the interpreter's code, page cache, children)."""
+    try:
+        import resource
+        n = int(mb) * 1024 * 1024
+        if n <= 0:
+            return
+        want = n - max(16 * 1024 * 1024, n // 8)
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if want > 0 and (soft == resource.RLIM_INFINITY or want < soft):
+            if hard != resource.RLIM_INFINITY and want > hard:
+                want = hard
+            resource.setrlimit(resource.RLIMIT_DATA, (want, hard))
+    except (ValueError, OSError, ImportError):
+        pass
+
+
 def main():
     os.set_inheritable(CTL, False)
+    if MEMORY_MB:
+        limit_data(MEMORY_MB)
     signal.signal(signal.SIGINT, _on_sigint)
     builtins.display = display
     os.environ.setdefault("MPLBACKEND", "Agg")

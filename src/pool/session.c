@@ -81,8 +81,14 @@ static struct moat_request *boot_request(const struct moat_request *req, uint64_
 		b->max_output_bytes = req->max_output_bytes;
 	b->kv_enabled = req->kv_enabled;
 	b->has_allowed_hosts = req->has_allowed_hosts;
-	if (ok && req->env_count) {
-		ok = (b->env = calloc(req->env_count, sizeof *b->env)) != NULL;
+	/* the Python driver keeps the interpreter's data below the session's
+	 * memory (RLIMIT_DATA, soft): an allocation past it is a MemoryError in
+	 * the step, not the cgroup's OOM kill of the session */
+	char mem[32] = "";
+	if (req->language == MOAT_LANG_PYTHON && req->memory_mb)
+		snprintf(mem, sizeof mem, "%llu", (unsigned long long)req->memory_mb);
+	if (ok && (req->env_count || mem[0])) {
+		ok = (b->env = calloc(req->env_count + 1, sizeof *b->env)) != NULL;
 		for (size_t i = 0; ok && i < req->env_count; i++, b->env_count++) {
 			b->env[i].key = strdup(req->env[i].key);
 			b->env[i].value = malloc(req->env[i].value_len + 1);
@@ -92,6 +98,13 @@ static struct moat_request *boot_request(const struct moat_request *req, uint64_
 				b->env[i].value[req->env[i].value_len] = '\0';
 				b->env[i].value_len = req->env[i].value_len;
 			}
+		}
+		if (ok && mem[0]) {
+			size_t i = b->env_count++;
+			b->env[i].key = strdup("MOAT_SESSION_MEMORY_MB");
+			b->env[i].value = strdup(mem);
+			b->env[i].value_len = strlen(mem);
+			ok = b->env[i].key && b->env[i].value;
 		}
 	}
 	char ***lists[] = { &b->allowed_hosts, &b->allowed_cidrs };
