@@ -449,3 +449,35 @@ class RealServe(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RichResults(unittest.TestCase):
+    """A step's rich results and Jupyter's error (issue 46), read as E2B's names."""
+
+    def test_results_read_by_name(self) -> None:
+        from moat_sandbox import Result
+        from moat_sandbox._core import RunResult
+        r = RunResult(dict(STEP, results=[
+            {"isMain": False, "data": {"text/plain": "<Figure>", "image/png": "iVBOR"}},
+            {"isMain": True, "data": {"text/plain": "42", "text/html": "<b>42</b>",
+                                      "application/json": {"a": 1}}}],
+            resultsTruncated=False, executionCount=3, interrupted=False,
+            error={"type": "ValueError", "message": "m", "name": "ValueError", "value": "m",
+                   "traceback": ["Traceback (most recent call last):", "ValueError: m"]}))
+        self.assertEqual([type(x) for x in r.results], [Result, Result])
+        fig, main = r.results
+        self.assertEqual((fig.png, fig.text, fig.html, fig.is_main_result),
+                         ("iVBOR", "<Figure>", None, False))
+        self.assertEqual(fig.formats(), ["text", "png"])
+        self.assertIs(r.main_result.is_main_result, True)
+        self.assertEqual((main.text, main.html, main.json), ("42", "<b>42</b>", {"a": 1}))
+        self.assertEqual((r.execution_count, r.results_truncated, r.interrupted), (3, False, False))
+        self.assertEqual(r.error["traceback"][-1], "ValueError: m")
+        with self.assertRaises(AttributeError):
+            main.nope
+        with self.assertRaises(AttributeError):
+            main.text = "x"
+        # a run's result (no results on the wire): an empty list, no main result
+        plain = RunResult({"stdout": "", "exitCode": 0})
+        self.assertEqual((plain.results, plain.main_result), ([], None))
+        self.assertEqual(r.to_dict()["results"][1]["data"]["text/plain"], "42")
