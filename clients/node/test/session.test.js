@@ -460,11 +460,18 @@ describe('sessions: a real moat serve on a unix socket', () => {
     } finally { await s.close(); }
   });
 
-  it('a step that times out kills the session: timedOut, then SessionGoneError saying why', { skip }, async () => {
+  it('a step that times out is interrupted; one that ignores it kills the session: timedOut, then SessionGoneError saying why', { skip }, async () => {
     const s = await sb.session({ language: 'python' });
     try {
       await s.run('x = 1');
-      const r = await s.run('while True: pass', { timeout: 500 });
+      // interrupted (issue 46): KeyboardInterrupt, the state kept
+      const i = await s.run('while True: pass', { timeout: 500 });
+      assert.equal(i.timedOut, true);
+      assert.equal(i.killedBy, null);
+      assert.equal(i.session.state, 'idle');
+      assert.equal(i.error.name, 'KeyboardInterrupt');
+      assert.equal((await s.run('x + 1')).mainResult.text, '2');
+      const r = await s.run('import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass', { timeout: 500 });
       assert.equal(r.timedOut, true);
       assert.equal(r.killedBy, 'timeout');
       assert.equal(r.session.state, 'killed');

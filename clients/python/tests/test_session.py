@@ -410,10 +410,18 @@ class RealServe(unittest.TestCase):
             self.assertEqual(cm.exception.status, 410)
             self.assertTrue(cm.exception.reason)
 
-    def test_timeout_kills_the_session(self) -> None:
+    def test_timeout_interrupts_then_kills_the_session(self) -> None:
         with self.sb.session(language="python") as s:
             s.run("x = 1")
+            # interrupted (issue 46): KeyboardInterrupt, the state kept
             r = s.run("while True: pass", timeout=500)
+            self.assertEqual((r.timed_out, r.killed_by, r.session["state"], r.interrupted),
+                             (True, None, "idle", True))
+            self.assertEqual(r.error["name"], "KeyboardInterrupt")
+            self.assertEqual(s.run("x + 1").main_result.text, "2")
+            # one that ignores the interrupt is killed after the grace
+            r = s.run("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                      "while True: pass", timeout=500)
             self.assertEqual((r.timed_out, r.killed_by, r.session["state"]), (True, "timeout", "killed"))
             with self.assertRaises(SessionGoneError) as cm:
                 s.run("x")
