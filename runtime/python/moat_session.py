@@ -67,6 +67,10 @@ _FILE = __file__
 # KeyboardInterrupt only while a step's code runs; in the driver's own code
 # (reading and writing frames) it is dropped
 _live = False
+# one that lands while a step is being set up (its frame read, files written) is
+# kept for the step's code; one between steps is dropped
+_stepping = False
+_pending = False
 _results = None  # the running step's results (display() appends)
 _count = 0  # executionCount: the steps run
 FONTS_CONF = os.path.join(os.path.dirname(os.path.abspath(_FILE)), "fonts.conf")
@@ -205,8 +209,11 @@ def set_stdin(data):
 
 
 def _on_sigint(signum, frame):
+    global _pending
     if _live:
         raise KeyboardInterrupt
+    if _stepping:
+        _pending = True
 
 
 def _cell_tb(e):
@@ -456,6 +463,8 @@ def run_code(ns, seq, code, results=None):
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     try:
         _live = True
+        if _pending:
+            raise KeyboardInterrupt
         tree = _parse(code, filename)
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -546,7 +555,8 @@ def _flush():
 
 def step(ns, seq, code, stdin, files):
     """One step: its `done` frame."""
-    global _results, _count
+    global _results, _count, _stepping, _pending
+    _stepping = True
     _count += 1
     display, dropped = [], 0
     value, cut = None, False
@@ -566,6 +576,7 @@ def step(ns, seq, code, stdin, files):
             value, cut = _cut(value, VALUE_MAX)
         display, dropped = take_figures(results)
     _results = None
+    _stepping = _pending = False
     _flush()
     return {"type": "done", "seq": seq, "exitCode": exit_code, "error": error,
             "value": value, "valueTruncated": cut, "display": display,

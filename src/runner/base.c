@@ -180,15 +180,25 @@ static int find_pid2(pid_t pid1)
 	return fd;
 }
 
+bool run_session_sigint(struct run *r)
+{
+	if (r->session_pid2fd < 0)
+		r->session_pid2fd = find_pid2(r->pid);
+	return r->session_pid2fd >= 0 &&
+	       syscall(SYS_pidfd_send_signal, r->session_pid2fd, SIGINT, NULL, 0) == 0;
+}
+
 bool run_session_interrupt(struct run *r, enum run_intr why)
 {
 	if (!r->session_stepping || !r->session_grace_ms || r->session_intr != RUN_INTR_NONE ||
 	    r->exited || r->have_status)
 		return false;
-	if (r->session_pid2fd < 0)
-		r->session_pid2fd = find_pid2(r->pid);
-	if (r->session_pid2fd < 0 ||
-	    syscall(SYS_pidfd_send_signal, r->session_pid2fd, SIGINT, NULL, 0) < 0)
+	/* the driver has not the whole frame yet: a SIGINT now would come
+	 * before its step, so it is sent once the frame is out
+	 * (runner/session.c); the grace runs from now all the same */
+	if (r->session_out_off < r->session_out_len)
+		r->session_intr_later = true;
+	else if (!run_session_sigint(r))
 		return false;
 	struct moat_error ignored = { 0 };
 	int rc = run_arm_timer(r, r->session_grace_ms, &ignored);

@@ -230,6 +230,7 @@ struct run {
 	int session_intr_fd, session_pid2fd;
 	uint64_t session_grace_ms;
 	enum run_intr { RUN_INTR_NONE, RUN_INTR_TIMEOUT, RUN_INTR_ASKED } session_intr;
+	bool session_intr_later; /* asked while the frame was still going out: not sent yet */
 	bool session_stepping; /* a step's frame was sent: its code may run */
 	bool session_hangup_finish; /* a hang-up lets the step run on */
 };
@@ -338,6 +339,8 @@ void run_thrash_arm(struct run *r);
  * when sent; false when it cannot be (no step's code runs, no grace, the
  * step was interrupted already, the driver not found): the caller kills. */
 bool run_session_interrupt(struct run *r, enum run_intr why);
+/* The SIGINT itself (its pidfd found at the first): whether it was sent. */
+bool run_session_sigint(struct run *r);
 
 /* The timer fired: 1 kill the run now, 0 keep watching, -1 stop watching. */
 int run_thrash_tick(struct run *r);

@@ -106,6 +106,17 @@ static int on_session(struct run *r, struct pump_entry *e, struct moat_error *er
 			session_bad(r);
 			return PUMP_GO;
 		}
+		/* an interrupt that came while the frame went out: now */
+		if (r->session_out_off == r->session_out_len && r->session_intr_later) {
+			r->session_intr_later = false;
+			if (!run_session_sigint(r)) {
+				if (r->session_intr == RUN_INTR_ASKED)
+					r->cancelled = true;
+				else
+					r->res->timed_out = true;
+				pump_kill(r);
+			}
+		}
 	}
 	ssize_t n = recv(r->session_fd, r->chunk, RUN_READ_CHUNK, MSG_DONTWAIT);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -218,6 +229,7 @@ static int step_begin(struct run *r, uint64_t timeout_ms, uint64_t max_output,
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "eventfd: %s",
 				      strerror(errno));
 	r->session_intr = RUN_INTR_NONE;
+	r->session_intr_later = false;
 	struct run_stream *ss[] = { &r->out, &r->errout };
 	enum pump_slot slots[] = { PUMP_STDOUT, PUMP_STDERR };
 	for (int i = 0; i < 2; i++) {

@@ -95,6 +95,8 @@ static char *ses_ok(struct server *s, const char *id, const char *code)
 	return out;
 }
 
+static const char *err_name(const struct resp *r);
+
 /* The step's memory limit is a cgroup's (root here), not RLIMIT_DATA per
  * process (rootless without a delegated cgroup: an allocation past it
  * fails with MemoryError instead of an OOM kill). */
@@ -638,10 +640,20 @@ START_TEST(ses_plot)
 	char *id;
 	if (!ses_create(&s, "{\"language\":\"python\",\"memoryMb\":512," MPLRC "}", &id))
 		return;
-	ses_run(&s, id, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])", NULL, &r);
+	/* importing matplotlib takes seconds on a loaded host: a timeout past
+	 * the default's (an interrupt mid-import is a KeyboardInterrupt) */
+	ses_run(&s, id, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])",
+		",\"timeout\":120000", &r);
 	ck_assert_msg(r.code == 200, "%d %s", r.code, r.body);
 	const cJSON *d = jget(r.json, "display");
-	ck_assert_msg(cJSON_IsArray(d) && cJSON_GetArraySize(d) == 1, "%s: display: %.2000s",
+	ck_assert_msg(cJSON_IsArray(d) && cJSON_GetArraySize(d) == 1,
+		      "%s: display (error %s, %.0f ms): %.2000s", MODE_NAME[_i], err_name(&r),
+		      jnum(r.json, "durationMs"), r.body);
+	/* and the figure as a result (issue 46): image/png, after the main one */
+	const cJSON *res = cJSON_GetArrayItem(jget(r.json, "results"), 1);
+	ck_assert(cJSON_IsTrue(jget(cJSON_GetArrayItem(jget(r.json, "results"), 0), "isMain")));
+	const char *png = jstr(jget(res, "data"), "image/png");
+	ck_assert_msg(png && !strncmp(png, "iVBORw0KGgo", 11), "%s: results: %.500s",
 		      MODE_NAME[_i], r.body);
 	const cJSON *img = cJSON_GetArrayItem(d, 0);
 	ck_assert_str_eq(jstr(img, "type"), "image/png");
