@@ -643,7 +643,7 @@ START_TEST(ses_plot)
 	/* importing matplotlib takes seconds on a loaded host: a timeout past
 	 * the default's (an interrupt mid-import is a KeyboardInterrupt) */
 	ses_run(&s, id, "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])",
-		",\"timeout\":120000", &r);
+		",\"timeout\":60000", &r);
 	ck_assert_msg(r.code == 200, "%d %s", r.code, r.body);
 	const cJSON *d = jget(r.json, "display");
 	ck_assert_msg(cJSON_IsArray(d) && cJSON_GetArraySize(d) == 1,
