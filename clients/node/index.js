@@ -577,6 +577,34 @@ function sessionRequest(opts, cfg, provider) {
   return request;
 }
 
+// A step's rich results (docs/SESSIONS.md, "Results") read under E2B's names: `text`,
+// `html`, `markdown`, `svg`, `png`, `jpeg` (base64 text), `latex`, `json`, `javascript`,
+// `isMainResult`, `formats()`; getters that are not enumerable, so the result's JSON is the
+// service's as it was. `mainResult`: the last expression's, or undefined.
+const RESULT_MIME = {
+  text: 'text/plain', html: 'text/html', markdown: 'text/markdown', svg: 'image/svg+xml',
+  png: 'image/png', jpeg: 'image/jpeg', latex: 'text/latex', json: 'application/json',
+  javascript: 'application/javascript',
+};
+function withResults(res) {
+  if (!res || !Array.isArray(res.results)) return res;
+  for (const r of res.results) {
+    if (!r || typeof r !== 'object') continue;
+    const data = r.data && typeof r.data === 'object' ? r.data : {};
+    for (const [name, mime] of Object.entries(RESULT_MIME)) {
+      Object.defineProperty(r, name, { get: () => data[mime], enumerable: false });
+    }
+    Object.defineProperty(r, 'isMainResult', { get: () => r.isMain === true, enumerable: false });
+    Object.defineProperty(r, 'formats', {
+      value: () => Object.keys(RESULT_MIME).filter((n) => RESULT_MIME[n] in data), enumerable: false,
+    });
+  }
+  Object.defineProperty(res, 'mainResult', {
+    get: () => res.results.find((r) => r && r.isMain === true), enumerable: false,
+  });
+  return res;
+}
+
 // The checks of a session's run(code, opts); the request and its callbacks.
 function sessionRunRequest(code, opts, cfg, provider) {
   const bad = (msg) => new SandboxConfigError(msg, { provider });
@@ -764,7 +792,7 @@ function createServiceSandbox(cfg, provider, grace) {
         const timeout = typeof r.request.timeout === 'number' ? r.request.timeout : DEFAULT_TIMEOUT;
         const started = Date.now();
         return call('POST', `${route}/run`, r.request, { cb: r.cb, timeout, sessionId: id, session: true })
-          .then((json) => filled(json, started));
+          .then((json) => withResults(filled(json, started)));
       },
       info() {
         if (disposed) return Promise.reject(new SandboxError('sandbox disposed', { provider }));

@@ -392,9 +392,27 @@ function buildServer(s) {
       return toolError(`The program did not finish within its time limit of ${timeout} ms ` +
         'and was stopped; its output until then follows.', out);
     }
-    return { content: [{ type: 'text', text: render(out) }], structuredContent: out };
+    return { content: [{ type: 'text', text: render(out) }, ...images(r)], structuredContent: out };
   });
   return { server, sandbox };
+}
+
+// A session step's image results (docs/SESSIONS.md, "Results": a figure, display(img))
+// as MCP image content, in order: PNG and JPEG (base64 as the service sent them), at most
+// MAX_IMAGES; a run has none.
+const MAX_IMAGES = 16;
+function images(r) {
+  const out = [];
+  for (const res of Array.isArray(r && r.results) ? r.results : []) {
+    const data = res && res.data && typeof res.data === 'object' ? res.data : {};
+    for (const mimeType of ['image/png', 'image/jpeg']) {
+      if (typeof data[mimeType] === 'string' && out.length < MAX_IMAGES) {
+        out.push({ type: 'image', data: data[mimeType], mimeType });
+        break;
+      }
+    }
+  }
+  return out;
 }
 
 // A thrown SandboxError → one sentence for the model (the client's message carries the

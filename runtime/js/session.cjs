@@ -34,6 +34,20 @@ const MESSAGE_MAX = 8 * 1024;
 const ROOT = process.env.MOAT_SESSION_ROOT || "/sandbox";
 delete process.env.MOAT_SESSION_ROOT;
 const B64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
+// results (docs/SESSIONS.md, "Results"): a MIME bundle's entry, one step's
+// results in all; an error's traceback
+const RESULT_MAX = 4 * 1024 * 1024;
+const RESULTS_MAX = 6 * 1024 * 1024;
+const RESULTS_ITEMS_MAX = 64;
+const TRACEBACK_LINES_MAX = 500;
+const TRACEBACK_MAX = 64 * 1024;
+const REPR_METHODS = [
+  ["text/html", "_repr_html_"], ["text/markdown", "_repr_markdown_"],
+  ["image/svg+xml", "_repr_svg_"], ["image/png", "_repr_png_"], ["image/jpeg", "_repr_jpeg_"],
+  ["text/latex", "_repr_latex_"], ["application/json", "_repr_json_"],
+  ["application/javascript", "_repr_javascript_"],
+];
+const MIME_TYPES = new Set(["text/plain", ...REPR_METHODS.map(([m]) => m)]);
 // what a step's stack trace does not show: the driver and node's own frames
 const HIDDEN = [__filename, "(node:", "at node:"];
 
@@ -168,11 +182,105 @@ function describe(e) {
 }
 
 function errorOf(e) {
-  if (!isError(e)) return { type: "Error", message: cut(safe(() => util.inspect(e), "exception"), MESSAGE_MAX)[0] };
-  return {
-    type: cut(safe(() => String(e.name), "Error"), NAME_MAX)[0],
-    message: cut(safe(() => String(e.message), ""), MESSAGE_MAX)[0],
+  let type = "Error";
+  let message;
+  if (!isError(e)) {
+    message = cut(safe(() => util.inspect(e), "exception"), MESSAGE_MAX)[0];
+  } else {
+    type = cut(safe(() => String(e.name), "Error"), NAME_MAX)[0];
+    message = cut(safe(() => String(e.message), ""), MESSAGE_MAX)[0];
+  }
+  // Jupyter's name, value and traceback (lines, as on stderr)
+  const traceback = [];
+  let total = 0;
+  const lines = describe(e).split("\n");
+  for (let i = 0; i < lines.length; i++) {
+    const line = cut(lines[i], MESSAGE_MAX)[0];
+    if (traceback.length >= TRACEBACK_LINES_MAX - 1 || total + line.length > TRACEBACK_MAX) {
+      traceback.push(`... (${lines.length - i} more lines)`);
+      break;
+    }
+    traceback.push(line);
+    total += line.length;
+  }
+  return { type, message, name: type, value: message, traceback };
+}
+
+// A result's MIME bundle: the object's _repr_*_ methods (as in Python), a
+// bundle display.html() & co. made, text/plain always; [data, was it cut].
+const BUNDLE = Symbol("moat.bundle");
+function mimeBundle(obj) {
+  const data = {};
+  let was = false;
+  if (obj !== null && typeof obj === "object" && obj[BUNDLE]) {
+    Object.assign(data, obj[BUNDLE]);
+  } else if (obj !== null && (typeof obj === "object" || typeof obj === "function")) {
+    for (const [mime, meth] of REPR_METHODS) {
+      const f = safe(() => obj[meth], undefined);
+      if (typeof f !== "function") continue;
+      try {
+        let v = f.call(obj);
+        if (v === null || v === undefined) continue;
+        if (Buffer.isBuffer(v) || v instanceof Uint8Array) v = Buffer.from(v).toString("base64");
+        if (mime === "application/json" || typeof v === "string") data[mime] = v;
+      } catch (e) {
+        try { process.stderr.write(`moat: ${meth} failed: ${safe(() => String(e), "error")}\n`); } catch { /* */ }
+      }
+    }
+  }
+  for (const k of Object.keys(data)) {
+    const n = safe(() => JSON.stringify(data[k]).length, Infinity);
+    if (n > RESULT_MAX || (k !== "application/json" && typeof data[k] !== "string")) {
+      delete data[k];
+      was = true;
+    }
+  }
+  if (typeof data["text/plain"] !== "string") {
+    const text = obj && obj[BUNDLE] ? "" : safe(() => util.inspect(obj, { maxStringLength: VALUE_MAX }), "<inspect failed>");
+    const [t, c] = cut(text, VALUE_MAX);
+    data["text/plain"] = t;
+    was = was || c;
+  }
+  return [data, was];
+}
+
+// One step's results, in order, within their bounds (null between steps).
+let results = null;
+function addResult(obj, main) {
+  if (!results) return;
+  const [data, c] = mimeBundle(obj);
+  const n = safe(() => JSON.stringify(data).length, Infinity);
+  if (results.items.length >= RESULTS_ITEMS_MAX || results.size + n > RESULTS_MAX) {
+    results.truncated = true;
+    return;
+  }
+  results.items.push({ isMain: Boolean(main), data });
+  results.size += n;
+  results.truncated = results.truncated || c;
+}
+
+// display(obj, ...): each object a result (its MIME bundle); display.html(s),
+// .markdown, .svg, .png, .jpeg, .latex, .json, .javascript: one of that type.
+function display(...objs) {
+  for (const o of objs) addResult(o, false);
+}
+for (const [mime, name] of [["text/html", "html"], ["text/markdown", "markdown"], ["image/svg+xml", "svg"],
+  ["image/png", "png"], ["image/jpeg", "jpeg"], ["text/latex", "latex"], ["application/json", "json"],
+  ["application/javascript", "javascript"]]) {
+  display[name] = (v) => {
+    if (Buffer.isBuffer(v) || v instanceof Uint8Array) v = Buffer.from(v).toString("base64");
+    addResult({ [BUNDLE]: { [mime]: mime === "application/json" ? v : String(v) } }, false);
   };
+}
+
+// The host's interrupt (SIGINT): a step's synchronous code is stopped by vm's
+// breakOnSigint; a step awaiting a promise stops waiting (the promise's own
+// work goes on). Between steps it is dropped.
+let interruptStep = null;
+function interrupted() {
+  const e = new Error("Script execution was interrupted by `SIGINT`");
+  e.code = "ERR_SCRIPT_EXECUTION_INTERRUPTED";
+  return e;
 }
 
 function report(e) {
@@ -219,9 +327,21 @@ async function runCode(seq, code) {
   let value = null;
   let error = null;
   try {
-    let v = compile(code, `cell-${seq}.js`).runInThisContext();
-    if (isThenable(v)) v = await v;
-    if (v !== undefined) value = util.inspect(v, { maxStringLength: VALUE_MAX });
+    let v = compile(code, `cell-${seq}.js`).runInThisContext({ breakOnSigint: true });
+    if (isThenable(v)) {
+      let stop;
+      const stopped = new Promise((_, reject) => { stop = reject; });
+      interruptStep = () => stop(interrupted());
+      try {
+        v = await Promise.race([v, stopped]);
+      } finally {
+        interruptStep = null;
+      }
+    }
+    if (v !== undefined) {
+      value = util.inspect(v, { maxStringLength: VALUE_MAX });
+      addResult(v, true);
+    }
   } catch (e) {
     report(e);
     error = errorOf(e);
@@ -244,14 +364,17 @@ const drain = (stream) =>
     }
   });
 
+let executionCount = 0;
 async function step({ seq, code, stdin, files }) {
   let value = null;
   let truncated = false;
   let r;
+  executionCount++;
+  results = { items: [], size: 0, truncated: false };
   const err = writeFiles(files);
   if (err) {
     process.stderr.write(`moat: ${err.message}\n`);
-    r = { exitCode: 1, error: err, value: null };
+    r = { exitCode: 1, error: { ...err, name: err.type, value: err.message, traceback: [] }, value: null };
   } else {
     try {
       setStdin(stdin, seq);
@@ -261,9 +384,11 @@ async function step({ seq, code, stdin, files }) {
     r = await runCode(seq, code);
     if (r.value !== null) [value, truncated] = cut(r.value, VALUE_MAX);
   }
+  const res = results;
+  results = null;
   await Promise.all([drain(process.stdout), drain(process.stderr)]);
   return { type: "done", seq, exitCode: r.exitCode, error: r.error, value, valueTruncated: truncated,
-    display: [], displayDropped: 0 };
+    display: [], displayDropped: 0, results: res.items, resultsTruncated: res.truncated, executionCount };
 }
 
 function send(ctl, obj) {
@@ -275,6 +400,8 @@ function main() {
   const ctl = new net.Socket({ fd: CTL, readable: true, writable: true });
   process.on("uncaughtException", report);
   process.on("unhandledRejection", report);
+  process.on("SIGINT", () => { if (interruptStep) interruptStep(); });
+  globalThis.display = display;
   globalThis.require = createRequire(ROOT + "/");
   try { process.chdir(ROOT); } catch { /* stays where it was started */ }
 

@@ -23,6 +23,7 @@ import io
 import json
 import linecache
 import os
+import signal
 import sys
 import traceback
 
@@ -34,6 +35,24 @@ NAME_MAX = 256
 MESSAGE_MAX = 8 * 1024
 DISPLAY_MAX = 8 * 1024 * 1024  # of PNG in one step's display, and at most
 DISPLAY_ITEMS_MAX = 64          # figures (the host takes no more)
+# results (docs/SESSIONS.md, "Results"): a MIME bundle's entry, one result's
+# bundle and one step's results in all; the error's traceback
+RESULT_MAX = 4 * 1024 * 1024
+RESULTS_MAX = 6 * 1024 * 1024  # with display's 8 MiB within the host's 16 MiB frame
+RESULTS_ITEMS_MAX = 64
+TRACEBACK_LINES_MAX = 500
+TRACEBACK_MAX = 64 * 1024
+# what a _repr_*_ method gives, by MIME type (IPython's formatters)
+REPR_METHODS = (
+    ("text/html", "_repr_html_"), ("text/markdown", "_repr_markdown_"),
+    ("image/svg+xml", "_repr_svg_"), ("image/png", "_repr_png_"),
+    ("image/jpeg", "_repr_jpeg_"), ("text/latex", "_repr_latex_"),
+    ("application/json", "_repr_json_"), ("application/javascript", "_repr_javascript_"),
+)
+MIME_TYPES = frozenset(m for m, _ in REPR_METHODS) | {"text/plain"}
+PIP_REFUSED = ("packages cannot be installed in a session (the sandbox's root file system is "
+               "read-only and it has no network by default): add them to the root file system "
+               "instead (docs/rootfs.md: rootfs/build-rootfs.sh, or moat serve --rootfs DIR)")
 MPLRC_USR = "/usr/share/matplotlib/mpl-data/matplotlibrc"
 # a step may `await` at its top level (as in a notebook)
 TOP_LEVEL_AWAIT = getattr(ast, "PyCF_ALLOW_TOP_LEVEL_AWAIT", 0)
@@ -41,7 +60,19 @@ CO_COROUTINE = 0x80  # inspect.CO_COROUTINE
 _loop = None
 # where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
 ROOT = os.environ.pop("MOAT_SESSION_ROOT", "/sandbox")
+# the session's memoryMb (the host's): the interpreter's data is kept below it
+MEMORY_MB = os.environ.pop("MOAT_SESSION_MEMORY_MB", "")
 _FILE = __file__
+# a SIGINT (the host's interrupt: the step's timeout, POST .../interrupt) is a
+# KeyboardInterrupt only while a step's code runs; in the driver's own code
+# (reading and writing frames) it is dropped
+_live = False
+# one that lands while a step is being set up (its frame read, files written) is
+# kept for the step's code; one between steps is dropped
+_stepping = False
+_pending = False
+_results = None  # the running step's results (display() appends)
+_count = 0  # executionCount: the steps run
 FONTS_CONF = os.path.join(os.path.dirname(os.path.abspath(_FILE)), "fonts.conf")
 
 
@@ -177,9 +208,17 @@ def set_stdin(data):
     sys.stdin = open(0, "r", encoding=enc, errors=errors, closefd=False)
 
 
-def _print_exception(e):
-    """e's traceback on sys.stderr from the step's first frame (without the
-    driver's, or asyncio's for a step with a top-level await)."""
+def _on_sigint(signum, frame):
+    global _pending
+    if _live:
+        raise KeyboardInterrupt
+    if _stepping:
+        _pending = True
+
+
+def _cell_tb(e):
+    """e's traceback from the step's first frame (without the driver's, or
+    asyncio's for a step with a top-level await)."""
     tb = e.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename == _FILE:
         tb = tb.tb_next
@@ -188,18 +227,177 @@ def _print_exception(e):
         cell = cell.tb_next
     if cell is not None:
         tb = cell
-    try:
-        traceback.print_exception(type(e), e, tb)
-    except Exception:
-        pass
+    return tb
 
 
 def _error_of(e):
+    """The step's `error`: Jupyter's name, value and traceback (as lines),
+    and the type and message of before; the traceback printed on stderr."""
+    try:
+        te = traceback.TracebackException(type(e), e, _cell_tb(e))
+        # the driver's own frames (its SIGINT handler) are not the step's
+        te.stack = traceback.StackSummary.from_list(
+            [f for f in te.stack if f.filename != _FILE])
+        lines = list(te.format())
+    except Exception:
+        lines = ["%s\n" % type(e).__name__]
+    try:
+        sys.stderr.write("".join(lines))
+    except Exception:
+        pass
+    tb, total = [], 0
+    flat = "".join(lines).splitlines()
+    for i, line in enumerate(flat):
+        line = _cut(line, MESSAGE_MAX)[0]
+        if len(tb) >= TRACEBACK_LINES_MAX - 1 or total + len(line) > TRACEBACK_MAX:
+            tb.append("... (%d more lines)" % (len(flat) - i))
+            break
+        tb.append(line)
+        total += len(line)
     try:
         msg = str(e)
     except Exception:
         msg = "<the exception's str() failed>"
-    return {"type": _cut(type(e).__name__, NAME_MAX)[0], "message": _cut(msg, MESSAGE_MAX)[0]}
+    name = _cut(type(e).__name__, NAME_MAX)[0]
+    msg = _cut(msg, MESSAGE_MAX)[0]
+    return {"type": name, "message": msg, "name": name, "value": msg, "traceback": tb}
+
+
+def _b64(v):
+    if isinstance(v, (bytes, bytearray, memoryview)):
+        return base64.b64encode(bytes(v)).decode("ascii")
+    return v if isinstance(v, str) else None
+
+
+def _note(what, e):
+    try:
+        print("moat: %s failed: %s: %s" % (what, type(e).__name__, e), file=sys.stderr)
+    except Exception:
+        pass
+
+
+def _figure_formats():
+    fmts = os.environ.get("MOAT_FIGURE_FORMATS", "png")
+    return [f for f in ("png", "svg") if f in fmts.replace(" ", "").split(",")] or ["png"]
+
+
+def _figure_bundle(fig):
+    """A matplotlib figure's bundle (png, and svg when MOAT_FIGURE_FORMATS asks)."""
+    data = {}
+    for fmt in _figure_formats():
+        buf = io.BytesIO()
+        fig.savefig(buf, format=fmt)
+        v = buf.getvalue()
+        data["image/png" if fmt == "png" else "image/svg+xml"] = (
+            base64.b64encode(v).decode("ascii") if fmt == "png" else v.decode("utf-8", "replace"))
+    return data
+
+
+def _is_figure(obj):
+    fig = sys.modules.get("matplotlib.figure")
+    return fig is not None and isinstance(obj, fig.Figure)
+
+
+def mime_bundle(obj):
+    """obj's MIME bundle, as IPython's display formatters make it: its
+    _repr_*_ methods (or _repr_mimebundle_), text/plain always. Each entry
+    at most RESULT_MAX (cut: text/plain; dropped: the others); (data, cut)."""
+    data, cut = {}, False
+    if _is_figure(obj):
+        try:
+            data.update(_figure_bundle(obj))
+        except Exception as e:
+            _note("drawing a figure", e)
+    elif not isinstance(obj, type):
+        mb = getattr(obj, "_repr_mimebundle_", None)
+        if callable(mb):
+            try:
+                got = mb(include=None, exclude=None)
+                if isinstance(got, tuple):
+                    got = got[0]
+                if isinstance(got, dict):
+                    for k, v in got.items():
+                        if k in MIME_TYPES and k != "application/json":
+                            v = _b64(v) if k in ("image/png", "image/jpeg") else v
+                            if isinstance(v, str):
+                                data[k] = v
+                        elif k == "application/json":
+                            data[k] = v
+            except Exception as e:
+                _note("%s._repr_mimebundle_" % type(obj).__name__, e)
+        for mime, meth in REPR_METHODS:
+            if mime in data:
+                continue
+            f = getattr(obj, meth, None)
+            if not callable(f):
+                continue
+            try:
+                v = f()
+            except Exception as e:
+                _note("%s.%s" % (type(obj).__name__, meth), e)
+                continue
+            if isinstance(v, tuple):
+                v = v[0]
+            if v is None:
+                continue
+            if mime in ("image/png", "image/jpeg"):
+                v = _b64(v)
+            if mime == "application/json" or isinstance(v, str):
+                data[mime] = v
+    for k in list(data):
+        try:
+            n = len(json.dumps(data[k]))
+        except (TypeError, ValueError) as e:
+            _note("%s as %s" % (type(obj).__name__, k), e)
+            del data[k]
+            continue
+        if n > RESULT_MAX:
+            del data[k]
+            cut = True
+    try:
+        text = repr(obj)
+    except Exception as e:
+        text = "<%s object: its repr() failed: %s>" % (type(obj).__name__, type(e).__name__)
+    text, c = _cut(text, VALUE_MAX)
+    data["text/plain"] = text
+    return data, cut or c
+
+
+class _Results:
+    """One step's results, in order, within RESULTS_ITEMS_MAX and RESULTS_MAX."""
+
+    def __init__(self):
+        self.items, self.size, self.truncated = [], 0, False
+
+    def add(self, obj, main=False):
+        data, cut = mime_bundle(obj)
+        self.add_bundle(data, main, cut)
+
+    def add_bundle(self, data, main=False, cut=False):
+        n = len(json.dumps(data))
+        if len(self.items) >= RESULTS_ITEMS_MAX or self.size + n > RESULTS_MAX:
+            self.truncated = True
+            return False
+        self.items.append({"isMain": bool(main), "data": data})
+        self.size += n
+        self.truncated = self.truncated or cut
+        return True
+
+
+def display(*objs, **kwargs):
+    """Adds each object to the step's results as its MIME bundle (IPython's
+    display(); raw=True takes each as a bundle already)."""
+    res = _results
+    if res is None:
+        return
+    for obj in objs:
+        if kwargs.get("raw") and isinstance(obj, dict):
+            data = {k: v for k, v in obj.items()
+                    if k in MIME_TYPES and (k == "application/json" or isinstance(v, str))}
+            data.setdefault("text/plain", "")
+            res.add_bundle(data)
+        else:
+            res.add(obj)
 
 
 def _run(compiled, ns):
@@ -215,12 +413,59 @@ def _run(compiled, ns):
     return _loop.run_until_complete(r)
 
 
-def run_code(ns, seq, code):
-    """Run code in ns: (exitCode, error, value or None)."""
+def _shell_line(m):
+    """The Python of an IPython shell escape or magic line (m: its indent,
+    its mark and the rest), or None to leave it as it is."""
+    indent, mark, rest = m.group(1), m.group(2), m.group(3).strip()
+    words = rest.split()
+    if mark == "%" and words and words[0] in ("pip", "conda", "mamba"):
+        return "%sraise RuntimeError(%r)" % (indent, "%%%s: %s" % (words[0], PIP_REFUSED))
+    if mark == "!" and len(words) >= 2 and words[0] in ("pip", "pip3", "conda") \
+            and words[1] in ("install", "download"):
+        return "%sraise RuntimeError(%r)" % (indent, "!%s %s: %s" % (words[0], words[1], PIP_REFUSED))
+    if mark == "!" and rest:
+        return ("%s__import__('sys').stdout.flush(); __import__('sys').stderr.flush(); "
+                "__import__('subprocess').run(%r, shell=True)" % (indent, rest))
+    return None
+
+
+SHELL_LINES_MAX = 1000  # !cmd lines a cell may have
+
+
+def _parse(code, filename):
+    """code's tree; a line the parser stops at that is an IPython shell
+    escape (`!cmd`: run by /bin/sh, its output the step's) or `%pip` (refused)
+    is made Python and the parse tried again. Only the line the parser
+    rejects is looked at, so a `!` line inside a string is never touched."""
+    import re
+    pat = re.compile(r"^([ \t]*)([!%])(.*)$")
+    lines = None
+    for _ in range(SHELL_LINES_MAX + 1):
+        try:
+            return ast.parse(code if lines is None else "\n".join(lines), filename)
+        except SyntaxError as e:
+            if lines is None:
+                lines = code.split("\n")
+            n = (e.lineno or 0) - 1
+            m = pat.match(lines[n]) if 0 <= n < len(lines) else None
+            py = _shell_line(m) if m else None
+            if py is None:
+                raise
+            lines[n] = py
+    raise SyntaxError("too many shell escape lines in one cell", (filename, 1, 1, ""))
+
+
+def run_code(ns, seq, code, results=None):
+    """Run code in ns: (exitCode, error, value or None); the last
+    expression's value also into results (isMain)."""
+    global _live
     filename = "<cell %d>" % seq
     linecache.cache[filename] = (len(code), None, code.splitlines(True), filename)
     try:
-        tree = ast.parse(code, filename)
+        _live = True
+        if _pending:
+            raise KeyboardInterrupt
+        tree = _parse(code, filename)
         last = None
         if tree.body and isinstance(tree.body[-1], ast.Expr):
             last = ast.Expression(tree.body.pop().value)
@@ -228,10 +473,15 @@ def run_code(ns, seq, code):
         value = None
         if last is not None:
             v = _run(compile(last, filename, "eval", flags=TOP_LEVEL_AWAIT, dont_inherit=True), ns)
+            _live = False
             if v is not None:
                 value = repr(v)
+                if results is not None:
+                    results.add(v, main=True)
+        _live = False
         return 0, None, value
     except SystemExit as e:
+        _live = False
         c = e.code
         if c is None:
             return 0, None, None
@@ -243,12 +493,15 @@ def run_code(ns, seq, code):
             pass
         return 1, None, None
     except BaseException as e:
-        _print_exception(e)
+        _live = False
         return 1, _error_of(e), None
+    finally:
+        _live = False
 
 
-def take_figures():
-    """Every open matplotlib figure as PNG, then closed: (display, dropped)."""
+def take_figures(results=None):
+    """Every open matplotlib figure as PNG, then closed: (display, dropped);
+    each also a result (PNG, SVG when asked)."""
     plt = sys.modules.get("matplotlib.pyplot")
     if plt is None:
         return [], 0
@@ -259,9 +512,19 @@ def take_figures():
         return [], 0
     for num in nums:
         try:
+            fig = plt.figure(num)
             buf = io.BytesIO()
-            plt.figure(num).savefig(buf, format="png")
+            fig.savefig(buf, format="png")
             png = buf.getvalue()
+            if results is not None:
+                data = {"image/png": base64.b64encode(png).decode("ascii")}
+                if "svg" in _figure_formats():
+                    data = _figure_bundle(fig)
+                try:
+                    data["text/plain"] = _cut(repr(fig), VALUE_MAX)[0]
+                except Exception:
+                    data["text/plain"] = "<Figure>"
+                results.add_bundle(data)
         except Exception as e:
             dropped += 1
             try:
@@ -292,25 +555,33 @@ def _flush():
 
 def step(ns, seq, code, stdin, files):
     """One step: its `done` frame."""
+    global _results, _count, _stepping, _pending
+    _stepping = True
+    _count += 1
     display, dropped = [], 0
     value, cut = None, False
+    results = _results = _Results()
     err = write_files(files)
     if err is not None:
-        exit_code, error = 1, {"type": err[0], "message": err[1]}
+        exit_code, error = 1, {"type": err[0], "message": err[1], "name": err[0],
+                               "value": err[1], "traceback": []}
         try:
             print("moat: %s" % err[1], file=sys.stderr)
         except Exception:
             pass
     else:
         set_stdin(stdin)
-        exit_code, error, value = run_code(ns, seq, code)
+        exit_code, error, value = run_code(ns, seq, code, results)
         if value is not None:
             value, cut = _cut(value, VALUE_MAX)
-        display, dropped = take_figures()
+        display, dropped = take_figures(results)
+    _results = None
+    _stepping = _pending = False
     _flush()
     return {"type": "done", "seq": seq, "exitCode": exit_code, "error": error,
             "value": value, "valueTruncated": cut, "display": display,
-            "displayDropped": dropped}
+            "displayDropped": dropped, "results": results.items,
+            "resultsTruncated": results.truncated, "executionCount": _count}
 
 
 def _session_main():
@@ -324,8 +595,32 @@ def _session_main():
     return mod
 
 
+def limit_data(mb):
+    """RLIMIT_DATA's soft limit below the session's memory (mb MiB), so that
+    an allocation past it fails in the interpreter (MemoryError in the step)
+    before the cgroup's OOM killer ends the session; room is left for what
+    else the cgroup counts (the interpreter's code, page cache, children)."""
+    try:
+        import resource
+        n = int(mb) * 1024 * 1024
+        if n <= 0:
+            return
+        want = n - max(16 * 1024 * 1024, n // 8)
+        soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+        if want > 0 and (soft == resource.RLIM_INFINITY or want < soft):
+            if hard != resource.RLIM_INFINITY and want > hard:
+                want = hard
+            resource.setrlimit(resource.RLIMIT_DATA, (want, hard))
+    except (ValueError, OSError, ImportError):
+        pass
+
+
 def main():
     os.set_inheritable(CTL, False)
+    if MEMORY_MB:
+        limit_data(MEMORY_MB)
+    signal.signal(signal.SIGINT, _on_sigint)
+    builtins.display = display
     os.environ.setdefault("MPLBACKEND", "Agg")
     os.environ.setdefault("MPLCONFIGDIR", "/tmp/.moat-mpl")
     # Debian's matplotlib reads /etc/matplotlibrc, and fontconfig /etc/fonts:

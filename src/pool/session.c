@@ -21,6 +21,9 @@
 #define ERROR_TYPE_MAX 256u
 #define ERROR_MESSAGE_MAX (64u * 1024u)
 #define DISPLAY_MAX_ITEMS 64
+#define TRACEBACK_MAX_LINES 1000u
+#define RESULTS_MAX_ITEMS 64
+#define RESULT_ENTRY_MAX (4u * 1024u * 1024u)
 #define READY_TIMEOUT_MS 30000u
 #define KILL_WAIT_MS 10000u
 
@@ -41,6 +44,7 @@ struct pool_session {
 	/* the caller killed it (pool_session_kill) */
 	atomic_bool kill_asked;
 	unsigned seq;
+	uint64_t grace_ms; /* of an interrupt */
 };
 
 /* The session's CPU time after a step or its end (mu held): the sandbox's
@@ -94,8 +98,14 @@ static struct moat_request *boot_request(const struct moat_request *req, uint64_
 		b->max_output_bytes = req->max_output_bytes;
 	b->kv_enabled = req->kv_enabled;
 	b->has_allowed_hosts = req->has_allowed_hosts;
-	if (ok && req->env_count) {
-		ok = (b->env = calloc(req->env_count, sizeof *b->env)) != NULL;
+	/* the Python driver keeps the interpreter's data below the session's
+	 * memory (RLIMIT_DATA, soft): an allocation past it is a MemoryError in
+	 * the step, not the cgroup's OOM kill of the session */
+	char mem[32] = "";
+	if (req->language == MOAT_LANG_PYTHON && req->memory_mb)
+		snprintf(mem, sizeof mem, "%llu", (unsigned long long)req->memory_mb);
+	if (ok && (req->env_count || mem[0])) {
+		ok = (b->env = calloc(req->env_count + 1, sizeof *b->env)) != NULL;
 		for (size_t i = 0; ok && i < req->env_count; i++, b->env_count++) {
 			b->env[i].key = strdup(req->env[i].key);
 			b->env[i].value = malloc(req->env[i].value_len + 1);
@@ -105,6 +115,13 @@ static struct moat_request *boot_request(const struct moat_request *req, uint64_
 				b->env[i].value[req->env[i].value_len] = '\0';
 				b->env[i].value_len = req->env[i].value_len;
 			}
+		}
+		if (ok && mem[0]) {
+			size_t i = b->env_count++;
+			b->env[i].key = strdup("MOAT_SESSION_MEMORY_MB");
+			b->env[i].value = strdup(mem);
+			b->env[i].value_len = strlen(mem);
+			ok = b->env[i].key && b->env[i].value;
 		}
 	}
 	char ***lists[] = { &b->allowed_hosts, &b->allowed_cidrs };
@@ -162,10 +179,19 @@ static void ended_by(struct pool_session *s, const struct moat_result *res, bool
 	else if (!k && res->exited)
 		set_over(s, POOL_SESSION_ENDED, "exit",
 			 "the session ended: its interpreter exited with code %d", res->exit_code);
+	else if (k && !strcmp(k, "timeout") && run_sandbox_session_interrupted(s->sb, NULL))
+		set_over(s, POOL_SESSION_KILLED, "timeout",
+			 "the session was killed: a run timed out and its interpreter did not "
+			 "stop within %llu ms of the interrupt", (unsigned long long)s->grace_ms);
 	else if (k && !strcmp(k, "timeout"))
 		set_over(s, POOL_SESSION_KILLED, "timeout",
 			 "the session was killed: a run timed out (its state may have been "
 			 "half-updated)");
+	else if (k && !strcmp(k, "cancelled") && !between &&
+		 run_sandbox_session_interrupted(s->sb, NULL))
+		set_over(s, POOL_SESSION_KILLED, "cancelled",
+			 "the session was killed: its interpreter did not stop within %llu ms of "
+			 "the interrupt", (unsigned long long)s->grace_ms);
 	else if (k && !strcmp(k, "oom"))
 		set_over(s, POOL_SESSION_KILLED, "oom",
 			 "the session was killed: memory limit exceeded (%llu MiB)",
@@ -229,10 +255,77 @@ static bool str_within(const cJSON *j, size_t max)
 	return cJSON_IsString(j) && strlen(j->valuestring) <= max;
 }
 
+/* An error of a done frame: type and message (and Jupyter's name, value
+ * and traceback lines), each within its bound, nothing else. */
+static bool error_ok(const cJSON *error)
+{
+	if (!cJSON_IsObject(error))
+		return false;
+	static const char *const keys[] = { "type", "message", "name", "value", "traceback" };
+	static const size_t max[] = { ERROR_TYPE_MAX, ERROR_MESSAGE_MAX, ERROR_TYPE_MAX,
+				      ERROR_MESSAGE_MAX, 0 };
+	int seen = 0;
+	for (int i = 0; i < 5; i++) {
+		const cJSON *it = cJSON_GetObjectItemCaseSensitive(error, keys[i]);
+		if (!it) {
+			if (i < 2)
+				return false;
+			continue;
+		}
+		seen++;
+		if (i < 4 && !str_within(it, max[i]))
+			return false;
+		if (i == 4) {
+			if (!cJSON_IsArray(it) || (unsigned)cJSON_GetArraySize(it) > TRACEBACK_MAX_LINES)
+				return false;
+			const cJSON *l;
+			cJSON_ArrayForEach(l, it) if (!str_within(l, ERROR_MESSAGE_MAX)) return false;
+		}
+	}
+	return cJSON_GetArraySize(error) == seen;
+}
+
+/* A done frame's results: at most RESULTS_MAX_ITEMS {isMain, data} (one
+ * isMain at most), data a MIME bundle of the known types with text/plain,
+ * each entry a string of at most RESULT_ENTRY_MAX (application/json: any
+ * JSON value, bounded by the frame). */
+static bool results_ok(const cJSON *results)
+{
+	static const char *const mimes[] = { "text/plain", "text/html", "text/markdown",
+					     "image/svg+xml", "image/png", "image/jpeg",
+					     "text/latex", "application/json",
+					     "application/javascript" };
+	if (!cJSON_IsArray(results) || cJSON_GetArraySize(results) > RESULTS_MAX_ITEMS)
+		return false;
+	int mains = 0;
+	const cJSON *r;
+	cJSON_ArrayForEach(r, results) {
+		const cJSON *main = cJSON_GetObjectItemCaseSensitive(r, "isMain");
+		const cJSON *data = cJSON_GetObjectItemCaseSensitive(r, "data");
+		if (!cJSON_IsObject(r) || cJSON_GetArraySize(r) != 2 || !cJSON_IsBool(main) ||
+		    !cJSON_IsObject(data) ||
+		    !str_within(cJSON_GetObjectItemCaseSensitive(data, "text/plain"),
+				VALUE_MAX_BYTES))
+			return false;
+		mains += cJSON_IsTrue(main);
+		const cJSON *d;
+		cJSON_ArrayForEach(d, data) {
+			size_t m = 0;
+			while (m < sizeof mimes / sizeof *mimes && strcmp(d->string, mimes[m]))
+				m++;
+			if (m == sizeof mimes / sizeof *mimes ||
+			    (strcmp(d->string, "application/json") &&
+			     !str_within(d, RESULT_ENTRY_MAX)))
+				return false;
+		}
+	}
+	return mains <= 1;
+}
+
 /* The done frame of step seq, checked, into *extra (the answer's keys) and
  * res's exit code; false when it is not one. */
-static bool take_done(const char *reply, size_t len, unsigned seq, struct moat_result *res,
-		      char **extra)
+static bool take_done(const char *reply, size_t len, unsigned seq, bool interrupted,
+		      struct moat_result *res, char **extra)
 {
 	cJSON *j = cJSON_ParseWithLength(reply, len);
 	cJSON *out = cJSON_CreateObject();
@@ -246,13 +339,15 @@ static bool take_done(const char *reply, size_t len, unsigned seq, struct moat_r
 	    jseq->valuedouble < 0 || (unsigned)jseq->valuedouble != seq || !is_int(code))
 		goto done;
 	cJSON *error = cJSON_GetObjectItemCaseSensitive(j, "error");
-	if (error && !cJSON_IsNull(error)) {
-		const cJSON *et = cJSON_GetObjectItemCaseSensitive(error, "type");
-		const cJSON *em = cJSON_GetObjectItemCaseSensitive(error, "message");
-		if (!cJSON_IsObject(error) || !str_within(et, ERROR_TYPE_MAX) ||
-		    !str_within(em, ERROR_MESSAGE_MAX) || cJSON_GetArraySize(error) != 2)
-			goto done;
-	}
+	if (error && !cJSON_IsNull(error) && !error_ok(error))
+		goto done;
+	cJSON *results = cJSON_GetObjectItemCaseSensitive(j, "results");
+	if (results && !results_ok(results))
+		goto done;
+	const cJSON *rt = cJSON_GetObjectItemCaseSensitive(j, "resultsTruncated");
+	const cJSON *count = cJSON_GetObjectItemCaseSensitive(j, "executionCount");
+	if ((rt && !cJSON_IsBool(rt)) || (count && !(is_int(count) && count->valuedouble >= 0)))
+		goto done;
 	cJSON *value = cJSON_GetObjectItemCaseSensitive(j, "value");
 	if (value && !cJSON_IsNull(value) && !str_within(value, VALUE_MAX_BYTES))
 		goto done;
@@ -284,16 +379,28 @@ static bool take_done(const char *reply, size_t len, unsigned seq, struct moat_r
 							    : cJSON_CreateArray() };
 	const char *names[] = { "error", "value", "valueTruncated", "display" };
 	ok = true;
+	if (!cJSON_AddItemToObject(out, "results", results ? cJSON_DetachItemViaPointer(j, results)
+							   : cJSON_CreateArray()) ||
+	    !cJSON_AddBoolToObject(out, "resultsTruncated", cJSON_IsTrue(rt)) ||
+	    !(count ? cJSON_AddNumberToObject(out, "executionCount", count->valuedouble)
+		    : cJSON_AddNullToObject(out, "executionCount")))
+		ok = false;
 	for (int i = 0; i < 4; i++)
 		if (!keys[i] || !cJSON_AddItemToObject(out, names[i], keys[i]))
 			ok = false;
-	if (!ok)
+	if (!ok || !cJSON_AddBoolToObject(out, "interrupted", interrupted)) {
+		ok = false;
 		goto done;
+	}
 	res->exited = true;
 	res->exit_code = (int)code->valuedouble;
 	if (dropped && dropped->valuedouble > 0)
 		(void)moat_result_warn(res, "%d figure(s) were not returned: the display of a run "
 				       "is at most 8 MiB", (int)dropped->valuedouble);
+	if (cJSON_IsTrue(rt))
+		(void)moat_result_warn(res, "some results were cut or not returned: a result is "
+				       "at most 4 MiB a MIME type, a step's results at most 64 and "
+				       "6 MiB (resultsTruncated)");
 	*extra = cJSON_PrintUnformatted(out);
 	ok = *extra != NULL;
 done:
@@ -332,6 +439,8 @@ int pool_session_spawn(const struct pool_session_config *cfg, struct pool_sessio
 		pool_session_stop(s);
 		return -1;
 	}
+	s->grace_ms = cfg->interrupt_grace_ms ? cfg->interrupt_grace_ms : POOL_SESSION_GRACE_MS;
+	run_sandbox_session_set_grace(s->sb, s->grace_ms, cfg->hangup_finish);
 	*out = s;
 	return 0;
 }
@@ -505,7 +614,8 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 	s->runs++;
 	pthread_mutex_unlock(&s->mu);
 	if (reply) {
-		bool ok = take_done(reply, rlen, seq, r, extra);
+		bool ok = take_done(reply, rlen, seq, run_sandbox_session_interrupted(s->sb, NULL),
+				    r, extra);
 		free(reply);
 		if (!ok)
 			protocol_kill(s, r);
@@ -528,7 +638,8 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 	}
 	if (!*extra &&
 	    !(*extra = strdup("{\"error\":null,\"value\":null,\"valueTruncated\":false,"
-			      "\"display\":[]}"))) {
+			      "\"display\":[],\"interrupted\":false,\"results\":[],"
+			      "\"resultsTruncated\":false,\"executionCount\":null}"))) {
 		moat_result_free(r);
 		return moat_error_oom(err);
 	}
@@ -663,6 +774,16 @@ unsigned pool_session_runs(const struct pool_session *s)
 	unsigned v = s->runs;
 	pthread_mutex_unlock(&m->mu);
 	return v;
+}
+
+bool pool_session_interrupt(struct pool_session *s)
+{
+	pthread_mutex_lock(&s->mu);
+	bool running = s->running && s->state == POOL_SESSION_LIVE && s->sb;
+	if (running && run_sandbox_session_interrupt(s->sb) < 0)
+		running = false;
+	pthread_mutex_unlock(&s->mu);
+	return running;
 }
 
 void pool_session_kill(struct pool_session *s)

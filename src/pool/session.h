@@ -26,7 +26,15 @@ struct pool_session_config {
 	uint64_t lifetime_ms;
 	/* how long the driver may take to say ready */
 	uint64_t ready_timeout_ms;
+	/* a step's timeout or an interrupt sends SIGINT to the interpreter,
+	 * which is killed only when it has not answered this long after
+	 * (0: POOL_SESSION_GRACE_MS) */
+	uint64_t interrupt_grace_ms;
+	/* a step whose client hung up (per's hangup_fd) runs on to its end
+	 * (false: it is interrupted as above) */
+	bool hangup_finish;
 };
+#define POOL_SESSION_GRACE_MS 2000u
 
 /* Creates and starts the session's sandbox with its driver and waits for
  * its ready frame. MUST be called on a thread that outlives the session:
@@ -101,6 +109,10 @@ bool pool_session_cpu_bounded(const struct pool_session *s);
  * if it wants. Idempotent. */
 int pool_session_freeze(struct pool_session *s, bool frozen, struct moat_error *err);
 bool pool_session_frozen(const struct pool_session *s);
+/* Interrupts a running step as its timeout would (SIGINT to the
+ * interpreter, killed past the grace): true when a step was running. Safe
+ * from any thread. */
+bool pool_session_interrupt(struct pool_session *s);
 /* Kills a running step (it returns with killedBy "cancelled") and the
  * sandbox. Safe from any thread, any number of times. */
 void pool_session_kill(struct pool_session *s);

@@ -4,9 +4,13 @@
  * start.c, pump.c, collect.c, deliver.c, thrash.c, supervisor.c) call
  * down to them, so none of those calls back up into another (make
  * layers). */
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <poll.h>
 #include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <signal.h>
 #include <string.h>
 #include <sys/epoll.h>
@@ -101,4 +105,106 @@ int pump_watch_slot(struct run *r, enum pump_slot slot, uint32_t events)
 {
 	struct epoll_event ev = { .events = events, .data.ptr = &r->pump[slot] };
 	return epoll_ctl(r->epfd, EPOLL_CTL_ADD, *r->pump[slot].fd, &ev);
+}
+
+/* ---- a session's interrupt (runner/session.c; here, below the pump that calls
+ * it at a step's timeout) ---- */
+
+/* /proc/<pid>/stat's parent pid (the host's view), -1 when unreadable. */
+static pid_t proc_ppid(pid_t pid)
+{
+	char path[48], buf[512];
+	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n = read(fd, buf, sizeof buf - 1);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	/* "pid (comm) state ppid ...": comm may hold anything but ends at the
+	 * last ')' of what was read */
+	char *end = strrchr(buf, ')');
+	char state;
+	int ppid;
+	if (!end || sscanf(end + 1, " %c %d", &state, &ppid) != 2)
+		return -1;
+	return (pid_t)ppid;
+}
+
+/* Whether pid's innermost pid namespace number (status's NSpid, last) is 2. */
+static bool proc_is_pid2(pid_t pid)
+{
+	char path[48];
+	snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+	FILE *f = fopen(path, "re");
+	if (!f)
+		return false;
+	char *line = NULL;
+	size_t cap = 0;
+	bool two = false;
+	while (getline(&line, &cap, f) > 0)
+		if (!strncmp(line, "NSpid:", 6)) {
+			char *last = strrchr(line, '\t');
+			two = last && !strcmp(last, "\t2\n");
+			break;
+		}
+	free(line);
+	fclose(f);
+	return two;
+}
+
+/* A pidfd of the session's driver: the child of pid 1 that is pid 2 in
+ * its namespace (the kernel has no children list here: /proc is
+ * scanned). Checked again once the pidfd is open, so a pid reused in
+ * between is never signalled (a driver gone since makes the signal fail).
+ * -1 when not found. */
+static int find_pid2(pid_t pid1)
+{
+	DIR *d = opendir("/proc");
+	if (!d)
+		return -1;
+	int fd = -1;
+	struct dirent *e;
+	while (fd < 0 && (e = readdir(d))) {
+		char *endp;
+		long p = strtol(e->d_name, &endp, 10);
+		if (*endp || p <= 0 || proc_ppid((pid_t)p) != pid1 || !proc_is_pid2((pid_t)p))
+			continue;
+		fd = (int)syscall(SYS_pidfd_open, (pid_t)p, 0);
+		if (fd >= 0 && (proc_ppid((pid_t)p) != pid1 || !proc_is_pid2((pid_t)p)))
+			moat_close_fd(&fd);
+	}
+	closedir(d);
+	return fd;
+}
+
+bool run_session_sigint(struct run *r)
+{
+	if (r->session_pid2fd < 0)
+		r->session_pid2fd = find_pid2(r->pid);
+	return r->session_pid2fd >= 0 &&
+	       syscall(SYS_pidfd_send_signal, r->session_pid2fd, SIGINT, NULL, 0) == 0;
+}
+
+bool run_session_interrupt(struct run *r, enum run_intr why)
+{
+	if (!r->session_stepping || !r->session_grace_ms || r->session_intr != RUN_INTR_NONE ||
+	    r->exited || r->have_status)
+		return false;
+	/* the driver has not the whole frame yet: a SIGINT now would come
+	 * before its step, so it is sent once the frame is out
+	 * (runner/session.c); the grace runs from now all the same */
+	if (r->session_out_off < r->session_out_len)
+		r->session_intr_later = true;
+	else if (!run_session_sigint(r))
+		return false;
+	struct moat_error ignored = { 0 };
+	int rc = run_arm_timer(r, r->session_grace_ms, &ignored);
+	moat_error_clear(&ignored);
+	if (rc < 0)
+		return false;
+	r->session_intr = why;
+	return true;
 }

@@ -342,7 +342,7 @@ void run_init(struct run *r, const struct moat_request *req, const struct moat_r
 		       &r->outputs_r, &r->sync_r, &r->report_w, &r->stdin_r, &r->stdout_w,
 		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
 		       &r->listener, &r->kv_fd, &r->kv_child, &r->thrash_fd, &r->session_fd,
-		       &r->session_child };
+		       &r->session_child, &r->session_intr_fd, &r->session_pid2fd };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		*fds[i] = -1;
 	r->zygote_fd = -1;
@@ -484,7 +484,7 @@ void run_release(struct run *r)
 		       &r->outputs_r, &r->sync_r, &r->report_w, &r->stdin_r, &r->stdout_w,
 		       &r->stderr_w, &r->outputs_w, &r->epfd, &r->timerfd, &r->pidfd,
 		       &r->listener, &r->kv_fd, &r->kv_child, &r->thrash_fd, &r->session_fd,
-		       &r->session_child };
+		       &r->session_child, &r->session_intr_fd, &r->session_pid2fd };
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		moat_close_fd(fds[i]);
 	moat_buf_free(&r->session_in);

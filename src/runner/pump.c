@@ -304,7 +304,14 @@ static int on_timer(struct run *r, struct pump_entry *e, struct moat_error *err)
 		return PUMP_STOP;
 	}
 	if (!r->exited && !r->have_status) {
-		r->res->timed_out = true;
+		/* a session's step is interrupted first (its driver gets the
+		 * grace to answer); past the grace, or a run, is killed */
+		if (r->session_stepping && run_session_interrupt(r, RUN_INTR_TIMEOUT))
+			return PUMP_GO;
+		if (r->session_intr == RUN_INTR_ASKED)
+			r->cancelled = true;
+		else
+			r->res->timed_out = true;
 		kill_sandbox(r);
 	}
 	return PUMP_GO;
@@ -327,7 +334,14 @@ static int on_thrash(struct run *r, struct pump_entry *e, struct moat_error *err
 static int on_cancel(struct run *r, struct pump_entry *e, struct moat_error *err)
 {
 	epoll_ctl(r->epfd, EPOLL_CTL_DEL, *e->fd, NULL);
+	bool hangup = e->fd == &r->hangup_fd;
 	*e->fd = -1;
+	/* a session's step whose client hung up: interrupted (or let run
+	 * on), its session kept */
+	if (hangup && r->session_stepping &&
+	    (r->session_hangup_finish || r->session_intr != RUN_INTR_NONE ||
+	     run_session_interrupt(r, RUN_INTR_ASKED)))
+		return PUMP_GO;
 	if (!r->exited && !r->have_status && !r->res->timed_out && !r->cancelled) {
 		r->cancelled = true;
 		kill_sandbox(r);

@@ -66,7 +66,7 @@ struct pump_entry {
 enum pump_slot {
 	PUMP_STDOUT, PUMP_STDERR, PUMP_REPORT, PUMP_OUTPUTS, PUMP_LISTENER, PUMP_STDIN,
 	PUMP_TIMER, PUMP_EXIT, PUMP_CANCEL, PUMP_HANGUP, PUMP_KV, PUMP_THRASH, PUMP_RESUME,
-	PUMP_SESSION, PUMP__COUNT
+	PUMP_SESSION, PUMP_INTERRUPT, PUMP__COUNT
 };
 
 /* The thrash watch (thrash.c): the samples of the last THRASH_TICKS ticks
@@ -222,6 +222,17 @@ struct run {
 	int64_t session_end;   /* the lifetime's end (moat_mono_ms) */
 	int64_t session_cpu_ms; /* the cgroup's CPU time at the last step's end */
 	struct moat_result *session_proto; /* the limits and warnings of each step */
+	/* interrupt, don't kill (runner/session.c): SIGINT to the driver (pid
+	 * 2, its pidfd found at the first interrupt) at the step's timeout or
+	 * when asked (session_intr_fd, an eventfd any thread may write), then
+	 * session_grace_ms for its answer before the sandbox is killed (0: the
+	 * timeout kills at once); what interrupted this step */
+	int session_intr_fd, session_pid2fd;
+	uint64_t session_grace_ms;
+	enum run_intr { RUN_INTR_NONE, RUN_INTR_TIMEOUT, RUN_INTR_ASKED } session_intr;
+	bool session_intr_later; /* asked while the frame was still going out: not sent yet */
+	bool session_stepping; /* a step's frame was sent: its code may run */
+	bool session_hangup_finish; /* a hang-up lets the step run on */
 };
 
 /* prepare.c */
@@ -323,6 +334,14 @@ bool run_thrash_step(struct run_thrash *t, int64_t limit_hits, int64_t full_us, 
  * does nothing; a failure to start is a warning, and a host without PSI
  * ends it at the first tick). */
 void run_thrash_arm(struct run *r);
+/* session.c: a session's step is to stop (why: RUN_INTR_TIMEOUT or
+ * _ASKED): SIGINT to its driver and the timer armed for the grace. true
+ * when sent; false when it cannot be (no step's code runs, no grace, the
+ * step was interrupted already, the driver not found): the caller kills. */
+bool run_session_interrupt(struct run *r, enum run_intr why);
+/* The SIGINT itself (its pidfd found at the first): whether it was sent. */
+bool run_session_sigint(struct run *r);
+
 /* The timer fired: 1 kill the run now, 0 keep watching, -1 stop watching. */
 int run_thrash_tick(struct run *r);
 /* The error for a setup failure pid 1 or pid 2 reported. Returns -1. */

@@ -128,5 +128,19 @@ void run_sandbox_session_kill(struct moat_sandbox *sb);
  * then collects the end with run_sandbox_session_step (frame NULL), which
  * returns at once with its result. Not concurrent with a step. */
 bool run_sandbox_session_ended(struct moat_sandbox *sb);
+/* Interrupt, don't kill: a step's timeout (or run_sandbox_session_interrupt)
+ * sends SIGINT to the driver (pid 2, found through /proc from pid 1's host
+ * pid), which answers its step as any other; only a driver that has not
+ * answered grace_ms later is killed. 0 (the default): the timeout kills at
+ * once. A step whose caller hung up (per's hangup_fd) is interrupted so
+ * too, or with hangup_finish runs on to its end. Set between steps. */
+void run_sandbox_session_set_grace(struct moat_sandbox *sb, uint64_t grace_ms,
+				   bool hangup_finish);
+/* Asks the running step to stop, as its timeout would (any thread; an ask
+ * when no step runs is dropped at the next step's start). 0, or -1. */
+int run_sandbox_session_interrupt(struct moat_sandbox *sb);
+/* Whether the last step was interrupted (*asked: by
+ * run_sandbox_session_interrupt, not its timeout). Not during a step. */
+bool run_sandbox_session_interrupted(const struct moat_sandbox *sb, bool *asked);
 
 #endif

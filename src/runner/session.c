@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/epoll.h>
+#include <sys/eventfd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -105,6 +106,17 @@ static int on_session(struct run *r, struct pump_entry *e, struct moat_error *er
 			session_bad(r);
 			return PUMP_GO;
 		}
+		/* an interrupt that came while the frame went out: now */
+		if (r->session_out_off == r->session_out_len && r->session_intr_later) {
+			r->session_intr_later = false;
+			if (!run_session_sigint(r)) {
+				if (r->session_intr == RUN_INTR_ASKED)
+					r->cancelled = true;
+				else
+					r->res->timed_out = true;
+				pump_kill(r);
+			}
+		}
 	}
 	ssize_t n = recv(r->session_fd, r->chunk, RUN_READ_CHUNK, MSG_DONTWAIT);
 	if (n < 0 && (errno == EAGAIN || errno == EINTR))
@@ -124,6 +136,24 @@ static int on_session(struct run *r, struct pump_entry *e, struct moat_error *er
 		return PUMP_GO;
 	}
 	return got ? PUMP_STOP : PUMP_GO;
+}
+
+/* An interrupt asked from another thread (run_sandbox_session_interrupt):
+ * the step's driver is interrupted, or killed when it cannot be. */
+static int on_interrupt(struct run *r, struct pump_entry *e, struct moat_error *err)
+{
+	(void)e;
+	(void)err;
+	uint64_t n;
+	if (read(r->session_intr_fd, &n, sizeof n) < 0 || !r->session_stepping ||
+	    r->session_intr != RUN_INTR_NONE || r->exited || r->have_status ||
+	    r->res->timed_out || r->cancelled)
+		return PUMP_GO;
+	if (!run_session_interrupt(r, RUN_INTR_ASKED)) {
+		r->cancelled = true;
+		pump_kill(r);
+	}
+	return PUMP_GO;
 }
 
 /* The limits and warnings of from into to. */
@@ -167,7 +197,10 @@ int run_sandbox_start_session(const struct moat_request *boot, const struct moat
 	if (proto_copy(r->session_proto, r->res) < 0)
 		goto oom;
 	r->pump[PUMP_SESSION] = (struct pump_entry){ &r->session_fd, on_session };
-	if (pump_watch_slot(r, PUMP_SESSION, EPOLLIN) < 0) {
+	r->pump[PUMP_INTERRUPT] = (struct pump_entry){ &r->session_intr_fd, on_interrupt };
+	r->session_intr_fd = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+	if (r->session_intr_fd < 0 || pump_watch_slot(r, PUMP_SESSION, EPOLLIN) < 0 ||
+	    pump_watch_slot(r, PUMP_INTERRUPT, EPOLLIN) < 0) {
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "epoll_ctl: %s", strerror(errno));
 		goto fail;
 	}
@@ -189,6 +222,14 @@ static int step_begin(struct run *r, uint64_t timeout_ms, uint64_t max_output,
 			return moat_error_oom(err);
 	}
 	r->t0 = moat_mono_ms();
+	/* an interrupt asked after the last step's end is not this step's */
+	uint64_t stale;
+	if (r->session_intr_fd >= 0 && read(r->session_intr_fd, &stale, sizeof stale) < 0 &&
+	    errno != EAGAIN)
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "eventfd: %s",
+				      strerror(errno));
+	r->session_intr = RUN_INTR_NONE;
+	r->session_intr_later = false;
 	struct run_stream *ss[] = { &r->out, &r->errout };
 	enum pump_slot slots[] = { PUMP_STDOUT, PUMP_STDERR };
 	for (int i = 0; i < 2; i++) {
@@ -229,6 +270,7 @@ static void step_end(struct run *r)
 		}
 	r->session_out = NULL;
 	r->session_out_len = r->session_out_off = 0;
+	r->session_stepping = false;
 }
 
 int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint64_t max_output,
@@ -255,6 +297,7 @@ int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint6
 		r->session_out = frame;
 		r->session_out_len = frame_len;
 		r->session_out_off = 0;
+		r->session_stepping = true;
 		if (session_events(r, EPOLLIN | EPOLLOUT) < 0)
 			session_bad(r);
 	}
@@ -276,6 +319,10 @@ int run_sandbox_session_step(struct moat_sandbox *sb, uint64_t timeout_ms, uint6
 		moat_error_clear(&ignored);
 		struct moat_result *out = r->res;
 		r->res = NULL;
+		/* interrupted at its timeout, and the driver answered: timed out,
+		 * the session lives on */
+		if (r->session_intr == RUN_INTR_TIMEOUT)
+			out->timed_out = true;
 		out->duration_ms = (uint64_t)(moat_mono_ms() - r->t0);
 		int64_t cpu = moat_cgroup_cpu_ms(r->cg);
 		if (cpu >= 0) {
@@ -326,4 +373,24 @@ bool run_sandbox_session_ended(struct moat_sandbox *sb)
 		n = poll(&p, 1, 0);
 	while (n < 0 && errno == EINTR);
 	return n > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
+}
+
+void run_sandbox_session_set_grace(struct moat_sandbox *sb, uint64_t grace_ms,
+				   bool hangup_finish)
+{
+	sb->run.session_grace_ms = grace_ms;
+	sb->run.session_hangup_finish = hangup_finish;
+}
+
+int run_sandbox_session_interrupt(struct moat_sandbox *sb)
+{
+	uint64_t one = 1;
+	return write(sb->run.session_intr_fd, &one, sizeof one) == (ssize_t)sizeof one ? 0 : -1;
+}
+
+bool run_sandbox_session_interrupted(const struct moat_sandbox *sb, bool *asked)
+{
+	if (asked)
+		*asked = sb->run.session_intr == RUN_INTR_ASKED;
+	return sb->run.session_intr != RUN_INTR_NONE;
 }

@@ -79,6 +79,8 @@ static enum serve_route route_of(const char *url)
 			return R_SESSION_CTL;
 		if (n == SERVE_SESSION_ID_LEN + 7 && !strcmp(url + 13 + n - 7, "/resume"))
 			return R_SESSION_CTL;
+		if (n > 10 && !strcmp(url + 13 + n - 10, "/interrupt"))
+			return R_SESSION_INTERRUPT;
 		return n > 4 && !strcmp(url + 13 + n - 4, "/run") ? R_SESSION_RUN : R_SESSION;
 	}
 	if (!strcmp(url, "/healthz"))
@@ -116,7 +118,8 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 				"the request's path or query holds an encoded NUL (%00)");
 	bool get_route = q->route == R_HEALTHZ || q->route == R_METRICS;
 	bool ses_route = q->route == R_SESSIONS || q->route == R_SESSION ||
-			 q->route == R_SESSION_RUN || q->route == R_SESSION_CTL;
+			 q->route == R_SESSION_RUN || q->route == R_SESSION_CTL ||
+			 q->route == R_SESSION_INTERRUPT;
 	if (q->route == R_OTHER || (ses_route && !s->sessions))
 		return srv_fail(q, c, 404, "NotFound", O_BAD_REQUEST, "no such route");
 	if (q->route == R_SESSION || q->route == R_SESSION_CTL) {
@@ -164,6 +167,12 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	if (!token_ok(s, c))
 		return srv_fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
 				"a valid bearer token is required (Authorization: Bearer ...)");
+	if (q->route == R_SESSION_INTERRUPT) {
+		srv_caller_cred(s, c, q->cred);
+		if (strlen(url + 13) - 10 == SERVE_SESSION_ID_LEN)
+			memcpy(q->ses_id, url + 13, SERVE_SESSION_ID_LEN);
+		return srv_session_interrupt_route(q, c);
+	}
 	if (q->route == R_SESSION_RUN) {
 		srv_caller_cred(s, c, q->cred);
 		size_t n = strlen(url + 13) - 4;

@@ -200,6 +200,7 @@ enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c);
 enum srv_session_op { SES_OP_GET, SES_OP_DELETE, SES_OP_PAUSE, SES_OP_RESUME };
 /* GET and DELETE /v1/sessions/{id}, POST .../pause and .../resume. */
 enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, enum srv_session_op op);
+enum MHD_Result srv_session_interrupt_route(struct req *q, struct MHD_Connection *c);
 
 /* ---- route_admin.c ---- */
 char *srv_metrics_text(struct server *s);

@@ -65,6 +65,11 @@ struct serve_limits {
 	 * the live sandboxes reserve in all; 0: not set (from the host) */
 	uint64_t sandboxes_memory_mb;
 	double sandboxes_cpus;
+	/* "interruptGraceMs": how long an interrupted step's interpreter has
+	 * to answer before it is killed; "onHangup": "interrupt" (false) or
+	 * "finish" (true) a step whose streaming client hung up */
+	uint64_t session_grace_ms;
+	bool session_hangup_finish;
 };
 /* Built-in values (SERVE.md); max_cpus: online CPUs. */
 void serve_limits_default(struct serve_limits *l);
@@ -134,7 +139,7 @@ bool frame_header_dropped(const char *name);
 
 /* ---- metrics ---- */
 enum serve_route { R_PY, R_TS, R_V1_RUN, R_HEALTHZ, R_METRICS, R_KV, R_OTHER, R_SESSIONS,
-		  R_SESSION, R_SESSION_RUN, R_SESSION_CTL /* /pause, /resume */, R__COUNT };
+		  R_SESSION, R_SESSION_RUN, R_SESSION_CTL /* /pause, /resume */, R_SESSION_INTERRUPT, R__COUNT };
 enum serve_outcome {
 	O_OK, O_ERROR, O_TIMEOUT, O_OOM, O_KILLED, O_DISCONNECTED, O_BAD_REQUEST,
 	O_UNAUTHORIZED, O_REJECTED, O_UNAVAILABLE, O__COUNT
@@ -250,6 +255,8 @@ struct serve_sessions_config {
 	const struct moat_run_options *opts; /* the sessions' sandboxes; lives as long */
 	struct serve_budget *budget; /* each live session's reservation; lives as long */
 	uint64_t max_cpu_ms; /* serve.sessions.maxCpuTimeMs: a session's cap at most (0: none) */
+	uint64_t grace_ms;  /* of an interrupt (0: POOL_SESSION_GRACE_MS) */
+	bool hangup_finish; /* a client's hang-up lets the step finish */
 };
 struct serve_sessions;
 struct serve_session;
@@ -305,6 +312,10 @@ void serve_session_json(struct serve_sessions *ss, struct serve_session *x, stru
 /* DELETE: ends it, its sandbox gone before it returns: 0; -1: already gone
  * (*gone: the sentence). */
 int serve_session_delete(struct serve_sessions *ss, struct serve_session *x, char **gone);
+/* POST .../interrupt: the running step interrupted (SIGINT to its
+ * interpreter, killed past the grace): 1; 0: no step runs; -1: gone
+ * (*gone: the sentence). */
+int serve_session_interrupt(struct serve_sessions *ss, struct serve_session *x, char **gone);
 void serve_sessions_metrics(struct serve_sessions *ss, struct moat_buf *b);
 
 /* The one-line "error" of a Spin script result (NULL on success). */

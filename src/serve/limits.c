@@ -32,6 +32,7 @@ void serve_limits_default(struct serve_limits *l)
 		.session_idle_ms = 600000,
 		.session_max_idle_ms = 3600000,
 		.session_max_life_ms = 3600000,
+		.session_grace_ms = 2000,
 	};
 }
 
@@ -146,11 +147,22 @@ static int parse_sessions(const cJSON *obj, struct serve_limits *l, struct moat_
 			*(!strcmp(k, "idleTimeoutMs")	 ? &l->session_idle_ms
 			  : !strcmp(k, "maxLifetimeMs") ? &l->session_max_life_ms
 						       : &l->session_max_idle_ms) = (uint64_t)v;
+		} else if (!strcmp(k, "interruptGraceMs")) {
+			if (get_num(it, "sessions", 100, 60000, &v, err) < 0)
+				return -1;
+			l->session_grace_ms = (uint64_t)v;
+		} else if (!strcmp(k, "onHangup")) {
+			bool fin = cJSON_IsString(it) && !strcmp(it->valuestring, "finish");
+			if (!fin && !(cJSON_IsString(it) && !strcmp(it->valuestring, "interrupt")))
+				return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+						      "config serve.sessions.onHangup must be "
+						      "\"interrupt\" or \"finish\"");
+			l->session_hangup_finish = fin;
 		} else {
 			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 					      "config serve.sessions: unknown key \"%.64s\" (max, "
 					      "idleTimeoutMs, maxIdleTimeoutMs, maxLifetimeMs, "
-					      "maxCpuTimeMs)", k);
+					      "maxCpuTimeMs, interruptGraceMs, onHangup)", k);
 		}
 	}
 	if (l->session_idle_ms > l->session_max_idle_ms)

@@ -1,5 +1,6 @@
 /* `moat serve`'s session routes (docs/SESSIONS.md): POST /v1/sessions,
- * POST /v1/sessions/{id}/run, GET and DELETE /v1/sessions/{id}. The table
+ * POST /v1/sessions/{id}/run, POST /v1/sessions/{id}/interrupt, GET and
+ * DELETE /v1/sessions/{id}. The table
  * of sessions and its thread are sessions.c's. */
 #include <math.h>
 #include <stdio.h>
@@ -291,6 +292,25 @@ enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, enum 
 			return srv_fail_moat(q, c, &err);
 	}
 	moat_buf_append(&b, "\n", 1);
+	char *body = moat_buf_take(&b);
+	return body ? srv_respond(q, c, 200, body, "application/json", NULL, NULL) : MHD_NO;
+}
+
+/* POST /v1/sessions/{id}/interrupt: answered from the headers (no body). */
+enum MHD_Result srv_session_interrupt_route(struct req *q, struct MHD_Connection *c)
+{
+	struct serve_sessions *ss = q->s->sessions;
+	if (!serve_session_id_valid(q->ses_id) ||
+	    !(q->ses = serve_sessions_get(ss, q->ses_id, q->cred)))
+		return srv_session_missing(q, c);
+	q->lang = (int)serve_session_language(q->ses);
+	char *gone = NULL;
+	int rc = serve_session_interrupt(ss, q->ses, &gone);
+	if (rc < 0)
+		return session_gone(q, c, gone);
+	struct moat_buf b = { 0 };
+	moat_buf_appendf(&b, "{\"id\":\"%s\",\"interrupted\":%s}\n", q->ses_id,
+			 rc ? "true" : "false");
 	char *body = moat_buf_take(&b);
 	return body ? srv_respond(q, c, 200, body, "application/json", NULL, NULL) : MHD_NO;
 }

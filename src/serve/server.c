@@ -307,7 +307,9 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		srv_service_options(s, &s->ses_opts);
 		struct serve_sessions_config sc = { .max = (unsigned)max, .opts = &s->ses_opts,
 						    .budget = &s->budget,
-						    .max_cpu_ms = s->limits.session_max_cpu_ms };
+						    .max_cpu_ms = s->limits.session_max_cpu_ms,
+						    .grace_ms = s->limits.session_grace_ms,
+						    .hangup_finish = s->limits.session_hangup_finish };
 		if (serve_sessions_start(&s->sessions, &sc, err) < 0) {
 			close_listeners(o);
 			goto out;

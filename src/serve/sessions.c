@@ -310,6 +310,8 @@ static void *session_thread(void *arg)
 					.req = j->req, .opts = ss->cfg.opts,
 					.lifetime_ms = j->life_ms + LIFETIME_SLACK_MS,
 					.ready_timeout_ms = READY_TIMEOUT_MS,
+					.interrupt_grace_ms = ss->cfg.grace_ms,
+					.hangup_finish = ss->cfg.hangup_finish,
 				};
 				j->rc = pool_session_spawn(&pc, &j->ps, &j->err);
 			}
@@ -834,6 +836,22 @@ int serve_session_pause(struct serve_sessions *ss, struct serve_session *x, bool
 		session_object(x, b, false);
 	pthread_mutex_unlock(&ss->mu);
 	return rc < 0 ? -3 : 0;
+}
+
+int serve_session_interrupt(struct serve_sessions *ss, struct serve_session *x, char **gone)
+{
+	*gone = NULL;
+	pthread_mutex_lock(&ss->mu);
+	if (!x->busy)
+		sync_state(ss, x, moat_mono_ms());
+	if (x->state != SES_LIVE) {
+		*gone = strdup(x->reason ? x->reason : "the session is gone");
+		pthread_mutex_unlock(&ss->mu);
+		return -1;
+	}
+	int rc = x->ps && pool_session_interrupt(x->ps) ? 1 : 0;
+	pthread_mutex_unlock(&ss->mu);
+	return rc;
 }
 
 int serve_session_delete(struct serve_sessions *ss, struct serve_session *x, char **gone)

@@ -488,6 +488,11 @@ T('session (real moat serve): a python call keeps its state for the next one', {
       assert.equal(r.structuredContent.stdout, 'True\n');
       assert.equal(r.structuredContent.value, '42');
       assert.equal(r.structuredContent.session.runs, 2);
+      // an image result (issue 46) is MCP image content, after the text
+      r = await s.call({ language: 'python', code: "class P:\n    def _repr_png_(self): return b'\\x89PNG\\r\\n\\x1a\\n'\nP()" });
+      assert.ok(!r.isError, text(r));
+      assert.deepEqual(r.content.slice(1), [{ type: 'image', data: 'iVBORw0KGgo=', mimeType: 'image/png' }]);
+      assert.equal(r.structuredContent.value, String(r.structuredContent.value));
     } finally { await s.close(); }
   } finally {
     srv.kill('SIGTERM');

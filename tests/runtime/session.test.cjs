@@ -17,6 +17,10 @@ const ROOT = path.resolve(__dirname, "..", "..");
 const DRIVER = path.join(ROOT, "runtime", "js", "session.cjs");
 const b64 = (s) => Buffer.from(s).toString("base64");
 
+// A done frame's error as before issue 46 (Jupyter's name, value and
+// traceback are checked on their own).
+const typeAndMessage = (e) => e && { type: e.type, message: e.message };
+
 class Driver {
   constructor() {
     this.dir = fs.mkdtempSync(path.join(os.tmpdir(), "moat-session-test-"));
@@ -183,7 +187,7 @@ test("an exception is an error with its stack on stderr, and the session goes on
   await d.ok("let kept = 1");
   let r = await d.run("function f() { throw new TypeError('bad thing') }\nconsole.log('before')\nf()");
   assert.equal(r.done.exitCode, 1);
-  assert.deepEqual(r.done.error, { type: "TypeError", message: "bad thing" });
+  assert.deepEqual(typeAndMessage(r.done.error), { type: "TypeError", message: "bad thing" });
   assert.equal(r.done.value, null);
   assert.equal(r.out, "before\n");
   assert.match(r.err, /TypeError: bad thing/);
@@ -195,10 +199,10 @@ test("an exception is an error with its stack on stderr, and the session goes on
   assert.doesNotMatch(r.err, /session\.cjs/);
   r = await d.run("throw 42");
   assert.equal(r.done.exitCode, 1);
-  assert.deepEqual(r.done.error, { type: "Error", message: "42" });
+  assert.deepEqual(typeAndMessage(r.done.error), { type: "Error", message: "42" });
   assert.match(r.err, /Uncaught 42/);
   r = await d.run("Promise.reject(new RangeError('later'))");
-  assert.deepEqual(r.done.error, { type: "RangeError", message: "later" });
+  assert.deepEqual(typeAndMessage(r.done.error), { type: "RangeError", message: "later" });
   r = await d.run("throw new Error('m'.repeat(30000))"); // cut at 8 KiB in done, whole on stderr
   assert.equal(r.done.error.message, "m".repeat(8192));
   assert.ok(r.err.includes("m".repeat(30000)));
@@ -233,7 +237,7 @@ test("a promise is awaited; top-level await works", (t) => withDriver(t, async (
   r = await d.ok("import('./m.mjs').then((m) => m.v)", { files: [["m.mjs", "export const v = 3"]] });
   assert.equal(r.done.value, "3"); // import() from the session's root
   r = await d.run("await Promise.reject(new Error('no'))");
-  assert.deepEqual(r.done.error, { type: "Error", message: "no" });
+  assert.deepEqual(typeAndMessage(r.done.error), { type: "Error", message: "no" });
   r = await d.run("await 1; let = ;"); // another syntax error stays the original one
   assert.equal(r.done.error.type, "SyntaxError");
 }));
@@ -341,4 +345,51 @@ test("the step does not see the driver's names", (t) => withDriver(t, async (d) 
   }
   const r = await d.ok("[typeof require, typeof module, process.argv.length]");
   assert.equal(r.done.value, "[ 'function', 'undefined', 2 ]");
+}));
+
+// issue 46: a notebook inside
+test("SIGINT interrupts a step's code or its await, is dropped between steps", (t) => withDriver(t, async (d) => {
+  await d.ok("var k = 7");
+  d.proc.kill("SIGINT");
+  await new Promise((r) => setTimeout(r, 300));
+  assert.equal((await d.ok("k * 6")).done.value, "42");
+  for (const code of ["while (true) {}", "await new Promise((r) => setTimeout(r, 60000))"]) {
+    d.seq += 1;
+    d.send({ type: "run", seq: d.seq, code, stdin: "", files: [] });
+    await new Promise((r) => setTimeout(r, 1000));
+    d.proc.kill("SIGINT");
+    const done = await d.frame();
+    assert.equal(done.seq, d.seq);
+    assert.match(done.error.message, /interrupted by `SIGINT`/, code);
+    d.drain();
+  }
+  assert.equal((await d.ok("k * 6")).done.value, "42");
+}));
+
+test("results: display(), display.html() & co., the completion value main; Jupyter's error", (t) => withDriver(t, async (d) => {
+  const { done } = await d.ok(
+    "display.html('<b>h</b>'); display.png(Buffer.from([0x89, 0x50])); display.json({ a: [1] });\n" +
+    "display({ _repr_markdown_() { return '# m'; }, toString() { return 'o'; } }, 'two');\n" +
+    "({ v: 1 })");
+  const r = done.results;
+  assert.equal(r.length, 6, JSON.stringify(r));
+  assert.deepEqual(r[0], { isMain: false, data: { "text/html": "<b>h</b>", "text/plain": "" } });
+  assert.equal(r[1].data["image/png"], "iVA=");
+  assert.deepEqual(r[2].data["application/json"], { a: [1] });
+  assert.equal(r[3].data["text/markdown"], "# m");
+  assert.equal(r[4].data["text/plain"], "'two'");
+  assert.deepEqual(r[5], { isMain: true, data: { "text/plain": "{ v: 1 }" } });
+  assert.equal(done.executionCount, 1);
+  assert.equal(done.resultsTruncated, false);
+  const e = (await d.run("function g() { throw new RangeError('rr'); }\ng()")).done.error;
+  assert.equal(e.type, "RangeError");
+  assert.equal(e.message, "rr");
+  assert.equal(e.name, "RangeError");
+  assert.equal(e.value, "rr");
+  assert.ok(e.traceback.some((l) => l.includes("RangeError: rr")), JSON.stringify(e));
+  assert.ok(!e.traceback.some((l) => l.includes("session.cjs") || l.includes("\n")), JSON.stringify(e));
+  const many = (await d.ok("for (let i = 0; i < 70; i++) display(i)")).done;
+  assert.equal(many.results.length, 64);
+  assert.equal(many.resultsTruncated, true);
+  assert.equal(many.executionCount, 3);
 }));

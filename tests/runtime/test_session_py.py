@@ -10,6 +10,7 @@ import fcntl
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -118,6 +119,12 @@ class Driver:
         return rc
 
 
+def err_of(done):
+    """A done frame's error as before issue 46: its type and message."""
+    e = done["error"]
+    return e and {"type": e["type"], "message": e["message"]}
+
+
 class DriverTest(unittest.TestCase):
     def setUp(self):
         self.d = Driver()
@@ -174,7 +181,14 @@ class DriverTest(unittest.TestCase):
         self.ok("x = 1")
         done, out, err = self.d.run("def f():\n    return 1 / 0\nprint('before')\nf()")
         self.assertEqual(done["exitCode"], 1)
-        self.assertEqual(done["error"], {"type": "ZeroDivisionError", "message": "division by zero"})
+        self.assertEqual(err_of(done), {"type": "ZeroDivisionError", "message": "division by zero"})
+        # Jupyter's name, value and traceback besides
+        e = done["error"]
+        self.assertEqual((e["name"], e["value"]), ("ZeroDivisionError", "division by zero"))
+        self.assertEqual(e["traceback"][0], "Traceback (most recent call last):")
+        self.assertIn('  File "<cell 2>", line 2, in f', e["traceback"])
+        self.assertEqual(e["traceback"][-1], "ZeroDivisionError: division by zero")
+        self.assertFalse(any("\n" in l or "moat_session" in l for l in e["traceback"]))
         self.assertIsNone(done["value"])
         self.assertEqual(out, "before\n")
         self.assertIn("Traceback (most recent call last):", err)
@@ -190,7 +204,7 @@ class DriverTest(unittest.TestCase):
         self.assertIn('File "<cell 4>", line 1', err)
         self.assertNotIn("moat_session", err)
         done, _, err = self.d.run("{}['k']")
-        self.assertEqual(done["error"], {"type": "KeyError", "message": "'k'"})
+        self.assertEqual(err_of(done), {"type": "KeyError", "message": "'k'"})
         self.assertNotIn("moat_session", err)
         self.ok("x")
         # an error's message is cut at 8 KiB in `done` (stderr has it whole), a lone surrogate escaped
@@ -208,7 +222,7 @@ class DriverTest(unittest.TestCase):
         done, _, _ = self.ok("asyncio.run(f(5))")  # a step without one may run its own loop
         self.assertEqual(done["value"], "10")
         done, _, err = self.d.run("async def g():\n    raise ValueError('in g')\nawait g()")
-        self.assertEqual(done["error"], {"type": "ValueError", "message": "in g"})
+        self.assertEqual(err_of(done), {"type": "ValueError", "message": "in g"})
         self.assertTrue(err.startswith('Traceback (most recent call last):\n  File "<cell 4>", line 3'), err)
         self.assertNotIn("asyncio", err)
         self.assertNotIn("moat_session", err)
@@ -345,6 +359,91 @@ class DriverTest(unittest.TestCase):
         self.assertEqual(len(done["display"]) + done["displayDropped"], 3)
         self.assertGreater(done["displayDropped"], 0)
         self.assertLessEqual(sum(len(base64.b64decode(x["data"])) for x in done["display"]), 8 << 20)
+
+    def test_sigint_interrupts_a_step_and_is_dropped_between(self):
+        self.ok("x = 41\nimport time")
+        # between steps: dropped, the next step runs whole
+        self.d.proc.send_signal(signal.SIGINT)
+        time.sleep(0.3)
+        done, _, _ = self.ok("x + 1")
+        self.assertEqual(done["value"], "42")
+        for code in ("time.sleep(60)", "while True: x = 41",
+                     "import socket\na, b = socket.socketpair()\na.recv(1)"):
+            with self.subTest(code=code):
+                self.d.seq += 1
+                self.d.send({"type": "run", "seq": self.d.seq, "code": code,
+                             "stdin": "",
+                             "files": []})
+                time.sleep(1.0)
+                self.d.proc.send_signal(signal.SIGINT)
+                done = self.d.frame()
+                self.assertEqual(done["seq"], self.d.seq)
+                self.assertEqual(done["error"]["name"], "KeyboardInterrupt")
+                self.assertFalse(any("moat_session" in l for l in done["error"]["traceback"]))
+        done, _, _ = self.ok("x + 1")
+        self.assertEqual(done["value"], "42")
+
+    def test_results_and_display(self):
+        done, _, _ = self.ok(
+            "class H:\n"
+            "    def _repr_html_(self): return '<b>h</b>'\n"
+            "    def _repr_svg_(self): return '<svg/>'\n"
+            "    def _repr_jpeg_(self): return b'\\xff\\xd8'\n"
+            "    def _repr_latex_(self): return ('$x$', {})\n"
+            "    def __repr__(self): return 'H()'\n"
+            "class M:\n"
+            "    def _repr_mimebundle_(self, include=None, exclude=None):\n"
+            "        return {'text/markdown': '# m', 'application/json': {'k': 1}, 'x/other': 'no'}\n"
+            "class Bad:\n"
+            "    def _repr_html_(self): raise RuntimeError('no')\n"
+            "display(H())\ndisplay(M(), Bad())\nH")
+        r = done["results"]
+        self.assertEqual(len(r), 4, r)
+        self.assertEqual(r[0], {"isMain": False, "data": {
+            "text/html": "<b>h</b>", "image/svg+xml": "<svg/>", "image/jpeg": "/9g=",
+            "text/latex": "$x$", "text/plain": "H()"}})
+        self.assertEqual(r[1]["data"]["text/markdown"], "# m")
+        self.assertEqual(r[1]["data"]["application/json"], {"k": 1})
+        self.assertNotIn("x/other", r[1]["data"])
+        self.assertEqual(list(r[2]["data"]), ["text/plain"])  # its _repr_html_ raised
+        self.assertTrue(r[3]["isMain"])
+        self.assertIn("class", r[3]["data"]["text/plain"])  # a class: its repr, no _repr_*_
+        self.assertEqual(done["executionCount"], 1)
+        self.assertFalse(done["resultsTruncated"])
+        # display is a builtin, not a global of the session's
+        done, _, _ = self.ok("'display' in globals(), callable(display)")
+        self.assertEqual(done["value"], "(False, True)")
+        self.assertEqual(done["executionCount"], 2)
+        # bounds: past 64 results, and an entry past 4 MiB
+        done, _, _ = self.ok("for i in range(70): display(i)")
+        self.assertEqual(len(done["results"]), 64)
+        self.assertTrue(done["resultsTruncated"])
+        done, _, _ = self.ok("class B:\n    def _repr_html_(self): return 'x' * (5 << 20)\nB()")
+        self.assertNotIn("text/html", done["results"][0]["data"])
+        self.assertTrue(done["resultsTruncated"])
+
+    def test_shell_escape_and_pip(self):
+        done, out, err = self.ok("print('a')\n!echo sh-$((6*7))\nif True:\n    !echo in-block\n"
+                                 "s = '''\n!echo not-run\n'''\nprint(s.strip())")
+        self.assertEqual(out, "a\nsh-42\nin-block\n!echo not-run\n")
+        for code in ("%pip install x", "!pip install x", "%conda install y"):
+            with self.subTest(code=code):
+                done, _, _ = self.d.run(code)
+                self.assertEqual(done["error"]["name"], "RuntimeError")
+                self.assertIn("docs/rootfs.md", done["error"]["value"])
+        done, _, _ = self.d.run("%timeit 1")
+        self.assertEqual(done["error"]["name"], "SyntaxError")
+
+    def test_memory_limit_is_a_memory_error(self):
+        d = Driver(env={"MOAT_SESSION_MEMORY_MB": "128"})
+        self.addCleanup(d.close)
+        self.assertEqual(d.frame()["type"], "ready")
+        done, _, _ = d.run("import os\n'MOAT_SESSION_MEMORY_MB' in os.environ")
+        self.assertEqual(done["value"], "False")
+        done, _, _ = d.run("b = bytearray(300 << 20)")
+        self.assertEqual(done["error"]["name"], "MemoryError")
+        done, _, _ = d.run("import resource\nresource.getrlimit(resource.RLIMIT_DATA)[0] >> 20")
+        self.assertEqual(done["value"], "112")
 
 
 if __name__ == "__main__":

@@ -108,6 +108,13 @@ START_TEST(limits_parse)
 	ck_assert_uint_eq(l.session_idle_ms, 1500);
 	ck_assert_uint_eq(l.session_max_idle_ms, 2000);
 	ck_assert_uint_eq(l.session_max_life_ms, 9000);
+	/* an interrupt's grace and a hang-up's (issue 46): 2 s and "interrupt" */
+	ck_assert_uint_eq(l.session_grace_ms, 2000);
+	ck_assert(!l.session_hangup_finish);
+	ck_assert_int_eq(serve_limits_parse("{\"sessions\":{\"interruptGraceMs\":500,"
+					    "\"onHangup\":\"finish\"}}", &l, &err), 0);
+	ck_assert_uint_eq(l.session_grace_ms, 500);
+	ck_assert(l.session_hangup_finish);
 
 	/* only some keys: the rest stay */
 	serve_limits_default(&l);
@@ -165,6 +172,9 @@ START_TEST(limits_parse)
 		{ "{\"sessions\":{\"idleTimeoutMs\":99}}", "serve.sessions.idleTimeoutMs" },
 		{ "{\"sessions\":{\"idleTimeoutMs\":7200000}}", "above maxIdleTimeoutMs" },
 		{ "{\"sessions\":{\"maxlifetimems\":1000}}", "unknown key \"maxlifetimems\"" },
+		{ "{\"sessions\":{\"interruptGraceMs\":99}}", "serve.sessions.interruptGraceMs" },
+		{ "{\"sessions\":{\"interruptGraceMs\":60001}}", "serve.sessions.interruptGraceMs" },
+		{ "{\"sessions\":{\"onHangup\":\"kill\"}}", "\"interrupt\" or \"finish\"" },
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
 		serve_limits_default(&l);

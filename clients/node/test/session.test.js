@@ -79,6 +79,37 @@ describe('sessions: fake service', () => {
   before(() => fake.listen());
   after(() => fake.close());
 
+  it('rich results read by E2B\'s names, Jupyter\'s error (issue 46)', async () => {
+    const RICH = { ...STEP, executionCount: 3, resultsTruncated: false, interrupted: false,
+      error: { type: 'ValueError', message: 'm', name: 'ValueError', value: 'm',
+        traceback: ['Traceback (most recent call last):', 'ValueError: m'] },
+      results: [{ isMain: false, data: { 'text/plain': '<Figure>', 'image/png': 'iVBOR' } },
+        { isMain: true, data: { 'text/plain': '42', 'text/html': '<b>42</b>', 'application/json': { a: 1 } } }] };
+    fake.reply = (req, body, res) => (req.method === 'POST' && req.url === `/v1/sessions/${SID}/run`
+      ? json(res, 200, RICH) : sessionService(req, body, res));
+    const sb = createSandbox({ socketPath: sock, token: TOKEN });
+    try {
+      const s = await sb.session({ language: 'python' });
+      const r = await s.run('x');
+      const [fig, main] = r.results;
+      assert.equal(fig.png, 'iVBOR');
+      assert.equal(fig.text, '<Figure>');
+      assert.equal(fig.html, undefined);
+      assert.equal(fig.isMainResult, false);
+      assert.deepEqual(fig.formats(), ['text', 'png']);
+      assert.equal(r.mainResult, main);
+      assert.equal(main.html, '<b>42</b>');
+      assert.deepEqual(main.json, { a: 1 });
+      assert.deepEqual(r.error.traceback, RICH.error.traceback);
+      assert.equal(r.executionCount, 3);
+      // the JSON is the service's as it was: the getters are not enumerable
+      assert.deepEqual(JSON.parse(JSON.stringify(r)).results, RICH.results);
+      await s.close();
+    } finally {
+      await sb.dispose();
+    }
+  });
+
   it('create, run, info, close: the requests and the answers', async () => {
     fake.reply = sessionService;
     const sb = createSandbox({ socketPath: sock, token: TOKEN, memoryMb: 256, timeout: 7000 });
@@ -429,11 +460,18 @@ describe('sessions: a real moat serve on a unix socket', () => {
     } finally { await s.close(); }
   });
 
-  it('a step that times out kills the session: timedOut, then SessionGoneError saying why', { skip }, async () => {
+  it('a step that times out is interrupted; one that ignores it kills the session: timedOut, then SessionGoneError saying why', { skip }, async () => {
     const s = await sb.session({ language: 'python' });
     try {
       await s.run('x = 1');
-      const r = await s.run('while True: pass', { timeout: 500 });
+      // interrupted (issue 46): KeyboardInterrupt, the state kept
+      const i = await s.run('while True: pass', { timeout: 500 });
+      assert.equal(i.timedOut, true);
+      assert.equal(i.killedBy, null);
+      assert.equal(i.session.state, 'idle');
+      assert.equal(i.error.name, 'KeyboardInterrupt');
+      assert.equal((await s.run('x + 1')).mainResult.text, '2');
+      const r = await s.run('import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True: pass', { timeout: 500 });
       assert.equal(r.timedOut, true);
       assert.equal(r.killedBy, 'timeout');
       assert.equal(r.session.state, 'killed');

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from ._async import AsyncSandbox, AsyncSession
-from ._core import DEFAULT_SANDBOX_CONFIG, LANGUAGES, PROVIDERS, RunResult
+from ._core import DEFAULT_SANDBOX_CONFIG, LANGUAGES, PROVIDERS, Result, RunResult
 from ._errors import (
     SandboxConfigError, SandboxError, SandboxPolicyError, SandboxUnavailableError, SessionBusyError,
     SessionGoneError, SessionNotFoundError,
@@ -20,7 +20,7 @@ from ._sync import Sandbox, Session
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncSandbox", "AsyncSession", "DEFAULT_SANDBOX_CONFIG", "LANGUAGES", "PROVIDERS", "RunResult",
+    "AsyncSandbox", "AsyncSession", "DEFAULT_SANDBOX_CONFIG", "LANGUAGES", "PROVIDERS", "Result", "RunResult",
     "Sandbox", "SandboxConfigError", "SandboxError", "SandboxPolicyError", "SandboxUnavailableError",
     "Session", "SessionBusyError", "SessionGoneError", "SessionNotFoundError",
     "create_sandbox", "create_async_sandbox",

@@ -244,6 +244,41 @@ def check_callbacks(on_stdout: Any, on_stderr: Any, provider: str) -> None:
 
 # ---- the result ------------------------------------------------------------------------
 
+class Result:
+    """One rich result of a session's step (docs/SESSIONS.md, "Results"): a MIME bundle,
+    read under E2B's names: ``text`` (text/plain), ``html``, ``markdown``, ``svg``,
+    ``png`` and ``jpeg`` (base64 text, as sent), ``latex``, ``json`` (the JSON value),
+    ``javascript``; ``None`` when absent. ``is_main_result``: the step's last expression.
+    ``data``: the bundle itself, under its MIME types; ``formats()``: what it has."""
+
+    __slots__ = ("data", "is_main_result")
+    _MIME = {"text": "text/plain", "html": "text/html", "markdown": "text/markdown",
+             "svg": "image/svg+xml", "png": "image/png", "jpeg": "image/jpeg",
+             "latex": "text/latex", "json": "application/json",
+             "javascript": "application/javascript"}
+
+    def __init__(self, wire: Mapping[str, Any]) -> None:
+        data = wire.get("data") if isinstance(wire, Mapping) else None
+        object.__setattr__(self, "data", dict(data) if isinstance(data, Mapping) else {})
+        object.__setattr__(self, "is_main_result", bool(wire.get("isMain"))
+                           if isinstance(wire, Mapping) else False)
+
+    def __getattr__(self, name: str) -> Any:
+        mime = Result._MIME.get(name)
+        if mime is None:
+            raise AttributeError("Result has no field %r" % name)
+        return self.data.get(mime)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise AttributeError("Result is read-only")
+
+    def formats(self) -> List[str]:
+        return [k for k, m in Result._MIME.items() if m in self.data]
+
+    def __repr__(self) -> str:
+        return "Result(%s%s)" % (", ".join(self.formats()), ", main" if self.is_main_result else "")
+
+
 class RunResult:
     """A run's result. Every field of moat's JSON result is an attribute under its
     snake_case name (``exit_code``, ``timed_out``, ``duration_ms``, ``memory_peak_bytes``,
@@ -277,6 +312,12 @@ class RunResult:
     value_truncated: Optional[bool]
     display: Optional[List[Dict[str, str]]]
     session: Optional[Dict[str, Any]]
+    # and as Jupyter's (issue 46): rich results (``results``: Result objects), the
+    # step's count, whether it was interrupted; ``error`` has ``name``, ``value`` and
+    # ``traceback`` (a list of lines) besides ``type`` and ``message``
+    results_truncated: Optional[bool]
+    execution_count: Optional[int]
+    interrupted: Optional[bool]
 
     _DEFAULTS = {"stdout": "", "stderr": "", "exitCode": None, "timedOut": False}
 
@@ -295,6 +336,17 @@ class RunResult:
 
     def __setattr__(self, name: str, value: Any) -> None:
         raise AttributeError("RunResult is read-only")
+
+    @property
+    def results(self) -> List["Result"]:
+        """A session step's rich results, in order ([] for a run)."""
+        got = object.__getattribute__(self, "_data").get("results")
+        return [Result(r) for r in got] if isinstance(got, list) else []
+
+    @property
+    def main_result(self) -> Optional["Result"]:
+        """The result of the step's last expression, or None."""
+        return next((r for r in self.results if r.is_main_result), None)
 
     def __getitem__(self, key: str) -> Any:
         return self._data[key]

@@ -410,10 +410,18 @@ class RealServe(unittest.TestCase):
             self.assertEqual(cm.exception.status, 410)
             self.assertTrue(cm.exception.reason)
 
-    def test_timeout_kills_the_session(self) -> None:
+    def test_timeout_interrupts_then_kills_the_session(self) -> None:
         with self.sb.session(language="python") as s:
             s.run("x = 1")
+            # interrupted (issue 46): KeyboardInterrupt, the state kept
             r = s.run("while True: pass", timeout=500)
+            self.assertEqual((r.timed_out, r.killed_by, r.session["state"], r.interrupted),
+                             (True, None, "idle", True))
+            self.assertEqual(r.error["name"], "KeyboardInterrupt")
+            self.assertEqual(s.run("x + 1").main_result.text, "2")
+            # one that ignores the interrupt is killed after the grace
+            r = s.run("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                      "while True: pass", timeout=500)
             self.assertEqual((r.timed_out, r.killed_by, r.session["state"]), (True, "timeout", "killed"))
             with self.assertRaises(SessionGoneError) as cm:
                 s.run("x")
@@ -449,3 +457,35 @@ class RealServe(unittest.TestCase):
 
 if __name__ == "__main__":
     unittest.main()
+
+
+class RichResults(unittest.TestCase):
+    """A step's rich results and Jupyter's error (issue 46), read as E2B's names."""
+
+    def test_results_read_by_name(self) -> None:
+        from moat_sandbox import Result
+        from moat_sandbox._core import RunResult
+        r = RunResult(dict(STEP, results=[
+            {"isMain": False, "data": {"text/plain": "<Figure>", "image/png": "iVBOR"}},
+            {"isMain": True, "data": {"text/plain": "42", "text/html": "<b>42</b>",
+                                      "application/json": {"a": 1}}}],
+            resultsTruncated=False, executionCount=3, interrupted=False,
+            error={"type": "ValueError", "message": "m", "name": "ValueError", "value": "m",
+                   "traceback": ["Traceback (most recent call last):", "ValueError: m"]}))
+        self.assertEqual([type(x) for x in r.results], [Result, Result])
+        fig, main = r.results
+        self.assertEqual((fig.png, fig.text, fig.html, fig.is_main_result),
+                         ("iVBOR", "<Figure>", None, False))
+        self.assertEqual(fig.formats(), ["text", "png"])
+        self.assertIs(r.main_result.is_main_result, True)
+        self.assertEqual((main.text, main.html, main.json), ("42", "<b>42</b>", {"a": 1}))
+        self.assertEqual((r.execution_count, r.results_truncated, r.interrupted), (3, False, False))
+        self.assertEqual(r.error["traceback"][-1], "ValueError: m")
+        with self.assertRaises(AttributeError):
+            main.nope
+        with self.assertRaises(AttributeError):
+            main.text = "x"
+        # a run's result (no results on the wire): an empty list, no main result
+        plain = RunResult({"stdout": "", "exitCode": 0})
+        self.assertEqual((plain.results, plain.main_result), ([], None))
+        self.assertEqual(r.to_dict()["results"][1]["data"]["text/plain"], "42")
