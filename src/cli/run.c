@@ -374,12 +374,18 @@ static int exit_status_of(const struct moat_result *r)
 	return 125;
 }
 
+/* "moat: out of memory" on stderr; returns rc */
+static int say_oom(int rc)
+{
+	fputs("moat: out of memory\n", stderr);
+	return rc;
+}
+
 static int print_json_result(const struct moat_result *r)
 {
 	char *json = moat_result_to_json(r);
 	if (!json) {
-		fputs("moat: out of memory\n", stderr);
-		return -1;
+		return say_oom(-1);
 	}
 	fputs(json, stdout);
 	fputc('\n', stdout);
@@ -481,8 +487,7 @@ int cli_run(int argc, char **argv)
 	const char *code_arg = NULL, *stdin_path = NULL;
 	int status = 2;
 	if (!req) {
-		fputs("moat: out of memory\n", stderr);
-		return 3;
+		return say_oom(3);
 	}
 	optind = 1;
 	int c;
@@ -843,8 +848,7 @@ int cli_exec(int argc, char **argv)
 		char *line = moat_lines_result(res);
 		moat_result_free(res);
 		if (!line) {
-			fputs("moat: out of memory\n", stderr);
-			return 3;
+			return say_oom(3);
 		}
 		write_all(STDOUT_FILENO, line, strlen(line));
 		free(line);
