@@ -64,8 +64,9 @@ SAN_LIB_OBJS := $(patsubst src/%.c,$(BUILD)/san/%.o,$(LIB_SRCS)) $(BUILD)/san/ge
 TSAN_LIB_OBJS := $(patsubst src/%.c,$(BUILD)/tsan/%.o,$(LIB_SRCS)) $(BUILD)/tsan/gen/embedded.o \
                  $(BUILD)/tsan/gen/nft_batch.o
 
-UNIT_SRCS  := $(sort $(wildcard tests/unit/*.c))
-INTEG_SRCS := $(sort $(wildcard tests/integration/*.c tests/security/*.c)) tests/harness.c
+UNIT_SRCS  := $(sort $(wildcard tests/unit/*.c)) tests/fixture_path.c
+INTEG_SRCS := $(sort $(wildcard tests/integration/*.c tests/security/*.c)) tests/harness.c \
+              tests/fixture_path.c
 THREAD_SRCS := tests/threads/test_threads.c
 # one object per test source, each with its .d (-MMD -MP): a test binary is
 # rebuilt when a header one of its sources includes changes (src/*/internal.h,
