@@ -64,8 +64,9 @@ SAN_LIB_OBJS := $(patsubst src/%.c,$(BUILD)/san/%.o,$(LIB_SRCS)) $(BUILD)/san/ge
 TSAN_LIB_OBJS := $(patsubst src/%.c,$(BUILD)/tsan/%.o,$(LIB_SRCS)) $(BUILD)/tsan/gen/embedded.o \
                  $(BUILD)/tsan/gen/nft_batch.o
 
-UNIT_SRCS  := $(sort $(wildcard tests/unit/*.c))
-INTEG_SRCS := $(sort $(wildcard tests/integration/*.c tests/security/*.c)) tests/harness.c
+UNIT_SRCS  := $(sort $(wildcard tests/unit/*.c)) tests/fixture_path.c
+INTEG_SRCS := $(sort $(wildcard tests/integration/*.c tests/security/*.c)) tests/harness.c \
+              tests/fixture_path.c
 THREAD_SRCS := tests/threads/test_threads.c
 # one object per test source, each with its .d (-MMD -MP): a test binary is
 # rebuilt when a header one of its sources includes changes (src/*/internal.h,
@@ -248,18 +249,31 @@ check-k8s: $(BUILD)/moat $(BUILD)/test-integration $(BUILD)/oci-seccomp
 # The limits and runner suites again on a pure cgroup v2 kernel under qemu
 # (tools/vm/README.md), in one boot; this machine's cgroups are v1. An entry
 # SUITE/CASE runs one tcase: pool_session_cgroup is what a session's cgroup
-# does (memory held across steps, the kill of its tree) on cgroup v2.
+# does (memory held across steps, the kill of its tree) on cgroup v2
 # (serve_sessions/serve_sessions_cpu is not here: a session's driver does
 # not start in the VM yet, docs/testing.md)
-VM_SUITES ?= limits runner systemd pool_session/pool_session_cgroup
+# An entry is a suite, suite/tcase (CK_RUN_CASE) or suite:test,test
+# (MOAT_TESTS): the runner suite's tests that take a path of their own on
+# cgroup v2 (the timeout's cgroup.kill, the tree's kill, the limits and
+# their fallback, an adopted pid 1 moved into its leaves, the zygote's
+# children, every language under v2's memory accounting); its pipe, exit
+# code, signal and record tests take none and run in make check only
+# (docs/testing.md, "CI's time by stage")
+VM_RUNNER_TESTS = every_language_runs,timeout_kills,daemon_does_not_outlive_run,$\
+	timeout_kills_process_tree,limits_fallback_reported,adopted_pid1_is_locked_down,$\
+	adopted_pid1_gets_limits_and_timeout,zygote_child_is_a_locked_down_python,$\
+	zygote_children_share_nothing
+VM_SUITES ?= limits runner:$(VM_RUNNER_TESTS) systemd pool_session/pool_session_cgroup
 # Two moat serve nodes in network namespaces, one Redis, HAProxy (root; part of make check)
 check-cluster: $(BUILD)/moat
 	bash tests/cluster/two-node.sh $(BUILD)/moat
 
 check-vm: $(BUILD)/moat $(BUILD)/test-integration
 	tools/vm/run-vm.sh -- env MOAT_BIN=$(CURDIR)/$(BUILD)/moat sh -c \
-	    'rc=0; for s in $(VM_SUITES); do c=; case $$s in */*) c=$${s#*/}; s=$${s%%/*};; esac; \
-	     env CK_TAP_LOG_FILE_NAME=- CK_RUN_SUITE=$$s $${c:+CK_RUN_CASE=$$c} $(BUILD)/test-integration || rc=1; \
+	    'rc=0; for s in $(VM_SUITES); do c=; t=; case $$s in */*) c=$${s#*/}; s=$${s%%/*};; \
+	     *:*) t=$${s#*:}; s=$${s%%:*};; esac; \
+	     env CK_TAP_LOG_FILE_NAME=- CK_RUN_SUITE=$$s $${c:+CK_RUN_CASE=$$c} $${t:+MOAT_TESTS=$$t} \
+	     $(BUILD)/test-integration || rc=1; \
 	     done; exit $$rc'
 
 # Delegation from systemd (src/cgroups/systemd.c) on a real one: the same VM

@@ -607,24 +607,6 @@ void harness_marker(char *buf, size_t size, const char *tag, int index)
 			 (int)size);
 }
 
-const char *harness_fixture(const char *rel)
-{
-	static char path[8192];
-	snprintf(path, sizeof path, "tests/fixtures/%s", rel);
-	if (access(path, R_OK) == 0)
-		return path;
-	char exe[4096];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n <= 0)
-		return NULL;
-	exe[n] = '\0';
-	char *slash = strrchr(exe, '/');
-	if (slash)
-		*slash = '\0';
-	snprintf(path, sizeof path, "%s/../tests/fixtures/%s", exe, rel);
-	return access(path, R_OK) == 0 ? path : NULL;
-}
-
 int harness_count_marker(const char *marker)
 {
 	DIR *d = opendir("/proc");

@@ -11,6 +11,7 @@
 #include <check.h>
 #include <cjson/cJSON.h>
 
+#include "fixture_path.h"
 #include "skip.h"
 
 /* MOAT_TESTS=name,name...: only the tests of those names are added to their
@@ -180,10 +181,6 @@ void harness_exec(int mode, const char *request_json, struct run_out *out);
 void harness_exec_code(int mode, const char *lang, const char *code, const char *extra_json,
 		       struct run_out *out);
 void harness_free(struct run_out *out);
-/* Path of tests/fixtures/<rel> in this checkout: from its top (where make
- * check runs the tests), else beside the test binary (build/../tests/...);
- * NULL when neither is readable. */
-const char *harness_fixture(const char *rel);
 /* Writes "<tag><pid>x<index>r<64 random bits in hex>" to buf: a marker for
  * the command lines of one test run that no other process on the machine
  * carries (not a leftover of an earlier run whose pid was reused, not a run

@@ -2,13 +2,16 @@
 # The layer check (make layers; make check runs it): the module table of
 # docs/ARCHITECTURE.md, encoded in tools/layers.txt, held against the code.
 #   includes:   every #include "..." of src/<module>/* (src/main.c: cli) names
-#               the module itself or one in its "uses"; moat_admin.h only
+#               the module itself or one in its "uses", or a header named
+#               there as module/header.h; moat_admin.h only
 #               where allowed, and ":c" never from a header
 #   implements: a module defines functions of a public header only if it
 #               implements that header (nm over the built objects)
 #   calls:      every function a module's objects call from another module
 #               is that module's (in "uses"), or declared in a public header
-#               in "uses" that the callee's module implements (nm)
+#               in "uses" that the callee's module implements, or in one
+#               header of the callee's module named in "uses" (module/h.h:
+#               that header and no other of the module) (nm)
 #   rooms:      inside each module, the files call only downward: no cycle
 #               among the calls from one of its objects to another (nm).
 #               A module named on a "!loops" line of the table is the one
@@ -73,6 +76,8 @@ for m in "${mods[@]}"; do
 				[ "$to" = "$m" ] && continue
 				if ! known "$to"; then
 					bad "$f:$line includes $inc: not a module of $table"
+				elif [[ "${uses[$m]}" == *" $inc "* ]]; then
+					continue # one header of the module, named in "uses"
 				elif [[ "${uses[$m]}" != *" $to "* ]]; then
 					bad "$f:$line includes $inc: $m (layer ${layer[$m]}) may not use $to (layer ${layer[$to]})"
 				fi
@@ -104,6 +109,13 @@ else
 			grep -o '\bmoat_[a-z0-9_]*[[:space:]]*(' include/$h | tr -d '( \t' | sort -u |
 				sed "s/^/P $h /"
 		done
+		# a module's header named alone in "uses" (module/header.h): the
+		# functions and arrays it declares, comments left out
+		for h in $(printf '%s\n' "${uses[@]}" | tr ' ' '\n' | grep '/.*\.h$' | sort -u); do
+			gcc -fpreprocessed -dD -E -P "src/$h" 2>/dev/null |
+				grep -o '\b[a-z_][a-z0-9_]*[[:space:]]*[([]' | tr -d '([ \t' | sort -u |
+				sed "s|^|P $h |"
+		done
 		nm -A -g $objs | sed "s|^$OBJ/|S |"
 	} | awk -v objs="$(echo $objs)" '
 	function mod(o) { if (o ~ /^main\./) return "cli"; sub(/\/.*/, "", o); return o }
@@ -120,7 +132,7 @@ else
 	END {
 		for (i = 1; i <= dn; i++) {
 			s = dsym[i]; m = mod(dobj[i]); n = split(pub[s], hs, " ")
-			for (j = 1; j <= n; j++) if (!has(impl[m], hs[j])) {
+			for (j = 1; j <= n; j++) if (!has(impl[m], hs[j]) && index(hs[j], m "/") != 1) {
 				print "F " m " " dobj[i] ": defines " s " (" hs[j] "), which " m " does not implement"
 			}
 		}
@@ -129,7 +141,8 @@ else
 			if (to == "" || to == m || has(uses[m], to)) continue
 			ok = 0; n = split(pub[s], hs, " ")
 			for (j = 1; j <= n; j++)
-				if ((has(uses[m], hs[j]) || has(uses[m], hs[j] ":c")) && has(impl[to], hs[j])) ok = 1
+				if ((has(uses[m], hs[j]) || has(uses[m], hs[j] ":c")) &&
+				    (has(impl[to], hs[j]) || index(hs[j], to "/") == 1)) ok = 1
 			if (!ok) print "C " m " " uobj[i] ": calls " s " of " defo[s] " (" to ", layer " lay[to] "): " m " (layer " lay[m] ") may not reach it"
 		}
 		# rooms: the calls between the objects of one module, a graph per

@@ -336,12 +336,18 @@ static int exit_status_of(const struct moat_result *r)
 	return 125;
 }
 
+/* "moat: out of memory" on stderr; returns rc */
+static int say_oom(int rc)
+{
+	fputs("moat: out of memory\n", stderr);
+	return rc;
+}
+
 static int print_json_result(const struct moat_result *r)
 {
 	char *json = moat_result_to_json(r);
 	if (!json) {
-		fputs("moat: out of memory\n", stderr);
-		return -1;
+		return say_oom(-1);
 	}
 	fputs(json, stdout);
 	fputc('\n', stdout);
@@ -594,8 +600,7 @@ int cli_run(int argc, char **argv)
 	struct moat_result *res = NULL;
 	int status = 2;
 	if (!req) {
-		fputs("moat: out of memory\n", stderr);
-		return 3;
+		return say_oom(3);
 	}
 	struct cli_parsed p;
 	if (cli_opts_parse(&cli_run_cmd, argc, argv, &a, &p)) {
@@ -849,8 +854,7 @@ int cli_exec(int argc, char **argv)
 		char *line = moat_lines_result(res);
 		moat_result_free(res);
 		if (!line) {
-			fputs("moat: out of memory\n", stderr);
-			return 3;
+			return say_oom(3);
 		}
 		write_all(STDOUT_FILENO, line, strlen(line));
 		free(line);

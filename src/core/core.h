@@ -8,6 +8,11 @@
 /* ---- the sandbox's identity (ns maps it, priv becomes it) ---- */
 #define MOAT_SANDBOX_UID 65534
 #define MOAT_SANDBOX_GID 65534
+/* the program's home and working directory inside (a tmpfs) */
+#define MOAT_SANDBOX_DIR "/sandbox"
+/* where moat_run_options.runtime_dir appears inside (read-only): ns
+ * mounts it there, the runner and the pool name the shims by it */
+#define MOAT_RUNTIME_MOUNT "/opt/moat/runtime"
 
 /* ---- requests ---- */
 /* The rules of the request's own fields (code, language, env, files,

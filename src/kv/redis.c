@@ -381,6 +381,13 @@ static void name_of(struct moat_buf *b, const char *id, size_t idlen, const char
 	moat_buf_appendf(b, "}:%s", kind);
 }
 
+/* The store ran out of memory building a command or its answer (one
+ * spelling for every command) */
+static int redis_oom(struct moat_kv_answer *a)
+{
+	return kv_fail(a, -1, MOAT_KV_KIND_OTHER, "redis store: out of memory");
+}
+
 static int names_make(struct names *n, const char *id, size_t idlen, struct moat_kv_answer *a)
 {
 	memset(n, 0, sizeof *n);
@@ -389,7 +396,7 @@ static int names_make(struct names *n, const char *id, size_t idlen, struct moat
 	if (n->data.oom || n->meta.oom || !n->data.data || !n->meta.data) {
 		moat_buf_free(&n->data);
 		moat_buf_free(&n->meta);
-		return kv_fail(a, -1, MOAT_KV_KIND_OTHER, "redis store: out of memory");
+		return redis_oom(a);
 	}
 	return 0;
 }
@@ -421,7 +428,7 @@ static redisReply *script(struct kv_redis *r, struct moat_kv_answer *a, int whic
 		if (rep->type == REDIS_REPLY_STRING && rep->str && rep->len > 0) {
 			if (!(r->sha[which] = strndup(rep->str, rep->len))) {
 				freeReplyObject(rep);
-				kv_fail(a, -1, MOAT_KV_KIND_OTHER, "redis store: out of memory");
+				redis_oom(a);
 				return NULL;
 			}
 		} else {
@@ -490,7 +497,7 @@ static int r_get(void *h, const char *id, size_t idlen, const char *key, size_t 
 	}
 	freeReplyObject(rep);
 	if (a->data.oom)
-		return kv_fail(a, -1, MOAT_KV_KIND_OTHER, "redis store: out of memory");
+		return redis_oom(a);
 	return 0;
 }
 
@@ -611,7 +618,7 @@ static int r_keys(void *h, const char *id, size_t idlen, struct moat_kv_answer *
 	struct span *v = rep->elements ? calloc(rep->elements, sizeof *v) : NULL;
 	if (rep->elements && !v) {
 		freeReplyObject(rep);
-		return kv_fail(a, -1, MOAT_KV_KIND_OTHER, "redis store: out of memory");
+		return redis_oom(a);
 	}
 	for (size_t i = 0; i < rep->elements; i++)
 		v[i] = (struct span){ rep->element[i]->str, rep->element[i]->len };
@@ -622,7 +629,7 @@ static int r_keys(void *h, const char *id, size_t idlen, struct moat_kv_answer *
 	free(v);
 	freeReplyObject(rep);
 	if (a->data.oom)
-		return kv_fail(a, -1, MOAT_KV_KIND_OTHER, "redis store: out of memory");
+		return redis_oom(a);
 	a->status = MOAT_KV_OK;
 	return 0;
 }

@@ -12,9 +12,7 @@
 #include <sys/types.h>
 #include "core/core.h"
 
-#define MOAT_SANDBOX_DIR "/sandbox"
-/* where moat_run_options.runtime_dir appears inside (read-only) */
-#define MOAT_RUNTIME_MOUNT "/opt/moat/runtime"
+/* MOAT_SANDBOX_DIR, MOAT_RUNTIME_MOUNT: core/core.h */
 /* where moat_run_options.workdir appears inside (read-only; the program's
  * working directory), and its name under MOAT_SANDBOX_DIR */
 #define MOAT_WORK_NAME "work"

@@ -666,6 +666,12 @@ int moat_tree_check_own(const char *mountinfo, bool runtime, char *why, size_t l
 	return 0;
 }
 
+static int plan_oom(struct moat_error *err)
+{
+	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM,
+			      "out of memory building the mount plan");
+}
+
 /* A zygote's child (moat_plan_input.own_tree): the zygote's tree is the
  * sandbox's, as its clone3 copied it; the same plan made it and
  * moat_tree_check_own checked it. What a run can write to and /proc are
@@ -701,8 +707,7 @@ static int build_on_own_tree(const struct moat_plan_input *in, struct moat_mount
 	return 0;
 oom:
 	moat_plan_free(p);
-	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM,
-			      "out of memory building the mount plan");
+	return plan_oom(err);
 }
 
 int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **out,
@@ -809,7 +814,7 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 	*out = p;
 	return 0;
 oom:
-	moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOMEM, "out of memory building the mount plan");
+	plan_oom(err);
 fail:
 	moat_plan_free(p);
 	return -1;

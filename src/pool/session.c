@@ -13,7 +13,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "ns/ns.h"
 #include "pool/session.h"
 #include "runner/sandbox.h"
 

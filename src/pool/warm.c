@@ -14,7 +14,6 @@
 
 #include "core/core.h"
 #include "pool/pool.h"
-#include "runner/runner.h"
 #include "runner/sandbox.h"
 
 #define POOL_MAGIC "MOATPOOL2"

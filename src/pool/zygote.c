@@ -1,38 +1,34 @@
 /* The zygote's side of a run (docs/design/pool-zygote.md): a process that
  * is not the run's supervisor -- an initialised interpreter -- clones the
  * run's pid 1 into new namespaces and hands its pidfd to the supervisor,
- * which adopts it (run_adopt, through pool_create_adopted). Every pid 1 is made from one template: the
- * plan, privileges, filter, network and environment of a run prepared once
- * from a request (no code; its files, code and env come later, on the
- * program's stdin); only the channels are each request's own, made by the
- * supervisor's run_prepare and passed in as fds. pid 2 comes back from
- * moat_zygote_spawn locked down (moat_child_main without a program), in
- * the zygote's copied memory.
+ * which adopts it (run_adopt, through pool_create_adopted). Every pid 1 is
+ * made from one template (runner/sandbox.h, run_sandbox_template_*: the
+ * plan, privileges, filter, network and environment of a run prepared
+ * once from a request); only the channels are each request's own, made by
+ * the supervisor's run_prepare and passed in as fds. This file is the
+ * zygote's process: which template it may have (pool_refusal), its
+ * control socket and the reaping of its pid 1s. pid 2 comes back from
+ * moat_zygote_spawn locked down, in the zygote's copied memory.
  *
  * Built into libmoat, and into moat-zygote.so for an interpreter to load
  * (Makefile; only the moat_zygote_* functions are exported there). */
 #include <errno.h>
-#include <linux/sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "core/sys.h"
-#include "ns/ns.h"
 #include "pool/pool.h"
 #include "pool/zygote.h"
-#include "runner/run.h"
 
 struct moat_zygote {
 	struct moat_request *req;
-	struct run r;
+	struct run_template *t;
 };
 
 struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
@@ -53,32 +49,14 @@ struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0, "a zygote's template cannot be %s", why);
 		goto fail;
 	}
-	struct moat_run_options o;
-	moat_run_options_init(&o);
-	o.tmpfs_bytes = tmpfs_bytes;
-	o.runtime_dir = runtime_dir && *runtime_dir ? runtime_dir : NULL;
-	run_init(&z->r, z->req, &o);
-	z->r.origin = RUN_TEMPLATE;
 	if (flags & ~MOAT_ZYGOTE_OWN_TREE) {
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0, "unknown zygote flags %#x", flags);
 		goto fail;
 	}
-	if (flags & MOAT_ZYGOTE_OWN_TREE) {
-		char unfit[256];
-		if (moat_tree_check_self(o.runtime_dir != NULL, unfit, sizeof unfit) < 0) {
-			moat_error_set(&err, MOAT_ERR_CONFIG, 0,
-				       "the zygote's tree cannot be its children's: %s", unfit);
-			goto fail;
-		}
-		z->r.own_tree = true;
-	}
-	if (run_prepare(&z->r, &err) < 0)
+	z->t = run_sandbox_template_new(z->req, tmpfs_bytes, runtime_dir,
+					(flags & MOAT_ZYGOTE_OWN_TREE) != 0, &err);
+	if (!z->t)
 		goto fail;
-	/* the template's cgroups (a leaf for cgroup.kill, where the zygote may
-	 * make one) are nobody's: each run's are its supervisor's. Removed
-	 * now, not left in the zygote's cgroup for its lifetime. */
-	moat_cgroup_finish(z->r.cg, NULL);
-	z->r.cg = NULL;
 	return z;
 fail:
 	if (errbuf && errlen)
@@ -90,76 +68,15 @@ fail:
 
 char *const *moat_zygote_envp(const struct moat_zygote *z)
 {
-	return z ? z->r.envp : NULL;
+	return z ? run_sandbox_template_envp(z->t) : NULL;
 }
 
 int moat_zygote_spawn(struct moat_zygote *z, const int fds[MOAT_ZYGOTE_NFDS], const void *record,
 		      size_t record_len, int *pidfd)
 {
-	if (!z || !fds || !pidfd || !record || record_len < 1 ||
-	    *(const char *)record != MOAT_ZYGOTE_RUN ||
-	    (record_len - 1) % sizeof(struct moat_zygote_rlimit) ||
-	    record_len > MOAT_ZYGOTE_MAX_RECORD)
+	if (!z)
 		return -EINVAL;
-	for (int i = 0; i < MOAT_ZYGOTE_NFDS; i++)
-		if (fds[i] < 0)
-			return -EBADF;
-	/* the run's rlimits on a copy of the template's privileges (pid 1 and
-	 * pid 2 read it from the clone's copy of this stack) */
-	struct moat_priv_plan priv = z->r.priv;
-	size_t n = (record_len - 1) / sizeof(struct moat_zygote_rlimit);
-	for (size_t i = 0; i < n; i++) {
-		struct moat_zygote_rlimit rl;
-		memcpy(&rl, (const char *)record + 1 + i * sizeof rl, sizeof rl);
-		struct moat_error err = { 0 };
-		if (rl.resource < 0 || rl.resource >= RLIM_NLIMITS || rl.zero ||
-		    moat_priv_add_rlimit(&priv, rl.resource, (rlim_t)rl.value, &err) < 0) {
-			moat_error_clear(&err);
-			return -EINVAL;
-		}
-	}
-	struct moat_child c;
-	run_child_spec(&z->r, &c);
-	c.priv = &priv;
-	c.program = NULL;
-	c.transpile = NULL;
-	c.stdin_fd = fds[MOAT_ZYGOTE_STDIN];
-	c.stdout_fd = fds[MOAT_ZYGOTE_STDOUT];
-	c.stderr_fd = fds[MOAT_ZYGOTE_STDERR];
-	c.report_fd = fds[MOAT_ZYGOTE_REPORT];
-	c.sync_fd = fds[MOAT_ZYGOTE_SYNC];
-	c.outputs_fd = -1;
-	c.kv_fd = -1;
-	*pidfd = -1;
-	struct clone_args args;
-	memset(&args, 0, sizeof args);
-	args.flags = MOAT_RUN_NS_FLAGS | CLONE_PIDFD; /* the runner's set (runner/runner.h) */
-	args.pidfd = (uint64_t)(uintptr_t)pidfd;
-	/* the zygote reaps its pid 1s (SIGCHLD); the supervisor only ever
-	 * watches the pidfd it was handed */
-	args.exit_signal = SIGCHLD;
-	pid_t pid = (pid_t)syscall(SYS_clone3, &args, sizeof args);
-	if (pid < 0)
-		return -errno;
-	if (pid == 0) {
-		/* pid 1 never returns; pid 2 returns 0 locked down */
-		if (moat_child_main(&c) == 0)
-			return 0;
-		moat_sys_exit(127);
-	}
-	const struct moat_run_options *o = &z->r.opts;
-	uid_t uid = z->r.as_root ? (o->root_host_id ? o->root_host_id : MOAT_SANDBOX_UID) : getuid();
-	gid_t gid = z->r.as_root ? (o->root_host_id ? o->root_host_id : MOAT_SANDBOX_GID) : getgid();
-	struct moat_error err = { 0 };
-	if (moat_idmap_write(pid, z->r.as_root, uid, gid, &err) < 0) {
-		int e = err.sys_errno ? err.sys_errno : EPERM;
-		moat_error_clear(&err);
-		syscall(SYS_pidfd_send_signal, *pidfd, SIGKILL, NULL, 0);
-		close(*pidfd);
-		*pidfd = -1;
-		return -e; /* the zygote reaps it as any other */
-	}
-	return pid;
+	return run_sandbox_template_spawn(z->t, fds, record, record_len, pidfd);
 }
 
 /* Every pid 1 that has ended, reaped (a zombie would hold its cgroup). */
@@ -259,8 +176,7 @@ void moat_zygote_free(struct moat_zygote *z)
 {
 	if (!z)
 		return;
-	if (z->req)
-		run_release(&z->r);
+	run_sandbox_template_free(z->t);
 	moat_request_free(z->req);
 	free(z);
 }

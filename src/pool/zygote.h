@@ -6,7 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "runner/runner.h"
+#include "runner/sandbox.h"
 
 struct moat_zygote;
 
@@ -19,19 +19,20 @@ struct moat_zygote;
  * zygote's tree, with /dev/pts, /dev/shm, /proc, /tmp and /sandbox mounted
  * anew (moat_plan_input.own_tree), where the tree passes
  * moat_tree_check_self; it fails otherwise. Without it each child builds
- * its tree as a cold run does. NULL on failure, with the reason in
- * errbuf. */
+ * its tree as a cold run does (run_sandbox_template_new). NULL on
+ * failure, with the reason in errbuf. */
 #define MOAT_ZYGOTE_OWN_TREE 1u
 struct moat_zygote *moat_zygote_new(const char *request_json, size_t len,
 				    unsigned long long tmpfs_bytes, const char *runtime_dir,
 				    unsigned flags, char *errbuf, size_t errlen);
 
-/* The record and the fds it takes: runner/runner.h (MOAT_ZYGOTE_*). */
+/* The record and the fds it takes: runner/sandbox.h (MOAT_ZYGOTE_*). */
 /* The program's environment (NULL-terminated "NAME=value"): what a cold
  * run's program starts with, for the interpreter to take over in pid 2. */
 char *const *moat_zygote_envp(const struct moat_zygote *z);
-/* Clones pid 1 of a run from the template with the run's fds (borrowed:
- * the caller closes its copies) and the record's rlimits into new namespaces, writes its id maps
+/* Clones pid 1 of a run from the template (run_sandbox_template_spawn)
+ * with the run's fds (borrowed: the caller closes its copies) and the
+ * record's rlimits into new namespaces, writes its id maps
  * and returns its pid with *pidfd, for the supervisor to adopt
  * (run_adopt) and the caller to reap. Returns 0 in the run's pid 2 only,
  * locked down (moat_child_main without a program): the caller's code runs

@@ -77,6 +77,11 @@ static int fail(struct moat_http *h, struct moat_error *err, int e, const char *
 	return -1;
 }
 
+static int oom(struct moat_http *h, struct moat_error *err)
+{
+	return fail(h, err, ENOMEM, "out of memory");
+}
+
 /* The configured URL itself is wrong (whatever the network does):
  * SandboxConfigError, exit 2, like any other mistake in the config. */
 static int bad_url(struct moat_http *h, struct moat_error *err, const char *fmt, ...)
@@ -116,7 +121,7 @@ static int check_url(struct moat_http *h, const char *url, char bare[256], char 
 	int rc = -1;
 	*port = NULL;
 	if (!u)
-		return fail(h, err, ENOMEM, "out of memory");
+		return oom(h, err);
 	if (curl_url_set(u, CURLUPART_URL, url, 0) != CURLUE_OK) {
 		bad_url(h, err, "the API URL is not a valid URL");
 		goto out;
@@ -247,7 +252,7 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 	}
 	char *pin = NULL;
 	if (asprintf(&pin, "%s:%s:%s", bare, port, addr) < 0) {
-		fail(h, err, ENOMEM, "out of memory");
+		oom(h, err);
 		goto out;
 	}
 	h->resolve = curl_slist_append(NULL, pin);
@@ -255,7 +260,7 @@ int moat_http_open(struct moat_http *h, const char *url, const char *secret,
 	h->base = strdup(url);
 	h->curl = curl_easy_init();
 	if (!h->resolve || !h->base || !h->curl) {
-		fail(h, err, ENOMEM, "out of memory");
+		oom(h, err);
 		goto out;
 	}
 	size_t bl = strlen(h->base);
@@ -322,11 +327,11 @@ int moat_http_request(struct moat_http *h, const char *method, const char *path,
 	struct sink s = { resp, on_data, ctx, false };
 	int rc = -1;
 	if (asprintf(&url, "%s%s", h->base, path) < 0)
-		return fail(h, err, ENOMEM, "out of memory");
+		return oom(h, err);
 	for (const char *const *p = headers; p && *p; p++) {
 		struct curl_slist *n = curl_slist_append(hl, *p);
 		if (!n) {
-			fail(h, err, ENOMEM, "out of memory");
+			oom(h, err);
 			goto out;
 		}
 		hl = n;

@@ -15,6 +15,7 @@
 #include "priv/priv.h"
 #include "net/net.h"
 #include "seccomp/seccomp.h"
+#include "runner/sandbox.h"
 
 enum moat_step {
 	MOAT_STEP_NONE = 0,
@@ -112,45 +113,14 @@ struct moat_report {
  * from it). */
 #define MOAT_STATUS_ALONE 1
 
-/* A pid 1 made by another process, a zygote (src/pool/zygote.c,
- * moat_zygote_spawn), for the supervisor to adopt (run_adopt): the fds it
- * is handed -- the child's ends of the channels of a run the supervisor
- * prepared (run_prepare), in this order -- and the record beside them. */
-enum {
-	MOAT_ZYGOTE_STDIN,  /* read end of the program's stdin */
-	MOAT_ZYGOTE_STDOUT, /* write end of its stdout */
-	MOAT_ZYGOTE_STDERR, /* write end of its stderr */
-	MOAT_ZYGOTE_REPORT, /* pid 1's end of the report socket */
-	MOAT_ZYGOTE_SYNC,   /* read end of the sync pipe */
-	MOAT_ZYGOTE_NFDS
-};
-
-/* One record of the control socket, as a zygote takes it (moat_zygote_spawn): the
- * byte MOAT_ZYGOTE_RUN, then the rlimits of the run (what the supervisor's
- * run_prepare chose: its cgroup fallbacks and the file size), each applied
- * to the program as the lower of it and the template's. */
-#define MOAT_ZYGOTE_RUN 'r'
-struct moat_zygote_rlimit {
-	int32_t resource;
-	uint32_t zero;
-	uint64_t value;
-};
-#define MOAT_ZYGOTE_MAX_RECORD (1 + MOAT_MAX_RLIMITS * sizeof(struct moat_zygote_rlimit))
 
 /* The namespaces every sandbox's pid 1 is cloned into, spelled once: by
- * the runner (start.c, clone3) and by a zygote for its children
- * (src/pool/zygote.c). Security-relevant: SECURITY.md's namespace rows
+ * the runner (start.c, clone3) and for a zygote's children (template.c,
+ * run_sandbox_template_spawn). Security-relevant: SECURITY.md's namespace rows
  * hold for both because both use this set. (CLONE_NEW* from <sched.h>.) */
 #define MOAT_RUN_NS_FLAGS                                                                  \
 	(CLONE_NEWUSER | CLONE_NEWPID | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |        \
 	 CLONE_NEWUTS | CLONE_NEWCGROUP)
-
-/* The program's PATH; the interpreters, and an argv request's program, are
- * looked up in these directories. */
-#define RUN_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin"
-/* TypeScript: esbuild writes the program here, node runs it (prepare.c) */
-#define RUN_TS_OUTPUT "/sandbox/.moat-main.mjs"
-extern const char *const run_ts_flags[7];
 
 /* One program to execute: tried at each candidate path in turn. */
 struct moat_exec {

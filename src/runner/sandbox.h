@@ -12,6 +12,39 @@
 #include <stdint.h>
 
 #include "moat.h"
+#include "priv/priv.h" /* MOAT_MAX_RLIMITS */
+
+/* A pid 1 made by another process, a zygote (src/pool/zygote.c, from
+ * run_sandbox_template_spawn below), for the supervisor to adopt (run_adopt): the fds it
+ * is handed -- the child's ends of the channels of a run the supervisor
+ * prepared (run_prepare), in this order -- and the record beside them. */
+enum {
+	MOAT_ZYGOTE_STDIN,  /* read end of the program's stdin */
+	MOAT_ZYGOTE_STDOUT, /* write end of its stdout */
+	MOAT_ZYGOTE_STDERR, /* write end of its stderr */
+	MOAT_ZYGOTE_REPORT, /* pid 1's end of the report socket */
+	MOAT_ZYGOTE_SYNC,   /* read end of the sync pipe */
+	MOAT_ZYGOTE_NFDS
+};
+
+/* One record of the control socket, as a zygote takes it (run_sandbox_template_spawn): the
+ * byte MOAT_ZYGOTE_RUN, then the rlimits of the run (what the supervisor's
+ * run_prepare chose: its cgroup fallbacks and the file size), each applied
+ * to the program as the lower of it and the template's. */
+#define MOAT_ZYGOTE_RUN 'r'
+struct moat_zygote_rlimit {
+	int32_t resource;
+	uint32_t zero;
+	uint64_t value;
+};
+#define MOAT_ZYGOTE_MAX_RECORD (1 + MOAT_MAX_RLIMITS * sizeof(struct moat_zygote_rlimit))
+
+/* The program's PATH; the interpreters, and an argv request's program, are
+ * looked up in these directories. */
+#define RUN_SANDBOX_PATH "/usr/local/bin:/usr/bin:/bin"
+/* TypeScript: esbuild writes the program here, node runs it (prepare.c) */
+#define RUN_TS_OUTPUT "/sandbox/.moat-main.mjs"
+extern const char *const run_ts_flags[7];
 
 /* Creates and starts a warm sandbox (RUN_WARM) whose program is boot, a
  * bootstrap (the runtime shims' moat_pool.py / pool.cjs) that waits on its
@@ -142,5 +175,34 @@ int run_sandbox_session_interrupt(struct moat_sandbox *sb);
 /* Whether the last step was interrupted (*asked: by
  * run_sandbox_session_interrupt, not its timeout). Not during a step. */
 bool run_sandbox_session_interrupted(const struct moat_sandbox *sb, bool *asked);
+
+/* A zygote's template (template.c; docs/design/pool-zygote.md): the run
+ * every pid 1 of one zygote is made from, prepared once from req (the
+ * language and environment of the runs it will serve; the caller checked
+ * it with pool_refusal; borrowed until free) with tmpfs_bytes for /tmp and
+ * /sandbox (0: the default) and runtime_dir bound (NULL or "": none), as
+ * the supervisor's runs have them. own_tree: each child keeps the calling
+ * process's tree (moat_plan_input.own_tree; a zygote in moat's own
+ * sandbox), with /dev/pts, /dev/shm, /proc, /tmp and /sandbox mounted
+ * anew, where the tree passes moat_tree_check_self; refused otherwise.
+ * NULL with *err on failure. */
+struct run_template;
+struct run_template *run_sandbox_template_new(const struct moat_request *req,
+					      unsigned long long tmpfs_bytes,
+					      const char *runtime_dir, bool own_tree,
+					      struct moat_error *err);
+/* The program's environment (NULL-terminated "NAME=value"): what a cold
+ * run's program starts with. */
+char *const *run_sandbox_template_envp(const struct run_template *t);
+/* Clones pid 1 of a run from the template with the run's fds (borrowed)
+ * and record (MOAT_ZYGOTE_RUN, then the rlimits) into the new namespaces
+ * (MOAT_RUN_NS_FLAGS), writes its id maps and returns its pid with
+ * *pidfd. Returns 0 in the run's pid 2 only, locked down (moat_child_main
+ * without a program). -EINVAL for a malformed record, -EBADF for a
+ * missing fd, -errno when no pid 1 was made (or it was killed because its
+ * maps could not be written; the caller reaps it). */
+int run_sandbox_template_spawn(struct run_template *t, const int fds[MOAT_ZYGOTE_NFDS],
+			       const void *record, size_t record_len, int *pidfd);
+void run_sandbox_template_free(struct run_template *t);
 
 #endif

@@ -167,9 +167,17 @@ static char *quote(const char *s)
 	return out;
 }
 
+/* A policy that could not be read, compiled or written for want of
+ * memory: one spelling (MOAT_ERR_CONFIG: the policy, as every error of
+ * loading one, is the configuration's) */
+static int policy_oom(struct moat_error *err)
+{
+	return moat_error_set(err, MOAT_ERR_CONFIG, ENOMEM, "seccomp policy: out of memory");
+}
+
 static int oom(struct pctx *c)
 {
-	return moat_error_set(c->err, MOAT_ERR_CONFIG, ENOMEM, "seccomp policy: out of memory");
+	return policy_oom(c->err);
 }
 
 __attribute__((format(printf, 3, 4)))
@@ -956,7 +964,7 @@ int sc_policy_parse(const char *buf, size_t len, const struct sc_host *host,
 	struct sc_policy *pol = calloc(1, sizeof *pol);
 	if (!pol) {
 		cJSON_Delete(root);
-		return moat_error_set(err, MOAT_ERR_CONFIG, ENOMEM, "seccomp policy: out of memory");
+		return policy_oom(err);
 	}
 	struct pctx c = { .host = host, .pol = pol, .err = err, .default_errno = EPERM };
 	int rc = parse_top(&c, root);
@@ -977,7 +985,7 @@ int sc_policy_read(const char *path, char **buf, size_t *len, struct moat_error 
 		size_t n = moat_embedded_default_policy_len;
 		char *b = malloc(n + 1);
 		if (!b)
-			return moat_error_set(err, MOAT_ERR_CONFIG, ENOMEM, "out of memory");
+			return policy_oom(err);
 		memcpy(b, moat_embedded_default_policy, n);
 		b[n] = '\0';
 		*buf = b;
@@ -1031,7 +1039,7 @@ int sc_policy_read(const char *path, char **buf, size_t *len, struct moat_error 
 	}
 	close(fd);
 	if (!b)
-		return moat_error_set(err, MOAT_ERR_CONFIG, ENOMEM, "out of memory");
+		return policy_oom(err);
 	if (n > SC_MAX_POLICY_BYTES) {
 		free(b);
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
@@ -1136,7 +1144,7 @@ int moat_seccomp_policy_print(const char *path, FILE *out, struct moat_error *er
 	char *text = root ? cJSON_Print(root) : NULL;
 	cJSON_Delete(root);
 	if (!text)
-		return moat_error_set(err, MOAT_ERR_CONFIG, ENOMEM, "seccomp policy: out of memory");
+		return policy_oom(err);
 	int bad = fputs(text, out) < 0 || fputc('\n', out) == EOF || fflush(out) != 0;
 	int e = errno;
 	free(text);

@@ -48,6 +48,11 @@ static void fail(struct frame_parser *p, const char *fmt, const char *detail, si
 	p->error = moat_buf_take(&b);
 }
 
+static void fail_oom(struct frame_parser *p)
+{
+	fail(p, "out of memory", NULL, 0);
+}
+
 static const char *const dropped[] = {
 	"content-length", "transfer-encoding", "connection", "keep-alive", "upgrade", "te",
 	"trailer", "proxy-connection",
@@ -122,7 +127,7 @@ static void take_head(struct frame_parser *p, const char *json, size_t len)
 		goto out;
 	}
 	if (n && !(headers = calloc(2 * n, sizeof *headers))) {
-		fail(p, "out of memory", NULL, 0);
+		fail_oom(p);
 		goto out;
 	}
 	for (const cJSON *h = hs ? hs->child : NULL; h; h = h->next) {
@@ -138,7 +143,7 @@ static void take_head(struct frame_parser *p, const char *json, size_t len)
 		if (!(headers[2 * count] = strdup(k->valuestring)) ||
 		    !(headers[2 * count + 1] = strdup(v->valuestring))) {
 			count++;
-			fail(p, "out of memory", NULL, 0);
+			fail_oom(p);
 			goto out;
 		}
 		count++;
@@ -230,7 +235,7 @@ void frame_feed(struct frame_parser *p, const char *buf, size_t len)
 		}
 		moat_buf_append(&p->line, buf + i, seg);
 		if (p->line.oom) {
-			fail(p, "out of memory", NULL, 0);
+			fail_oom(p);
 			return;
 		}
 		i += seg;

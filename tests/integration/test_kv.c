@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "harness.h"
+#include "kv_fill.h"
 #include "suites.h"
 
 #define ROOTLESS_ID 65534
@@ -449,15 +450,7 @@ static void store_tmpfs_drop(struct store *s)
 /* Writes 256 KiB values under fresh keys until the store refuses one; then
  * deletes one key. Prints "<writes> <kind> deleted", then the error. */
 #define PY_FILL                                                                        \
-	"from spin_sdk import key_value\n"                                              \
-	"s = key_value.open_default()\n"                                                \
-	"n, kind, err = 0, '-', '-'\n"                                                  \
-	"try:\n"                                                                        \
-	"    while n < 400:\n"                                                          \
-	"        s.set('k%d' % n, b'x' * 262144)\n"                                     \
-	"        n += 1\n"                                                              \
-	"except key_value.Error as e:\n"                                                \
-	"    kind, err = e.kind, repr(e) + ' ' + repr(getattr(e, 'value', None))\n"     \
+	KV_PY_FILL_WRITES                                                              \
 	"d = 'deleted'\n"                                                               \
 	"try:\n"                                                                        \
 	"    s.delete('k0')\n"                                                          \

@@ -1058,6 +1058,24 @@ END_TEST
  * can (files in /tmp and /sandbox, the environment, a module, sys, a
  * daemon); the next ones see none of it, and each has its own random
  * state. */
+/* A template the zygote refuses (pool_refusal: a language no warm
+ * interpreter serves) fails without closing what it never opened: the
+ * calling interpreter's fd 0 stays open (moat_zygote_new released a run
+ * it had not initialised, whose fds were all 0, until 2026-12-07). */
+START_TEST(zygote_refused_template_closes_nothing)
+{
+	int fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(dup2(fd, 0), 0);
+	char why[256] = "";
+	static const char req[] = "{\"language\":\"bash\",\"code\":\"\"}";
+	ck_assert_ptr_null(moat_zygote_new(req, strlen(req), 0, NULL, 0, why, sizeof why));
+	ck_assert_msg(strstr(why, "only python and javascript"), "%s", why);
+	ck_assert_msg(fcntl(0, F_GETFD) >= 0, "fd 0 closed by a refused template");
+	close(fd);
+}
+END_TEST
+
 /* A run prepared for a zygote's child (pool_create_adopted's
  * RUN_ADOPTED) builds what the supervisor needs -- result, limits,
  * channels -- and none of what the zygote's template already has: no mount
@@ -1202,6 +1220,7 @@ Suite *runner_suite(void)
 			    MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, zygote_children_share_nothing, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_test(tc, prepared_for_zygote_has_no_plan);
+	tcase_add_test(tc, zygote_refused_template_closes_nothing);
 	tcase_add_loop_test(tc, zygote_refuses_bad_records, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;

@@ -2,6 +2,7 @@
  * /v1/kv, X-Sandbox-Id. Part of the serve suite (tcase "kv"); the server and the
  * helpers are serve_common.h's. */
 #include "serve_common.h"
+#include "kv_fill.h"
 
 /* ---- tests: the scoped key-value store (docs/KV.md) ----------------------------------- */
 
@@ -406,15 +407,7 @@ END_TEST
 /* Writes 256 KiB values under fresh keys until the store refuses one.
  * Prints "<writes> <kind>", then the error. */
 #define PY_FILL                                                                        \
-	"from spin_sdk import key_value\n"                                              \
-	"s = key_value.open_default()\n"                                                \
-	"n, kind, err = 0, '-', '-'\n"                                                  \
-	"try:\n"                                                                        \
-	"    while n < 400:\n"                                                          \
-	"        s.set('k%d' % n, b'x' * 262144)\n"                                     \
-	"        n += 1\n"                                                              \
-	"except key_value.Error as e:\n"                                                \
-	"    kind, err = e.kind, repr(e) + ' ' + repr(getattr(e, 'value', None))\n"     \
+	KV_PY_FILL_WRITES                                                              \
 	"print(n, kind)\n"                                                              \
 	"print(err)\n"
 

@@ -359,7 +359,7 @@ static const char *docker_fixture(void)
 	const char *env = getenv("MOAT_DOCKER_SECCOMP_FIXTURE");
 	if (env && *env)
 		return access(env, R_OK) == 0 ? env : NULL;
-	return harness_fixture("seccomp/docker-default.json");
+	return fixture_path("seccomp/docker-default.json");
 }
 
 static void tmp_make(struct tmp *t, bool with_docker)

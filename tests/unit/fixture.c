@@ -1,30 +1,10 @@
 /* tests/fixtures/ for the unit tests (fixture.h). */
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include <check.h>
 
 #include "fixture.h"
-
-const char *fixture_path(const char *rel)
-{
-	static char path[8192];
-	snprintf(path, sizeof path, "tests/fixtures/%s", rel);
-	if (access(path, R_OK) == 0)
-		return path;
-	char exe[4096];
-	ssize_t n = readlink("/proc/self/exe", exe, sizeof exe - 1);
-	if (n <= 0)
-		return NULL;
-	exe[n] = '\0';
-	char *slash = strrchr(exe, '/');
-	if (slash)
-		*slash = '\0';
-	snprintf(path, sizeof path, "%s/../tests/fixtures/%s", exe, rel);
-	return access(path, R_OK) == 0 ? path : NULL;
-}
 
 cJSON *fixture_json(const char *rel)
 {

@@ -8,8 +8,7 @@
  * test binary (build/). cJSON_Delete it. */
 cJSON *fixture_json(const char *rel);
 
-/* The path of tests/fixtures/<rel> found the same way (a static buffer), or
- * NULL when it is in neither place. */
-const char *fixture_path(const char *rel);
+/* fixture_path: tests/fixture_path.h */
+#include "../fixture_path.h"
 
 #endif

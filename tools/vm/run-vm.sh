@@ -56,6 +56,10 @@ fi
 
 # ---- kernel: apt-get download + dpkg-deb -x, cached ---------------------------
 mkdir -p "$CACHE" "$VMDIR"
+# two VMs at once (.ci/run runs make check-vm beside make check-systemd): one
+# prepares the cache (kernel, vmlinux, initramfs) while the other waits
+exec 9>"$CACHE/.lock"
+flock 9
 # The name linux-image-amd64 resolves to is remembered for a day (apt-cache takes ~2 s).
 pkg=${MOAT_VM_KERNEL_PKG:-}
 if [ -z "$pkg" ] && [ -n "$(find "$CACHE/kernel-pkg" -mmin -1440 2>/dev/null)" ]; then
@@ -113,6 +117,9 @@ if [ ! -s "$INITRD" ]; then
 	rm -f "$CACHE"/initramfs-"$KVER"-*.cpio.gz
 	BUSYBOX=$bb sh "$HERE/build-initramfs.sh" "$KROOT" "$KVER" "$INITRD" || die "initramfs build failed"
 fi
+
+flock -u 9
+exec 9>&-
 
 # ---- accelerator ---------------------------------------------------------------
 kvm_usable() {
