@@ -281,6 +281,18 @@ struct moat_serve_options {
 int moat_serve_auth_check(int listen_fd, bool token, bool no_auth, bool *is_unix,
 			  const char **why);
 
+/* Socket activation (docs/SERVE.md "Socket activation"): the listening
+ * socket a service manager passed (LISTEN_PID this process, LISTEN_FDS 1,
+ * fd 3; through libsystemd's sd_listen_fds_with_names when it loads, else
+ * the same protocol read here). 1 with *fd (close-on-exec) and *desc
+ * (malloc'd, for the log; may be NULL); 0 when none was passed; -1 with *why
+ * (a sentence) when what was passed cannot be served: not one listening
+ * stream socket, or, without a token (token false), a unix socket whose
+ * file is not this user's or that group or others may write (connect to;
+ * its mode is then its only guard). The LISTEN_* variables are removed from the environment in every
+ * case. */
+int moat_serve_activated(bool token, int *fd, char **desc, const char **why);
+
 /* Serves until one of stop (blocked in every thread by the caller before
  * this call) arrives, then shuts down (SERVE.md: --grace). 0 after a clean
  * stop; -1 with *err when it could not start. */
