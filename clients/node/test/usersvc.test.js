@@ -48,6 +48,13 @@ describe('the user service', () => {
   before(async () => {
     if (skip) return;
     srv = await startServe(['--socket', sock, '--pool', '1'], { socketPath: sock });
+    // until the pool is warm (a request before it is ready runs cold in the service)
+    const s = createSandbox({ socketPath: sock });
+    for (const end = Date.now() + 60000; Date.now() < end;) {
+      if ((await s.run('print(1)', { language: 'python' })).pool === true) break;
+      await new Promise((r) => setTimeout(r, 200));
+    }
+    await s.dispose();
   });
   after(async () => { await stopServe(srv); });
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import time
 import unittest
 from typing import Any, Dict, Iterator, List
 from contextlib import contextmanager
@@ -61,6 +62,11 @@ class UserService(unittest.TestCase):
         cls.tmp = helpers.TempDir()
         cls.sock = os.path.join(cls.tmp.path, "moat.sock")
         cls.serve = helpers.Serve(["--socket", cls.sock, "--pool", "1"], {"socket_path": cls.sock})
+        # until the pool is warm (a request before it is ready runs cold in the service)
+        with create_sandbox(socket_path=cls.sock) as s:
+            end = time.monotonic() + 60
+            while s.run("print(1)").get("pool") is not True and time.monotonic() < end:
+                time.sleep(0.2)
 
     @classmethod
     def tearDownClass(cls) -> None:
