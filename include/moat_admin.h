@@ -164,6 +164,19 @@ int moat_cgroup_sweep_leftovers(bool remove, struct moat_cgroup_leftovers *out);
  * limit_memory/pids/cpu and the warnings; *group_kill is true when a
  * timeout kills the whole cgroup at once (cgroup.kill). */
 int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_error *err);
+/* As root on cgroup v1, what moving a run into its v1 cgroups costs after a
+ * quiet gap (cgroups/joincost.c: a write to a v1 cgroup.procs can wait for
+ * an RCU grace period): a leaf like a run's, a throwaway child moved into
+ * it samples times, gap_ms apart; the median. favordynmods: a cgroup mount
+ * has it (the kernel's remedy). 0 with *out; 1 when no run here moves into
+ * a v1 cgroup (cgroup v2, rootless without a writable v1 parent); -1 with
+ * *err. */
+struct moat_cgroup_join {
+	double median_ms;
+	int samples, gap_ms;
+	bool favordynmods;
+};
+int moat_cgroup_join_probe(struct moat_cgroup_join *out, struct moat_error *err);
 /* The egress setup of a run ("network": true) done for real in a
  * throwaway user and network namespace: 0, or the error a run would get. */
 int moat_net_probe(struct moat_error *err);
