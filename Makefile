@@ -259,9 +259,11 @@ WORKLOADS ?= fast
 check-workloads: $(BUILD)/moat
 	python3 tests/workloads/run.py $(BUILD)/moat $(WORKLOADS)
 
-# Figures, not tests: moat vs bare, unshare and bubblewrap (bench/README.md).
+# Figures, not tests: moat vs bare, unshare, ns-floor and bubblewrap, back to back and
+# spaced 100 ms, root and rootless; the clients' run() through the user service, moat exec
+# and bare python3 (bench/modes.sh, bench/README.md).
 bench: $(BUILD)/moat
-	sh bench/run.sh $(BUILD)/moat
+	sh bench/modes.sh $(BUILD)/moat
 
 # Bulk egress throughput (moat vs pasta vs bare) and 256 parallel connections,
 # in network namespaces of its own (root).
