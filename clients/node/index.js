@@ -164,6 +164,20 @@ function userService(cfg, provider) {
   return { path: p };
 }
 
+// Why the socket at p is not taken for the user's service (the code and the result would go
+// through another user's process), or undefined: this user's or root's, or nothing there yet
+// (connecting then fails, and says so).
+function socketNotOurs(p) {
+  let st;
+  try { st = fs.statSync(p); } catch { return undefined; }
+  const me = process.getuid();
+  if (st.uid !== me && st.uid !== 0) {
+    return `the user service was not used: its socket ${p} belongs to uid ${st.uid}, not to this ` +
+      `user (uid ${me}): ran with moat exec`;
+  }
+  return undefined;
+}
+
 // Why a run the user's service did not run goes to `moat exec`; undefined when the service
 // may have run it (the error is the run's).
 function fallbackReason(e, p) {
@@ -287,7 +301,8 @@ function createSandbox(cfg) {
 
   async function run(code, opts = {}) {
     let why = usvcAt.why;
-    if (usvc && !disposed && typeof code === 'string') {
+    if (usvc) why = socketNotOurs(usvcAt.path);
+    if (usvc && !why && !disposed && typeof code === 'string') {
       try {
         return await usvc.run(code, opts);
       } catch (e) {

@@ -7,6 +7,7 @@ const { describe, it, before, after } = require('node:test');
 const assert = require('node:assert/strict');
 const fs = require('node:fs');
 const { spawnSync } = require('node:child_process');
+const net = require('node:net');
 const os = require('node:os');
 const path = require('node:path');
 const { createSandbox } = require('..');
@@ -97,6 +98,26 @@ describe('the user service', () => {
     r = await withEnv({ MOAT_SOCKET: sock, MOAT_SERVICE: undefined }, () => runOnce({ service: false }));
     assert.equal(r.pool, undefined, JSON.stringify(r));
     assert.deepEqual(serviceWarnings(r), []);
+  });
+
+  it("another user's socket: moat exec, saying so", { skip: skip || (process.getuid() !== 0 &&
+      'only root gives a socket to another user') }, async () => {
+    const p = path.join(tmp, 'other.sock');
+    let accepted = 0;
+    const l = net.createServer((c) => { accepted++; c.destroy(); });
+    await new Promise((r) => l.listen(p, r));
+    fs.chownSync(p, 65534, 65534);
+    try {
+      const r = await withEnv({ MOAT_SOCKET: p, MOAT_SERVICE: undefined }, () => runOnce({}));
+      assert.equal(r.stdout, '1\n');
+      assert.equal(r.pool, undefined, JSON.stringify(r));
+      const w = serviceWarnings(r);
+      assert.equal(w.length, 1, JSON.stringify(r));
+      assert.match(w[0], /belongs to uid 65534/);
+      assert.equal(accepted, 0, 'the client connected to it');
+    } finally {
+      await new Promise((r) => l.close(r));
+    }
   });
 
   it('a config key only moat exec reads: moat exec, saying so', { skip }, async () => {

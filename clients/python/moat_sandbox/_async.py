@@ -67,6 +67,8 @@ class AsyncSandbox:
             return await self._run_service(request, on_stdout, on_stderr)
         why = s._usvc_why
         if self._usvc is not None:
+            why = _core.socket_not_ours(str(s._usvc_path))
+        if self._usvc is not None and why is None:
             svc_request = _core.build_request(code, locals(), s._cfg, self.provider)
             try:
                 return await self._usvc._run_service(svc_request, on_stdout, on_stderr)

@@ -227,6 +227,20 @@ def user_service(cfg: Mapping[str, Any], provider: str) -> Tuple[Optional[str], 
     return path, None
 
 
+def socket_not_ours(path: str) -> Optional[str]:
+    """Why the socket at path is not taken for the user's service (the code and the
+    result would go through another user's process), or None: this user's or root's,
+    or nothing there yet (connecting then fails, and says so)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_uid not in (os.getuid(), 0):
+        return ("the user service was not used: its socket %s belongs to uid %d, not to this "
+                "user (uid %d): ran with moat exec" % (path, st.st_uid, os.getuid()))
+    return None
+
+
 def fallback_reason(e: BaseException, path: str) -> Optional[str]:
     """Why a run the user's service did not run goes to `moat exec`, or None when the
     service may have run it (the error is the run's)."""

@@ -90,6 +90,8 @@ class Sandbox:
             return self._run_service(request, on_stdout, on_stderr)
         why = self._usvc_why
         if self._usvc is not None:
+            why = _core.socket_not_ours(str(self._usvc_path))
+        if self._usvc is not None and why is None:
             # the request with this client's defaults, as moat exec would apply them
             svc_request = _core.build_request(code, locals(), self._cfg, self.provider)
             try:

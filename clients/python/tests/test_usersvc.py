@@ -114,6 +114,28 @@ class UserService(unittest.TestCase):
                 self.assertIsNone(r.get("pool"), r.to_dict())
                 self.assertEqual(service_warnings(r), [], r.to_dict())
 
+    @unittest.skipIf(os.geteuid() != 0, "only root gives a socket to another user")
+    def test_another_users_socket(self) -> None:
+        # a socket of uid 65534's: the code does not go to it
+        path = os.path.join(self.tmp.path, "other.sock")
+        s = socket.socket(socket.AF_UNIX)
+        s.bind(path)
+        s.listen(4)
+        os.chown(path, 65534, 65534)
+        try:
+            with env(MOAT_SOCKET=path, MOAT_SERVICE=None):
+                for r in both({}):
+                    self.assertEqual(r.stdout, "1\n")
+                    self.assertIsNone(r.get("pool"), r.to_dict())
+                    w = service_warnings(r)
+                    self.assertEqual(len(w), 1, r.to_dict())
+                    self.assertIn("belongs to uid 65534", w[0])
+            s.setblocking(False)
+            with self.assertRaises(BlockingIOError, msg="the client connected to it"):
+                s.accept()
+        finally:
+            s.close()
+
     def test_config_only_exec_reads(self) -> None:
         # a config key a request cannot carry: moat exec, saying so
         with env(MOAT_SOCKET=self.sock, MOAT_SERVICE=None):
