@@ -132,8 +132,11 @@ def main() -> int:
         return 0
     finally:
         for p in callers.values():
-            p.stdin.close()
-            p.wait(30)
+            try:
+                p.stdin.close()
+                p.wait(30)
+            except (OSError, subprocess.TimeoutExpired):
+                p.kill()
         serve.terminate()
         serve.wait(30)
         shutil.rmtree(work, ignore_errors=True)
