@@ -301,9 +301,11 @@ WORKLOADS ?= fast
 check-workloads: $(BUILD)/moat
 	python3 tests/workloads/run.py $(BUILD)/moat $(WORKLOADS)
 
-# Figures, not tests: moat vs bare, unshare and bubblewrap (bench/README.md).
+# Figures, not tests: moat vs bare, unshare, ns-floor and bubblewrap, back to back and
+# spaced 100 ms, root and rootless; the clients' run() through the user service, moat exec
+# and bare python3 (bench/modes.sh, bench/README.md).
 bench: $(BUILD)/moat
-	sh bench/run.sh $(BUILD)/moat
+	sh bench/modes.sh $(BUILD)/moat
 
 # Bulk egress throughput (moat vs pasta vs bare) and 256 parallel connections,
 # in network namespaces of its own (root).
@@ -435,12 +437,15 @@ check-python: $(BUILD)/moat
 # (/etc/apparmor.d/abi/4.0): an older parser (Debian 12: AppArmor 3.0) rejects the
 # profile, and apparmor.service would fail at every boot. Installed for real
 # (no DESTDIR) on a host where AppArmor is on, the profile is loaded at once.
+# The per-user service (deploy/systemd: moat.socket, moat.service) goes to
+# $(USERUNITDIR); a user turns it on with `systemctl --user enable --now moat.socket`.
 # make uninstall removes what make install put there (same PREFIX and DESTDIR).
 SYSCONFDIR ?= /etc
 BINDIR     ?= $(PREFIX)/bin
 DATADIR    ?= $(PREFIX)/share
 LIBDIR     ?= $(PREFIX)/lib
 MANDIR     ?= $(DATADIR)/man
+USERUNITDIR ?= $(LIBDIR)/systemd/user
 APPARMOR   ?= auto
 AA_ETC := $(if $(filter yes,$(APPARMOR)),yes,$(if $(filter auto,$(APPARMOR)),$(if \
           $(wildcard /etc/apparmor.d/abi/4.0),yes),))
@@ -496,6 +501,9 @@ install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat.bash $(BUILD)/moat-zygote.s
 	install -D -m 0644 apparmor/moat $(DESTDIR)$(DATADIR)/moat/apparmor/moat
 	install -D -m 0644 $(BUILD)/moat.1 $(DESTDIR)$(MANDIR)/man1/moat.1
 	install -D -m 0644 $(BUILD)/moat.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/moat
+	install -D -m 0644 deploy/systemd/moat.socket $(DESTDIR)$(USERUNITDIR)/moat.socket
+	sed 's|@BINDIR@|$(BINDIR)|g' deploy/systemd/moat.service.in > $(BUILD)/moat.service
+	install -D -m 0644 $(BUILD)/moat.service $(DESTDIR)$(USERUNITDIR)/moat.service
 	install -d -m 0755 $(DESTDIR)$(PYTHONDIR)/moat_sandbox
 	install -m 0644 $(PY_FILES) $(DESTDIR)$(PYTHONDIR)/moat_sandbox/
 ifeq ($(AA_ETC),yes)
@@ -520,7 +528,8 @@ uninstall:
 	    apparmor_parser -R $(SYSCONFDIR)/apparmor.d/moat || true; fi
 	rm -f $(DESTDIR)$(SYSCONFDIR)/apparmor.d/moat
 	rm -f $(DESTDIR)$(BINDIR)/moat $(DESTDIR)$(MANDIR)/man1/moat.1 \
-	    $(DESTDIR)$(DATADIR)/bash-completion/completions/moat
+	    $(DESTDIR)$(DATADIR)/bash-completion/completions/moat \
+	    $(DESTDIR)$(USERUNITDIR)/moat.socket $(DESTDIR)$(USERUNITDIR)/moat.service
 	rm -rf $(DESTDIR)$(DATADIR)/moat $(DESTDIR)$(LIBDIR)/moat $(DESTDIR)$(PYTHONDIR)/moat_sandbox
 
 # The Debian package (debian/): libseccomp and libcap linked shared, built in a

@@ -454,12 +454,12 @@ static void fmt_num(char *buf, size_t sz, double v, int prec, const char *plus)
 
 int main(int argc, char **argv)
 {
-	int n = 30, warm = 3, memruns = 5;
+	int n = 30, warm = 3, memruns = 5, gap_ms = 0;
 	double tsecs = 5;
 	unsigned seed = (unsigned)time(NULL);
 	const char *klist = "1,2,8", *prefix = "latest";
 	int opt;
-	while ((opt = getopt(argc, argv, "n:w:m:t:k:s:C:o:")) != -1) {
+	while ((opt = getopt(argc, argv, "n:w:m:t:k:s:C:o:g:")) != -1) {
 		switch (opt) {
 		case 'n': n = atoi(optarg); break;
 		case 'w': warm = atoi(optarg); break;
@@ -469,11 +469,12 @@ int main(int argc, char **argv)
 		case 's': seed = (unsigned)strtoul(optarg, NULL, 10); break;
 		case 'C': workdir = optarg; break;
 		case 'o': prefix = optarg; break;
-		default: die("usage: driver [-n N] [-w W] [-m M] [-t S] [-k 1,2,8] [-s SEED] [-C DIR] [-o PREFIX] CASES");
+		case 'g': gap_ms = atoi(optarg); break;
+		default: die("usage: driver [-n N] [-w W] [-m M] [-t S] [-k 1,2,8] [-s SEED] [-g GAP_MS] [-C DIR] [-o PREFIX] CASES");
 		}
 	}
-	if (optind != argc - 1 || n < 1 || warm < 0 || memruns < 0 || tsecs < 0)
-		die("usage: driver [-n N] [-w W] [-m M] [-t S] [-k 1,2,8] [-s SEED] [-C DIR] [-o PREFIX] CASES");
+	if (optind != argc - 1 || n < 1 || warm < 0 || memruns < 0 || tsecs < 0 || gap_ms < 0)
+		die("usage: driver [-n N] [-w W] [-m M] [-t S] [-k 1,2,8] [-s SEED] [-g GAP_MS] [-C DIR] [-o PREFIX] CASES");
 	int ks[MAX_K], nk = 0;
 	if (tsecs > 0) {
 		char *kl = xstrdup(klist), *save = NULL;
@@ -537,6 +538,10 @@ int main(int argc, char **argv)
 				continue;
 			double ms;
 			long rss;
+			/* spaced (-g): each run after a quiet gap, as an agent's tool calls
+			 * come; 0: back to back */
+			if (gap_ms > 0)
+				usleep((useconds_t)gap_ms * 1000);
 			int st = run_once(c, -1, &ms, &rss);
 			if (WIFEXITED(st) && WEXITSTATUS(st) == 0) {
 				c->ms[c->n] = ms;
@@ -610,8 +615,10 @@ int main(int argc, char **argv)
 
 	fprintf(md, "## Start-up latency (wall time per run, ms)\n\n");
 	fprintf(md, "%d interleaved rounds (random order each round), %d warm-up runs per case "
-		    "discarded; %s; 1-min load average %s before, %s after.\n\n", n, warm, when,
-		load0, load1);
+		    "discarded; %s; 1-min load average %s before, %s after; %s.\n\n", n, warm, when,
+		load0, load1, gap_ms > 0 ? "spaced: each run after a quiet gap (-g)" : "back to back");
+	if (gap_ms > 0)
+		fprintf(md, "Gap before each run: %d ms.\n\n", gap_ms);
 	fprintf(md, "| workload | runner | median | p10 | p90 | overhead vs bare | ratio to bwrap "
 		    "| launcher peak RSS | launcher CPU ms | fails |\n");
 	fprintf(md, "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");

@@ -6,7 +6,8 @@
 # Environment: N (rounds, default 30), WARMUP (3), MEMRUNS (5), TPUT_SECS (5; 0 = skip
 # throughput), CLIENTS (1,2,8), SEED, CC, OUT (results prefix, default
 # bench/results/latest), MOAT_B (a second moat binary, e.g. the branch point's: its own
-# row "moat-b" in the same interleaved rounds, an A/B of two builds).
+# row "moat-b" in the same interleaved rounds, an A/B of two builds), GAP_MS (0: back to
+# back; 100: each run after a 100 ms quiet gap, as an agent's tool calls come).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,6 +21,7 @@ WARMUP=${WARMUP:-3}
 MEMRUNS=${MEMRUNS:-5}
 TPUT_SECS=${TPUT_SECS:-5}
 CLIENTS=${CLIENTS:-1,2,8}
+GAP_MS=${GAP_MS:-0}
 SEED=${SEED:-$(date +%s)}
 CC=${CC:-cc}
 OUT=${OUT:-$here/results/latest}
@@ -159,7 +161,7 @@ printf '@note\t%s\n' \
 	>>"$cases"
 
 status=0
-"$DRIVER" -n "$N" -w "$WARMUP" -m "$MEMRUNS" -t "$TPUT_SECS" -k "$CLIENTS" -s "$SEED" \
+"$DRIVER" -n "$N" -w "$WARMUP" -m "$MEMRUNS" -t "$TPUT_SECS" -k "$CLIENTS" -s "$SEED" -g "$GAP_MS" \
 	-C "$work" -o "$OUT" "$cases" || status=$?
 echo "bench: wrote $OUT.md and $OUT.json" >&2
 exit $status

@@ -164,6 +164,19 @@ int moat_cgroup_sweep_leftovers(bool remove, struct moat_cgroup_leftovers *out);
  * limit_memory/pids/cpu and the warnings; *group_kill is true when a
  * timeout kills the whole cgroup at once (cgroup.kill). */
 int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_error *err);
+/* As root on cgroup v1, what moving a run into its v1 cgroups costs after a
+ * quiet gap (cgroups/joincost.c: a write to a v1 cgroup.procs can wait for
+ * an RCU grace period): a leaf like a run's, a throwaway child moved into
+ * it samples times, gap_ms apart; the median. favordynmods: a cgroup mount
+ * has it (the kernel's remedy). 0 with *out; 1 when no run here moves into
+ * a v1 cgroup (cgroup v2, rootless without a writable v1 parent); -1 with
+ * *err. */
+struct moat_cgroup_join {
+	double median_ms;
+	int samples, gap_ms;
+	bool favordynmods;
+};
+int moat_cgroup_join_probe(struct moat_cgroup_join *out, struct moat_error *err);
 /* The egress setup of a run ("network": true) done for real in a
  * throwaway user and network namespace: 0, or the error a run would get. */
 int moat_net_probe(struct moat_error *err);
@@ -280,6 +293,18 @@ struct moat_serve_options {
  * checks it again. */
 int moat_serve_auth_check(int listen_fd, bool token, bool no_auth, bool *is_unix,
 			  const char **why);
+
+/* Socket activation (docs/SERVE.md "Socket activation"): the listening
+ * socket a service manager passed (LISTEN_PID this process, LISTEN_FDS 1,
+ * fd 3; through libsystemd's sd_listen_fds_with_names when it loads, else
+ * the same protocol read here). 1 with *fd (close-on-exec) and *desc
+ * (malloc'd, for the log; may be NULL); 0 when none was passed; -1 with *why
+ * (a sentence) when what was passed cannot be served: not one listening
+ * stream socket, or, without a token (token false), a unix socket whose
+ * file is not this user's or that group or others may write (connect to;
+ * its mode is then its only guard). The LISTEN_* variables are removed from the environment in every
+ * case. */
+int moat_serve_activated(bool token, int *fd, char **desc, const char **why);
 
 /* Serves until one of stop (blocked in every thread by the caller before
  * this call) arrives, then shuts down (SERVE.md: --grace). 0 after a clean

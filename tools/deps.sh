@@ -18,7 +18,8 @@ RUNTIME="python3 nodejs esbuild bash"
 # haproxy: make check-cluster (tests/cluster/two-node.sh) and make bench-cluster
 # libpython3.11-testsuite, cmake: tests/workloads (CPython's regression suites and
 # a CMake build, bare and inside moat; make check); strace: make seccomp-evidence
-TEST="iproute2 curl debootstrap redis-server apparmor python3-yaml python3-matplotlib jq haproxy systemd dbus-user-session libpam-systemd libpython3.11-testsuite cmake strace"
+# bubblewrap: make bench's comparison rows (bench/run.sh; without it they are left out)
+TEST="iproute2 curl debootstrap redis-server apparmor python3-yaml python3-matplotlib jq haproxy systemd dbus-user-session libpam-systemd libpython3.11-testsuite cmake strace bubblewrap"
 FUZZ="clang-14 libfuzzer-14-dev"
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"

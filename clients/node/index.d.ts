@@ -50,6 +50,12 @@ export interface SandboxConfig {
   socketPath?: string;
   /** Client only: the service's bearer token (`Authorization: Bearer`); needs url or socketPath. */
   token?: string;
+  /**
+   * Client only: without url/socketPath, try the user's service ($MOAT_SOCKET, else
+   * $XDG_RUNTIME_DIR/moat.sock) first and fall back to `moat exec` (saying why in
+   * `warnings`). Default true; false (or MOAT_SERVICE=off) always runs `moat exec`.
+   */
+  service?: boolean;
 }
 
 export interface RunOptions {
@@ -106,6 +112,8 @@ export interface RunResult {
   stderrTruncated?: boolean;
   limits?: { memory: string; pids: string; cpu: string };
   warnings?: string[];
+  /** true: a warm sandbox of a moat serve (the user service) answered. */
+  pool?: boolean;
   /** With `outputs`: the matching files, by path relative to /sandbox. */
   files?: Record<string, OutputFile>;
   /** The network mode and, with egress, every connection and DNS question moat decided on. */

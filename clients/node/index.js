@@ -92,7 +92,8 @@ const ERROR_CLASSES = {
 };
 const PROVIDERS = ['native', 'docker', 'e2b', 'daytona', 'none'];
 // Keys only this client understands: never written to moat's config file.
-const CLIENT_KEYS = new Set(['moatPath', 'deadlineGraceMs', 'configPath', 'url', 'socketPath', 'token']);
+const CLIENT_KEYS = new Set(['moatPath', 'deadlineGraceMs', 'configPath', 'url', 'socketPath', 'token',
+  'service']);
 // API keys travel to moat through its environment, never through a file.
 const KEY_ENV = { e2bApiKey: 'E2B_API_KEY', daytonaApiKey: 'DAYTONA_API_KEY' };
 const REQUEST_KEYS = ['language', 'timeout', 'env', 'files', 'stdin', 'network', 'memoryMb',
@@ -134,6 +135,64 @@ function withDefaults(cfg, provider) {
   }
   for (const [k, v] of Object.entries(cfg)) if (v !== undefined) out[k] = v;
   return out;
+}
+
+// The user's service (moat.socket, docs/SERVE.md "Socket activation"), tried first by a
+// sandbox without url/socketPath: { path } to try, or { why } (the warning each run then
+// carries; none: opted out). The config keys a request carries (the rest of a config, a
+// policy or a configPath, only `moat exec` reads: such a sandbox does not use the service).
+const SERVICE_KEYS = new Set([...DEFAULT_KEYS, 'provider', 'moatPath', 'deadlineGraceMs', 'service']);
+function userService(cfg, provider) {
+  const opt = cfg.service === undefined ? true : cfg.service;
+  if (typeof opt !== 'boolean') throw new SandboxConfigError('service must be true or false', { provider });
+  const env = String(process.env.MOAT_SERVICE || '').trim().toLowerCase();
+  if (!opt || ['off', '0', 'false', 'no'].includes(env) || provider !== 'native') return {};
+  let p = process.env.MOAT_SOCKET;
+  if (!p) {
+    const xdg = process.env.XDG_RUNTIME_DIR;
+    if (!xdg || !xdg.startsWith('/')) {
+      return { why: 'no user service (XDG_RUNTIME_DIR is not set): ran with moat exec, cold; ' +
+        'MOAT_SERVICE=off says nothing' };
+    }
+    p = path.join(xdg, 'moat.sock');
+  }
+  const extra = Object.keys(cfg).filter((k) => cfg[k] !== undefined && !SERVICE_KEYS.has(k)).sort();
+  if (extra.length) {
+    return { why: `the user service was not used: the config sets ${extra.join(', ')}, which only ` +
+      'moat exec reads (service: false says nothing)' };
+  }
+  return { path: p };
+}
+
+// Why the socket at p is not taken for the user's service (the code and the result would go
+// through another user's process), or undefined: this user's or root's, or nothing there yet
+// (connecting then fails, and says so).
+function socketNotOurs(p) {
+  let st;
+  try { st = fs.statSync(p); } catch { return undefined; }
+  const me = process.getuid();
+  if (st.uid !== me && st.uid !== 0) {
+    return `the user service was not used: its socket ${p} belongs to uid ${st.uid}, not to this ` +
+      `user (uid ${me}): ran with moat exec`;
+  }
+  return undefined;
+}
+
+// Why a run the user's service did not run goes to `moat exec`; undefined when the service
+// may have run it (the error is the run's).
+function fallbackReason(e, p) {
+  if (e && e.notRun) {
+    return `the user service at ${p} did not answer (${e.message}): ran with moat exec, cold ` +
+      '(systemctl --user enable --now moat.socket starts it on demand; MOAT_SERVICE=off says nothing)';
+  }
+  if (e && e.status === 403 && e.errorType === 'SandboxPolicyError') {
+    return `the user service at ${p} refused the request (${e.message}): ran with moat exec, ` +
+      "under this client's limits";
+  }
+  if (e && (e.status === 429 || e.status === 503)) {
+    return `the user service at ${p} was busy (${e.message}): ran with moat exec`;
+  }
+  return undefined;
 }
 
 // An address moat never sends a provider's API traffic to: unspecified, private (RFC 1918,
@@ -210,7 +269,15 @@ function createSandbox(cfg) {
   // A moat serve applies its operator's defaults (serve.defaults) to what a request leaves
   // out and never runs without limits; only a `moat exec` needs aistack's filled in.
   if (service) return createServiceSandbox(cfg, provider, grace);
+  const usvcAt = userService(cfg, provider);
   cfg = withDefaults(cfg, provider);
+  // the user's service gets this client's defaults in every request, as moat exec applies them
+  let usvc = null;
+  if (usvcAt.path) {
+    const svcCfg = { socketPath: usvcAt.path };
+    for (const k of DEFAULT_KEYS) if (cfg[k] !== undefined) svcCfg[k] = cfg[k];
+    usvc = createServiceSandbox(svcCfg, provider, grace);
+  }
   if (cfg.token !== undefined) {
     throw new SandboxConfigError('token needs url or socketPath (a moat serve to send it to)',
       { provider });
@@ -232,7 +299,23 @@ function createSandbox(cfg) {
   const children = new Set();
   let disposed = false;
 
-  function run(code, opts = {}) {
+  async function run(code, opts = {}) {
+    let why = usvcAt.why;
+    if (usvc) why = socketNotOurs(usvcAt.path);
+    if (usvc && !why && !disposed && typeof code === 'string') {
+      try {
+        return await usvc.run(code, opts);
+      } catch (e) {
+        why = fallbackReason(e, usvcAt.path);
+        if (why === undefined) throw e;
+      }
+    }
+    const result = await runExec(code, opts);
+    if (why) result.warnings = [...(Array.isArray(result.warnings) ? result.warnings : []), why];
+    return result;
+  }
+
+  function runExec(code, opts = {}) {
     if (disposed) return Promise.reject(new SandboxError('sandbox disposed', { provider }));
     if (typeof code !== 'string') {
       return Promise.reject(new SandboxConfigError('code must be a string', { provider }));
@@ -335,6 +418,7 @@ function createSandbox(cfg) {
   async function dispose() {
     if (disposed) return;
     disposed = true;
+    if (usvc) await usvc.dispose();
     for (const c of children) c.kill('SIGTERM');
     if (dir) fs.rmSync(dir, { recursive: true, force: true });
   }
@@ -687,8 +771,12 @@ function createServiceSandbox(cfg, provider, grace) {
         return;
       }
       inflight.add(entry);
-      req.on('error', (e) => finish(reject, new SandboxUnavailableError(
-        `cannot reach moat serve at ${target.where}: ${e.message}`, { provider })));
+      req.on('error', (e) => {
+        const err = new SandboxUnavailableError(`cannot reach moat serve at ${target.where}: ${e.message}`,
+          { provider });
+        if (e && e.syscall === 'connect') err.notRun = true; // nothing was sent
+        finish(reject, err);
+      });
       req.on('response', (res) => {
         const chunks = [];
         // errors found before the run come as one JSON object, the stream only with a 200

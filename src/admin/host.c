@@ -125,6 +125,34 @@ int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_er
 	return 0;
 }
 
+int moat_cgroup_join_probe(struct moat_cgroup_join *out, struct moat_error *err)
+{
+	memset(out, 0, sizeof *out);
+	out->samples = 3;
+	out->gap_ms = 150;
+	struct moat_request *req = moat_request_new();
+	struct moat_result *res = moat_result_new();
+	if (!req || !res) {
+		moat_request_free(req);
+		moat_result_free(res);
+		return moat_error_oom(err);
+	}
+	/* a run asking for every limit: a leaf in every hierarchy a run joins */
+	req->memory_mb = 256;
+	req->pids_limit = 64;
+	req->cpus = 1;
+	struct moat_cgroup *cg = NULL;
+	int rc = moat_cgroup_prepare(req, res, &cg, err);
+	moat_request_free(req);
+	if (rc == 0) {
+		rc = moat_cgroup_v1_join_cost(cg, res, out->samples, out->gap_ms, &out->median_ms,
+					      &out->favordynmods, err);
+		moat_cgroup_finish(cg, NULL);
+	}
+	moat_result_free(res);
+	return rc;
+}
+
 /* ---- the network ---- */
 
 int moat_net_probe(struct moat_error *err)

@@ -111,6 +111,14 @@ int moat_cgroup_memory_stall(const struct moat_cgroup *cg, int64_t *limit_hits,
  * cgroup v2 is and which parent moat would use, changing nothing;
  * delegate_now does now, once, what the first run asking for a limit would
  * do about delegation (note: malloc'd, or NULL when nothing was needed). */
+/* moat doctor: what moving a run's pid 1 into its v1 leaves costs here
+ * (joincost.c says why it can wait for an RCU grace period): moves a
+ * throwaway child into cg's leaves samples times, each after gap_ms of
+ * quiet, as moat_cgroup_attach does for a run; the median in *median_ms.
+ * *favordynmods: a cgroup mount has it. 0; 1 when cg has no v1 leaf (the
+ * figure does not apply: cgroup v2, or none writable); -1 with *err. */
+int moat_cgroup_v1_join_cost(struct moat_cgroup *cg, struct moat_result *res, int samples,
+			     int gap_ms, double *median_ms, bool *favordynmods, struct moat_error *err);
 int moat_cgroup_print_where(FILE *out);
 int moat_cgroup_delegate_now(char **note);
 

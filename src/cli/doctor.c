@@ -126,6 +126,36 @@ static struct moat_result *trial_limits(void)
 	return res;
 }
 
+/* As root on cgroup v1: what a run's move into its v1 cgroups costs after a
+ * pause, and the operator's remedy when it waits (moat_cgroup_join_probe). */
+static void trial_join(void)
+{
+	struct moat_cgroup_join j;
+	struct moat_error err = { 0 };
+	int rc = moat_cgroup_join_probe(&j, &err);
+	if (rc < 0)
+		printf("cgroup v1 join:     cannot measure: %s\n",
+		       err.message ? err.message : "out of memory");
+	moat_error_clear(&err);
+	if (rc != 0)
+		return;
+	printf("cgroup v1 join:     %.1f ms per run started after a pause (median of %d moves into "
+	       "a run's v1 cgroups, each after %d ms of quiet)%s\n",
+	       j.median_ms, j.samples, j.gap_ms,
+	       j.favordynmods ? "; favordynmods is on: the move does not wait for an RCU grace "
+				"period" : "");
+	if (j.favordynmods || j.median_ms < 1.0)
+		return;
+	printf("  cost:             each run as root moves its pid 1 into its cgroup v1 leaves; a "
+	       "write to a v1 cgroup.procs waits for an RCU grace period unless another came "
+	       "within the last one, so a run after a pause (an agent's call, a CI step) pays "
+	       "it where runs back to back share it\n"
+	       "  remedy:           mount -o remount,favordynmods /sys/fs/cgroup/unified (the "
+	       "cgroup2 mount of this hybrid host; kernel 6.2 or later; the v1 hierarchies take "
+	       "the option only when first mounted; from kernel 6.18 it stays on until reboot), "
+	       "or boot with cgroup v2 only (a run is then born in its cgroup: no move)\n");
+}
+
 static bool by_cgroup(const char *mechanism)
 {
 	return !strncmp(mechanism, "cgroup-", 7);
@@ -287,6 +317,7 @@ int cli_doctor(int argc, char **argv)
 
 	moat_cgroup_describe(stdout);
 	struct moat_result *limits = trial_limits();
+	trial_join();
 
 	/* a host without it still runs every request without network */
 	trial_network();

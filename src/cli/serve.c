@@ -399,8 +399,32 @@ int cli_serve(int argc, char **argv)
 	if (!have_queue)
 		queue = maxc > 16384 ? 65536 : 4 * maxc;
 
-	char *sock_path = NULL;
+	/* socket activation (moat.socket): a listener passed as fd 3 is the
+	 * default's place; --listen and --socket win over it (and the LISTEN_*
+	 * variables are dropped either way) */
+	char *sock_path = NULL, *act_desc = NULL;
+	int act_fd = -1;
 	if (!listen_spec && !sock) {
+		const char *why = "";
+		int a = moat_serve_activated(token_file != NULL, &act_fd, &act_desc, &why);
+		if (a < 0) {
+			fprintf(stderr, "moat serve: the socket passed by the service manager "
+					"(LISTEN_FDS): %s\n", why);
+			return 3;
+		}
+		if (a > 0 && socket_group) {
+			close(act_fd);
+			free(act_desc);
+			return bad("%s", "--socket-group is for a socket moat makes; a passed "
+					 "socket's mode and group are its unit's (SocketMode=, "
+					 "SocketGroup=)");
+		}
+	} else {
+		unsetenv("LISTEN_PID");
+		unsetenv("LISTEN_FDS");
+		unsetenv("LISTEN_FDNAMES");
+	}
+	if (!listen_spec && !sock && act_fd < 0) {
 		if (geteuid() == 0) {
 			if (root_run_dir(ROOT_SOCKET_DIR) < 0)
 				return 3;
@@ -417,8 +441,12 @@ int cli_serve(int argc, char **argv)
 	}
 
 	char *token = NULL;
-	if (token_file && !(token = read_token(token_file)))
+	if (token_file && !(token = read_token(token_file))) {
+		if (act_fd >= 0)
+			close(act_fd);
+		free(act_desc);
 		return 2;
+	}
 
 	struct moat_error err = { 0 };
 	struct moat_config *cfg = NULL;
@@ -468,7 +496,12 @@ int cli_serve(int argc, char **argv)
 		free(kind);
 	}
 
-	if (listen_spec) {
+	if (act_fd >= 0) {
+		fd = act_fd;
+		act_fd = -1;
+		desc = act_desc;
+		act_desc = NULL;
+	} else if (listen_spec) {
 		if ((fd = tcp_listener_for("--listen", listen_spec, &rc)) < 0)
 			goto out;
 		desc = strdup(listen_spec);
@@ -484,8 +517,8 @@ int cli_serve(int argc, char **argv)
 	}
 	const char *why;
 	if (moat_serve_auth_check(fd, token != NULL, no_auth, NULL, &why) < 0) {
-		rc = bad("%s %s: %s", listen_spec ? "--listen" : "--socket",
-			 listen_spec ? listen_spec : sock, why);
+		rc = bad("%s %s: %s", listen_spec ? "--listen" : sock ? "--socket" : "the passed socket",
+			 listen_spec ? listen_spec : sock ? sock : (desc ? desc : "?"), why);
 		goto out;
 	}
 	if (metrics_spec && (mfd = tcp_listener_for("--metrics-listen", metrics_spec, &rc)) < 0)
@@ -537,6 +570,9 @@ int cli_serve(int argc, char **argv)
 		rc = 0;
 	}
 out:
+	if (act_fd >= 0)
+		close(act_fd);
+	free(act_desc);
 	if (mfd >= 0)
 		close(mfd);
 	if (fd >= 0) {

@@ -198,6 +198,15 @@ int prep_redirect(int mode, void *arg)
 		perror("serve test: the server's output to the log pipe");
 		return -1;
 	}
+	if (s->pass_fd > 0) {
+		/* socket activation: fd 3 without close-on-exec, LISTEN_PID this
+		 * process (the one that execs moat) */
+		if ((s->pass_fd == 3 ? fcntl(3, F_SETFD, 0) : dup2(s->pass_fd, 3)) < 0) {
+			perror("serve test: the passed socket as fd 3");
+			return -1;
+		}
+		snprintf(s->listen_pid + strlen("LISTEN_PID="), 16, "%d", (int)getpid());
+	}
 	return 0;
 }
 
@@ -414,6 +423,8 @@ void server_spawn(struct server *s, int mode, const struct server_opts *o)
 	}
 	argv[n] = NULL;
 	s->log_pipe = o->log_pipe ? *o->log_pipe : -1;
+	s->pass_fd = o->pass_fd;
+	s->listen_pid = o->listen_pid;
 	harness_start(mode, argv, NULL, 0, o->env, o->readonly_root ? prep_readonly : prep_redirect,
 		      s, &s->p);
 	s->running = true;
@@ -918,7 +929,8 @@ void server_cleanup(struct server *s)
 		waitpid(kids[i], NULL, 0);
 		bad++;
 	}
-	bool sock_left = s->sock[0] && access(s->sock, F_OK) == 0;
+	/* a passed socket (socket activation) is its manager's: it stays */
+	bool sock_left = s->sock[0] && s->pass_fd <= 0 && access(s->sock, F_OK) == 0;
 	guard_end(s);
 	char *log = server_log(s);
 	rm_flat_dir(s->dir);

@@ -79,6 +79,10 @@ struct server_opts {
 				   * (the service's default: on, with a pool) */
 	const int *log_pipe;      /* a pipe's write end to be the server's stdout and
 				   * stderr (its log in either mode), or NULL: files */
+	int pass_fd;              /* > 0: given to the server as its fd 3 (socket
+				   * activation), with listen_pid (an entry of env,
+				   * "LISTEN_PID=" and room for a pid) set to its pid */
+	char *listen_pid;
 };
 
 struct server {
@@ -100,6 +104,8 @@ struct server {
 	int open_calls;           /* started and not finished */
 	int status;               /* exit status once reaped */
 	int log_pipe;             /* server_opts.log_pipe, or -1 */
+	int pass_fd;              /* server_opts.pass_fd, listen_pid */
+	char *listen_pid;
 };
 
 /* ---- curl ------------------------------------------------------------------------ */

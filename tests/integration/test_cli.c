@@ -563,6 +563,68 @@ static void doctor_line(const char *out, const char *label, char *buf, size_t le
 	snprintf(buf, len, "%.*s", (int)strcspn(p, "\n"), p);
 }
 
+/* Is favordynmods on a cgroup mount of this host? */
+static bool host_favordynmods(void)
+{
+	FILE *f = fopen("/proc/self/mounts", "re");
+	ck_assert_ptr_nonnull(f);
+	char *line = NULL;
+	size_t cap = 0;
+	bool yes = false;
+	while (getline(&line, &cap, f) > 0)
+		if ((strstr(line, " cgroup ") || strstr(line, " cgroup2 ")) && strstr(line, "favordynmods"))
+			yes = true;
+	free(line);
+	fclose(f);
+	return yes;
+}
+
+/* moat doctor measures what a run's move into its cgroup v1 leaves costs after
+ * a pause (a v1 cgroup.procs write can wait for an RCU grace period) where runs
+ * move into v1 cgroups (as root on this hybrid host), and names the remedy
+ * (favordynmods, cgroup v2) when it waits and the host has no favordynmods;
+ * where no run joins a v1 cgroup (rootless here), it says nothing of it. */
+START_TEST(doctor_v1_join)
+{
+	HARNESS_MODE_GUARD(_i);
+	struct run_out o;
+	harness_exec_code(_i, "sh", "true", ",\"memoryMb\":256,\"pidsLimit\":64,\"cpus\":1", &o);
+	char *lim = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(o.json, "limits"));
+	bool v1 = lim && strstr(lim, "cgroup-v1") != NULL;
+	char limits[256];
+	snprintf(limits, sizeof limits, "%s", lim ? lim : "(none)");
+	free(lim);
+	harness_free(&o);
+	const char *args[] = { "doctor", NULL };
+	run(_i, args, NULL, &o);
+	ck_assert_msg(o.status == 0, "doctor status %d: %s %s", o.status, o.out, o.err);
+	const char *p = strstr(o.out, "\ncgroup v1 join:");
+	if (!v1) {
+		ck_assert_msg(!p, "a run here joins no v1 cgroup (limits %s), yet: %s", limits, o.out);
+		harness_free(&o);
+		return;
+	}
+	char line[1024];
+	ck_assert_msg(p, "runs here join v1 cgroups (limits %s); doctor has no \"cgroup v1 join\" "
+		      "line: %s", limits, o.out);
+	doctor_line(o.out, "cgroup v1 join:", line, sizeof line);
+	double ms = -1;
+	ck_assert_msg(sscanf(line, "%lf ms per run", &ms) == 1 && ms >= 0, "no figure: %s", line);
+	bool favor = host_favordynmods();
+	bool remedy = strstr(o.out, "\n  remedy:") != NULL;
+	if (favor)
+		ck_assert_msg(strstr(line, "favordynmods is on") && !remedy, "favordynmods is on: %s",
+			      o.out);
+	else if (ms >= 1.0)
+		ck_assert_msg(remedy && strstr(o.out, "favordynmods /sys/fs/cgroup/unified") &&
+				      strstr(o.out, "cgroup v2") && strstr(o.out, "grace period"),
+			      "a %.1f ms wait without its cause and remedy: %s", ms, o.out);
+	else
+		ck_assert_msg(!remedy, "a remedy for a %.1f ms move: %s", ms, o.out);
+	harness_free(&o);
+}
+END_TEST
+
 /* doctor's verdict keeps isolation and limits apart, and names each limit
  * by the mechanism the trial run got: "rlimit (fallback)", "none (not
  * enforced)" and a pointer to the warnings whenever a limit is short of a
@@ -702,6 +764,7 @@ Suite *cli_suite(void)
 	TCase *tc = tcase_create("cli");
 	tcase_set_timeout(tc, 60);
 	tcase_add_loop_test(tc, run_file_detects_language, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, doctor_v1_join, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, run_code_from_stdin, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, run_json, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, run_timeout, MODE_ROOT, MODE_ROOTLESS + 1);

@@ -297,6 +297,121 @@ START_TEST(socket_group)
 }
 END_TEST
 
+/* A listening unix socket at dir/moat.sock with mode (the server's in
+ * mode): its fd. */
+static int activation_socket(int mode, const char *path, mode_t fmode)
+{
+	unlink(path);
+	int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+	ck_assert_int_ge(fd, 0);
+	struct sockaddr_un a = { .sun_family = AF_UNIX };
+	ck_assert_uint_lt(strlen(path), sizeof a.sun_path);
+	memcpy(a.sun_path, path, strlen(path) + 1);
+	ck_assert_int_eq(bind(fd, (struct sockaddr *)&a, sizeof a), 0);
+	ck_assert_int_eq(chmod(path, fmode), 0);
+	if (mode == MODE_ROOTLESS && harness_is_root())
+		ck_assert_int_eq(chown(path, ROOTLESS_ID, ROOTLESS_ID), 0);
+	ck_assert_int_eq(listen(fd, 16), 0);
+	return fd;
+}
+
+/* Socket activation (moat.socket; docs/SERVE.md "Socket activation"), as a
+ * service manager does it: a bound, listening socket as fd 3 with
+ * LISTEN_FDS=1, LISTEN_PID (the server's pid) and LISTEN_FDNAMES, and no
+ * listener flag. The server answers on that socket, not on its default
+ * one, and leaves the file (the manager's) when it stops. A passed socket
+ * that group or others may connect to, or another user's, is refused. */
+START_TEST(socket_activation)
+{
+	HARNESS_MODE_GUARD(_i);
+	char dir[] = "/tmp/moat-serve-act-XXXXXX", xdg[] = "/tmp/moat-serve-actx-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(dir));
+	ck_assert_ptr_nonnull(mkdtemp(xdg));
+	ck_assert_int_eq(chmod(dir, 0755), 0);
+	ck_assert_int_eq(chmod(xdg, 0700), 0);
+	if (_i == MODE_ROOTLESS && harness_is_root())
+		ck_assert_int_eq(chown(xdg, ROOTLESS_ID, ROOTLESS_ID), 0);
+	char path[128], xdg_env[128], xdg_sock[160];
+	snprintf(path, sizeof path, "%s/moat.sock", dir);
+	snprintf(xdg_env, sizeof xdg_env, "XDG_RUNTIME_DIR=%s", xdg);
+	snprintf(xdg_sock, sizeof xdg_sock, "%s/moat.sock", xdg);
+	char listen_pid[32] = "LISTEN_PID=";
+	const char *env[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", xdg_env, "LISTEN_FDS=1",
+			      "LISTEN_FDNAMES=moat.socket", listen_pid, NULL };
+	const char *args[] = { "--pool", "0", NULL };
+
+	int fd = activation_socket(_i, path, 0600);
+	struct server s;
+	struct server_opts o = { .no_listener = true, .env = env, .args = args, .pool = -1,
+				 .pass_fd = fd, .listen_pid = listen_pid };
+	server_spawn(&s, _i, &o);
+	close(fd);
+	snprintf(s.sock, sizeof s.sock, "%s", path);
+	snprintf(s.url, sizeof s.url, "http://localhost");
+	server_wait_ready(&s);
+	struct resp r;
+	run_py(&s,
+	       "import os\n"
+	       "socks = []\n"
+	       "for f in os.listdir('/proc/self/fd'):\n"
+	       "    try:\n"
+	       "        l = os.readlink('/proc/self/fd/' + f)\n"
+	       "    except OSError:\n"
+	       "        continue\n"
+	       "    if l.startswith('socket:'):\n"
+	       "        socks.append(f)\n"
+	       "print('activated', [k for k in os.environ if k.startswith('LISTEN_')], socks)",
+	       NULL, &r);
+	expect_script("over the passed socket", &r);
+	/* the run sees neither the variables nor a socket of the service's */
+	ck_assert_msg(strstr(r.body, "activated [] []"), "the answer: %s", r.body);
+	resp_free(&r);
+	char *log = server_log(&s);
+	ck_assert_msg(strstr(log, "socket activation") && strstr(log, path),
+		      "the log does not name the passed socket: %s", log);
+	free(log);
+	struct stat sb;
+	ck_assert_msg(lstat(xdg_sock, &sb) < 0, "the server made its default socket %s as well",
+		      xdg_sock);
+	server_stop(&s);
+	ck_assert_msg(lstat(path, &sb) == 0 && S_ISSOCK(sb.st_mode),
+		      "the passed socket's file (the manager's) was removed at stop");
+
+	/* refused: a socket group or others may connect to; another user's */
+	struct {
+		mode_t mode;
+		bool other_owner;
+		const char *want, *what;
+	} bad[] = {
+		{ 0666, false, "SocketMode=0600", "a socket anyone may connect to" },
+		{ 0620, false, "SocketMode=0600", "a socket its group may connect to" },
+		{ 0600, true, "another user", "another user's socket" },
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		if (bad[i].other_owner && !harness_is_root())
+			continue; /* only root gives a file away */
+		fd = activation_socket(_i, path, bad[i].mode);
+		if (bad[i].other_owner)
+			ck_assert_int_eq(chown(path, _i == MODE_ROOT ? ROOTLESS_ID : 0, 0), 0);
+		struct server_opts ob = o;
+		ob.pass_fd = fd;
+		char *blog;
+		int st = refused_start(_i, &ob, &s, &blog);
+		close(fd);
+		ck_assert_msg(st > 0 && strstr(blog, bad[i].want),
+			      "%s: status %d (want a refusal naming %s; -1: it ran): %s",
+			      bad[i].what, st, bad[i].want, blog);
+		free(blog);
+		server_cleanup(&s);
+		ck_assert_msg(lstat(xdg_sock, &sb) < 0, "%s: the server made its default socket",
+			      bad[i].what);
+	}
+	unlink(path);
+	rmdir(dir);
+	rmdir(xdg);
+}
+END_TEST
+
 /* The line of log that holds needle, or NULL; into buf. */
 static const char *log_line(const char *log, const char *needle, char *buf, size_t size)
 {
@@ -469,4 +584,5 @@ void serve_listen_tests(Suite *s, const char *only)
 	SERVE_ADD(tc, only, tcp_needs_token, SERVE_MODES);
 	SERVE_ADD(tc, only, no_auth, SERVE_MODES);
 	SERVE_ADD(tc, only, metrics_listener, SERVE_MODES);
+	SERVE_ADD(tc, only, socket_activation, SERVE_MODES);
 }

@@ -47,6 +47,8 @@ rc=0
 for s in "$@"; do
 	as_user "sh -c 'CK_TAP_LOG_FILE_NAME=- CK_RUN_SUITE=$s $BUILD/test-integration'" || rc=1
 done
+# the per-user service: moat.socket enabled, a client's run() through it
+sh tests/systemd/usvc.sh "$BUILD" || rc=1
 # no scope of moat's is left with the user manager
 left=$(ls "/sys/fs/cgroup/user.slice/user-$uid.slice/user@$uid.service/app.slice" | grep -c '^moat-.*\.scope$')
 say "moat scopes left under app.slice: $left"

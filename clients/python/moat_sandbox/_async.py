@@ -45,6 +45,11 @@ class AsyncSandbox:
         self._writers: Set[asyncio.StreamWriter] = set()
         self._reapers: Set["asyncio.Task[None]"] = set()
         self._sessions: Dict[str, "AsyncSession"] = {}  # open sessions, closed by dispose()
+        # the user's service (Sandbox's _usvc): an AsyncSandbox of its own
+        self._usvc: Optional[AsyncSandbox] = None
+        if self._s._usvc is not None:
+            self._usvc = AsyncSandbox({"socketPath": self._s._usvc_path,
+                                       "deadlineGraceMs": self._s._grace})
 
     async def run(self, code: str, *, language: Optional[str] = None, timeout: Optional[int] = None,
                   env: Optional[Mapping[str, str]] = None, files: Optional[Mapping[str, str]] = None,
@@ -60,6 +65,23 @@ class AsyncSandbox:
         request = s._prepare(code, locals(), on_stdout, on_stderr)
         if s._service:
             return await self._run_service(request, on_stdout, on_stderr)
+        why = s._usvc_why
+        if self._usvc is not None:
+            why = _core.socket_not_ours(str(s._usvc_path))
+        if self._usvc is not None and why is None:
+            svc_request = _core.build_request(code, locals(), s._cfg, self.provider)
+            try:
+                return await self._usvc._run_service(svc_request, on_stdout, on_stderr)
+            except SandboxError as e:
+                why = _core.fallback_reason(e, str(s._usvc_path))
+                if why is None:
+                    raise
+        result = await self._run_exec(request, on_stdout, on_stderr)
+        return _core.with_warning(result, why) if why else result
+
+    async def _run_exec(self, request: Dict[str, Any], on_stdout: Optional[Callback],
+                        on_stderr: Optional[Callback]) -> RunResult:
+        s = self._s
         stream = (on_stdout is not None or on_stderr is not None) and s._exec_stream
         answer = await self._exec_once(request, stream, on_stdout, on_stderr)
         if answer is None:  # this moat has no --stream: the whole text at the end
@@ -99,6 +121,8 @@ class AsyncSandbox:
         if self._disposed:
             return
         self._disposed = True
+        if self._usvc is not None:
+            await self._usvc.dispose()
         for p in list(self._procs):
             self._stop(p)
         for w in list(self._writers):
@@ -248,8 +272,10 @@ class AsyncSandbox:
                 else:
                     reader, writer = await asyncio.open_connection(t.host, t.port)
             except OSError as e:
-                raise SandboxUnavailableError("cannot reach moat serve at %s: %s"
-                                              % (t.where, e.strerror or e), provider=provider) from None
+                err = SandboxUnavailableError("cannot reach moat serve at %s: %s"
+                                              % (t.where, e.strerror or e), provider=provider)
+                err.not_run = True  # type: ignore[attr-defined]
+                raise err from None
             self._writers.add(writer)
             try:
                 writer.write(head.encode("latin-1") + (body or b""))

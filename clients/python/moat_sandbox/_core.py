@@ -27,7 +27,8 @@ from ._errors import (
 
 PROVIDERS = ("native", "docker", "e2b", "daytona", "none")
 # keys only this client understands: never written to moat's config file
-CLIENT_KEYS = frozenset(["moatPath", "deadlineGraceMs", "configPath", "url", "socketPath", "token"])
+CLIENT_KEYS = frozenset(["moatPath", "deadlineGraceMs", "configPath", "url", "socketPath", "token",
+                         "service"])
 # API keys travel to moat through its environment, never through a file
 KEY_ENV = {"e2bApiKey": "E2B_API_KEY", "daytonaApiKey": "DAYTONA_API_KEY"}
 DEFAULT_TIMEOUT = 30000
@@ -236,6 +237,72 @@ def grace_of(cfg: Mapping[str, Any], provider: str) -> float:
     return grace
 
 
+# the config keys a request to the user's service carries (the rest of a config, a policy
+# or a configPath, only `moat exec` reads: such a sandbox does not use the service)
+SERVICE_KEYS = frozenset(DEFAULT_KEYS) | {"provider", "moatPath", "deadlineGraceMs", "service"}
+
+
+def user_service(cfg: Mapping[str, Any], provider: str) -> Tuple[Optional[str], Optional[str]]:
+    """Whether a `moat exec` sandbox tries the user's service first (docs/SERVE.md, "Socket
+    activation"): (its socket path, None); or (None, why), why being the warning each
+    run then carries (None: opted out, nothing to say)."""
+    opt = cfg.get("service", True)
+    if not isinstance(opt, bool):
+        raise SandboxConfigError("service must be true or false", provider=provider)
+    env = os.environ.get("MOAT_SERVICE", "").strip().lower()
+    if not opt or env in ("off", "0", "false", "no") or provider != "native":
+        return None, None
+    path = os.environ.get("MOAT_SOCKET")
+    if not path:
+        xdg = os.environ.get("XDG_RUNTIME_DIR")
+        if not xdg or not xdg.startswith("/"):
+            return None, ("no user service (XDG_RUNTIME_DIR is not set): ran with moat exec, "
+                          "cold; MOAT_SERVICE=off says nothing")
+        path = os.path.join(xdg, "moat.sock")
+    extra = sorted(k for k in cfg if k not in SERVICE_KEYS)
+    if extra:
+        return None, ("the user service was not used: the config sets %s, which only moat exec "
+                      "reads (service=False says nothing)" % ", ".join(extra))
+    return path, None
+
+
+def socket_not_ours(path: str) -> Optional[str]:
+    """Why the socket at path is not taken for the user's service (the code and the
+    result would go through another user's process), or None: this user's or root's,
+    or nothing there yet (connecting then fails, and says so)."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    if st.st_uid not in (os.getuid(), 0):
+        return ("the user service was not used: its socket %s belongs to uid %d, not to this "
+                "user (uid %d): ran with moat exec" % (path, st.st_uid, os.getuid()))
+    return None
+
+
+def fallback_reason(e: BaseException, path: str) -> Optional[str]:
+    """Why a run the user's service did not run goes to `moat exec`, or None when the
+    service may have run it (the error is the run's)."""
+    if getattr(e, "not_run", False):
+        return ("the user service at %s did not answer (%s): ran with moat exec, cold "
+                "(systemctl --user enable --now moat.socket starts it on demand; "
+                "MOAT_SERVICE=off says nothing)" % (path, e))
+    status = getattr(e, "status", None)
+    if status == 403 and getattr(e, "error_type", None) == "SandboxPolicyError":
+        return ("the user service at %s refused the request (%s): ran with moat exec, "
+                "under this client's limits" % (path, e))
+    if status in (429, 503):
+        return "the user service at %s was busy (%s): ran with moat exec" % (path, e)
+    return None
+
+
+def with_warning(result: "RunResult", text: str) -> "RunResult":
+    data = dict(object.__getattribute__(result, "_data"))
+    w = data.get("warnings")
+    data["warnings"] = (list(w) if isinstance(w, list) else []) + [text]
+    return RunResult(data)
+
+
 def check_callbacks(on_stdout: Any, on_stderr: Any, provider: str) -> None:
     for name, cb in (("on_stdout", on_stdout), ("on_stderr", on_stderr)):
         if cb is not None and not callable(cb):
@@ -303,6 +370,7 @@ class RunResult:
     stderr_truncated: Optional[bool]
     limits: Optional[Dict[str, str]]
     warnings: Optional[List[str]]
+    pool: Optional[bool]  # True: a warm sandbox of a moat serve (the user service) answered
     files: Optional[Dict[str, Dict[str, Any]]]
     network: Optional[Dict[str, Any]]
     # a session's step (docs/SESSIONS.md): the exception it raised, the last expression's

@@ -43,6 +43,9 @@ class Sandbox:
         self._disposed = False
         self._service = "url" in cfg or "socketPath" in cfg
         self._dir: Optional[str] = None
+        self._usvc: Optional[Sandbox] = None  # the user's service (below)
+        self._usvc_path: Optional[str] = None
+        self._usvc_why: Optional[str] = None
         if self._service:
             # a moat serve applies its operator's defaults (serve.defaults) to what a
             # request leaves out: only a `moat exec` gets aistack's filled in
@@ -64,6 +67,11 @@ class Sandbox:
         self._cleanup = weakref.finalize(self, shutil.rmtree, self._dir, True) if self._dir else None
         self._children: Set[subprocess.Popen] = set()  # type: ignore[type-arg]
         self._exec_stream = True  # until a moat says it has no --stream
+        # the user's service (moat.socket), tried first by every run: its warm pool
+        # answers where moat exec starts a cold sandbox
+        self._usvc_path, self._usvc_why = _core.user_service(cfg, provider)
+        if self._usvc_path is not None:
+            self._usvc = Sandbox({"socketPath": self._usvc_path, "deadlineGraceMs": self._grace})
 
     # -- the contract --------------------------------------------------------------------
 
@@ -80,7 +88,20 @@ class Sandbox:
         request = self._prepare(code, locals(), on_stdout, on_stderr)
         if self._service:
             return self._run_service(request, on_stdout, on_stderr)
-        return self._run_exec(request, on_stdout, on_stderr)
+        why = self._usvc_why
+        if self._usvc is not None:
+            why = _core.socket_not_ours(str(self._usvc_path))
+        if self._usvc is not None and why is None:
+            # the request with this client's defaults, as moat exec would apply them
+            svc_request = _core.build_request(code, locals(), self._cfg, self.provider)
+            try:
+                return self._usvc._run_service(svc_request, on_stdout, on_stderr)
+            except SandboxError as e:
+                why = _core.fallback_reason(e, str(self._usvc_path))
+                if why is None:
+                    raise
+        result = self._run_exec(request, on_stdout, on_stderr)
+        return _core.with_warning(result, why) if why else result
 
     def _prepare(self, code: Any, opts: Mapping[str, Any], on_stdout: Any, on_stderr: Any) -> Dict[str, Any]:
         """The checks made before any run and its request; ``opts`` holds run()'s keyword
@@ -154,6 +175,8 @@ class Sandbox:
                 except SandboxError:
                     pass
             return
+        if self._usvc is not None:
+            self._usvc.dispose()
         with self._lock:
             children = list(self._children)
         for child in children:
@@ -354,10 +377,12 @@ class Sandbox:
         for attempt in (0, 1):
             conn, reused = self._connection(deadline)
             keep = False
+            connected = conn.sock is not None
             try:
                 try:
                     if conn.sock is None:
                         conn.connect()
+                        connected = True
                     conn.sock.settimeout(max(0.001, _core.remaining_s(deadline)))
                     conn.request(call.method, call.path(t), body=body, headers=headers)
                     resp = conn.getresponse()
@@ -373,8 +398,10 @@ class Sandbox:
                 except (OSError, http.client.HTTPException) as e:
                     if self._disposed and not closing:
                         raise gone() from None
-                    raise SandboxUnavailableError("cannot reach moat serve at %s: %s"
-                                                  % (t.where, _oserror_text(e)), provider=provider) from None
+                    err = SandboxUnavailableError("cannot reach moat serve at %s: %s"
+                                                  % (t.where, _oserror_text(e)), provider=provider)
+                    err.not_run = not connected  # type: ignore[attr-defined]
+                    raise err from None
                 try:
                     answer, keep = self._read_answer(conn, resp, deadline, stream, on_stdout, on_stderr,
                                                      call)
