@@ -406,13 +406,13 @@ int cli_serve(int argc, char **argv)
 	int act_fd = -1;
 	if (!listen_spec && !sock) {
 		const char *why = "";
-		int a = moat_serve_activated(token_file != NULL, &act_fd, &act_desc, &why);
-		if (a < 0) {
+		int got = moat_serve_activated(token_file != NULL, &act_fd, &act_desc, &why);
+		if (got < 0) {
 			fprintf(stderr, "moat serve: the socket passed by the service manager "
 					"(LISTEN_FDS): %s\n", why);
 			return 3;
 		}
-		if (a > 0 && socket_group) {
+		if (got > 0 && socket_group) {
 			close(act_fd);
 			free(act_desc);
 			return bad("%s", "--socket-group is for a socket moat makes; a passed "
