@@ -47,8 +47,9 @@ ALL_CFLAGS = -std=gnu11 $(WARN) $(CPPFLAGS) $(CFLAGS) -D_GNU_SOURCE -fstack-prot
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 TSAN    := -fsanitize=thread -fno-omit-frame-pointer
 
-LIB_SRCS := $(sort $(filter-out src/cli/% src/main.c,$(wildcard src/*/*.c)))
+LIB_SRCS := $(sort $(filter-out src/cli/% src/main.c src/agent/main.c,$(wildcard src/*/*.c)))
 CLI_SRCS := src/main.c $(sort $(wildcard src/cli/*.c))
+AGENT    := runtime/bin/moat-agent
 GEN_SRC  := $(BUILD)/gen/embedded.c
 EMBEDDED := policies/default.json policies/zygote.json rootfs/default.plan
 # the seccomp BPF cache is keyed on a digest of the policy compiler's sources
@@ -77,7 +78,7 @@ THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 .PHONY: all deps layers seccomp-evidence check-workloads check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
-all: $(BUILD)/moat $(BUILD)/moat-zygote.so
+all: $(BUILD)/moat $(BUILD)/moat-zygote.so $(AGENT)
 
 deps:
 	@sh tools/deps.sh
@@ -132,6 +133,13 @@ $(BUILD)/libmoat-san.a: $(SAN_LIB_OBJS)
 $(BUILD)/libmoat-tsan.a: $(TSAN_LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
+
+# the live sandboxes' in-sandbox agent (docs/SANDBOXES.md), static so that
+# it runs in any prepared root; in the runtime dir (bound at
+# /opt/moat/runtime in every sandbox), gitignored
+$(AGENT): src/agent/main.c src/agent/proto.c src/agent/proto.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(WARN) -O2 -D_GNU_SOURCE -Isrc -static -s -o $@ src/agent/main.c src/agent/proto.c
 
 $(BUILD)/moat: $(CLI_OBJS) $(BUILD)/libmoat.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Wl,-z,relro,-z,now -o $@ $(CLI_OBJS) $(BUILD)/libmoat.a \
@@ -410,6 +418,7 @@ PY_MINOR    = $(if $(filter /usr,$(PREFIX)),,$(shell $(PYTHON3) -c \
 PYTHONDIR  ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python3$(PY_MINOR)/dist-packages)
 PY_FILES   := $(sort $(wildcard clients/python/moat_sandbox/*.py)) clients/python/moat_sandbox/py.typed
 RUNTIME_FILES := $(sort $(shell find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' \
+                 ! -path 'runtime/bin/*' \
                  2>/dev/null))
 
 $(BUILD)/moat.1: docs/moat.1.scd
@@ -432,7 +441,7 @@ $(BUILD)/mcp/.stamp: $(addprefix clients/node/,$(MCP_FILES))
 	touch $@
 mcp: $(BUILD)/mcp/.stamp
 
-install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat-zygote.so $(BUILD)/mcp/.stamp
+install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat-zygote.so $(BUILD)/mcp/.stamp $(AGENT)
 	install -D -m 0755 $(BUILD)/moat $(DESTDIR)$(BINDIR)/moat
 	install -d -m 0755 $(DESTDIR)$(LIBDIR)/moat/mcp
 	cp -R --no-preserve=ownership $(BUILD)/mcp/node_modules $(DESTDIR)$(LIBDIR)/moat/mcp/
@@ -444,6 +453,7 @@ install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat-zygote.so $(BUILD)/mcp/.sta
 	@for f in $(RUNTIME_FILES); do \
 	    echo "install -D -m 0644 $$f $(DESTDIR)$(DATADIR)/moat/$$f"; \
 	    install -D -m 0644 "$$f" "$(DESTDIR)$(DATADIR)/moat/$$f" || exit 1; done
+	install -D -m 0755 $(AGENT) $(DESTDIR)$(DATADIR)/moat/$(AGENT)
 	install -D -m 0644 apparmor/moat $(DESTDIR)$(DATADIR)/moat/apparmor/moat
 	install -D -m 0644 $(BUILD)/moat.1 $(DESTDIR)$(MANDIR)/man1/moat.1
 	install -D -m 0644 completions/moat.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/moat

@@ -35,6 +35,16 @@ int run_sandbox_deliver(struct moat_sandbox *sb, const struct moat_request *req,
 /* The sandbox's memory in use now, from its cgroup (bytes), or -1 when it
  * has no memory cgroup. */
 int64_t run_sandbox_memory(const struct moat_sandbox *sb);
+/* A live sandbox (src/live/): boot's program (the agent) started with
+ * the host's end of a SOCK_SEQPACKET pair in *ctl (the program's fd 3),
+ * *made a result holding the limits and warnings of its making;
+ * moat_sandbox_wait pumps it to its end, run_sandbox_session_kill ends it
+ * from any thread. The thread that calls this must outlive the sandbox. */
+int run_sandbox_start_live(const struct moat_request *boot, const struct moat_run_options *opts,
+			   struct moat_sandbox **out, int *ctl, struct moat_result **made,
+			   struct moat_error *err);
+/* The sandbox's CPU time so far from its cgroup (ms), or -1. */
+int64_t run_sandbox_cpu_ms(const struct moat_sandbox *sb);
 /* pid 1 killed if it is still there, and reaped (waited for): after it
  * nothing of the run is alive. moat_sandbox_wait may return before pid 1
  * has exited (run_ended_alone); moat_sandbox_release does this too. sb may

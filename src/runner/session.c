@@ -327,3 +327,51 @@ bool run_sandbox_session_ended(struct moat_sandbox *sb)
 	while (n < 0 && errno == EINTR);
 	return n > 0 && (p.revents & (POLLIN | POLLHUP | POLLERR));
 }
+
+/* A live sandbox's (src/live/): as a session's, but the control socket is
+ * a SOCK_SEQPACKET pair whose host end is the caller's (*ctl): the agent's
+ * requests carry fds, its answers come on per-operation sockets, so the
+ * pump never watches it. moat_sandbox_wait then pumps the sandbox to its
+ * end (the program's output is kept up to boot's maxOutputBytes). */
+int run_sandbox_start_live(const struct moat_request *boot, const struct moat_run_options *opts,
+			   struct moat_sandbox **out, int *ctl, struct moat_result **made,
+			   struct moat_error *err)
+{
+	*out = NULL;
+	*ctl = -1;
+	*made = NULL;
+	if (!boot->prepared && moat_request_validate(boot, err) < 0)
+		return -1;
+	struct moat_sandbox *sb = malloc(sizeof *sb);
+	if (!sb)
+		return moat_error_oom(err);
+	struct run *r = &sb->run;
+	run_init(r, boot, opts);
+	int sp[2];
+	if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sp) < 0) {
+		free(sb);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
+				      strerror(errno));
+	}
+	r->session_child = sp[1];
+	if (run_prepare(r, err) < 0 || run_spawn(r, err) < 0 || run_start(r, err) < 0) {
+		close(sp[0]);
+		moat_sandbox_release(sb);
+		return -1;
+	}
+	if (!(*made = moat_result_new()) || proto_copy(*made, r->res) < 0) {
+		moat_result_free(*made);
+		*made = NULL;
+		close(sp[0]);
+		moat_sandbox_release(sb);
+		return moat_error_oom(err);
+	}
+	*ctl = sp[0];
+	*out = sb;
+	return 0;
+}
+
+int64_t run_sandbox_cpu_ms(const struct moat_sandbox *sb)
+{
+	return sb ? moat_cgroup_cpu_ms(sb->run.cg) : -1;
+}
