@@ -35,6 +35,7 @@ static void usage(FILE *f)
 	      "                  [--pool N] [--pool-zygote | --no-pool-zygote] [--json-log]\n"
 	      "                  [--pool-zygote-max-children N] [--pool-zygote-max-age SECS]\n"
 	      "                  [--max-relays N] [--max-dns N] [--max-sessions N]\n"
+	      "                  [--max-sandboxes N]\n"
 	      "Serves the Spin sandbox API (POST /py/..., /ts/...) and the moat exec contract\n"
 	      "(POST /v1/run) over HTTP; docs/SERVE.md. Default listener: the unix\n"
 	      "socket /run/moat/moat.sock as root, $XDG_RUNTIME_DIR/moat.sock otherwise,\n"
@@ -61,6 +62,9 @@ static void usage(FILE *f)
 	      "--max-sessions N: sessions (POST /v1/sessions, docs/SESSIONS.md) live at\n"
 	      "once; 0 turns sessions off (default: config serve.sessions.max, else by\n"
 	      "available memory, at most 64).\n"
+	      "--max-sandboxes N: live sandboxes (POST /v1/sandboxes, docs/SANDBOXES.md)\n"
+	      "at once; they never take a run slot; 0 turns them off (default: as\n"
+	      "--max-sessions' default).\n"
 	      "--json-log writes every log line as one JSON object to stdout (for a log\n"
 	      "collector, e.g. in a pod); by default the log goes to stderr.\n",
 	      f);
@@ -328,6 +332,7 @@ int cli_serve(int argc, char **argv)
 		{ "max-relays", required_argument, NULL, 'X' },
 		{ "max-dns", required_argument, NULL, 'D' },
 		{ "max-sessions", required_argument, NULL, 'S' },
+		{ "max-sandboxes", required_argument, NULL, 'B' },
 		{ "help", no_argument, NULL, 'h' },
 		{ 0 },
 	};
@@ -336,7 +341,7 @@ int cli_serve(int argc, char **argv)
 	const char *socket_group = NULL, *metrics_spec = NULL;
 	bool no_kv = false, json_log = false, no_auth = false;
 	int zygote = -1;
-	int pool = -1, max_sessions = -1;
+	int pool = -1, max_sessions = -1, max_sandboxes = -1;
 	unsigned zyg_children = 0, zyg_age = 0, max_relays = 0, max_dns = 0;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
 	unsigned maxc = ncpu > 0 ? (unsigned)ncpu : 1, queue = 0, grace = 10, client_to = 15;
@@ -390,6 +395,14 @@ int cli_serve(int argc, char **argv)
 				return bad("--max-sessions wants a number from 0 to 4096, not %s",
 					   optarg);
 			max_sessions = (int)n;
+			break;
+		}
+		case 'B': {
+			unsigned n;
+			if (parse_uint(optarg, 0, 4096, &n) < 0)
+				return bad("--max-sandboxes wants a number from 0 to 4096, not %s",
+					   optarg);
+			max_sandboxes = (int)n;
 			break;
 		}
 		case 'P': {
@@ -570,6 +583,7 @@ int cli_serve(int argc, char **argv)
 		.pool = pool, .pool_zygote = zygote,
 		.pool_zygote_max_children = zyg_children, .pool_zygote_max_age_s = zyg_age,
 		.max_relays = max_relays, .max_dns = max_dns, .max_sessions = max_sessions,
+		.max_sandboxes = max_sandboxes,
 	};
 	fd = mfd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {

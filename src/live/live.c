@@ -192,6 +192,14 @@ void live_destroy(struct live *lv)
 	free(lv);
 }
 
+void live_wait_ended(struct live *lv)
+{
+	pthread_mutex_lock(&lv->mu);
+	while (!lv->ended || lv->sb)
+		pthread_cond_wait(&lv->cv, &lv->mu);
+	pthread_mutex_unlock(&lv->mu);
+}
+
 const char *live_gone(struct live *lv)
 {
 	pthread_mutex_lock(&lv->mu);

@@ -49,6 +49,9 @@ void live_kill(struct live *lv);
  * files: pid 1 reaped, the run released); frees it. Once no other thread
  * uses it. NULL-safe. */
 void live_destroy(struct live *lv);
+/* Waits until the sandbox has ended and nothing of it is left (its thread
+ * released it); live_kill first to end it. */
+void live_wait_ended(struct live *lv);
 /* NULL while the sandbox lives, else why it ended (a sentence for a 410;
  * valid until live_destroy). */
 const char *live_gone(struct live *lv);

@@ -77,6 +77,8 @@ static enum serve_route route_of(const char *url)
 		size_t n = strlen(url + 13);
 		return n > 4 && !strcmp(url + 13 + n - 4, "/run") ? R_SESSION_RUN : R_SESSION;
 	}
+	if (!strcmp(url, "/v1/sandboxes") || !strncmp(url, "/v1/sandboxes/", 14))
+		return R_SANDBOXES;
 	if (!strcmp(url, "/healthz"))
 		return R_HEALTHZ;
 	if (!strcmp(url, "/metrics"))
@@ -113,8 +115,21 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	bool get_route = q->route == R_HEALTHZ || q->route == R_METRICS;
 	bool ses_route = q->route == R_SESSIONS || q->route == R_SESSION ||
 			 q->route == R_SESSION_RUN;
-	if (q->route == R_OTHER || (ses_route && !s->sessions))
+	if (q->route == R_OTHER || (ses_route && !s->sessions) ||
+	    (q->route == R_SANDBOXES && !s->sandboxes))
 		return srv_fail(q, c, 404, "NotFound", O_BAD_REQUEST, "no such route");
+	if (q->route == R_SANDBOXES) {
+		if (!token_ok(s, c))
+			return srv_fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
+					"a valid bearer token is required (Authorization: Bearer ...)");
+		struct moat_error err = { 0 };
+		if (read_id_header(q, c, &err) < 0) {
+			enum MHD_Result r = srv_fail_moat(q, c, &err);
+			moat_error_clear(&err);
+			return r;
+		}
+		return srv_sandboxes_route(q, c, url, method);
+	}
 	if (q->route == R_SESSION) {
 		if (strcmp(method, "GET") && strcmp(method, "DELETE"))
 			return srv_fail(q, c, 405, "MethodNotAllowed", O_BAD_REQUEST,
@@ -188,6 +203,7 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 		pthread_mutex_unlock(&s->mu);
 		q->lang = -1;
 		q->conn_fd = -1;
+		q->up_fd = -1;
 		q->st.resume_fd = -1;
 		q->t0 = moat_mono_ms();
 		q->outcome = O_OK;
@@ -201,6 +217,12 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 	}
 	if (!q->is_post)
 		return MHD_YES;
+	if (*upload_data_size && q->up_fd >= 0) {
+		/* a file's bytes go to it as they come, never kept */
+		srv_sandboxes_upload(q, upload_data, *upload_data_size);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		if (!q->too_large && q->body.len + n > SERVE_MAX_BODY)
@@ -228,6 +250,8 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 	if (q->over_budget || q->body.oom)
 		return srv_fail(q, c, 503, "ServerBusy", O_REJECTED,
 				"too many request bodies are being received at once; retry later");
+	if (q->route == R_SANDBOXES)
+		return srv_sandboxes_body(q, c);
 	if (q->route == R_SESSIONS)
 		return srv_sessions_create_route(q, c);
 	if (q->route == R_SESSION_RUN)

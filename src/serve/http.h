@@ -71,6 +71,7 @@ struct server {
 	struct moat_relay_caps *relay_caps; /* shared by every run's relays */
 	struct serve_sessions *sessions; /* NULL: sessions off (their routes are 404s) */
 	struct moat_run_options ses_opts; /* the sessions' sandboxes' */
+	struct serve_sbxs *sandboxes; /* NULL: live sandboxes off (their routes are 404s) */
 };
 
 /* A handler's response on its way from the worker to the connection. */
@@ -123,6 +124,16 @@ struct req {
 	char ses_id[SERVE_SESSION_ID_LEN + 1];
 	struct serve_session *ses;
 	bool ses_busy; /* a step of it is ours (serve_session_end) */
+	/* the sandbox routes (route_sandboxes.c): the sandbox held, whether
+	 * this request keeps it busy, the operation, and a PUT file's upload */
+	struct serve_sbx *sbx;
+	bool sbx_busy;
+	int sbx_op, sbx_pid;
+	char *sbx_path;
+	int up_fd;
+	uint64_t up_len;
+	int up_errno;
+	bool up_too_large;
 	/* a run answered in this thread (run_script): its sandbox, ended by
 	 * on_completed once the answer is out, before the slot is released */
 	struct pool_lease lease;
@@ -196,6 +207,19 @@ enum MHD_Result srv_session_missing(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, bool del);
+
+/* ---- route_sandboxes.c ---- */
+struct meta_filter { /* ?metadata.<key>=<value>, at most 16 */
+	char *kv[32];
+	size_t n;
+	bool bad;
+};
+enum MHD_Result srv_sandboxes_filter(void *cls, enum MHD_ValueKind kind, const char *key,
+		const char *value);
+enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, const char *url,
+		const char *method);
+void srv_sandboxes_upload(struct req *q, const char *data, size_t n);
+enum MHD_Result srv_sandboxes_body(struct req *q, struct MHD_Connection *c);
 
 /* ---- route_admin.c ---- */
 char *srv_metrics_text(struct server *s);

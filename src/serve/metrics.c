@@ -11,6 +11,7 @@ static const char *const route_names[R__COUNT] = {
 	[R_PY] = "py", [R_TS] = "ts", [R_V1_RUN] = "v1_run", [R_HEALTHZ] = "healthz",
 	[R_METRICS] = "metrics", [R_KV] = "kv", [R_OTHER] = "other",
 	[R_SESSIONS] = "sessions", [R_SESSION] = "session", [R_SESSION_RUN] = "session_run",
+	[R_SANDBOXES] = "sandboxes",
 };
 
 static const char *const outcome_names[O__COUNT] = {
@@ -27,6 +28,7 @@ static const char *const route_templates[R__COUNT] = {
 	[R_HEALTHZ] = "/healthz", [R_METRICS] = "/metrics", [R_KV] = "/v1/kv/{id}",
 	[R_OTHER] = "/{unknown}", [R_SESSIONS] = "/v1/sessions",
 	[R_SESSION] = "/v1/sessions/{id}", [R_SESSION_RUN] = "/v1/sessions/{id}/run",
+	[R_SANDBOXES] = "/v1/sandboxes",
 };
 
 const char *serve_route_template(enum serve_route r)

@@ -81,6 +81,12 @@ void srv_req_unref(struct req *q)
 	if (q->ses_busy)
 		serve_session_end(q->s->sessions, q->ses);
 	serve_session_put(q->s->sessions, q->ses);
+	if (q->sbx_busy)
+		serve_sbx_end(q->s->sandboxes, q->sbx);
+	serve_sbx_put(q->s->sandboxes, q->sbx);
+	if (q->up_fd >= 0)
+		close(q->up_fd);
+	free(q->sbx_path);
 	moat_buf_free(&q->body);
 	free(q->header_id);
 	serve_envelope_free(&q->env);

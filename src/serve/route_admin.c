@@ -31,6 +31,7 @@ char *srv_metrics_text(struct server *s)
 			 (unsigned long long)serve_log_dropped(&s->log));
 	serve_metrics_relays(s->relay_caps, &b);
 	serve_sessions_metrics(s->sessions, &b);
+	serve_sbxs_metrics(s->sandboxes, &b);
 	if (s->pool)
 		pool_render(s->pool, &b);
 	return moat_buf_take(&b);
