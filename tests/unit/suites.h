@@ -26,5 +26,6 @@ Suite *pool_suite(void);
 Suite *kv_redis_suite(void);
 Suite *apparmor_suite(void);
 Suite *ndjson_suite(void);
+Suite *agent_proto_suite(void);
 
 #endif
