@@ -60,7 +60,7 @@ _moat()
 		fi
 		return ;;
 	-c|--code|--timeout|--memory|--cpus|--pids|--env|--max-output|--listen|\
-	--metrics-listen|--max-relays|--max-dns|--max-sessions|\
+	--metrics-listen|--max-relays|--max-dns|--max-sessions|--max-sandboxes|\
 	--max-concurrent|--queue|--grace|--client-timeout|--kv-quota|--pool|--output|\
 	--allowed-host|--sandbox-id|--max-queued|--url)
 		return ;;
@@ -81,7 +81,7 @@ _moat()
 			--strict-isolation --rootfs --kv --kv-quota --runtime --stream' -- "$cur")) ;;
 	serve)
 		COMPREPLY=($(compgen -W '--listen --socket --socket-group --token-file --no-auth
-			--metrics-listen --max-concurrent --max-relays --max-dns --max-sessions --queue
+			--metrics-listen --max-concurrent --max-relays --max-dns --max-sessions --max-sandboxes --queue
 			--config --rootfs --runtime --grace --client-timeout --kv --kv-quota --no-kv
 			--pool --pool-zygote --no-pool-zygote --pool-zygote-max-children
 			--pool-zygote-max-age --json-log --help' -- "$cur")) ;;
