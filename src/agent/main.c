@@ -155,7 +155,9 @@ static void op_read(int sock)
 	struct stat st;
 	if (fd < 0)
 		return fail(sock, errno);
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+	if (fstat(fd, &st) < 0)
+		st.st_mode = 0;
+	if (!S_ISREG(st.st_mode)) {
 		close(fd);
 		return fail(sock, S_ISDIR(st.st_mode) ? EISDIR : ENXIO);
 	}
@@ -328,7 +330,7 @@ static int rm_tree(int dir, unsigned depth)
 {
 	if (depth > AGENT_MAX_DEPTH) {
 		close(dir);
-		errno = ELOOP;
+		errno = EMLINK; /* deeper than the bound (not ELOOP: no symlink here) */
 		return -1;
 	}
 	DIR *d = fdopendir(dir);

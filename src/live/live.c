@@ -208,8 +208,23 @@ const char *live_gone(struct live *lv)
 	return g;
 }
 
+/* Waits up to ms for the sandbox's end to be collected (true: it ended):
+ * an agent that died is seen by the sandbox's thread within moments, and
+ * its reason is then the right one. */
+static bool wait_end(struct live *lv, int64_t ms)
+{
+	int64_t end = moat_mono_ms() + ms;
+	pthread_mutex_lock(&lv->mu);
+	while (!lv->ended && moat_mono_ms() < end)
+		moat_cond_wait_ms(&lv->cv, &lv->mu, end - moat_mono_ms());
+	bool ended = lv->ended;
+	pthread_mutex_unlock(&lv->mu);
+	return ended;
+}
+
 static int gone_error(struct live *lv, struct moat_error *err)
 {
+	(void)wait_end(lv, 2000);
 	const char *g = live_gone(lv);
 	return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOTCONN, "%s",
 			      g ? g : "the sandbox is ending");
@@ -347,13 +362,10 @@ static int recv_answer(struct live *lv, int sock, char *buf, size_t cap, size_t 
 	if (bad) {
 		for (size_t i = 0; i < nf; i++)
 			close(in[i]);
-		if (n == 0 || live_gone(lv)) {
-			/* the agent closed it unanswered: it died (the sandbox is
-			 * ending), or broke the protocol */
-			usleep(50000);
-			if (live_gone(lv))
-				return gone_error(lv, err);
-		}
+		/* the agent closed it unanswered: it died (the sandbox is
+		 * ending), or broke the protocol */
+		if ((n == 0 || live_gone(lv)) && wait_end(lv, 2000))
+			return gone_error(lv, err);
 		return breach(lv, err);
 	}
 	buf[n] = '\0';

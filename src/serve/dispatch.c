@@ -174,15 +174,9 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	}
 	if (q->route == R_KV)
 		return srv_kv_delete(q, c, url + 7);
-	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-	if (cl) {
-		char *end;
-		errno = 0;
-		unsigned long long n = strtoull(cl, &end, 10);
-		if (errno || *end || end == cl || n > SERVE_MAX_BODY)
-			return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
-					"the request body is larger than 6 MiB");
-	}
+	if (srv_length_over(c, SERVE_MAX_BODY))
+		return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
+				"the request body is larger than 6 MiB");
 	q->is_post = true;
 	return MHD_YES;
 }

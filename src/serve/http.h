@@ -160,6 +160,7 @@ enum MHD_Result srv_queue_body(struct MHD_Connection *c, unsigned status, char *
 enum MHD_Result srv_respond(struct req *q, struct MHD_Connection *c, unsigned status, char *body,
 		const char *ctype, const char *h1, const char *v1);
 char *srv_error_json(const char *type, const char *msg);
+bool srv_length_over(struct MHD_Connection *c, uint64_t max);
 enum MHD_Result srv_fail(struct req *q, struct MHD_Connection *c, unsigned status, const char *type,
 		enum serve_outcome outcome, const char *msg);
 enum MHD_Result srv_fail_moat(struct req *q, struct MHD_Connection *c,
@@ -204,6 +205,9 @@ enum MHD_Result srv_v1_route(struct req *q, struct MHD_Connection *c);
 /* ---- route_sessions.c ---- */
 void srv_caller_cred(struct server *s, struct MHD_Connection *c, uint8_t out[MOAT_SHA256_LEN]);
 enum MHD_Result srv_session_missing(struct req *q, struct MHD_Connection *c);
+struct cJSON;
+int srv_lifetime_key(struct cJSON *o, const char *key, uint64_t def, uint64_t max, uint64_t *out,
+		struct moat_error *err);
 enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, bool del);

@@ -209,6 +209,15 @@ int serve_pool_run(struct pool *p, const struct moat_request *req,
  * sandbox back to p, which removes its cgroup leaves in the background. */
 void serve_pool_end(struct pool *p, struct pool_lease *l, int rc);
 
+/* ---- what the tables share (ids.c) ---- */
+#define SERVE_ID_LEN 36 /* a 4-byte prefix ("ses_", "sbx_") + 32 hex digits: 128 random bits */
+int64_t serve_wall_ms(void); /* CLOCK_REALTIME */
+/* Appends ,"key":"<RFC 3339 UTC with milliseconds>". */
+void serve_put_time(struct moat_buf *b, const char *key, int64_t ms);
+bool serve_ct_equal(const void *a, const void *b, size_t n);
+bool serve_id_valid(const char *id, const char *prefix);
+int serve_new_id(char out[SERVE_ID_LEN + 1], const char *prefix);
+
 /* ---- sessions (sessions.c; docs/SESSIONS.md) ---- */
 #define SERVE_SESSION_ID_LEN 36 /* "ses_" + 32 hex digits: 128 random bits */
 #define SERVE_SESSIONS_LIMIT 4096 /* --max-sessions, serve.sessions.max at most */

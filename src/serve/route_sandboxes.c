@@ -81,6 +81,8 @@ static enum MHD_Result op_fail(struct req *q, struct MHD_Connection *c,
 	case ENOTDIR:
 		return bad(q, c, "a component of the path is not a directory (symlinks are never "
 			   "followed)");
+	case EMLINK:
+		return bad(q, c, "the tree is deeper than 32 levels: remove it in parts");
 	case ENXIO:
 		return bad(q, c, "not a regular file: FIFOs, sockets and devices are never opened");
 	case EISDIR:
@@ -571,25 +573,6 @@ static enum MHD_Result unknown_key(struct req *q, struct MHD_Connection *c, cons
 	return bad(q, c, msg);
 }
 
-/* A lifetime field (removed from o): its value, def when absent. */
-static int ms_key(cJSON *o, const char *key, uint64_t def, uint64_t max, uint64_t *out,
-		  struct moat_error *err)
-{
-	cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(o, key);
-	*out = def;
-	if (!it)
-		return 0;
-	double v = it->valuedouble;
-	bool ok = cJSON_IsNumber(it) && v >= 100 && v <= (double)max && v == floor(v);
-	cJSON_Delete(it);
-	if (!ok)
-		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-				      "\"%s\" must be a whole number of milliseconds from 100 to %llu",
-				      key, (unsigned long long)max);
-	*out = (uint64_t)v;
-	return 0;
-}
-
 /* "metadata" (removed from o): a string map, bounded. */
 static int metadata_key(cJSON *o, char ***out, size_t *count, struct moat_error *err)
 {
@@ -660,9 +643,9 @@ static enum MHD_Result sbx_create(struct req *q, struct MHD_Connection *c)
 	char **meta = NULL;
 	size_t nmeta = 0;
 	uint64_t max_life = l->session_max_life_ms;
-	if (ms_key(o, "lifetimeMs", max_life < DEFAULT_LIFE_MS ? max_life : DEFAULT_LIFE_MS,
+	if (srv_lifetime_key(o, "lifetimeMs", max_life < DEFAULT_LIFE_MS ? max_life : DEFAULT_LIFE_MS,
 		   max_life, &life, &err) < 0 ||
-	    ms_key(o, "idleTimeoutMs", DEFAULT_IDLE_MS < max_life ? DEFAULT_IDLE_MS : max_life,
+	    srv_lifetime_key(o, "idleTimeoutMs", DEFAULT_IDLE_MS < max_life ? DEFAULT_IDLE_MS : max_life,
 		   max_life, &idle, &err) < 0 ||
 	    metadata_key(o, &meta, &nmeta, &err) < 0)
 		return srv_fail_moat(q, c, &err);
@@ -891,7 +874,7 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 	case OP_TIMEOUT: {
 		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
 		uint64_t ms;
-		if (!o || ms_key(o, "lifetimeMs", 0, q->s->limits.session_max_life_ms, &ms, &err) < 0)
+		if (!o || srv_lifetime_key(o, "lifetimeMs", 0, q->s->limits.session_max_life_ms, &ms, &err) < 0)
 			return srv_fail_moat(q, c, &err);
 		if (!ms)
 			return bad(q, c, "\"lifetimeMs\": the sandbox's lifetime from now");
@@ -1060,15 +1043,9 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 		return srv_respond(q, c, 200, strdup("{\"ok\":true}\n"), "application/json", NULL,
 				   NULL);
 	case OP_FILE_PUT: {
-		const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-		if (cl) {
-			char *end;
-			errno = 0;
-			unsigned long long n = strtoull(cl, &end, 10);
-			if (errno || *end || end == cl || n > SERVE_SBX_MAX_FILE)
-				return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
-						"the file is larger than this server's most");
-		}
+		if (srv_length_over(c, SERVE_SBX_MAX_FILE))
+			return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
+					"the file is larger than this server's most (1 GiB)");
 		if (live_open_write(lv, path, arg_flag(c, "mkdirs"), &q->up_fd, &err) < 0)
 			return op_fail(q, c, &err);
 		q->sbx_path = strdup(path);
@@ -1079,15 +1056,9 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 		break;
 	}
 	/* the rest have a (small) body: read it, 6 MiB at most */
-	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-	if (cl) {
-		char *end;
-		errno = 0;
-		unsigned long long n = strtoull(cl, &end, 10);
-		if (errno || *end || end == cl || n > SERVE_MAX_BODY)
-			return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
-					"the request body is larger than 6 MiB");
-	}
+	if (srv_length_over(c, SERVE_MAX_BODY))
+		return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
+				"the request body is larger than 6 MiB");
 	q->is_post = true;
 	return MHD_YES;
 }

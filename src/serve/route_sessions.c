@@ -53,9 +53,9 @@ static enum MHD_Result session_gone(struct req *q, struct MHD_Connection *c, cha
 	return r;
 }
 
-/* A lifetime field of POST /v1/sessions (removed from the object): its
- * value, the default when absent, or -1 with *err. */
-static int lifetime_key(cJSON *o, const char *key, uint64_t def, uint64_t max, uint64_t *out,
+/* A lifetime field of POST /v1/sessions or /v1/sandboxes (removed from
+ * the object): its value, the default when absent, or -1 with *err. */
+int srv_lifetime_key(cJSON *o, const char *key, uint64_t def, uint64_t max, uint64_t *out,
 			struct moat_error *err)
 {
 	cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(o, key);
@@ -122,9 +122,9 @@ enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *
 	{
 		MOAT_AUTO(cJSON) cJSON *o = session_body(q, refused, &err);
 		if (!o ||
-		    lifetime_key(o, "idleTimeoutMs", l->session_idle_ms, l->session_max_idle_ms,
+		    srv_lifetime_key(o, "idleTimeoutMs", l->session_idle_ms, l->session_max_idle_ms,
 				 &idle, &err) < 0 ||
-		    lifetime_key(o, "maxLifetimeMs", l->session_max_life_ms,
+		    srv_lifetime_key(o, "maxLifetimeMs", l->session_max_life_ms,
 				 l->session_max_life_ms, &life, &err) < 0 ||
 		    !cJSON_AddStringToObject(o, "code", "") ||
 		    session_prepare(q, o, q->header_id, &req, &err) < 0)

@@ -55,62 +55,9 @@ struct serve_sbxs {
 	uint64_t created, ended;
 };
 
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void put_time(struct moat_buf *b, const char *key, int64_t ms)
-{
-	time_t t = (time_t)(ms / 1000);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	char s[40];
-	strftime(s, sizeof s, "%Y-%m-%dT%H:%M:%S", &tm);
-	moat_buf_appendf(b, ",\"%s\":\"%s.%03dZ\"", key, s, (int)(ms % 1000));
-}
-
 bool serve_sbx_id_valid(const char *id)
 {
-	if (strncmp(id, "sbx_", 4) || strlen(id) != SERVE_SBX_ID_LEN)
-		return false;
-	for (const char *p = id + 4; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-			return false;
-	return true;
-}
-
-static int new_id(char out[SERVE_SBX_ID_LEN + 1])
-{
-	unsigned char r[16];
-	size_t got = 0;
-	while (got < sizeof r) {
-		ssize_t n = getrandom(r + got, sizeof r - got, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		got += (size_t)n;
-	}
-	memcpy(out, "sbx_", 4);
-	for (size_t i = 0; i < sizeof r; i++) {
-		static const char hex[] = "0123456789abcdef";
-		out[4 + 2 * i] = hex[r[i] >> 4];
-		out[5 + 2 * i] = hex[r[i] & 15];
-	}
-	out[SERVE_SBX_ID_LEN] = '\0';
-	return 0;
-}
-
-static bool ct_equal(const void *a, const void *b, size_t n)
-{
-	const unsigned char *x = a, *y = b;
-	unsigned diff = 0;
-	for (size_t i = 0; i < n; i++)
-		diff |= x[i] ^ y[i];
-	return diff == 0;
+	return serve_id_valid(id, "sbx_");
 }
 
 static void sbx_free(struct serve_sbx *x)
@@ -281,7 +228,7 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 			       "retry later", ss->cfg.max);
 		return -2;
 	}
-	if (new_id(x->id) < 0) {
+	if (serve_new_id(x->id, "sbx_") < 0) {
 		moat_request_free(req);
 		goto fail;
 	}
@@ -290,7 +237,7 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 				  .backstop_ms = ss->cfg.max_life_ms + BACKSTOP_SLACK_MS };
 	if (live_create(&lc, &x->lv, err) < 0)
 		goto fail;
-	x->created_wall_ms = wall_ms();
+	x->created_wall_ms = serve_wall_ms();
 	x->created_ms = x->last_ms = moat_mono_ms();
 	x->end_ms = x->created_ms + (int64_t)life_ms;
 	x->refs = 2; /* the table's and the caller's */
@@ -324,7 +271,8 @@ struct serve_sbx *serve_sbx_get(struct serve_sbxs *ss, const char *id,
 	pthread_mutex_lock(&ss->mu);
 	struct serve_sbx *x = ss->list;
 	for (; x; x = x->next)
-		if (!strcmp(x->id, id) && ct_equal(x->cred, cred, MOAT_SHA256_LEN))
+		if (serve_ct_equal(x->id, id, SERVE_SBX_ID_LEN) &&
+		    serve_ct_equal(x->cred, cred, MOAT_SHA256_LEN))
 			break;
 	if (x)
 		x->refs++;
@@ -420,8 +368,8 @@ static void sbx_json(struct serve_sbx *x, struct moat_buf *b)
 {
 	int64_t now = moat_mono_ms();
 	moat_buf_appendf(b, "{\"id\":\"%s\",\"state\":\"%s\"", x->id, x->dead ? "ended" : "running");
-	put_time(b, "createdAt", x->created_wall_ms);
-	put_time(b, "expiresAt", x->created_wall_ms + (x->end_ms - x->created_ms));
+	serve_put_time(b, "createdAt", x->created_wall_ms);
+	serve_put_time(b, "expiresAt", x->created_wall_ms + (x->end_ms - x->created_ms));
 	moat_buf_appendf(b, ",\"idleTimeoutMs\":%llu", (unsigned long long)x->idle_ms);
 	if (x->dead && x->reason) {
 		moat_buf_append(b, ",\"reason\":", 10);
@@ -492,7 +440,7 @@ void serve_sbx_list(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 	const char *last = NULL;
 	bool more = false;
 	for (struct serve_sbx *x = ss->list; x; x = x->next) {
-		if (!ct_equal(x->cred, cred, MOAT_SHA256_LEN))
+		if (!serve_ct_equal(x->cred, cred, MOAT_SHA256_LEN))
 			continue;
 		if (!started) {
 			started = !strcmp(x->id, after);
