@@ -81,6 +81,9 @@ static enum MHD_Result op_fail(struct req *q, struct MHD_Connection *c,
 	case ENOTDIR:
 		return bad(q, c, "a component of the path is not a directory (symlinks are never "
 			   "followed)");
+	case EXDEV:
+		return bad(q, c, "/sandbox and /tmp are two filesystems: a rename cannot cross "
+			   "them (copy, then remove)");
 	case EMLINK:
 		return bad(q, c, "the tree is deeper than 32 levels: remove it in parts");
 	case ENXIO:

@@ -507,9 +507,12 @@ START_TEST(sbx_files_ops)
 	resp_free(&r);
 	sbx_path(p, sizeof p, id, "/files/rename");
 	sbx_req(&s, "POST", p, "{\"from\":\"/sandbox/x/y/f.txt\",\"to\":\"/tmp/g.txt\"}", &r);
+	expect_error("a rename across /sandbox and /tmp", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	sbx_req(&s, "POST", p, "{\"from\":\"/sandbox/x/y/f.txt\",\"to\":\"/sandbox/g.txt\"}", &r);
 	ck_assert_msg(r.code == 200, "rename: %d %s", r.code, r.body);
 	resp_free(&r);
-	ck_assert_int_eq(sbx_sh(&s, id, "test \"$(cat /tmp/g.txt)\" = data && ! test -e /sandbox/x/y/f.txt"), 0);
+	ck_assert_int_eq(sbx_sh(&s, id, "test \"$(cat /sandbox/g.txt)\" = data && ! test -e /sandbox/x/y/f.txt"), 0);
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/files?path=/sandbox/x", id);
 	sbx_req(&s, "DELETE", p, NULL, &r);
 	expect_error("removing a non-empty directory", &r, 409, "Conflict");
