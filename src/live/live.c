@@ -638,6 +638,11 @@ int live_list(struct live *lv, const char *path, unsigned depth, unsigned max,
 			}
 			stat_json(out, full.data, &st);
 			moat_buf_free(&full);
+			if (out->len > LIVE_LIST_MAX_BYTES) {
+				/* cut: the agent sees its socket closed and stops */
+				*truncated = true;
+				break;
+			}
 			continue;
 		}
 		const char *pl;
@@ -1041,8 +1046,17 @@ static int read_pipe(int fd, bool *eof, char *buf, size_t cap, size_t *n)
 	return 0;
 }
 
-enum live_event live_attach_next(struct live_attach *a, int ms, char *buf, size_t cap,
-				 size_t *n, struct live_proc_info *info)
+/* The reader's socket hung up (or errs). */
+static bool hung_up(int fd)
+{
+	if (fd < 0)
+		return false;
+	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
+	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+}
+
+enum live_event live_attach_next(struct live_attach *a, int ms, int client, char *buf,
+				 size_t cap, size_t *n, struct live_proc_info *info)
 {
 	struct live *lv = a->lv;
 	struct proc *p = a->p;
@@ -1054,11 +1068,14 @@ enum live_event live_attach_next(struct live_attach *a, int ms, char *buf, size_
 	bool done = proc_done(p);
 	pthread_mutex_unlock(&lv->mu);
 	if (!done) {
-		struct pollfd pf[3] = { { .fd = p->out_eof ? -1 : p->out, .events = POLLIN },
+		struct pollfd pf[4] = { { .fd = p->out_eof ? -1 : p->out, .events = POLLIN },
 					{ .fd = p->err_eof ? -1 : p->err, .events = POLLIN },
-					{ .fd = p->sock, .events = POLLIN } };
-		(void)poll(pf, 3, ms);
+					{ .fd = p->sock, .events = POLLIN },
+					{ .fd = client, .events = POLLRDHUP } };
+		(void)poll(pf, 4, ms);
 	}
+	if (hung_up(client))
+		return LIVE_EV_HANGUP; /* what the pipes hold is the next reader's */
 	/* the output before the end: whatever the pipes hold now */
 	if (read_pipe(p->out, &p->out_eof, buf, cap, n) > 0)
 		return LIVE_EV_STDOUT;

@@ -82,9 +82,11 @@ struct live_stat {
 	int64_t mtime_ms;
 };
 int live_stat(struct live *lv, const char *path, struct live_stat *st, struct moat_error *err);
-/* The entries under path, depth levels down, at most max: appended to out
- * as JSON objects separated by commas ({"path","type","size","mode",
- * "mtimeMs"}); *truncated when a bound cut it. */
+/* The entries under path, depth levels down, at most max and about
+ * LIVE_LIST_MAX_BYTES of JSON: appended to out as JSON objects separated
+ * by commas ({"path","type","size","mode","mtimeMs"}); *truncated when a
+ * bound cut it. */
+#define LIVE_LIST_MAX_BYTES (8u << 20) /* a listing's JSON, at most (then truncated) */
 int live_list(struct live *lv, const char *path, unsigned depth, unsigned max,
 	      struct moat_buf *out, unsigned *count, bool *truncated, struct moat_error *err);
 int live_mkdir(struct live *lv, const char *path, bool parents, struct moat_error *err);
@@ -130,11 +132,14 @@ void live_procs_json(struct live *lv, struct moat_buf *out);
  * in its pipes (the process blocks once a pipe is full). */
 struct live_attach;
 int live_attach(struct live *lv, int pid, struct live_attach **out, struct moat_error *err);
-enum live_event { LIVE_EV_NONE, LIVE_EV_STDOUT, LIVE_EV_STDERR, LIVE_EV_EXIT, LIVE_EV_END };
+enum live_event { LIVE_EV_NONE, LIVE_EV_STDOUT, LIVE_EV_STDERR, LIVE_EV_EXIT, LIVE_EV_END,
+		  LIVE_EV_HANGUP };
 /* The next event within ms: output (*n bytes into buf), the exit (info),
- * nothing yet, or the end (after the exit, or the sandbox gone). */
-enum live_event live_attach_next(struct live_attach *a, int ms, char *buf, size_t cap,
-				 size_t *n, struct live_proc_info *info);
+ * nothing yet, or the end (after the exit, or the sandbox gone). client
+ * (-1: none) is the reader's socket: once it hangs up nothing more is
+ * read from the pipes (LIVE_EV_HANGUP), so that the next reader gets it. */
+enum live_event live_attach_next(struct live_attach *a, int ms, int client, char *buf,
+				 size_t cap, size_t *n, struct live_proc_info *info);
 void live_attach_end(struct live_attach *a);
 
 #endif

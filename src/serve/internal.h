@@ -317,6 +317,8 @@ char *serve_sbx_gone(struct serve_sbxs *ss, struct serve_sbx *x);
 /* Its lifetime ends ms from now, capped at max_life_ms from its making:
  * 0; 1: capped; -1: dead (*gone). */
 int serve_sbx_extend(struct serve_sbxs *ss, struct serve_sbx *x, uint64_t ms, char **gone);
+/* ms until the end of its lifetime (0 when dead or past). */
+int64_t serve_sbx_left_ms(struct serve_sbxs *ss, struct serve_sbx *x);
 /* Ends it, out of the table, nothing of it left when this returns. */
 void serve_sbx_delete(struct serve_sbxs *ss, struct serve_sbx *x);
 void serve_sbx_json(struct serve_sbxs *ss, struct serve_sbx *x, struct moat_buf *b);

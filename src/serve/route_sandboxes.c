@@ -259,14 +259,6 @@ struct pstream { /* a process's output, NDJSON */
 	char chunk[CHUNK];
 };
 
-static bool client_gone(int fd)
-{
-	if (fd < 0)
-		return false;
-	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
-	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
-}
-
 static ssize_t proc_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct pstream *p = cls;
@@ -282,12 +274,14 @@ static ssize_t proc_read(void *cls, uint64_t pos, char *buf, size_t max)
 		}
 		if (p->done)
 			return MHD_CONTENT_READER_END_OF_STREAM;
-		if (p->pending.oom || client_gone(p->client))
+		if (p->pending.oom)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		size_t n = 0;
 		struct live_proc_info info;
-		enum live_event ev = live_attach_next(p->a, ATTACH_WAIT_MS, p->chunk, sizeof p->chunk,
-						      &n, &info);
+		enum live_event ev = live_attach_next(p->a, ATTACH_WAIT_MS, p->client, p->chunk,
+						      sizeof p->chunk, &n, &info);
+		if (ev == LIVE_EV_HANGUP)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
 		if (ev == LIVE_EV_STDOUT || ev == LIVE_EV_STDERR) {
 			moat_ndjson_output(&p->nj, &p->pending,
 					   ev == LIVE_EV_STDOUT ? MOAT_STDOUT : MOAT_STDERR, p->chunk, n);
@@ -367,9 +361,10 @@ static enum MHD_Result stream_output(struct req *q, struct MHD_Connection *c, in
 	MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
 	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
 	q->status = 200;
-	/* a process may run for the sandbox's lifetime: no answer deadline
-	 * but the client's own */
-	srv_conn_deadline_in(q->s, c, 0);
+	/* a process may run for the sandbox's lifetime: the answer's deadline
+	 * is its end, and then the client's time */
+	srv_conn_deadline_in(q->s, c, serve_sbx_left_ms(q->s->sandboxes, p->x) +
+					      (int64_t)q->s->o->client_timeout_s * 1000);
 	enum MHD_Result rc = MHD_queue_response(c, 200, r);
 	MHD_destroy_response(r);
 	return rc;
@@ -477,6 +472,10 @@ static enum MHD_Result file_get(struct req *q, struct MHD_Connection *c, const c
 	}
 	unsigned status = rg > 0 ? 206 : 200;
 	q->status = status;
+	/* the client's time, and a second per MiB at 1 MiB/s: a reader that
+	 * trickles cannot hold the connection forever */
+	srv_conn_deadline_in(q->s, c, (int64_t)q->s->o->client_timeout_s * 1000 +
+					      (int64_t)(len / 1024));
 	q->bytes_out = len;
 	enum MHD_Result rc = MHD_queue_response(c, status, r);
 	MHD_destroy_response(r);

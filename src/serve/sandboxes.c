@@ -349,6 +349,14 @@ int serve_sbx_extend(struct serve_sbxs *ss, struct serve_sbx *x, uint64_t ms, ch
 	return rc;
 }
 
+int64_t serve_sbx_left_ms(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	pthread_mutex_lock(&ss->mu);
+	int64_t left = x->dead ? 0 : x->end_ms - moat_mono_ms();
+	pthread_mutex_unlock(&ss->mu);
+	return left > 0 ? left : 0;
+}
+
 void serve_sbx_delete(struct serve_sbxs *ss, struct serve_sbx *x)
 {
 	pthread_mutex_lock(&ss->mu);

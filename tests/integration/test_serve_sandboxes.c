@@ -358,14 +358,18 @@ START_TEST(sbx_stdin_and_reconnect)
 			      strstr(r.body, "\"exitCode\":0"),
 		      "%s: cat's output: %d %s", MODE_NAME[_i], r.code, r.body);
 	resp_free(&r);
-	/* reconnect: a client that hung up, another that attaches later */
-	pid = sbx_exec(&s, id, "{\"cmd\":\"echo one; sleep 2; echo two; sleep 300\"}");
+	/* reconnect: a client that hung up, another that attaches later and
+	 * gets what came after (the process writes "two" only once /sandbox/go
+	 * exists, made after the first client is gone) */
+	pid = sbx_exec(&s, id, "{\"cmd\":\"echo one; while ! test -e /sandbox/go; do sleep 0.1; "
+			       "done; echo two; sleep 300\"}");
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/output", id, pid);
-	struct req q = { .path = p, .max_ms = 1000 };
+	struct req q = { .path = p, .max_ms = 1500 };
 	call(&s, &q, &r);
 	ck_assert_msg(r.body && strstr(r.body, "one\\n") && !strstr(r.body, "two"),
 		      "%s: the first client: %s", MODE_NAME[_i], r.body ? r.body : "");
 	resp_free(&r);
+	ck_assert_int_eq(sbx_sh(&s, id, "touch /sandbox/go"), 0);
 	q.max_ms = 4000;
 	long t0 = harness_now_ms();
 	for (;;) { /* the first client's hang-up is seen within a wait */
