@@ -503,6 +503,6 @@ check-install: $(BUILD)/moat $(BUILD)/moat.1
 	bash tests/install/check.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) build-timeline
+	rm -rf $(BUILD) build-timeline $(AGENT)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
