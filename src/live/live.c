@@ -4,6 +4,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/magic.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
@@ -1046,13 +1048,26 @@ static int read_pipe(int fd, bool *eof, char *buf, size_t cap, size_t *n)
 	return 0;
 }
 
-/* The reader's socket hung up (or errs). */
+/* The reader's socket hung up (or errs). A read side shut here (the HTTP
+ * server may shut it once the request is in) is not a hang-up: over TCP
+ * only the peer's FIN (CLOSE_WAIT and after) is, elsewhere POLLHUP. */
 static bool hung_up(int fd)
 {
 	if (fd < 0)
 		return false;
 	struct pollfd p = { .fd = fd, .events = POLLRDHUP };
-	return poll(&p, 1, 0) > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR));
+	if (poll(&p, 1, 0) <= 0)
+		return false;
+	if (p.revents & (POLLHUP | POLLERR))
+		return true;
+	if (!(p.revents & POLLRDHUP))
+		return false;
+	struct tcp_info ti;
+	socklen_t len = sizeof ti;
+	if (getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &len) < 0)
+		return false;
+	return ti.tcpi_state == TCP_CLOSE_WAIT || ti.tcpi_state == TCP_LAST_ACK ||
+	       ti.tcpi_state == TCP_CLOSING || ti.tcpi_state == TCP_CLOSE;
 }
 
 enum live_event live_attach_next(struct live_attach *a, int ms, int client, char *buf,
