@@ -47,8 +47,9 @@ ALL_CFLAGS = -std=gnu11 $(WARN) $(CPPFLAGS) $(CFLAGS) -D_GNU_SOURCE -fstack-prot
 SAN     := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=all
 TSAN    := -fsanitize=thread -fno-omit-frame-pointer
 
-LIB_SRCS := $(sort $(filter-out src/cli/% src/main.c,$(wildcard src/*/*.c)))
+LIB_SRCS := $(sort $(filter-out src/cli/% src/main.c src/agent/main.c,$(wildcard src/*/*.c)))
 CLI_SRCS := src/main.c $(sort $(wildcard src/cli/*.c))
+AGENT    := runtime/bin/moat-agent
 GEN_SRC  := $(BUILD)/gen/embedded.c
 EMBEDDED := policies/default.json policies/zygote.json rootfs/default.plan
 # the seccomp BPF cache is keyed on a digest of the policy compiler's sources
@@ -80,7 +81,7 @@ THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
         fuzz-toolchain
 # NODE_DEPS=no: leave clients/node alone (the Debian package vendors build/mcp instead)
 NODE_DEPS ?= yes
-all: $(BUILD)/moat $(BUILD)/moat-zygote.so $(BUILD)/moat.bash $(if $(filter yes,$(NODE_DEPS)),node-deps)
+all: $(BUILD)/moat $(BUILD)/moat-zygote.so $(BUILD)/moat.bash $(AGENT) $(if $(filter yes,$(NODE_DEPS)),node-deps)
 
 # moat mcp from the source tree (it runs clients/node/mcp.js): the MCP SDK in
 # clients/node/node_modules, by npm ci --omit=dev from the committed lock, when
@@ -157,6 +158,13 @@ $(BUILD)/libmoat-san.a: $(SAN_LIB_OBJS)
 $(BUILD)/libmoat-tsan.a: $(TSAN_LIB_OBJS)
 	@rm -f $@
 	ar rcs $@ $^
+
+# the live sandboxes' in-sandbox agent (docs/SANDBOXES.md), static so that
+# it runs in any prepared root; in the runtime dir (bound at
+# /opt/moat/runtime in every sandbox), gitignored
+$(AGENT): src/agent/main.c src/agent/proto.c src/agent/proto.h
+	@mkdir -p $(dir $@)
+	$(CC) -std=gnu11 $(WARN) -O2 -D_GNU_SOURCE -Isrc -static -s -o $@ src/agent/main.c src/agent/proto.c
 
 $(BUILD)/moat: $(CLI_OBJS) $(BUILD)/libmoat.a
 	$(CC) $(ALL_CFLAGS) $(LDFLAGS) -Wl,-z,relro,-z,now -o $@ $(CLI_OBJS) $(BUILD)/libmoat.a \
@@ -458,6 +466,7 @@ PY_MINOR    = $(if $(filter /usr,$(PREFIX)),,$(shell $(PYTHON3) -c \
 PYTHONDIR  ?= $(if $(filter /usr,$(PREFIX)),/usr/lib/python3/dist-packages,$(PREFIX)/lib/python3$(PY_MINOR)/dist-packages)
 PY_FILES   := $(sort $(wildcard clients/python/moat_sandbox/*.py)) clients/python/moat_sandbox/py.typed
 RUNTIME_FILES := $(sort $(shell find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' \
+                 ! -path 'runtime/bin/*' \
                  2>/dev/null))
 
 $(BUILD)/moat.1: docs/moat.1.scd
@@ -486,7 +495,7 @@ $(BUILD)/mcp/.stamp: $(addprefix clients/node/,$(MCP_FILES))
 	touch $@
 mcp: $(BUILD)/mcp/.stamp
 
-install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat.bash $(BUILD)/moat-zygote.so $(BUILD)/mcp/.stamp
+install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat.bash $(BUILD)/moat-zygote.so $(BUILD)/mcp/.stamp $(AGENT)
 	install -D -m 0755 $(BUILD)/moat $(DESTDIR)$(BINDIR)/moat
 	install -d -m 0755 $(DESTDIR)$(LIBDIR)/moat/mcp
 	cp -R --no-preserve=ownership $(BUILD)/mcp/node_modules $(DESTDIR)$(LIBDIR)/moat/mcp/
@@ -498,6 +507,7 @@ install: $(BUILD)/moat $(BUILD)/moat.1 $(BUILD)/moat.bash $(BUILD)/moat-zygote.s
 	@for f in $(RUNTIME_FILES); do \
 	    echo "install -D -m 0644 $$f $(DESTDIR)$(DATADIR)/moat/$$f"; \
 	    install -D -m 0644 "$$f" "$(DESTDIR)$(DATADIR)/moat/$$f" || exit 1; done
+	install -D -m 0755 $(AGENT) $(DESTDIR)$(DATADIR)/moat/$(AGENT)
 	install -D -m 0644 apparmor/moat $(DESTDIR)$(DATADIR)/moat/apparmor/moat
 	install -D -m 0644 $(BUILD)/moat.1 $(DESTDIR)$(MANDIR)/man1/moat.1
 	install -D -m 0644 $(BUILD)/moat.bash $(DESTDIR)$(DATADIR)/bash-completion/completions/moat
@@ -551,6 +561,6 @@ check-install: $(BUILD)/moat $(BUILD)/moat.1
 	bash tests/install/check.sh $(BUILD)
 
 clean:
-	rm -rf $(BUILD) build-timeline
+	rm -rf $(BUILD) build-timeline $(AGENT)
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -12,6 +12,7 @@
 # --no-pool-zygote for the warm Python interpreters instead of the zygote), ROUNDS (each
 # cell in that many parts, the workloads taking turns in a random order each round (SEED):
 # bench/serve-load.mjs; default 5, so that the two sides of a ratio see the same host);
+# SANDBOXES=0 leaves out the live sandboxes' table (bench/sandbox-load.mjs).
 # SESSIONS=0 leaves out the session step's table (bench/session-load.mjs: SESSION_ROUNDS,
 # SESSION_CODE, SESSION_LANGUAGE), SESSION_ONLY=1 prints only that one.
 set -eu
@@ -63,6 +64,9 @@ rc=0
 # a session step against a cold and a warm run of the same code (bench/session-load.mjs)
 [ "$rc" != 0 ] || [ "${SESSIONS:-1}" = 0 ] ||
 	"$NODE" "$here/session-load.mjs" --socket "$sock" --cold-socket "$tmp/cold.sock" || rc=$?
+# live sandboxes: create, a process, 1 MiB each way (bench/sandbox-load.mjs)
+[ "$rc" != 0 ] || [ "${SANDBOXES:-1}" = 0 ] || [ "${SESSION_ONLY:-0}" = 1 ] ||
+	"$NODE" "$here/sandbox-load.mjs" --socket "$tmp/cold.sock" || rc=$?
 if [ "$rc" != 0 ]; then
 	echo "bench-serve: failed (exit $rc); the end of moat serve's log:" >&2
 	tail -n 20 "$tmp/serve.log" >&2 || true

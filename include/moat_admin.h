@@ -279,6 +279,9 @@ struct moat_serve_options {
 	/* sessions live at once (docs/SESSIONS.md); 0: sessions off; -1: the
 	 * config's serve.sessions.max, else from memory (at most 64) */
 	int max_sessions;
+	/* live sandboxes at once (docs/SANDBOXES.md); 0: off; -1: as
+	 * max_sessions' default (from memory, at most 64) */
+	int max_sandboxes;
 	const char *rootfs_dir;   /* NULL: the config's, else the host-derived root */
 	const struct moat_config *cfg; /* never NULL: policy, rootfs and the "serve" limits */
 	FILE *log;                /* access log and notices */

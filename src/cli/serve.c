@@ -255,7 +255,7 @@ struct serve_args {
 	const char *socket_group, *metrics_spec;
 	bool no_kv, json_log, no_auth;
 	int zygote; /* -1: not given */
-	unsigned pool, max_sessions, zyg_children, zyg_age, max_relays, max_dns;
+	unsigned pool, max_sessions, max_sandboxes, zyg_children, zyg_age, max_relays, max_dns;
 	unsigned maxc, queue, grace, client_to;
 };
 
@@ -339,6 +339,9 @@ static const struct cli_opt serve_opts[] = {
 	       "sessions (POST /v1/sessions, docs/SESSIONS.md) live at once; 0 turns sessions "
 	       "off (default: config serve.sessions.max, else by available memory, at most "
 	       "64)"),
+	S_UINT("max-sandboxes", "N", max_sandboxes, 0, 4096, "a number",
+	       "live sandboxes (POST /v1/sandboxes, docs/SANDBOXES.md) at once; they never "
+	       "take a run slot; 0 turns them off (default: as --max-sessions' default)"),
 	S_FLAG("json-log", json_log,
 	       "write every log line as one JSON object to stdout (for a log collector, e.g. "
 	       "in a pod); by default the log goes to stderr"),
@@ -379,6 +382,8 @@ int cli_serve(int argc, char **argv)
 	int pool = cli_opts_given(&cli_serve_cmd, &p, "pool") ? (int)a.pool : -1;
 	int max_sessions = cli_opts_given(&cli_serve_cmd, &p, "max-sessions")
 				   ? (int)a.max_sessions : -1;
+	int max_sandboxes = cli_opts_given(&cli_serve_cmd, &p, "max-sandboxes")
+				    ? (int)a.max_sandboxes : -1;
 	unsigned zyg_children = a.zyg_children, zyg_age = a.zyg_age;
 	unsigned max_relays = a.max_relays, max_dns = a.max_dns;
 	unsigned maxc = a.maxc, queue = a.queue, grace = a.grace, client_to = a.client_to;
@@ -560,6 +565,7 @@ int cli_serve(int argc, char **argv)
 		.pool = pool, .pool_zygote = zygote,
 		.pool_zygote_max_children = zyg_children, .pool_zygote_max_age_s = zyg_age,
 		.max_relays = max_relays, .max_dns = max_dns, .max_sessions = max_sessions,
+		.max_sandboxes = max_sandboxes,
 	};
 	fd = mfd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {

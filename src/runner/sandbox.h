@@ -83,6 +83,14 @@ int64_t run_sandbox_cpu_ms(const struct moat_sandbox *sb);
 /* Whether the sandbox's CPU is bounded by a cgroup (its cpus quota):
  * without, background work between requests is bounded by nothing. */
 bool run_sandbox_cpu_bounded(const struct moat_sandbox *sb);
+/* A live sandbox (src/live/): boot's program (the agent) started with
+ * the host's end of a SOCK_SEQPACKET pair in *ctl (the program's fd 3),
+ * *made a result holding the limits and warnings of its making;
+ * moat_sandbox_wait pumps it to its end, run_sandbox_session_kill ends it
+ * from any thread. The thread that calls this must outlive the sandbox. */
+int run_sandbox_start_live(const struct moat_request *boot, const struct moat_run_options *opts,
+			   struct moat_sandbox **out, int *ctl, struct moat_result **made,
+			   struct moat_error *err);
 /* pid 1 killed if it is still there, and reaped (waited for): after it
  * nothing of the run is alive. moat_sandbox_wait may return before pid 1
  * has exited (run_ended_alone); moat_sandbox_release does this too. sb may

@@ -168,25 +168,39 @@ static int proto_copy(struct moat_result *to, const struct moat_result *from)
 	return 0;
 }
 
+/* A sandbox set up for boot with a control socket pair of type: the
+ * child's end is the program's fd 3, *host the other. */
+static int with_socket(const struct moat_request *boot, const struct moat_run_options *opts,
+		       int type, struct moat_sandbox **out, int *host, struct moat_error *err)
+{
+	struct moat_sandbox *sb = malloc(sizeof *sb);
+	if (!sb)
+		return moat_error_oom(err);
+	run_init(&sb->run, boot, opts);
+	int sp[2];
+	if (socketpair(AF_UNIX, type | SOCK_CLOEXEC, 0, sp) < 0) {
+		free(sb);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
+				      strerror(errno));
+	}
+	sb->run.session_child = sp[1];
+	*host = sp[0];
+	*out = sb;
+	return 0;
+}
+
 int run_sandbox_start_session(const struct moat_request *boot, const struct moat_run_options *opts,
 			      struct moat_sandbox **out, struct moat_error *err)
 {
 	*out = NULL;
 	if (!boot->prepared && moat_request_validate(boot, err) < 0)
 		return -1;
-	struct moat_sandbox *sb = malloc(sizeof *sb);
-	if (!sb)
-		return moat_error_oom(err);
+	struct moat_sandbox *sb;
+	int host;
+	if (with_socket(boot, opts, SOCK_STREAM, &sb, &host, err) < 0)
+		return -1;
 	struct run *r = &sb->run;
-	run_init(r, boot, opts);
-	int sp[2];
-	if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sp) < 0) {
-		free(sb);
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno, "socketpair: %s",
-				      strerror(errno));
-	}
-	r->session_fd = sp[0];
-	r->session_child = sp[1];
+	r->session_fd = host;
 	r->session_end = moat_mono_ms() + (int64_t)boot->timeout_ms;
 	if (run_prepare(r, err) < 0 || run_spawn(r, err) < 0 || run_start(r, err) < 0)
 		goto fail;
@@ -394,3 +408,40 @@ bool run_sandbox_session_interrupted(const struct moat_sandbox *sb, bool *asked)
 		*asked = sb->run.session_intr == RUN_INTR_ASKED;
 	return sb->run.session_intr != RUN_INTR_NONE;
 }
+
+/* A live sandbox's (src/live/): as a session's, but the control socket is
+ * a SOCK_SEQPACKET pair whose host end is the caller's (*ctl): the agent's
+ * requests carry fds, its answers come on per-operation sockets, so the
+ * pump never watches it. moat_sandbox_wait then pumps the sandbox to its
+ * end (the program's output is kept up to boot's maxOutputBytes). */
+int run_sandbox_start_live(const struct moat_request *boot, const struct moat_run_options *opts,
+			   struct moat_sandbox **out, int *ctl, struct moat_result **made,
+			   struct moat_error *err)
+{
+	*out = NULL;
+	*ctl = -1;
+	*made = NULL;
+	if (!boot->prepared && moat_request_validate(boot, err) < 0)
+		return -1;
+	struct moat_sandbox *sb;
+	int host;
+	if (with_socket(boot, opts, SOCK_SEQPACKET, &sb, &host, err) < 0)
+		return -1;
+	struct run *r = &sb->run;
+	if (run_prepare(r, err) < 0 || run_spawn(r, err) < 0 || run_start(r, err) < 0) {
+		close(host);
+		moat_sandbox_release(sb);
+		return -1;
+	}
+	if (!(*made = moat_result_new()) || proto_copy(*made, r->res) < 0) {
+		moat_result_free(*made);
+		*made = NULL;
+		close(host);
+		moat_sandbox_release(sb);
+		return moat_error_oom(err);
+	}
+	*ctl = host;
+	*out = sb;
+	return 0;
+}
+

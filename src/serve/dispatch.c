@@ -83,6 +83,8 @@ static enum serve_route route_of(const char *url)
 			return R_SESSION_INTERRUPT;
 		return n > 4 && !strcmp(url + 13 + n - 4, "/run") ? R_SESSION_RUN : R_SESSION;
 	}
+	if (!strcmp(url, "/v1/sandboxes") || !strncmp(url, "/v1/sandboxes/", 14))
+		return R_SANDBOXES;
 	if (!strcmp(url, "/healthz"))
 		return R_HEALTHZ;
 	if (!strcmp(url, "/metrics"))
@@ -120,8 +122,21 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	bool ses_route = q->route == R_SESSIONS || q->route == R_SESSION ||
 			 q->route == R_SESSION_RUN || q->route == R_SESSION_CTL ||
 			 q->route == R_SESSION_INTERRUPT;
-	if (q->route == R_OTHER || (ses_route && !s->sessions))
+	if (q->route == R_OTHER || (ses_route && !s->sessions) ||
+	    (q->route == R_SANDBOXES && !s->sandboxes))
 		return srv_fail(q, c, 404, "NotFound", O_BAD_REQUEST, "no such route");
+	if (q->route == R_SANDBOXES) {
+		if (!token_ok(s, c))
+			return srv_fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
+					"a valid bearer token is required (Authorization: Bearer ...)");
+		struct moat_error err = { 0 };
+		if (read_id_header(q, c, &err) < 0) {
+			enum MHD_Result r = srv_fail_moat(q, c, &err);
+			moat_error_clear(&err);
+			return r;
+		}
+		return srv_sandboxes_route(q, c, url, method);
+	}
 	if (q->route == R_SESSION || q->route == R_SESSION_CTL) {
 		/* answered from the headers: a body, if any, is not read */
 		bool ctl = q->route == R_SESSION_CTL;
@@ -193,15 +208,9 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	}
 	if (q->route == R_KV)
 		return srv_kv_delete(q, c, url + 7);
-	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
-	if (cl) {
-		char *end;
-		errno = 0;
-		unsigned long long n = strtoull(cl, &end, 10);
-		if (errno || *end || end == cl || n > SERVE_MAX_BODY)
-			return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
-					"the request body is larger than 6 MiB");
-	}
+	if (srv_length_over(c, SERVE_MAX_BODY))
+		return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
+				"the request body is larger than 6 MiB");
 	q->is_post = true;
 	return MHD_YES;
 }
@@ -222,6 +231,7 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 		pthread_mutex_unlock(&s->mu);
 		q->lang = -1;
 		q->conn_fd = -1;
+		q->up_fd = -1;
 		q->st.resume_fd = -1;
 		q->t0 = moat_mono_ms();
 		q->outcome = O_OK;
@@ -235,6 +245,12 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 	}
 	if (!q->is_post)
 		return MHD_YES;
+	if (*upload_data_size && q->up_fd >= 0) {
+		/* a file's bytes go to it as they come, never kept */
+		srv_sandboxes_upload(q, upload_data, *upload_data_size);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
 	if (*upload_data_size) {
 		size_t n = *upload_data_size;
 		if (!q->too_large && q->body.len + n > SERVE_MAX_BODY)
@@ -262,6 +278,8 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 	if (q->over_budget || q->body.oom)
 		return srv_fail(q, c, 503, "ServerBusy", O_REJECTED,
 				"too many request bodies are being received at once; retry later");
+	if (q->route == R_SANDBOXES)
+		return srv_sandboxes_body(q, c);
 	if (q->route == R_SESSIONS)
 		return srv_sessions_create_route(q, c);
 	if (q->route == R_SESSION_RUN)

@@ -73,6 +73,7 @@ struct server {
 	struct moat_run_options ses_opts; /* the sessions' sandboxes' */
 	struct serve_budget budget; /* the live sandboxes' memory and cpus (budget.c) */
 	bool have_budget;
+	struct serve_sbxs *sandboxes; /* NULL: live sandboxes off (their routes are 404s) */
 };
 
 /* A handler's response on its way from the worker to the connection. */
@@ -125,6 +126,16 @@ struct req {
 	char ses_id[SERVE_SESSION_ID_LEN + 1];
 	struct serve_session *ses;
 	bool ses_busy; /* a step of it is ours (serve_session_end) */
+	/* the sandbox routes (route_sandboxes.c): the sandbox held, whether
+	 * this request keeps it busy, the operation, and a PUT file's upload */
+	struct serve_sbx *sbx;
+	bool sbx_busy;
+	int sbx_op, sbx_pid;
+	char *sbx_path;
+	int up_fd;
+	uint64_t up_len;
+	int up_errno;
+	bool up_too_large;
 	/* a run answered in this thread (run_script): its sandbox, ended by
 	 * on_completed once the answer is out, before the slot is released */
 	struct pool_lease lease;
@@ -151,6 +162,7 @@ enum MHD_Result srv_queue_body(struct MHD_Connection *c, unsigned status, char *
 enum MHD_Result srv_respond(struct req *q, struct MHD_Connection *c, unsigned status, char *body,
 		const char *ctype, const char *h1, const char *v1);
 char *srv_error_json(const char *type, const char *msg);
+bool srv_length_over(struct MHD_Connection *c, uint64_t max);
 enum MHD_Result srv_fail(struct req *q, struct MHD_Connection *c, unsigned status, const char *type,
 		enum serve_outcome outcome, const char *msg);
 enum MHD_Result srv_fail_moat(struct req *q, struct MHD_Connection *c,
@@ -195,12 +207,28 @@ enum MHD_Result srv_v1_route(struct req *q, struct MHD_Connection *c);
 /* ---- route_sessions.c ---- */
 void srv_caller_cred(struct server *s, struct MHD_Connection *c, uint8_t out[MOAT_SHA256_LEN]);
 enum MHD_Result srv_session_missing(struct req *q, struct MHD_Connection *c);
+struct cJSON;
+int srv_lifetime_key(struct cJSON *o, const char *key, uint64_t def, uint64_t max, uint64_t *out,
+		struct moat_error *err);
 enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c);
 enum srv_session_op { SES_OP_GET, SES_OP_DELETE, SES_OP_PAUSE, SES_OP_RESUME };
 /* GET and DELETE /v1/sessions/{id}, POST .../pause and .../resume. */
 enum MHD_Result srv_session_route(struct req *q, struct MHD_Connection *c, enum srv_session_op op);
 enum MHD_Result srv_session_interrupt_route(struct req *q, struct MHD_Connection *c);
+
+/* ---- route_sandboxes.c ---- */
+struct meta_filter { /* ?metadata.<key>=<value>, at most 16 */
+	char *kv[32];
+	size_t n;
+	bool bad;
+};
+enum MHD_Result srv_sandboxes_filter(void *cls, enum MHD_ValueKind kind, const char *key,
+		const char *value);
+enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, const char *url,
+		const char *method);
+void srv_sandboxes_upload(struct req *q, const char *data, size_t n);
+enum MHD_Result srv_sandboxes_body(struct req *q, struct MHD_Connection *c);
 
 /* ---- route_admin.c ---- */
 char *srv_metrics_text(struct server *s);

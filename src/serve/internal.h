@@ -139,7 +139,8 @@ bool frame_header_dropped(const char *name);
 
 /* ---- metrics ---- */
 enum serve_route { R_PY, R_TS, R_V1_RUN, R_HEALTHZ, R_METRICS, R_KV, R_OTHER, R_SESSIONS,
-		  R_SESSION, R_SESSION_RUN, R_SESSION_CTL /* /pause, /resume */, R_SESSION_INTERRUPT, R__COUNT };
+		  R_SESSION, R_SESSION_RUN, R_SESSION_CTL /* /pause, /resume */, R_SESSION_INTERRUPT,
+		  R_SANDBOXES, R__COUNT };
 enum serve_outcome {
 	O_OK, O_ERROR, O_TIMEOUT, O_OOM, O_KILLED, O_DISCONNECTED, O_BAD_REQUEST,
 	O_UNAUTHORIZED, O_REJECTED, O_UNAVAILABLE, O__COUNT
@@ -243,6 +244,15 @@ void serve_budget_release(struct serve_budget *b, uint64_t memory_mb, double cpu
 void serve_budget_json(struct serve_budget *b, struct moat_buf *out);
 void serve_budget_metrics(struct serve_budget *b, struct moat_buf *out);
 
+/* ---- what the tables share (ids.c) ---- */
+#define SERVE_ID_LEN 36 /* a 4-byte prefix ("ses_", "sbx_") + 32 hex digits: 128 random bits */
+int64_t serve_wall_ms(void); /* CLOCK_REALTIME */
+/* Appends ,"key":"<RFC 3339 UTC with milliseconds>". */
+void serve_put_time(struct moat_buf *b, const char *key, int64_t ms);
+bool serve_ct_equal(const void *a, const void *b, size_t n);
+bool serve_id_valid(const char *id, const char *prefix);
+int serve_new_id(char out[SERVE_ID_LEN + 1], const char *prefix);
+
 /* ---- sessions (sessions.c; docs/SESSIONS.md) ---- */
 #define SERVE_SESSION_ID_LEN 36 /* "ses_" + 32 hex digits: 128 random bits */
 #define SERVE_SESSIONS_LIMIT 4096 /* --max-sessions, serve.sessions.max at most */
@@ -317,6 +327,69 @@ int serve_session_delete(struct serve_sessions *ss, struct serve_session *x, cha
  * (*gone: the sentence). */
 int serve_session_interrupt(struct serve_sessions *ss, struct serve_session *x, char **gone);
 void serve_sessions_metrics(struct serve_sessions *ss, struct moat_buf *b);
+
+/* ---- live sandboxes (sandboxes.c; docs/SANDBOXES.md) ---- */
+#define SERVE_SBX_ID_LEN 36 /* "sbx_" + 32 hex digits: 128 random bits */
+#define SERVE_SBX_LIMIT 4096 /* --max-sandboxes at most */
+/* the bounds of the sandbox routes (docs/SANDBOXES.md, "Bounds") */
+#define SERVE_SBX_MAX_FILE (1024ull * 1024 * 1024) /* a PUT file's bytes */
+#define SERVE_SBX_MAX_ENTRIES 10000u /* a listing's entries */
+#define SERVE_SBX_MAX_DEPTH 32u      /* a listing's depth */
+#define SERVE_SBX_MAX_ARGS 1000u     /* a process's argv, its env */
+#define SERVE_SBX_MAX_META 64u       /* metadata pairs */
+#define SERVE_SBX_MAX_META_KEY 128u
+#define SERVE_SBX_MAX_META_VALUE 1024u
+struct serve_sbxs_config {
+	unsigned max; /* live at once; 0: sandboxes off */
+	const struct moat_run_options *opts; /* their sandboxes'; lives as long */
+	uint64_t max_life_ms; /* the most a lifetime may be, extensions included */
+	/* each live sandbox's memoryMb and cpus reserved here, with the
+	 * sessions' (budget.c); NULL: none */
+	struct serve_budget *budget;
+};
+struct serve_sbxs;
+struct serve_sbx;
+struct live;
+int serve_sbxs_start(struct serve_sbxs **out, const struct serve_sbxs_config *cfg,
+		     struct moat_error *err);
+/* Ends every sandbox (all killed at once) and the reaper; NULL-safe. */
+void serve_sbxs_stop(struct serve_sbxs *ss);
+unsigned serve_sbxs_max(const struct serve_sbxs *ss);
+bool serve_sbx_id_valid(const char *id);
+/* A new sandbox for cred (req: prepared, taken; meta: 2 x meta_count
+ * malloc'd strings, taken): 0 and *out (a reference); -2 (503): the most
+ * are live, past a budget (serve.sandboxes, named in *err), or stopping;
+ * -1: *err. */
+int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
+		     struct moat_request *req, uint64_t life_ms, uint64_t idle_ms, char **meta,
+		     size_t meta_count, struct serve_sbx **out, struct moat_error *err);
+/* The sandbox id names for cred (a reference), or NULL (404 alike:
+ * none, another credential's, forgotten). */
+struct serve_sbx *serve_sbx_get(struct serve_sbxs *ss, const char *id,
+				const uint8_t cred[MOAT_SHA256_LEN]);
+void serve_sbx_put(struct serve_sbxs *ss, struct serve_sbx *x);
+struct live *serve_sbx_live(struct serve_sbx *x);
+const char *serve_sbx_id(const struct serve_sbx *x);
+/* A request uses it (its idle clock stands still until serve_sbx_end):
+ * NULL, or the 410's sentence (malloc'd) when it is dead (then no _end). */
+char *serve_sbx_begin(struct serve_sbxs *ss, struct serve_sbx *x);
+void serve_sbx_end(struct serve_sbxs *ss, struct serve_sbx *x);
+char *serve_sbx_gone(struct serve_sbxs *ss, struct serve_sbx *x);
+/* Its lifetime ends ms from now, capped at max_life_ms from its making:
+ * 0; 1: capped; -1: dead (*gone). */
+int serve_sbx_extend(struct serve_sbxs *ss, struct serve_sbx *x, uint64_t ms, char **gone);
+/* ms until the end of its lifetime (0 when dead or past). */
+int64_t serve_sbx_left_ms(struct serve_sbxs *ss, struct serve_sbx *x);
+/* Ends it, out of the table, nothing of it left when this returns. */
+void serve_sbx_delete(struct serve_sbxs *ss, struct serve_sbx *x);
+void serve_sbx_json(struct serve_sbxs *ss, struct serve_sbx *x, struct moat_buf *b);
+/* cred's live sandboxes whose metadata has every filter pair (2 x nfilter
+ * strings), newest first, at most limit, after the id after (NULL: from
+ * the first): {"sandboxes":[...],"next":id|null}. */
+void serve_sbx_list(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
+		    char *const *filter, size_t nfilter, unsigned limit, const char *after,
+		    struct moat_buf *b);
+void serve_sbxs_metrics(struct serve_sbxs *ss, struct moat_buf *b);
 
 /* The one-line "error" of a Spin script result (NULL on success). */
 char *serve_script_error(const struct moat_result *res, const struct moat_request *req);

@@ -1,6 +1,7 @@
 /* `moat serve`: a request's life (its references, its access line and
  * metrics when the last one goes) and its answers: a body queued whole,
  * the JSON error of every refusal. */
+#include <errno.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -81,6 +82,12 @@ void srv_req_unref(struct req *q)
 	if (q->ses_busy)
 		serve_session_end(q->s->sessions, q->ses);
 	serve_session_put(q->s->sessions, q->ses);
+	if (q->sbx_busy)
+		serve_sbx_end(q->s->sandboxes, q->sbx);
+	serve_sbx_put(q->s->sandboxes, q->sbx);
+	if (q->up_fd >= 0)
+		close(q->up_fd);
+	free(q->sbx_path);
 	moat_buf_free(&q->body);
 	free(q->header_id);
 	serve_envelope_free(&q->env);
@@ -126,6 +133,19 @@ enum MHD_Result srv_respond(struct req *q, struct MHD_Connection *c, unsigned st
 	 * timeout alone lets a client that reads a byte now and then hold it */
 	srv_conn_deadline_in(q->s, c, (int64_t)q->s->o->client_timeout_s * 1000);
 	return srv_queue_body(c, status, body, ctype, h1, v1);
+}
+
+/* The request's Content-Length, when it has one, is not a number or says
+ * more than max bytes. */
+bool srv_length_over(struct MHD_Connection *c, uint64_t max)
+{
+	const char *cl = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Length");
+	if (!cl)
+		return false;
+	char *end;
+	errno = 0;
+	unsigned long long n = strtoull(cl, &end, 10);
+	return errno || *end || end == cl || n > max;
 }
 
 char *srv_error_json(const char *type, const char *msg)

@@ -33,6 +33,7 @@ char *srv_metrics_text(struct server *s)
 	serve_sessions_metrics(s->sessions, &b);
 	if (s->have_budget)
 		serve_budget_metrics(&s->budget, &b);
+	serve_sbxs_metrics(s->sandboxes, &b);
 	if (s->pool)
 		pool_render(s->pool, &b);
 	return moat_buf_take(&b);

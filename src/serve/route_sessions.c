@@ -54,9 +54,9 @@ static enum MHD_Result session_gone(struct req *q, struct MHD_Connection *c, cha
 	return r;
 }
 
-/* A lifetime field of POST /v1/sessions (removed from the object): its
- * value, the default when absent, or -1 with *err. */
-static int lifetime_key(cJSON *o, const char *key, uint64_t def, uint64_t max, uint64_t *out,
+/* A lifetime field of POST /v1/sessions or /v1/sandboxes (removed from
+ * the object): its value, the default when absent, or -1 with *err. */
+int srv_lifetime_key(cJSON *o, const char *key, uint64_t def, uint64_t max, uint64_t *out,
 			struct moat_error *err)
 {
 	cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(o, key);
@@ -156,11 +156,11 @@ enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *
 		uint64_t cpu_max = l->session_max_cpu_ms ? l->session_max_cpu_ms
 							 : 7ull * 24 * 3600 * 1000;
 		if (!o ||
-		    lifetime_key(o, "idleTimeoutMs", l->session_idle_ms, l->session_max_idle_ms,
+		    srv_lifetime_key(o, "idleTimeoutMs", l->session_idle_ms, l->session_max_idle_ms,
 				 &sp.idle_ms, &err) < 0 ||
-		    lifetime_key(o, "maxLifetimeMs", l->session_max_life_ms,
+		    srv_lifetime_key(o, "maxLifetimeMs", l->session_max_life_ms,
 				 l->session_max_life_ms, &sp.life_ms, &err) < 0 ||
-		    lifetime_key(o, "maxCpuTimeMs", l->session_max_cpu_ms, cpu_max,
+		    srv_lifetime_key(o, "maxCpuTimeMs", l->session_max_cpu_ms, cpu_max,
 				 &sp.max_cpu_ms, &err) < 0 ||
 		    on_idle_key(o, &sp.on_idle_pause, &err) < 0 ||
 		    !cJSON_AddStringToObject(o, "code", "") ||

@@ -314,6 +314,18 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 			close_listeners(o);
 			goto out;
 		}
+		/* live sandboxes never take a run slot: their own bound */
+		int smax = o->max_sandboxes >= 0
+				   ? o->max_sandboxes
+				   : (int)sessions_auto(bmem, bcpu, s->limits.def_memory_mb,
+							s->limits.def_cpus);
+		struct serve_sbxs_config xc = { .max = (unsigned)smax, .opts = &s->ses_opts,
+						.max_life_ms = s->limits.session_max_life_ms,
+						.budget = &s->budget };
+		if (serve_sbxs_start(&s->sandboxes, &xc, err) < 0) {
+			close_listeners(o);
+			goto out;
+		}
 	}
 	s->d = MHD_start_daemon(
 		MHD_USE_THREAD_PER_CONNECTION | MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_POLL |
@@ -394,6 +406,7 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	/* every session ends before the service (a step still running is
 	 * cancelled); no new one is made from here on */
 	serve_sessions_stop(s->sessions);
+	serve_sbxs_stop(s->sandboxes);
 	sessions_stopped = true;
 	MHD_stop_daemon(s->d);
 	if (s->metrics_d)
@@ -408,8 +421,10 @@ out:
 		pthread_mutex_unlock(&s->conns_mu);
 		pthread_join(s->watchdog, NULL);
 	}
-	if (!sessions_stopped)
+	if (!sessions_stopped) {
 		serve_sessions_stop(s->sessions);
+		serve_sbxs_stop(s->sandboxes);
+	}
 	pool_stop(s->pool); /* after every run: the pool's thread owns their pid 1 */
 	if (s->cancel_fd >= 0)
 		close(s->cancel_fd);

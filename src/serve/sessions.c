@@ -115,63 +115,9 @@ static int kill_index(const char *reason)
 	return 3;
 }
 
-static int64_t wall_ms(void)
-{
-	struct timespec ts;
-	clock_gettime(CLOCK_REALTIME, &ts);
-	return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-/* RFC 3339 UTC with milliseconds. */
-static void put_time(struct moat_buf *b, const char *key, int64_t ms)
-{
-	time_t t = (time_t)(ms / 1000);
-	struct tm tm;
-	gmtime_r(&t, &tm);
-	char s[40];
-	strftime(s, sizeof s, "%Y-%m-%dT%H:%M:%S", &tm);
-	moat_buf_appendf(b, ",\"%s\":\"%s.%03dZ\"", key, s, (int)(ms % 1000));
-}
-
-static bool ct_equal(const void *a, const void *b, size_t n)
-{
-	const unsigned char *x = a, *y = b;
-	unsigned diff = 0;
-	for (size_t i = 0; i < n; i++)
-		diff |= x[i] ^ y[i];
-	return diff == 0;
-}
-
 bool serve_session_id_valid(const char *id)
 {
-	if (strncmp(id, "ses_", 4) || strlen(id) != SERVE_SESSION_ID_LEN)
-		return false;
-	for (const char *p = id + 4; *p; p++)
-		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
-			return false;
-	return true;
-}
-
-static int new_id(char out[SERVE_SESSION_ID_LEN + 1])
-{
-	unsigned char r[16];
-	size_t got = 0;
-	while (got < sizeof r) {
-		ssize_t n = getrandom(r + got, sizeof r - got, 0);
-		if (n < 0 && errno == EINTR)
-			continue;
-		if (n < 0)
-			return -1;
-		got += (size_t)n;
-	}
-	memcpy(out, "ses_", 4);
-	for (size_t i = 0; i < sizeof r; i++) {
-		static const char hex[] = "0123456789abcdef";
-		out[4 + 2 * i] = hex[r[i] >> 4];
-		out[5 + 2 * i] = hex[r[i] & 15];
-	}
-	out[SERVE_SESSION_ID_LEN] = '\0';
-	return 0;
+	return serve_id_valid(id, "ses_");
 }
 
 /* A live session dies (mu held): its state, reason and counters; its
@@ -503,7 +449,7 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 	uint64_t idle_ms = prm->idle_ms, life_ms = prm->life_ms;
 	*answer = NULL;
 	char id[SERVE_SESSION_ID_LEN + 1];
-	if (new_id(id) < 0)
+	if (serve_new_id(id, "ses_") < 0)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
 				      "cannot draw a session id: %s", strerror(errno));
 	MOAT_AUTOFREE struct serve_session *x = calloc(1, sizeof *x);
@@ -586,7 +532,7 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 	x->ps = j->ps;
 	x->state = SES_LIVE;
 	x->refs = 1;
-	x->created_wall_ms = wall_ms();
+	x->created_wall_ms = serve_wall_ms();
 	x->created_ms = x->last_ms = moat_mono_ms();
 	x->idle_ms = idle_ms;
 	x->life_ms = life_ms;
@@ -604,8 +550,8 @@ int serve_sessions_create(struct serve_sessions *ss, const uint8_t cred[MOAT_SHA
 	struct moat_buf b = { 0 };
 	moat_buf_appendf(&b, "{\"id\":\"%s\",\"language\":\"%s\"", made->id,
 			 moat_lang_get(made->lang)->name);
-	put_time(&b, "expiresAt", made->created_wall_ms + (int64_t)life_ms);
-	put_time(&b, "idleExpiresAt", made->created_wall_ms + (int64_t)idle_ms);
+	serve_put_time(&b, "expiresAt", made->created_wall_ms + (int64_t)life_ms);
+	serve_put_time(&b, "idleExpiresAt", made->created_wall_ms + (int64_t)idle_ms);
 	moat_buf_appendf(&b, ",\"limits\":{\"memoryMb\":%llu,\"cpus\":%g,\"pidsLimit\":%llu,"
 			     "\"idleTimeoutMs\":%llu,\"maxLifetimeMs\":%llu,\"maxCpuTimeMs\":%llu,"
 			     "\"onIdle\":\"%s\"},\"warnings\":[%s]}\n",
@@ -628,8 +574,8 @@ struct serve_session *serve_sessions_get(struct serve_sessions *ss, const char *
 	pthread_mutex_lock(&ss->mu);
 	for (struct serve_session *x = ss->list; x; x = x->next) {
 		/* every entry is compared whole: the time says nothing */
-		bool same = ct_equal(x->id, id, SERVE_SESSION_ID_LEN);
-		bool mine = ct_equal(x->cred, cred, MOAT_SHA256_LEN);
+		bool same = serve_ct_equal(x->id, id, SERVE_SESSION_ID_LEN);
+		bool mine = serve_ct_equal(x->cred, cred, MOAT_SHA256_LEN);
 		if (same && mine)
 			found = x;
 	}
@@ -766,9 +712,9 @@ static void session_object(struct serve_session *x, struct moat_buf *b, bool ful
 				 both ? "them" : "it");
 	}
 	if (full)
-		put_time(b, "createdAt", x->created_wall_ms);
-	put_time(b, "expiresAt", x->created_wall_ms + (int64_t)x->life_ms);
-	put_time(b, "idleExpiresAt",
+		serve_put_time(b, "createdAt", x->created_wall_ms);
+	serve_put_time(b, "expiresAt", x->created_wall_ms + (int64_t)x->life_ms);
+	serve_put_time(b, "idleExpiresAt",
 		 x->created_wall_ms + (x->last_ms - x->created_ms) + (int64_t)x->idle_ms);
 	if (full) {
 		moat_buf_appendf(b, ",\"limits\":{\"memoryMb\":%llu,\"cpus\":%g,\"pidsLimit\":%llu,"

@@ -54,8 +54,10 @@ pydir="$PREFIX/lib/python3$($py3 -c 'import sys; print(".%d" % sys.version_info[
 	echo "644 /etc/apparmor.d/moat"
 	echo "755 $PREFIX/lib/moat/mcp/mcp.js"
 	for f in index.js package.json package-lock.json; do echo "644 $PREFIX/lib/moat/mcp/$f"; done
-	find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' |
+	find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path 'runtime/bin/*' |
 		sed "s,^,644 $PREFIX/share/moat/,"
+	# the live sandboxes' agent (docs/SANDBOXES.md), built by make
+	echo "755 $PREFIX/share/moat/runtime/bin/moat-agent"
 	# the Python client, where the host's Debian python3 looks under $PREFIX
 	ls clients/python/moat_sandbox/*.py clients/python/moat_sandbox/py.typed |
 		sed "s,^clients/python/,644 $pydir/,"

@@ -216,6 +216,10 @@ bool raw_send(int fd, const char *data, size_t len);
 char *raw_read(int fd, long ms, bool *closed, long *took);
 int raw_status(const char *resp);
 
+/* ---- another caller, a process found by its command line ---- */
+int status_as_other(struct server *s, const char *method, const char *path);
+int marked(const char *marker);
+
 /* ---- metrics --------------------------------------------------------------------- */
 double metric_sum(const char *text, const char *name, const char *label, int *found);
 char *get_metrics(struct server *s, const char *auth);

@@ -22,5 +22,6 @@ Suite *serve_speed_suite(void);
 Suite *serve_stream_suite(void);
 Suite *pool_session_suite(void);
 Suite *serve_sessions_suite(void);
+Suite *serve_sandboxes_suite(void);
 
 #endif

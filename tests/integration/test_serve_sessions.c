@@ -276,30 +276,6 @@ END_TEST
 /* ---- another caller: 404; no token: 401 ---- */
 
 /* A raw request from uid 65534 on the server's unix socket: its status. */
-static int status_as_other(struct server *s, const char *method, const char *path)
-{
-	pid_t pid = fork();
-	ck_assert_int_ge(pid, 0);
-	if (pid == 0) {
-		if (setgroups(0, NULL) < 0 || setgid(ROOTLESS_ID) < 0 || setuid(ROOTLESS_ID) < 0)
-			_exit(99);
-		int fd = raw_connect(s);
-		char req[256];
-		int n = snprintf(req, sizeof req, "%s %s HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n"
-				 "Connection: close\r\n\r\n{}", method, path);
-		if (!raw_send(fd, req, (size_t)n))
-			_exit(98);
-		bool closed;
-		long took;
-		char *resp = raw_read(fd, 20000, &closed, &took);
-		_exit(raw_status(resp) / 100 * 10 + raw_status(resp) % 10);
-	}
-	int st;
-	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
-	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) < 98, "the other caller could not ask");
-	int e = WEXITSTATUS(st);
-	return e / 10 * 100 + e % 10;
-}
 
 START_TEST(ses_other_caller)
 {
@@ -736,23 +712,6 @@ END_TEST
 /* ---- no process outlives the service ---- */
 
 /* Processes whose command line holds marker. */
-static int marked(const char *marker)
-{
-	DIR *d = opendir("/proc");
-	ck_assert_ptr_nonnull(d);
-	int n = 0;
-	struct dirent *e;
-	while ((e = readdir(d))) {
-		if (!isdigit((unsigned char)e->d_name[0]))
-			continue;
-		char *cl = proc_cmdline((pid_t)atoi(e->d_name));
-		if (cl && strstr(cl, marker))
-			n++;
-		free(cl);
-	}
-	closedir(d);
-	return n;
-}
 
 static void marker_step(struct server *s, const char *id, const char *marker)
 {

@@ -9,7 +9,7 @@ int main(void)
 		jsonw_suite, seccomp_policy_suite, rootfs_plan_suite, net_suite,
 		providers_suite, config_suite, cgroups_suite, sniff_suite, dnsmsg_suite, egress_suite,
 		collect_suite, serve_suite, kv_suite, priv_suite, pool_suite, kv_redis_suite,
-		apparmor_suite, ndjson_suite, cliopts_suite,
+		apparmor_suite, ndjson_suite, cliopts_suite, agent_proto_suite,
 	};
 	SRunner *sr = srunner_create(NULL);
 	for (size_t i = 0; i < sizeof suites / sizeof suites[0]; i++)

@@ -27,5 +27,6 @@ Suite *kv_redis_suite(void);
 Suite *apparmor_suite(void);
 Suite *ndjson_suite(void);
 Suite *cliopts_suite(void);
+Suite *agent_proto_suite(void);
 
 #endif

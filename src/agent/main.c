@@ -1,0 +1,637 @@
+/* moat-agent: the program of a live sandbox (docs/SANDBOXES.md, "The
+ * agent"). Runs inside the sandbox as its pid 2, with the sandbox's
+ * identity, filter and Landlock, built static (runtime/bin/moat-agent, bound
+ * read-only at /opt/moat/runtime). One poll loop: requests on fd 3 (each
+ * with the operation's own socket, proto.h), and SIGCHLD. Every path is
+ * resolved here, component by component from a directory fd of /sandbox or
+ * /tmp, never following a symlink (O_NOFOLLOW at every step): the host never
+ * resolves a sandbox path. Bulk bytes never pass through here: the host gets
+ * the fds (a regular file, a process's pipes) and streams them itself.
+ *
+ * Once tenant code runs (same uid) this process is not trusted by the
+ * host: everything it sends is checked there (src/live/live.c). */
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/time.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "agent/proto.h"
+
+#define CTL_FD 3
+
+extern char **environ;
+
+struct proc {
+	pid_t pid;
+	int sock; /* the exec request's socket: the exit goes there */
+};
+
+static struct proc procs[AGENT_MAX_PROCS];
+static int roots[2] = { -1, -1 };
+static char msgbuf[AGENT_MAX_MSG + 1];
+static struct agent_msg msg;
+
+/* An answer on the operation's socket, fds attached (nfds may be 0). */
+static int answer_fds(int sock, const char *text, size_t len, const int *fds, size_t nfds)
+{
+	struct iovec iov = { .iov_base = (void *)text, .iov_len = len };
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+		struct cmsghdr align;
+	} u;
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1 };
+	if (nfds) {
+		memset(&u, 0, sizeof u);
+		mh.msg_control = u.buf;
+		mh.msg_controllen = CMSG_SPACE(sizeof(int) * nfds);
+		struct cmsghdr *c = CMSG_FIRSTHDR(&mh);
+		c->cmsg_level = SOL_SOCKET;
+		c->cmsg_type = SCM_RIGHTS;
+		c->cmsg_len = CMSG_LEN(sizeof(int) * nfds);
+		memcpy(CMSG_DATA(c), fds, sizeof(int) * nfds);
+	}
+	ssize_t n;
+	do
+		n = sendmsg(sock, &mh, MSG_NOSIGNAL);
+	while (n < 0 && errno == EINTR);
+	return n < 0 ? -1 : 0;
+}
+
+static int answerf(int sock, const int *fds, size_t nfds, const char *fmt, ...)
+	__attribute__((format(printf, 4, 5)));
+static int answerf(int sock, const int *fds, size_t nfds, const char *fmt, ...)
+{
+	static char line[AGENT_MAX_PATH + 256];
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, sizeof line, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= sizeof line)
+		return -1;
+	return answer_fds(sock, line, (size_t)n, fds, nfds);
+}
+
+static void fail(int sock, int e)
+{
+	answerf(sock, NULL, 0, "%d ", e ? e : EIO);
+}
+
+/* The directory holding path's last component, opened without following a
+ * symlink anywhere (mkdirs: the missing ones made); *last its name ("."
+ * for a root itself). -1 with errno. */
+static int walk(const char *path, bool mkdirs, int *parent, char *last)
+{
+	int root;
+	const char *rel;
+	if (agent_path(path, &root, &rel) < 0) {
+		errno = EINVAL;
+		return -1;
+	}
+	int cur = dup(roots[root]);
+	if (cur < 0)
+		return -1;
+	char comp[AGENT_MAX_PATH + 1];
+	strcpy(last, ".");
+	for (const char *c = rel; *c;) {
+		const char *slash = strchr(c, '/');
+		size_t n = slash ? (size_t)(slash - c) : strlen(c);
+		memcpy(comp, c, n);
+		comp[n] = '\0';
+		c += n;
+		while (*c == '/')
+			c++;
+		if (!*c) { /* the last component */
+			strcpy(last, comp);
+			break;
+		}
+		if (mkdirs && mkdirat(cur, comp, 0755) < 0 && errno != EEXIST) {
+			int e = errno;
+			close(cur);
+			errno = e;
+			return -1;
+		}
+		int next = openat(cur, comp, O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+		int e = errno;
+		close(cur);
+		if (next < 0) {
+			errno = e;
+			return -1;
+		}
+		cur = next;
+	}
+	*parent = cur;
+	return 0;
+}
+
+/* The file or directory itself (O_PATH less: a real open). */
+static int open_at(const char *path, int flags, mode_t mode, bool mkdirs)
+{
+	int parent;
+	char last[AGENT_MAX_PATH + 1];
+	if (walk(path, mkdirs, &parent, last) < 0)
+		return -1;
+	int fd = openat(parent, last, flags | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY, mode);
+	int e = errno;
+	close(parent);
+	errno = e;
+	return fd;
+}
+
+static void op_read(int sock)
+{
+	int fd = open_at(msg.field[0], O_RDONLY | O_NONBLOCK, 0, false);
+	struct stat st;
+	if (fd < 0)
+		return fail(sock, errno);
+	if (fstat(fd, &st) < 0)
+		st.st_mode = 0;
+	if (!S_ISREG(st.st_mode)) {
+		close(fd);
+		return fail(sock, S_ISDIR(st.st_mode) ? EISDIR : ENXIO);
+	}
+	answerf(sock, &fd, 1, "0 %lld", (long long)st.st_size);
+	close(fd);
+}
+
+static void op_write(int sock)
+{
+	int fd = open_at(msg.field[0], O_WRONLY | O_CREAT | O_NONBLOCK, 0644,
+			 msg.field[1][0] == '1');
+	struct stat st;
+	if (fd < 0)
+		return fail(sock, errno);
+	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
+		close(fd);
+		return fail(sock, ENXIO);
+	}
+	if (ftruncate(fd, 0) < 0) {
+		int e = errno;
+		close(fd);
+		return fail(sock, e);
+	}
+	answerf(sock, &fd, 1, "0 ");
+	close(fd);
+}
+
+static const char *type_of(mode_t m)
+{
+	return S_ISREG(m) ? "file" : S_ISDIR(m) ? "dir" : S_ISLNK(m) ? "symlink"
+	       : S_ISFIFO(m) ? "fifo" : S_ISSOCK(m) ? "socket" : S_ISCHR(m) ? "char"
+	       : S_ISBLK(m) ? "block" : "other";
+}
+
+static long long mtime_ms(const struct stat *st)
+{
+	return (long long)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000;
+}
+
+static void op_stat(int sock)
+{
+	int parent;
+	char last[AGENT_MAX_PATH + 1];
+	struct stat st;
+	if (walk(msg.field[0], false, &parent, last) < 0)
+		return fail(sock, errno);
+	int rc = fstatat(parent, last, &st, AT_SYMLINK_NOFOLLOW);
+	int e = errno;
+	close(parent);
+	if (rc < 0)
+		return fail(sock, e);
+	answerf(sock, NULL, 0, "0 %s %lld %o %lld", type_of(st.st_mode), (long long)st.st_size,
+		(unsigned)(st.st_mode & 07777), mtime_ms(&st));
+}
+
+struct listing {
+	int sock;
+	uint64_t max, count;
+	bool truncated;
+	char path[AGENT_MAX_PATH + 1];
+};
+
+static int list_dir(struct listing *l, int dirfd, size_t plen, unsigned depth)
+{
+	DIR *d = fdopendir(dirfd);
+	if (!d) {
+		close(dirfd);
+		return -1;
+	}
+	struct dirent *de;
+	while ((de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (l->count >= l->max) {
+			l->truncated = true;
+			break;
+		}
+		size_t n = strlen(de->d_name);
+		if (plen + n + 1 > AGENT_MAX_PATH) {
+			l->truncated = true;
+			continue;
+		}
+		struct stat st;
+		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		memcpy(l->path + plen, de->d_name, n + 1);
+		if (answerf(l->sock, NULL, 0, "e %s %lld %o %lld %s", type_of(st.st_mode),
+			    (long long)st.st_size, (unsigned)(st.st_mode & 07777), mtime_ms(&st),
+			    l->path) < 0) {
+			closedir(d);
+			return -1;
+		}
+		l->count++;
+		if (S_ISDIR(st.st_mode)) {
+			if (depth <= 1) {
+				continue;
+			}
+			int sub = openat(dirfd, de->d_name,
+					 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0)
+				continue;
+			l->path[plen + n] = '/';
+			l->path[plen + n + 1] = '\0';
+			if (list_dir(l, sub, plen + n + 1, depth - 1) < 0) {
+				closedir(d);
+				return -1;
+			}
+		}
+	}
+	closedir(d);
+	return 0;
+}
+
+static void op_list(int sock)
+{
+	uint64_t depth, max;
+	agent_num(msg.field[1], AGENT_MAX_DEPTH, &depth);
+	agent_num(msg.field[2], AGENT_MAX_ENTRIES, &max);
+	int fd = open_at(msg.field[0], O_RDONLY | O_DIRECTORY, 0, false);
+	if (fd < 0)
+		return fail(sock, errno);
+	struct listing l = { .sock = sock, .max = max };
+	l.path[0] = '\0';
+	if (list_dir(&l, fd, 0, (unsigned)depth) < 0)
+		return;
+	answerf(sock, NULL, 0, "0 %llu %d", (unsigned long long)l.count, l.truncated ? 1 : 0);
+}
+
+static void op_mkdir(int sock)
+{
+	int parent;
+	char last[AGENT_MAX_PATH + 1];
+	bool parents = msg.field[1][0] == '1';
+	if (walk(msg.field[0], parents, &parent, last) < 0)
+		return fail(sock, errno);
+	int rc = strcmp(last, ".") ? mkdirat(parent, last, 0755) : (errno = EEXIST, -1);
+	int e = errno;
+	struct stat st;
+	if (rc < 0 && e == EEXIST && parents &&
+	    fstatat(parent, last, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISDIR(st.st_mode))
+		rc = 0;
+	close(parent);
+	if (rc < 0)
+		return fail(sock, e);
+	answerf(sock, NULL, 0, "0 ");
+}
+
+static void op_rename(int sock)
+{
+	int p1, p2;
+	char l1[AGENT_MAX_PATH + 1], l2[AGENT_MAX_PATH + 1];
+	if (walk(msg.field[0], false, &p1, l1) < 0)
+		return fail(sock, errno);
+	if (walk(msg.field[1], false, &p2, l2) < 0) {
+		int e = errno;
+		close(p1);
+		return fail(sock, e);
+	}
+	int rc = strcmp(l1, ".") && strcmp(l2, ".") ? renameat(p1, l1, p2, l2) : (errno = EBUSY, -1);
+	int e = errno;
+	close(p1);
+	close(p2);
+	if (rc < 0)
+		return fail(sock, e);
+	answerf(sock, NULL, 0, "0 ");
+}
+
+/* Everything in directory fd dir (closed), never following a symlink. */
+static int rm_tree(int dir, unsigned depth)
+{
+	if (depth > AGENT_MAX_DEPTH) {
+		close(dir);
+		errno = EMLINK; /* deeper than the bound (not ELOOP: no symlink here) */
+		return -1;
+	}
+	DIR *d = fdopendir(dir);
+	if (!d) {
+		close(dir);
+		return -1;
+	}
+	struct dirent *de;
+	int rc = 0;
+	while (rc == 0 && (de = readdir(d))) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		struct stat st;
+		if (fstatat(dir, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
+			continue;
+		if (S_ISDIR(st.st_mode)) {
+			int sub = openat(dir, de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub < 0 || rm_tree(sub, depth + 1) < 0 ||
+			    unlinkat(dir, de->d_name, AT_REMOVEDIR) < 0)
+				rc = -1;
+		} else if (unlinkat(dir, de->d_name, 0) < 0) {
+			rc = -1;
+		}
+		if (rc == 0)
+			rewinddir(d);
+	}
+	int e = errno;
+	closedir(d);
+	errno = e;
+	return rc;
+}
+
+static void op_remove(int sock)
+{
+	int parent;
+	char last[AGENT_MAX_PATH + 1];
+	struct stat st;
+	if (walk(msg.field[0], false, &parent, last) < 0)
+		return fail(sock, errno);
+	int rc = -1;
+	if (!strcmp(last, "."))
+		errno = EBUSY;
+	else if (fstatat(parent, last, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+		if (!S_ISDIR(st.st_mode))
+			rc = unlinkat(parent, last, 0);
+		else if (msg.field[1][0] != '1')
+			rc = unlinkat(parent, last, AT_REMOVEDIR);
+		else {
+			int sub = openat(parent, last, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+			if (sub >= 0 && rm_tree(sub, 1) == 0)
+				rc = unlinkat(parent, last, AT_REMOVEDIR);
+		}
+	}
+	int e = errno;
+	close(parent);
+	if (rc < 0)
+		return fail(sock, e);
+	answerf(sock, NULL, 0, "0 ");
+}
+
+static struct proc *proc_slot(pid_t pid)
+{
+	for (size_t i = 0; i < AGENT_MAX_PROCS; i++)
+		if (procs[i].pid == pid)
+			return &procs[i];
+	return NULL;
+}
+
+/* Returns true when the operation's socket is kept (a process's). */
+static bool op_exec(int sock)
+{
+	struct proc *slot = proc_slot(0);
+	if (!slot) {
+		fail(sock, EAGAIN);
+		return false;
+	}
+	const char *const *f = msg.field;
+	bool want_stdin = f[1][0] == '1';
+	int cwd = open_at(f[0], O_RDONLY | O_DIRECTORY, 0, false);
+	if (cwd < 0) {
+		fail(sock, errno);
+		return false;
+	}
+	size_t nenv = 0;
+	for (char **e = environ; e && *e; e++)
+		nenv++;
+	char **argv = calloc(msg.argc + 1, sizeof *argv);
+	char **envp = calloc(nenv + msg.envc + 1, sizeof *envp);
+	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, errp[2] = { -1, -1 }, st[2] = { -1, -1 };
+	int e = 0;
+	if (!argv || !envp)
+		e = ENOMEM;
+	else if ((want_stdin && pipe2(in, O_CLOEXEC) < 0) || pipe2(out, O_CLOEXEC) < 0 ||
+		 pipe2(errp, O_CLOEXEC) < 0 || pipe2(st, O_CLOEXEC) < 0)
+		e = errno;
+	pid_t pid = -1;
+	if (!e) {
+		for (size_t i = 0; i < msg.argc; i++)
+			argv[i] = (char *)f[3 + i];
+		size_t k = 0;
+		/* the request's env over the sandbox's */
+		for (char **p = environ; p && *p; p++) {
+			const char *eq = strchr(*p, '=');
+			size_t n = eq ? (size_t)(eq - *p) : strlen(*p);
+			bool over = false;
+			for (size_t i = 0; i < msg.envc && !over; i++)
+				over = !strncmp(f[3 + msg.argc + i], *p, n) &&
+				       f[3 + msg.argc + i][n] == '=';
+			if (!over)
+				envp[k++] = *p;
+		}
+		for (size_t i = 0; i < msg.envc; i++)
+			envp[k++] = (char *)f[3 + msg.argc + i];
+		pid = fork();
+		if (pid < 0)
+			e = errno;
+	}
+	if (pid == 0) {
+		sigset_t none;
+		sigemptyset(&none);
+		sigprocmask(SIG_SETMASK, &none, NULL);
+		signal(SIGPIPE, SIG_DFL);
+		setsid();
+		int nul = want_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
+		if (dup2(want_stdin ? in[0] : nul, 0) < 0 || dup2(out[1], 1) < 0 ||
+		    dup2(errp[1], 2) < 0 || fchdir(cwd) < 0)
+			goto child_fail;
+		environ = envp;
+		execvp(argv[0], argv);
+child_fail:;
+		int ce = errno;
+		ssize_t w = write(st[1], &ce, sizeof ce);
+		(void)w;
+		_exit(127);
+	}
+	close(cwd);
+	if (pid > 0) {
+		close(st[1]);
+		st[1] = -1;
+		int ce = 0;
+		ssize_t r;
+		do
+			r = read(st[0], &ce, sizeof ce);
+		while (r < 0 && errno == EINTR);
+		if (r == (ssize_t)sizeof ce) {
+			e = ce ? ce : ENOEXEC;
+			waitpid(pid, NULL, 0);
+		}
+	}
+	free(argv);
+	free(envp);
+	int pass[3], n = 0;
+	if (want_stdin)
+		pass[n++] = in[1];
+	pass[n++] = out[0];
+	pass[n++] = errp[0];
+	bool kept = false;
+	if (!e) {
+		if (answerf(sock, pass, (size_t)n, "0 %d", (int)pid) == 0) {
+			slot->pid = pid;
+			slot->sock = sock;
+			kept = true;
+		} else {
+			kill(-pid, SIGKILL);
+		}
+	} else {
+		fail(sock, e);
+	}
+	int all[] = { in[0], in[1], out[0], out[1], errp[0], errp[1], st[0], st[1] };
+	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
+		if (all[i] >= 0)
+			close(all[i]);
+	return kept;
+}
+
+static void op_signal(int sock)
+{
+	uint64_t pid, sig;
+	agent_num(msg.field[0], 4194304, &pid);
+	agent_num(msg.field[1], 64, &sig);
+	if (!proc_slot((pid_t)pid))
+		return fail(sock, ESRCH);
+	/* its process group (it is a session leader), else itself */
+	if (kill(-(pid_t)pid, (int)sig) < 0 && kill((pid_t)pid, (int)sig) < 0)
+		return fail(sock, errno);
+	answerf(sock, NULL, 0, "0 ");
+}
+
+static void reap(void)
+{
+	int status;
+	pid_t pid;
+	while ((pid = waitpid(-1, &status, WNOHANG)) > 0) {
+		struct proc *p = proc_slot(pid);
+		if (!p)
+			continue;
+		int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+		int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+		answerf(p->sock, NULL, 0, "X %d %d", code, sig);
+		close(p->sock);
+		p->pid = 0;
+		p->sock = -1;
+	}
+}
+
+/* One request from fd 3: 0, or -1 when the host is gone. */
+static int take_request(void)
+{
+	union {
+		char buf[CMSG_SPACE(sizeof(int) * 4)];
+		struct cmsghdr align;
+	} u;
+	struct iovec iov = { .iov_base = msgbuf, .iov_len = AGENT_MAX_MSG };
+	struct msghdr mh = { .msg_iov = &iov, .msg_iovlen = 1, .msg_control = u.buf,
+			     .msg_controllen = sizeof u.buf };
+	ssize_t n = recvmsg(CTL_FD, &mh, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
+	if (n < 0)
+		return errno == EAGAIN || errno == EINTR ? 0 : -1;
+	if (n == 0)
+		return -1;
+	int sock = -1;
+	for (struct cmsghdr *c = CMSG_FIRSTHDR(&mh); c; c = CMSG_NXTHDR(&mh, c)) {
+		if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS)
+			continue;
+		size_t k = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+		for (size_t i = 0; i < k; i++) {
+			int fd;
+			memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+			if (sock < 0)
+				sock = fd;
+			else
+				close(fd);
+		}
+	}
+	if (sock < 0)
+		return 0; /* nowhere to answer */
+	/* a host that stops reading its socket does not stall the agent */
+	struct timeval tv = { .tv_sec = 5 };
+	setsockopt(sock, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
+	bool kept = false;
+	if ((mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
+	    agent_parse(msgbuf, (size_t)n, &msg) < 0) {
+		fail(sock, EPROTO);
+	} else {
+		switch (msg.op) {
+		case AGENT_PING: answerf(sock, NULL, 0, "0 moat-agent 1"); break;
+		case AGENT_READ: op_read(sock); break;
+		case AGENT_WRITE: op_write(sock); break;
+		case AGENT_STAT: op_stat(sock); break;
+		case AGENT_LIST: op_list(sock); break;
+		case AGENT_MKDIR: op_mkdir(sock); break;
+		case AGENT_RENAME: op_rename(sock); break;
+		case AGENT_REMOVE: op_remove(sock); break;
+		case AGENT_EXEC: kept = op_exec(sock); break;
+		case AGENT_SIGNAL: op_signal(sock); break;
+		}
+	}
+	if (!kept)
+		close(sock);
+	return 0;
+}
+
+int main(void)
+{
+	/* same-uid tenant code cannot read or write this process's memory
+	 * through /proc (ptrace is refused by the filter anyway) */
+	prctl(PR_SET_DUMPABLE, 0, 0, 0, 0);
+	if (fcntl(CTL_FD, F_SETFD, FD_CLOEXEC) < 0)
+		return 2;
+	static const char *const dirs[] = { "/sandbox", "/tmp" };
+	for (int i = 0; i < 2; i++)
+		if ((roots[i] = open(dirs[i], O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0)
+			return 2;
+	for (size_t i = 0; i < AGENT_MAX_PROCS; i++)
+		procs[i].sock = -1;
+	signal(SIGPIPE, SIG_IGN);
+	sigset_t chld;
+	sigemptyset(&chld);
+	sigaddset(&chld, SIGCHLD);
+	sigprocmask(SIG_BLOCK, &chld, NULL);
+	int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
+	if (sfd < 0)
+		return 2;
+	for (;;) {
+		struct pollfd p[2] = { { .fd = CTL_FD, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
+		if (poll(p, 2, -1) < 0) {
+			if (errno == EINTR)
+				continue;
+			return 2;
+		}
+		if (p[1].revents) {
+			struct signalfd_siginfo si;
+			while (read(sfd, &si, sizeof si) > 0)
+				;
+			reap();
+		}
+		if (p[0].revents & POLLIN) {
+			if (take_request() < 0)
+				return 0;
+		} else if (p[0].revents & (POLLHUP | POLLERR)) {
+			return 0; /* the host is gone: so is the sandbox */
+		}
+	}
+}

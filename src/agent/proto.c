@@ -1,0 +1,131 @@
+/* The agent's request parser (proto.h): every bound checked, nothing
+ * allocated, nothing trusted. */
+#include <string.h>
+
+#include "agent/proto.h"
+
+int agent_num(const char *s, uint64_t max, uint64_t *out)
+{
+	size_t n = strlen(s);
+	if (n < 1 || n > 10 || (n > 1 && s[0] == '0'))
+		return -1;
+	uint64_t v = 0;
+	for (size_t i = 0; i < n; i++) {
+		if (s[i] < '0' || s[i] > '9')
+			return -1;
+		v = v * 10 + (uint64_t)(s[i] - '0');
+	}
+	if (v > max)
+		return -1;
+	*out = v;
+	return 0;
+}
+
+static bool flag_ok(const char *s)
+{
+	return (s[0] == '0' || s[0] == '1') && s[1] == '\0';
+}
+
+int agent_path(const char *p, int *root, const char **rel)
+{
+	static const char *const roots[] = { "/sandbox", "/tmp" };
+	size_t len = strlen(p);
+	if (len > AGENT_MAX_PATH)
+		return -1;
+	int r = -1;
+	size_t rl = 0;
+	for (int i = 0; i < 2; i++) {
+		size_t n = strlen(roots[i]);
+		if (!strncmp(p, roots[i], n) && (p[n] == '\0' || p[n] == '/')) {
+			r = i;
+			rl = n;
+		}
+	}
+	if (r < 0)
+		return -1;
+	const char *rest = p + rl;
+	while (*rest == '/')
+		rest++;
+	/* every component: not "." nor ".." */
+	for (const char *c = rest; *c;) {
+		const char *slash = strchr(c, '/');
+		size_t n = slash ? (size_t)(slash - c) : strlen(c);
+		if ((n == 1 && c[0] == '.') || (n == 2 && c[0] == '.' && c[1] == '.'))
+			return -1;
+		if (!slash)
+			break;
+		c = slash + 1;
+	}
+	*root = r;
+	*rel = rest;
+	return 0;
+}
+
+static bool path_ok(const char *p)
+{
+	int root;
+	const char *rel;
+	return agent_path(p, &root, &rel) == 0;
+}
+
+int agent_parse(const char *buf, size_t len, struct agent_msg *m)
+{
+	memset(m, 0, sizeof *m);
+	if (len < 1 || len > AGENT_MAX_MSG)
+		return -1;
+	m->op = buf[0];
+	if (len > 1) {
+		if (buf[len - 1] != '\0')
+			return -1;
+		for (size_t off = 1; off < len;) {
+			if (m->nfields == AGENT_MAX_FIELDS)
+				return -1;
+			m->field[m->nfields++] = buf + off;
+			off += strlen(buf + off) + 1;
+		}
+	}
+	const char *const *f = m->field;
+	size_t n = m->nfields;
+	uint64_t v;
+	switch (m->op) {
+	case AGENT_PING:
+		return n == 0 ? 0 : -1;
+	case AGENT_READ:
+	case AGENT_STAT:
+		return n == 1 && path_ok(f[0]) ? 0 : -1;
+	case AGENT_WRITE:
+	case AGENT_MKDIR:
+	case AGENT_REMOVE:
+		return n == 2 && path_ok(f[0]) && flag_ok(f[1]) ? 0 : -1;
+	case AGENT_RENAME:
+		return n == 2 && path_ok(f[0]) && path_ok(f[1]) ? 0 : -1;
+	case AGENT_LIST:
+		return n == 3 && path_ok(f[0]) && agent_num(f[1], AGENT_MAX_DEPTH, &v) == 0 &&
+				       v >= 1 && agent_num(f[2], AGENT_MAX_ENTRIES, &v) == 0 && v >= 1
+			       ? 0
+			       : -1;
+	case AGENT_SIGNAL:
+		return n == 2 && agent_num(f[0], 4194304, &v) == 0 && v >= 1 &&
+				       agent_num(f[1], 64, &v) == 0 && v >= 1
+			       ? 0
+			       : -1;
+	case AGENT_EXEC:
+		if (n < 4 || !path_ok(f[0]) || !flag_ok(f[1]) ||
+		    agent_num(f[2], AGENT_MAX_FIELDS, &v) < 0 || v < 1 || v > n - 3)
+			return -1;
+		m->argc = (size_t)v;
+		m->envc = n - 3 - m->argc;
+		for (size_t i = 0; i < m->argc; i++)
+			if (!f[3 + i][0] && i == 0)
+				return -1;
+		for (size_t i = 0; i < m->envc; i++) {
+			const char *e = f[3 + m->argc + i];
+			const char *eq = strchr(e, '=');
+			if (!eq || eq == e)
+				return -1;
+		}
+		return 0;
+	default:
+		return -1;
+	}
+}

@@ -1,0 +1,65 @@
+/* The live sandbox's agent protocol (docs/SANDBOXES.md, "The agent"): what
+ * the host (src/live/) sends the in-sandbox agent (src/agent/main.c, built
+ * static to runtime/bin/moat-agent) over the agent's fd 3, and the parser
+ * the agent reads it with. Pure functions, no allocation: unit-tested
+ * (tests/unit/test_agent_proto.c) and linked into the static agent.
+ *
+ * A request is one SOCK_SEQPACKET message of at most AGENT_MAX_MSG bytes
+ * carrying exactly one fd (SCM_RIGHTS): the operation's own socket, on
+ * which every answer of that operation comes. Its bytes: one op byte, then
+ * fields, each ended by a NUL (the message ends with one). An answer is one
+ * message of text: "<errno> <payload>" ("0 ..." is success), the fds of a
+ * success attached; a process's end later on its socket: "X <code> <signal>";
+ * a listing's entries "e <type> <size> <mode> <mtime_ms> <path>" then
+ * "0 <count> <truncated>". */
+#ifndef MOAT_AGENT_PROTO_H
+#define MOAT_AGENT_PROTO_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define AGENT_MAX_MSG 65536u   /* a request or an answer, bytes */
+#define AGENT_MAX_FIELDS 1024u /* fields of a request (argv + env of a process) */
+#define AGENT_MAX_PATH 4095u   /* a path's bytes */
+#define AGENT_MAX_DEPTH 32u    /* a listing's depth, a removal's */
+#define AGENT_MAX_ENTRIES 100000u /* a listing's entries, at most */
+#define AGENT_MAX_PROCS 256u   /* processes the agent tracks at once */
+
+enum agent_op {
+	AGENT_PING = 'p',   /* no field */
+	AGENT_READ = 'r',   /* path */
+	AGENT_WRITE = 'w',  /* path, mkdirs 0|1 */
+	AGENT_STAT = 's',   /* path */
+	AGENT_LIST = 'l',   /* path, depth 1..AGENT_MAX_DEPTH, max entries */
+	AGENT_MKDIR = 'm',  /* path, parents 0|1 */
+	AGENT_RENAME = 'n', /* from, to */
+	AGENT_REMOVE = 'd', /* path, recursive 0|1 */
+	AGENT_EXEC = 'x',   /* cwd, stdin 0|1, argc, argv..., env (NAME=value)... */
+	AGENT_SIGNAL = 'k', /* pid, signal 1..64 */
+};
+
+struct agent_msg {
+	char op;
+	size_t nfields;
+	const char *field[AGENT_MAX_FIELDS]; /* into the parsed buffer */
+	/* AGENT_EXEC: */
+	size_t argc; /* field[3 .. 3+argc) */
+	size_t envc; /* field[3+argc .. nfields) */
+};
+
+/* Parses a request of len bytes (buf is not changed; fields point into it):
+ * 0, or -1 when it is malformed (empty, too long, not NUL-ended, an unknown
+ * op, the wrong number of fields for it, a flag not 0|1, a number out of
+ * range, a path agent_path refuses, argc 0 or past the fields). */
+int agent_parse(const char *buf, size_t len, struct agent_msg *m);
+/* A decimal number of at most 10 digits, no sign, no leading zero but "0",
+ * at most max: 0 and *out, or -1. */
+int agent_num(const char *s, uint64_t max, uint64_t *out);
+/* A path the agent acts on: absolute, under /sandbox or /tmp (or one of
+ * them), at most AGENT_MAX_PATH bytes, no "." or ".." component. *root: 0
+ * /sandbox, 1 /tmp; *rel the rest with its leading slashes skipped ("" for
+ * the root itself). 0, or -1. */
+int agent_path(const char *p, int *root, const char **rel);
+
+#endif

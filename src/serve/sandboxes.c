@@ -1,0 +1,524 @@
+/* moat serve's live sandboxes (docs/SANDBOXES.md): the table of them, each
+ * a struct live (src/live/) bound to the credential that made it, with its
+ * metadata, lifetime and idle clock; and the reaper thread that ends the
+ * expired ones and forgets the dead. The HTTP side is route_sandboxes.c's.
+ *
+ * Nothing of a tenant reaches the log from here: no id, no credential, no
+ * metadata. */
+#include <errno.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/random.h>
+#include <time.h>
+
+#include "core/sys.h"
+#include "live/live.h"
+#include "serve/internal.h"
+
+#define REAP_EVERY_MS 200
+/* a dead sandbox answers 410 for this long, then 404; at most
+ * TOMBSTONES_PER_SANDBOX x max of them are kept (the oldest dropped) */
+#define TOMBSTONE_MS (10 * 60 * 1000)
+#define TOMBSTONES_PER_SANDBOX 4
+/* the sandbox's own backstop is a little past the most its lifetime may
+ * be extended to: the reaper ends it first, with the right reason */
+#define BACKSTOP_SLACK_MS 5000
+
+struct serve_sbx {
+	struct serve_sbx *next;
+	char id[SERVE_SBX_ID_LEN + 1];
+	uint8_t cred[MOAT_SHA256_LEN];
+	struct live *lv;
+	int refs;     /* the table's, and one per caller holding it */
+	bool removed; /* out of the table */
+	bool dead;
+	char *reason; /* a dead one's sentence */
+	unsigned busy; /* requests using it now: its idle clock stands still */
+	int64_t created_wall_ms, created_ms, last_ms, end_ms, dead_ms;
+	uint64_t idle_ms;
+	char **meta; /* key, value, key, value... */
+	size_t meta_count;
+	uint64_t memory_mb, pids;
+	double cpus;
+	bool reserved; /* its memory_mb and cpus, in the budget */
+	int64_t mem_peak, cpu_ms;
+};
+
+struct serve_sbxs {
+	struct serve_sbxs_config cfg;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct serve_sbx *list; /* newest first */
+	unsigned live, dead;
+	bool stopping;
+	pthread_t thread;
+	bool have_thread;
+	uint64_t created, ended;
+};
+
+bool serve_sbx_id_valid(const char *id)
+{
+	return serve_id_valid(id, "sbx_");
+}
+
+/* Its reservation given back (mu held, or before it is in the table). */
+static void unreserve(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	if (x->reserved && ss->cfg.budget)
+		serve_budget_release(ss->cfg.budget, x->memory_mb, x->cpus);
+	x->reserved = false;
+}
+
+static void sbx_free(struct serve_sbx *x)
+{
+	live_destroy(x->lv);
+	for (size_t i = 0; i < 2 * x->meta_count; i++)
+		free(x->meta[i]);
+	free(x->meta);
+	free(x->reason);
+	free(x);
+}
+
+/* mu held */
+static void unref(struct serve_sbx *x)
+{
+	if (--x->refs == 0)
+		sbx_free(x);
+}
+
+/* A live one dies (mu held): why, and its processes killed. */
+static void mark_dead(struct serve_sbxs *ss, struct serve_sbx *x, const char *sentence)
+{
+	if (x->dead)
+		return;
+	x->dead = true;
+	x->dead_ms = moat_mono_ms();
+	const char *g = live_gone(x->lv);
+	x->reason = strdup(sentence ? sentence : g ? g : "the sandbox ended");
+	int64_t c = live_cpu_ms(x->lv);
+	if (c >= 0)
+		x->cpu_ms = c;
+	live_kill(x->lv);
+	unreserve(ss, x);
+	ss->live--;
+	ss->dead++;
+	ss->ended++;
+}
+
+/* mu held: its state now (a dead agent seen) */
+static void sync_state(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	if (!x->dead && live_gone(x->lv))
+		mark_dead(ss, x, NULL);
+	if (!x->dead) {
+		int64_t m = live_memory(x->lv);
+		if (m > x->mem_peak)
+			x->mem_peak = m;
+	}
+}
+
+static void drop(struct serve_sbxs *ss, struct serve_sbx **pp)
+{
+	struct serve_sbx *x = *pp;
+	*pp = x->next;
+	x->removed = true;
+	if (x->dead)
+		ss->dead--;
+	unref(x);
+}
+
+static void *reaper(void *arg)
+{
+	struct serve_sbxs *ss = arg;
+	pthread_mutex_lock(&ss->mu);
+	while (!ss->stopping) {
+		int64_t now = moat_mono_ms();
+		unsigned tombs = 0;
+		for (struct serve_sbx **pp = &ss->list; *pp;) {
+			struct serve_sbx *x = *pp;
+			sync_state(ss, x);
+			if (!x->dead && now >= x->end_ms)
+				mark_dead(ss, x, "the sandbox expired: it reached the end of its "
+					  "lifetime (lifetimeMs)");
+			else if (!x->dead && !x->busy && now - x->last_ms >= (int64_t)x->idle_ms)
+				mark_dead(ss, x, "the sandbox expired: it was idle for its "
+					  "idleTimeoutMs");
+			if (x->dead && (now - x->dead_ms >= TOMBSTONE_MS ||
+					++tombs > TOMBSTONES_PER_SANDBOX * (ss->cfg.max ? ss->cfg.max : 1))) {
+				drop(ss, pp);
+				continue;
+			}
+			pp = &x->next;
+		}
+		moat_cond_wait_ms(&ss->cv, &ss->mu, REAP_EVERY_MS);
+	}
+	pthread_mutex_unlock(&ss->mu);
+	return NULL;
+}
+
+int serve_sbxs_start(struct serve_sbxs **out, const struct serve_sbxs_config *cfg,
+		     struct moat_error *err)
+{
+	*out = NULL;
+	if (!cfg->max)
+		return 0;
+	struct serve_sbxs *ss = calloc(1, sizeof *ss);
+	if (!ss)
+		return moat_error_oom(err);
+	ss->cfg = *cfg;
+	pthread_mutex_init(&ss->mu, NULL);
+	pthread_cond_init(&ss->cv, NULL);
+	if ((errno = pthread_create(&ss->thread, NULL, reaper, ss)) != 0) {
+		free(ss);
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, errno,
+				      "cannot start the sandboxes' thread: %s", strerror(errno));
+	}
+	ss->have_thread = true;
+	*out = ss;
+	return 0;
+}
+
+void serve_sbxs_stop(struct serve_sbxs *ss)
+{
+	if (!ss)
+		return;
+	pthread_mutex_lock(&ss->mu);
+	ss->stopping = true;
+	pthread_cond_broadcast(&ss->cv);
+	pthread_mutex_unlock(&ss->mu);
+	if (ss->have_thread)
+		pthread_join(ss->thread, NULL);
+	/* every sandbox ends with the service: killed first, all at once */
+	pthread_mutex_lock(&ss->mu);
+	for (struct serve_sbx *x = ss->list; x; x = x->next)
+		live_kill(x->lv);
+	while (ss->list)
+		drop(ss, &ss->list);
+	pthread_mutex_unlock(&ss->mu);
+	/* a request still holding one frees it with its last reference: the
+	 * service waits for its requests before this (wait_idle) */
+}
+
+unsigned serve_sbxs_max(const struct serve_sbxs *ss)
+{
+	return ss ? ss->cfg.max : 0;
+}
+
+int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
+		     struct moat_request *req, uint64_t life_ms, uint64_t idle_ms, char **meta,
+		     size_t meta_count, struct serve_sbx **out, struct moat_error *err)
+{
+	*out = NULL;
+	struct serve_sbx *x = calloc(1, sizeof *x);
+	if (!x) {
+		moat_request_free(req);
+		for (size_t i = 0; i < 2 * meta_count; i++)
+			free(meta[i]);
+		free(meta);
+		return moat_error_oom(err);
+	}
+	x->meta = meta;
+	x->meta_count = meta_count;
+	x->memory_mb = req->memory_mb;
+	x->pids = req->pids_limit;
+	x->cpus = req->cpus;
+	x->idle_ms = idle_ms;
+	x->cpu_ms = -1;
+	x->mem_peak = -1;
+	pthread_mutex_lock(&ss->mu);
+	bool full = ss->stopping || ss->live >= ss->cfg.max;
+	if (!full)
+		ss->live++; /* held while it is made */
+	pthread_mutex_unlock(&ss->mu);
+	if (full) {
+		moat_request_free(req);
+		sbx_free(x);
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0,
+			       "%u live sandboxes at once is this server's most (--max-sandboxes); "
+			       "retry later", ss->cfg.max);
+		return -2;
+	}
+	if (ss->cfg.budget) {
+		char *why = NULL;
+		if (serve_budget_reserve(ss->cfg.budget, x->memory_mb, x->cpus, &why) < 0) {
+			pthread_mutex_lock(&ss->mu);
+			ss->live--;
+			pthread_mutex_unlock(&ss->mu);
+			moat_request_free(req);
+			sbx_free(x);
+			moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "%s",
+				       why ? why : "past this server's budget for live sandboxes");
+			free(why);
+			return -2;
+		}
+		x->reserved = true;
+	}
+	if (serve_new_id(x->id, "sbx_") < 0) {
+		moat_request_free(req);
+		goto fail;
+	}
+	memcpy(x->cred, cred, MOAT_SHA256_LEN);
+	struct live_config lc = { .req = req, .opts = ss->cfg.opts,
+				  .backstop_ms = ss->cfg.max_life_ms + BACKSTOP_SLACK_MS };
+	if (live_create(&lc, &x->lv, err) < 0)
+		goto fail;
+	x->created_wall_ms = serve_wall_ms();
+	x->created_ms = x->last_ms = moat_mono_ms();
+	x->end_ms = x->created_ms + (int64_t)life_ms;
+	x->refs = 2; /* the table's and the caller's */
+	pthread_mutex_lock(&ss->mu);
+	if (ss->stopping) {
+		ss->live--;
+		unreserve(ss, x);
+		pthread_mutex_unlock(&ss->mu);
+		sbx_free(x);
+		moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "the server is stopping");
+		return -2;
+	}
+	x->next = ss->list;
+	ss->list = x;
+	ss->created++;
+	pthread_mutex_unlock(&ss->mu);
+	*out = x;
+	return 0;
+fail:
+	pthread_mutex_lock(&ss->mu);
+	ss->live--;
+	unreserve(ss, x);
+	pthread_mutex_unlock(&ss->mu);
+	sbx_free(x);
+	return -1;
+}
+
+struct serve_sbx *serve_sbx_get(struct serve_sbxs *ss, const char *id,
+				const uint8_t cred[MOAT_SHA256_LEN])
+{
+	if (!ss || !serve_sbx_id_valid(id))
+		return NULL;
+	pthread_mutex_lock(&ss->mu);
+	struct serve_sbx *x = ss->list;
+	for (; x; x = x->next)
+		if (serve_ct_equal(x->id, id, SERVE_SBX_ID_LEN) &&
+		    serve_ct_equal(x->cred, cred, MOAT_SHA256_LEN))
+			break;
+	if (x)
+		x->refs++;
+	pthread_mutex_unlock(&ss->mu);
+	return x;
+}
+
+void serve_sbx_put(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	if (!ss || !x)
+		return;
+	pthread_mutex_lock(&ss->mu);
+	unref(x);
+	pthread_mutex_unlock(&ss->mu);
+}
+
+struct live *serve_sbx_live(struct serve_sbx *x)
+{
+	return x->lv;
+}
+
+const char *serve_sbx_id(const struct serve_sbx *x)
+{
+	return x->id;
+}
+
+char *serve_sbx_begin(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	pthread_mutex_lock(&ss->mu);
+	sync_state(ss, x);
+	char *gone = x->dead ? strdup(x->reason ? x->reason : "the sandbox ended") : NULL;
+	if (!x->dead) {
+		x->busy++;
+		x->last_ms = moat_mono_ms();
+	}
+	pthread_mutex_unlock(&ss->mu);
+	return gone;
+}
+
+void serve_sbx_end(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	pthread_mutex_lock(&ss->mu);
+	if (x->busy)
+		x->busy--;
+	x->last_ms = moat_mono_ms();
+	pthread_mutex_unlock(&ss->mu);
+}
+
+char *serve_sbx_gone(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	pthread_mutex_lock(&ss->mu);
+	sync_state(ss, x);
+	char *g = x->dead ? strdup(x->reason ? x->reason : "the sandbox ended") : NULL;
+	pthread_mutex_unlock(&ss->mu);
+	return g;
+}
+
+int serve_sbx_extend(struct serve_sbxs *ss, struct serve_sbx *x, uint64_t ms, char **gone)
+{
+	*gone = NULL;
+	pthread_mutex_lock(&ss->mu);
+	sync_state(ss, x);
+	int rc = 0;
+	if (x->dead) {
+		*gone = strdup(x->reason ? x->reason : "the sandbox ended");
+		rc = -1;
+	} else {
+		int64_t want = moat_mono_ms() + (int64_t)ms;
+		int64_t most = x->created_ms + (int64_t)ss->cfg.max_life_ms;
+		x->end_ms = want < most ? want : most;
+		rc = want <= most ? 0 : 1;
+	}
+	pthread_mutex_unlock(&ss->mu);
+	return rc;
+}
+
+int64_t serve_sbx_left_ms(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	pthread_mutex_lock(&ss->mu);
+	int64_t left = x->dead ? 0 : x->end_ms - moat_mono_ms();
+	pthread_mutex_unlock(&ss->mu);
+	return left > 0 ? left : 0;
+}
+
+void serve_sbx_delete(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	pthread_mutex_lock(&ss->mu);
+	mark_dead(ss, x, "the sandbox was deleted");
+	for (struct serve_sbx **pp = &ss->list; *pp; pp = &(*pp)->next)
+		if (*pp == x) {
+			drop(ss, pp);
+			break;
+		}
+	pthread_mutex_unlock(&ss->mu);
+	/* nothing of it left before the answer: its processes, cgroups, files */
+	live_wait_ended(x->lv);
+}
+
+/* x's JSON object into b (mu held). */
+static void sbx_json(struct serve_sbx *x, struct moat_buf *b)
+{
+	int64_t now = moat_mono_ms();
+	moat_buf_appendf(b, "{\"id\":\"%s\",\"state\":\"%s\"", x->id, x->dead ? "ended" : "running");
+	serve_put_time(b, "createdAt", x->created_wall_ms);
+	serve_put_time(b, "expiresAt", x->created_wall_ms + (x->end_ms - x->created_ms));
+	moat_buf_appendf(b, ",\"idleTimeoutMs\":%llu", (unsigned long long)x->idle_ms);
+	if (x->dead && x->reason) {
+		moat_buf_append(b, ",\"reason\":", 10);
+		moat_buf_append_json_string(b, x->reason, strlen(x->reason));
+	}
+	moat_buf_appendf(b, ",\"memoryMb\":%llu,\"cpus\":%g,\"pidsLimit\":%llu,",
+			 (unsigned long long)x->memory_mb, x->cpus, (unsigned long long)x->pids);
+	live_made_json(x->lv, b);
+	int64_t mem = x->dead ? -1 : live_memory(x->lv);
+	int64_t cpu = x->dead ? x->cpu_ms : live_cpu_ms(x->lv);
+	moat_buf_append(b, ",\"usage\":{", 10);
+	moat_buf_appendf(b, "\"cpuTimeMs\":");
+	if (cpu >= 0)
+		moat_buf_appendf(b, "%lld", (long long)cpu);
+	else
+		moat_buf_appendf(b, "null");
+	if (mem >= 0)
+		moat_buf_appendf(b, ",\"memoryBytes\":%lld", (long long)mem);
+	else
+		moat_buf_appendf(b, ",\"memoryBytes\":null");
+	if (x->mem_peak >= 0)
+		moat_buf_appendf(b, ",\"memoryPeakBytes\":%lld", (long long)x->mem_peak);
+	else
+		moat_buf_appendf(b, ",\"memoryPeakBytes\":null");
+	moat_buf_appendf(b, ",\"processes\":%u,\"idleMs\":%lld}", x->dead ? 0 : live_running(x->lv),
+			 (long long)(x->busy ? 0 : now - x->last_ms));
+	moat_buf_append(b, ",\"metadata\":{", 13);
+	for (size_t i = 0; i < x->meta_count; i++) {
+		if (i)
+			moat_buf_append(b, ",", 1);
+		moat_buf_append_json_string(b, x->meta[2 * i], strlen(x->meta[2 * i]));
+		moat_buf_append(b, ":", 1);
+		moat_buf_append_json_string(b, x->meta[2 * i + 1], strlen(x->meta[2 * i + 1]));
+	}
+	moat_buf_append(b, "}}", 2);
+}
+
+void serve_sbx_json(struct serve_sbxs *ss, struct serve_sbx *x, struct moat_buf *b)
+{
+	pthread_mutex_lock(&ss->mu);
+	sync_state(ss, x);
+	sbx_json(x, b);
+	pthread_mutex_unlock(&ss->mu);
+}
+
+static bool meta_match(const struct serve_sbx *x, char *const *filter, size_t nfilter)
+{
+	for (size_t f = 0; f < nfilter; f++) {
+		bool hit = false;
+		for (size_t i = 0; i < x->meta_count && !hit; i++)
+			hit = !strcmp(x->meta[2 * i], filter[2 * f]) &&
+			      !strcmp(x->meta[2 * i + 1], filter[2 * f + 1]);
+		if (!hit)
+			return false;
+	}
+	return true;
+}
+
+void serve_sbx_list(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
+		    char *const *filter, size_t nfilter, unsigned limit, const char *after,
+		    struct moat_buf *b)
+{
+	moat_buf_append(b, "{\"sandboxes\":[", 14);
+	pthread_mutex_lock(&ss->mu);
+	/* newest first; "next" is the id of the last one given */
+	bool started = !after;
+	unsigned n = 0;
+	const char *last = NULL;
+	bool more = false;
+	for (struct serve_sbx *x = ss->list; x; x = x->next) {
+		if (!serve_ct_equal(x->cred, cred, MOAT_SHA256_LEN))
+			continue;
+		if (!started) {
+			started = !strcmp(x->id, after);
+			continue;
+		}
+		sync_state(ss, x);
+		if (x->dead || !meta_match(x, filter, nfilter))
+			continue;
+		if (n == limit) {
+			more = true;
+			break;
+		}
+		if (n++)
+			moat_buf_append(b, ",", 1);
+		sbx_json(x, b);
+		last = x->id;
+	}
+	moat_buf_append(b, "]", 1);
+	if (more && last)
+		moat_buf_appendf(b, ",\"next\":\"%s\"", last);
+	else
+		moat_buf_appendf(b, ",\"next\":null");
+	pthread_mutex_unlock(&ss->mu);
+	moat_buf_append(b, "}\n", 2);
+}
+
+void serve_sbxs_metrics(struct serve_sbxs *ss, struct moat_buf *b)
+{
+	if (!ss)
+		return;
+	pthread_mutex_lock(&ss->mu);
+	moat_buf_appendf(b,
+			 "# HELP moat_serve_sandboxes Live sandboxes now.\n"
+			 "# TYPE moat_serve_sandboxes gauge\nmoat_serve_sandboxes %u\n"
+			 "# HELP moat_serve_sandboxes_max Live sandboxes at once, at most.\n"
+			 "# TYPE moat_serve_sandboxes_max gauge\nmoat_serve_sandboxes_max %u\n"
+			 "# HELP moat_serve_sandboxes_created_total Live sandboxes made.\n"
+			 "# TYPE moat_serve_sandboxes_created_total counter\n"
+			 "moat_serve_sandboxes_created_total %llu\n"
+			 "# HELP moat_serve_sandboxes_ended_total Live sandboxes ended.\n"
+			 "# TYPE moat_serve_sandboxes_ended_total counter\n"
+			 "moat_serve_sandboxes_ended_total %llu\n",
+			 ss->live, ss->cfg.max, (unsigned long long)ss->created,
+			 (unsigned long long)ss->ended);
+	pthread_mutex_unlock(&ss->mu);
+}

@@ -1,0 +1,144 @@
+/* Unit tests: the live sandbox agent's request parser (src/agent/proto.c):
+ * every bound, every malformed request refused. */
+#include <stdlib.h>
+#include <string.h>
+
+#include <check.h>
+
+#include "suites.h"
+#include "agent/proto.h"
+
+static struct agent_msg m;
+
+static int parse(const char *buf, size_t len)
+{
+	return agent_parse(buf, len, &m);
+}
+
+#define P(lit) parse(lit, sizeof(lit) - 1)
+
+START_TEST(agent_well_formed)
+{
+	ck_assert_int_eq(P("p"), 0);
+	ck_assert_int_eq(m.op, 'p');
+	ck_assert_int_eq(m.nfields, 0);
+	ck_assert_int_eq(P("r/sandbox/a\0"), 0);
+	ck_assert_str_eq(m.field[0], "/sandbox/a");
+	ck_assert_int_eq(P("w/tmp/x/y\0" "1\0"), 0);
+	ck_assert_int_eq(P("l/sandbox\0" "32\0" "100000\0"), 0);
+	ck_assert_int_eq(P("n/sandbox/a\0/tmp/b\0"), 0);
+	ck_assert_int_eq(P("k12\0" "15\0"), 0);
+	ck_assert_int_eq(P("x/sandbox\0" "0\0" "2\0sh\0-c\0A=1\0B=\0"), 0);
+	ck_assert_int_eq(m.argc, 2);
+	ck_assert_int_eq(m.envc, 2);
+	ck_assert_str_eq(m.field[5], "A=1");
+}
+END_TEST
+
+START_TEST(agent_malformed)
+{
+	ck_assert_int_eq(parse("", 0), -1);            /* empty */
+	ck_assert_int_eq(P("z"), -1);                  /* unknown op */
+	ck_assert_int_eq(P("p\0"), -1);                /* ping takes nothing */
+	ck_assert_int_eq(P("r/sandbox/a"), -1);        /* not NUL-ended */
+	ck_assert_int_eq(P("r/sandbox/a\0/x\0"), -1);  /* a field too many */
+	ck_assert_int_eq(P("w/sandbox/a\0"), -1);      /* one too few */
+	ck_assert_int_eq(P("w/sandbox/a\0" "2\0"), -1);  /* a flag not 0|1 */
+	ck_assert_int_eq(P("w/sandbox/a\0" "10\0"), -1);
+	ck_assert_int_eq(P("l/sandbox\0" "0\0" "1\0"), -1);   /* depth 0 */
+	ck_assert_int_eq(P("l/sandbox\0" "33\0" "1\0"), -1);  /* depth past the bound */
+	ck_assert_int_eq(P("l/sandbox\0" "1\0" "100001\0"), -1);
+	ck_assert_int_eq(P("l/sandbox\0" "01\0" "1\0"), -1);  /* a leading zero */
+	ck_assert_int_eq(P("l/sandbox\0" "-1\0" "1\0"), -1);
+	ck_assert_int_eq(P("k0\0" "9\0"), -1);         /* pid 0 */
+	ck_assert_int_eq(P("k5\0" "65\0"), -1);        /* no such signal */
+	ck_assert_int_eq(P("k99999999999\0" "9\0"), -1); /* 11 digits */
+	ck_assert_int_eq(P("x/sandbox\0" "0\0" "0\0"), -1);          /* argc 0 */
+	ck_assert_int_eq(P("x/sandbox\0" "0\0" "3\0sh\0-c\0"), -1);  /* argc past the fields */
+	ck_assert_int_eq(P("x/sandbox\0" "0\0" "1\0\0"), -1);        /* argv[0] empty */
+	ck_assert_int_eq(P("x/sandbox\0" "0\0" "1\0sh\0NOEQ\0"), -1); /* env without = */
+	ck_assert_int_eq(P("x/sandbox\0" "0\0" "1\0sh\0=v\0"), -1);   /* env without a name */
+	ck_assert_int_eq(P("x/etc\0" "0\0" "1\0sh\0"), -1);           /* cwd outside */
+}
+END_TEST
+
+START_TEST(agent_paths)
+{
+	int root;
+	const char *rel;
+	ck_assert_int_eq(agent_path("/sandbox", &root, &rel), 0);
+	ck_assert_int_eq(root, 0);
+	ck_assert_str_eq(rel, "");
+	ck_assert_int_eq(agent_path("/tmp//a/b", &root, &rel), 0);
+	ck_assert_int_eq(root, 1);
+	ck_assert_str_eq(rel, "a/b");
+	ck_assert_int_eq(agent_path("/sandbox/a..b/.c", &root, &rel), 0);
+	const char *bad[] = { "", "/", "sandbox/a", "/sandboxx", "/tmpfoo/a", "/etc/passwd",
+			      "/sandbox/..", "/sandbox/../etc", "/sandbox/a/../../etc",
+			      "/sandbox/.", "/sandbox/./a", "/tmp/a/.", "/proc/self/root/sandbox" };
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+		ck_assert_msg(agent_path(bad[i], &root, &rel) == -1, "%s was taken", bad[i]);
+	/* the length bound */
+	char *long_path = malloc(AGENT_MAX_PATH + 2);
+	ck_assert_ptr_nonnull(long_path);
+	strcpy(long_path, "/sandbox/");
+	memset(long_path + 9, 'a', AGENT_MAX_PATH - 9);
+	long_path[AGENT_MAX_PATH] = '\0';
+	ck_assert_int_eq(agent_path(long_path, &root, &rel), 0);
+	long_path[AGENT_MAX_PATH] = 'a';
+	long_path[AGENT_MAX_PATH + 1] = '\0';
+	ck_assert_int_eq(agent_path(long_path, &root, &rel), -1);
+	free(long_path);
+}
+END_TEST
+
+START_TEST(agent_bounds)
+{
+	/* the message's size */
+	size_t big = AGENT_MAX_MSG + 1;
+	char *b = calloc(1, big);
+	ck_assert_ptr_nonnull(b);
+	b[0] = 'p';
+	ck_assert_int_eq(parse(b, big), -1);
+	/* the fields' count: AGENT_MAX_FIELDS + 1 empty ones */
+	size_t n = 1 + 2 * (AGENT_MAX_FIELDS + 1);
+	b[0] = 'x';
+	for (size_t i = 1; i < n; i += 2) {
+		b[i] = 'a';
+		b[i + 1] = '\0';
+	}
+	ck_assert_int_eq(parse(b, n), -1);
+	/* exactly AGENT_MAX_FIELDS: an exec of 1021 argv */
+	size_t off = 0;
+	b[off++] = 'x';
+	const char *head[] = { "/sandbox", "0", "1021" };
+	for (int i = 0; i < 3; i++) {
+		memcpy(b + off, head[i], strlen(head[i]) + 1);
+		off += strlen(head[i]) + 1;
+	}
+	for (int i = 0; i < 1021; i++) {
+		b[off++] = 'a';
+		b[off++] = '\0';
+	}
+	ck_assert_int_eq(parse(b, off), 0);
+	ck_assert_int_eq(m.argc, 1021);
+	free(b);
+	uint64_t v;
+	ck_assert_int_eq(agent_num("4294967295", UINT64_MAX, &v), 0);
+	ck_assert_int_eq(agent_num("", 10, &v), -1);
+	ck_assert_int_eq(agent_num("1a", 10, &v), -1);
+	ck_assert_int_eq(agent_num("11", 10, &v), -1);
+}
+END_TEST
+
+Suite *agent_proto_suite(void)
+{
+	Suite *s = suite_create("agent_proto");
+	TCase *tc = tcase_create("parser");
+	tcase_add_test(tc, agent_well_formed);
+	tcase_add_test(tc, agent_malformed);
+	tcase_add_test(tc, agent_paths);
+	tcase_add_test(tc, agent_bounds);
+	suite_add_tcase(s, tc);
+	return s;
+}
