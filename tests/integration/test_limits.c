@@ -344,9 +344,12 @@ START_TEST(cpu_share_is_limited)
 		ck_assert_msg(loop >= 250 && loop <= 1000, "CPU time in the 2 s loop %.0f ms", loop);
 		double cpu = harness_num(&o, "cpuTimeMs");
 		/* the whole run: the loop plus interpreter start, up to 500 ms
-		 * here; more on a slow machine (TCG VM: about 400 ms measured,
-		 * but it varies with the host's load), so up to 2 s more there */
-		double hi = 1000 + 500 * (fmin(harness_slowdown(), 5) - 1);
+		 * here; more on a slow machine (TCG VM: about 400 ms measured
+		 * on an idle host, 4 s seen with a second VM and other tests
+		 * on its 2 CPUs: a TCG guest counts the time its vCPU waits
+		 * for the host as its own), so up to 4 s more there. The
+		 * limit itself is the loop's bound above. */
+		double hi = 1000 + 1000 * (fmin(harness_slowdown(), 5) - 1);
 		ck_assert_msg(cpu >= 250 && cpu >= loop - 50 && cpu <= hi,
 			      "cpuTimeMs %.0f (loop %.0f, at most %.0f)", cpu, loop, hi);
 	} else {
