@@ -51,6 +51,9 @@ pydir="$PREFIX/lib/python3$($py3 -c 'import sys; print(".%d" % sys.version_info[
 	echo "644 $PREFIX/share/moat/apparmor/moat"
 	echo "644 $PREFIX/share/man/man1/moat.1"
 	echo "644 $PREFIX/share/bash-completion/completions/moat"
+	# the per-user service's units (docs/SERVE.md, "Socket activation")
+	echo "644 $PREFIX/lib/systemd/user/moat.socket"
+	echo "644 $PREFIX/lib/systemd/user/moat.service"
 	echo "644 /etc/apparmor.d/moat"
 	echo "755 $PREFIX/lib/moat/mcp/mcp.js"
 	for f in index.js package.json package-lock.json; do echo "644 $PREFIX/lib/moat/mcp/$f"; done
