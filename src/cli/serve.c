@@ -493,10 +493,19 @@ int cli_serve(int argc, char **argv)
 		 * not in the first kvEnabled request */
 		char *kind = NULL;
 		if (moat_kv_probe(kv, &kind, &err) < 0) {
-			fprintf(stderr, "moat serve: the key-value store: %s (--no-kv runs without "
-					"it)\n", err.message);
-			rc = moat_error_exit_code(err.type);
-			goto out;
+			if (kv) {
+				fprintf(stderr, "moat serve: the key-value store: %s (--no-kv runs "
+						"without it)\n", err.message);
+				rc = moat_error_exit_code(err.type);
+				goto out;
+			}
+			/* no store was asked for and the default has no place (a
+			 * service user without a home): serve without one, as
+			 * --no-kv, and say so; kvEnabled requests get 501 */
+			fprintf(stderr, "moat serve: running without the key-value store "
+					"(kvEnabled requests are refused): %s\n", err.message);
+			no_kv = true;
+			moat_error_clear(&err);
 		}
 		free(kind);
 	}

@@ -96,8 +96,12 @@ char *moat_kv_default_path(struct moat_error *err)
 	char *dir = NULL;
 	const char *xdg = secure_getenv("XDG_STATE_HOME");
 	const char *home = secure_getenv("HOME");
+	/* systemd's StateDirectory= (a colon-separated list: its first entry) */
+	const char *sd = secure_getenv("STATE_DIRECTORY");
 	int rc;
-	if (geteuid() == 0)
+	if (sd && sd[0] == '/')
+		rc = (dir = strndup(sd, strcspn(sd, ":"))) ? 0 : -1;
+	else if (geteuid() == 0)
 		rc = (dir = strdup("/var/lib/moat")) ? 0 : -1;
 	else if (xdg && xdg[0] == '/')
 		rc = asprintf(&dir, "%s/moat", xdg);
@@ -105,8 +109,8 @@ char *moat_kv_default_path(struct moat_error *err)
 		rc = asprintf(&dir, "%s/.local/state/moat", home);
 	else {
 		moat_error_set(err, MOAT_ERR_CONFIG, 0,
-			       "no place for the key-value store: neither XDG_STATE_HOME nor HOME "
-			       "is an absolute path (give --kv FILE)");
+			       "no place for the key-value store: none of STATE_DIRECTORY, "
+			       "XDG_STATE_HOME and HOME is an absolute path (give --kv FILE)");
 		return NULL;
 	}
 	if (rc < 0) {

@@ -61,7 +61,8 @@ int moat_kv_open(const char *spec, struct moat_kv_store **out, struct moat_error
 void moat_kv_close(struct moat_kv_store *st);
 /* "sqlite" or "redis". */
 const char *moat_kv_backend_name(const struct moat_kv_store *st);
-/* $XDG_STATE_HOME/moat/kv.sqlite3, ~/.local/state/moat/kv.sqlite3, or as
+/* $STATE_DIRECTORY/kv.sqlite3 (systemd's StateDirectory=, first entry), else
+ * $XDG_STATE_HOME/moat/kv.sqlite3, ~/.local/state/moat/kv.sqlite3, or as
  * root /var/lib/moat/kv.sqlite3; creates the directory (0700). Malloc'd. */
 char *moat_kv_default_path(struct moat_error *err);
 

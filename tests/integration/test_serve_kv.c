@@ -125,6 +125,68 @@ START_TEST(kv_off)
 }
 END_TEST
 
+/* No --kv and no place for the default store (a service user whose home is
+ * /nonexistent, as the per-user unit's nobody): the service starts without
+ * the store, says so in its log, and refuses kvEnabled as --no-kv does;
+ * systemd's STATE_DIRECTORY, when given, is where the default store goes. */
+START_TEST(kv_default_place)
+{
+	HARNESS_MODE_GUARD(_i);
+	char state[] = "/tmp/moat-kvstate-XXXXXX";
+	ck_assert_ptr_nonnull(mkdtemp(state));
+	if (_i == MODE_ROOTLESS && harness_is_root())
+		ck_assert_int_eq(chown(state, ROOTLESS_ID, ROOTLESS_ID), 0);
+	/* root's default is /var/lib/moat: its "no place" is a STATE_DIRECTORY
+	 * that cannot be made; rootless, also neither XDG_STATE_HOME nor HOME (as
+	 * user@65534's manager gives its services) */
+	const char *none[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent",
+			       "STATE_DIRECTORY=/dev/null/moat", NULL };
+	const char *none_home[] = { "PATH=/usr/bin:/bin", NULL };
+	static const char *const why[] = { "cannot create /dev/null/moat",
+					   "no place for the key-value store" };
+	char sd[64];
+	snprintf(sd, sizeof sd, "STATE_DIRECTORY=%s", state);
+	const char *placed[] = { "PATH=/usr/bin:/bin", "HOME=/nonexistent", sd, NULL };
+	const char *const *envs[] = { none, _i == MODE_ROOTLESS ? none_home : NULL };
+	for (int k = 0; k < 2; k++) {
+		if (!envs[k])
+			continue;
+		struct server s;
+		struct server_opts o = { .socket = true, .kv = "", .env = envs[k] };
+		server_start(&s, _i, &o);
+		struct resp r;
+		run_kv(&s, "/py/run", "print(1)", "a", true, &r);
+		expect_error("kvEnabled with no place for the store", &r, 501, "NotImplemented");
+		resp_free(&r);
+		run_kv(&s, "/py/run", "print(2)", "a", false, &r);
+		expect_script("kvEnabled false with no place for the store", &r);
+		resp_free(&r);
+		char *log = server_log(&s);
+		ck_assert_msg(log && strstr(log, "running without the key-value store") &&
+				      strstr(log, why[k]),
+			      "env %d: the log does not say the store is off, and why (%s): %s", k,
+			      why[k], log ? log : "(none)");
+		free(log);
+		server_stop(&s);
+	}
+	struct server s;
+	struct server_opts o = { .socket = true, .kv = "", .env = placed };
+	server_start(&s, _i, &o);
+	struct resp r;
+	run_kv(&s, "/py/run", "print(3)", "a", true, &r);
+	expect_script("kvEnabled with STATE_DIRECTORY", &r);
+	resp_free(&r);
+	server_stop(&s);
+	char db[96];
+	snprintf(db, sizeof db, "%s/kv.sqlite3", state);
+	struct stat st;
+	ck_assert_msg(stat(db, &st) == 0, "no store at %s (STATE_DIRECTORY)", db);
+	char cmd[128];
+	snprintf(cmd, sizeof cmd, "rm -rf '%s'", state);
+	ck_assert_int_eq(system(cmd), 0);
+}
+END_TEST
+
 /* A set answered before the service is killed -9 is there for the next. */
 START_TEST(kv_survives_kill)
 {
@@ -559,6 +621,7 @@ void serve_kv_tests(Suite *s, const char *only)
 
 	SERVE_ADD(tc, only, kv_store, SERVE_MODES);
 	SERVE_ADD(tc, only, kv_off, SERVE_MODES);
+	SERVE_ADD(tc, only, kv_default_place, SERVE_MODES);
 	SERVE_ADD(tc, only, kv_survives_kill, SERVE_MODES);
 	SERVE_ADD(tc, only, kv_redis_two_nodes, SERVE_MODES);
 	SERVE_ADD(tc, only, sandbox_id_header, SERVE_MODES);

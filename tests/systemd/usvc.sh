@@ -14,7 +14,14 @@ REPO=$(pwd)
 uid=65534
 run=/run/user/$uid
 say() { echo "check-systemd: usvc: $*"; }
-fail() { say "FAIL: $*"; exit 1; }
+fail() {
+	say "FAIL: $*"
+	# what the user manager and the service said (the journal is root's to read)
+	journalctl --no-pager -n 40 "_SYSTEMD_USER_UNIT=moat.service" 2>&1 | sed 's/^/  journal(moat.service): /'
+	journalctl --no-pager -n 20 "_SYSTEMD_USER_UNIT=moat.socket" "USER_UNIT=moat.socket" 2>&1 | sed 's/^/  journal(moat.socket): /'
+	journalctl --no-pager -n 20 "_UID=$uid" 2>&1 | sed 's/^/  journal(uid): /'
+	exit 1
+}
 as_user() {
 	su -s /bin/sh nobody -c "cd '$REPO' && exec env -i PATH=/usr/bin:/bin HOME=/nonexistent \
 LANG=C.UTF-8 XDG_RUNTIME_DIR=$run DBUS_SESSION_BUS_ADDRESS=unix:path=$run/bus $1"
