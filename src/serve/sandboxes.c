@@ -168,10 +168,12 @@ static void sample_disk(struct serve_sbxs *ss, struct serve_sbx *x)
  * while paused, and, where no cgroup quota bounds its CPU, whenever no
  * request is in flight on it. Serialized on fmu, each call acts on the
  * state of its time, so the last one leaves the sandbox as its state
- * says. Before a freeze its disk use is sampled (it cannot change while
- * frozen). A freeze or thaw that fails ends it: never left half-frozen,
- * nor running unbounded. */
-static void apply(struct serve_sbxs *ss, struct serve_sbx *x)
+ * says. Before a freeze its disk use is sampled when sample (it cannot
+ * change while frozen; never from the reaper: an agent the tenant
+ * stopped would hold it up to the agent's 30 s, and with it every other
+ * sandbox's expiry and CPU cap). A freeze or thaw that fails ends it:
+ * never left half-frozen, nor running unbounded. */
+static void apply(struct serve_sbxs *ss, struct serve_sbx *x, bool sample)
 {
 	pthread_mutex_lock(&x->fmu);
 	pthread_mutex_lock(&ss->mu);
@@ -179,7 +181,7 @@ static void apply(struct serve_sbxs *ss, struct serve_sbx *x)
 	bool act = want != x->frozen && !x->dead;
 	pthread_mutex_unlock(&ss->mu);
 	if (act) {
-		if (want)
+		if (want && sample)
 			sample_disk(ss, x);
 		struct moat_error e = { 0 };
 		int rc = live_freeze(x->lv, want, &e);
@@ -221,7 +223,9 @@ static void *reaper(void *arg)
 		for (struct serve_sbx **pp = &ss->list; *pp;) {
 			struct serve_sbx *x = *pp;
 			sync_state(ss, x);
-			check_cpu(ss, x);
+			if (!x->frozen) /* a frozen one's CPU time stands still: its
+					 * next request checks it (begin) */
+				check_cpu(ss, x);
 			bool idle = !x->dead && !x->busy && now - x->last_ms >= (int64_t)x->idle_ms;
 			if (!x->dead && now >= x->end_ms)
 				mark_dead(ss, x, "the sandbox expired: it reached the end of its "
@@ -245,7 +249,7 @@ static void *reaper(void *arg)
 		}
 		for (size_t i = 0; i < npause; i++) {
 			pthread_mutex_unlock(&ss->mu);
-			apply(ss, pause[i]);
+			apply(ss, pause[i], false);
 			pthread_mutex_lock(&ss->mu);
 			unref(pause[i]);
 		}
@@ -381,7 +385,7 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 	ss->list = x;
 	ss->created++;
 	pthread_mutex_unlock(&ss->mu);
-	apply(ss, x); /* no cgroup bounds it: frozen until a request */
+	apply(ss, x, true); /* no cgroup bounds it: frozen until a request */
 	*out = x;
 	return 0;
 fail:
@@ -442,7 +446,7 @@ char *serve_sbx_begin(struct serve_sbxs *ss, struct serve_sbx *x)
 	}
 	pthread_mutex_unlock(&ss->mu);
 	if (!gone)
-		apply(ss, x); /* thawed before its agent is asked */
+		apply(ss, x, true); /* thawed before its agent is asked */
 	return gone;
 }
 
@@ -453,7 +457,7 @@ void serve_sbx_end(struct serve_sbxs *ss, struct serve_sbx *x)
 		x->busy--;
 	x->last_ms = moat_mono_ms();
 	pthread_mutex_unlock(&ss->mu);
-	apply(ss, x); /* the last request on an unbounded one: frozen again */
+	apply(ss, x, true); /* the last request on an unbounded one: frozen again */
 }
 
 void serve_sbx_set_accounting(struct serve_sbxs *ss, struct serve_sbx *x, bool on_idle_pause,
@@ -483,7 +487,7 @@ int serve_sbx_pause(struct serve_sbxs *ss, struct serve_sbx *x, bool pause, char
 	}
 	pthread_mutex_unlock(&ss->mu);
 	if (rc == 0)
-		apply(ss, x);
+		apply(ss, x, true);
 	return rc;
 }
 
@@ -605,6 +609,7 @@ void serve_sbx_json(struct serve_sbxs *ss, struct serve_sbx *x, struct moat_buf 
 	pthread_mutex_unlock(&x->fmu);
 	pthread_mutex_lock(&ss->mu);
 	sync_state(ss, x);
+	check_cpu(ss, x);
 	sbx_json(x, b);
 	pthread_mutex_unlock(&ss->mu);
 }
