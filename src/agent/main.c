@@ -23,6 +23,7 @@
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/statfs.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -195,6 +196,20 @@ static const char *type_of(mode_t m)
 static long long mtime_ms(const struct stat *st)
 {
 	return (long long)st->st_mtim.tv_sec * 1000 + st->st_mtim.tv_nsec / 1000000;
+}
+
+/* The bytes used of each tmpfs (/sandbox, /tmp): its blocks less its free
+ * ones, from the directory fds the agent keeps. */
+static void op_disk(int sock)
+{
+	unsigned long long used[2];
+	for (int i = 0; i < 2; i++) {
+		struct statfs sf;
+		if (fstatfs(roots[i], &sf) < 0)
+			return fail(sock, errno);
+		used[i] = (unsigned long long)(sf.f_blocks - sf.f_bfree) * (unsigned long long)sf.f_bsize;
+	}
+	answerf(sock, NULL, 0, "0 %llu %llu", used[0], used[1]);
 }
 
 static void op_stat(int sock)
@@ -586,6 +601,7 @@ static int take_request(void)
 		case AGENT_REMOVE: op_remove(sock); break;
 		case AGENT_EXEC: kept = op_exec(sock); break;
 		case AGENT_SIGNAL: op_signal(sock); break;
+		case AGENT_DISK: op_disk(sock); break;
 		}
 	}
 	if (!kept)

@@ -11,7 +11,7 @@
  * message of text: "<errno> <payload>" ("0 ..." is success), the fds of a
  * success attached; a process's end later on its socket: "X <code> <signal>";
  * a listing's entries "e <type> <size> <mode> <mtime_ms> <path>" then
- * "0 <count> <truncated>". */
+ * "0 <count> <truncated>"; a disk answer "0 <sandbox bytes> <tmp bytes>". */
 #ifndef MOAT_AGENT_PROTO_H
 #define MOAT_AGENT_PROTO_H
 
@@ -37,6 +37,7 @@ enum agent_op {
 	AGENT_REMOVE = 'd', /* path, recursive 0|1 */
 	AGENT_EXEC = 'x',   /* cwd, stdin 0|1, argc, argv..., env (NAME=value)... */
 	AGENT_SIGNAL = 'k', /* pid, signal 1..64 */
+	AGENT_DISK = 'f',   /* no field: bytes used of /sandbox and of /tmp */
 };
 
 struct agent_msg {

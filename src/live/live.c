@@ -248,7 +248,25 @@ int64_t live_cpu_ms(struct live *lv)
 	return v;
 }
 
-void live_made_json(struct live *lv, struct moat_buf *out)
+int live_freeze(struct live *lv, bool frozen, struct moat_error *err)
+{
+	/* mu held throughout: the sandbox's thread cannot release it meanwhile */
+	pthread_mutex_lock(&lv->mu);
+	int rc = lv->sb ? run_sandbox_freeze(lv->sb, frozen, err)
+			: moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOTCONN, "the sandbox has ended");
+	pthread_mutex_unlock(&lv->mu);
+	return rc;
+}
+
+bool live_cpu_bounded(struct live *lv)
+{
+	pthread_mutex_lock(&lv->mu);
+	bool b = !lv->sb || run_sandbox_cpu_bounded(lv->sb);
+	pthread_mutex_unlock(&lv->mu);
+	return b;
+}
+
+void live_made_json(struct live *lv, struct moat_buf *out, const char *extra)
 {
 	const struct moat_result *m = lv->made;
 	moat_buf_appendf(out, "\"limits\":{\"memory\":\"%s\",\"pids\":\"%s\",\"cpu\":\"%s\"},"
@@ -260,6 +278,11 @@ void live_made_json(struct live *lv, struct moat_buf *out)
 		if (i)
 			moat_buf_append(out, ",", 1);
 		moat_buf_append_json_string(out, m->warnings[i], strlen(m->warnings[i]));
+	}
+	if (extra) {
+		if (m && m->warnings_count)
+			moat_buf_append(out, ",", 1);
+		moat_buf_append_json_string(out, extra, strlen(extra));
 	}
 	moat_buf_append(out, "]", 1);
 }
@@ -464,6 +487,39 @@ static int simple(struct live *lv, char op, const char *a, const char *b, struct
 	int rc = call(lv, q.data, q.len, ans, sizeof ans, &pl, NULL, 0, NULL, err);
 	moat_buf_free(&q);
 	return rc;
+}
+
+/* A decimal number (at most 20 digits, no sign) ending at a space or the
+ * end: its value and *end past it, or false. */
+static bool answer_num(const char *p, uint64_t *v, const char **end)
+{
+	const char *q = p;
+	unsigned long long n = 0;
+	while (*q >= '0' && *q <= '9' && q - p < 20) {
+		unsigned d = (unsigned)(*q++ - '0');
+		if (n > (~0ull - d) / 10)
+			return false;
+		n = n * 10 + d;
+	}
+	if (q == p || (*q && *q != ' '))
+		return false;
+	*v = n;
+	*end = q;
+	return true;
+}
+
+int live_disk(struct live *lv, uint64_t *bytes, struct moat_error *err)
+{
+	char q = AGENT_DISK, ans[256];
+	const char *pl, *e;
+	uint64_t a, b;
+	if (call(lv, &q, 1, ans, sizeof ans, &pl, NULL, 0, NULL, err) < 0)
+		return -1;
+	if (!answer_num(pl, &a, &e) || *e != ' ' || !answer_num(e + 1, &b, &e) || *e ||
+	    a > UINT64_MAX - b)
+		return breach(lv, err);
+	*bytes = a + b;
+	return 0;
 }
 
 /* ---- files ---- */

@@ -60,9 +60,20 @@ const char *live_gone(struct live *lv);
 int64_t live_memory(struct live *lv);
 int64_t live_cpu_ms(struct live *lv);
 unsigned live_running(struct live *lv);
+/* Freezes (frozen) or thaws every process of it, the agent's too
+ * (run_sandbox_freeze: SIGSTOP of its whole tree; keeps its memory; a
+ * frozen sandbox's agent answers nothing: thaw before asking). 0, or -1
+ * with err (ended, or its tasks would not stop: the caller kills it). */
+int live_freeze(struct live *lv, bool frozen, struct moat_error *err);
+/* Whether a cgroup quota bounds its CPU (else nothing does while it runs). */
+bool live_cpu_bounded(struct live *lv);
+/* The bytes used of its /sandbox and /tmp tmpfs (the agent's fstatfs:
+ * what the sandbox says of itself). */
+int live_disk(struct live *lv, uint64_t *bytes, struct moat_error *err);
 /* Appends "limits":{memory,pids,cpu: how each is enforced},"warnings":[...]
- * (a limit's fallback, Landlock missing: what its making said). */
-void live_made_json(struct live *lv, struct moat_buf *out);
+ * (a limit's fallback, Landlock missing: what its making said; then extra,
+ * when not NULL: the caller's own). */
+void live_made_json(struct live *lv, struct moat_buf *out, const char *extra);
 
 /* ---- files (paths under /sandbox or /tmp, resolved by the agent) ---- */
 /* The form of a path the agent takes (absolute, under /sandbox or /tmp,

@@ -107,30 +107,54 @@ int pump_watch_slot(struct run *r, enum pump_slot slot, uint32_t events)
 	return epoll_ctl(r->epfd, EPOLL_CTL_ADD, *r->pump[slot].fd, &ev);
 }
 
+/* ---- /proc/<pid>/stat, read for the host's view of a sandbox's tasks
+ * (here and runner/freeze.c: one reader) ---- */
+
+int run_proc_stat(pid_t pid, pid_t tid, struct run_proc_stat *st)
+{
+	char path[96], buf[1024];
+	if (tid)
+		snprintf(path, sizeof path, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
+	else
+		snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+	int fd = open(path, O_RDONLY | O_CLOEXEC);
+	if (fd < 0)
+		return -1;
+	ssize_t n;
+	do
+		n = read(fd, buf, sizeof buf - 1);
+	while (n < 0 && errno == EINTR);
+	close(fd);
+	if (n <= 0)
+		return -1;
+	buf[n] = '\0';
+	/* "pid (comm) state ppid ...": comm may hold anything, ')' too (at
+	 * most 15 bytes of it): the state follows the last ')'. Fields after
+	 * it: state ppid pgrp session tty tpgid flags minflt cminflt majflt
+	 * cmajflt utime stime cutime cstime */
+	char *rp = strrchr(buf, ')');
+	int ppid;
+	unsigned long long t[4];
+	if (!rp || rp[1] != ' ' || !rp[2])
+		return -1;
+	st->state = rp[2];
+	int got = sscanf(rp + 2, "%*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
+			 &ppid, &t[0], &t[1], &t[2], &t[3]);
+	if (got < 1)
+		return -1;
+	st->ppid = (pid_t)ppid;
+	st->ticks = got == 5 ? t[0] + t[1] + t[2] + t[3] : 0;
+	return 0;
+}
+
 /* ---- a session's interrupt (runner/session.c; here, below the pump that calls
  * it at a step's timeout) ---- */
 
 /* /proc/<pid>/stat's parent pid (the host's view), -1 when unreadable. */
 static pid_t proc_ppid(pid_t pid)
 {
-	char path[48], buf[512];
-	snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n = read(fd, buf, sizeof buf - 1);
-	close(fd);
-	if (n <= 0)
-		return -1;
-	buf[n] = '\0';
-	/* "pid (comm) state ppid ...": comm may hold anything but ends at the
-	 * last ')' of what was read */
-	char *end = strrchr(buf, ')');
-	char state;
-	int ppid;
-	if (!end || sscanf(end + 1, " %c %d", &state, &ppid) != 2)
-		return -1;
-	return (pid_t)ppid;
+	struct run_proc_stat st;
+	return run_proc_stat(pid, 0, &st) < 0 ? -1 : st.ppid;
 }
 
 /* Whether pid's innermost pid namespace number (status's NSpid, last) is 2. */

@@ -47,51 +47,11 @@ struct moat_sandbox {
  * the sandbox): stops take effect within a scheduling slice, even loaded */
 #define FREEZE_MAX_MS 10000
 
-/* Reads a small /proc file whole into buf (NUL-terminated): its length,
- * or -1. */
-static ssize_t read_small(const char *path, char *buf, size_t size)
+/* The state letter of a task (tid 0: the process), 0 when gone. */
+static char task_state(pid_t pid, pid_t tid)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC);
-	if (fd < 0)
-		return -1;
-	ssize_t n;
-	do
-		n = read(fd, buf, size - 1);
-	while (n < 0 && errno == EINTR);
-	close(fd);
-	if (n < 0)
-		return -1;
-	buf[n] = '\0';
-	return n;
-}
-
-/* The state letter of /proc/<pid>/task/<tid>/stat (or /proc/<pid>/stat
- * with tid 0) and, when times is set, utime+stime+cutime+cstime in clock
- * ticks: the letter, or 0 when gone. */
-static char task_stat(pid_t pid, pid_t tid, unsigned long long *times)
-{
-	char p[96], buf[1024];
-	if (tid)
-		snprintf(p, sizeof p, "/proc/%d/task/%d/stat", (int)pid, (int)tid);
-	else
-		snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-	if (read_small(p, buf, sizeof buf) <= 0)
-		return 0;
-	/* comm may hold anything, ')' too: the state follows the last ')' */
-	char *rp = strrchr(buf, ')');
-	if (!rp || rp[1] != ' ' || !rp[2])
-		return 0;
-	if (times) {
-		/* fields 3.. after ')': state ppid pgrp session tty tpgid flags
-		 * minflt cminflt majflt cmajflt utime stime cutime cstime */
-		unsigned long long v[4];
-		if (sscanf(rp + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu %llu",
-			   &v[0], &v[1], &v[2], &v[3]) == 4)
-			*times = v[0] + v[1] + v[2] + v[3];
-		else
-			*times = 0;
-	}
-	return rp[2];
+	struct run_proc_stat st;
+	return run_proc_stat(pid, tid, &st) < 0 ? 0 : st.state;
 }
 
 enum thread_state { ALL_STOPPED, IN_KERNEL, RUNNING };
@@ -114,7 +74,7 @@ static enum thread_state threads_of(pid_t pid)
 	while (st != RUNNING && (e = readdir(d))) {
 		if (!isdigit((unsigned char)e->d_name[0]))
 			continue;
-		char c = task_stat(pid, (pid_t)atoi(e->d_name), NULL);
+		char c = task_state(pid, (pid_t)atoi(e->d_name));
 		if (c == 'D' || c == 't')
 			st = IN_KERNEL;
 		else if (c != 'T' && c != 'Z' && c != 'X' && c != 0)
@@ -147,15 +107,8 @@ static int tree_of(pid_t root, struct proc_ent **out, size_t *n)
 		if (!isdigit((unsigned char)e->d_name[0]))
 			continue;
 		pid_t pid = (pid_t)atoi(e->d_name);
-		char p[64], buf[1024];
-		snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-		if (read_small(p, buf, sizeof buf) <= 0)
-			continue;
-		char *rp = strrchr(buf, ')');
-		int ppid = 0;
-		unsigned long long t[4] = { 0 };
-		if (!rp || sscanf(rp + 1, " %*c %d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %llu "
-					  "%llu", &ppid, &t[0], &t[1], &t[2], &t[3]) != 5)
+		struct run_proc_stat st;
+		if (run_proc_stat(pid, 0, &st) < 0)
 			continue;
 		if (len == cap) {
 			size_t nc = cap ? cap * 2 : 512;
@@ -169,8 +122,7 @@ static int tree_of(pid_t root, struct proc_ent **out, size_t *n)
 			v = nv;
 			cap = nc;
 		}
-		v[len++] = (struct proc_ent){ pid, (pid_t)ppid, t[0] + t[1] + t[2] + t[3],
-					      pid == root };
+		v[len++] = (struct proc_ent){ pid, st.ppid, st.ticks, pid == root };
 	}
 	closedir(d);
 	/* descendants: a parent in the set puts its child in, until none
@@ -195,15 +147,8 @@ static int tree_of(pid_t root, struct proc_ent **out, size_t *n)
 /* The parent of pid now (its /proc stat), or -1 when gone. */
 static pid_t parent_of(pid_t pid)
 {
-	char p[64], buf[1024];
-	snprintf(p, sizeof p, "/proc/%d/stat", (int)pid);
-	if (read_small(p, buf, sizeof buf) <= 0)
-		return -1;
-	char *rp = strrchr(buf, ')');
-	int ppid = -1;
-	if (!rp || sscanf(rp + 1, " %*c %d", &ppid) != 1)
-		return -1;
-	return (pid_t)ppid;
+	struct run_proc_stat st;
+	return run_proc_stat(pid, 0, &st) < 0 ? -1 : st.ppid;
 }
 
 /* sig to the process v[i] of the tree, never to another that took its pid

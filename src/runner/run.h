@@ -341,6 +341,16 @@ void run_thrash_arm(struct run *r);
 bool run_session_interrupt(struct run *r, enum run_intr why);
 /* The SIGINT itself (its pidfd found at the first): whether it was sent. */
 bool run_session_sigint(struct run *r);
+/* A task's /proc stat as the host sees it (runner/base.c; tid 0: the
+ * process's own /proc/<pid>/stat): its state letter, parent and CPU
+ * ticks (utime+stime+cutime+cstime; 0 when unparsed). 0, or -1 when gone
+ * or unreadable. */
+struct run_proc_stat {
+	char state;
+	pid_t ppid;
+	unsigned long long ticks;
+};
+int run_proc_stat(pid_t pid, pid_t tid, struct run_proc_stat *st);
 
 /* The timer fired: 1 kill the run now, 0 keep watching, -1 stop watching. */
 int run_thrash_tick(struct run *r);

@@ -210,6 +210,8 @@ enum MHD_Result srv_session_missing(struct req *q, struct MHD_Connection *c);
 struct cJSON;
 int srv_lifetime_key(struct cJSON *o, const char *key, uint64_t def, uint64_t max, uint64_t *out,
 		struct moat_error *err);
+/* "onIdle": "pause" (*pause) or "delete" (the default); removed from o. */
+int srv_on_idle_key(struct cJSON *o, bool *pause, struct moat_error *err);
 enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c);
 enum srv_session_op { SES_OP_GET, SES_OP_DELETE, SES_OP_PAUSE, SES_OP_RESUME };

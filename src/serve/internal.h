@@ -373,8 +373,18 @@ const char *serve_sbx_id(const struct serve_sbx *x);
 /* A request uses it (its idle clock stands still until serve_sbx_end):
  * NULL, or the 410's sentence (malloc'd) when it is dead (then no _end). */
 char *serve_sbx_begin(struct serve_sbxs *ss, struct serve_sbx *x);
+/* begin thaws a frozen one (and resumes a paused one: any request does);
+ * end freezes it again once no request is in flight where no cgroup quota
+ * bounds its CPU (docs/SANDBOXES.md, "Pause, resume and CPU time"). */
 void serve_sbx_end(struct serve_sbxs *ss, struct serve_sbx *x);
 char *serve_sbx_gone(struct serve_sbxs *ss, struct serve_sbx *x);
+/* onIdle "pause" (else the idle timeout ends it) and maxCpuTimeMs (0:
+ * none; reaching it ends it), set once made. */
+void serve_sbx_set_accounting(struct serve_sbxs *ss, struct serve_sbx *x, bool on_idle_pause,
+			      uint64_t max_cpu_ms);
+/* Pauses (every process frozen, memory kept) or resumes it: 0; -1 (409) a
+ * pause while a request is in flight on it; -2 dead (*gone). */
+int serve_sbx_pause(struct serve_sbxs *ss, struct serve_sbx *x, bool pause, char **gone);
 /* Its lifetime ends ms from now, capped at max_life_ms from its making:
  * 0; 1: capped; -1: dead (*gone). */
 int serve_sbx_extend(struct serve_sbxs *ss, struct serve_sbx *x, uint64_t ms, char **gone);

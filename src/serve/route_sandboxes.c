@@ -33,7 +33,7 @@ enum sbx_op {
 	OP_PROCS, OP_PROC_START, OP_PROC_WAIT, OP_PROC_OUTPUT, OP_PROC_STDIN,
 	OP_PROC_STDIN_CLOSE, OP_PROC_SIGNAL,
 	OP_FILE_GET, OP_FILE_PUT, OP_FILE_DELETE, OP_FILE_STAT, OP_FILE_LIST, OP_FILE_MKDIR,
-	OP_FILE_RENAME,
+	OP_FILE_RENAME, OP_PAUSE, OP_RESUME,
 };
 
 static enum MHD_Result missing(struct req *q, struct MHD_Connection *c)
@@ -142,6 +142,10 @@ static int parse_route(const char *url, const char *method, char *id, int *pid, 
 	}
 	if (!strcmp(rest, "/timeout")) {
 		*op = post ? OP_TIMEOUT : OP_NONE;
+		return *op ? 0 : -2;
+	}
+	if (!strcmp(rest, "/pause") || !strcmp(rest, "/resume")) {
+		*op = !post ? OP_NONE : rest[1] == 'p' ? OP_PAUSE : OP_RESUME;
 		return *op ? 0 : -2;
 	}
 	if (!strcmp(rest, "/processes")) {
@@ -299,8 +303,9 @@ static ssize_t proc_read(void *cls, uint64_t pos, char *buf, size_t max)
 		} else if (ev == LIVE_EV_END) {
 			moat_ndjson_flush(&p->nj, &p->pending);
 			char *why = serve_sbx_gone(p->s->sandboxes, p->x);
-			moat_buf_append(&p->pending, "{\"type\":\"error\",\"error\":{\"type\":\"SandboxGone\","
-					"\"message\":", 60);
+			static const char head[] = "{\"type\":\"error\",\"error\":{\"type\":"
+						   "\"SandboxGone\",\"message\":";
+			moat_buf_append(&p->pending, head, sizeof head - 1);
 			const char *w = why ? why : "the sandbox ended before the process did";
 			moat_buf_append_json_string(&p->pending, w, strlen(w));
 			moat_buf_append(&p->pending, "}}\n", 3);
@@ -641,14 +646,19 @@ static enum MHD_Result sbx_create(struct req *q, struct MHD_Connection *c)
 			return bad(q, c, msg);
 		}
 	const struct serve_limits *l = &q->s->limits;
-	uint64_t life, idle;
+	uint64_t life, idle, max_cpu;
+	bool idle_pause;
 	char **meta = NULL;
 	size_t nmeta = 0;
 	uint64_t max_life = l->session_max_life_ms;
+	/* maxCpuTimeMs: bounded as a session's (serve.sessions.maxCpuTimeMs) */
+	uint64_t cpu_max = l->session_max_cpu_ms ? l->session_max_cpu_ms : 7ull * 24 * 3600 * 1000;
 	if (srv_lifetime_key(o, "lifetimeMs", max_life < DEFAULT_LIFE_MS ? max_life : DEFAULT_LIFE_MS,
 		   max_life, &life, &err) < 0 ||
 	    srv_lifetime_key(o, "idleTimeoutMs", DEFAULT_IDLE_MS < max_life ? DEFAULT_IDLE_MS : max_life,
 		   max_life, &idle, &err) < 0 ||
+	    srv_lifetime_key(o, "maxCpuTimeMs", l->session_max_cpu_ms, cpu_max, &max_cpu, &err) < 0 ||
+	    srv_on_idle_key(o, &idle_pause, &err) < 0 ||
 	    metadata_key(o, &meta, &nmeta, &err) < 0)
 		return srv_fail_moat(q, c, &err);
 	struct moat_request *req = NULL;
@@ -681,6 +691,7 @@ static enum MHD_Result sbx_create(struct req *q, struct MHD_Connection *c)
 	if (rc < 0)
 		return srv_fail_moat(q, c, &err);
 	q->sbx = x;
+	serve_sbx_set_accounting(q->s->sandboxes, x, idle_pause, max_cpu);
 	struct moat_buf b = { 0 };
 	serve_sbx_json(q->s->sandboxes, x, &b);
 	moat_buf_append(&b, "\n", 1);
@@ -992,6 +1003,21 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 		serve_sbx_delete(s->sandboxes, q->sbx);
 		struct moat_buf b = { 0 };
 		moat_buf_appendf(&b, "{\"id\":\"%s\",\"state\":\"ended\"}\n", id);
+		return respond_json(q, c, 200, &b);
+	}
+	if (op == OP_PAUSE || op == OP_RESUME) {
+		/* not a request on it (it would resume it): the state it asks */
+		char *why = NULL;
+		int rc = serve_sbx_pause(s->sandboxes, q->sbx, op == OP_PAUSE, &why);
+		if (rc == -2)
+			return gone(q, c, why);
+		if (rc == -1)
+			return srv_fail(q, c, 409, "Conflict", O_BAD_REQUEST,
+					"a request is in flight on the sandbox (an attached output "
+					"stream too): pause it once they have ended");
+		struct moat_buf b = { 0 };
+		serve_sbx_json(s->sandboxes, q->sbx, &b);
+		moat_buf_append(&b, "\n", 1);
 		return respond_json(q, c, 200, &b);
 	}
 	if (op == OP_GET) {

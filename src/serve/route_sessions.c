@@ -75,9 +75,9 @@ int srv_lifetime_key(cJSON *o, const char *key, uint64_t def, uint64_t max, uint
 	return 0;
 }
 
-/* "onIdle" of POST /v1/sessions (removed from the object): "pause" or
+/* "onIdle" of POST /v1/sessions and /v1/sandboxes (removed from the object): "pause" or
  * "delete" (the default). */
-static int on_idle_key(cJSON *o, bool *pause, struct moat_error *err)
+int srv_on_idle_key(cJSON *o, bool *pause, struct moat_error *err)
 {
 	cJSON *it = cJSON_DetachItemFromObjectCaseSensitive(o, "onIdle");
 	*pause = false;
@@ -162,7 +162,7 @@ enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *
 				 l->session_max_life_ms, &sp.life_ms, &err) < 0 ||
 		    srv_lifetime_key(o, "maxCpuTimeMs", l->session_max_cpu_ms, cpu_max,
 				 &sp.max_cpu_ms, &err) < 0 ||
-		    on_idle_key(o, &sp.on_idle_pause, &err) < 0 ||
+		    srv_on_idle_key(o, &sp.on_idle_pause, &err) < 0 ||
 		    !cJSON_AddStringToObject(o, "code", "") ||
 		    session_prepare(q, o, q->header_id, &req, &err) < 0)
 			return srv_fail_moat(q, c, &err);

@@ -6,6 +6,7 @@
  * Nothing of a tenant reaches the log from here: no id, no credential, no
  * metadata. */
 #include <errno.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/random.h>
@@ -23,6 +24,11 @@
 /* the sandbox's own backstop is a little past the most its lifetime may
  * be extended to: the reaper ends it first, with the right reason */
 #define BACKSTOP_SLACK_MS 5000
+/* create's warning where no cgroup quota bounds the sandbox's CPU */
+#define FREEZE_WARNING                                                                         \
+	"cpus is not enforced (no cgroup): the sandbox is frozen whenever no request of yours is " \
+	"in flight on it, so its processes (a background server too) run only while one is "      \
+	"(docs/SANDBOXES.md, \"Pause, resume and CPU time\")"
 
 struct serve_sbx {
 	struct serve_sbx *next;
@@ -42,6 +48,18 @@ struct serve_sbx {
 	double cpus;
 	bool reserved; /* its memory_mb and cpus, in the budget */
 	int64_t mem_peak, cpu_ms;
+	/* pause, resume and the freeze (docs/SANDBOXES.md, "Pause, resume and
+	 * CPU time"): fmu is held while its processes are frozen or thawed,
+	 * and while its agent is asked something outside a request (a frozen
+	 * agent answers nothing) */
+	pthread_mutex_t fmu;
+	bool frozen;        /* its processes stopped now (written under fmu and mu) */
+	bool paused;        /* POST .../pause, or idle with onIdle "pause" */
+	bool unbounded;     /* no cgroup quota bounds its CPU: frozen whenever no
+			     * request is in flight on it */
+	bool on_idle_pause; /* onIdle "pause" */
+	uint64_t max_cpu_ms; /* maxCpuTimeMs (0: none) */
+	int64_t disk_bytes; /* /sandbox and /tmp used, last sampled (-1: never) */
 };
 
 struct serve_sbxs {
@@ -76,6 +94,7 @@ static void sbx_free(struct serve_sbx *x)
 		free(x->meta[i]);
 	free(x->meta);
 	free(x->reason);
+	pthread_mutex_destroy(&x->fmu);
 	free(x);
 }
 
@@ -117,6 +136,71 @@ static void sync_state(struct serve_sbxs *ss, struct serve_sbx *x)
 	}
 }
 
+/* mu held: its CPU cap reached (background work included) ends it */
+static void check_cpu(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	if (x->dead || !x->max_cpu_ms)
+		return;
+	int64_t cpu = live_cpu_ms(x->lv);
+	if (cpu < 0 || (uint64_t)cpu < x->max_cpu_ms)
+		return;
+	char why[160];
+	snprintf(why, sizeof why, "the sandbox was killed: it used its CPU time (maxCpuTimeMs %llu)",
+		 (unsigned long long)x->max_cpu_ms);
+	mark_dead(ss, x, why);
+}
+
+/* Its disk use sampled from its agent (fmu held, the sandbox thawed). */
+static void sample_disk(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	uint64_t d;
+	struct moat_error e = { 0 };
+	int rc = live_disk(x->lv, &d, &e);
+	moat_error_clear(&e);
+	if (rc < 0)
+		return;
+	pthread_mutex_lock(&ss->mu);
+	x->disk_bytes = d > INT64_MAX ? INT64_MAX : (int64_t)d;
+	pthread_mutex_unlock(&ss->mu);
+}
+
+/* Its processes frozen or thawed as its state wants (mu not held): frozen
+ * while paused, and, where no cgroup quota bounds its CPU, whenever no
+ * request is in flight on it. Serialized on fmu, each call acts on the
+ * state of its time, so the last one leaves the sandbox as its state
+ * says. Before a freeze its disk use is sampled when sample (it cannot
+ * change while frozen; never from the reaper: an agent the tenant
+ * stopped would hold it up to the agent's 30 s, and with it every other
+ * sandbox's expiry and CPU cap). A freeze or thaw that fails ends it:
+ * never left half-frozen, nor running unbounded. */
+static void apply(struct serve_sbxs *ss, struct serve_sbx *x, bool sample)
+{
+	pthread_mutex_lock(&x->fmu);
+	pthread_mutex_lock(&ss->mu);
+	bool want = !x->dead && (x->paused || (x->unbounded && !x->busy));
+	bool act = want != x->frozen && !x->dead;
+	pthread_mutex_unlock(&ss->mu);
+	if (act) {
+		if (want && sample)
+			sample_disk(ss, x);
+		struct moat_error e = { 0 };
+		int rc = live_freeze(x->lv, want, &e);
+		moat_error_clear(&e);
+		pthread_mutex_lock(&ss->mu);
+		if (rc == 0) {
+			x->frozen = want;
+		} else {
+			mark_dead(ss, x, live_gone(x->lv) ? NULL
+				  : want ? "the sandbox was killed: its processes could not all be "
+					   "stopped (a pause or the freeze between requests)"
+					 : "the sandbox was killed: its processes could not be resumed");
+			x->frozen = false;
+		}
+		pthread_mutex_unlock(&ss->mu);
+	}
+	pthread_mutex_unlock(&x->fmu);
+}
+
 static void drop(struct serve_sbxs *ss, struct serve_sbx **pp)
 {
 	struct serve_sbx *x = *pp;
@@ -134,13 +218,26 @@ static void *reaper(void *arg)
 	while (!ss->stopping) {
 		int64_t now = moat_mono_ms();
 		unsigned tombs = 0;
+		struct serve_sbx *pause[64];
+		size_t npause = 0;
 		for (struct serve_sbx **pp = &ss->list; *pp;) {
 			struct serve_sbx *x = *pp;
 			sync_state(ss, x);
+			if (!x->frozen) /* a frozen one's CPU time stands still: its
+					 * next request checks it (begin) */
+				check_cpu(ss, x);
+			bool idle = !x->dead && !x->busy && now - x->last_ms >= (int64_t)x->idle_ms;
 			if (!x->dead && now >= x->end_ms)
 				mark_dead(ss, x, "the sandbox expired: it reached the end of its "
 					  "lifetime (lifetimeMs)");
-			else if (!x->dead && !x->busy && now - x->last_ms >= (int64_t)x->idle_ms)
+			else if (idle && x->on_idle_pause) {
+				/* onIdle "pause": paused, not ended (frozen below) */
+				if (!x->paused && npause < 64) {
+					x->paused = true;
+					x->refs++;
+					pause[npause++] = x;
+				}
+			} else if (idle)
 				mark_dead(ss, x, "the sandbox expired: it was idle for its "
 					  "idleTimeoutMs");
 			if (x->dead && (now - x->dead_ms >= TOMBSTONE_MS ||
@@ -149,6 +246,12 @@ static void *reaper(void *arg)
 				continue;
 			}
 			pp = &x->next;
+		}
+		for (size_t i = 0; i < npause; i++) {
+			pthread_mutex_unlock(&ss->mu);
+			apply(ss, pause[i], false);
+			pthread_mutex_lock(&ss->mu);
+			unref(pause[i]);
 		}
 		moat_cond_wait_ms(&ss->cv, &ss->mu, REAP_EVERY_MS);
 	}
@@ -225,6 +328,8 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 	x->idle_ms = idle_ms;
 	x->cpu_ms = -1;
 	x->mem_peak = -1;
+	x->disk_bytes = -1;
+	pthread_mutex_init(&x->fmu, NULL);
 	pthread_mutex_lock(&ss->mu);
 	bool full = ss->stopping || ss->live >= ss->cfg.max;
 	if (!full)
@@ -275,10 +380,12 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 		moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "the server is stopping");
 		return -2;
 	}
+	x->unbounded = !live_cpu_bounded(x->lv);
 	x->next = ss->list;
 	ss->list = x;
 	ss->created++;
 	pthread_mutex_unlock(&ss->mu);
+	apply(ss, x, true); /* no cgroup bounds it: frozen until a request */
 	*out = x;
 	return 0;
 fail:
@@ -330,12 +437,16 @@ char *serve_sbx_begin(struct serve_sbxs *ss, struct serve_sbx *x)
 {
 	pthread_mutex_lock(&ss->mu);
 	sync_state(ss, x);
+	check_cpu(ss, x);
 	char *gone = x->dead ? strdup(x->reason ? x->reason : "the sandbox ended") : NULL;
 	if (!x->dead) {
 		x->busy++;
+		x->paused = false; /* any request on a paused sandbox resumes it */
 		x->last_ms = moat_mono_ms();
 	}
 	pthread_mutex_unlock(&ss->mu);
+	if (!gone)
+		apply(ss, x, true); /* thawed before its agent is asked */
 	return gone;
 }
 
@@ -346,6 +457,38 @@ void serve_sbx_end(struct serve_sbxs *ss, struct serve_sbx *x)
 		x->busy--;
 	x->last_ms = moat_mono_ms();
 	pthread_mutex_unlock(&ss->mu);
+	apply(ss, x, true); /* the last request on an unbounded one: frozen again */
+}
+
+void serve_sbx_set_accounting(struct serve_sbxs *ss, struct serve_sbx *x, bool on_idle_pause,
+			      uint64_t max_cpu_ms)
+{
+	pthread_mutex_lock(&ss->mu);
+	x->on_idle_pause = on_idle_pause;
+	x->max_cpu_ms = max_cpu_ms;
+	pthread_mutex_unlock(&ss->mu);
+}
+
+int serve_sbx_pause(struct serve_sbxs *ss, struct serve_sbx *x, bool pause, char **gone)
+{
+	*gone = NULL;
+	pthread_mutex_lock(&ss->mu);
+	sync_state(ss, x);
+	check_cpu(ss, x);
+	int rc = 0;
+	if (x->dead) {
+		*gone = strdup(x->reason ? x->reason : "the sandbox ended");
+		rc = -2;
+	} else if (pause && x->busy) {
+		rc = -1; /* its agent is answering a request: never stopped mid-answer */
+	} else {
+		x->paused = pause;
+		x->last_ms = moat_mono_ms();
+	}
+	pthread_mutex_unlock(&ss->mu);
+	if (rc == 0)
+		apply(ss, x, true);
+	return rc;
 }
 
 char *serve_sbx_gone(struct serve_sbxs *ss, struct serve_sbx *x)
@@ -402,17 +545,24 @@ void serve_sbx_delete(struct serve_sbxs *ss, struct serve_sbx *x)
 static void sbx_json(struct serve_sbx *x, struct moat_buf *b)
 {
 	int64_t now = moat_mono_ms();
-	moat_buf_appendf(b, "{\"id\":\"%s\",\"state\":\"%s\"", x->id, x->dead ? "ended" : "running");
+	moat_buf_appendf(b, "{\"id\":\"%s\",\"state\":\"%s\",\"frozen\":%s", x->id,
+			 x->dead ? "ended" : x->paused ? "paused" : "running",
+			 !x->dead && x->frozen ? "true" : "false");
 	serve_put_time(b, "createdAt", x->created_wall_ms);
 	serve_put_time(b, "expiresAt", x->created_wall_ms + (x->end_ms - x->created_ms));
-	moat_buf_appendf(b, ",\"idleTimeoutMs\":%llu", (unsigned long long)x->idle_ms);
+	moat_buf_appendf(b, ",\"idleTimeoutMs\":%llu,\"onIdle\":\"%s\",\"maxCpuTimeMs\":",
+			 (unsigned long long)x->idle_ms, x->on_idle_pause ? "pause" : "delete");
+	if (x->max_cpu_ms)
+		moat_buf_appendf(b, "%llu", (unsigned long long)x->max_cpu_ms);
+	else
+		moat_buf_appendf(b, "null");
 	if (x->dead && x->reason) {
 		moat_buf_append(b, ",\"reason\":", 10);
 		moat_buf_append_json_string(b, x->reason, strlen(x->reason));
 	}
 	moat_buf_appendf(b, ",\"memoryMb\":%llu,\"cpus\":%g,\"pidsLimit\":%llu,",
 			 (unsigned long long)x->memory_mb, x->cpus, (unsigned long long)x->pids);
-	live_made_json(x->lv, b);
+	live_made_json(x->lv, b, x->unbounded ? FREEZE_WARNING : NULL);
 	int64_t mem = x->dead ? -1 : live_memory(x->lv);
 	int64_t cpu = x->dead ? x->cpu_ms : live_cpu_ms(x->lv);
 	moat_buf_append(b, ",\"usage\":{", 10);
@@ -429,6 +579,10 @@ static void sbx_json(struct serve_sbx *x, struct moat_buf *b)
 		moat_buf_appendf(b, ",\"memoryPeakBytes\":%lld", (long long)x->mem_peak);
 	else
 		moat_buf_appendf(b, ",\"memoryPeakBytes\":null");
+	if (x->disk_bytes >= 0)
+		moat_buf_appendf(b, ",\"diskBytes\":%lld", (long long)x->disk_bytes);
+	else
+		moat_buf_appendf(b, ",\"diskBytes\":null");
 	moat_buf_appendf(b, ",\"processes\":%u,\"idleMs\":%lld}", x->dead ? 0 : live_running(x->lv),
 			 (long long)(x->busy ? 0 : now - x->last_ms));
 	moat_buf_append(b, ",\"metadata\":{", 13);
@@ -444,8 +598,18 @@ static void sbx_json(struct serve_sbx *x, struct moat_buf *b)
 
 void serve_sbx_json(struct serve_sbxs *ss, struct serve_sbx *x, struct moat_buf *b)
 {
+	/* its disk use now, when its agent runs (frozen, it is as sampled
+	 * before the freeze: nothing in it writes) */
+	pthread_mutex_lock(&x->fmu);
+	pthread_mutex_lock(&ss->mu);
+	bool ask = !x->dead && !x->frozen;
+	pthread_mutex_unlock(&ss->mu);
+	if (ask)
+		sample_disk(ss, x);
+	pthread_mutex_unlock(&x->fmu);
 	pthread_mutex_lock(&ss->mu);
 	sync_state(ss, x);
+	check_cpu(ss, x);
 	sbx_json(x, b);
 	pthread_mutex_unlock(&ss->mu);
 }

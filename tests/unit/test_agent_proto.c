@@ -22,6 +22,9 @@ START_TEST(agent_well_formed)
 	ck_assert_int_eq(P("p"), 0);
 	ck_assert_int_eq(m.op, 'p');
 	ck_assert_int_eq(m.nfields, 0);
+	ck_assert_int_eq(P("f"), 0); /* the disk use of /sandbox and /tmp */
+	ck_assert_int_eq(m.op, 'f');
+	ck_assert_int_eq(m.nfields, 0);
 	ck_assert_int_eq(P("r/sandbox/a\0"), 0);
 	ck_assert_str_eq(m.field[0], "/sandbox/a");
 	ck_assert_int_eq(P("w/tmp/x/y\0" "1\0"), 0);
@@ -40,6 +43,8 @@ START_TEST(agent_malformed)
 	ck_assert_int_eq(parse("", 0), -1);            /* empty */
 	ck_assert_int_eq(P("z"), -1);                  /* unknown op */
 	ck_assert_int_eq(P("p\0"), -1);                /* ping takes nothing */
+	ck_assert_int_eq(P("f\0"), -1);                /* nor the disk's */
+	ck_assert_int_eq(P("f/sandbox\0"), -1);
 	ck_assert_int_eq(P("r/sandbox/a"), -1);        /* not NUL-ended */
 	ck_assert_int_eq(P("r/sandbox/a\0/x\0"), -1);  /* a field too many */
 	ck_assert_int_eq(P("w/sandbox/a\0"), -1);      /* one too few */
