@@ -33,6 +33,13 @@ const MESSAGE_MAX = 8 * 1024;
 // where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
 const ROOT = process.env.MOAT_SESSION_ROOT || "/sandbox";
 delete process.env.MOAT_SESSION_ROOT;
+// a code context's driver (docs/CONTEXTS.md) sends each result as it is made
+// (a `result` frame; stdout and stderr to pipes are synchronous, so what the
+// step wrote before is in them first)
+const EVENTS = process.env.MOAT_SESSION_EVENTS === "1";
+delete process.env.MOAT_SESSION_EVENTS;
+let eventCtl = null;
+let stepSeq = 0;
 const B64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 // results (docs/SESSIONS.md, "Results"): a MIME bundle's entry, one step's
 // results in all; an error's traceback
@@ -254,9 +261,11 @@ function addResult(obj, main) {
     results.truncated = true;
     return;
   }
-  results.items.push({ isMain: Boolean(main), data });
+  const item = { isMain: Boolean(main), data };
+  results.items.push(item);
   results.size += n;
   results.truncated = results.truncated || c;
+  if (EVENTS && eventCtl) send(eventCtl, { type: "result", seq: stepSeq, result: item });
 }
 
 // display(obj, ...): each object a result (its MIME bundle); display.html(s),
@@ -370,6 +379,7 @@ async function step({ seq, code, stdin, files }) {
   let truncated = false;
   let r;
   executionCount++;
+  stepSeq = seq;
   results = { items: [], size: 0, truncated: false };
   const err = writeFiles(files);
   if (err) {
@@ -398,6 +408,7 @@ function send(ctl, obj) {
 
 function main() {
   const ctl = new net.Socket({ fd: CTL, readable: true, writable: true });
+  eventCtl = ctl;
   process.on("uncaughtException", report);
   process.on("unhandledRejection", report);
   process.on("SIGINT", () => { if (interruptStep) interruptStep(); });

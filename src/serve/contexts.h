@@ -51,6 +51,9 @@ int serve_ctx_create(struct serve_ctxs *cs, struct live *lv, const char *languag
 		     struct moat_error *err);
 /* {"contexts":[obj,...]} */
 void serve_ctx_list(struct serve_ctxs *cs, struct moat_buf *out);
+/* Its object appended; ENOENT: no such context. */
+int serve_ctx_get(struct serve_ctxs *cs, const char *id, struct moat_buf *out,
+		  struct moat_error *err);
 /* Its driver killed and a fresh one started (same id, language, cwd;
  * executionCount back to 0): its object appended. ENOENT: no such context. */
 int serve_ctx_restart(struct serve_ctxs *cs, struct live *lv, const char *id,
@@ -72,6 +75,7 @@ struct serve_ctx_exec {
 	uint64_t max_output;  /* stdout and stderr each, bytes kept (0: the default) */
 	int client_fd;        /* the client's socket, or -1: a hang-up interrupts the step */
 	bool hangup_finish;   /* a hang-up lets the step run on instead */
+	bool stream;          /* the output is the events' only (the answer's stdout, stderr empty) */
 };
 /* Starts a step: EBUSY another step runs, ENOENT no such context,
  * ENOTCONN the context or the sandbox is gone (its sentence). */
@@ -93,9 +97,9 @@ enum serve_ctx_ev serve_ctx_step_next(struct serve_ctx_step *st, int wait_ms, co
 				      size_t *len);
 /* After DONE: the answer, a JSON object: stdout, stderr, stdoutTruncated,
  * stderrTruncated, results, resultsTruncated, error, executionCount,
- * timedOut, interrupted, killed (its driver was killed: the grace passed,
- * OOM, the step ended it), contextState ("idle" | "killed" | "ended"),
- * reason (why not idle, or null), durationMs, warnings. */
+ * exitCode, timedOut, interrupted, killed (its driver was killed: the grace
+ * passed, OOM, the step ended it), context {id, state ("idle" | "killed" |
+ * "ended"), reason (why not idle, or null)}, durationMs, warnings. */
 void serve_ctx_step_answer(struct serve_ctx_step *st, struct moat_buf *out);
 /* Ends a step (a running one is interrupted first, as a hang-up would,
  * unless hangup_finish: then it is run to its end here). NULL-safe. */

@@ -131,6 +131,8 @@ struct req {
 	struct serve_sbx *sbx;
 	bool sbx_busy;
 	int sbx_op, sbx_pid;
+	char ctx_id[40]; /* a code context's (route_contexts.c) */
+	int ctx_op;
 	char *sbx_path;
 	int up_fd;
 	uint64_t up_len;
@@ -229,6 +231,17 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 		const char *method);
 void srv_sandboxes_upload(struct req *q, const char *data, size_t n);
 enum MHD_Result srv_sandboxes_body(struct req *q, struct MHD_Connection *c);
+/* route_sandboxes.c's body parsing, for route_contexts.c: the body as a
+ * JSON object (NULL: *err); the first key of o not in keys (NULL-ended),
+ * or NULL */
+struct cJSON *srv_sbx_json_body(struct req *q, struct moat_error *err);
+const char *srv_sbx_unknown_key(const struct cJSON *o, const char *const *keys);
+
+/* ---- route_contexts.c (docs/CONTEXTS.md): the sandbox q->sbx held busy;
+ * rest: the URL from "/contexts" on ---- */
+enum MHD_Result srv_contexts_route(struct req *q, struct MHD_Connection *c, const char *rest,
+				   const char *method);
+enum MHD_Result srv_contexts_body(struct req *q, struct MHD_Connection *c);
 
 /* ---- route_admin.c ---- */
 char *srv_metrics_text(struct server *s);

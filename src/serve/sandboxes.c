@@ -13,6 +13,7 @@
 
 #include "core/sys.h"
 #include "live/live.h"
+#include "serve/contexts.h"
 #include "serve/internal.h"
 
 #define REAP_EVERY_MS 200
@@ -42,6 +43,7 @@ struct serve_sbx {
 	double cpus;
 	bool reserved; /* its memory_mb and cpus, in the budget */
 	int64_t mem_peak, cpu_ms;
+	struct serve_ctxs *ctxs; /* its code contexts (contexts.c) */
 };
 
 struct serve_sbxs {
@@ -71,6 +73,7 @@ static void unreserve(struct serve_sbxs *ss, struct serve_sbx *x)
 
 static void sbx_free(struct serve_sbx *x)
 {
+	serve_ctxs_free(x->ctxs);
 	live_destroy(x->lv);
 	for (size_t i = 0; i < 2 * x->meta_count; i++)
 		free(x->meta[i]);
@@ -225,6 +228,7 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 	x->idle_ms = idle_ms;
 	x->cpu_ms = -1;
 	x->mem_peak = -1;
+	x->ctxs = serve_ctxs_new();
 	pthread_mutex_lock(&ss->mu);
 	bool full = ss->stopping || ss->live >= ss->cfg.max;
 	if (!full)
@@ -253,7 +257,7 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 		}
 		x->reserved = true;
 	}
-	if (serve_new_id(x->id, "sbx_") < 0) {
+	if (!x->ctxs || serve_new_id(x->id, "sbx_") < 0) {
 		moat_request_free(req);
 		goto fail;
 	}
@@ -319,6 +323,12 @@ void serve_sbx_put(struct serve_sbxs *ss, struct serve_sbx *x)
 struct live *serve_sbx_live(struct serve_sbx *x)
 {
 	return x->lv;
+}
+
+struct serve_ctxs *serve_sbx_ctxs(struct serve_sbx *x, uint64_t *memory_mb)
+{
+	*memory_mb = x->memory_mb;
+	return x->ctxs;
 }
 
 const char *serve_sbx_id(const struct serve_sbx *x)
