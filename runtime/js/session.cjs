@@ -265,7 +265,7 @@ function addResult(obj, main) {
   results.items.push(item);
   results.size += n;
   results.truncated = results.truncated || c;
-  if (EVENTS && eventCtl) send(eventCtl, { type: "result", seq: stepSeq, result: item });
+  if (EVENTS && eventCtl) sendEvent({ type: "result", seq: stepSeq, result: item });
 }
 
 // display(obj, ...): each object a result (its MIME bundle); display.html(s),
@@ -401,6 +401,42 @@ async function step({ seq, code, stdin, files }) {
     display: [], displayDropped: 0, results: res.items, resultsTruncated: res.truncated, executionCount };
 }
 
+const ACK = Buffer.from('MOATSESS1 14\n{"type":"ack"}', "latin1");
+function sleepMs(ms) {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+// An event frame mid-step (a code context's, docs/CONTEXTS.md): written
+// whole and the host's ack awaited, synchronously (the fd is the socket's,
+// non-blocking: EAGAIN waits a little), so that the host has read the
+// output before the result and what the step writes next comes after it.
+// The host sends nothing else during a step.
+function sendEvent(obj) {
+  const body = Buffer.from(JSON.stringify(obj), "utf8");
+  let data = Buffer.concat([Buffer.from(`${MAGIC}${body.length}\n`, "latin1"), body]);
+  while (data.length) {
+    try {
+      data = data.subarray(fs.writeSync(CTL, data));
+    } catch (e) {
+      if (e.code !== "EAGAIN") throw e;
+      sleepMs(1);
+    }
+  }
+  const ack = Buffer.alloc(ACK.length);
+  let got = 0;
+  while (got < ack.length) {
+    try {
+      const n = fs.readSync(CTL, ack, got, ack.length - got, null);
+      if (n === 0) process.exit(0);
+      got += n;
+    } catch (e) {
+      if (e.code !== "EAGAIN") throw e;
+      sleepMs(1);
+    }
+  }
+  if (!ack.equals(ACK)) die("not an ack frame");
+}
+
 function send(ctl, obj) {
   const body = Buffer.from(JSON.stringify(obj), "utf8");
   ctl.write(Buffer.concat([Buffer.from(`${MAGIC}${body.length}\n`, "latin1"), body]));
@@ -433,7 +469,8 @@ function main() {
     try {
       let frames;
       [frames, buf] = parseFrames(buf);
-      for (const f of frames) queue.push(parseRun(f));
+      // an ack an interrupt left unread (sendEvent's) is dropped
+      for (const f of frames) if (f.type !== "ack") queue.push(parseRun(f));
     } catch (e) {
       die(e instanceof ProtocolError ? e.message : "bad frame");
     }

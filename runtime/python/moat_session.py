@@ -393,14 +393,20 @@ class _Results:
 
 
 def _emit(obj):
-    """An event frame mid-step: the output before it flushed first; a
-    SIGINT while it goes out is kept for the step's code, never breaks it."""
+    """An event frame mid-step: the output before it flushed first, the
+    host's ack awaited; a SIGINT meanwhile is kept for the step's code,
+    never breaks it."""
     global _live, _pending
     was = _live
     _live = False
     try:
         _flush()
         _ch.write(obj)
+        # the host's ack: it has read the output before the result, and
+        # what the step writes next comes after it (docs/CONTEXTS.md)
+        ack = _ch.read()
+        if not ack or ack.get("type") != "ack":
+            raise ProtocolError("not an ack frame")
     finally:
         _live = was
     if was and _pending:

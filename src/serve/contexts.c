@@ -691,6 +691,11 @@ static enum serve_ctx_ev on_frame(struct serve_ctx_step *st, char *body, size_t 
 	    cJSON_GetArraySize(j) == 3 && st->nresults < RESULTS_MAX) {
 		char *r = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(j, "result"));
 		if (r && pool_session_result_ok(r, strlen(r))) {
+			/* the driver waits for this: the output before the result
+			 * has been read (its events are before this one), what the
+			 * step writes next comes after */
+			static const char ack[] = "MOATSESS1 14\n{\"type\":\"ack\"}";
+			(void)send(st->c->ctl, ack, sizeof ack - 1, MSG_NOSIGNAL | MSG_DONTWAIT);
 			st->nresults++;
 			st->data = r;
 			*data = r;

@@ -186,7 +186,7 @@ static ssize_t cstream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			break;
 		case SERVE_CTX_EV_DONE:
 			moat_ndjson_flush(&p->nj, &p->pending);
-			moat_buf_append(&p->pending, "{\"type\":\"done\",\"answer\":", 25);
+			moat_buf_appendf(&p->pending, "{\"type\":\"done\",\"answer\":");
 			serve_ctx_step_answer(p->st, &p->pending);
 			moat_buf_append(&p->pending, "}\n", 2);
 			p->done = true;
