@@ -301,6 +301,27 @@ START_TEST(ctx_protocol_breach)
 }
 END_TEST
 
+/* A step past the sandbox's memory (256 MiB here) is a MemoryError in
+ * that step (the Python driver's RLIMIT_DATA), the context's state kept. */
+START_TEST(ctx_memory_error)
+{
+	struct server s;
+	char sid[40], py[40];
+	if (!ctx_start(&s, _i, sid))
+		return;
+	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
+	expect_value(&s, sid, py, "x = 9\nx", "9");
+	struct resp r;
+	ctx_exec(&s, sid, py, "b = bytearray(600 * 1024 * 1024)", 30000, &r);
+	ck_assert_msg(error_name(r.json) && !strcmp(error_name(r.json), "MemoryError") &&
+		      !cJSON_IsTrue(jget(r.json, "killed")) && !strcmp(ctx_state(r.json), "idle"),
+		      "%s: %s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	expect_value(&s, sid, py, "x", "9");
+	ctx_stop(&s, sid);
+}
+END_TEST
+
 /* The NDJSON lines of body: their "type"s joined by ',' into out, with
  * stdout data as "out:<data>" and result text as "result:<text/plain>". */
 static void event_list(const char *body, char *out, size_t n)
@@ -381,6 +402,7 @@ Suite *serve_contexts_suite(void)
 	tcase_add_loop_test(tc, ctx_killed_alone, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_protocol_breach, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_stream_order, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ctx_memory_error, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
