@@ -231,17 +231,12 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 		const char *method);
 void srv_sandboxes_upload(struct req *q, const char *data, size_t n);
 enum MHD_Result srv_sandboxes_body(struct req *q, struct MHD_Connection *c);
-/* route_sandboxes.c's body parsing, for route_contexts.c: the body as a
- * JSON object (NULL: *err); the first key of o not in keys (NULL-ended),
- * or NULL */
-struct cJSON *srv_sbx_json_body(struct req *q, struct moat_error *err);
-const char *srv_sbx_unknown_key(const struct cJSON *o, const char *const *keys);
-
 /* ---- route_contexts.c (docs/CONTEXTS.md): the sandbox q->sbx held busy;
  * rest: the URL from "/contexts" on ---- */
 enum MHD_Result srv_contexts_route(struct req *q, struct MHD_Connection *c, const char *rest,
 				   const char *method);
-enum MHD_Result srv_contexts_body(struct req *q, struct MHD_Connection *c);
+/* o: the request's body, a JSON object (route_sandboxes.c parsed it) */
+enum MHD_Result srv_contexts_body(struct req *q, struct MHD_Connection *c, const struct cJSON *o);
 
 /* ---- route_admin.c ---- */
 char *srv_metrics_text(struct server *s);

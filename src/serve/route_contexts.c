@@ -62,6 +62,19 @@ static int parse(struct req *q, const char *rest, const char *method)
 	return op ? 0 : -2;
 }
 
+/* o's keys are all of keys (NULL-ended) */
+static bool keys_known(const cJSON *o, const char *const *keys)
+{
+	for (const cJSON *it = o->child; it; it = it->next) {
+		const char *const *k = keys;
+		while (*k && (!it->string || strcmp(it->string, *k)))
+			k++;
+		if (!*k)
+			return false;
+	}
+	return true;
+}
+
 static enum MHD_Result answer(struct req *q, struct MHD_Connection *c, unsigned status,
 			      struct moat_buf *b)
 {
@@ -236,8 +249,7 @@ static enum MHD_Result execute(struct req *q, struct MHD_Connection *c, const cJ
 	struct live *lv = serve_sbx_live(q->sbx);
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	static const char *const keys[] = { "code", "timeout", NULL };
-	const char *k = srv_sbx_unknown_key(o, keys);
-	if (k)
+	if (!keys_known(o, keys))
 		return srv_fail(q, c, 400, "ContextConfigError", O_BAD_REQUEST,
 				"an execute takes \"code\" and \"timeout\" only");
 	const cJSON *code = cJSON_GetObjectItemCaseSensitive(o, "code");
@@ -318,20 +330,17 @@ static enum MHD_Result execute(struct req *q, struct MHD_Connection *c, const cJ
 	return rc;
 }
 
-enum MHD_Result srv_contexts_body(struct req *q, struct MHD_Connection *c)
+enum MHD_Result srv_contexts_body(struct req *q, struct MHD_Connection *c, const cJSON *o)
 {
 	uint64_t mem;
 	struct serve_ctxs *cs = serve_sbx_ctxs(q->sbx, &mem);
 	struct live *lv = serve_sbx_live(q->sbx);
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
-	MOAT_AUTO(cJSON) cJSON *o = srv_sbx_json_body(q, &err);
-	if (!o)
-		return srv_fail_moat(q, c, &err);
 	struct moat_buf b = { 0 };
 	switch ((enum ctx_op)q->ctx_op) {
 	case CX_CREATE: {
 		static const char *const keys[] = { "language", "cwd", NULL };
-		if (srv_sbx_unknown_key(o, keys))
+		if (!keys_known(o, keys))
 			return srv_fail(q, c, 400, "ContextConfigError", O_BAD_REQUEST,
 					"a context takes \"language\" and \"cwd\" only");
 		const cJSON *l = cJSON_GetObjectItemCaseSensitive(o, "language");

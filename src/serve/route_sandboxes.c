@@ -572,17 +572,6 @@ static bool only_keys(const cJSON *o, const char *const *keys, const char **bad_
 	return true;
 }
 
-cJSON *srv_sbx_json_body(struct req *q, struct moat_error *err)
-{
-	return json_body(q, err);
-}
-
-const char *srv_sbx_unknown_key(const cJSON *o, const char *const *keys)
-{
-	const char *k = NULL;
-	return only_keys(o, keys, &k) ? NULL : k;
-}
-
 static enum MHD_Result unknown_key(struct req *q, struct MHD_Connection *c, const char *k)
 {
 	char msg[160];
@@ -841,8 +830,10 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 	struct live *lv = serve_sbx_live(q->sbx);
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	switch ((enum sbx_op)q->sbx_op) {
-	case OP_CTX:
-		return srv_contexts_body(q, c);
+	case OP_CTX: {
+		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+		return o ? srv_contexts_body(q, c, o) : srv_fail_moat(q, c, &err);
+	}
 	case OP_PROC_START:
 		return proc_start(q, c);
 	case OP_PROC_STDIN: {
