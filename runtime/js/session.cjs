@@ -33,6 +33,13 @@ const MESSAGE_MAX = 8 * 1024;
 // where the step's files go; MOAT_SESSION_ROOT is for the host-side tests only
 const ROOT = process.env.MOAT_SESSION_ROOT || "/sandbox";
 delete process.env.MOAT_SESSION_ROOT;
+// a code context's driver (docs/CONTEXTS.md) sends each result as it is made
+// (a `result` frame; stdout and stderr to pipes are synchronous, so what the
+// step wrote before is in them first)
+const EVENTS = process.env.MOAT_SESSION_EVENTS === "1";
+delete process.env.MOAT_SESSION_EVENTS;
+let eventCtl = null;
+let stepSeq = 0;
 const B64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 // results (docs/SESSIONS.md, "Results"): a MIME bundle's entry, one step's
 // results in all; an error's traceback
@@ -254,9 +261,11 @@ function addResult(obj, main) {
     results.truncated = true;
     return;
   }
-  results.items.push({ isMain: Boolean(main), data });
+  const item = { isMain: Boolean(main), data };
+  results.items.push(item);
   results.size += n;
   results.truncated = results.truncated || c;
+  if (EVENTS && eventCtl) sendEvent({ type: "result", seq: stepSeq, result: item });
 }
 
 // display(obj, ...): each object a result (its MIME bundle); display.html(s),
@@ -370,6 +379,7 @@ async function step({ seq, code, stdin, files }) {
   let truncated = false;
   let r;
   executionCount++;
+  stepSeq = seq;
   results = { items: [], size: 0, truncated: false };
   const err = writeFiles(files);
   if (err) {
@@ -391,6 +401,42 @@ async function step({ seq, code, stdin, files }) {
     display: [], displayDropped: 0, results: res.items, resultsTruncated: res.truncated, executionCount };
 }
 
+const ACK = Buffer.from('MOATSESS1 14\n{"type":"ack"}', "latin1");
+function sleepMs(ms) {
+  Atomics.wait(new Int32Array(new SharedArrayBuffer(4)), 0, 0, ms);
+}
+
+// An event frame mid-step (a code context's, docs/CONTEXTS.md): written
+// whole and the host's ack awaited, synchronously (the fd is the socket's,
+// non-blocking: EAGAIN waits a little), so that the host has read the
+// output before the result and what the step writes next comes after it.
+// The host sends nothing else during a step.
+function sendEvent(obj) {
+  const body = Buffer.from(JSON.stringify(obj), "utf8");
+  let data = Buffer.concat([Buffer.from(`${MAGIC}${body.length}\n`, "latin1"), body]);
+  while (data.length) {
+    try {
+      data = data.subarray(fs.writeSync(CTL, data));
+    } catch (e) {
+      if (e.code !== "EAGAIN") throw e;
+      sleepMs(1);
+    }
+  }
+  const ack = Buffer.alloc(ACK.length);
+  let got = 0;
+  while (got < ack.length) {
+    try {
+      const n = fs.readSync(CTL, ack, got, ack.length - got, null);
+      if (n === 0) process.exit(0);
+      got += n;
+    } catch (e) {
+      if (e.code !== "EAGAIN") throw e;
+      sleepMs(1);
+    }
+  }
+  if (!ack.equals(ACK)) die("not an ack frame");
+}
+
 function send(ctl, obj) {
   const body = Buffer.from(JSON.stringify(obj), "utf8");
   ctl.write(Buffer.concat([Buffer.from(`${MAGIC}${body.length}\n`, "latin1"), body]));
@@ -398,6 +444,7 @@ function send(ctl, obj) {
 
 function main() {
   const ctl = new net.Socket({ fd: CTL, readable: true, writable: true });
+  eventCtl = ctl;
   process.on("uncaughtException", report);
   process.on("unhandledRejection", report);
   process.on("SIGINT", () => { if (interruptStep) interruptStep(); });
@@ -422,7 +469,8 @@ function main() {
     try {
       let frames;
       [frames, buf] = parseFrames(buf);
-      for (const f of frames) queue.push(parseRun(f));
+      // an ack an interrupt left unread (sendEvent's) is dropped
+      for (const f of frames) if (f.type !== "ack") queue.push(parseRun(f));
     } catch (e) {
       die(e instanceof ProtocolError ? e.message : "bad frame");
     }

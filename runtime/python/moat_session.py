@@ -63,6 +63,11 @@ ROOT = os.environ.pop("MOAT_SESSION_ROOT", "/sandbox")
 # the session's memoryMb (the host's): the interpreter's data is kept below it
 MEMORY_MB = os.environ.pop("MOAT_SESSION_MEMORY_MB", "")
 _FILE = __file__
+# a code context's driver (docs/CONTEXTS.md) sends each result as it is made
+# (a `result` frame, the step's output flushed first), for the host to stream
+_EVENTS = os.environ.pop("MOAT_SESSION_EVENTS", "") == "1"
+_ch = None  # the control channel (main's)
+_seq = 0  # the running step's
 # a SIGINT (the host's interrupt: the step's timeout, POST .../interrupt) is a
 # KeyboardInterrupt only while a step's code runs; in the driver's own code
 # (reading and writing frames) it is dropped
@@ -378,10 +383,35 @@ class _Results:
         if len(self.items) >= RESULTS_ITEMS_MAX or self.size + n > RESULTS_MAX:
             self.truncated = True
             return False
-        self.items.append({"isMain": bool(main), "data": data})
+        item = {"isMain": bool(main), "data": data}
+        self.items.append(item)
         self.size += n
         self.truncated = self.truncated or cut
+        if _EVENTS and _ch is not None:
+            _emit({"type": "result", "seq": _seq, "result": item})
         return True
+
+
+def _emit(obj):
+    """An event frame mid-step: the output before it flushed first, the
+    host's ack awaited; a SIGINT meanwhile is kept for the step's code,
+    never breaks it."""
+    global _live, _pending
+    was = _live
+    _live = False
+    try:
+        _flush()
+        _ch.write(obj)
+        # the host's ack: it has read the output before the result, and
+        # what the step writes next comes after it (docs/CONTEXTS.md)
+        ack = _ch.read()
+        if not ack or ack.get("type") != "ack":
+            raise ProtocolError("not an ack frame")
+    finally:
+        _live = was
+    if was and _pending:
+        _pending = False
+        raise KeyboardInterrupt
 
 
 def display(*objs, **kwargs):
@@ -555,8 +585,9 @@ def _flush():
 
 def step(ns, seq, code, stdin, files):
     """One step: its `done` frame."""
-    global _results, _count, _stepping, _pending
+    global _results, _count, _stepping, _pending, _seq
     _stepping = True
+    _seq = seq
     _count += 1
     display, dropped = [], 0
     value, cut = None, False
@@ -637,7 +668,8 @@ def main():
             f.reconfigure(line_buffering=True)
         except Exception:
             pass
-    ch = _Channel(CTL)
+    global _ch
+    ch = _ch = _Channel(CTL)
     me = sys.modules.get("__main__")  # kept alive: the driver's own globals
     ns = _session_main().__dict__
     sys.argv[:] = [""]

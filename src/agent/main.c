@@ -424,6 +424,7 @@ static bool op_exec(int sock)
 	}
 	const char *const *f = msg.field;
 	bool want_stdin = f[1][0] == '1';
+	bool want_ctl = f[1][0] == '2'; /* fd 3 a control socket (docs/CONTEXTS.md) */
 	int cwd = open_at(f[0], O_RDONLY | O_DIRECTORY, 0, false);
 	if (cwd < 0) {
 		fail(sock, errno);
@@ -435,11 +436,13 @@ static bool op_exec(int sock)
 	char **argv = calloc(msg.argc + 1, sizeof *argv);
 	char **envp = calloc(nenv + msg.envc + 1, sizeof *envp);
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, errp[2] = { -1, -1 }, st[2] = { -1, -1 };
+	int ctl[2] = { -1, -1 };
 	int e = 0;
 	if (!argv || !envp)
 		e = ENOMEM;
 	else if ((want_stdin && pipe2(in, O_CLOEXEC) < 0) || pipe2(out, O_CLOEXEC) < 0 ||
-		 pipe2(errp, O_CLOEXEC) < 0 || pipe2(st, O_CLOEXEC) < 0)
+		 pipe2(errp, O_CLOEXEC) < 0 || pipe2(st, O_CLOEXEC) < 0 ||
+		 (want_ctl && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0))
 		e = errno;
 	pid_t pid = -1;
 	if (!e) {
@@ -471,7 +474,7 @@ static bool op_exec(int sock)
 		setsid();
 		int nul = want_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
 		if (dup2(want_stdin ? in[0] : nul, 0) < 0 || dup2(out[1], 1) < 0 ||
-		    dup2(errp[1], 2) < 0 || fchdir(cwd) < 0)
+		    dup2(errp[1], 2) < 0 || (want_ctl && dup2(ctl[1], 3) < 0) || fchdir(cwd) < 0)
 			goto child_fail;
 		environ = envp;
 		execvp(argv[0], argv);
@@ -500,6 +503,8 @@ child_fail:;
 	int pass[3], n = 0;
 	if (want_stdin)
 		pass[n++] = in[1];
+	if (want_ctl)
+		pass[n++] = ctl[0];
 	pass[n++] = out[0];
 	pass[n++] = errp[0];
 	bool kept = false;
@@ -514,7 +519,7 @@ child_fail:;
 	} else {
 		fail(sock, e);
 	}
-	int all[] = { in[0], in[1], out[0], out[1], errp[0], errp[1], st[0], st[1] };
+	int all[] = { in[0], in[1], out[0], out[1], errp[0], errp[1], st[0], st[1], ctl[0], ctl[1] };
 	for (size_t i = 0; i < sizeof all / sizeof all[0]; i++)
 		if (all[i] >= 0)
 			close(all[i]);

@@ -111,7 +111,7 @@ int agent_parse(const char *buf, size_t len, struct agent_msg *m)
 			       ? 0
 			       : -1;
 	case AGENT_EXEC:
-		if (n < 4 || !path_ok(f[0]) || !flag_ok(f[1]) ||
+		if (n < 4 || !path_ok(f[0]) || !(flag_ok(f[1]) || !strcmp(f[1], "2")) ||
 		    agent_num(f[2], AGENT_MAX_FIELDS, &v) < 0 || v < 1 || v > n - 3)
 			return -1;
 		m->argc = (size_t)v;

@@ -11,7 +11,10 @@
  * message of text: "<errno> <payload>" ("0 ..." is success), the fds of a
  * success attached; a process's end later on its socket: "X <code> <signal>";
  * a listing's entries "e <type> <size> <mode> <mtime_ms> <path>" then
- * "0 <count> <truncated>"; a disk answer "0 <sandbox bytes> <tmp bytes>". */
+ * "0 <count> <truncated>"; a disk answer "0 <sandbox bytes> <tmp bytes>". An exec's stdin field 2 (a code context's
+ * driver, docs/CONTEXTS.md): stdin /dev/null and fd 3 a unix stream
+ * socket (socketpair) whose other end is the answer's first fd, before
+ * the stdout and stderr pipes. */
 #ifndef MOAT_AGENT_PROTO_H
 #define MOAT_AGENT_PROTO_H
 
@@ -35,7 +38,7 @@ enum agent_op {
 	AGENT_MKDIR = 'm',  /* path, parents 0|1 */
 	AGENT_RENAME = 'n', /* from, to */
 	AGENT_REMOVE = 'd', /* path, recursive 0|1 */
-	AGENT_EXEC = 'x',   /* cwd, stdin 0|1, argc, argv..., env (NAME=value)... */
+	AGENT_EXEC = 'x',   /* cwd, stdin 0|1|2, argc, argv..., env (NAME=value)... */
 	AGENT_SIGNAL = 'k', /* pid, signal 1..64 */
 	AGENT_DISK = 'f',   /* no field: bytes used of /sandbox and of /tmp */
 };

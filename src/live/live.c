@@ -826,7 +826,40 @@ static bool proc_room(struct live *lv)
 	return true;
 }
 
+/* A unix stream socket, open for reading and writing (a context's
+ * control socket, made by the agent). */
+static bool fd_is_stream(int fd)
+{
+	int fl = fcntl(fd, F_GETFL), dom = 0, type = 0;
+	socklen_t l1 = sizeof dom, l2 = sizeof type;
+	struct stat st;
+	return fl >= 0 && !(fl & O_PATH) && (fl & O_ACCMODE) == O_RDWR && fstat(fd, &st) == 0 &&
+	       S_ISSOCK(st.st_mode) && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l1) == 0 &&
+	       dom == AF_UNIX && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) == 0 &&
+	       type == SOCK_STREAM;
+}
+
+static int exec_proc(struct live *lv, const struct live_exec *spec, int *pid, int *own,
+		     struct moat_error *err);
+
 int live_exec(struct live *lv, const struct live_exec *spec, int *pid, struct moat_error *err)
+{
+	return exec_proc(lv, spec, pid, NULL, err);
+}
+
+int live_exec_ctl(struct live *lv, const struct live_exec *spec, int *pid, int fds[3],
+		  struct moat_error *err)
+{
+	fds[0] = fds[1] = fds[2] = -1;
+	struct live_exec s = *spec;
+	s.stdin_open = false;
+	return exec_proc(lv, &s, pid, fds, err);
+}
+
+/* own: NULL, or the control socket's, stdout's and stderr's host ends,
+ * the caller's (the process then stays attached: nobody else reads it). */
+static int exec_proc(struct live *lv, const struct live_exec *spec, int *pid, int *own,
+		     struct moat_error *err)
 {
 	*pid = 0;
 	struct moat_buf q = { 0 };
@@ -834,7 +867,7 @@ int live_exec(struct live *lv, const struct live_exec *spec, int *pid, struct mo
 	snprintf(argc, sizeof argc, "%zu", spec->argc);
 	moat_buf_append(&q, "x", 1);
 	req_field(&q, spec->cwd);
-	req_field(&q, spec->stdin_open ? "1" : "0");
+	req_field(&q, own ? "2" : spec->stdin_open ? "1" : "0");
 	req_field(&q, argc);
 	for (size_t i = 0; i < spec->argc; i++)
 		req_field(&q, spec->argv[i]);
@@ -856,19 +889,20 @@ int live_exec(struct live *lv, const struct live_exec *spec, int *pid, struct mo
 	char ans[256];
 	const char *pl;
 	int fds[3] = { -1, -1, -1 }, sock = -1;
-	size_t n = spec->stdin_open ? 3 : 2;
+	size_t n = spec->stdin_open || own ? 3 : 2;
 	int rc = call(lv, q.data, q.len, ans, sizeof ans, &pl, fds, n, &sock, err);
 	moat_buf_free(&q);
 	if (rc < 0)
 		return -1;
-	int in = spec->stdin_open ? fds[0] : -1;
+	int in = spec->stdin_open && !own ? fds[0] : -1;
+	int ctl = own ? fds[0] : -1;
 	int out = fds[n - 2], er = fds[n - 1];
 	char *end;
 	errno = 0;
 	long v = strtol(pl, &end, 10);
 	bool ok = !errno && end != pl && !*end && v >= 1 && v <= 4194304 &&
-		  (in < 0 || fd_is(in, true, O_WRONLY)) && fd_is(out, true, O_RDONLY) &&
-		  fd_is(er, true, O_RDONLY);
+		  (in < 0 || fd_is(in, true, O_WRONLY)) && (!own || fd_is_stream(ctl)) &&
+		  fd_is(out, true, O_RDONLY) && fd_is(er, true, O_RDONLY);
 	struct proc *p = ok ? calloc(1, sizeof *p) : NULL;
 	if (!p) {
 		close_all(fds, n);
@@ -876,14 +910,24 @@ int live_exec(struct live *lv, const struct live_exec *spec, int *pid, struct mo
 		return ok ? moat_error_oom(err) : breach(lv, err);
 	}
 	/* the host's ends never block a thread of the service */
-	int set[] = { in, out, er };
-	for (int i = 0; i < 3; i++)
+	int set[] = { in, out, er, ctl };
+	for (int i = 0; i < 4; i++)
 		if (set[i] >= 0)
 			(void)fcntl(set[i], F_SETFL, fcntl(set[i], F_GETFL) | O_NONBLOCK);
 	p->pid = (int)v;
 	p->in = in;
-	p->out = out;
-	p->err = er;
+	if (own) {
+		/* the caller's: the process is attached for good */
+		own[0] = ctl;
+		own[1] = out;
+		own[2] = er;
+		p->out = p->err = -1;
+		p->out_eof = p->err_eof = true;
+		p->attached = true;
+	} else {
+		p->out = out;
+		p->err = er;
+	}
 	p->sock = sock;
 	p->refs = 1;
 	pthread_mutex_lock(&lv->mu);
@@ -1107,7 +1151,7 @@ static int read_pipe(int fd, bool *eof, char *buf, size_t cap, size_t *n)
 /* The reader's socket hung up (or errs). A read side shut here (the HTTP
  * server may shut it once the request is in) is not a hang-up: over TCP
  * only the peer's FIN (CLOSE_WAIT and after) is, elsewhere POLLHUP. */
-static bool hung_up(int fd)
+bool live_client_gone(int fd)
 {
 	if (fd < 0)
 		return false;
@@ -1145,7 +1189,7 @@ enum live_event live_attach_next(struct live_attach *a, int ms, int client, char
 					{ .fd = client, .events = POLLRDHUP } };
 		(void)poll(pf, 4, ms);
 	}
-	if (hung_up(client))
+	if (live_client_gone(client))
 		return LIVE_EV_HANGUP; /* what the pipes hold is the next reader's */
 	/* the output before the end: whatever the pipes hold now */
 	if (read_pipe(p->out, &p->out_eof, buf, cap, n) > 0)

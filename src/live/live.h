@@ -117,6 +117,14 @@ struct live_exec {
  * dropped: the oldest ended one goes first). */
 #define LIVE_MAX_PROCS 128
 int live_exec(struct live *lv, const struct live_exec *spec, int *pid, struct moat_error *err);
+/* live_exec of a code context's driver (docs/CONTEXTS.md): stdin
+ * /dev/null, fd 3 a unix stream socket the agent makes; fds[0] its other
+ * end, fds[1] and fds[2] the stdout and stderr pipes (the caller's,
+ * O_CLOEXEC, O_NONBLOCK, each checked for its kind). The process is
+ * kept as any (signal, wait, listed) but attached for good: no client may
+ * read its output. */
+int live_exec_ctl(struct live *lv, const struct live_exec *spec, int *pid, int fds[3],
+		  struct moat_error *err);
 int live_signal(struct live *lv, int pid, int sig, struct moat_error *err);
 /* Writes len bytes to the process's stdin, waiting at most timeout_ms for
  * room in the pipe: the bytes written (< len on timeout), or -1. */
@@ -152,5 +160,8 @@ enum live_event { LIVE_EV_NONE, LIVE_EV_STDOUT, LIVE_EV_STDERR, LIVE_EV_EXIT, LI
 enum live_event live_attach_next(struct live_attach *a, int ms, int client, char *buf,
 				 size_t cap, size_t *n, struct live_proc_info *info);
 void live_attach_end(struct live_attach *a);
+/* A client's socket hung up (POLLHUP, an error, or over TCP the peer's FIN:
+ * a read side the HTTP server shut is not one); -1: false. */
+bool live_client_gone(int fd);
 
 #endif

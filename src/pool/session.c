@@ -321,10 +321,18 @@ static bool results_ok(const cJSON *results)
 	return mains <= 1;
 }
 
-/* The done frame of step seq, checked, into *extra (the answer's keys) and
- * res's exit code; false when it is not one. */
-static bool take_done(const char *reply, size_t len, unsigned seq, bool interrupted,
-		      struct moat_result *res, char **extra)
+bool pool_session_result_ok(const char *json, size_t len)
+{
+	cJSON *j = cJSON_ParseWithLength(json, len);
+	cJSON *a = cJSON_CreateArray();
+	bool ok = j && a && cJSON_AddItemReferenceToArray(a, j) && results_ok(a);
+	cJSON_Delete(a);
+	cJSON_Delete(j);
+	return ok;
+}
+
+bool pool_session_take_done(const char *reply, size_t len, unsigned seq, bool interrupted,
+			    struct moat_result *res, char **extra)
 {
 	cJSON *j = cJSON_ParseWithLength(reply, len);
 	cJSON *out = cJSON_CreateObject();
@@ -613,7 +621,7 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 	s->runs++;
 	pthread_mutex_unlock(&s->mu);
 	if (reply) {
-		bool ok = take_done(reply, rlen, seq, run_sandbox_session_interrupted(s->sb, NULL),
+		bool ok = pool_session_take_done(reply, rlen, seq, run_sandbox_session_interrupted(s->sb, NULL),
 				    r, extra);
 		free(reply);
 		if (!ok)

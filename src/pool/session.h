@@ -121,4 +121,15 @@ void pool_session_kill(struct pool_session *s);
  * NULL-safe. */
 void pool_session_stop(struct pool_session *s);
 
+/* The checks of a driver's frames, a code context's too (src/serve/
+ * contexts.c): the done frame of step seq (len bytes of reply), checked,
+ * into *extra (the answer's keys: error, value, valueTruncated, display,
+ * results, resultsTruncated, executionCount, interrupted; malloc'd JSON
+ * object text) and res's exit code and warnings: false when it is not
+ * one. A result frame's "result" ({isMain, data}: a JSON text of len
+ * bytes) within the bounds of a done frame's results. */
+bool pool_session_take_done(const char *reply, size_t len, unsigned seq, bool interrupted,
+			    struct moat_result *res, char **extra);
+bool pool_session_result_ok(const char *json, size_t len);
+
 #endif

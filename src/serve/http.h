@@ -131,6 +131,8 @@ struct req {
 	struct serve_sbx *sbx;
 	bool sbx_busy;
 	int sbx_op, sbx_pid;
+	char ctx_id[40]; /* a code context's (route_contexts.c) */
+	int ctx_op;
 	char *sbx_path;
 	int up_fd;
 	uint64_t up_len;
@@ -231,6 +233,12 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 		const char *method);
 void srv_sandboxes_upload(struct req *q, const char *data, size_t n);
 enum MHD_Result srv_sandboxes_body(struct req *q, struct MHD_Connection *c);
+/* ---- route_contexts.c (docs/CONTEXTS.md): the sandbox q->sbx held busy;
+ * rest: the URL from "/contexts" on ---- */
+enum MHD_Result srv_contexts_route(struct req *q, struct MHD_Connection *c, const char *rest,
+				   const char *method);
+/* o: the request's body, a JSON object (route_sandboxes.c parsed it) */
+enum MHD_Result srv_contexts_body(struct req *q, struct MHD_Connection *c, const struct cJSON *o);
 
 /* ---- route_admin.c ---- */
 char *srv_metrics_text(struct server *s);

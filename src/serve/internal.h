@@ -349,6 +349,7 @@ struct serve_sbxs_config {
 };
 struct serve_sbxs;
 struct serve_sbx;
+struct serve_ctxs;
 struct live;
 int serve_sbxs_start(struct serve_sbxs **out, const struct serve_sbxs_config *cfg,
 		     struct moat_error *err);
@@ -369,6 +370,8 @@ struct serve_sbx *serve_sbx_get(struct serve_sbxs *ss, const char *id,
 				const uint8_t cred[MOAT_SHA256_LEN]);
 void serve_sbx_put(struct serve_sbxs *ss, struct serve_sbx *x);
 struct live *serve_sbx_live(struct serve_sbx *x);
+/* Its code contexts (contexts.h; freed with it), its memoryMb. */
+struct serve_ctxs *serve_sbx_ctxs(struct serve_sbx *x, uint64_t *memory_mb);
 const char *serve_sbx_id(const struct serve_sbx *x);
 /* A request uses it (its idle clock stands still until serve_sbx_end):
  * NULL, or the 410's sentence (malloc'd) when it is dead (then no _end). */

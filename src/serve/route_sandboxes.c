@@ -33,7 +33,7 @@ enum sbx_op {
 	OP_PROCS, OP_PROC_START, OP_PROC_WAIT, OP_PROC_OUTPUT, OP_PROC_STDIN,
 	OP_PROC_STDIN_CLOSE, OP_PROC_SIGNAL,
 	OP_FILE_GET, OP_FILE_PUT, OP_FILE_DELETE, OP_FILE_STAT, OP_FILE_LIST, OP_FILE_MKDIR,
-	OP_FILE_RENAME, OP_PAUSE, OP_RESUME,
+	OP_FILE_RENAME, OP_PAUSE, OP_RESUME, OP_CTX,
 };
 
 static enum MHD_Result missing(struct req *q, struct MHD_Connection *c)
@@ -173,6 +173,10 @@ static int parse_route(const char *url, const char *method, char *id, int *pid, 
 		else
 			return -1;
 		return *op ? 0 : -2;
+	}
+	if (!strncmp(rest, "/contexts", 9) && (!rest[9] || rest[9] == '/')) {
+		*op = OP_CTX; /* route_contexts.c's */
+		return 0;
 	}
 	if (!strcmp(rest, "/files")) {
 		*op = get ? OP_FILE_GET : put ? OP_FILE_PUT : del ? OP_FILE_DELETE : OP_NONE;
@@ -837,6 +841,10 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 	struct live *lv = serve_sbx_live(q->sbx);
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	switch ((enum sbx_op)q->sbx_op) {
+	case OP_CTX: {
+		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+		return o ? srv_contexts_body(q, c, o) : srv_fail_moat(q, c, &err);
+	}
 	case OP_PROC_START:
 		return proc_start(q, c);
 	case OP_PROC_STDIN: {
@@ -1030,6 +1038,9 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 	if (why)
 		return gone(q, c, why);
 	q->sbx_busy = true;
+	if (op == OP_CTX)
+		return srv_contexts_route(q, c, url + strlen("/v1/sandboxes/") + SERVE_SBX_ID_LEN,
+					  method);
 	struct live *lv = serve_sbx_live(q->sbx);
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	const char *path = NULL;

@@ -14,6 +14,7 @@
 
 #include "core/sys.h"
 #include "live/live.h"
+#include "serve/contexts.h"
 #include "serve/internal.h"
 
 #define REAP_EVERY_MS 200
@@ -60,6 +61,7 @@ struct serve_sbx {
 	bool on_idle_pause; /* onIdle "pause" */
 	uint64_t max_cpu_ms; /* maxCpuTimeMs (0: none) */
 	int64_t disk_bytes; /* /sandbox and /tmp used, last sampled (-1: never) */
+	struct serve_ctxs *ctxs; /* its code contexts (contexts.c) */
 };
 
 struct serve_sbxs {
@@ -89,6 +91,7 @@ static void unreserve(struct serve_sbxs *ss, struct serve_sbx *x)
 
 static void sbx_free(struct serve_sbx *x)
 {
+	serve_ctxs_free(x->ctxs);
 	live_destroy(x->lv);
 	for (size_t i = 0; i < 2 * x->meta_count; i++)
 		free(x->meta[i]);
@@ -330,6 +333,7 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 	x->mem_peak = -1;
 	x->disk_bytes = -1;
 	pthread_mutex_init(&x->fmu, NULL);
+	x->ctxs = serve_ctxs_new();
 	pthread_mutex_lock(&ss->mu);
 	bool full = ss->stopping || ss->live >= ss->cfg.max;
 	if (!full)
@@ -358,7 +362,7 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 		}
 		x->reserved = true;
 	}
-	if (serve_new_id(x->id, "sbx_") < 0) {
+	if (!x->ctxs || serve_new_id(x->id, "sbx_") < 0) {
 		moat_request_free(req);
 		goto fail;
 	}
@@ -426,6 +430,12 @@ void serve_sbx_put(struct serve_sbxs *ss, struct serve_sbx *x)
 struct live *serve_sbx_live(struct serve_sbx *x)
 {
 	return x->lv;
+}
+
+struct serve_ctxs *serve_sbx_ctxs(struct serve_sbx *x, uint64_t *memory_mb)
+{
+	*memory_mb = x->memory_mb;
+	return x->ctxs;
 }
 
 const char *serve_sbx_id(const struct serve_sbx *x)

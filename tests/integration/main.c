@@ -15,7 +15,7 @@ int main(void)
 		network_suite, providers_cli_suite, limits_suite, seccomp_escape_suite,
 		outputs_suite, egress_suite, serve_suite, kv_suite, argv_suite,
 		systemd_suite, serve_speed_suite, serve_stream_suite, pool_session_suite,
-		serve_sessions_suite, serve_sandboxes_suite,
+		serve_sessions_suite, serve_sandboxes_suite, serve_contexts_suite,
 	};
 	/* copy the binary once, in the parent, where uid 65534 can run it */
 	const char *moat = harness_moat();

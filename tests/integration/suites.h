@@ -23,5 +23,6 @@ Suite *serve_stream_suite(void);
 Suite *pool_session_suite(void);
 Suite *serve_sessions_suite(void);
 Suite *serve_sandboxes_suite(void);
+Suite *serve_contexts_suite(void);
 
 #endif
