@@ -250,7 +250,7 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 	}
 	if (!q->is_post)
 		return MHD_YES;
-	if (*upload_data_size && q->e2b && q->e2b->mp) {
+	if (*upload_data_size && q->e2b && (q->e2b->mp || q->e2b->defer_status)) {
 		srv_e2b_upload(q, upload_data, *upload_data_size); /* a multipart upload's files */
 		*upload_data_size = 0;
 		return MHD_YES;

@@ -36,6 +36,12 @@ struct e2b_req {
 	char *path;         /* POST /files: the file's path (raw) */
 	int64_t timeout_ms; /* Connect-Timeout-Ms: 0 none */
 	bool stream;        /* a Connect server stream (application/connect+json) */
+	/* POST /files refused from its headers: answered after its body is
+	 * read and dropped (at most 1 GiB), so that a client still sending
+	 * gets the answer, not a reset */
+	unsigned defer_status;
+	const char *defer_msg; /* static */
+	uint64_t drained;
 };
 void srv_e2b_req_free(struct e2b_req *r);
 

@@ -279,6 +279,8 @@ static bool api_key_ok(struct req *q, struct MHD_Connection *c)
 static int parse_api(const char *rest, const char *method, char *id, enum api_op *op)
 {
 	bool post = !strcmp(method, "POST"), get = !strcmp(method, "GET");
+	if (!strncmp(rest, "/v2/sandboxes/", 14))
+		rest += 3; /* E2B's v2 routes of one sandbox (connect) are the v1 ones */
 	if (!strcmp(rest, "/sandboxes") || !strcmp(rest, "/v2/sandboxes")) {
 		*op = post ? API_CREATE : API_LIST;
 		return post || get ? 0 : -2;

@@ -641,9 +641,14 @@ static enum MHD_Result fs_op(struct req *q, struct MHD_Connection *c, const cJSO
 		if (stat_entry(lv, path, &b, &err) < 0)
 			goto fail;
 		break;
-	case E_FS_MKDIR:
-		if (live_mkdir(lv, path, true, &err) < 0)
-			goto fail;
+	case E_FS_MKDIR: /* parents made, but the directory itself must be new (E2B) */
+		if (live_mkdir(lv, path, false, &err) < 0) {
+			if (err.sys_errno != ENOENT)
+				goto fail;
+			moat_error_clear(&err);
+			if (live_mkdir(lv, path, true, &err) < 0)
+				goto fail;
+		}
 		moat_buf_append(&b, "{\"entry\":", 9);
 		if (stat_entry(lv, path, &b, &err) < 0)
 			goto fail;
@@ -904,6 +909,12 @@ static void mp_part_end(struct req *q, struct e2b_mp *m)
 void srv_e2b_upload(struct req *q, const char *data, size_t n)
 {
 	struct e2b_mp *m = q->e2b->mp;
+	if (q->e2b->defer_status) { /* dropped; past 1 GiB the connection goes */
+		q->e2b->drained += n;
+		if (q->e2b->drained > SERVE_SBX_MAX_FILE)
+			q->up_too_large = true;
+		return;
+	}
 	moat_buf_append(&m->hold, data, n);
 	if (m->hold.oom) {
 		m->st = MP_BAD;
@@ -956,6 +967,18 @@ void srv_e2b_upload(struct req *q, const char *data, size_t n)
 	m->hold.len -= off;
 }
 
+/* A POST /files refused from its headers: its answer after its body. */
+static enum MHD_Result files_defer(struct req *q, struct MHD_Connection *c, unsigned status,
+				   const char *msg)
+{
+	if (srv_length_over(c, SERVE_SBX_MAX_FILE))
+		return e2b_fail(q, c, status, status == 401 ? O_UNAUTHORIZED : O_BAD_REQUEST, msg);
+	q->e2b->defer_status = status;
+	q->e2b->defer_msg = msg;
+	q->is_post = true;
+	return MHD_YES;
+}
+
 static enum MHD_Result files_get(struct req *q, struct MHD_Connection *c)
 {
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
@@ -971,21 +994,24 @@ static enum MHD_Result files_post_route(struct req *q, struct MHD_Connection *c)
 	const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
 	const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
 	if (ce && strcasecmp(ce, "identity"))
-		return e2b_fail(q, c, 400, O_BAD_REQUEST,
-				"Content-Encoding (gzip) uploads are not supported by moat "
-				"(docs/E2B.md): send the bytes as they are");
+		return files_defer(q, c, 400, "Content-Encoding (gzip) uploads are not supported by "
+				   "moat (docs/E2B.md): send the bytes as they are");
 	if (ct && !strncasecmp(ct, "multipart/form-data", 19)) {
 		if (!(q->e2b->mp = mp_new(ct)))
-			return e2b_fail(q, c, 400, O_BAD_REQUEST,
-					"multipart/form-data needs a boundary of 1 to 70 characters");
+			return files_defer(q, c, 400, "multipart/form-data needs a boundary of 1 to 70 "
+					   "characters");
 	} else {
 		if (!q->e2b->path)
-			return e2b_fail(q, c, 400, O_BAD_REQUEST, "\"path\" is required");
+			return files_defer(q, c, 400, "\"path\" is required");
 		if (srv_length_over(c, SERVE_SBX_MAX_FILE))
 			return e2b_fail(q, c, 413, O_BAD_REQUEST, "the file is larger than 1 GiB");
 		MOAT_AUTO_ERROR struct moat_error err = { 0 };
-		if (live_open_write(serve_sbx_live(q->sbx), q->e2b->path, true, &q->up_fd, &err) < 0)
-			return files_fail(q, c, err.sys_errno, &err);
+		if (live_open_write(serve_sbx_live(q->sbx), q->e2b->path, true, &q->up_fd, &err) < 0) {
+			if (err.sys_errno == ENOTCONN)
+				return files_fail(q, c, err.sys_errno, &err);
+			return files_defer(q, c, err.sys_errno == ENOENT ? 404 : 400,
+					   errno_msg(err.sys_errno, NULL));
+		}
 		q->e2b->raw_upload = true;
 	}
 	q->is_post = true;
@@ -996,6 +1022,10 @@ static enum MHD_Result files_post_body(struct req *q, struct MHD_Connection *c)
 {
 	struct moat_buf b = { 0 };
 	struct e2b_mp *m = q->e2b->mp;
+	if (q->e2b->defer_status)
+		return e2b_fail(q, c, q->e2b->defer_status,
+				q->e2b->defer_status == 401 ? O_UNAUTHORIZED : O_BAD_REQUEST,
+				q->e2b->defer_msg);
 	if (m) {
 		if (m->st == MP_DATA) /* a part the body cut short */
 			moat_close_fd(&q->up_fd);
@@ -1066,16 +1096,19 @@ enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const ch
 					  : "the sandbox is not running anymore";
 		if (rpc)
 			return rpc_fail(q, c, a == -1 ? "unauthenticated" : "unavailable", msg);
+		if (e->op == E_FILES_POST && a == -1)
+			return files_defer(q, c, 401, msg);
 		return e2b_fail(q, c, a == -1 ? 401 : 502, a == -1 ? O_UNAUTHORIZED : O_ERROR, msg);
 	}
 	if (e->op == E_HEALTH)
 		return srv_respond(q, c, 204, strdup(""), "application/json", NULL, NULL);
 	if (e->op == E_FILES_GET || e->op == E_FILES_POST) {
 		const char *p = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "path");
+		static const char bad_path[] = "the path must be under /sandbox (E2B's /home/user) "
+					       "or /tmp, without \".\" or \"..\" components";
 		if (p && !(e->path = sbx_path(p)))
-			return e2b_fail(q, c, 400, O_BAD_REQUEST,
-					"the path must be under /sandbox (E2B's /home/user) or /tmp, "
-					"without \".\" or \"..\" components");
+			return e->op == E_FILES_POST ? files_defer(q, c, 400, bad_path)
+						     : e2b_fail(q, c, 400, O_BAD_REQUEST, bad_path);
 		if (e->op == E_FILES_POST)
 			return files_post_route(q, c);
 		if (!e->path)
