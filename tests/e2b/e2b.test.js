@@ -60,7 +60,7 @@ test.before(async () => {
   const tokenFile = path.join(tmp, 'token');
   fs.writeFileSync(tokenFile, `${KEY}\n`, { mode: 0o600 });
   port = await freePort();
-  const child = spawn(MOAT, ['serve', '--listen', `127.0.0.1:${port}`, '--token-file', tokenFile,
+  const child = spawn(MOAT, ['serve', '--listen', `127.0.0.1:${port}`, '--token-file', tokenFile, '--no-kv',
     '--runtime', path.join(ROOT, 'runtime')], { stdio: ['ignore', 'ignore', 'pipe'] });
   srv = { child, log: '', exit: null };
   child.stderr.on('data', (d) => { srv.log += d; });
