@@ -18,6 +18,7 @@
 #define E2B_MAX_PARTS 1000u          /* files in one multipart upload */
 #define E2B_ENVD_VERSION "0.5.7"     /* the envd version answered: what the SDK may use */
 #define E2B_TOKEN_HEX 32             /* an access token: 128 random bits in hex */
+#define E2B_ENVD_PORT "49983"        /* E2b-Sandbox-Port of envd; others are refused */
 
 struct e2b;
 /* The records' table: at most 4 x max + 16 records (a killed sandbox's

@@ -1074,6 +1074,11 @@ enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const ch
 	struct e2b_req *e = q->e2b;
 	bool get = !strcmp(method, "GET"), post = !strcmp(method, "POST");
 	bool rpc = false;
+	const char *port = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2b-Sandbox-Port");
+	if (port && strcmp(port, E2B_ENVD_PORT)) /* a server of the sandbox's own: not yet */
+		return e2b_fail(q, c, 502, O_BAD_REQUEST,
+				"moat does not forward a sandbox's own ports (only envd's, 49983) "
+				"(docs/E2B.md)");
 	if (!strcmp(rest, "/health")) {
 		e->op = E_HEALTH;
 	} else if (!strcmp(rest, "/files")) {

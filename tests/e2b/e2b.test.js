@@ -325,3 +325,41 @@ T('create refuses what moat cannot give instead of dropping it', async () => {
   assert.equal(r.status, 400);
   assert.match(JSON.parse(r.body).message, /"network" is not supported/);
 });
+
+T('a sandbox\'s own port is E2B\'s 502, nothing forwarded; metrics answer one sample', async () => {
+  await withSandbox({}, async (sbx) => {
+    const r = await request('GET', '/e2b/envd/', undefined, { 'E2b-Sandbox-Id': sbx.sandboxId,
+      'E2b-Sandbox-Port': '8000', 'X-Access-Token': sbx.envdAccessToken });
+    assert.equal(r.status, 502);
+    assert.match(JSON.parse(r.body).message, /does not forward/);
+    const m = await sbx.getMetrics();
+    assert.equal(m.length, 1);
+    assert.ok(m[0].memUsed > 0, JSON.stringify(m));
+  });
+});
+
+// docs/E2B.md's examples, as written, with nothing but the SDK's environment variables
+T('docs/E2B.md\'s examples run as written', async () => {
+  const md = fs.readFileSync(path.join(ROOT, 'docs/E2B.md'), 'utf8');
+  const blocks = [...md.matchAll(/<!-- e2b-example -->\n```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+  assert.equal(blocks.length, 2);
+  const dir = fs.mkdtempSync(path.join(tmp, 'examples-'));
+  fs.symlinkSync(path.join(__dirname, 'node_modules'), path.join(dir, 'node_modules'));
+  for (const [i, code] of blocks.entries()) {
+    const file = path.join(dir, `example${i}.mjs`);
+    fs.writeFileSync(file, code);
+    const env = { PATH: process.env.PATH, HOME: process.env.HOME || '/nonexistent' };
+    for (const k of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) env[k] = process.env[k];
+    const out = await new Promise((resolve, reject) => {
+      const ch = spawn(process.execPath, [file], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let o = '';
+      let e = '';
+      ch.stdout.on('data', (d) => { o += d; });
+      ch.stderr.on('data', (d) => { e += d; });
+      ch.on('error', reject);
+      ch.on('exit', (code) => (code === 0 ? resolve(o) : reject(new Error(`example ${i}: ${code}: ${e}`))));
+    });
+    if (i === 0) assert.equal(out, 'hello from moat\n\n');
+    else assert.match(out, /^buy milk\n\[ 'todo\.txt' \]\n.* says hi\n\n\[ 'sbx_[0-9a-f]{32}' \]\n$/);
+  }
+});
