@@ -1,9 +1,8 @@
 /* E2B's control plane (docs/E2B.md) under /e2b of moat serve's listener:
  * E2B's REST routes (create, list, get, kill, timeout, connect, metrics)
  * mapped onto the live sandboxes (sandboxes.c), with X-API-KEY as the
- * service's token; and the records of the sandboxes made here (their
- * access tokens, hashed), which envd's requests (e2b_envd.c) are checked
- * against. */
+ * service's token; each sandbox made here gets a record (e2b_records.c),
+ * which envd's requests (e2b_envd.c) are checked against. */
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -20,238 +19,15 @@
 MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 #define DEFAULT_TIMEOUT_S 300 /* E2B's default sandbox timeout */
-#define MAX_TEMPLATE 64
-
-/* A process started through envd: what Process/List answers and a tag
- * selects (the agent keeps at most LIVE_MAX_PROCS: so is this ring). */
-struct e2b_proc {
-	int pid;
-	char *tag;    /* NULL: none */
-	char *config; /* its ProcessConfig as JSON, at most E2B_MAX_PROC_CONFIG */
-};
-
-struct e2b_rec {
-	char id[SERVE_SBX_ID_LEN + 1];
-	uint8_t token_hash[MOAT_SHA256_LEN];
-	char token[E2B_TOKEN_HEX + 1]; /* given again to connect (its key's caller) */
-	uint8_t cred[MOAT_SHA256_LEN];
-	char tmpl[MAX_TEMPLATE + 1];
-	struct e2b_proc procs[LIVE_MAX_PROCS];
-	unsigned nprocs; /* started: the next goes to procs[nprocs % LIVE_MAX_PROCS] */
-	struct e2b_rec *next;
-};
-
-static void rec_free(struct e2b_rec *r)
-{
-	for (size_t i = 0; i < LIVE_MAX_PROCS; i++) {
-		free(r->procs[i].tag);
-		free(r->procs[i].config);
-	}
-	explicit_bzero(r->token, sizeof r->token);
-	free(r);
-}
-
-struct e2b {
-	pthread_mutex_t mu;
-	struct e2b_rec *list;
-	unsigned n, cap;
-};
 
 enum api_op { API_NONE, API_CREATE, API_LIST, API_GET, API_KILL, API_TIMEOUT, API_CONNECT,
 	      API_PAUSE, API_METRICS };
-
-int e2b_start(struct e2b **out, unsigned max_sandboxes, struct moat_error *err)
-{
-	struct e2b *e = calloc(1, sizeof *e);
-	if (!e)
-		return moat_error_oom(err);
-	pthread_mutex_init(&e->mu, NULL);
-	e->cap = 4 * max_sandboxes + 16;
-	*out = e;
-	return 0;
-}
-
-void e2b_stop(struct e2b *e)
-{
-	if (!e)
-		return;
-	for (struct e2b_rec *r = e->list, *n; r; r = n) {
-		n = r->next;
-		rec_free(r);
-	}
-	pthread_mutex_destroy(&e->mu);
-	free(e);
-}
-
-void srv_e2b_req_free(struct e2b_req *r)
-{
-	if (!r)
-		return;
-	e2b_envd_req_free(r); /* its state holds no fd: q->up_fd is the open file */
-	free(r->path);
-	free(r);
-}
-
-enum MHD_Result e2b_fail(struct req *q, struct MHD_Connection *c, unsigned status,
-			 enum serve_outcome o, const char *msg)
-{
-	q->outcome = o;
-	struct moat_buf b = { 0 };
-	moat_buf_appendf(&b, "{\"code\":%u,\"message\":", status);
-	moat_buf_append_json_string(&b, msg, strlen(msg));
-	moat_buf_append(&b, "}\n", 2);
-	char *body = moat_buf_take(&b);
-	return body ? srv_respond(q, c, status, body, "application/json", NULL, NULL) : MHD_NO;
-}
 
 static enum MHD_Result respond(struct req *q, struct MHD_Connection *c, unsigned status,
 			       struct moat_buf *b, const char *h, const char *v)
 {
 	char *body = moat_buf_take(b);
 	return body ? srv_respond(q, c, status, body, "application/json", h, v) : MHD_NO;
-}
-
-cJSON *e2b_json_body(struct req *q, const char **why)
-{
-	MOAT_AUTO_ERROR struct moat_error err = { 0 };
-	bool nul = false;
-	*why = "the body must be a JSON object";
-	if (q->body.len == 0)
-		return cJSON_CreateObject();
-	if (moat_json_prescan(q->body.data, q->body.len, &nul, &err) < 0 || nul)
-		return NULL;
-	cJSON *o = cJSON_ParseWithLength(q->body.data, q->body.len);
-	if (!cJSON_IsObject(o)) {
-		cJSON_Delete(o);
-		return NULL;
-	}
-	return o;
-}
-
-/* ---- the records ---- */
-
-/* Drops the records whose sandbox the native table forgot; under e->mu. */
-static void prune(struct server *s, struct e2b *e)
-{
-	for (struct e2b_rec **p = &e->list; *p;) {
-		struct serve_sbx *x = serve_sbx_get(s->sandboxes, (*p)->id, (*p)->cred);
-		if (x) {
-			serve_sbx_put(s->sandboxes, x);
-			p = &(*p)->next;
-			continue;
-		}
-		struct e2b_rec *dead = *p;
-		*p = dead->next;
-		rec_free(dead);
-		e->n--;
-	}
-}
-
-static bool rec_template(struct e2b *e, const char *id, char out[MAX_TEMPLATE + 1])
-{
-	bool found = false;
-	pthread_mutex_lock(&e->mu);
-	for (struct e2b_rec *r = e->list; r && !found; r = r->next)
-		if (!strcmp(r->id, id)) {
-			memcpy(out, r->tmpl, sizeof r->tmpl);
-			found = true;
-		}
-	pthread_mutex_unlock(&e->mu);
-	if (!found)
-		snprintf(out, MAX_TEMPLATE + 1, "base"); /* made by the native API */
-	return found;
-}
-
-int e2b_envd_sandbox(struct req *q, struct MHD_Connection *c)
-{
-	struct server *s = q->s;
-	const char *id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2b-Sandbox-Id");
-	const char *tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Access-Token");
-	uint8_t h[MOAT_SHA256_LEN];
-	moat_sha256(tok ? tok : "", tok ? strlen(tok) : 0, h);
-	bool ok = false;
-	pthread_mutex_lock(&s->e2b->mu);
-	for (struct e2b_rec *x = s->e2b->list; id && x; x = x->next)
-		if (!strcmp(x->id, id)) {
-			ok = tok && serve_ct_equal(x->token_hash, h, MOAT_SHA256_LEN);
-			if (ok) {
-				memcpy(q->cred, x->cred, MOAT_SHA256_LEN);
-				snprintf(q->e2b->id, sizeof q->e2b->id, "%s", x->id);
-			}
-			break;
-		}
-	pthread_mutex_unlock(&s->e2b->mu);
-	/* an unknown sandbox and a wrong token answer alike */
-	if (!ok)
-		return -1;
-	q->sbx = serve_sbx_get(s->sandboxes, q->e2b->id, q->cred);
-	char *why = q->sbx ? serve_sbx_begin(s->sandboxes, q->sbx) : NULL;
-	if (!q->sbx || why) {
-		free(why);
-		return -2;
-	}
-	q->sbx_busy = true;
-	return 0;
-}
-
-static struct e2b_rec *rec_of(struct e2b *e, const char *id)
-{
-	for (struct e2b_rec *r = e->list; r; r = r->next)
-		if (!strcmp(r->id, id))
-			return r;
-	return NULL;
-}
-
-void e2b_proc_note(struct e2b *e, const char *id, int pid, const char *tag, const char *config)
-{
-	pthread_mutex_lock(&e->mu);
-	struct e2b_rec *r = rec_of(e, id);
-	if (r) {
-		struct e2b_proc *p = &r->procs[r->nprocs++ % LIVE_MAX_PROCS];
-		free(p->tag);
-		free(p->config);
-		p->pid = pid;
-		p->tag = tag ? strdup(tag) : NULL;
-		p->config = config && strlen(config) <= E2B_MAX_PROC_CONFIG ? strdup(config) : NULL;
-	}
-	pthread_mutex_unlock(&e->mu);
-}
-
-int e2b_proc_by_tag(struct e2b *e, const char *id, const char *tag)
-{
-	int pid = -1;
-	pthread_mutex_lock(&e->mu);
-	struct e2b_rec *r = rec_of(e, id);
-	/* the newest with the tag */
-	for (unsigned k = 0; r && k < LIVE_MAX_PROCS && k < r->nprocs; k++) {
-		const struct e2b_proc *p = &r->procs[(r->nprocs - 1 - k) % LIVE_MAX_PROCS];
-		if (p->tag && !strcmp(p->tag, tag)) {
-			pid = p->pid;
-			break;
-		}
-	}
-	pthread_mutex_unlock(&e->mu);
-	return pid;
-}
-
-void e2b_proc_json(struct e2b *e, const char *id, int pid, struct moat_buf *b)
-{
-	pthread_mutex_lock(&e->mu);
-	struct e2b_rec *r = rec_of(e, id);
-	const struct e2b_proc *p = NULL;
-	for (unsigned k = 0; r && k < LIVE_MAX_PROCS && k < r->nprocs && !p; k++) {
-		const struct e2b_proc *x = &r->procs[(r->nprocs - 1 - k) % LIVE_MAX_PROCS];
-		if (x->pid == pid)
-			p = x;
-	}
-	moat_buf_appendf(b, "{\"pid\":%d,\"config\":%s", pid,
-			 p && p->config ? p->config : "{\"cmd\":\"\"}");
-	if (p && p->tag) {
-		moat_buf_append(b, ",\"tag\":", 7);
-		moat_buf_append_json_string(b, p->tag, strlen(p->tag));
-	}
-	moat_buf_append(b, "}", 1);
-	pthread_mutex_unlock(&e->mu);
 }
 
 /* ---- the control plane ---- */
@@ -321,8 +97,8 @@ static void put_sandbox(struct req *q, struct serve_sbx *x, struct moat_buf *b)
 	serve_sbx_json(q->s->sandboxes, x, &nb);
 	MOAT_AUTO(cJSON) cJSON *o = nb.data ? cJSON_ParseWithLength(nb.data, nb.len) : NULL;
 	moat_buf_free(&nb);
-	char tmpl[MAX_TEMPLATE + 1];
-	rec_template(q->s->e2b, serve_sbx_id(x), tmpl);
+	char tmpl[E2B_MAX_TEMPLATE + 1];
+	e2b_rec_template(q->s->e2b, serve_sbx_id(x), tmpl);
 	const cJSON *created = cJSON_GetObjectItemCaseSensitive(o, "createdAt");
 	const cJSON *expires = cJSON_GetObjectItemCaseSensitive(o, "expiresAt");
 	const cJSON *mem = cJSON_GetObjectItemCaseSensitive(o, "memoryMb");
@@ -456,24 +232,14 @@ static enum MHD_Result api_create(struct req *q, struct MHD_Connection *c)
 	}
 	/* its record's room first: nothing is made that could not be reached */
 	struct e2b *e = s->e2b;
-	struct e2b_rec *r = calloc(1, sizeof *r);
+	struct e2b_rec *r = e2b_rec_new();
 	uint8_t raw[E2B_TOKEN_HEX / 2];
 	char token[E2B_TOKEN_HEX + 1];
-	bool room;
-	pthread_mutex_lock(&e->mu);
-	if (e->n >= e->cap)
-		prune(s, e);
-	room = e->n < e->cap;
-	if (room)
-		e->n++; /* reserved */
-	pthread_mutex_unlock(&e->mu);
-	if (!r || !room || getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
-		if (room) {
-			pthread_mutex_lock(&e->mu);
-			e->n--;
-			pthread_mutex_unlock(&e->mu);
-		}
-		free(r);
+	bool room = r && e2b_rec_reserve(s) == 0;
+	if (!room || getrandom(raw, sizeof raw, 0) != (ssize_t)sizeof raw) {
+		if (room)
+			e2b_rec_unreserve(e);
+		e2b_rec_drop(r);
 		moat_request_free(req);
 		for (size_t i = 0; i < 2 * nkv; i++)
 			free(kv[i]);
@@ -486,10 +252,9 @@ static enum MHD_Result api_create(struct req *q, struct MHD_Connection *c)
 	/* E2B has no idle timeout: its timeout is the idle one too */
 	int rc = serve_sbx_create(s->sandboxes, q->cred, req, life, life, kv, nkv, &x, &err);
 	if (rc < 0) {
-		pthread_mutex_lock(&e->mu);
-		e->n--;
-		pthread_mutex_unlock(&e->mu);
-		free(r);
+		e2b_rec_unreserve(e);
+		e2b_rec_drop(r);
+		explicit_bzero(token, sizeof token);
 		if (rc == -2)
 			return e2b_fail(q, c, 429, O_REJECTED,
 					err.message ? err.message : "too many sandboxes");
@@ -497,16 +262,10 @@ static enum MHD_Result api_create(struct req *q, struct MHD_Connection *c)
 				err.message ? err.message : "the sandbox could not be made");
 	}
 	q->sbx = x;
-	snprintf(r->id, sizeof r->id, "%s", serve_sbx_id(x));
-	moat_sha256(token, strlen(token), r->token_hash);
-	memcpy(r->token, token, sizeof r->token);
-	memcpy(r->cred, q->cred, MOAT_SHA256_LEN);
-	snprintf(r->tmpl, sizeof r->tmpl, "%s", tmpl);
-	pthread_mutex_lock(&e->mu);
-	r->next = e->list;
-	e->list = r;
-	pthread_mutex_unlock(&e->mu);
-	return created(q, c, x, tmpl, token, 201);
+	e2b_rec_add(e, r, serve_sbx_id(x), token, q->cred, tmpl);
+	enum MHD_Result res = created(q, c, x, tmpl, token, 201);
+	explicit_bzero(token, sizeof token);
+	return res;
 }
 
 /* ?metadata=k%3Dv%26k2%3Dv2 (E2B's one query parameter, URL-encoded pairs). */
@@ -689,14 +448,10 @@ static enum MHD_Result api_body(struct req *q, struct MHD_Connection *c)
 		return srv_respond(q, c, 204, strdup(""), "application/json", NULL, NULL);
 	/* connect, resume: the running sandbox, with its access token (the
 	 * caller's key made it: another key's sandbox is a 404 before this) */
-	char tmpl[MAX_TEMPLATE + 1], token[E2B_TOKEN_HEX + 1] = "";
-	rec_template(s->e2b, serve_sbx_id(q->sbx), tmpl);
-	pthread_mutex_lock(&s->e2b->mu);
-	struct e2b_rec *r = rec_of(s->e2b, serve_sbx_id(q->sbx));
-	if (r)
-		memcpy(token, r->token, sizeof token);
-	pthread_mutex_unlock(&s->e2b->mu);
-	enum MHD_Result rc = created(q, c, q->sbx, tmpl, r ? token : NULL, 200);
+	char tmpl[E2B_MAX_TEMPLATE + 1], token[E2B_TOKEN_HEX + 1] = "";
+	e2b_rec_template(s->e2b, serve_sbx_id(q->sbx), tmpl);
+	bool have = e2b_rec_token(s->e2b, serve_sbx_id(q->sbx), token);
+	enum MHD_Result rc = created(q, c, q->sbx, tmpl, have ? token : NULL, 200);
 	explicit_bzero(token, sizeof token);
 	return rc;
 }

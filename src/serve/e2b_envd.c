@@ -807,27 +807,6 @@ static cJSON *message(struct req *q, const char **why)
 
 /* ---- /files ---- */
 
-struct e2b_mp {
-	char delim[80]; /* "\r\n--" and the boundary (at most 70) */
-	size_t dlen;
-	enum { MP_PRE, MP_AFTER, MP_HEAD, MP_DATA, MP_SKIP, MP_END, MP_BAD } st;
-	struct moat_buf hold;
-	struct moat_buf out; /* the written files' EntryInfo, comma-separated */
-	unsigned parts;
-	int err; /* a part's errno */
-	char *cur; /* the part's file */
-};
-
-static void mp_free(struct e2b_mp *m)
-{
-	if (!m)
-		return;
-	moat_buf_free(&m->hold);
-	moat_buf_free(&m->out);
-	free(m->cur);
-	free(m);
-}
-
 /* The boundary of a multipart/form-data Content-Type. */
 static struct e2b_mp *mp_new(const char *ctype)
 {
@@ -1062,11 +1041,6 @@ static enum MHD_Result files_post_body(struct req *q, struct MHD_Connection *c)
 }
 
 /* ---- the routes ---- */
-
-void e2b_envd_req_free(struct e2b_req *r)
-{
-	mp_free(r->mp);
-}
 
 enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const char *rest,
 			       const char *method)
