@@ -363,3 +363,37 @@ T('docs/E2B.md\'s examples run as written', async () => {
     else assert.match(out, /^buy milk\n\[ 'todo\.txt' \]\n.* says hi\n\n\[ 'sbx_[0-9a-f]{32}' \]\n$/);
   }
 });
+
+// A multipart body that arrives a few bytes at a time: delimiters, part headers and
+// look-alikes of the delimiter inside a file split across reads, written exactly.
+T('multipart in 5-byte pieces: every file exact, look-alike delimiters kept', async () => {
+  await withSandbox({}, async (sbx) => {
+    const bnd = 'qqBOUNDqq';
+    const files = { 'p/1.txt': `one\r\n--qqBOUNDq\r\n--qqBOUNDqx`, 'p/2.bin': '\r\n\r\n--', 'p/3.txt': '' };
+    let body = 'preamble to skip\r\n';
+    for (const [name, data] of Object.entries(files))
+      body += `--${bnd}\r\nContent-Disposition: form-data; name="file"; filename="${name}"\r\n` +
+        `Content-Type: application/octet-stream\r\n\r\n${data}\r\n`;
+    body += `--${bnd}--\r\nepilogue`;
+    const buf = Buffer.from(body);
+    const res = await new Promise((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/e2b/envd/files',
+        headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken,
+          'Content-Type': `multipart/form-data; boundary=${bnd}`, 'Content-Length': buf.length } },
+      (r) => { let b = ''; r.on('data', (d) => { b += d; }); r.on('end', () => resolve({ status: r.statusCode, body: b })); });
+      req.on('error', reject);
+      req.on('socket', (s) => s.setNoDelay(true));
+      (async () => {
+        for (let i = 0; i < buf.length; i += 5) {
+          req.write(buf.subarray(i, i + 5));
+          await new Promise((r) => setTimeout(r, 2));
+        }
+        req.end();
+      })();
+    });
+    assert.equal(res.status, 200, res.body);
+    assert.deepEqual(JSON.parse(res.body).map((f) => f.path), Object.keys(files).map((f) => `/sandbox/${f}`));
+    for (const [name, data] of Object.entries(files))
+      assert.equal(await sbx.files.read(name), data, name);
+  });
+});
