@@ -3,6 +3,7 @@
  * mapped onto the live sandboxes (sandboxes.c), with X-API-KEY as the
  * service's token; each sandbox made here gets a record (e2b_records.c),
  * which envd's requests (e2b_envd.c) are checked against. */
+#include <ctype.h>
 #include <errno.h>
 #include <math.h>
 #include <pthread.h>
@@ -291,9 +292,11 @@ static int parse_meta_query(const char *m, struct meta_filter *f)
 		for (char **s = (char *[]){ k, v, NULL }; *s; s++) { /* percent-decoding */
 			char *w = *s;
 			for (const char *r = *s; *r; r++) {
-				unsigned x;
-				if (*r == '%' && sscanf(r + 1, "%2x", &x) == 1 && x) {
-					*w++ = (char)x;
+				/* two hex digits, never past the end; %00 stays as it is */
+				if (*r == '%' && isxdigit((unsigned char)r[1]) &&
+				    isxdigit((unsigned char)r[2]) && (r[1] != '0' || r[2] != '0')) {
+					char hex[3] = { r[1], r[2], '\0' };
+					*w++ = (char)strtoul(hex, NULL, 16);
 					r += 2;
 				} else {
 					*w++ = *r == '+' ? ' ' : *r;

@@ -220,6 +220,16 @@ T('Sandbox.list: metadata filter, paging; getInfo; setTimeout', async () => {
     const seen = [];
     while (pager.hasNext) seen.push(...(await pager.nextItems()).map((s) => s.sandboxId));
     assert.deepEqual(seen.sort(), [a.sandboxId, b.sandboxId].sort());
+    // a value with a '%' that is no escape: taken as it is, never read past its end
+    const c = await e2b.Sandbox.create({ metadata: { run: tag, odd: 'v%a' } });
+    try {
+      const raw = await request('GET', `/e2b/v2/sandboxes?metadata=${encodeURIComponent(`run=${tag}&odd=v%a`)}`,
+        undefined, { 'X-API-KEY': KEY });
+      assert.equal(raw.status, 200, raw.body.toString());
+      assert.deepEqual(JSON.parse(raw.body).map((s) => s.sandboxID), [c.sandboxId]);
+    } finally {
+      await c.kill();
+    }
     const info = await a.getInfo();
     assert.equal(info.state, 'running');
     assert.equal(info.templateId, 'base');
