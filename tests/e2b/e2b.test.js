@@ -328,6 +328,13 @@ T('Connect framing and multipart are strict: bad envelopes and parts are refused
   });
 });
 
+T('no allow_internet_access: the sandbox has no network but its loopback', async () => {
+  await withSandbox({}, async (sbx) => {
+    const r = await sbx.commands.run("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
+    assert.equal(r.stdout, 'lo\n');
+  });
+});
+
 T('create refuses what moat cannot give instead of dropping it', async () => {
   const r = await request('POST', '/e2b/v2/sandboxes',
     JSON.stringify({ templateID: 'base', network: { denyOut: ['0.0.0.0/0'] } }),
