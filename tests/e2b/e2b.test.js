@@ -216,6 +216,9 @@ T('Sandbox.list: metadata filter, paging; getInfo; setTimeout', async () => {
     const only = await e2b.Sandbox.list({ query: { metadata: { run: tag, who: 'b' } } }).nextItems();
     assert.deepEqual(only.map((s) => s.sandboxId), [b.sandboxId]);
     assert.deepEqual(only[0].metadata, { run: tag, who: 'b' });
+    // nothing is paused: a state filter without "running" is empty
+    assert.deepEqual(await e2b.Sandbox.list({ query: { metadata: { run: tag }, state: ['paused'] } }).nextItems(), []);
+    assert.equal((await e2b.Sandbox.list({ query: { metadata: { run: tag }, state: ['running'] } }).nextItems()).length, 2);
     const pager = e2b.Sandbox.list({ query: { metadata: { run: tag } }, limit: 1 });
     const seen = [];
     while (pager.hasNext) seen.push(...(await pager.nextItems()).map((s) => s.sandboxId));
