@@ -95,6 +95,7 @@ int e2b_envd_sandbox(struct req *q, struct MHD_Connection *c);
 /* The processes envd started (Process/List, tags): config is a
  * ProcessConfig's JSON (kept when at most E2B_MAX_PROC_CONFIG bytes). */
 #define E2B_MAX_PROC_CONFIG 4096u
+#define E2B_MAX_TAG 256u /* a process's tag */
 void e2b_proc_note(struct e2b *e, const char *id, int pid, const char *tag, const char *config);
 int e2b_proc_by_tag(struct e2b *e, const char *id, const char *tag); /* pid, or -1 */
 /* {"pid","config"[,"tag"]}: a ProcessInfo. */

@@ -535,6 +535,8 @@ static enum MHD_Result p_start(struct req *q, struct MHD_Connection *c, cJSON *o
 	const cJSON *pty = cJSON_GetObjectItemCaseSensitive(o, "pty");
 	const cJSON *tag = cJSON_GetObjectItemCaseSensitive(o, "tag");
 	const cJSON *in = cJSON_GetObjectItemCaseSensitive(o, "stdin");
+	if (cJSON_IsString(tag) && strlen(tag->valuestring) > E2B_MAX_TAG)
+		return bad(q, c, "\"tag\": at most 256 bytes");
 	if (pty && !cJSON_IsNull(pty))
 		return rpc_fail(q, c, "unimplemented", "PTYs are not supported by moat (docs/E2B.md)");
 	if (!cJSON_IsString(cmd) || !cmd->valuestring[0] || (args && !cJSON_IsArray(args)) ||

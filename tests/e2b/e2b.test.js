@@ -315,6 +315,10 @@ T('Connect framing and multipart are strict: bad envelopes and parts are refused
       assert.match(r.body.toString(), /"code":"invalid_argument"/);
       assert.doesNotMatch(r.body.toString(), /"start"/);
     }
+    // a process's tag is bounded (kept with the process for List and selectors)
+    const tagged = Buffer.from(JSON.stringify({ process: { cmd: '/bin/true' }, tag: 't'.repeat(257) }));
+    const longTag = await start(env(0, tagged.length, tagged));
+    assert.match(longTag.body.toString(), /"code":"invalid_argument".*tag/);
     // a multipart part's headers past 8 KiB, and a body cut short
     const bnd = 'xBOUNDARYx';
     const long = `--${bnd}\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\nX: ${'y'.repeat(9000)}\r\n\r\ndata\r\n--${bnd}--\r\n`;
