@@ -396,6 +396,10 @@ static enum MHD_Result api_with_sandbox(struct req *q, struct MHD_Connection *c)
 	case API_METRICS: {
 		struct live *lv = serve_sbx_live(q->sbx);
 		int64_t mem = live_memory(lv), cpu = live_cpu_ms(lv);
+		if (mem < 0) { /* not measured here (no cgroup): no sample, never a made-up 0 */
+			moat_buf_append(&b, "[]\n", 3);
+			return respond(q, c, 200, &b, NULL, NULL);
+		}
 		moat_buf_appendf(&b, "[{\"timestamp\":");
 		int64_t now = serve_wall_ms();
 		struct moat_buf t = { 0 };
@@ -406,7 +410,7 @@ static enum MHD_Result api_with_sandbox(struct req *q, struct MHD_Connection *c)
 		moat_buf_appendf(&b, ",\"timestampUnix\":%lld,\"cpuCount\":1,\"cpuUsedPct\":0,"
 				 "\"memUsed\":%lld,\"memTotal\":0,\"diskUsed\":0,\"diskTotal\":0,"
 				 "\"cpuTimeMs\":%lld}]\n",
-				 (long long)(now / 1000), (long long)(mem < 0 ? 0 : mem),
+				 (long long)(now / 1000), (long long)mem,
 				 (long long)(cpu < 0 ? 0 : cpu));
 		return respond(q, c, 200, &b, NULL, NULL);
 	}

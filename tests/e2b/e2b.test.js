@@ -350,15 +350,16 @@ T('create refuses what moat cannot give instead of dropping it', async () => {
   assert.match(JSON.parse(r.body).message, /"network" is not supported/);
 });
 
-T('a sandbox\'s own port is E2B\'s 502, nothing forwarded; metrics answer one sample', async () => {
+T('a sandbox\'s own port is E2B\'s 502, nothing forwarded; metrics: a sample, or none where unmeasured', async () => {
   await withSandbox({}, async (sbx) => {
     const r = await request('GET', '/e2b/envd/', undefined, { 'E2b-Sandbox-Id': sbx.sandboxId,
       'E2b-Sandbox-Port': '8000', 'X-Access-Token': sbx.envdAccessToken });
     assert.equal(r.status, 502);
     assert.match(JSON.parse(r.body).message, /does not forward/);
+    // one sample where its cgroup measures it; none (never a made-up 0) where nothing does
     const m = await sbx.getMetrics();
-    assert.equal(m.length, 1);
-    assert.ok(m[0].memUsed > 0, JSON.stringify(m));
+    if (MODE === 'root') assert.equal(m.length, 1);
+    assert.ok(m.length === 0 || (m.length === 1 && m[0].memUsed > 0), JSON.stringify(m));
   });
 });
 
