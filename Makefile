@@ -76,7 +76,7 @@ UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
 INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
-.PHONY: all node-deps deps layers seccomp-evidence check-workloads check check-unit check-integration check-node check-mcp mcp check-python check-threads check-vm check-k8s install \
+.PHONY: all node-deps deps layers seccomp-evidence check-workloads check check-unit check-integration check-node check-mcp check-e2b mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 # NODE_DEPS=no: leave clients/node alone (the Debian package vendors build/mcp instead)
@@ -429,6 +429,10 @@ check-node: $(BUILD)/moat
 # moat mcp through the MCP SDK's client, root and uid 65534 (needs npm ci in clients/node)
 check-mcp: $(BUILD)/moat
 	bash tests/mcp/run.sh $(BUILD)
+
+# the unmodified e2b SDK (npm, tests/e2b's lockfile) against moat serve, root and uid 65534
+check-e2b: $(BUILD)/moat
+	bash tests/e2b/run.sh $(BUILD)
 
 # the Python client (clients/python), root and uid 65534
 check-python: $(BUILD)/moat

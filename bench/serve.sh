@@ -67,6 +67,9 @@ rc=0
 # live sandboxes: create, a process, 1 MiB each way (bench/sandbox-load.mjs)
 [ "$rc" != 0 ] || [ "${SANDBOXES:-1}" = 0 ] || [ "${SESSION_ONLY:-0}" = 1 ] ||
 	"$NODE" "$here/sandbox-load.mjs" --socket "$tmp/cold.sock" || rc=$?
+# E2B's SDK against /e2b, spaced (bench/e2b-load.mjs: its own TCP service; skipped without the SDK)
+[ "$rc" != 0 ] || [ "${E2B:-1}" = 0 ] || [ "${SESSION_ONLY:-0}" = 1 ] ||
+	"$NODE" "$here/e2b-load.mjs" --moat "$MOAT" --runtime "$RUNTIME" || rc=$?
 if [ "$rc" != 0 ]; then
 	echo "bench-serve: failed (exit $rc); the end of moat serve's log:" >&2
 	tail -n 20 "$tmp/serve.log" >&2 || true

@@ -121,6 +121,9 @@ stage "aistack conformance (tests/compat, the client and binary against aistack'
 # moat mcp through the MCP SDK's own client over stdio (root, then uid 65534)
 stage "moat mcp (tests/mcp, the SDK's client over stdio against the built binary)" \
 	bash tests/mcp/run.sh "$BUILD"
+# the unmodified e2b SDK against a real moat serve's /e2b (root, then uid 65534)
+stage "E2B (tests/e2b, the unmodified e2b SDK from npm against moat serve)" \
+	bash tests/e2b/run.sh "$BUILD"
 # the Python client against the binary and a real moat serve (root, then uid 65534)
 stage "python client tests (clients/python, against the built binary and a real moat serve)" \
 	bash clients/python/tests/run.sh "$BUILD"

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <arpa/inet.h>
 
+#include "serve/e2b.h"
 #include "serve/http.h"
 
 /* request bodies buffered at once, over all connections (512 × 6 MiB would
@@ -118,6 +119,10 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 	if (srv_target_had_nul(c))
 		return srv_fail(q, c, 400, "SandboxConfigError", O_BAD_REQUEST,
 				"the request's path or query holds an encoded NUL (%00)");
+	if (!strncmp(url, "/e2b/", 5)) { /* E2B's surface (docs/E2B.md): its own keys */
+		q->route = R_SANDBOXES;
+		return srv_e2b_route(q, c, url + 4, method);
+	}
 	bool get_route = q->route == R_HEALTHZ || q->route == R_METRICS;
 	bool ses_route = q->route == R_SESSIONS || q->route == R_SESSION ||
 			 q->route == R_SESSION_RUN || q->route == R_SESSION_CTL ||
@@ -245,6 +250,11 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 	}
 	if (!q->is_post)
 		return MHD_YES;
+	if (*upload_data_size && q->e2b && (q->e2b->mp || q->e2b->defer_status)) {
+		srv_e2b_upload(q, upload_data, *upload_data_size); /* a multipart upload's files */
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
 	if (*upload_data_size && q->up_fd >= 0) {
 		/* a file's bytes go to it as they come, never kept */
 		srv_sandboxes_upload(q, upload_data, *upload_data_size);
@@ -278,6 +288,8 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 	if (q->over_budget || q->body.oom)
 		return srv_fail(q, c, 503, "ServerBusy", O_REJECTED,
 				"too many request bodies are being received at once; retry later");
+	if (q->e2b)
+		return srv_e2b_body(q, c);
 	if (q->route == R_SANDBOXES)
 		return srv_sandboxes_body(q, c);
 	if (q->route == R_SESSIONS)

@@ -74,6 +74,7 @@ struct server {
 	struct serve_budget budget; /* the live sandboxes' memory and cpus (budget.c) */
 	bool have_budget;
 	struct serve_sbxs *sandboxes; /* NULL: live sandboxes off (their routes are 404s) */
+	struct e2b *e2b; /* E2B's surface (e2b.h), with the live sandboxes */
 };
 
 /* A handler's response on its way from the worker to the connection. */
@@ -143,6 +144,7 @@ struct req {
 	struct pool_lease lease;
 	int lease_rc;
 	bool has_lease;
+	struct e2b_req *e2b; /* a request of E2B's surface (/e2b/..., e2b.h) */
 };
 
 /* ---- conn.c ---- */
@@ -232,6 +234,8 @@ enum MHD_Result srv_sandboxes_filter(void *cls, enum MHD_ValueKind kind, const c
 enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, const char *url,
 		const char *method);
 void srv_sandboxes_upload(struct req *q, const char *data, size_t n);
+/* "metadata" (detached from o): 2 x *count malloc'd strings, bounded. */
+int srv_sandboxes_metadata(struct cJSON *o, char ***out, size_t *count, struct moat_error *err);
 enum MHD_Result srv_sandboxes_body(struct req *q, struct MHD_Connection *c);
 /* ---- route_contexts.c (docs/CONTEXTS.md): the sandbox q->sbx held busy;
  * rest: the URL from "/contexts" on ---- */
@@ -239,6 +243,10 @@ enum MHD_Result srv_contexts_route(struct req *q, struct MHD_Connection *c, cons
 				   const char *method);
 /* o: the request's body, a JSON object (route_sandboxes.c parsed it) */
 enum MHD_Result srv_contexts_body(struct req *q, struct MHD_Connection *c, const struct cJSON *o);
+/* Streams len bytes of fd (taken) from off, q->sbx with them (busy); range_of:
+ * the file's size for a 206, UINT64_MAX for a 200. */
+enum MHD_Result srv_sandboxes_send_fd(struct req *q, struct MHD_Connection *c, int fd, uint64_t off,
+				      uint64_t len, uint64_t range_of);
 
 /* ---- route_admin.c ---- */
 char *srv_metrics_text(struct server *s);

@@ -7,6 +7,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "serve/e2b.h"
 #include "serve/http.h"
 
 /* The request's method for the log: a standard one, else "other" (a
@@ -88,6 +89,7 @@ void srv_req_unref(struct req *q)
 	if (q->up_fd >= 0)
 		close(q->up_fd);
 	free(q->sbx_path);
+	srv_e2b_req_free(q->e2b);
 	moat_buf_free(&q->body);
 	free(q->header_id);
 	serve_envelope_free(&q->env);

@@ -453,6 +453,14 @@ static enum MHD_Result file_get(struct req *q, struct MHD_Connection *c, const c
 		q->outcome = O_BAD_REQUEST;
 		return srv_respond(q, c, 416, body, "application/json", "Content-Range", cr);
 	}
+	return srv_sandboxes_send_fd(q, c, fd, off, len, rg > 0 ? size : UINT64_MAX);
+}
+
+enum MHD_Result srv_sandboxes_send_fd(struct req *q, struct MHD_Connection *c, int fd, uint64_t off,
+				      uint64_t len, uint64_t range_of)
+{
+	bool rg = range_of != UINT64_MAX;
+	uint64_t size = range_of;
 	struct fstream *f = calloc(1, sizeof *f);
 	if (!f) {
 		close(fd);
@@ -473,13 +481,13 @@ static enum MHD_Result file_get(struct req *q, struct MHD_Connection *c, const c
 	q->sbx_busy = false;
 	MHD_add_response_header(r, "Content-Type", "application/octet-stream");
 	MHD_add_response_header(r, "Accept-Ranges", "bytes");
-	if (rg > 0) {
+	if (rg) {
 		char cr[96];
 		snprintf(cr, sizeof cr, "bytes %llu-%llu/%llu", (unsigned long long)off,
 			 (unsigned long long)(off + len - 1), (unsigned long long)size);
 		MHD_add_response_header(r, "Content-Range", cr);
 	}
-	unsigned status = rg > 0 ? 206 : 200;
+	unsigned status = rg ? 206 : 200;
 	q->status = status;
 	/* the client's time, and a second per MiB at 1 MiB/s: a reader that
 	 * trickles cannot hold the connection forever */
@@ -585,7 +593,7 @@ static enum MHD_Result unknown_key(struct req *q, struct MHD_Connection *c, cons
 }
 
 /* "metadata" (removed from o): a string map, bounded. */
-static int metadata_key(cJSON *o, char ***out, size_t *count, struct moat_error *err)
+int srv_sandboxes_metadata(cJSON *o, char ***out, size_t *count, struct moat_error *err)
 {
 	*out = NULL;
 	*count = 0;
@@ -663,7 +671,7 @@ static enum MHD_Result sbx_create(struct req *q, struct MHD_Connection *c)
 		   max_life, &idle, &err) < 0 ||
 	    srv_lifetime_key(o, "maxCpuTimeMs", l->session_max_cpu_ms, cpu_max, &max_cpu, &err) < 0 ||
 	    srv_on_idle_key(o, &idle_pause, &err) < 0 ||
-	    metadata_key(o, &meta, &nmeta, &err) < 0)
+	    srv_sandboxes_metadata(o, &meta, &nmeta, &err) < 0)
 		return srv_fail_moat(q, c, &err);
 	struct moat_request *req = NULL;
 	MOAT_AUTOFREE char *text = NULL;

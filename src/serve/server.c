@@ -18,6 +18,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include "serve/e2b.h"
 #include "serve/http.h"
 
 #define PER_IP_LIMIT 64u
@@ -322,7 +323,8 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		struct serve_sbxs_config xc = { .max = (unsigned)smax, .opts = &s->ses_opts,
 						.max_life_ms = s->limits.session_max_life_ms,
 						.budget = &s->budget };
-		if (serve_sbxs_start(&s->sandboxes, &xc, err) < 0) {
+		if (serve_sbxs_start(&s->sandboxes, &xc, err) < 0 ||
+		    (s->sandboxes && e2b_start(&s->e2b, xc.max, err) < 0)) {
 			close_listeners(o);
 			goto out;
 		}
@@ -407,6 +409,8 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 	 * cancelled); no new one is made from here on */
 	serve_sessions_stop(s->sessions);
 	serve_sbxs_stop(s->sandboxes);
+	e2b_stop(s->e2b);
+	s->e2b = NULL;
 	sessions_stopped = true;
 	MHD_stop_daemon(s->d);
 	if (s->metrics_d)
@@ -424,6 +428,7 @@ out:
 	if (!sessions_stopped) {
 		serve_sessions_stop(s->sessions);
 		serve_sbxs_stop(s->sandboxes);
+		e2b_stop(s->e2b);
 	}
 	pool_stop(s->pool); /* after every run: the pool's thread owns their pid 1 */
 	if (s->cancel_fd >= 0)

@@ -1,0 +1,61 @@
+// E2B's SDK against moat serve's /e2b (docs/E2B.md), spaced, one at a time: Sandbox.create()
+// until the SDK has its sandbox, commands.run('true') (the SDK's bash -l -c), files.write +
+// read of 1 KiB; p50/p90 of each. Starts its own moat serve on 127.0.0.1 with a token (the
+// SDK speaks TCP only). Skipped (exit 0) without the SDK (npm ci in tests/e2b).
+// Usage: node bench/e2b-load.mjs --moat BIN --runtime DIR [--n 30]
+import { spawn } from 'node:child_process';
+import crypto from 'node:crypto';
+import fs from 'node:fs';
+import net from 'node:net';
+import os from 'node:os';
+import path from 'node:path';
+import { createRequire } from 'node:module';
+
+const here = path.dirname(new URL(import.meta.url).pathname);
+const arg = (k, d) => { const i = process.argv.indexOf(`--${k}`); return i > 0 ? process.argv[i + 1] : d; };
+const MOAT = arg('moat', path.join(here, '../build/moat'));
+const RUNTIME = arg('runtime', path.join(here, '../runtime'));
+const N = Number(arg('n', '30'));
+let e2b;
+try {
+  e2b = createRequire(path.join(here, '../tests/e2b/package.json'))('e2b');
+} catch (e) {
+  console.log(`e2b: skipped (the SDK is not installed: npm ci in tests/e2b): ${e.code || e.message}`);
+  process.exit(0);
+}
+const port = await new Promise((r) => { const s = net.createServer(); s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => r(p)); }); });
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-e2b-bench-'));
+const key = `e2b_${crypto.randomBytes(20).toString('hex')}`;
+fs.writeFileSync(path.join(tmp, 'token'), key, { mode: 0o600 });
+const srv = spawn(MOAT, ['serve', '--listen', `127.0.0.1:${port}`, '--token-file', path.join(tmp, 'token'),
+  '--no-kv', '--runtime', RUNTIME], { stdio: ['ignore', 'ignore', 'ignore'] });
+process.env.E2B_API_URL = `http://127.0.0.1:${port}/e2b`;
+process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${port}/e2b/envd`;
+process.env.E2B_API_KEY = key;
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+for (let i = 0; ; i++) {
+  try { await fetch(`http://127.0.0.1:${port}/healthz`); break; } catch { if (i > 200) throw new Error('moat serve did not start'); await sleep(50); }
+}
+const pct = (a, p) => a.slice().sort((x, y) => x - y)[Math.min(a.length - 1, Math.floor(a.length * p))].toFixed(1);
+const t = { create: [], run: [], files: [] };
+const data = 'x'.repeat(1024);
+try {
+  for (let i = 0; i < N; i++) {
+    let t0 = performance.now();
+    const sbx = await e2b.Sandbox.create();
+    t.create.push(performance.now() - t0);
+    t0 = performance.now();
+    await sbx.commands.run('true');
+    t.run.push(performance.now() - t0);
+    t0 = performance.now();
+    await sbx.files.write('b.txt', data);
+    if ((await sbx.files.read('b.txt')) !== data) throw new Error('read back differs');
+    t.files.push(performance.now() - t0);
+    await sbx.kill();
+    await sleep(100); // spaced
+  }
+  for (const [k, v] of Object.entries(t)) console.log(`e2b ${k}: p50 ${pct(v, 0.5)} ms, p90 ${pct(v, 0.9)} ms (n=${v.length})`);
+} finally {
+  srv.kill('SIGTERM');
+  fs.rmSync(tmp, { recursive: true, force: true });
+}

@@ -1,0 +1,424 @@
+'use strict';
+// The unmodified `e2b` SDK from npm (pinned by package-lock.json), pointed at a real
+// `moat serve` with nothing but E2B's own environment variables (E2B_API_URL,
+// E2B_SANDBOX_URL, E2B_API_KEY), doing what a user does (docs/E2B.md). Run by
+// tests/e2b/run.sh: once as root, once as uid 65534 (MOAT_E2B_MODE says which).
+// Without the SDK (npm ci in tests/e2b failed: no npm, no registry) every case reports
+// itself skipped.
+const test = require('node:test');
+const assert = require('node:assert/strict');
+const { spawn } = require('node:child_process');
+const crypto = require('node:crypto');
+const fs = require('node:fs');
+const http = require('node:http');
+const net = require('node:net');
+const os = require('node:os');
+const path = require('node:path');
+
+const ROOT = path.resolve(__dirname, '../..');
+const MOAT = process.env.MOAT_BIN || path.join(ROOT, 'build/moat');
+const MODE = process.env.MOAT_E2B_MODE || (process.getuid() === 0 ? 'root' : 'rootless');
+let e2b = null;
+let skip = false;
+try {
+  e2b = require(path.join(__dirname, 'node_modules/e2b'));
+} catch (e) {
+  skip = `the e2b SDK is not installed (npm ci in tests/e2b): ${e.code || e.message}`;
+}
+if (!skip && MODE === 'root' && process.getuid() !== 0) skip = 'root mode needs root';
+if (!skip && !fs.existsSync(MOAT)) throw new Error(`moat binary not found at ${MOAT}`);
+const T = (name, fn) => test(`[${MODE}] ${name}`, { skip, timeout: 180000 }, fn);
+
+const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-e2b-test-'));
+const KEY = `e2b_${crypto.randomBytes(20).toString('hex')}`;
+let srv = null;
+let port = 0;
+
+function freePort() {
+  return new Promise((resolve) => {
+    const s = net.createServer();
+    s.listen(0, '127.0.0.1', () => { const p = s.address().port; s.close(() => resolve(p)); });
+  });
+}
+
+// method path [body] [headers] on the server: {status, headers, body (Buffer)}.
+function request(method, p, body, headers = {}) {
+  return new Promise((resolve, reject) => {
+    const req = http.request({ host: '127.0.0.1', port, method, path: p, headers }, (res) => {
+      const chunks = [];
+      res.on('data', (d) => chunks.push(d));
+      res.on('end', () => resolve({ status: res.statusCode, headers: res.headers,
+        body: Buffer.concat(chunks) }));
+    });
+    req.on('error', reject);
+    req.end(body);
+  });
+}
+
+test.before(async () => {
+  if (skip) return;
+  const tokenFile = path.join(tmp, 'token');
+  fs.writeFileSync(tokenFile, `${KEY}\n`, { mode: 0o600 });
+  port = await freePort();
+  const child = spawn(MOAT, ['serve', '--listen', `127.0.0.1:${port}`, '--token-file', tokenFile, '--no-kv',
+    '--runtime', path.join(ROOT, 'runtime')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  srv = { child, log: '', exit: null };
+  child.stderr.on('data', (d) => { srv.log += d; });
+  srv.exited = new Promise((r) => child.on('exit', (code, sig) => { srv.exit = { code, sig }; r(); }));
+  const t0 = Date.now();
+  for (;;) {
+    if (srv.exit) throw new Error(`moat serve exited: ${srv.log.slice(-2000)}`);
+    try {
+      if ((await request('GET', '/healthz')).status === 200) break;
+    } catch { /* not yet */ }
+    if (Date.now() - t0 > 20000) throw new Error(`moat serve did not start: ${srv.log.slice(-2000)}`);
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  // the SDK's own configuration: nothing but its environment variables
+  process.env.E2B_API_URL = `http://127.0.0.1:${port}/e2b`;
+  process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${port}/e2b/envd`;
+  process.env.E2B_API_KEY = KEY;
+});
+
+test.after(async () => {
+  if (srv && !srv.exit) {
+    srv.child.kill('SIGTERM');
+    const t = setTimeout(() => srv.child.kill('SIGKILL'), 20000);
+    await srv.exited;
+    clearTimeout(t);
+  }
+  fs.rmSync(tmp, { recursive: true, force: true });
+});
+
+async function withSandbox(opts, fn) {
+  const sbx = await e2b.Sandbox.create(opts);
+  try {
+    return await fn(sbx);
+  } finally {
+    await sbx.kill().catch(() => {});
+  }
+}
+
+T('create, commands.run(echo hi), kill; the killed sandbox is E2B\'s NotFound', async () => {
+  const sbx = await e2b.Sandbox.create();
+  assert.match(sbx.sandboxId, /^sbx_[0-9a-f]{32}$/);
+  const r = await sbx.commands.run('echo hi');
+  assert.equal(r.stdout, 'hi\n');
+  assert.equal(r.exitCode, 0);
+  const who = await sbx.commands.run('id -u');
+  assert.equal(who.stdout, '65534\n'); // moat's identity, whoever asks
+  assert.equal(await sbx.kill(), true);
+  assert.equal(await e2b.Sandbox.kill(sbx.sandboxId), false);
+  await assert.rejects(e2b.Sandbox.getInfo(sbx.sandboxId), e2b.NotFoundError);
+  await assert.rejects(sbx.commands.run('true'));
+});
+
+T('a failing command raises CommandExitError with its exit code and stderr', async () => {
+  await withSandbox({}, async (sbx) => {
+    await assert.rejects(sbx.commands.run('echo oops >&2; exit 3'), (e) => {
+      assert.ok(e instanceof e2b.CommandExitError, String(e));
+      assert.equal(e.exitCode, 3);
+      assert.equal(e.stderr, 'oops\n');
+      return true;
+    });
+  });
+});
+
+T('env vars: the sandbox\'s (create) and a command\'s own', async () => {
+  await withSandbox({ envs: { FOO: 'from-create' } }, async (sbx) => {
+    assert.equal((await sbx.commands.run('echo $FOO')).stdout, 'from-create\n');
+    const r = await sbx.commands.run('echo $BAR', { envs: { BAR: 'per-command' } });
+    assert.equal(r.stdout, 'per-command\n');
+  });
+});
+
+T('a background command: stdin, list, kill', async () => {
+  await withSandbox({}, async (sbx) => {
+    const out = [];
+    const h = await sbx.commands.run('cat', { background: true, stdin: true,
+      onStdout: (d) => out.push(d) });
+    await sbx.commands.sendStdin(h.pid, 'hello stdin\n');
+    const procs = await sbx.commands.list();
+    assert.ok(procs.some((p) => p.pid === h.pid && p.cmd === '/bin/bash'), JSON.stringify(procs));
+    await sbx.commands.closeStdin(h.pid);
+    const r = await h.wait();
+    assert.equal(r.stdout, 'hello stdin\n');
+    assert.deepEqual(out, ['hello stdin\n']);
+    const sleeper = await sbx.commands.run('sleep 600', { background: true });
+    assert.equal(await sbx.commands.kill(sleeper.pid), true);
+    await assert.rejects(sleeper.wait(), e2b.CommandExitError);
+    assert.equal(await sbx.commands.kill(sleeper.pid), false);
+  });
+});
+
+T('a command past its timeoutMs raises TimeoutError', async () => {
+  await withSandbox({}, async (sbx) => {
+    await assert.rejects(sbx.commands.run('sleep 30', { timeoutMs: 1000 }), e2b.TimeoutError);
+  });
+});
+
+T('files: write, read, list, exists, rename, remove, makeDir; relative and /home/user paths', async () => {
+  await withSandbox({}, async (sbx) => {
+    const info = await sbx.files.write('notes/a.txt', 'alpha');
+    assert.equal(info.path, '/sandbox/notes/a.txt');
+    assert.equal(await sbx.files.read('/home/user/notes/a.txt'), 'alpha');
+    assert.equal(await sbx.files.read('/sandbox/notes/a.txt'), 'alpha');
+    assert.equal(await sbx.files.exists('notes/a.txt'), true);
+    assert.equal(await sbx.files.exists('notes/none.txt'), false);
+    assert.equal(await sbx.files.makeDir('notes/sub'), true);
+    assert.equal(await sbx.files.makeDir('notes/sub'), false); // E2B: it existed
+    const entries = await sbx.files.list('notes');
+    assert.deepEqual(entries.map((e) => [e.name, e.type]).sort(),
+      [['a.txt', 'file'], ['sub', 'dir']]);
+    const moved = await sbx.files.rename('notes/a.txt', 'notes/b.txt');
+    assert.equal(moved.path, '/sandbox/notes/b.txt');
+    assert.equal(await sbx.files.exists('notes/a.txt'), false);
+    const st = await sbx.files.getInfo('notes/b.txt');
+    assert.equal(st.size, 5);
+    assert.equal(st.type, 'file');
+    await sbx.files.remove('notes');
+    assert.equal(await sbx.files.exists('notes'), false);
+    await assert.rejects(sbx.files.read('notes/b.txt'), e2b.FileNotFoundError ?? e2b.NotFoundError);
+    // several files in one multipart upload
+    const many = await sbx.files.write([{ path: 'm/1.txt', data: 'one' }, { path: 'm/2.txt', data: 'two' }]);
+    assert.deepEqual(many.map((f) => f.path), ['/sandbox/m/1.txt', '/sandbox/m/2.txt']);
+    assert.equal((await sbx.commands.run('cat m/1.txt m/2.txt')).stdout, 'onetwo');
+  });
+});
+
+T('a path outside /sandbox and /tmp is refused (InvalidArgument), never resolved', async () => {
+  await withSandbox({}, async (sbx) => {
+    await assert.rejects(sbx.files.read('/etc/passwd'), e2b.InvalidArgumentError);
+    await assert.rejects(sbx.files.write('/etc/evil', 'x'), e2b.InvalidArgumentError);
+    await assert.rejects(sbx.files.list('/'), e2b.InvalidArgumentError);
+    await assert.rejects(sbx.files.read('../../etc/passwd'), e2b.InvalidArgumentError);
+  });
+});
+
+T('a 20 MiB binary up (multipart) and down keeps its hash', async () => {
+  await withSandbox({}, async (sbx) => {
+    const data = crypto.randomBytes(20 << 20);
+    const want = crypto.createHash('sha256').update(data).digest('hex');
+    await sbx.files.write('big.bin', data.buffer.slice(data.byteOffset, data.byteOffset + data.length));
+    const inside = await sbx.commands.run('sha256sum big.bin');
+    assert.equal(inside.stdout.split(' ')[0], want);
+    const back = await sbx.files.read('big.bin', { format: 'bytes' });
+    assert.equal(back.length, data.length);
+    assert.equal(crypto.createHash('sha256').update(back).digest('hex'), want);
+  });
+});
+
+T('Sandbox.list: metadata filter, paging; getInfo; setTimeout', async () => {
+  const tag = crypto.randomBytes(4).toString('hex');
+  const a = await e2b.Sandbox.create({ metadata: { run: tag, who: 'a' } });
+  const b = await e2b.Sandbox.create({ metadata: { run: tag, who: 'b' } });
+  try {
+    const only = await e2b.Sandbox.list({ query: { metadata: { run: tag, who: 'b' } } }).nextItems();
+    assert.deepEqual(only.map((s) => s.sandboxId), [b.sandboxId]);
+    assert.deepEqual(only[0].metadata, { run: tag, who: 'b' });
+    // nothing is paused: a state filter without "running" is empty
+    assert.deepEqual(await e2b.Sandbox.list({ query: { metadata: { run: tag }, state: ['paused'] } }).nextItems(), []);
+    assert.equal((await e2b.Sandbox.list({ query: { metadata: { run: tag }, state: ['running'] } }).nextItems()).length, 2);
+    const pager = e2b.Sandbox.list({ query: { metadata: { run: tag } }, limit: 1 });
+    const seen = [];
+    while (pager.hasNext) seen.push(...(await pager.nextItems()).map((s) => s.sandboxId));
+    assert.deepEqual(seen.sort(), [a.sandboxId, b.sandboxId].sort());
+    // a value with a '%' that is no escape: taken as it is, never read past its end
+    const c = await e2b.Sandbox.create({ metadata: { run: tag, odd: 'v%a' } });
+    try {
+      const raw = await request('GET', `/e2b/v2/sandboxes?metadata=${encodeURIComponent(`run=${tag}&odd=v%a`)}`,
+        undefined, { 'X-API-KEY': KEY });
+      assert.equal(raw.status, 200, raw.body.toString());
+      assert.deepEqual(JSON.parse(raw.body).map((s) => s.sandboxID), [c.sandboxId]);
+    } finally {
+      await c.kill();
+    }
+    const info = await a.getInfo();
+    assert.equal(info.state, 'running');
+    assert.equal(info.templateId, 'base');
+    await a.setTimeout(10000);
+    const after = await a.getInfo();
+    assert.ok(after.endAt.getTime() - Date.now() <= 11000, String(after.endAt));
+  } finally {
+    await a.kill();
+    await b.kill();
+  }
+});
+
+T('Sandbox.connect gives back a working sandbox (its access token)', async () => {
+  await withSandbox({}, async (sbx) => {
+    await sbx.files.write('x.txt', 'kept');
+    const again = await e2b.Sandbox.connect(sbx.sandboxId);
+    assert.equal(await again.files.read('x.txt'), 'kept');
+  });
+});
+
+T('errors: a wrong API key is AuthenticationError; an unknown template 404; pause refused', async () => {
+  await assert.rejects(e2b.Sandbox.create({ apiKey: `e2b_${'0'.repeat(40)}` }), e2b.AuthenticationError);
+  await assert.rejects(e2b.Sandbox.list({ apiKey: 'e2b_wrong' }).nextItems(), e2b.AuthenticationError);
+  // E2B's 404, which the SDK raises as a SandboxError with that status (as against E2B's cloud)
+  await assert.rejects(e2b.Sandbox.create('no-such-template'), (e) => e instanceof e2b.SandboxError &&
+    e.statusCode === 404 && /template 'no-such-template' not found/.test(e.message));
+  await withSandbox({}, async (sbx) => {
+    await assert.rejects(sbx.pause(), (e) => /pause is not supported by moat/.test(String(e.message)));
+    assert.equal((await sbx.commands.run('echo still')).stdout, 'still\n');
+  });
+});
+
+T('envd needs the sandbox\'s own access token: none, a wrong one, another sandbox\'s: 401 alike', async () => {
+  const a = await e2b.Sandbox.create();
+  const b = await e2b.Sandbox.create();
+  try {
+    const url = '/e2b/envd/files?path=%2Fsandbox';
+    const h = (id, tok) => ({ 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '49983',
+      ...(tok === undefined ? {} : { 'X-Access-Token': tok }) });
+    const right = await request('GET', '/e2b/envd/health', undefined, h(a.sandboxId, a.envdAccessToken));
+    assert.equal(right.status, 204);
+    for (const hd of [h(a.sandboxId), h(a.sandboxId, 'f'.repeat(32)), h(a.sandboxId, b.envdAccessToken),
+      h('sbx_' + '0'.repeat(32), a.envdAccessToken)]) {
+      const r = await request('GET', url, undefined, hd);
+      assert.equal(r.status, 401, JSON.stringify(hd));
+      assert.equal(JSON.parse(r.body).code, 401);
+    }
+    // a Connect call is refused alike, in Connect's own shape
+    const rpc = await request('POST', '/e2b/envd/filesystem.Filesystem/Stat', '{"path":"/sandbox"}',
+      { ...h(a.sandboxId, b.envdAccessToken), 'Content-Type': 'application/json' });
+    assert.equal(rpc.status, 401);
+    assert.equal(JSON.parse(rpc.body).code, 'unauthenticated');
+  } finally {
+    await a.kill();
+    await b.kill();
+  }
+});
+
+T('Connect framing and multipart are strict: bad envelopes and parts are refused', async () => {
+  await withSandbox({}, async (sbx) => {
+    const h = { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken };
+    const msg = Buffer.from('{"process":{"cmd":"/bin/true"}}');
+    const env = (flags, len, body) => {
+      const b = Buffer.alloc(5);
+      b[0] = flags;
+      b.writeUInt32BE(len, 1);
+      return Buffer.concat([b, body]);
+    };
+    const start = (body) => request('POST', '/e2b/envd/process.Process/Start', body,
+      { ...h, 'Content-Type': 'application/connect+json' });
+    // the well-formed one runs: its start, its end, the end of the stream
+    const ok = await start(env(0, msg.length, msg));
+    assert.equal(ok.status, 200);
+    assert.match(ok.body.toString(), /"start":\{"pid":\d+\}.*"end":\{"exitCode":0/s);
+    assert.equal(ok.body[ok.body.length - 2 - 5], 2); // the last frame: end-of-stream, {}
+    for (const bad of [env(1, msg.length, msg), env(0, msg.length + 1, msg), env(0, 2, msg),
+      Buffer.from('{}'), env(0, 4, Buffer.from('[1,2'))]) {
+      const r = await start(bad);
+      assert.equal(r.status, 200);
+      assert.match(r.body.toString(), /"code":"invalid_argument"/);
+      assert.doesNotMatch(r.body.toString(), /"start"/);
+    }
+    // a process's tag is bounded (kept with the process for List and selectors)
+    const tagged = Buffer.from(JSON.stringify({ process: { cmd: '/bin/true' }, tag: 't'.repeat(257) }));
+    const longTag = await start(env(0, tagged.length, tagged));
+    assert.match(longTag.body.toString(), /"code":"invalid_argument".*tag/);
+    // a multipart part's headers past 8 KiB, and a body cut short
+    const bnd = 'xBOUNDARYx';
+    const long = `--${bnd}\r\nContent-Disposition: form-data; name="file"; filename="a.txt"\r\nX: ${'y'.repeat(9000)}\r\n\r\ndata\r\n--${bnd}--\r\n`;
+    const cut = `--${bnd}\r\nContent-Disposition: form-data; name="file"; filename="c.txt"\r\n\r\npartial`;
+    for (const body of [long, cut]) {
+      const r = await request('POST', '/e2b/envd/files?path=x.txt', body,
+        { ...h, 'Content-Type': `multipart/form-data; boundary=${bnd}` });
+      assert.equal(r.status, 400, body.slice(0, 80));
+    }
+    const gz = await request('POST', '/e2b/envd/files?path=x.txt', 'x',
+      { ...h, 'Content-Type': 'application/octet-stream', 'Content-Encoding': 'gzip' });
+    assert.equal(gz.status, 400);
+    assert.equal(await sbx.files.exists('a.txt'), false);
+  });
+});
+
+T('no allow_internet_access: the sandbox has no network but its loopback', async () => {
+  await withSandbox({}, async (sbx) => {
+    const r = await sbx.commands.run("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
+    assert.equal(r.stdout, 'lo\n');
+  });
+});
+
+T('create refuses what moat cannot give instead of dropping it', async () => {
+  const r = await request('POST', '/e2b/v2/sandboxes',
+    JSON.stringify({ templateID: 'base', network: { denyOut: ['0.0.0.0/0'] } }),
+    { 'X-API-KEY': KEY, 'Content-Type': 'application/json' });
+  assert.equal(r.status, 400);
+  assert.match(JSON.parse(r.body).message, /"network" is not supported/);
+});
+
+T('a sandbox\'s own port is E2B\'s 502, nothing forwarded; metrics: a sample, or none where unmeasured', async () => {
+  await withSandbox({}, async (sbx) => {
+    const r = await request('GET', '/e2b/envd/', undefined, { 'E2b-Sandbox-Id': sbx.sandboxId,
+      'E2b-Sandbox-Port': '8000', 'X-Access-Token': sbx.envdAccessToken });
+    assert.equal(r.status, 502);
+    assert.match(JSON.parse(r.body).message, /does not forward/);
+    // one sample where its cgroup measures it; none (never a made-up 0) where nothing does
+    const m = await sbx.getMetrics();
+    if (MODE === 'root') assert.equal(m.length, 1);
+    assert.ok(m.length === 0 || (m.length === 1 && m[0].memUsed > 0), JSON.stringify(m));
+  });
+});
+
+// docs/E2B.md's examples, as written, with nothing but the SDK's environment variables
+T('docs/E2B.md\'s examples run as written', async () => {
+  const md = fs.readFileSync(path.join(ROOT, 'docs/E2B.md'), 'utf8');
+  const blocks = [...md.matchAll(/<!-- e2b-example -->\n```js\n([\s\S]*?)```/g)].map((m) => m[1]);
+  assert.equal(blocks.length, 2);
+  const dir = fs.mkdtempSync(path.join(tmp, 'examples-'));
+  fs.symlinkSync(path.join(__dirname, 'node_modules'), path.join(dir, 'node_modules'));
+  for (const [i, code] of blocks.entries()) {
+    const file = path.join(dir, `example${i}.mjs`);
+    fs.writeFileSync(file, code);
+    const env = { PATH: process.env.PATH, HOME: process.env.HOME || '/nonexistent' };
+    for (const k of ['E2B_API_URL', 'E2B_SANDBOX_URL', 'E2B_API_KEY']) env[k] = process.env[k];
+    const out = await new Promise((resolve, reject) => {
+      const ch = spawn(process.execPath, [file], { env, stdio: ['ignore', 'pipe', 'pipe'] });
+      let o = '';
+      let e = '';
+      ch.stdout.on('data', (d) => { o += d; });
+      ch.stderr.on('data', (d) => { e += d; });
+      ch.on('error', reject);
+      ch.on('exit', (code) => (code === 0 ? resolve(o) : reject(new Error(`example ${i}: ${code}: ${e}`))));
+    });
+    if (i === 0) assert.equal(out, 'hello from moat\n\n');
+    else assert.match(out, /^buy milk\n\[ 'todo\.txt' \]\n.* says hi\n\n\[ 'sbx_[0-9a-f]{32}' \]\n$/);
+  }
+});
+
+// A multipart body that arrives a few bytes at a time: delimiters, part headers and
+// look-alikes of the delimiter inside a file split across reads, written exactly.
+T('multipart in 5-byte pieces: every file exact, look-alike delimiters kept', async () => {
+  await withSandbox({}, async (sbx) => {
+    const bnd = 'qqBOUNDqq';
+    const files = { 'p/1.txt': `one\r\n--qqBOUNDq\r\n--qqBOUNDqx`, 'p/2.bin': '\r\n\r\n--', 'p/3.txt': '' };
+    let body = 'preamble to skip\r\n';
+    for (const [name, data] of Object.entries(files))
+      body += `--${bnd}\r\nContent-Disposition: form-data; name="file"; filename="${name}"\r\n` +
+        `Content-Type: application/octet-stream\r\n\r\n${data}\r\n`;
+    body += `--${bnd}--\r\nepilogue`;
+    const buf = Buffer.from(body);
+    const res = await new Promise((resolve, reject) => {
+      const req = http.request({ host: '127.0.0.1', port, method: 'POST', path: '/e2b/envd/files',
+        headers: { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': sbx.envdAccessToken,
+          'Content-Type': `multipart/form-data; boundary=${bnd}`, 'Content-Length': buf.length } },
+      (r) => { let b = ''; r.on('data', (d) => { b += d; }); r.on('end', () => resolve({ status: r.statusCode, body: b })); });
+      req.on('error', reject);
+      req.on('socket', (s) => s.setNoDelay(true));
+      (async () => {
+        for (let i = 0; i < buf.length; i += 5) {
+          req.write(buf.subarray(i, i + 5));
+          await new Promise((r) => setTimeout(r, 2));
+        }
+        req.end();
+      })();
+    });
+    assert.equal(res.status, 200, res.body);
+    assert.deepEqual(JSON.parse(res.body).map((f) => f.path), Object.keys(files).map((f) => `/sandbox/${f}`));
+    for (const [name, data] of Object.entries(files))
+      assert.equal(await sbx.files.read(name), data, name);
+  });
+});
