@@ -920,7 +920,14 @@ function createServiceSandbox(cfg, provider, grace) {
   return { provider, run, session, dispose };
 }
 
+// Live sandboxes (docs/SANDBOXES.md): live.js, built on this file's transport helpers.
+const live = require('./live').makeLive({
+  http, https, serviceTarget, serviceError, SandboxError, SandboxConfigError, SandboxUnavailableError,
+});
+
 module.exports = {
-  createSandbox, DEFAULT_SANDBOX_CONFIG, SandboxError, SandboxUnavailableError, SandboxPolicyError, SandboxConfigError,
+  createSandbox, DEFAULT_SANDBOX_CONFIG,
+  LiveSandbox: live.LiveSandbox, SandboxNotFoundError: live.SandboxNotFoundError,
+  SandboxGoneError: live.SandboxGoneError, NotFoundError: live.NotFoundError, SandboxError, SandboxUnavailableError, SandboxPolicyError, SandboxConfigError,
   SessionBusyError, SessionGoneError, SessionNotFoundError,
 };
