@@ -721,7 +721,8 @@ function makeLive(deps) {
     // Its lifetime ends ms from now (never past the service's maximum after its making).
     async setTimeout(ms) {
       if (!(Number.isInteger(ms) && ms > 0)) throw bad('setTimeout(ms): ms must be a whole number > 0');
-      return this._send('POST', '/timeout', { json: { lifetimeMs: ms } });
+      this.info = await this._send('POST', '/timeout', { json: { lifetimeMs: ms } });
+      return this.info;
     }
 
     // Ends it (DELETE): nothing of it is left when this resolves; idempotent (an ended one
