@@ -507,6 +507,109 @@ export class LiveSandbox {
   kill(): Promise<void>;
   /** Closes this client's connection (aborting its streams); the sandbox lives on. */
   close(): void;
+
+  // ---- code contexts (docs/CONTEXTS.md) ----
+  /** A new interpreter with its own globals and working directory; resolves once it is ready. */
+  createCodeContext(opts?: { language?: CodeLanguage; cwd?: string }): Promise<CodeContext>;
+  /** Oldest first. */
+  listCodeContexts(): Promise<CodeContext[]>;
+  getCodeContext(context: CodeContext | string): Promise<CodeContext>;
+  /** Kills its interpreter and starts a fresh one (same id, language, cwd; its state gone). */
+  restartCodeContext(context: CodeContext | string): Promise<CodeContext>;
+  removeCodeContext(context: CodeContext | string): Promise<void>;
+  /** Interrupts its running step (KeyboardInterrupt in Python): true when one was running. */
+  interruptCodeContext(context: CodeContext | string): Promise<boolean>;
+  /** Runs code in `context`, or in this client's default context of `language` (python
+   * unless said; made at first use). The callbacks get each event as it happens. */
+  runCode(code: string, opts?: RunCodeOptions): Promise<Execution>;
+}
+
+export type CodeLanguage = 'python' | 'py' | 'javascript' | 'js' | 'node' | 'typescript' | 'ts';
+
+export interface CodeContext {
+  /** `ctx_` + 32 hex digits. */
+  id: string;
+  language: 'python' | 'javascript' | 'typescript';
+  cwd: string;
+  /** Its interpreter's pid in the sandbox. */
+  pid: number;
+  state: 'idle' | 'running' | 'killed' | 'ended';
+  executionCount: number;
+  reason?: string | null;
+  [extra: string]: unknown;
+}
+
+export interface RunCodeOptions {
+  /** Not with `context` (a context has its language). */
+  language?: CodeLanguage;
+  context?: CodeContext | string;
+  /** The step's timeout (default the service's 30000): then an interrupt, not a kill; `timedOut`. */
+  timeoutMs?: number;
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+  /** Each result as it is made (a display(), a figure, the last expression's value). */
+  onResult?: (result: Result) => void;
+  onError?: (error: ExecutionError) => void;
+  /** What the Execution keeps of each of stdout and stderr (default 16 MiB). */
+  maxOutputBytes?: number;
+}
+
+/** One result of a step: a Jupyter MIME bundle under E2B's names (undefined when absent). */
+export class Result {
+  private constructor();
+  /** The last expression's value. */
+  readonly isMain: boolean;
+  /** text/plain (always there from moat). */
+  readonly text?: string;
+  readonly html?: string;
+  readonly markdown?: string;
+  readonly svg?: string;
+  /** base64 */
+  readonly png?: string;
+  /** base64 */
+  readonly jpeg?: string;
+  /** base64 */
+  readonly pdf?: string;
+  readonly latex?: string;
+  readonly json?: unknown;
+  readonly javascript?: string;
+  /** The bundle's other MIME types. */
+  readonly extra: Record<string, unknown>;
+  /** The whole bundle, MIME type → value. */
+  readonly data: Record<string, unknown>;
+  /** The formats it has besides text: 'html', 'png', ..., and the extra MIME types. */
+  formats(): string[];
+  toJSON(): { isMain: boolean; data: Record<string, unknown> };
+}
+
+export interface ExecutionError {
+  /** e.g. 'ZeroDivisionError', 'KeyboardInterrupt'. */
+  name: string;
+  value: string;
+  traceback: string[];
+  [extra: string]: unknown;
+}
+
+export class Execution {
+  private constructor();
+  results: Result[];
+  logs: { stdout: string[]; stderr: string[] };
+  error: ExecutionError | null;
+  executionCount: number | null;
+  timedOut: boolean;
+  interrupted: boolean;
+  /** The interpreter did not stop within the grace after the interrupt and was killed (`context.reason` says). */
+  killed: boolean;
+  context: { id: string; state: string; reason: string | null } | null;
+  durationMs: number | null;
+  warnings: string[];
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  resultsTruncated: boolean;
+  /** The main result's text. */
+  readonly text: string | undefined;
+  readonly stdout: string;
+  readonly stderr: string;
 }
 
 /** 404 SandboxNotFound: no such sandbox for this caller (never existed, another caller's, ended long ago). */
@@ -519,7 +622,7 @@ export class SandboxGoneError extends SandboxError {
   reason: string;
   sandboxId?: string;
 }
-/** 404 FileNotFound / ProcessNotFound inside a sandbox that is there (`errorType` says which). */
+/** 404 FileNotFound / ProcessNotFound / ContextNotFound inside a sandbox that is there (`errorType` says which). */
 export class NotFoundError extends SandboxError {
   sandboxId?: string;
 }

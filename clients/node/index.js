@@ -928,6 +928,7 @@ const live = require('./live').makeLive({
 module.exports = {
   createSandbox, DEFAULT_SANDBOX_CONFIG,
   LiveSandbox: live.LiveSandbox, SandboxNotFoundError: live.SandboxNotFoundError,
-  SandboxGoneError: live.SandboxGoneError, NotFoundError: live.NotFoundError, SandboxError, SandboxUnavailableError, SandboxPolicyError, SandboxConfigError,
+  SandboxGoneError: live.SandboxGoneError, NotFoundError: live.NotFoundError, Result: live.Result,
+  Execution: live.Execution, SandboxError, SandboxUnavailableError, SandboxPolicyError, SandboxConfigError,
   SessionBusyError, SessionGoneError, SessionNotFoundError,
 };

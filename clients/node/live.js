@@ -58,7 +58,8 @@ function makeLive(deps) {
   // (SandboxConfigError, Forbidden, ServerBusy...) as serviceError maps them by status
   const TYPED = {
     SandboxNotFound: SandboxNotFoundError, FileNotFound: NotFoundError, ProcessNotFound: NotFoundError,
-    Conflict: SandboxError, InsufficientStorage: SandboxError,
+    ContextNotFound: NotFoundError, Conflict: SandboxError, ContextBusy: SandboxError,
+    InsufficientStorage: SandboxError,
   };
   function liveError(status, json, headers, ctx) {
     const info = json && typeof json === 'object' && json.error && typeof json.error === 'object'
@@ -71,6 +72,10 @@ function makeLive(deps) {
       err = new SandboxGoneError(message, { provider, reason: message });
     } else if (type && Object.prototype.hasOwnProperty.call(TYPED, type)) {
       err = new TYPED[type](message, { provider });
+    } else if (status === 404 && (!type || type === 'NotFound') && /\/contexts(\/|$)/.test(ctx.shown)) {
+      // a service without the contexts routes answers its own "no such route"
+      err = new SandboxConfigError(`${message} (${ctx.method} ${ctx.shown} at ${ctx.where}: is this a ` +
+        'moat serve with code contexts (docs/CONTEXTS.md)?)', { provider });
     } else if (status === 404 && !type) {
       err = new SandboxConfigError(`${message} (${ctx.method} ${ctx.shown} at ${ctx.where}: is this a ` +
         'moat serve with live sandboxes on (--max-sandboxes 0 turns them off)?)', { provider });
@@ -99,7 +104,7 @@ function makeLive(deps) {
     // object to onLine; resolves at the end). `timeout`: ms for the whole exchange, or 0
     // for none (streams). Non-`ok` statuses reject with liveError.
     function send(method, route, { json, body, headers = {}, ok = [200], as = 'json', timeout = control,
-      onLine, sandboxId, shown } = {}) {
+      onLine, sandboxId, shown, maxLine = MAX_LINE_BYTES } = {}) {
       if (closed) return Promise.reject(new SandboxError('the live sandbox\'s connection was closed', { provider }));
       const h = { Accept: as === 'ndjson' ? 'application/x-ndjson' : as === 'json' ? 'application/json' : '*/*', ...headers };
       let payload = null;
@@ -195,9 +200,9 @@ function makeLive(deps) {
                 line(pending.subarray(0, i));
                 pending = pending.subarray(i + 1);
               }
-              if (pending.length > MAX_LINE_BYTES) {
+              if (pending.length > maxLine) {
                 entry.abort(new SandboxUnavailableError(`moat serve at ${target.where} sent a stream line ` +
-                  `over ${MAX_LINE_BYTES} bytes`, { provider }));
+                  `over ${maxLine} bytes`, { provider }));
               }
             });
             res.on('aborted', cut);
@@ -610,6 +615,191 @@ function makeLive(deps) {
     }
   }
 
+
+  // ---- code contexts (docs/CONTEXTS.md) -------------------------------------------------
+
+  // A result's MIME bundle under E2B's names (`result.png` is the base64 of the PNG).
+  const MIME_NAMES = {
+    text: 'text/plain', html: 'text/html', markdown: 'text/markdown', svg: 'image/svg+xml',
+    png: 'image/png', jpeg: 'image/jpeg', pdf: 'application/pdf', latex: 'text/latex',
+    json: 'application/json', javascript: 'application/javascript',
+  };
+  const KNOWN_MIME = new Set(Object.values(MIME_NAMES));
+
+  // One result of a step (the last expression's value: isMain; a display(); a figure).
+  class Result {
+    constructor(obj) {
+      const data = obj && typeof obj.data === 'object' && obj.data !== null && !Array.isArray(obj.data)
+        ? obj.data : {};
+      this.isMain = !!(obj && obj.isMain === true);
+      for (const [name, mime] of Object.entries(MIME_NAMES)) {
+        this[name] = Object.prototype.hasOwnProperty.call(data, mime) ? data[mime] : undefined;
+      }
+      // the bundle's other types ({mime: value})
+      this.extra = {};
+      for (const [mime, v] of Object.entries(data)) if (!KNOWN_MIME.has(mime)) this.extra[mime] = v;
+      Object.defineProperty(this, 'data', { value: data, enumerable: false });
+    }
+
+    // The names of the formats it has besides text ('html', 'png', ..., and the extra types).
+    formats() {
+      const out = Object.keys(MIME_NAMES).filter((k) => k !== 'text' && this[k] !== undefined);
+      return out.concat(Object.keys(this.extra));
+    }
+
+    toJSON() { return { isMain: this.isMain, data: this.data }; }
+  }
+
+  // The step's error: {name, value, traceback: [lines]} (the service's type/message too).
+  function executionError(e) {
+    if (!e || typeof e !== 'object') return null;
+    const name = typeof e.name === 'string' ? e.name : typeof e.type === 'string' ? e.type : 'Error';
+    const value = typeof e.value === 'string' ? e.value : typeof e.message === 'string' ? e.message : '';
+    const traceback = Array.isArray(e.traceback) ? e.traceback.filter((l) => typeof l === 'string') : [];
+    return { ...e, name, value, traceback };
+  }
+
+  // What runCode resolves with.
+  class Execution {
+    constructor() {
+      this.results = [];
+      this.logs = { stdout: [], stderr: [] };
+      this.error = null;
+      this.executionCount = null;
+      this.timedOut = false;
+      this.interrupted = false;
+      this.killed = false;
+      this.context = null;
+      this.durationMs = null;
+      this.warnings = [];
+      this.stdoutTruncated = false;
+      this.stderrTruncated = false;
+      this.resultsTruncated = false;
+    }
+
+    // The main result's text/plain (the last expression's value), or undefined.
+    get text() {
+      const m = this.results.find((r) => r.isMain);
+      return m ? m.text : undefined;
+    }
+
+    get stdout() { return this.logs.stdout.join(''); }
+    get stderr() { return this.logs.stderr.join(''); }
+  }
+
+  const LANGUAGES = { python: 'python', py: 'python', javascript: 'javascript', js: 'javascript',
+    node: 'javascript', typescript: 'typescript', ts: 'typescript' };
+  const RUN_CODE_KEYS = ['language', 'context', 'timeoutMs', 'onStdout', 'onStderr', 'onResult', 'onError',
+    'maxOutputBytes'];
+  // the service sends a result of at most 4 MiB a MIME entry, 6 MiB a step; a line carries
+  // one result (or the final answer, with them all) as JSON
+  const MAX_CONTEXT_LINE_BYTES = 16 << 20;
+  const MAX_RESULTS_BYTES = 16 << 20;
+  const DEFAULT_STEP_TIMEOUT_MS = 30000;
+  // the service's grace after a step's timeout before it kills the interpreter
+  const INTERRUPT_GRACE_MS = 2000;
+  const CONTEXT_ID = /^[A-Za-z0-9_-]{1,128}$/;
+
+  function contextId(ctx) {
+    const id = typeof ctx === 'string' ? ctx : ctx && typeof ctx === 'object' ? ctx.id : undefined;
+    if (typeof id !== 'string' || !CONTEXT_ID.test(id)) throw bad('context must be a context (or its id, ctx_...)');
+    return id;
+  }
+
+  function checkRunCodeOptions(opts) {
+    if (opts === undefined || opts === null) opts = {};
+    if (typeof opts !== 'object' || Array.isArray(opts)) throw bad('runCode(code, opts): opts must be an object');
+    for (const k of Object.keys(opts)) {
+      if (!RUN_CODE_KEYS.includes(k)) throw bad(`runCode(code, opts): unknown option ${JSON.stringify(k).slice(0, 60)}`);
+    }
+    for (const k of ['onStdout', 'onStderr', 'onResult', 'onError']) {
+      if (opts[k] !== undefined && typeof opts[k] !== 'function') throw bad(`${k} must be a function`);
+    }
+    if (opts.language !== undefined && opts.context !== undefined) {
+      throw bad('runCode(code, opts): give language or context, not both (a context has its language)');
+    }
+    if (opts.language !== undefined && !LANGUAGES[opts.language]) {
+      throw bad(`language must be one of ${Object.keys(LANGUAGES).join(', ')}`);
+    }
+    if (opts.timeoutMs !== undefined && !(Number.isInteger(opts.timeoutMs) && opts.timeoutMs > 0)) {
+      throw bad('timeoutMs must be a whole number of ms > 0');
+    }
+    if (opts.maxOutputBytes !== undefined && !(Number.isInteger(opts.maxOutputBytes) && opts.maxOutputBytes >= 0)) {
+      throw bad('maxOutputBytes must be a whole number >= 0');
+    }
+    return opts;
+  }
+
+  // One step's NDJSON stream (stdout/stderr, result, error, done) into an Execution: the
+  // callbacks get each event as it comes; the Execution keeps maxOutput bytes of each
+  // stream and MAX_RESULTS_BYTES of results.
+  function executionReader(o, maxOutput) {
+    const ex = new Execution();
+    const size = { stdout: 0, stderr: 0 };
+    const st = { resultBytes: 0, answer: null, streamedError: null };
+    function keepResult(obj) {
+      const n = Buffer.byteLength(JSON.stringify(obj));
+      if (st.resultBytes + n > MAX_RESULTS_BYTES) { ex.resultsTruncated = true; return null; }
+      st.resultBytes += n;
+      return new Result(obj);
+    }
+    function onLine(obj) {
+      if (obj.type === 'stdout' || obj.type === 'stderr') {
+        if (typeof obj.data !== 'string') return;
+        const text = obj.encoding === 'base64' ? Buffer.from(obj.data, 'base64').toString('utf8') : obj.data;
+        const k = obj.type;
+        const n = Buffer.byteLength(text);
+        if (size[k] + n <= maxOutput) { ex.logs[k].push(text); size[k] += n; } else {
+          ex[`${k}Truncated`] = true;
+        }
+        const f = k === 'stdout' ? o.onStdout : o.onStderr;
+        if (f) f(text);
+      } else if (obj.type === 'result') {
+        const r = keepResult(obj.result);
+        if (r) {
+          ex.results.push(r);
+          if (o.onResult) o.onResult(r);
+        }
+      } else if (obj.type === 'error') {
+        st.streamedError = executionError(obj.error);
+        if (o.onError && st.streamedError) o.onError(st.streamedError);
+      } else if (obj.type === 'done') {
+        st.answer = obj.answer && typeof obj.answer === 'object' ? obj.answer : {};
+      }
+    }
+    function finish() {
+      const a = st.answer;
+      if (!a) {
+        throw new SandboxUnavailableError('the step\'s stream ended without its answer', { provider });
+      }
+      // the answer's list is the step's whole list (the events were its parts, as they came)
+      if (Array.isArray(a.results)) {
+        ex.results = [];
+        st.resultBytes = 0;
+        for (const r of a.results) {
+          const kept = keepResult(r);
+          if (kept) ex.results.push(kept);
+        }
+      }
+      // its stdout/stderr are empty when streamed; a service that sends them there is heard
+      for (const k of ['stdout', 'stderr']) {
+        if (typeof a[k] === 'string' && a[k] && !ex.logs[k].length) ex.logs[k].push(a[k]);
+        if (a[`${k}Truncated`] === true) ex[`${k}Truncated`] = true;
+      }
+      ex.error = executionError(a.error) || st.streamedError;
+      ex.executionCount = Number.isInteger(a.executionCount) ? a.executionCount : null;
+      ex.timedOut = a.timedOut === true;
+      ex.interrupted = a.interrupted === true;
+      ex.killed = a.killed === true;
+      ex.context = a.context && typeof a.context === 'object' ? a.context : null;
+      ex.durationMs = Number.isFinite(a.durationMs) ? a.durationMs : null;
+      ex.warnings = Array.isArray(a.warnings) ? a.warnings : [];
+      if (a.resultsTruncated === true) ex.resultsTruncated = true;
+      return ex;
+    }
+    return { onLine, finish };
+  }
+
   // ---- the sandbox ---------------------------------------------------------------------
 
   class LiveSandbox {
@@ -620,6 +810,8 @@ function makeLive(deps) {
       Object.defineProperty(this, '_route', { value: `/v1/sandboxes/${info.id}` });
       this.commands = new Commands(this);
       this.files = new Files(this);
+      // runCode's default context of each language (a promise of its info)
+      Object.defineProperty(this, '_defaults', { value: {} });
     }
 
     get id() { return this.sandboxId; }
@@ -739,9 +931,82 @@ function makeLive(deps) {
 
     // Closes this client's connection (aborting its streams); the sandbox lives on.
     close() { this._conn.close(); }
+
+    // ---- code contexts (docs/CONTEXTS.md): interpreters with their own state ----
+
+    // A new interpreter ({language: 'python'|'javascript'|'typescript', cwd}): its info,
+    // {id, language, cwd, pid, state, executionCount}, once it is ready.
+    async createCodeContext({ language = 'python', cwd } = {}) {
+      if (!LANGUAGES[language]) throw bad(`language must be one of ${Object.keys(LANGUAGES).join(', ')}`);
+      const json = { language };
+      if (cwd !== undefined) json.cwd = checkPath(cwd, 'cwd');
+      // the service answers once the interpreter is ready (at most 30 s)
+      return this._send('POST', '/contexts', { json, ok: [201], timeout: CONTROL_TIMEOUT_MS + 30000 });
+    }
+
+    // Every context of the sandbox, oldest first.
+    async listCodeContexts() {
+      const j = await this._send('GET', '/contexts');
+      return Array.isArray(j.contexts) ? j.contexts : [];
+    }
+
+    getCodeContext(ctx) {
+      return this._send('GET', `/contexts/${contextId(ctx)}`, { shown: '/contexts/{cid}' });
+    }
+
+    // Kills its interpreter and starts a fresh one (same id, language, cwd; state gone).
+    restartCodeContext(ctx) {
+      return this._send('POST', `/contexts/${contextId(ctx)}/restart`, { shown: '/contexts/{cid}/restart',
+        timeout: CONTROL_TIMEOUT_MS + 30000 });
+    }
+
+    async removeCodeContext(ctx) {
+      const id = contextId(ctx);
+      await this._send('DELETE', `/contexts/${id}`, { shown: '/contexts/{cid}' });
+      for (const [lang, p] of Object.entries(this._defaults)) {
+        const c = await p.catch(() => null);
+        if (c && c.id === id) delete this._defaults[lang];
+      }
+    }
+
+    // A KeyboardInterrupt (Python) / an interrupt (node) in its running step: true when a
+    // step was running.
+    async interruptCodeContext(ctx) {
+      const j = await this._send('POST', `/contexts/${contextId(ctx)}/interrupt`, { shown: '/contexts/{cid}/interrupt' });
+      return j.interrupted === true;
+    }
+
+    // Runs code in a context (`context`, or this client's default context of `language`,
+    // python unless said, made at first use) and resolves with its Execution: results
+    // (MIME bundles under E2B's names: .text .html .png ...; the last expression's value
+    // isMain), logs, error {name, value, traceback}, executionCount, timedOut. The
+    // callbacks get stdout/stderr, each result and the error as they happen.
+    async runCode(code, opts) {
+      if (typeof code !== 'string') throw bad('code must be a string');
+      const o = checkRunCodeOptions(opts);
+      let id;
+      if (o.context !== undefined) id = contextId(o.context);
+      else {
+        const lang = LANGUAGES[o.language || 'python'];
+        if (!this._defaults[lang]) {
+          this._defaults[lang] = this.createCodeContext({ language: lang });
+          this._defaults[lang].catch(() => { delete this._defaults[lang]; });
+        }
+        id = (await this._defaults[lang]).id;
+      }
+      const timeout = o.timeoutMs === undefined ? DEFAULT_STEP_TIMEOUT_MS : o.timeoutMs;
+      const json = { code };
+      if (o.timeoutMs !== undefined) json.timeout = o.timeoutMs;
+      const reader = executionReader(o, o.maxOutputBytes === undefined ? DEFAULT_MAX_OUTPUT_BYTES : o.maxOutputBytes);
+      // the service ends the step by its timeout and grace; the client's deadline is past both
+      await this._send('POST', `/contexts/${id}/execute?stream=1`, { json, as: 'ndjson', onLine: reader.onLine,
+        maxLine: MAX_CONTEXT_LINE_BYTES, timeout: timeout + INTERRUPT_GRACE_MS + CONTROL_TIMEOUT_MS,
+        shown: '/contexts/{cid}/execute' });
+      return reader.finish();
+    }
   }
 
-  return { LiveSandbox, SandboxNotFoundError, SandboxGoneError, NotFoundError, CommandHandle };
+  return { LiveSandbox, SandboxNotFoundError, SandboxGoneError, NotFoundError, CommandHandle, Result, Execution };
 }
 
 module.exports = { makeLive };
