@@ -83,11 +83,13 @@ class _Conn:
 
     def send(self, method: str, route: str, *, payload: Any = None, body: Any = None,
              headers: Optional[Mapping[str, str]] = None, ok: Tuple[int, ...] = (200,), mode: str = "json",
-             stream: bool = False, sandbox_id: Optional[str] = None, shown: Optional[str] = None) -> Any:
+             stream: bool = False, sandbox_id: Optional[str] = None, shown: Optional[str] = None,
+             timeout_s: float = 0.0) -> Any:
         """METHOD base+route. ``payload`` (JSON) or ``body`` (bytes, or a binary file or an
         iterable of bytes, sent chunked). ``mode``: 'json' (the answer's dict), 'bytes', or
         'raw' (a _Body to read: a file, an NDJSON stream). ``stream``: no deadline once the
-        answer started (its reading is the caller's)."""
+        answer started (its reading is the caller's). ``timeout_s``: added to the control
+        deadline (a step's time, an interpreter's start)."""
         t = self.target
         h = {"Host": t.host_header(),
              "Accept": {"json": "application/json", "ndjson": _core.NDJSON}.get(mode, "*/*")}
@@ -114,7 +116,7 @@ class _Conn:
             h.update(headers)
         if mode == "ndjson":
             mode = "raw"
-        conn = self._connection(self.control_s)
+        conn = self._connection(self.control_s + timeout_s)
         keep = False
         try:
             try:
@@ -125,7 +127,8 @@ class _Conn:
                 resp = conn.getresponse()
             except socket.timeout:
                 raise SandboxUnavailableError("moat serve did not answer %s %s within %d ms; aborted the request"
-                                              % (method, t.base + (shown or route), self.control_s * 1000),
+                                              % (method, t.base + (shown or route),
+                                                 (self.control_s + timeout_s) * 1000),
                                               provider=PROVIDER) from None
             except (OSError, http.client.HTTPException) as e:
                 raise SandboxUnavailableError("cannot reach moat serve at %s: %s"
@@ -197,18 +200,18 @@ class _Body:
                 return
             yield chunk
 
-    def lines(self) -> Iterator[Dict[str, Any]]:
+    def lines(self, max_line: int = MAX_LINE_BYTES) -> Iterator[Dict[str, Any]]:
         while True:
             try:
-                line = self._resp.readline(MAX_LINE_BYTES + 1)
+                line = self._resp.readline(max_line + 1)
             except (OSError, http.client.HTTPException, ValueError):
                 raise SandboxUnavailableError("moat serve at %s closed the stream before its end"
                                               % self._where, provider=PROVIDER) from None
             if not line:
                 return
-            if len(line) > MAX_LINE_BYTES:
+            if len(line) > max_line:
                 raise SandboxUnavailableError("moat serve at %s sent a stream line over %d bytes"
-                                              % (self._where, MAX_LINE_BYTES), provider=PROVIDER)
+                                              % (self._where, max_line), provider=PROVIDER)
             line = line.strip()
             if not line:
                 continue
@@ -245,7 +248,9 @@ class _Body:
 
 
 _TYPED = {"SandboxNotFound": SandboxNotFoundError, "FileNotFound": NotFoundError,
-          "ProcessNotFound": NotFoundError, "Conflict": SandboxError, "InsufficientStorage": SandboxError}
+          "ProcessNotFound": NotFoundError, "ContextNotFound": NotFoundError, "Conflict": SandboxError,
+          "ContextBusy": SandboxError, "InsufficientStorage": SandboxError}
+_CONTEXTS_ROUTE = re.compile(r"/contexts(/|$)")
 
 
 def _live_error(status: int, body: Any, headers: Mapping[str, str], conn: _Conn, method: str, shown: str,
@@ -259,6 +264,11 @@ def _live_error(status: int, body: Any, headers: Mapping[str, str], conn: _Conn,
         err = SandboxGoneError(message, provider=PROVIDER, reason=message)
     elif etype in _TYPED:
         err = _TYPED[str(etype)](message, provider=PROVIDER)
+    elif status == 404 and etype in (None, "NotFound") and _CONTEXTS_ROUTE.search(shown):
+        # a service without the contexts routes answers its own "no such route"
+        err = SandboxConfigError("%s (%s %s at %s: is this a moat serve with code contexts "
+                                 "(docs/CONTEXTS.md)?)" % (message, method, conn.target.base + shown,
+                                                           conn.target.where), provider=PROVIDER)
     elif status == 404 and etype is None:
         err = SandboxConfigError("%s (%s %s at %s: is this a moat serve with live sandboxes on "
                                  "(--max-sandboxes 0 turns them off)?)"
@@ -685,6 +695,255 @@ class Files:
                         shown="/files")
 
 
+
+# ---- code contexts (docs/CONTEXTS.md) ----------------------------------------------------
+
+# a result's MIME bundle under E2B's names (``result.png`` is the base64 of the PNG)
+MIME_NAMES = (("text", "text/plain"), ("html", "text/html"), ("markdown", "text/markdown"),
+              ("svg", "image/svg+xml"), ("png", "image/png"), ("jpeg", "image/jpeg"), ("pdf", "application/pdf"),
+              ("latex", "text/latex"), ("json", "application/json"), ("javascript", "application/javascript"))
+_KNOWN_MIME = {m for _, m in MIME_NAMES}
+LANGUAGES = {"python": "python", "py": "python", "javascript": "javascript", "js": "javascript",
+             "node": "javascript", "typescript": "typescript", "ts": "typescript"}
+# the service sends at most 4 MiB a MIME entry, 6 MiB of results a step; one line carries a
+# result (or the final answer, with them all) as JSON
+MAX_CONTEXT_LINE_BYTES = 16 << 20
+MAX_RESULTS_BYTES = 16 << 20
+DEFAULT_STEP_TIMEOUT_MS = 30000
+# the service's grace after a step's timeout before it kills the interpreter
+INTERRUPT_GRACE_MS = 2000
+CONTEXT_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
+
+
+class CodeResult:
+    """One result of a step (the last expression's value: ``is_main``; a ``display()``; a
+    figure): its MIME bundle under E2B's names, ``text``, ``html``, ``markdown``, ``svg``,
+    ``png``/``jpeg``/``pdf`` (base64), ``latex``, ``json``, ``javascript`` (None when
+    absent), ``extra`` (the other types) and ``data`` (the whole bundle). Shown by Jupyter
+    as itself (``_repr_html_``, ``_repr_png_`` ...)."""
+
+    def __init__(self, obj: Any) -> None:
+        data = obj.get("data") if isinstance(obj, Mapping) else None
+        self.data: Dict[str, Any] = dict(data) if isinstance(data, Mapping) else {}
+        self.is_main: bool = isinstance(obj, Mapping) and obj.get("isMain") is True
+        self.text: Optional[str] = None
+        self.html: Optional[str] = None
+        self.markdown: Optional[str] = None
+        self.svg: Optional[str] = None
+        self.png: Optional[str] = None
+        self.jpeg: Optional[str] = None
+        self.pdf: Optional[str] = None
+        self.latex: Optional[str] = None
+        self.json: Any = None
+        self.javascript: Optional[str] = None
+        for name, mime in MIME_NAMES:
+            setattr(self, name, self.data.get(mime))
+        self.extra: Dict[str, Any] = {k: v for k, v in self.data.items() if k not in _KNOWN_MIME}
+
+    def formats(self) -> List[str]:
+        """The formats it has besides text ("html", "png", ..., and the extra types)."""
+        return [n for n, m in MIME_NAMES if n != "text" and m in self.data] + list(self.extra)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return {"isMain": self.is_main, "data": dict(self.data)}
+
+    def __str__(self) -> str:
+        return self.text if self.text is not None else ""
+
+    def __repr__(self) -> str:
+        return "CodeResult(%s%s)" % (", ".join(["text"] + self.formats()), ", is_main" if self.is_main else "")
+
+    def _repr_html_(self) -> Optional[str]:
+        return self.html
+
+    def _repr_markdown_(self) -> Optional[str]:
+        return self.markdown
+
+    def _repr_svg_(self) -> Optional[str]:
+        return self.svg
+
+    def _repr_png_(self) -> Optional[bytes]:
+        return base64.b64decode(self.png) if isinstance(self.png, str) else None
+
+    def _repr_jpeg_(self) -> Optional[bytes]:
+        return base64.b64decode(self.jpeg) if isinstance(self.jpeg, str) else None
+
+    def _repr_latex_(self) -> Optional[str]:
+        return self.latex
+
+
+class ExecutionError:
+    """The step's error: ``name`` ("ZeroDivisionError", "KeyboardInterrupt"), ``value``,
+    ``traceback`` (a list of lines); ``raw`` is the service's object."""
+
+    __slots__ = ("name", "value", "traceback", "raw")
+
+    def __init__(self, e: Mapping[str, Any]) -> None:
+        name = e.get("name") if isinstance(e.get("name"), str) else e.get("type")
+        value = e.get("value") if isinstance(e.get("value"), str) else e.get("message")
+        tb = e.get("traceback")
+        self.name: str = name if isinstance(name, str) else "Error"
+        self.value: str = value if isinstance(value, str) else ""
+        self.traceback: List[str] = [l for l in tb if isinstance(l, str)] if isinstance(tb, list) else []
+        self.raw: Dict[str, Any] = dict(e)
+
+    @classmethod
+    def of(cls, e: Any) -> Optional["ExecutionError"]:
+        return cls(e) if isinstance(e, Mapping) else None
+
+    def __repr__(self) -> str:
+        return "ExecutionError(%r, %r)" % (self.name, self.value)
+
+
+class Execution:
+    """What ``run_code`` returns: ``results`` (:class:`CodeResult`), ``logs`` ({"stdout": [...],
+    "stderr": [...]} as the chunks came), ``stdout``/``stderr`` (joined), ``error``
+    (:class:`ExecutionError` or None), ``execution_count``, ``timed_out``, ``interrupted``,
+    ``killed`` (the interpreter did not stop within the grace after the interrupt),
+    ``context``, ``duration_ms``, ``warnings``, the ``*_truncated`` flags; ``text`` is the
+    main result's text."""
+
+    def __init__(self) -> None:
+        self.results: List[CodeResult] = []
+        self.logs: Dict[str, List[str]] = {"stdout": [], "stderr": []}
+        self.error: Optional[ExecutionError] = None
+        self.execution_count: Optional[int] = None
+        self.timed_out = False
+        self.interrupted = False
+        self.killed = False
+        self.context: Optional[Dict[str, Any]] = None
+        self.duration_ms: Optional[float] = None
+        self.warnings: List[str] = []
+        self.stdout_truncated = False
+        self.stderr_truncated = False
+        self.results_truncated = False
+
+    @property
+    def text(self) -> Optional[str]:
+        for r in self.results:
+            if r.is_main:
+                return r.text
+        return None
+
+    @property
+    def stdout(self) -> str:
+        return "".join(self.logs["stdout"])
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self.logs["stderr"])
+
+    def __repr__(self) -> str:
+        return "Execution(results=%r, error=%r, execution_count=%r, timed_out=%r)" % (
+            self.results, self.error, self.execution_count, self.timed_out)
+
+
+class _ExecutionReader:
+    """One step's NDJSON stream (stdout/stderr, result, error, done) into an Execution; the
+    callbacks get each event as it comes."""
+
+    def __init__(self, cb: Mapping[str, Optional[Callable[[Any], Any]]], max_output: int) -> None:
+        self.cb = cb
+        self.max = max_output
+        self.ex = Execution()
+        self.size = {"stdout": 0, "stderr": 0}
+        self.result_bytes = 0
+        self.answer: Optional[Dict[str, Any]] = None
+        self.streamed_error: Optional[ExecutionError] = None
+
+    def _keep(self, obj: Any) -> Optional[CodeResult]:
+        n = len(json.dumps(obj))
+        if self.result_bytes + n > MAX_RESULTS_BYTES:
+            self.ex.results_truncated = True
+            return None
+        self.result_bytes += n
+        return CodeResult(obj)
+
+    def feed(self, body: _Body) -> None:
+        ex = self.ex
+        for obj in body.lines(MAX_CONTEXT_LINE_BYTES):
+            kind = obj.get("type")
+            if kind in ("stdout", "stderr") and isinstance(obj.get("data"), str):
+                if obj.get("encoding") == "base64":
+                    try:
+                        text = base64.b64decode(obj["data"], validate=True).decode("utf-8", "replace")
+                    except (binascii.Error, ValueError):
+                        raise SandboxUnavailableError("moat serve sent a stream line that is not valid base64",
+                                                      provider=PROVIDER) from None
+                else:
+                    text = obj["data"]
+                n = len(text.encode("utf-8", "surrogatepass"))
+                if self.size[kind] + n <= self.max:
+                    ex.logs[kind].append(text)
+                    self.size[kind] += n
+                else:
+                    setattr(ex, kind + "_truncated", True)
+                f = self.cb.get("on_" + kind)
+                if f is not None:
+                    f(text)
+            elif kind == "result":
+                r = self._keep(obj.get("result"))
+                if r is not None:
+                    ex.results.append(r)
+                    f = self.cb.get("on_result")
+                    if f is not None:
+                        f(r)
+            elif kind == "error":
+                self.streamed_error = ExecutionError.of(obj.get("error"))
+                f = self.cb.get("on_error")
+                if f is not None and self.streamed_error is not None:
+                    f(self.streamed_error)
+            elif kind == "done":
+                a = obj.get("answer")
+                self.answer = dict(a) if isinstance(a, Mapping) else {}
+
+    def finish(self) -> Execution:
+        a = self.answer
+        ex = self.ex
+        if a is None:
+            raise SandboxUnavailableError("the step's stream ended without its answer", provider=PROVIDER)
+        # the answer's list is the step's whole list (the events were its parts, as they came)
+        if isinstance(a.get("results"), list):
+            ex.results = []
+            self.result_bytes = 0
+            for r in a["results"]:
+                kept = self._keep(r)
+                if kept is not None:
+                    ex.results.append(kept)
+        # its stdout/stderr are empty when streamed; a service that sends them there is heard
+        for k in ("stdout", "stderr"):
+            if isinstance(a.get(k), str) and a[k] and not ex.logs[k]:
+                ex.logs[k].append(a[k])
+            if a.get(k + "Truncated") is True:
+                setattr(ex, k + "_truncated", True)
+        ex.error = ExecutionError.of(a.get("error")) or self.streamed_error
+        count = a.get("executionCount")
+        ex.execution_count = count if isinstance(count, int) and not isinstance(count, bool) else None
+        ex.timed_out = a.get("timedOut") is True
+        ex.interrupted = a.get("interrupted") is True
+        ex.killed = a.get("killed") is True
+        ex.context = dict(a["context"]) if isinstance(a.get("context"), Mapping) else None
+        d = a.get("durationMs")
+        ex.duration_ms = d if isinstance(d, (int, float)) and not isinstance(d, bool) else None
+        ex.warnings = list(a["warnings"]) if isinstance(a.get("warnings"), list) else []
+        if a.get("resultsTruncated") is True:
+            ex.results_truncated = True
+        return ex
+
+
+def _context_id(ctx: Any) -> str:
+    cid = ctx if isinstance(ctx, str) else ctx.get("id") if isinstance(ctx, Mapping) else None
+    if not isinstance(cid, str) or not CONTEXT_ID.match(cid):
+        raise _bad("context must be a context (or its id, ctx_...)")
+    return cid
+
+
+def _language(language: Any) -> str:
+    if not isinstance(language, str) or language not in LANGUAGES:
+        raise _bad("language must be one of %s" % ", ".join(LANGUAGES))
+    return LANGUAGES[language]
+
+
 # ---- the sandbox -------------------------------------------------------------------------
 
 class LiveSandbox:
@@ -699,6 +958,9 @@ class LiveSandbox:
         self._route = "/v1/sandboxes/" + self.sandbox_id
         self.commands = Commands(self)
         self.files = Files(self)
+        # run_code's default context of each language (its info)
+        self._defaults: Dict[str, Dict[str, Any]] = {}
+        self._defaults_lock = threading.Lock()
 
     @property
     def id(self) -> str:
@@ -810,6 +1072,90 @@ class LiveSandbox:
             self._send("DELETE", "", shown="")
         except (SandboxGoneError, SandboxNotFoundError):
             pass
+
+    # ---- code contexts (docs/CONTEXTS.md): interpreters with their own state ----
+
+    def create_code_context(self, language: str = "python", *, cwd: Optional[str] = None) -> Dict[str, Any]:
+        """A new interpreter ("python", "javascript", "typescript") with its own globals and
+        working directory: its info, {id, language, cwd, pid, state, executionCount}, once
+        it is ready."""
+        request: Dict[str, Any] = {"language": language}
+        _language(language)
+        if cwd is not None:
+            request["cwd"] = _check_path(cwd, "cwd")
+        # the service answers once the interpreter is ready (at most 30 s)
+        return self._send("POST", "/contexts", payload=request, ok=(201,), timeout_s=30.0)
+
+    def list_code_contexts(self) -> List[Dict[str, Any]]:
+        """Every context of the sandbox, oldest first."""
+        return list(self._send("GET", "/contexts").get("contexts") or [])
+
+    def get_code_context(self, context: Any) -> Dict[str, Any]:
+        return self._send("GET", "/contexts/" + _context_id(context), shown="/contexts/{cid}")
+
+    def restart_code_context(self, context: Any) -> Dict[str, Any]:
+        """Kills its interpreter and starts a fresh one (same id, language, cwd; its state
+        gone)."""
+        return self._send("POST", "/contexts/%s/restart" % _context_id(context), shown="/contexts/{cid}/restart",
+                          timeout_s=30.0)
+
+    def remove_code_context(self, context: Any) -> None:
+        cid = _context_id(context)
+        self._send("DELETE", "/contexts/" + cid, shown="/contexts/{cid}")
+        with self._defaults_lock:
+            for lang in [k for k, v in self._defaults.items() if v.get("id") == cid]:
+                del self._defaults[lang]
+
+    def interrupt_code_context(self, context: Any) -> bool:
+        """A KeyboardInterrupt (Python) / an interrupt (node) in its running step: True
+        when a step was running."""
+        j = self._send("POST", "/contexts/%s/interrupt" % _context_id(context), shown="/contexts/{cid}/interrupt")
+        return j.get("interrupted") is True
+
+    def run_code(self, code: str, *, language: Optional[str] = None, context: Any = None,
+                 timeout_ms: Optional[int] = None, on_stdout: Optional[Callable[[str], Any]] = None,
+                 on_stderr: Optional[Callable[[str], Any]] = None,
+                 on_result: Optional[Callable[[CodeResult], Any]] = None,
+                 on_error: Optional[Callable[[ExecutionError], Any]] = None,
+                 max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> Execution:
+        """Runs ``code`` in ``context`` (or this client's default context of ``language``,
+        python unless said, made at first use): an :class:`Execution` with ``results``
+        (MIME bundles under E2B's names: ``.text``, ``.html``, ``.png``...; the last
+        expression's value ``is_main``), ``logs``, ``error`` (name, value, traceback),
+        ``execution_count``, ``timed_out``. The callbacks get stdout/stderr, each result
+        and the error as they happen. ``timeout_ms``: the step is interrupted (not
+        killed) after it; the state before it survives."""
+        if not isinstance(code, str):
+            raise _bad("code must be a str")
+        if language is not None and context is not None:
+            raise _bad("give language or context, not both (a context has its language)")
+        for name, f in (("on_stdout", on_stdout), ("on_stderr", on_stderr), ("on_result", on_result),
+                        ("on_error", on_error)):
+            if f is not None and not callable(f):
+                raise _bad("%s must be callable" % name)
+        if timeout_ms is not None and not _core._positive_int(timeout_ms):
+            raise _bad("timeout_ms must be a whole number of ms > 0")
+        if not isinstance(max_output_bytes, int) or max_output_bytes < 0:
+            raise _bad("max_output_bytes must be a whole number >= 0")
+        if context is not None:
+            cid = _context_id(context)
+        else:
+            lang = _language(language or "python")
+            with self._defaults_lock:
+                if lang not in self._defaults:
+                    self._defaults[lang] = self.create_code_context(lang)
+                cid = self._defaults[lang]["id"]
+        request: Dict[str, Any] = {"code": code}
+        if timeout_ms is not None:
+            request["timeout"] = timeout_ms
+        reader = _ExecutionReader({"on_stdout": on_stdout, "on_stderr": on_stderr, "on_result": on_result,
+                                   "on_error": on_error}, max_output_bytes)
+        # the service ends the step by its timeout and grace; the client's deadline is past both
+        step = (timeout_ms if timeout_ms is not None else DEFAULT_STEP_TIMEOUT_MS) + INTERRUPT_GRACE_MS
+        with self._send("POST", "/contexts/%s/execute?stream=1" % cid, payload=request, mode="ndjson",
+                        shown="/contexts/{cid}/execute", timeout_s=step / 1000.0) as body:
+            reader.feed(body)
+        return reader.finish()
 
     def __enter__(self) -> "LiveSandbox":
         return self
