@@ -548,17 +548,20 @@ export interface RunCodeOptions {
   onStdout?: (text: string) => void;
   onStderr?: (text: string) => void;
   /** Each result as it is made (a display(), a figure, the last expression's value). */
-  onResult?: (result: Result) => void;
+  onResult?: (result: RichResult) => void;
   onError?: (error: ExecutionError) => void;
   /** What the Execution keeps of each of stdout and stderr (default 16 MiB). */
   maxOutputBytes?: number;
 }
 
-/** One result of a step: a Jupyter MIME bundle under E2B's names (undefined when absent). */
-export class Result {
-  private constructor();
+/** One result of a step (a code context's, as a session step's): the service's
+ * `{isMain, data}` read under E2B's names (getters, not enumerable; undefined when absent). */
+export interface RichResult {
   /** The last expression's value. */
-  readonly isMain: boolean;
+  isMain: boolean;
+  /** MIME type → value, as the service sent it. */
+  data: Record<string, unknown>;
+  readonly isMainResult: boolean;
   /** text/plain (always there from moat). */
   readonly text?: string;
   readonly html?: string;
@@ -568,18 +571,11 @@ export class Result {
   readonly png?: string;
   /** base64 */
   readonly jpeg?: string;
-  /** base64 */
-  readonly pdf?: string;
   readonly latex?: string;
   readonly json?: unknown;
   readonly javascript?: string;
-  /** The bundle's other MIME types. */
-  readonly extra: Record<string, unknown>;
-  /** The whole bundle, MIME type → value. */
-  readonly data: Record<string, unknown>;
-  /** The formats it has besides text: 'html', 'png', ..., and the extra MIME types. */
+  /** Which of those names it has ('text', 'html', 'png', ...). */
   formats(): string[];
-  toJSON(): { isMain: boolean; data: Record<string, unknown> };
 }
 
 export interface ExecutionError {
@@ -592,7 +588,7 @@ export interface ExecutionError {
 
 export class Execution {
   private constructor();
-  results: Result[];
+  results: RichResult[];
   logs: { stdout: string[]; stderr: string[] };
   error: ExecutionError | null;
   executionCount: number | null;
@@ -606,6 +602,8 @@ export class Execution {
   stdoutTruncated: boolean;
   stderrTruncated: boolean;
   resultsTruncated: boolean;
+  /** The last expression's value (isMain), or undefined. */
+  readonly mainResult: RichResult | undefined;
   /** The main result's text. */
   readonly text: string | undefined;
   readonly stdout: string;

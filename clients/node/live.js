@@ -25,7 +25,7 @@ const DEFAULT_MAX_OUTPUT_BYTES = 16 << 20;
 
 function makeLive(deps) {
   const {
-    http, https, serviceTarget, serviceError, SandboxError, SandboxConfigError, SandboxUnavailableError,
+    http, https, serviceTarget, serviceError, richResult, SandboxError, SandboxConfigError, SandboxUnavailableError,
   } = deps;
   const provider = 'native';
   const bad = (msg) => new SandboxConfigError(msg, { provider });
@@ -618,38 +618,6 @@ function makeLive(deps) {
 
   // ---- code contexts (docs/CONTEXTS.md) -------------------------------------------------
 
-  // A result's MIME bundle under E2B's names (`result.png` is the base64 of the PNG).
-  const MIME_NAMES = {
-    text: 'text/plain', html: 'text/html', markdown: 'text/markdown', svg: 'image/svg+xml',
-    png: 'image/png', jpeg: 'image/jpeg', pdf: 'application/pdf', latex: 'text/latex',
-    json: 'application/json', javascript: 'application/javascript',
-  };
-  const KNOWN_MIME = new Set(Object.values(MIME_NAMES));
-
-  // One result of a step (the last expression's value: isMain; a display(); a figure).
-  class Result {
-    constructor(obj) {
-      const data = obj && typeof obj.data === 'object' && obj.data !== null && !Array.isArray(obj.data)
-        ? obj.data : {};
-      this.isMain = !!(obj && obj.isMain === true);
-      for (const [name, mime] of Object.entries(MIME_NAMES)) {
-        this[name] = Object.prototype.hasOwnProperty.call(data, mime) ? data[mime] : undefined;
-      }
-      // the bundle's other types ({mime: value})
-      this.extra = {};
-      for (const [mime, v] of Object.entries(data)) if (!KNOWN_MIME.has(mime)) this.extra[mime] = v;
-      Object.defineProperty(this, 'data', { value: data, enumerable: false });
-    }
-
-    // The names of the formats it has besides text ('html', 'png', ..., and the extra types).
-    formats() {
-      const out = Object.keys(MIME_NAMES).filter((k) => k !== 'text' && this[k] !== undefined);
-      return out.concat(Object.keys(this.extra));
-    }
-
-    toJSON() { return { isMain: this.isMain, data: this.data }; }
-  }
-
   // The step's error: {name, value, traceback: [lines]} (the service's type/message too).
   function executionError(e) {
     if (!e || typeof e !== 'object') return null;
@@ -677,9 +645,12 @@ function makeLive(deps) {
       this.resultsTruncated = false;
     }
 
-    // The main result's text/plain (the last expression's value), or undefined.
+    // The last expression's value (a result with isMain), or undefined.
+    get mainResult() { return this.results.find((r) => r.isMain === true); }
+
+    // Its text/plain, or undefined.
     get text() {
-      const m = this.results.find((r) => r.isMain);
+      const m = this.mainResult;
       return m ? m.text : undefined;
     }
 
@@ -741,7 +712,9 @@ function makeLive(deps) {
       const n = Buffer.byteLength(JSON.stringify(obj));
       if (st.resultBytes + n > MAX_RESULTS_BYTES) { ex.resultsTruncated = true; return null; }
       st.resultBytes += n;
-      return new Result(obj);
+      // a result read under E2B's names, as a session step's (index.js)
+      const data = obj && typeof obj.data === 'object' && obj.data !== null && !Array.isArray(obj.data) ? obj.data : {};
+      return richResult({ isMain: !!(obj && obj.isMain === true), data });
     }
     function onLine(obj) {
       if (obj.type === 'stdout' || obj.type === 'stderr') {
@@ -1006,7 +979,7 @@ function makeLive(deps) {
     }
   }
 
-  return { LiveSandbox, SandboxNotFoundError, SandboxGoneError, NotFoundError, CommandHandle, Result, Execution };
+  return { LiveSandbox, SandboxNotFoundError, SandboxGoneError, NotFoundError, CommandHandle, Execution };
 }
 
 module.exports = { makeLive };

@@ -11,7 +11,7 @@ const http = require('node:http');
 const os = require('node:os');
 const path = require('node:path');
 const {
-  LiveSandbox, Result, Execution, SandboxConfigError, SandboxError, SandboxGoneError, NotFoundError,
+  LiveSandbox, Execution, SandboxConfigError, SandboxError, SandboxGoneError, NotFoundError,
 } = require('..');
 const { skip, startServe, stopServe } = require('../test-support/serve');
 
@@ -97,13 +97,14 @@ describe('code contexts: against a fake service that speaks docs/CONTEXTS.md', (
     assert.ok(ex instanceof Execution);
     assert.equal(ex.text, '42');
     assert.equal(ex.results.length, 2);
-    assert.ok(ex.results.every((r) => r instanceof Result));
+    // read as a session step's results are (E2B's names), their JSON the service's
     assert.equal(ex.results[0].png, PNG);
-    assert.equal(ex.results[0].isMain, false);
-    assert.deepEqual(ex.results[0].formats(), ['png']);
+    assert.equal(ex.results[0].isMainResult, false);
+    assert.deepEqual(ex.results[0].formats(), ['text', 'png']);
     assert.equal(ex.results[1].html, '<b>42</b>');
-    assert.deepEqual(ex.results[1].extra, { 'application/x-custom': 'c' });
-    assert.deepEqual(ex.results[1].formats(), ['html', 'application/x-custom']);
+    assert.equal(ex.mainResult, ex.results[1]);
+    assert.deepEqual(ex.results[1].formats(), ['text', 'html']);
+    assert.deepEqual(JSON.parse(JSON.stringify(ex.results)), ANSWER.results);
     assert.deepEqual(ex.logs, { stdout: ['before\n'], stderr: ['\ufffd\n'] });
     assert.equal(ex.stdout, 'before\n');
     assert.equal(ex.executionCount, 3);

@@ -17,13 +17,13 @@ from ._errors import (
     NotFoundError, SandboxConfigError, SandboxError, SandboxGoneError, SandboxNotFoundError, SandboxPolicyError,
     SandboxUnavailableError, SessionBusyError, SessionGoneError, SessionNotFoundError,
 )
-from ._live import CodeResult, CommandHandle, CommandResult, Execution, ExecutionError, LiveSandbox
+from ._live import CommandHandle, CommandResult, Execution, ExecutionError, LiveSandbox
 from ._sync import Sandbox, Session
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "AsyncSandbox", "AsyncSession", "CodeResult", "CommandHandle", "CommandResult", "Execution", "ExecutionError",
+    "AsyncSandbox", "AsyncSession", "CommandHandle", "CommandResult", "Execution", "ExecutionError",
     "LiveSandbox", "NotFoundError",
     "SandboxGoneError", "SandboxNotFoundError", "DEFAULT_SANDBOX_CONFIG", "LANGUAGES", "PROVIDERS", "Result", "RunResult",
     "Sandbox", "SandboxConfigError", "SandboxError", "SandboxPolicyError", "SandboxUnavailableError",

@@ -698,11 +698,6 @@ class Files:
 
 # ---- code contexts (docs/CONTEXTS.md) ----------------------------------------------------
 
-# a result's MIME bundle under E2B's names (``result.png`` is the base64 of the PNG)
-MIME_NAMES = (("text", "text/plain"), ("html", "text/html"), ("markdown", "text/markdown"),
-              ("svg", "image/svg+xml"), ("png", "image/png"), ("jpeg", "image/jpeg"), ("pdf", "application/pdf"),
-              ("latex", "text/latex"), ("json", "application/json"), ("javascript", "application/javascript"))
-_KNOWN_MIME = {m for _, m in MIME_NAMES}
 LANGUAGES = {"python": "python", "py": "python", "javascript": "javascript", "js": "javascript",
              "node": "javascript", "typescript": "typescript", "ts": "typescript"}
 # the service sends at most 4 MiB a MIME entry, 6 MiB of results a step; one line carries a
@@ -713,63 +708,6 @@ DEFAULT_STEP_TIMEOUT_MS = 30000
 # the service's grace after a step's timeout before it kills the interpreter
 INTERRUPT_GRACE_MS = 2000
 CONTEXT_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
-
-
-class CodeResult:
-    """One result of a step (the last expression's value: ``is_main``; a ``display()``; a
-    figure): its MIME bundle under E2B's names, ``text``, ``html``, ``markdown``, ``svg``,
-    ``png``/``jpeg``/``pdf`` (base64), ``latex``, ``json``, ``javascript`` (None when
-    absent), ``extra`` (the other types) and ``data`` (the whole bundle). Shown by Jupyter
-    as itself (``_repr_html_``, ``_repr_png_`` ...)."""
-
-    def __init__(self, obj: Any) -> None:
-        data = obj.get("data") if isinstance(obj, Mapping) else None
-        self.data: Dict[str, Any] = dict(data) if isinstance(data, Mapping) else {}
-        self.is_main: bool = isinstance(obj, Mapping) and obj.get("isMain") is True
-        self.text: Optional[str] = None
-        self.html: Optional[str] = None
-        self.markdown: Optional[str] = None
-        self.svg: Optional[str] = None
-        self.png: Optional[str] = None
-        self.jpeg: Optional[str] = None
-        self.pdf: Optional[str] = None
-        self.latex: Optional[str] = None
-        self.json: Any = None
-        self.javascript: Optional[str] = None
-        for name, mime in MIME_NAMES:
-            setattr(self, name, self.data.get(mime))
-        self.extra: Dict[str, Any] = {k: v for k, v in self.data.items() if k not in _KNOWN_MIME}
-
-    def formats(self) -> List[str]:
-        """The formats it has besides text ("html", "png", ..., and the extra types)."""
-        return [n for n, m in MIME_NAMES if n != "text" and m in self.data] + list(self.extra)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return {"isMain": self.is_main, "data": dict(self.data)}
-
-    def __str__(self) -> str:
-        return self.text if self.text is not None else ""
-
-    def __repr__(self) -> str:
-        return "CodeResult(%s%s)" % (", ".join(["text"] + self.formats()), ", is_main" if self.is_main else "")
-
-    def _repr_html_(self) -> Optional[str]:
-        return self.html
-
-    def _repr_markdown_(self) -> Optional[str]:
-        return self.markdown
-
-    def _repr_svg_(self) -> Optional[str]:
-        return self.svg
-
-    def _repr_png_(self) -> Optional[bytes]:
-        return base64.b64decode(self.png) if isinstance(self.png, str) else None
-
-    def _repr_jpeg_(self) -> Optional[bytes]:
-        return base64.b64decode(self.jpeg) if isinstance(self.jpeg, str) else None
-
-    def _repr_latex_(self) -> Optional[str]:
-        return self.latex
 
 
 class ExecutionError:
@@ -796,15 +734,16 @@ class ExecutionError:
 
 
 class Execution:
-    """What ``run_code`` returns: ``results`` (:class:`CodeResult`), ``logs`` ({"stdout": [...],
+    """What ``run_code`` returns: ``results`` (``Result``, as a session step's: E2B's
+    names), ``logs`` ({"stdout": [...],
     "stderr": [...]} as the chunks came), ``stdout``/``stderr`` (joined), ``error``
     (:class:`ExecutionError` or None), ``execution_count``, ``timed_out``, ``interrupted``,
     ``killed`` (the interpreter did not stop within the grace after the interrupt),
     ``context``, ``duration_ms``, ``warnings``, the ``*_truncated`` flags; ``text`` is the
-    main result's text."""
+    main result's text, ``main_result`` the result itself."""
 
     def __init__(self) -> None:
-        self.results: List[CodeResult] = []
+        self.results: List[_core.Result] = []
         self.logs: Dict[str, List[str]] = {"stdout": [], "stderr": []}
         self.error: Optional[ExecutionError] = None
         self.execution_count: Optional[int] = None
@@ -819,11 +758,14 @@ class Execution:
         self.results_truncated = False
 
     @property
+    def main_result(self) -> Optional[_core.Result]:
+        """The last expression's value, or None."""
+        return next((r for r in self.results if r.is_main_result), None)
+
+    @property
     def text(self) -> Optional[str]:
-        for r in self.results:
-            if r.is_main:
-                return r.text
-        return None
+        m = self.main_result
+        return m.text if m is not None else None
 
     @property
     def stdout(self) -> str:
@@ -851,13 +793,14 @@ class _ExecutionReader:
         self.answer: Optional[Dict[str, Any]] = None
         self.streamed_error: Optional[ExecutionError] = None
 
-    def _keep(self, obj: Any) -> Optional[CodeResult]:
+    def _keep(self, obj: Any) -> Optional[_core.Result]:
         n = len(json.dumps(obj))
         if self.result_bytes + n > MAX_RESULTS_BYTES:
             self.ex.results_truncated = True
             return None
         self.result_bytes += n
-        return CodeResult(obj)
+        # read under E2B's names, as a session step's results are
+        return _core.Result(obj if isinstance(obj, Mapping) else {})
 
     def feed(self, body: _Body) -> None:
         ex = self.ex
@@ -1115,13 +1058,13 @@ class LiveSandbox:
     def run_code(self, code: str, *, language: Optional[str] = None, context: Any = None,
                  timeout_ms: Optional[int] = None, on_stdout: Optional[Callable[[str], Any]] = None,
                  on_stderr: Optional[Callable[[str], Any]] = None,
-                 on_result: Optional[Callable[[CodeResult], Any]] = None,
+                 on_result: Optional[Callable[[_core.Result], Any]] = None,
                  on_error: Optional[Callable[[ExecutionError], Any]] = None,
                  max_output_bytes: int = DEFAULT_MAX_OUTPUT_BYTES) -> Execution:
         """Runs ``code`` in ``context`` (or this client's default context of ``language``,
         python unless said, made at first use): an :class:`Execution` with ``results``
         (MIME bundles under E2B's names: ``.text``, ``.html``, ``.png``...; the last
-        expression's value ``is_main``), ``logs``, ``error`` (name, value, traceback),
+        expression's value ``is_main_result``), ``logs``, ``error`` (name, value, traceback),
         ``execution_count``, ``timed_out``. The callbacks get stdout/stderr, each result
         and the error as they happen. ``timeout_ms``: the step is interrupted (not
         killed) after it; the state before it survives."""

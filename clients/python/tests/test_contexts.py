@@ -17,7 +17,7 @@ import helpers
 from helpers import FakeService
 
 from moat_sandbox import (
-    CodeResult, Execution, ExecutionError, LiveSandbox, NotFoundError, SandboxConfigError, SandboxError,
+    Execution, ExecutionError, LiveSandbox, Result, NotFoundError, SandboxConfigError, SandboxError,
     SandboxGoneError,
 )
 
@@ -101,13 +101,13 @@ class Fake(unittest.TestCase):
             self.assertEqual(order, ["out:before\n", "result:<Fig>", "err:\ufffd\n", "result:42"])
             self.assertIsInstance(ex, Execution)
             self.assertEqual(ex.text, "42")
-            self.assertTrue(all(isinstance(r, CodeResult) for r in ex.results))
+            # read as a session step's results are (E2B's names)
+            self.assertTrue(all(isinstance(r, Result) for r in ex.results))
             fig, main = ex.results
-            self.assertEqual((fig.png, fig.is_main, fig.formats()), (PNG, False, ["png"]))
-            self.assertEqual(fig._repr_png_(), b"\x89PNG fake")
-            self.assertEqual((main.html, main.extra, main.formats()),
-                             ("<b>42</b>", {"application/x-custom": "c"}, ["html", "application/x-custom"]))
-            self.assertEqual(main._repr_html_(), "<b>42</b>")
+            self.assertEqual((fig.png, fig.is_main_result, fig.formats()), (PNG, False, ["text", "png"]))
+            self.assertEqual((main.html, main.formats(), main.data["application/x-custom"]),
+                             ("<b>42</b>", ["text", "html"], "c"))
+            self.assertIs(ex.main_result, main)
             self.assertEqual(ex.logs, {"stdout": ["before\n"], "stderr": ["\ufffd\n"]})
             self.assertEqual((ex.stdout, ex.execution_count, ex.error, ex.timed_out), ("before\n", 3, None, False))
             # a context made (python), then the step streamed
