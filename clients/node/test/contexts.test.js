@@ -240,7 +240,9 @@ describe('code contexts: a real moat serve on a unix socket', () => {
     try {
       await other.runCode('1');
       // its agent is every process's parent: killing it ends the sandbox
-      await other.commands.run('kill -9 $PPID', { background: true }).then((h) => h.wait().catch(() => {}));
+      await other.commands.run('kill -9 $PPID', { background: true }).then((h) => h.wait())
+      // the sandbox may end before the service answers the start or the wait: either is fine
+      .catch((e) => assert.ok(e instanceof SandboxError, `${e.name}: ${e.message}`));
       let err;
       for (let i = 0; i < 50 && !err; i++) {
         try { await other.runCode('1'); await new Promise((r) => setTimeout(r, 100)); } catch (e) { err = e; }
