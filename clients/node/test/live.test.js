@@ -212,10 +212,19 @@ describe('live sandboxes: a real moat serve on a unix socket', () => {
     assert.equal(await sbx.isRunning(), false);
   });
 
-  it('another caller\'s id and an unknown id are SandboxNotFoundError', { skip }, async () => {
+  // (another caller's id is the service's 404 alike: serve_sandboxes' tests; one client
+  // here is one caller)
+  it('an unknown id is SandboxNotFoundError, on connect and on a route of a handle', { skip }, async () => {
     const sbx = await create();
-    const other = `sbx_${'0'.repeat(32)}`;
-    await assert.rejects(LiveSandbox.connect(other, conn), SandboxNotFoundError);
-    assert.ok(sbx.sandboxId !== other);
+    const unknown = `sbx_${'0'.repeat(32)}`;
+    assert.notEqual(sbx.sandboxId, unknown);
+    await assert.rejects(LiveSandbox.connect(unknown, conn), (e) => e instanceof SandboxNotFoundError &&
+      e.status === 404 && e.sandboxId === unknown);
+    // a deleted sandbox's handle: 404 on its routes too
+    const gone = await create();
+    const again = await LiveSandbox.connect(gone.sandboxId, conn);
+    await gone.kill();
+    await assert.rejects(again.files.stat('/sandbox'), SandboxNotFoundError);
+    again.close();
   });
 });

@@ -241,9 +241,17 @@ class RealServe(unittest.TestCase):
         self.assertFalse(sbx.is_running())
 
     def test_unknown_id_is_not_found(self) -> None:
+        # (another caller's id is the service's 404 alike: serve_sandboxes' tests; one
+        # client here is one caller)
         with self.assertRaises(SandboxNotFoundError) as cm:
             LiveSandbox.connect("sbx_" + "0" * 32, socket_path=self.sock)
         self.assertEqual(cm.exception.status, 404)
+        # a deleted sandbox's handle: 404 on its routes too
+        gone = self.create()
+        again = LiveSandbox.connect(gone.sandbox_id, socket_path=self.sock)
+        gone.kill()
+        with self.assertRaises(SandboxNotFoundError):
+            again.files.stat("/sandbox")
 
     def test_callback_on_another_thread_sees_chunks_in_order(self) -> None:
         sbx = self.create()
