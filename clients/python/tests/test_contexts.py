@@ -181,14 +181,12 @@ class Fake(unittest.TestCase):
 
 
 @unittest.skipIf(SERVE_SKIP, SERVE_SKIP or "")
-class RealServe(unittest.TestCase):
+class RealServe(helpers.ServeCase):
     why: Optional[str] = None
 
     @classmethod
     def setUpClass(cls) -> None:
-        cls.tmp = helpers.TempDir()
-        cls.sock = os.path.join(cls.tmp.path, "moat.sock")
-        cls.srv = helpers.Serve(["--socket", cls.sock, "--pool", "0"], {"socket_path": cls.sock})
+        super().setUpClass()
         cls.sbx = LiveSandbox.create(socket_path=cls.sock)
         try:
             cls.sbx.list_code_contexts()
@@ -200,11 +198,7 @@ class RealServe(unittest.TestCase):
     @classmethod
     def tearDownClass(cls) -> None:
         cls.sbx.kill()
-        code = cls.srv.stop()
-        log = cls.srv.log
-        cls.srv.close()
-        cls.tmp.cleanup()
-        assert code == 0, "moat serve exited %s: %s" % (code, log[-2000:])
+        super().tearDownClass()
 
     def setUp(self) -> None:
         if self.why:

@@ -49,21 +49,7 @@ class Refused(unittest.TestCase):
 
 
 @unittest.skipIf(SERVE_SKIP, SERVE_SKIP or "")
-class RealServe(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.tmp = helpers.TempDir()
-        cls.sock = os.path.join(cls.tmp.path, "moat.sock")
-        cls.srv = helpers.Serve(["--socket", cls.sock, "--pool", "0"], {"socket_path": cls.sock})
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        code = cls.srv.stop()
-        log = cls.srv.log
-        cls.srv.close()
-        cls.tmp.cleanup()
-        assert code == 0, "moat serve exited %s: %s" % (code, log[-2000:])
-
+class RealServe(helpers.ServeCase):
     def setUp(self) -> None:
         self.made: List[LiveSandbox] = []
 
