@@ -299,8 +299,9 @@ static ssize_t proc_read(void *cls, uint64_t pos, char *buf, size_t max)
 		} else if (ev == LIVE_EV_END) {
 			moat_ndjson_flush(&p->nj, &p->pending);
 			char *why = serve_sbx_gone(p->s->sandboxes, p->x);
-			moat_buf_append(&p->pending, "{\"type\":\"error\",\"error\":{\"type\":\"SandboxGone\","
-					"\"message\":", 60);
+			static const char head[] = "{\"type\":\"error\",\"error\":"
+						   "{\"type\":\"SandboxGone\",\"message\":";
+			moat_buf_append(&p->pending, head, sizeof head - 1);
 			const char *w = why ? why : "the sandbox ended before the process did";
 			moat_buf_append_json_string(&p->pending, w, strlen(w));
 			moat_buf_append(&p->pending, "}}\n", 3);
