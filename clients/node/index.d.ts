@@ -324,3 +324,303 @@ export class SandboxConfigError extends SandboxError {
   constructor(message: string, options?: { provider?: string; cause?: unknown });
   constructor(provider: string, reason: string);
 }
+
+// ---- live sandboxes (docs/SANDBOXES.md, `/v1/sandboxes`) ----------------------------------
+
+/** Where the service is: exactly one of url or socketPath; token when it has one. */
+export interface LiveConnection {
+  url?: string;
+  socketPath?: string;
+  token?: string;
+  /** How long a control request (create, get, stat, a signal) may take; default 60000 ms.
+   * File and process streams have no client deadline. */
+  requestTimeoutMs?: number;
+}
+
+/** `POST /v1/sandboxes`'s body: limits default to the service's serve.defaults, within serve.max. */
+export interface LiveSandboxCreateOptions extends LiveConnection {
+  memoryMb?: number;
+  cpus?: number;
+  pidsLimit?: number;
+  strictLimits?: boolean;
+  env?: Record<string, string>;
+  network?: boolean;
+  allowedHosts?: string[];
+  allowedCidrs?: string[];
+  kvEnabled?: boolean;
+  sandboxId?: string;
+  /** 100 ms to the service's serve.sessions.maxLifetimeMs (default the smaller of 1 h and that). */
+  lifetimeMs?: number;
+  /** Ended after this long without a request (default 600000). */
+  idleTimeoutMs?: number;
+  /** String labels: at most 64 pairs, keys 1-128 bytes, values at most 1024. */
+  metadata?: Record<string, string>;
+}
+
+export interface LiveSandboxInfo {
+  /** `sbx_` + 32 hex digits; bound to the credential that made it. */
+  id: string;
+  state: 'running' | 'ended';
+  createdAt: string;
+  expiresAt: string;
+  idleTimeoutMs: number;
+  memoryMb: number;
+  cpus: number;
+  pidsLimit: number;
+  /** How each limit is enforced: 'cgroup-v1', 'cgroup-v2', 'rlimit', 'none'. */
+  limits: Record<string, string>;
+  /** What its making said (a limit's fallback: `cpus is not enforced` rootless without a cgroup). */
+  warnings: string[];
+  usage: {
+    cpuTimeMs: number | null;
+    memoryBytes: number | null;
+    memoryPeakBytes: number | null;
+    processes: number;
+    idleMs: number;
+  };
+  metadata: Record<string, string>;
+  /** Once ended: why. */
+  reason?: string;
+  [extra: string]: unknown;
+}
+
+export interface CommandOptions {
+  /** Each chunk of stdout as it comes (bytes that are not UTF-8 decoded with U+FFFD). A throw
+   * ends the client's read (the process goes on). */
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+  /** Resolve at once with a CommandHandle instead of waiting for the exit. */
+  background?: boolean;
+  /** Under /sandbox or /tmp (default /sandbox). */
+  cwd?: string;
+  /** Over the sandbox's env. */
+  env?: Record<string, string>;
+  /** true: stdin is a pipe (sendStdin/closeStdin); a string or bytes: written, then closed;
+   * default: /dev/null. */
+  stdin?: boolean | string | Uint8Array | ArrayBuffer;
+  /** Killed (SIGKILL) after this long; the result says `timedOut`. Default: none. */
+  timeoutMs?: number;
+  /** What the result keeps of each of stdout and stderr (default 16 MiB; the callbacks get
+   * everything): past it `stdoutTruncated`/`stderrTruncated`. */
+  maxOutputBytes?: number;
+}
+
+export interface CommandResult {
+  pid: number;
+  /** null when a signal ended it. */
+  exitCode: number | null;
+  /** The signal's number, or null. */
+  signal: number | null;
+  stdout: string;
+  stderr: string;
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  timedOut: boolean;
+}
+
+export interface ProcessInfo {
+  pid: number;
+  state: 'running' | 'exited' | 'lost';
+  exitCode?: number | null;
+  signal?: number | null;
+  attached?: boolean;
+  stdin?: boolean;
+  [extra: string]: unknown;
+}
+
+/** A background process (or one re-attached): its output is read as it comes. */
+export interface CommandHandle {
+  readonly pid: number;
+  /** Its result once it exits; SandboxGoneError when the sandbox ends first. */
+  wait(): Promise<CommandResult>;
+  /** A signal to its process group (default 'KILL'). */
+  kill(signal?: string | number): Promise<void>;
+  /** Needs `stdin: true`; the service waits up to 10 s for room in the pipe. */
+  sendStdin(data: string | Uint8Array | ArrayBuffer): Promise<{ written: number; complete: boolean }>;
+  closeStdin(): Promise<void>;
+}
+
+export interface Commands {
+  /** A shell line (`/bin/sh -c`) or an argv. */
+  run(cmd: string | string[], opts: CommandOptions & { background: true }): Promise<CommandHandle>;
+  run(cmd: string | string[], opts?: CommandOptions): Promise<CommandResult>;
+  /** Re-attach to a running process's output (one reader at a time: 409 while another is attached). */
+  connect(pid: number, opts?: Pick<CommandOptions, 'onStdout' | 'onStderr' | 'timeoutMs' | 'maxOutputBytes'>): Promise<CommandHandle>;
+  /** Every process kept (at most 128). */
+  list(): Promise<ProcessInfo[]>;
+  /** Its state after waiting up to waitMs (0-60000). */
+  info(pid: number, opts?: { waitMs?: number }): Promise<ProcessInfo>;
+  kill(pid: number, signal?: string | number): Promise<void>;
+  sendStdin(pid: number, data: string | Uint8Array | ArrayBuffer): Promise<{ written: number; complete: boolean }>;
+  closeStdin(pid: number): Promise<void>;
+}
+
+export interface EntryInfo {
+  path: string;
+  type: 'file' | 'dir' | 'symlink' | 'fifo' | 'socket' | 'char' | 'block';
+  size: number;
+  /** Octal text, e.g. "0644". */
+  mode: string;
+  mtimeMs: number;
+  [extra: string]: unknown;
+}
+
+/** Paths are absolute, under /sandbox or /tmp; symlinks are never followed. */
+export interface Files {
+  /** Creates missing parents unless `mkdirs: false`; a Readable is streamed as it comes. */
+  write(path: string, data: string | Uint8Array | ArrayBuffer | NodeJS.ReadableStream,
+    opts?: { mkdirs?: boolean }): Promise<{ path: string; size: number }>;
+  read(path: string, opts?: { format?: 'text'; range?: [number, number?] }): Promise<string>;
+  read(path: string, opts: { format: 'bytes'; range?: [number, number?] }): Promise<Buffer>;
+  read(path: string, opts: { format: 'stream'; range?: [number, number?] }): Promise<NodeJS.ReadableStream>;
+  /** `depth` 1-32 (default 1); the array's `truncated` says the 10000-entry bound was reached. */
+  list(path: string, opts?: { depth?: number }): Promise<EntryInfo[] & { readonly truncated: boolean }>;
+  stat(path: string): Promise<EntryInfo>;
+  exists(path: string): Promise<boolean>;
+  /** true when made, false when a directory was there already. */
+  makeDir(path: string, opts?: { parents?: boolean }): Promise<boolean>;
+  /** Within /sandbox or within /tmp (two filesystems). */
+  rename(from: string, to: string): Promise<void>;
+  remove(path: string, opts?: { recursive?: boolean }): Promise<void>;
+}
+
+/** A live sandbox of a moat serve: processes and files that outlive a request. */
+export class LiveSandbox {
+  private constructor();
+  static create(opts: LiveSandboxCreateOptions): Promise<LiveSandbox>;
+  /** A sandbox this caller made before; an ended one rejects with SandboxGoneError. */
+  static connect(id: string, opts: LiveConnection): Promise<LiveSandbox>;
+  /** The caller's own, newest first; `next` for the next page (null at the end). */
+  static list(opts: LiveConnection & { metadata?: Record<string, string>; limit?: number; next?: string | null }):
+    Promise<{ sandboxes: LiveSandboxInfo[]; next: string | null }>;
+  readonly sandboxId: string;
+  readonly id: string;
+  /** The last object the service answered (create, connect, getInfo). */
+  info: LiveSandboxInfo;
+  readonly commands: Commands;
+  readonly files: Files;
+  getInfo(): Promise<LiveSandboxInfo>;
+  isRunning(): Promise<boolean>;
+  /** Its lifetime ends ms from now (never past the service's maximum after its making). */
+  setTimeout(ms: number): Promise<LiveSandboxInfo>;
+  /** Ends it: nothing of it is left when this resolves; idempotent. Closes the connection. */
+  kill(): Promise<void>;
+  /** Closes this client's connection (aborting its streams); the sandbox lives on. */
+  close(): void;
+
+  // ---- code contexts (docs/CONTEXTS.md) ----
+  /** A new interpreter with its own globals and working directory; resolves once it is ready. */
+  createCodeContext(opts?: { language?: CodeLanguage; cwd?: string }): Promise<CodeContext>;
+  /** Oldest first. */
+  listCodeContexts(): Promise<CodeContext[]>;
+  getCodeContext(context: CodeContext | string): Promise<CodeContext>;
+  /** Kills its interpreter and starts a fresh one (same id, language, cwd; its state gone). */
+  restartCodeContext(context: CodeContext | string): Promise<CodeContext>;
+  removeCodeContext(context: CodeContext | string): Promise<void>;
+  /** Interrupts its running step (KeyboardInterrupt in Python): true when one was running. */
+  interruptCodeContext(context: CodeContext | string): Promise<boolean>;
+  /** Runs code in `context`, or in this client's default context of `language` (python
+   * unless said; made at first use). The callbacks get each event as it happens. */
+  runCode(code: string, opts?: RunCodeOptions): Promise<Execution>;
+}
+
+export type CodeLanguage = 'python' | 'py' | 'javascript' | 'js' | 'node' | 'typescript' | 'ts';
+
+export interface CodeContext {
+  /** `ctx_` + 32 hex digits. */
+  id: string;
+  language: 'python' | 'javascript' | 'typescript';
+  cwd: string;
+  /** Its interpreter's pid in the sandbox. */
+  pid: number;
+  state: 'idle' | 'running' | 'killed' | 'ended';
+  executionCount: number;
+  reason?: string | null;
+  [extra: string]: unknown;
+}
+
+export interface RunCodeOptions {
+  /** Not with `context` (a context has its language). */
+  language?: CodeLanguage;
+  context?: CodeContext | string;
+  /** The step's timeout (default the service's 30000): then an interrupt, not a kill; `timedOut`. */
+  timeoutMs?: number;
+  onStdout?: (text: string) => void;
+  onStderr?: (text: string) => void;
+  /** Each result as it is made (a display(), a figure, the last expression's value). */
+  onResult?: (result: RichResult) => void;
+  onError?: (error: ExecutionError) => void;
+  /** What the Execution keeps of each of stdout and stderr (default 16 MiB). */
+  maxOutputBytes?: number;
+}
+
+/** One result of a step (a code context's, as a session step's): the service's
+ * `{isMain, data}` read under E2B's names (getters, not enumerable; undefined when absent). */
+export interface RichResult {
+  /** The last expression's value. */
+  isMain: boolean;
+  /** MIME type → value, as the service sent it. */
+  data: Record<string, unknown>;
+  readonly isMainResult: boolean;
+  /** text/plain (always there from moat). */
+  readonly text?: string;
+  readonly html?: string;
+  readonly markdown?: string;
+  readonly svg?: string;
+  /** base64 */
+  readonly png?: string;
+  /** base64 */
+  readonly jpeg?: string;
+  readonly latex?: string;
+  readonly json?: unknown;
+  readonly javascript?: string;
+  /** Which of those names it has ('text', 'html', 'png', ...). */
+  formats(): string[];
+}
+
+export interface ExecutionError {
+  /** e.g. 'ZeroDivisionError', 'KeyboardInterrupt'. */
+  name: string;
+  value: string;
+  traceback: string[];
+  [extra: string]: unknown;
+}
+
+export class Execution {
+  private constructor();
+  results: RichResult[];
+  logs: { stdout: string[]; stderr: string[] };
+  error: ExecutionError | null;
+  executionCount: number | null;
+  timedOut: boolean;
+  interrupted: boolean;
+  /** The interpreter did not stop within the grace after the interrupt and was killed (`context.reason` says). */
+  killed: boolean;
+  context: { id: string; state: string; reason: string | null } | null;
+  durationMs: number | null;
+  warnings: string[];
+  stdoutTruncated: boolean;
+  stderrTruncated: boolean;
+  resultsTruncated: boolean;
+  /** The last expression's value (isMain), or undefined. */
+  readonly mainResult: RichResult | undefined;
+  /** The main result's text. */
+  readonly text: string | undefined;
+  readonly stdout: string;
+  readonly stderr: string;
+}
+
+/** 404 SandboxNotFound: no such sandbox for this caller (never existed, another caller's, ended long ago). */
+export class SandboxNotFoundError extends SandboxError {
+  sandboxId?: string;
+}
+/** 410 SandboxGone: the sandbox ended; `reason` says why ("the sandbox ended: its agent was killed (signal 9)"). */
+export class SandboxGoneError extends SandboxError {
+  constructor(message: string, options?: { provider?: string; cause?: unknown; reason?: string });
+  reason: string;
+  sandboxId?: string;
+}
+/** 404 FileNotFound / ProcessNotFound / ContextNotFound inside a sandbox that is there (`errorType` says which). */
+export class NotFoundError extends SandboxError {
+  sandboxId?: string;
+}

@@ -670,18 +670,22 @@ const RESULT_MIME = {
   png: 'image/png', jpeg: 'image/jpeg', latex: 'text/latex', json: 'application/json',
   javascript: 'application/javascript',
 };
+// One result so read (a session step's, a code context's: live.js).
+function richResult(r) {
+  const data = r.data && typeof r.data === 'object' ? r.data : {};
+  for (const [name, mime] of Object.entries(RESULT_MIME)) {
+    Object.defineProperty(r, name, { get: () => data[mime], enumerable: false });
+  }
+  Object.defineProperty(r, 'isMainResult', { get: () => r.isMain === true, enumerable: false });
+  Object.defineProperty(r, 'formats', {
+    value: () => Object.keys(RESULT_MIME).filter((n) => RESULT_MIME[n] in data), enumerable: false,
+  });
+  return r;
+}
 function withResults(res) {
   if (!res || !Array.isArray(res.results)) return res;
   for (const r of res.results) {
-    if (!r || typeof r !== 'object') continue;
-    const data = r.data && typeof r.data === 'object' ? r.data : {};
-    for (const [name, mime] of Object.entries(RESULT_MIME)) {
-      Object.defineProperty(r, name, { get: () => data[mime], enumerable: false });
-    }
-    Object.defineProperty(r, 'isMainResult', { get: () => r.isMain === true, enumerable: false });
-    Object.defineProperty(r, 'formats', {
-      value: () => Object.keys(RESULT_MIME).filter((n) => RESULT_MIME[n] in data), enumerable: false,
-    });
+    if (r && typeof r === 'object') richResult(r);
   }
   Object.defineProperty(res, 'mainResult', {
     get: () => res.results.find((r) => r && r.isMain === true), enumerable: false,
@@ -920,7 +924,15 @@ function createServiceSandbox(cfg, provider, grace) {
   return { provider, run, session, dispose };
 }
 
+// Live sandboxes (docs/SANDBOXES.md): live.js, built on this file's transport helpers.
+const live = require('./live').makeLive({
+  http, https, serviceTarget, serviceError, richResult, SandboxError, SandboxConfigError, SandboxUnavailableError,
+});
+
 module.exports = {
-  createSandbox, DEFAULT_SANDBOX_CONFIG, SandboxError, SandboxUnavailableError, SandboxPolicyError, SandboxConfigError,
+  createSandbox, DEFAULT_SANDBOX_CONFIG,
+  LiveSandbox: live.LiveSandbox, SandboxNotFoundError: live.SandboxNotFoundError,
+  SandboxGoneError: live.SandboxGoneError, NotFoundError: live.NotFoundError, Execution: live.Execution,
+  SandboxError, SandboxUnavailableError, SandboxPolicyError, SandboxConfigError,
   SessionBusyError, SessionGoneError, SessionNotFoundError,
 };

@@ -737,14 +737,30 @@ START_TEST(sbx_agent_killed)
 	char *id;
 	if (!sbx_start(&s, _i, &id))
 		return;
-	/* the agent is every process's parent: kill -9 it from inside (the
-	 * start itself may already see it gone) */
+	/* the agent is every process's parent: kill -9 it from inside, from a
+	 * process whose output is streamed: the stream ends with one error line,
+	 * SandboxGone naming why, a JSON object as every line (a client parses
+	 * each: no byte past it, no NUL in it) */
 	char p[160];
 	struct resp r;
-	sbx_path(p, sizeof p, id, "/processes");
-	sbx_req(&s, "POST", p, "{\"cmd\":\"kill -9 $PPID\"}", &r);
-	ck_assert_msg(r.code == 201 || r.code == 410, "%s: the start: %d %s", MODE_NAME[_i],
-		      r.code, r.body);
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p, "{\"cmd\":\"echo up; sleep 1; kill -9 $PPID; sleep 10\"}", &r);
+	ck_assert_msg(r.code == 200, "%s: the streamed start: %d %s", MODE_NAME[_i], r.code, r.body);
+	ck_assert_msg(r.body_len == strlen(r.body), "%s: the stream has a NUL byte at %zu of %zu: %s",
+		      MODE_NAME[_i], strlen(r.body), r.body_len, r.body);
+	ck_assert_msg(r.body_len > 1 && r.body[r.body_len - 1] == '\n', "%s: the stream: %s",
+		      MODE_NAME[_i], r.body);
+	r.body[r.body_len - 1] = '\0';
+	const char *nl = strrchr(r.body, '\n');
+	cJSON *last = cJSON_Parse(nl ? nl + 1 : r.body);
+	const cJSON *le = last ? jget(last, "error") : NULL;
+	const char *lmsg = le ? jstr(le, "message") : NULL;
+	ck_assert_msg(last && jstr(last, "type") && !strcmp(jstr(last, "type"), "error") && le &&
+			      jstr(le, "type") && !strcmp(jstr(le, "type"), "SandboxGone") && lmsg &&
+			      strstr(lmsg, "ended"),
+		      "%s: the stream's last line is not the SandboxGone error line: %s",
+		      MODE_NAME[_i], nl ? nl + 1 : r.body);
+	cJSON_Delete(last);
 	resp_free(&r);
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/stat?path=/sandbox", id);
 	long t0 = harness_now_ms();

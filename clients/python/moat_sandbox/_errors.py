@@ -99,6 +99,34 @@ class SessionNotFoundError(_SessionError):
     long ago)."""
 
 
+class _LiveError(SandboxError):
+    """A live sandbox's refusal (docs/SANDBOXES.md); ``sandbox_id`` names it."""
+
+    def __init__(self, *args: Any, provider: Optional[str] = None, cause: Any = None) -> None:
+        super().__init__(*args, provider=provider, cause=cause)
+        self.sandbox_id: Optional[str] = None
+
+
+class SandboxNotFoundError(_LiveError):
+    """404 ``SandboxNotFound``: no such live sandbox for this caller (never existed,
+    another caller's, or ended long ago)."""
+
+
+class SandboxGoneError(_LiveError):
+    """410 ``SandboxGone``: the live sandbox ended (deleted, expired, its agent killed);
+    ``reason`` says why ("the sandbox ended: its agent was killed (signal 9)")."""
+
+    def __init__(self, *args: Any, provider: Optional[str] = None, cause: Any = None,
+                 reason: Optional[str] = None) -> None:
+        super().__init__(*args, provider=provider, cause=cause)
+        self.reason: str = self.message if reason is None else str(reason)
+
+
+class NotFoundError(_LiveError):
+    """404 ``FileNotFound`` or ``ProcessNotFound`` inside a live sandbox that is there
+    (``error_type`` says which)."""
+
+
 ERROR_CLASSES = {
     "SandboxError": SandboxError,
     "SandboxUnavailableError": SandboxUnavailableError,

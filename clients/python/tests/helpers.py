@@ -15,6 +15,7 @@ import sys
 import tempfile
 import threading
 import time
+import unittest
 import urllib.parse
 from typing import Any, Callable, Dict, List, Optional
 
@@ -290,6 +291,27 @@ class Serve:
     def close(self) -> None:
         self.stop()
         self.logf.close()
+
+
+class ServeCase(unittest.TestCase):
+    """A real `moat serve` on a unix socket for the whole class (``cls.sock``,
+    ``cls.srv``); at the end it must exit 0 on SIGTERM."""
+
+    sock: str
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = TempDir()
+        cls.sock = os.path.join(cls.tmp.path, "moat.sock")
+        cls.srv = Serve(["--socket", cls.sock, "--pool", "0"], {"socket_path": cls.sock})
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        code = cls.srv.stop()
+        log = cls.srv.log
+        cls.srv.close()
+        cls.tmp.cleanup()
+        assert code == 0, "moat serve exited %s: %s" % (code, log[-2000:])
 
 
 # ---- process trees -----------------------------------------------------------------------
