@@ -212,3 +212,30 @@ cl_py_served() {
 cl_call() {
 	"$CL_PY" "$CL_LIB_DIR/client.py" call "$1" "$CL_TOKEN" "$2" "$3"
 }
+
+# cl_haproxy_doc_start: HAProxy on 127.0.0.1:CL_HAPROXY_PORT with the
+# configuration docs/scaling.md gives for live sandboxes and sessions (the
+# block after its "tests/cluster/live.sh runs this block" line), as it is
+# but for the bind and the nodes' addresses (nodes 1 and 2: node-a, node-b).
+cl_haproxy_doc_start() {
+	local doc=$CL_LIB_DIR/../../docs/scaling.md i
+	CL_HAPROXY_PORT=$(cl_free_port)
+	awk '/^<!-- tests\/cluster\/live.sh runs this block/ { f = 1; next }
+	     f && /^```haproxy/ { g = 1; next } g && /^```/ { exit } g' "$doc" |
+		sed -e "s/^\([[:space:]]*bind\) :8080\$/\1 127.0.0.1:$CL_HAPROXY_PORT/" \
+		    -e "s/10\.0\.0\.11:3000/$CL_NODE1:$CL_PORT/" \
+		    -e "s/10\.0\.0\.12:3000/$CL_NODE2:$CL_PORT/" >"$CL_DIR/haproxy-live.cfg"
+	grep -q "bind 127.0.0.1:$CL_HAPROXY_PORT\$" "$CL_DIR/haproxy-live.cfg" &&
+		grep -q "$CL_NODE1:$CL_PORT track" "$CL_DIR/haproxy-live.cfg" ||
+		{ echo "docs/scaling.md has no HAProxy block this script can use" >&2; return 1; }
+	haproxy -db -f "$CL_DIR/haproxy-live.cfg" >"$CL_DIR/haproxy-live.log" 2>&1 &
+	CL_HAPROXY_PID=$!
+	CL_PIDS="$CL_PIDS $CL_HAPROXY_PID"
+	for i in $(seq 100); do
+		curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$CL_HAPROXY_PORT/healthz" && return 0
+		kill -0 "$CL_HAPROXY_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "haproxy did not start: $(tail -n 5 "$CL_DIR/haproxy-live.log")" >&2
+	return 1
+}
