@@ -100,15 +100,31 @@ cl_redis_start() {
 
 # cl_node_start N SPEC [ARGS...]: moat serve in node N's namespace on
 # CL_NODEn:3000 with --kv SPEC ("redis" for the shared server); its access
-# log in CL_DIR/nodeN.log. Waits for /healthz.
+# log in CL_DIR/nodeN.log; as uid 65534 when N is in CL_ROOTLESS. Waits for
+# /healthz.
 cl_node_start() {
 	local n=$1 spec=$2
 	shift 2
 	local ip host
 	eval "ip=\$CL_NODE$n host=\$CL_HOST$n"
 	[ "$spec" = redis ] && spec="redis://$host:$CL_REDIS_PORT/0"
-	nsenter --net="/run/netns/$CL_TAG-n$n" "$MOAT" serve --listen "$ip:$CL_PORT" \
-		--token-file "$CL_DIR/token" --runtime "$RUNTIME" --kv "$spec" --pool 0 \
+	# CL_ROOTLESS lists the nodes run as uid 65534 (rootless), with a
+	# directory of their own (CL_DIR/nobodyN: its token, its home) where a
+	# relative store SPEC lands
+	local as=() token=$CL_DIR/token
+	case " ${CL_ROOTLESS:-} " in
+	*" $n "*)
+		local d=$CL_DIR/nobody$n
+		mkdir -p "$d"
+		cp "$CL_DIR/token" "$d/token"
+		chown -R 65534:65534 "$d"
+		token=$d/token
+		case $spec in redis://*) ;; *) spec=$d/$(basename "$spec") ;; esac
+		as=(env HOME="$d" setpriv --reuid=65534 --regid=65534 --clear-groups --)
+		;;
+	esac
+	nsenter --net="/run/netns/$CL_TAG-n$n" "${as[@]}" "$MOAT" serve --listen "$ip:$CL_PORT" \
+		--token-file "$token" --runtime "$RUNTIME" --kv "$spec" --pool 0 \
 		--grace 2 "$@" >>"$CL_DIR/node$n.out" 2>>"$CL_DIR/node$n.log" &
 	eval "CL_PID$n=$!"
 	CL_PIDS="$CL_PIDS $!"

@@ -6,7 +6,8 @@
 # another node's id answered 421, sessions the same; then kill -9 of node-a:
 # its callers get HAProxy's 410 naming the reason while node-b's sandboxes
 # and sessions carry on. tests/cluster/live.py drives it; the nodes use
-# SQLite stores of their own (no Redis). Loopback, the test's own
+# SQLite stores of their own (no Redis); node-a runs as root, node-b as uid
+# 65534 (rootless). Loopback, the test's own
 # namespaces and veths only; every process, namespace and file goes on
 # every exit path.
 #
@@ -44,8 +45,12 @@ t0=$(date +%s)
 cl_init || die "no address range"
 cl_netns 1 || die "network namespace 1"
 cl_netns 2 || die "network namespace 2"
+# node-a as root, node-b rootless (uid 65534): both modes in one cluster
+CL_ROOTLESS=2
 cl_node_start 1 "$CL_DIR/a.sqlite3" --node node-a --max-sandboxes 16 || die "node-a"
 cl_node_start 2 "$CL_DIR/b.sqlite3" --node node-b --max-sandboxes 16 || die "node-b"
+[ "$(stat -c %u "/proc/$CL_PID1")" = 0 ] && [ "$(stat -c %u "/proc/$CL_PID2")" = 65534 ] ||
+	die "node-a is not root or node-b not uid 65534"
 cl_haproxy_doc_start || die "haproxy"
 "$CL_PY" "$here/live.py" "http://127.0.0.1:$CL_HAPROXY_PORT" "http://$CL_NODE1:$CL_PORT" \
 	"http://$CL_NODE2:$CL_PORT" "$CL_TOKEN" "$CL_PID1"
