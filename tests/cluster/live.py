@@ -155,6 +155,9 @@ def main():
     st, out, j = req(na, token, "POST", "/v1/sandboxes/%s/processes" % b0, {"cmd": "true"})
     t.check(st == 421 and err(j)[0] == "WrongNode",
             "wrong node: node-a asked to start a process in node-b's sandbox: %d" % st)
+    # without the token: 401, as for any id (the 421 comes after authentication)
+    st, out, j = req(nb, "not-the-token", "GET", "/v1/sandboxes/" + a0)
+    t.check(st == 401, "wrong node: without the token it is a 401 first: %d" % st)
 
     # ---- sessions, the same way
     # (at least SESSIONS, until both nodes have one: HAProxy's round robin is
