@@ -274,7 +274,8 @@ VM_RUNNER_TESTS = every_language_runs,timeout_kills,daemon_does_not_outlive_run,
 VM_SUITES ?= limits runner:$(VM_RUNNER_TESTS) systemd pool_session/pool_session_cgroup
 # Two moat serve nodes in network namespaces, one Redis, HAProxy (root; part of make check)
 check-cluster: $(BUILD)/moat
-	bash tests/cluster/two-node.sh $(BUILD)/moat
+	rc=0; bash tests/cluster/two-node.sh $(BUILD)/moat || rc=1; \
+	bash tests/cluster/live.sh $(BUILD)/moat || rc=1; exit $$rc
 
 check-vm: $(BUILD)/moat $(BUILD)/test-integration
 	tools/vm/run-vm.sh -- env MOAT_BIN=$(CURDIR)/$(BUILD)/moat sh -c \

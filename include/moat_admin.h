@@ -282,6 +282,10 @@ struct moat_serve_options {
 	/* live sandboxes at once (docs/SANDBOXES.md); 0: off; -1: as
 	 * max_sessions' default (from memory, at most 64) */
 	int max_sandboxes;
+	/* this node's name in every session and sandbox id (docs/scaling.md):
+	 * [a-z0-9-]{1,32}; NULL: the config's serve.node, else derived from
+	 * the host's name (a digest: "n" + 8 hex digits) */
+	const char *node;
 	const char *rootfs_dir;   /* NULL: the config's, else the host-derived root */
 	const struct moat_config *cfg; /* never NULL: policy, rootfs and the "serve" limits */
 	FILE *log;                /* access log and notices */

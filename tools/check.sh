@@ -83,6 +83,9 @@ stage "Spin toolbox (tests/spin/check-toolbox.sh)" toolbox
 # two moat serve nodes in network namespaces of their own, one Redis, HAProxy
 # hashing X-Sandbox-Id; root only (else one check, counted skipped)
 stage "a two-node cluster (tests/cluster/two-node.sh)" bash tests/cluster/two-node.sh "$BUILD/moat"
+# live sandboxes and sessions on two nodes behind docs/scaling.md's HAProxy
+# configuration, one node killed; root only (else one check, counted skipped)
+stage "live sandboxes across two nodes (tests/cluster/live.sh)" bash tests/cluster/live.sh "$BUILD/moat"
 stage "make install into a scratch DESTDIR, checked and run there (tests/install/check.sh)" \
 	bash tests/install/check.sh "$BUILD"
 # deploy/kubernetes (docs/kubernetes.md): the manifests offline, then the

@@ -358,7 +358,7 @@ export interface LiveSandboxCreateOptions extends LiveConnection {
 }
 
 export interface LiveSandboxInfo {
-  /** `sbx_` + 32 hex digits; bound to the credential that made it. */
+  /** `sbx_<node>_` + 32 hex digits; bound to the credential that made it. */
   id: string;
   state: 'running' | 'ended';
   createdAt: string;

@@ -631,7 +631,7 @@ const SESSION_DEFAULT_KEYS = DEFAULT_KEYS.filter((k) => k !== 'timeout');
 // a session's run(code, opts)
 const SESSION_RUN_KEYS = ['stdin', 'files', 'timeout', 'onStdout', 'onStderr'];
 const SESSION_LANGUAGES = ['python', 'javascript', 'py', 'python3', 'js', 'node'];
-// what the client puts in a URL path: the service's ids are `ses_` + 32 hex digits
+// what the client puts in a URL path: the service's ids are `ses_<node>_` + 32 hex digits
 const SESSION_ID = /^[A-Za-z0-9_-]{1,128}$/;
 
 // The client-side refusals of session(opts), before any request: a SandboxConfigError (a

@@ -4,7 +4,7 @@
 // index.js with its transport helpers and error classes (makeLive below); no dependencies.
 const { Readable } = require('node:stream');
 
-// The service's ids: `sbx_` + 32 hex digits (what the client puts in a URL path)
+// The service's ids: `sbx_<node>_` + 32 hex digits (what the client puts in a URL path)
 const SANDBOX_ID = /^[A-Za-z0-9_-]{1,128}$/;
 // LiveSandbox.create's keys, sent as they are (docs/SANDBOXES.md "Lifecycle")
 const CREATE_KEYS = ['memoryMb', 'cpus', 'pidsLimit', 'env', 'network', 'allowedHosts', 'allowedCidrs',

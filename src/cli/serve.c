@@ -252,7 +252,7 @@ out:
 /* What the flags set. */
 struct serve_args {
 	const char *listen_spec, *sock, *token_file, *config, *rootfs, *runtime, *kv, *kv_quota;
-	const char *socket_group, *metrics_spec;
+	const char *socket_group, *metrics_spec, *node;
 	bool no_kv, json_log, no_auth;
 	int zygote; /* -1: not given */
 	unsigned pool, max_sessions, max_sandboxes, zyg_children, zyg_age, max_relays, max_dns;
@@ -342,6 +342,10 @@ static const struct cli_opt serve_opts[] = {
 	S_UINT("max-sandboxes", "N", max_sandboxes, 0, 4096, "a number",
 	       "live sandboxes (POST /v1/sandboxes, docs/SANDBOXES.md) at once; they never "
 	       "take a run slot; 0 turns them off (default: as --max-sessions' default)"),
+	S_STR("node", "NAME", node, CLI_COMP_NONE,
+	      "this node's name, in every session and sandbox id so a load balancer can "
+	      "route them (docs/scaling.md): 1-32 of a-z, 0-9 and - (default: config "
+	      "serve.node, else n + 8 hex digits of a digest of the host's name)"),
 	S_FLAG("json-log", json_log,
 	       "write every log line as one JSON object to stdout (for a log collector, e.g. "
 	       "in a pod); by default the log goes to stderr"),
@@ -574,7 +578,7 @@ int cli_serve(int argc, char **argv)
 		.pool = pool, .pool_zygote = zygote,
 		.pool_zygote_max_children = zyg_children, .pool_zygote_max_age_s = zyg_age,
 		.max_relays = max_relays, .max_dns = max_dns, .max_sessions = max_sessions,
-		.max_sandboxes = max_sandboxes,
+		.max_sandboxes = max_sandboxes, .node = a.node,
 	};
 	fd = mfd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {

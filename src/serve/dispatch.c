@@ -76,9 +76,8 @@ static enum serve_route route_of(const char *url)
 		return R_SESSIONS;
 	if (!strncmp(url, "/v1/sessions/", 13)) {
 		size_t n = strlen(url + 13);
-		if (n == SERVE_SESSION_ID_LEN + 6 && !strcmp(url + 13 + n - 6, "/pause"))
-			return R_SESSION_CTL;
-		if (n == SERVE_SESSION_ID_LEN + 7 && !strcmp(url + 13 + n - 7, "/resume"))
+		const char *rest = url + 13 + strcspn(url + 13, "/");
+		if (!strcmp(rest, "/pause") || !strcmp(rest, "/resume"))
 			return R_SESSION_CTL;
 		if (n > 10 && !strcmp(url + 13 + n - 10, "/interrupt"))
 			return R_SESSION_INTERRUPT;
@@ -91,6 +90,22 @@ static enum serve_route route_of(const char *url)
 	if (!strcmp(url, "/metrics"))
 		return R_METRICS;
 	return R_OTHER;
+}
+
+/* "/v1/sessions/<id><suffix>": the id into q->ses_id when the rest of the
+ * path is suffix, else "" (no such session); an id of another node is
+ * answered 421 (true, *r) */
+static bool session_id_of(struct req *q, struct MHD_Connection *c, const char *url,
+			  const char *suffix, enum MHD_Result *r)
+{
+	const char *p = url + 13;
+	size_t n = strcspn(p, "/");
+	q->ses_id[0] = '\0';
+	if (n <= SERVE_SESSION_ID_LEN && !strcmp(p + n, suffix)) {
+		memcpy(q->ses_id, p, n);
+		q->ses_id[n] = '\0';
+	}
+	return srv_misdirected(q, c, q->ses_id, "ses_", r);
 }
 
 static void describe_remote(struct req *q, struct MHD_Connection *c)
@@ -153,12 +168,13 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 			return srv_fail(q, c, 401, "AuthenticationError", O_UNAUTHORIZED,
 					"a valid bearer token is required (Authorization: Bearer ...)");
 		srv_caller_cred(s, c, q->cred);
-		snprintf(q->ses_id, sizeof q->ses_id, "%.36s", url + 13);
-		if (!ctl && strlen(url + 13) != SERVE_SESSION_ID_LEN)
-			q->ses_id[0] = '\0'; /* no such id */
+		const char *rest = url + 13 + strcspn(url + 13, "/");
+		enum MHD_Result mis;
+		if (session_id_of(q, c, url, ctl ? rest : "", &mis))
+			return mis;
 		enum srv_session_op op = !ctl ? (!strcmp(method, "DELETE") ? SES_OP_DELETE : SES_OP_GET)
-				       : url[13 + SERVE_SESSION_ID_LEN + 1] == 'p' ? SES_OP_PAUSE
-										   : SES_OP_RESUME;
+				       : rest[1] == 'p' ? SES_OP_PAUSE
+							: SES_OP_RESUME;
 		return srv_session_route(q, c, op);
 	}
 	const char *want = get_route ? "GET" : q->route == R_KV ? "DELETE" : "POST";
@@ -189,15 +205,16 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 				"a valid bearer token is required (Authorization: Bearer ...)");
 	if (q->route == R_SESSION_INTERRUPT) {
 		srv_caller_cred(s, c, q->cred);
-		if (strlen(url + 13) - 10 == SERVE_SESSION_ID_LEN)
-			memcpy(q->ses_id, url + 13, SERVE_SESSION_ID_LEN);
+		enum MHD_Result mis;
+		if (session_id_of(q, c, url, "/interrupt", &mis))
+			return mis;
 		return srv_session_interrupt_route(q, c);
 	}
 	if (q->route == R_SESSION_RUN) {
 		srv_caller_cred(s, c, q->cred);
-		size_t n = strlen(url + 13) - 4;
-		if (n == SERVE_SESSION_ID_LEN)
-			memcpy(q->ses_id, url + 13, n);
+		enum MHD_Result mis;
+		if (session_id_of(q, c, url, "/run", &mis))
+			return mis;
 		if (!serve_session_id_valid(q->ses_id))
 			return srv_session_missing(q, c); /* before its body is read */
 	} else if (q->route == R_SESSIONS) {

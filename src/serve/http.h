@@ -169,6 +169,10 @@ char *srv_error_json(const char *type, const char *msg);
 bool srv_length_over(struct MHD_Connection *c, uint64_t max);
 enum MHD_Result srv_fail(struct req *q, struct MHD_Connection *c, unsigned status, const char *type,
 		enum serve_outcome outcome, const char *msg);
+/* An id of prefix's form naming another node (docs/scaling.md): answered
+ * 421 WrongNode naming both nodes, true with *r; else false. */
+bool srv_misdirected(struct req *q, struct MHD_Connection *c, const char *id,
+		     const char *prefix, enum MHD_Result *r);
 enum MHD_Result srv_fail_moat(struct req *q, struct MHD_Connection *c,
 		const struct moat_error *err);
 

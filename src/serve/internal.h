@@ -22,6 +22,7 @@
 #define SERVE_MAX_OUTPUT_DEFAULT (4u * 1024u * 1024u) /* serve.max.maxOutputBytes */
 
 /* ---- operator limits (config "serve" object) ---- */
+#define SERVE_NODE_MAX 32 /* a node's name: [a-z0-9-]{1,32} (ids.c) */
 /* The Python zygote's lifetime by default (SECURITY.md row 61: how many
  * children share its layout and hash secret, and for how long), and the
  * most either may be set to (--pool-zygote-max-children/-max-age). */
@@ -70,6 +71,8 @@ struct serve_limits {
 	 * "finish" (true) a step whose streaming client hung up */
 	uint64_t session_grace_ms;
 	bool session_hangup_finish;
+	/* "node": this node's name in every id (docs/scaling.md); "" not set */
+	char node[SERVE_NODE_MAX + 1];
 };
 /* Built-in values (SERVE.md); max_cpus: online CPUs. */
 void serve_limits_default(struct serve_limits *l);
@@ -245,16 +248,30 @@ void serve_budget_json(struct serve_budget *b, struct moat_buf *out);
 void serve_budget_metrics(struct serve_budget *b, struct moat_buf *out);
 
 /* ---- what the tables share (ids.c) ---- */
-#define SERVE_ID_LEN 36 /* a 4-byte prefix ("ses_", "sbx_") + 32 hex digits: 128 random bits */
+/* An id: a 4-byte prefix ("ses_", "sbx_"), the node's name (1-32 of
+ * [a-z0-9-]), "_", 32 hex digits (128 random bits); docs/scaling.md */
+#define SERVE_ID_HEX 32
+#define SERVE_ID_LEN (4 + SERVE_NODE_MAX + 1 + SERVE_ID_HEX) /* the longest */
 int64_t serve_wall_ms(void); /* CLOCK_REALTIME */
 /* Appends ,"key":"<RFC 3339 UTC with milliseconds>". */
 void serve_put_time(struct moat_buf *b, const char *key, int64_t ms);
 bool serve_ct_equal(const void *a, const void *b, size_t n);
+/* The node's name: [a-z0-9-]{1,32}; its default (a digest of the host's
+ * name, "n" + 8 hex digits); serve_node_set before any thread starts
+ * (-1: not a valid name); the name ("node" until set). */
+bool serve_node_name_valid(const char *name, size_t n);
+void serve_node_default(char out[SERVE_NODE_MAX + 1]);
+int serve_node_set(const char *name);
+const char *serve_node(void);
+/* An id of this node with that prefix. */
 bool serve_id_valid(const char *id, const char *prefix);
+/* An id of that form naming another node: true, its name in node. */
+bool serve_id_elsewhere(const char *id, const char *prefix, char node[SERVE_NODE_MAX + 1]);
+/* A new id of this node, the rest of out zeroed. */
 int serve_new_id(char out[SERVE_ID_LEN + 1], const char *prefix);
 
 /* ---- sessions (sessions.c; docs/SESSIONS.md) ---- */
-#define SERVE_SESSION_ID_LEN 36 /* "ses_" + 32 hex digits: 128 random bits */
+#define SERVE_SESSION_ID_LEN SERVE_ID_LEN /* "ses_<node>_" + 32 hex digits, at most */
 #define SERVE_SESSIONS_LIMIT 4096 /* --max-sessions, serve.sessions.max at most */
 #define SERVE_SESSIONS_AUTO_MAX 64 /* the default from memory at most */
 enum { SERVE_SES_KILL_TIMEOUT, SERVE_SES_KILL_OOM, SERVE_SES_KILL_SECCOMP,
@@ -329,7 +346,7 @@ int serve_session_interrupt(struct serve_sessions *ss, struct serve_session *x, 
 void serve_sessions_metrics(struct serve_sessions *ss, struct moat_buf *b);
 
 /* ---- live sandboxes (sandboxes.c; docs/SANDBOXES.md) ---- */
-#define SERVE_SBX_ID_LEN 36 /* "sbx_" + 32 hex digits: 128 random bits */
+#define SERVE_SBX_ID_LEN SERVE_ID_LEN /* "sbx_<node>_" + 32 hex digits, at most */
 #define SERVE_SBX_LIMIT 4096 /* --max-sandboxes at most */
 /* the bounds of the sandbox routes (docs/SANDBOXES.md, "Bounds") */
 #define SERVE_SBX_MAX_FILE (1024ull * 1024 * 1024) /* a PUT file's bytes */

@@ -228,6 +228,14 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 		} else if (!strcmp(k, "sandboxes")) {
 			if (parse_sandboxes(it, l, err) < 0)
 				goto out;
+		} else if (!strcmp(k, "node")) {
+			if (!cJSON_IsString(it) ||
+			    !serve_node_name_valid(it->valuestring, strlen(it->valuestring))) {
+				moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					       "config serve.node must be 1-32 of a-z, 0-9 and -");
+				goto out;
+			}
+			strcpy(l->node, it->valuestring);
 		} else if (!strcmp(k, "maxRelays") || !strcmp(k, "maxDns")) {
 			bool tcp = k[3] == 'R';
 			double v = 0;
@@ -240,7 +248,7 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
 				       "allowOpenNetwork, maxResponseBytes, pool, poolZygote, "
 				       "poolZygoteMaxChildren, poolZygoteMaxAge, maxRelays, "
-				       "maxDns, sessions, sandboxes)", k);
+				       "maxDns, sessions, sandboxes, node)", k);
 			goto out;
 		}
 	}

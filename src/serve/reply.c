@@ -177,6 +177,19 @@ enum MHD_Result srv_fail(struct req *q, struct MHD_Connection *c, unsigned statu
 	return srv_respond(q, c, status, srv_error_json(type, msg), "application/json", h, v);
 }
 
+bool srv_misdirected(struct req *q, struct MHD_Connection *c, const char *id,
+		     const char *prefix, enum MHD_Result *r)
+{
+	char node[SERVE_NODE_MAX + 1];
+	if (!serve_id_elsewhere(id, prefix, node))
+		return false;
+	char msg[256];
+	snprintf(msg, sizeof msg, "this id names node \"%s\" and this is node \"%s\": its "
+		 "requests go to its node (docs/scaling.md)", node, serve_node());
+	*r = srv_fail(q, c, 421, "WrongNode", O_BAD_REQUEST, msg);
+	return true;
+}
+
 /* A moat error: 400 config, 403 policy, 503 unavailable. */
 enum MHD_Result srv_fail_moat(struct req *q, struct MHD_Connection *c,
 			      const struct moat_error *err)

@@ -29,6 +29,10 @@ char *srv_metrics_text(struct server *s)
 			     "# TYPE moat_serve_log_lines_dropped_total counter\n"
 			     "moat_serve_log_lines_dropped_total %llu\n",
 			 (unsigned long long)serve_log_dropped(&s->log));
+	moat_buf_appendf(&b, "# HELP moat_serve_node_info This node's name, in its session and "
+			     "sandbox ids (docs/scaling.md).\n"
+			     "# TYPE moat_serve_node_info gauge\n"
+			     "moat_serve_node_info{node=\"%s\"} 1\n", serve_node());
 	serve_metrics_relays(s->relay_caps, &b);
 	serve_sessions_metrics(s->sessions, &b);
 	if (s->have_budget)

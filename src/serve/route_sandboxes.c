@@ -132,9 +132,9 @@ static int parse_route(const char *url, const char *method, char *id, int *pid, 
 		return -1;
 	const char *slash = strchr(p, '/');
 	size_t n = slash ? (size_t)(slash - p) : strlen(p);
-	if (n == SERVE_SBX_ID_LEN)
+	if (n <= SERVE_SBX_ID_LEN)
 		memcpy(id, p, n);
-	id[n == SERVE_SBX_ID_LEN ? n : 0] = '\0';
+	id[n <= SERVE_SBX_ID_LEN ? n : 0] = '\0';
 	const char *rest = slash ? slash : "";
 	if (!*rest) {
 		*op = get ? OP_GET : del ? OP_DELETE : OP_NONE;
@@ -989,6 +989,9 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 	q->sbx_pid = pid;
 	q->mode = "sandbox";
 	srv_caller_cred(s, c, q->cred);
+	enum MHD_Result mis;
+	if (srv_misdirected(q, c, id, "sbx_", &mis))
+		return mis;
 	if (op == OP_LIST) {
 		unsigned limit = (unsigned)arg_num(c, "limit", 100, 1, 1000);
 		if (arg_num(c, "limit", 100, 1, 1000) < 0)
@@ -1047,7 +1050,7 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 		return gone(q, c, why);
 	q->sbx_busy = true;
 	if (op == OP_CTX)
-		return srv_contexts_route(q, c, url + strlen("/v1/sandboxes/") + SERVE_SBX_ID_LEN,
+		return srv_contexts_route(q, c, url + strlen("/v1/sandboxes/") + strlen(id),
 					  method);
 	struct live *lv = serve_sbx_live(q->sbx);
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };

@@ -409,7 +409,7 @@ struct serve_sbx *serve_sbx_get(struct serve_sbxs *ss, const char *id,
 	pthread_mutex_lock(&ss->mu);
 	struct serve_sbx *x = ss->list;
 	for (; x; x = x->next)
-		if (serve_ct_equal(x->id, id, SERVE_SBX_ID_LEN) &&
+		if (serve_ct_equal(x->id, id, strlen(id) + 1) && /* this node's: one length */
 		    serve_ct_equal(x->cred, cred, MOAT_SHA256_LEN))
 			break;
 	if (x)

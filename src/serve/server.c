@@ -226,6 +226,18 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 		close_listeners(o);
 		goto out;
 	}
+	{
+		char def[SERVE_NODE_MAX + 1];
+		const char *node = o->node ? o->node : s->limits.node;
+		if (!o->node && !*node) /* --node "" is refused below */
+			serve_node_default(def), node = def;
+		if (serve_node_set(node) < 0) {
+			moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				       "moat serve: the node name must be 1-32 of a-z, 0-9 and -");
+			close_listeners(o);
+			goto out;
+		}
+	}
 	if (o->token) {
 		s->auth = true;
 		moat_sha256(o->token, strlen(o->token), s->token_hash);
@@ -371,8 +383,8 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 			goto out;
 		}
 	}
-	srv_notice(s, "info", "listening on %s (max %u runs at once, queue %u%s)", o->listen_desc,
-		   o->max_concurrent, o->queue,
+	srv_notice(s, "info", "listening on %s (node %s, max %u runs at once, queue %u%s)",
+		   o->listen_desc, serve_node(), o->max_concurrent, o->queue,
 		   o->token ? ", bearer token required" : is_unix ? ", the socket's mode guards it" : "");
 	if (o->no_auth)
 		srv_notice(s, "warn", "authentication is off (--no-auth): whoever can connect to %s can "

@@ -574,7 +574,7 @@ struct serve_session *serve_sessions_get(struct serve_sessions *ss, const char *
 	pthread_mutex_lock(&ss->mu);
 	for (struct serve_session *x = ss->list; x; x = x->next) {
 		/* every entry is compared whole: the time says nothing */
-		bool same = serve_ct_equal(x->id, id, SERVE_SESSION_ID_LEN);
+		bool same = serve_ct_equal(x->id, id, strlen(id) + 1); /* ids of this node: one length */
 		bool mine = serve_ct_equal(x->cred, cred, MOAT_SHA256_LEN);
 		if (same && mine)
 			found = x;

@@ -100,15 +100,31 @@ cl_redis_start() {
 
 # cl_node_start N SPEC [ARGS...]: moat serve in node N's namespace on
 # CL_NODEn:3000 with --kv SPEC ("redis" for the shared server); its access
-# log in CL_DIR/nodeN.log. Waits for /healthz.
+# log in CL_DIR/nodeN.log; as uid 65534 when N is in CL_ROOTLESS. Waits for
+# /healthz.
 cl_node_start() {
 	local n=$1 spec=$2
 	shift 2
 	local ip host
 	eval "ip=\$CL_NODE$n host=\$CL_HOST$n"
 	[ "$spec" = redis ] && spec="redis://$host:$CL_REDIS_PORT/0"
-	nsenter --net="/run/netns/$CL_TAG-n$n" "$MOAT" serve --listen "$ip:$CL_PORT" \
-		--token-file "$CL_DIR/token" --runtime "$RUNTIME" --kv "$spec" --pool 0 \
+	# CL_ROOTLESS lists the nodes run as uid 65534 (rootless), with a
+	# directory of their own (CL_DIR/nobodyN: its token, its home) where a
+	# relative store SPEC lands
+	local as=() token=$CL_DIR/token
+	case " ${CL_ROOTLESS:-} " in
+	*" $n "*)
+		local d=$CL_DIR/nobody$n
+		mkdir -p "$d"
+		cp "$CL_DIR/token" "$d/token"
+		chown -R 65534:65534 "$d"
+		token=$d/token
+		case $spec in redis://*) ;; *) spec=$d/$(basename "$spec") ;; esac
+		as=(env HOME="$d" setpriv --reuid=65534 --regid=65534 --clear-groups --)
+		;;
+	esac
+	nsenter --net="/run/netns/$CL_TAG-n$n" "${as[@]}" "$MOAT" serve --listen "$ip:$CL_PORT" \
+		--token-file "$token" --runtime "$RUNTIME" --kv "$spec" --pool 0 \
 		--grace 2 "$@" >>"$CL_DIR/node$n.out" 2>>"$CL_DIR/node$n.log" &
 	eval "CL_PID$n=$!"
 	CL_PIDS="$CL_PIDS $!"
@@ -211,4 +227,31 @@ cl_py_served() {
 # "<HTTP status> <the script's stdout, JSON-quoted>".
 cl_call() {
 	"$CL_PY" "$CL_LIB_DIR/client.py" call "$1" "$CL_TOKEN" "$2" "$3"
+}
+
+# cl_haproxy_doc_start: HAProxy on 127.0.0.1:CL_HAPROXY_PORT with the
+# configuration docs/scaling.md gives for live sandboxes and sessions (the
+# block after its "tests/cluster/live.sh runs this block" line), as it is
+# but for the bind and the nodes' addresses (nodes 1 and 2: node-a, node-b).
+cl_haproxy_doc_start() {
+	local doc=$CL_LIB_DIR/../../docs/scaling.md i
+	CL_HAPROXY_PORT=$(cl_free_port)
+	awk '/^<!-- tests\/cluster\/live.sh runs this block/ { f = 1; next }
+	     f && /^```haproxy/ { g = 1; next } g && /^```/ { exit } g' "$doc" |
+		sed -e "s/^\([[:space:]]*bind\) :8080\$/\1 127.0.0.1:$CL_HAPROXY_PORT/" \
+		    -e "s/10\.0\.0\.11:3000/$CL_NODE1:$CL_PORT/" \
+		    -e "s/10\.0\.0\.12:3000/$CL_NODE2:$CL_PORT/" >"$CL_DIR/haproxy-live.cfg"
+	grep -q "bind 127.0.0.1:$CL_HAPROXY_PORT\$" "$CL_DIR/haproxy-live.cfg" &&
+		grep -q "$CL_NODE1:$CL_PORT track" "$CL_DIR/haproxy-live.cfg" ||
+		{ echo "docs/scaling.md has no HAProxy block this script can use" >&2; return 1; }
+	haproxy -db -f "$CL_DIR/haproxy-live.cfg" >"$CL_DIR/haproxy-live.log" 2>&1 &
+	CL_HAPROXY_PID=$!
+	CL_PIDS="$CL_PIDS $CL_HAPROXY_PID"
+	for i in $(seq 100); do
+		curl -s -o /dev/null --max-time 1 "http://127.0.0.1:$CL_HAPROXY_PORT/healthz" && return 0
+		kill -0 "$CL_HAPROXY_PID" 2>/dev/null || break
+		sleep 0.05
+	done
+	echo "haproxy did not start: $(tail -n 5 "$CL_DIR/haproxy-live.log")" >&2
+	return 1
 }

@@ -101,7 +101,7 @@ async function withSandbox(opts, fn) {
 
 T('create, commands.run(echo hi), kill; the killed sandbox is E2B\'s NotFound', async () => {
   const sbx = await e2b.Sandbox.create();
-  assert.match(sbx.sandboxId, /^sbx_[0-9a-f]{32}$/);
+  assert.match(sbx.sandboxId, /^sbx_[a-z0-9-]+_[0-9a-f]{32}$/);
   const r = await sbx.commands.run('echo hi');
   assert.equal(r.stdout, 'hi\n');
   assert.equal(r.exitCode, 0);
@@ -385,7 +385,7 @@ T('docs/E2B.md\'s examples run as written', async () => {
       ch.on('exit', (code) => (code === 0 ? resolve(o) : reject(new Error(`example ${i}: ${code}: ${e}`))));
     });
     if (i === 0) assert.equal(out, 'hello from moat\n\n');
-    else assert.match(out, /^buy milk\n\[ 'todo\.txt' \]\n.* says hi\n\n\[ 'sbx_[0-9a-f]{32}' \]\n$/);
+    else assert.match(out, /^buy milk\n\[ 'todo\.txt' \]\n.* says hi\n\n\[ 'sbx_[a-z0-9-]+_[0-9a-f]{32}' \]\n$/);
   }
 });
 

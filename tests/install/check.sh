@@ -161,8 +161,8 @@ complete_words() { # the candidates for the words given, the last one being comp
 	bad "completion: run --ti → $(complete_words run --ti)"
 [ "$(complete_words run -l ty)" = "typescript" ] && ok "completion: run -l ty → typescript" ||
 	bad "completion: run -l ty → $(complete_words run -l ty)"
-[ "$(complete_words serve --no | tr "\n" " ")" = "--no-auth --no-kv --no-pool-zygote " ] &&
-	ok "completion: serve --no → --no-auth --no-kv --no-pool-zygote" ||
+[ "$(complete_words serve --no | tr "\n" " ")" = "--no-auth --no-kv --no-pool-zygote --node " ] &&
+	ok "completion: serve --no → --no-auth --no-kv --no-pool-zygote --node" ||
 	bad "completion: serve --no → $(complete_words serve --no)"
 # every option of the tables is offered after its command, with its short name
 missing=""

@@ -712,6 +712,25 @@ void expect_error(const char *what, const struct resp *r, int code, const char *
 		      "%s: an error is JSON, Content-Type: %s", what, ct[0] ? ct : "(none)");
 }
 
+bool id_form_ok(const char *id, const char *prefix, const char *node)
+{
+	if (!id || strncmp(id, prefix, 4))
+		return false;
+	const char *u = strchr(id + 4, '_');
+	size_t n = u ? (size_t)(u - (id + 4)) : 0;
+	if (n < 1 || n > 32 || strlen(u + 1) != 32 ||
+	    (node && (strlen(node) != n || strncmp(id + 4, node, n))))
+		return false;
+	for (size_t i = 0; i < n; i++)
+		if (!(islower((unsigned char)id[4 + i]) || isdigit((unsigned char)id[4 + i]) ||
+		      id[4 + i] == '-'))
+			return false;
+	for (const char *p = u + 1; *p; p++)
+		if (!(isdigit((unsigned char)*p) || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
 /* A 200 script result with every documented key. */
 void expect_script(const char *what, const struct resp *r)
 {

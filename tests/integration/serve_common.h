@@ -201,6 +201,10 @@ void get(struct server *s, const char *path, struct resp *r);
 char *envelope(const char *code, const char *extra);
 void run_py(struct server *s, const char *code, const char *extra, struct resp *r);
 void expect_error(const char *what, const struct resp *r, int code, const char *type);
+/* A session or sandbox id (docs/scaling.md): prefix ("ses_", "sbx_"), a node's
+ * name ([a-z0-9-]{1,32}), "_", 32 lowercase hex digits; node, when given, its
+ * name must be. */
+bool id_form_ok(const char *id, const char *prefix, const char *node);
 void expect_script(const char *what, const struct resp *r);
 void server_wait_ready(struct server *s);
 void server_start(struct server *s, int mode, const struct server_opts *o);

@@ -5,6 +5,7 @@
  * sandbox (a process of its own) and ask the service to follow it: none
  * may reach outside the sandbox's own tree, none may hang. */
 #include "serve_common.h"
+#include "ses_common.h"
 #include "skip.h"
 
 #include <sys/random.h>
@@ -32,9 +33,7 @@ static char *sbx_create(struct server *s, const char *body)
 	ck_assert_msg(r.code == 201, "%s: POST /v1/sandboxes %s: HTTP %d: %.2000s",
 		      MODE_NAME[s->mode], body ? body : "{}", r.code, r.body ? r.body : "");
 	const char *id = jstr(r.json, "id");
-	ck_assert_msg(id && strlen(id) == 36 && !strncmp(id, "sbx_", 4), "bad id in %s", r.body);
-	for (int i = 4; i < 36; i++)
-		ck_assert_msg(isxdigit((unsigned char)id[i]), "id not hex: %s", id);
+	ck_assert_msg(id_form_ok(id, "sbx_", NULL), "bad id in %s", r.body);
 	char *ret = strdup(id);
 	resp_free(&r);
 	return ret;
@@ -1194,6 +1193,93 @@ START_TEST(sbx_disk_usage)
 }
 END_TEST
 
+
+/* ---- nodes (docs/scaling.md) ---- */
+
+/* Every id names the node that made it (--node), so a load balancer can
+ * route on the path; an id naming another node is answered 421 WrongNode
+ * naming both, never looked up and never 404 (which would say the sandbox
+ * is gone); a name that is not [a-z0-9-]{1,32} does not start. */
+START_TEST(sbx_ids_name_their_node)
+{
+	struct server s;
+	const char *args[] = { "--node", "alpha-1", NULL };
+	server_start(&s, _i, &(struct server_opts){ .pool = 0, .args = args });
+	char *id = sbx_create(&s, NULL);
+	if (!id) {
+		server_stop(&s);
+		harness_skip(SBX_SKIP);
+		return;
+	}
+	ck_assert_msg(id_form_ok(id, "sbx_", "alpha-1"), "%s: id %s does not name node alpha-1",
+		      MODE_NAME[_i], id);
+	ck_assert_int_eq(sbx_sh(&s, id, "exit 7"), 7);
+	struct resp r;
+	char *ses = ses_try_create(&s, "{\"language\":\"python\"}", NULL, NULL);
+	ck_assert_msg(id_form_ok(ses, "ses_", "alpha-1"), "%s: session id %s", MODE_NAME[_i],
+		      ses ? ses : "(none)");
+	/* the same random part under another node's name: not this node's */
+	char other[128], p[256];
+	snprintf(other, sizeof other, "sbx_beta_%s", strrchr(id, '_') + 1);
+	static const char *const rests[] = { "", "/processes", "/files?path=/tmp/x" };
+	static const char *const methods[] = { "GET", "POST", "GET" };
+	for (int k = 0; k < 3; k++) {
+		sbx_path(p, sizeof p, other, rests[k]);
+		sbx_req(&s, methods[k], p, k == 1 ? "{\"cmd\":\"true\"}" : NULL, &r);
+		expect_error(p, &r, 421, "WrongNode");
+		const char *m = jstr(jget(r.json, "error"), "message");
+		ck_assert_msg(strstr(m, "\"beta\"") && strstr(m, "\"alpha-1\""),
+			      "%s: the 421 names neither node: %s", MODE_NAME[_i], m);
+		resp_free(&r);
+	}
+	snprintf(other, sizeof other, "ses_beta_%s", strrchr(ses, '_') + 1);
+	static const char *const srests[] = { "", "/run", "/interrupt", "/pause" };
+	static const char *const smethods[] = { "GET", "POST", "POST", "POST" };
+	for (int k = 0; k < 4; k++) {
+		snprintf(p, sizeof p, "/v1/sessions/%s%s", other, srests[k]);
+		sbx_req(&s, smethods[k], p, k == 1 ? "{\"code\":\"print(1)\"}" : NULL, &r);
+		expect_error(p, &r, 421, "WrongNode");
+		resp_free(&r);
+	}
+	/* this node's name with a random part it never made: no such sandbox */
+	snprintf(other, sizeof other, "sbx_alpha-1_%032d", 0);
+	sbx_path(p, sizeof p, other, "");
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 404, "%s: an unknown id of this node: HTTP %d %s", MODE_NAME[_i],
+		      r.code, r.body);
+	resp_free(&r);
+	/* not an id's form (an upper-case node): no such sandbox either */
+	snprintf(other, sizeof other, "sbx_BETA_%s", strrchr(id, '_') + 1);
+	sbx_path(p, sizeof p, other, "");
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 404, "%s: a malformed id: HTTP %d %s", MODE_NAME[_i], r.code,
+		      r.body);
+	resp_free(&r);
+	char *m = get_metrics(&s, NULL);
+	ck_assert_msg(m && strstr(m, "moat_serve_node_info{node=\"alpha-1\"} 1"),
+		      "%s: /metrics does not name the node", MODE_NAME[_i]);
+	free(m);
+	ses_end(&s, ses);
+	free(ses);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+	/* names that are not [a-z0-9-]{1,32} */
+	static const char *const bad[] = { "Alpha", "a_b", "", "abcdefghijklmnopqrstuvwxyz0123456" };
+	for (int k = 0; k < 4; k++) {
+		const char *bargs[] = { "--node", bad[k], NULL };
+		server_spawn(&s, _i, &(struct server_opts){ .pool = 0, .args = bargs });
+		int st = server_wait_exit(&s, harness_scale_ms(10000));
+		char *log = server_log(&s);
+		ck_assert_msg(st > 0 && log && strstr(log, "node"),
+			      "%s: --node \"%s\": exit %d, log %.600s", MODE_NAME[_i], bad[k], st,
+			      log ? log : "");
+		free(log);
+		server_cleanup(&s);
+	}
+}
+END_TEST
+
 Suite *serve_sandboxes_suite(void)
 {
 	Suite *s = suite_create("serve_sandboxes");
@@ -1217,6 +1303,7 @@ Suite *serve_sandboxes_suite(void)
 	tcase_add_loop_test(tc, sbx_on_idle_pause, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_max_cpu, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_disk_usage, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_ids_name_their_node, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }

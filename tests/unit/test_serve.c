@@ -807,6 +807,85 @@ START_TEST(is_handler_edges)
 }
 END_TEST
 
+/* Ids name their node (docs/scaling.md): sbx_<node>_<32 hex>; this node's
+ * ids are valid, another node's are "elsewhere", anything else neither. */
+START_TEST(ids_name_node)
+{
+	static const char *const good[] = { "a", "node-1", "0", "abcdefghijklmnopqrstuvwxyz012345" };
+	static const char *const bad[] = { "", "A", "a_b", "a.b", "n\xc3\xa9",
+					   "abcdefghijklmnopqrstuvwxyz0123456" };
+	for (size_t i = 0; i < sizeof good / sizeof *good; i++)
+		ck_assert_msg(serve_node_name_valid(good[i], strlen(good[i])), "%s", good[i]);
+	for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+		ck_assert_msg(!serve_node_name_valid(bad[i], strlen(bad[i])), "%s", bad[i]);
+		ck_assert_int_eq(serve_node_set(bad[i]), -1);
+	}
+	char def[SERVE_NODE_MAX + 1], def2[SERVE_NODE_MAX + 1];
+	serve_node_default(def);
+	serve_node_default(def2);
+	ck_assert_str_eq(def, def2);
+	ck_assert_msg(strlen(def) == 9 && def[0] == 'n' && serve_node_name_valid(def, 9), "%s", def);
+
+	ck_assert_int_eq(serve_node_set("node-a"), 0);
+	ck_assert_str_eq(serve_node(), "node-a");
+	char id[SERVE_ID_LEN + 1], id2[SERVE_ID_LEN + 1], node[SERVE_NODE_MAX + 1];
+	ck_assert_int_eq(serve_new_id(id, "sbx_"), 0);
+	ck_assert_int_eq(serve_new_id(id2, "sbx_"), 0);
+	ck_assert_str_ne(id, id2);
+	ck_assert_uint_eq(strlen(id), 4 + 6 + 1 + 32);
+	ck_assert_msg(!strncmp(id, "sbx_node-a_", 11), "%s", id);
+	ck_assert(serve_id_valid(id, "sbx_"));
+	ck_assert(!serve_id_valid(id, "ses_"));
+	ck_assert(!serve_id_elsewhere(id, "sbx_", node));
+
+	char other[128];
+	snprintf(other, sizeof other, "sbx_node-b_%s", id + 11);
+	ck_assert(!serve_id_valid(other, "sbx_"));
+	ck_assert(serve_id_elsewhere(other, "sbx_", node));
+	ck_assert_str_eq(node, "node-b");
+	/* a name that is this one's prefix, or has it as prefix: another node */
+	snprintf(other, sizeof other, "sbx_node_%s", id + 11);
+	ck_assert(!serve_id_valid(other, "sbx_") && serve_id_elsewhere(other, "sbx_", node));
+	snprintf(other, sizeof other, "sbx_node-ab_%s", id + 11);
+	ck_assert(!serve_id_valid(other, "sbx_") && serve_id_elsewhere(other, "sbx_", node));
+	/* neither: the old form, a short or upper-case random part, a bad name,
+	 * a name too long, no name */
+	static const char *const neither[] = {
+		"sbx_0123456789abcdef0123456789abcdef",
+		"sbx_node-a_0123456789abcdef0123456789abcde",
+		"sbx_node-a_0123456789ABCDEF0123456789abcdef",
+		"sbx_node-a_0123456789abcdef0123456789abcdef0",
+		"sbx_Node-a_0123456789abcdef0123456789abcdef",
+		"sbx_a_b_0123456789abcdef0123456789abcdef",
+		"sbx__0123456789abcdef0123456789abcdef",
+		"sbx_abcdefghijklmnopqrstuvwxyz0123456_0123456789abcdef0123456789abcdef",
+		"ses_node-b_0123456789abcdef0123456789abcdef",
+		"",
+	};
+	for (size_t i = 0; i < sizeof neither / sizeof *neither; i++)
+		ck_assert_msg(!serve_id_valid(neither[i], "sbx_") &&
+				      !serve_id_elsewhere(neither[i], "sbx_", node),
+			      "%s", neither[i]);
+	/* the longest name: the longest id */
+	ck_assert_int_eq(serve_node_set("abcdefghijklmnopqrstuvwxyz012345"), 0);
+	ck_assert_int_eq(serve_new_id(id, "ses_"), 0);
+	ck_assert_uint_eq(strlen(id), SERVE_ID_LEN);
+	ck_assert(serve_id_valid(id, "ses_"));
+
+	struct serve_limits l;
+	serve_limits_default(&l);
+	ck_assert_str_eq(l.node, "");
+	struct moat_error err = { 0 };
+	ck_assert_int_eq(serve_limits_parse("{\"node\":\"edge-7\"}", &l, &err), 0);
+	ck_assert_str_eq(l.node, "edge-7");
+	ck_assert_int_eq(serve_limits_parse("{\"node\":\"Edge_7\"}", &l, &err), -1);
+	ck_assert_msg(strstr(err.message, "serve.node"), "%s", err.message);
+	moat_error_clear(&err);
+	ck_assert_int_eq(serve_limits_parse("{\"node\":7}", &l, &err), -1);
+	moat_error_clear(&err);
+}
+END_TEST
+
 Suite *serve_suite(void)
 {
 	Suite *s = suite_create("serve");
@@ -823,6 +902,7 @@ Suite *serve_suite(void)
 	tcase_add_test(tc, envelope_python_handler);
 	tcase_add_test(tc, envelope_ts_handler);
 	tcase_add_test(tc, is_handler_edges);
+	tcase_add_test(tc, ids_name_node);
 	serve_frames_tests(tc);
 	serve_limits_tests(tc);
 	suite_add_tcase(s, tc);

@@ -59,7 +59,7 @@ describe('live sandboxes: a real moat serve on a unix socket', () => {
     const tag = crypto.randomBytes(4).toString('hex');
     const sbx = await create({ memoryMb: 128, env: { GREETING: 'hello' }, metadata: { test: tag },
       lifetimeMs: 120000 });
-    assert.match(sbx.sandboxId, /^sbx_[0-9a-f]{32}$/);
+    assert.match(sbx.sandboxId, /^sbx_[a-z0-9-]+_[0-9a-f]{32}$/);
     assert.equal(sbx.info.state, 'running');
     assert.equal(sbx.info.memoryMb, 128);
     assert.deepEqual(sbx.info.metadata, { test: tag });

@@ -393,7 +393,7 @@ describe('sessions: a real moat serve on a unix socket', () => {
 
   it('python: state kept across steps, value, error, info, close then run and info', { skip }, async () => {
     const s = await sb.session({ language: 'python' });
-    assert.match(s.id, /^ses_[0-9a-f]{32}$/);
+    assert.match(s.id, /^ses_[a-z0-9-]{1,32}_[0-9a-f]{32}$/);
     let r = await s.run('import os\nx = 41\nopen("/sandbox/f.txt", "w").write("kept")\nprint("set")');
     assert.equal(r.stdout, 'set\n');
     assert.equal(r.exitCode, 0);

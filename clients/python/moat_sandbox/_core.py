@@ -783,7 +783,7 @@ SESSION_KEYS = {
     "max_lifetime_ms": "maxLifetimeMs",
 }
 SESSION_LANGUAGES = ("python", "javascript", "py", "python3", "js", "node")
-# what the client puts in a URL path: the service's ids are `ses_` + 32 hex digits
+# what the client puts in a URL path: the service's ids are `ses_<node>_` + 32 hex digits
 _SESSION_ID = re.compile(r"^[A-Za-z0-9_-]{1,128}$")
 
 

@@ -66,7 +66,7 @@ class RealServe(helpers.ServeCase):
         tag = os.urandom(4).hex()
         with LiveSandbox.create(socket_path=self.sock, memory_mb=128, env={"GREETING": "hello"},
                                 metadata={"test": tag}, lifetime_ms=120000) as sbx:
-            self.assertRegex(sbx.sandbox_id, r"^sbx_[0-9a-f]{32}$")
+            self.assertRegex(sbx.sandbox_id, r"^sbx_[a-z0-9-]+_[0-9a-f]{32}$")
             self.assertEqual((sbx.info["state"], sbx.info["memoryMb"], sbx.info["metadata"]),
                              ("running", 128, {"test": tag}))
             # streaming: the first chunk comes before the command ends

@@ -370,7 +370,7 @@ class RealServe(unittest.TestCase):
 
     def test_state_across_steps_then_close(self) -> None:
         with self.sb.session(language="python") as s:
-            self.assertRegex(s.id, r"^ses_[0-9a-f]{32}$")
+            self.assertRegex(s.id, r"^ses_[a-z0-9-]{1,32}_[0-9a-f]{32}$")
             r = s.run('x = 41\nopen("/sandbox/f.txt", "w").write("kept")\nprint("set")')
             self.assertEqual((r.stdout, r.exit_code, r.error), ("set\n", 0, None))
             r = s.run("x += 1\nx")
