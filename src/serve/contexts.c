@@ -118,7 +118,7 @@ void serve_ctxs_free(struct serve_ctxs *cs)
 
 bool serve_ctx_id_valid(const char *id)
 {
-	return id && serve_id_valid(id, "ctx_");
+	return id && serve_local_id_valid(id, "ctx_");
 }
 
 /* A reference to the context id names, or NULL. */
@@ -354,7 +354,7 @@ int serve_ctx_create(struct serve_ctxs *cs, struct live *lv, const char *languag
 				      "\"cwd\": an absolute path under /sandbox or /tmp, without "
 				      "\".\" or \"..\" components");
 	struct serve_ctx *c = calloc(1, sizeof *c);
-	if (!c || !(c->cwd = strdup(cwd)) || serve_new_id(c->id, "ctx_") < 0) {
+	if (!c || !(c->cwd = strdup(cwd)) || serve_new_local_id(c->id, "ctx_") < 0) {
 		if (c)
 			free(c->cwd);
 		free(c);

@@ -118,9 +118,10 @@ bool serve_id_elsewhere(const char *id, const char *prefix, char node[SERVE_NODE
 	return true;
 }
 
-int serve_new_id(char out[SERVE_ID_LEN + 1], const char *prefix)
+/* 128 random bits as 32 lowercase hex digits at h (not terminated) */
+static int random_hex(char *h)
 {
-	unsigned char r[16];
+	unsigned char r[SERVE_ID_HEX / 2];
 	size_t got = 0;
 	while (got < sizeof r) {
 		ssize_t n = getrandom(r + got, sizeof r - got, 0);
@@ -130,15 +131,37 @@ int serve_new_id(char out[SERVE_ID_LEN + 1], const char *prefix)
 			return -1;
 		got += (size_t)n;
 	}
-	memset(out, 0, SERVE_ID_LEN + 1);
-	memcpy(out, prefix, 4);
-	memcpy(out + 4, node_name, node_len);
-	char *h = out + 4 + node_len;
-	*h++ = '_';
 	for (size_t i = 0; i < sizeof r; i++) {
 		static const char hex[] = "0123456789abcdef";
 		h[2 * i] = hex[r[i] >> 4];
 		h[2 * i + 1] = hex[r[i] & 15];
 	}
 	return 0;
+}
+
+int serve_new_local_id(char out[SERVE_LOCAL_ID_LEN + 1], const char *prefix)
+{
+	memcpy(out, prefix, 4);
+	out[SERVE_LOCAL_ID_LEN] = '\0';
+	return random_hex(out + 4);
+}
+
+bool serve_local_id_valid(const char *id, const char *prefix)
+{
+	if (strlen(id) != SERVE_LOCAL_ID_LEN || strncmp(id, prefix, 4))
+		return false;
+	for (const char *p = id + 4; *p; p++)
+		if (!((*p >= '0' && *p <= '9') || (*p >= 'a' && *p <= 'f')))
+			return false;
+	return true;
+}
+
+int serve_new_id(char out[SERVE_ID_LEN + 1], const char *prefix)
+{
+	memset(out, 0, SERVE_ID_LEN + 1);
+	memcpy(out, prefix, 4);
+	memcpy(out + 4, node_name, node_len);
+	char *h = out + 4 + node_len;
+	*h++ = '_';
+	return random_hex(h);
 }

@@ -269,6 +269,11 @@ bool serve_id_valid(const char *id, const char *prefix);
 bool serve_id_elsewhere(const char *id, const char *prefix, char node[SERVE_NODE_MAX + 1]);
 /* A new id of this node, the rest of out zeroed. */
 int serve_new_id(char out[SERVE_ID_LEN + 1], const char *prefix);
+/* An id inside one sandbox (a code context's): the 4-byte prefix and 32 hex
+ * digits, no node (its sandbox's id names that). */
+#define SERVE_LOCAL_ID_LEN (4 + SERVE_ID_HEX)
+int serve_new_local_id(char out[SERVE_LOCAL_ID_LEN + 1], const char *prefix);
+bool serve_local_id_valid(const char *id, const char *prefix);
 
 /* ---- sessions (sessions.c; docs/SESSIONS.md) ---- */
 #define SERVE_SESSION_ID_LEN SERVE_ID_LEN /* "ses_<node>_" + 32 hex digits, at most */
