@@ -30,7 +30,7 @@ static bool ctx_start(struct server *s, int mode, char *sid)
 		return false;
 	}
 	ck_assert_msg(r.code == 201, "%s: POST /v1/sandboxes: %d %s", MODE_NAME[mode], r.code, r.body);
-	snprintf(sid, 37, "%s", jstr(r.json, "id"));
+	snprintf(sid, 80, "%s", jstr(r.json, "id"));
 	resp_free(&r);
 	return true;
 }
@@ -119,7 +119,7 @@ static const char *ctx_state(const cJSON *answer)
 START_TEST(ctx_globals_cwd_files)
 {
 	struct server s;
-	char sid[40], a[40], b[40], js[40], p[200];
+	char sid[80], a[40], b[40], js[40], p[200];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", a);
@@ -173,7 +173,7 @@ END_TEST
 START_TEST(ctx_interrupt_keeps_state)
 {
 	struct server s;
-	char sid[40], py[40], js[40];
+	char sid[80], py[40], js[40];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -225,7 +225,7 @@ END_TEST
 START_TEST(ctx_killed_alone)
 {
 	struct server s;
-	char sid[40], py[40], js[40], p[200];
+	char sid[80], py[40], js[40], p[200];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -270,7 +270,7 @@ END_TEST
 START_TEST(ctx_protocol_breach)
 {
 	struct server s;
-	char sid[40], py[40], other[40];
+	char sid[80], py[40], other[40];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -306,7 +306,7 @@ END_TEST
 START_TEST(ctx_memory_error)
 {
 	struct server s;
-	char sid[40], py[40];
+	char sid[80], py[40];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -355,7 +355,7 @@ static void event_list(const char *body, char *out, size_t n)
 START_TEST(ctx_stream_order)
 {
 	struct server s;
-	char sid[40], py[40], js[40], p[200], got[4096];
+	char sid[80], py[40], js[40], p[200], got[4096];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
