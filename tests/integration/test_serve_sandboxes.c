@@ -637,11 +637,18 @@ START_TEST(sbx_symlink_race)
 	if (!sbx_start(&s, _i, &id))
 		return;
 	/* inside: /sandbox/r flips between a directory holding a file and a
-	 * symlink to /etc, as fast as it can */
-	sbx_exec(&s, id, "{\"cmd\":\"while :; do mkdir -p /sandbox/r && echo inside > "
-			 "/sandbox/r/passwd; rm -rf /sandbox/r; ln -s /etc /sandbox/r; rm -f "
-			 "/sandbox/r; done\"}");
+	 * symlink to /etc, as fast as it can; started streamed and held so
+	 * that a request is in flight throughout (rootless, no cgroup bounds
+	 * the sandbox's CPU: it is frozen whenever none is, and the loop
+	 * would race only during each read and write) */
 	char p[256];
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	struct call swapper;
+	call_start(&s, &(struct req){ .method = "POST", .path = p, .max_ms = harness_scale_ms(300000),
+				      .body = "{\"cmd\":\"while :; do mkdir -p /sandbox/r && echo "
+					      "inside > /sandbox/r/passwd; rm -rf /sandbox/r; ln -s "
+					      "/etc /sandbox/r; rm -f /sandbox/r; done\"}" },
+		   &swapper);
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/files?path=/sandbox/r/passwd", id);
 	int ok = 0, refusals = 0;
 	for (int k = 0; k < 60; k++) {
@@ -681,6 +688,11 @@ START_TEST(sbx_symlink_race)
 	(void)ok;
 	(void)refusals;
 	sbx_delete(&s, id);
+	struct resp sr;
+	call_finish(&swapper, &sr); /* its stream ends with the sandbox */
+	ck_assert_msg(sr.code == 200 && strstr(sr.body, "\"type\":\"start\""),
+		      "%s: the streamed swapper: %d %.300s", MODE_NAME[_i], sr.code, sr.body);
+	resp_free(&sr);
 	free(id);
 	server_stop(&s);
 }
