@@ -923,6 +923,24 @@ static long sbx_cpu(struct server *s, const char *id)
 	return v;
 }
 
+/* Waits up to 5 s for GET to say its processes are stopped ("frozen"):
+ * the freeze after a request's end runs once its answer is sent.
+ * Whether it did (the caller's own check of the CPU is the proof). */
+static bool sbx_wait_frozen(struct server *s, const char *id)
+{
+	long t0 = harness_now_ms();
+	bool frozen = false;
+	struct resp r;
+	while (!frozen && harness_now_ms() - t0 < 5000) {
+		sbx_get(s, id, &r);
+		frozen = cJSON_IsTrue(jget(r.json, "frozen"));
+		resp_free(&r);
+		if (!frozen)
+			harness_sleep_ms(20);
+	}
+	return frozen;
+}
+
 /* A busy loop started in the background, marked: the marker (static). */
 static const char *sbx_busy_loop(struct server *s, const char *id)
 {
@@ -1053,6 +1071,8 @@ START_TEST(sbx_background_cpu)
 		ck_assert_msg(sbx_cpu(&s, id) >= u1 + 200,
 			      "root: usage.cpuTimeMs counts background work");
 	} else {
+		(void)sbx_wait_frozen(&s, id); /* the code before never said so */
+		h1 = marked_cpu_ms(marker);
 		harness_sleep_ms(2000);
 		long h2 = marked_cpu_ms(marker);
 		ck_assert_msg(h2 - h1 <= 10,
@@ -1098,7 +1118,9 @@ START_TEST(sbx_on_idle_pause)
 	while (!paused && harness_now_ms() - t0 < 10000) {
 		harness_sleep_ms(100);
 		sbx_get(&s, id, &r);
-		paused = !strcmp(jstr(r.json, "state"), "paused");
+		/* the reaper's pause: the state first, then the freeze */
+		paused = !strcmp(jstr(r.json, "state"), "paused") &&
+			 cJSON_IsTrue(jget(r.json, "frozen"));
 		ck_assert_str_eq(jstr(r.json, "onIdle"), "pause");
 		resp_free(&r);
 	}
