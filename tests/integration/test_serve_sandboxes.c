@@ -941,15 +941,18 @@ static bool sbx_wait_frozen(struct server *s, const char *id)
 	return frozen;
 }
 
-/* A busy loop started in the background, marked: the marker (static). */
-static const char *sbx_busy_loop(struct server *s, const char *id)
+/* A busy loop started in the background, marked: the marker (static);
+ * its pid in *pid when set. */
+static const char *sbx_busy_loop(struct server *s, const char *id, int *pid)
 {
 	static char marker[64];
 	snprintf(marker, sizeof marker, "moat-sbx-busy-%d-%ld", (int)getpid(), harness_now_ms());
 	char body[256];
 	snprintf(body, sizeof body, "{\"argv\":[\"sh\",\"-c\",\"while :; do :; done\",\"%s\"]}",
 		 marker);
-	sbx_exec(s, id, body);
+	int p = sbx_exec(s, id, body);
+	if (pid)
+		*pid = p;
 	return marker;
 }
 
@@ -984,7 +987,7 @@ START_TEST(sbx_pause_resume)
 	char *id;
 	if (!sbx_start(&s, _i, &id))
 		return;
-	const char *marker = sbx_busy_loop(&s, id);
+	const char *marker = sbx_busy_loop(&s, id, NULL);
 	char p[160];
 	struct resp r;
 	if (_i == MODE_ROOT) {
@@ -1062,7 +1065,8 @@ START_TEST(sbx_background_cpu)
 	resp_free(&r);
 	if (_i == MODE_ROOT)
 		ck_assert_msg(bounded, "root: a cgroup bounds the sandbox's CPU");
-	const char *marker = sbx_busy_loop(&s, id);
+	int busy_pid;
+	const char *marker = sbx_busy_loop(&s, id, &busy_pid);
 	long h1 = marked_cpu_ms(marker);
 	if (bounded) {
 		long u1 = sbx_cpu(&s, id);
@@ -1089,6 +1093,25 @@ START_TEST(sbx_background_cpu)
 			      "rootless: a streamed process runs: %d %s", r.code, r.body);
 		resp_free(&r);
 		ck_assert_msg(sbx_cpu(&s, id) > 0, "rootless: usage.cpuTimeMs is counted from /proc");
+		/* an attach to a process's output is a request while it lasts:
+		 * the loop runs; once the client hangs up it is frozen again */
+		long a1 = marked_cpu_ms(marker);
+		snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/output", id, busy_pid);
+		struct req att = { .path = p, .max_ms = 1500 };
+		call(&s, &att, &r);
+		ck_assert_msg(r.curl_rc == 28, "rootless: the attach held until curl's 1.5 s: "
+			      "curl %d, HTTP %d %s", r.curl_rc, r.code, r.body);
+		resp_free(&r);
+		long a2 = marked_cpu_ms(marker);
+		ck_assert_msg(a2 >= a1 + 100, "rootless: the loop ran during a 1.5 s attach: %ld ms",
+			      a2 - a1);
+		ck_assert_msg(sbx_wait_frozen(&s, id), "rootless: frozen again once the attached "
+			      "client hung up");
+		a1 = marked_cpu_ms(marker);
+		harness_sleep_ms(1000);
+		a2 = marked_cpu_ms(marker);
+		ck_assert_msg(a2 - a1 <= 10, "rootless: after the attach, the loop ran %ld ms in 1 s",
+			      a2 - a1);
 	}
 	/* after the CPU (the hole first): create said so exactly when unbounded */
 	ck_assert_msg(bounded == !warned, "%s: create warns of the freeze exactly when no cgroup "
@@ -1111,7 +1134,7 @@ START_TEST(sbx_on_idle_pause)
 		harness_skip(SBX_SKIP);
 		return;
 	}
-	const char *marker = sbx_busy_loop(&s, id);
+	const char *marker = sbx_busy_loop(&s, id, NULL);
 	struct resp r;
 	long t0 = harness_now_ms();
 	bool paused = false;
