@@ -173,12 +173,16 @@ START_TEST(sbx_lifecycle)
 	sbx_req(&s, "POST", p, "{\"lifetimeMs\":120000}", &r);
 	ck_assert_msg(r.code == 200, "timeout: %d %s", r.code, r.body);
 	resp_free(&r);
-	/* a background process in each, then delete: nothing of them left */
+	/* a background process in each, then delete: nothing of them left.
+	 * It forks nothing (a builtin read of an open stdin): a child of sh
+	 * between its fork and its exec carries the marker too, and may stay
+	 * so (rootless the sandbox is frozen after the start), counted 4 */
 	char marker[64];
 	snprintf(marker, sizeof marker, "moat-sbx-del-%d-%ld", (int)getpid(), harness_now_ms());
 	for (int k = 0; k < 3; k++) {
 		char body[256];
-		snprintf(body, sizeof body, "{\"argv\":[\"sh\",\"-c\",\"sleep 300\",\"%s\"]}", marker);
+		snprintf(body, sizeof body,
+			 "{\"argv\":[\"sh\",\"-c\",\"read x\",\"%s\"],\"stdin\":true}", marker);
 		sbx_exec(&s, ids[k], body);
 	}
 	long t0 = harness_now_ms();
