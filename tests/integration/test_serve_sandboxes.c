@@ -172,12 +172,16 @@ START_TEST(sbx_lifecycle)
 	sbx_req(&s, "POST", p, "{\"lifetimeMs\":120000}", &r);
 	ck_assert_msg(r.code == 200, "timeout: %d %s", r.code, r.body);
 	resp_free(&r);
-	/* a background process in each, then delete: nothing of them left */
+	/* a background process in each, then delete: nothing of them left.
+	 * It forks nothing (a builtin read of an open stdin): a child of sh
+	 * between its fork and its exec carries the marker too, and may stay
+	 * so (rootless the sandbox is frozen after the start), counted 4 */
 	char marker[64];
 	snprintf(marker, sizeof marker, "moat-sbx-del-%d-%ld", (int)getpid(), harness_now_ms());
 	for (int k = 0; k < 3; k++) {
 		char body[256];
-		snprintf(body, sizeof body, "{\"argv\":[\"sh\",\"-c\",\"sleep 300\",\"%s\"]}", marker);
+		snprintf(body, sizeof body,
+			 "{\"argv\":[\"sh\",\"-c\",\"read x\",\"%s\"],\"stdin\":true}", marker);
 		sbx_exec(&s, ids[k], body);
 	}
 	long t0 = harness_now_ms();
@@ -636,11 +640,18 @@ START_TEST(sbx_symlink_race)
 	if (!sbx_start(&s, _i, &id))
 		return;
 	/* inside: /sandbox/r flips between a directory holding a file and a
-	 * symlink to /etc, as fast as it can */
-	sbx_exec(&s, id, "{\"cmd\":\"while :; do mkdir -p /sandbox/r && echo inside > "
-			 "/sandbox/r/passwd; rm -rf /sandbox/r; ln -s /etc /sandbox/r; rm -f "
-			 "/sandbox/r; done\"}");
+	 * symlink to /etc, as fast as it can; started streamed and held so
+	 * that a request is in flight throughout (rootless, no cgroup bounds
+	 * the sandbox's CPU: it is frozen whenever none is, and the loop
+	 * would race only during each read and write) */
 	char p[256];
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	struct call swapper;
+	call_start(&s, &(struct req){ .method = "POST", .path = p, .max_ms = harness_scale_ms(300000),
+				      .body = "{\"cmd\":\"while :; do mkdir -p /sandbox/r && echo "
+					      "inside > /sandbox/r/passwd; rm -rf /sandbox/r; ln -s "
+					      "/etc /sandbox/r; rm -f /sandbox/r; done\"}" },
+		   &swapper);
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/files?path=/sandbox/r/passwd", id);
 	int ok = 0, refusals = 0;
 	for (int k = 0; k < 60; k++) {
@@ -680,6 +691,11 @@ START_TEST(sbx_symlink_race)
 	(void)ok;
 	(void)refusals;
 	sbx_delete(&s, id);
+	struct resp sr;
+	call_finish(&swapper, &sr); /* its stream ends with the sandbox */
+	ck_assert_msg(sr.code == 200 && strstr(sr.body, "\"type\":\"start\""),
+		      "%s: the streamed swapper: %d %.300s", MODE_NAME[_i], sr.code, sr.body);
+	resp_free(&sr);
 	free(id);
 	server_stop(&s);
 }
@@ -926,15 +942,36 @@ static long sbx_cpu(struct server *s, const char *id)
 	return v;
 }
 
-/* A busy loop started in the background, marked: the marker (static). */
-static const char *sbx_busy_loop(struct server *s, const char *id)
+/* Waits up to 5 s for GET to say its processes are stopped ("frozen"):
+ * the freeze after a request's end runs once its answer is sent.
+ * Whether it did (the caller's own check of the CPU is the proof). */
+static bool sbx_wait_frozen(struct server *s, const char *id)
+{
+	long t0 = harness_now_ms();
+	bool frozen = false;
+	struct resp r;
+	while (!frozen && harness_now_ms() - t0 < 5000) {
+		sbx_get(s, id, &r);
+		frozen = cJSON_IsTrue(jget(r.json, "frozen"));
+		resp_free(&r);
+		if (!frozen)
+			harness_sleep_ms(20);
+	}
+	return frozen;
+}
+
+/* A busy loop started in the background, marked: the marker (static);
+ * its pid in *pid when set. */
+static const char *sbx_busy_loop(struct server *s, const char *id, int *pid)
 {
 	static char marker[64];
 	snprintf(marker, sizeof marker, "moat-sbx-busy-%d-%ld", (int)getpid(), harness_now_ms());
 	char body[256];
 	snprintf(body, sizeof body, "{\"argv\":[\"sh\",\"-c\",\"while :; do :; done\",\"%s\"]}",
 		 marker);
-	sbx_exec(s, id, body);
+	int p = sbx_exec(s, id, body);
+	if (pid)
+		*pid = p;
 	return marker;
 }
 
@@ -969,7 +1006,7 @@ START_TEST(sbx_pause_resume)
 	char *id;
 	if (!sbx_start(&s, _i, &id))
 		return;
-	const char *marker = sbx_busy_loop(&s, id);
+	const char *marker = sbx_busy_loop(&s, id, NULL);
 	char p[160];
 	struct resp r;
 	if (_i == MODE_ROOT) {
@@ -1047,7 +1084,8 @@ START_TEST(sbx_background_cpu)
 	resp_free(&r);
 	if (_i == MODE_ROOT)
 		ck_assert_msg(bounded, "root: a cgroup bounds the sandbox's CPU");
-	const char *marker = sbx_busy_loop(&s, id);
+	int busy_pid;
+	const char *marker = sbx_busy_loop(&s, id, &busy_pid);
 	long h1 = marked_cpu_ms(marker);
 	if (bounded) {
 		long u1 = sbx_cpu(&s, id);
@@ -1056,6 +1094,8 @@ START_TEST(sbx_background_cpu)
 		ck_assert_msg(sbx_cpu(&s, id) >= u1 + 200,
 			      "root: usage.cpuTimeMs counts background work");
 	} else {
+		(void)sbx_wait_frozen(&s, id); /* the code before never said so */
+		h1 = marked_cpu_ms(marker);
 		harness_sleep_ms(2000);
 		long h2 = marked_cpu_ms(marker);
 		ck_assert_msg(h2 - h1 <= 10,
@@ -1072,6 +1112,25 @@ START_TEST(sbx_background_cpu)
 			      "rootless: a streamed process runs: %d %s", r.code, r.body);
 		resp_free(&r);
 		ck_assert_msg(sbx_cpu(&s, id) > 0, "rootless: usage.cpuTimeMs is counted from /proc");
+		/* an attach to a process's output is a request while it lasts:
+		 * the loop runs; once the client hangs up it is frozen again */
+		long a1 = marked_cpu_ms(marker);
+		snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/output", id, busy_pid);
+		struct req att = { .path = p, .max_ms = 1500 };
+		call(&s, &att, &r);
+		ck_assert_msg(r.curl_rc == 28, "rootless: the attach held until curl's 1.5 s: "
+			      "curl %d, HTTP %d %s", r.curl_rc, r.code, r.body);
+		resp_free(&r);
+		long a2 = marked_cpu_ms(marker);
+		ck_assert_msg(a2 >= a1 + 100, "rootless: the loop ran during a 1.5 s attach: %ld ms",
+			      a2 - a1);
+		ck_assert_msg(sbx_wait_frozen(&s, id), "rootless: frozen again once the attached "
+			      "client hung up");
+		a1 = marked_cpu_ms(marker);
+		harness_sleep_ms(1000);
+		a2 = marked_cpu_ms(marker);
+		ck_assert_msg(a2 - a1 <= 10, "rootless: after the attach, the loop ran %ld ms in 1 s",
+			      a2 - a1);
 	}
 	/* after the CPU (the hole first): create said so exactly when unbounded */
 	ck_assert_msg(bounded == !warned, "%s: create warns of the freeze exactly when no cgroup "
@@ -1094,14 +1153,16 @@ START_TEST(sbx_on_idle_pause)
 		harness_skip(SBX_SKIP);
 		return;
 	}
-	const char *marker = sbx_busy_loop(&s, id);
+	const char *marker = sbx_busy_loop(&s, id, NULL);
 	struct resp r;
 	long t0 = harness_now_ms();
 	bool paused = false;
 	while (!paused && harness_now_ms() - t0 < 10000) {
 		harness_sleep_ms(100);
 		sbx_get(&s, id, &r);
-		paused = !strcmp(jstr(r.json, "state"), "paused");
+		/* the reaper's pause: the state first, then the freeze */
+		paused = !strcmp(jstr(r.json, "state"), "paused") &&
+			 cJSON_IsTrue(jget(r.json, "frozen"));
 		ck_assert_str_eq(jstr(r.json, "onIdle"), "pause");
 		resp_free(&r);
 	}
