@@ -301,6 +301,39 @@ START_TEST(ctx_protocol_breach)
 }
 END_TEST
 
+/* A TypeScript context: each cell through esbuild's transform in the
+ * sandbox (as a cold run's TypeScript), its declarations kept; a cell
+ * that does not parse is a SyntaxError in that step only. */
+START_TEST(ctx_typescript)
+{
+	struct server s;
+	char sid[40], ts[40];
+	if (!ctx_start(&s, _i, sid))
+		return;
+	ctx_new(&s, sid, "{\"language\":\"typescript\"}", ts);
+	struct resp r;
+	ctx_exec(&s, sid, ts, "interface P { a: number }\nconst p: P = { a: 2 };\n"
+		 "let n: number = p.a * 21;\nn", 30000, &r);
+	const char *m = jstr(jget(r.json, "error"), "message");
+	if (m && strstr(m, "needs esbuild")) {
+		resp_free(&r);
+		ctx_stop(&s, sid);
+		harness_skip("TypeScript needs esbuild in the sandbox's root (Debian package 'esbuild')");
+		return;
+	}
+	ck_assert_msg(main_text(r.json) && !strcmp(main_text(r.json), "42"), "%s: %s", MODE_NAME[_i],
+		      r.body);
+	resp_free(&r);
+	expect_value(&s, sid, ts, "const k: string = 'v' + (n + 1); k", "'v43'");
+	ctx_exec(&s, sid, ts, "let q: = 3", 30000, &r);
+	ck_assert_msg(error_name(r.json) && !strcmp(error_name(r.json), "SyntaxError") &&
+		      !strcmp(ctx_state(r.json), "idle"), "%s: %s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	expect_value(&s, sid, ts, "n", "42");
+	ctx_stop(&s, sid);
+}
+END_TEST
+
 /* A step past the sandbox's memory (256 MiB here) is a MemoryError in
  * that step (the Python driver's RLIMIT_DATA), the context's state kept. */
 START_TEST(ctx_memory_error)
@@ -403,6 +436,7 @@ Suite *serve_contexts_suite(void)
 	tcase_add_loop_test(tc, ctx_protocol_breach, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_stream_order, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_memory_error, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ctx_typescript, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
