@@ -301,6 +301,48 @@ START_TEST(ctx_protocol_breach)
 }
 END_TEST
 
+/* A streaming client that hangs up mid-step interrupts the step (the
+ * default serve.sessions.onHangup): the context is free again within the
+ * grace, its state before the step kept. */
+START_TEST(ctx_hangup_interrupts)
+{
+	struct server s;
+	char sid[40], py[40], p[200];
+	if (!ctx_start(&s, _i, sid))
+		return;
+	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
+	expect_value(&s, sid, py, "x = 3\nx", "3");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute?stream=1", sid, py);
+	struct req q = { .method = "POST", .path = p, .max_ms = 1500,
+			 .body = "{\"code\":\"import time\\nprint('started', flush=True)\\n"
+				 "time.sleep(60)\\nx = 4\",\"timeout\":60000}" };
+	struct resp r;
+	call(&s, &q, &r); /* curl gives up after 1.5 s: the hang-up */
+	ck_assert_msg(r.body && strstr(r.body, "started"), "%s: the step did not start: %d %s",
+		      MODE_NAME[_i], r.code, r.body ? r.body : "");
+	resp_free(&r);
+	/* free again well before the step's 60 s: busy (409) only meanwhile */
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute", sid, py);
+	int64_t t0 = harness_now_ms();
+	int code = 0;
+	for (;;) {
+		creq(&s, "POST", p, "{\"code\":\"x\"}", &r);
+		code = r.code;
+		if (code == 200) {
+			ck_assert_msg(main_text(r.json) && !strcmp(main_text(r.json), "3"),
+				      "%s: the state after the hang-up: %s", MODE_NAME[_i], r.body);
+			resp_free(&r);
+			break;
+		}
+		ck_assert_msg(code == 409 && harness_now_ms() - t0 < 20000,
+			      "%s: after the hang-up: %d %s", MODE_NAME[_i], code, r.body);
+		resp_free(&r);
+		usleep(200 * 1000);
+	}
+	ctx_stop(&s, sid);
+}
+END_TEST
+
 /* A TypeScript context: each cell through esbuild's transform in the
  * sandbox (as a cold run's TypeScript), its declarations kept; a cell
  * that does not parse is a SyntaxError in that step only. */
@@ -437,6 +479,7 @@ Suite *serve_contexts_suite(void)
 	tcase_add_loop_test(tc, ctx_stream_order, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_memory_error, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_typescript, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ctx_hangup_interrupts, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
