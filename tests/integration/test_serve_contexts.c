@@ -301,6 +301,62 @@ START_TEST(ctx_protocol_breach)
 }
 END_TEST
 
+/* At most 16 contexts a sandbox (then 409, until one is deleted); a
+ * context's id names it in its own sandbox only; bad requests are 400s. */
+START_TEST(ctx_bounds)
+{
+	struct server s;
+	char sid[40], other[40], ids[17][40], p[200];
+	if (!ctx_start(&s, _i, sid))
+		return;
+	struct resp r;
+	creq(&s, "POST", "/v1/sandboxes", "{\"memoryMb\":512}", &r);
+	ck_assert_msg(r.code == 201, "%d %s", r.code, r.body);
+	snprintf(other, sizeof other, "%s", jstr(r.json, "id"));
+	resp_free(&r);
+	for (int k = 0; k < 16; k++)
+		ctx_new(&s, other, "{\"language\":\"python\"}", ids[k]);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts", other);
+	creq(&s, "POST", p, "{\"language\":\"python\"}", &r);
+	ck_assert_msg(r.code == 409, "%s: a 17th context: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s", other, ids[3]);
+	creq(&s, "DELETE", p, NULL, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	ctx_new(&s, other, "{\"language\":\"python\"}", ids[16]);
+	/* another sandbox's context is not found here */
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute", sid, ids[0]);
+	creq(&s, "POST", p, "{\"code\":\"1\"}", &r);
+	ck_assert_msg(r.code == 404, "%s: another sandbox's context: %d %s", MODE_NAME[_i], r.code,
+		      r.body);
+	resp_free(&r);
+	/* bad requests */
+	static const char *const bad[] = { "{\"language\":\"ruby\"}", "{\"cwd\":\"/etc\"}",
+					   "{\"cwd\":\"/sandbox/../etc\"}", "{\"extra\":1}",
+					   "{\"language\":3}" };
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts", sid);
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		creq(&s, "POST", p, bad[k], &r);
+		ck_assert_msg(r.code == 400, "%s: %s: %d %s", MODE_NAME[_i], bad[k], r.code, r.body);
+		resp_free(&r);
+	}
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute", other, ids[0]);
+	static const char *const badx[] = { "{}", "{\"code\":1}", "{\"code\":\"1\",\"timeout\":0}",
+					    "{\"code\":\"1\",\"stdin\":\"x\"}" };
+	for (size_t k = 0; k < sizeof badx / sizeof *badx; k++) {
+		creq(&s, "POST", p, badx[k], &r);
+		ck_assert_msg(r.code == 400, "%s: %s: %d %s", MODE_NAME[_i], badx[k], r.code, r.body);
+		resp_free(&r);
+	}
+	snprintf(p, sizeof p, "/v1/sandboxes/%s", other);
+	creq(&s, "DELETE", p, NULL, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	ctx_stop(&s, sid);
+}
+END_TEST
+
 /* A streaming client that hangs up mid-step interrupts the step (the
  * default serve.sessions.onHangup): the context is free again within the
  * grace, its state before the step kept. */
@@ -480,6 +536,7 @@ Suite *serve_contexts_suite(void)
 	tcase_add_loop_test(tc, ctx_memory_error, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_typescript, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_hangup_interrupts, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ctx_bounds, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
