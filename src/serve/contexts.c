@@ -745,7 +745,10 @@ static void on_end(struct serve_ctx_step *st)
 	(void)live_wait(st->lv, st->c->pid, 1000, &info, NULL);
 	pthread_mutex_lock(&st->cs->mu);
 	if (info.signal)
-		set_over(st->c, CTX_KILLED, "its interpreter was killed (signal %d)", info.signal);
+		set_over(st->c, CTX_KILLED, "its interpreter was killed (signal %d%s)", info.signal,
+			 info.signal == SIGKILL ? ": the sandbox's memory limit (the kernel's OOM "
+						  "killer), or a process of the sandbox"
+						: "");
 	else if (info.exited)
 		set_over(st->c, CTX_ENDED, "its interpreter exited with code %d", info.exit_code);
 	else

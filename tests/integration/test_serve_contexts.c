@@ -453,6 +453,50 @@ START_TEST(ctx_memory_error)
 }
 END_TEST
 
+/* A node step past the sandbox's memory (128 MiB): its interpreter is
+ * killed (the kernel's OOM killer, or V8's own abort where only an rlimit
+ * bounds it) and the answer says so; the sandbox and its other context
+ * live on, the killed one restarts. */
+START_TEST(ctx_oom_kills_one)
+{
+	struct server s;
+	char sid[40], other[40], py[40], js[40], p[200];
+	if (!ctx_start(&s, _i, sid))
+		return;
+	struct resp r;
+	creq(&s, "POST", "/v1/sandboxes", "{\"memoryMb\":128}", &r);
+	ck_assert_msg(r.code == 201, "%d %s", r.code, r.body);
+	snprintf(other, sizeof other, "%s", jstr(r.json, "id"));
+	resp_free(&r);
+	ctx_new(&s, other, "{\"language\":\"python\"}", py);
+	ctx_new(&s, other, "{\"language\":\"javascript\"}", js);
+	expect_value(&s, other, py, "v = 1\nv", "1");
+	ctx_exec(&s, other, js, "const a = []; while (true) a.push(Buffer.alloc(1 << 20, 1));", 30000,
+		 &r);
+	const char *reason = jstr(jget(r.json, "context"), "reason");
+	ck_assert_msg(cJSON_IsTrue(jget(r.json, "killed")) && !strcmp(ctx_state(r.json), "killed") &&
+		      reason && strstr(reason, "killed") && !cJSON_IsTrue(jget(r.json, "timedOut")),
+		      "%s: %s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	expect_value(&s, other, py, "v", "1");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s", other);
+	creq(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(jstr(r.json, "state"), "running"), "%s: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/restart", other, js);
+	creq(&s, "POST", p, "{}", &r);
+	ck_assert_msg(r.code == 200, "%s: restart: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	expect_value(&s, other, js, "1 + 1", "2");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s", other);
+	creq(&s, "DELETE", p, NULL, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	ctx_stop(&s, sid);
+}
+END_TEST
+
 /* The NDJSON lines of body: their "type"s joined by ',' into out, with
  * stdout data as "out:<data>" and result text as "result:<text/plain>". */
 static void event_list(const char *body, char *out, size_t n)
@@ -537,6 +581,7 @@ Suite *serve_contexts_suite(void)
 	tcase_add_loop_test(tc, ctx_typescript, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_hangup_interrupts, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_bounds, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ctx_oom_kills_one, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
