@@ -17,7 +17,8 @@ static void creq(struct server *s, const char *method, const char *path, const c
 	call(s, &q, r);
 }
 
-/* A server and a sandbox: its id into sid (37 bytes), false when skipped. */
+/* A server and a sandbox: its id into sid (128 bytes: a node's name may
+ * be in it), false when skipped. */
 static bool ctx_start(struct server *s, int mode, char *sid)
 {
 	server_start(s, mode, &(struct server_opts){ .pool = 0 });
@@ -30,7 +31,7 @@ static bool ctx_start(struct server *s, int mode, char *sid)
 		return false;
 	}
 	ck_assert_msg(r.code == 201, "%s: POST /v1/sandboxes: %d %s", MODE_NAME[mode], r.code, r.body);
-	snprintf(sid, 37, "%s", jstr(r.json, "id"));
+	snprintf(sid, 128, "%s", jstr(r.json, "id"));
 	resp_free(&r);
 	return true;
 }
@@ -38,7 +39,7 @@ static bool ctx_start(struct server *s, int mode, char *sid)
 /* The sandbox deleted (nothing of it left), then the server stopped. */
 static void ctx_stop(struct server *s, const char *sid)
 {
-	char p[96];
+	char p[320];
 	snprintf(p, sizeof p, "/v1/sandboxes/%s", sid);
 	struct resp r;
 	creq(s, "DELETE", p, NULL, &r);
@@ -50,7 +51,7 @@ static void ctx_stop(struct server *s, const char *sid)
 /* A new context: its id into cid (37 bytes). */
 static void ctx_new(struct server *s, const char *sid, const char *body, char *cid)
 {
-	char p[128];
+	char p[320];
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts", sid);
 	struct resp r;
 	creq(s, "POST", p, body, &r);
@@ -67,7 +68,7 @@ static void ctx_new(struct server *s, const char *sid, const char *body, char *c
 static void ctx_exec(struct server *s, const char *sid, const char *cid, const char *code,
 		     long timeout, struct resp *r)
 {
-	char p[160], body[8192];
+	char p[320], body[8192];
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute", sid, cid);
 	char *q = harness_json_quote(code);
 	if (timeout)
@@ -119,7 +120,7 @@ static const char *ctx_state(const cJSON *answer)
 START_TEST(ctx_globals_cwd_files)
 {
 	struct server s;
-	char sid[40], a[40], b[40], js[40], p[200];
+	char sid[128], a[40], b[40], js[40], p[320];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", a);
@@ -173,7 +174,7 @@ END_TEST
 START_TEST(ctx_interrupt_keeps_state)
 {
 	struct server s;
-	char sid[40], py[40], js[40];
+	char sid[128], py[40], js[40];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -195,7 +196,7 @@ START_TEST(ctx_interrupt_keeps_state)
 	expect_value(&s, sid, py, "x + 1", "8");
 	expect_value(&s, sid, js, "z + 1", "8");
 	/* a client's interrupt */
-	char p[200], body[256];
+	char p[320], body[256];
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute", sid, py);
 	snprintf(body, sizeof body, "{\"code\":\"import time\\ntime.sleep(60)\",\"timeout\":60000}");
 	struct req q = { .method = "POST", .path = p, .body = body, .max_ms = 90000 };
@@ -225,7 +226,7 @@ END_TEST
 START_TEST(ctx_killed_alone)
 {
 	struct server s;
-	char sid[40], py[40], js[40], p[200];
+	char sid[128], py[40], js[40], p[320];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -270,7 +271,7 @@ END_TEST
 START_TEST(ctx_protocol_breach)
 {
 	struct server s;
-	char sid[40], py[40], other[40];
+	char sid[128], py[40], other[128];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -306,7 +307,7 @@ END_TEST
 START_TEST(ctx_bounds)
 {
 	struct server s;
-	char sid[40], other[40], ids[17][40], p[200];
+	char sid[128], other[128], ids[17][40], p[320];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	struct resp r;
@@ -363,7 +364,7 @@ END_TEST
 START_TEST(ctx_hangup_interrupts)
 {
 	struct server s;
-	char sid[40], py[40], p[200];
+	char sid[128], py[40], p[320];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -405,7 +406,7 @@ END_TEST
 START_TEST(ctx_typescript)
 {
 	struct server s;
-	char sid[40], ts[40];
+	char sid[128], ts[40];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"typescript\"}", ts);
@@ -437,7 +438,7 @@ END_TEST
 START_TEST(ctx_memory_error)
 {
 	struct server s;
-	char sid[40], py[40];
+	char sid[128], py[40];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -460,7 +461,7 @@ END_TEST
 START_TEST(ctx_oom_kills_one)
 {
 	struct server s;
-	char sid[40], other[40], py[40], js[40], p[200];
+	char sid[128], other[128], py[40], js[40], p[320];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	struct resp r;
@@ -530,7 +531,7 @@ static void event_list(const char *body, char *out, size_t n)
 START_TEST(ctx_stream_order)
 {
 	struct server s;
-	char sid[40], py[40], js[40], p[200], got[4096];
+	char sid[128], py[40], js[40], p[320], got[4096];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
