@@ -51,7 +51,7 @@ const CONFIG_KEYS = {
 // sent with every run (the operator's; the model cannot name them)
 const REQUEST_KEYS = ['timeout', 'memoryMb', 'cpus', 'pidsLimit', 'maxOutputBytes', 'strictLimits',
   'network', 'allowedHosts', 'kvEnabled', 'sandboxId'];
-// With --session: the languages whose calls share one interpreter for the connection
+// With --session (the default through a moat serve): the languages whose calls share one interpreter for the connection
 // (docs/SESSIONS.md), and the operator's settings a session is made with.
 const SESSION_LANGUAGES = ['python', 'javascript'];
 const SESSION_KEYS = ['memoryMb', 'cpus', 'pidsLimit', 'maxOutputBytes', 'strictLimits', 'network',
@@ -80,9 +80,10 @@ use is set here, never by the model:
   --max-concurrent N   runs at once (default 2); --max-queued N waiting (default 16)
   --url URL | --socket PATH   run through a moat serve instead of moat exec
   --token-file FILE    that service's bearer token
-  --session            python and javascript calls share one interpreter for this
-                       connection (a moat serve session: state kept between calls;
-                       needs --url or --socket)
+  --session            python and javascript calls share one interpreter per language
+                       for this connection (a moat serve session: state kept between
+                       calls); the default with --url or --socket
+  --one-shot           every call starts from scratch, also with --url or --socket
   --policy FILE, --rootfs DIR, --kv SPEC, --kv-quota SPEC, --strict-isolation
                        moat exec's own settings (not with --url/--socket)
 `;
@@ -155,7 +156,7 @@ function settingsFrom(argv) {
         'allowed-host': { type: 'string', multiple: true }, 'sandbox-id': { type: 'string' },
         'kv-enabled': { type: 'boolean' }, 'max-concurrent': { type: 'string' },
         'max-queued': { type: 'string' }, url: { type: 'string' }, socket: { type: 'string' },
-        'token-file': { type: 'string' }, session: { type: 'boolean' },
+        'token-file': { type: 'string' }, session: { type: 'boolean' }, 'one-shot': { type: 'boolean' },
         policy: { type: 'string' }, rootfs: { type: 'string' },
         kv: { type: 'string' }, 'kv-quota': { type: 'string' }, 'strict-isolation': { type: 'boolean' },
       },
@@ -182,7 +183,9 @@ function settingsFrom(argv) {
   if (o.net) s.network = true;
   if (o['kv-enabled']) s.kvEnabled = true;
   if (o['strict-isolation']) s.strictIsolation = true;
+  if (o.session && o['one-shot']) throw new UsageError('--session and --one-shot are exclusive');
   if (o.session) s.session = true;
+  if (o['one-shot']) s.session = false;
   if (o['allowed-host']) s.allowedHosts = [...(s.allowedHosts || []), ...o['allowed-host']];
   set('sandboxId', o['sandbox-id']);
   set('url', o.url);
@@ -198,6 +201,8 @@ function settingsFrom(argv) {
   if (s.session && !service) {
     throw new UsageError('--session needs --url or --socket (sessions are a moat serve\'s)');
   }
+  // state kept between calls by default where it can be: through a moat serve
+  if (s.session === undefined) s.session = service;
   if (service) {
     const exec = EXEC_KEYS.filter((k) => s[k] !== undefined);
     if (exec.length) throw new UsageError(`${exec.join(', ')}: moat exec settings; a moat serve has its own`);

@@ -39,6 +39,10 @@ delete process.env.MOAT_SESSION_ROOT;
 const EVENTS = process.env.MOAT_SESSION_EVENTS === "1";
 delete process.env.MOAT_SESSION_EVENTS;
 let eventCtl = null;
+// a TypeScript context's driver: each cell goes through esbuild's transform
+// (in the sandbox, as a cold run's TypeScript does) before it runs
+const TS = process.env.MOAT_SESSION_TS === "1";
+delete process.env.MOAT_SESSION_TS;
 let stepSeq = 0;
 const B64 = /^(?:[A-Za-z0-9+/]{4})*(?:[A-Za-z0-9+/]{2}==|[A-Za-z0-9+/]{3}=)?$/;
 // results (docs/SESSIONS.md, "Results"): a MIME bundle's entry, one step's
@@ -332,11 +336,30 @@ function compile(code, filename) {
 const isThenable = (v) =>
   v !== null && (typeof v === "object" || typeof v === "function") && typeof v.then === "function";
 
+// A TypeScript cell as JavaScript (types stripped, statements kept as they
+// are: declarations persist as a JavaScript cell's do); a SyntaxError with
+// esbuild's message when it does not parse.
+function transpile(code) {
+  const r = require("node:child_process").spawnSync("esbuild", ["--loader=ts", "--log-level=error"],
+    { input: code, encoding: "utf8", maxBuffer: 64 * 1024 * 1024 });
+  if (r.error) {
+    throw new Error(r.error.code === "ENOENT" ? "TypeScript needs esbuild (Debian package 'esbuild')"
+      : `esbuild failed: ${r.error.code || "error"}`);
+  }
+  if (r.status !== 0) {
+    const e = new SyntaxError(String(r.stderr || "").trim().slice(0, MESSAGE_MAX) || "esbuild refused the cell");
+    e.stack = `SyntaxError: ${e.message}`;
+    throw e;
+  }
+  return r.stdout;
+}
+
 async function runCode(seq, code) {
   let value = null;
   let error = null;
   try {
-    let v = compile(code, `cell-${seq}.js`).runInThisContext({ breakOnSigint: true });
+    if (TS) code = transpile(code);
+    let v = compile(code, `cell-${seq}.${TS ? "ts" : "js"}`).runInThisContext({ breakOnSigint: true });
     if (isThenable(v)) {
       let stop;
       const stopped = new Promise((_, reject) => { stop = reject; });

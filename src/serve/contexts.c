@@ -255,6 +255,8 @@ static int start_driver(struct live *lv, struct serve_ctx *c, struct moat_error 
 	snprintf(root, sizeof root, "MOAT_SESSION_ROOT=%s", c->cwd);
 	const char *env[3] = { "MOAT_SESSION_EVENTS=1", root, NULL };
 	size_t envc = 2;
+	if (c->lang == MOAT_LANG_TYPESCRIPT)
+		env[envc++] = "MOAT_SESSION_TS=1"; /* each cell through esbuild */
 	if (c->lang == MOAT_LANG_PYTHON && c->memory_mb) {
 		snprintf(mem, sizeof mem, "MOAT_SESSION_MEMORY_MB=%llu",
 			 (unsigned long long)c->memory_mb);
@@ -343,10 +345,11 @@ int serve_ctx_create(struct serve_ctxs *cs, struct live *lv, const char *languag
 	if (!language)
 		language = "python";
 	if (moat_lang_from_name(language, &lang) < 0 ||
-	    (lang != MOAT_LANG_PYTHON && lang != MOAT_LANG_JAVASCRIPT))
+	    (lang != MOAT_LANG_PYTHON && lang != MOAT_LANG_JAVASCRIPT &&
+	     lang != MOAT_LANG_TYPESCRIPT))
 		return moat_error_set(err, MOAT_ERR_CONFIG, EINVAL,
-				      "\"language\": a context runs \"python\" or \"javascript\" "
-				      "(TypeScript contexts are not built yet: docs/CONTEXTS.md)");
+				      "\"language\": a context runs \"python\", \"javascript\" or "
+				      "\"typescript\"");
 	if (!cwd)
 		cwd = "/sandbox";
 	if (!cwd_ok(cwd))
@@ -742,7 +745,10 @@ static void on_end(struct serve_ctx_step *st)
 	(void)live_wait(st->lv, st->c->pid, 1000, &info, NULL);
 	pthread_mutex_lock(&st->cs->mu);
 	if (info.signal)
-		set_over(st->c, CTX_KILLED, "its interpreter was killed (signal %d)", info.signal);
+		set_over(st->c, CTX_KILLED, "its interpreter was killed (signal %d%s)", info.signal,
+			 info.signal == SIGKILL ? ": the sandbox's memory limit (the kernel's OOM "
+						  "killer), or a process of the sandbox"
+						: "");
 	else if (info.exited)
 		set_over(st->c, CTX_ENDED, "its interpreter exited with code %d", info.exit_code);
 	else

@@ -17,7 +17,8 @@ static void creq(struct server *s, const char *method, const char *path, const c
 	call(s, &q, r);
 }
 
-/* A server and a sandbox: its id into sid (37 bytes), false when skipped. */
+/* A server and a sandbox: its id into sid (128 bytes: a node's name may
+ * be in it), false when skipped. */
 static bool ctx_start(struct server *s, int mode, char *sid)
 {
 	server_start(s, mode, &(struct server_opts){ .pool = 0 });
@@ -30,7 +31,7 @@ static bool ctx_start(struct server *s, int mode, char *sid)
 		return false;
 	}
 	ck_assert_msg(r.code == 201, "%s: POST /v1/sandboxes: %d %s", MODE_NAME[mode], r.code, r.body);
-	snprintf(sid, 80, "%s", jstr(r.json, "id"));
+	snprintf(sid, 128, "%s", jstr(r.json, "id"));
 	resp_free(&r);
 	return true;
 }
@@ -38,7 +39,7 @@ static bool ctx_start(struct server *s, int mode, char *sid)
 /* The sandbox deleted (nothing of it left), then the server stopped. */
 static void ctx_stop(struct server *s, const char *sid)
 {
-	char p[96];
+	char p[320];
 	snprintf(p, sizeof p, "/v1/sandboxes/%s", sid);
 	struct resp r;
 	creq(s, "DELETE", p, NULL, &r);
@@ -50,7 +51,7 @@ static void ctx_stop(struct server *s, const char *sid)
 /* A new context: its id into cid (37 bytes). */
 static void ctx_new(struct server *s, const char *sid, const char *body, char *cid)
 {
-	char p[128];
+	char p[320];
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts", sid);
 	struct resp r;
 	creq(s, "POST", p, body, &r);
@@ -67,7 +68,7 @@ static void ctx_new(struct server *s, const char *sid, const char *body, char *c
 static void ctx_exec(struct server *s, const char *sid, const char *cid, const char *code,
 		     long timeout, struct resp *r)
 {
-	char p[160], body[8192];
+	char p[320], body[8192];
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute", sid, cid);
 	char *q = harness_json_quote(code);
 	if (timeout)
@@ -119,7 +120,7 @@ static const char *ctx_state(const cJSON *answer)
 START_TEST(ctx_globals_cwd_files)
 {
 	struct server s;
-	char sid[80], a[40], b[40], js[40], p[200];
+	char sid[128], a[40], b[40], js[40], p[320];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", a);
@@ -173,7 +174,7 @@ END_TEST
 START_TEST(ctx_interrupt_keeps_state)
 {
 	struct server s;
-	char sid[80], py[40], js[40];
+	char sid[128], py[40], js[40];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -195,7 +196,7 @@ START_TEST(ctx_interrupt_keeps_state)
 	expect_value(&s, sid, py, "x + 1", "8");
 	expect_value(&s, sid, js, "z + 1", "8");
 	/* a client's interrupt */
-	char p[200], body[256];
+	char p[320], body[256];
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute", sid, py);
 	snprintf(body, sizeof body, "{\"code\":\"import time\\ntime.sleep(60)\",\"timeout\":60000}");
 	struct req q = { .method = "POST", .path = p, .body = body, .max_ms = 90000 };
@@ -225,7 +226,7 @@ END_TEST
 START_TEST(ctx_killed_alone)
 {
 	struct server s;
-	char sid[80], py[40], js[40], p[200];
+	char sid[128], py[40], js[40], p[320];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -270,7 +271,7 @@ END_TEST
 START_TEST(ctx_protocol_breach)
 {
 	struct server s;
-	char sid[80], py[40], other[40];
+	char sid[128], py[40], other[128];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -301,12 +302,143 @@ START_TEST(ctx_protocol_breach)
 }
 END_TEST
 
+/* At most 16 contexts a sandbox (then 409, until one is deleted); a
+ * context's id names it in its own sandbox only; bad requests are 400s. */
+START_TEST(ctx_bounds)
+{
+	struct server s;
+	char sid[128], other[128], ids[17][40], p[320];
+	if (!ctx_start(&s, _i, sid))
+		return;
+	struct resp r;
+	creq(&s, "POST", "/v1/sandboxes", "{\"memoryMb\":512}", &r);
+	ck_assert_msg(r.code == 201, "%d %s", r.code, r.body);
+	snprintf(other, sizeof other, "%s", jstr(r.json, "id"));
+	resp_free(&r);
+	for (int k = 0; k < 16; k++)
+		ctx_new(&s, other, "{\"language\":\"python\"}", ids[k]);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts", other);
+	creq(&s, "POST", p, "{\"language\":\"python\"}", &r);
+	ck_assert_msg(r.code == 409, "%s: a 17th context: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s", other, ids[3]);
+	creq(&s, "DELETE", p, NULL, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	ctx_new(&s, other, "{\"language\":\"python\"}", ids[16]);
+	/* another sandbox's context is not found here */
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute", sid, ids[0]);
+	creq(&s, "POST", p, "{\"code\":\"1\"}", &r);
+	ck_assert_msg(r.code == 404, "%s: another sandbox's context: %d %s", MODE_NAME[_i], r.code,
+		      r.body);
+	resp_free(&r);
+	/* bad requests */
+	static const char *const bad[] = { "{\"language\":\"ruby\"}", "{\"cwd\":\"/etc\"}",
+					   "{\"cwd\":\"/sandbox/../etc\"}", "{\"extra\":1}",
+					   "{\"language\":3}" };
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts", sid);
+	for (size_t k = 0; k < sizeof bad / sizeof *bad; k++) {
+		creq(&s, "POST", p, bad[k], &r);
+		ck_assert_msg(r.code == 400, "%s: %s: %d %s", MODE_NAME[_i], bad[k], r.code, r.body);
+		resp_free(&r);
+	}
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute", other, ids[0]);
+	static const char *const badx[] = { "{}", "{\"code\":1}", "{\"code\":\"1\",\"timeout\":0}",
+					    "{\"code\":\"1\",\"stdin\":\"x\"}" };
+	for (size_t k = 0; k < sizeof badx / sizeof *badx; k++) {
+		creq(&s, "POST", p, badx[k], &r);
+		ck_assert_msg(r.code == 400, "%s: %s: %d %s", MODE_NAME[_i], badx[k], r.code, r.body);
+		resp_free(&r);
+	}
+	snprintf(p, sizeof p, "/v1/sandboxes/%s", other);
+	creq(&s, "DELETE", p, NULL, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
+	ctx_stop(&s, sid);
+}
+END_TEST
+
+/* A streaming client that hangs up mid-step interrupts the step (the
+ * default serve.sessions.onHangup): the context is free again within the
+ * grace, its state before the step kept. */
+START_TEST(ctx_hangup_interrupts)
+{
+	struct server s;
+	char sid[128], py[40], p[320];
+	if (!ctx_start(&s, _i, sid))
+		return;
+	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
+	expect_value(&s, sid, py, "x = 3\nx", "3");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute?stream=1", sid, py);
+	struct req q = { .method = "POST", .path = p, .max_ms = 1500,
+			 .body = "{\"code\":\"import time\\nprint('started', flush=True)\\n"
+				 "time.sleep(60)\\nx = 4\",\"timeout\":60000}" };
+	struct resp r;
+	call(&s, &q, &r); /* curl gives up after 1.5 s: the hang-up */
+	ck_assert_msg(r.body && strstr(r.body, "started"), "%s: the step did not start: %d %s",
+		      MODE_NAME[_i], r.code, r.body ? r.body : "");
+	resp_free(&r);
+	/* free again well before the step's 60 s: busy (409) only meanwhile */
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/execute", sid, py);
+	int64_t t0 = harness_now_ms();
+	int code = 0;
+	for (;;) {
+		creq(&s, "POST", p, "{\"code\":\"x\"}", &r);
+		code = r.code;
+		if (code == 200) {
+			ck_assert_msg(main_text(r.json) && !strcmp(main_text(r.json), "3"),
+				      "%s: the state after the hang-up: %s", MODE_NAME[_i], r.body);
+			resp_free(&r);
+			break;
+		}
+		ck_assert_msg(code == 409 && harness_now_ms() - t0 < 20000,
+			      "%s: after the hang-up: %d %s", MODE_NAME[_i], code, r.body);
+		resp_free(&r);
+		usleep(200 * 1000);
+	}
+	ctx_stop(&s, sid);
+}
+END_TEST
+
+/* A TypeScript context: each cell through esbuild's transform in the
+ * sandbox (as a cold run's TypeScript), its declarations kept; a cell
+ * that does not parse is a SyntaxError in that step only. */
+START_TEST(ctx_typescript)
+{
+	struct server s;
+	char sid[128], ts[40];
+	if (!ctx_start(&s, _i, sid))
+		return;
+	ctx_new(&s, sid, "{\"language\":\"typescript\"}", ts);
+	struct resp r;
+	ctx_exec(&s, sid, ts, "interface P { a: number }\nconst p: P = { a: 2 };\n"
+		 "let n: number = p.a * 21;\nn", 30000, &r);
+	const char *m = jstr(jget(r.json, "error"), "message");
+	if (m && strstr(m, "needs esbuild")) {
+		resp_free(&r);
+		ctx_stop(&s, sid);
+		harness_skip("TypeScript needs esbuild in the sandbox's root (Debian package 'esbuild')");
+		return;
+	}
+	ck_assert_msg(main_text(r.json) && !strcmp(main_text(r.json), "42"), "%s: %s", MODE_NAME[_i],
+		      r.body);
+	resp_free(&r);
+	expect_value(&s, sid, ts, "const k: string = 'v' + (n + 1); k", "'v43'");
+	ctx_exec(&s, sid, ts, "let q: = 3", 30000, &r);
+	ck_assert_msg(error_name(r.json) && !strcmp(error_name(r.json), "SyntaxError") &&
+		      !strcmp(ctx_state(r.json), "idle"), "%s: %s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	expect_value(&s, sid, ts, "n", "42");
+	ctx_stop(&s, sid);
+}
+END_TEST
+
 /* A step past the sandbox's memory (256 MiB here) is a MemoryError in
  * that step (the Python driver's RLIMIT_DATA), the context's state kept. */
 START_TEST(ctx_memory_error)
 {
 	struct server s;
-	char sid[80], py[40];
+	char sid[128], py[40];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -318,6 +450,50 @@ START_TEST(ctx_memory_error)
 		      "%s: %s", MODE_NAME[_i], r.body);
 	resp_free(&r);
 	expect_value(&s, sid, py, "x", "9");
+	ctx_stop(&s, sid);
+}
+END_TEST
+
+/* A node step past the sandbox's memory (128 MiB): its interpreter is
+ * killed (the kernel's OOM killer, or V8's own abort where only an rlimit
+ * bounds it) and the answer says so; the sandbox and its other context
+ * live on, the killed one restarts. */
+START_TEST(ctx_oom_kills_one)
+{
+	struct server s;
+	char sid[128], other[128], py[40], js[40], p[320];
+	if (!ctx_start(&s, _i, sid))
+		return;
+	struct resp r;
+	creq(&s, "POST", "/v1/sandboxes", "{\"memoryMb\":128}", &r);
+	ck_assert_msg(r.code == 201, "%d %s", r.code, r.body);
+	snprintf(other, sizeof other, "%s", jstr(r.json, "id"));
+	resp_free(&r);
+	ctx_new(&s, other, "{\"language\":\"python\"}", py);
+	ctx_new(&s, other, "{\"language\":\"javascript\"}", js);
+	expect_value(&s, other, py, "v = 1\nv", "1");
+	ctx_exec(&s, other, js, "const a = []; while (true) a.push(Buffer.alloc(1 << 20, 1));", 30000,
+		 &r);
+	const char *reason = jstr(jget(r.json, "context"), "reason");
+	ck_assert_msg(cJSON_IsTrue(jget(r.json, "killed")) && !strcmp(ctx_state(r.json), "killed") &&
+		      reason && strstr(reason, "killed") && !cJSON_IsTrue(jget(r.json, "timedOut")),
+		      "%s: %s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	expect_value(&s, other, py, "v", "1");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s", other);
+	creq(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 200 && !strcmp(jstr(r.json, "state"), "running"), "%s: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/contexts/%s/restart", other, js);
+	creq(&s, "POST", p, "{}", &r);
+	ck_assert_msg(r.code == 200, "%s: restart: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	expect_value(&s, other, js, "1 + 1", "2");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s", other);
+	creq(&s, "DELETE", p, NULL, &r);
+	ck_assert_int_eq(r.code, 200);
+	resp_free(&r);
 	ctx_stop(&s, sid);
 }
 END_TEST
@@ -355,7 +531,7 @@ static void event_list(const char *body, char *out, size_t n)
 START_TEST(ctx_stream_order)
 {
 	struct server s;
-	char sid[80], py[40], js[40], p[200], got[4096];
+	char sid[128], py[40], js[40], p[320], got[4096];
 	if (!ctx_start(&s, _i, sid))
 		return;
 	ctx_new(&s, sid, "{\"language\":\"python\"}", py);
@@ -403,6 +579,10 @@ Suite *serve_contexts_suite(void)
 	tcase_add_loop_test(tc, ctx_protocol_breach, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_stream_order, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, ctx_memory_error, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ctx_typescript, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ctx_hangup_interrupts, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ctx_bounds, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, ctx_oom_kills_one, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }

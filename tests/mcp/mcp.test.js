@@ -214,7 +214,7 @@ T('service: through a moat serve on a unix socket, the operator\'s limits sent; 
   try {
     for (let i = 0; i < 200 && !fs.existsSync(sock) && srv.exitCode === null; i++) await new Promise((r) => setTimeout(r, 100));
     assert.ok(fs.existsSync(sock), `moat serve did not listen: ${srvLog.slice(-1000)}`);
-    const s = await connect(['--socket', sock, '--memory', '64M', '--timeout', '10s']);
+    const s = await connect(['--socket', sock, '--one-shot', '--memory', '64M', '--timeout', '10s']);
     try {
       const { tools } = await s.client.listTools();
       assert.match(tools[0].description, /memory 64 MiB/);
@@ -223,7 +223,7 @@ T('service: through a moat serve on a unix socket, the operator\'s limits sent; 
       assert.equal(r.structuredContent.stdout, '42\n');
       assert.equal(r.structuredContent.sandbox.memoryMb, 64);
     } finally { await s.close(); }
-    const big = await connect(['--socket', sock, '--memory', '512M']);
+    const big = await connect(['--socket', sock, '--one-shot', '--memory', '512M']);
     try {
       const r = await big.call({ language: 'python', code: 'print(6*7)' });
       assert.equal(r.isError, true);
@@ -461,6 +461,56 @@ T('session (fake service): one session per language per connection, calls serial
       const deletes = fake.seen.filter((q) => q.method === 'DELETE').map((q) => q.url).sort();
       assert.ok(live.every((id) => deletes.includes(`/v1/sessions/${id}`)), JSON.stringify(deletes));
     } finally { if (!closed) await s.close(); }
+  } finally {
+    await fake.close();
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+T('session_default: through a service state is kept by default (one session per language); --one-shot and "session": false give fresh runs', {}, async () => {
+  const dir = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-mcp-test-'));
+  fs.chmodSync(dir, 0o755);
+  const sock = path.join(dir, 'fake.sock');
+  const fake = fakeSessionService(sock);
+  await fake.listen();
+  const creates = () => fake.seen.filter((q) => q.url === '/v1/sessions').length;
+  const runs = () => fake.seen.filter((q) => q.url === '/v1/run').length;
+  try {
+    // no flag: a session per language, state between calls
+    const s = await connect(['--socket', sock]);
+    try {
+      const { tools } = await s.client.listTools();
+      assert.match(tools[0].description, /one interpreter kept for this conversation/);
+      const a = await s.call({ language: 'python', code: 'x = 1' });
+      const b = await s.call({ language: 'python', code: 'x' });
+      for (const r of [a, b]) assert.ok(!r.isError, text(r));
+      assert.equal(b.structuredContent.value, '2');
+      assert.equal(creates(), 1);
+      assert.equal(runs(), 0);
+      const sh = await s.call({ language: 'bash', code: 'echo cold' });
+      assert.equal(sh.structuredContent.stdout, 'cold\n');
+      assert.equal(runs(), 1);
+    } finally { await s.close(); }
+    // --one-shot, and "session": false in the config file: every call a fresh run
+    const cfg = path.join(dir, 'mcp.json');
+    fs.writeFileSync(cfg, JSON.stringify({ session: false }));
+    fs.chmodSync(cfg, 0o644);
+    for (const args of [['--socket', sock, '--one-shot'], ['--socket', sock, '--config', cfg]]) {
+      const o = await connect(args);
+      try {
+        const { tools } = await o.client.listTools();
+        assert.match(tools[0].description, /Each call starts from scratch/);
+        const before = runs();
+        const r = await o.call({ language: 'python', code: 'print(1)' });
+        assert.ok(!r.isError, text(r));
+        assert.equal(runs(), before + 1, args.join(' '));
+        assert.equal(creates(), 1, args.join(' '));
+      } finally { await o.close(); }
+    }
+    const both = spawnSync(MOAT, ['mcp', '--socket', '/nonexistent.sock', '--session', '--one-shot'],
+      { encoding: 'utf8', env: { PATH: process.env.PATH, HOME: '/nonexistent' } });
+    assert.equal(both.status, 2);
+    assert.match(both.stderr, /--session and --one-shot are exclusive/);
   } finally {
     await fake.close();
     fs.rmSync(dir, { recursive: true, force: true });

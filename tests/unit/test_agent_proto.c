@@ -35,6 +35,9 @@ START_TEST(agent_well_formed)
 	ck_assert_int_eq(m.argc, 2);
 	ck_assert_int_eq(m.envc, 2);
 	ck_assert_str_eq(m.field[5], "A=1");
+	/* stdin field 2: a code context's driver, fd 3 a socket (docs/CONTEXTS.md) */
+	ck_assert_int_eq(P("x/sandbox\0" "2\0" "1\0python3\0"), 0);
+	ck_assert_int_eq(m.argc, 1);
 }
 END_TEST
 
@@ -64,6 +67,8 @@ START_TEST(agent_malformed)
 	ck_assert_int_eq(P("x/sandbox\0" "0\0" "1\0sh\0NOEQ\0"), -1); /* env without = */
 	ck_assert_int_eq(P("x/sandbox\0" "0\0" "1\0sh\0=v\0"), -1);   /* env without a name */
 	ck_assert_int_eq(P("x/etc\0" "0\0" "1\0sh\0"), -1);           /* cwd outside */
+	ck_assert_int_eq(P("x/sandbox\0" "3\0" "1\0sh\0"), -1);       /* stdin 3 */
+	ck_assert_int_eq(P("x/sandbox\0" "22\0" "1\0sh\0"), -1);      /* stdin 22 */
 }
 END_TEST
 
