@@ -16,7 +16,7 @@ import helpers
 
 from moat_sandbox import (
     CommandHandle, LiveSandbox, NotFoundError, SandboxConfigError, SandboxError, SandboxGoneError,
-    SandboxNotFoundError, SandboxUnavailableError,
+    SandboxNotFoundError,
 )
 
 SERVE_SKIP = helpers.serve_skip()
@@ -202,20 +202,7 @@ class RealServe(helpers.ServeCase):
 
     def test_ended_sandbox_is_gone_with_its_reason(self) -> None:
         sbx = self.create()
-        # the agent is every command's parent: killing it ends the sandbox
-        # the start (a 410) or its wait (its stream's last line, the error naming why)
-        with self.assertRaises(SandboxGoneError):
-            sbx.commands.run("kill -9 $PPID", background=True).wait(30)
-        err = None
-        for _ in range(50):
-            try:
-                sbx.commands.run("true")
-                time.sleep(0.1)
-            except SandboxUnavailableError:
-                time.sleep(0.1)  # a connection the service drops as the sandbox ends: again
-            except SandboxError as e:
-                err = e
-                break
+        err = helpers.agent_killed(sbx, lambda: sbx.commands.run("true"))
         self.assertIsInstance(err, SandboxGoneError, repr(err))
         assert isinstance(err, SandboxGoneError)
         self.assertEqual((err.status, err.sandbox_id), (410, sbx.sandbox_id))  # type: ignore[attr-defined]
