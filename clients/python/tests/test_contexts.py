@@ -28,7 +28,8 @@ PNG = base64.b64encode(b"\x89PNG fake").decode()
 RESULTS = [{"isMain": False, "data": {"text/plain": "<Fig>", "image/png": PNG}},
            {"isMain": True, "data": {"text/plain": "42", "text/html": "<b>42</b>", "application/x-custom": "c"}}]
 ANSWER = {"stdout": "", "stderr": "", "stdoutTruncated": False, "stderrTruncated": False, "results": RESULTS,
-          "resultsTruncated": False, "error": None, "executionCount": 3, "timedOut": False, "interrupted": False,
+          "resultsTruncated": False, "error": None, "executionCount": 3, "exitCode": 0, "timedOut": False,
+          "interrupted": False,
           "killed": False, "context": {"id": CID, "state": "idle", "reason": None}, "durationMs": 12,
           "warnings": []}
 
@@ -95,7 +96,8 @@ class Fake(helpers.FakeCase):
                              ("<b>42</b>", ["text", "html"], "c"))
             self.assertIs(ex.main_result, main)
             self.assertEqual(ex.logs, {"stdout": ["before\n"], "stderr": ["\ufffd\n"]})
-            self.assertEqual((ex.stdout, ex.execution_count, ex.error, ex.timed_out), ("before\n", 3, None, False))
+            self.assertEqual((ex.stdout, ex.execution_count, ex.exit_code, ex.error, ex.timed_out),
+                             ("before\n", 3, 0, None, False))
             # a context made (python), then the step streamed
             self.assertEqual(self.made(), before + 1)
             mk = [r for r in self.fake.seen if r.path == BASE + "/contexts"][-1]
