@@ -524,7 +524,7 @@ export class LiveSandbox {
   runCode(code: string, opts?: RunCodeOptions): Promise<Execution>;
 }
 
-export type CodeLanguage = 'python' | 'py' | 'javascript' | 'js' | 'node' | 'typescript' | 'ts';
+export type CodeLanguage = 'python' | 'py' | 'python3' | 'javascript' | 'js' | 'node' | 'typescript' | 'ts';
 
 export interface CodeContext {
   /** `ctx_` + 32 hex digits. */
@@ -592,6 +592,8 @@ export class Execution {
   logs: { stdout: string[]; stderr: string[] };
   error: ExecutionError | null;
   executionCount: number | null;
+  /** The step's exit as a session's (sys.exit included); null when the interpreter ended without answering. */
+  exitCode: number | null;
   timedOut: boolean;
   interrupted: boolean;
   /** The interpreter did not stop within the grace after the interrupt and was killed (`context.reason` says). */

@@ -58,7 +58,7 @@ function makeLive(deps) {
   // (SandboxConfigError, Forbidden, ServerBusy...) as serviceError maps them by status
   const TYPED = {
     SandboxNotFound: SandboxNotFoundError, FileNotFound: NotFoundError, ProcessNotFound: NotFoundError,
-    ContextNotFound: NotFoundError, Conflict: SandboxError, ContextBusy: SandboxError,
+    ContextNotFound: NotFoundError, Conflict: SandboxError, ContextBusy: SandboxError, ContextNotLive: SandboxError,
     InsufficientStorage: SandboxError,
   };
   function liveError(status, json, headers, ctx) {
@@ -634,6 +634,9 @@ function makeLive(deps) {
       this.logs = { stdout: [], stderr: [] };
       this.error = null;
       this.executionCount = null;
+      // the step's exit as a session's (sys.exit included); null when the interpreter
+      // ended without answering
+      this.exitCode = null;
       this.timedOut = false;
       this.interrupted = false;
       this.killed = false;
@@ -658,7 +661,7 @@ function makeLive(deps) {
     get stderr() { return this.logs.stderr.join(''); }
   }
 
-  const LANGUAGES = { python: 'python', py: 'python', javascript: 'javascript', js: 'javascript',
+  const LANGUAGES = { python: 'python', py: 'python', python3: 'python', javascript: 'javascript', js: 'javascript',
     node: 'javascript', typescript: 'typescript', ts: 'typescript' };
   const RUN_CODE_KEYS = ['language', 'context', 'timeoutMs', 'onStdout', 'onStderr', 'onResult', 'onError',
     'maxOutputBytes'];
@@ -681,7 +684,9 @@ function makeLive(deps) {
     if (opts === undefined || opts === null) opts = {};
     if (typeof opts !== 'object' || Array.isArray(opts)) throw bad('runCode(code, opts): opts must be an object');
     for (const k of Object.keys(opts)) {
-      if (!RUN_CODE_KEYS.includes(k)) throw bad(`runCode(code, opts): unknown option ${JSON.stringify(k).slice(0, 60)}`);
+      if (!RUN_CODE_KEYS.includes(k)) {
+        throw bad(`runCode(code, opts): unknown option ${JSON.stringify(k).slice(0, 60)}`);
+      }
     }
     for (const k of ['onStdout', 'onStderr', 'onResult', 'onError']) {
       if (opts[k] !== undefined && typeof opts[k] !== 'function') throw bad(`${k} must be a function`);
@@ -761,6 +766,7 @@ function makeLive(deps) {
       }
       ex.error = executionError(a.error) || st.streamedError;
       ex.executionCount = Number.isInteger(a.executionCount) ? a.executionCount : null;
+      ex.exitCode = Number.isInteger(a.exitCode) ? a.exitCode : null;
       ex.timedOut = a.timedOut === true;
       ex.interrupted = a.interrupted === true;
       ex.killed = a.killed === true;
@@ -945,7 +951,8 @@ function makeLive(deps) {
     // A KeyboardInterrupt (Python) / an interrupt (node) in its running step: true when a
     // step was running.
     async interruptCodeContext(ctx) {
-      const j = await this._send('POST', `/contexts/${contextId(ctx)}/interrupt`, { shown: '/contexts/{cid}/interrupt' });
+      const j = await this._send('POST', `/contexts/${contextId(ctx)}/interrupt`,
+        { shown: '/contexts/{cid}/interrupt' });
       return j.interrupted === true;
     }
 

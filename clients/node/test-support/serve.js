@@ -8,7 +8,8 @@ const http = require('node:http');
 const path = require('node:path');
 
 const MOAT = process.env.MOAT_BIN || path.resolve(__dirname, '../../../build/moat');
-const RUNTIME = path.resolve(__dirname, '../../../runtime');
+// $MOAT_RUNTIME_DIR as the Python client's tests take it (a binary built elsewhere), else this checkout's
+const RUNTIME = process.env.MOAT_RUNTIME_DIR || path.resolve(__dirname, '../../../runtime');
 // Why the real-service tests cannot run here (a string for node:test's skip), or false.
 const skip = (() => {
   if (!fs.existsSync(MOAT)) return `no moat binary at ${MOAT} (set MOAT_BIN)`;

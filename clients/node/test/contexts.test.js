@@ -29,7 +29,7 @@ const ANSWER = {
     { isMain: false, data: { 'text/plain': '<Fig>', 'image/png': PNG } },
     { isMain: true, data: { 'text/plain': '42', 'text/html': '<b>42</b>', 'application/x-custom': 'c' } },
   ],
-  resultsTruncated: false, error: null, executionCount: 3, timedOut: false, interrupted: false, killed: false,
+  resultsTruncated: false, error: null, executionCount: 3, exitCode: 0, timedOut: false, interrupted: false, killed: false,
   context: { id: CID, state: 'idle', reason: null }, durationMs: 12, warnings: [],
 };
 const json = (res, status, obj) => {
@@ -108,6 +108,7 @@ describe('code contexts: against a fake service that speaks docs/CONTEXTS.md', (
     assert.deepEqual(ex.logs, { stdout: ['before\n'], stderr: ['\ufffd\n'] });
     assert.equal(ex.stdout, 'before\n');
     assert.equal(ex.executionCount, 3);
+    assert.equal(ex.exitCode, 0);
     assert.equal(ex.error, null);
     assert.equal(ex.timedOut, false);
 

@@ -91,6 +91,15 @@ describe('live sandboxes: a real moat serve on a unix socket', () => {
     assert.deepEqual(page.sandboxes.map((s) => s.id), [sbx.sandboxId]);
     assert.equal(page.next, null);
     assert.deepEqual((await LiveSandbox.list({ ...conn, metadata: { test: `${tag}-not` } })).sandboxes, []);
+    // pages: two more with the tag, newest first, two a page
+    const more = [await create({ metadata: { test: tag } }), await create({ metadata: { test: tag } })];
+    const p1 = await LiveSandbox.list({ ...conn, metadata: { test: tag }, limit: 2 });
+    assert.deepEqual(p1.sandboxes.map((s) => s.id), [more[1].sandboxId, more[0].sandboxId]);
+    assert.equal(typeof p1.next, 'string');
+    const p2 = await LiveSandbox.list({ ...conn, metadata: { test: tag }, limit: 2, next: p1.next });
+    assert.deepEqual(p2.sandboxes.map((s) => s.id), [sbx.sandboxId]);
+    assert.equal(p2.next, null);
+    for (const m of more) await m.kill();
 
     const again = await LiveSandbox.connect(sbx.sandboxId, conn);
     try {
@@ -128,12 +137,19 @@ describe('live sandboxes: a real moat serve on a unix socket', () => {
     assert.equal(r.exitCode, 0);
 
     const sleeper = await sbx.commands.run(['sleep', '600'], { background: true });
+    // info waits up to waitMs for the end: still running after 200 ms
+    const t0 = Date.now();
+    assert.equal((await sbx.commands.info(sleeper.pid, { waitMs: 200 })).state, 'running');
+    assert.ok(Date.now() - t0 >= 190, `info answered after ${Date.now() - t0} ms`);
     await sleeper.kill();
     const k = await sleeper.wait();
     assert.equal(k.exitCode, null);
     assert.equal(k.signal, 9);
     const listed = (await sbx.commands.list()).find((p) => p.pid === sleeper.pid);
     assert.equal(listed.state, 'exited');
+    const ended = await sbx.commands.info(sleeper.pid, { waitMs: 5000 });
+    assert.equal(ended.state, 'exited');
+    assert.equal(ended.signal, 9);
 
     // timeoutMs: killed, and the result says so
     const t = await sbx.commands.run('sleep 30', { timeoutMs: 300 });

@@ -249,7 +249,7 @@ class _Body:
 
 _TYPED = {"SandboxNotFound": SandboxNotFoundError, "FileNotFound": NotFoundError,
           "ProcessNotFound": NotFoundError, "ContextNotFound": NotFoundError, "Conflict": SandboxError,
-          "ContextBusy": SandboxError, "InsufficientStorage": SandboxError}
+          "ContextBusy": SandboxError, "ContextNotLive": SandboxError, "InsufficientStorage": SandboxError}
 _CONTEXTS_ROUTE = re.compile(r"/contexts(/|$)")
 
 
@@ -698,8 +698,8 @@ class Files:
 
 # ---- code contexts (docs/CONTEXTS.md) ----------------------------------------------------
 
-LANGUAGES = {"python": "python", "py": "python", "javascript": "javascript", "js": "javascript",
-             "node": "javascript", "typescript": "typescript", "ts": "typescript"}
+LANGUAGES = {"python": "python", "py": "python", "python3": "python", "javascript": "javascript",
+             "js": "javascript", "node": "javascript", "typescript": "typescript", "ts": "typescript"}
 # the service sends at most 4 MiB a MIME entry, 6 MiB of results a step; one line carries a
 # result (or the final answer, with them all) as JSON
 MAX_CONTEXT_LINE_BYTES = 16 << 20
@@ -737,7 +737,7 @@ class Execution:
     """What ``run_code`` returns: ``results`` (``Result``, as a session step's: E2B's
     names), ``logs`` ({"stdout": [...],
     "stderr": [...]} as the chunks came), ``stdout``/``stderr`` (joined), ``error``
-    (:class:`ExecutionError` or None), ``execution_count``, ``timed_out``, ``interrupted``,
+    (:class:`ExecutionError` or None), ``execution_count``, ``exit_code``, ``timed_out``, ``interrupted``,
     ``killed`` (the interpreter did not stop within the grace after the interrupt),
     ``context``, ``duration_ms``, ``warnings``, the ``*_truncated`` flags; ``text`` is the
     main result's text, ``main_result`` the result itself."""
@@ -747,6 +747,9 @@ class Execution:
         self.logs: Dict[str, List[str]] = {"stdout": [], "stderr": []}
         self.error: Optional[ExecutionError] = None
         self.execution_count: Optional[int] = None
+        # the step's exit as a session's (sys.exit included); None when the interpreter
+        # ended without answering
+        self.exit_code: Optional[int] = None
         self.timed_out = False
         self.interrupted = False
         self.killed = False
@@ -862,6 +865,8 @@ class _ExecutionReader:
         ex.error = ExecutionError.of(a.get("error")) or self.streamed_error
         count = a.get("executionCount")
         ex.execution_count = count if isinstance(count, int) and not isinstance(count, bool) else None
+        code = a.get("exitCode")
+        ex.exit_code = code if isinstance(code, int) and not isinstance(code, bool) else None
         ex.timed_out = a.get("timedOut") is True
         ex.interrupted = a.get("interrupted") is True
         ex.killed = a.get("killed") is True

@@ -293,6 +293,48 @@ class Serve:
         self.logf.close()
 
 
+class FakeCase(unittest.TestCase):
+    """A FakeService on a unix socket for the whole class (``cls.sock``, ``cls.fake``)."""
+
+    sock: str
+    fake: FakeService
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = TempDir()
+        cls.sock = os.path.join(cls.tmp.path, "fake.sock")
+        cls.fake = FakeService(cls.sock)
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.fake.close()
+        cls.tmp.cleanup()
+
+
+def agent_killed(sbx: Any, call: Callable[[], Any]) -> BaseException:
+    """Kills a live sandbox's agent from inside (it is every process's parent: that ends
+    the sandbox), then ``call()`` until it raises something other than a dropped
+    connection: what it raised (the caller checks it is SandboxGoneError with the
+    reason). The killing process's own start or wait must raise SandboxGoneError: the
+    start a 410, the wait its stream's last line."""
+    from moat_sandbox import SandboxError, SandboxGoneError, SandboxUnavailableError
+    try:
+        sbx.commands.run("kill -9 $PPID", background=True).wait(30)
+    except SandboxGoneError:
+        pass
+    else:
+        raise AssertionError("the process that killed the agent ended without SandboxGoneError")
+    for _ in range(50):
+        try:
+            call()
+        except SandboxUnavailableError:
+            pass  # a connection the service drops as the sandbox ends: again
+        except SandboxError as e:
+            return e
+        time.sleep(0.1)
+    raise AssertionError("the sandbox still answered 5 s after its agent was killed")
+
+
 class ServeCase(unittest.TestCase):
     """A real `moat serve` on a unix socket for the whole class (``cls.sock``,
     ``cls.srv``); at the end it must exit 0 on SIGTERM."""

@@ -8,17 +8,14 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import time
 import unittest
 from typing import Any, List, Optional
 
 import helpers
-from helpers import FakeService
 
 from moat_sandbox import (
     Execution, ExecutionError, LiveSandbox, Result, NotFoundError, SandboxConfigError, SandboxError,
-    SandboxGoneError, SandboxUnavailableError,
+    SandboxGoneError,
 )
 
 SERVE_SKIP = helpers.serve_skip()
@@ -31,7 +28,8 @@ PNG = base64.b64encode(b"\x89PNG fake").decode()
 RESULTS = [{"isMain": False, "data": {"text/plain": "<Fig>", "image/png": PNG}},
            {"isMain": True, "data": {"text/plain": "42", "text/html": "<b>42</b>", "application/x-custom": "c"}}]
 ANSWER = {"stdout": "", "stderr": "", "stdoutTruncated": False, "stderrTruncated": False, "results": RESULTS,
-          "resultsTruncated": False, "error": None, "executionCount": 3, "timedOut": False, "interrupted": False,
+          "resultsTruncated": False, "error": None, "executionCount": 3, "exitCode": 0, "timedOut": False,
+          "interrupted": False,
           "killed": False, "context": {"id": CID, "state": "idle", "reason": None}, "durationMs": 12,
           "warnings": []}
 
@@ -69,18 +67,7 @@ def service(step):
     return reply
 
 
-class Fake(unittest.TestCase):
-    @classmethod
-    def setUpClass(cls) -> None:
-        cls.tmp = helpers.TempDir()
-        cls.sock = os.path.join(cls.tmp.path, "fake.sock")
-        cls.fake = FakeService(cls.sock)
-
-    @classmethod
-    def tearDownClass(cls) -> None:
-        cls.fake.close()
-        cls.tmp.cleanup()
-
+class Fake(helpers.FakeCase):
     def made(self) -> int:
         return len([r for r in self.fake.seen if r.method == "POST" and r.path == BASE + "/contexts"])
 
@@ -109,7 +96,8 @@ class Fake(unittest.TestCase):
                              ("<b>42</b>", ["text", "html"], "c"))
             self.assertIs(ex.main_result, main)
             self.assertEqual(ex.logs, {"stdout": ["before\n"], "stderr": ["\ufffd\n"]})
-            self.assertEqual((ex.stdout, ex.execution_count, ex.error, ex.timed_out), ("before\n", 3, None, False))
+            self.assertEqual((ex.stdout, ex.execution_count, ex.exit_code, ex.error, ex.timed_out),
+                             ("before\n", 3, 0, None, False))
             # a context made (python), then the step streamed
             self.assertEqual(self.made(), before + 1)
             mk = [r for r in self.fake.seen if r.path == BASE + "/contexts"][-1]
@@ -229,20 +217,7 @@ class RealServe(helpers.ServeCase):
     def test_ended_sandbox_is_gone(self) -> None:
         with LiveSandbox.create(socket_path=self.sock) as other:
             other.run_code("1")
-            # its agent is every process's parent: killing it ends the sandbox
-            # the start (a 410) or its wait (its stream's last line, the error naming why)
-            with self.assertRaises(SandboxGoneError):
-                other.commands.run("kill -9 $PPID", background=True).wait(30)
-            err = None
-            for _ in range(50):
-                try:
-                    other.run_code("1")
-                    time.sleep(0.1)
-                except SandboxUnavailableError:
-                    time.sleep(0.1)  # a connection the service drops as the sandbox ends: again
-                except SandboxError as e:
-                    err = e
-                    break
+            err = helpers.agent_killed(other, lambda: other.run_code("1"))
             self.assertIsInstance(err, SandboxGoneError, repr(err))
             assert isinstance(err, SandboxGoneError)
             self.assertIn("agent was killed", err.reason)

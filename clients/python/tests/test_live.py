@@ -16,7 +16,7 @@ import helpers
 
 from moat_sandbox import (
     CommandHandle, LiveSandbox, NotFoundError, SandboxConfigError, SandboxError, SandboxGoneError,
-    SandboxNotFoundError, SandboxUnavailableError,
+    SandboxNotFoundError,
 )
 
 SERVE_SKIP = helpers.serve_skip()
@@ -96,6 +96,15 @@ class RealServe(helpers.ServeCase):
             page, nxt = LiveSandbox.list(socket_path=self.sock, metadata={"test": tag})
             self.assertEqual(([s["id"] for s in page], nxt), ([sbx.sandbox_id], None))
             self.assertEqual(LiveSandbox.list(socket_path=self.sock, metadata={"test": tag + "-not"}), ([], None))
+            # pages: two more with the tag, newest first, two a page
+            more = [self.create(metadata={"test": tag}), self.create(metadata={"test": tag})]
+            p1, nxt = LiveSandbox.list(socket_path=self.sock, metadata={"test": tag}, limit=2)
+            self.assertEqual([s["id"] for s in p1], [more[1].sandbox_id, more[0].sandbox_id])
+            self.assertIsInstance(nxt, str)
+            p2, nxt2 = LiveSandbox.list(socket_path=self.sock, metadata={"test": tag}, limit=2, next=nxt)
+            self.assertEqual(([s["id"] for s in p2], nxt2), ([sbx.sandbox_id], None))
+            for m in more:
+                m.kill()
 
             again = LiveSandbox.connect(sbx.sandbox_id, socket_path=self.sock)
             self.assertEqual(again.commands.run("echo $GREETING").stdout, "hello\n")
@@ -130,11 +139,17 @@ class RealServe(helpers.ServeCase):
         sleeper = sbx.commands.run(["sleep", "600"], background=True)
         with self.assertRaises(TimeoutError):
             sleeper.wait(0.2)
+        # info waits up to wait_ms for the end: still running after 200 ms
+        t0 = time.monotonic()
+        self.assertEqual(sbx.commands.info(sleeper.pid, wait_ms=200)["state"], "running")
+        self.assertGreaterEqual(time.monotonic() - t0, 0.19)
         sleeper.kill()
         k = sleeper.wait(30)
         self.assertEqual((k.exit_code, k.signal), (None, 9))
         listed = [p for p in sbx.commands.list() if p["pid"] == sleeper.pid]
         self.assertEqual(listed[0]["state"], "exited")
+        ended = sbx.commands.info(sleeper.pid, wait_ms=5000)
+        self.assertEqual((ended["state"], ended["signal"]), ("exited", 9))
 
         t = sbx.commands.run("sleep 30", timeout_ms=300)
         self.assertEqual((t.timed_out, t.signal), (True, 9))
@@ -202,20 +217,7 @@ class RealServe(helpers.ServeCase):
 
     def test_ended_sandbox_is_gone_with_its_reason(self) -> None:
         sbx = self.create()
-        # the agent is every command's parent: killing it ends the sandbox
-        # the start (a 410) or its wait (its stream's last line, the error naming why)
-        with self.assertRaises(SandboxGoneError):
-            sbx.commands.run("kill -9 $PPID", background=True).wait(30)
-        err = None
-        for _ in range(50):
-            try:
-                sbx.commands.run("true")
-                time.sleep(0.1)
-            except SandboxUnavailableError:
-                time.sleep(0.1)  # a connection the service drops as the sandbox ends: again
-            except SandboxError as e:
-                err = e
-                break
+        err = helpers.agent_killed(sbx, lambda: sbx.commands.run("true"))
         self.assertIsInstance(err, SandboxGoneError, repr(err))
         assert isinstance(err, SandboxGoneError)
         self.assertEqual((err.status, err.sandbox_id), (410, sbx.sandbox_id))  # type: ignore[attr-defined]
