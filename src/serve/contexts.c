@@ -539,6 +539,7 @@ struct serve_ctx_step {
 	unsigned nresults;
 	int fin; /* 0 running, 1 the error event given (DONE next), 2 DONE given */
 	bool ended; /* the driver's end seen (no done frame) */
+	bool released; /* its context given back (serve_ctx_step_release) */
 	int64_t eof_at; /* the socket's end seen at (its pipes then wait a little) */
 	char *error_json; /* the done frame's error, for its event */
 	char *extra;      /* pool_session_take_done's keys */
@@ -933,6 +934,20 @@ void serve_ctx_step_answer(struct serve_ctx_step *st, struct moat_buf *out)
 	cJSON_Delete(x);
 }
 
+void serve_ctx_step_release(struct serve_ctx_step *st)
+{
+	if (!st || st->fin != 2 || st->released)
+		return;
+	st->released = true;
+	pthread_mutex_lock(&st->cs->mu);
+	if (st->c->state == CTX_RUNNING)
+		st->c->state = CTX_IDLE;
+	st->c->busy = false;
+	st->c->intr_ms = 0;
+	pthread_cond_broadcast(&st->cs->cv);
+	pthread_mutex_unlock(&st->cs->mu);
+}
+
 void serve_ctx_step_end(struct serve_ctx_step *st)
 {
 	if (!st)
@@ -949,12 +964,8 @@ void serve_ctx_step_end(struct serve_ctx_step *st)
 		while (st->fin != 2)
 			(void)serve_ctx_step_next(st, 500, &d, &l);
 	}
+	serve_ctx_step_release(st);
 	pthread_mutex_lock(&st->cs->mu);
-	if (st->c->state == CTX_RUNNING)
-		st->c->state = CTX_IDLE;
-	st->c->busy = false;
-	st->c->intr_ms = 0;
-	pthread_cond_broadcast(&st->cs->cv);
 	unref(st->c);
 	pthread_mutex_unlock(&st->cs->mu);
 	free(st->data);

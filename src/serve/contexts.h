@@ -103,6 +103,11 @@ enum serve_ctx_ev serve_ctx_step_next(struct serve_ctx_step *st, int wait_ms, co
 void serve_ctx_step_answer(struct serve_ctx_step *st, struct moat_buf *out);
 /* Ends a step (a running one is interrupted first, as a hang-up would,
  * unless hangup_finish: then it is run to its end here). NULL-safe. */
+/* Gives the context back once DONE was given (a no-op before, and after
+ * the first call): a streamed step's context is free for the next step as
+ * soon as its done line is queued, not when the response is freed (a
+ * client that read it and sent its next step at once got a 409). */
+void serve_ctx_step_release(struct serve_ctx_step *st);
 void serve_ctx_step_end(struct serve_ctx_step *st);
 
 #endif

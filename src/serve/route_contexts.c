@@ -202,6 +202,7 @@ static ssize_t cstream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			moat_buf_appendf(&p->pending, "{\"type\":\"done\",\"answer\":");
 			serve_ctx_step_answer(p->st, &p->pending);
 			moat_buf_append(&p->pending, "}\n", 2);
+			serve_ctx_step_release(p->st);
 			p->done = true;
 			break;
 		case SERVE_CTX_EV_NONE:
