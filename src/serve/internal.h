@@ -35,6 +35,7 @@
 #define SERVE_MAX_DNS 256
 #define SERVE_MAX_RELAYS_LIMIT 1048576
 #define SERVE_MAX_DNS_LIMIT 65536
+#define SERVE_E2B_MAX_KEYS 64 /* serve.e2b.keys */
 struct serve_limits {
 	uint64_t def_timeout_ms, max_timeout_ms;
 	uint64_t def_memory_mb, max_memory_mb;
@@ -70,6 +71,10 @@ struct serve_limits {
 	 * "finish" (true) a step whose streaming client hung up */
 	uint64_t session_grace_ms;
 	bool session_hangup_finish;
+	/* "e2b": {"keys": [...]}: E2B API keys (e2b_ and 32-128 hex digits), each
+	 * its own credential on /e2b (docs/E2B.md); their hashes */
+	uint8_t e2b_keys[SERVE_E2B_MAX_KEYS][MOAT_SHA256_LEN];
+	unsigned e2b_nkeys;
 };
 /* Built-in values (SERVE.md); max_cpus: online CPUs. */
 void serve_limits_default(struct serve_limits *l);
