@@ -145,7 +145,7 @@ bool frame_header_dropped(const char *name);
 /* ---- metrics ---- */
 enum serve_route { R_PY, R_TS, R_V1_RUN, R_HEALTHZ, R_METRICS, R_KV, R_OTHER, R_SESSIONS,
 		  R_SESSION, R_SESSION_RUN, R_SESSION_CTL /* /pause, /resume */, R_SESSION_INTERRUPT,
-		  R_SANDBOXES, R__COUNT };
+		  R_SANDBOXES, R_E2B /* /e2b/... (docs/E2B.md) */, R__COUNT };
 enum serve_outcome {
 	O_OK, O_ERROR, O_TIMEOUT, O_OOM, O_KILLED, O_DISCONNECTED, O_BAD_REQUEST,
 	O_UNAUTHORIZED, O_REJECTED, O_UNAVAILABLE, O__COUNT
