@@ -450,3 +450,13 @@ T('serve.e2b.keys: each key sees and reaches only the sandboxes it made', async 
     await e2b.Sandbox.kill(a.sandboxId, { apiKey: KEY_A });
   }
 });
+
+T('what moat lacks fails loudly: watchDir, pty (unimplemented); a killed sandbox is not running', async () => {
+  const sbx = await e2b.Sandbox.create();
+  await assert.rejects(sbx.files.watchDir('.', () => {}), /\[unimplemented\].*not supported by moat/);
+  await assert.rejects(sbx.pty.create({ cols: 80, rows: 24 }), /\[unimplemented\] PTYs are not supported by moat/);
+  assert.equal(await sbx.isRunning(), true);
+  await sbx.kill();
+  assert.equal(await sbx.isRunning(), false);
+  await assert.rejects(sbx.files.read('x'), e2b.TimeoutError); // envd's 502: E2B's "sandbox timeout"
+});
