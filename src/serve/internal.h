@@ -44,6 +44,10 @@ struct serve_limits {
 	bool allow_open_network;
 	uint64_t max_response_bytes;
 	uint64_t max_output_bytes; /* serve.max.maxOutputBytes: per stream, raw and escaped */
+	/* "e2b": {"keys": [...]}: E2B API keys (e2b_ and 32-128 hex digits), each
+	 * its own credential on /e2b (docs/E2B.md); their hashes */
+	uint8_t e2b_keys[SERVE_E2B_MAX_KEYS][MOAT_SHA256_LEN];
+	unsigned e2b_nkeys;
 	int pool; /* "pool": warm sandboxes per language; -1: not set */
 	int pool_zygote; /* "poolZygote": 0 or 1; -1: not set */
 	/* the zygote's lifetime: "poolZygoteMaxChildren" (children it makes)
@@ -71,10 +75,6 @@ struct serve_limits {
 	 * "finish" (true) a step whose streaming client hung up */
 	uint64_t session_grace_ms;
 	bool session_hangup_finish;
-	/* "e2b": {"keys": [...]}: E2B API keys (e2b_ and 32-128 hex digits), each
-	 * its own credential on /e2b (docs/E2B.md); their hashes */
-	uint8_t e2b_keys[SERVE_E2B_MAX_KEYS][MOAT_SHA256_LEN];
-	unsigned e2b_nkeys;
 };
 /* Built-in values (SERVE.md); max_cpus: online CPUs. */
 void serve_limits_default(struct serve_limits *l);

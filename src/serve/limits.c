@@ -221,6 +221,9 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 		} else if (!strcmp(k, "allowOpenNetwork")) {
 			if (get_bool(it, &l->allow_open_network, err) < 0)
 				goto out;
+		} else if (!strcmp(k, "e2b")) {
+			if (parse_e2b(it, l, err) < 0)
+				goto out;
 		} else if (!strcmp(k, "maxResponseBytes")) {
 			double v = 0;
 			if (get_num(it, "", 1024, 1024.0 * 1024 * 1024, &v, err) < 0)
@@ -251,9 +254,6 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 				goto out;
 		} else if (!strcmp(k, "sandboxes")) {
 			if (parse_sandboxes(it, l, err) < 0)
-				goto out;
-		} else if (!strcmp(k, "e2b")) {
-			if (parse_e2b(it, l, err) < 0)
 				goto out;
 		} else if (!strcmp(k, "maxRelays") || !strcmp(k, "maxDns")) {
 			bool tcp = k[3] == 'R';
