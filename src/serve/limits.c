@@ -265,9 +265,9 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 		} else {
 			moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
-				       "allowOpenNetwork, maxResponseBytes, pool, poolZygote, "
+				       "allowOpenNetwork, e2b, maxResponseBytes, pool, poolZygote, "
 				       "poolZygoteMaxChildren, poolZygoteMaxAge, maxRelays, "
-				       "maxDns, sessions, sandboxes, e2b)", k);
+				       "maxDns, sessions, sandboxes)", k);
 			goto out;
 		}
 	}
