@@ -135,7 +135,7 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 		return srv_fail(q, c, 400, "SandboxConfigError", O_BAD_REQUEST,
 				"the request's path or query holds an encoded NUL (%00)");
 	if (!strncmp(url, "/e2b/", 5)) { /* E2B's surface (docs/E2B.md): its own keys */
-		q->route = R_SANDBOXES;
+		q->route = R_E2B;
 		return srv_e2b_route(q, c, url + 4, method);
 	}
 	bool get_route = q->route == R_HEALTHZ || q->route == R_METRICS;

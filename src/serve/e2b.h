@@ -24,11 +24,11 @@
 
 struct e2b;
 /* The records' table: at most 4 x max + 16 records (a killed sandbox's
- * stays until its native record is forgotten, so that envd answers 502). */
+ * stays, so that envd answers it 502, until room is needed and the native
+ * table has forgotten it). */
 int e2b_start(struct e2b **out, unsigned max_sandboxes, struct moat_error *err);
 void e2b_stop(struct e2b *e);
 
-/* What a request of the E2B surface carries between its calls. */
 /* A multipart upload being parsed (e2b_envd.c). */
 struct e2b_mp {
 	char delim[80]; /* "\r\n--" and the boundary (at most 70) */
@@ -41,6 +41,7 @@ struct e2b_mp {
 	char *cur; /* the part's file */
 };
 
+/* What a request of the E2B surface carries between its calls. */
 struct e2b_req {
 	bool envd;   /* the sandbox URL's surface, else the control plane */
 	int op;      /* e2b_api.c's or e2b_envd.c's */

@@ -33,21 +33,37 @@ static enum MHD_Result respond(struct req *q, struct MHD_Connection *c, unsigned
 
 /* ---- the control plane ---- */
 
-/* X-API-KEY: the service's token when it has one (the caller's credential
- * is then the token's, as on the native routes); without one (a unix
- * socket, --no-auth) the native routes' credential. */
+/* X-API-KEY: the service's token (the caller's credential is then the
+ * token's, as on the native routes), or one of serve.e2b.keys (each key a
+ * credential of its own: it sees only what it made); without a token (a
+ * unix socket, --no-auth) a key that is none of those is the native
+ * routes' credential. Every key is compared, in constant time. */
 static bool api_key_ok(struct req *q, struct MHD_Connection *c)
 {
 	struct server *s = q->s;
-	if (s->auth) {
-		const char *k = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-KEY");
-		if (!k)
-			return false;
-		uint8_t h[MOAT_SHA256_LEN];
-		moat_sha256(k, strlen(k), h);
-		if (!serve_ct_equal(h, s->token_hash, MOAT_SHA256_LEN))
-			return false;
+	const char *k = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-API-KEY");
+	uint8_t h[MOAT_SHA256_LEN];
+	moat_sha256(k ? k : "", k ? strlen(k) : 0, h);
+	if (k && s->auth && serve_ct_equal(h, s->token_hash, MOAT_SHA256_LEN)) {
+		srv_caller_cred(s, c, q->cred);
+		return true;
 	}
+	bool listed = false;
+	for (unsigned i = 0; i < s->limits.e2b_nkeys; i++)
+		listed |= serve_ct_equal(h, s->limits.e2b_keys[i], MOAT_SHA256_LEN);
+	if (k && listed) {
+		static const char ns[] = "moat-e2b-key:";
+		size_t n = strlen(k);
+		MOAT_AUTOFREE char *t = malloc(sizeof ns + n);
+		if (!t)
+			return false;
+		memcpy(t, ns, sizeof ns - 1);
+		memcpy(t + sizeof ns - 1, k, n);
+		moat_sha256(t, sizeof ns - 1 + n, q->cred);
+		return true;
+	}
+	if (s->auth)
+		return false;
 	srv_caller_cred(s, c, q->cred);
 	return true;
 }

@@ -36,6 +36,7 @@
 #define SERVE_MAX_DNS 256
 #define SERVE_MAX_RELAYS_LIMIT 1048576
 #define SERVE_MAX_DNS_LIMIT 65536
+#define SERVE_E2B_MAX_KEYS 64 /* serve.e2b.keys */
 struct serve_limits {
 	uint64_t def_timeout_ms, max_timeout_ms;
 	uint64_t def_memory_mb, max_memory_mb;
@@ -44,6 +45,10 @@ struct serve_limits {
 	bool allow_open_network;
 	uint64_t max_response_bytes;
 	uint64_t max_output_bytes; /* serve.max.maxOutputBytes: per stream, raw and escaped */
+	/* "e2b": {"keys": [...]}: E2B API keys (e2b_ and 32-128 hex digits), each
+	 * its own credential on /e2b (docs/E2B.md); their hashes */
+	uint8_t e2b_keys[SERVE_E2B_MAX_KEYS][MOAT_SHA256_LEN];
+	unsigned e2b_nkeys;
 	int pool; /* "pool": warm sandboxes per language; -1: not set */
 	int pool_zygote; /* "poolZygote": 0 or 1; -1: not set */
 	/* the zygote's lifetime: "poolZygoteMaxChildren" (children it makes)
@@ -143,7 +148,7 @@ bool frame_header_dropped(const char *name);
 /* ---- metrics ---- */
 enum serve_route { R_PY, R_TS, R_V1_RUN, R_HEALTHZ, R_METRICS, R_KV, R_OTHER, R_SESSIONS,
 		  R_SESSION, R_SESSION_RUN, R_SESSION_CTL /* /pause, /resume */, R_SESSION_INTERRUPT,
-		  R_SANDBOXES, R__COUNT };
+		  R_SANDBOXES, R_E2B /* /e2b/... (docs/E2B.md) */, R__COUNT };
 enum serve_outcome {
 	O_OK, O_ERROR, O_TIMEOUT, O_OOM, O_KILLED, O_DISCONNECTED, O_BAD_REQUEST,
 	O_UNAUTHORIZED, O_REJECTED, O_UNAVAILABLE, O__COUNT

@@ -123,6 +123,30 @@ static int parse_sandboxes(const cJSON *obj, struct serve_limits *l, struct moat
 	return 0;
 }
 
+/* The "e2b" object: {"keys": ["e2b_<hex>", ...]} (docs/E2B.md). */
+static int parse_e2b(const cJSON *obj, struct serve_limits *l, struct moat_error *err)
+{
+	const cJSON *keys = cJSON_GetObjectItemCaseSensitive(obj, "keys");
+	if (!cJSON_IsObject(obj) || !cJSON_IsArray(keys) || cJSON_GetArraySize(obj) != 1 ||
+	    cJSON_GetArraySize(keys) > (int)SERVE_E2B_MAX_KEYS)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "config serve.e2b must be {\"keys\": [...]} (at most %u keys)",
+				      SERVE_E2B_MAX_KEYS);
+	l->e2b_nkeys = 0;
+	for (const cJSON *k = keys->child; k; k = k->next) {
+		size_t n = cJSON_IsString(k) ? strlen(k->valuestring) : 0;
+		bool ok = n >= 4 + 32 && n <= 4 + 128 && !strncmp(k->valuestring, "e2b_", 4);
+		for (size_t i = 4; ok && i < n; i++)
+			ok = strchr("0123456789abcdef", k->valuestring[i]) != NULL;
+		if (!ok)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "config serve.e2b.keys: each key is \"e2b_\" and 32 to "
+					      "128 lowercase hex digits (128 bits at least)");
+		moat_sha256(k->valuestring, n, l->e2b_keys[l->e2b_nkeys++]);
+	}
+	return 0;
+}
+
 /* The "sessions" object. */
 static int parse_sessions(const cJSON *obj, struct serve_limits *l, struct moat_error *err)
 {
@@ -197,6 +221,9 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 		} else if (!strcmp(k, "allowOpenNetwork")) {
 			if (get_bool(it, &l->allow_open_network, err) < 0)
 				goto out;
+		} else if (!strcmp(k, "e2b")) {
+			if (parse_e2b(it, l, err) < 0)
+				goto out;
 		} else if (!strcmp(k, "maxResponseBytes")) {
 			double v = 0;
 			if (get_num(it, "", 1024, 1024.0 * 1024 * 1024, &v, err) < 0)
@@ -246,7 +273,7 @@ int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_err
 		} else {
 			moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				       "config serve: unknown key \"%.64s\" (defaults, max, "
-				       "allowOpenNetwork, maxResponseBytes, pool, poolZygote, "
+				       "allowOpenNetwork, e2b, maxResponseBytes, pool, poolZygote, "
 				       "poolZygoteMaxChildren, poolZygoteMaxAge, maxRelays, "
 				       "maxDns, sessions, sandboxes, node)", k);
 			goto out;

@@ -13,7 +13,7 @@ static const char *const route_names[R__COUNT] = {
 	[R_SESSIONS] = "sessions", [R_SESSION] = "session", [R_SESSION_RUN] = "session_run",
 	[R_SESSION_CTL] = "session_ctl",
 	[R_SESSION_INTERRUPT] = "session_interrupt",
-	[R_SANDBOXES] = "sandboxes",
+	[R_SANDBOXES] = "sandboxes", [R_E2B] = "e2b",
 };
 
 static const char *const outcome_names[O__COUNT] = {
@@ -32,7 +32,7 @@ static const char *const route_templates[R__COUNT] = {
 	[R_SESSION] = "/v1/sessions/{id}", [R_SESSION_RUN] = "/v1/sessions/{id}/run",
 	[R_SESSION_CTL] = "/v1/sessions/{id}/{pause,resume}",
 	[R_SESSION_INTERRUPT] = "/v1/sessions/{id}/interrupt",
-	[R_SANDBOXES] = "/v1/sandboxes",
+	[R_SANDBOXES] = "/v1/sandboxes", [R_E2B] = "/e2b/{path}",
 };
 
 const char *serve_route_template(enum serve_route r)

@@ -31,6 +31,9 @@ const T = (name, fn) => test(`[${MODE}] ${name}`, { skip, timeout: 180000 }, fn)
 
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-e2b-test-'));
 const KEY = `e2b_${crypto.randomBytes(20).toString('hex')}`;
+// two more keys of the operator's (serve.e2b.keys): each its own credential
+const KEY_A = `e2b_${crypto.randomBytes(16).toString('hex')}`;
+const KEY_B = `e2b_${crypto.randomBytes(16).toString('hex')}`;
 let srv = null;
 let port = 0;
 
@@ -59,8 +62,11 @@ test.before(async () => {
   if (skip) return;
   const tokenFile = path.join(tmp, 'token');
   fs.writeFileSync(tokenFile, `${KEY}\n`, { mode: 0o600 });
+  const config = path.join(tmp, 'config.json');
+  fs.writeFileSync(config, JSON.stringify({ serve: { e2b: { keys: [KEY_A, KEY_B] } } }));
   port = await freePort();
   const child = spawn(MOAT, ['serve', '--listen', `127.0.0.1:${port}`, '--token-file', tokenFile, '--no-kv',
+    '--config', config,
     '--runtime', path.join(ROOT, 'runtime')], { stdio: ['ignore', 'ignore', 'pipe'] });
   srv = { child, log: '', exit: null };
   child.stderr.on('data', (d) => { srv.log += d; });
@@ -421,4 +427,36 @@ T('multipart in 5-byte pieces: every file exact, look-alike delimiters kept', as
     for (const [name, data] of Object.entries(files))
       assert.equal(await sbx.files.read(name), data, name);
   });
+});
+
+T('serve.e2b.keys: each key sees and reaches only the sandboxes it made', async () => {
+  const a = await e2b.Sandbox.create({ apiKey: KEY_A, metadata: { owner: 'a' } });
+  try {
+    assert.equal((await a.commands.run('echo mine')).stdout, 'mine\n');
+    const ids = async (apiKey) => (await e2b.Sandbox.list({ apiKey }).nextItems()).map((x) => x.sandboxId);
+    assert.ok((await ids(KEY_A)).includes(a.sandboxId));
+    for (const other of [KEY_B, KEY]) { // another key, and the service's token: another credential
+      assert.ok(!(await ids(other)).includes(a.sandboxId));
+      await assert.rejects(e2b.Sandbox.getInfo(a.sandboxId, { apiKey: other }), e2b.NotFoundError);
+      await assert.rejects(e2b.Sandbox.connect(a.sandboxId, { apiKey: other }), e2b.NotFoundError);
+      await assert.rejects(e2b.Sandbox.setTimeout(a.sandboxId, 5000, { apiKey: other }), e2b.NotFoundError);
+      assert.equal(await e2b.Sandbox.kill(a.sandboxId, { apiKey: other }), false);
+    }
+    assert.equal((await a.commands.run('echo still')).stdout, 'still\n');
+    // a key that is not listed is refused, even one of E2B's form
+    await assert.rejects(e2b.Sandbox.list({ apiKey: `e2b_${crypto.randomBytes(16).toString('hex')}` }).nextItems(),
+      e2b.AuthenticationError);
+  } finally {
+    await e2b.Sandbox.kill(a.sandboxId, { apiKey: KEY_A });
+  }
+});
+
+T('what moat lacks fails loudly: watchDir, pty (unimplemented); a killed sandbox is not running', async () => {
+  const sbx = await e2b.Sandbox.create();
+  await assert.rejects(sbx.files.watchDir('.', () => {}), /\[unimplemented\].*not supported by moat/);
+  await assert.rejects(sbx.pty.create({ cols: 80, rows: 24 }), /\[unimplemented\] PTYs are not supported by moat/);
+  assert.equal(await sbx.isRunning(), true);
+  await sbx.kill();
+  assert.equal(await sbx.isRunning(), false);
+  await assert.rejects(sbx.files.read('x'), e2b.TimeoutError); // envd's 502: E2B's "sandbox timeout"
 });

@@ -25,6 +25,49 @@
 
 /* ---- operator limits ---- */
 
+/* serve.e2b.keys (docs/E2B.md): E2B's form with 128 bits at least, their
+ * hashes kept; anything else refuses the config. */
+START_TEST(limits_e2b_keys)
+{
+	struct serve_limits l;
+	struct moat_error err = { 0 };
+	serve_limits_default(&l);
+	ck_assert_uint_eq(l.e2b_nkeys, 0);
+	const char *key = "e2b_0123456789abcdef0123456789abcdef";
+	char json[256];
+	snprintf(json, sizeof json, "{\"e2b\":{\"keys\":[\"%s\"]}}", key);
+	ck_assert_int_eq(serve_limits_parse(json, &l, &err), 0);
+	ck_assert_uint_eq(l.e2b_nkeys, 1);
+	uint8_t h[MOAT_SHA256_LEN];
+	moat_sha256(key, strlen(key), h);
+	ck_assert(memcmp(h, l.e2b_keys[0], MOAT_SHA256_LEN) == 0);
+	static const char *const bad[] = {
+		"{\"e2b\":{\"keys\":[\"e2b_0123\"]}}",				/* < 128 bits */
+		"{\"e2b\":{\"keys\":[\"xyz_0123456789abcdef0123456789abcdef\"]}}", /* not e2b_ */
+		"{\"e2b\":{\"keys\":[\"e2b_0123456789ABCDEF0123456789ABCDEF\"]}}", /* upper case */
+		"{\"e2b\":{\"keys\":[\"e2b_0123456789abcdef0123456789abcdeg\"]}}", /* not hex */
+		"{\"e2b\":{\"keys\":[7]}}", "{\"e2b\":{\"keys\":\"e2b_\"}}",
+		"{\"e2b\":{\"keys\":[],\"other\":1}}", "{\"e2b\":[]}",
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		serve_limits_default(&l);
+		ck_assert_msg(serve_limits_parse(bad[i], &l, &err) < 0, "%s", bad[i]);
+		ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+		moat_error_clear(&err);
+	}
+	/* more than 64 keys */
+	struct moat_buf b = { 0 };
+	moat_buf_append(&b, "{\"e2b\":{\"keys\":[", 15);
+	for (int i = 0; i < 65; i++)
+		moat_buf_appendf(&b, "%s\"e2b_%032x\"", i ? "," : "", i);
+	moat_buf_append(&b, "]}}", 3);
+	serve_limits_default(&l);
+	ck_assert_int_lt(serve_limits_parse(b.data, &l, &err), 0);
+	moat_error_clear(&err);
+	moat_buf_free(&b);
+}
+END_TEST
+
 START_TEST(limits_parse)
 {
 	struct serve_limits l;
@@ -835,6 +878,7 @@ void serve_limits_tests(TCase *tc);
 void serve_limits_tests(TCase *tc)
 {
 	tcase_add_test(tc, limits_parse);
+	tcase_add_test(tc, limits_e2b_keys);
 	tcase_add_test(tc, limits_message_names_key);
 	tcase_add_test(tc, limits_apply);
 	tcase_add_test(tc, script_error_lines);
