@@ -128,7 +128,8 @@ static void put_sandbox(struct req *q, struct serve_sbx *x, struct moat_buf *b)
 	moat_buf_append_json_string(b, tmpl, strlen(tmpl));
 	moat_buf_appendf(b, ",\"clientID\":\"moat\",\"envdVersion\":\"%s\"", E2B_ENVD_VERSION);
 	const char *st = cJSON_IsString(state) ? state->valuestring : "running";
-	moat_buf_appendf(b, ",\"state\":\"%s\"", !strcmp(st, "running") ? "running" : "killed");
+	moat_buf_appendf(b, ",\"state\":\"%s\"",
+			 !strcmp(st, "running") ? "running" : !strcmp(st, "paused") ? "paused" : "killed");
 	if (cJSON_IsString(created))
 		moat_buf_appendf(b, ",\"startedAt\":\"%s\"", created->valuestring);
 	if (cJSON_IsString(expires))
@@ -344,8 +345,10 @@ static enum MHD_Result api_list(struct req *q, struct MHD_Connection *c)
 	if (next && !serve_sbx_id_valid(next))
 		return e2b_fail(q, c, 400, O_BAD_REQUEST, "\"nextToken\" is not one this server gave");
 	struct moat_buf b = { 0 };
-	/* only running sandboxes are kept: a state filter without "running" is empty */
-	if (state && !strstr(state, "running")) {
+	/* running and paused sandboxes are kept (a killed one is forgotten): a
+	 * state filter names which of the two */
+	bool want_running = !state || strstr(state, "running"), want_paused = !state || strstr(state, "paused");
+	if (!want_running && !want_paused) {
 		moat_buf_append(&b, "[]\n", 3);
 		return respond(q, c, 200, &b, NULL, NULL);
 	}
@@ -374,6 +377,11 @@ static enum MHD_Result api_list(struct req *q, struct MHD_Connection *c)
 							  : NULL;
 		if (!x)
 			continue;
+		bool paused = serve_sbx_paused(s->sandboxes, x);
+		if (paused ? !want_paused : !want_running) {
+			serve_sbx_put(s->sandboxes, x);
+			continue;
+		}
 		if (!first)
 			moat_buf_append(&b, ",", 1);
 		first = false;
@@ -405,10 +413,24 @@ static enum MHD_Result api_with_sandbox(struct req *q, struct MHD_Connection *c)
 		serve_sbx_delete(s->sandboxes, q->sbx);
 		q->status = 204;
 		return srv_respond(q, c, 204, strdup(""), "application/json", NULL, NULL);
-	case API_PAUSE:
-		return e2b_fail(q, c, 501, O_BAD_REQUEST,
-				"pause is not supported by moat yet (docs/E2B.md); the sandbox "
-				"keeps running");
+	case API_PAUSE: {
+		/* the native pause (docs/SANDBOXES.md): every process frozen, its
+		 * memory kept; E2B's 409 for one already paused */
+		if (serve_sbx_paused(s->sandboxes, q->sbx))
+			return e2b_fail(q, c, 409, O_BAD_REQUEST, "sandbox is already paused");
+		char *gone = NULL;
+		int pr = serve_sbx_pause(s->sandboxes, q->sbx, true, &gone);
+		free(gone);
+		if (pr == -2)
+			return e2b_fail(q, c, 404, O_BAD_REQUEST, "sandbox not found");
+		if (pr == -1) /* not E2B's 409, which the SDK takes for "already paused" */
+			return e2b_fail(q, c, 400, O_BAD_REQUEST,
+					"a request is in flight on the sandbox (an open command's "
+					"stream too: disconnect its handle): pause it once they have "
+					"ended");
+		q->status = 204;
+		return srv_respond(q, c, 204, strdup(""), "application/json", NULL, NULL);
+	}
 	case API_METRICS: {
 		struct live *lv = serve_sbx_live(q->sbx);
 		int64_t mem = live_memory(lv), cpu = live_cpu_ms(lv);
@@ -469,8 +491,16 @@ static enum MHD_Result api_body(struct req *q, struct MHD_Connection *c)
 	}
 	if (q->e2b->op == API_TIMEOUT)
 		return srv_respond(q, c, 204, strdup(""), "application/json", NULL, NULL);
-	/* connect, resume: the running sandbox, with its access token (the
-	 * caller's key made it: another key's sandbox is a 404 before this) */
+	/* connect, resume: a paused sandbox resumed, then the running sandbox,
+	 * with its access token (the caller's key made it: another key's
+	 * sandbox is a 404 before this) */
+	if (serve_sbx_paused(s->sandboxes, q->sbx)) {
+		char *w = NULL;
+		if (serve_sbx_pause(s->sandboxes, q->sbx, false, &w) < 0) {
+			free(w);
+			return e2b_fail(q, c, 404, O_BAD_REQUEST, "sandbox not found");
+		}
+	}
 	char tmpl[E2B_MAX_TEMPLATE + 1], token[E2B_TOKEN_HEX + 1] = "";
 	e2b_rec_template(s->e2b, serve_sbx_id(q->sbx), tmpl);
 	bool have = e2b_rec_token(s->e2b, serve_sbx_id(q->sbx), token);

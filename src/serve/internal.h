@@ -415,6 +415,8 @@ void serve_sbx_set_accounting(struct serve_sbxs *ss, struct serve_sbx *x, bool o
 /* Pauses (every process frozen, memory kept) or resumes it: 0; -1 (409) a
  * pause while a request is in flight on it; -2 dead (*gone). */
 int serve_sbx_pause(struct serve_sbxs *ss, struct serve_sbx *x, bool pause, char **gone);
+/* Paused (POST .../pause or onIdle "pause"), not yet resumed. */
+bool serve_sbx_paused(struct serve_sbxs *ss, struct serve_sbx *x);
 /* Its lifetime ends ms from now, capped at max_life_ms from its making:
  * 0; 1: capped; -1: dead (*gone). */
 int serve_sbx_extend(struct serve_sbxs *ss, struct serve_sbx *x, uint64_t ms, char **gone);

@@ -501,6 +501,14 @@ int serve_sbx_pause(struct serve_sbxs *ss, struct serve_sbx *x, bool pause, char
 	return rc;
 }
 
+bool serve_sbx_paused(struct serve_sbxs *ss, struct serve_sbx *x)
+{
+	pthread_mutex_lock(&ss->mu);
+	bool p = x->paused && !x->dead;
+	pthread_mutex_unlock(&ss->mu);
+	return p;
+}
+
 char *serve_sbx_gone(struct serve_sbxs *ss, struct serve_sbx *x)
 {
 	pthread_mutex_lock(&ss->mu);

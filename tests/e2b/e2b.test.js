@@ -259,15 +259,33 @@ T('Sandbox.connect gives back a working sandbox (its access token)', async () =>
   });
 });
 
-T('errors: a wrong API key is AuthenticationError; an unknown template 404; pause refused', async () => {
+T('errors: a wrong API key is AuthenticationError; an unknown template 404', async () => {
   await assert.rejects(e2b.Sandbox.create({ apiKey: `e2b_${'0'.repeat(40)}` }), e2b.AuthenticationError);
   await assert.rejects(e2b.Sandbox.list({ apiKey: 'e2b_wrong' }).nextItems(), e2b.AuthenticationError);
   // E2B's 404, which the SDK raises as a SandboxError with that status (as against E2B's cloud)
   await assert.rejects(e2b.Sandbox.create('no-such-template'), (e) => e instanceof e2b.SandboxError &&
     e.statusCode === 404 && /template 'no-such-template' not found/.test(e.message));
-  await withSandbox({}, async (sbx) => {
-    await assert.rejects(sbx.pause(), (e) => /pause is not supported by moat/.test(String(e.message)));
-    assert.equal((await sbx.commands.run('echo still')).stdout, 'still\n');
+});
+
+T('pause and connect: paused (listed as such, a second pause false), connect resumes it with its files and processes', async () => {
+  const tag = crypto.randomBytes(4).toString('hex');
+  await withSandbox({ metadata: { run: tag } }, async (sbx) => {
+    await sbx.files.write('kept.txt', 'before the pause');
+    const bg = await sbx.commands.run('sleep 300', { background: true });
+    // its handle's stream is a request in flight: refused, saying so, never a silent false
+    await assert.rejects(sbx.pause(), (e) => /in flight/.test(String(e.message)));
+    await bg.disconnect();
+    assert.equal(await sbx.pause(), true);
+    assert.equal((await e2b.Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+    assert.equal(await sbx.pause(), false); // already paused: E2B's 409
+    const paused = await e2b.Sandbox.list({ query: { metadata: { run: tag }, state: ['paused'] } }).nextItems();
+    assert.deepEqual(paused.map((s) => s.sandboxId), [sbx.sandboxId]);
+    assert.deepEqual(await e2b.Sandbox.list({ query: { metadata: { run: tag }, state: ['running'] } }).nextItems(), []);
+    const again = await e2b.Sandbox.connect(sbx.sandboxId);
+    assert.equal((await e2b.Sandbox.getInfo(sbx.sandboxId)).state, 'running');
+    assert.equal(await again.files.read('kept.txt'), 'before the pause');
+    const procs = await again.commands.list();
+    assert.ok(procs.some((p) => p.pid === bg.pid), `the background process lives on: ${JSON.stringify(procs)}`);
   });
 });
 
