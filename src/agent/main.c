@@ -19,12 +19,14 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "agent/proto.h"
@@ -399,6 +401,30 @@ static struct proc *proc_slot(pid_t pid)
 	return NULL;
 }
 
+/* A new pty of the sandbox's own devpts instance (/dev/ptmx links to its
+ * ptmx): *master, and its peer opened through the master (TIOCGPTPEER: no
+ * path is resolved, so no /dev/pts/N the tenant could swap), O_NOCTTY so
+ * the agent never takes it as its own terminal. -1 with errno. */
+static int pty_open(unsigned rows, unsigned cols, int *master, int *peer)
+{
+	int m = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (m < 0)
+		return -1;
+	int unlock = 0;
+	struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+	int p = -1;
+	if (ioctl(m, TIOCSPTLCK, &unlock) < 0 || ioctl(m, TIOCSWINSZ, &ws) < 0 ||
+	    (p = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+		int e = errno;
+		close(m);
+		errno = e;
+		return -1;
+	}
+	*master = m;
+	*peer = p;
+	return 0;
+}
+
 /* Returns true when the operation's socket is kept (a process's). */
 static bool op_exec(int sock)
 {
@@ -408,7 +434,9 @@ static bool op_exec(int sock)
 		return false;
 	}
 	const char *const *f = msg.field;
-	bool want_stdin = f[1][0] == '1';
+	bool pty = msg.op == AGENT_EXEC_PTY;
+	bool want_stdin = !pty && f[1][0] == '1';
+	const char *const *av = f + msg.argv0, *const *en = f + msg.argv0 + msg.argc;
 	int cwd = open_at(f[0], O_RDONLY | O_DIRECTORY, 0, false);
 	if (cwd < 0) {
 		fail(sock, errno);
@@ -421,15 +449,24 @@ static bool op_exec(int sock)
 	char **envp = calloc(nenv + msg.envc + 1, sizeof *envp);
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, errp[2] = { -1, -1 }, st[2] = { -1, -1 };
 	int e = 0;
-	if (!argv || !envp)
+	if (!argv || !envp) {
 		e = ENOMEM;
-	else if ((want_stdin && pipe2(in, O_CLOEXEC) < 0) || pipe2(out, O_CLOEXEC) < 0 ||
-		 pipe2(errp, O_CLOEXEC) < 0 || pipe2(st, O_CLOEXEC) < 0)
+	} else if (pty) {
+		uint64_t rows, cols;
+		agent_num(f[1], AGENT_MAX_WINSIZE, &rows);
+		agent_num(f[2], AGENT_MAX_WINSIZE, &cols);
+		/* out[0] the master (the host's), out[1] the terminal */
+		if (pty_open((unsigned)rows, (unsigned)cols, &out[0], &out[1]) < 0 ||
+		    pipe2(st, O_CLOEXEC) < 0)
+			e = errno;
+	} else if ((want_stdin && pipe2(in, O_CLOEXEC) < 0) || pipe2(out, O_CLOEXEC) < 0 ||
+		   pipe2(errp, O_CLOEXEC) < 0 || pipe2(st, O_CLOEXEC) < 0) {
 		e = errno;
+	}
 	pid_t pid = -1;
 	if (!e) {
 		for (size_t i = 0; i < msg.argc; i++)
-			argv[i] = (char *)f[3 + i];
+			argv[i] = (char *)av[i];
 		size_t k = 0;
 		/* the request's env over the sandbox's */
 		for (char **p = environ; p && *p; p++) {
@@ -437,13 +474,12 @@ static bool op_exec(int sock)
 			size_t n = eq ? (size_t)(eq - *p) : strlen(*p);
 			bool over = false;
 			for (size_t i = 0; i < msg.envc && !over; i++)
-				over = !strncmp(f[3 + msg.argc + i], *p, n) &&
-				       f[3 + msg.argc + i][n] == '=';
+				over = !strncmp(en[i], *p, n) && en[i][n] == '=';
 			if (!over)
 				envp[k++] = *p;
 		}
 		for (size_t i = 0; i < msg.envc; i++)
-			envp[k++] = (char *)f[3 + msg.argc + i];
+			envp[k++] = (char *)en[i];
 		pid = fork();
 		if (pid < 0)
 			e = errno;
@@ -454,10 +490,18 @@ static bool op_exec(int sock)
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
 		setsid();
-		int nul = want_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (dup2(want_stdin ? in[0] : nul, 0) < 0 || dup2(out[1], 1) < 0 ||
-		    dup2(errp[1], 2) < 0 || fchdir(cwd) < 0)
-			goto child_fail;
+		if (pty) {
+			/* the terminal: the new session's controlling tty, and
+			 * fds 0, 1 and 2 */
+			if (ioctl(out[1], TIOCSCTTY, 0) < 0 || dup2(out[1], 0) < 0 ||
+			    dup2(out[1], 1) < 0 || dup2(out[1], 2) < 0 || fchdir(cwd) < 0)
+				goto child_fail;
+		} else {
+			int nul = want_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
+			if (dup2(want_stdin ? in[0] : nul, 0) < 0 || dup2(out[1], 1) < 0 ||
+			    dup2(errp[1], 2) < 0 || fchdir(cwd) < 0)
+				goto child_fail;
+		}
 		environ = envp;
 		execvp(argv[0], argv);
 child_fail:;
@@ -486,7 +530,8 @@ child_fail:;
 	if (want_stdin)
 		pass[n++] = in[1];
 	pass[n++] = out[0];
-	pass[n++] = errp[0];
+	if (!pty)
+		pass[n++] = errp[0];
 	bool kept = false;
 	if (!e) {
 		if (answerf(sock, pass, (size_t)n, "0 %d", (int)pid) == 0) {
@@ -584,7 +629,8 @@ static int take_request(void)
 		case AGENT_MKDIR: op_mkdir(sock); break;
 		case AGENT_RENAME: op_rename(sock); break;
 		case AGENT_REMOVE: op_remove(sock); break;
-		case AGENT_EXEC: kept = op_exec(sock); break;
+		case AGENT_EXEC:
+		case AGENT_EXEC_PTY: kept = op_exec(sock); break;
 		case AGENT_SIGNAL: op_signal(sock); break;
 		}
 	}

@@ -110,21 +110,31 @@ int agent_parse(const char *buf, size_t len, struct agent_msg *m)
 			       ? 0
 			       : -1;
 	case AGENT_EXEC:
-		if (n < 4 || !path_ok(f[0]) || !flag_ok(f[1]) ||
-		    agent_num(f[2], AGENT_MAX_FIELDS, &v) < 0 || v < 1 || v > n - 3)
+	case AGENT_EXEC_PTY: {
+		size_t a0 = m->op == AGENT_EXEC ? 3 : 4;
+		if (n < a0 + 1 || !path_ok(f[0]))
 			return -1;
+		if (m->op == AGENT_EXEC && !flag_ok(f[1]))
+			return -1;
+		if (m->op == AGENT_EXEC_PTY &&
+		    (agent_num(f[1], AGENT_MAX_WINSIZE, &v) < 0 || v < 1 ||
+		     agent_num(f[2], AGENT_MAX_WINSIZE, &v) < 0 || v < 1))
+			return -1;
+		if (agent_num(f[a0 - 1], AGENT_MAX_FIELDS, &v) < 0 || v < 1 || v > n - a0)
+			return -1;
+		m->argv0 = a0;
 		m->argc = (size_t)v;
-		m->envc = n - 3 - m->argc;
-		for (size_t i = 0; i < m->argc; i++)
-			if (!f[3 + i][0] && i == 0)
-				return -1;
+		m->envc = n - a0 - m->argc;
+		if (!f[a0][0])
+			return -1;
 		for (size_t i = 0; i < m->envc; i++) {
-			const char *e = f[3 + m->argc + i];
+			const char *e = f[a0 + m->argc + i];
 			const char *eq = strchr(e, '=');
 			if (!eq || eq == e)
 				return -1;
 		}
 		return 0;
+	}
 	default:
 		return -1;
 	}

@@ -37,15 +37,19 @@ enum agent_op {
 	AGENT_REMOVE = 'd', /* path, recursive 0|1 */
 	AGENT_EXEC = 'x',   /* cwd, stdin 0|1, argc, argv..., env (NAME=value)... */
 	AGENT_SIGNAL = 'k', /* pid, signal 1..64 */
+	AGENT_EXEC_PTY = 't', /* cwd, rows, cols (1..AGENT_MAX_WINSIZE), argc, argv..., env... */
 };
+
+#define AGENT_MAX_WINSIZE 1000u /* a pty's rows, its columns */
 
 struct agent_msg {
 	char op;
 	size_t nfields;
 	const char *field[AGENT_MAX_FIELDS]; /* into the parsed buffer */
-	/* AGENT_EXEC: */
-	size_t argc; /* field[3 .. 3+argc) */
-	size_t envc; /* field[3+argc .. nfields) */
+	/* AGENT_EXEC, AGENT_EXEC_PTY: */
+	size_t argv0; /* the first argv field: 3 (exec), 4 (pty) */
+	size_t argc; /* field[argv0 .. argv0+argc) */
+	size_t envc; /* field[argv0+argc .. nfields) */
 };
 
 /* Parses a request of len bytes (buf is not changed; fields point into it):

@@ -100,8 +100,13 @@ struct live_exec {
 	const char *const *env;  /* "NAME=value", envc of them, over the sandbox's */
 	size_t envc;
 	const char *cwd;         /* under /sandbox or /tmp */
-	bool stdin_open;         /* else /dev/null */
+	bool stdin_open;         /* else /dev/null (a pty's is always open) */
+	/* a terminal of the sandbox's own devpts: its controlling tty, fds 0-2;
+	 * rows, cols 1..LIVE_MAX_WINSIZE */
+	bool pty;
+	unsigned rows, cols;
 };
+#define LIVE_MAX_WINSIZE 1000u
 /* At most LIVE_MAX_PROCS processes are kept (running, or ended and not yet
  * dropped: the oldest ended one goes first). */
 #define LIVE_MAX_PROCS 128
@@ -112,6 +117,9 @@ int live_signal(struct live *lv, int pid, int sig, struct moat_error *err);
 ssize_t live_stdin_write(struct live *lv, int pid, const char *buf, size_t len,
 			 int64_t timeout_ms, struct moat_error *err);
 int live_stdin_close(struct live *lv, int pid, struct moat_error *err);
+/* A pty process's window size (TIOCSWINSZ on the master this side holds,
+ * checked a devpts ptmx at exec); ENOTTY for a process without a pty. */
+int live_resize(struct live *lv, int pid, unsigned rows, unsigned cols, struct moat_error *err);
 struct live_proc_info {
 	int pid;
 	bool running;
@@ -120,6 +128,7 @@ struct live_proc_info {
 	int signal;    /* 0 when none */
 	bool attached; /* a client reads its output */
 	bool lost;     /* the sandbox ended before its end was known */
+	bool pty;      /* it runs on a terminal: one output stream, stdout */
 };
 /* Its state after waiting up to ms for its end (0: now). */
 int live_wait(struct live *lv, int pid, int64_t ms, struct live_proc_info *info,

@@ -31,7 +31,7 @@ MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 enum sbx_op {
 	OP_NONE, OP_LIST, OP_CREATE, OP_GET, OP_DELETE, OP_TIMEOUT,
 	OP_PROCS, OP_PROC_START, OP_PROC_WAIT, OP_PROC_OUTPUT, OP_PROC_STDIN,
-	OP_PROC_STDIN_CLOSE, OP_PROC_SIGNAL,
+	OP_PROC_STDIN_CLOSE, OP_PROC_SIGNAL, OP_PROC_RESIZE,
 	OP_FILE_GET, OP_FILE_PUT, OP_FILE_DELETE, OP_FILE_STAT, OP_FILE_LIST, OP_FILE_MKDIR,
 	OP_FILE_RENAME,
 };
@@ -166,6 +166,8 @@ static int parse_route(const char *url, const char *method, char *id, int *pid, 
 			*op = post ? OP_PROC_STDIN_CLOSE : OP_NONE;
 		else if (!strcmp(end, "/signal"))
 			*op = post ? OP_PROC_SIGNAL : OP_NONE;
+		else if (!strcmp(end, "/resize"))
+			*op = post ? OP_PROC_RESIZE : OP_NONE;
 		else
 			return -1;
 		return *op ? 0 : -2;
@@ -687,9 +689,28 @@ static enum MHD_Result sbx_create(struct req *q, struct MHD_Connection *c)
 	return respond_json(q, c, 201, &b);
 }
 
+/* {"rows":R,"cols":C} (nothing else), each 1..LIVE_MAX_WINSIZE: 0, or -1. */
+static int winsize(const cJSON *o, unsigned *rows, unsigned *cols)
+{
+	static const char *const keys[] = { "rows", "cols", NULL };
+	const char *k;
+	if (!cJSON_IsObject(o) || !only_keys(o, keys, &k))
+		return -1;
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "rows");
+	const cJSON *cl = cJSON_GetObjectItemCaseSensitive(o, "cols");
+	if (!cJSON_IsNumber(r) || !cJSON_IsNumber(cl) || r->valuedouble < 1 ||
+	    r->valuedouble > LIVE_MAX_WINSIZE || cl->valuedouble < 1 ||
+	    cl->valuedouble > LIVE_MAX_WINSIZE || r->valuedouble != floor(r->valuedouble) ||
+	    cl->valuedouble != floor(cl->valuedouble))
+		return -1;
+	*rows = (unsigned)r->valuedouble;
+	*cols = (unsigned)cl->valuedouble;
+	return 0;
+}
+
 static enum MHD_Result proc_start(struct req *q, struct MHD_Connection *c)
 {
-	static const char *const keys[] = { "argv", "cmd", "env", "cwd", "stdin", NULL };
+	static const char *const keys[] = { "argv", "cmd", "env", "cwd", "stdin", "pty", NULL };
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
 	if (!o)
@@ -712,6 +733,11 @@ static enum MHD_Result proc_start(struct req *q, struct MHD_Connection *c)
 	    (cwd && !cJSON_IsString(cwd)) || (in && !cJSON_IsBool(in)))
 		return bad(q, c, "\"env\" is an object of strings (at most 1000), \"cwd\" a path "
 			   "under /sandbox or /tmp, \"stdin\" true or false");
+	const cJSON *pty = cJSON_GetObjectItemCaseSensitive(o, "pty");
+	unsigned rows = 0, cols = 0;
+	if (pty && (winsize(pty, &rows, &cols) < 0 || (in && !cJSON_IsTrue(in))))
+		return bad(q, c, "\"pty\" is {\"rows\":R,\"cols\":C}, each a whole number from 1 "
+			   "to 1000 (a pty's stdin is always open)");
 	const char *dir = cwd ? cwd->valuestring : "/sandbox";
 	if (!live_path_ok(dir))
 		return bad_path(q, c);
@@ -749,7 +775,8 @@ static enum MHD_Result proc_start(struct req *q, struct MHD_Connection *c)
 		}
 	}
 	struct live_exec spec = { .argv = av, .argc = argc, .env = (const char *const *)ev,
-				  .envc = envc, .cwd = dir, .stdin_open = cJSON_IsTrue(in) };
+				  .envc = envc, .cwd = dir, .stdin_open = cJSON_IsTrue(in) || pty,
+				  .pty = pty != NULL, .rows = rows, .cols = cols };
 	int pid;
 	if (live_exec(serve_sbx_live(q->sbx), &spec, &pid, &err) < 0) {
 		if (err.sys_errno == ENOENT)
@@ -855,6 +882,20 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 				   "\"WINCH\") or a number from 1 to 64");
 		if (live_signal(lv, q->sbx_pid, sig, &err) < 0)
 			return op_fail(q, c, &err);
+		break;
+	}
+	case OP_PROC_RESIZE: {
+		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+		if (!o)
+			return srv_fail_moat(q, c, &err);
+		unsigned rows, cols;
+		if (winsize(o, &rows, &cols) < 0)
+			return bad(q, c, "the body is {\"rows\":R,\"cols\":C}, each a whole number "
+				   "from 1 to 1000");
+		if (live_resize(lv, q->sbx_pid, rows, cols, &err) < 0)
+			return err.sys_errno == ENOTTY
+				       ? srv_fail(q, c, 409, "Conflict", O_BAD_REQUEST, err.message)
+				       : op_fail(q, c, &err);
 		break;
 	}
 	case OP_FILE_MKDIR:

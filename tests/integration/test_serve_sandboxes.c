@@ -400,6 +400,80 @@ START_TEST(sbx_stdin_and_reconnect)
 }
 END_TEST
 
+/* A process on a terminal (pty): the sandbox's own devpts, its controlling
+ * tty, the size asked, a resize seen by a fresh stty; no pty of the host's
+ * visible (the sandbox's devpts holds this one only). */
+START_TEST(sbx_pty)
+{
+	struct server s;
+	char *id;
+	if (!sbx_start(&s, _i, &id))
+		return;
+	char p[160];
+	struct resp r;
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p,
+		"{\"cmd\":\"tty; stty size; ls /dev/pts | tr '\\\\n' ' '; echo; "
+		"test -t 0 && test -t 2 && echo all-tty\",\"pty\":{\"rows\":24,\"cols\":80}}",
+		&r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "/dev/pts/0") && strstr(r.body, "24 80") &&
+			      strstr(r.body, "0 ptmx ") && strstr(r.body, "all-tty") &&
+			      strstr(r.body, "\"exitCode\":0") && !strstr(r.body, "\"stderr\""),
+		      "%s: a pty process: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* a resize between two stty size: the second sees it */
+	int pid = sbx_exec(&s, id, "{\"cmd\":\"read x; stty size\",\"pty\":{\"rows\":24,\"cols\":80}}");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/resize", id, pid);
+	sbx_req(&s, "POST", p, "{\"rows\":40,\"cols\":120}", &r);
+	ck_assert_msg(r.code == 200, "%s: resize: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	sbx_req(&s, "POST", p, "{\"rows\":0,\"cols\":120}", &r);
+	expect_error("a resize to 0 rows", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/stdin", id, pid);
+	sbx_req(&s, "POST", p, "go\n", &r);
+	ck_assert_msg(r.code == 200, "%s: stdin to a pty: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/output", id, pid);
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "40 120") && !strstr(r.body, "24 80") &&
+			      strstr(r.body, "\"exitCode\":0"),
+		      "%s: stty size after the resize: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* a terminal has no stdin to close (its EOF is ctrl-D); ctrl-C is SIGINT */
+	pid = sbx_exec(&s, id, "{\"argv\":[\"sleep\",\"300\"],\"pty\":{\"rows\":5,\"cols\":5}}");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/stdin/close", id, pid);
+	sbx_req(&s, "POST", p, "", &r);
+	expect_error("closing a pty's stdin", &r, 409, "Conflict");
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/stdin", id, pid);
+	sbx_req(&s, "POST", p, "\003", &r);
+	ck_assert_msg(r.code == 200, "%s: ctrl-C to a pty: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d?wait=10000", id, pid);
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"signal\":2"),
+		      "%s: ctrl-C on the terminal is SIGINT: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* no pty: a resize is a conflict; a bad pty is refused */
+	pid = sbx_exec(&s, id, "{\"argv\":[\"sleep\",\"300\"]}");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/resize", id, pid);
+	sbx_req(&s, "POST", p, "{\"rows\":40,\"cols\":120}", &r);
+	expect_error("a resize without a pty", &r, 409, "Conflict");
+	resp_free(&r);
+	sbx_path(p, sizeof p, id, "/processes");
+	sbx_req(&s, "POST", p, "{\"argv\":[\"true\"],\"pty\":{\"rows\":24,\"cols\":100000}}", &r);
+	expect_error("a pty too wide", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	sbx_req(&s, "POST", p, "{\"argv\":[\"true\"],\"pty\":{\"rows\":24}}", &r);
+	expect_error("a pty without cols", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 /* ---- files ---- */
 
 static void random_file(const char *path, size_t len)
@@ -859,6 +933,7 @@ Suite *serve_sandboxes_suite(void)
 	tcase_add_loop_test(tc, sbx_exec_streamed, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_background_signal, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_stdin_and_reconnect, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_pty, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_files_roundtrip, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_files_ops, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_path_attacks, MODE_ROOT, MODE_ROOTLESS + 1);

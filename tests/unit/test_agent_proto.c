@@ -32,6 +32,13 @@ START_TEST(agent_well_formed)
 	ck_assert_int_eq(m.argc, 2);
 	ck_assert_int_eq(m.envc, 2);
 	ck_assert_str_eq(m.field[5], "A=1");
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "80\0" "2\0sh\0-i\0A=1\0"), 0);
+	ck_assert_int_eq(m.op, AGENT_EXEC_PTY);
+	ck_assert_int_eq(m.argv0, 4);
+	ck_assert_int_eq(m.argc, 2);
+	ck_assert_int_eq(m.envc, 1);
+	ck_assert_str_eq(m.field[m.argv0], "sh");
+	ck_assert_int_eq(P("t/tmp\0" "1000\0" "1\0" "1\0sh\0"), 0);
 }
 END_TEST
 
@@ -59,6 +66,15 @@ START_TEST(agent_malformed)
 	ck_assert_int_eq(P("x/sandbox\0" "0\0" "1\0sh\0NOEQ\0"), -1); /* env without = */
 	ck_assert_int_eq(P("x/sandbox\0" "0\0" "1\0sh\0=v\0"), -1);   /* env without a name */
 	ck_assert_int_eq(P("x/etc\0" "0\0" "1\0sh\0"), -1);           /* cwd outside */
+	/* a pty: rows, cols 1..AGENT_MAX_WINSIZE */
+	ck_assert_int_eq(P("t/sandbox\0" "0\0" "80\0" "1\0sh\0"), -1);    /* rows 0 */
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "1001\0" "1\0sh\0"), -1); /* cols past */
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "x\0" "1\0sh\0"), -1);
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "80\0" "0\0"), -1);        /* argc 0 */
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "80\0" "2\0sh\0"), -1);   /* argc past */
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "80\0" "1\0\0"), -1);      /* argv[0] empty */
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "1\0sh\0"), -1);           /* no cols */
+	ck_assert_int_eq(P("t/etc\0" "24\0" "80\0" "1\0sh\0"), -1);       /* cwd outside */
 }
 END_TEST
 
