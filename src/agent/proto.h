@@ -38,7 +38,29 @@ enum agent_op {
 	AGENT_EXEC = 'x',   /* cwd, stdin 0|1, argc, argv..., env (NAME=value)... */
 	AGENT_SIGNAL = 'k', /* pid, signal 1..64 */
 	AGENT_EXEC_PTY = 't', /* cwd, rows, cols (1..AGENT_MAX_WINSIZE), argc, argv..., env... */
+	AGENT_WATCH = 'i',  /* directory, recursive 0|1: events on the op's socket */
 };
+
+/* A watch's events, one message each on its operation's socket after the
+ * answer "0 ": a kind byte, then NUL-ended paths. */
+enum agent_event_kind {
+	AGENT_EV_CREATE = 'c',   /* path */
+	AGENT_EV_WRITE = 'w',    /* path */
+	AGENT_EV_REMOVE = 'd',   /* path */
+	AGENT_EV_RENAME = 'r',   /* from, to */
+	AGENT_EV_OVERFLOW = 'o', /* nothing: events were lost */
+	AGENT_EV_END = 'g',      /* nothing: the directory watched is gone */
+};
+#define AGENT_MAX_WATCHES 8u       /* watches at once per sandbox */
+#define AGENT_MAX_WATCH_DIRS 1024u /* directories one (recursive) watch holds */
+struct agent_event {
+	char kind;
+	const char *path, *to; /* into the parsed buffer; NULL when none */
+};
+/* Parses an event of len bytes whose paths must be root or under it: 0, or
+ * -1 when malformed (an unknown kind, the wrong number of paths, a path
+ * agent_path refuses or outside root). */
+int agent_event_parse(const char *buf, size_t len, const char *root, struct agent_event *ev);
 
 #define AGENT_MAX_WINSIZE 1000u /* a pty's rows, its columns */
 

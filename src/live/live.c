@@ -61,6 +61,15 @@ struct live {
 	int64_t cpu_ms; /* at the end */
 	struct proc *procs;
 	unsigned nprocs;
+	unsigned nwatches; /* open live_watch streams, at most LIVE_MAX_WATCHES */
+};
+
+struct live_watch {
+	struct live *lv;
+	int sock;  /* the agent's events */
+	char *root; /* the directory watched, as asked */
+	bool done;
+	char buf[AGENT_MAX_MSG + 1];
 };
 
 struct live_attach {
@@ -1190,6 +1199,126 @@ enum live_event live_attach_next(struct live_attach *a, int ms, int client, char
 		return LIVE_EV_NONE;
 	a->exit_sent = true;
 	return p->lost ? LIVE_EV_END : LIVE_EV_EXIT;
+}
+
+/* ---- watches ---- */
+
+int live_watch_open(struct live *lv, const char *path, bool recursive, struct live_watch **out,
+		    struct moat_error *err)
+{
+	*out = NULL;
+	pthread_mutex_lock(&lv->mu);
+	bool room = lv->nwatches < LIVE_MAX_WATCHES;
+	if (room)
+		lv->nwatches++;
+	pthread_mutex_unlock(&lv->mu);
+	if (!room)
+		return moat_error_set(err, MOAT_ERR_CONFIG, EMFILE,
+				      "the sandbox has %u watches open already", LIVE_MAX_WATCHES);
+	struct live_watch *w = calloc(1, sizeof *w);
+	struct moat_buf q = { 0 };
+	moat_buf_append(&q, "i", 1);
+	req_field(&q, path);
+	req_field(&q, recursive ? "1" : "0");
+	int rc = -1;
+	if (!w || !(w->root = strdup(path)) || q.oom) {
+		rc = moat_error_oom(err);
+	} else {
+		char ans[256];
+		const char *pl;
+		int sock = -1;
+		rc = call(lv, q.data, q.len, ans, sizeof ans, &pl, NULL, 0, &sock, err);
+		uint64_t dirs;
+		if (rc == 0 && (agent_num(pl, AGENT_MAX_WATCH_DIRS, &dirs) < 0 || dirs < 1)) {
+			close(sock);
+			rc = breach(lv, err);
+		} else if (rc == 0) {
+			w->sock = sock;
+		}
+	}
+	moat_buf_free(&q);
+	if (rc < 0) {
+		if (w)
+			free(w->root);
+		free(w);
+		pthread_mutex_lock(&lv->mu);
+		lv->nwatches--;
+		pthread_mutex_unlock(&lv->mu);
+		return -1;
+	}
+	/* its trailing slashes off, as the agent's paths have them */
+	for (size_t n = strlen(w->root); n > 1 && w->root[n - 1] == '/'; n--)
+		w->root[n - 1] = '\0';
+	w->lv = lv;
+	*out = w;
+	return 0;
+}
+
+static void json_path(struct moat_buf *b, const char *key, const char *p)
+{
+	moat_buf_appendf(b, ",\"%s\":", key);
+	moat_buf_append_json_string(b, p, strlen(p));
+}
+
+enum live_event live_watch_next(struct live_watch *w, int ms, int client, struct moat_buf *line)
+{
+	if (w->done)
+		return LIVE_EV_END;
+	struct pollfd pf[2] = { { .fd = w->sock, .events = POLLIN },
+				{ .fd = client, .events = POLLRDHUP } };
+	(void)poll(pf, 2, ms);
+	if (hung_up(client))
+		return LIVE_EV_HANGUP;
+	ssize_t n = recv(w->sock, w->buf, sizeof w->buf, MSG_DONTWAIT | MSG_TRUNC);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return LIVE_EV_NONE;
+	if (n <= 0) { /* the agent, the sandbox gone */
+		w->done = true;
+		return LIVE_EV_END;
+	}
+	struct agent_event ev;
+	if ((size_t)n > AGENT_MAX_MSG || agent_event_parse(w->buf, (size_t)n, w->root, &ev) < 0) {
+		struct moat_error e = { 0 };
+		breach(w->lv, &e);
+		moat_error_clear(&e);
+		w->done = true;
+		return LIVE_EV_END;
+	}
+	static const struct {
+		char kind;
+		const char *type;
+	} names[] = { { AGENT_EV_CREATE, "create" }, { AGENT_EV_WRITE, "write" },
+		      { AGENT_EV_REMOVE, "remove" }, { AGENT_EV_RENAME, "rename" },
+		      { AGENT_EV_OVERFLOW, "overflow" }, { AGENT_EV_END, "end" } };
+	const char *type = "end";
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (names[i].kind == ev.kind)
+			type = names[i].type;
+	moat_buf_appendf(line, "{\"type\":\"%s\"", type);
+	if (ev.kind == AGENT_EV_RENAME) {
+		json_path(line, "from", ev.path);
+		json_path(line, "path", ev.to);
+	} else if (ev.path) {
+		json_path(line, "path", ev.path);
+	} else if (ev.kind == AGENT_EV_END) {
+		json_path(line, "path", w->root);
+		moat_buf_appendf(line, ",\"reason\":\"the directory watched was removed or moved\"");
+		w->done = true;
+	}
+	moat_buf_append(line, "}\n", 2);
+	return w->done ? LIVE_EV_EXIT : LIVE_EV_STDOUT;
+}
+
+void live_watch_close(struct live_watch *w)
+{
+	if (!w)
+		return;
+	close(w->sock);
+	pthread_mutex_lock(&w->lv->mu);
+	w->lv->nwatches--;
+	pthread_mutex_unlock(&w->lv->mu);
+	free(w->root);
+	free(w);
 }
 
 /* ---- making it ---- */

@@ -149,6 +149,21 @@ enum live_event { LIVE_EV_NONE, LIVE_EV_STDOUT, LIVE_EV_STDERR, LIVE_EV_EXIT, LI
  * read from the pipes (LIVE_EV_HANGUP), so that the next reader gets it. */
 enum live_event live_attach_next(struct live_attach *a, int ms, int client, char *buf,
 				 size_t cap, size_t *n, struct live_proc_info *info);
+
+/* A directory's events (inotify in the agent, one message each, checked
+ * here: agent/proto.h agent_event_parse), at most LIVE_MAX_WATCHES at once
+ * per sandbox (EMFILE past it). */
+#define LIVE_MAX_WATCHES 8u
+struct live_watch;
+int live_watch_open(struct live *lv, const char *path, bool recursive, struct live_watch **out,
+		    struct moat_error *err);
+/* Waits up to ms for one event: LIVE_EV_STDOUT with its NDJSON line
+ * appended to line, LIVE_EV_EXIT with the last one (the directory gone),
+ * LIVE_EV_NONE, LIVE_EV_HANGUP (client hung up), LIVE_EV_END (the sandbox
+ * gone, or its agent broke the protocol: the sandbox is killed). */
+enum live_event live_watch_next(struct live_watch *w, int ms, int client, struct moat_buf *line);
+void live_watch_close(struct live_watch *w);
+
 void live_attach_end(struct live_attach *a);
 
 #endif

@@ -33,7 +33,7 @@ enum sbx_op {
 	OP_PROCS, OP_PROC_START, OP_PROC_WAIT, OP_PROC_OUTPUT, OP_PROC_STDIN,
 	OP_PROC_STDIN_CLOSE, OP_PROC_SIGNAL, OP_PROC_RESIZE,
 	OP_FILE_GET, OP_FILE_PUT, OP_FILE_DELETE, OP_FILE_STAT, OP_FILE_LIST, OP_FILE_MKDIR,
-	OP_FILE_RENAME,
+	OP_FILE_RENAME, OP_FILE_WATCH,
 };
 
 static enum MHD_Result missing(struct req *q, struct MHD_Connection *c)
@@ -185,6 +185,7 @@ static int parse_route(const char *url, const char *method, char *id, int *pid, 
 		{ "/files/list", OP_FILE_LIST, false },
 		{ "/files/mkdir", OP_FILE_MKDIR, true },
 		{ "/files/rename", OP_FILE_RENAME, true },
+		{ "/files/watch", OP_FILE_WATCH, false },
 	};
 	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
 		if (!strcmp(rest, files[i].name)) {
@@ -383,6 +384,113 @@ static enum MHD_Result bad_path(struct req *q, struct MHD_Connection *c)
 {
 	return bad(q, c, "\"path\" must be an absolute path under /sandbox or /tmp, without "
 		   "\".\" or \"..\" components, of at most 4095 bytes");
+}
+
+struct wstream { /* a directory's events, NDJSON */
+	struct server *s;
+	struct serve_sbx *x;
+	struct live_watch *w;
+	int client; /* dup of the connection: its hang-up ends the wait */
+	struct moat_buf pending;
+	size_t off;
+	bool done;
+};
+
+static ssize_t watch_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct wstream *p = cls;
+	(void)pos;
+	for (;;) {
+		if (p->off < p->pending.len) {
+			size_t n = p->pending.len - p->off < max ? p->pending.len - p->off : max;
+			memcpy(buf, p->pending.data + p->off, n);
+			p->off += n;
+			if (p->off == p->pending.len)
+				p->pending.len = p->off = 0;
+			return (ssize_t)n;
+		}
+		if (p->done)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (p->pending.oom)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		enum live_event ev = live_watch_next(p->w, ATTACH_WAIT_MS, p->client, &p->pending);
+		if (ev == LIVE_EV_HANGUP)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (ev == LIVE_EV_EXIT) {
+			p->done = true;
+		} else if (ev == LIVE_EV_END) {
+			char *why = serve_sbx_gone(p->s->sandboxes, p->x);
+			moat_buf_append(&p->pending, "{\"type\":\"error\",\"error\":{\"type\":\"SandboxGone\","
+					"\"message\":", 60);
+			const char *w = why ? why : "the sandbox ended";
+			moat_buf_append_json_string(&p->pending, w, strlen(w));
+			moat_buf_append(&p->pending, "}}\n", 3);
+			free(why);
+			p->done = true;
+		}
+	}
+}
+
+static void watch_free(void *cls)
+{
+	struct wstream *p = cls;
+	live_watch_close(p->w);
+	if (p->client >= 0)
+		close(p->client);
+	moat_buf_free(&p->pending);
+	serve_sbx_end(p->s->sandboxes, p->x);
+	serve_sbx_put(p->s->sandboxes, p->x);
+	free(p);
+}
+
+/* GET .../files/watch?path=DIR[&recursive=1]: the directory's events as
+ * NDJSON, from now until the client hangs up, the directory goes or the
+ * sandbox ends. The first line, {"type":"ready"}, says the watch is set. */
+static enum MHD_Result file_watch(struct req *q, struct MHD_Connection *c, const char *path)
+{
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	struct wstream *p = calloc(1, sizeof *p);
+	if (!p)
+		return MHD_NO;
+	if (live_watch_open(serve_sbx_live(q->sbx), path, arg_flag(c, "recursive"), &p->w,
+			    &err) < 0) {
+		free(p);
+		if (err.sys_errno == EMFILE)
+			return srv_fail(q, c, 429, "TooManyWatches", O_BAD_REQUEST, err.message);
+		if (err.sys_errno == E2BIG)
+			return bad(q, c, "the tree is too large to watch (at most 1024 directories, "
+				   "32 levels deep)");
+		return op_fail(q, c, &err);
+	}
+	p->s = q->s;
+	p->x = q->sbx;
+	p->client = -1;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0)
+		p->client = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
+	moat_buf_append(&p->pending, "{\"type\":\"ready\"}\n", 17);
+	struct MHD_Response *r =
+		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CHUNK, watch_read, p, watch_free);
+	if (!r) {
+		live_watch_close(p->w);
+		if (p->client >= 0)
+			close(p->client);
+		moat_buf_free(&p->pending);
+		free(p);
+		return MHD_NO;
+	}
+	/* the stream holds the sandbox, as a process's output does */
+	q->sbx = NULL;
+	q->sbx_busy = false;
+	MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
+	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+	q->status = 200;
+	srv_conn_deadline_in(q->s, c, serve_sbx_left_ms(q->s->sandboxes, p->x) +
+					      (int64_t)q->s->o->client_timeout_s * 1000);
+	enum MHD_Result rc = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return rc;
 }
 
 /* "bytes=a-b", "bytes=a-", "bytes=-n" against size: 1 and the range, 0
@@ -1049,7 +1157,7 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	const char *path = NULL;
 	bool file_op = op == OP_FILE_GET || op == OP_FILE_PUT || op == OP_FILE_DELETE ||
-		       op == OP_FILE_STAT || op == OP_FILE_LIST;
+		       op == OP_FILE_STAT || op == OP_FILE_LIST || op == OP_FILE_WATCH;
 	if (file_op) {
 		path = path_arg(c);
 		if (!path || !live_path_ok(path))
@@ -1080,6 +1188,8 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 		return file_stat(q, c, path);
 	case OP_FILE_LIST:
 		return file_list(q, c, path);
+	case OP_FILE_WATCH:
+		return file_watch(q, c, path);
 	case OP_FILE_DELETE:
 		if (live_remove(lv, path, arg_flag(c, "recursive"), &err) < 0)
 			return op_fail(q, c, &err);

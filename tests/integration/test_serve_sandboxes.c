@@ -923,6 +923,145 @@ START_TEST(sbx_budget)
 }
 END_TEST
 
+/* A watch's stream on a raw connection (curl's -o is buffered: the
+ * "ready" line would not be seen until more came). */
+struct wconn {
+	int fd;
+	char *got; /* all read so far */
+	bool closed;
+};
+
+/* Reads until got holds what (true), the peer closes or ms pass. */
+static bool wconn_until(struct wconn *w, const char *what, long ms)
+{
+	long t0 = harness_now_ms();
+	while (!(w->got && strstr(w->got, what)) && !w->closed &&
+	       harness_now_ms() - t0 < harness_scale_ms(ms)) {
+		char *more = raw_read(w->fd, 200, &w->closed, NULL);
+		size_t a = w->got ? strlen(w->got) : 0, b = strlen(more);
+		w->got = realloc(w->got, a + b + 1);
+		ck_assert_ptr_nonnull(w->got);
+		memcpy(w->got + a, more, b + 1);
+		free(more);
+	}
+	return w->got && strstr(w->got, what);
+}
+
+static void wconn_open(struct server *s, struct wconn *w, const char *path)
+{
+	memset(w, 0, sizeof *w);
+	w->fd = raw_connect(s);
+	char req[400];
+	snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+	ck_assert(raw_send(w->fd, req, strlen(req)));
+}
+
+static void wconn_close(struct wconn *w)
+{
+	close(w->fd);
+	free(w->got);
+}
+
+/* s holds each of the lines, in this order */
+static void expect_in_order(const char *what, const char *s, const char *const *lines)
+{
+	const char *at = s;
+	for (size_t i = 0; lines[i]; i++) {
+		const char *f = strstr(at, lines[i]);
+		ck_assert_msg(f, "%s: %s not found (in order) in %s", what, lines[i], s);
+		at = f + strlen(lines[i]);
+	}
+}
+
+/* Watching a directory: create, write, rename, remove in order (a new
+ * subdirectory of a recursive watch included), the end when the directory
+ * goes; a path outside, a symlink, a file refused; at most 8 at once. */
+START_TEST(sbx_watch)
+{
+	struct server s;
+	char *id;
+	if (!sbx_start(&s, _i, &id))
+		return;
+	char p[200];
+	struct resp r;
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p,
+		"{\"cmd\":\"mkdir /sandbox/w /sandbox/w/old && ln -s /etc /sandbox/etc && "
+		"ln -s /sandbox/w /sandbox/wl && echo x > /sandbox/file\"}", &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"exitCode\":0"), "%s: setup: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	struct wconn w;
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=/sandbox/w&recursive=1", id);
+	wconn_open(&s, &w, p);
+	ck_assert_msg(wconn_until(&w, "{\"type\":\"ready\"}", 20000),
+		      "%s: the watch never was ready: %s", MODE_NAME[_i], w.got ? w.got : "");
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p,
+		"{\"cmd\":\"cd /sandbox/w && echo hi > a && mv a b && mkdir d && sleep 1 && "
+		"echo y > d/f && echo z > old/g && rm b d/f && sleep 1 && cd / && rm -r /sandbox/w\"}",
+		&r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"exitCode\":0"), "%s: the changes: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	wconn_until(&w, "{\"type\":\"end\"", 20000);
+	static const char *const order[] = {
+		"{\"type\":\"ready\"}",
+		"{\"type\":\"create\",\"path\":\"/sandbox/w/a\"}",
+		"{\"type\":\"write\",\"path\":\"/sandbox/w/a\"}",
+		"{\"type\":\"rename\",\"from\":\"/sandbox/w/a\",\"path\":\"/sandbox/w/b\"}",
+		"{\"type\":\"create\",\"path\":\"/sandbox/w/d\"}",
+		"{\"type\":\"create\",\"path\":\"/sandbox/w/d/f\"}",
+		"{\"type\":\"write\",\"path\":\"/sandbox/w/d/f\"}",
+		"{\"type\":\"create\",\"path\":\"/sandbox/w/old/g\"}",
+		"{\"type\":\"remove\",\"path\":\"/sandbox/w/b\"}",
+		"{\"type\":\"remove\",\"path\":\"/sandbox/w/d/f\"}",
+		"{\"type\":\"end\",\"path\":\"/sandbox/w\"",
+		NULL,
+	};
+	ck_assert_msg(raw_status(w.got) == 200, "%s: watch: %s", MODE_NAME[_i], w.got);
+	expect_in_order(MODE_NAME[_i], w.got, order);
+	wconn_close(&w);
+	/* refused: outside, through a symlink (to outside, to inside), a file */
+	static const char *const refused[] = { "/etc", "/sandbox/etc", "/sandbox/wl",
+					       "/sandbox/etc/ssl", "/sandbox/file", "/sandbox/../etc",
+					       NULL };
+	for (size_t i = 0; refused[i]; i++) {
+		snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=%s", id, refused[i]);
+		sbx_req(&s, "GET", p, NULL, &r);
+		ck_assert_msg(r.code == 400, "%s: a watch on %s: %d %s", MODE_NAME[_i], refused[i],
+			      r.code, r.body);
+		resp_free(&r);
+	}
+	/* at most 8 at once */
+	struct wconn many[8];
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=/tmp", id);
+	for (int i = 0; i < 8; i++) {
+		wconn_open(&s, &many[i], p);
+		ck_assert_msg(wconn_until(&many[i], "ready", 20000), "%s: watch %d not ready: %s",
+			      MODE_NAME[_i], i, many[i].got ? many[i].got : "");
+	}
+	sbx_req(&s, "GET", p, NULL, &r);
+	expect_error("a ninth watch", &r, 429, "TooManyWatches");
+	resp_free(&r);
+	for (int i = 0; i < 8; i++)
+		wconn_close(&many[i]);
+	/* their hang-ups give the room back (noticed within half a second) */
+	bool ready = false;
+	for (int k = 0; k < 20 && !ready; k++) {
+		harness_sleep_ms(250);
+		struct wconn again;
+		wconn_open(&s, &again, p);
+		ready = wconn_until(&again, "ready", 5000);
+		wconn_close(&again);
+	}
+	ck_assert_msg(ready, "%s: no watch after the others hung up", MODE_NAME[_i]);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_sandboxes_suite(void)
 {
 	Suite *s = suite_create("serve_sandboxes");
@@ -936,6 +1075,7 @@ Suite *serve_sandboxes_suite(void)
 	tcase_add_loop_test(tc, sbx_pty, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_files_roundtrip, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_files_ops, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_watch, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_path_attacks, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_symlink_race, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_tree_bounds, MODE_ROOT, MODE_ROOTLESS + 1);
