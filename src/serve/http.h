@@ -136,6 +136,7 @@ struct req {
 	uint64_t up_len;
 	int up_errno;
 	bool up_too_large;
+	struct sbx_multipart *sbx_mp; /* a multipart POST .../files (route_sandboxes.c) */
 	/* a run answered in this thread (run_script): its sandbox, ended by
 	 * on_completed once the answer is out, before the slot is released */
 	struct pool_lease lease;
@@ -228,6 +229,8 @@ enum MHD_Result srv_sandboxes_filter(void *cls, enum MHD_ValueKind kind, const c
 enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, const char *url,
 		const char *method);
 void srv_sandboxes_upload(struct req *q, const char *data, size_t n);
+void srv_sandboxes_multipart(struct req *q, const char *data, size_t n);
+void srv_sandboxes_multipart_free(struct req *q);
 enum MHD_Result srv_sandboxes_body(struct req *q, struct MHD_Connection *c);
 
 /* ---- route_admin.c ---- */

@@ -33,7 +33,7 @@ enum sbx_op {
 	OP_PROCS, OP_PROC_START, OP_PROC_WAIT, OP_PROC_OUTPUT, OP_PROC_STDIN,
 	OP_PROC_STDIN_CLOSE, OP_PROC_SIGNAL, OP_PROC_RESIZE,
 	OP_FILE_GET, OP_FILE_PUT, OP_FILE_DELETE, OP_FILE_STAT, OP_FILE_LIST, OP_FILE_MKDIR,
-	OP_FILE_RENAME, OP_FILE_WATCH,
+	OP_FILE_RENAME, OP_FILE_WATCH, OP_FILE_UPLOAD,
 };
 
 static enum MHD_Result missing(struct req *q, struct MHD_Connection *c)
@@ -173,7 +173,8 @@ static int parse_route(const char *url, const char *method, char *id, int *pid, 
 		return *op ? 0 : -2;
 	}
 	if (!strcmp(rest, "/files")) {
-		*op = get ? OP_FILE_GET : put ? OP_FILE_PUT : del ? OP_FILE_DELETE : OP_NONE;
+		*op = get ? OP_FILE_GET : put ? OP_FILE_PUT : del ? OP_FILE_DELETE
+		    : post ? OP_FILE_UPLOAD : OP_NONE;
 		return *op ? 0 : -2;
 	}
 	static const struct {
@@ -1045,9 +1046,202 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 	return respond_json(q, c, 200, &b);
 }
 
+/* ---- a multipart upload: POST .../files?path=DIR ---- */
+
+#define MP_MAX_PARTS 100u   /* files per upload */
+#define MP_MAX_NAME 255u    /* a part's filename, bytes (one path component) */
+#define MP_BUFFER 65536u    /* the post processor's buffer */
+
+struct sbx_multipart {
+	struct MHD_PostProcessor *pp;
+	struct live *lv;
+	char *dir;
+	int fd;          /* the current part's file */
+	char *key, *name; /* the current part's field name and filename */
+	uint64_t len, total; /* its bytes, every part's */
+	unsigned parts;
+	bool malformed;      /* the body is not well-formed multipart */
+	const char *why;     /* a 400's sentence: stops the upload */
+	struct moat_error err; /* a file's failure: stops it */
+	struct moat_buf out; /* {"path","size"} of each file written */
+};
+
+/* One path component: not empty, ".", ".." nor holding a slash. */
+static bool mp_name_ok(const char *n)
+{
+	size_t len = strlen(n);
+	return len >= 1 && len <= MP_MAX_NAME && !strchr(n, '/') && strcmp(n, ".") &&
+	       strcmp(n, "..");
+}
+
+/* The current part's file closed, and said in out. */
+static void mp_close(struct sbx_multipart *m)
+{
+	if (m->fd < 0)
+		return;
+	moat_close_fd(&m->fd);
+	moat_buf_append(&m->out, m->parts > 1 ? ",{\"path\":" : "{\"path\":", m->parts > 1 ? 9 : 8);
+	char *p = NULL;
+	if (asprintf(&p, "%s/%s", m->dir, m->name) < 0) {
+		m->out.oom = true;
+		return;
+	}
+	moat_buf_append_json_string(&m->out, p, strlen(p));
+	moat_buf_appendf(&m->out, ",\"size\":%llu}", (unsigned long long)m->len);
+	free(p);
+}
+
+static enum MHD_Result mp_part(void *cls, enum MHD_ValueKind kind, const char *key,
+			       const char *filename, const char *content_type,
+			       const char *transfer_encoding, const char *data, uint64_t off,
+			       size_t size)
+{
+	struct sbx_multipart *m = cls;
+	(void)kind;
+	(void)content_type;
+	(void)transfer_encoding;
+	if (m->why || m->err.sys_errno)
+		return MHD_NO;
+	if (!filename) {
+		m->why = "every part is a file: a filename in its Content-Disposition";
+		return MHD_NO;
+	}
+	bool same = m->fd >= 0 && !(off == 0 && m->len > 0) && !strcmp(key ? key : "", m->key) &&
+		    !strcmp(filename, m->name);
+	if (!same) {
+		mp_close(m);
+		if (!mp_name_ok(filename)) {
+			m->why = "a part's filename is one path component: not empty, not . or .., "
+				 "no slash, at most 255 bytes";
+			return MHD_NO;
+		}
+		if (++m->parts > MP_MAX_PARTS) {
+			m->why = "at most 100 files in one upload";
+			return MHD_NO;
+		}
+		free(m->key);
+		free(m->name);
+		m->key = strdup(key ? key : "");
+		m->name = strdup(filename);
+		char *path = NULL;
+		if (!m->key || !m->name || asprintf(&path, "%s/%s", m->dir, filename) < 0) {
+			moat_error_oom(&m->err);
+			return MHD_NO;
+		}
+		bool ok = live_path_ok(path);
+		if (!ok)
+			m->why = "the directory and a filename make a path too long";
+		else if (live_open_write(m->lv, path, false, &m->fd, &m->err) < 0 &&
+			 !m->err.sys_errno)
+			m->err.sys_errno = EIO;
+		free(path);
+		m->len = 0;
+		if (!ok || m->err.sys_errno)
+			return MHD_NO;
+	}
+	if (m->total + size > SERVE_SBX_MAX_FILE) {
+		m->why = "the upload is larger than this server's most (1 GiB)";
+		return MHD_NO;
+	}
+	for (size_t done = 0; done < size;) {
+		ssize_t w = write(m->fd, data + done, size - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			moat_error_set(&m->err, MOAT_ERR_CONFIG, w < 0 ? errno : EIO,
+				       "writing the file failed");
+			return MHD_NO;
+		}
+		done += (size_t)w;
+	}
+	m->len += size;
+	m->total += size;
+	return MHD_YES;
+}
+
+void srv_sandboxes_multipart(struct req *q, const char *data, size_t n)
+{
+	struct sbx_multipart *m = q->sbx_mp;
+	if (m->why || m->err.sys_errno || m->malformed)
+		return; /* the rest is read and dropped */
+	if (MHD_post_process(m->pp, data, n) == MHD_NO && !m->why && !m->err.sys_errno)
+		m->malformed = true;
+}
+
+void srv_sandboxes_multipart_free(struct req *q)
+{
+	struct sbx_multipart *m = q->sbx_mp;
+	if (!m)
+		return;
+	if (m->pp)
+		MHD_destroy_post_processor(m->pp);
+	if (m->fd >= 0)
+		close(m->fd);
+	free(m->dir);
+	free(m->key);
+	free(m->name);
+	moat_error_clear(&m->err);
+	moat_buf_free(&m->out);
+	free(m);
+	q->sbx_mp = NULL;
+}
+
+static enum MHD_Result multipart_start(struct req *q, struct MHD_Connection *c, const char *dir)
+{
+	const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+	if (!ct || strncasecmp(ct, "multipart/form-data", 19))
+		return srv_fail(q, c, 415, "UnsupportedMediaType", O_BAD_REQUEST,
+				"POST .../files takes multipart/form-data (PUT takes a raw body)");
+	if (srv_length_over(c, SERVE_SBX_MAX_FILE))
+		return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
+				"the upload is larger than this server's most (1 GiB)");
+	struct sbx_multipart *m = calloc(1, sizeof *m);
+	if (!m || !(m->dir = strdup(dir))) {
+		free(m);
+		return MHD_NO;
+	}
+	for (size_t n = strlen(m->dir); n > 1 && m->dir[n - 1] == '/'; n--)
+		m->dir[n - 1] = '\0';
+	m->fd = -1;
+	m->lv = serve_sbx_live(q->sbx);
+	q->sbx_mp = m;
+	/* the parts streamed through libmicrohttpd's parser, a 64 KiB buffer:
+	 * never the body whole */
+	if (!(m->pp = MHD_create_post_processor(c, MP_BUFFER, mp_part, m)))
+		return bad(q, c, "the body is not multipart/form-data with a boundary");
+	q->is_post = true;
+	return MHD_YES;
+}
+
+static enum MHD_Result multipart_end(struct req *q, struct MHD_Connection *c)
+{
+	struct sbx_multipart *m = q->sbx_mp;
+	mp_close(m);
+	bool whole = MHD_destroy_post_processor(m->pp) == MHD_YES;
+	m->pp = NULL;
+	if (m->err.sys_errno)
+		return op_fail(q, c, &m->err);
+	if (m->why)
+		return bad(q, c, m->why);
+	if (m->malformed || !whole)
+		return bad(q, c, "the body is not well-formed multipart/form-data (the files "
+			   "before the fault are written)");
+	if (!m->parts)
+		return bad(q, c, "the upload holds no file");
+	struct moat_buf b = { 0 };
+	moat_buf_append(&b, "{\"files\":[", 10);
+	moat_buf_append(&b, m->out.data, m->out.len);
+	moat_buf_appendf(&b, "],\"count\":%u}\n", m->parts);
+	if (m->out.oom)
+		b.oom = true;
+	return respond_json(q, c, 201, &b);
+}
+
 /* After the body: the request's answer. */
 enum MHD_Result srv_sandboxes_body(struct req *q, struct MHD_Connection *c)
 {
+	if (q->sbx_op == OP_FILE_UPLOAD && q->sbx_mp)
+		return multipart_end(q, c);
 	if (q->sbx_op == OP_FILE_PUT) {
 		if (q->up_too_large)
 			return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
@@ -1157,7 +1351,8 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	const char *path = NULL;
 	bool file_op = op == OP_FILE_GET || op == OP_FILE_PUT || op == OP_FILE_DELETE ||
-		       op == OP_FILE_STAT || op == OP_FILE_LIST || op == OP_FILE_WATCH;
+		       op == OP_FILE_STAT || op == OP_FILE_LIST || op == OP_FILE_WATCH ||
+		       op == OP_FILE_UPLOAD;
 	if (file_op) {
 		path = path_arg(c);
 		if (!path || !live_path_ok(path))
@@ -1195,6 +1390,8 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 			return op_fail(q, c, &err);
 		return srv_respond(q, c, 200, strdup("{\"ok\":true}\n"), "application/json", NULL,
 				   NULL);
+	case OP_FILE_UPLOAD:
+		return multipart_start(q, c, path);
 	case OP_FILE_PUT: {
 		if (srv_length_over(c, SERVE_SBX_MAX_FILE))
 			return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,

@@ -1062,6 +1062,150 @@ START_TEST(sbx_watch)
 }
 END_TEST
 
+/* POST .../files?path=DIR with a multipart body built here (boundary moatB). */
+static void mp_post(struct server *s, const char *id, const char *dir, const char *body_file,
+		    struct resp *r)
+{
+	char p[300];
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files?path=%s", id, dir);
+	char data[220];
+	snprintf(data, sizeof data, "@%s", body_file);
+	/* not .body_file: the harness would add its own Content-Type */
+	const char *const args[] = { "-H", "Content-Type: multipart/form-data; boundary=moatB",
+				     "--data-binary", data, NULL };
+	struct req q = { .method = "POST", .path = p, .extra = args, .max_ms = 20000 };
+	call(s, &q, r);
+}
+
+/* Multipart upload: each part to DIR/<filename> (curl -F: a binary file and
+ * a text one, read back whole); refused: a filename that is not one path
+ * component, a part without a filename, more than 100 parts, a malformed
+ * body, a body that is not multipart, a directory through a symlink. */
+START_TEST(sbx_multipart)
+{
+	struct server s;
+	char *id;
+	if (!sbx_start(&s, _i, &id))
+		return;
+	char p[300], src[200], txt[200], arg1[300], arg2[300];
+	struct resp r;
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p, "{\"cmd\":\"mkdir /sandbox/up && ln -s /tmp /sandbox/tl\"}", &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"exitCode\":0"), "%s: setup: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	snprintf(src, sizeof src, "%s/mp.bin", s.dir);
+	snprintf(txt, sizeof txt, "%s/mp.txt", s.dir);
+	random_file(src, 300000);
+	write_file(txt, "hello, multipart\n", 17, 0644);
+	snprintf(arg1, sizeof arg1, "one=@%s;filename=data.bin", src);
+	snprintf(arg2, sizeof arg2, "two=@%s;filename=note.txt", txt);
+	const char *const ok_args[] = { "-F", arg1, "-F", arg2, NULL };
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files?path=/sandbox/up", id);
+	struct req q = { .method = "POST", .path = p, .extra = ok_args, .max_ms = 20000 };
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 201 && (int)jnum(r.json, "count") == 2 &&
+			      strstr(r.body, "{\"path\":\"/sandbox/up/data.bin\",\"size\":300000}") &&
+			      strstr(r.body, "{\"path\":\"/sandbox/up/note.txt\",\"size\":17}"),
+		      "%s: multipart upload: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	sbx_get_file(&s, id, "/sandbox/up/data.bin", NULL, &r);
+	size_t len;
+	char *want = slurp(src, &len);
+	ck_assert_msg(r.code == 200 && r.body_len == len && !memcmp(r.body, want, len),
+		      "%s: the binary part read back: %d, %zu bytes", MODE_NAME[_i], r.code,
+		      r.body_len);
+	free(want);
+	resp_free(&r);
+	sbx_get_file(&s, id, "/sandbox/up/note.txt", NULL, &r);
+	ck_assert_msg(r.code == 200 && r.body_len == 17 && !memcmp(r.body, "hello, multipart\n", 17),
+		      "%s: the text part read back: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* 20 MiB in one part: streamed to the file, never held by the service */
+	random_file(src, 20u << 20);
+	long before = rss_kb(s.p.pid);
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 201 && strstr(r.body, "\"size\":20971520"),
+		      "%s: a 20 MiB part: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	long after = rss_kb(s.p.pid);
+	ck_assert_msg(before > 0 && after - before < 10 * 1024,
+		      "%s: the service grew %ld KiB for a 20 MiB multipart upload", MODE_NAME[_i],
+		      after - before);
+	sbx_get_file(&s, id, "/sandbox/up/data.bin", NULL, &r);
+	want = slurp(src, &len);
+	ck_assert_msg(r.code == 200 && r.body_len == len && !memcmp(r.body, want, len),
+		      "%s: the 20 MiB part read back: %d, %zu bytes", MODE_NAME[_i], r.code,
+		      r.body_len);
+	free(want);
+	resp_free(&r);
+	/* refused bodies, built by hand */
+	static const struct {
+		const char *what, *body;
+		int code;
+		const char *says;
+	} bad_bodies[] = {
+		{ "a filename with a slash",
+		  "--moatB\r\nContent-Disposition: form-data; name=\"a\"; filename=\"../../tmp/x\"\r\n\r\n"
+		  "x\r\n--moatB--\r\n", 400, "one path component" },
+		{ "a filename ..",
+		  "--moatB\r\nContent-Disposition: form-data; name=\"a\"; filename=\"..\"\r\n\r\n"
+		  "x\r\n--moatB--\r\n", 400, "one path component" },
+		{ "an empty filename",
+		  "--moatB\r\nContent-Disposition: form-data; name=\"a\"; filename=\"\"\r\n\r\n"
+		  "x\r\n--moatB--\r\n", 400, "one path component" },
+		{ "a part without a filename",
+		  "--moatB\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nx\r\n--moatB--\r\n", 400,
+		  "every part is a file" },
+		{ "a body cut short",
+		  "--moatB\r\nContent-Disposition: form-data; name=\"a\"; filename=\"cut\"\r\n\r\nabc", 400,
+		  "not well-formed" },
+		{ "garbage (a preamble, no part)", "this is not multipart at all", 400, "holds no file" },
+	};
+	char bf[200];
+	snprintf(bf, sizeof bf, "%s/mp.body", s.dir);
+	for (size_t i = 0; i < sizeof bad_bodies / sizeof bad_bodies[0]; i++) {
+		write_file(bf, bad_bodies[i].body, strlen(bad_bodies[i].body), 0644);
+		mp_post(&s, id, "/sandbox/up", bf, &r);
+		ck_assert_msg(r.code == bad_bodies[i].code && strstr(r.body, bad_bodies[i].says),
+			      "%s: %s: %d %s", MODE_NAME[_i], bad_bodies[i].what, r.code, r.body);
+		resp_free(&r);
+	}
+	/* nothing escaped the directory */
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/stat?path=/tmp/x", id);
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 404, "%s: /tmp/x was written: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* 101 parts */
+	FILE *f = fopen(bf, "w");
+	ck_assert_ptr_nonnull(f);
+	for (int i = 0; i < 101; i++)
+		fprintf(f, "--moatB\r\nContent-Disposition: form-data; name=\"f\"; filename=\"p%d\"\r\n\r\n"
+			   "%d\r\n", i, i);
+	fprintf(f, "--moatB--\r\n");
+	ck_assert_int_eq(fclose(f), 0);
+	mp_post(&s, id, "/sandbox/up", bf, &r);
+	ck_assert_msg(r.code == 400 && strstr(r.body, "at most 100"), "%s: 101 parts: %d %s",
+		      MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* the directory through a symlink; a raw body */
+	static const char one[] = "--moatB\r\nContent-Disposition: form-data; name=\"a\"; "
+				  "filename=\"y\"\r\n\r\ny\r\n--moatB--\r\n";
+	write_file(bf, one, sizeof one - 1, 0644);
+	mp_post(&s, id, "/sandbox/tl", bf, &r);
+	ck_assert_msg(r.code == 400 && strstr(r.body, "symlink"), "%s: through a symlink: %d %s",
+		      MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files?path=/sandbox/up", id);
+	sbx_req(&s, "POST", p, "raw", &r);
+	ck_assert_msg(r.code == 415, "%s: a raw POST: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_sandboxes_suite(void)
 {
 	Suite *s = suite_create("serve_sandboxes");
@@ -1076,6 +1220,7 @@ Suite *serve_sandboxes_suite(void)
 	tcase_add_loop_test(tc, sbx_files_roundtrip, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_files_ops, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_watch, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_multipart, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_path_attacks, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_symlink_race, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_tree_bounds, MODE_ROOT, MODE_ROOTLESS + 1);
