@@ -1206,6 +1206,33 @@ START_TEST(sbx_multipart)
 }
 END_TEST
 
+/* The agent (runtime/bin/, about 700 KB) is copied into a live sandbox's
+ * runtime and into no one-shot run's: each run's runtime tmpfs holds the
+ * shims (python/, js/) only. */
+START_TEST(sbx_agent_only_in_live)
+{
+	struct server s;
+	char *id;
+	if (!sbx_start(&s, _i, &id))
+		return;
+	struct resp r;
+	post(&s, "/v1/run", "{\"argv\":[\"ls\",\"/opt/moat/runtime\"]}", &r);
+	const char *out = r.json ? jstr(r.json, "stdout") : NULL;
+	ck_assert_msg(r.code == 200 && out && strstr(out, "python\n") && !strstr(out, "bin\n"),
+		      "%s: a one-shot run's runtime: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	char p[160];
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p, "{\"argv\":[\"ls\",\"/opt/moat/runtime/bin\"]}", &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "moat-agent"),
+		      "%s: a live sandbox's runtime: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_sandboxes_suite(void)
 {
 	Suite *s = suite_create("serve_sandboxes");
@@ -1221,6 +1248,7 @@ Suite *serve_sandboxes_suite(void)
 	tcase_add_loop_test(tc, sbx_files_ops, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_watch, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_multipart, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_agent_only_in_live, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_path_attacks, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_symlink_race, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_tree_bounds, MODE_ROOT, MODE_ROOTLESS + 1);
