@@ -864,11 +864,13 @@ static int watch_event(struct watch *w, const struct inotify_event *ev)
 	return rc;
 }
 
-/* The watch's pending events: -1 ends it. */
+/* The watch's pending events, at most 16 reads of them (a tenant making
+ * events without end does not keep the agent from its other requests; the
+ * rest waits for the next round of the poll loop): -1 ends it. */
 static int watch_read(struct watch *w)
 {
 	_Alignas(struct inotify_event) char buf[16384];
-	for (;;) {
+	for (int round = 0; round < 16; round++) {
 		ssize_t n = read(w->ifd, buf, sizeof buf);
 		if (n < 0 && errno == EINTR)
 			continue;
@@ -885,6 +887,7 @@ static int watch_read(struct watch *w)
 				return -1;
 		}
 	}
+	return 0;
 }
 
 /* Returns true when the socket is kept (the watch's). */
