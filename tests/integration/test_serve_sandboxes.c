@@ -1033,6 +1033,25 @@ START_TEST(sbx_watch)
 			      r.code, r.body);
 		resp_free(&r);
 	}
+	/* a tree past the bounds is refused, not watched in part: 33 levels
+	 * deep, 1100 directories wide */
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p,
+		"{\"cmd\":\"mkdir -p /sandbox/deep/1/2/3/4/5/6/7/8/9/10/11/12/13/14/15/16/17/18/"
+		"19/20/21/22/23/24/25/26/27/28/29/30/31/32/33 && mkdir /sandbox/wide && cd "
+		"/sandbox/wide && seq 1100 | xargs mkdir\"}", &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"exitCode\":0"), "%s: the trees: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	static const char *const big[] = { "/sandbox/deep", "/sandbox/wide", NULL };
+	for (size_t i = 0; big[i]; i++) {
+		snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=%s&recursive=1", id, big[i]);
+		sbx_req(&s, "GET", p, NULL, &r);
+		ck_assert_msg(r.code == 400 && strstr(r.body, "too large to watch"),
+			      "%s: a recursive watch of %s: %d %s", MODE_NAME[_i], big[i], r.code,
+			      r.body);
+		resp_free(&r);
+	}
 	/* at most 8 at once */
 	struct wconn many[8];
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=/tmp", id);
