@@ -401,22 +401,16 @@ static ssize_t watch_read(void *cls, uint64_t pos, char *buf, size_t max)
 {
 	struct wstream *p = cls;
 	(void)pos;
-	for (;;) {
-		if (p->off < p->pending.len) {
-			size_t n = p->pending.len - p->off < max ? p->pending.len - p->off : max;
-			memcpy(buf, p->pending.data + p->off, n);
-			p->off += n;
-			if (p->off == p->pending.len)
-				p->pending.len = p->off = 0;
-			return (ssize_t)n;
-		}
-		if (p->done)
-			return MHD_CONTENT_READER_END_OF_STREAM;
-		if (p->pending.oom)
-			return MHD_CONTENT_READER_END_WITH_ERROR;
-		enum live_event ev = live_watch_next(p->w, ATTACH_WAIT_MS, p->client, &p->pending);
+	/* as many events as are there now, up to max bytes, in one chunk; the
+	 * wait (half a second at a time) only while there are none */
+	while (!p->done && !p->pending.oom && p->pending.len - p->off < max) {
+		bool have = p->pending.len > p->off;
+		enum live_event ev = live_watch_next(p->w, have ? 0 : ATTACH_WAIT_MS, p->client,
+						     &p->pending);
 		if (ev == LIVE_EV_HANGUP)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (ev == LIVE_EV_NONE && have)
+			break;
 		if (ev == LIVE_EV_EXIT) {
 			p->done = true;
 		} else if (ev == LIVE_EV_END) {
@@ -430,6 +424,17 @@ static ssize_t watch_read(void *cls, uint64_t pos, char *buf, size_t max)
 			p->done = true;
 		}
 	}
+	if (p->pending.oom)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	if (p->off < p->pending.len) {
+		size_t n = p->pending.len - p->off < max ? p->pending.len - p->off : max;
+		memcpy(buf, p->pending.data + p->off, n);
+		p->off += n;
+		if (p->off == p->pending.len)
+			p->pending.len = p->off = 0;
+		return (ssize_t)n;
+	}
+	return MHD_CONTENT_READER_END_OF_STREAM; /* done, all sent */
 }
 
 static void watch_free(void *cls)

@@ -1252,6 +1252,71 @@ START_TEST(sbx_agent_only_in_live)
 }
 END_TEST
 
+/* A watch whose client does not read: the agent never blocks on the
+ * service, the events it cannot send are lost and said, as one
+ * {"type":"overflow"} once there is room, and the watch goes on. */
+START_TEST(sbx_watch_overflow)
+{
+	struct server s;
+	char *id;
+	if (!sbx_start(&s, _i, &id))
+		return;
+	char p[200];
+	struct resp r;
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p, "{\"cmd\":\"mkdir /sandbox/o\"}", &r);
+	resp_free(&r);
+	struct wconn w;
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=/sandbox/o", id);
+	wconn_open(&s, &w, p);
+	int small = 4096;
+	ck_assert_int_eq(setsockopt(w.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
+	ck_assert_msg(wconn_until(&w, "{\"type\":\"ready\"}", 20000), "%s: not ready: %s",
+		      MODE_NAME[_i], w.got ? w.got : "");
+	/* 120000 writes (two files taking turns: no two alike in a row, which
+	 * the kernel would merge), while nobody reads: megabytes of events */
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	struct req q = { .method = "POST", .path = p, .max_ms = harness_scale_ms(180000),
+			 .body = "{\"cmd\":\"cd /sandbox/o && i=0; while [ $i -lt 60000 ]; do "
+				 "echo >> a; echo >> b; i=$((i+1)); done; touch after\"}" };
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"exitCode\":0"),
+		      "%s: the writes (the agent blocked?): %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* the agent still answers other requests at once */
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/stat?path=/sandbox/o/after", id);
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 200, "%s: stat during the flood: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* read now, with room (a 4 KiB window drains megabytes slowly) */
+	int big = 4 << 20;
+	ck_assert_int_eq(setsockopt(w.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big), 0);
+	/* the overflow comes once there is room (what was lost, the
+	 * flood's end and "after" perhaps among it, is not sent) */
+	ck_assert_msg(wconn_until(&w, "{\"type\":\"overflow\"}", 90000),
+		      "%s: events were lost without an overflow (%zu bytes read)", MODE_NAME[_i],
+		      w.got ? strlen(w.got) : 0);
+	/* and the watch goes on */
+	bool later = false;
+	for (int k = 0; k < 60 && !later; k++) {
+		sbx_path(p, sizeof p, id, "/processes?stream=1");
+		if (k)
+			resp_free(&r);
+		sbx_req(&s, "POST", p, "{\"cmd\":\"touch /sandbox/o/later\"}", &r);
+		later = wconn_until(&w, "/sandbox/o/later\"}", 2000);
+	}
+	size_t gl = strlen(w.got);
+	ck_assert_msg(later, "%s: the watch did not go on after the overflow (%zu bytes read, "
+		      "the last: %s; the touch: %d %.300s)", MODE_NAME[_i], gl,
+		      w.got + (gl > 400 ? gl - 400 : 0), r.code, r.body ? r.body : "");
+	resp_free(&r);
+	wconn_close(&w);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_sandboxes_suite(void)
 {
 	Suite *s = suite_create("serve_sandboxes");
@@ -1266,6 +1331,7 @@ Suite *serve_sandboxes_suite(void)
 	tcase_add_loop_test(tc, sbx_files_roundtrip, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_files_ops, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_watch, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_watch_overflow, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_multipart, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_agent_only_in_live, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_path_attacks, MODE_ROOT, MODE_ROOTLESS + 1);
