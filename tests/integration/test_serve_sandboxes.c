@@ -1257,10 +1257,17 @@ END_TEST
  * {"type":"overflow"} once there is room, and the watch goes on. */
 START_TEST(sbx_watch_overflow)
 {
+	/* over a unix socket: the kernel holds a few hundred KiB between the
+	 * service and a client that does not read (TCP's autotuned buffers
+	 * hold megabytes, and drain them slowly through a small window) */
 	struct server s;
-	char *id;
-	if (!sbx_start(&s, _i, &id))
+	server_start(&s, _i, &(struct server_opts){ .pool = 0, .socket = true });
+	char *id = sbx_create(&s, NULL);
+	if (!id) {
+		server_stop(&s);
+		harness_skip(SBX_SKIP);
 		return;
+	}
 	char p[200];
 	struct resp r;
 	sbx_path(p, sizeof p, id, "/processes?stream=1");
@@ -1269,8 +1276,6 @@ START_TEST(sbx_watch_overflow)
 	struct wconn w;
 	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=/sandbox/o", id);
 	wconn_open(&s, &w, p);
-	int small = 4096;
-	ck_assert_int_eq(setsockopt(w.fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small), 0);
 	ck_assert_msg(wconn_until(&w, "{\"type\":\"ready\"}", 20000), "%s: not ready: %s",
 		      MODE_NAME[_i], w.got ? w.got : "");
 	/* 120000 writes (two files taking turns: no two alike in a row, which
@@ -1288,9 +1293,6 @@ START_TEST(sbx_watch_overflow)
 	sbx_req(&s, "GET", p, NULL, &r);
 	ck_assert_msg(r.code == 200, "%s: stat during the flood: %d %s", MODE_NAME[_i], r.code, r.body);
 	resp_free(&r);
-	/* read now, with room (a 4 KiB window drains megabytes slowly) */
-	int big = 4 << 20;
-	ck_assert_int_eq(setsockopt(w.fd, SOL_SOCKET, SO_RCVBUF, &big, sizeof big), 0);
 	/* the overflow comes once there is room (what was lost, the
 	 * flood's end and "after" perhaps among it, is not sent) */
 	ck_assert_msg(wconn_until(&w, "{\"type\":\"overflow\"}", 90000),
