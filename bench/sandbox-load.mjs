@@ -2,18 +2,26 @@
 // requests spaced as users send them (SANDBOX_GAP_MS between them, 1 client): create →
 // ready (the 201: the agent answered), start `true` and read its exit (a streamed process),
 // write then read back 1 MiB (PUT then GET of /sandbox/bench.bin). Median and spread
-// (p10-p90, ms). Figures, not a test.
+// (p10-p90, ms). Then an idle live sandbox's memory: SANDBOX_IDLE sandboxes made and left
+// idle 2 s; the proportional set size (Pss, /proc/PID/smaps_rollup) of every process under
+// the service (the sandboxes' pid 1, agent and anything else in them; --pid: the service,
+// which must have no warm pool) and the service's own Pss growth, each per sandbox, with the
+// sandbox's cgroup memory (usage.memoryBytes) where there is one. Figures, not a test.
 //
-//   node bench/sandbox-load.mjs --socket MOAT.sock
-// Environment: SANDBOX_ROUNDS (30), SANDBOX_GAP_MS (100).
+//   node bench/sandbox-load.mjs --socket MOAT.sock [--pid SERVICE_PID] [--label TEXT]
+// Environment: SANDBOX_ROUNDS (30), SANDBOX_GAP_MS (100), SANDBOX_IDLE (6: the service's default --max-sandboxes is 8).
 import http from 'node:http';
 import crypto from 'node:crypto';
+import fs from 'node:fs';
 
 const args = process.argv.slice(2);
 const arg = (name) => { const i = args.indexOf(name); return i >= 0 ? args[i + 1] : undefined; };
 const SOCKET = arg('--socket');
 const ROUNDS = Number(process.env.SANDBOX_ROUNDS || 30);
 const GAP = Number(process.env.SANDBOX_GAP_MS || 100);
+const IDLE = Number(process.env.SANDBOX_IDLE || 6);
+const PID = Number(arg('--pid') || 0);
+const LABEL = arg('--label') || '';
 if (!SOCKET) {
   console.error('usage: node bench/sandbox-load.mjs --socket MOAT.sock');
   process.exit(2);
@@ -44,6 +52,60 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 const q = (xs, p) => { const s = [...xs].sort((a, b) => a - b); return s[Math.min(s.length - 1, Math.floor(p * (s.length - 1) + 0.5))]; };
 const fmt = (x) => x.toFixed(1);
 
+// Pss (KiB) of a process; 0 when it is gone or unreadable
+function pss(pid) {
+  try {
+    const m = /^Pss:\s+(\d+) kB/m.exec(fs.readFileSync(`/proc/${pid}/smaps_rollup`, 'utf8'));
+    return m ? Number(m[1]) : 0;
+  } catch { return 0; }
+}
+
+// every process under pid (its children, theirs...)
+function descendants(pid) {
+  const kids = new Map();
+  for (const d of fs.readdirSync('/proc')) {
+    if (!/^\d+$/.test(d)) continue;
+    try {
+      const st = fs.readFileSync(`/proc/${d}/stat`, 'utf8');
+      const ppid = Number(st.slice(st.lastIndexOf(')') + 2).split(' ')[1]);
+      if (!kids.has(ppid)) kids.set(ppid, []);
+      kids.get(ppid).push(Number(d));
+    } catch { /* gone */ }
+  }
+  const out = [];
+  const todo = [...(kids.get(pid) || [])];
+  while (todo.length) { const p = todo.pop(); out.push(p); todo.push(...(kids.get(p) || [])); }
+  return out;
+}
+
+async function idleMemory() {
+  const sum = (ps) => ps.reduce((a, p) => a + pss(p), 0);
+  const before = { service: pss(PID), under: sum(descendants(PID)) };
+  const ids = [];
+  for (let i = 0; i < IDLE; i++) {
+    ids.push(JSON.parse((await call('POST', '/v1/sandboxes', {})).buf.toString()).id);
+    await sleep(GAP);
+  }
+  await sleep(2000);
+  const procs = descendants(PID);
+  const after = { service: pss(PID), under: sum(procs) };
+  const cg = [];
+  for (const id of ids) {
+    const u = JSON.parse((await call('GET', `/v1/sandboxes/${id}`)).buf.toString());
+    const b = (u.usage || {}).memoryBytes;
+    if (typeof b === 'number') cg.push(b / 1024);
+  }
+  for (const id of ids) await call('DELETE', `/v1/sandboxes/${id}`);
+  const per = (k) => (after[k] - before[k]) / IDLE / 1024;
+  console.log(`\n### An idle live sandbox's memory${LABEL ? ` (${LABEL})` : ''}: ${IDLE} made, idle 2 s\n`);
+  console.log('| what | MiB per sandbox |');
+  console.log('|---|---:|');
+  console.log(`| its processes (Pss: pid 1, the agent; ${procs.length / IDLE} per sandbox) | ${fmt(per('under'))} |`);
+  console.log(`| the service's growth (Pss) | ${fmt(per('service'))} |`);
+  console.log(`| both | ${fmt(per('under') + per('service'))} |`);
+  console.log(`| its cgroup's memory (usage.memoryBytes: its processes, its tmpfs, kernel memory) | ${cg.length ? fmt(q(cg, 0.5) / 1024) : 'none (no cgroup)'} |`);
+}
+
 async function main() {
   const t = { create: [], exec: [], files: [] };
   const mib = crypto.randomBytes(1 << 20);
@@ -64,12 +126,13 @@ async function main() {
     t.files.push(put.ms + got.ms);
     await sleep(GAP);
   }
-  console.log(`\n### Live sandboxes (${ROUNDS} rounds, ${GAP} ms between requests, 1 client)\n`);
+  console.log(`\n### Live sandboxes${LABEL ? ` (${LABEL})` : ''} (${ROUNDS} rounds, ${GAP} ms between requests, 1 client)\n`);
   console.log('| what | median ms | p10 ms | p90 ms |');
   console.log('|---|---:|---:|---:|');
   const rows = [['create → ready (201)', t.create], ['start `true`, read its exit (streamed)', t.exec],
                 ['write 1 MiB then read it back', t.files]];
   for (const [k, xs] of rows) console.log(`| ${k} | ${fmt(q(xs, 0.5))} | ${fmt(q(xs, 0.1))} | ${fmt(q(xs, 0.9))} |`);
+  if (PID) await idleMemory();
 }
 
 main().catch((e) => { console.error(e.message); process.exit(1); });

@@ -12,7 +12,9 @@
 # --no-pool-zygote for the warm Python interpreters instead of the zygote), ROUNDS (each
 # cell in that many parts, the workloads taking turns in a random order each round (SEED):
 # bench/serve-load.mjs; default 5, so that the two sides of a ratio see the same host);
-# SANDBOXES=0 leaves out the live sandboxes' table (bench/sandbox-load.mjs).
+# SANDBOXES=0 leaves out the live sandboxes' tables (bench/sandbox-load.mjs), SANDBOXES_ONLY=1
+# prints only those: root (the service without a pool) and rootless (a third service, run as
+# uid 65534 by setpriv; ROOTLESS=0 leaves it out).
 # SESSIONS=0 leaves out the session step's table (bench/session-load.mjs: SESSION_ROUNDS,
 # SESSION_CODE, SESSION_LANGUAGE), SESSION_ONLY=1 prints only that one.
 set -eu
@@ -36,8 +38,9 @@ tmp=$(mktemp -d "${TMPDIR:-/tmp}/moat-bench-serve.XXXXXX")
 sock=$tmp/moat.sock
 pid=
 cold_pid=
+rl_pid=
 cleanup() {
-	for p in $pid $cold_pid; do
+	for p in $pid $cold_pid $rl_pid; do
 		if kill -0 "$p" 2>/dev/null; then
 			kill -TERM "$p" 2>/dev/null || true
 			wait "$p" 2>/dev/null || true
@@ -57,16 +60,35 @@ pid=$!
 "$MOAT" serve --socket "$tmp/cold.sock" --runtime "$RUNTIME" --max-concurrent "$CPUS" \
 	--queue "$QUEUE" --pool 0 --kv "$tmp/kv.sqlite3" 2>"$tmp/cold.log" &
 cold_pid=$!
+# rootless: a service as uid 65534 (live sandboxes' table only), its socket in a dir of its own
+if [ "${SANDBOXES:-1}" != 0 ] && [ "${ROOTLESS:-1}" != 0 ] && [ "$(id -u)" = 0 ] &&
+	command -v setpriv >/dev/null; then
+	chmod 711 "$tmp"
+	mkdir "$tmp/rl"
+	chown 65534:65534 "$tmp/rl"
+	setpriv --reuid 65534 --regid 65534 --clear-groups env HOME=/nonexistent \
+		"$MOAT" serve --socket "$tmp/rl/moat.sock" --runtime "$RUNTIME" --max-concurrent "$CPUS" \
+		--queue "$QUEUE" --pool 0 --no-kv 2>"$tmp/rl/serve.log" &
+	rl_pid=$!
+fi
 
 rc=0
-[ "${SESSION_ONLY:-0}" = 1 ] ||
+[ "${SESSION_ONLY:-0}" = 1 ] || [ "${SANDBOXES_ONLY:-0}" = 1 ] ||
 	"$NODE" "$here/serve-load.mjs" --socket "$sock" --cold-socket "$tmp/cold.sock" --moat "$MOAT" --cpus "$CPUS" --queue "$QUEUE" || rc=$?
 # a session step against a cold and a warm run of the same code (bench/session-load.mjs)
-[ "$rc" != 0 ] || [ "${SESSIONS:-1}" = 0 ] ||
+[ "$rc" != 0 ] || [ "${SESSIONS:-1}" = 0 ] || [ "${SANDBOXES_ONLY:-0}" = 1 ] ||
 	"$NODE" "$here/session-load.mjs" --socket "$sock" --cold-socket "$tmp/cold.sock" || rc=$?
 # live sandboxes: create, a process, 1 MiB each way (bench/sandbox-load.mjs)
 [ "$rc" != 0 ] || [ "${SANDBOXES:-1}" = 0 ] || [ "${SESSION_ONLY:-0}" = 1 ] ||
-	"$NODE" "$here/sandbox-load.mjs" --socket "$tmp/cold.sock" || rc=$?
+	for i in $(seq 100); do [ -S "$tmp/cold.sock" ] && break; sleep 0.1; done &&
+	"$NODE" "$here/sandbox-load.mjs" --socket "$tmp/cold.sock" --pid "$cold_pid" \
+		--label "$( [ "$(id -u)" = 0 ] && echo root || echo "uid $(id -u)" )" || rc=$?
+if [ "$rc" = 0 ] && [ -n "$rl_pid" ] && [ "${SESSION_ONLY:-0}" != 1 ]; then
+	for i in $(seq 100); do [ -S "$tmp/rl/moat.sock" ] && break; sleep 0.1; done
+	[ -S "$tmp/rl/moat.sock" ] || { cat "$tmp/rl/serve.log" >&2; exit 1; }
+	"$NODE" "$here/sandbox-load.mjs" --socket "$tmp/rl/moat.sock" --pid "$rl_pid" \
+		--label "rootless: uid 65534" || rc=$?
+fi
 # E2B's SDK against /e2b, spaced (bench/e2b-load.mjs: its own TCP service; skipped without the SDK)
 [ "$rc" != 0 ] || [ "${E2B:-1}" = 0 ] || [ "${SESSION_ONLY:-0}" = 1 ] ||
 	"$NODE" "$here/e2b-load.mjs" --moat "$MOAT" --runtime "$RUNTIME" || rc=$?

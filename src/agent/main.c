@@ -19,6 +19,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/inotify.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/socket.h>
@@ -26,6 +28,7 @@
 #include <sys/statfs.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "agent/proto.h"
@@ -414,6 +417,30 @@ static struct proc *proc_slot(pid_t pid)
 	return NULL;
 }
 
+/* A new pty of the sandbox's own devpts instance (/dev/ptmx links to its
+ * ptmx): *master, and its peer opened through the master (TIOCGPTPEER: no
+ * path is resolved, so no /dev/pts/N the tenant could swap), O_NOCTTY so
+ * the agent never takes it as its own terminal. -1 with errno. */
+static int pty_open(unsigned rows, unsigned cols, int *master, int *peer)
+{
+	int m = open("/dev/ptmx", O_RDWR | O_NOCTTY | O_CLOEXEC);
+	if (m < 0)
+		return -1;
+	int unlock = 0;
+	struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+	int p = -1;
+	if (ioctl(m, TIOCSPTLCK, &unlock) < 0 || ioctl(m, TIOCSWINSZ, &ws) < 0 ||
+	    (p = ioctl(m, TIOCGPTPEER, O_RDWR | O_NOCTTY | O_CLOEXEC)) < 0) {
+		int e = errno;
+		close(m);
+		errno = e;
+		return -1;
+	}
+	*master = m;
+	*peer = p;
+	return 0;
+}
+
 /* Returns true when the operation's socket is kept (a process's). */
 static bool op_exec(int sock)
 {
@@ -423,8 +450,10 @@ static bool op_exec(int sock)
 		return false;
 	}
 	const char *const *f = msg.field;
-	bool want_stdin = f[1][0] == '1';
-	bool want_ctl = f[1][0] == '2'; /* fd 3 a control socket (docs/CONTEXTS.md) */
+	bool pty = msg.op == AGENT_EXEC_PTY;
+	bool want_stdin = !pty && f[1][0] == '1';
+	bool want_ctl = !pty && f[1][0] == '2'; /* fd 3 a control socket (docs/CONTEXTS.md) */
+	const char *const *av = f + msg.argv0, *const *en = f + msg.argv0 + msg.argc;
 	int cwd = open_at(f[0], O_RDONLY | O_DIRECTORY, 0, false);
 	if (cwd < 0) {
 		fail(sock, errno);
@@ -438,16 +467,25 @@ static bool op_exec(int sock)
 	int in[2] = { -1, -1 }, out[2] = { -1, -1 }, errp[2] = { -1, -1 }, st[2] = { -1, -1 };
 	int ctl[2] = { -1, -1 };
 	int e = 0;
-	if (!argv || !envp)
+	if (!argv || !envp) {
 		e = ENOMEM;
-	else if ((want_stdin && pipe2(in, O_CLOEXEC) < 0) || pipe2(out, O_CLOEXEC) < 0 ||
-		 pipe2(errp, O_CLOEXEC) < 0 || pipe2(st, O_CLOEXEC) < 0 ||
-		 (want_ctl && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0))
+	} else if (pty) {
+		uint64_t rows, cols;
+		agent_num(f[1], AGENT_MAX_WINSIZE, &rows);
+		agent_num(f[2], AGENT_MAX_WINSIZE, &cols);
+		/* out[0] the master (the host's), out[1] the terminal */
+		if (pty_open((unsigned)rows, (unsigned)cols, &out[0], &out[1]) < 0 ||
+		    pipe2(st, O_CLOEXEC) < 0)
+			e = errno;
+	} else if ((want_stdin && pipe2(in, O_CLOEXEC) < 0) || pipe2(out, O_CLOEXEC) < 0 ||
+		   pipe2(errp, O_CLOEXEC) < 0 || pipe2(st, O_CLOEXEC) < 0 ||
+		   (want_ctl && socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, ctl) < 0)) {
 		e = errno;
+	}
 	pid_t pid = -1;
 	if (!e) {
 		for (size_t i = 0; i < msg.argc; i++)
-			argv[i] = (char *)f[3 + i];
+			argv[i] = (char *)av[i];
 		size_t k = 0;
 		/* the request's env over the sandbox's */
 		for (char **p = environ; p && *p; p++) {
@@ -455,13 +493,12 @@ static bool op_exec(int sock)
 			size_t n = eq ? (size_t)(eq - *p) : strlen(*p);
 			bool over = false;
 			for (size_t i = 0; i < msg.envc && !over; i++)
-				over = !strncmp(f[3 + msg.argc + i], *p, n) &&
-				       f[3 + msg.argc + i][n] == '=';
+				over = !strncmp(en[i], *p, n) && en[i][n] == '=';
 			if (!over)
 				envp[k++] = *p;
 		}
 		for (size_t i = 0; i < msg.envc; i++)
-			envp[k++] = (char *)f[3 + msg.argc + i];
+			envp[k++] = (char *)en[i];
 		pid = fork();
 		if (pid < 0)
 			e = errno;
@@ -472,10 +509,19 @@ static bool op_exec(int sock)
 		sigprocmask(SIG_SETMASK, &none, NULL);
 		signal(SIGPIPE, SIG_DFL);
 		setsid();
-		int nul = want_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
-		if (dup2(want_stdin ? in[0] : nul, 0) < 0 || dup2(out[1], 1) < 0 ||
-		    dup2(errp[1], 2) < 0 || (want_ctl && dup2(ctl[1], 3) < 0) || fchdir(cwd) < 0)
-			goto child_fail;
+		if (pty) {
+			/* the terminal: the new session's controlling tty, and
+			 * fds 0, 1 and 2 */
+			if (ioctl(out[1], TIOCSCTTY, 0) < 0 || dup2(out[1], 0) < 0 ||
+			    dup2(out[1], 1) < 0 || dup2(out[1], 2) < 0 || fchdir(cwd) < 0)
+				goto child_fail;
+		} else {
+			int nul = want_stdin ? -1 : open("/dev/null", O_RDONLY | O_CLOEXEC);
+			if (dup2(want_stdin ? in[0] : nul, 0) < 0 || dup2(out[1], 1) < 0 ||
+			    dup2(errp[1], 2) < 0 || (want_ctl && dup2(ctl[1], 3) < 0) ||
+			    fchdir(cwd) < 0)
+				goto child_fail;
+		}
 		environ = envp;
 		execvp(argv[0], argv);
 child_fail:;
@@ -506,7 +552,8 @@ child_fail:;
 	if (want_ctl)
 		pass[n++] = ctl[0];
 	pass[n++] = out[0];
-	pass[n++] = errp[0];
+	if (!pty)
+		pass[n++] = errp[0];
 	bool kept = false;
 	if (!e) {
 		if (answerf(sock, pass, (size_t)n, "0 %d", (int)pid) == 0) {
@@ -524,6 +571,388 @@ child_fail:;
 		if (all[i] >= 0)
 			close(all[i]);
 	return kept;
+}
+
+/* ---- watches: inotify here, each event forwarded as one message ---- */
+
+#define WATCH_MASK                                                                        \
+	(IN_CREATE | IN_MODIFY | IN_DELETE | IN_MOVED_FROM | IN_MOVED_TO | IN_DELETE_SELF | \
+	 IN_MOVE_SELF | IN_EXCL_UNLINK | IN_ONLYDIR | IN_DONT_FOLLOW)
+
+struct wdir {
+	int wd;
+	char *path; /* absolute, as the host asked it, then each name */
+};
+
+struct watch {
+	int ifd, sock; /* -1: a free slot */
+	bool recursive;
+	bool lost;     /* an event could not be sent: an overflow is owed */
+	struct wdir *dirs; /* dirs[0] the root */
+	size_t ndirs;
+	uint32_t cookie; /* a move's first half, its path in from */
+	char *from;
+	bool from_dir;
+};
+
+static struct watch watches[AGENT_MAX_WATCHES];
+
+static void watch_end(struct watch *w)
+{
+	for (size_t i = 0; i < w->ndirs; i++)
+		free(w->dirs[i].path);
+	free(w->dirs);
+	free(w->from);
+	if (w->ifd >= 0)
+		close(w->ifd);
+	if (w->sock >= 0)
+		close(w->sock);
+	memset(w, 0, sizeof *w);
+	w->ifd = w->sock = -1;
+}
+
+/* One event to the host (kind 0: none, only an overflow owed), never
+ * blocking the agent: a full socket (a host not reading) loses it, and the
+ * host is told (overflow) once there is room. -1 when the host is gone. */
+static int watch_send(struct watch *w, char kind, const char *a, const char *b)
+{
+	if (w->lost) {
+		char o = AGENT_EV_OVERFLOW;
+		if (send(w->sock, &o, 1, MSG_DONTWAIT | MSG_NOSIGNAL) < 0)
+			return errno == EAGAIN ? 0 : -1;
+		w->lost = false;
+	}
+	if (!kind) /* only the overflow owed */
+		return 0;
+	char buf[2 * (AGENT_MAX_PATH + 1) + 1];
+	size_t n = 0;
+	buf[n++] = kind;
+	for (const char *p = a; p; p = p == a ? b : NULL) {
+		size_t l = strlen(p) + 1;
+		memcpy(buf + n, p, l);
+		n += l;
+	}
+	if (send(w->sock, buf, n, MSG_DONTWAIT | MSG_NOSIGNAL) < 0) {
+		if (errno != EAGAIN)
+			return -1;
+		w->lost = true;
+	}
+	return 0;
+}
+
+static int wdir_find(const struct watch *w, int wd)
+{
+	for (size_t i = 0; i < w->ndirs; i++)
+		if (w->dirs[i].wd == wd)
+			return (int)i;
+	return -1;
+}
+
+static void wdir_drop(struct watch *w, size_t i)
+{
+	free(w->dirs[i].path);
+	w->dirs[i] = w->dirs[--w->ndirs];
+}
+
+/* dir/name within AGENT_MAX_PATH, or NULL */
+static char *path_join(const char *dir, const char *name)
+{
+	size_t a = strlen(dir), b = strlen(name);
+	if (a + 1 + b > AGENT_MAX_PATH)
+		return NULL;
+	char *p = malloc(a + b + 2);
+	if (p) {
+		memcpy(p, dir, a);
+		p[a] = '/';
+		memcpy(p + a + 1, name, b + 1);
+	}
+	return p;
+}
+
+/* Watches the directory fd (taking path) and, recursively, those under it
+ * (never through a symlink: each opened O_NOFOLLOW from its parent). -1 with
+ * errno: E2BIG past AGENT_MAX_WATCH_DIRS. */
+static int watch_tree(struct watch *w, int fd, char *path, unsigned depth)
+{
+	int wd = -1;
+	if (w->ndirs == AGENT_MAX_WATCH_DIRS) {
+		errno = E2BIG;
+	} else if (fchdir(fd) == 0) {
+		/* "." : the fd's directory itself, no path of the tenant's; the
+		 * agent's working directory back to / at once (one held there
+		 * would keep a removed directory's inode, and its
+		 * IN_DELETE_SELF, until the next watch) */
+		wd = inotify_add_watch(w->ifd, ".", WATCH_MASK);
+		int e = errno;
+		if (chdir("/") < 0 && wd >= 0) {
+			inotify_rm_watch(w->ifd, wd);
+			wd = -1;
+		} else {
+			errno = e;
+		}
+	}
+	if (wd < 0) {
+		int e = errno;
+		free(path);
+		close(fd);
+		errno = e;
+		return -1;
+	}
+	if (wdir_find(w, wd) < 0) { /* the same directory twice (a bind): once */
+		struct wdir *d = realloc(w->dirs, (w->ndirs + 1) * sizeof *d);
+		if (!d) {
+			free(path);
+			close(fd);
+			errno = ENOMEM;
+			return -1;
+		}
+		w->dirs = d;
+		d[w->ndirs++] = (struct wdir){ .wd = wd, .path = path };
+	} else {
+		free(path);
+	}
+	const char *base = w->dirs[wdir_find(w, wd)].path;
+	int rc = 0;
+	DIR *dir = NULL;
+	if (w->recursive) {
+		int dfd = openat(fd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+		if (dfd >= 0 && !(dir = fdopendir(dfd)))
+			close(dfd);
+	}
+	for (struct dirent *de; dir && rc == 0 && (de = readdir(dir));) {
+		if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, ".."))
+			continue;
+		if (de->d_type != DT_DIR && de->d_type != DT_UNKNOWN)
+			continue;
+		int sub = openat(fd, de->d_name,
+				 O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+		if (sub < 0)
+			continue; /* not a directory (a symlink), or gone */
+		if (depth + 1 >= AGENT_MAX_DEPTH) { /* deeper than the bound: said */
+			close(sub);
+			errno = E2BIG;
+			rc = -1;
+			break;
+		}
+		char *sp = path_join(base, de->d_name);
+		if (!sp) {
+			close(sub);
+			errno = ENAMETOOLONG;
+			rc = -1;
+			break;
+		}
+		rc = watch_tree(w, sub, sp, depth + 1);
+		base = w->dirs[wdir_find(w, wd)].path; /* dirs may have moved */
+	}
+	if (dir)
+		closedir(dir);
+	close(fd);
+	return rc;
+}
+
+/* A directory and what is under it no longer watched (moved out, or its
+ * watch ended): every entry whose path is p or under it. */
+static void watch_forget(struct watch *w, const char *p)
+{
+	size_t n = strlen(p);
+	for (size_t i = w->ndirs; i-- > 1;)
+		if (!strncmp(w->dirs[i].path, p, n) &&
+		    (!w->dirs[i].path[n] || w->dirs[i].path[n] == '/')) {
+			inotify_rm_watch(w->ifd, w->dirs[i].wd);
+			wdir_drop(w, i);
+		}
+}
+
+/* A directory moved within the tree: its entries' paths follow it. */
+static void watch_moved(struct watch *w, const char *from, const char *to)
+{
+	size_t n = strlen(from);
+	for (size_t i = 1; i < w->ndirs; i++) {
+		char *p = w->dirs[i].path;
+		if (strncmp(p, from, n) || (p[n] && p[n] != '/'))
+			continue;
+		char *np = path_join(to, p[n] ? p + n + 1 : "");
+		if (np && !p[n])
+			np[strlen(to)] = '\0'; /* to itself, no trailing slash */
+		if (!np) {
+			inotify_rm_watch(w->ifd, w->dirs[i].wd);
+			wdir_drop(w, i--);
+			w->lost = true;
+			continue;
+		}
+		free(p);
+		w->dirs[i].path = np;
+	}
+}
+
+/* A new directory (created or moved in) of a recursive watch. */
+static void watch_add_sub(struct watch *w, const char *path)
+{
+	int parent = -1;
+	char last[AGENT_MAX_PATH + 1];
+	if (walk(path, false, &parent, last) < 0) {
+		w->lost = true;
+		return;
+	}
+	int fd = openat(parent, last, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+	close(parent);
+	char *p = fd >= 0 ? strdup(path) : NULL;
+	if (fd >= 0 && !p)
+		close(fd);
+	/* past a bound (or gone already): what it holds is not seen, said */
+	unsigned depth = 0;
+	for (const char *c = path; *c; c++)
+		depth += *c == '/';
+	if (!p || watch_tree(w, fd, p, depth) < 0)
+		w->lost = true;
+}
+
+/* The first half of a move not followed by its second: moved out. */
+static int watch_flush_move(struct watch *w)
+{
+	if (!w->from)
+		return 0;
+	int rc = watch_send(w, AGENT_EV_REMOVE, w->from, NULL);
+	if (w->from_dir)
+		watch_forget(w, w->from);
+	free(w->from);
+	w->from = NULL;
+	return rc;
+}
+
+/* One inotify event: -1 ends the watch. */
+static int watch_event(struct watch *w, const struct inotify_event *ev)
+{
+	if (ev->mask & IN_Q_OVERFLOW) {
+		w->lost = false;
+		return watch_send(w, AGENT_EV_OVERFLOW, NULL, NULL);
+	}
+	int i = wdir_find(w, ev->wd);
+	if (i < 0)
+		return 0;
+	if (ev->mask & IN_IGNORED) {
+		if (i == 0)
+			return -1;
+		wdir_drop(w, (size_t)i);
+		return 0;
+	}
+	if (ev->mask & (IN_DELETE_SELF | IN_MOVE_SELF)) {
+		if (i != 0)
+			return 0; /* its parent said it */
+		if (watch_flush_move(w) < 0)
+			return -1;
+		watch_send(w, AGENT_EV_END, NULL, NULL);
+		return -1;
+	}
+	if (!ev->len)
+		return 0;
+	char *p = path_join(w->dirs[i].path, ev->name);
+	if (!p) {
+		w->lost = true;
+		return 0;
+	}
+	bool dir = ev->mask & IN_ISDIR;
+	int rc = 0;
+	if ((ev->mask & IN_MOVED_TO) && w->from && w->cookie == ev->cookie) {
+		rc = watch_send(w, AGENT_EV_RENAME, w->from, p);
+		if (w->from_dir)
+			watch_moved(w, w->from, p);
+		free(w->from);
+		w->from = NULL;
+		free(p);
+		return rc;
+	}
+	if (watch_flush_move(w) < 0) {
+		free(p);
+		return -1;
+	}
+	if (ev->mask & IN_MOVED_FROM) {
+		w->from = p;
+		w->from_dir = dir;
+		w->cookie = ev->cookie;
+		return 0;
+	}
+	if (ev->mask & (IN_CREATE | IN_MOVED_TO)) {
+		rc = watch_send(w, AGENT_EV_CREATE, p, NULL);
+		if (dir && w->recursive)
+			watch_add_sub(w, p);
+	} else if (ev->mask & IN_MODIFY) {
+		rc = watch_send(w, AGENT_EV_WRITE, p, NULL);
+	} else if (ev->mask & IN_DELETE) {
+		rc = watch_send(w, AGENT_EV_REMOVE, p, NULL);
+	}
+	free(p);
+	return rc;
+}
+
+/* The watch's pending events, at most 16 reads of them (a tenant making
+ * events without end does not keep the agent from its other requests; the
+ * rest waits for the next round of the poll loop): -1 ends it. */
+static int watch_read(struct watch *w)
+{
+	_Alignas(struct inotify_event) char buf[16384];
+	for (int round = 0; round < 16; round++) {
+		ssize_t n = read(w->ifd, buf, sizeof buf);
+		if (n < 0 && errno == EINTR)
+			continue;
+		if (n <= 0) {
+			/* nothing more: a move's first half alone moved out */
+			if (n < 0 && errno == EAGAIN)
+				return watch_flush_move(w);
+			return -1;
+		}
+		for (ssize_t off = 0; off < n;) {
+			const struct inotify_event *ev = (const void *)(buf + off);
+			off += (ssize_t)(sizeof *ev + ev->len);
+			if (watch_event(w, ev) < 0)
+				return -1;
+		}
+	}
+	return 0;
+}
+
+/* Returns true when the socket is kept (the watch's). */
+static bool op_watch(int sock)
+{
+	struct watch *w = NULL;
+	for (size_t i = 0; i < AGENT_MAX_WATCHES && !w; i++)
+		if (watches[i].sock < 0)
+			w = &watches[i];
+	if (!w) {
+		fail(sock, EMFILE);
+		return false;
+	}
+	int fd = open_at(msg.field[0], O_RDONLY | O_DIRECTORY | O_NONBLOCK, 0, false);
+	if (fd < 0) {
+		fail(sock, errno);
+		return false;
+	}
+	char *path = strdup(msg.field[0]);
+	w->recursive = msg.field[1][0] == '1';
+	w->ifd = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
+	if (!path || w->ifd < 0) {
+		int e = path ? errno : ENOMEM;
+		free(path);
+		close(fd);
+		watch_end(w);
+		fail(sock, e);
+		return false;
+	}
+	/* its trailing slashes off: events name path/name */
+	for (size_t n = strlen(path); n > 1 && path[n - 1] == '/'; n--)
+		path[n - 1] = '\0';
+	if (watch_tree(w, fd, path, 0) < 0) {
+		int e = errno;
+		watch_end(w);
+		fail(sock, e);
+		return false;
+	}
+	if (answerf(sock, NULL, 0, "0 %zu", w->ndirs) < 0) {
+		watch_end(w);
+		return false;
+	}
+	w->sock = sock;
+	return true;
 }
 
 static void op_signal(int sock)
@@ -604,9 +1033,11 @@ static int take_request(void)
 		case AGENT_MKDIR: op_mkdir(sock); break;
 		case AGENT_RENAME: op_rename(sock); break;
 		case AGENT_REMOVE: op_remove(sock); break;
-		case AGENT_EXEC: kept = op_exec(sock); break;
+		case AGENT_EXEC:
+		case AGENT_EXEC_PTY: kept = op_exec(sock); break;
 		case AGENT_SIGNAL: op_signal(sock); break;
 		case AGENT_DISK: op_disk(sock); break;
+		case AGENT_WATCH: kept = op_watch(sock); break;
 		}
 	}
 	if (!kept)
@@ -635,12 +1066,32 @@ int main(void)
 	int sfd = signalfd(-1, &chld, SFD_CLOEXEC | SFD_NONBLOCK);
 	if (sfd < 0)
 		return 2;
+	for (size_t i = 0; i < AGENT_MAX_WATCHES; i++)
+		watches[i].ifd = watches[i].sock = -1;
 	for (;;) {
-		struct pollfd p[2] = { { .fd = CTL_FD, .events = POLLIN }, { .fd = sfd, .events = POLLIN } };
-		if (poll(p, 2, -1) < 0) {
+		/* the control socket, SIGCHLD, and each watch's inotify fd and
+		 * socket (the host's hang-up ends it; room owed an overflow) */
+		struct pollfd p[2 + 2 * AGENT_MAX_WATCHES] = { { .fd = CTL_FD, .events = POLLIN },
+							       { .fd = sfd, .events = POLLIN } };
+		for (size_t i = 0; i < AGENT_MAX_WATCHES; i++) {
+			struct watch *w = &watches[i];
+			p[2 + 2 * i] = (struct pollfd){ .fd = w->sock < 0 ? -1 : w->ifd, .events = POLLIN };
+			p[3 + 2 * i] = (struct pollfd){ .fd = w->sock, .events = w->lost ? POLLOUT : 0 };
+		}
+		if (poll(p, 2 + 2 * AGENT_MAX_WATCHES, -1) < 0) {
 			if (errno == EINTR)
 				continue;
 			return 2;
+		}
+		for (size_t i = 0; i < AGENT_MAX_WATCHES; i++) {
+			struct watch *w = &watches[i];
+			if (w->sock < 0)
+				continue;
+			short ev = p[3 + 2 * i].revents;
+			if ((ev & (POLLHUP | POLLERR)) ||
+			    (p[2 + 2 * i].revents && watch_read(w) < 0) ||
+			    ((ev & POLLOUT) && watch_send(w, 0, NULL, NULL) < 0))
+				watch_end(w);
 		}
 		if (p[1].revents) {
 			struct signalfd_siginfo si;

@@ -105,27 +105,91 @@ int agent_parse(const char *buf, size_t len, struct agent_msg *m)
 				       v >= 1 && agent_num(f[2], AGENT_MAX_ENTRIES, &v) == 0 && v >= 1
 			       ? 0
 			       : -1;
+	case AGENT_WATCH:
+		return n == 2 && path_ok(f[0]) && flag_ok(f[1]) ? 0 : -1;
 	case AGENT_SIGNAL:
 		return n == 2 && agent_num(f[0], 4194304, &v) == 0 && v >= 1 &&
 				       agent_num(f[1], 64, &v) == 0 && v >= 1
 			       ? 0
 			       : -1;
 	case AGENT_EXEC:
-		if (n < 4 || !path_ok(f[0]) || !(flag_ok(f[1]) || !strcmp(f[1], "2")) ||
-		    agent_num(f[2], AGENT_MAX_FIELDS, &v) < 0 || v < 1 || v > n - 3)
+	case AGENT_EXEC_PTY: {
+		size_t a0 = m->op == AGENT_EXEC ? 3 : 4;
+		if (n < a0 + 1 || !path_ok(f[0]))
 			return -1;
+		/* stdin 0|1, or 2: a code context's control socket */
+		if (m->op == AGENT_EXEC && !(flag_ok(f[1]) || !strcmp(f[1], "2")))
+			return -1;
+		if (m->op == AGENT_EXEC_PTY &&
+		    (agent_num(f[1], AGENT_MAX_WINSIZE, &v) < 0 || v < 1 ||
+		     agent_num(f[2], AGENT_MAX_WINSIZE, &v) < 0 || v < 1))
+			return -1;
+		if (agent_num(f[a0 - 1], AGENT_MAX_FIELDS, &v) < 0 || v < 1 || v > n - a0)
+			return -1;
+		m->argv0 = a0;
 		m->argc = (size_t)v;
-		m->envc = n - 3 - m->argc;
-		for (size_t i = 0; i < m->argc; i++)
-			if (!f[3 + i][0] && i == 0)
-				return -1;
+		m->envc = n - a0 - m->argc;
+		if (!f[a0][0])
+			return -1;
 		for (size_t i = 0; i < m->envc; i++) {
-			const char *e = f[3 + m->argc + i];
+			const char *e = f[a0 + m->argc + i];
 			const char *eq = strchr(e, '=');
 			if (!eq || eq == e)
 				return -1;
 		}
 		return 0;
+	}
+	default:
+		return -1;
+	}
+}
+
+/* p is root or under it */
+static bool under(const char *p, const char *root)
+{
+	size_t n = strlen(root);
+	while (n > 1 && root[n - 1] == '/')
+		n--;
+	return !strncmp(p, root, n) && (!p[n] || p[n] == '/');
+}
+
+int agent_event_parse(const char *buf, size_t len, const char *root, struct agent_event *ev)
+{
+	memset(ev, 0, sizeof *ev);
+	if (len < 1 || len > AGENT_MAX_MSG)
+		return -1;
+	const char *f[3];
+	size_t n = 0;
+	if (len > 1) {
+		if (buf[len - 1] != '\0')
+			return -1;
+		for (size_t off = 1; off < len; off += strlen(buf + off) + 1) {
+			if (n == 2)
+				return -1;
+			f[n++] = buf + off;
+		}
+	}
+	for (size_t i = 0; i < n; i++)
+		if (!path_ok(f[i]) || !under(f[i], root))
+			return -1;
+	ev->kind = buf[0];
+	switch (buf[0]) {
+	case AGENT_EV_CREATE:
+	case AGENT_EV_WRITE:
+	case AGENT_EV_REMOVE:
+		if (n != 1)
+			return -1;
+		ev->path = f[0];
+		return 0;
+	case AGENT_EV_RENAME:
+		if (n != 2)
+			return -1;
+		ev->path = f[0];
+		ev->to = f[1];
+		return 0;
+	case AGENT_EV_OVERFLOW:
+	case AGENT_EV_END:
+		return n == 0 ? 0 : -1;
 	default:
 		return -1;
 	}

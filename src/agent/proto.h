@@ -41,15 +41,41 @@ enum agent_op {
 	AGENT_EXEC = 'x',   /* cwd, stdin 0|1|2, argc, argv..., env (NAME=value)... */
 	AGENT_SIGNAL = 'k', /* pid, signal 1..64 */
 	AGENT_DISK = 'f',   /* no field: bytes used of /sandbox and of /tmp */
+	AGENT_EXEC_PTY = 't', /* cwd, rows, cols (1..AGENT_MAX_WINSIZE), argc, argv..., env... */
+	AGENT_WATCH = 'i',  /* directory, recursive 0|1: events on the op's socket */
 };
+
+/* A watch's events, one message each on its operation's socket after the
+ * answer "0 ": a kind byte, then NUL-ended paths. */
+enum agent_event_kind {
+	AGENT_EV_CREATE = 'c',   /* path */
+	AGENT_EV_WRITE = 'w',    /* path */
+	AGENT_EV_REMOVE = 'd',   /* path */
+	AGENT_EV_RENAME = 'r',   /* from, to */
+	AGENT_EV_OVERFLOW = 'o', /* nothing: events were lost */
+	AGENT_EV_END = 'g',      /* nothing: the directory watched is gone */
+};
+#define AGENT_MAX_WATCHES 8u       /* watches at once per sandbox */
+#define AGENT_MAX_WATCH_DIRS 1024u /* directories one (recursive) watch holds */
+struct agent_event {
+	char kind;
+	const char *path, *to; /* into the parsed buffer; NULL when none */
+};
+/* Parses an event of len bytes whose paths must be root or under it: 0, or
+ * -1 when malformed (an unknown kind, the wrong number of paths, a path
+ * agent_path refuses or outside root). */
+int agent_event_parse(const char *buf, size_t len, const char *root, struct agent_event *ev);
+
+#define AGENT_MAX_WINSIZE 1000u /* a pty's rows, its columns */
 
 struct agent_msg {
 	char op;
 	size_t nfields;
 	const char *field[AGENT_MAX_FIELDS]; /* into the parsed buffer */
-	/* AGENT_EXEC: */
-	size_t argc; /* field[3 .. 3+argc) */
-	size_t envc; /* field[3+argc .. nfields) */
+	/* AGENT_EXEC, AGENT_EXEC_PTY: */
+	size_t argv0; /* the first argv field: 3 (exec), 4 (pty) */
+	size_t argc; /* field[argv0 .. argv0+argc) */
+	size_t envc; /* field[argv0+argc .. nfields) */
 };
 
 /* Parses a request of len bytes (buf is not changed; fields point into it):

@@ -12,9 +12,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/sysmacros.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
+#include <termios.h>
 #include <unistd.h>
 
 #include "agent/proto.h"
@@ -35,6 +38,7 @@ struct proc {
 	int in, out, err, sock;
 	bool out_eof, err_eof;
 	bool exited, signaled, lost, attached, removed;
+	bool pty; /* out is a pty master (in its dup), err none */
 	int code, sig;
 	int refs; /* the table's while in it, and one per caller holding it */
 };
@@ -57,6 +61,15 @@ struct live {
 	int64_t cpu_ms; /* at the end */
 	struct proc *procs;
 	unsigned nprocs;
+	unsigned nwatches; /* open live_watch streams, at most LIVE_MAX_WATCHES */
+};
+
+struct live_watch {
+	struct live *lv;
+	int sock;  /* the agent's events */
+	char *root; /* the directory watched, as asked */
+	bool done;
+	char buf[AGENT_MAX_MSG + 1];
 };
 
 struct live_attach {
@@ -465,6 +478,24 @@ static bool fd_is(int fd, bool pipe, int acc)
 	return S_ISREG(st.st_mode) && sf.f_type == TMPFS_MAGIC;
 }
 
+#ifndef DEVPTS_SUPER_MAGIC
+#define DEVPTS_SUPER_MAGIC 0x1cd1
+#endif
+
+/* The fd is a pty master of a devpts instance (the sandbox's own): a
+ * character device whose node is a devpts ptmx (major 5, minor 2: a pty's
+ * terminal end has another major), open read-write. Nothing else is ever
+ * ioctl()ed here. */
+static bool fd_is_ptmx(int fd)
+{
+	struct stat st;
+	struct statfs sf;
+	int fl = fcntl(fd, F_GETFL);
+	return fl >= 0 && !(fl & O_PATH) && (fl & O_ACCMODE) == O_RDWR && fstat(fd, &st) == 0 &&
+	       fstatfs(fd, &sf) == 0 && S_ISCHR(st.st_mode) && major(st.st_rdev) == 5 &&
+	       minor(st.st_rdev) == 2 && sf.f_type == DEVPTS_SUPER_MAGIC;
+}
+
 /* The request buffer: op then NUL-ended fields. */
 static void req_field(struct moat_buf *b, const char *s)
 {
@@ -853,6 +884,7 @@ int live_exec_ctl(struct live *lv, const struct live_exec *spec, int *pid, int f
 	fds[0] = fds[1] = fds[2] = -1;
 	struct live_exec s = *spec;
 	s.stdin_open = false;
+	s.pty = false; /* a context's driver: pipes and its control socket */
 	return exec_proc(lv, &s, pid, fds, err);
 }
 
@@ -862,12 +894,23 @@ static int exec_proc(struct live *lv, const struct live_exec *spec, int *pid, in
 		     struct moat_error *err)
 {
 	*pid = 0;
+	if (spec->pty && (spec->rows < 1 || spec->rows > LIVE_MAX_WINSIZE || spec->cols < 1 ||
+			  spec->cols > LIVE_MAX_WINSIZE))
+		return moat_error_set(err, MOAT_ERR_CONFIG, EINVAL,
+				      "a pty's rows and cols are from 1 to %u", LIVE_MAX_WINSIZE);
 	struct moat_buf q = { 0 };
-	char argc[16];
+	char argc[16], rows[16], cols[16];
 	snprintf(argc, sizeof argc, "%zu", spec->argc);
-	moat_buf_append(&q, "x", 1);
+	snprintf(rows, sizeof rows, "%u", spec->rows);
+	snprintf(cols, sizeof cols, "%u", spec->cols);
+	moat_buf_append(&q, spec->pty ? "t" : "x", 1);
 	req_field(&q, spec->cwd);
-	req_field(&q, own ? "2" : spec->stdin_open ? "1" : "0");
+	if (spec->pty) {
+		req_field(&q, rows);
+		req_field(&q, cols);
+	} else {
+		req_field(&q, own ? "2" : spec->stdin_open ? "1" : "0");
+	}
 	req_field(&q, argc);
 	for (size_t i = 0; i < spec->argc; i++)
 		req_field(&q, spec->argv[i]);
@@ -889,23 +932,39 @@ static int exec_proc(struct live *lv, const struct live_exec *spec, int *pid, in
 	char ans[256];
 	const char *pl;
 	int fds[3] = { -1, -1, -1 }, sock = -1;
-	size_t n = spec->stdin_open || own ? 3 : 2;
+	/* a pty: its master only; else [stdin or a context's control socket]
+	 * stdout stderr */
+	size_t n = spec->pty ? 1 : spec->stdin_open || own ? 3 : 2;
 	int rc = call(lv, q.data, q.len, ans, sizeof ans, &pl, fds, n, &sock, err);
 	moat_buf_free(&q);
 	if (rc < 0)
 		return -1;
-	int in = spec->stdin_open && !own ? fds[0] : -1;
-	int ctl = own ? fds[0] : -1;
-	int out = fds[n - 2], er = fds[n - 1];
+	int in = -1, ctl = -1, out, er = -1;
+	bool fds_ok;
+	if (spec->pty) {
+		out = fds[0];
+		fds_ok = fd_is_ptmx(out);
+	} else {
+		in = spec->stdin_open && !own ? fds[0] : -1;
+		ctl = own ? fds[0] : -1;
+		out = fds[n - 2];
+		er = fds[n - 1];
+		fds_ok = (in < 0 || fd_is(in, true, O_WRONLY)) && (!own || fd_is_stream(ctl)) &&
+			 fd_is(out, true, O_RDONLY) && fd_is(er, true, O_RDONLY);
+	}
 	char *end;
 	errno = 0;
 	long v = strtol(pl, &end, 10);
-	bool ok = !errno && end != pl && !*end && v >= 1 && v <= 4194304 &&
-		  (in < 0 || fd_is(in, true, O_WRONLY)) && (!own || fd_is_stream(ctl)) &&
-		  fd_is(out, true, O_RDONLY) && fd_is(er, true, O_RDONLY);
+	bool ok = !errno && end != pl && !*end && v >= 1 && v <= 4194304 && fds_ok;
+	/* the pty's input is its master too: a dup of its own, so that
+	 * closing "stdin" never closes the output */
+	if (ok && spec->pty && (in = fcntl(out, F_DUPFD_CLOEXEC, 3)) < 0)
+		ok = false;
 	struct proc *p = ok ? calloc(1, sizeof *p) : NULL;
 	if (!p) {
 		close_all(fds, n);
+		if (spec->pty && in >= 0)
+			close(in);
 		close(sock);
 		return ok ? moat_error_oom(err) : breach(lv, err);
 	}
@@ -927,7 +986,9 @@ static int exec_proc(struct live *lv, const struct live_exec *spec, int *pid, in
 	} else {
 		p->out = out;
 		p->err = er;
+		p->err_eof = er < 0;
 	}
+	p->pty = spec->pty;
 	p->sock = sock;
 	p->refs = 1;
 	pthread_mutex_lock(&lv->mu);
@@ -949,6 +1010,33 @@ static int exec_proc(struct live *lv, const struct live_exec *spec, int *pid, in
 	pthread_mutex_unlock(&lv->mu);
 	*pid = p->pid;
 	return 0;
+}
+
+int live_resize(struct live *lv, int pid, unsigned rows, unsigned cols, struct moat_error *err)
+{
+	if (rows < 1 || rows > LIVE_MAX_WINSIZE || cols < 1 || cols > LIVE_MAX_WINSIZE)
+		return moat_error_set(err, MOAT_ERR_CONFIG, EINVAL,
+				      "a pty's rows and cols are from 1 to %u", LIVE_MAX_WINSIZE);
+	struct proc *p = proc_get(lv, pid, err);
+	if (!p)
+		return -1;
+	int rc = 0;
+	pthread_mutex_lock(&lv->mu);
+	proc_take_exit(lv, p);
+	if (!p->pty) {
+		rc = moat_error_set(err, MOAT_ERR_CONFIG, ENOTTY, "the process has no pty");
+	} else if (proc_done(p)) {
+		rc = moat_error_set(err, MOAT_ERR_CONFIG, ESRCH, "the process has ended");
+	} else {
+		/* the master checked at exec (fd_is_ptmx); the kernel tells the
+		 * terminal's foreground process group (SIGWINCH) */
+		struct winsize ws = { .ws_row = (unsigned short)rows, .ws_col = (unsigned short)cols };
+		if (ioctl(p->out, TIOCSWINSZ, &ws) < 0)
+			rc = moat_error_set(err, MOAT_ERR_CONFIG, errno, "resizing the pty failed");
+	}
+	pthread_mutex_unlock(&lv->mu);
+	proc_put(lv, p);
+	return rc;
 }
 
 int live_signal(struct live *lv, int pid, int sig, struct moat_error *err)
@@ -1017,9 +1105,15 @@ int live_stdin_close(struct live *lv, int pid, struct moat_error *err)
 	if (!p)
 		return -1;
 	pthread_mutex_lock(&lv->mu);
-	moat_close_fd(&p->in);
+	bool pty = p->pty;
+	if (!pty)
+		moat_close_fd(&p->in);
 	pthread_mutex_unlock(&lv->mu);
 	proc_put(lv, p);
+	if (pty) /* its master is its output too: closing ours would end nothing */
+		return moat_error_set(err, MOAT_ERR_CONFIG, EBUSY,
+				      "a pty has no stdin to close: write its end-of-file "
+				      "character (ctrl-D, \\u0004) to stdin");
 	return 0;
 }
 
@@ -1032,6 +1126,7 @@ static void proc_info(const struct proc *p, struct live_proc_info *info)
 	info->signal = p->sig;
 	info->attached = p->attached;
 	info->lost = p->lost;
+	info->pty = p->pty;
 }
 
 int live_wait(struct live *lv, int pid, int64_t ms, struct live_proc_info *info,
@@ -1086,8 +1181,9 @@ void live_procs_json(struct live *lv, struct moat_buf *out)
 			moat_buf_appendf(out, ",\"exitCode\":%d", i.exit_code);
 		if (i.signal)
 			moat_buf_appendf(out, ",\"signal\":%d", i.signal);
-		moat_buf_appendf(out, ",\"attached\":%s,\"stdin\":%s}", i.attached ? "true" : "false",
-				 p->in >= 0 ? "true" : "false");
+		moat_buf_appendf(out, ",\"attached\":%s,\"stdin\":%s,\"pty\":%s}",
+				 i.attached ? "true" : "false", p->in >= 0 ? "true" : "false",
+				 p->pty ? "true" : "false");
 		first = false;
 	}
 	pthread_mutex_unlock(&lv->mu);
@@ -1205,6 +1301,126 @@ enum live_event live_attach_next(struct live_attach *a, int ms, int client, char
 		return LIVE_EV_NONE;
 	a->exit_sent = true;
 	return p->lost ? LIVE_EV_END : LIVE_EV_EXIT;
+}
+
+/* ---- watches ---- */
+
+int live_watch_open(struct live *lv, const char *path, bool recursive, struct live_watch **out,
+		    struct moat_error *err)
+{
+	*out = NULL;
+	pthread_mutex_lock(&lv->mu);
+	bool room = lv->nwatches < LIVE_MAX_WATCHES;
+	if (room)
+		lv->nwatches++;
+	pthread_mutex_unlock(&lv->mu);
+	if (!room)
+		return moat_error_set(err, MOAT_ERR_CONFIG, EMFILE,
+				      "the sandbox has %u watches open already", LIVE_MAX_WATCHES);
+	struct live_watch *w = calloc(1, sizeof *w);
+	struct moat_buf q = { 0 };
+	moat_buf_append(&q, "i", 1);
+	req_field(&q, path);
+	req_field(&q, recursive ? "1" : "0");
+	int rc = -1;
+	if (!w || !(w->root = strdup(path)) || q.oom) {
+		rc = moat_error_oom(err);
+	} else {
+		char ans[256];
+		const char *pl;
+		int sock = -1;
+		rc = call(lv, q.data, q.len, ans, sizeof ans, &pl, NULL, 0, &sock, err);
+		uint64_t dirs;
+		if (rc == 0 && (agent_num(pl, AGENT_MAX_WATCH_DIRS, &dirs) < 0 || dirs < 1)) {
+			close(sock);
+			rc = breach(lv, err);
+		} else if (rc == 0) {
+			w->sock = sock;
+		}
+	}
+	moat_buf_free(&q);
+	if (rc < 0) {
+		if (w)
+			free(w->root);
+		free(w);
+		pthread_mutex_lock(&lv->mu);
+		lv->nwatches--;
+		pthread_mutex_unlock(&lv->mu);
+		return -1;
+	}
+	/* its trailing slashes off, as the agent's paths have them */
+	for (size_t n = strlen(w->root); n > 1 && w->root[n - 1] == '/'; n--)
+		w->root[n - 1] = '\0';
+	w->lv = lv;
+	*out = w;
+	return 0;
+}
+
+static void json_path(struct moat_buf *b, const char *key, const char *p)
+{
+	moat_buf_appendf(b, ",\"%s\":", key);
+	moat_buf_append_json_string(b, p, strlen(p));
+}
+
+enum live_event live_watch_next(struct live_watch *w, int ms, int client, struct moat_buf *line)
+{
+	if (w->done)
+		return LIVE_EV_END;
+	struct pollfd pf[2] = { { .fd = w->sock, .events = POLLIN },
+				{ .fd = client, .events = POLLRDHUP } };
+	(void)poll(pf, 2, ms);
+	if (live_client_gone(client))
+		return LIVE_EV_HANGUP;
+	ssize_t n = recv(w->sock, w->buf, sizeof w->buf, MSG_DONTWAIT | MSG_TRUNC);
+	if (n < 0 && (errno == EAGAIN || errno == EINTR))
+		return LIVE_EV_NONE;
+	if (n <= 0) { /* the agent, the sandbox gone */
+		w->done = true;
+		return LIVE_EV_END;
+	}
+	struct agent_event ev;
+	if ((size_t)n > AGENT_MAX_MSG || agent_event_parse(w->buf, (size_t)n, w->root, &ev) < 0) {
+		struct moat_error e = { 0 };
+		breach(w->lv, &e);
+		moat_error_clear(&e);
+		w->done = true;
+		return LIVE_EV_END;
+	}
+	static const struct {
+		char kind;
+		const char *type;
+	} names[] = { { AGENT_EV_CREATE, "create" }, { AGENT_EV_WRITE, "write" },
+		      { AGENT_EV_REMOVE, "remove" }, { AGENT_EV_RENAME, "rename" },
+		      { AGENT_EV_OVERFLOW, "overflow" }, { AGENT_EV_END, "end" } };
+	const char *type = "end";
+	for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+		if (names[i].kind == ev.kind)
+			type = names[i].type;
+	moat_buf_appendf(line, "{\"type\":\"%s\"", type);
+	if (ev.kind == AGENT_EV_RENAME) {
+		json_path(line, "from", ev.path);
+		json_path(line, "path", ev.to);
+	} else if (ev.path) {
+		json_path(line, "path", ev.path);
+	} else if (ev.kind == AGENT_EV_END) {
+		json_path(line, "path", w->root);
+		moat_buf_appendf(line, ",\"reason\":\"the directory watched was removed or moved\"");
+		w->done = true;
+	}
+	moat_buf_append(line, "}\n", 2);
+	return w->done ? LIVE_EV_EXIT : LIVE_EV_STDOUT;
+}
+
+void live_watch_close(struct live_watch *w)
+{
+	if (!w)
+		return;
+	close(w->sock);
+	pthread_mutex_lock(&w->lv->mu);
+	w->lv->nwatches--;
+	pthread_mutex_unlock(&w->lv->mu);
+	free(w->root);
+	free(w);
 }
 
 /* ---- making it ---- */

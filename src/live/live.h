@@ -111,8 +111,13 @@ struct live_exec {
 	const char *const *env;  /* "NAME=value", envc of them, over the sandbox's */
 	size_t envc;
 	const char *cwd;         /* under /sandbox or /tmp */
-	bool stdin_open;         /* else /dev/null */
+	bool stdin_open;         /* else /dev/null (a pty's is always open) */
+	/* a terminal of the sandbox's own devpts: its controlling tty, fds 0-2;
+	 * rows, cols 1..LIVE_MAX_WINSIZE */
+	bool pty;
+	unsigned rows, cols;
 };
+#define LIVE_MAX_WINSIZE 1000u
 /* At most LIVE_MAX_PROCS processes are kept (running, or ended and not yet
  * dropped: the oldest ended one goes first). */
 #define LIVE_MAX_PROCS 128
@@ -131,6 +136,9 @@ int live_signal(struct live *lv, int pid, int sig, struct moat_error *err);
 ssize_t live_stdin_write(struct live *lv, int pid, const char *buf, size_t len,
 			 int64_t timeout_ms, struct moat_error *err);
 int live_stdin_close(struct live *lv, int pid, struct moat_error *err);
+/* A pty process's window size (TIOCSWINSZ on the master this side holds,
+ * checked a devpts ptmx at exec); ENOTTY for a process without a pty. */
+int live_resize(struct live *lv, int pid, unsigned rows, unsigned cols, struct moat_error *err);
 struct live_proc_info {
 	int pid;
 	bool running;
@@ -139,6 +147,7 @@ struct live_proc_info {
 	int signal;    /* 0 when none */
 	bool attached; /* a client reads its output */
 	bool lost;     /* the sandbox ended before its end was known */
+	bool pty;      /* it runs on a terminal: one output stream, stdout */
 };
 /* Its state after waiting up to ms for its end (0: now). */
 int live_wait(struct live *lv, int pid, int64_t ms, struct live_proc_info *info,
@@ -159,6 +168,21 @@ enum live_event { LIVE_EV_NONE, LIVE_EV_STDOUT, LIVE_EV_STDERR, LIVE_EV_EXIT, LI
  * read from the pipes (LIVE_EV_HANGUP), so that the next reader gets it. */
 enum live_event live_attach_next(struct live_attach *a, int ms, int client, char *buf,
 				 size_t cap, size_t *n, struct live_proc_info *info);
+
+/* A directory's events (inotify in the agent, one message each, checked
+ * here: agent/proto.h agent_event_parse), at most LIVE_MAX_WATCHES at once
+ * per sandbox (EMFILE past it). */
+#define LIVE_MAX_WATCHES 8u
+struct live_watch;
+int live_watch_open(struct live *lv, const char *path, bool recursive, struct live_watch **out,
+		    struct moat_error *err);
+/* Waits up to ms for one event: LIVE_EV_STDOUT with its NDJSON line
+ * appended to line, LIVE_EV_EXIT with the last one (the directory gone),
+ * LIVE_EV_NONE, LIVE_EV_HANGUP (client hung up), LIVE_EV_END (the sandbox
+ * gone, or its agent broke the protocol: the sandbox is killed). */
+enum live_event live_watch_next(struct live_watch *w, int ms, int client, struct moat_buf *line);
+void live_watch_close(struct live_watch *w);
+
 void live_attach_end(struct live_attach *a);
 /* A client's socket hung up (POLLHUP, an error, or over TCP the peer's FIN:
  * a read side the HTTP server shut is not one); -1: false. */

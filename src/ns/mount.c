@@ -100,7 +100,7 @@ struct dirent64_raw {
  * directories (at most MOAT_RUNTIME_COPY_DEPTH deep) and symlinks (their
  * text); anything else is left out. A stack buffer for the names only: the
  * bytes go by sendfile. */
-static int copy_tree(int src, int dst, int depth)
+static int copy_tree(int src, int dst, int depth, const char *skip)
 {
 	char buf[2048] __attribute__((aligned(8)));
 	if (depth > MOAT_RUNTIME_COPY_DEPTH) {
@@ -115,7 +115,7 @@ static int copy_tree(int src, int dst, int depth)
 			const struct dirent64_raw *d = (const void *)(buf + off);
 			off += d->d_reclen;
 			const char *name = d->d_name;
-			if (!strcmp(name, ".") || !strcmp(name, ".."))
+			if (!strcmp(name, ".") || !strcmp(name, "..") || (skip && !strcmp(name, skip)))
 				continue;
 			struct stat st;
 			if (fstatat(src, name, &st, AT_SYMLINK_NOFOLLOW) < 0)
@@ -130,7 +130,7 @@ static int copy_tree(int src, int dst, int depth)
 								 O_CLOEXEC)) < 0)
 					rc = -1;
 				else
-					rc = copy_tree(in, out, depth + 1);
+					rc = copy_tree(in, out, depth + 1, NULL);
 				if (rc == 0 && fchmod(out, mode) < 0)
 					rc = -1;
 			} else if (S_ISREG(st.st_mode)) {
@@ -220,7 +220,7 @@ static int apply_one(const struct moat_mount_op *op, int *sandbox_fd, int *held_
 				(out = open(op->dst, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC)) < 0))
 			rc = -1;
 		if (rc == 0)
-			rc = copy_tree(in, out, 0);
+			rc = copy_tree(in, out, 0, op->skip);
 		int saved = errno;
 		if (in >= 0)
 			close(in);

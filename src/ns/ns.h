@@ -69,6 +69,8 @@ struct moat_mount_op {
 	 * following any (openat2 RESOLVE_NO_SYMLINKS), so a symlink swapped into
 	 * it since then fails the run (ELOOP) instead of being followed */
 	bool no_symlinks;
+	/* MOAT_OP_COPY_HELD: a top-level entry of that name not copied, or NULL */
+	const char *skip;
 };
 
 struct moat_mount_plan {
@@ -87,6 +89,9 @@ struct moat_plan_input {
 	const char *code_name;       /* "main.py" */
 	const char *resolv_conf;     /* text of /etc/resolv.conf (network on), or NULL: absent */
 	const char *runtime_dir;     /* host directory bound read-only at MOAT_RUNTIME_MOUNT, or NULL */
+	/* its bin/ copied too (the live sandboxes' agent, about 700 KB: only a
+	 * live sandbox runs it; every other run's copy leaves it out) */
+	bool runtime_bin;
 	/* host directory (absolute, symlinks already resolved: it is opened
 	 * without following any) bound read-only, nosuid, nodev at
 	 * MOAT_WORK_MOUNT, the working directory; or NULL */

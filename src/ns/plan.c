@@ -117,7 +117,7 @@ static int add_setattr(struct moat_mount_plan *p, const char *dst, uint64_t attr
 /* The service's runtime shims (opts.runtime_dir): a host directory bound
  * at MOAT_RUNTIME_MOUNT. In a prepared root the mount point must exist: the
  * root is bound read-only and nothing can be created in it. */
-static int add_runtime_bind(struct moat_mount_plan *p, const char *src, bool prepared,
+static int add_runtime_bind(struct moat_mount_plan *p, const char *src, bool prepared, bool bin,
 			    struct moat_error *err)
 {
 	struct stat st;
@@ -146,6 +146,9 @@ static int add_runtime_bind(struct moat_mount_plan *p, const char *src, bool pre
 		rc = -1;
 	} else {
 		op->flags = MS_NOSUID | MS_NODEV;
+		/* bin/ holds the live sandboxes' agent alone: a one-shot run
+		 * neither needs nor pays for its copy */
+		op->skip = bin ? NULL : "bin";
 	}
 	free(dst);
 	if (rc < 0)
@@ -764,7 +767,7 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 					       in->rootfs_dir, MOAT_RUNTIME_MOUNT);
 				goto fail;
 			}
-			if (add_runtime_bind(p, in->runtime_dir, true, err) < 0)
+			if (add_runtime_bind(p, in->runtime_dir, true, in->runtime_bin, err) < 0)
 				goto fail;
 		}
 		if (WALL_ATTRS && add_setattr(p, p->base, WALL_ATTRS, true) < 0)
@@ -780,7 +783,7 @@ int moat_plan_build(const struct moat_plan_input *in, struct moat_mount_plan **o
 			goto oom;
 		if (in->resolv_conf && add_text_file(p, "/etc/resolv.conf", in->resolv_conf) < 0)
 			goto oom;
-		if (in->runtime_dir && add_runtime_bind(p, in->runtime_dir, false, err) < 0)
+		if (in->runtime_dir && add_runtime_bind(p, in->runtime_dir, false, in->runtime_bin, err) < 0)
 			goto fail;
 		if (add_mkdirs(p, "/dev", true) < 0 || add_mkdirs(p, "/proc", true) < 0)
 			goto oom;

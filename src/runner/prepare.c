@@ -357,6 +357,7 @@ static int plan_build(struct run *r, struct moat_error *err)
 		.req = r->req, .code_name = r->code_name,
 		.resolv_conf = moat_net_resolv_conf(r->net), .runtime_dir = r->opts.runtime_dir,
 		.workdir = r->workdir, .proc_unmasked = r->zygote_fd >= 0, .own_tree = r->own_tree,
+		.runtime_bin = r->live,
 	};
 	if (moat_plan_build(&pin, &r->plan, err) < 0)
 		return -1;

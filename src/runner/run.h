@@ -169,6 +169,9 @@ struct run {
 	 * (moat_plan_input.own_tree; only moat_zygote_new sets it, once the
 	 * tree passed moat_tree_check_own) */
 	bool own_tree;
+	/* a live sandbox's (run_sandbox_start_live): its runtime copy holds
+	 * bin/ (the agent); every other run's leaves it out */
+	bool live;
 	/* -1, or the run is moat serve's Python zygote's own sandbox
 	 * (run_sandbox_start_host): its filter is the zygote policy, /proc is
 	 * not masked, no Landlock, and this socket (the caller's) becomes the

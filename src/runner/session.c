@@ -428,6 +428,7 @@ int run_sandbox_start_live(const struct moat_request *boot, const struct moat_ru
 	if (with_socket(boot, opts, SOCK_SEQPACKET, &sb, &host, err) < 0)
 		return -1;
 	struct run *r = &sb->run;
+	r->live = true;
 	if (run_prepare(r, err) < 0 || run_spawn(r, err) < 0 || run_start(r, err) < 0) {
 		close(host);
 		moat_sandbox_release(sb);

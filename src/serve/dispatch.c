@@ -272,6 +272,12 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 		*upload_data_size = 0;
 		return MHD_YES;
 	}
+	if (*upload_data_size && q->sbx_mp) {
+		/* parts of a multipart upload: each to its file as it comes */
+		srv_sandboxes_multipart(q, upload_data, *upload_data_size);
+		*upload_data_size = 0;
+		return MHD_YES;
+	}
 	if (*upload_data_size && q->up_fd >= 0) {
 		/* a file's bytes go to it as they come, never kept */
 		srv_sandboxes_upload(q, upload_data, *upload_data_size);
@@ -336,6 +342,7 @@ void srv_on_completed(void *cls, struct MHD_Connection *c, void **con_cls,
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK && q->outcome == O_OK)
 		q->outcome = O_DISCONNECTED;
 	pthread_mutex_unlock(&q->mu);
+	srv_sandboxes_multipart_free(q); /* MHD's post processor: before the connection goes */
 	srv_req_unref(q);
 	if (ending)
 		serve_pool_end(s->pool, &lease, rc);

@@ -139,6 +139,7 @@ struct req {
 	uint64_t up_len;
 	int up_errno;
 	bool up_too_large;
+	struct sbx_multipart *sbx_mp; /* a multipart POST .../files (route_sandboxes.c) */
 	/* a run answered in this thread (run_script): its sandbox, ended by
 	 * on_completed once the answer is out, before the slot is released */
 	struct pool_lease lease;
@@ -240,6 +241,8 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 void srv_sandboxes_upload(struct req *q, const char *data, size_t n);
 /* "metadata" (detached from o): 2 x *count malloc'd strings, bounded. */
 int srv_sandboxes_metadata(struct cJSON *o, char ***out, size_t *count, struct moat_error *err);
+void srv_sandboxes_multipart(struct req *q, const char *data, size_t n);
+void srv_sandboxes_multipart_free(struct req *q);
 enum MHD_Result srv_sandboxes_body(struct req *q, struct MHD_Connection *c);
 /* ---- route_contexts.c (docs/CONTEXTS.md): the sandbox q->sbx held busy;
  * rest: the URL from "/contexts" on ---- */

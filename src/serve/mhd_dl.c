@@ -14,6 +14,7 @@ static const struct moat_dl_sym syms[] = {
 	S(create_response_from_buffer), S(create_response_from_callback),
 	S(add_response_header), S(queue_response), S(destroy_response),
 	S(lookup_connection_value), S(get_connection_values), S(get_connection_info),
+	S(create_post_processor), S(post_process), S(destroy_post_processor),
 #undef S
 };
 

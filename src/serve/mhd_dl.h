@@ -31,6 +31,10 @@ struct moat_mhd_fns {
 				     MHD_KeyValueIterator, void *);
 	const union MHD_ConnectionInfo *(*get_connection_info)(struct MHD_Connection *,
 								enum MHD_ConnectionInfoType, ...);
+	struct MHD_PostProcessor *(*create_post_processor)(struct MHD_Connection *, size_t,
+							   MHD_PostDataIterator, void *);
+	enum MHD_Result (*post_process)(struct MHD_PostProcessor *, const char *, size_t);
+	enum MHD_Result (*destroy_post_processor)(struct MHD_PostProcessor *);
 };
 
 extern struct moat_mhd_fns moat_mhd_fns;
@@ -49,5 +53,8 @@ int moat_mhd_load(const char **why);
 #define MHD_lookup_connection_value (moat_mhd_fns.lookup_connection_value)
 #define MHD_get_connection_info (moat_mhd_fns.get_connection_info)
 #define MHD_get_connection_values (moat_mhd_fns.get_connection_values)
+#define MHD_create_post_processor (moat_mhd_fns.create_post_processor)
+#define MHD_post_process (moat_mhd_fns.post_process)
+#define MHD_destroy_post_processor (moat_mhd_fns.destroy_post_processor)
 
 #endif

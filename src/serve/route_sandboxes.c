@@ -31,9 +31,9 @@ MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 enum sbx_op {
 	OP_NONE, OP_LIST, OP_CREATE, OP_GET, OP_DELETE, OP_TIMEOUT,
 	OP_PROCS, OP_PROC_START, OP_PROC_WAIT, OP_PROC_OUTPUT, OP_PROC_STDIN,
-	OP_PROC_STDIN_CLOSE, OP_PROC_SIGNAL,
+	OP_PROC_STDIN_CLOSE, OP_PROC_SIGNAL, OP_PROC_RESIZE,
 	OP_FILE_GET, OP_FILE_PUT, OP_FILE_DELETE, OP_FILE_STAT, OP_FILE_LIST, OP_FILE_MKDIR,
-	OP_FILE_RENAME, OP_PAUSE, OP_RESUME, OP_CTX,
+	OP_FILE_RENAME, OP_PAUSE, OP_RESUME, OP_CTX, OP_FILE_WATCH, OP_FILE_UPLOAD,
 };
 
 static enum MHD_Result missing(struct req *q, struct MHD_Connection *c)
@@ -170,6 +170,8 @@ static int parse_route(const char *url, const char *method, char *id, int *pid, 
 			*op = post ? OP_PROC_STDIN_CLOSE : OP_NONE;
 		else if (!strcmp(end, "/signal"))
 			*op = post ? OP_PROC_SIGNAL : OP_NONE;
+		else if (!strcmp(end, "/resize"))
+			*op = post ? OP_PROC_RESIZE : OP_NONE;
 		else
 			return -1;
 		return *op ? 0 : -2;
@@ -179,7 +181,8 @@ static int parse_route(const char *url, const char *method, char *id, int *pid, 
 		return 0;
 	}
 	if (!strcmp(rest, "/files")) {
-		*op = get ? OP_FILE_GET : put ? OP_FILE_PUT : del ? OP_FILE_DELETE : OP_NONE;
+		*op = get ? OP_FILE_GET : put ? OP_FILE_PUT : del ? OP_FILE_DELETE
+		    : post ? OP_FILE_UPLOAD : OP_NONE;
 		return *op ? 0 : -2;
 	}
 	static const struct {
@@ -191,6 +194,7 @@ static int parse_route(const char *url, const char *method, char *id, int *pid, 
 		{ "/files/list", OP_FILE_LIST, false },
 		{ "/files/mkdir", OP_FILE_MKDIR, true },
 		{ "/files/rename", OP_FILE_RENAME, true },
+		{ "/files/watch", OP_FILE_WATCH, false },
 	};
 	for (size_t i = 0; i < sizeof files / sizeof files[0]; i++)
 		if (!strcmp(rest, files[i].name)) {
@@ -390,6 +394,118 @@ static enum MHD_Result bad_path(struct req *q, struct MHD_Connection *c)
 {
 	return bad(q, c, "\"path\" must be an absolute path under /sandbox or /tmp, without "
 		   "\".\" or \"..\" components, of at most 4095 bytes");
+}
+
+struct wstream { /* a directory's events, NDJSON */
+	struct server *s;
+	struct serve_sbx *x;
+	struct live_watch *w;
+	int client; /* dup of the connection: its hang-up ends the wait */
+	struct moat_buf pending;
+	size_t off;
+	bool done;
+};
+
+static ssize_t watch_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct wstream *p = cls;
+	(void)pos;
+	/* as many events as are there now, up to max bytes, in one chunk; the
+	 * wait (half a second at a time) only while there are none */
+	while (!p->done && !p->pending.oom && p->pending.len - p->off < max) {
+		bool have = p->pending.len > p->off;
+		enum live_event ev = live_watch_next(p->w, have ? 0 : ATTACH_WAIT_MS, p->client,
+						     &p->pending);
+		if (ev == LIVE_EV_HANGUP)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (ev == LIVE_EV_NONE && have)
+			break;
+		if (ev == LIVE_EV_EXIT) {
+			p->done = true;
+		} else if (ev == LIVE_EV_END) {
+			char *why = serve_sbx_gone(p->s->sandboxes, p->x);
+			moat_buf_append(&p->pending, "{\"type\":\"error\",\"error\":{\"type\":\"SandboxGone\","
+					"\"message\":", 60);
+			const char *w = why ? why : "the sandbox ended";
+			moat_buf_append_json_string(&p->pending, w, strlen(w));
+			moat_buf_append(&p->pending, "}}\n", 3);
+			free(why);
+			p->done = true;
+		}
+	}
+	if (p->pending.oom)
+		return MHD_CONTENT_READER_END_WITH_ERROR;
+	if (p->off < p->pending.len) {
+		size_t n = p->pending.len - p->off < max ? p->pending.len - p->off : max;
+		memcpy(buf, p->pending.data + p->off, n);
+		p->off += n;
+		if (p->off == p->pending.len)
+			p->pending.len = p->off = 0;
+		return (ssize_t)n;
+	}
+	return MHD_CONTENT_READER_END_OF_STREAM; /* done, all sent */
+}
+
+static void watch_free(void *cls)
+{
+	struct wstream *p = cls;
+	live_watch_close(p->w);
+	if (p->client >= 0)
+		close(p->client);
+	moat_buf_free(&p->pending);
+	serve_sbx_end(p->s->sandboxes, p->x);
+	serve_sbx_put(p->s->sandboxes, p->x);
+	free(p);
+}
+
+/* GET .../files/watch?path=DIR[&recursive=1]: the directory's events as
+ * NDJSON, from now until the client hangs up, the directory goes or the
+ * sandbox ends. The first line, {"type":"ready"}, says the watch is set. */
+static enum MHD_Result file_watch(struct req *q, struct MHD_Connection *c, const char *path)
+{
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	struct wstream *p = calloc(1, sizeof *p);
+	if (!p)
+		return MHD_NO;
+	if (live_watch_open(serve_sbx_live(q->sbx), path, arg_flag(c, "recursive"), &p->w,
+			    &err) < 0) {
+		free(p);
+		if (err.sys_errno == EMFILE)
+			return srv_fail(q, c, 429, "TooManyWatches", O_BAD_REQUEST, err.message);
+		if (err.sys_errno == E2BIG)
+			return bad(q, c, "the tree is too large to watch (at most 1024 directories, "
+				   "32 levels deep)");
+		return op_fail(q, c, &err);
+	}
+	p->s = q->s;
+	p->x = q->sbx;
+	p->client = -1;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0)
+		p->client = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
+	moat_buf_append(&p->pending, "{\"type\":\"ready\"}\n", 17);
+	struct MHD_Response *r =
+		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CHUNK, watch_read, p, watch_free);
+	if (!r) {
+		live_watch_close(p->w);
+		if (p->client >= 0)
+			close(p->client);
+		moat_buf_free(&p->pending);
+		free(p);
+		return MHD_NO;
+	}
+	/* the stream holds the sandbox, as a process's output does */
+	q->sbx = NULL;
+	q->sbx_busy = false;
+	MHD_add_response_header(r, "Content-Type", "application/x-ndjson");
+	MHD_add_response_header(r, "X-Content-Type-Options", "nosniff");
+	q->status = 200;
+	srv_conn_deadline_in(q->s, c, serve_sbx_left_ms(q->s->sandboxes, p->x) +
+					      (int64_t)q->s->o->client_timeout_s * 1000);
+	enum MHD_Result rc = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return rc;
 }
 
 /* "bytes=a-b", "bytes=a-", "bytes=-n" against size: 1 and the range, 0
@@ -710,9 +826,28 @@ static enum MHD_Result sbx_create(struct req *q, struct MHD_Connection *c)
 	return respond_json(q, c, 201, &b);
 }
 
+/* {"rows":R,"cols":C} (nothing else), each 1..LIVE_MAX_WINSIZE: 0, or -1. */
+static int winsize(const cJSON *o, unsigned *rows, unsigned *cols)
+{
+	static const char *const keys[] = { "rows", "cols", NULL };
+	const char *k;
+	if (!cJSON_IsObject(o) || !only_keys(o, keys, &k))
+		return -1;
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "rows");
+	const cJSON *cl = cJSON_GetObjectItemCaseSensitive(o, "cols");
+	if (!cJSON_IsNumber(r) || !cJSON_IsNumber(cl) || r->valuedouble < 1 ||
+	    r->valuedouble > LIVE_MAX_WINSIZE || cl->valuedouble < 1 ||
+	    cl->valuedouble > LIVE_MAX_WINSIZE || r->valuedouble != floor(r->valuedouble) ||
+	    cl->valuedouble != floor(cl->valuedouble))
+		return -1;
+	*rows = (unsigned)r->valuedouble;
+	*cols = (unsigned)cl->valuedouble;
+	return 0;
+}
+
 static enum MHD_Result proc_start(struct req *q, struct MHD_Connection *c)
 {
-	static const char *const keys[] = { "argv", "cmd", "env", "cwd", "stdin", NULL };
+	static const char *const keys[] = { "argv", "cmd", "env", "cwd", "stdin", "pty", NULL };
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
 	if (!o)
@@ -735,6 +870,11 @@ static enum MHD_Result proc_start(struct req *q, struct MHD_Connection *c)
 	    (cwd && !cJSON_IsString(cwd)) || (in && !cJSON_IsBool(in)))
 		return bad(q, c, "\"env\" is an object of strings (at most 1000), \"cwd\" a path "
 			   "under /sandbox or /tmp, \"stdin\" true or false");
+	const cJSON *pty = cJSON_GetObjectItemCaseSensitive(o, "pty");
+	unsigned rows = 0, cols = 0;
+	if (pty && (winsize(pty, &rows, &cols) < 0 || (in && !cJSON_IsTrue(in))))
+		return bad(q, c, "\"pty\" is {\"rows\":R,\"cols\":C}, each a whole number from 1 "
+			   "to 1000 (a pty's stdin is always open)");
 	const char *dir = cwd ? cwd->valuestring : "/sandbox";
 	if (!live_path_ok(dir))
 		return bad_path(q, c);
@@ -772,7 +912,8 @@ static enum MHD_Result proc_start(struct req *q, struct MHD_Connection *c)
 		}
 	}
 	struct live_exec spec = { .argv = av, .argc = argc, .env = (const char *const *)ev,
-				  .envc = envc, .cwd = dir, .stdin_open = cJSON_IsTrue(in) };
+				  .envc = envc, .cwd = dir, .stdin_open = cJSON_IsTrue(in) || pty,
+				  .pty = pty != NULL, .rows = rows, .cols = cols };
 	int pid;
 	if (live_exec(serve_sbx_live(q->sbx), &spec, &pid, &err) < 0) {
 		if (err.sys_errno == ENOENT)
@@ -884,6 +1025,20 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 			return op_fail(q, c, &err);
 		break;
 	}
+	case OP_PROC_RESIZE: {
+		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+		if (!o)
+			return srv_fail_moat(q, c, &err);
+		unsigned rows, cols;
+		if (winsize(o, &rows, &cols) < 0)
+			return bad(q, c, "the body is {\"rows\":R,\"cols\":C}, each a whole number "
+				   "from 1 to 1000");
+		if (live_resize(lv, q->sbx_pid, rows, cols, &err) < 0)
+			return err.sys_errno == ENOTTY
+				       ? srv_fail(q, c, 409, "Conflict", O_BAD_REQUEST, err.message)
+				       : op_fail(q, c, &err);
+		break;
+	}
 	case OP_FILE_MKDIR:
 	case OP_FILE_RENAME: {
 		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
@@ -923,9 +1078,202 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 	return respond_json(q, c, 200, &b);
 }
 
+/* ---- a multipart upload: POST .../files?path=DIR ---- */
+
+#define MP_MAX_PARTS 100u   /* files per upload */
+#define MP_MAX_NAME 255u    /* a part's filename, bytes (one path component) */
+#define MP_BUFFER 65536u    /* the post processor's buffer */
+
+struct sbx_multipart {
+	struct MHD_PostProcessor *pp;
+	struct live *lv;
+	char *dir;
+	int fd;          /* the current part's file */
+	char *key, *name; /* the current part's field name and filename */
+	uint64_t len, total; /* its bytes, every part's */
+	unsigned parts;
+	bool malformed;      /* the body is not well-formed multipart */
+	const char *why;     /* a 400's sentence: stops the upload */
+	struct moat_error err; /* a file's failure: stops it */
+	struct moat_buf out; /* {"path","size"} of each file written */
+};
+
+/* One path component: not empty, ".", ".." nor holding a slash. */
+static bool mp_name_ok(const char *n)
+{
+	size_t len = strlen(n);
+	return len >= 1 && len <= MP_MAX_NAME && !strchr(n, '/') && strcmp(n, ".") &&
+	       strcmp(n, "..");
+}
+
+/* The current part's file closed, and said in out. */
+static void mp_close(struct sbx_multipart *m)
+{
+	if (m->fd < 0)
+		return;
+	moat_close_fd(&m->fd);
+	moat_buf_append(&m->out, m->parts > 1 ? ",{\"path\":" : "{\"path\":", m->parts > 1 ? 9 : 8);
+	char *p = NULL;
+	if (asprintf(&p, "%s/%s", m->dir, m->name) < 0) {
+		m->out.oom = true;
+		return;
+	}
+	moat_buf_append_json_string(&m->out, p, strlen(p));
+	moat_buf_appendf(&m->out, ",\"size\":%llu}", (unsigned long long)m->len);
+	free(p);
+}
+
+static enum MHD_Result mp_part(void *cls, enum MHD_ValueKind kind, const char *key,
+			       const char *filename, const char *content_type,
+			       const char *transfer_encoding, const char *data, uint64_t off,
+			       size_t size)
+{
+	struct sbx_multipart *m = cls;
+	(void)kind;
+	(void)content_type;
+	(void)transfer_encoding;
+	if (m->why || m->err.sys_errno)
+		return MHD_NO;
+	if (!filename) {
+		m->why = "every part is a file: a filename in its Content-Disposition";
+		return MHD_NO;
+	}
+	bool same = m->fd >= 0 && !(off == 0 && m->len > 0) && !strcmp(key ? key : "", m->key) &&
+		    !strcmp(filename, m->name);
+	if (!same) {
+		mp_close(m);
+		if (!mp_name_ok(filename)) {
+			m->why = "a part's filename is one path component: not empty, not . or .., "
+				 "no slash, at most 255 bytes";
+			return MHD_NO;
+		}
+		if (++m->parts > MP_MAX_PARTS) {
+			m->why = "at most 100 files in one upload";
+			return MHD_NO;
+		}
+		free(m->key);
+		free(m->name);
+		m->key = strdup(key ? key : "");
+		m->name = strdup(filename);
+		char *path = NULL;
+		if (!m->key || !m->name || asprintf(&path, "%s/%s", m->dir, filename) < 0) {
+			moat_error_oom(&m->err);
+			return MHD_NO;
+		}
+		bool ok = live_path_ok(path);
+		if (!ok)
+			m->why = "the directory and a filename make a path too long";
+		else if (live_open_write(m->lv, path, false, &m->fd, &m->err) < 0 &&
+			 !m->err.sys_errno)
+			m->err.sys_errno = EIO;
+		free(path);
+		m->len = 0;
+		if (!ok || m->err.sys_errno)
+			return MHD_NO;
+	}
+	if (m->total + size > SERVE_SBX_MAX_FILE) {
+		m->why = "the upload is larger than this server's most (1 GiB)";
+		return MHD_NO;
+	}
+	for (size_t done = 0; done < size;) {
+		ssize_t w = write(m->fd, data + done, size - done);
+		if (w < 0 && errno == EINTR)
+			continue;
+		if (w <= 0) {
+			moat_error_set(&m->err, MOAT_ERR_CONFIG, w < 0 ? errno : EIO,
+				       "writing the file failed");
+			return MHD_NO;
+		}
+		done += (size_t)w;
+	}
+	m->len += size;
+	m->total += size;
+	return MHD_YES;
+}
+
+void srv_sandboxes_multipart(struct req *q, const char *data, size_t n)
+{
+	struct sbx_multipart *m = q->sbx_mp;
+	if (m->why || m->err.sys_errno || m->malformed)
+		return; /* the rest is read and dropped */
+	if (MHD_post_process(m->pp, data, n) == MHD_NO && !m->why && !m->err.sys_errno)
+		m->malformed = true;
+}
+
+void srv_sandboxes_multipart_free(struct req *q)
+{
+	struct sbx_multipart *m = q->sbx_mp;
+	if (!m)
+		return;
+	if (m->pp)
+		MHD_destroy_post_processor(m->pp);
+	if (m->fd >= 0)
+		close(m->fd);
+	free(m->dir);
+	free(m->key);
+	free(m->name);
+	moat_error_clear(&m->err);
+	moat_buf_free(&m->out);
+	free(m);
+	q->sbx_mp = NULL;
+}
+
+static enum MHD_Result multipart_start(struct req *q, struct MHD_Connection *c, const char *dir)
+{
+	const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
+	if (!ct || strncasecmp(ct, "multipart/form-data", 19))
+		return srv_fail(q, c, 415, "UnsupportedMediaType", O_BAD_REQUEST,
+				"POST .../files takes multipart/form-data (PUT takes a raw body)");
+	if (srv_length_over(c, SERVE_SBX_MAX_FILE))
+		return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
+				"the upload is larger than this server's most (1 GiB)");
+	struct sbx_multipart *m = calloc(1, sizeof *m);
+	if (!m || !(m->dir = strdup(dir))) {
+		free(m);
+		return MHD_NO;
+	}
+	for (size_t n = strlen(m->dir); n > 1 && m->dir[n - 1] == '/'; n--)
+		m->dir[n - 1] = '\0';
+	m->fd = -1;
+	m->lv = serve_sbx_live(q->sbx);
+	q->sbx_mp = m;
+	/* the parts streamed through libmicrohttpd's parser, a 64 KiB buffer:
+	 * never the body whole */
+	if (!(m->pp = MHD_create_post_processor(c, MP_BUFFER, mp_part, m)))
+		return bad(q, c, "the body is not multipart/form-data with a boundary");
+	q->is_post = true;
+	return MHD_YES;
+}
+
+static enum MHD_Result multipart_end(struct req *q, struct MHD_Connection *c)
+{
+	struct sbx_multipart *m = q->sbx_mp;
+	mp_close(m);
+	bool whole = MHD_destroy_post_processor(m->pp) == MHD_YES;
+	m->pp = NULL;
+	if (m->err.sys_errno)
+		return op_fail(q, c, &m->err);
+	if (m->why)
+		return bad(q, c, m->why);
+	if (m->malformed || !whole)
+		return bad(q, c, "the body is not well-formed multipart/form-data (the files "
+			   "before the fault are written)");
+	if (!m->parts)
+		return bad(q, c, "the upload holds no file");
+	struct moat_buf b = { 0 };
+	moat_buf_append(&b, "{\"files\":[", 10);
+	moat_buf_append(&b, m->out.data, m->out.len);
+	moat_buf_appendf(&b, "],\"count\":%u}\n", m->parts);
+	if (m->out.oom)
+		b.oom = true;
+	return respond_json(q, c, 201, &b);
+}
+
 /* After the body: the request's answer. */
 enum MHD_Result srv_sandboxes_body(struct req *q, struct MHD_Connection *c)
 {
+	if (q->sbx_op == OP_FILE_UPLOAD && q->sbx_mp)
+		return multipart_end(q, c);
 	if (q->sbx_op == OP_FILE_PUT) {
 		if (q->up_too_large)
 			return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
@@ -1056,7 +1404,8 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	const char *path = NULL;
 	bool file_op = op == OP_FILE_GET || op == OP_FILE_PUT || op == OP_FILE_DELETE ||
-		       op == OP_FILE_STAT || op == OP_FILE_LIST;
+		       op == OP_FILE_STAT || op == OP_FILE_LIST || op == OP_FILE_WATCH ||
+		       op == OP_FILE_UPLOAD;
 	if (file_op) {
 		path = path_arg(c);
 		if (!path || !live_path_ok(path))
@@ -1087,11 +1436,15 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 		return file_stat(q, c, path);
 	case OP_FILE_LIST:
 		return file_list(q, c, path);
+	case OP_FILE_WATCH:
+		return file_watch(q, c, path);
 	case OP_FILE_DELETE:
 		if (live_remove(lv, path, arg_flag(c, "recursive"), &err) < 0)
 			return op_fail(q, c, &err);
 		return srv_respond(q, c, 200, strdup("{\"ok\":true}\n"), "application/json", NULL,
 				   NULL);
+	case OP_FILE_UPLOAD:
+		return multipart_start(q, c, path);
 	case OP_FILE_PUT: {
 		if (srv_length_over(c, SERVE_SBX_MAX_FILE))
 			return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,

@@ -403,6 +403,80 @@ START_TEST(sbx_stdin_and_reconnect)
 }
 END_TEST
 
+/* A process on a terminal (pty): the sandbox's own devpts, its controlling
+ * tty, the size asked, a resize seen by a fresh stty; no pty of the host's
+ * visible (the sandbox's devpts holds this one only). */
+START_TEST(sbx_pty)
+{
+	struct server s;
+	char *id;
+	if (!sbx_start(&s, _i, &id))
+		return;
+	char p[160];
+	struct resp r;
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p,
+		"{\"cmd\":\"tty; stty size; ls /dev/pts | tr '\\\\n' ' '; echo; "
+		"test -t 0 && test -t 2 && echo all-tty\",\"pty\":{\"rows\":24,\"cols\":80}}",
+		&r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "/dev/pts/0") && strstr(r.body, "24 80") &&
+			      strstr(r.body, "0 ptmx ") && strstr(r.body, "all-tty") &&
+			      strstr(r.body, "\"exitCode\":0") && !strstr(r.body, "\"stderr\""),
+		      "%s: a pty process: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* a resize between two stty size: the second sees it */
+	int pid = sbx_exec(&s, id, "{\"cmd\":\"read x; stty size\",\"pty\":{\"rows\":24,\"cols\":80}}");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/resize", id, pid);
+	sbx_req(&s, "POST", p, "{\"rows\":40,\"cols\":120}", &r);
+	ck_assert_msg(r.code == 200, "%s: resize: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	sbx_req(&s, "POST", p, "{\"rows\":0,\"cols\":120}", &r);
+	expect_error("a resize to 0 rows", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/stdin", id, pid);
+	sbx_req(&s, "POST", p, "go\n", &r);
+	ck_assert_msg(r.code == 200, "%s: stdin to a pty: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/output", id, pid);
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "40 120") && !strstr(r.body, "24 80") &&
+			      strstr(r.body, "\"exitCode\":0"),
+		      "%s: stty size after the resize: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* a terminal has no stdin to close (its EOF is ctrl-D); ctrl-C is SIGINT */
+	pid = sbx_exec(&s, id, "{\"argv\":[\"sleep\",\"300\"],\"pty\":{\"rows\":5,\"cols\":5}}");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/stdin/close", id, pid);
+	sbx_req(&s, "POST", p, "", &r);
+	expect_error("closing a pty's stdin", &r, 409, "Conflict");
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/stdin", id, pid);
+	sbx_req(&s, "POST", p, "\003", &r);
+	ck_assert_msg(r.code == 200, "%s: ctrl-C to a pty: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d?wait=10000", id, pid);
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"signal\":2"),
+		      "%s: ctrl-C on the terminal is SIGINT: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* no pty: a resize is a conflict; a bad pty is refused */
+	pid = sbx_exec(&s, id, "{\"argv\":[\"sleep\",\"300\"]}");
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/processes/%d/resize", id, pid);
+	sbx_req(&s, "POST", p, "{\"rows\":40,\"cols\":120}", &r);
+	expect_error("a resize without a pty", &r, 409, "Conflict");
+	resp_free(&r);
+	sbx_path(p, sizeof p, id, "/processes");
+	sbx_req(&s, "POST", p, "{\"argv\":[\"true\"],\"pty\":{\"rows\":24,\"cols\":100000}}", &r);
+	expect_error("a pty too wide", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	sbx_req(&s, "POST", p, "{\"argv\":[\"true\"],\"pty\":{\"rows\":24}}", &r);
+	expect_error("a pty without cols", &r, 400, "SandboxConfigError");
+	resp_free(&r);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 /* ---- files ---- */
 
 static void random_file(const char *path, size_t len)
@@ -1341,6 +1415,402 @@ START_TEST(sbx_ids_name_their_node)
 }
 END_TEST
 
+/* A watch's stream on a raw connection (curl's -o is buffered: the
+ * "ready" line would not be seen until more came). */
+struct wconn {
+	int fd;
+	char *got; /* all read so far */
+	bool closed;
+};
+
+/* Reads until got holds what (true), the peer closes or ms pass. */
+static bool wconn_until(struct wconn *w, const char *what, long ms)
+{
+	long t0 = harness_now_ms();
+	while (!(w->got && strstr(w->got, what)) && !w->closed &&
+	       harness_now_ms() - t0 < harness_scale_ms(ms)) {
+		char *more = raw_read(w->fd, 200, &w->closed, NULL);
+		size_t a = w->got ? strlen(w->got) : 0, b = strlen(more);
+		w->got = realloc(w->got, a + b + 1);
+		ck_assert_ptr_nonnull(w->got);
+		memcpy(w->got + a, more, b + 1);
+		free(more);
+	}
+	return w->got && strstr(w->got, what);
+}
+
+static void wconn_open(struct server *s, struct wconn *w, const char *path)
+{
+	memset(w, 0, sizeof *w);
+	w->fd = raw_connect(s);
+	char req[400];
+	snprintf(req, sizeof req, "GET %s HTTP/1.1\r\nHost: x\r\n\r\n", path);
+	ck_assert(raw_send(w->fd, req, strlen(req)));
+}
+
+static void wconn_close(struct wconn *w)
+{
+	close(w->fd);
+	free(w->got);
+}
+
+/* s holds each of the lines, in this order */
+static void expect_in_order(const char *what, const char *s, const char *const *lines)
+{
+	const char *at = s;
+	for (size_t i = 0; lines[i]; i++) {
+		const char *f = strstr(at, lines[i]);
+		ck_assert_msg(f, "%s: %s not found (in order) in %s", what, lines[i], s);
+		at = f + strlen(lines[i]);
+	}
+}
+
+/* Watching a directory: create, write, rename, remove in order (a new
+ * subdirectory of a recursive watch included), the end when the directory
+ * goes; a path outside, a symlink, a file refused; at most 8 at once. */
+START_TEST(sbx_watch)
+{
+	struct server s;
+	char *id;
+	if (!sbx_start(&s, _i, &id))
+		return;
+	char p[200];
+	struct resp r;
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p,
+		"{\"cmd\":\"mkdir /sandbox/w /sandbox/w/old && ln -s /etc /sandbox/etc && "
+		"ln -s /sandbox/w /sandbox/wl && echo x > /sandbox/file\"}", &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"exitCode\":0"), "%s: setup: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	struct wconn w;
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=/sandbox/w&recursive=1", id);
+	wconn_open(&s, &w, p);
+	ck_assert_msg(wconn_until(&w, "{\"type\":\"ready\"}", 20000),
+		      "%s: the watch never was ready: %s", MODE_NAME[_i], w.got ? w.got : "");
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p,
+		"{\"cmd\":\"cd /sandbox/w && echo hi > a && mv a b && mkdir d && sleep 1 && "
+		"echo y > d/f && echo z > old/g && rm b d/f && sleep 1 && cd / && rm -r /sandbox/w\"}",
+		&r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"exitCode\":0"), "%s: the changes: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	wconn_until(&w, "{\"type\":\"end\"", 20000);
+	static const char *const order[] = {
+		"{\"type\":\"ready\"}",
+		"{\"type\":\"create\",\"path\":\"/sandbox/w/a\"}",
+		"{\"type\":\"write\",\"path\":\"/sandbox/w/a\"}",
+		"{\"type\":\"rename\",\"from\":\"/sandbox/w/a\",\"path\":\"/sandbox/w/b\"}",
+		"{\"type\":\"create\",\"path\":\"/sandbox/w/d\"}",
+		"{\"type\":\"create\",\"path\":\"/sandbox/w/d/f\"}",
+		"{\"type\":\"write\",\"path\":\"/sandbox/w/d/f\"}",
+		"{\"type\":\"create\",\"path\":\"/sandbox/w/old/g\"}",
+		"{\"type\":\"remove\",\"path\":\"/sandbox/w/b\"}",
+		"{\"type\":\"remove\",\"path\":\"/sandbox/w/d/f\"}",
+		"{\"type\":\"end\",\"path\":\"/sandbox/w\"",
+		NULL,
+	};
+	ck_assert_msg(raw_status(w.got) == 200, "%s: watch: %s", MODE_NAME[_i], w.got);
+	expect_in_order(MODE_NAME[_i], w.got, order);
+	wconn_close(&w);
+	/* refused: outside, through a symlink (to outside, to inside), a file */
+	static const char *const refused[] = { "/etc", "/sandbox/etc", "/sandbox/wl",
+					       "/sandbox/etc/ssl", "/sandbox/file", "/sandbox/../etc",
+					       NULL };
+	for (size_t i = 0; refused[i]; i++) {
+		snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=%s", id, refused[i]);
+		sbx_req(&s, "GET", p, NULL, &r);
+		ck_assert_msg(r.code == 400, "%s: a watch on %s: %d %s", MODE_NAME[_i], refused[i],
+			      r.code, r.body);
+		resp_free(&r);
+	}
+	/* a tree past the bounds is refused, not watched in part: 33 levels
+	 * deep, 1100 directories wide */
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p,
+		"{\"cmd\":\"mkdir -p /sandbox/deep/1/2/3/4/5/6/7/8/9/10/11/12/13/14/15/16/17/18/"
+		"19/20/21/22/23/24/25/26/27/28/29/30/31/32/33 && mkdir /sandbox/wide && cd "
+		"/sandbox/wide && seq 1100 | xargs mkdir\"}", &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"exitCode\":0"), "%s: the trees: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	static const char *const big[] = { "/sandbox/deep", "/sandbox/wide", NULL };
+	for (size_t i = 0; big[i]; i++) {
+		snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=%s&recursive=1", id, big[i]);
+		sbx_req(&s, "GET", p, NULL, &r);
+		ck_assert_msg(r.code == 400 && strstr(r.body, "too large to watch"),
+			      "%s: a recursive watch of %s: %d %s", MODE_NAME[_i], big[i], r.code,
+			      r.body);
+		resp_free(&r);
+	}
+	/* at most 8 at once */
+	struct wconn many[8];
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=/tmp", id);
+	for (int i = 0; i < 8; i++) {
+		wconn_open(&s, &many[i], p);
+		ck_assert_msg(wconn_until(&many[i], "ready", 20000), "%s: watch %d not ready: %s",
+			      MODE_NAME[_i], i, many[i].got ? many[i].got : "");
+	}
+	sbx_req(&s, "GET", p, NULL, &r);
+	expect_error("a ninth watch", &r, 429, "TooManyWatches");
+	resp_free(&r);
+	for (int i = 0; i < 8; i++)
+		wconn_close(&many[i]);
+	/* their hang-ups give the room back (noticed within half a second) */
+	bool ready = false;
+	for (int k = 0; k < 20 && !ready; k++) {
+		harness_sleep_ms(250);
+		struct wconn again;
+		wconn_open(&s, &again, p);
+		ready = wconn_until(&again, "ready", 5000);
+		wconn_close(&again);
+	}
+	ck_assert_msg(ready, "%s: no watch after the others hung up", MODE_NAME[_i]);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* POST .../files?path=DIR with a multipart body built here (boundary moatB). */
+static void mp_post(struct server *s, const char *id, const char *dir, const char *body_file,
+		    struct resp *r)
+{
+	char p[300];
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files?path=%s", id, dir);
+	char data[220];
+	snprintf(data, sizeof data, "@%s", body_file);
+	/* not .body_file: the harness would add its own Content-Type */
+	const char *const args[] = { "-H", "Content-Type: multipart/form-data; boundary=moatB",
+				     "--data-binary", data, NULL };
+	struct req q = { .method = "POST", .path = p, .extra = args, .max_ms = 20000 };
+	call(s, &q, r);
+}
+
+/* Multipart upload: each part to DIR/<filename> (curl -F: a binary file and
+ * a text one, read back whole); refused: a filename that is not one path
+ * component, a part without a filename, more than 100 parts, a malformed
+ * body, a body that is not multipart, a directory through a symlink. */
+START_TEST(sbx_multipart)
+{
+	struct server s;
+	char *id;
+	if (!sbx_start(&s, _i, &id))
+		return;
+	char p[300], src[200], txt[200], arg1[300], arg2[300];
+	struct resp r;
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p, "{\"cmd\":\"mkdir /sandbox/up && ln -s /tmp /sandbox/tl\"}", &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"exitCode\":0"), "%s: setup: %s",
+		      MODE_NAME[_i], r.body);
+	resp_free(&r);
+	snprintf(src, sizeof src, "%s/mp.bin", s.dir);
+	snprintf(txt, sizeof txt, "%s/mp.txt", s.dir);
+	random_file(src, 300000);
+	write_file(txt, "hello, multipart\n", 17, 0644);
+	snprintf(arg1, sizeof arg1, "one=@%s;filename=data.bin", src);
+	snprintf(arg2, sizeof arg2, "two=@%s;filename=note.txt", txt);
+	const char *const ok_args[] = { "-F", arg1, "-F", arg2, NULL };
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files?path=/sandbox/up", id);
+	struct req q = { .method = "POST", .path = p, .extra = ok_args, .max_ms = 20000 };
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 201 && (int)jnum(r.json, "count") == 2 &&
+			      strstr(r.body, "{\"path\":\"/sandbox/up/data.bin\",\"size\":300000}") &&
+			      strstr(r.body, "{\"path\":\"/sandbox/up/note.txt\",\"size\":17}"),
+		      "%s: multipart upload: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	sbx_get_file(&s, id, "/sandbox/up/data.bin", NULL, &r);
+	size_t len;
+	char *want = slurp(src, &len);
+	ck_assert_msg(r.code == 200 && r.body_len == len && !memcmp(r.body, want, len),
+		      "%s: the binary part read back: %d, %zu bytes", MODE_NAME[_i], r.code,
+		      r.body_len);
+	free(want);
+	resp_free(&r);
+	sbx_get_file(&s, id, "/sandbox/up/note.txt", NULL, &r);
+	ck_assert_msg(r.code == 200 && r.body_len == 17 && !memcmp(r.body, "hello, multipart\n", 17),
+		      "%s: the text part read back: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* 20 MiB in one part: streamed to the file, never held by the service */
+	random_file(src, 20u << 20);
+	long before = rss_kb(s.p.pid);
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 201 && strstr(r.body, "\"size\":20971520"),
+		      "%s: a 20 MiB part: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	long after = rss_kb(s.p.pid);
+	ck_assert_msg(before > 0 && after - before < 10 * 1024,
+		      "%s: the service grew %ld KiB for a 20 MiB multipart upload", MODE_NAME[_i],
+		      after - before);
+	sbx_get_file(&s, id, "/sandbox/up/data.bin", NULL, &r);
+	want = slurp(src, &len);
+	ck_assert_msg(r.code == 200 && r.body_len == len && !memcmp(r.body, want, len),
+		      "%s: the 20 MiB part read back: %d, %zu bytes", MODE_NAME[_i], r.code,
+		      r.body_len);
+	free(want);
+	resp_free(&r);
+	/* refused bodies, built by hand */
+	static const struct {
+		const char *what, *body;
+		int code;
+		const char *says;
+	} bad_bodies[] = {
+		{ "a filename with a slash",
+		  "--moatB\r\nContent-Disposition: form-data; name=\"a\"; filename=\"../../tmp/x\"\r\n\r\n"
+		  "x\r\n--moatB--\r\n", 400, "one path component" },
+		{ "a filename ..",
+		  "--moatB\r\nContent-Disposition: form-data; name=\"a\"; filename=\"..\"\r\n\r\n"
+		  "x\r\n--moatB--\r\n", 400, "one path component" },
+		{ "an empty filename",
+		  "--moatB\r\nContent-Disposition: form-data; name=\"a\"; filename=\"\"\r\n\r\n"
+		  "x\r\n--moatB--\r\n", 400, "one path component" },
+		{ "a part without a filename",
+		  "--moatB\r\nContent-Disposition: form-data; name=\"a\"\r\n\r\nx\r\n--moatB--\r\n", 400,
+		  "every part is a file" },
+		{ "a body cut short",
+		  "--moatB\r\nContent-Disposition: form-data; name=\"a\"; filename=\"cut\"\r\n\r\nabc", 400,
+		  "not well-formed" },
+		{ "garbage (a preamble, no part)", "this is not multipart at all", 400, "holds no file" },
+	};
+	char bf[200];
+	snprintf(bf, sizeof bf, "%s/mp.body", s.dir);
+	for (size_t i = 0; i < sizeof bad_bodies / sizeof bad_bodies[0]; i++) {
+		write_file(bf, bad_bodies[i].body, strlen(bad_bodies[i].body), 0644);
+		mp_post(&s, id, "/sandbox/up", bf, &r);
+		ck_assert_msg(r.code == bad_bodies[i].code && strstr(r.body, bad_bodies[i].says),
+			      "%s: %s: %d %s", MODE_NAME[_i], bad_bodies[i].what, r.code, r.body);
+		resp_free(&r);
+	}
+	/* nothing escaped the directory */
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/stat?path=/tmp/x", id);
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 404, "%s: /tmp/x was written: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* 101 parts */
+	FILE *f = fopen(bf, "w");
+	ck_assert_ptr_nonnull(f);
+	for (int i = 0; i < 101; i++)
+		fprintf(f, "--moatB\r\nContent-Disposition: form-data; name=\"f\"; filename=\"p%d\"\r\n\r\n"
+			   "%d\r\n", i, i);
+	fprintf(f, "--moatB--\r\n");
+	ck_assert_int_eq(fclose(f), 0);
+	mp_post(&s, id, "/sandbox/up", bf, &r);
+	ck_assert_msg(r.code == 400 && strstr(r.body, "at most 100"), "%s: 101 parts: %d %s",
+		      MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* the directory through a symlink; a raw body */
+	static const char one[] = "--moatB\r\nContent-Disposition: form-data; name=\"a\"; "
+				  "filename=\"y\"\r\n\r\ny\r\n--moatB--\r\n";
+	write_file(bf, one, sizeof one - 1, 0644);
+	mp_post(&s, id, "/sandbox/tl", bf, &r);
+	ck_assert_msg(r.code == 400 && strstr(r.body, "symlink"), "%s: through a symlink: %d %s",
+		      MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files?path=/sandbox/up", id);
+	sbx_req(&s, "POST", p, "raw", &r);
+	ck_assert_msg(r.code == 415, "%s: a raw POST: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* The agent (runtime/bin/, about 700 KB) is copied into a live sandbox's
+ * runtime and into no one-shot run's: each run's runtime tmpfs holds the
+ * shims (python/, js/) only. */
+START_TEST(sbx_agent_only_in_live)
+{
+	struct server s;
+	char *id;
+	if (!sbx_start(&s, _i, &id))
+		return;
+	struct resp r;
+	post(&s, "/v1/run", "{\"argv\":[\"ls\",\"/opt/moat/runtime\"]}", &r);
+	const char *out = r.json ? jstr(r.json, "stdout") : NULL;
+	ck_assert_msg(r.code == 200 && out && strstr(out, "python\n") && !strstr(out, "bin\n"),
+		      "%s: a one-shot run's runtime: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	char p[160];
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p, "{\"argv\":[\"ls\",\"/opt/moat/runtime/bin\"]}", &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "moat-agent"),
+		      "%s: a live sandbox's runtime: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
+/* A watch whose client does not read: the agent never blocks on the
+ * service, the events it cannot send are lost and said, as one
+ * {"type":"overflow"} once there is room, and the watch goes on. */
+START_TEST(sbx_watch_overflow)
+{
+	/* over a unix socket: the kernel holds a few hundred KiB between the
+	 * service and a client that does not read (TCP's autotuned buffers
+	 * hold megabytes, and drain them slowly through a small window) */
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .pool = 0, .socket = true });
+	char *id = sbx_create(&s, NULL);
+	if (!id) {
+		server_stop(&s);
+		harness_skip(SBX_SKIP);
+		return;
+	}
+	char p[200];
+	struct resp r;
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	sbx_req(&s, "POST", p, "{\"cmd\":\"mkdir /sandbox/o\"}", &r);
+	resp_free(&r);
+	struct wconn w;
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/watch?path=/sandbox/o", id);
+	wconn_open(&s, &w, p);
+	ck_assert_msg(wconn_until(&w, "{\"type\":\"ready\"}", 20000), "%s: not ready: %s",
+		      MODE_NAME[_i], w.got ? w.got : "");
+	/* 120000 writes (two files taking turns: no two alike in a row, which
+	 * the kernel would merge), while nobody reads: megabytes of events */
+	sbx_path(p, sizeof p, id, "/processes?stream=1");
+	struct req q = { .method = "POST", .path = p, .max_ms = harness_scale_ms(180000),
+			 .body = "{\"cmd\":\"cd /sandbox/o && i=0; while [ $i -lt 60000 ]; do "
+				 "echo >> a; echo >> b; i=$((i+1)); done; touch after\"}" };
+	call(&s, &q, &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"exitCode\":0"),
+		      "%s: the writes (the agent blocked?): %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* the agent still answers other requests at once */
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/stat?path=/sandbox/o/after", id);
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 200, "%s: stat during the flood: %d %s", MODE_NAME[_i], r.code, r.body);
+	resp_free(&r);
+	/* the overflow comes once there is room (what was lost, the
+	 * flood's end and "after" perhaps among it, is not sent) */
+	ck_assert_msg(wconn_until(&w, "{\"type\":\"overflow\"}", 90000),
+		      "%s: events were lost without an overflow (%zu bytes read)", MODE_NAME[_i],
+		      w.got ? strlen(w.got) : 0);
+	/* and the watch goes on */
+	bool later = false;
+	for (int k = 0; k < 60 && !later; k++) {
+		sbx_path(p, sizeof p, id, "/processes?stream=1");
+		if (k)
+			resp_free(&r);
+		sbx_req(&s, "POST", p, "{\"cmd\":\"touch /sandbox/o/later\"}", &r);
+		later = wconn_until(&w, "/sandbox/o/later\"}", 2000);
+	}
+	size_t gl = strlen(w.got);
+	ck_assert_msg(later, "%s: the watch did not go on after the overflow (%zu bytes read, "
+		      "the last: %s; the touch: %d %.300s)", MODE_NAME[_i], gl,
+		      w.got + (gl > 400 ? gl - 400 : 0), r.code, r.body ? r.body : "");
+	resp_free(&r);
+	wconn_close(&w);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 Suite *serve_sandboxes_suite(void)
 {
 	Suite *s = suite_create("serve_sandboxes");
@@ -1351,8 +1821,13 @@ Suite *serve_sandboxes_suite(void)
 	tcase_add_loop_test(tc, sbx_exec_streamed, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_background_signal, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_stdin_and_reconnect, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_pty, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_files_roundtrip, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_files_ops, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_watch, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_watch_overflow, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_multipart, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_agent_only_in_live, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_path_attacks, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_symlink_race, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_tree_bounds, MODE_ROOT, MODE_ROOTLESS + 1);

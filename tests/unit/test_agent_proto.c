@@ -38,6 +38,14 @@ START_TEST(agent_well_formed)
 	/* stdin field 2: a code context's driver, fd 3 a socket (docs/CONTEXTS.md) */
 	ck_assert_int_eq(P("x/sandbox\0" "2\0" "1\0python3\0"), 0);
 	ck_assert_int_eq(m.argc, 1);
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "80\0" "2\0sh\0-i\0A=1\0"), 0);
+	ck_assert_int_eq(m.op, AGENT_EXEC_PTY);
+	ck_assert_int_eq(m.argv0, 4);
+	ck_assert_int_eq(m.argc, 2);
+	ck_assert_int_eq(m.envc, 1);
+	ck_assert_str_eq(m.field[m.argv0], "sh");
+	ck_assert_int_eq(P("t/tmp\0" "1000\0" "1\0" "1\0sh\0"), 0);
+	ck_assert_int_eq(P("i/sandbox/w\0" "1\0"), 0);
 }
 END_TEST
 
@@ -69,6 +77,51 @@ START_TEST(agent_malformed)
 	ck_assert_int_eq(P("x/etc\0" "0\0" "1\0sh\0"), -1);           /* cwd outside */
 	ck_assert_int_eq(P("x/sandbox\0" "3\0" "1\0sh\0"), -1);       /* stdin 3 */
 	ck_assert_int_eq(P("x/sandbox\0" "22\0" "1\0sh\0"), -1);      /* stdin 22 */
+	ck_assert_int_eq(P("i/etc\0" "0\0"), -1);        /* a watch outside */
+	ck_assert_int_eq(P("i/sandbox/..\0" "0\0"), -1);
+	ck_assert_int_eq(P("i/sandbox\0" "2\0"), -1);    /* recursive not 0|1 */
+	ck_assert_int_eq(P("i/sandbox\0"), -1);
+	/* a pty: rows, cols 1..AGENT_MAX_WINSIZE */
+	ck_assert_int_eq(P("t/sandbox\0" "0\0" "80\0" "1\0sh\0"), -1);    /* rows 0 */
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "1001\0" "1\0sh\0"), -1); /* cols past */
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "x\0" "1\0sh\0"), -1);
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "80\0" "0\0"), -1);        /* argc 0 */
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "80\0" "2\0sh\0"), -1);   /* argc past */
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "80\0" "1\0\0"), -1);      /* argv[0] empty */
+	ck_assert_int_eq(P("t/sandbox\0" "24\0" "1\0sh\0"), -1);           /* no cols */
+	ck_assert_int_eq(P("t/etc\0" "24\0" "80\0" "1\0sh\0"), -1);       /* cwd outside */
+}
+END_TEST
+
+static struct agent_event ev;
+#define E(lit, root) agent_event_parse(lit, sizeof(lit) - 1, root, &ev)
+
+/* A watch's events from the agent (untrusted): only the kinds known, each
+ * with its number of paths, every path under the directory watched. */
+START_TEST(agent_events)
+{
+	ck_assert_int_eq(E("c/sandbox/w/a\0", "/sandbox/w"), 0);
+	ck_assert_int_eq(ev.kind, AGENT_EV_CREATE);
+	ck_assert_str_eq(ev.path, "/sandbox/w/a");
+	ck_assert_int_eq(E("w/sandbox/w\0", "/sandbox/w"), 0); /* the root itself */
+	ck_assert_int_eq(E("r/sandbox/w/a\0/sandbox/w/d/b\0", "/sandbox/w/"), 0);
+	ck_assert_str_eq(ev.to, "/sandbox/w/d/b");
+	ck_assert_int_eq(E("o", "/sandbox/w"), 0);
+	ck_assert_int_eq(E("g", "/tmp"), 0);
+	ck_assert_int_eq(E("d/tmp/x\0", "/tmp"), 0);
+
+	ck_assert_int_eq(E("c/sandbox/wx\0", "/sandbox/w"), -1);   /* a sibling, not under */
+	ck_assert_int_eq(E("c/sandbox/a\0", "/sandbox/w"), -1);
+	ck_assert_int_eq(E("c/etc/passwd\0", "/sandbox"), -1);
+	ck_assert_int_eq(E("c/sandbox/w/../../etc\0", "/sandbox/w"), -1);
+	ck_assert_int_eq(E("c/sandbox/w/a", "/sandbox/w"), -1);    /* not NUL-ended */
+	ck_assert_int_eq(E("c", "/sandbox/w"), -1);                 /* no path */
+	ck_assert_int_eq(E("c/sandbox/w/a\0/sandbox/w/b\0", "/sandbox/w"), -1); /* two */
+	ck_assert_int_eq(E("r/sandbox/w/a\0", "/sandbox/w"), -1);  /* a rename's one */
+	ck_assert_int_eq(E("r/sandbox/w/a\0/tmp/b\0", "/sandbox/w"), -1);
+	ck_assert_int_eq(E("o/sandbox/w\0", "/sandbox/w"), -1);    /* overflow takes none */
+	ck_assert_int_eq(E("x/sandbox/w/a\0", "/sandbox/w"), -1);  /* an unknown kind */
+	ck_assert_int_eq(agent_event_parse("", 0, "/sandbox", &ev), -1);
 }
 END_TEST
 
@@ -147,6 +200,7 @@ Suite *agent_proto_suite(void)
 	TCase *tc = tcase_create("parser");
 	tcase_add_test(tc, agent_well_formed);
 	tcase_add_test(tc, agent_malformed);
+	tcase_add_test(tc, agent_events);
 	tcase_add_test(tc, agent_paths);
 	tcase_add_test(tc, agent_bounds);
 	suite_add_tcase(s, tc);
