@@ -24,6 +24,7 @@
 #include <errno.h>
 #include <stdlib.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 
 #include "moat.h"
 
@@ -65,6 +66,7 @@ static inline void moat_cleanup_error(struct moat_error *err)
 
 MOAT_DEFINE_AUTO(moat_request, moat_request_free)
 MOAT_DEFINE_AUTO(moat_result, moat_result_free)
+MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 /* Hands the pointer out and leaves NULL behind (nothing released at exit). */
 static inline void *moat_take_ptr(void *pp)

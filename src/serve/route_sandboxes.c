@@ -19,7 +19,6 @@
 #include "live/live.h"
 #include "serve/http.h"
 
-MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 #define CHUNK (64u * 1024u)
 #define ATTACH_WAIT_MS 500

@@ -13,7 +13,6 @@
 #include "core/cleanup.h"
 #include "serve/http.h"
 
-MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 /* The caller a session is bound to: the bearer token (its SHA-256) when
  * the service has one, else on a unix socket the peer's uid, else (a
