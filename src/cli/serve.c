@@ -246,15 +246,6 @@ static char *read_token(const char *path)
 	return MOAT_TAKE(buf);
 }
 
-/* The token, wiped before it is freed. */
-static void token_release(char **token)
-{
-	if (*token) {
-		explicit_bzero(*token, strlen(*token));
-		free(*token);
-	}
-}
-
 /* The socket moat serve made and listens on, until the service takes it:
  * closed, and its file (path, if any) removed, on the way out. */
 struct listener {
@@ -465,7 +456,7 @@ int cli_serve(int argc, char **argv)
 		}
 	}
 
-	__attribute__((cleanup(token_release))) char *token = NULL;
+	MOAT_AUTOWIPE char *token = NULL; /* wiped before it is freed */
 	if (token_file && !(token = read_token(token_file)))
 		return 2;
 
