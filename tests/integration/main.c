@@ -2,10 +2,10 @@
  * as uid 65534.
  *
  * MOAT_SUITES=name,name... runs only those suites; MOAT_SKIP_SUITES=name,...
- * runs every suite but those. tools/check.sh runs the stage as two shards at
- * once, one with MOAT_SUITES=LIST and one with MOAT_SKIP_SUITES=LIST (the
- * same LIST), so every suite runs in exactly one of them, a suite added here
- * included (docs/testing.md, "CI's time by stage"). A name not in the table
+ * runs every suite but those. make check runs the stage as two shards at
+ * once (tools/shards.sh), one with MOAT_SUITES=LIST and one with
+ * MOAT_SKIP_SUITES=LIST (the same LIST), so every suite runs in exactly one
+ * of them, a suite added here included (docs/testing.md, "CI's time by stage"). A name not in the table
  * below is an error, never a suite silently left out. */
 #include <stdbool.h>
 #include <stdio.h>
