@@ -5,8 +5,9 @@
  * runs every suite but those. make check runs the stage as two shards at
  * once (tools/shards.sh), one with MOAT_SUITES=LIST and one with
  * MOAT_SKIP_SUITES=LIST (the same LIST), so every suite runs in exactly one
- * of them, a suite added here included (docs/testing.md, "CI's time by stage"). A name not in the table
- * below is an error, never a suite silently left out. */
+ * of them, a suite added here included (docs/testing.md, "CI's time by
+ * stage"). A name not in the table below is an error, never a suite
+ * silently left out. */
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
