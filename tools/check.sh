@@ -68,8 +68,11 @@ stage "libmoat from 8 threads at once (ThreadSanitizer; root mode and uid 65534)
 	env TSAN_OPTIONS="halt_on_error=1 exitcode=66" "$BUILD/test-threads"
 stage "Landlock alone (a test-only build without the read-only mounts; root and uid 65534)" \
 	"$BUILD/test-landlock"
-stage "integration and security tests ($(id -un): root mode $( [ "$(id -u)" -eq 0 ] && echo on || echo off ), rootless mode on)" \
-	env MOAT_BIN="$moat_bin" "$BUILD/test-integration"
+# The integration stage as two shards at once (tools/shards.sh: its tests
+# mostly wait, so two processes share the 2 CPUs well; every suite runs in
+# exactly one shard; MOAT_SHARD= runs it in one process as before)
+stage "integration and security tests ($(id -un): root mode $( [ "$(id -u)" -eq 0 ] && echo on || echo off ), rootless mode on; two shards at once)" \
+	bash tools/shards.sh "$BUILD"
 # real workloads (a make and a CMake build, perl, node --test, parts of CPython's
 # regression suites) bare as uid 65534, then inside moat with the default policy
 # as root and rootless, compared test by test (tests/workloads/README.md; the

@@ -11,6 +11,7 @@
 
 #include "moat_admin.h"
 #include "cgroups/cgroups.h"
+#include "core/cleanup.h"
 #include "core/core.h"
 #include "net/net.h"
 #include "ns/ns.h"
@@ -97,31 +98,34 @@ int moat_cgroup_sweep_leftovers(bool remove, struct moat_cgroup_leftovers *out)
 	return moat_cgroup_stale_leaves(remove, &out->found, &out->removed, &out->where);
 }
 
+/* A cgroup made as for a run asking for every limit (memory, processes,
+ * CPU): a leaf in every hierarchy a run joins. *res gets what preparing it
+ * wrote into a run's result (limits, warnings); 0, or -1 with err set. */
+static int probe_cgroup(struct moat_cgroup **cg, struct moat_result **res, struct moat_error *err)
+{
+	*cg = NULL;
+	MOAT_AUTO(moat_request) struct moat_request *req = moat_request_new();
+	MOAT_AUTO(moat_result) struct moat_result *r = moat_result_new();
+	if (!req || !r)
+		return moat_error_oom(err);
+	req->memory_mb = 256;
+	req->pids_limit = 64;
+	req->cpus = 1;
+	if (moat_cgroup_prepare(req, r, cg, err) < 0)
+		return -1;
+	*res = MOAT_TAKE(r);
+	return 0;
+}
+
 int moat_limits_probe(struct moat_result **out, bool *group_kill, struct moat_error *err)
 {
 	*out = NULL;
 	*group_kill = false;
-	struct moat_request *req = moat_request_new();
-	struct moat_result *res = moat_result_new();
-	if (!req || !res) {
-		moat_request_free(req);
-		moat_result_free(res);
-		return moat_error_oom(err);
-	}
-	/* a run asking for every limit */
-	req->memory_mb = 256;
-	req->pids_limit = 64;
-	req->cpus = 1;
-	struct moat_cgroup *cg = NULL;
-	int rc = moat_cgroup_prepare(req, res, &cg, err);
-	moat_request_free(req);
-	if (rc < 0) {
-		moat_result_free(res);
+	struct moat_cgroup *cg;
+	if (probe_cgroup(&cg, out, err) < 0)
 		return -1;
-	}
 	*group_kill = moat_cgroup_clone_fd(cg) >= 0;
 	moat_cgroup_finish(cg, NULL);
-	*out = res;
 	return 0;
 }
 
@@ -130,26 +134,13 @@ int moat_cgroup_join_probe(struct moat_cgroup_join *out, struct moat_error *err)
 	memset(out, 0, sizeof *out);
 	out->samples = 3;
 	out->gap_ms = 150;
-	struct moat_request *req = moat_request_new();
-	struct moat_result *res = moat_result_new();
-	if (!req || !res) {
-		moat_request_free(req);
-		moat_result_free(res);
-		return moat_error_oom(err);
-	}
-	/* a run asking for every limit: a leaf in every hierarchy a run joins */
-	req->memory_mb = 256;
-	req->pids_limit = 64;
-	req->cpus = 1;
-	struct moat_cgroup *cg = NULL;
-	int rc = moat_cgroup_prepare(req, res, &cg, err);
-	moat_request_free(req);
-	if (rc == 0) {
-		rc = moat_cgroup_v1_join_cost(cg, res, out->samples, out->gap_ms, &out->median_ms,
-					      &out->favordynmods, err);
-		moat_cgroup_finish(cg, NULL);
-	}
-	moat_result_free(res);
+	struct moat_cgroup *cg;
+	MOAT_AUTO(moat_result) struct moat_result *res = NULL;
+	if (probe_cgroup(&cg, &res, err) < 0)
+		return -1;
+	int rc = moat_cgroup_v1_join_cost(cg, res, out->samples, out->gap_ms, &out->median_ms,
+					  &out->favordynmods, err);
+	moat_cgroup_finish(cg, NULL);
 	return rc;
 }
 

@@ -14,6 +14,9 @@
 
 #include "cli/cli.h"
 #include "cli/opts.h"
+#include "core/cleanup.h"
+
+MOAT_DEFINE_AUTO(moat_config, moat_config_free)
 
 #define MAX_INPUT_BYTES (256u * 1024u * 1024u)
 #define MAX_STDIN_BYTES (64u * 1024u * 1024u)
@@ -592,24 +595,21 @@ const struct cli_cmd cli_run_cmd = {
 int cli_run(int argc, char **argv)
 {
 	struct run_args a = { .req = moat_request_new() };
-	struct moat_error err = { 0 };
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	const char *used = "native";
-	struct moat_request *req = a.req;
+	MOAT_AUTO(moat_request) struct moat_request *req = a.req;
 	moat_run_options_init(&a.opts);
 	a.opts.on_notice = notice_stderr;
-	struct moat_result *res = NULL;
-	int status = 2;
+	MOAT_AUTO(moat_result) struct moat_result *res = NULL;
 	if (!req) {
 		return say_oom(3);
 	}
 	struct cli_parsed p;
 	if (cli_opts_parse(&cli_run_cmd, argc, argv, &a, &p)) {
-		if (p.status >= 0) { /* --help, or getopt said why */
-			moat_request_free(req);
+		if (p.status >= 0) /* --help, or getopt said why */
 			return p.status;
-		}
 		err = a.err;
-		goto fail;
+		return cli_fail(&err);
 	}
 	struct moat_run_options opts = a.opts;
 	const char *provider = a.provider, *config_path = a.config_path;
@@ -622,27 +622,27 @@ int cli_run(int argc, char **argv)
 		if (code_arg || lang_given) {
 			moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 				       "a command after -- is the program: -c and -l do not apply to it");
-			goto fail;
+			return cli_fail(&err);
 		}
 		if (next >= argc) {
 			moat_error_set(&err, MOAT_ERR_CONFIG, 0, "give the command after --");
-			goto fail;
+			return cli_fail(&err);
 		}
 		if (set_command(req, argv + next, (size_t)(argc - next)) < 0) {
 			moat_error_oom(&err);
-			goto fail;
+			return cli_fail(&err);
 		}
 	}
 	if (req->outputs_count && !json) {
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 			       "--output returns the files in the result's \"files\": add --json");
-		goto fail;
+		return cli_fail(&err);
 	}
 	const char *file = !command && next < argc ? argv[next] : NULL;
 	if (!command && (next + 1 < argc || (file && code_arg) || (!file && !code_arg))) {
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 			       "give the program as exactly one of -c CODE, FILE or - (see moat run --help)");
-		goto fail;
+		return cli_fail(&err);
 	}
 	if (command) {
 		/* no code */
@@ -651,64 +651,50 @@ int cli_run(int argc, char **argv)
 		req->code_len = strlen(code_arg);
 		if (!req->code) {
 			moat_error_oom(&err);
-			goto fail;
+			return cli_fail(&err);
 		}
 	} else {
 		if (stdin_path && !strcmp(stdin_path, "-") && !strcmp(file, "-")) {
 			moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 				       "the program and its --stdin cannot both come from standard input");
-			goto fail;
+			return cli_fail(&err);
 		}
 		if (cli_read_file(file, MOAT_MAX_CODE_BYTES, &req->code, &req->code_len, &err) < 0)
-			goto fail;
+			return cli_fail(&err);
 		if (!lang_given && strcmp(file, "-") && moat_lang_from_path(file, &req->language) < 0) {
 			moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 				       "cannot tell the language of %s from its name; give -l LANG", file);
-			goto fail;
+			return cli_fail(&err);
 		}
 	}
 	if (stdin_path && cli_read_file(stdin_path, MAX_STDIN_BYTES, &req->stdin_data,
 					&req->stdin_len, &err) < 0)
-		goto fail;
+		return cli_fail(&err);
 	/* validated by the request pipeline, after the config filled its defaults */
 	if (!json) {
 		opts.on_output = stream_out;
 	}
 	if (run_with_provider(req, given, provider, config_path, &opts, &used, &res, &err) < 0)
-		goto fail;
-	if (json) {
-		if (print_json_result(res) < 0)
-			status = 3;
-		else
-			status = exit_status_of(res);
-	} else {
-		for (size_t i = 0; i < res->warnings_count; i++)
-			fprintf(stderr, "moat: warning: %s\n", res->warnings[i]);
-		if (res->seccomp_json) {
-			fprintf(stderr, "moat: seccomp: %s\n", res->seccomp_json);
-			print_seccomp_refusals(res->seccomp_json);
-		}
-		if (res->stdout_truncated)
-			fprintf(stderr, "moat: stdout truncated at %zu bytes\n", res->stdout_len);
-		if (res->stderr_truncated)
-			fprintf(stderr, "moat: stderr truncated at %zu bytes\n", res->stderr_len);
-		if (res->timed_out)
-			fprintf(stderr, "moat: timed out after %llu ms; every process of the run was killed\n",
-				(unsigned long long)req->timeout_ms);
-		else if (res->killed_by && res->signal > 0)
-			fprintf(stderr, "moat: program killed (%s, signal %d)\n", res->killed_by,
-				res->signal);
-		status = exit_status_of(res);
+		return cli_fail(&err);
+	if (json)
+		return print_json_result(res) < 0 ? 3 : exit_status_of(res);
+	for (size_t i = 0; i < res->warnings_count; i++)
+		fprintf(stderr, "moat: warning: %s\n", res->warnings[i]);
+	if (res->seccomp_json) {
+		fprintf(stderr, "moat: seccomp: %s\n", res->seccomp_json);
+		print_seccomp_refusals(res->seccomp_json);
 	}
-	moat_result_free(res);
-	moat_request_free(req);
-	moat_error_clear(&err);
-	return status;
-fail:
-	status = cli_fail(&err);
-	moat_error_clear(&err);
-	moat_request_free(req);
-	return status;
+	if (res->stdout_truncated)
+		fprintf(stderr, "moat: stdout truncated at %zu bytes\n", res->stdout_len);
+	if (res->stderr_truncated)
+		fprintf(stderr, "moat: stderr truncated at %zu bytes\n", res->stderr_len);
+	if (res->timed_out)
+		fprintf(stderr, "moat: timed out after %llu ms; every process of the run was killed\n",
+			(unsigned long long)req->timeout_ms);
+	else if (res->killed_by && res->signal > 0)
+		fprintf(stderr, "moat: program killed (%s, signal %d)\n", res->killed_by,
+			res->signal);
+	return exit_status_of(res);
 }
 
 /* What moat exec's flags set. */
@@ -767,14 +753,36 @@ const struct cli_cmd cli_exec_cmd = {
 	.set = exec_set,
 };
 
+/* moat exec's failure: the stream (if started) stopped first, so no line of
+ * it follows the error; then the error as JSON on stdout. */
+static int exec_fail(struct stream_lines *sl, const struct moat_error *err, const char *used)
+{
+	lines_stop(sl);
+	moat_lines_free(sl->lines);
+	sl->lines = NULL;
+	char *json = moat_error_to_json(err, moat_provider_name(used) ? used : "native");
+	int status = moat_error_exit_code(err->type);
+	if (json) {
+		fputs(json, stdout);
+		fputc('\n', stdout);
+		free(json);
+	}
+	fflush(stdout);
+	return status;
+}
+
 int cli_exec(int argc, char **argv)
 {
 	struct exec_args a = { .err = { 0 } };
 	moat_run_options_init(&a.opts);
 	a.opts.on_notice = notice_stderr;
-	struct moat_error err = { 0 };
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	struct stream_lines sl = { .resume_fd = -1, .cancel_fd = -1 };
-	char *rt = NULL;
+	MOAT_AUTOFREE char *rt = NULL;
+	MOAT_AUTOFREE char *input = NULL;
+	MOAT_AUTO(moat_config) struct moat_config *cfg = NULL;
+	MOAT_AUTO(moat_request) struct moat_request *req = NULL;
+	MOAT_AUTO(moat_result) struct moat_result *res = NULL;
 	struct cli_parsed p;
 	int parsed = cli_opts_parse(&cli_exec_cmd, argc, argv, &a, &p);
 	struct moat_run_options opts = a.opts;
@@ -785,33 +793,25 @@ int cli_exec(int argc, char **argv)
 		if (p.status >= 0) /* --help, or getopt said why */
 			return p.status;
 		err = a.err;
-		goto fail;
+		return exec_fail(&sl, &err, used);
 	}
 	if (p.next < argc) {
 		moat_error_set(&err, MOAT_ERR_CONFIG, 0,
 			       "moat exec takes its request as JSON on standard input, not arguments");
-		goto fail;
+		return exec_fail(&sl, &err, used);
 	}
-	char *input = NULL;
 	size_t len = 0;
-	struct moat_request *req = NULL;
-	struct moat_result *res = NULL;
 	if (cli_read_file("-", MAX_INPUT_BYTES, &input, &len, &err) < 0)
-		goto fail;
+		return exec_fail(&sl, &err, used);
 	/* the config first: the request pipeline fills what the request leaves
 	 * out from it, then validates once */
-	struct moat_config *cfg = NULL;
-	if (load_config(provider, config_path, &used, &cfg, &err) < 0) {
-		free(input);
-		goto fail;
-	}
+	if (load_config(provider, config_path, &used, &cfg, &err) < 0)
+		return exec_fail(&sl, &err, used);
 	struct moat_request_defaults d = { .cfg = cfg };
 	int rc = moat_request_prepare(input, len, NULL, &d, &req, &err);
-	free(input);
-	if (rc < 0) {
-		moat_config_free(cfg);
-		goto fail;
-	}
+	free(MOAT_TAKE(input));
+	if (rc < 0)
+		return exec_fail(&sl, &err, used);
 	/* the store's API comes from the runtime shims (docs/KV.md); a Spin-style
 	 * request (a sandboxId) gets them without kvEnabled too, so that opening
 	 * the store says why it is not there */
@@ -821,24 +821,14 @@ int cli_exec(int argc, char **argv)
 		if (!rt && runtime) {
 			moat_error_set(&err, MOAT_ERR_CONFIG, 0, "--runtime %s: not a directory",
 				       runtime);
-			moat_request_free(req);
-			moat_config_free(cfg);
-			goto fail;
+			return exec_fail(&sl, &err, used);
 		}
 		opts.runtime_dir = rt; /* none found: run_prepared says so */
 	}
-	if (stream && lines_start(&sl, &opts, &err) < 0) {
-		moat_request_free(req);
-		moat_config_free(cfg);
-		goto fail;
-	}
-	rc = run_prepared(req, cfg, used, &opts, &res, &err);
-	moat_config_free(cfg);
-	moat_request_free(req);
-	free(rt);
-	rt = NULL;
-	if (rc < 0)
-		goto fail;
+	if (stream && lines_start(&sl, &opts, &err) < 0)
+		return exec_fail(&sl, &err, used);
+	if (run_prepared(req, cfg, used, &opts, &res, &err) < 0)
+		return exec_fail(&sl, &err, used);
 	if (stream) {
 		/* a provider that does not stream (docker, e2b...) returned the
 		 * output in the result: its lines come now, before the result */
@@ -851,30 +841,11 @@ int cli_exec(int argc, char **argv)
 		moat_lines_free(sl.lines);
 		sl.lines = NULL;
 		res->stdout_len = res->stderr_len = 0;
-		char *line = moat_lines_result(res);
-		moat_result_free(res);
-		if (!line) {
+		MOAT_AUTOFREE char *line = moat_lines_result(res);
+		if (!line)
 			return say_oom(3);
-		}
 		write_all(STDOUT_FILENO, line, strlen(line));
-		free(line);
 		return 0;
 	}
-	rc = print_json_result(res);
-	moat_result_free(res);
-	return rc < 0 ? 3 : 0;
-fail:;
-	free(rt);
-	lines_stop(&sl);
-	moat_lines_free(sl.lines);
-	char *json = moat_error_to_json(&err, moat_provider_name(used) ? used : "native");
-	int status = moat_error_exit_code(err.type);
-	if (json) {
-		fputs(json, stdout);
-		fputc('\n', stdout);
-		free(json);
-	}
-	fflush(stdout);
-	moat_error_clear(&err);
-	return status;
+	return print_json_result(res) < 0 ? 3 : 0;
 }

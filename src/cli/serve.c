@@ -21,6 +21,9 @@
 
 #include "cli/cli.h"
 #include "cli/opts.h"
+#include "core/cleanup.h"
+
+MOAT_DEFINE_AUTO(moat_config, moat_config_free)
 
 #define TOKEN_MIN 16
 #define TOKEN_MAX 4096
@@ -203,28 +206,28 @@ static int root_run_dir(const char *dir)
  * without spaces; the file must be private to its owner. */
 static char *read_token(const char *path)
 {
-	int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
+	MOAT_AUTOCLOSE int fd = open(path, O_RDONLY | O_CLOEXEC | O_NOCTTY);
 	if (fd < 0) {
 		fprintf(stderr, "moat serve: --token-file %s: %s\n", path, strerror(errno));
 		return NULL;
 	}
 	struct stat st;
-	char *buf = NULL;
 	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
 		fprintf(stderr, "moat serve: --token-file %s is not a regular file\n", path);
-		goto out;
+		return NULL;
 	}
 	if (st.st_mode & 077) {
 		fprintf(stderr, "moat serve: --token-file %s is readable or writable by others "
 				"(mode %04o); chmod 600 it\n", path, (unsigned)(st.st_mode & 07777));
-		goto out;
+		return NULL;
 	}
-	if (!(buf = calloc(1, TOKEN_MAX + 1)))
-		goto out;
+	MOAT_AUTOFREE char *buf = calloc(1, TOKEN_MAX + 1);
+	if (!buf)
+		return NULL;
 	ssize_t n = read(fd, buf, TOKEN_MAX);
 	if (n < 0) {
 		fprintf(stderr, "moat serve: --token-file %s: %s\n", path, strerror(errno));
-		goto fail;
+		return NULL;
 	}
 	buf[n] = '\0';
 	buf[strcspn(buf, "\r\n")] = '\0';
@@ -233,20 +236,30 @@ static char *read_token(const char *path)
 		if (buf[i] <= 0x20 || buf[i] == 0x7f) {
 			fprintf(stderr, "moat serve: --token-file %s: the token must be printable "
 					"ASCII without spaces\n", path);
-			goto fail;
+			return NULL;
 		}
 	if (len < TOKEN_MIN) {
 		fprintf(stderr, "moat serve: --token-file %s: the token must be at least %d "
 				"bytes\n", path, TOKEN_MIN);
-		goto fail;
+		return NULL;
 	}
-	goto out;
-fail:
-	free(buf);
-	buf = NULL;
-out:
-	close(fd);
-	return buf;
+	return MOAT_TAKE(buf);
+}
+
+/* The socket moat serve made and listens on, until the service takes it:
+ * closed, and its file (path, if any) removed, on the way out. */
+struct listener {
+	int fd;
+	const char *path;
+};
+
+static void listener_release(struct listener *l)
+{
+	if (l->fd >= 0) {
+		close(l->fd);
+		if (l->path)
+			unlink(l->path);
+	}
 }
 
 /* What the flags set. */
@@ -411,8 +424,9 @@ int cli_serve(int argc, char **argv)
 	/* socket activation (moat.socket): a listener passed as fd 3 is the
 	 * default's place; --listen and --socket win over it (and the LISTEN_*
 	 * variables are dropped either way) */
-	char *sock_path = NULL, *act_desc = NULL;
-	int act_fd = -1;
+	MOAT_AUTOFREE char *sock_path = NULL;
+	MOAT_AUTOFREE char *act_desc = NULL;
+	MOAT_AUTOCLOSE int act_fd = -1;
 	if (!listen_spec && !sock) {
 		const char *why = "";
 		int got = moat_serve_activated(token_file != NULL, &act_fd, &act_desc, &why);
@@ -421,13 +435,10 @@ int cli_serve(int argc, char **argv)
 					"(LISTEN_FDS): %s\n", why);
 			return 3;
 		}
-		if (got > 0 && socket_group) {
-			close(act_fd);
-			free(act_desc);
+		if (got > 0 && socket_group)
 			return bad("%s", "--socket-group is for a socket moat makes; a passed "
 					 "socket's mode and group are its unit's (SocketMode=, "
 					 "SocketGroup=)");
-		}
 	} else {
 		unsetenv("LISTEN_PID");
 		unsetenv("LISTEN_FDS");
@@ -449,32 +460,26 @@ int cli_serve(int argc, char **argv)
 		}
 	}
 
-	char *token = NULL;
-	if (token_file && !(token = read_token(token_file))) {
-		if (act_fd >= 0)
-			close(act_fd);
-		free(act_desc);
+	MOAT_AUTOWIPE char *token = NULL; /* wiped before it is freed */
+	if (token_file && !(token = read_token(token_file)))
 		return 2;
-	}
 
-	struct moat_error err = { 0 };
-	struct moat_config *cfg = NULL;
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	MOAT_AUTO(moat_config) struct moat_config *cfg = NULL;
 	int rc = 2;
-	char *rt = NULL, *desc = NULL;
-	int fd = -1, mfd = -1;
-	if (moat_config_load(config, &cfg, &err) < 0) {
-		rc = cli_fail(&err);
-		goto out;
-	}
+	MOAT_AUTOFREE char *rt = NULL;
+	MOAT_AUTOFREE char *desc = NULL;
+	__attribute__((cleanup(listener_release))) struct listener l = { .fd = -1, .path = sock };
+	MOAT_AUTOCLOSE int mfd = -1;
+	if (moat_config_load(config, &cfg, &err) < 0)
+		return cli_fail(&err);
 	if (strcmp(moat_config_provider(cfg), "native"))
 		fprintf(stderr, "moat serve: the config selects provider \"%s\"; the service "
 				"runs every request with the native sandbox\n",
 			moat_config_provider(cfg));
 	if (runtime) {
-		if (!cli_is_dir(runtime) || !(rt = realpath(runtime, NULL))) {
-			rc = bad("--runtime %s is not a directory", runtime);
-			goto out;
-		}
+		if (!cli_is_dir(runtime) || !(rt = realpath(runtime, NULL)))
+			return bad("--runtime %s is not a directory", runtime);
 	} else if (!(rt = cli_find_runtime())) {
 		fprintf(stderr, "moat serve: no runtime shims found ($MOAT_RUNTIME_DIR, "
 				"../share/moat/runtime or ../runtime next to moat): handler-mode "
@@ -488,20 +493,17 @@ int cli_serve(int argc, char **argv)
 		kv_quota = moat_config_kv_quota(cfg);
 	struct moat_run_options kvo;
 	moat_run_options_init(&kvo);
-	if (kv_quota && moat_kv_quota_options(kv_quota, &kvo, &err) < 0) {
-		rc = cli_fail(&err);
-		goto out;
-	}
+	if (kv_quota && moat_kv_quota_options(kv_quota, &kvo, &err) < 0)
+		return cli_fail(&err);
 	if (!no_kv) {
 		/* a store that cannot be opened is an operator's error: say so now,
 		 * not in the first kvEnabled request */
-		char *kind = NULL;
+		MOAT_AUTOFREE char *kind = NULL;
 		if (moat_kv_probe(kv, &kind, &err) < 0) {
 			if (kv) {
 				fprintf(stderr, "moat serve: the key-value store: %s (--no-kv runs "
 						"without it)\n", err.message);
-				rc = moat_error_exit_code(err.type);
-				goto out;
+				return moat_error_exit_code(err.type);
 			}
 			/* no store was asked for and the default has no place (a
 			 * service user without a home): serve without one, as
@@ -511,36 +513,30 @@ int cli_serve(int argc, char **argv)
 			no_kv = true;
 			moat_error_clear(&err);
 		}
-		free(kind);
 	}
 
 	if (act_fd >= 0) {
-		fd = act_fd;
-		act_fd = -1;
-		desc = act_desc;
-		act_desc = NULL;
+		l.fd = MOAT_TAKE_FD(act_fd);
+		desc = MOAT_TAKE(act_desc);
 	} else if (listen_spec) {
-		if ((fd = tcp_listener_for("--listen", listen_spec, &rc)) < 0)
-			goto out;
+		if ((l.fd = tcp_listener_for("--listen", listen_spec, &rc)) < 0)
+			return rc;
 		desc = strdup(listen_spec);
 	} else {
 		const char *why = "";
-		if ((fd = unix_listener(sock, gid, &why)) < 0) {
+		if ((l.fd = unix_listener(sock, gid, &why)) < 0) {
 			fprintf(stderr, "moat serve: cannot listen on %s: %s\n", sock, why);
-			rc = 3;
-			goto out;
+			return 3;
 		}
 		if (asprintf(&desc, "unix:%s", sock) < 0)
 			desc = NULL;
 	}
 	const char *why;
-	if (moat_serve_auth_check(fd, token != NULL, no_auth, NULL, &why) < 0) {
-		rc = bad("%s %s: %s", listen_spec ? "--listen" : sock ? "--socket" : "the passed socket",
-			 listen_spec ? listen_spec : sock ? sock : (desc ? desc : "?"), why);
-		goto out;
-	}
+	if (moat_serve_auth_check(l.fd, token != NULL, no_auth, NULL, &why) < 0)
+		return bad("%s %s: %s", listen_spec ? "--listen" : sock ? "--socket" : "the passed socket",
+			   listen_spec ? listen_spec : sock ? sock : (desc ? desc : "?"), why);
 	if (metrics_spec && (mfd = tcp_listener_for("--metrics-listen", metrics_spec, &rc)) < 0)
-		goto out;
+		return rc;
 
 	/* each connection and each run hold fds (a run about ten, with egress two
 	 * per relayed connection): take what the hard limit allows */
@@ -560,15 +556,14 @@ int cli_serve(int argc, char **argv)
 	/* rootless on a systemd host without a delegated cgroup: ask systemd for
 	 * one now, once, rather than in the first run that asks for a limit */
 	{
-		char *note = NULL;
+		MOAT_AUTOFREE char *note = NULL;
 		(void)moat_cgroup_delegate(&note);
 		if (note)
 			fprintf(stderr, "moat serve: %s\n", note);
-		free(note);
 	}
 
 	struct moat_serve_options o = {
-		.listen_fd = fd, .listen_desc = desc ? desc : "?", .unlink_path = sock,
+		.listen_fd = l.fd, .listen_desc = desc ? desc : "?", .unlink_path = sock,
 		.token = token, .no_auth = no_auth, .metrics_fd = mfd, .metrics_desc = metrics_spec,
 		.max_concurrent = maxc, .queue = queue, .grace_s = grace,
 		.client_timeout_s = client_to, .runtime_dir = rt, .rootfs_dir = rootfs, .cfg = cfg,
@@ -580,33 +575,11 @@ int cli_serve(int argc, char **argv)
 		.max_relays = max_relays, .max_dns = max_dns, .max_sessions = max_sessions,
 		.max_sandboxes = max_sandboxes, .node = a.node,
 	};
-	fd = mfd = -1; /* the service's now */
+	l.fd = mfd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {
-		rc = cli_fail(&err);
 		if (sock)
 			unlink(sock);
-	} else {
-		rc = 0;
+		return cli_fail(&err);
 	}
-out:
-	if (act_fd >= 0)
-		close(act_fd);
-	free(act_desc);
-	if (mfd >= 0)
-		close(mfd);
-	if (fd >= 0) {
-		close(fd);
-		if (sock)
-			unlink(sock);
-	}
-	moat_error_clear(&err);
-	moat_config_free(cfg);
-	if (token) {
-		explicit_bzero(token, strlen(token));
-		free(token);
-	}
-	free(rt);
-	free(desc);
-	free(sock_path);
-	return rc;
+	return 0;
 }

@@ -3,6 +3,7 @@
  *
  *   MOAT_AUTOFREE char *text = cJSON_PrintUnformatted(o);  // free()d
  *   MOAT_AUTOCLOSE int fd = open(...);                     // close()d if >= 0
+ *   MOAT_AUTOWIPE char *password = NULL;                   // zeroed, then free()d
  *   MOAT_AUTO(moat_request) struct moat_request *req = NULL;
  *   MOAT_AUTO_ERROR struct moat_error err = { 0 };         // moat_error_clear
  *   ...
@@ -23,7 +24,9 @@
 
 #include <errno.h>
 #include <stdlib.h>
+#include <string.h>
 #include <unistd.h>
+#include <cjson/cJSON.h>
 
 #include "moat.h"
 
@@ -43,6 +46,15 @@ static inline void moat_cleanup_close(int *fd)
 	}
 }
 
+/* A secret (a token, a password) as a string: wiped, then freed. */
+static inline void moat_cleanup_wipe(char **s)
+{
+	if (*s) {
+		explicit_bzero(*s, strlen(*s));
+		free(*s);
+	}
+}
+
 static inline void moat_cleanup_error(struct moat_error *err)
 {
 	moat_error_clear(err);
@@ -50,6 +62,7 @@ static inline void moat_cleanup_error(struct moat_error *err)
 
 #define MOAT_AUTOFREE __attribute__((cleanup(moat_cleanup_free)))
 #define MOAT_AUTOCLOSE __attribute__((cleanup(moat_cleanup_close)))
+#define MOAT_AUTOWIPE __attribute__((cleanup(moat_cleanup_wipe)))
 #define MOAT_AUTO_ERROR __attribute__((cleanup(moat_cleanup_error)))
 
 /* A pointer released by its type's own function: MOAT_AUTO(T) on a
@@ -65,6 +78,7 @@ static inline void moat_cleanup_error(struct moat_error *err)
 
 MOAT_DEFINE_AUTO(moat_request, moat_request_free)
 MOAT_DEFINE_AUTO(moat_result, moat_result_free)
+MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 /* Hands the pointer out and leaves NULL behind (nothing released at exit). */
 static inline void *moat_take_ptr(void *pp)

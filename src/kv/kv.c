@@ -7,6 +7,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/cleanup.h"
 #include "core/sys.h"
 #include "kv/internal.h"
 
@@ -130,25 +131,33 @@ char *moat_kv_default_path(struct moat_error *err)
 	return path;
 }
 
+static int redis_spec_bad(const char *spec, struct moat_error *err)
+{
+	return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+			      "--kv \"%s\": expected redis://HOST[:PORT][/DB][?password-file=FILE]",
+			      spec);
+}
+
 /* redis://HOST[:PORT][/DB][?password-file=F] */
 static int open_redis(const char *spec, void **h, struct moat_error *err)
 {
 	const char *p = spec + strlen("redis://");
 	size_t hl = strcspn(p, ":/?");
 	unsigned long port = 6379, db = 0;
-	char *host = NULL, *pwfile = NULL, *password = NULL;
-	int rc = -1;
+	MOAT_AUTOFREE char *pwfile = NULL;
+	MOAT_AUTOWIPE char *password = NULL;
 	if (hl == 0 || hl > 253)
-		goto bad;
-	if (!(host = strndup(p, hl)))
-		goto oom;
+		return redis_spec_bad(spec, err);
+	MOAT_AUTOFREE char *host = strndup(p, hl);
+	if (!host)
+		return moat_error_oom(err);
 	p += hl;
 	if (*p == ':') {
 		char *end;
 		errno = 0;
 		port = strtoul(p + 1, &end, 10);
 		if (end == p + 1 || errno || port == 0 || port > 65535)
-			goto bad;
+			return redis_spec_bad(spec, err);
 		p = end;
 	}
 	if (*p == '/' && p[1] && p[1] != '?') {
@@ -156,59 +165,43 @@ static int open_redis(const char *spec, void **h, struct moat_error *err)
 		errno = 0;
 		db = strtoul(p + 1, &end, 10);
 		if (end == p + 1 || errno || db > 1000)
-			goto bad;
+			return redis_spec_bad(spec, err);
 		p = end;
 	} else if (*p == '/') {
 		p++;
 	}
 	if (!strncmp(p, "?password-file=", 15) && p[15]) {
 		if (!(pwfile = strdup(p + 15)))
-			goto oom;
+			return moat_error_oom(err);
 		p += strlen(p);
 	}
 	if (*p)
-		goto bad;
+		return redis_spec_bad(spec, err);
 	if (pwfile) {
 		FILE *f = fopen(pwfile, "re");
 		struct stat st;
 		if (!f || fstat(fileno(f), &st) < 0) {
-			moat_error_set(err, MOAT_ERR_CONFIG, errno, "--kv: cannot read %s: %s", pwfile,
-				       strerror(errno));
+			int e = errno;
 			if (f)
 				fclose(f);
-			goto out;
+			return moat_error_set(err, MOAT_ERR_CONFIG, e, "--kv: cannot read %s: %s",
+					      pwfile, strerror(e));
 		}
 		size_t cap = 0;
 		ssize_t n = (st.st_mode & 077) ? -2 : getline(&password, &cap, f);
 		fclose(f);
-		if (n == -2) {
-			moat_error_set(err, MOAT_ERR_CONFIG, 0,
-				       "--kv: %s holds a password: it must not be readable by group "
-				       "or others (chmod 600)", pwfile);
-			goto out;
-		}
+		if (n == -2)
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "--kv: %s holds a password: it must not be readable by "
+					      "group or others (chmod 600)", pwfile);
 		if (n <= 0) {
-			moat_error_set(err, MOAT_ERR_CONFIG, 0, "--kv: %s is empty", pwfile);
-			goto out;
+			if (password) /* getline may leave it unterminated: the wipe's strlen */
+				password[0] = '\0';
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0, "--kv: %s is empty", pwfile);
 		}
 		password[strcspn(password, "\r\n")] = '\0';
 	}
-	rc = kv_redis_open(host, (unsigned)port, (unsigned)db, password, h, err);
-	goto out;
-bad:
-	moat_error_set(err, MOAT_ERR_CONFIG, 0,
-		       "--kv \"%s\": expected redis://HOST[:PORT][/DB][?password-file=FILE]", spec);
-	goto out;
-oom:
-	moat_error_oom(err);
-out:
-	if (password) {
-		explicit_bzero(password, strlen(password));
-		free(password);
-	}
-	free(pwfile);
-	free(host);
-	return rc;
+	return kv_redis_open(host, (unsigned)port, (unsigned)db, password, h, err);
 }
 
 int moat_kv_open(const char *spec, struct moat_kv_store **out, struct moat_error *err)

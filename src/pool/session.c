@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/cleanup.h"
 #include "pool/session.h"
 #include "runner/sandbox.h"
 
@@ -72,9 +73,11 @@ static char *dup_str(const char *s)
 static struct moat_request *boot_request(const struct moat_request *req, uint64_t lifetime_ms,
 					 struct moat_error *err)
 {
-	struct moat_request *b = moat_request_new();
-	if (!b)
+	MOAT_AUTO(moat_request) struct moat_request *b = moat_request_new();
+	if (!b) {
+		moat_error_oom(err);
 		return NULL;
+	}
 	const char *argv[2];
 	if (req->language == MOAT_LANG_PYTHON) {
 		argv[0] = "python3";
@@ -143,11 +146,10 @@ static struct moat_request *boot_request(const struct moat_request *req, uint64_
 		}
 	}
 	if (!ok) {
-		moat_request_free(b);
 		moat_error_oom(err);
 		return NULL;
 	}
-	return b;
+	return MOAT_TAKE(b);
 }
 
 /* The session is over: why, once (the first cause wins). Under mu. */
@@ -334,37 +336,36 @@ bool pool_session_result_ok(const char *json, size_t len)
 bool pool_session_take_done(const char *reply, size_t len, unsigned seq, bool interrupted,
 			    struct moat_result *res, char **extra)
 {
-	cJSON *j = cJSON_ParseWithLength(reply, len);
-	cJSON *out = cJSON_CreateObject();
-	bool ok = false;
+	MOAT_AUTO(cJSON) cJSON *j = cJSON_ParseWithLength(reply, len);
+	MOAT_AUTO(cJSON) cJSON *out = cJSON_CreateObject();
 	if (!j || !out || !cJSON_IsObject(j))
-		goto done;
+		return false;
 	const cJSON *type = cJSON_GetObjectItemCaseSensitive(j, "type");
 	const cJSON *jseq = cJSON_GetObjectItemCaseSensitive(j, "seq");
 	const cJSON *code = cJSON_GetObjectItemCaseSensitive(j, "exitCode");
 	if (!cJSON_IsString(type) || strcmp(type->valuestring, "done") || !is_int(jseq) ||
 	    jseq->valuedouble < 0 || (unsigned)jseq->valuedouble != seq || !is_int(code))
-		goto done;
+		return false;
 	cJSON *error = cJSON_GetObjectItemCaseSensitive(j, "error");
 	if (error && !cJSON_IsNull(error) && !error_ok(error))
-		goto done;
+		return false;
 	cJSON *results = cJSON_GetObjectItemCaseSensitive(j, "results");
 	if (results && !results_ok(results))
-		goto done;
+		return false;
 	const cJSON *rt = cJSON_GetObjectItemCaseSensitive(j, "resultsTruncated");
 	const cJSON *count = cJSON_GetObjectItemCaseSensitive(j, "executionCount");
 	if ((rt && !cJSON_IsBool(rt)) || (count && !(is_int(count) && count->valuedouble >= 0)))
-		goto done;
+		return false;
 	cJSON *value = cJSON_GetObjectItemCaseSensitive(j, "value");
 	if (value && !cJSON_IsNull(value) && !str_within(value, VALUE_MAX_BYTES))
-		goto done;
+		return false;
 	const cJSON *vt = cJSON_GetObjectItemCaseSensitive(j, "valueTruncated");
 	if (vt && !cJSON_IsBool(vt))
-		goto done;
+		return false;
 	cJSON *display = cJSON_GetObjectItemCaseSensitive(j, "display");
 	if (display && !cJSON_IsNull(display)) {
 		if (!cJSON_IsArray(display) || cJSON_GetArraySize(display) > DISPLAY_MAX_ITEMS)
-			goto done;
+			return false;
 		const cJSON *d;
 		cJSON_ArrayForEach(d, display) {
 			const cJSON *dt = cJSON_GetObjectItemCaseSensitive(d, "type");
@@ -372,12 +373,12 @@ bool pool_session_take_done(const char *reply, size_t len, unsigned seq, bool in
 			if (!cJSON_IsObject(d) || cJSON_GetArraySize(d) != 2 ||
 			    !cJSON_IsString(dt) || strcmp(dt->valuestring, "image/png") ||
 			    !cJSON_IsString(dd))
-				goto done;
+				return false;
 		}
 	}
 	const cJSON *dropped = cJSON_GetObjectItemCaseSensitive(j, "displayDropped");
 	if (dropped && !(is_int(dropped) && dropped->valuedouble >= 0))
-		goto done;
+		return false;
 	/* the answer's keys: moved over once checked */
 	cJSON *keys[] = { error ? cJSON_DetachItemViaPointer(j, error) : cJSON_CreateNull(),
 			  value ? cJSON_DetachItemViaPointer(j, value) : cJSON_CreateNull(),
@@ -385,7 +386,7 @@ bool pool_session_take_done(const char *reply, size_t len, unsigned seq, bool in
 			  display && !cJSON_IsNull(display) ? cJSON_DetachItemViaPointer(j, display)
 							    : cJSON_CreateArray() };
 	const char *names[] = { "error", "value", "valueTruncated", "display" };
-	ok = true;
+	bool ok = true;
 	if (!cJSON_AddItemToObject(out, "results", results ? cJSON_DetachItemViaPointer(j, results)
 							   : cJSON_CreateArray()) ||
 	    !cJSON_AddBoolToObject(out, "resultsTruncated", cJSON_IsTrue(rt)) ||
@@ -395,10 +396,8 @@ bool pool_session_take_done(const char *reply, size_t len, unsigned seq, bool in
 	for (int i = 0; i < 4; i++)
 		if (!keys[i] || !cJSON_AddItemToObject(out, names[i], keys[i]))
 			ok = false;
-	if (!ok || !cJSON_AddBoolToObject(out, "interrupted", interrupted)) {
-		ok = false;
-		goto done;
-	}
+	if (!ok || !cJSON_AddBoolToObject(out, "interrupted", interrupted))
+		return false;
 	res->exited = true;
 	res->exit_code = (int)code->valuedouble;
 	if (dropped && dropped->valuedouble > 0)
@@ -409,11 +408,7 @@ bool pool_session_take_done(const char *reply, size_t len, unsigned seq, bool in
 				       "at most 4 MiB a MIME type, a step's results at most 64 and "
 				       "6 MiB (resultsTruncated)");
 	*extra = cJSON_PrintUnformatted(out);
-	ok = *extra != NULL;
-done:
-	cJSON_Delete(j);
-	cJSON_Delete(out);
-	return ok;
+	return *extra != NULL;
 }
 
 int pool_session_spawn(const struct pool_session_config *cfg, struct pool_session **out,
@@ -600,16 +595,15 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "a session's run is code in the session's language");
 	size_t flen = 0;
-	char *frame = run_frame(step, seq, &flen);
+	MOAT_AUTOFREE char *frame = run_frame(step, seq, &flen);
 	if (!frame)
 		return moat_error_oom(err);
-	char *reply = NULL;
+	MOAT_AUTOFREE char *reply = NULL;
 	size_t rlen = 0;
-	struct moat_result *r = NULL;
+	MOAT_AUTO(moat_result) struct moat_result *r = NULL;
 	uint64_t timeout = step->timeout_ms ? step->timeout_ms : MOAT_DEFAULT_TIMEOUT_MS;
 	int rc = run_sandbox_session_step(s->sb, timeout, s->boot->max_output_bytes, per, frame,
 					  flen, &r, &reply, &rlen, err);
-	free(frame);
 	if (rc < 0) {
 		pthread_mutex_lock(&s->mu);
 		set_over(s, POOL_SESSION_KILLED, "crash",
@@ -623,7 +617,6 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 	if (reply) {
 		bool ok = pool_session_take_done(reply, rlen, seq, run_sandbox_session_interrupted(s->sb, NULL),
 				    r, extra);
-		free(reply);
 		if (!ok)
 			protocol_kill(s, r);
 		else {
@@ -646,17 +639,14 @@ static int step_run(struct pool_session *s, const struct moat_request *step,
 	if (!*extra &&
 	    !(*extra = strdup("{\"error\":null,\"value\":null,\"valueTruncated\":false,"
 			      "\"display\":[],\"interrupted\":false,\"results\":[],"
-			      "\"resultsTruncated\":false,\"executionCount\":null}"))) {
-		moat_result_free(r);
+			      "\"resultsTruncated\":false,\"executionCount\":null}")))
 		return moat_error_oom(err);
-	}
 	if (moat_request_warn_units(step, r) < 0) {
-		moat_result_free(r);
 		free(*extra);
 		*extra = NULL;
 		return moat_error_oom(err);
 	}
-	*res = r;
+	*res = MOAT_TAKE(r);
 	return 0;
 }
 

@@ -17,8 +17,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "core/cleanup.h"
 #include "core/sys.h"
 #include "pool/internal.h"
+
+MOAT_DEFINE_AUTO(pool_zygote, pool_zygote_free)
 
 /* How long a worker waits for the zygote's answer (a clone and an id map
  * take a few ms; a zygote that does not answer in this time is dead). */
@@ -123,7 +126,7 @@ int pool_zygote_new(struct pool_zygote **out, const struct moat_run_options *opt
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 				      "the Python zygote needs the runtime shims, the host's root "
 				      "and the default seccomp policy (%s)", why);
-	struct pool_zygote *z = calloc(1, sizeof *z);
+	MOAT_AUTO(pool_zygote) struct pool_zygote *z = calloc(1, sizeof *z);
 	if (!z)
 		return moat_error_oom(err);
 	pthread_mutex_init(&z->mu, NULL);
@@ -134,18 +137,16 @@ int pool_zygote_new(struct pool_zygote **out, const struct moat_run_options *opt
 	const char *refuse = getenv("MOAT_TEST_ZYGOTE_REFUSE");
 	z->test_refuse = refuse && !strcmp(refuse, "1");
 	struct moat_request *b = z->boot = moat_request_new();
+	if (!b)
+		return moat_error_oom(err);
 	size_t so_len = 0;
-	char *so = b ? read_so(&so_len) : NULL;
+	MOAT_AUTOFREE char *so = read_so(&so_len);
+	if (!so)
+		return moat_error_set(err, MOAT_ERR_CONFIG, ENOENT,
+				      "no " ZYGOTE_SO " beside the moat binary or in ../lib/moat/ "
+				      "from it");
 	char tmpfs[24];
 	snprintf(tmpfs, sizeof tmpfs, "%llu", (unsigned long long)opts->tmpfs_bytes);
-	if (!b || !so) {
-		free(so);
-		pool_zygote_free(z);
-		return moat_error_set(err, MOAT_ERR_CONFIG, so ? ENOMEM : ENOENT,
-				      b ? "no " ZYGOTE_SO " beside the moat binary or in "
-					  "../lib/moat/ from it"
-					: "out of memory");
-	}
 	b->language = MOAT_LANG_PYTHON;
 	if (asprintf(&b->code,
 		     "import sys\n"
@@ -156,20 +157,15 @@ int pool_zygote_new(struct pool_zygote **out, const struct moat_run_options *opt
 		     "exec(compile(open(sys.argv[0], 'rb').read(), sys.argv[0], 'exec'))\n",
 		     tmpfs) < 0) {
 		b->code = NULL;
-		free(so);
-		pool_zygote_free(z);
 		return moat_error_oom(err);
 	}
 	b->code_len = strlen(b->code);
-	if (!(b->files = calloc(1, sizeof *b->files)) || !(b->files[0].key = strdup(ZYGOTE_SO))) {
-		free(so);
-		pool_zygote_free(z);
+	if (!(b->files = calloc(1, sizeof *b->files)) || !(b->files[0].key = strdup(ZYGOTE_SO)))
 		return moat_error_oom(err);
-	}
-	b->files[0].value = so;
+	b->files[0].value = MOAT_TAKE(so);
 	b->files[0].value_len = so_len;
 	b->files_count = 1;
-	*out = z;
+	*out = MOAT_TAKE(z);
 	return 0;
 }
 

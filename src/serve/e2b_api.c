@@ -17,7 +17,6 @@
 #include "live/live.h"
 #include "serve/e2b.h"
 
-MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 #define DEFAULT_TIMEOUT_S 300 /* E2B's default sandbox timeout */
 

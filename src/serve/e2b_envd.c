@@ -26,7 +26,6 @@
 #include "live/live.h"
 #include "serve/e2b.h"
 
-MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 #define CHUNK (64u * 1024u)
 #define WAIT_MS 500

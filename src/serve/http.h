@@ -221,6 +221,15 @@ int srv_lifetime_key(struct cJSON *o, const char *key, uint64_t def, uint64_t ma
 		struct moat_error *err);
 /* "onIdle": "pause" (*pause) or "delete" (the default); removed from o. */
 int srv_on_idle_key(struct cJSON *o, bool *pause, struct moat_error *err);
+/* What a route's JSON body may hold (srv_json_body): the route as its
+ * errors name it, its keys (NULL-terminated; NULL: any) and its doc. */
+struct srv_body_spec {
+	const char *route;
+	const char *const *keys;
+	const char *doc;
+};
+struct cJSON *srv_json_body(struct req *q, const struct srv_body_spec *spec,
+			    struct moat_error *err);
 enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *c);
 enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c);
 enum srv_session_op { SES_OP_GET, SES_OP_DELETE, SES_OP_PAUSE, SES_OP_RESUME };

@@ -18,7 +18,6 @@
 #include "serve/contexts.h"
 #include "serve/http.h"
 
-MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 #define STREAM_WAIT_MS 500
 #define STREAM_CHUNK (64u * 1024u)

@@ -19,7 +19,6 @@
 #include "live/live.h"
 #include "serve/http.h"
 
-MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 #define CHUNK (64u * 1024u)
 #define ATTACH_WAIT_MS 500
@@ -660,52 +659,10 @@ static enum MHD_Result file_list(struct req *q, struct MHD_Connection *c, const 
 
 /* ---- bodies ---- */
 
-static cJSON *json_body(struct req *q, struct moat_error *err)
-{
-	bool nul = false;
-	const char *body = q->body.data ? q->body.data : "";
-	if (q->body.len == 0)
-		return cJSON_CreateObject();
-	if (moat_json_prescan(body, q->body.len, &nul, err) < 0)
-		return NULL;
-	if (nul) {
-		moat_error_set(err, MOAT_ERR_CONFIG, 0, "a string of the body holds a NUL (\\u0000)");
-		return NULL;
-	}
-	cJSON *o = cJSON_ParseWithLength(body, q->body.len);
-	if (!cJSON_IsObject(o)) {
-		cJSON_Delete(o);
-		moat_error_set(err, MOAT_ERR_CONFIG, 0, "the body must be a JSON object");
-		return NULL;
-	}
-	return o;
-}
-
 static const char *jstr(const cJSON *o, const char *k)
 {
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, k);
 	return cJSON_IsString(v) ? v->valuestring : NULL;
-}
-
-static bool only_keys(const cJSON *o, const char *const *keys, const char **bad_key)
-{
-	for (const cJSON *it = o->child; it; it = it->next) {
-		bool ok = false;
-		for (const char *const *k = keys; *k && !ok; k++)
-			ok = it->string && !strcmp(it->string, *k);
-		if (!ok) {
-			*bad_key = it->string ? it->string : "?";
-			return false;
-		}
-	}
-	return true;
-}
-
-static enum MHD_Result unknown_key(struct req *q, struct MHD_Connection *c, const char *k)
-{
-	char msg[160];
-	snprintf(msg, sizeof msg, "unknown key \"%.64s\" (docs/SANDBOXES.md)", k);
-	return bad(q, c, msg);
 }
 
 /* "metadata" (removed from o): a string map, bounded. */
@@ -762,8 +719,10 @@ static enum MHD_Result sbx_create(struct req *q, struct MHD_Connection *c)
 {
 	static const char *const refused[] = { "code", "argv", "stdin", "files", "outputs",
 					       "timeout", "language", NULL };
+	/* its keys are the request pipeline's, which names them */
+	static const struct srv_body_spec spec = { "POST /v1/sandboxes", NULL, "docs/SANDBOXES.md" };
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
-	MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+	MOAT_AUTO(cJSON) cJSON *o = srv_json_body(q, &spec, &err);
 	if (!o)
 		return srv_fail_moat(q, c, &err);
 	for (const char *const *k = refused; *k; k++)
@@ -826,12 +785,11 @@ static enum MHD_Result sbx_create(struct req *q, struct MHD_Connection *c)
 	return respond_json(q, c, 201, &b);
 }
 
-/* {"rows":R,"cols":C} (nothing else), each 1..LIVE_MAX_WINSIZE: 0, or -1. */
+/* {"rows":R,"cols":C} (srv_json_body refused other keys), each
+ * 1..LIVE_MAX_WINSIZE: 0, or -1. */
 static int winsize(const cJSON *o, unsigned *rows, unsigned *cols)
 {
-	static const char *const keys[] = { "rows", "cols", NULL };
-	const char *k;
-	if (!cJSON_IsObject(o) || !only_keys(o, keys, &k))
+	if (!cJSON_IsObject(o))
 		return -1;
 	const cJSON *r = cJSON_GetObjectItemCaseSensitive(o, "rows");
 	const cJSON *cl = cJSON_GetObjectItemCaseSensitive(o, "cols");
@@ -848,13 +806,12 @@ static int winsize(const cJSON *o, unsigned *rows, unsigned *cols)
 static enum MHD_Result proc_start(struct req *q, struct MHD_Connection *c)
 {
 	static const char *const keys[] = { "argv", "cmd", "env", "cwd", "stdin", "pty", NULL };
+	static const struct srv_body_spec body = { "POST /v1/sandboxes/{id}/processes", keys,
+						   "docs/SANDBOXES.md" };
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
-	MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+	MOAT_AUTO(cJSON) cJSON *o = srv_json_body(q, &body, &err);
 	if (!o)
 		return srv_fail_moat(q, c, &err);
-	const char *k;
-	if (!only_keys(o, keys, &k))
-		return unknown_key(q, c, k);
 	const cJSON *argv = cJSON_GetObjectItemCaseSensitive(o, "argv");
 	const char *cmd = jstr(o, "cmd");
 	const cJSON *env = cJSON_GetObjectItemCaseSensitive(o, "env");
@@ -991,7 +948,10 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	switch ((enum sbx_op)q->sbx_op) {
 	case OP_CTX: {
-		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+		/* each context route checks its own keys (route_contexts.c) */
+		static const struct srv_body_spec spec = { "POST /v1/sandboxes/{id}/contexts", NULL,
+							   "docs/CONTEXTS.md" };
+		MOAT_AUTO(cJSON) cJSON *o = srv_json_body(q, &spec, &err);
 		return o ? srv_contexts_body(q, c, o) : srv_fail_moat(q, c, &err);
 	}
 	case OP_PROC_START:
@@ -1013,7 +973,11 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 			return op_fail(q, c, &err);
 		break;
 	case OP_PROC_SIGNAL: {
-		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+		static const char *const keys[] = { "signal", NULL };
+		static const struct srv_body_spec spec = {
+			"POST /v1/sandboxes/{id}/processes/{pid}/signal", keys, "docs/SANDBOXES.md"
+		};
+		MOAT_AUTO(cJSON) cJSON *o = srv_json_body(q, &spec, &err);
 		if (!o)
 			return srv_fail_moat(q, c, &err);
 		int sig = signal_number(cJSON_GetObjectItemCaseSensitive(o, "signal"));
@@ -1026,7 +990,11 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 		break;
 	}
 	case OP_PROC_RESIZE: {
-		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+		static const char *const keys[] = { "rows", "cols", NULL };
+		static const struct srv_body_spec spec = {
+			"POST /v1/sandboxes/{id}/processes/{pid}/resize", keys, "docs/SANDBOXES.md"
+		};
+		MOAT_AUTO(cJSON) cJSON *o = srv_json_body(q, &spec, &err);
 		if (!o)
 			return srv_fail_moat(q, c, &err);
 		unsigned rows, cols;
@@ -1041,10 +1009,18 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 	}
 	case OP_FILE_MKDIR:
 	case OP_FILE_RENAME: {
-		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+		static const char *const mkdir_keys[] = { "path", "parents", NULL };
+		static const char *const rename_keys[] = { "from", "to", NULL };
+		static const struct srv_body_spec mkdir_spec = {
+			"POST /v1/sandboxes/{id}/files/mkdir", mkdir_keys, "docs/SANDBOXES.md"
+		};
+		static const struct srv_body_spec rename_spec = {
+			"POST /v1/sandboxes/{id}/files/rename", rename_keys, "docs/SANDBOXES.md"
+		};
+		bool mk = q->sbx_op == OP_FILE_MKDIR;
+		MOAT_AUTO(cJSON) cJSON *o = srv_json_body(q, mk ? &mkdir_spec : &rename_spec, &err);
 		if (!o)
 			return srv_fail_moat(q, c, &err);
-		bool mk = q->sbx_op == OP_FILE_MKDIR;
 		const char *a = jstr(o, mk ? "path" : "from");
 		const char *b = mk ? NULL : jstr(o, "to");
 		if (!a || !live_path_ok(a) || (!mk && (!b || !live_path_ok(b))))
@@ -1056,7 +1032,10 @@ static enum MHD_Result with_body(struct req *q, struct MHD_Connection *c)
 		break;
 	}
 	case OP_TIMEOUT: {
-		MOAT_AUTO(cJSON) cJSON *o = json_body(q, &err);
+		static const char *const keys[] = { "lifetimeMs", NULL };
+		static const struct srv_body_spec spec = { "POST /v1/sandboxes/{id}/timeout", keys,
+							   "docs/SANDBOXES.md" };
+		MOAT_AUTO(cJSON) cJSON *o = srv_json_body(q, &spec, &err);
 		uint64_t ms;
 		if (!o || srv_lifetime_key(o, "lifetimeMs", 0, q->s->limits.session_max_life_ms, &ms, &err) < 0)
 			return srv_fail_moat(q, c, &err);

@@ -13,7 +13,6 @@
 #include "core/cleanup.h"
 #include "serve/http.h"
 
-MOAT_DEFINE_AUTO(cJSON, cJSON_Delete)
 
 /* The caller a session is bound to: the bearer token (its SHA-256) when
  * the service has one, else on a unix socket the peer's uid, else (a
@@ -91,24 +90,36 @@ int srv_on_idle_key(cJSON *o, bool *pause, struct moat_error *err)
 				       "\"onIdle\" must be \"pause\" or \"delete\"");
 }
 
-/* body as a JSON object whose keys are among the route's own (keys, a
- * NULL-terminated list): the object, or NULL with *err (400) naming the
- * route's keys, so that a key of /v1/run's is not offered where a session
- * refuses it. */
-static cJSON *session_body(struct req *q, const char *route, const char *const *keys,
-			   struct moat_error *err)
+/* The request body as a JSON object whose keys are among the route's own
+ * (spec->keys, NULL-terminated; NULL: any, the pipeline behind checks
+ * them): the object, or NULL with *err (400). An empty body is {}; a NUL
+ * escaped into a string is refused (cJSON would cut the string there); an
+ * unknown key's error names the route and its own keys, so that a key of
+ * /v1/run's is not offered where a session or a sandbox refuses it. */
+cJSON *srv_json_body(struct req *q, const struct srv_body_spec *spec, struct moat_error *err)
 {
 	bool nul = false;
 	const char *body = q->body.data ? q->body.data : "";
+	if (q->body.len == 0) {
+		cJSON *o = cJSON_CreateObject();
+		if (!o)
+			moat_error_oom(err);
+		return o;
+	}
 	if (moat_json_prescan(body, q->body.len, &nul, err) < 0)
 		return NULL;
+	if (nul) {
+		moat_error_set(err, MOAT_ERR_CONFIG, 0, "a string of the body holds a NUL (\\u0000)");
+		return NULL;
+	}
 	cJSON *o = cJSON_ParseWithLength(body, q->body.len);
 	if (!cJSON_IsObject(o)) {
 		cJSON_Delete(o);
 		moat_error_set(err, MOAT_ERR_CONFIG, 0, "the body must be a JSON object");
 		return NULL;
 	}
-	for (const cJSON *it = o->child; it; it = it->next) {
+	const char *const *keys = spec->keys;
+	for (const cJSON *it = o->child; keys && it; it = it->next) {
 		const char *name = it->string ? it->string : "";
 		const char *const *k = keys;
 		while (*k && strcmp(name, *k) != 0)
@@ -119,9 +130,8 @@ static cJSON *session_body(struct req *q, const char *route, const char *const *
 		for (k = keys; *k; k++)
 			moat_buf_appendf(&b, "%s%s", k == keys ? "" : ", ", *k);
 		MOAT_AUTOFREE char *list = moat_buf_take(&b);
-		moat_error_set(err, MOAT_ERR_CONFIG, 0,
-			       "unknown key \"%.64s\" for %s (accepted: %s; docs/SESSIONS.md)",
-			       name, route, list ? list : "see docs/SESSIONS.md");
+		moat_error_set(err, MOAT_ERR_CONFIG, 0, "unknown key \"%.64s\" for %s (accepted: %s; %s)",
+			       name, spec->route, list ? list : "see the docs", spec->doc);
 		cJSON_Delete(o);
 		return NULL;
 	}
@@ -147,12 +157,13 @@ enum MHD_Result srv_sessions_create_route(struct req *q, struct MHD_Connection *
 					    "strictLimits", "maxOutputBytes", "sandboxId", "kvEnabled",
 					    "idleTimeoutMs", "maxLifetimeMs", "maxCpuTimeMs", "onIdle",
 					    NULL };
+	static const struct srv_body_spec spec = { "POST /v1/sessions", keys, "docs/SESSIONS.md" };
 	const struct serve_limits *l = &q->s->limits;
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	MOAT_AUTO(moat_request) struct moat_request *req = NULL;
 	struct serve_session_params sp = { 0 };
 	{
-		MOAT_AUTO(cJSON) cJSON *o = session_body(q, "POST /v1/sessions", keys, &err);
+		MOAT_AUTO(cJSON) cJSON *o = srv_json_body(q, &spec, &err);
 		uint64_t cpu_max = l->session_max_cpu_ms ? l->session_max_cpu_ms
 							 : 7ull * 24 * 3600 * 1000;
 		if (!o ||
@@ -224,6 +235,8 @@ static enum MHD_Result session_step(struct req *q, struct MHD_Connection *c,
 enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c)
 {
 	static const char *const keys[] = { "code", "timeout", "stdin", "files", NULL };
+	static const struct srv_body_spec spec = { "POST /v1/sessions/{id}/run", keys,
+						   "docs/SESSIONS.md" };
 	struct serve_sessions *ss = q->s->sessions;
 	q->ses = serve_sessions_get(ss, q->ses_id, q->cred);
 	if (!q->ses)
@@ -233,8 +246,7 @@ enum MHD_Result srv_session_run_route(struct req *q, struct MHD_Connection *c)
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	MOAT_AUTO(moat_request) struct moat_request *req = NULL;
 	{
-		MOAT_AUTO(cJSON) cJSON *o =
-			session_body(q, "POST /v1/sessions/{id}/run", keys, &err);
+		MOAT_AUTO(cJSON) cJSON *o = srv_json_body(q, &spec, &err);
 		if (!o || !cJSON_AddStringToObject(o, "language", moat_lang_get(lang)->name) ||
 		    session_prepare(q, o, NULL, &req, &err) < 0)
 			return err.message ? srv_fail_moat(q, c, &err) : MHD_NO;

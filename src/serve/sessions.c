@@ -604,21 +604,38 @@ char *serve_session_gone(struct serve_sessions *ss, struct serve_session *x)
 	return r;
 }
 
+/* Under ss->mu: x's state brought up to date (not while a step or a pause
+ * holds it, whose end does that), and whether it is live (with its pool
+ * session, if need_ps); if not, *gone gets why (NULL out of memory). */
+static bool live_locked(struct serve_sessions *ss, struct serve_session *x, bool need_ps,
+			char **gone)
+{
+	if (!x->busy)
+		sync_state(ss, x, moat_mono_ms());
+	if (x->state == SES_LIVE && (!need_ps || x->ps))
+		return true;
+	*gone = strdup(x->reason ? x->reason : "the session is gone");
+	return false;
+}
+
+/* Under ss->mu, the check before taking x as a step or a pause does: waits
+ * out a pause or resume under way (never a 409 for it), then 0 when x is
+ * live and free, -1 when a step holds it, -2 when it is gone (*gone set). */
+static int free_locked(struct serve_sessions *ss, struct serve_session *x, char **gone)
+{
+	while (x->freezing)
+		pthread_cond_wait(&ss->cv, &ss->mu);
+	if (!live_locked(ss, x, true, gone))
+		return -2;
+	return x->busy ? -1 : 0;
+}
+
 int serve_session_begin(struct serve_sessions *ss, struct serve_session *x, char **gone)
 {
 	*gone = NULL;
 	pthread_mutex_lock(&ss->mu);
-	while (x->freezing)
-		pthread_cond_wait(&ss->cv, &ss->mu);
-	int rc = 0;
-	if (!x->busy)
-		sync_state(ss, x, moat_mono_ms());
-	if (x->state != SES_LIVE || !x->ps) {
-		*gone = strdup(x->reason ? x->reason : "the session is gone");
-		rc = -2;
-	} else if (x->busy) {
-		rc = -1;
-	} else {
+	int rc = free_locked(ss, x, gone);
+	if (rc == 0) {
 		x->busy = true;
 		x->paused = false; /* the step resumes it (pool_session_run thaws) */
 		x->last_ms = moat_mono_ms();
@@ -750,18 +767,10 @@ int serve_session_pause(struct serve_sessions *ss, struct serve_session *x, bool
 {
 	*gone = NULL;
 	pthread_mutex_lock(&ss->mu);
-	while (x->freezing)
-		pthread_cond_wait(&ss->cv, &ss->mu);
-	if (!x->busy)
-		sync_state(ss, x, moat_mono_ms());
-	if (x->state != SES_LIVE || !x->ps) {
-		*gone = strdup(x->reason ? x->reason : "the session is gone");
+	int held = free_locked(ss, x, gone);
+	if (held < 0) {
 		pthread_mutex_unlock(&ss->mu);
-		return -2;
-	}
-	if (x->busy) {
-		pthread_mutex_unlock(&ss->mu);
-		return -1;
+		return held;
 	}
 	/* held as a step holds it: DELETE, the reaper and the stop wait */
 	x->busy = x->stepping = x->freezing = true;
@@ -788,10 +797,7 @@ int serve_session_interrupt(struct serve_sessions *ss, struct serve_session *x, 
 {
 	*gone = NULL;
 	pthread_mutex_lock(&ss->mu);
-	if (!x->busy)
-		sync_state(ss, x, moat_mono_ms());
-	if (x->state != SES_LIVE) {
-		*gone = strdup(x->reason ? x->reason : "the session is gone");
+	if (!live_locked(ss, x, false, gone)) {
 		pthread_mutex_unlock(&ss->mu);
 		return -1;
 	}
@@ -804,10 +810,7 @@ int serve_session_delete(struct serve_sessions *ss, struct serve_session *x, cha
 {
 	*gone = NULL;
 	pthread_mutex_lock(&ss->mu);
-	if (!x->busy)
-		sync_state(ss, x, moat_mono_ms());
-	if (x->state != SES_LIVE) {
-		*gone = strdup(x->reason ? x->reason : "the session is gone");
+	if (!live_locked(ss, x, false, gone)) {
 		pthread_mutex_unlock(&ss->mu);
 		return -1;
 	}

@@ -731,6 +731,22 @@ bool id_form_ok(const char *id, const char *prefix, const char *node)
 	return true;
 }
 
+/* A refusal of an unknown key names the route's own keys, not /v1/run's. */
+void expect_own_keys(struct server *s, const char *path, const char *body,
+			    const char *key, const char *has, const char *lacks)
+{
+	struct resp r;
+	post(s, path, body, &r);
+	expect_error(path, &r, 400, "SandboxConfigError");
+	const char *msg = jstr(jget(r.json, "error"), "message");
+	char want[96];
+	snprintf(want, sizeof want, "unknown key \"%s\"", key);
+	ck_assert_msg(msg && strstr(msg, want) && strstr(msg, has) && !strstr(msg, lacks),
+		      "%s: %s %s: the message should name \"%s\" and list %s, not %s: %s",
+		      MODE_NAME[s->mode], path, body, key, has, lacks, msg ? msg : r.body);
+	resp_free(&r);
+}
+
 /* A 200 script result with every documented key. */
 void expect_script(const char *what, const struct resp *r)
 {
@@ -1494,4 +1510,22 @@ int marked(const char *marker)
 	}
 	closedir(d);
 	return n;
+}
+
+/* kill -9 of s's service once a process marked with marker is seen: no
+ * process of what ("session", "sandbox") outlives it. */
+void expect_kill9_leaves_nothing(struct server *s, const char *marker, const char *what)
+{
+	long t0 = harness_now_ms();
+	while (marked(marker) < 1 && harness_now_ms() - t0 < 5000)
+		harness_sleep_ms(50);
+	ck_assert_msg(marked(marker) >= 1, "%s: the %s's process is not seen", MODE_NAME[s->mode],
+		      what);
+	ck_assert_int_eq(kill(s->p.pid, SIGKILL), 0);
+	server_reap(s);
+	t0 = harness_now_ms();
+	while (marked(marker) > 0 && harness_now_ms() - t0 < harness_scale_ms(10000))
+		harness_sleep_ms(50);
+	ck_assert_msg(marked(marker) == 0, "%s: a %s's process outlived kill -9 of the service",
+		      MODE_NAME[s->mode], what);
 }

@@ -205,6 +205,10 @@ void expect_error(const char *what, const struct resp *r, int code, const char *
  * name ([a-z0-9-]{1,32}), "_", 32 lowercase hex digits; node, when given, its
  * name must be. */
 bool id_form_ok(const char *id, const char *prefix, const char *node);
+/* A 400 refusing key of body at path whose message lists has (a key of that
+ * route's own) and not lacks (one of another route's). */
+void expect_own_keys(struct server *s, const char *path, const char *body, const char *key,
+		     const char *has, const char *lacks);
 void expect_script(const char *what, const struct resp *r);
 void server_wait_ready(struct server *s);
 void server_start(struct server *s, int mode, const struct server_opts *o);
@@ -223,6 +227,7 @@ int raw_status(const char *resp);
 /* ---- another caller, a process found by its command line ---- */
 int status_as_other(struct server *s, const char *method, const char *path);
 int marked(const char *marker);
+void expect_kill9_leaves_nothing(struct server *s, const char *marker, const char *what);
 
 /* ---- metrics --------------------------------------------------------------------- */
 double metric_sum(const char *text, const char *name, const char *label, int *found);

@@ -13,6 +13,8 @@ char *ses_try_create(struct server *s, const char *body, const char *auth, struc
 /* The same, skipping the test (and stopping the server) when sessions
  * are not built here: false then. */
 bool ses_create(struct server *s, const char *body, char **id);
+/* server_start (no warm pool), then ses_create: the common first lines. */
+bool ses_start(struct server *s, int mode, const char *body, char **id);
 /* POST /v1/sessions/{id}/run with code (extra: more keys, ",\"k\":v"). */
 void ses_run(struct server *s, const char *id, const char *code, const char *extra,
 	     struct resp *r);

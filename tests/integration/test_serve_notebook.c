@@ -46,9 +46,8 @@ static void expect_value(struct server *s, const char *id, const char *code, con
 START_TEST(ses_interrupt_timeout)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	free(ses_ok(&s, id, "x = 41\nimport time"));
 	struct resp r;
@@ -103,9 +102,8 @@ END_TEST
 START_TEST(ses_interrupt_asked)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	free(ses_ok(&s, id, "n = 0"));
 	char path[128];
@@ -176,9 +174,8 @@ static const cJSON *result_data(const struct resp *r, int i, bool *main)
 START_TEST(ses_rich_results)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	struct resp r;
 	bool main;
@@ -315,9 +312,8 @@ END_TEST
 START_TEST(ses_shell_escape)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	char *o = ses_ok(&s, id, "print('a')\n!echo from-sh-$((6 * 7))\nfor i in range(2):\n"
 			 "    !echo loop\ns = \"\"\"\n!not a command\n\"\"\"\nprint(len(s))");
@@ -344,9 +340,8 @@ END_TEST
 START_TEST(ses_memory_error_oom)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\",\"memoryMb\":128}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\",\"memoryMb\":128}", &id))
 		return;
 	free(ses_ok(&s, id, "keep = 1"));
 	struct resp r;

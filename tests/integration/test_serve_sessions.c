@@ -51,6 +51,14 @@ bool ses_create(struct server *s, const char *body, char **id)
 	return false;
 }
 
+/* A service with no warm pool and one session of body in it; false when
+ * the test is skipped (ses_create: the service stopped then). */
+bool ses_start(struct server *s, int mode, const char *body, char **id)
+{
+	server_start(s, mode, &(struct server_opts){ .pool = 0 });
+	return ses_create(s, body, id);
+}
+
 /* POST /v1/sessions/{id}/run {code, ...extra}. */
 void ses_run(struct server *s, const char *id, const char *code, const char *extra,
 		    struct resp *r)
@@ -147,9 +155,8 @@ bool have_js_driver(void)
 START_TEST(ses_state_kept)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	char *o = ses_ok(&s, id, "import json\nx = 0\nopen('/sandbox/f.txt','w').write('a')\n"
 			 "open('/tmp/t.txt','w').write('b')");
@@ -386,9 +393,8 @@ END_TEST
 START_TEST(ses_idle_expiry)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\",\"idleTimeoutMs\":1500}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\",\"idleTimeoutMs\":1500}", &id))
 		return;
 	/* steps within the idle time keep it: one every 300 ms, until the last
 	 * is sent 2.1 s after the create answered, later than the session would
@@ -505,9 +511,8 @@ END_TEST
 START_TEST(ses_busy)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	char *q = harness_json_quote(SES_HOLD), *body = NULL;
 	ck_assert_int_ge(asprintf(&body, "{\"code\":%s,\"timeout\":60000}", q), 0);
@@ -564,9 +569,8 @@ END_TEST
 START_TEST(ses_gone)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	struct resp r;
 	/* its interpreter exits */
@@ -730,24 +734,13 @@ static void marker_step(struct server *s, const char *id, const char *marker)
 START_TEST(ses_kill9_leaves_nothing)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	char marker[64];
 	snprintf(marker, sizeof marker, "moat-ses-k9-%d-%ld", (int)getpid(), harness_now_ms());
 	marker_step(&s, id, marker);
-	long t0 = harness_now_ms();
-	while (marked(marker) < 1 && harness_now_ms() - t0 < 5000)
-		harness_sleep_ms(50);
-	ck_assert_msg(marked(marker) >= 1, "%s: the session's process is not seen", MODE_NAME[_i]);
-	ck_assert_int_eq(kill(s.p.pid, SIGKILL), 0);
-	server_reap(&s);
-	t0 = harness_now_ms();
-	while (marked(marker) > 0 && harness_now_ms() - t0 < harness_scale_ms(10000))
-		harness_sleep_ms(50);
-	ck_assert_msg(marked(marker) == 0, "%s: a session's process outlived kill -9 of the "
-		      "service", MODE_NAME[_i]);
+	expect_kill9_leaves_nothing(&s, marker, "session");
 	free(id);
 	server_cleanup(&s);
 }
@@ -807,9 +800,8 @@ END_TEST
 START_TEST(ses_stream)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	free(ses_ok(&s, id, "y = 5"));
 	char path[96];
@@ -976,9 +968,8 @@ static pid_t ses_pid1(struct server *s)
 START_TEST(ses_killed_while_idle)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	free(ses_ok(&s, id, "a = 1"));
 	char before[64];
@@ -1100,9 +1091,8 @@ START_TEST(ses_slow_start)
 		return;
 	}
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *a;
-	if (!ses_create(&s, "{\"language\":\"python\",\"idleTimeoutMs\":1000}", &a))
+	if (!ses_start(&s, _i, "{\"language\":\"python\",\"idleTimeoutMs\":1000}", &a))
 		return;
 	/* its client gives up after a while: the hang-up ends the wait */
 	long give_up = harness_scale_ms(8000);
@@ -1227,28 +1217,11 @@ static bool warned(const cJSON *arr, const char *needle)
 	return false;
 }
 
-/* A refusal of an unknown key names the route's own keys, not /v1/run's. */
-static void expect_own_keys(struct server *s, const char *path, const char *body,
-			    const char *key, const char *has, const char *lacks)
-{
-	struct resp r;
-	post(s, path, body, &r);
-	expect_error(path, &r, 400, "SandboxConfigError");
-	const char *msg = jstr(jget(r.json, "error"), "message");
-	char want[96];
-	snprintf(want, sizeof want, "unknown key \"%s\"", key);
-	ck_assert_msg(msg && strstr(msg, want) && strstr(msg, has) && !strstr(msg, lacks),
-		      "%s: %s %s: the message should name \"%s\" and list %s, not %s: %s",
-		      MODE_NAME[s->mode], path, body, key, has, lacks, msg ? msg : r.body);
-	resp_free(&r);
-}
-
 START_TEST(ses_route_keys)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	/* a session takes no code, outputs nor argv: its list offers none of them */
 	expect_own_keys(&s, "/v1/sessions", "{\"language\":\"python\",\"outputs\":[\"x\"]}",
@@ -1262,6 +1235,12 @@ START_TEST(ses_route_keys)
 	expect_own_keys(&s, path, "{\"code\":\"1\",\"env\":{}}", "env", "code, timeout, stdin, files",
 			"outputs");
 	expect_own_keys(&s, path, "{\"code\":\"1\",\"nope\":1}", "nope", "stdin", "memoryMb");
+	/* a NUL escaped into a string is refused, not cut there by the parser */
+	struct resp r;
+	post(&s, path, "{\"code\":\"1\\u0000 + 1\"}", &r);
+	expect_error("a NUL in a step's code", &r, 400, "SandboxConfigError");
+	ck_assert_msg(strstr(r.body, "NUL"), "%s: %s", MODE_NAME[_i], r.body);
+	resp_free(&r);
 	ses_end(&s, id);
 	free(id);
 	server_stop(&s);
@@ -1273,9 +1252,8 @@ END_TEST
 START_TEST(ses_timeout_unit)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	struct resp r;
 	ses_run(&s, id, "print(1)", ",\"timeout\":10000", &r);
@@ -1334,9 +1312,8 @@ static void expect_figures(const cJSON *ses, bool cg, const char *what, const ch
 START_TEST(ses_figures_measured_or_absent)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\"}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\"}", &id))
 		return;
 	struct resp r;
 	ses_run(&s, id, "import time\nt = time.process_time()\nwhile time.process_time() - t < 0.2:\n"
@@ -1472,9 +1449,8 @@ END_TEST
 START_TEST(ses_background_cpu)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\",\"cpus\":1,\"maxCpuTimeMs\":1500}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\",\"cpus\":1,\"maxCpuTimeMs\":1500}", &id))
 		return;
 	struct resp r;
 	ses_run(&s, id, BUSY_CHILD, NULL, &r);
@@ -1614,9 +1590,8 @@ END_TEST
 START_TEST(ses_pause_resume)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .pool = 0 });
 	char *id;
-	if (!ses_create(&s, "{\"language\":\"python\",\"cpus\":1}", &id))
+	if (!ses_start(&s, _i, "{\"language\":\"python\",\"cpus\":1}", &id))
 		return;
 	struct resp r;
 	ses_run(&s, id, BUSY_CHILD, NULL, &r);
