@@ -391,7 +391,7 @@ T('a sandbox\'s own port is E2B\'s 502, nothing forwarded; metrics: a sample, or
 T('docs/E2B.md\'s examples run as written', async () => {
   const md = fs.readFileSync(path.join(ROOT, 'docs/E2B.md'), 'utf8');
   const blocks = [...md.matchAll(/<!-- e2b-example -->\n```js\n([\s\S]*?)```/g)].map((m) => m[1]);
-  assert.equal(blocks.length, 2);
+  assert.equal(blocks.length, 3);
   const dir = fs.mkdtempSync(path.join(tmp, 'examples-'));
   fs.symlinkSync(path.join(__dirname, 'node_modules'), path.join(dir, 'node_modules'));
   for (const [i, code] of blocks.entries()) {
@@ -409,6 +409,7 @@ T('docs/E2B.md\'s examples run as written', async () => {
       ch.on('exit', (code) => (code === 0 ? resolve(o) : reject(new Error(`example ${i}: ${code}: ${e}`))));
     });
     if (i === 0) assert.equal(out, 'hello from moat\n\n');
+    else if (i === 2) assert.equal(out, '2\n');
     else assert.match(out, /^buy milk\n\[ 'todo\.txt' \]\n.* says hi\n\n\[ 'sbx_[a-z0-9-]+_[0-9a-f]{32}' \]\n$/);
   }
 });
@@ -577,6 +578,8 @@ TC('a JavaScript context: create, state, list, restart, remove; language js by d
     assert.equal((await sbx.listCodeContexts()).length, 1);
     // a language moat has no interpreter for: refused, not run as another
     await assert.rejects(sbx.runCode('1', { language: 'r' }), /400/);
+    // a cell's own environment variables: refused, never dropped
+    await assert.rejects(sbx.runCode('1', { envs: { A: 'b' } }), /400/);
   });
 });
 
