@@ -444,6 +444,19 @@ static enum MHD_Result execute(struct req *q, struct MHD_Connection *c, const cJ
 		if (default_ctx(q, li, id, &err) == 0)
 			rc = serve_ctx_step_begin(cs, lv, id, &ex, &st, &err);
 	}
+	if (rc < 0 && !by_id && err.sys_errno == ENOTCONN) {
+		/* the default context's interpreter was killed (its last step said
+		 * so: ContextKilled): made new, as a kernel restarts */
+		char *gone = serve_sbx_gone(q->s->sandboxes, q->sbx);
+		if (!gone) {
+			struct moat_buf tmp = { 0 };
+			moat_error_clear(&err);
+			if (serve_ctx_restart(cs, lv, id, &tmp, &err) == 0)
+				rc = serve_ctx_step_begin(cs, lv, id, &ex, &st, &err);
+			moat_buf_free(&tmp);
+		}
+		free(gone);
+	}
 	if (rc < 0) {
 		if (client >= 0)
 			close(client);

@@ -629,3 +629,18 @@ TC('the code interpreter needs the sandbox\'s access token', async () => {
     assert.deepEqual(JSON.parse(ok.body), []);
   });
 });
+
+TC('an interpreter killed mid-cell says so (ContextKilled); the default context is then made new', async () => {
+  await withInterpreter(async (sbx) => {
+    await sbx.runCode('x = 7');
+    const r = await sbx.runCode('import os, signal\nos.kill(os.getpid(), signal.SIGKILL)');
+    assert.ok(r.error, 'an error, never a clean-looking execution');
+    assert.equal(r.error.name, 'ContextKilled');
+    assert.match(r.error.value, /signal 9|killed/);
+    const again = await sbx.runCode('1 + 1');
+    assert.equal(again.error, undefined);
+    assert.equal(again.text, '2');
+    const fresh = await sbx.runCode('x');
+    assert.equal(fresh.error && fresh.error.name, 'NameError'); // its state went with it
+  });
+});
