@@ -534,7 +534,7 @@ TC('an exception gives name, value and traceback (onError too)', async () => {
   });
 });
 
-TC('a display() and the last expression are results with their MIME fields (text, html)', async () => {
+TC('a display() and the last expression are results with their MIME fields (text, html, png)', async () => {
   await withInterpreter(async (sbx) => {
     const got = [];
     const r = await sbx.runCode(
@@ -551,6 +551,12 @@ TC('a display() and the last expression are results with their MIME fields (text
     assert.equal(last.isMainResult, true);
     assert.equal(last.text, "{'a': 1}");
     assert.equal(r.text, "{'a': 1}");
+    // an image (as a chart's figure is): png, base64, under E2B's name
+    const png = await sbx.runCode('class P:\n    def _repr_png_(self): return b"\\x89PNG-ish"\nP()');
+    assert.equal(png.error, undefined);
+    assert.equal(png.results.length, 1);
+    assert.equal(Buffer.from(png.results[0].png, 'base64').toString('latin1'), '\x89PNG-ish');
+    assert.ok(png.results[0].formats().includes('png'));
   });
 });
 
