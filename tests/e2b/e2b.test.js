@@ -650,3 +650,20 @@ TC('an interpreter killed mid-cell says so (ContextKilled); the default context 
     assert.equal(fresh.error && fresh.error.name, 'NameError'); // its state went with it
   });
 });
+
+TC('language typescript: its default context strips types and keeps state', async (t) => {
+  await withInterpreter(async (sbx) => {
+    const a = await sbx.runCode('const z: number = 21', { language: 'typescript' });
+    if (a.error && /needs esbuild/.test(a.error.value)) {
+      t.skip('no esbuild in the sandbox root: TypeScript cannot run here');
+      return;
+    }
+    assert.equal(a.error, undefined);
+    const r = await sbx.runCode('z * 2', { language: 'typescript' });
+    assert.equal(r.error, undefined);
+    assert.equal(r.text, '42');
+    // its own context, not the javascript one
+    const js = await sbx.runCode('typeof z', { language: 'javascript' });
+    assert.equal(js.text, "'undefined'");
+  });
+});
