@@ -20,7 +20,10 @@
 #define E2B_ENVD_VERSION "0.5.7"     /* the envd version answered: what the SDK may use */
 #define E2B_MAX_TEMPLATE 64         /* a template's name */
 #define E2B_TOKEN_HEX 32             /* an access token: 128 random bits in hex */
-#define E2B_ENVD_PORT "49983"        /* E2b-Sandbox-Port of envd; others are refused */
+#define E2B_ENVD_PORT "49983"        /* E2b-Sandbox-Port of envd */
+#define E2B_CI_PORT "49999"          /* E2b-Sandbox-Port of the code interpreter (e2b_ci.c) */
+#define E2B_CI_LANGS 3               /* python, javascript, typescript */
+#define E2B_CI_CTX_ID 36             /* SERVE_CTX_ID_LEN */
 
 struct e2b;
 /* The records' table: at most 4 x max + 16 records (a killed sandbox's
@@ -44,6 +47,7 @@ struct e2b_mp {
 /* What a request of the E2B surface carries between its calls. */
 struct e2b_req {
 	bool envd;   /* the sandbox URL's surface, else the control plane */
+	bool ci;     /* of it, the code interpreter's (E2b-Sandbox-Port 49999) */
 	int op;      /* e2b_api.c's or e2b_envd.c's */
 	char id[SERVE_SBX_ID_LEN + 1];
 	struct e2b_mp *mp;  /* POST /files multipart */
@@ -101,6 +105,17 @@ void e2b_proc_note(struct e2b *e, const char *id, int pid, const char *tag, cons
 int e2b_proc_by_tag(struct e2b *e, const char *id, const char *tag); /* pid, or -1 */
 /* {"pid","config"[,"tag"]}: a ProcessInfo. */
 void e2b_proc_json(struct e2b *e, const char *id, int pid, struct moat_buf *b);
+/* The sandbox id's default code context of language lang (0 python, 1
+ * javascript, 2 typescript) into out: false when none. With set, set
+ * becomes it unless one is already there (out: the one kept). */
+bool e2b_ci_default(struct e2b *e, const char *id, unsigned lang, const char *set,
+		    char out[E2B_CI_CTX_ID + 1]);
+/* Forgets it when it is still ctx (it was deleted). */
+void e2b_ci_default_forget(struct e2b *e, const char *id, unsigned lang, const char *ctx);
+/* ---- e2b_ci.c: the code interpreter (port 49999) ---- */
+enum MHD_Result e2b_ci_route(struct req *q, struct MHD_Connection *c, const char *rest,
+			     const char *method);
+enum MHD_Result e2b_ci_body(struct req *q, struct MHD_Connection *c);
 /* ---- e2b_envd.c ---- */
 enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const char *rest,
 			       const char *method);

@@ -149,8 +149,10 @@ static enum MHD_Result created(struct req *q, struct MHD_Connection *c, struct s
 	moat_buf_appendf(&b, "{\"sandboxID\":\"%s\",\"templateID\":", serve_sbx_id(x));
 	moat_buf_append_json_string(&b, tmpl, strlen(tmpl));
 	moat_buf_appendf(&b, ",\"clientID\":\"moat\",\"envdVersion\":\"%s\"", E2B_ENVD_VERSION);
-	if (token)
-		moat_buf_appendf(&b, ",\"envdAccessToken\":\"%s\"", token);
+	if (token) /* the traffic token too: the code interpreter SDK's /contexts calls send
+		    * only that one (e2b_ci.c); the same secret, to the same caller */
+		moat_buf_appendf(&b, ",\"envdAccessToken\":\"%s\",\"trafficAccessToken\":\"%s\"",
+				 token, token);
 	moat_buf_append(&b, "}\n", 2);
 	return respond(q, c, status, &b, NULL, NULL);
 }

@@ -29,6 +29,7 @@ struct e2b_rec {
 	char tmpl[E2B_MAX_TEMPLATE + 1];
 	struct e2b_proc procs[LIVE_MAX_PROCS];
 	unsigned nprocs; /* started: the next goes to procs[nprocs % LIVE_MAX_PROCS] */
+	char dflt[E2B_CI_LANGS][E2B_CI_CTX_ID + 1]; /* the code interpreter's default contexts */
 	struct e2b_rec *next;
 };
 
@@ -149,6 +150,10 @@ int e2b_envd_sandbox(struct req *q, struct MHD_Connection *c)
 	struct server *s = q->s;
 	const char *id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2b-Sandbox-Id");
 	const char *tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Access-Token");
+	/* the code interpreter SDK sends its /contexts calls with the traffic
+	 * token only (the same secret: the create answer's trafficAccessToken) */
+	if (!tok && q->e2b->ci)
+		tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
 	uint8_t h[MOAT_SHA256_LEN];
 	moat_sha256(tok ? tok : "", tok ? strlen(tok) : 0, h);
 	bool ok = false;
@@ -182,6 +187,36 @@ static struct e2b_rec *rec_of(struct e2b *e, const char *id)
 		if (!strcmp(r->id, id))
 			return r;
 	return NULL;
+}
+
+bool e2b_ci_default(struct e2b *e, const char *id, unsigned lang, const char *set,
+		    char out[E2B_CI_CTX_ID + 1])
+{
+	bool ok = false;
+	out[0] = '\0';
+	if (lang >= E2B_CI_LANGS)
+		return false;
+	pthread_mutex_lock(&e->mu);
+	struct e2b_rec *r = rec_of(e, id);
+	if (r) {
+		if (set && !r->dflt[lang][0])
+			snprintf(r->dflt[lang], sizeof r->dflt[lang], "%s", set);
+		snprintf(out, E2B_CI_CTX_ID + 1, "%s", r->dflt[lang]);
+		ok = out[0] != '\0';
+	}
+	pthread_mutex_unlock(&e->mu);
+	return ok;
+}
+
+void e2b_ci_default_forget(struct e2b *e, const char *id, unsigned lang, const char *ctx)
+{
+	if (lang >= E2B_CI_LANGS)
+		return;
+	pthread_mutex_lock(&e->mu);
+	struct e2b_rec *r = rec_of(e, id);
+	if (r && !strcmp(r->dflt[lang], ctx))
+		r->dflt[lang][0] = '\0';
+	pthread_mutex_unlock(&e->mu);
 }
 
 void e2b_proc_note(struct e2b *e, const char *id, int pid, const char *tag, const char *config)

@@ -391,7 +391,7 @@ T('a sandbox\'s own port is E2B\'s 502, nothing forwarded; metrics: a sample, or
 T('docs/E2B.md\'s examples run as written', async () => {
   const md = fs.readFileSync(path.join(ROOT, 'docs/E2B.md'), 'utf8');
   const blocks = [...md.matchAll(/<!-- e2b-example -->\n```js\n([\s\S]*?)```/g)].map((m) => m[1]);
-  assert.equal(blocks.length, 2);
+  assert.equal(blocks.length, 3);
   const dir = fs.mkdtempSync(path.join(tmp, 'examples-'));
   fs.symlinkSync(path.join(__dirname, 'node_modules'), path.join(dir, 'node_modules'));
   for (const [i, code] of blocks.entries()) {
@@ -409,6 +409,7 @@ T('docs/E2B.md\'s examples run as written', async () => {
       ch.on('exit', (code) => (code === 0 ? resolve(o) : reject(new Error(`example ${i}: ${code}: ${e}`))));
     });
     if (i === 0) assert.equal(out, 'hello from moat\n\n');
+    else if (i === 2) assert.equal(out, '2\n');
     else assert.match(out, /^buy milk\n\[ 'todo\.txt' \]\n.* says hi\n\n\[ 'sbx_[a-z0-9-]+_[0-9a-f]{32}' \]\n$/);
   }
 });
@@ -477,4 +478,192 @@ T('what moat lacks fails loudly: watchDir, pty (unimplemented); a killed sandbox
   await sbx.kill();
   assert.equal(await sbx.isRunning(), false);
   await assert.rejects(sbx.files.read('x'), e2b.TimeoutError); // envd's 502: E2B's "sandbox timeout"
+});
+
+// ---- the code interpreter: the unmodified @e2b/code-interpreter SDK (port 49999) on
+// moat's code contexts (docs/E2B.md, "Code interpreter") ----
+let ci = null;
+let ciSkip = skip;
+if (!ciSkip) {
+  try {
+    ci = require(path.join(__dirname, 'node_modules/@e2b/code-interpreter'));
+  } catch (e) {
+    ciSkip = `the @e2b/code-interpreter SDK is not installed (npm ci in tests/e2b): ${e.code || e.message}`;
+  }
+}
+const TC = (name, fn) => test(`[${MODE}] code interpreter: ${name}`, { skip: ciSkip, timeout: 180000 }, fn);
+
+async function withInterpreter(fn) {
+  const sbx = await ci.Sandbox.create();
+  try {
+    return await fn(sbx);
+  } finally {
+    await sbx.kill().catch(() => {});
+  }
+}
+
+TC('runCode keeps state between calls; print reaches onStdout; the count goes up', async () => {
+  await withInterpreter(async (sbx) => {
+    const first = await sbx.runCode('x = 1');
+    assert.equal(first.error, undefined);
+    const seen = [];
+    const r = await sbx.runCode('print("hello", x)\nx + 1', { onStdout: (m) => seen.push(m.line) });
+    assert.equal(r.error, undefined);
+    assert.equal(r.text, '2');
+    assert.equal(seen.join(''), 'hello 1\n');
+    assert.deepEqual(r.logs.stdout, ['hello 1\n']);
+    assert.equal(r.executionCount, 2);
+    const err = [];
+    await sbx.runCode('import sys; print("oops", file=sys.stderr)', { onStderr: (m) => err.push(m.line) });
+    assert.equal(err.join(''), 'oops\n');
+  });
+});
+
+TC('an exception gives name, value and traceback (onError too)', async () => {
+  await withInterpreter(async (sbx) => {
+    let seen = null;
+    const r = await sbx.runCode('def f():\n    return 1 / 0\nf()', { onError: (e) => { seen = e; } });
+    assert.ok(r.error, 'an error');
+    assert.equal(r.error.name, 'ZeroDivisionError');
+    assert.match(r.error.value, /division by zero/);
+    assert.equal(typeof r.error.traceback, 'string');
+    assert.match(r.error.traceback, /ZeroDivisionError/);
+    assert.match(r.error.traceback, /line 2/);
+    assert.equal(seen && seen.name, 'ZeroDivisionError');
+    assert.equal(r.results.length, 0);
+  });
+});
+
+TC('a display() and the last expression are results with their MIME fields (text, html, png)', async () => {
+  await withInterpreter(async (sbx) => {
+    const got = [];
+    const r = await sbx.runCode(
+      'class H:\n    def _repr_html_(self): return "<b>hi</b>"\n    def __repr__(self): return "H()"\n' +
+      'display(H())\n{"a": 1}', { onResult: (x) => got.push(x) });
+    assert.equal(r.error, undefined);
+    assert.equal(r.results.length, 2);
+    assert.equal(got.length, 2);
+    const [shown, last] = r.results;
+    assert.equal(shown.isMainResult, false);
+    assert.equal(shown.html, '<b>hi</b>');
+    assert.equal(shown.text, 'H()');
+    assert.ok(shown.formats().includes('html'));
+    assert.equal(last.isMainResult, true);
+    assert.equal(last.text, "{'a': 1}");
+    assert.equal(r.text, "{'a': 1}");
+    // an image (as a chart's figure is): png, base64, under E2B's name
+    const png = await sbx.runCode('class P:\n    def _repr_png_(self): return b"\\x89PNG-ish"\nP()');
+    assert.equal(png.error, undefined);
+    assert.equal(png.results.length, 1);
+    assert.equal(Buffer.from(png.results[0].png, 'base64').toString('latin1'), '\x89PNG-ish');
+    assert.ok(png.results[0].formats().includes('png'));
+  });
+});
+
+TC('a JavaScript context: create, state, list, restart, remove; language js by default context', async () => {
+  await withInterpreter(async (sbx) => {
+    const ctx = await sbx.createCodeContext({ language: 'javascript' });
+    assert.match(ctx.id, /^ctx_[0-9a-f]{32}$/);
+    assert.equal(ctx.language, 'javascript');
+    assert.equal(ctx.cwd, '/sandbox');
+    await sbx.runCode('let y = 40', { context: ctx });
+    const r = await sbx.runCode('y + 2', { context: ctx });
+    assert.equal(r.error, undefined);
+    assert.equal(r.text, '42');
+    // the language's default context is another one, made on first use
+    const d = await sbx.runCode('typeof y', { language: 'javascript' });
+    assert.equal(d.text, "'undefined'");
+    const listed = await sbx.listCodeContexts();
+    assert.ok(listed.some((c) => c.id === ctx.id && c.language === 'javascript'));
+    assert.equal(listed.length, 2);
+    await sbx.restartCodeContext(ctx);
+    const gone = await sbx.runCode('y', { context: ctx });
+    assert.equal(gone.error && gone.error.name, 'ReferenceError');
+    await sbx.removeCodeContext(ctx.id);
+    await assert.rejects(sbx.runCode('1', { context: ctx }), ci.NotFoundError);
+    assert.equal((await sbx.listCodeContexts()).length, 1);
+    // a language moat has no interpreter for: refused, not run as another
+    await assert.rejects(sbx.runCode('1', { language: 'r' }), /400/);
+    // a cell's own environment variables: refused, never dropped
+    await assert.rejects(sbx.runCode('1', { envs: { A: 'b' } }), /400/);
+  });
+});
+
+TC('a timed-out cell is interrupted, and the context keeps its state', async () => {
+  await withInterpreter(async (sbx) => {
+    await sbx.runCode('x = 5');
+    const t0 = Date.now();
+    await assert.rejects(sbx.runCode('import time\nwhile True:\n    time.sleep(0.05)', { timeoutMs: 1500 }),
+      ci.TimeoutError);
+    assert.ok(Date.now() - t0 < 10000);
+    // the interrupt reaches the step within moments; the next cell then runs
+    let r = null;
+    for (let i = 0; i < 50; i++) {
+      try {
+        r = await sbx.runCode('x');
+        break;
+      } catch (e) {
+        if (!/409/.test(String(e))) throw e; // busy while the interrupt lands
+        await new Promise((res) => setTimeout(res, 100));
+      }
+    }
+    assert.ok(r, 'the context answered again');
+    assert.equal(r.error, undefined);
+    assert.equal(r.text, '5');
+  });
+});
+
+TC('the code interpreter needs the sandbox\'s access token', async () => {
+  await withInterpreter(async (sbx) => {
+    const h = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49999', 'Content-Type': 'application/json' };
+    const none = await request('POST', '/e2b/envd/execute', JSON.stringify({ code: '1' }), h);
+    assert.equal(none.status, 401);
+    const wrong = await request('GET', '/e2b/envd/contexts', undefined,
+      { ...h, 'X-Access-Token': 'f'.repeat(32) });
+    assert.equal(wrong.status, 401);
+    const other = await ci.Sandbox.create();
+    try {
+      const cross = await request('GET', '/e2b/envd/contexts', undefined,
+        { ...h, 'E2B-Traffic-Access-Token': other.envdAccessToken });
+      assert.equal(cross.status, 401);
+    } finally {
+      await other.kill().catch(() => {});
+    }
+    const ok = await request('GET', '/e2b/envd/contexts', undefined,
+      { ...h, 'E2B-Traffic-Access-Token': sbx.envdAccessToken });
+    assert.equal(ok.status, 200);
+    assert.deepEqual(JSON.parse(ok.body), []);
+  });
+});
+
+TC('an interpreter killed mid-cell says so (ContextKilled); the default context is then made new', async () => {
+  await withInterpreter(async (sbx) => {
+    await sbx.runCode('x = 7');
+    const r = await sbx.runCode('import os, signal\nos.kill(os.getpid(), signal.SIGKILL)');
+    assert.ok(r.error, 'an error, never a clean-looking execution');
+    assert.equal(r.error.name, 'ContextKilled');
+    assert.match(r.error.value, /signal 9|killed/);
+    const again = await sbx.runCode('1 + 1');
+    assert.equal(again.error, undefined);
+    assert.equal(again.text, '2');
+    const fresh = await sbx.runCode('x');
+    assert.equal(fresh.error && fresh.error.name, 'NameError'); // its state went with it
+  });
+});
+
+TC('language typescript: its default context strips types and keeps state', async (t) => {
+  await withInterpreter(async (sbx) => {
+    const a = await sbx.runCode('const z: number = 21', { language: 'typescript' });
+    if (a.error && /needs esbuild/.test(a.error.value)) {
+      t.skip('no esbuild in the sandbox root: TypeScript cannot run here');
+      return;
+    }
+    assert.equal(a.error, undefined);
+    const r = await sbx.runCode('z * 2', { language: 'typescript' });
+    assert.equal(r.error, undefined);
+    assert.equal(r.text, '42');
+    // its own context, not the javascript one
+    const js = await sbx.runCode('typeof z', { language: 'javascript' });
+    assert.equal(js.text, "'undefined'");
+  });
 });
