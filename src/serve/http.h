@@ -161,6 +161,10 @@ void srv_notice(struct server *s, const char *level, const char *fmt, ...)
 
 /* ---- reply.c ---- */
 void srv_stream_drop(struct req *q);
+/* A streamed answer's reader: up to max bytes of pending from *off into buf
+ * (pending emptied once all of it was taken): the count, > 0; call it only
+ * while *off < pending->len. */
+ssize_t srv_pending_take(struct moat_buf *pending, size_t *off, char *buf, size_t max);
 void srv_req_unref(struct req *q);
 enum MHD_Result srv_queue_body(struct MHD_Connection *c, unsigned status, char *body,
 		const char *ctype, const char *h1, const char *v1);

@@ -51,6 +51,16 @@ static void log_request(struct req *q)
 
 /* The pending bytes of a handler's response leave the budget (q->mu held,
  * or the last reference). */
+ssize_t srv_pending_take(struct moat_buf *pending, size_t *off, char *buf, size_t max)
+{
+	size_t n = pending->len - *off < max ? pending->len - *off : max;
+	memcpy(buf, pending->data + *off, n);
+	*off += n;
+	if (*off == pending->len)
+		pending->len = *off = 0;
+	return (ssize_t)n;
+}
+
 void srv_stream_drop(struct req *q)
 {
 	size_t held = q->st.pending.len - q->st.pending_off;
