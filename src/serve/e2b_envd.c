@@ -4,7 +4,8 @@
  * /files (GET a file; POST raw or multipart, written as it comes), and the
  * Connect RPC services process.Process and filesystem.Filesystem with
  * Connect's JSON codec over HTTP/1.1: a unary call is a JSON body and a
- * JSON answer; a server stream (Process/Start, Process/Connect) is one
+ * JSON answer; a server stream (Process/Start, Process/Connect,
+ * Filesystem/WatchDir: the native watch) is one
  * enveloped request message and enveloped answers (flags, a 32-bit
  * big-endian length, the JSON), the last one the end-of-stream (flag 2).
  * Every request message is bounded by the body cap (6 MiB) and parsed
@@ -36,7 +37,7 @@
 
 enum envd_op { E_NONE, E_HEALTH, E_FILES_GET, E_FILES_POST, E_P_START, E_P_CONNECT, E_P_LIST,
 	       E_P_INPUT, E_P_SIGNAL, E_P_CLOSE, E_FS_STAT, E_FS_LIST, E_FS_MKDIR, E_FS_MOVE,
-	       E_FS_REMOVE, E_UNIMPL };
+	       E_FS_REMOVE, E_FS_WATCH, E_UNIMPL };
 
 static const struct {
 	const char *path;
@@ -56,7 +57,7 @@ static const struct {
 	{ "/filesystem.Filesystem/MakeDir", E_FS_MKDIR, false },
 	{ "/filesystem.Filesystem/Move", E_FS_MOVE, false },
 	{ "/filesystem.Filesystem/Remove", E_FS_REMOVE, false },
-	{ "/filesystem.Filesystem/WatchDir", E_UNIMPL, true },
+	{ "/filesystem.Filesystem/WatchDir", E_FS_WATCH, true },
 	{ "/filesystem.Filesystem/CreateWatcher", E_UNIMPL, false },
 	{ "/filesystem.Filesystem/GetWatcherEvents", E_UNIMPL, false },
 	{ "/filesystem.Filesystem/RemoveWatcher", E_UNIMPL, false },
@@ -522,6 +523,209 @@ static int selector(struct req *q, const cJSON *o)
 	if (cJSON_IsString(tag))
 		return e2b_proc_by_tag(q->s->e2b, q->e2b->id, tag->valuestring);
 	return -1;
+}
+
+/* ---- a directory's events, streamed (filesystem.Filesystem/WatchDir) ---- */
+
+struct wdstream {
+	struct server *s;
+	struct serve_sbx *x;
+	struct live_watch *w;
+	char *root; /* the directory watched: an event's name is relative to it */
+	int client;
+	struct moat_buf line, pending;
+	size_t off;
+	bool done;
+	int64_t deadline, keepalive_ms, last;
+};
+
+/* A FilesystemEvent of path (under root) and E2B's type. */
+static void fs_event(struct wdstream *p, const char *path, const char *type)
+{
+	size_t rl = strlen(p->root);
+	const char *nm = path;
+	if (!strncmp(path, p->root, rl) && path[rl] == '/')
+		nm = path + rl + 1;
+	struct moat_buf j = { 0 };
+	moat_buf_append(&j, "{\"filesystem\":{\"name\":", 22);
+	moat_buf_append_json_string(&j, nm, strlen(nm));
+	moat_buf_appendf(&j, ",\"type\":\"EVENT_TYPE_%s\"}}", type);
+	if (j.oom)
+		p->pending.oom = true;
+	else
+		frame(&p->pending, 0, j.data, j.len);
+	moat_buf_free(&j);
+}
+
+/* The native watch's NDJSON line as E2B's events: a rename is E2B's (the
+ * old name's RENAME, the new name's CREATE); an overflow or the directory's
+ * end ends the stream with an error, never silently. */
+static void wd_line(struct wdstream *p)
+{
+	MOAT_AUTO(cJSON) cJSON *o = cJSON_ParseWithLength(p->line.data, p->line.len);
+	p->line.len = 0;
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
+	const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "path");
+	const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "from");
+	if (!cJSON_IsString(t)) {
+		end_frame(&p->pending, "internal", "an event moat could not read");
+		p->done = true;
+		return;
+	}
+	const char *ty = t->valuestring;
+	if (!strcmp(ty, "overflow")) {
+		end_frame(&p->pending, "data_loss", "events were lost (the queue overflowed): "
+			  "watch again and list the directory");
+		p->done = true;
+	} else if (!strcmp(ty, "end")) {
+		end_frame(&p->pending, "not_found", "the directory watched was removed or moved");
+		p->done = true;
+	} else if (!cJSON_IsString(path)) {
+		end_frame(&p->pending, "internal", "an event moat could not read");
+		p->done = true;
+	} else if (!strcmp(ty, "rename") && cJSON_IsString(from)) {
+		fs_event(p, from->valuestring, "RENAME");
+		fs_event(p, path->valuestring, "CREATE");
+	} else if (!strcmp(ty, "create") || !strcmp(ty, "write") || !strcmp(ty, "remove")) {
+		fs_event(p, path->valuestring, !strcmp(ty, "create") ? "CREATE"
+					       : !strcmp(ty, "write") ? "WRITE" : "REMOVE");
+	}
+}
+
+static ssize_t wdstream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct wdstream *p = cls;
+	(void)pos;
+	for (;;) {
+		if (p->off < p->pending.len) {
+			size_t n = p->pending.len - p->off < max ? p->pending.len - p->off : max;
+			memcpy(buf, p->pending.data + p->off, n);
+			p->off += n;
+			if (p->off == p->pending.len)
+				p->pending.len = p->off = 0;
+			return (ssize_t)n;
+		}
+		if (p->done)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (p->pending.oom || p->line.oom)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		int64_t now = mono_ms();
+		if (p->deadline && now >= p->deadline) {
+			end_frame(&p->pending, "deadline_exceeded",
+				  "the call's timeout (Connect-Timeout-Ms) passed");
+			p->done = true;
+			continue;
+		}
+		if (now - p->last >= p->keepalive_ms) {
+			const char *ka = "{\"keepalive\":{}}";
+			frame(&p->pending, 0, ka, strlen(ka));
+			p->last = now;
+			continue;
+		}
+		enum live_event ev = live_watch_next(p->w, WAIT_MS, p->client, &p->line);
+		if (ev == LIVE_EV_HANGUP)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (ev == LIVE_EV_STDOUT || ev == LIVE_EV_EXIT) {
+			wd_line(p);
+			p->last = now;
+			if (ev == LIVE_EV_EXIT && !p->done) {
+				end_frame(&p->pending, "not_found",
+					  "the directory watched was removed or moved");
+				p->done = true;
+			}
+		} else if (ev == LIVE_EV_END) {
+			end_frame(&p->pending, "unavailable", "the sandbox is not running anymore");
+			p->done = true;
+		}
+	}
+}
+
+static void wdstream_free(void *cls)
+{
+	struct wdstream *p = cls;
+	live_watch_close(p->w);
+	if (p->client >= 0)
+		close(p->client);
+	moat_buf_free(&p->line);
+	moat_buf_free(&p->pending);
+	free(p->root);
+	serve_sbx_end(p->s->sandboxes, p->x);
+	serve_sbx_put(p->s->sandboxes, p->x);
+	free(p);
+}
+
+/* WatchDirRequest {"path","recursive"} on the native watch
+ * (docs/SANDBOXES.md): the start event once the watch is set, then the
+ * directory's events. includeEntry is refused, not ignored. */
+static enum MHD_Result watch_dir(struct req *q, struct MHD_Connection *c, const cJSON *o)
+{
+	const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "path");
+	const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recursive");
+	const cJSON *entry = cJSON_GetObjectItemCaseSensitive(o, "includeEntry");
+	if (!cJSON_IsString(path) || (rec && !cJSON_IsBool(rec)))
+		return bad(q, c, "\"path\" a string, \"recursive\" a boolean");
+	if (cJSON_IsTrue(entry))
+		return rpc_fail(q, c, "unimplemented",
+				"includeEntry is not supported by moat (docs/E2B.md)");
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	struct wdstream *p = calloc(1, sizeof *p);
+	if (!p)
+		return MHD_NO;
+	if (!(p->root = sbx_path(path->valuestring))) {
+		free(p);
+		return bad(q, c, "the path must be under /sandbox (E2B's /home/user) or /tmp");
+	}
+	if (live_watch_open(serve_sbx_live(q->sbx), p->root, cJSON_IsTrue(rec), &p->w, &err) < 0) {
+		free(p->root);
+		free(p);
+		if (err.sys_errno == EMFILE)
+			return rpc_fail(q, c, "resource_exhausted",
+					"at most 8 directory watches at once per sandbox");
+		if (err.sys_errno == E2BIG)
+			return rpc_fail(q, c, "resource_exhausted",
+					"the tree is too large to watch (at most 1024 directories, "
+					"32 levels deep)");
+		return op_fail(q, c, &err);
+	}
+	p->s = q->s;
+	p->x = q->sbx;
+	p->client = -1;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0)
+		p->client = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
+	p->last = mono_ms();
+	p->keepalive_ms = KEEPALIVE_S * 1000;
+	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
+	if (ka) {
+		long v = strtol(ka, NULL, 10);
+		if (v >= 1 && v <= 3600)
+			p->keepalive_ms = v * 1000;
+	}
+	if (q->e2b->timeout_ms > 0)
+		p->deadline = p->last + q->e2b->timeout_ms;
+	const char *start = "{\"start\":{}}";
+	frame(&p->pending, 0, start, strlen(start));
+	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CHUNK,
+								   wdstream_read, p, wdstream_free);
+	if (!r) {
+		live_watch_close(p->w);
+		if (p->client >= 0)
+			close(p->client);
+		moat_buf_free(&p->pending);
+		free(p->root);
+		free(p);
+		return MHD_NO;
+	}
+	q->sbx = NULL; /* the stream's now, busy included */
+	q->sbx_busy = false;
+	MHD_add_response_header(r, "Content-Type", "application/connect+json");
+	q->status = 200;
+	srv_conn_deadline_in(q->s, c, serve_sbx_left_ms(q->s->sandboxes, p->x) +
+					      (int64_t)q->s->o->client_timeout_s * 1000);
+	enum MHD_Result rc = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return rc;
 }
 
 static enum MHD_Result p_start(struct req *q, struct MHD_Connection *c, cJSON *o)
@@ -1111,7 +1315,7 @@ enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const ch
 	if (e->op == E_UNIMPL)
 		return rpc_fail(q, c, "unimplemented",
 				"not supported by moat (docs/E2B.md): PTYs, input streams, and "
-				"directory watchers");
+				"polling watchers (CreateWatcher: use WatchDir)");
 	const char *tm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connect-Timeout-Ms");
 	if (tm) {
 		char *end;
@@ -1148,6 +1352,8 @@ enum MHD_Result e2b_envd_body(struct req *q, struct MHD_Connection *c)
 	case E_P_SIGNAL:
 	case E_P_CLOSE:
 		return p_control(q, c, o);
+	case E_FS_WATCH:
+		return watch_dir(q, c, o);
 	default:
 		return fs_op(q, c, o);
 	}
