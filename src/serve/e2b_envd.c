@@ -37,7 +37,7 @@
 
 enum envd_op { E_NONE, E_HEALTH, E_FILES_GET, E_FILES_POST, E_P_START, E_P_CONNECT, E_P_LIST,
 	       E_P_INPUT, E_P_SIGNAL, E_P_CLOSE, E_FS_STAT, E_FS_LIST, E_FS_MKDIR, E_FS_MOVE,
-	       E_FS_REMOVE, E_FS_WATCH, E_UNIMPL };
+	       E_FS_REMOVE, E_FS_WATCH, E_P_UPDATE, E_UNIMPL };
 
 static const struct {
 	const char *path;
@@ -50,7 +50,7 @@ static const struct {
 	{ "/process.Process/SendInput", E_P_INPUT, false },
 	{ "/process.Process/SendSignal", E_P_SIGNAL, false },
 	{ "/process.Process/CloseStdin", E_P_CLOSE, false },
-	{ "/process.Process/Update", E_UNIMPL, false },	      /* a PTY's size: no PTYs */
+	{ "/process.Process/Update", E_P_UPDATE, false },	      /* a PTY's size */
 	{ "/process.Process/StreamInput", E_UNIMPL, true },   /* a client stream: HTTP/2 */
 	{ "/filesystem.Filesystem/Stat", E_FS_STAT, false },
 	{ "/filesystem.Filesystem/ListDir", E_FS_LIST, false },
@@ -356,6 +356,7 @@ struct cstream {
 	struct moat_buf pending;
 	size_t off;
 	bool done;
+	bool pty;	  /* its output is the terminal's: E2B's data.pty */
 	int64_t deadline; /* monotonic ms; 0 none (Connect-Timeout-Ms) */
 	int64_t keepalive_ms, last;
 	char chunk[CHUNK];
@@ -404,7 +405,7 @@ static ssize_t cstream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		if (ev == LIVE_EV_STDOUT || ev == LIVE_EV_STDERR) {
 			struct moat_buf j = { 0 };
 			moat_buf_appendf(&j, "{\"event\":{\"data\":{\"%s\":",
-					 ev == LIVE_EV_STDOUT ? "stdout" : "stderr");
+					 p->pty ? "pty" : ev == LIVE_EV_STDOUT ? "stdout" : "stderr");
 			moat_buf_append_base64(&j, (const unsigned char *)p->chunk, n);
 			moat_buf_append(&j, "}}}", 3);
 			if (j.oom)
@@ -460,6 +461,8 @@ static enum MHD_Result stream_events(struct req *q, struct MHD_Connection *c, in
 	p->s = q->s;
 	p->x = q->sbx;
 	p->client = -1;
+	struct live_proc_info info;
+	p->pty = live_wait(serve_sbx_live(q->sbx), pid, 0, &info, &err) == 0 && info.pty;
 	const union MHD_ConnectionInfo *ci =
 		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
 	if (ci && ci->connect_fd >= 0)
@@ -728,6 +731,22 @@ static enum MHD_Result watch_dir(struct req *q, struct MHD_Connection *c, const 
 	return rc;
 }
 
+/* A PTY message {"size":{"rows","cols"}}: each 1..LIVE_MAX_WINSIZE. */
+static int pty_size(const cJSON *pty, unsigned *rows, unsigned *cols)
+{
+	const cJSON *size = cJSON_GetObjectItemCaseSensitive(pty, "size");
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(size, "rows");
+	const cJSON *cl = cJSON_GetObjectItemCaseSensitive(size, "cols");
+	if (!cJSON_IsNumber(r) || !cJSON_IsNumber(cl) || r->valuedouble < 1 ||
+	    r->valuedouble > LIVE_MAX_WINSIZE || cl->valuedouble < 1 ||
+	    cl->valuedouble > LIVE_MAX_WINSIZE || r->valuedouble != floor(r->valuedouble) ||
+	    cl->valuedouble != floor(cl->valuedouble))
+		return -1;
+	*rows = (unsigned)r->valuedouble;
+	*cols = (unsigned)cl->valuedouble;
+	return 0;
+}
+
 static enum MHD_Result p_start(struct req *q, struct MHD_Connection *c, cJSON *o)
 {
 	cJSON *proc = cJSON_GetObjectItemCaseSensitive(o, "process");
@@ -740,8 +759,9 @@ static enum MHD_Result p_start(struct req *q, struct MHD_Connection *c, cJSON *o
 	const cJSON *in = cJSON_GetObjectItemCaseSensitive(o, "stdin");
 	if (cJSON_IsString(tag) && strlen(tag->valuestring) > E2B_MAX_TAG)
 		return bad(q, c, "\"tag\": at most 256 bytes");
-	if (pty && !cJSON_IsNull(pty))
-		return rpc_fail(q, c, "unimplemented", "PTYs are not supported by moat (docs/E2B.md)");
+	unsigned rows = 0, cols = 0;
+	if (pty && !cJSON_IsNull(pty) && pty_size(pty, &rows, &cols) < 0)
+		return bad(q, c, "\"pty\": {\"size\": {\"rows\", \"cols\"}}, each 1-1000");
 	if (!cJSON_IsString(cmd) || !cmd->valuestring[0] || (args && !cJSON_IsArray(args)) ||
 	    cJSON_GetArraySize(args) > (int)SERVE_SBX_MAX_ARGS - 1 ||
 	    (envs && !cJSON_IsObject(envs)) || cJSON_GetArraySize(envs) > (int)SERVE_SBX_MAX_ARGS ||
@@ -783,7 +803,8 @@ static enum MHD_Result p_start(struct req *q, struct MHD_Connection *c, cJSON *o
 		}
 	}
 	struct live_exec spec = { .argv = av, .argc = argc, .env = (const char *const *)ev,
-				  .envc = envc, .cwd = dir, .stdin_open = cJSON_IsTrue(in) };
+				  .envc = envc, .cwd = dir, .stdin_open = cJSON_IsTrue(in),
+				  .pty = rows > 0, .rows = rows, .cols = cols };
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	int pid;
 	if (live_exec(serve_sbx_live(q->sbx), &spec, &pid, &err) < 0) {
@@ -968,12 +989,22 @@ static enum MHD_Result p_control(struct req *q, struct MHD_Connection *c, const 
 	case E_P_INPUT: {
 		const cJSON *in = cJSON_GetObjectItemCaseSensitive(o, "input");
 		const cJSON *data = cJSON_GetObjectItemCaseSensitive(in, "stdin");
-		if (cJSON_GetObjectItemCaseSensitive(in, "pty"))
-			return rpc_fail(q, c, "unimplemented", "PTYs are not supported by moat");
+		const cJSON *tty = cJSON_GetObjectItemCaseSensitive(in, "pty");
+		struct live_proc_info info;
+		if (live_wait(lv, pid, 0, &info, &err) < 0)
+			return op_fail(q, c, &err);
+		if (tty && data)
+			return bad(q, c, "\"input\": one of \"stdin\" and \"pty\"");
+		if (tty)
+			data = tty;
+		if ((tty != NULL) != info.pty) /* the input a process has: never another's */
+			return rpc_fail(q, c, "failed_precondition",
+					tty ? "the process has no PTY: send \"stdin\""
+					    : "the process runs on a PTY: send \"pty\"");
 		MOAT_AUTOFREE char *bytes = NULL;
 		size_t n = 0;
 		if (!cJSON_IsString(data) || b64_decode(data->valuestring, &bytes, &n) < 0)
-			return bad(q, c, "\"input\": {\"stdin\": base64 bytes}");
+			return bad(q, c, "\"input\": {\"stdin\" or \"pty\": base64 bytes}");
 		size_t done = 0;
 		while (done < n) { /* all of it, or the error: E2B's input is never cut */
 			ssize_t w = live_stdin_write(lv, pid, bytes + done, n - done,
@@ -984,6 +1015,17 @@ static enum MHD_Result p_control(struct req *q, struct MHD_Connection *c, const 
 				return rpc_fail(q, c, "deadline_exceeded",
 						"the process did not read its stdin for 10 s");
 			done += (size_t)w;
+		}
+		break;
+	}
+	case E_P_UPDATE: { /* UpdateRequest: the PTY's size (the only thing E2B updates) */
+		unsigned rows, cols;
+		if (pty_size(cJSON_GetObjectItemCaseSensitive(o, "pty"), &rows, &cols) < 0)
+			return bad(q, c, "\"pty\": {\"size\": {\"rows\", \"cols\"}}, each 1-1000");
+		if (live_resize(lv, pid, rows, cols, &err) < 0) {
+			if (err.sys_errno == ENOTTY)
+				return rpc_fail(q, c, "failed_precondition", "the process has no PTY");
+			return op_fail(q, c, &err);
 		}
 		break;
 	}
@@ -1314,8 +1356,8 @@ enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const ch
 					  : "a unary call takes application/json (the JSON codec)");
 	if (e->op == E_UNIMPL)
 		return rpc_fail(q, c, "unimplemented",
-				"not supported by moat (docs/E2B.md): PTYs, input streams, and "
-				"polling watchers (CreateWatcher: use WatchDir)");
+				"not supported by moat (docs/E2B.md): input streams and polling "
+				"watchers (CreateWatcher: use WatchDir)");
 	const char *tm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connect-Timeout-Ms");
 	if (tm) {
 		char *end;
@@ -1351,6 +1393,7 @@ enum MHD_Result e2b_envd_body(struct req *q, struct MHD_Connection *c)
 	case E_P_INPUT:
 	case E_P_SIGNAL:
 	case E_P_CLOSE:
+	case E_P_UPDATE:
 		return p_control(q, c, o);
 	case E_FS_WATCH:
 		return watch_dir(q, c, o);

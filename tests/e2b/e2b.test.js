@@ -520,9 +520,34 @@ T('files.watchDir: a file written, renamed and removed, in order; recursive sees
   }
 });
 
-T('what moat lacks fails loudly: pty (unimplemented); a killed sandbox is not running', async () => {
+T('pty: create runs a shell on a terminal (tty, stty size), sendInput, resize, kill', async () => {
   const sbx = await e2b.Sandbox.create();
-  await assert.rejects(sbx.pty.create({ cols: 80, rows: 24 }), /\[unimplemented\] PTYs are not supported by moat/);
+  try {
+    let out = '';
+    const dec = new TextDecoder();
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }); } });
+    const seen = (re) => until([], () => re.test(out), `${re} in the terminal's output ${JSON.stringify(out)}`);
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('tty; echo "size=$(stty size)"\n'));
+    await seen(/^\/dev\/pts\/\d+\r?$/m);
+    await seen(/size=24 80/);
+    await sbx.pty.resize(term.pid, { cols: 100, rows: 30 });
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo "size=$(stty size)"\n'));
+    await seen(/size=30 100/);
+    // a pty's input is the terminal's: a command without one is refused, not fed
+    const bg = await sbx.commands.run('sleep 30', { background: true, stdin: true });
+    await assert.rejects(sbx.pty.sendInput(bg.pid, new TextEncoder().encode('x')), /no PTY/);
+    await assert.rejects(sbx.pty.resize(bg.pid, { cols: 10, rows: 10 }), /no PTY/);
+    await bg.kill();
+    assert.equal(await sbx.pty.kill(term.pid), true);
+    const end = await term.wait().then(() => null, (e) => e);
+    assert.ok(end === null || end instanceof e2b.CommandExitError, String(end));
+  } finally {
+    await sbx.kill();
+  }
+});
+
+T('a killed sandbox is not running; envd then answers as E2B does', async () => {
+  const sbx = await e2b.Sandbox.create();
   assert.equal(await sbx.isRunning(), true);
   await sbx.kill();
   assert.equal(await sbx.isRunning(), false);
