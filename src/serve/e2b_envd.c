@@ -346,19 +346,60 @@ static int b64_decode(const char *s, char **out, size_t *n)
 	return 0;
 }
 
+/* ---- a server stream's connection and clock ---- */
+
+struct sclock {
+	int client;	  /* dup of the connection: its hang-up ends the wait */
+	int64_t deadline; /* monotonic ms; 0 none (Connect-Timeout-Ms) */
+	int64_t keepalive_ms, last;
+};
+
+static void stream_clock(struct req *q, struct MHD_Connection *c, struct sclock *k)
+{
+	k->client = -1;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0)
+		k->client = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
+	k->last = mono_ms();
+	k->keepalive_ms = KEEPALIVE_S * 1000;
+	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
+	if (ka) {
+		long v = strtol(ka, NULL, 10);
+		if (v >= 1 && v <= 3600)
+			k->keepalive_ms = v * 1000;
+	}
+	k->deadline = q->e2b->timeout_ms > 0 ? k->last + q->e2b->timeout_ms : 0;
+}
+
+/* Queues r, the stream of q's sandbox: the stream holds it now, busy
+ * included, and the connection lives as long as the sandbox may. */
+static enum MHD_Result stream_queue(struct req *q, struct MHD_Connection *c,
+				    struct MHD_Response *r)
+{
+	struct serve_sbx *x = q->sbx;
+	q->sbx = NULL;
+	q->sbx_busy = false;
+	MHD_add_response_header(r, "Content-Type", "application/connect+json");
+	q->status = 200;
+	srv_conn_deadline_in(q->s, c, serve_sbx_left_ms(q->s->sandboxes, x) +
+					      (int64_t)q->s->o->client_timeout_s * 1000);
+	enum MHD_Result rc = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return rc;
+}
+
 /* ---- a process's events, streamed ---- */
 
 struct cstream {
 	struct server *s;
 	struct serve_sbx *x;
 	struct live_attach *a;
-	int client;
+	struct sclock clock;
 	struct moat_buf pending;
 	size_t off;
 	bool done;
-	bool pty;	  /* its output is the terminal's: E2B's data.pty */
-	int64_t deadline; /* monotonic ms; 0 none (Connect-Timeout-Ms) */
-	int64_t keepalive_ms, last;
+	bool pty; /* its output is the terminal's: E2B's data.pty */
 	char chunk[CHUNK];
 };
 
@@ -385,20 +426,20 @@ static ssize_t cstream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		if (p->pending.oom)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		int64_t now = mono_ms();
-		if (p->deadline && now >= p->deadline) {
+		if (p->clock.deadline && now >= p->clock.deadline) {
 			end_frame(&p->pending, "deadline_exceeded",
 				  "the call's timeout (Connect-Timeout-Ms) passed; the process runs on");
 			p->done = true;
 			continue;
 		}
-		if (now - p->last >= p->keepalive_ms) {
+		if (now - p->clock.last >= p->clock.keepalive_ms) {
 			event_frame(p, "{\"event\":{\"keepalive\":{}}}");
-			p->last = now;
+			p->clock.last = now;
 			continue;
 		}
 		size_t n = 0;
 		struct live_proc_info info;
-		enum live_event ev = live_attach_next(p->a, WAIT_MS, p->client, p->chunk,
+		enum live_event ev = live_attach_next(p->a, WAIT_MS, p->clock.client, p->chunk,
 						      sizeof p->chunk, &n, &info);
 		if (ev == LIVE_EV_HANGUP)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
@@ -413,7 +454,7 @@ static ssize_t cstream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			else
 				frame(&p->pending, 0, j.data, j.len);
 			moat_buf_free(&j);
-			p->last = now;
+			p->clock.last = now;
 		} else if (ev == LIVE_EV_EXIT) {
 			char j[200];
 			if (info.exited)
@@ -436,8 +477,8 @@ static void cstream_free(void *cls)
 {
 	struct cstream *p = cls;
 	live_attach_end(p->a);
-	if (p->client >= 0)
-		close(p->client);
+	if (p->clock.client >= 0)
+		close(p->clock.client);
 	moat_buf_free(&p->pending);
 	serve_sbx_end(p->s->sandboxes, p->x);
 	serve_sbx_put(p->s->sandboxes, p->x);
@@ -460,23 +501,9 @@ static enum MHD_Result stream_events(struct req *q, struct MHD_Connection *c, in
 	}
 	p->s = q->s;
 	p->x = q->sbx;
-	p->client = -1;
 	struct live_proc_info info;
 	p->pty = live_wait(serve_sbx_live(q->sbx), pid, 0, &info, &err) == 0 && info.pty;
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (ci && ci->connect_fd >= 0)
-		p->client = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
-	p->last = mono_ms();
-	p->keepalive_ms = KEEPALIVE_S * 1000;
-	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
-	if (ka) {
-		long v = strtol(ka, NULL, 10);
-		if (v >= 1 && v <= 3600)
-			p->keepalive_ms = v * 1000;
-	}
-	if (q->e2b->timeout_ms > 0)
-		p->deadline = p->last + q->e2b->timeout_ms;
+	stream_clock(q, c, &p->clock);
 	char j[96];
 	snprintf(j, sizeof j, "{\"event\":{\"start\":{\"pid\":%d}}}", pid);
 	event_frame(p, j);
@@ -484,21 +511,13 @@ static enum MHD_Result stream_events(struct req *q, struct MHD_Connection *c, in
 		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CHUNK, cstream_read, p, cstream_free);
 	if (!r) {
 		live_attach_end(p->a);
-		if (p->client >= 0)
-			close(p->client);
+		if (p->clock.client >= 0)
+			close(p->clock.client);
 		moat_buf_free(&p->pending);
 		free(p);
 		return MHD_NO;
 	}
-	q->sbx = NULL; /* the stream's now, busy included */
-	q->sbx_busy = false;
-	MHD_add_response_header(r, "Content-Type", "application/connect+json");
-	q->status = 200;
-	srv_conn_deadline_in(q->s, c, serve_sbx_left_ms(q->s->sandboxes, p->x) +
-					      (int64_t)q->s->o->client_timeout_s * 1000);
-	enum MHD_Result rc = MHD_queue_response(c, 200, r);
-	MHD_destroy_response(r);
-	return rc;
+	return stream_queue(q, c, r);
 }
 
 /* ---- the RPCs ---- */
@@ -535,11 +554,10 @@ struct wdstream {
 	struct serve_sbx *x;
 	struct live_watch *w;
 	char *root; /* the directory watched: an event's name is relative to it */
-	int client;
+	struct sclock clock;
 	struct moat_buf line, pending;
 	size_t off;
 	bool done;
-	int64_t deadline, keepalive_ms, last;
 };
 
 /* A FilesystemEvent of path (under root) and E2B's type. */
@@ -613,24 +631,24 @@ static ssize_t wdstream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		if (p->pending.oom || p->line.oom)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		int64_t now = mono_ms();
-		if (p->deadline && now >= p->deadline) {
+		if (p->clock.deadline && now >= p->clock.deadline) {
 			end_frame(&p->pending, "deadline_exceeded",
 				  "the call's timeout (Connect-Timeout-Ms) passed");
 			p->done = true;
 			continue;
 		}
-		if (now - p->last >= p->keepalive_ms) {
+		if (now - p->clock.last >= p->clock.keepalive_ms) {
 			const char *ka = "{\"keepalive\":{}}";
 			frame(&p->pending, 0, ka, strlen(ka));
-			p->last = now;
+			p->clock.last = now;
 			continue;
 		}
-		enum live_event ev = live_watch_next(p->w, WAIT_MS, p->client, &p->line);
+		enum live_event ev = live_watch_next(p->w, WAIT_MS, p->clock.client, &p->line);
 		if (ev == LIVE_EV_HANGUP)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		if (ev == LIVE_EV_STDOUT || ev == LIVE_EV_EXIT) {
 			wd_line(p);
-			p->last = now;
+			p->clock.last = now;
 			if (ev == LIVE_EV_EXIT && !p->done) {
 				end_frame(&p->pending, "not_found",
 					  "the directory watched was removed or moved");
@@ -647,8 +665,8 @@ static void wdstream_free(void *cls)
 {
 	struct wdstream *p = cls;
 	live_watch_close(p->w);
-	if (p->client >= 0)
-		close(p->client);
+	if (p->clock.client >= 0)
+		close(p->clock.client);
 	moat_buf_free(&p->line);
 	moat_buf_free(&p->pending);
 	free(p->root);
@@ -692,43 +710,21 @@ static enum MHD_Result watch_dir(struct req *q, struct MHD_Connection *c, const 
 	}
 	p->s = q->s;
 	p->x = q->sbx;
-	p->client = -1;
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (ci && ci->connect_fd >= 0)
-		p->client = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
-	p->last = mono_ms();
-	p->keepalive_ms = KEEPALIVE_S * 1000;
-	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
-	if (ka) {
-		long v = strtol(ka, NULL, 10);
-		if (v >= 1 && v <= 3600)
-			p->keepalive_ms = v * 1000;
-	}
-	if (q->e2b->timeout_ms > 0)
-		p->deadline = p->last + q->e2b->timeout_ms;
+	stream_clock(q, c, &p->clock);
 	const char *start = "{\"start\":{}}";
 	frame(&p->pending, 0, start, strlen(start));
 	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CHUNK,
 								   wdstream_read, p, wdstream_free);
 	if (!r) {
 		live_watch_close(p->w);
-		if (p->client >= 0)
-			close(p->client);
+		if (p->clock.client >= 0)
+			close(p->clock.client);
 		moat_buf_free(&p->pending);
 		free(p->root);
 		free(p);
 		return MHD_NO;
 	}
-	q->sbx = NULL; /* the stream's now, busy included */
-	q->sbx_busy = false;
-	MHD_add_response_header(r, "Content-Type", "application/connect+json");
-	q->status = 200;
-	srv_conn_deadline_in(q->s, c, serve_sbx_left_ms(q->s->sandboxes, p->x) +
-					      (int64_t)q->s->o->client_timeout_s * 1000);
-	enum MHD_Result rc = MHD_queue_response(c, 200, r);
-	MHD_destroy_response(r);
-	return rc;
+	return stream_queue(q, c, r);
 }
 
 /* A PTY message {"size":{"rows","cols"}}: each 1..LIVE_MAX_WINSIZE. */
