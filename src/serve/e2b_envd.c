@@ -4,7 +4,8 @@
  * /files (GET a file; POST raw or multipart, written as it comes), and the
  * Connect RPC services process.Process and filesystem.Filesystem with
  * Connect's JSON codec over HTTP/1.1: a unary call is a JSON body and a
- * JSON answer; a server stream (Process/Start, Process/Connect) is one
+ * JSON answer; a server stream (Process/Start, Process/Connect,
+ * Filesystem/WatchDir: the native watch) is one
  * enveloped request message and enveloped answers (flags, a 32-bit
  * big-endian length, the JSON), the last one the end-of-stream (flag 2).
  * Every request message is bounded by the body cap (6 MiB) and parsed
@@ -36,7 +37,7 @@
 
 enum envd_op { E_NONE, E_HEALTH, E_FILES_GET, E_FILES_POST, E_P_START, E_P_CONNECT, E_P_LIST,
 	       E_P_INPUT, E_P_SIGNAL, E_P_CLOSE, E_FS_STAT, E_FS_LIST, E_FS_MKDIR, E_FS_MOVE,
-	       E_FS_REMOVE, E_UNIMPL };
+	       E_FS_REMOVE, E_FS_WATCH, E_P_UPDATE, E_UNIMPL };
 
 static const struct {
 	const char *path;
@@ -49,14 +50,14 @@ static const struct {
 	{ "/process.Process/SendInput", E_P_INPUT, false },
 	{ "/process.Process/SendSignal", E_P_SIGNAL, false },
 	{ "/process.Process/CloseStdin", E_P_CLOSE, false },
-	{ "/process.Process/Update", E_UNIMPL, false },	      /* a PTY's size: no PTYs */
+	{ "/process.Process/Update", E_P_UPDATE, false },	      /* a PTY's size */
 	{ "/process.Process/StreamInput", E_UNIMPL, true },   /* a client stream: HTTP/2 */
 	{ "/filesystem.Filesystem/Stat", E_FS_STAT, false },
 	{ "/filesystem.Filesystem/ListDir", E_FS_LIST, false },
 	{ "/filesystem.Filesystem/MakeDir", E_FS_MKDIR, false },
 	{ "/filesystem.Filesystem/Move", E_FS_MOVE, false },
 	{ "/filesystem.Filesystem/Remove", E_FS_REMOVE, false },
-	{ "/filesystem.Filesystem/WatchDir", E_UNIMPL, true },
+	{ "/filesystem.Filesystem/WatchDir", E_FS_WATCH, true },
 	{ "/filesystem.Filesystem/CreateWatcher", E_UNIMPL, false },
 	{ "/filesystem.Filesystem/GetWatcherEvents", E_UNIMPL, false },
 	{ "/filesystem.Filesystem/RemoveWatcher", E_UNIMPL, false },
@@ -345,18 +346,60 @@ static int b64_decode(const char *s, char **out, size_t *n)
 	return 0;
 }
 
+/* ---- a server stream's connection and clock ---- */
+
+struct sclock {
+	int client;	  /* dup of the connection: its hang-up ends the wait */
+	int64_t deadline; /* monotonic ms; 0 none (Connect-Timeout-Ms) */
+	int64_t keepalive_ms, last;
+};
+
+static void stream_clock(struct req *q, struct MHD_Connection *c, struct sclock *k)
+{
+	k->client = -1;
+	const union MHD_ConnectionInfo *ci =
+		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
+	if (ci && ci->connect_fd >= 0)
+		k->client = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
+	k->last = mono_ms();
+	k->keepalive_ms = KEEPALIVE_S * 1000;
+	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
+	if (ka) {
+		long v = strtol(ka, NULL, 10);
+		if (v >= 1 && v <= 3600)
+			k->keepalive_ms = v * 1000;
+	}
+	k->deadline = q->e2b->timeout_ms > 0 ? k->last + q->e2b->timeout_ms : 0;
+}
+
+/* Queues r, the stream of q's sandbox: the stream holds it now, busy
+ * included, and the connection lives as long as the sandbox may. */
+static enum MHD_Result stream_queue(struct req *q, struct MHD_Connection *c,
+				    struct MHD_Response *r)
+{
+	struct serve_sbx *x = q->sbx;
+	q->sbx = NULL;
+	q->sbx_busy = false;
+	MHD_add_response_header(r, "Content-Type", "application/connect+json");
+	q->status = 200;
+	srv_conn_deadline_in(q->s, c, serve_sbx_left_ms(q->s->sandboxes, x) +
+					      (int64_t)q->s->o->client_timeout_s * 1000);
+	enum MHD_Result rc = MHD_queue_response(c, 200, r);
+	MHD_destroy_response(r);
+	return rc;
+}
+
 /* ---- a process's events, streamed ---- */
 
 struct cstream {
 	struct server *s;
 	struct serve_sbx *x;
 	struct live_attach *a;
-	int client;
+	struct sclock clock;
 	struct moat_buf pending;
 	size_t off;
 	bool done;
-	int64_t deadline; /* monotonic ms; 0 none (Connect-Timeout-Ms) */
-	int64_t keepalive_ms, last;
+	bool pty; /* its output is the terminal's: E2B's data.pty */
 	char chunk[CHUNK];
 };
 
@@ -377,27 +420,27 @@ static ssize_t cstream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		if (p->pending.oom)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		int64_t now = mono_ms();
-		if (p->deadline && now >= p->deadline) {
+		if (p->clock.deadline && now >= p->clock.deadline) {
 			end_frame(&p->pending, "deadline_exceeded",
 				  "the call's timeout (Connect-Timeout-Ms) passed; the process runs on");
 			p->done = true;
 			continue;
 		}
-		if (now - p->last >= p->keepalive_ms) {
+		if (now - p->clock.last >= p->clock.keepalive_ms) {
 			event_frame(p, "{\"event\":{\"keepalive\":{}}}");
-			p->last = now;
+			p->clock.last = now;
 			continue;
 		}
 		size_t n = 0;
 		struct live_proc_info info;
-		enum live_event ev = live_attach_next(p->a, WAIT_MS, p->client, p->chunk,
+		enum live_event ev = live_attach_next(p->a, WAIT_MS, p->clock.client, p->chunk,
 						      sizeof p->chunk, &n, &info);
 		if (ev == LIVE_EV_HANGUP)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		if (ev == LIVE_EV_STDOUT || ev == LIVE_EV_STDERR) {
 			struct moat_buf j = { 0 };
 			moat_buf_appendf(&j, "{\"event\":{\"data\":{\"%s\":",
-					 ev == LIVE_EV_STDOUT ? "stdout" : "stderr");
+					 p->pty ? "pty" : ev == LIVE_EV_STDOUT ? "stdout" : "stderr");
 			moat_buf_append_base64(&j, (const unsigned char *)p->chunk, n);
 			moat_buf_append(&j, "}}}", 3);
 			if (j.oom)
@@ -405,7 +448,7 @@ static ssize_t cstream_read(void *cls, uint64_t pos, char *buf, size_t max)
 			else
 				frame(&p->pending, 0, j.data, j.len);
 			moat_buf_free(&j);
-			p->last = now;
+			p->clock.last = now;
 		} else if (ev == LIVE_EV_EXIT) {
 			char j[200];
 			if (info.exited)
@@ -428,8 +471,8 @@ static void cstream_free(void *cls)
 {
 	struct cstream *p = cls;
 	live_attach_end(p->a);
-	if (p->client >= 0)
-		close(p->client);
+	if (p->clock.client >= 0)
+		close(p->clock.client);
 	moat_buf_free(&p->pending);
 	serve_sbx_end(p->s->sandboxes, p->x);
 	serve_sbx_put(p->s->sandboxes, p->x);
@@ -452,21 +495,9 @@ static enum MHD_Result stream_events(struct req *q, struct MHD_Connection *c, in
 	}
 	p->s = q->s;
 	p->x = q->sbx;
-	p->client = -1;
-	const union MHD_ConnectionInfo *ci =
-		MHD_get_connection_info(c, MHD_CONNECTION_INFO_CONNECTION_FD);
-	if (ci && ci->connect_fd >= 0)
-		p->client = fcntl(ci->connect_fd, F_DUPFD_CLOEXEC, 3);
-	p->last = mono_ms();
-	p->keepalive_ms = KEEPALIVE_S * 1000;
-	const char *ka = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Keepalive-Ping-Interval");
-	if (ka) {
-		long v = strtol(ka, NULL, 10);
-		if (v >= 1 && v <= 3600)
-			p->keepalive_ms = v * 1000;
-	}
-	if (q->e2b->timeout_ms > 0)
-		p->deadline = p->last + q->e2b->timeout_ms;
+	struct live_proc_info info;
+	p->pty = live_wait(serve_sbx_live(q->sbx), pid, 0, &info, &err) == 0 && info.pty;
+	stream_clock(q, c, &p->clock);
 	char j[96];
 	snprintf(j, sizeof j, "{\"event\":{\"start\":{\"pid\":%d}}}", pid);
 	event_frame(p, j);
@@ -474,21 +505,13 @@ static enum MHD_Result stream_events(struct req *q, struct MHD_Connection *c, in
 		MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CHUNK, cstream_read, p, cstream_free);
 	if (!r) {
 		live_attach_end(p->a);
-		if (p->client >= 0)
-			close(p->client);
+		if (p->clock.client >= 0)
+			close(p->clock.client);
 		moat_buf_free(&p->pending);
 		free(p);
 		return MHD_NO;
 	}
-	q->sbx = NULL; /* the stream's now, busy included */
-	q->sbx_busy = false;
-	MHD_add_response_header(r, "Content-Type", "application/connect+json");
-	q->status = 200;
-	srv_conn_deadline_in(q->s, c, serve_sbx_left_ms(q->s->sandboxes, p->x) +
-					      (int64_t)q->s->o->client_timeout_s * 1000);
-	enum MHD_Result rc = MHD_queue_response(c, 200, r);
-	MHD_destroy_response(r);
-	return rc;
+	return stream_queue(q, c, r);
 }
 
 /* ---- the RPCs ---- */
@@ -518,6 +541,202 @@ static int selector(struct req *q, const cJSON *o)
 	return -1;
 }
 
+/* ---- a directory's events, streamed (filesystem.Filesystem/WatchDir) ---- */
+
+struct wdstream {
+	struct server *s;
+	struct serve_sbx *x;
+	struct live_watch *w;
+	char *root; /* the directory watched: an event's name is relative to it */
+	struct sclock clock;
+	struct moat_buf line, pending;
+	size_t off;
+	bool done;
+};
+
+/* A FilesystemEvent of path (under root) and E2B's type. */
+static void fs_event(struct wdstream *p, const char *path, const char *type)
+{
+	size_t rl = strlen(p->root);
+	const char *nm = path;
+	if (!strncmp(path, p->root, rl) && path[rl] == '/')
+		nm = path + rl + 1;
+	struct moat_buf j = { 0 };
+	moat_buf_append(&j, "{\"filesystem\":{\"name\":", 22);
+	moat_buf_append_json_string(&j, nm, strlen(nm));
+	moat_buf_appendf(&j, ",\"type\":\"EVENT_TYPE_%s\"}}", type);
+	if (j.oom)
+		p->pending.oom = true;
+	else
+		frame(&p->pending, 0, j.data, j.len);
+	moat_buf_free(&j);
+}
+
+/* The native watch's NDJSON line as E2B's events: a rename is E2B's (the
+ * old name's RENAME, the new name's CREATE); an overflow or the directory's
+ * end ends the stream with an error, never silently. */
+static void wd_line(struct wdstream *p)
+{
+	MOAT_AUTO(cJSON) cJSON *o = cJSON_ParseWithLength(p->line.data, p->line.len);
+	p->line.len = 0;
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
+	const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "path");
+	const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "from");
+	if (!cJSON_IsString(t)) {
+		end_frame(&p->pending, "internal", "an event moat could not read");
+		p->done = true;
+		return;
+	}
+	const char *ty = t->valuestring;
+	if (!strcmp(ty, "overflow")) {
+		end_frame(&p->pending, "data_loss", "events were lost (the queue overflowed): "
+			  "watch again and list the directory");
+		p->done = true;
+	} else if (!strcmp(ty, "end")) {
+		end_frame(&p->pending, "not_found", "the directory watched was removed or moved");
+		p->done = true;
+	} else if (!cJSON_IsString(path)) {
+		end_frame(&p->pending, "internal", "an event moat could not read");
+		p->done = true;
+	} else if (!strcmp(ty, "rename") && cJSON_IsString(from)) {
+		fs_event(p, from->valuestring, "RENAME");
+		fs_event(p, path->valuestring, "CREATE");
+	} else if (!strcmp(ty, "create") || !strcmp(ty, "write") || !strcmp(ty, "remove")) {
+		fs_event(p, path->valuestring, !strcmp(ty, "create") ? "CREATE"
+					       : !strcmp(ty, "write") ? "WRITE" : "REMOVE");
+	}
+}
+
+static ssize_t wdstream_read(void *cls, uint64_t pos, char *buf, size_t max)
+{
+	struct wdstream *p = cls;
+	(void)pos;
+	for (;;) {
+		if (p->off < p->pending.len) {
+			size_t n = p->pending.len - p->off < max ? p->pending.len - p->off : max;
+			memcpy(buf, p->pending.data + p->off, n);
+			p->off += n;
+			if (p->off == p->pending.len)
+				p->pending.len = p->off = 0;
+			return (ssize_t)n;
+		}
+		if (p->done)
+			return MHD_CONTENT_READER_END_OF_STREAM;
+		if (p->pending.oom || p->line.oom)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		int64_t now = mono_ms();
+		if (p->clock.deadline && now >= p->clock.deadline) {
+			end_frame(&p->pending, "deadline_exceeded",
+				  "the call's timeout (Connect-Timeout-Ms) passed");
+			p->done = true;
+			continue;
+		}
+		if (now - p->clock.last >= p->clock.keepalive_ms) {
+			const char *ka = "{\"keepalive\":{}}";
+			frame(&p->pending, 0, ka, strlen(ka));
+			p->clock.last = now;
+			continue;
+		}
+		enum live_event ev = live_watch_next(p->w, WAIT_MS, p->clock.client, &p->line);
+		if (ev == LIVE_EV_HANGUP)
+			return MHD_CONTENT_READER_END_WITH_ERROR;
+		if (ev == LIVE_EV_STDOUT || ev == LIVE_EV_EXIT) {
+			wd_line(p);
+			p->clock.last = now;
+			if (ev == LIVE_EV_EXIT && !p->done) {
+				end_frame(&p->pending, "not_found",
+					  "the directory watched was removed or moved");
+				p->done = true;
+			}
+		} else if (ev == LIVE_EV_END) {
+			end_frame(&p->pending, "unavailable", "the sandbox is not running anymore");
+			p->done = true;
+		}
+	}
+}
+
+static void wdstream_free(void *cls)
+{
+	struct wdstream *p = cls;
+	live_watch_close(p->w);
+	if (p->clock.client >= 0)
+		close(p->clock.client);
+	moat_buf_free(&p->line);
+	moat_buf_free(&p->pending);
+	free(p->root);
+	serve_sbx_end(p->s->sandboxes, p->x);
+	serve_sbx_put(p->s->sandboxes, p->x);
+	free(p);
+}
+
+/* WatchDirRequest {"path","recursive"} on the native watch
+ * (docs/SANDBOXES.md): the start event once the watch is set, then the
+ * directory's events. includeEntry is refused, not ignored. */
+static enum MHD_Result watch_dir(struct req *q, struct MHD_Connection *c, const cJSON *o)
+{
+	const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "path");
+	const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recursive");
+	const cJSON *entry = cJSON_GetObjectItemCaseSensitive(o, "includeEntry");
+	if (!cJSON_IsString(path) || (rec && !cJSON_IsBool(rec)))
+		return bad(q, c, "\"path\" a string, \"recursive\" a boolean");
+	if (cJSON_IsTrue(entry))
+		return rpc_fail(q, c, "unimplemented",
+				"includeEntry is not supported by moat (docs/E2B.md)");
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	struct wdstream *p = calloc(1, sizeof *p);
+	if (!p)
+		return MHD_NO;
+	if (!(p->root = sbx_path(path->valuestring))) {
+		free(p);
+		return bad(q, c, "the path must be under /sandbox (E2B's /home/user) or /tmp");
+	}
+	if (live_watch_open(serve_sbx_live(q->sbx), p->root, cJSON_IsTrue(rec), &p->w, &err) < 0) {
+		free(p->root);
+		free(p);
+		if (err.sys_errno == EMFILE)
+			return rpc_fail(q, c, "resource_exhausted",
+					"at most 8 directory watches at once per sandbox");
+		if (err.sys_errno == E2BIG)
+			return rpc_fail(q, c, "resource_exhausted",
+					"the tree is too large to watch (at most 1024 directories, "
+					"32 levels deep)");
+		return op_fail(q, c, &err);
+	}
+	p->s = q->s;
+	p->x = q->sbx;
+	stream_clock(q, c, &p->clock);
+	const char *start = "{\"start\":{}}";
+	frame(&p->pending, 0, start, strlen(start));
+	struct MHD_Response *r = MHD_create_response_from_callback(MHD_SIZE_UNKNOWN, CHUNK,
+								   wdstream_read, p, wdstream_free);
+	if (!r) {
+		live_watch_close(p->w);
+		if (p->clock.client >= 0)
+			close(p->clock.client);
+		moat_buf_free(&p->pending);
+		free(p->root);
+		free(p);
+		return MHD_NO;
+	}
+	return stream_queue(q, c, r);
+}
+
+/* A PTY message {"size":{"rows","cols"}}: each 1..LIVE_MAX_WINSIZE. */
+static int pty_size(const cJSON *pty, unsigned *rows, unsigned *cols)
+{
+	const cJSON *size = cJSON_GetObjectItemCaseSensitive(pty, "size");
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(size, "rows");
+	const cJSON *cl = cJSON_GetObjectItemCaseSensitive(size, "cols");
+	if (!cJSON_IsNumber(r) || !cJSON_IsNumber(cl) || r->valuedouble < 1 ||
+	    r->valuedouble > LIVE_MAX_WINSIZE || cl->valuedouble < 1 ||
+	    cl->valuedouble > LIVE_MAX_WINSIZE || r->valuedouble != floor(r->valuedouble) ||
+	    cl->valuedouble != floor(cl->valuedouble))
+		return -1;
+	*rows = (unsigned)r->valuedouble;
+	*cols = (unsigned)cl->valuedouble;
+	return 0;
+}
+
 static enum MHD_Result p_start(struct req *q, struct MHD_Connection *c, cJSON *o)
 {
 	cJSON *proc = cJSON_GetObjectItemCaseSensitive(o, "process");
@@ -530,8 +749,9 @@ static enum MHD_Result p_start(struct req *q, struct MHD_Connection *c, cJSON *o
 	const cJSON *in = cJSON_GetObjectItemCaseSensitive(o, "stdin");
 	if (cJSON_IsString(tag) && strlen(tag->valuestring) > E2B_MAX_TAG)
 		return bad(q, c, "\"tag\": at most 256 bytes");
-	if (pty && !cJSON_IsNull(pty))
-		return rpc_fail(q, c, "unimplemented", "PTYs are not supported by moat (docs/E2B.md)");
+	unsigned rows = 0, cols = 0;
+	if (pty && !cJSON_IsNull(pty) && pty_size(pty, &rows, &cols) < 0)
+		return bad(q, c, "\"pty\": {\"size\": {\"rows\", \"cols\"}}, each 1-1000");
 	if (!cJSON_IsString(cmd) || !cmd->valuestring[0] || (args && !cJSON_IsArray(args)) ||
 	    cJSON_GetArraySize(args) > (int)SERVE_SBX_MAX_ARGS - 1 ||
 	    (envs && !cJSON_IsObject(envs)) || cJSON_GetArraySize(envs) > (int)SERVE_SBX_MAX_ARGS ||
@@ -573,7 +793,8 @@ static enum MHD_Result p_start(struct req *q, struct MHD_Connection *c, cJSON *o
 		}
 	}
 	struct live_exec spec = { .argv = av, .argc = argc, .env = (const char *const *)ev,
-				  .envc = envc, .cwd = dir, .stdin_open = cJSON_IsTrue(in) };
+				  .envc = envc, .cwd = dir, .stdin_open = cJSON_IsTrue(in),
+				  .pty = rows > 0, .rows = rows, .cols = cols };
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	int pid;
 	if (live_exec(serve_sbx_live(q->sbx), &spec, &pid, &err) < 0) {
@@ -758,12 +979,22 @@ static enum MHD_Result p_control(struct req *q, struct MHD_Connection *c, const 
 	case E_P_INPUT: {
 		const cJSON *in = cJSON_GetObjectItemCaseSensitive(o, "input");
 		const cJSON *data = cJSON_GetObjectItemCaseSensitive(in, "stdin");
-		if (cJSON_GetObjectItemCaseSensitive(in, "pty"))
-			return rpc_fail(q, c, "unimplemented", "PTYs are not supported by moat");
+		const cJSON *tty = cJSON_GetObjectItemCaseSensitive(in, "pty");
+		struct live_proc_info info;
+		if (live_wait(lv, pid, 0, &info, &err) < 0)
+			return op_fail(q, c, &err);
+		if (tty && data)
+			return bad(q, c, "\"input\": one of \"stdin\" and \"pty\"");
+		if (tty)
+			data = tty;
+		if ((tty != NULL) != info.pty) /* the input a process has: never another's */
+			return rpc_fail(q, c, "failed_precondition",
+					tty ? "the process has no PTY: send \"stdin\""
+					    : "the process runs on a PTY: send \"pty\"");
 		MOAT_AUTOFREE char *bytes = NULL;
 		size_t n = 0;
 		if (!cJSON_IsString(data) || b64_decode(data->valuestring, &bytes, &n) < 0)
-			return bad(q, c, "\"input\": {\"stdin\": base64 bytes}");
+			return bad(q, c, "\"input\": {\"stdin\" or \"pty\": base64 bytes}");
 		size_t done = 0;
 		while (done < n) { /* all of it, or the error: E2B's input is never cut */
 			ssize_t w = live_stdin_write(lv, pid, bytes + done, n - done,
@@ -774,6 +1005,17 @@ static enum MHD_Result p_control(struct req *q, struct MHD_Connection *c, const 
 				return rpc_fail(q, c, "deadline_exceeded",
 						"the process did not read its stdin for 10 s");
 			done += (size_t)w;
+		}
+		break;
+	}
+	case E_P_UPDATE: { /* UpdateRequest: the PTY's size (the only thing E2B updates) */
+		unsigned rows, cols;
+		if (pty_size(cJSON_GetObjectItemCaseSensitive(o, "pty"), &rows, &cols) < 0)
+			return bad(q, c, "\"pty\": {\"size\": {\"rows\", \"cols\"}}, each 1-1000");
+		if (live_resize(lv, pid, rows, cols, &err) < 0) {
+			if (err.sys_errno == ENOTTY)
+				return rpc_fail(q, c, "failed_precondition", "the process has no PTY");
+			return op_fail(q, c, &err);
 		}
 		break;
 	}
@@ -1104,8 +1346,8 @@ enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const ch
 					  : "a unary call takes application/json (the JSON codec)");
 	if (e->op == E_UNIMPL)
 		return rpc_fail(q, c, "unimplemented",
-				"not supported by moat (docs/E2B.md): PTYs, input streams, and "
-				"directory watchers");
+				"not supported by moat (docs/E2B.md): input streams and polling "
+				"watchers (CreateWatcher: use WatchDir)");
 	const char *tm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connect-Timeout-Ms");
 	if (tm) {
 		char *end;
@@ -1141,7 +1383,10 @@ enum MHD_Result e2b_envd_body(struct req *q, struct MHD_Connection *c)
 	case E_P_INPUT:
 	case E_P_SIGNAL:
 	case E_P_CLOSE:
+	case E_P_UPDATE:
 		return p_control(q, c, o);
+	case E_FS_WATCH:
+		return watch_dir(q, c, o);
 	default:
 		return fs_op(q, c, o);
 	}

@@ -470,10 +470,84 @@ T('serve.e2b.keys: each key sees and reaches only the sandboxes it made', async 
   }
 });
 
-T('what moat lacks fails loudly: watchDir, pty (unimplemented); a killed sandbox is not running', async () => {
+// waits (up to 20 s) until pred(events) holds
+async function until(events, pred, what) {
+  for (let i = 0; i < 200 && !pred(events); i++) await new Promise((r) => setTimeout(r, 100));
+  assert.ok(pred(events), `${what}: saw ${JSON.stringify(events)}`);
+}
+
+T('files.watchDir: a file written, renamed and removed, in order; recursive sees a subdirectory; the watch stops', async () => {
   const sbx = await e2b.Sandbox.create();
-  await assert.rejects(sbx.files.watchDir('.', () => {}), /\[unimplemented\].*not supported by moat/);
-  await assert.rejects(sbx.pty.create({ cols: 80, rows: 24 }), /\[unimplemented\] PTYs are not supported by moat/);
+  try {
+    await sbx.files.makeDir('w/sub');
+    const events = [];
+    const handle = await sbx.files.watchDir('w', (e) => events.push(`${e.type} ${e.name}`));
+    await sbx.files.write('w/a.txt', 'hello');
+    await until(events, (ev) => ev.includes('write a.txt'), 'a write');
+    await sbx.files.rename('w/a.txt', 'w/b.txt');
+    await sbx.files.remove('w/b.txt');
+    await until(events, (ev) => ev.includes('remove b.txt'), 'a remove');
+    const at = (x) => events.indexOf(x);
+    assert.ok(at('create a.txt') >= 0 && at('create a.txt') < at('write a.txt'), events.join());
+    assert.ok(at('write a.txt') < at('rename a.txt') && at('rename a.txt') < at('create b.txt') &&
+      at('create b.txt') < at('remove b.txt'), events.join());
+    // not recursive: nothing of w/sub's own files
+    await sbx.files.write('w/sub/deep.txt', 'x');
+    await sbx.files.write('w/marker', 'x');
+    await until(events, (ev) => ev.includes('create marker'), 'the marker');
+    assert.ok(!events.some((e) => e.includes('deep.txt')), events.join());
+    await handle.stop();
+
+    const deep = [];
+    const rec = await sbx.files.watchDir('/home/user/w', (e) => deep.push(`${e.type} ${e.name}`), { recursive: true });
+    await sbx.files.write('w/sub/deep2.txt', 'y');
+    await until(deep, (ev) => ev.includes('create sub/deep2.txt'), 'a recursive create');
+    await rec.stop();
+
+    // the directory removed ends the watch with an error, never silently
+    let gone;
+    const exited = new Promise((resolve) => { gone = resolve; });
+    await sbx.files.watchDir('w/sub', () => {}, { onExit: (e) => gone(e) });
+    await sbx.files.remove('w/sub');
+    const why = await exited;
+    assert.match(String(why && why.message), /removed or moved/);
+
+    // what is not a directory is refused with the SDK's own errors
+    await assert.rejects(sbx.files.watchDir('nope', () => {}), e2b.FileNotFoundError);
+    await assert.rejects(sbx.files.watchDir('/etc', () => {}), e2b.InvalidArgumentError);
+  } finally {
+    await sbx.kill();
+  }
+});
+
+T('pty: create runs a shell on a terminal (tty, stty size), sendInput, resize, kill', async () => {
+  const sbx = await e2b.Sandbox.create();
+  try {
+    let out = '';
+    const dec = new TextDecoder();
+    const term = await sbx.pty.create({ cols: 80, rows: 24, onData: (d) => { out += dec.decode(d, { stream: true }); } });
+    const seen = (re) => until([], () => re.test(out), `${re} in the terminal's output ${JSON.stringify(out)}`);
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('tty; echo "size=$(stty size)"\n'));
+    await seen(/^\/dev\/pts\/\d+\r?$/m);
+    await seen(/size=24 80/);
+    await sbx.pty.resize(term.pid, { cols: 100, rows: 30 });
+    await sbx.pty.sendInput(term.pid, new TextEncoder().encode('echo "size=$(stty size)"\n'));
+    await seen(/size=30 100/);
+    // a pty's input is the terminal's: a command without one is refused, not fed
+    const bg = await sbx.commands.run('sleep 30', { background: true, stdin: true });
+    await assert.rejects(sbx.pty.sendInput(bg.pid, new TextEncoder().encode('x')), /no PTY/);
+    await assert.rejects(sbx.pty.resize(bg.pid, { cols: 10, rows: 10 }), /no PTY/);
+    await bg.kill();
+    assert.equal(await sbx.pty.kill(term.pid), true);
+    const end = await term.wait().then(() => null, (e) => e);
+    assert.ok(end === null || end instanceof e2b.CommandExitError, String(end));
+  } finally {
+    await sbx.kill();
+  }
+});
+
+T('a killed sandbox is not running; envd then answers as E2B does', async () => {
+  const sbx = await e2b.Sandbox.create();
   assert.equal(await sbx.isRunning(), true);
   await sbx.kill();
   assert.equal(await sbx.isRunning(), false);
