@@ -612,14 +612,8 @@ static ssize_t wdstream_read(void *cls, uint64_t pos, char *buf, size_t max)
 	struct wdstream *p = cls;
 	(void)pos;
 	for (;;) {
-		if (p->off < p->pending.len) {
-			size_t n = p->pending.len - p->off < max ? p->pending.len - p->off : max;
-			memcpy(buf, p->pending.data + p->off, n);
-			p->off += n;
-			if (p->off == p->pending.len)
-				p->pending.len = p->off = 0;
-			return (ssize_t)n;
-		}
+		if (p->off < p->pending.len)
+			return srv_pending_take(&p->pending, &p->off, buf, max);
 		if (p->done)
 			return MHD_CONTENT_READER_END_OF_STREAM;
 		if (p->pending.oom || p->line.oom)
