@@ -58,12 +58,33 @@ function request(method, p, body, headers = {}) {
   });
 }
 
+// A prepared root of the test's own (a template, serve.e2b.templates): the
+// directories a root needs, bash with the libraries ldd names, and a marker file
+// the default root does not have.
+function markedRoot() {
+  const r = path.join(tmp, 'marked-root');
+  fs.chmodSync(tmp, 0o711); // the sandbox's setup reaches the root through it
+  for (const d of ['proc', 'dev', 'tmp', 'sandbox', 'opt/moat/runtime', 'etc', 'bin']) {
+    fs.mkdirSync(path.join(r, d), { recursive: true });
+  }
+  fs.copyFileSync('/bin/bash', path.join(r, 'bin/bash'));
+  fs.chmodSync(path.join(r, 'bin/bash'), 0o755);
+  const ldd = require('node:child_process').execFileSync('ldd', ['/bin/bash']).toString();
+  for (const m of ldd.matchAll(/(\/\S+) \(0x/g)) {
+    fs.mkdirSync(path.join(r, path.dirname(m[1])), { recursive: true });
+    fs.copyFileSync(m[1], path.join(r, m[1]));
+  }
+  fs.writeFileSync(path.join(r, 'marker'), 'marked root\n');
+  return r;
+}
+
 test.before(async () => {
   if (skip) return;
   const tokenFile = path.join(tmp, 'token');
   fs.writeFileSync(tokenFile, `${KEY}\n`, { mode: 0o600 });
   const config = path.join(tmp, 'config.json');
-  fs.writeFileSync(config, JSON.stringify({ serve: { e2b: { keys: [KEY_A, KEY_B] } } }));
+  fs.writeFileSync(config, JSON.stringify({ serve: { e2b: { keys: [KEY_A, KEY_B],
+    templates: { marked: markedRoot() } } } }));
   port = await freePort();
   const child = spawn(MOAT, ['serve', '--listen', `127.0.0.1:${port}`, '--token-file', tokenFile, '--no-kv',
     '--config', config,
@@ -256,6 +277,23 @@ T('Sandbox.connect gives back a working sandbox (its access token)', async () =>
     await sbx.files.write('x.txt', 'kept');
     const again = await e2b.Sandbox.connect(sbx.sandboxId);
     assert.equal(await again.files.read('x.txt'), 'kept');
+  });
+});
+
+T('templates: Sandbox.create(\'marked\') runs on the operator\'s root for it; Sandbox.create() does not', async () => {
+  await withSandbox('marked', async (sbx) => {
+    const r = await sbx.commands.run('read -r m < /marker; echo "$m"');
+    assert.equal(r.stdout, 'marked root\n');
+    assert.equal((await sbx.commands.run('echo $UID')).stdout, '65534\n'); // the same identity
+    assert.equal((await e2b.Sandbox.getInfo(sbx.sandboxId)).templateId, 'marked');
+    const listed = await e2b.Sandbox.list().nextItems();
+    assert.equal(listed.find((x) => x.sandboxId === sbx.sandboxId).templateId, 'marked');
+    // one sandbox's root is not another's, made while this one lives
+    await withSandbox({}, async (plain) => {
+      const p = await plain.commands.run('test -e /marker && echo yes || echo no');
+      assert.equal(p.stdout, 'no\n');
+      assert.equal((await e2b.Sandbox.getInfo(plain.sandboxId)).templateId, 'base');
+    });
   });
 });
 

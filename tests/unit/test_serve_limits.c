@@ -68,6 +68,60 @@ START_TEST(limits_e2b_keys)
 }
 END_TEST
 
+/* serve.e2b.templates: names E2B allows, roots absolute existing directories,
+ * at most 64; the lookup finds each name's root and nothing else. */
+START_TEST(limits_e2b_templates)
+{
+	struct serve_limits l;
+	struct moat_error err = { 0 };
+	serve_limits_default(&l);
+	const char *ok = "{\"e2b\":{\"keys\":[],\"templates\":{\"marked\":\"/tmp\","
+			 "\"base\":\"/\",\"my_tpl-2\":\"/usr\"}}}";
+	ck_assert_int_eq(serve_limits_parse(ok, &l, &err), 0);
+	ck_assert_uint_eq(l.e2b_ntemplates, 3);
+	ck_assert_str_eq(serve_limits_e2b_template(&l, "marked"), "/tmp");
+	ck_assert_str_eq(serve_limits_e2b_template(&l, "base"), "/");
+	ck_assert_str_eq(serve_limits_e2b_template(&l, "my_tpl-2"), "/usr");
+	ck_assert_ptr_null(serve_limits_e2b_template(&l, "mark"));
+	ck_assert_ptr_null(serve_limits_e2b_template(&l, "/tmp"));
+	serve_limits_free(&l);
+	ck_assert_ptr_null(serve_limits_e2b_template(&l, "marked"));
+	static const char *const bad[] = {
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"tmp\"}}}",	  /* relative */
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"/no/such/dir\"}}}",
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"/etc/passwd\"}}}", /* a file */
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":7}}}",
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"X\":\"/tmp\"}}}",	  /* upper case */
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"a/b\":\"/tmp\"}}}",
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"\":\"/tmp\"}}}",
+		"{\"e2b\":{\"keys\":[],\"templates\":[\"/tmp\"]}}",
+		"{\"e2b\":{\"templates\":{\"x\":\"/tmp\"}}}", /* keys stay required */
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		serve_limits_default(&l);
+		ck_assert_msg(serve_limits_parse(bad[i], &l, &err) < 0, "%s", bad[i]);
+		ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+		moat_error_clear(&err);
+		serve_limits_free(&l);
+	}
+	/* a 65-byte name, and 65 templates */
+	struct moat_buf b = { 0 };
+	moat_buf_appendf(&b, "{\"e2b\":{\"keys\":[],\"templates\":{\"%065d\":\"/tmp\"}}}", 0);
+	serve_limits_default(&l);
+	ck_assert_int_lt(serve_limits_parse(b.data, &l, &err), 0);
+	moat_error_clear(&err);
+	moat_buf_free(&b);
+	moat_buf_appendf(&b, "{\"e2b\":{\"keys\":[],\"templates\":{");
+	for (int i = 0; i < 65; i++)
+		moat_buf_appendf(&b, "%s\"t%d\":\"/tmp\"", i ? "," : "", i);
+	moat_buf_appendf(&b, "}}}");
+	ck_assert_int_lt(serve_limits_parse(b.data, &l, &err), 0);
+	moat_error_clear(&err);
+	moat_buf_free(&b);
+	serve_limits_free(&l);
+}
+END_TEST
+
 START_TEST(limits_parse)
 {
 	struct serve_limits l;
@@ -879,6 +933,7 @@ void serve_limits_tests(TCase *tc)
 {
 	tcase_add_test(tc, limits_parse);
 	tcase_add_test(tc, limits_e2b_keys);
+	tcase_add_test(tc, limits_e2b_templates);
 	tcase_add_test(tc, limits_message_names_key);
 	tcase_add_test(tc, limits_apply);
 	tcase_add_test(tc, script_error_lines);
