@@ -235,6 +235,55 @@ T('a 20 MiB binary up (multipart) and down keeps its hash', async () => {
   });
 });
 
+T('gzip uploads: files.write({gzip: true}) is inflated into the file; gzip members in a row; not gzip is a 400', async () => {
+  await withSandbox({}, async (sbx) => {
+    const data = crypto.randomBytes(3 << 20);
+    const want = crypto.createHash('sha256').update(data).digest('hex');
+    await sbx.files.write('up.gz.bin', data.buffer.slice(data.byteOffset, data.byteOffset + data.length),
+      { gzip: true });
+    assert.equal((await sbx.commands.run('sha256sum up.gz.bin')).stdout.split(' ')[0], want);
+    // Accept-Encoding: gzip (the SDK's read option) is answered uncompressed
+    const back = await sbx.files.read('up.gz.bin', { format: 'bytes', gzip: true });
+    assert.equal(crypto.createHash('sha256').update(back).digest('hex'), want);
+    const zlib = require('node:zlib');
+    const h = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983',
+      'X-Access-Token': sbx.envdAccessToken, 'Content-Type': 'application/octet-stream',
+      'Content-Encoding': 'gzip' };
+    const two = Buffer.concat([zlib.gzipSync('one,'), zlib.gzipSync('two')]);
+    const r = await request('POST', '/e2b/envd/files?path=two.txt', two, h);
+    assert.equal(r.status, 200, r.body.toString());
+    assert.equal(await sbx.files.read('two.txt'), 'one,two');
+    const bad = await request('POST', '/e2b/envd/files?path=bad.txt', Buffer.from('not gzip at all'), h);
+    assert.equal(bad.status, 400);
+    assert.match(JSON.parse(bad.body).message, /not gzip/);
+    const cut = zlib.gzipSync(Buffer.alloc(1 << 16, 7));
+    const short = await request('POST', '/e2b/envd/files?path=cut.txt', cut.subarray(0, cut.length - 9), h);
+    assert.equal(short.status, 400);
+    assert.match(JSON.parse(short.body).message, /ends early/);
+  });
+});
+
+T('a gzip bomb (1.5 GiB inflated from 1.5 MB) stops at the upload\'s bound with an error, the service\'s memory unchanged', async () => {
+  await withSandbox({}, async (sbx) => {
+    const zlib = require('node:zlib');
+    const member = zlib.gzipSync(Buffer.alloc(64 << 20), { level: 9 });
+    const bomb = Buffer.concat(Array(24).fill(member)); // 24 x 64 MiB of zeros
+    const hwm = () => Number(/VmHWM:\s+(\d+)/.exec(fs.readFileSync(`/proc/${srv.child.pid}/status`, 'utf8'))[1]);
+    const before = hwm();
+    const r = await request('POST', '/e2b/envd/files?path=bomb.bin', bomb, {
+      'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': sbx.envdAccessToken,
+      'Content-Type': 'application/octet-stream', 'Content-Encoding': 'gzip' });
+    // the sandbox's disk (its 64 MiB tmpfs) or the 1 GiB file bound, whichever first
+    assert.ok(r.status === 507 || r.status === 413, `${r.status} ${r.body}`);
+    assert.match(JSON.parse(r.body).message, /space|larger than 1 GiB/);
+    const grew = hwm() - before; // kB
+    assert.ok(grew < 48 * 1024, `moat serve's peak RSS grew ${grew} kB`);
+    const size = Number((await sbx.commands.run('stat -c %s bomb.bin')).stdout);
+    assert.ok(size <= 1 << 30, `${size}`);
+    assert.equal((await sbx.commands.run('echo alive')).stdout, 'alive\n');
+  });
+});
+
 T('Sandbox.list: metadata filter, paging; getInfo; setTimeout', async () => {
   const tag = crypto.randomBytes(4).toString('hex');
   const a = await e2b.Sandbox.create({ metadata: { run: tag, who: 'a' } });
