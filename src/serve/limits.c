@@ -136,14 +136,17 @@ static int parse_templates(const cJSON *obj, struct serve_limits *l, struct moat
 	for (const cJSON *t = obj->child; t; t = t->next) {
 		const char *name = t->string ? t->string : "";
 		size_t nl = strlen(name);
-		bool ok = nl >= 1 && nl <= SERVE_E2B_MAX_TEMPLATE_NAME;
+		/* cJSON keeps a repeated key: the first would win, silently */
+		bool ok = nl >= 1 && nl <= SERVE_E2B_MAX_TEMPLATE_NAME &&
+			  cJSON_GetObjectItemCaseSensitive(obj, name) == t;
 		for (size_t i = 0; ok && i < nl; i++)
 			ok = strchr("abcdefghijklmnopqrstuvwxyz0123456789_-", name[i]) != NULL;
 		if (!ok) {
 			moat_buf_free(&b);
 			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 					      "config serve.e2b.templates: a template's name is 1 to "
-					      "%u of a-z, 0-9, _ and -", SERVE_E2B_MAX_TEMPLATE_NAME);
+					      "%u of a-z, 0-9, _ and -, each once",
+					      SERVE_E2B_MAX_TEMPLATE_NAME);
 		}
 		struct stat st;
 		const char *dir = cJSON_IsString(t) ? t->valuestring : "";

@@ -95,6 +95,7 @@ START_TEST(limits_e2b_templates)
 		"{\"e2b\":{\"keys\":[],\"templates\":{\"a/b\":\"/tmp\"}}}",
 		"{\"e2b\":{\"keys\":[],\"templates\":{\"\":\"/tmp\"}}}",
 		"{\"e2b\":{\"keys\":[],\"templates\":[\"/tmp\"]}}",
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"/tmp\",\"x\":\"/usr\"}}}",
 		"{\"e2b\":{\"templates\":{\"x\":\"/tmp\"}}}", /* keys stay required */
 	};
 	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
