@@ -8,6 +8,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "core/cleanup.h"
 #include "serve/internal.h"
 
 #define MAX_TIMEOUT_MS (24ull * 3600 * 1000)
@@ -156,6 +157,25 @@ static int parse_templates(const cJSON *obj, struct serve_limits *l, struct moat
 					      "config serve.e2b.templates.%s: the root must be an "
 					      "absolute path to an existing directory (as --rootfs)",
 					      name);
+		}
+		/* a prepared root's mount points (ns/plan.c checks them again at each
+		 * create): missing, every create on it would fail, told only there */
+		static const char *const need[] = { "proc", "dev", "tmp", "sandbox",
+						    "opt/moat/runtime" };
+		for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+			MOAT_AUTOFREE char *sub = NULL;
+			if (asprintf(&sub, "%s/%s", dir, need[i]) < 0) {
+				sub = NULL;
+				moat_buf_free(&b);
+				return moat_error_oom(err);
+			}
+			if (lstat(sub, &st) < 0 || !S_ISDIR(st.st_mode)) {
+				moat_buf_free(&b);
+				return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+						      "config serve.e2b.templates.%s: %s has no /%s "
+						      "directory (a prepared root, as --rootfs: "
+						      "rootfs/build-rootfs.sh)", name, dir, need[i]);
+			}
 		}
 		moat_buf_append(&b, name, nl + 1);
 		moat_buf_append(&b, dir, strlen(dir) + 1);

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -75,17 +76,47 @@ START_TEST(limits_e2b_templates)
 	struct serve_limits l;
 	struct moat_error err = { 0 };
 	serve_limits_default(&l);
-	const char *ok = "{\"e2b\":{\"keys\":[],\"templates\":{\"marked\":\"/tmp\","
-			 "\"base\":\"/\",\"my_tpl-2\":\"/usr\"}}}";
+	/* two prepared roots: the mount points a root needs */
+	char a[] = "/tmp/moat-tpl-a.XXXXXX", b2[] = "/tmp/moat-tpl-b.XXXXXX";
+	static const char *const need[] = { "proc", "dev", "tmp", "sandbox", "opt", "opt/moat",
+					    "opt/moat/runtime" };
+	ck_assert_ptr_nonnull(mkdtemp(a));
+	ck_assert_ptr_nonnull(mkdtemp(b2));
+	char sub[128];
+	for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+		snprintf(sub, sizeof sub, "%s/%s", a, need[i]);
+		ck_assert_int_eq(mkdir(sub, 0755), 0);
+		snprintf(sub, sizeof sub, "%s/%s", b2, need[i]);
+		ck_assert_int_eq(mkdir(sub, 0755), 0);
+	}
+	char ok[512];
+	snprintf(ok, sizeof ok, "{\"e2b\":{\"keys\":[],\"templates\":{\"marked\":\"%s\","
+		 "\"base\":\"%s\",\"my_tpl-2\":\"%s\"}}}", a, b2, a);
 	ck_assert_int_eq(serve_limits_parse(ok, &l, &err), 0);
 	ck_assert_uint_eq(l.e2b_ntemplates, 3);
-	ck_assert_str_eq(serve_limits_e2b_template(&l, "marked"), "/tmp");
-	ck_assert_str_eq(serve_limits_e2b_template(&l, "base"), "/");
-	ck_assert_str_eq(serve_limits_e2b_template(&l, "my_tpl-2"), "/usr");
+	ck_assert_str_eq(serve_limits_e2b_template(&l, "marked"), a);
+	ck_assert_str_eq(serve_limits_e2b_template(&l, "base"), b2);
+	ck_assert_str_eq(serve_limits_e2b_template(&l, "my_tpl-2"), a);
 	ck_assert_ptr_null(serve_limits_e2b_template(&l, "mark"));
-	ck_assert_ptr_null(serve_limits_e2b_template(&l, "/tmp"));
+	ck_assert_ptr_null(serve_limits_e2b_template(&l, a));
 	serve_limits_free(&l);
 	ck_assert_ptr_null(serve_limits_e2b_template(&l, "marked"));
+	/* a directory that is not a prepared root (no /sandbox) */
+	snprintf(sub, sizeof sub, "%s/sandbox", b2);
+	ck_assert_int_eq(rmdir(sub), 0);
+	snprintf(ok, sizeof ok, "{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"%s\"}}}", b2);
+	serve_limits_default(&l);
+	ck_assert_int_lt(serve_limits_parse(ok, &l, &err), 0);
+	ck_assert_ptr_nonnull(strstr(err.message, "no /sandbox directory"));
+	moat_error_clear(&err);
+	for (size_t i = sizeof need / sizeof need[0]; i-- > 0;) {
+		snprintf(sub, sizeof sub, "%s/%s", a, need[i]);
+		rmdir(sub);
+		snprintf(sub, sizeof sub, "%s/%s", b2, need[i]);
+		rmdir(sub);
+	}
+	ck_assert_int_eq(rmdir(a), 0);
+	ck_assert_int_eq(rmdir(b2), 0);
 	static const char *const bad[] = {
 		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"tmp\"}}}",	  /* relative */
 		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"/no/such/dir\"}}}",
