@@ -5,7 +5,8 @@ BUILD   := build
 comma   := ,
 empty   :=
 space   := $(empty) $(empty)
-PKGS    := libseccomp libcap libcjson libnl-3.0
+PKGS    := libseccomp libcap libcjson libnl-3.0 zlib
+# zlib: E2B's gzip uploads (src/serve/e2b_envd.c)
 # libcurl: headers at build time, loaded with dlopen only by the remote
 # providers, so a sandbox start does not load its ~30 libraries
 CURL_CFLAGS := $(shell pkg-config --cflags libcurl 2>/dev/null)
@@ -29,7 +30,7 @@ $(warning no static archive for: $(STATIC_MISSING); moat links all of $(STATIC_L
 endif
 ifeq ($(STATIC_DEPS)$(STATIC_MISSING),yes)
 MOAT_LIBS := -Wl,-Bstatic $(addprefix -l,$(STATIC_LIBS)) -Wl,-Bdynamic \
-             $(shell pkg-config --libs libcjson 2>/dev/null) -pthread -ldl -lm
+             $(shell pkg-config --libs libcjson zlib 2>/dev/null) -pthread -ldl -lm
 else
 MOAT_LIBS := $(PKG_LIBS)
 endif

@@ -4,7 +4,7 @@
 # FUZZ (make fuzz only) is optional: a host that cannot install it (not root,
 # or a release without clang-14) still gets everything make check needs.
 set -eu
-BUILD="gcc make pkg-config libseccomp-dev libcap-dev libnl-3-dev libcjson-dev libcurl4-openssl-dev check libsubunit-dev libnftnl-dev libmnl-dev libmicrohttpd-dev libhiredis-dev libsqlite3-dev"
+BUILD="gcc make pkg-config libseccomp-dev libcap-dev libnl-3-dev libcjson-dev zlib1g-dev libcurl4-openssl-dev check libsubunit-dev libnftnl-dev libmnl-dev libmicrohttpd-dev libhiredis-dev libsqlite3-dev"
 # make install (the man page) and make deb
 PKG="scdoc dpkg-dev debhelper fakeroot"
 RUNTIME="python3 nodejs esbuild bash"

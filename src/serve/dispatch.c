@@ -267,8 +267,9 @@ enum MHD_Result srv_on_request(void *cls, struct MHD_Connection *c, const char *
 	}
 	if (!q->is_post)
 		return MHD_YES;
-	if (*upload_data_size && q->e2b && (q->e2b->mp || q->e2b->defer_status)) {
-		srv_e2b_upload(q, upload_data, *upload_data_size); /* a multipart upload's files */
+	if (*upload_data_size && q->e2b && (q->e2b->mp || q->e2b->defer_status || q->e2b->gz)) {
+		/* a multipart upload's files, a gzip upload's bytes */
+		srv_e2b_upload(q, upload_data, *upload_data_size);
 		*upload_data_size = 0;
 		return MHD_YES;
 	}

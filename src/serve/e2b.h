@@ -52,6 +52,13 @@ struct e2b_req {
 	char id[SERVE_SBX_ID_LEN + 1];
 	struct e2b_mp *mp;  /* POST /files multipart */
 	bool raw_upload;    /* POST /files application/octet-stream (q->up_fd) */
+	/* POST /files with Content-Encoding: gzip (raw only): inflated as it
+	 * comes into gz_out (CHUNK bytes), each piece to q->up_fd, bounded as a
+	 * plain upload (srv_sandboxes_upload); gz_end: a member ended there,
+	 * gz_bad: not gzip */
+	struct z_stream_s *gz;
+	unsigned char *gz_out;
+	bool gz_end, gz_bad;
 	char *path;         /* POST /files: the file's path (raw) */
 	int64_t timeout_ms; /* Connect-Timeout-Ms: 0 none */
 	bool stream;        /* a Connect server stream (application/connect+json) */

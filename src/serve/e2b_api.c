@@ -188,7 +188,9 @@ static enum MHD_Result api_create(struct req *q, struct MHD_Connection *c)
 	if (!cJSON_IsString(t))
 		return e2b_fail(q, c, 400, O_BAD_REQUEST, "\"templateID\" is required");
 	const char *tmpl = t->valuestring;
-	if (strcmp(tmpl, "base") && strcmp(tmpl, "code-interpreter-v1")) {
+	/* the operator's roots (serve.e2b.templates) first: they may name base too */
+	const char *rootfs = serve_limits_e2b_template(&s->limits, tmpl);
+	if (!rootfs && strcmp(tmpl, "base") && strcmp(tmpl, "code-interpreter-v1")) {
 		char msg[160];
 		snprintf(msg, sizeof msg, "template '%.64s' not found", tmpl);
 		return e2b_fail(q, c, 404, O_BAD_REQUEST, msg);
@@ -269,7 +271,8 @@ static enum MHD_Result api_create(struct req *q, struct MHD_Connection *c)
 		snprintf(token + 2 * i, 3, "%02x", raw[i]);
 	struct serve_sbx *x = NULL;
 	/* E2B has no idle timeout: its timeout is the idle one too */
-	int rc = serve_sbx_create(s->sandboxes, q->cred, req, life, life, kv, nkv, &x, &err);
+	int rc = serve_sbx_create(s->sandboxes, q->cred, req, life, life, kv, nkv, rootfs, &x,
+				  &err);
 	if (rc < 0) {
 		e2b_rec_unreserve(e);
 		e2b_rec_drop(r);

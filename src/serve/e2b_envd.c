@@ -22,6 +22,7 @@
 #include <time.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
+#include <zlib.h>
 
 #include "core/cleanup.h"
 #include "live/live.h"
@@ -199,6 +200,9 @@ static const char *errno_msg(int e, const struct moat_error *err)
 		return "the sandbox is not running anymore";
 	case EXDEV:
 		return "/sandbox and /tmp are two filesystems: a move cannot cross them";
+	case ENOSPC:
+	case EDQUOT:
+		return "no space left on the sandbox's filesystem (its size is bounded)";
 	default:
 		return err && err->message ? err->message : "failed";
 	}
@@ -1116,6 +1120,45 @@ static void mp_part_end(struct req *q, struct e2b_mp *m)
 	moat_buf_append(&m->out, "}", 1);
 }
 
+/* A gzip upload's bytes: inflated a CHUNK at a time, each piece written
+ * (and counted against the file's bound) before the next is made; once the
+ * bound, a write or the stream fails, the rest is read and dropped. gzip's
+ * members may follow one another (as gunzip takes them). */
+static void gz_upload(struct req *q, const char *data, size_t n)
+{
+	struct e2b_req *e = q->e2b;
+	z_stream *z = e->gz;
+	z->next_in = (Bytef *)data;
+	z->avail_in = (uInt)n; /* n: one of libmicrohttpd's reads, far below 4 GiB */
+	while (!e->gz_bad && !q->up_errno && !q->up_too_large) {
+		if (e->gz_end) {
+			if (!z->avail_in)
+				break;
+			if (inflateReset(z) != Z_OK) { /* another member */
+				e->gz_bad = true;
+				break;
+			}
+			e->gz_end = false;
+		}
+		z->next_out = e->gz_out;
+		z->avail_out = CHUNK;
+		int rc = inflate(z, Z_NO_FLUSH);
+		size_t got = CHUNK - z->avail_out;
+		if (got)
+			srv_sandboxes_upload(q, (const char *)e->gz_out, got);
+		if (rc == Z_STREAM_END)
+			e->gz_end = true;
+		else if (rc != Z_OK && rc != Z_BUF_ERROR)
+			e->gz_bad = true;
+		else if (!z->avail_in && z->avail_out) /* all in, all out */
+			break;
+		else if (rc == Z_BUF_ERROR)
+			break;
+	}
+	z->next_in = NULL; /* data is libmicrohttpd's, for this call only */
+	z->avail_in = 0;
+}
+
 void srv_e2b_upload(struct req *q, const char *data, size_t n)
 {
 	struct e2b_mp *m = q->e2b->mp;
@@ -1123,6 +1166,10 @@ void srv_e2b_upload(struct req *q, const char *data, size_t n)
 		q->e2b->drained += n;
 		if (q->e2b->drained > SERVE_SBX_MAX_FILE)
 			q->up_too_large = true;
+		return;
+	}
+	if (q->e2b->gz) {
+		gz_upload(q, data, n);
 		return;
 	}
 	moat_buf_append(&m->hold, data, n);
@@ -1203,10 +1250,23 @@ static enum MHD_Result files_post_route(struct req *q, struct MHD_Connection *c)
 {
 	const char *ct = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Type");
 	const char *ce = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Content-Encoding");
-	if (ce && strcasecmp(ce, "identity"))
-		return files_defer(q, c, 400, "Content-Encoding (gzip) uploads are not supported by "
-				   "moat (docs/E2B.md): send the bytes as they are");
-	if (ct && !strncasecmp(ct, "multipart/form-data", 19)) {
+	bool gz = ce && !strcasecmp(ce, "gzip");
+	if (ce && !gz && strcasecmp(ce, "identity"))
+		return files_defer(q, c, 400, "Content-Encoding: gzip or identity only");
+	bool multipart = ct && !strncasecmp(ct, "multipart/form-data", 19);
+	if (gz && multipart)
+		return files_defer(q, c, 400, "Content-Encoding: gzip is taken for an "
+				   "application/octet-stream upload only (the SDK's gzip option)");
+	if (gz) {
+		struct e2b_req *e = q->e2b;
+		if (!(e->gz = calloc(1, sizeof *e->gz)) || !(e->gz_out = malloc(CHUNK)) ||
+		    inflateInit2(e->gz, 15 + 16) != Z_OK) { /* gzip's header and trailer */
+			free(e->gz); /* never initialised: nothing to end */
+			e->gz = NULL;
+			return e2b_fail(q, c, 500, O_ERROR, "out of memory");
+		}
+	}
+	if (multipart) {
 		if (!(q->e2b->mp = mp_new(ct)))
 			return files_defer(q, c, 400, "multipart/form-data needs a boundary of 1 to 70 "
 					   "characters");
@@ -1256,10 +1316,18 @@ static enum MHD_Result files_post_body(struct req *q, struct MHD_Connection *c)
 		moat_buf_append(&b, "]\n", 2);
 	} else {
 		if (q->up_too_large)
-			return e2b_fail(q, c, 413, O_BAD_REQUEST, "the file is larger than 1 GiB");
+			return e2b_fail(q, c, 413, O_BAD_REQUEST,
+					q->e2b->gz ? "the file is larger than 1 GiB (inflated: gzip)"
+						   : "the file is larger than 1 GiB");
 		if (q->up_errno)
 			return files_fail(q, c, q->up_errno, NULL);
 		moat_close_fd(&q->up_fd);
+		if (q->e2b->gz && (q->e2b->gz_bad || !q->e2b->gz_end))
+			return e2b_fail(q, c, 400, O_BAD_REQUEST,
+					q->e2b->gz_bad ? "the body is not gzip (Content-Encoding: gzip); "
+							 "the file holds what came before it"
+						       : "the gzip stream ends early; the file holds "
+							 "what came before its end");
 		const char *nm = base_name(q->e2b->path);
 		moat_buf_append(&b, "[{\"name\":", 9);
 		moat_buf_append_json_string(&b, nm, strlen(nm));

@@ -2,6 +2,8 @@
  * request's end). A leaf: nothing of the E2B files below it. */
 #include <stdlib.h>
 
+#include <zlib.h>
+
 #include "serve/e2b.h"
 
 void srv_e2b_req_free(struct e2b_req *r)
@@ -14,6 +16,11 @@ void srv_e2b_req_free(struct e2b_req *r)
 		free(r->mp->cur);
 		free(r->mp);
 	}
+	if (r->gz) {
+		inflateEnd(r->gz);
+		free(r->gz);
+	}
+	free(r->gz_out);
 	free(r->path);
 	free(r);
 }

@@ -37,6 +37,8 @@
 #define SERVE_MAX_RELAYS_LIMIT 1048576
 #define SERVE_MAX_DNS_LIMIT 65536
 #define SERVE_E2B_MAX_KEYS 64 /* serve.e2b.keys */
+#define SERVE_E2B_MAX_TEMPLATES 64 /* serve.e2b.templates */
+#define SERVE_E2B_MAX_TEMPLATE_NAME 64 /* a name there: [a-z0-9_-]{1,64} */
 struct serve_limits {
 	uint64_t def_timeout_ms, max_timeout_ms;
 	uint64_t def_memory_mb, max_memory_mb;
@@ -49,6 +51,11 @@ struct serve_limits {
 	 * its own credential on /e2b (docs/E2B.md); their hashes */
 	uint8_t e2b_keys[SERVE_E2B_MAX_KEYS][MOAT_SHA256_LEN];
 	unsigned e2b_nkeys;
+	/* "e2b": {"templates": {"name": "/abs/dir"}}: the roots E2B's templateID
+	 * names (checked at start: absolute, a directory); "name\0dir\0..."
+	 * (malloc'd, serve_limits_free), e2b_ntemplates pairs */
+	char *e2b_templates;
+	unsigned e2b_ntemplates;
 	int pool; /* "pool": warm sandboxes per language; -1: not set */
 	int pool_zygote; /* "poolZygote": 0 or 1; -1: not set */
 	/* the zygote's lifetime: "poolZygoteMaxChildren" (children it makes)
@@ -84,6 +91,10 @@ void serve_limits_default(struct serve_limits *l);
 /* The "serve" object of a config (JSON text; NULL: nothing to do). Unknown
  * keys, wrong types and a default above its max are SandboxConfigErrors. */
 int serve_limits_parse(const char *json, struct serve_limits *l, struct moat_error *err);
+/* What serve_limits_parse allocated (the templates); NULL-safe, idempotent. */
+void serve_limits_free(struct serve_limits *l);
+/* The root serve.e2b.templates names for name, else NULL (borrowed from l). */
+const char *serve_limits_e2b_template(const struct serve_limits *l, const char *name);
 /* Fills what the request did not give (MOAT_REQ_HAS_* in given) with the
  * defaults and refuses (SandboxPolicyError) what exceeds a max. */
 int serve_limits_apply(const struct serve_limits *l, struct moat_request *req, unsigned given,
@@ -387,10 +398,12 @@ bool serve_sbx_id_valid(const char *id);
 /* A new sandbox for cred (req: prepared, taken; meta: 2 x meta_count
  * malloc'd strings, taken): 0 and *out (a reference); -2 (503): the most
  * are live, past a budget (serve.sandboxes, named in *err), or stopping;
- * -1: *err. */
+ * -1: *err. rootfs: the operator's root for this one sandbox (an E2B
+ * template, borrowed for the service's life), or NULL: the service's. */
 int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 		     struct moat_request *req, uint64_t life_ms, uint64_t idle_ms, char **meta,
-		     size_t meta_count, struct serve_sbx **out, struct moat_error *err);
+		     size_t meta_count, const char *rootfs, struct serve_sbx **out,
+		     struct moat_error *err);
 /* The sandbox id names for cred (a reference), or NULL (404 alike:
  * none, another credential's, forgotten). */
 struct serve_sbx *serve_sbx_get(struct serve_sbxs *ss, const char *id,

@@ -3,10 +3,12 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cjson/cJSON.h>
 
+#include "core/cleanup.h"
 #include "serve/internal.h"
 
 #define MAX_TIMEOUT_MS (24ull * 3600 * 1000)
@@ -123,14 +125,84 @@ static int parse_sandboxes(const cJSON *obj, struct serve_limits *l, struct moat
 	return 0;
 }
 
-/* The "e2b" object: {"keys": ["e2b_<hex>", ...]} (docs/E2B.md). */
+/* serve.e2b.templates: {"name": "/abs/dir", ...} into l->e2b_templates. */
+static int parse_templates(const cJSON *obj, struct serve_limits *l, struct moat_error *err)
+{
+	if (!cJSON_IsObject(obj) || cJSON_GetArraySize(obj) > (int)SERVE_E2B_MAX_TEMPLATES)
+		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				      "config serve.e2b.templates must be {\"name\": \"/root/dir\", "
+				      "...} (at most %u)", SERVE_E2B_MAX_TEMPLATES);
+	struct moat_buf b = { 0 };
+	unsigned n = 0;
+	for (const cJSON *t = obj->child; t; t = t->next) {
+		const char *name = t->string ? t->string : "";
+		size_t nl = strlen(name);
+		/* cJSON keeps a repeated key: the first would win, silently */
+		bool ok = nl >= 1 && nl <= SERVE_E2B_MAX_TEMPLATE_NAME &&
+			  cJSON_GetObjectItemCaseSensitive(obj, name) == t;
+		for (size_t i = 0; ok && i < nl; i++)
+			ok = strchr("abcdefghijklmnopqrstuvwxyz0123456789_-", name[i]) != NULL;
+		if (!ok) {
+			moat_buf_free(&b);
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "config serve.e2b.templates: a template's name is 1 to "
+					      "%u of a-z, 0-9, _ and -, each once",
+					      SERVE_E2B_MAX_TEMPLATE_NAME);
+		}
+		struct stat st;
+		const char *dir = cJSON_IsString(t) ? t->valuestring : "";
+		if (dir[0] != '/' || stat(dir, &st) < 0 || !S_ISDIR(st.st_mode)) {
+			moat_buf_free(&b);
+			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+					      "config serve.e2b.templates.%s: the root must be an "
+					      "absolute path to an existing directory (as --rootfs)",
+					      name);
+		}
+		/* a prepared root's mount points (ns/plan.c checks them again at each
+		 * create): missing, every create on it would fail, told only there */
+		static const char *const need[] = { "proc", "dev", "tmp", "sandbox",
+						    "opt/moat/runtime" };
+		for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+			MOAT_AUTOFREE char *sub = NULL;
+			if (asprintf(&sub, "%s/%s", dir, need[i]) < 0) {
+				sub = NULL;
+				moat_buf_free(&b);
+				return moat_error_oom(err);
+			}
+			if (lstat(sub, &st) < 0 || !S_ISDIR(st.st_mode)) {
+				moat_buf_free(&b);
+				return moat_error_set(err, MOAT_ERR_CONFIG, 0,
+						      "config serve.e2b.templates.%s: %s has no /%s "
+						      "directory (a prepared root, as --rootfs: "
+						      "rootfs/build-rootfs.sh)", name, dir, need[i]);
+			}
+		}
+		moat_buf_append(&b, name, nl + 1);
+		moat_buf_append(&b, dir, strlen(dir) + 1);
+		if (b.oom) {
+			moat_buf_free(&b);
+			return moat_error_oom(err);
+		}
+		n++;
+	}
+	free(l->e2b_templates);
+	l->e2b_templates = b.data;
+	l->e2b_ntemplates = n;
+	return 0;
+}
+
+/* The "e2b" object: {"keys": ["e2b_<hex>", ...], "templates": {...}}
+ * (docs/E2B.md); "templates" may be left out. */
 static int parse_e2b(const cJSON *obj, struct serve_limits *l, struct moat_error *err)
 {
 	const cJSON *keys = cJSON_GetObjectItemCaseSensitive(obj, "keys");
-	if (!cJSON_IsObject(obj) || !cJSON_IsArray(keys) || cJSON_GetArraySize(obj) != 1 ||
+	const cJSON *tmpl = cJSON_GetObjectItemCaseSensitive(obj, "templates");
+	if (!cJSON_IsObject(obj) || !cJSON_IsArray(keys) ||
+	    cJSON_GetArraySize(obj) != 1 + (tmpl != NULL) ||
 	    cJSON_GetArraySize(keys) > (int)SERVE_E2B_MAX_KEYS)
 		return moat_error_set(err, MOAT_ERR_CONFIG, 0,
-				      "config serve.e2b must be {\"keys\": [...]} (at most %u keys)",
+				      "config serve.e2b must be {\"keys\": [...], \"templates\": "
+				      "{...}} (at most %u keys; templates may be left out)",
 				      SERVE_E2B_MAX_KEYS);
 	l->e2b_nkeys = 0;
 	for (const cJSON *k = keys->child; k; k = k->next) {
@@ -144,7 +216,26 @@ static int parse_e2b(const cJSON *obj, struct serve_limits *l, struct moat_error
 					      "128 lowercase hex digits (128 bits at least)");
 		moat_sha256(k->valuestring, n, l->e2b_keys[l->e2b_nkeys++]);
 	}
-	return 0;
+	return tmpl ? parse_templates(tmpl, l, err) : 0;
+}
+
+void serve_limits_free(struct serve_limits *l)
+{
+	free(l->e2b_templates);
+	l->e2b_templates = NULL;
+	l->e2b_ntemplates = 0;
+}
+
+const char *serve_limits_e2b_template(const struct serve_limits *l, const char *name)
+{
+	const char *p = l->e2b_templates;
+	for (unsigned i = 0; p && i < l->e2b_ntemplates; i++) {
+		const char *dir = p + strlen(p) + 1;
+		if (!strcmp(p, name))
+			return dir;
+		p = dir + strlen(dir) + 1;
+	}
+	return NULL;
 }
 
 /* The "sessions" object. */

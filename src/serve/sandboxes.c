@@ -312,7 +312,8 @@ unsigned serve_sbxs_max(const struct serve_sbxs *ss)
 
 int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 		     struct moat_request *req, uint64_t life_ms, uint64_t idle_ms, char **meta,
-		     size_t meta_count, struct serve_sbx **out, struct moat_error *err)
+		     size_t meta_count, const char *rootfs, struct serve_sbx **out,
+		     struct moat_error *err)
 {
 	*out = NULL;
 	struct serve_sbx *x = calloc(1, sizeof *x);
@@ -367,7 +368,13 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 		goto fail;
 	}
 	memcpy(x->cred, cred, MOAT_SHA256_LEN);
-	struct live_config lc = { .req = req, .opts = ss->cfg.opts,
+	/* another root: the service's options with it, copied by live_create */
+	struct moat_run_options own;
+	if (rootfs) {
+		own = *ss->cfg.opts;
+		own.rootfs_dir = rootfs;
+	}
+	struct live_config lc = { .req = req, .opts = rootfs ? &own : ss->cfg.opts,
 				  .backstop_ms = ss->cfg.max_life_ms + BACKSTOP_SLACK_MS };
 	if (live_create(&lc, &x->lv, err) < 0)
 		goto fail;

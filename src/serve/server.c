@@ -447,6 +447,7 @@ out:
 		close(s->cancel_fd);
 	serve_log_destroy(&s->log);
 	moat_relay_caps_release(s->relay_caps); /* a relay still ending holds its own */
+	serve_limits_free(&s->limits);
 	free(s);
 	return rc;
 }

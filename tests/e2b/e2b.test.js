@@ -58,12 +58,33 @@ function request(method, p, body, headers = {}) {
   });
 }
 
+// A prepared root of the test's own (a template, serve.e2b.templates): the
+// directories a root needs, bash with the libraries ldd names, and a marker file
+// the default root does not have.
+function markedRoot() {
+  const r = path.join(tmp, 'marked-root');
+  fs.chmodSync(tmp, 0o711); // the sandbox's setup reaches the root through it
+  for (const d of ['proc', 'dev', 'tmp', 'sandbox', 'opt/moat/runtime', 'etc', 'bin']) {
+    fs.mkdirSync(path.join(r, d), { recursive: true });
+  }
+  fs.copyFileSync('/bin/bash', path.join(r, 'bin/bash'));
+  fs.chmodSync(path.join(r, 'bin/bash'), 0o755);
+  const ldd = require('node:child_process').execFileSync('ldd', ['/bin/bash']).toString();
+  for (const m of ldd.matchAll(/(\/\S+) \(0x/g)) {
+    fs.mkdirSync(path.join(r, path.dirname(m[1])), { recursive: true });
+    fs.copyFileSync(m[1], path.join(r, m[1]));
+  }
+  fs.writeFileSync(path.join(r, 'marker'), 'marked root\n');
+  return r;
+}
+
 test.before(async () => {
   if (skip) return;
   const tokenFile = path.join(tmp, 'token');
   fs.writeFileSync(tokenFile, `${KEY}\n`, { mode: 0o600 });
   const config = path.join(tmp, 'config.json');
-  fs.writeFileSync(config, JSON.stringify({ serve: { e2b: { keys: [KEY_A, KEY_B] } } }));
+  fs.writeFileSync(config, JSON.stringify({ serve: { e2b: { keys: [KEY_A, KEY_B],
+    templates: { marked: markedRoot() } } } }));
   port = await freePort();
   const child = spawn(MOAT, ['serve', '--listen', `127.0.0.1:${port}`, '--token-file', tokenFile, '--no-kv',
     '--config', config,
@@ -214,6 +235,55 @@ T('a 20 MiB binary up (multipart) and down keeps its hash', async () => {
   });
 });
 
+T('gzip uploads: files.write({gzip: true}) is inflated into the file; gzip members in a row; not gzip is a 400', async () => {
+  await withSandbox({}, async (sbx) => {
+    const data = crypto.randomBytes(3 << 20);
+    const want = crypto.createHash('sha256').update(data).digest('hex');
+    await sbx.files.write('up.gz.bin', data.buffer.slice(data.byteOffset, data.byteOffset + data.length),
+      { gzip: true });
+    assert.equal((await sbx.commands.run('sha256sum up.gz.bin')).stdout.split(' ')[0], want);
+    // Accept-Encoding: gzip (the SDK's read option) is answered uncompressed
+    const back = await sbx.files.read('up.gz.bin', { format: 'bytes', gzip: true });
+    assert.equal(crypto.createHash('sha256').update(back).digest('hex'), want);
+    const zlib = require('node:zlib');
+    const h = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983',
+      'X-Access-Token': sbx.envdAccessToken, 'Content-Type': 'application/octet-stream',
+      'Content-Encoding': 'gzip' };
+    const two = Buffer.concat([zlib.gzipSync('one,'), zlib.gzipSync('two')]);
+    const r = await request('POST', '/e2b/envd/files?path=two.txt', two, h);
+    assert.equal(r.status, 200, r.body.toString());
+    assert.equal(await sbx.files.read('two.txt'), 'one,two');
+    const bad = await request('POST', '/e2b/envd/files?path=bad.txt', Buffer.from('not gzip at all'), h);
+    assert.equal(bad.status, 400);
+    assert.match(JSON.parse(bad.body).message, /not gzip/);
+    const cut = zlib.gzipSync(Buffer.alloc(1 << 16, 7));
+    const short = await request('POST', '/e2b/envd/files?path=cut.txt', cut.subarray(0, cut.length - 9), h);
+    assert.equal(short.status, 400);
+    assert.match(JSON.parse(short.body).message, /ends early/);
+  });
+});
+
+T('a gzip bomb (1.5 GiB inflated from 1.5 MB) stops at the upload\'s bound with an error, the service\'s memory unchanged', async () => {
+  await withSandbox({}, async (sbx) => {
+    const zlib = require('node:zlib');
+    const member = zlib.gzipSync(Buffer.alloc(64 << 20), { level: 9 });
+    const bomb = Buffer.concat(Array(24).fill(member)); // 24 x 64 MiB of zeros
+    const hwm = () => Number(/VmHWM:\s+(\d+)/.exec(fs.readFileSync(`/proc/${srv.child.pid}/status`, 'utf8'))[1]);
+    const before = hwm();
+    const r = await request('POST', '/e2b/envd/files?path=bomb.bin', bomb, {
+      'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983', 'X-Access-Token': sbx.envdAccessToken,
+      'Content-Type': 'application/octet-stream', 'Content-Encoding': 'gzip' });
+    // the sandbox's disk (its 64 MiB tmpfs) or the 1 GiB file bound, whichever first
+    assert.ok(r.status === 507 || r.status === 413, `${r.status} ${r.body}`);
+    assert.match(JSON.parse(r.body).message, /space|larger than 1 GiB/);
+    const grew = hwm() - before; // kB
+    assert.ok(grew < 48 * 1024, `moat serve's peak RSS grew ${grew} kB`);
+    const size = Number((await sbx.commands.run('stat -c %s bomb.bin')).stdout);
+    assert.ok(size <= 1 << 30, `${size}`);
+    assert.equal((await sbx.commands.run('echo alive')).stdout, 'alive\n');
+  });
+});
+
 T('Sandbox.list: metadata filter, paging; getInfo; setTimeout', async () => {
   const tag = crypto.randomBytes(4).toString('hex');
   const a = await e2b.Sandbox.create({ metadata: { run: tag, who: 'a' } });
@@ -256,6 +326,23 @@ T('Sandbox.connect gives back a working sandbox (its access token)', async () =>
     await sbx.files.write('x.txt', 'kept');
     const again = await e2b.Sandbox.connect(sbx.sandboxId);
     assert.equal(await again.files.read('x.txt'), 'kept');
+  });
+});
+
+T('templates: Sandbox.create(\'marked\') runs on the operator\'s root for it; Sandbox.create() does not', async () => {
+  await withSandbox('marked', async (sbx) => {
+    const r = await sbx.commands.run('read -r m < /marker; echo "$m"');
+    assert.equal(r.stdout, 'marked root\n');
+    assert.equal((await sbx.commands.run('echo $UID')).stdout, '65534\n'); // the same identity
+    assert.equal((await e2b.Sandbox.getInfo(sbx.sandboxId)).templateId, 'marked');
+    const listed = await e2b.Sandbox.list().nextItems();
+    assert.equal(listed.find((x) => x.sandboxId === sbx.sandboxId).templateId, 'marked');
+    // one sandbox's root is not another's, made while this one lives
+    await withSandbox({}, async (plain) => {
+      const p = await plain.commands.run('test -e /marker && echo yes || echo no');
+      assert.equal(p.stdout, 'no\n');
+      assert.equal((await e2b.Sandbox.getInfo(plain.sandboxId)).templateId, 'base');
+    });
   });
 });
 

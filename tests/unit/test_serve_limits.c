@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -65,6 +66,91 @@ START_TEST(limits_e2b_keys)
 	ck_assert_int_lt(serve_limits_parse(b.data, &l, &err), 0);
 	moat_error_clear(&err);
 	moat_buf_free(&b);
+}
+END_TEST
+
+/* serve.e2b.templates: names E2B allows, roots absolute existing directories,
+ * at most 64; the lookup finds each name's root and nothing else. */
+START_TEST(limits_e2b_templates)
+{
+	struct serve_limits l;
+	struct moat_error err = { 0 };
+	serve_limits_default(&l);
+	/* two prepared roots: the mount points a root needs */
+	char a[] = "/tmp/moat-tpl-a.XXXXXX", b2[] = "/tmp/moat-tpl-b.XXXXXX";
+	static const char *const need[] = { "proc", "dev", "tmp", "sandbox", "opt", "opt/moat",
+					    "opt/moat/runtime" };
+	ck_assert_ptr_nonnull(mkdtemp(a));
+	ck_assert_ptr_nonnull(mkdtemp(b2));
+	char sub[128];
+	for (size_t i = 0; i < sizeof need / sizeof need[0]; i++) {
+		snprintf(sub, sizeof sub, "%s/%s", a, need[i]);
+		ck_assert_int_eq(mkdir(sub, 0755), 0);
+		snprintf(sub, sizeof sub, "%s/%s", b2, need[i]);
+		ck_assert_int_eq(mkdir(sub, 0755), 0);
+	}
+	char ok[512];
+	snprintf(ok, sizeof ok, "{\"e2b\":{\"keys\":[],\"templates\":{\"marked\":\"%s\","
+		 "\"base\":\"%s\",\"my_tpl-2\":\"%s\"}}}", a, b2, a);
+	ck_assert_int_eq(serve_limits_parse(ok, &l, &err), 0);
+	ck_assert_uint_eq(l.e2b_ntemplates, 3);
+	ck_assert_str_eq(serve_limits_e2b_template(&l, "marked"), a);
+	ck_assert_str_eq(serve_limits_e2b_template(&l, "base"), b2);
+	ck_assert_str_eq(serve_limits_e2b_template(&l, "my_tpl-2"), a);
+	ck_assert_ptr_null(serve_limits_e2b_template(&l, "mark"));
+	ck_assert_ptr_null(serve_limits_e2b_template(&l, a));
+	serve_limits_free(&l);
+	ck_assert_ptr_null(serve_limits_e2b_template(&l, "marked"));
+	/* a directory that is not a prepared root (no /sandbox) */
+	snprintf(sub, sizeof sub, "%s/sandbox", b2);
+	ck_assert_int_eq(rmdir(sub), 0);
+	snprintf(ok, sizeof ok, "{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"%s\"}}}", b2);
+	serve_limits_default(&l);
+	ck_assert_int_lt(serve_limits_parse(ok, &l, &err), 0);
+	ck_assert_ptr_nonnull(strstr(err.message, "no /sandbox directory"));
+	moat_error_clear(&err);
+	for (size_t i = sizeof need / sizeof need[0]; i-- > 0;) {
+		snprintf(sub, sizeof sub, "%s/%s", a, need[i]);
+		rmdir(sub);
+		snprintf(sub, sizeof sub, "%s/%s", b2, need[i]);
+		rmdir(sub);
+	}
+	ck_assert_int_eq(rmdir(a), 0);
+	ck_assert_int_eq(rmdir(b2), 0);
+	static const char *const bad[] = {
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"tmp\"}}}",	  /* relative */
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"/no/such/dir\"}}}",
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"/etc/passwd\"}}}", /* a file */
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":7}}}",
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"X\":\"/tmp\"}}}",	  /* upper case */
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"a/b\":\"/tmp\"}}}",
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"\":\"/tmp\"}}}",
+		"{\"e2b\":{\"keys\":[],\"templates\":[\"/tmp\"]}}",
+		"{\"e2b\":{\"keys\":[],\"templates\":{\"x\":\"/tmp\",\"x\":\"/usr\"}}}",
+		"{\"e2b\":{\"templates\":{\"x\":\"/tmp\"}}}", /* keys stay required */
+	};
+	for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+		serve_limits_default(&l);
+		ck_assert_msg(serve_limits_parse(bad[i], &l, &err) < 0, "%s", bad[i]);
+		ck_assert_int_eq(err.type, MOAT_ERR_CONFIG);
+		moat_error_clear(&err);
+		serve_limits_free(&l);
+	}
+	/* a 65-byte name, and 65 templates */
+	struct moat_buf b = { 0 };
+	moat_buf_appendf(&b, "{\"e2b\":{\"keys\":[],\"templates\":{\"%065d\":\"/tmp\"}}}", 0);
+	serve_limits_default(&l);
+	ck_assert_int_lt(serve_limits_parse(b.data, &l, &err), 0);
+	moat_error_clear(&err);
+	moat_buf_free(&b);
+	moat_buf_appendf(&b, "{\"e2b\":{\"keys\":[],\"templates\":{");
+	for (int i = 0; i < 65; i++)
+		moat_buf_appendf(&b, "%s\"t%d\":\"/tmp\"", i ? "," : "", i);
+	moat_buf_appendf(&b, "}}}");
+	ck_assert_int_lt(serve_limits_parse(b.data, &l, &err), 0);
+	moat_error_clear(&err);
+	moat_buf_free(&b);
+	serve_limits_free(&l);
 }
 END_TEST
 
@@ -879,6 +965,7 @@ void serve_limits_tests(TCase *tc)
 {
 	tcase_add_test(tc, limits_parse);
 	tcase_add_test(tc, limits_e2b_keys);
+	tcase_add_test(tc, limits_e2b_templates);
 	tcase_add_test(tc, limits_message_names_key);
 	tcase_add_test(tc, limits_apply);
 	tcase_add_test(tc, script_error_lines);
