@@ -491,7 +491,7 @@ $(BUILD)/moat.bash: completions/moat.bash.in $(BUILD)/moat
 # moat mcp's server (clients/node/mcp.js) with its production node_modules, made by
 # npm ci --omit=dev from the committed lock (the npm registry, or npm's cache, must be
 # reachable); installed under $(LIBDIR)/moat/mcp, where moat mcp finds it
-MCP_FILES := mcp.js index.js package.json package-lock.json
+MCP_FILES := mcp.js index.js live.js package.json package-lock.json
 $(BUILD)/mcp/.stamp: $(addprefix clients/node/,$(MCP_FILES))
 	@command -v npm >/dev/null 2>&1 || { echo "make: moat mcp's server needs npm" \
 	    "(apt-get install npm; tools/deps.sh installs it)" >&2; exit 1; }

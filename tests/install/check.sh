@@ -56,7 +56,7 @@ pydir="$PREFIX/lib/python3$($py3 -c 'import sys; print(".%d" % sys.version_info[
 	echo "644 $PREFIX/lib/systemd/user/moat.service"
 	echo "644 /etc/apparmor.d/moat"
 	echo "755 $PREFIX/lib/moat/mcp/mcp.js"
-	for f in index.js package.json package-lock.json; do echo "644 $PREFIX/lib/moat/mcp/$f"; done
+	for f in index.js live.js package.json package-lock.json; do echo "644 $PREFIX/lib/moat/mcp/$f"; done
 	find runtime -type f ! -name '*.pyc' ! -path '*/__pycache__/*' ! -path 'runtime/bin/*' |
 		sed "s,^,644 $PREFIX/share/moat/,"
 	# the live sandboxes' agent (docs/SANDBOXES.md), built by make
