@@ -766,6 +766,8 @@ static enum MHD_Result p_start(struct req *q, struct MHD_Connection *c, cJSON *o
 	MOAT_AUTOFREE const char **av = calloc(argc + 1, sizeof *av);
 	char **ev = calloc(envc + 1, sizeof *ev);
 	MOAT_AUTOFREE char *config = NULL;
+	/* before the first goto: clang refuses a jump past a cleanup variable */
+	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	enum MHD_Result r = MHD_NO;
 	if (!av || !ev)
 		goto out;
@@ -793,7 +795,6 @@ static enum MHD_Result p_start(struct req *q, struct MHD_Connection *c, cJSON *o
 	struct live_exec spec = { .argv = av, .argc = argc, .env = (const char *const *)ev,
 				  .envc = envc, .cwd = dir, .stdin_open = cJSON_IsTrue(in),
 				  .pty = rows > 0, .rows = rows, .cols = cols };
-	MOAT_AUTO_ERROR struct moat_error err = { 0 };
 	int pid;
 	if (live_exec(serve_sbx_live(q->sbx), &spec, &pid, &err) < 0) {
 		r = err.sys_errno == ENOENT ? bad(q, c, "no such command, or no such cwd, in the sandbox")
