@@ -33,6 +33,34 @@ stage() {
 	echo "-- $((SECONDS - t0)) s: $title"
 }
 
+# at_once LANE...: runs each lane (a function of stages) at once, each with
+# its own output and log; then prints their outputs whole, one lane after
+# the other, adds their logs to make check's and fails when one failed
+at_once() {
+	local dir i=0 n rc t0=$SECONDS lane
+	dir=$(mktemp -d /tmp/moat-check-XXXXXX) || { status=1; return; }
+	for lane in "$@"; do
+		(
+			# shellcheck disable=SC2030  # the lane's own log, in its subshell
+			log=$dir/$i.log status=0
+			: >"$log"
+			"$lane" >"$dir/$i.out" 2>&1
+			echo "$status" >"$dir/$i.rc"
+		) &
+		i=$((i + 1))
+	done
+	wait
+	for ((n = 0; n < i; n++)); do
+		cat "$dir/$n.out"
+		# shellcheck disable=SC2031  # make check's log: the lanes changed only theirs
+		cat "$dir/$n.log" >>"$log"
+		read -r rc <"$dir/$n.rc" || rc=1
+		[ "$rc" = 0 ] || status=1
+	done
+	rm -rf "$dir"
+	echo "-- $((SECONDS - t0)) s: at once: $*"
+}
+
 stage "the layer table of docs/ARCHITECTURE.md held in the code (tools/layers.sh)" \
 	bash tools/layers.sh "$BUILD"
 
@@ -118,26 +146,37 @@ stage "Kubernetes manifests, offline (tests/deploy/check-manifests.py)" \
 # shellcheck disable=SC2086  # a list of words
 stage "the pod's seccomp profile with moat beneath it (tests/deploy/seccomp.sh)" \
 	bash tests/deploy/seccomp.sh "$BUILD" ${MOAT_K8S_CHECK_SUITES-$k8s_suites}
-stage "node client tests (clients/node, against the built binary)" \
-	env MOAT_BIN="$moat_bin" node --test --test-reporter=tap clients/node/test/
-# node --test runs too (root, then uid 65534)
-stage "aistack conformance (tests/compat, the client and binary against aistack's contract)" \
-	bash tests/compat/run.sh "$BUILD"
+# The clients' stages in two lanes at once (at_once): they mostly wait on a
+# moat serve or a sandbox of their own (each its own port, socket and
+# scratch directories), so two share the 2 CPUs well. E2B's, the longest,
+# is one lane; the node, aistack, MCP and Python clients' the other.
+# shellcheck disable=SC2317  # called through at_once
+e2b_lane() {
+	# the unmodified e2b SDK against a real moat serve's /e2b (root, then uid 65534)
+	stage "E2B (tests/e2b, the unmodified e2b SDK from npm against moat serve)" \
+		bash tests/e2b/run.sh "$BUILD"
+}
+# shellcheck disable=SC2317  # called through at_once
+clients_lane() {
+	stage "node client tests (clients/node, against the built binary)" \
+		env MOAT_BIN="$moat_bin" node --test --test-reporter=tap clients/node/test/
+	# node --test runs too (root, then uid 65534)
+	stage "aistack conformance (tests/compat, the client and binary against aistack's contract)" \
+		bash tests/compat/run.sh "$BUILD"
+	# moat mcp through the MCP SDK's own client over stdio (root, then uid 65534)
+	stage "moat mcp (tests/mcp, the SDK's client over stdio against the built binary)" \
+		bash tests/mcp/run.sh "$BUILD"
+	# the Python client against the binary and a real moat serve (root, then uid 65534)
+	stage "python client tests (clients/python, against the built binary and a real moat serve)" \
+		bash clients/python/tests/run.sh "$BUILD"
+	# the Python client installed with nothing but pip, offline, into a fresh venv (its own
+	# standard-library build backend): from the tree, as a wheel, as an sdist
+	stage "python client install (clients/python/tests/install.sh: a venv with nothing but pip)" \
+		bash clients/python/tests/install.sh "$BUILD"
+}
+at_once e2b_lane clients_lane
 
-# moat mcp through the MCP SDK's own client over stdio (root, then uid 65534)
-stage "moat mcp (tests/mcp, the SDK's client over stdio against the built binary)" \
-	bash tests/mcp/run.sh "$BUILD"
-# the unmodified e2b SDK against a real moat serve's /e2b (root, then uid 65534)
-stage "E2B (tests/e2b, the unmodified e2b SDK from npm against moat serve)" \
-	bash tests/e2b/run.sh "$BUILD"
-# the Python client against the binary and a real moat serve (root, then uid 65534)
-stage "python client tests (clients/python, against the built binary and a real moat serve)" \
-	bash clients/python/tests/run.sh "$BUILD"
-# the Python client installed with nothing but pip, offline, into a fresh venv (its own
-# standard-library build backend): from the tree, as a wheel, as an sdist
-stage "python client install (clients/python/tests/install.sh: a venv with nothing but pip)" \
-	bash clients/python/tests/install.sh "$BUILD"
-
+# shellcheck disable=SC2031  # make check's log (at_once's lanes changed only theirs)
 read -r passed failed skipped < <(tap_sum "$log")
 if [ $((passed + failed + skipped)) -eq 0 ]; then
 	echo "check: no test ran" >&2
