@@ -22,13 +22,6 @@
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static long now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
-}
-
 /* A directory uid 65534 can read, with files written into it. */
 struct tdir {
 	char path[64];
@@ -164,9 +157,9 @@ START_TEST(run_timeout)
 	HARNESS_MODE_GUARD(_i);
 	struct run_out o;
 	const char *args[] = { "run", "--timeout", "1s", "-l", "bash", "-c", "echo go; sleep 30", NULL };
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	run(_i, args, NULL, &o);
-	long wall = now_ms() - t0;
+	long wall = harness_now_ms() - t0;
 	ck_assert_msg(o.status == 124, "status %d: %s", o.status, o.err);
 	ck_assert_str_eq(o.out, "go\n");
 	ck_assert_msg(strstr(o.err, "timed out"), "stderr: %s", o.err);
@@ -255,7 +248,7 @@ START_TEST(run_streams_output)
 	ck_assert_int_eq(pipe2(out_p, O_CLOEXEC), 0);
 	ck_assert_int_eq(pipe2(err_p, O_CLOEXEC), 0);
 	const char *moat = harness_moat();
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	pid_t pid = fork();
 	ck_assert_int_ge(pid, 0);
 	if (pid == 0) {
@@ -279,7 +272,7 @@ START_TEST(run_streams_output)
 	size_t len = 0, elen = 0;
 	long first_at = -1, err_first_at = -1;
 	int open_fds = 2;
-	while (open_fds > 0 && now_ms() - t0 < 20000) {
+	while (open_fds > 0 && harness_now_ms() - t0 < 20000) {
 		struct pollfd p[2] = { { out_p[0], POLLIN, 0 }, { err_p[0], POLLIN, 0 } };
 		if (poll(p, 2, 100) <= 0)
 			continue;
@@ -301,12 +294,12 @@ START_TEST(run_streams_output)
 			*l += (size_t)n;
 			b[*l] = '\0';
 			if (!k && first_at < 0 && strstr(buf, "first\n"))
-				first_at = now_ms() - t0;
+				first_at = harness_now_ms() - t0;
 			if (k && err_first_at < 0 && strstr(ebuf, "err-first\n"))
-				err_first_at = now_ms() - t0;
+				err_first_at = harness_now_ms() - t0;
 		}
 	}
-	long total = now_ms() - t0;
+	long total = harness_now_ms() - t0;
 	int st;
 	ck_assert_int_eq(waitpid(pid, &st, 0), pid);
 	ck_assert_msg(WIFEXITED(st) && WEXITSTATUS(st) == 0, "status 0x%x, stderr %s", st, ebuf);

@@ -50,13 +50,6 @@ static void expect_py(int mode, const char *code, const char *want)
 	expect_py_env(mode, code, "", want);
 }
 
-static long now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
-}
-
 static int cmp_str(const void *a, const void *b)
 {
 	return strcmp(*(const char *const *)a, *(const char *const *)b);
@@ -170,8 +163,8 @@ static char *read_until(int fd, const char *until, long timeout_ms)
 	char *buf = malloc(cap);
 	ck_assert_ptr_nonnull(buf);
 	buf[0] = '\0';
-	long t0 = now_ms();
-	while (now_ms() - t0 < timeout_ms) {
+	long t0 = harness_now_ms();
+	while (harness_now_ms() - t0 < timeout_ms) {
 		if (until && strstr(buf, until))
 			break;
 		struct pollfd pfd = { fd, POLLIN, 0 };

@@ -23,13 +23,6 @@
 
 #define MB (1024.0 * 1024.0)
 
-static long now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
-}
-
 /* Wall-time values (request timeouts, sleeps, bands) are written for the
  * development host and scaled by harness_slowdown() (40 in a TCG VM). */
 #define MS(ms) harness_scale_ms(ms)
@@ -152,9 +145,9 @@ START_TEST(memory_thrash_is_stopped)
 		 quoted, MS(15000) / 1000);
 	free(quoted);
 	snprintf(extra, sizeof extra, ",\"memoryMb\":64,\"timeout\":%ld", MS(30000));
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	harness_exec_code(_i, "python", code, extra, &o);
-	long took = now_ms() - t0;
+	long took = harness_now_ms() - t0;
 	expect_result(&o);
 	ck_assert_msg(strstr(o.out, "mapped") != NULL, "the program did not get going: %s", o.out);
 	ck_assert_msg(!strstr(o.out, "survived"), "the thrashing program was not stopped: %s",
@@ -238,9 +231,9 @@ START_TEST(fork_loop_stops_at_the_limit)
 	struct run_out o;
 	char extra[96];
 	snprintf(extra, sizeof extra, ",\"pidsLimit\":20,\"timeout\":%ld", MS(20000));
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	harness_exec_code(_i, "python", code, extra, &o);
-	long took = now_ms() - t0;
+	long took = harness_now_ms() - t0;
 	expect_result(&o);
 	ck_assert_msg(took < MS(20000), "the run took %ld ms", took);
 	int kids = -1, errs = -1;
@@ -275,9 +268,9 @@ START_TEST(bash_fork_bomb_ends_cleanly)
 	static const char code[] = "sleep 1 & s=$!\n( :(){ :|:& };: ) &\nwait $s\necho after";
 	char extra[96];
 	snprintf(extra, sizeof extra, ",\"pidsLimit\":20,\"timeout\":%ld", MS(15000));
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	harness_exec_code(_i, "bash", code, extra, &o);
-	long took = now_ms() - t0;
+	long took = harness_now_ms() - t0;
 	expect_result(&o);
 	ck_assert_msg(took < MS(15000), "the run took %ld ms", took);
 	ck_assert(!harness_bool(&o, "timedOut"));
@@ -373,9 +366,9 @@ START_TEST(timeout_kills_a_tree_at_once)
 	long timeout = MS(2000);
 	snprintf(extra, sizeof extra, ",\"timeout\":%ld", timeout);
 	struct run_out o;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	harness_exec_code(_i, "bash", code, extra, &o);
-	long took = now_ms() - t0;
+	long took = harness_now_ms() - t0;
 	expect_result(&o);
 	ck_assert(harness_bool(&o, "timedOut"));
 	ck_assert_str_eq(harness_str(&o, "killedBy"), "timeout");
@@ -706,8 +699,8 @@ START_TEST(program_starts_inside_its_cgroups)
 		      &p);
 	/* the program once it exec'd sleep: moat → pid 1 → pid 2 */
 	char *host = NULL;
-	long t0 = now_ms();
-	while (!host && now_ms() - t0 < MS(10000)) {
+	long t0 = harness_now_ms();
+	while (!host && harness_now_ms() - t0 < MS(10000)) {
 		pid_t init = only_child(p.pid);
 		pid_t prog = init > 0 ? only_child(init) : 0;
 		char path[64];

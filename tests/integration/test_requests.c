@@ -14,21 +14,14 @@
 #define CONFIG "SandboxConfigError"
 #define POLICY "SandboxPolicyError"
 
-static long now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
-}
-
 /* Sends raw request bytes; asserts the refusal. */
 static void expect_refused_raw(const char *req, size_t len, const char *type, const char *what)
 {
 	const char *args[] = { "exec", NULL };
 	struct run_out o;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	harness_run(MODE_ROOTLESS, args, req, len, &o);
-	long wall = now_ms() - t0;
+	long wall = harness_now_ms() - t0;
 	ck_assert_msg(o.json, "%s: no JSON (status %d): %s / %s", what, o.status, o.out, o.err);
 	ck_assert_msg(o.status == 2, "%s: status %d (want 2): %s", what, o.status, o.out);
 	const char *t = harness_error_type(&o);

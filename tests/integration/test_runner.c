@@ -28,13 +28,6 @@
 
 /* ---- helpers ---------------------------------------------------------------- */
 
-static long now_ms(void)
-{
-	struct timespec t;
-	clock_gettime(CLOCK_MONOTONIC, &t);
-	return t.tv_sec * 1000L + t.tv_nsec / 1000000L;
-}
-
 /* A marker unique to this test process and mode, for /proc scans. */
 /* what, the pid, mode and random bits: see harness_marker */
 static void make_marker(char *buf, size_t len, const char *what, int mode)
@@ -207,9 +200,9 @@ START_TEST(timeout_kills)
 {
 	HARNESS_MODE_GUARD(_i);
 	struct run_out o;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	harness_exec_code(_i, "bash", "echo before\nsleep 30\necho after", ",\"timeout\":1000", &o);
-	long wall = now_ms() - t0;
+	long wall = harness_now_ms() - t0;
 	ck_assert_msg(o.status == 0, "status %d: %s", o.status, o.out);
 	ck_assert_msg(harness_bool(&o, "timedOut"), "not timed out: %s", o.out);
 	ck_assert_msg(harness_is_null(&o, "exitCode"), "exitCode not null: %s", o.out);
@@ -226,9 +219,9 @@ END_TEST
 static void check_daemon_gone(int mode, const char *lang, const char *code, const char *marker)
 {
 	struct run_out o;
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	harness_exec_code(mode, lang, code, "", &o);
-	long wall = now_ms() - t0;
+	long wall = harness_now_ms() - t0;
 	/* the daemon was really running inside before the program exited */
 	ck_assert_str_eq(expect_exit(&o, 0), "daemon 1\n");
 	ck_assert_msg(wall < harness_scale_ms(5000), "run with a daemon took %ld ms", wall);
@@ -846,9 +839,9 @@ START_TEST(adopted_pid1_gets_limits_and_timeout)
 	harness_free(&o);
 
 	struct pid2_case sleeper = { .what = PID2_SLEEP, .adopt = true, .timeout_ms = 1000 };
-	long t0 = now_ms();
+	long t0 = harness_now_ms();
 	pid2_run(_i, &sleeper, &o);
-	long took = now_ms() - t0;
+	long took = harness_now_ms() - t0;
 	ck_assert_msg(harness_bool(&o, "timedOut"), "%s", o.out);
 	ck_assert_str_eq(harness_str(&o, "killedBy"), "timeout");
 	ck_assert_msg(took < harness_scale_ms(10000), "the run took %ld ms: %s", took, o.out);
