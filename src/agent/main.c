@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -955,6 +956,28 @@ static bool op_watch(int sock)
 	return true;
 }
 
+/* A TCP socket to the sandbox's own loopback (this network namespace's):
+ * its connect begun without waiting (a server whose backlog is full would
+ * stall every other request here), the socket handed over at once; the
+ * host waits for the connect and reads its error itself. */
+static void op_connect(int sock)
+{
+	uint64_t port;
+	agent_num(msg.field[0], AGENT_MAX_PORT, &port);
+	int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+	if (fd < 0)
+		return fail(sock, errno);
+	struct sockaddr_in sa = { .sin_family = AF_INET, .sin_port = htons((uint16_t)port),
+				  .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+	if (connect(fd, (struct sockaddr *)&sa, sizeof sa) < 0 && errno != EINPROGRESS) {
+		int e = errno;
+		close(fd);
+		return fail(sock, e);
+	}
+	answerf(sock, &fd, 1, "0 ");
+	close(fd);
+}
+
 static void op_signal(int sock)
 {
 	uint64_t pid, sig;
@@ -1038,6 +1061,7 @@ static int take_request(void)
 		case AGENT_SIGNAL: op_signal(sock); break;
 		case AGENT_DISK: op_disk(sock); break;
 		case AGENT_WATCH: kept = op_watch(sock); break;
+		case AGENT_CONNECT: op_connect(sock); break;
 		}
 	}
 	if (!kept)

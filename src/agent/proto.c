@@ -107,6 +107,8 @@ int agent_parse(const char *buf, size_t len, struct agent_msg *m)
 			       : -1;
 	case AGENT_WATCH:
 		return n == 2 && path_ok(f[0]) && flag_ok(f[1]) ? 0 : -1;
+	case AGENT_CONNECT:
+		return n == 1 && agent_num(f[0], AGENT_MAX_PORT, &v) == 0 && v >= 1 ? 0 : -1;
 	case AGENT_SIGNAL:
 		return n == 2 && agent_num(f[0], 4194304, &v) == 0 && v >= 1 &&
 				       agent_num(f[1], 64, &v) == 0 && v >= 1

@@ -11,7 +11,8 @@
  * message of text: "<errno> <payload>" ("0 ..." is success), the fds of a
  * success attached; a process's end later on its socket: "X <code> <signal>";
  * a listing's entries "e <type> <size> <mode> <mtime_ms> <path>" then
- * "0 <count> <truncated>"; a disk answer "0 <sandbox bytes> <tmp bytes>". An exec's stdin field 2 (a code context's
+ * "0 <count> <truncated>"; a disk answer "0 <sandbox bytes> <tmp bytes>"; a connect's
+ * "0 " with the socket attached (non-blocking, its connect begun). An exec's stdin field 2 (a code context's
  * driver, docs/CONTEXTS.md): stdin /dev/null and fd 3 a unix stream
  * socket (socketpair) whose other end is the answer's first fd, before
  * the stdout and stderr pipes. */
@@ -28,6 +29,7 @@
 #define AGENT_MAX_DEPTH 32u    /* a listing's depth, a removal's */
 #define AGENT_MAX_ENTRIES 100000u /* a listing's entries, at most */
 #define AGENT_MAX_PROCS 256u   /* processes the agent tracks at once */
+#define AGENT_MAX_PORT 65535u
 
 enum agent_op {
 	AGENT_PING = 'p',   /* no field */
@@ -43,6 +45,9 @@ enum agent_op {
 	AGENT_DISK = 'f',   /* no field: bytes used of /sandbox and of /tmp */
 	AGENT_EXEC_PTY = 't', /* cwd, rows, cols (1..AGENT_MAX_WINSIZE), argc, argv..., env... */
 	AGENT_WATCH = 'i',  /* directory, recursive 0|1: events on the op's socket */
+	AGENT_CONNECT = 'c', /* port 1..65535: a TCP socket to 127.0.0.1:port, the
+			      * sandbox's own loopback (its connect maybe still in
+			      * progress: the host waits for it) */
 };
 
 /* A watch's events, one message each on its operation's socket after the

@@ -62,6 +62,7 @@ struct live {
 	struct proc *procs;
 	unsigned nprocs;
 	unsigned nwatches; /* open live_watch streams, at most LIVE_MAX_WATCHES */
+	unsigned nconns;   /* live_connect's connections open, at most LIVE_MAX_CONNS */
 };
 
 struct live_watch {
@@ -1301,6 +1302,98 @@ enum live_event live_attach_next(struct live_attach *a, int ms, int client, char
 		return LIVE_EV_NONE;
 	a->exit_sent = true;
 	return p->lost ? LIVE_EV_END : LIVE_EV_EXIT;
+}
+
+/* ---- the sandbox's own servers ---- */
+
+/* An AF_INET stream socket (the agent's: tenant code may have made it
+ * anything) connected to 127.0.0.1:port, open read-write. */
+static bool fd_is_loopback_tcp(int fd, unsigned port)
+{
+	int fl = fcntl(fd, F_GETFL), dom = 0, type = 0;
+	socklen_t l1 = sizeof dom, l2 = sizeof type;
+	struct stat st;
+	struct sockaddr_in sa;
+	socklen_t sl = sizeof sa;
+	return fl >= 0 && !(fl & O_PATH) && (fl & O_ACCMODE) == O_RDWR && fstat(fd, &st) == 0 &&
+	       S_ISSOCK(st.st_mode) && getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &dom, &l1) == 0 &&
+	       dom == AF_INET && getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &l2) == 0 &&
+	       type == SOCK_STREAM && getpeername(fd, (struct sockaddr *)&sa, &sl) == 0 &&
+	       sl == sizeof sa && sa.sin_family == AF_INET &&
+	       sa.sin_addr.s_addr == htonl(INADDR_LOOPBACK) && ntohs(sa.sin_port) == port;
+}
+
+int live_connect(struct live *lv, unsigned port, int64_t timeout_ms, int *fd,
+		 struct moat_error *err)
+{
+	*fd = -1;
+	if (port < 1 || port > AGENT_MAX_PORT)
+		return moat_error_set(err, MOAT_ERR_CONFIG, EINVAL, "a port is from 1 to %u",
+				      AGENT_MAX_PORT);
+	pthread_mutex_lock(&lv->mu);
+	bool room = lv->nconns < LIVE_MAX_CONNS;
+	if (room)
+		lv->nconns++;
+	pthread_mutex_unlock(&lv->mu);
+	if (!room)
+		return moat_error_set(err, MOAT_ERR_CONFIG, EAGAIN,
+				      "the sandbox has %u connections to its servers open already",
+				      LIVE_MAX_CONNS);
+	char q[16], ans[256];
+	int n = snprintf(q, sizeof q, "%c%u", AGENT_CONNECT, port);
+	const char *pl;
+	int f = -1;
+	int rc = call(lv, q, (size_t)n + 1, ans, sizeof ans, &pl, &f, 1, NULL, err);
+	if (rc == 0 && *pl) {
+		close(f);
+		rc = breach(lv, err);
+	}
+	if (rc == 0) {
+		/* the connect the agent began: its end within timeout_ms */
+		struct pollfd p = { .fd = f, .events = POLLOUT };
+		int64_t end = moat_mono_ms() + timeout_ms;
+		int r = 0;
+		for (;;) {
+			int64_t left = end - moat_mono_ms();
+			if (left <= 0)
+				break;
+			r = poll(&p, 1, left > 200 ? 200 : (int)left);
+			if (r != 0 || live_gone(lv))
+				break;
+		}
+		int soe = 0;
+		socklen_t sl = sizeof soe;
+		if (r <= 0 || live_gone(lv))
+			rc = live_gone(lv) ? gone_error(lv, err)
+					   : moat_error_set(err, MOAT_ERR_CONFIG, ETIMEDOUT,
+							    "the sandbox's server did not accept within %lld ms",
+							    (long long)timeout_ms);
+		else if (getsockopt(f, SOL_SOCKET, SO_ERROR, &soe, &sl) < 0 || soe)
+			rc = moat_error_set(err, MOAT_ERR_CONFIG, soe ? soe : errno, "%s",
+					    strerror(soe ? soe : errno));
+		else if (!fd_is_loopback_tcp(f, port) || fcntl(f, F_SETFL, O_NONBLOCK) < 0)
+			rc = breach(lv, err);
+		if (rc < 0)
+			close(f);
+	}
+	if (rc < 0) {
+		pthread_mutex_lock(&lv->mu);
+		lv->nconns--;
+		pthread_mutex_unlock(&lv->mu);
+		return -1;
+	}
+	*fd = f;
+	return 0;
+}
+
+void live_connect_end(struct live *lv, int fd)
+{
+	if (fd >= 0)
+		close(fd);
+	pthread_mutex_lock(&lv->mu);
+	if (lv->nconns)
+		lv->nconns--;
+	pthread_mutex_unlock(&lv->mu);
 }
 
 /* ---- watches ---- */

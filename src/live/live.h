@@ -184,6 +184,19 @@ enum live_event live_watch_next(struct live_watch *w, int ms, int client, struct
 void live_watch_close(struct live_watch *w);
 
 void live_attach_end(struct live_attach *a);
+
+/* ---- the sandbox's own servers ---- */
+/* A TCP connection to 127.0.0.1:port inside the sandbox's network
+ * namespace (the agent's socket, its connect begun there): *fd the
+ * caller's (O_CLOEXEC, O_NONBLOCK), connected within timeout_ms, checked
+ * an AF_INET stream socket connected to the sandbox's loopback at port.
+ * ECONNREFUSED (nothing listens), ETIMEDOUT, EAGAIN past LIVE_MAX_CONNS
+ * open at once per sandbox (each held until live_connect_end). */
+#define LIVE_MAX_CONNS 32u
+int live_connect(struct live *lv, unsigned port, int64_t timeout_ms, int *fd,
+		 struct moat_error *err);
+/* The connection's fd closed and its place among LIVE_MAX_CONNS freed. */
+void live_connect_end(struct live *lv, int fd);
 /* A client's socket hung up (POLLHUP, an error, or over TCP the peer's FIN:
  * a read side the HTTP server shut is not one); -1: false. */
 bool live_client_gone(int fd);

@@ -48,6 +48,8 @@ struct e2b_mp {
 struct e2b_req {
 	bool envd;   /* the sandbox URL's surface, else the control plane */
 	bool ci;     /* of it, the code interpreter's (E2b-Sandbox-Port 49999) */
+	unsigned port; /* of it, a server of the sandbox's own (e2b_port.c): its port */
+	char *target;  /* its path (from /e2b/envd on) */
 	int op;      /* e2b_api.c's or e2b_envd.c's */
 	char id[SERVE_SBX_ID_LEN + 1];
 	struct e2b_mp *mp;  /* POST /files multipart */
@@ -100,7 +102,8 @@ void e2b_rec_add(struct e2b *e, struct e2b_rec *r, const char *id, const char *t
 bool e2b_rec_template(struct e2b *e, const char *id, char out[E2B_MAX_TEMPLATE + 1]);
 /* id's access token: false when it has none (made by the native API). */
 bool e2b_rec_token(struct e2b *e, const char *id, char out[E2B_TOKEN_HEX + 1]);
-/* The sandbox of the envd request (E2b-Sandbox-Id, X-Access-Token): 0 and
+/* The sandbox of the envd request (E2b-Sandbox-Id, X-Access-Token; the
+ * code interpreter's and a forward's also E2B-Traffic-Access-Token): 0 and
  * q->sbx held (busy); -1 an unknown id or a wrong token alike (401); -2 a
  * sandbox that ended (502). Nothing answered. */
 int e2b_envd_sandbox(struct req *q, struct MHD_Connection *c);
@@ -123,6 +126,10 @@ void e2b_ci_default_forget(struct e2b *e, const char *id, unsigned lang, const c
 enum MHD_Result e2b_ci_route(struct req *q, struct MHD_Connection *c, const char *rest,
 			     const char *method);
 enum MHD_Result e2b_ci_body(struct req *q, struct MHD_Connection *c);
+/* ---- e2b_port.c: a server of the sandbox's own (any other port) ---- */
+enum MHD_Result e2b_port_route(struct req *q, struct MHD_Connection *c, const char *port,
+			       const char *rest, const char *method);
+enum MHD_Result e2b_port_body(struct req *q, struct MHD_Connection *c);
 /* ---- e2b_envd.c ---- */
 enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const char *rest,
 			       const char *method);

@@ -1353,10 +1353,8 @@ enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const ch
 		e->ci = true;
 		return e2b_ci_route(q, c, rest, method);
 	}
-	if (port && strcmp(port, E2B_ENVD_PORT)) /* a server of the sandbox's own: not yet */
-		return e2b_fail(q, c, 502, O_BAD_REQUEST,
-				"moat does not forward a sandbox's own ports (only envd's, 49983, "
-				"and the code interpreter's, 49999) (docs/E2B.md)");
+	if (port && strcmp(port, E2B_ENVD_PORT)) /* a server of the sandbox's own */
+		return e2b_port_route(q, c, port, rest, method);
 	if (!strcmp(rest, "/health")) {
 		e->op = E_HEALTH;
 	} else if (!strcmp(rest, "/files")) {
@@ -1431,6 +1429,8 @@ enum MHD_Result e2b_envd_body(struct req *q, struct MHD_Connection *c)
 {
 	if (q->e2b->ci)
 		return e2b_ci_body(q, c);
+	if (q->e2b->port)
+		return e2b_port_body(q, c);
 	if (q->e2b->op == E_FILES_POST)
 		return files_post_body(q, c);
 	const char *why;

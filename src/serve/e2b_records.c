@@ -152,7 +152,7 @@ int e2b_envd_sandbox(struct req *q, struct MHD_Connection *c)
 	const char *tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Access-Token");
 	/* the code interpreter SDK sends its /contexts calls with the traffic
 	 * token only (the same secret: the create answer's trafficAccessToken) */
-	if (!tok && q->e2b->ci)
+	if (!tok && (q->e2b->ci || q->e2b->port))
 		tok = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2B-Traffic-Access-Token");
 	uint8_t h[MOAT_SHA256_LEN];
 	moat_sha256(tok ? tok : "", tok ? strlen(tok) : 0, h);

@@ -22,5 +22,6 @@ void srv_e2b_req_free(struct e2b_req *r)
 	}
 	free(r->gz_out);
 	free(r->path);
+	free(r->target);
 	free(r);
 }

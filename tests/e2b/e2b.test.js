@@ -461,16 +461,148 @@ T('create refuses what moat cannot give instead of dropping it', async () => {
   assert.match(JSON.parse(r.body).message, /"network" is not supported/);
 });
 
-T('a sandbox\'s own port is E2B\'s 502, nothing forwarded; metrics: a sample, or none where unmeasured', async () => {
+T('metrics: a sample, or none where unmeasured', async () => {
   await withSandbox({}, async (sbx) => {
-    const r = await request('GET', '/e2b/envd/', undefined, { 'E2b-Sandbox-Id': sbx.sandboxId,
-      'E2b-Sandbox-Port': '8000', 'X-Access-Token': sbx.envdAccessToken });
-    assert.equal(r.status, 502);
-    assert.match(JSON.parse(r.body).message, /does not forward/);
     // one sample where its cgroup measures it; none (never a made-up 0) where nothing does
     const m = await sbx.getMetrics();
     if (MODE === 'root') assert.equal(m.length, 1);
     assert.ok(m.length === 0 || (m.length === 1 && m[0].memUsed > 0), JSON.stringify(m));
+  });
+});
+
+// A server answering every request 3 s late, many at once in one thread (no
+// thread each: rootless, the sandbox's processes share uid 65534's limits).
+const SLOW_SERVER = `
+import asyncio, sys
+async def answer(r, w):
+    await r.readuntil(b'\\r\\n\\r\\n')
+    await asyncio.sleep(3)
+    w.write(b'HTTP/1.0 200 OK\\r\\nContent-Length: 4\\r\\n\\r\\nslow')
+    await w.drain()
+    w.close()
+async def main():
+    s = await asyncio.start_server(answer, '127.0.0.1', int(sys.argv[1]), backlog=128)
+    await s.serve_forever()
+asyncio.run(main())
+`;
+
+// A server of the sandbox's own (docs/E2B.md, "The sandbox's own servers"): it
+// answers every request with what it got (method, target, headers, body), /big
+// with 3 MiB, and records every header name it ever saw in /tmp/seen.
+const ECHO_SERVER = `
+import http.server, json, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def answer(self):
+        n = int(self.headers.get('Content-Length') or 0)
+        body = self.rfile.read(n).decode() if n else ''
+        with open('/tmp/seen', 'a') as f:
+            for k, v in self.headers.items():
+                f.write(k.lower() + ': ' + v + '\\n')
+        if self.path == '/big':
+            data = b'x' * (3 << 20)
+            ctype = 'application/octet-stream'
+        else:
+            data = json.dumps({'method': self.command, 'path': self.path, 'body': body,
+                               'headers': {k.lower(): v for k, v in self.headers.items()}}).encode()
+            ctype = 'application/json'
+        self.send_response(201 if self.command == 'POST' else 200)
+        self.send_header('Content-Type', ctype)
+        self.send_header('Content-Length', str(len(data)))
+        self.send_header('X-Inner', 'yes')
+        self.end_headers()
+        if self.command != 'HEAD':
+            self.wfile.write(data)
+    do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = answer
+    def log_message(self, *a):
+        pass
+http.server.HTTPServer(('127.0.0.1', int(sys.argv[1])), H).serve_forever()
+`;
+
+T('a sandbox\'s own server: requests forwarded to its loopback, bodies both ways, moat\'s and E2B\'s credentials never reach it', async () => {
+  await withSandbox({}, async (sbx) => {
+    await sbx.files.write('/home/user/srv.py', ECHO_SERVER);
+    await sbx.files.write('/home/user/slow.py', SLOW_SERVER);
+    await sbx.commands.run('python3 /sandbox/srv.py 8000', { background: true });
+    await sbx.commands.run('python3 /sandbox/slow.py 8002', { background: true });
+    const id = sbx.sandboxId;
+    const tok = sbx.envdAccessToken;
+    const base = { 'E2b-Sandbox-Id': id, 'E2b-Sandbox-Port': '8000' };
+    let r;
+    for (let i = 0; i < 100; i++) { // until it listens: E2B's 502 before
+      r = await request('GET', '/e2b/envd/hello?a=1&b=x%20y', undefined, { ...base, 'X-Access-Token': tok });
+      if (r.status !== 502) break;
+      assert.equal(JSON.parse(r.body).code, 502);
+      await new Promise((res) => setTimeout(res, 100));
+    }
+    assert.equal(r.status, 200, r.body.toString());
+    assert.equal(r.headers['x-inner'], 'yes');
+    let got = JSON.parse(r.body);
+    assert.equal(got.method, 'GET');
+    assert.equal(got.path, '/hello?a=1&b=x%20y');
+    // a POST with the traffic token (E2B's header for a port), every credential
+    // of the service's sent along: the server gets the body, none of them
+    const body = JSON.stringify({ ping: 'pong', n: [1, 2, 3] });
+    r = await request('POST', '/e2b/envd/echo', body, { ...base, 'E2B-Traffic-Access-Token': tok,
+      'X-API-KEY': KEY, Authorization: `Bearer ${KEY}`, 'X-Mine': 'kept', 'X-Copy': tok,
+      'X-Key-A': KEY_A, 'Content-Type': 'application/json', Connection: 'keep-alive, X-Hop', 'X-Hop': 'dropped' });
+    assert.equal(r.status, 201, r.body.toString());
+    got = JSON.parse(r.body);
+    assert.equal(got.method, 'POST');
+    assert.equal(got.body, body);
+    assert.equal(got.headers['x-mine'], 'kept');
+    assert.equal(got.headers['content-type'], 'application/json');
+    for (const k of ['e2b-sandbox-id', 'e2b-sandbox-port', 'x-access-token', 'e2b-traffic-access-token',
+      'x-api-key', 'authorization', 'x-copy', 'x-key-a', 'x-hop']) assert.equal(got.headers[k], undefined, k);
+    // an Authorization of the program's own goes through
+    r = await request('GET', '/e2b/envd/', undefined, { ...base, 'X-Access-Token': tok, Authorization: 'Bearer app-own' });
+    assert.equal(JSON.parse(r.body).headers.authorization, 'Bearer app-own');
+    // a large answer streamed whole
+    r = await request('GET', '/e2b/envd/big', undefined, { ...base, 'X-Access-Token': tok });
+    assert.equal(r.status, 200);
+    assert.equal(r.body.length, 3 << 20);
+    r = await request('HEAD', '/e2b/envd/x', undefined, { ...base, 'X-Access-Token': tok });
+    assert.equal(r.status, 200);
+    assert.equal(r.body.length, 0);
+    // every header the server ever saw: no secret among them, by name or value
+    const seen = await sbx.files.read('/tmp/seen');
+    for (const secret of [KEY, KEY_A, tok]) assert.ok(!seen.includes(secret), 'a secret reached the sandbox');
+    assert.ok(!/^(x-access-token|e2b-traffic-access-token|x-api-key|e2b-sandbox-id):/m.test(seen), seen);
+    // a wrong token, none, another sandbox's id: 401 alike, nothing forwarded
+    const before = seen.length;
+    for (const h of [{ ...base, 'X-Access-Token': 'f'.repeat(32) }, base,
+      { ...base, 'E2b-Sandbox-Id': 'sbx_' + '0'.repeat(32), 'X-Access-Token': tok }]) {
+      r = await request('GET', '/e2b/envd/', undefined, h);
+      assert.equal(r.status, 401);
+      assert.equal(JSON.parse(r.body).code, 401);
+    }
+    assert.equal((await sbx.files.read('/tmp/seen')).length, before);
+    // nothing listens there: E2B's 502
+    r = await request('GET', '/e2b/envd/', undefined, { ...base, 'E2b-Sandbox-Port': '8001', 'X-Access-Token': tok });
+    assert.equal(r.status, 502);
+    assert.match(JSON.parse(r.body).message, /nothing listens on port 8001/);
+    // upgrades (WebSocket) are refused, said
+    r = await request('GET', '/e2b/envd/', undefined, { ...base, 'X-Access-Token': tok,
+      Connection: 'Upgrade', Upgrade: 'websocket' });
+    assert.equal(r.status, 501);
+    assert.match(JSON.parse(r.body).message, /WebSocket/);
+    r = await request('GET', '/e2b/envd/', undefined, { ...base, 'E2b-Sandbox-Port': '65536', 'X-Access-Token': tok });
+    assert.equal(r.status, 400);
+    // at most 32 forwards at once a sandbox: the rest 503 at once, the places
+    // given back when they end
+    const many = await Promise.all(Array.from({ length: 40 }, () =>
+      request('GET', '/e2b/envd/', undefined, { ...base, 'E2b-Sandbox-Port': '8002', 'X-Access-Token': tok })));
+    const st = many.map((x) => x.status);
+    assert.equal(st.filter((x) => x === 200).length, 32,
+      many.map((x) => `${x.status} ${x.body}`).join());
+    assert.ok(many.every((x) => x.status !== 200 || x.body.toString() === 'slow'));
+    assert.equal(st.filter((x) => x === 503).length, 8, st.join());
+    r = await request('GET', '/e2b/envd/', undefined, { ...base, 'X-Access-Token': tok });
+    assert.equal(r.status, 200);
+    await sbx.kill();
+    // killed: E2B's 502
+    r = await request('GET', '/e2b/envd/', undefined, { ...base, 'X-Access-Token': tok });
+    assert.equal(r.status, 502);
+    assert.equal(JSON.parse(r.body).code, 502);
   });
 });
 

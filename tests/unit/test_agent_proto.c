@@ -46,6 +46,10 @@ START_TEST(agent_well_formed)
 	ck_assert_str_eq(m.field[m.argv0], "sh");
 	ck_assert_int_eq(P("t/tmp\0" "1000\0" "1\0" "1\0sh\0"), 0);
 	ck_assert_int_eq(P("i/sandbox/w\0" "1\0"), 0);
+	ck_assert_int_eq(P("c8000\0"), 0); /* a connection to the sandbox's own port */
+	ck_assert_str_eq(m.field[0], "8000");
+	ck_assert_int_eq(P("c1\0"), 0);
+	ck_assert_int_eq(P("c65535\0"), 0);
 }
 END_TEST
 
@@ -90,6 +94,15 @@ START_TEST(agent_malformed)
 	ck_assert_int_eq(P("t/sandbox\0" "24\0" "80\0" "1\0\0"), -1);      /* argv[0] empty */
 	ck_assert_int_eq(P("t/sandbox\0" "24\0" "1\0sh\0"), -1);           /* no cols */
 	ck_assert_int_eq(P("t/etc\0" "24\0" "80\0" "1\0sh\0"), -1);       /* cwd outside */
+	/* a connect: one port, 1..65535 */
+	ck_assert_int_eq(P("c"), -1);
+	ck_assert_int_eq(P("c0\0"), -1);
+	ck_assert_int_eq(P("c65536\0"), -1);
+	ck_assert_int_eq(P("c080\0"), -1);
+	ck_assert_int_eq(P("c-1\0"), -1);
+	ck_assert_int_eq(P("c80x\0"), -1);
+	ck_assert_int_eq(P("c\0"), -1);
+	ck_assert_int_eq(P("c80\0" "81\0"), -1);
 }
 END_TEST
 
