@@ -1,6 +1,7 @@
 /* E2B's envd (docs/E2B.md) under /e2b/envd of moat serve's listener, on
  * the live sandboxes (src/live/): the sandbox is the E2b-Sandbox-Id
- * header's, its access token X-Access-Token (e2b_api.c's records). /health,
+ * header's, its access token X-Access-Token (e2b_records.c; or, for
+ * /files, a signed URL's signature made with it). /health,
  * /files (GET a file; POST raw or multipart, written as it comes), and the
  * Connect RPC services process.Process and filesystem.Filesystem with
  * Connect's JSON codec over HTTP/1.1: a unary call is a JSON body and a
@@ -1489,10 +1490,17 @@ enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const ch
 		if (!rpc)
 			return e2b_fail(q, c, 404, O_BAD_REQUEST, "no such route");
 	}
-	int a = e2b_envd_sandbox(q, c);
+	/* a signed URL (E2B's downloadUrl, uploadUrl): no access token, the
+	 * signature bound to the path, the operation and the sandbox's token */
+	const char *msg = "unknown sandbox or invalid access token (X-Access-Token)";
+	bool files = e->op == E_FILES_GET || e->op == E_FILES_POST;
+	int a = files && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Access-Token") &&
+			MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "signature")
+		? e2b_envd_signed(q, c, e->op == E_FILES_POST, &msg)
+		: e2b_envd_sandbox(q, c);
 	if (a < 0) {
-		const char *msg = a == -1 ? "unknown sandbox or invalid access token (X-Access-Token)"
-					  : "the sandbox is not running anymore";
+		if (a == -2)
+			msg = "the sandbox is not running anymore";
 		if (rpc)
 			return rpc_fail(q, c, a == -1 ? "unauthenticated" : "unavailable", msg);
 		if (e->op == E_FILES_POST && a == -1)

@@ -749,6 +749,59 @@ T('polling watchers: the directory removed and events lost are errors, never sil
   assert.ok(eight - none < 4, `an ended sandbox left ${none} descriptors open, with 8 watchers ${eight}`);
 });
 
+T('signed file URLs (downloadUrl, uploadUrl): no access token; a tampered, expired, other-path or read-for-write one is a 401', async () => {
+  await withSandbox({ secure: true }, async (sbx) => {
+    await sbx.files.write('signed/a b.txt', 'signed hello');
+    // the SDK builds <E2B_SANDBOX_URL's origin>/files?...: pointed at moat's envd
+    const atMoat = (u) => {
+      const x = new URL(u);
+      assert.equal(x.pathname, '/files');
+      assert.match(x.searchParams.get('signature'), /^v1_[A-Za-z0-9+/]{43}$/);
+      return `${process.env.E2B_SANDBOX_URL}/files${x.search}`;
+    };
+    const with_ = (u, k, v) => { const x = new URL(u); x.searchParams.set(k, v); return x.toString(); };
+    const get = await fetch(atMoat(await sbx.downloadUrl('signed/a b.txt')));
+    assert.equal(get.status, 200);
+    assert.equal(await get.text(), 'signed hello');
+    const timed = atMoat(await sbx.downloadUrl('signed/a b.txt', { useSignatureExpiration: 120 }));
+    assert.match(timed, /signature_expiration=\d+/);
+    assert.equal(await (await fetch(timed)).text(), 'signed hello');
+    const up = atMoat(await sbx.uploadUrl('signed/up.txt'));
+    const form = new FormData();
+    form.append('file', new Blob(['uploaded signed']), 'signed/up.txt');
+    const put = await fetch(up, { method: 'POST', body: form });
+    assert.equal(put.status, 200, await put.clone().text());
+    assert.equal(await sbx.files.read('signed/up.txt'), 'uploaded signed');
+    const refused = async (u, init, why) => {
+      const r = await fetch(u, init);
+      assert.equal(r.status, 401, why);
+      assert.equal((await r.json()).code, 401, why);
+    };
+    const dl = atMoat(await sbx.downloadUrl('signed/a b.txt'));
+    const sig = new URL(dl).searchParams.get('signature');
+    const flip = sig.slice(0, -1) + (sig.endsWith('A') ? 'B' : 'A');
+    await refused(with_(dl, 'signature', flip), undefined, 'a tampered signature');
+    await refused(with_(dl, 'path', 'signed/up.txt'), undefined, 'another path');
+    await refused(with_(dl, 'username', 'root'), undefined, 'another user');
+    await refused(with_(timed, 'signature_expiration', String(Math.floor(Date.now() / 1000) + 99999)),
+      undefined, 'the expiration moved');
+    const old = atMoat(await sbx.downloadUrl('signed/a b.txt', { useSignatureExpiration: -5 }));
+    const r = await fetch(old);
+    assert.equal(r.status, 401);
+    assert.match((await r.json()).message, /expired/);
+    const wform = new FormData();
+    wform.append('file', new Blob(['not written']), 'signed/a b.txt');
+    await refused(dl, { method: 'POST', body: wform }, 'a read signature used to write');
+    assert.equal(await sbx.files.read('signed/a b.txt'), 'signed hello');
+    await refused(with_(up, 'signature', 'v1_' + 'A'.repeat(43)), { method: 'POST', body: form }, 'a made-up one');
+    // bound to the sandbox: another sandbox's id with this signature is refused
+    await withSandbox({}, async (other) => {
+      const r2 = await fetch(dl, { headers: { 'E2b-Sandbox-Id': other.sandboxId } });
+      assert.equal(r2.status, 401);
+    });
+  });
+});
+
 T('pty: create runs a shell on a terminal (tty, stty size), sendInput, resize, kill', async () => {
   const sbx = await e2b.Sandbox.create();
   try {
