@@ -1504,6 +1504,11 @@ enum live_event live_watch_next(struct live_watch *w, int ms, int client, struct
 	return w->done ? LIVE_EV_EXIT : LIVE_EV_STDOUT;
 }
 
+const char *live_watch_root(const struct live_watch *w)
+{
+	return w->root;
+}
+
 void live_watch_close(struct live_watch *w)
 {
 	if (!w)

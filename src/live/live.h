@@ -182,6 +182,8 @@ int live_watch_open(struct live *lv, const char *path, bool recursive, struct li
  * gone, or its agent broke the protocol: the sandbox is killed). */
 enum live_event live_watch_next(struct live_watch *w, int ms, int client, struct moat_buf *line);
 void live_watch_close(struct live_watch *w);
+/* The directory it watches, as asked (its trailing slashes off). */
+const char *live_watch_root(const struct live_watch *w);
 
 void live_attach_end(struct live_attach *a);
 

@@ -2,8 +2,8 @@
  * listener, on the live sandboxes (sandboxes.c, src/live/): the control
  * plane (E2B's REST, X-API-KEY) in e2b_api.c, envd (Connect RPC with the
  * JSON codec over HTTP/1.1, /files, /health; the sandbox named by the
- * E2b-Sandbox-Id header, its access token in X-Access-Token) in
- * e2b_envd.c. Each sandbox made here has a record (e2b_records.c): its
+ * E2b-Sandbox-Id header, its access token in X-Access-Token, or a signed
+ * /files URL) in e2b_envd.c. Each sandbox made here has a record (e2b_records.c): its
  * access token, its maker's credential, its template, its processes;
  * e2b_req.c frees a request's state. */
 #ifndef MOAT_SERVE_E2B_H
@@ -107,6 +107,15 @@ bool e2b_rec_token(struct e2b *e, const char *id, char out[E2B_TOKEN_HEX + 1]);
  * q->sbx held (busy); -1 an unknown id or a wrong token alike (401); -2 a
  * sandbox that ended (502). Nothing answered. */
 int e2b_envd_sandbox(struct req *q, struct MHD_Connection *c);
+/* The same for a signed /files URL (no X-Access-Token: E2B's query
+ * parameters signature, signature_expiration, path, username; write: a
+ * POST's "write", else "read"): the sandbox whose access token makes the
+ * signature (only E2b-Sandbox-Id's when given), compared in constant
+ * time, its expiration (Unix seconds) not past. -1 (401, *why static):
+ * no such signature, or expired; 0 and -2 as above. */
+#define E2B_MAX_SIGNED_PATH 4096u /* a signed URL's path (as given) */
+#define E2B_MAX_SIGNED_USER 256u  /* its username */
+int e2b_envd_signed(struct req *q, struct MHD_Connection *c, bool write, const char **why);
 /* The processes envd started (Process/List, tags): config is a
  * ProcessConfig's JSON (kept when at most E2B_MAX_PROC_CONFIG bytes). */
 #define E2B_MAX_PROC_CONFIG 4096u

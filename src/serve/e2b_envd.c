@@ -1,10 +1,12 @@
 /* E2B's envd (docs/E2B.md) under /e2b/envd of moat serve's listener, on
  * the live sandboxes (src/live/): the sandbox is the E2b-Sandbox-Id
- * header's, its access token X-Access-Token (e2b_api.c's records). /health,
+ * header's, its access token X-Access-Token (e2b_records.c; or, for
+ * /files, a signed URL's signature made with it). /health,
  * /files (GET a file; POST raw or multipart, written as it comes), and the
  * Connect RPC services process.Process and filesystem.Filesystem with
  * Connect's JSON codec over HTTP/1.1: a unary call is a JSON body and a
- * JSON answer; a server stream (Process/Start, Process/Connect,
+ * JSON answer (the polling watchers among them: the native watch kept with
+ * the sandbox); a server stream (Process/Start, Process/Connect,
  * Filesystem/WatchDir: the native watch) is one
  * enveloped request message and enveloped answers (flags, a 32-bit
  * big-endian length, the JSON), the last one the end-of-stream (flag 2).
@@ -38,7 +40,8 @@
 
 enum envd_op { E_NONE, E_HEALTH, E_FILES_GET, E_FILES_POST, E_P_START, E_P_CONNECT, E_P_LIST,
 	       E_P_INPUT, E_P_SIGNAL, E_P_CLOSE, E_FS_STAT, E_FS_LIST, E_FS_MKDIR, E_FS_MOVE,
-	       E_FS_REMOVE, E_FS_WATCH, E_P_UPDATE, E_UNIMPL };
+	       E_FS_REMOVE, E_FS_WATCH, E_P_UPDATE, E_W_CREATE, E_W_EVENTS, E_W_REMOVE,
+	       E_UNIMPL };
 
 static const struct {
 	const char *path;
@@ -59,9 +62,9 @@ static const struct {
 	{ "/filesystem.Filesystem/Move", E_FS_MOVE, false },
 	{ "/filesystem.Filesystem/Remove", E_FS_REMOVE, false },
 	{ "/filesystem.Filesystem/WatchDir", E_FS_WATCH, true },
-	{ "/filesystem.Filesystem/CreateWatcher", E_UNIMPL, false },
-	{ "/filesystem.Filesystem/GetWatcherEvents", E_UNIMPL, false },
-	{ "/filesystem.Filesystem/RemoveWatcher", E_UNIMPL, false },
+	{ "/filesystem.Filesystem/CreateWatcher", E_W_CREATE, false }, /* polling watchers */
+	{ "/filesystem.Filesystem/GetWatcherEvents", E_W_EVENTS, false },
+	{ "/filesystem.Filesystem/RemoveWatcher", E_W_REMOVE, false },
 };
 
 static int64_t mono_ms(void)
@@ -551,62 +554,73 @@ struct wdstream {
 	struct server *s;
 	struct serve_sbx *x;
 	struct live_watch *w;
-	char *root; /* the directory watched: an event's name is relative to it */
 	struct sclock clock;
 	struct moat_buf line, pending;
 	size_t off;
 	bool done;
 };
 
+/* Where a watch's events go: a stream's frames (FilesystemEvent in a
+ * WatchDirResponse) or GetWatcherEvents' array; code/msg: how the watch
+ * ended (an overflow, the directory gone), never silently. */
+struct wd_out {
+	const char *root; /* the directory watched: an event's name is relative to it */
+	struct moat_buf *b;
+	bool framed;
+	unsigned n; /* events put */
+	const char *code, *msg;
+};
+
 /* A FilesystemEvent of path (under root) and E2B's type. */
-static void fs_event(struct wdstream *p, const char *path, const char *type)
+static void fs_event(struct wd_out *o, const char *path, const char *type)
 {
-	size_t rl = strlen(p->root);
+	size_t rl = strlen(o->root);
 	const char *nm = path;
-	if (!strncmp(path, p->root, rl) && path[rl] == '/')
+	if (!strncmp(path, o->root, rl) && path[rl] == '/')
 		nm = path + rl + 1;
 	struct moat_buf j = { 0 };
-	moat_buf_append(&j, "{\"filesystem\":{\"name\":", 22);
+	if (o->framed)
+		moat_buf_append(&j, "{\"filesystem\":", 14);
+	else if (o->n)
+		moat_buf_append(&j, ",", 1);
+	moat_buf_append(&j, "{\"name\":", 8);
 	moat_buf_append_json_string(&j, nm, strlen(nm));
-	moat_buf_appendf(&j, ",\"type\":\"EVENT_TYPE_%s\"}}", type);
+	moat_buf_appendf(&j, ",\"type\":\"EVENT_TYPE_%s\"}%s", type, o->framed ? "}" : "");
 	if (j.oom)
-		p->pending.oom = true;
+		o->b->oom = true;
+	else if (o->framed)
+		frame(o->b, 0, j.data, j.len);
 	else
-		frame(&p->pending, 0, j.data, j.len);
+		moat_buf_append(o->b, j.data, j.len);
 	moat_buf_free(&j);
+	o->n++;
 }
 
 /* The native watch's NDJSON line as E2B's events: a rename is E2B's (the
  * old name's RENAME, the new name's CREATE); an overflow or the directory's
- * end ends the stream with an error, never silently. */
-static void wd_line(struct wdstream *p)
+ * end ends the watch with an error (o->code), never silently. */
+static void wd_line(struct wd_out *o, struct moat_buf *line)
 {
-	MOAT_AUTO(cJSON) cJSON *o = cJSON_ParseWithLength(p->line.data, p->line.len);
-	p->line.len = 0;
-	const cJSON *t = cJSON_GetObjectItemCaseSensitive(o, "type");
-	const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "path");
-	const cJSON *from = cJSON_GetObjectItemCaseSensitive(o, "from");
-	if (!cJSON_IsString(t)) {
-		end_frame(&p->pending, "internal", "an event moat could not read");
-		p->done = true;
-		return;
-	}
-	const char *ty = t->valuestring;
+	MOAT_AUTO(cJSON) cJSON *j = cJSON_ParseWithLength(line->data, line->len);
+	line->len = 0;
+	const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, "type");
+	const cJSON *path = cJSON_GetObjectItemCaseSensitive(j, "path");
+	const cJSON *from = cJSON_GetObjectItemCaseSensitive(j, "from");
+	const char *ty = cJSON_IsString(t) ? t->valuestring : "";
 	if (!strcmp(ty, "overflow")) {
-		end_frame(&p->pending, "data_loss", "events were lost (the queue overflowed): "
-			  "watch again and list the directory");
-		p->done = true;
+		o->code = "data_loss";
+		o->msg = "events were lost (the queue overflowed): watch again and list the directory";
 	} else if (!strcmp(ty, "end")) {
-		end_frame(&p->pending, "not_found", "the directory watched was removed or moved");
-		p->done = true;
-	} else if (!cJSON_IsString(path)) {
-		end_frame(&p->pending, "internal", "an event moat could not read");
-		p->done = true;
+		o->code = "not_found";
+		o->msg = "the directory watched was removed or moved";
+	} else if (!cJSON_IsString(t) || !cJSON_IsString(path)) {
+		o->code = "internal";
+		o->msg = "an event moat could not read";
 	} else if (!strcmp(ty, "rename") && cJSON_IsString(from)) {
-		fs_event(p, from->valuestring, "RENAME");
-		fs_event(p, path->valuestring, "CREATE");
+		fs_event(o, from->valuestring, "RENAME");
+		fs_event(o, path->valuestring, "CREATE");
 	} else if (!strcmp(ty, "create") || !strcmp(ty, "write") || !strcmp(ty, "remove")) {
-		fs_event(p, path->valuestring, !strcmp(ty, "create") ? "CREATE"
+		fs_event(o, path->valuestring, !strcmp(ty, "create") ? "CREATE"
 					       : !strcmp(ty, "write") ? "WRITE" : "REMOVE");
 	}
 }
@@ -639,11 +653,15 @@ static ssize_t wdstream_read(void *cls, uint64_t pos, char *buf, size_t max)
 		if (ev == LIVE_EV_HANGUP)
 			return MHD_CONTENT_READER_END_WITH_ERROR;
 		if (ev == LIVE_EV_STDOUT || ev == LIVE_EV_EXIT) {
-			wd_line(p);
+			struct wd_out o = { .root = live_watch_root(p->w), .b = &p->pending, .framed = true };
+			wd_line(&o, &p->line);
 			p->clock.last = now;
-			if (ev == LIVE_EV_EXIT && !p->done) {
-				end_frame(&p->pending, "not_found",
-					  "the directory watched was removed or moved");
+			if (ev == LIVE_EV_EXIT && !o.code) {
+				o.code = "not_found";
+				o.msg = "the directory watched was removed or moved";
+			}
+			if (o.code) {
+				end_frame(&p->pending, o.code, o.msg);
 				p->done = true;
 			}
 		} else if (ev == LIVE_EV_END) {
@@ -661,44 +679,61 @@ static void wdstream_free(void *cls)
 		close(p->clock.client);
 	moat_buf_free(&p->line);
 	moat_buf_free(&p->pending);
-	free(p->root);
 	serve_sbx_end(p->s->sandboxes, p->x);
 	serve_sbx_put(p->s->sandboxes, p->x);
 	free(p);
 }
 
-/* WatchDirRequest {"path","recursive"} on the native watch
- * (docs/SANDBOXES.md): the start event once the watch is set, then the
- * directory's events. includeEntry is refused, not ignored. */
-static enum MHD_Result watch_dir(struct req *q, struct MHD_Connection *c, const cJSON *o)
+/* A WatchDirRequest's or CreateWatcherRequest's {"path","recursive"} on
+ * the native watch (docs/SANDBOXES.md): 0 and *w, or -1 and *r (the
+ * error answered). includeEntry is refused, not ignored. */
+static int watch_open(struct req *q, struct MHD_Connection *c, const cJSON *o,
+		      struct live_watch **w, enum MHD_Result *r)
 {
 	const cJSON *path = cJSON_GetObjectItemCaseSensitive(o, "path");
 	const cJSON *rec = cJSON_GetObjectItemCaseSensitive(o, "recursive");
 	const cJSON *entry = cJSON_GetObjectItemCaseSensitive(o, "includeEntry");
-	if (!cJSON_IsString(path) || (rec && !cJSON_IsBool(rec)))
-		return bad(q, c, "\"path\" a string, \"recursive\" a boolean");
-	if (cJSON_IsTrue(entry))
-		return rpc_fail(q, c, "unimplemented",
-				"includeEntry is not supported by moat (docs/E2B.md)");
+	if (!cJSON_IsString(path) || (rec && !cJSON_IsBool(rec))) {
+		*r = bad(q, c, "\"path\" a string, \"recursive\" a boolean");
+		return -1;
+	}
+	if (cJSON_IsTrue(entry)) {
+		*r = rpc_fail(q, c, "unimplemented",
+			      "includeEntry is not supported by moat (docs/E2B.md)");
+		return -1;
+	}
+	MOAT_AUTOFREE char *root = sbx_path(path->valuestring);
+	if (!root) {
+		*r = bad(q, c, "the path must be under /sandbox (E2B's /home/user) or /tmp");
+		return -1;
+	}
 	MOAT_AUTO_ERROR struct moat_error err = { 0 };
+	if (live_watch_open(serve_sbx_live(q->sbx), root, cJSON_IsTrue(rec), w, &err) == 0)
+		return 0;
+	if (err.sys_errno == EMFILE)
+		*r = rpc_fail(q, c, "resource_exhausted",
+			      "at most 8 directory watches at once per sandbox (WatchDir streams and "
+			      "polling watchers together)");
+	else if (err.sys_errno == E2BIG)
+		*r = rpc_fail(q, c, "resource_exhausted",
+			      "the tree is too large to watch (at most 1024 directories, 32 levels "
+			      "deep)");
+	else
+		*r = op_fail(q, c, &err);
+	return -1;
+}
+
+/* WatchDir: the start event once the watch is set, then the directory's
+ * events. */
+static enum MHD_Result watch_dir(struct req *q, struct MHD_Connection *c, const cJSON *o)
+{
 	struct wdstream *p = calloc(1, sizeof *p);
 	if (!p)
 		return MHD_NO;
-	if (!(p->root = sbx_path(path->valuestring))) {
+	enum MHD_Result rc;
+	if (watch_open(q, c, o, &p->w, &rc) < 0) {
 		free(p);
-		return bad(q, c, "the path must be under /sandbox (E2B's /home/user) or /tmp");
-	}
-	if (live_watch_open(serve_sbx_live(q->sbx), p->root, cJSON_IsTrue(rec), &p->w, &err) < 0) {
-		free(p->root);
-		free(p);
-		if (err.sys_errno == EMFILE)
-			return rpc_fail(q, c, "resource_exhausted",
-					"at most 8 directory watches at once per sandbox");
-		if (err.sys_errno == E2BIG)
-			return rpc_fail(q, c, "resource_exhausted",
-					"the tree is too large to watch (at most 1024 directories, "
-					"32 levels deep)");
-		return op_fail(q, c, &err);
+		return rc;
 	}
 	p->s = q->s;
 	p->x = q->sbx;
@@ -712,11 +747,93 @@ static enum MHD_Result watch_dir(struct req *q, struct MHD_Connection *c, const 
 		if (p->clock.client >= 0)
 			close(p->clock.client);
 		moat_buf_free(&p->pending);
-		free(p->root);
 		free(p);
 		return MHD_NO;
 	}
 	return stream_queue(q, c, r);
+}
+
+/* ---- the polling watchers (CreateWatcher, GetWatcherEvents,
+ * RemoveWatcher): the native watch kept with the sandbox (sandboxes.c:
+ * closed when it ends); its events wait in the agent's socket (the
+ * kernel's buffer bounds them: past it the agent drops them and says so)
+ * and each GetWatcherEvents takes what is there now, at most
+ * WATCHER_MAX_LINES of the agent's events (the rest waits for the next
+ * call). Events lost, the directory gone or the sandbox's end: the call's
+ * error, and the watcher is removed (the next call: not_found). ---- */
+
+#define WATCHER_MAX_LINES 512u
+
+static const char *watcher_id(const cJSON *o)
+{
+	const cJSON *id = cJSON_GetObjectItemCaseSensitive(o, "watcherId");
+	return cJSON_IsString(id) && strlen(id->valuestring) == SERVE_LOCAL_ID_LEN
+		       ? id->valuestring
+		       : NULL;
+}
+
+static enum MHD_Result watcher_create(struct req *q, struct MHD_Connection *c, const cJSON *o)
+{
+	struct live_watch *w;
+	enum MHD_Result rc;
+	if (watch_open(q, c, o, &w, &rc) < 0)
+		return rc;
+	char id[SERVE_LOCAL_ID_LEN + 1];
+	int k = serve_sbx_watch_keep(q->s->sandboxes, q->sbx, w, id); /* takes w */
+	if (k < 0)
+		return k == -2 ? rpc_fail(q, c, "unavailable", "the sandbox is not running anymore")
+			       : rpc_fail(q, c, "internal", "no randomness for the watcher's id");
+	struct moat_buf b = { 0 };
+	moat_buf_appendf(&b, "{\"watcherId\":\"%s\"}\n", id);
+	return rpc_answer(q, c, &b);
+}
+
+static enum MHD_Result watcher_events(struct req *q, struct MHD_Connection *c, const cJSON *o)
+{
+	const char *id = watcher_id(o);
+	int why = ENOENT;
+	struct live_watch *w = id ? serve_sbx_watch_lend(q->s->sandboxes, q->sbx, id, &why) : NULL;
+	if (!w)
+		return why == EBUSY ? rpc_fail(q, c, "failed_precondition",
+					       "another GetWatcherEvents of this watcher is running")
+				    : rpc_fail(q, c, "not_found", "no such watcher");
+	struct moat_buf b = { 0 }, line = { 0 };
+	moat_buf_append(&b, "{\"events\":[", 11);
+	struct wd_out out = { .root = live_watch_root(w), .b = &b };
+	for (unsigned i = 0; i < WATCHER_MAX_LINES && !out.code && !b.oom && !line.oom; i++) {
+		enum live_event ev = live_watch_next(w, 0, -1, &line);
+		if (ev == LIVE_EV_NONE)
+			break;
+		if (ev == LIVE_EV_STDOUT || ev == LIVE_EV_EXIT) {
+			wd_line(&out, &line);
+			if (ev == LIVE_EV_EXIT && !out.code) {
+				out.code = "not_found";
+				out.msg = "the directory watched was removed or moved";
+			}
+		} else {
+			out.code = "unavailable";
+			out.msg = "the sandbox is not running anymore";
+		}
+	}
+	bool oom = b.oom || line.oom;
+	moat_buf_free(&line);
+	serve_sbx_watch_return(q->s->sandboxes, q->sbx, id, w, !out.code && !oom);
+	if (out.code || oom) {
+		moat_buf_free(&b);
+		return oom ? rpc_fail(q, c, "resource_exhausted", "the events could not be held: "
+				      "the watcher is removed")
+			   : rpc_fail(q, c, out.code, out.msg);
+	}
+	moat_buf_append(&b, "]}\n", 3);
+	return rpc_answer(q, c, &b);
+}
+
+static enum MHD_Result watcher_remove(struct req *q, struct MHD_Connection *c, const cJSON *o)
+{
+	const char *id = watcher_id(o);
+	if (!id || serve_sbx_watch_drop(q->s->sandboxes, q->sbx, id) < 0)
+		return rpc_fail(q, c, "not_found", "no such watcher");
+	return srv_respond(q, c, 200, strdup("{}\n"), "application/json", NULL, NULL);
 }
 
 /* A PTY message {"size":{"rows","cols"}}: each 1..LIVE_MAX_WINSIZE. */
@@ -1371,10 +1488,17 @@ enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const ch
 		if (!rpc)
 			return e2b_fail(q, c, 404, O_BAD_REQUEST, "no such route");
 	}
-	int a = e2b_envd_sandbox(q, c);
+	/* a signed URL (E2B's downloadUrl, uploadUrl): no access token, the
+	 * signature bound to the path, the operation and the sandbox's token */
+	const char *msg = "unknown sandbox or invalid access token (X-Access-Token)";
+	bool files = e->op == E_FILES_GET || e->op == E_FILES_POST;
+	int a = files && !MHD_lookup_connection_value(c, MHD_HEADER_KIND, "X-Access-Token") &&
+			MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "signature")
+		? e2b_envd_signed(q, c, e->op == E_FILES_POST, &msg)
+		: e2b_envd_sandbox(q, c);
 	if (a < 0) {
-		const char *msg = a == -1 ? "unknown sandbox or invalid access token (X-Access-Token)"
-					  : "the sandbox is not running anymore";
+		if (a == -2)
+			msg = "the sandbox is not running anymore";
 		if (rpc)
 			return rpc_fail(q, c, a == -1 ? "unauthenticated" : "unavailable", msg);
 		if (e->op == E_FILES_POST && a == -1)
@@ -1407,8 +1531,8 @@ enum MHD_Result e2b_envd_route(struct req *q, struct MHD_Connection *c, const ch
 					  : "a unary call takes application/json (the JSON codec)");
 	if (e->op == E_UNIMPL)
 		return rpc_fail(q, c, "unimplemented",
-				"not supported by moat (docs/E2B.md): input streams and polling "
-				"watchers (CreateWatcher: use WatchDir)");
+				"not supported by moat (docs/E2B.md): input streams (StreamInput: "
+				"use SendInput)");
 	const char *tm = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "Connect-Timeout-Ms");
 	if (tm) {
 		char *end;
@@ -1450,6 +1574,12 @@ enum MHD_Result e2b_envd_body(struct req *q, struct MHD_Connection *c)
 		return p_control(q, c, o);
 	case E_FS_WATCH:
 		return watch_dir(q, c, o);
+	case E_W_CREATE:
+		return watcher_create(q, c, o);
+	case E_W_EVENTS:
+		return watcher_events(q, c, o);
+	case E_W_REMOVE:
+		return watcher_remove(q, c, o);
 	default:
 		return fs_op(q, c, o);
 	}

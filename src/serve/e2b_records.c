@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <cjson/cJSON.h>
 
 #include "core/cleanup.h"
@@ -145,6 +146,20 @@ bool e2b_rec_template(struct e2b *e, const char *id, char out[E2B_MAX_TEMPLATE +
 	return found;
 }
 
+/* q's sandbox (q->e2b->id, q->cred) held: 0; -2 ended. */
+static int hold(struct req *q)
+{
+	struct server *s = q->s;
+	q->sbx = serve_sbx_get(s->sandboxes, q->e2b->id, q->cred);
+	char *why = q->sbx ? serve_sbx_begin(s->sandboxes, q->sbx) : NULL;
+	if (!q->sbx || why) {
+		free(why);
+		return -2;
+	}
+	q->sbx_busy = true;
+	return 0;
+}
+
 int e2b_envd_sandbox(struct req *q, struct MHD_Connection *c)
 {
 	struct server *s = q->s;
@@ -169,16 +184,74 @@ int e2b_envd_sandbox(struct req *q, struct MHD_Connection *c)
 		}
 	pthread_mutex_unlock(&s->e2b->mu);
 	/* an unknown sandbox and a wrong token answer alike */
+	return ok ? hold(q) : -1;
+}
+
+/* A signed URL's signature as E2B's SDK makes it: "v1_" and the unpadded
+ * base64 of SHA-256("path:operation:user:token[:expiration]") into out. */
+#define SIG_LEN (3 + 43)
+static bool signature(const char *path, const char *op, const char *user, const char *token,
+		      const char *exp, char out[SIG_LEN + 1])
+{
+	struct moat_buf m = { 0 }, b = { 0 };
+	moat_buf_appendf(&m, "%s:%s:%s:%s%s%s", path, op, user, token, exp ? ":" : "",
+			 exp ? exp : "");
+	uint8_t h[MOAT_SHA256_LEN];
+	if (!m.oom)
+		moat_sha256(m.data, m.len, h);
+	moat_buf_append_base64(&b, h, sizeof h); /* a JSON string: "…=" */
+	bool ok = !m.oom && !b.oom && b.len >= 1 + SIG_LEN - 3;
+	if (ok) { /* its quotes and padding ("=") off */
+		memcpy(out, "v1_", 3);
+		memcpy(out + 3, b.data + 1, SIG_LEN - 3);
+	}
+	out[SIG_LEN] = '\0';
+	if (m.data)
+		explicit_bzero(m.data, m.len); /* it holds the token */
+	moat_buf_free(&m);
+	moat_buf_free(&b);
+	return ok;
+}
+
+int e2b_envd_signed(struct req *q, struct MHD_Connection *c, bool write, const char **why)
+{
+	struct server *s = q->s;
+	const char *id = MHD_lookup_connection_value(c, MHD_HEADER_KIND, "E2b-Sandbox-Id");
+	const char *sig = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "signature");
+	const char *path = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "path");
+	const char *user = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND, "username");
+	const char *exp = MHD_lookup_connection_value(c, MHD_GET_ARGUMENT_KIND,
+						      "signature_expiration");
+	*why = "invalid signature (signature, signature_expiration) or unknown sandbox";
+	path = path ? path : "";
+	user = user ? user : "";
+	/* bounded before any hashing: each record's token is tried */
+	if (!sig || strlen(sig) != SIG_LEN || strncmp(sig, "v1_", 3) ||
+	    strlen(path) > E2B_MAX_SIGNED_PATH || strlen(user) > E2B_MAX_SIGNED_USER ||
+	    (exp && (!exp[0] || strlen(exp) > 18 || strspn(exp, "0123456789") != strlen(exp))))
+		return -1;
+	bool ok = false;
+	pthread_mutex_lock(&s->e2b->mu);
+	for (struct e2b_rec *x = s->e2b->list; x && !ok; x = x->next) {
+		if (id && strcmp(x->id, id))
+			continue;
+		char want[SIG_LEN + 1];
+		if (!signature(path, write ? "write" : "read", user, x->token, exp, want))
+			break;
+		ok = serve_ct_equal(want, sig, SIG_LEN);
+		if (ok) {
+			memcpy(q->cred, x->cred, MOAT_SHA256_LEN);
+			snprintf(q->e2b->id, sizeof q->e2b->id, "%s", x->id);
+		}
+	}
+	pthread_mutex_unlock(&s->e2b->mu);
 	if (!ok)
 		return -1;
-	q->sbx = serve_sbx_get(s->sandboxes, q->e2b->id, q->cred);
-	char *why = q->sbx ? serve_sbx_begin(s->sandboxes, q->sbx) : NULL;
-	if (!q->sbx || why) {
-		free(why);
-		return -2;
+	if (exp && strtoll(exp, NULL, 10) < (long long)time(NULL)) {
+		*why = "the signature has expired (signature_expiration)";
+		return -1;
 	}
-	q->sbx_busy = true;
-	return 0;
+	return hold(q);
 }
 
 static struct e2b_rec *rec_of(struct e2b *e, const char *id)

@@ -387,6 +387,7 @@ struct serve_sbxs_config {
 };
 struct serve_sbxs;
 struct serve_sbx;
+struct live_watch;
 struct serve_ctxs;
 struct live;
 int serve_sbxs_start(struct serve_sbxs **out, const struct serve_sbxs_config *cfg,
@@ -438,6 +439,21 @@ int64_t serve_sbx_left_ms(struct serve_sbxs *ss, struct serve_sbx *x);
 /* Ends it, out of the table, nothing of it left when this returns. */
 void serve_sbx_delete(struct serve_sbxs *ss, struct serve_sbx *x);
 void serve_sbx_json(struct serve_sbxs *ss, struct serve_sbx *x, struct moat_buf *b);
+/* Its kept directory watches (E2B's polling watchers, e2b_envd.c): at most
+ * LIVE_MAX_WATCHES with the streamed ones (live_watch_open's bound), each
+ * named by a new random id ("wch_" and 32 hex digits), closed when the
+ * sandbox ends. keep takes w: 0 and *id; -1 no randomness, -2 the sandbox
+ * ended (w closed either way). lend: w for one request at a time (why 0),
+ * else NULL and why ENOENT (none such) or EBUSY (lent); return gives it
+ * back, closed unless keep (and kept only while the sandbox lives and
+ * the id was not dropped meanwhile). drop: 0, or -1 none such. */
+int serve_sbx_watch_keep(struct serve_sbxs *ss, struct serve_sbx *x, struct live_watch *w,
+			 char id[SERVE_LOCAL_ID_LEN + 1]);
+struct live_watch *serve_sbx_watch_lend(struct serve_sbxs *ss, struct serve_sbx *x,
+					const char *id, int *why);
+void serve_sbx_watch_return(struct serve_sbxs *ss, struct serve_sbx *x, const char *id,
+			    struct live_watch *w, bool keep);
+int serve_sbx_watch_drop(struct serve_sbxs *ss, struct serve_sbx *x, const char *id);
 /* cred's live sandboxes whose metadata has every filter pair (2 x nfilter
  * strings), newest first, at most limit, after the id after (NULL: from
  * the first): {"sandboxes":[...],"next":id|null}. */

@@ -62,6 +62,14 @@ struct serve_sbx {
 	uint64_t max_cpu_ms; /* maxCpuTimeMs (0: none) */
 	int64_t disk_bytes; /* /sandbox and /tmp used, last sampled (-1: never) */
 	struct serve_ctxs *ctxs; /* its code contexts (contexts.c) */
+	/* its kept directory watches (E2B's polling watchers): id "" a free
+	 * slot; lent: a request reads it now (closed on its return when it
+	 * was removed or the sandbox ended meanwhile) */
+	struct {
+		char id[SERVE_LOCAL_ID_LEN + 1];
+		struct live_watch *w;
+		bool lent;
+	} watches[LIVE_MAX_WATCHES];
 };
 
 struct serve_sbxs {
@@ -89,8 +97,19 @@ static void unreserve(struct serve_sbxs *ss, struct serve_sbx *x)
 	x->reserved = false;
 }
 
+/* Its kept watches closed but a lent one's (mu held, or x no one's else). */
+static void watches_close(struct serve_sbx *x)
+{
+	for (size_t i = 0; i < LIVE_MAX_WATCHES; i++)
+		if (x->watches[i].id[0] && !x->watches[i].lent) {
+			live_watch_close(x->watches[i].w);
+			memset(&x->watches[i], 0, sizeof x->watches[i]);
+		}
+}
+
 static void sbx_free(struct serve_sbx *x)
 {
+	watches_close(x); /* none lent: a lender holds a reference */
 	serve_ctxs_free(x->ctxs);
 	live_destroy(x->lv);
 	for (size_t i = 0; i < 2 * x->meta_count; i++)
@@ -121,6 +140,7 @@ static void mark_dead(struct serve_sbxs *ss, struct serve_sbx *x, const char *se
 	if (c >= 0)
 		x->cpu_ms = c;
 	live_kill(x->lv);
+	watches_close(x); /* its polling watchers end with it */
 	unreserve(ss, x);
 	ss->live--;
 	ss->dead++;
@@ -564,6 +584,83 @@ void serve_sbx_delete(struct serve_sbxs *ss, struct serve_sbx *x)
 	pthread_mutex_unlock(&ss->mu);
 	/* nothing of it left before the answer: its processes, cgroups, files */
 	live_wait_ended(x->lv);
+}
+
+int serve_sbx_watch_keep(struct serve_sbxs *ss, struct serve_sbx *x, struct live_watch *w,
+			 char id[SERVE_LOCAL_ID_LEN + 1])
+{
+	if (serve_new_local_id(id, "wch_") < 0) {
+		live_watch_close(w);
+		return -1;
+	}
+	int rc = -2;
+	pthread_mutex_lock(&ss->mu);
+	/* a free slot: live_watch_open counts every open watch, kept or not */
+	for (size_t i = 0; i < LIVE_MAX_WATCHES && !x->dead && rc < 0; i++)
+		if (!x->watches[i].id[0]) {
+			memcpy(x->watches[i].id, id, SERVE_LOCAL_ID_LEN + 1);
+			x->watches[i].w = w;
+			x->watches[i].lent = false;
+			rc = 0;
+		}
+	pthread_mutex_unlock(&ss->mu);
+	if (rc < 0)
+		live_watch_close(w);
+	return rc;
+}
+
+/* mu held */
+static int watch_slot(struct serve_sbx *x, const char *id)
+{
+	for (int i = 0; i < (int)LIVE_MAX_WATCHES; i++)
+		if (x->watches[i].id[0] && !strcmp(x->watches[i].id, id))
+			return i;
+	return -1;
+}
+
+struct live_watch *serve_sbx_watch_lend(struct serve_sbxs *ss, struct serve_sbx *x,
+					const char *id, int *why)
+{
+	struct live_watch *w = NULL;
+	pthread_mutex_lock(&ss->mu);
+	int i = watch_slot(x, id);
+	*why = i < 0 ? ENOENT : x->watches[i].lent ? EBUSY : 0;
+	if (!*why) {
+		x->watches[i].lent = true;
+		w = x->watches[i].w;
+	}
+	pthread_mutex_unlock(&ss->mu);
+	return w;
+}
+
+void serve_sbx_watch_return(struct serve_sbxs *ss, struct serve_sbx *x, const char *id,
+			    struct live_watch *w, bool keep)
+{
+	pthread_mutex_lock(&ss->mu);
+	int i = watch_slot(x, id);
+	bool kept = i >= 0 && x->watches[i].w == w && keep && !x->dead;
+	if (kept)
+		x->watches[i].lent = false;
+	else if (i >= 0 && x->watches[i].w == w)
+		memset(&x->watches[i], 0, sizeof x->watches[i]);
+	pthread_mutex_unlock(&ss->mu);
+	if (!kept)
+		live_watch_close(w);
+}
+
+int serve_sbx_watch_drop(struct serve_sbxs *ss, struct serve_sbx *x, const char *id)
+{
+	struct live_watch *w = NULL;
+	pthread_mutex_lock(&ss->mu);
+	int i = watch_slot(x, id);
+	if (i >= 0) {
+		if (!x->watches[i].lent) /* a lent one: its lender closes it */
+			w = x->watches[i].w;
+		memset(&x->watches[i], 0, sizeof x->watches[i]);
+	}
+	pthread_mutex_unlock(&ss->mu);
+	live_watch_close(w);
+	return i < 0 ? -1 : 0;
 }
 
 /* x's JSON object into b (mu held). */

@@ -690,8 +690,11 @@ T('serve.e2b.keys: each key sees and reaches only the sandboxes it made', async 
 });
 
 // waits (up to 20 s) until pred(events) holds
-async function until(events, pred, what) {
-  for (let i = 0; i < 200 && !pred(events); i++) await new Promise((r) => setTimeout(r, 100));
+async function until(events, pred, what, poll) {
+  for (let i = 0; i < 200 && !pred(events); i++) {
+    if (poll) await poll();
+    if (!pred(events)) await new Promise((r) => setTimeout(r, 100));
+  }
   assert.ok(pred(events), `${what}: saw ${JSON.stringify(events)}`);
 }
 
@@ -737,6 +740,198 @@ T('files.watchDir: a file written, renamed and removed, in order; recursive sees
   } finally {
     await sbx.kill();
   }
+});
+
+// filesystem.Filesystem's polling watchers (the Python SDK's synchronous watch_dir;
+// the JS SDK does not call them): raw Connect JSON calls.
+async function watcherRpc(sbx, method, msg, token = sbx.envdAccessToken) {
+  const r = await request('POST', `/e2b/envd/filesystem.Filesystem/${method}`, JSON.stringify(msg),
+    { 'E2b-Sandbox-Id': sbx.sandboxId, 'X-Access-Token': token, 'Content-Type': 'application/json' });
+  return { status: r.status, body: JSON.parse(r.body.toString() || '{}') };
+}
+
+// moat serve's open unix sockets (its watches' among them; not the clients' TCP ones)
+const serveFds = () => {
+  const unix = new Set(fs.readFileSync(`/proc/${srv.child.pid}/net/unix`, 'utf8').split('\n')
+    .slice(1).map((l) => l.trim().split(/\s+/)[6]).filter(Boolean));
+  return fs.readdirSync(`/proc/${srv.child.pid}/fd`).filter((f) => {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(fs.readlinkSync(`/proc/${srv.child.pid}/fd/${f}`));
+      return m && unix.has(m[1]);
+    } catch { return false; } // closed meanwhile
+  }).length;
+};
+
+T('polling watchers: create, events drained per call in order, remove then not_found; 8 a sandbox; only its own token', async () => {
+  const a = await e2b.Sandbox.create();
+  const b = await e2b.Sandbox.create();
+  try {
+    await a.files.makeDir('pw/sub');
+    const c = await watcherRpc(a, 'CreateWatcher', { path: '/home/user/pw', recursive: false });
+    assert.equal(c.status, 200, JSON.stringify(c.body));
+    const id = c.body.watcherId;
+    assert.match(id, /^wch_[0-9a-f]{32}$/);
+    assert.deepEqual((await watcherRpc(a, 'GetWatcherEvents', { watcherId: id })).body, { events: [] });
+    await a.files.write('pw/one.txt', 'hi');
+    await a.files.rename('pw/one.txt', 'pw/two.txt');
+    await a.files.write('pw/sub/deep.txt', 'x'); // not recursive: not seen
+    await a.files.remove('pw/two.txt');
+    const seen = [];
+    await until(seen, () => seen.includes('EVENT_TYPE_REMOVE two.txt'), 'the remove', async () => {
+      const g = await watcherRpc(a, 'GetWatcherEvents', { watcherId: id });
+      assert.equal(g.status, 200, JSON.stringify(g.body));
+      for (const e of g.body.events) seen.push(`${e.type} ${e.name}`);
+    });
+    const at = (x) => seen.indexOf(x);
+    assert.ok(at('EVENT_TYPE_CREATE one.txt') >= 0, seen.join());
+    assert.ok(at('EVENT_TYPE_CREATE one.txt') < at('EVENT_TYPE_WRITE one.txt') &&
+      at('EVENT_TYPE_WRITE one.txt') < at('EVENT_TYPE_RENAME one.txt') &&
+      at('EVENT_TYPE_RENAME one.txt') < at('EVENT_TYPE_CREATE two.txt') &&
+      at('EVENT_TYPE_CREATE two.txt') < at('EVENT_TYPE_REMOVE two.txt'), seen.join());
+    assert.ok(!seen.some((e) => e.includes('deep')), seen.join());
+    // drained: what was answered is not answered again
+    assert.deepEqual((await watcherRpc(a, 'GetWatcherEvents', { watcherId: id })).body, { events: [] });
+    // only the sandbox's own token reaches its watchers: another sandbox's token on
+    // this sandbox is a 401, and the watcher id on another sandbox is unknown there
+    const cross = await watcherRpc(a, 'GetWatcherEvents', { watcherId: id }, b.envdAccessToken);
+    assert.equal(cross.status, 401);
+    assert.equal(cross.body.code, 'unauthenticated');
+    const other = await watcherRpc(b, 'GetWatcherEvents', { watcherId: id });
+    assert.equal(other.status, 404);
+    assert.equal(other.body.code, 'not_found');
+    assert.equal((await watcherRpc(b, 'RemoveWatcher', { watcherId: id })).status, 404);
+    // at most 8 watches a sandbox, WatchDir streams and polling watchers together
+    const more = [];
+    for (let i = 0; i < 7; i++) {
+      const m = await watcherRpc(a, 'CreateWatcher', { path: 'pw' });
+      assert.equal(m.status, 200, JSON.stringify(m.body));
+      more.push(m.body.watcherId);
+    }
+    const ninth = await watcherRpc(a, 'CreateWatcher', { path: 'pw' });
+    assert.equal(ninth.status, 429);
+    assert.equal(ninth.body.code, 'resource_exhausted');
+    await assert.rejects(a.files.watchDir('pw', () => {}), /at most 8/);
+    for (const m of more) assert.equal((await watcherRpc(a, 'RemoveWatcher', { watcherId: m })).status, 200);
+    // removed: then not_found, for events and for a second remove
+    assert.equal((await watcherRpc(a, 'RemoveWatcher', { watcherId: id })).status, 200);
+    const gone = await watcherRpc(a, 'GetWatcherEvents', { watcherId: id });
+    assert.equal(gone.status, 404);
+    assert.equal(gone.body.code, 'not_found');
+    assert.equal((await watcherRpc(a, 'RemoveWatcher', { watcherId: id })).status, 404);
+    assert.equal((await watcherRpc(a, 'GetWatcherEvents', { watcherId: 'wch_x' })).status, 404);
+    // what is not a directory is refused as WatchDir refuses it
+    assert.equal((await watcherRpc(a, 'CreateWatcher', { path: 'nope' })).body.code, 'not_found');
+    assert.equal((await watcherRpc(a, 'CreateWatcher', { path: '/etc' })).body.code, 'invalid_argument');
+  } finally {
+    await a.kill();
+    await b.kill();
+  }
+});
+
+T('polling watchers: the directory removed and events lost are errors, never silent; the sandbox\'s end closes them', async () => {
+  const sbx = await e2b.Sandbox.create();
+  try {
+    await sbx.files.makeDir('pw/sub');
+    // the directory watched removed: the call says so, then the watcher is gone
+    const d = (await watcherRpc(sbx, 'CreateWatcher', { path: 'pw/sub' })).body.watcherId;
+    await sbx.files.remove('pw/sub');
+    let end = null;
+    await until([], () => end, 'the end of the watch', async () => {
+      const g = await watcherRpc(sbx, 'GetWatcherEvents', { watcherId: d });
+      if (g.status !== 200) end = g;
+    });
+    assert.equal(end.status, 404);
+    assert.match(end.body.message, /removed or moved/);
+    assert.match((await watcherRpc(sbx, 'GetWatcherEvents', { watcherId: d })).body.message, /no such watcher/);
+    // more events than the queue holds, unread: data_loss, then the watcher is gone
+    const f = (await watcherRpc(sbx, 'CreateWatcher', { path: 'pw' })).body.watcherId;
+    await sbx.commands.run('for i in $(seq 1 4000); do echo x > /sandbox/pw/f$i; done');
+    let lost = null;
+    for (let i = 0; i < 100 && !lost; i++) {
+      const g = await watcherRpc(sbx, 'GetWatcherEvents', { watcherId: f });
+      if (g.status !== 200) lost = g;
+      else assert.ok(g.body.events.length > 0, 'events until the loss');
+    }
+    assert.ok(lost, 'an overflow reported');
+    assert.equal(lost.body.code, 'data_loss');
+    assert.equal((await watcherRpc(sbx, 'GetWatcherEvents', { watcherId: f })).status, 404);
+  } finally {
+    await sbx.kill();
+  }
+  // a sandbox that ends (its timeout) closes its watchers then, not when it is
+  // forgotten (its record stays): what an ended one leaves open in moat serve is the
+  // same with 8 watchers as with none
+  const left = async (watchers) => {
+    const before = serveFds();
+    const s = await e2b.Sandbox.create({ timeoutMs: 2000 });
+    await s.files.makeDir('pw');
+    for (let i = 0; i < watchers; i++) {
+      assert.equal((await watcherRpc(s, 'CreateWatcher', { path: 'pw' })).status, 200);
+    }
+    if (watchers) assert.ok(serveFds() >= before + watchers);
+    let code = null;
+    await until([], () => code === 'unavailable', 'the sandbox\'s end', async () => {
+      code = (await watcherRpc(s, 'GetWatcherEvents', { watcherId: 'wch_' + '0'.repeat(32) })).body.code;
+    });
+    await new Promise((r) => setTimeout(r, 500));
+    return serveFds() - before;
+  };
+  const none = await left(0);
+  const eight = await left(8);
+  assert.ok(eight - none < 4, `an ended sandbox left ${none} descriptors open, with 8 watchers ${eight}`);
+});
+
+T('signed file URLs (downloadUrl, uploadUrl): no access token; a tampered, expired, other-path or read-for-write one is a 401', async () => {
+  await withSandbox({ secure: true }, async (sbx) => {
+    await sbx.files.write('signed/a b.txt', 'signed hello');
+    // the SDK builds <E2B_SANDBOX_URL's origin>/files?...: pointed at moat's envd
+    const atMoat = (u) => {
+      const x = new URL(u);
+      assert.equal(x.pathname, '/files');
+      assert.match(x.searchParams.get('signature'), /^v1_[A-Za-z0-9+/]{43}$/);
+      return `${process.env.E2B_SANDBOX_URL}/files${x.search}`;
+    };
+    const with_ = (u, k, v) => { const x = new URL(u); x.searchParams.set(k, v); return x.toString(); };
+    const get = await fetch(atMoat(await sbx.downloadUrl('signed/a b.txt')));
+    assert.equal(get.status, 200);
+    assert.equal(await get.text(), 'signed hello');
+    const timed = atMoat(await sbx.downloadUrl('signed/a b.txt', { useSignatureExpiration: 120 }));
+    assert.match(timed, /signature_expiration=\d+/);
+    assert.equal(await (await fetch(timed)).text(), 'signed hello');
+    const up = atMoat(await sbx.uploadUrl('signed/up.txt'));
+    const form = new FormData();
+    form.append('file', new Blob(['uploaded signed']), 'signed/up.txt');
+    const put = await fetch(up, { method: 'POST', body: form });
+    assert.equal(put.status, 200, await put.clone().text());
+    assert.equal(await sbx.files.read('signed/up.txt'), 'uploaded signed');
+    const refused = async (u, init, why) => {
+      const r = await fetch(u, init);
+      assert.equal(r.status, 401, why);
+      assert.equal((await r.json()).code, 401, why);
+    };
+    const dl = atMoat(await sbx.downloadUrl('signed/a b.txt'));
+    const sig = new URL(dl).searchParams.get('signature');
+    const flip = sig.slice(0, -1) + (sig.endsWith('A') ? 'B' : 'A');
+    await refused(with_(dl, 'signature', flip), undefined, 'a tampered signature');
+    await refused(with_(dl, 'path', 'signed/up.txt'), undefined, 'another path');
+    await refused(with_(dl, 'username', 'root'), undefined, 'another user');
+    await refused(with_(timed, 'signature_expiration', String(Math.floor(Date.now() / 1000) + 99999)),
+      undefined, 'the expiration moved');
+    const old = atMoat(await sbx.downloadUrl('signed/a b.txt', { useSignatureExpiration: -5 }));
+    const r = await fetch(old);
+    assert.equal(r.status, 401);
+    assert.match((await r.json()).message, /expired/);
+    const wform = new FormData();
+    wform.append('file', new Blob(['not written']), 'signed/a b.txt');
+    await refused(dl, { method: 'POST', body: wform }, 'a read signature used to write');
+    assert.equal(await sbx.files.read('signed/a b.txt'), 'signed hello');
+    await refused(with_(up, 'signature', 'v1_' + 'A'.repeat(43)), { method: 'POST', body: form }, 'a made-up one');
+    // bound to the sandbox: another sandbox's id with this signature is refused
+    await withSandbox({}, async (other) => {
+      const r2 = await fetch(dl, { headers: { 'E2b-Sandbox-Id': other.sandboxId } });
+      assert.equal(r2.status, 401);
+    });
+  });
 });
 
 T('pty: create runs a shell on a terminal (tty, stty size), sendInput, resize, kill', async () => {
