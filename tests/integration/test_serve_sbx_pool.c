@@ -408,6 +408,26 @@ START_TEST(pool_shutdown)
 }
 END_TEST
 
+/* The default (no --sandbox-pool, no config): one as root with 1 GiB
+ * available, none rootless (docs/SANDBOXES.md, "The pool"). */
+START_TEST(pool_default)
+{
+	struct server s;
+	server_start(&s, _i, &(struct server_opts){ .sbx_pool = -1 });
+	double mib = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
+	double want = _i == MODE_ROOT && harness_is_root() && mib >= 1024 ? 1 : 0;
+	double target = pool_metric(&s, "moat_serve_sandbox_pool_target", NULL);
+	ck_assert_msg(target == want || (mib > 900 && mib < 1150), "%s: the default pool: %g (%.0f "
+		      "MiB available)", MODE_NAME[_i], target, mib);
+	if (target > 0 && !pwait_ready(&s, (int)target)) {
+		server_stop(&s);
+		harness_skip(POOL_SKIP);
+		return;
+	}
+	server_stop_pool(&s, (int)target);
+}
+END_TEST
+
 Suite *serve_sbx_pool_suite(void)
 {
 	Suite *s = suite_create("serve_sbx_pool");
@@ -419,6 +439,7 @@ Suite *serve_sbx_pool_suite(void)
 	tcase_add_loop_test(tc, pool_budget_and_max, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, pool_fill_fails, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, pool_shutdown, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, pool_default, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }
