@@ -5,7 +5,8 @@
 // (p10-p90, ms). Then an idle live sandbox's memory: SANDBOX_IDLE sandboxes made and left
 // idle 2 s; the proportional set size (Pss, /proc/PID/smaps_rollup) of every process under
 // the service (the sandboxes' pid 1, agent and anything else in them; --pid: the service,
-// which must have no warm pool) and the service's own Pss growth, each per sandbox, with the
+// which must have no warm run pool; a sandbox pool's are there before and after) and the
+// service's own Pss growth, each per sandbox, with the
 // sandbox's cgroup memory (usage.memoryBytes) where there is one. Figures, not a test.
 //
 //   node bench/sandbox-load.mjs --socket MOAT.sock [--pid SERVICE_PID] [--label TEXT]
@@ -80,7 +81,8 @@ function descendants(pid) {
 
 async function idleMemory() {
   const sum = (ps) => ps.reduce((a, p) => a + pss(p), 0);
-  const before = { service: pss(PID), under: sum(descendants(PID)) };
+  const was = descendants(PID); // a sandbox pool's, made ahead, before and after
+  const before = { service: pss(PID), under: sum(was), procs: was.length };
   const ids = [];
   for (let i = 0; i < IDLE; i++) {
     ids.push(JSON.parse((await call('POST', '/v1/sandboxes', {})).buf.toString()).id);
@@ -88,7 +90,7 @@ async function idleMemory() {
   }
   await sleep(2000);
   const procs = descendants(PID);
-  const after = { service: pss(PID), under: sum(procs) };
+  const after = { service: pss(PID), under: sum(procs), procs: procs.length };
   const cg = [];
   for (const id of ids) {
     const u = JSON.parse((await call('GET', `/v1/sandboxes/${id}`)).buf.toString());
@@ -100,7 +102,7 @@ async function idleMemory() {
   console.log(`\n### An idle live sandbox's memory${LABEL ? ` (${LABEL})` : ''}: ${IDLE} made, idle 2 s\n`);
   console.log('| what | MiB per sandbox |');
   console.log('|---|---:|');
-  console.log(`| its processes (Pss: pid 1, the agent; ${procs.length / IDLE} per sandbox) | ${fmt(per('under'))} |`);
+  console.log(`| its processes (Pss: pid 1, the agent; ${(after.procs - before.procs) / IDLE} per sandbox) | ${fmt(per('under'))} |`);
   console.log(`| the service's growth (Pss) | ${fmt(per('service'))} |`);
   console.log(`| both | ${fmt(per('under') + per('service'))} |`);
   console.log(`| its cgroup's memory (usage.memoryBytes: its processes, its tmpfs, kernel memory) | ${cg.length ? fmt(q(cg, 0.5) / 1024) : 'none (no cgroup)'} |`);
@@ -108,10 +110,12 @@ async function idleMemory() {
 
 async function main() {
   const t = { create: [], exec: [], files: [] };
+  let pooled = 0; // creates a sandbox of the pool answered ("pool": true; --sandbox-pool)
   const mib = crypto.randomBytes(1 << 20);
   for (let i = 0; i <= ROUNDS; i++) {
     const made = await call('POST', '/v1/sandboxes', {});
-    const id = JSON.parse(made.buf.toString()).id;
+    const answer = JSON.parse(made.buf.toString());
+    const id = answer.id;
     await sleep(GAP);
     const ex = await call('POST', `/v1/sandboxes/${id}/processes?stream=1`, { argv: ['true'] });
     if (!ex.buf.toString().includes('"exitCode":0')) throw new Error(`true: ${ex.buf}`);
@@ -122,11 +126,12 @@ async function main() {
     await call('DELETE', `/v1/sandboxes/${id}`);
     if (i === 0) continue; // warm-up
     t.create.push(made.ms);
+    if (answer.pool === true) pooled++;
     t.exec.push(ex.ms);
     t.files.push(put.ms + got.ms);
     await sleep(GAP);
   }
-  console.log(`\n### Live sandboxes${LABEL ? ` (${LABEL})` : ''} (${ROUNDS} rounds, ${GAP} ms between requests, 1 client)\n`);
+  console.log(`\n### Live sandboxes${LABEL ? ` (${LABEL})` : ''} (${ROUNDS} rounds, ${GAP} ms between requests, 1 client; ${pooled} of ${ROUNDS} creates from the sandbox pool)\n`);
   console.log('| what | median ms | p10 ms | p90 ms |');
   console.log('|---|---:|---:|---:|');
   const rows = [['create → ready (201)', t.create], ['start `true`, read its exit (streamed)', t.exec],

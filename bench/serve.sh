@@ -14,7 +14,8 @@
 # bench/serve-load.mjs; default 5, so that the two sides of a ratio see the same host);
 # SANDBOXES=0 leaves out the live sandboxes' tables (bench/sandbox-load.mjs), SANDBOXES_ONLY=1
 # prints only those: root (the service without a pool) and rootless (a third service, run as
-# uid 65534 by setpriv; ROOTLESS=0 leaves it out).
+# uid 65534 by setpriv; ROOTLESS=0 leaves it out); both with SANDBOX_POOL live sandboxes made
+# ahead (--sandbox-pool, default 1; 0: every create cold, as before the pool).
 # SESSIONS=0 leaves out the session step's table (bench/session-load.mjs: SESSION_ROUNDS,
 # SESSION_CODE, SESSION_LANGUAGE), SESSION_ONLY=1 prints only that one.
 set -eu
@@ -58,7 +59,8 @@ trap 'exit 130' INT TERM
 	--pool "${POOL:-2}" ${POOL_FLAGS:-} --kv "$tmp/kv.sqlite3" 2>"$tmp/serve.log" &
 pid=$!
 "$MOAT" serve --socket "$tmp/cold.sock" --runtime "$RUNTIME" --max-concurrent "$CPUS" \
-	--queue "$QUEUE" --pool 0 --kv "$tmp/kv.sqlite3" 2>"$tmp/cold.log" &
+	--queue "$QUEUE" --pool 0 --sandbox-pool "${SANDBOX_POOL:-1}" --kv "$tmp/kv.sqlite3" \
+	2>"$tmp/cold.log" &
 cold_pid=$!
 # rootless: a service as uid 65534 (live sandboxes' table only), its socket in a dir of its own
 if [ "${SANDBOXES:-1}" != 0 ] && [ "${ROOTLESS:-1}" != 0 ] && [ "$(id -u)" = 0 ] &&
@@ -68,7 +70,8 @@ if [ "${SANDBOXES:-1}" != 0 ] && [ "${ROOTLESS:-1}" != 0 ] && [ "$(id -u)" = 0 ]
 	chown 65534:65534 "$tmp/rl"
 	setpriv --reuid 65534 --regid 65534 --clear-groups env HOME=/nonexistent \
 		"$MOAT" serve --socket "$tmp/rl/moat.sock" --runtime "$RUNTIME" --max-concurrent "$CPUS" \
-		--queue "$QUEUE" --pool 0 --no-kv 2>"$tmp/rl/serve.log" &
+		--queue "$QUEUE" --pool 0 --sandbox-pool "${SANDBOX_POOL:-1}" --no-kv \
+		2>"$tmp/rl/serve.log" &
 	rl_pid=$!
 fi
 

@@ -282,6 +282,10 @@ struct moat_serve_options {
 	/* live sandboxes at once (docs/SANDBOXES.md); 0: off; -1: as
 	 * max_sessions' default (from memory, at most 64) */
 	int max_sandboxes;
+	/* live sandboxes kept made ahead, their agent answered (docs/SANDBOXES.md,
+	 * "The pool"); -1: the config's serve.sandboxes.pool, else 1 as root
+	 * with 1 GiB available, 0 rootless */
+	int sandbox_pool;
 	/* this node's name in every session and sandbox id (docs/scaling.md):
 	 * [a-z0-9-]{1,32}; NULL: the config's serve.node, else derived from
 	 * the host's name (a digest: "n" + 8 hex digits) */

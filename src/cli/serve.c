@@ -268,7 +268,7 @@ struct serve_args {
 	const char *socket_group, *metrics_spec, *node;
 	bool no_kv, json_log, no_auth;
 	int zygote; /* -1: not given */
-	unsigned pool, max_sessions, max_sandboxes, zyg_children, zyg_age, max_relays, max_dns;
+	unsigned pool, max_sessions, max_sandboxes, sandbox_pool, zyg_children, zyg_age, max_relays, max_dns;
 	unsigned maxc, queue, grace, client_to;
 };
 
@@ -355,6 +355,10 @@ static const struct cli_opt serve_opts[] = {
 	S_UINT("max-sandboxes", "N", max_sandboxes, 0, 4096, "a number",
 	       "live sandboxes (POST /v1/sandboxes, docs/SANDBOXES.md) at once; they never "
 	       "take a run slot; 0 turns them off (default: as --max-sessions' default)"),
+	S_UINT("sandbox-pool", "N", sandbox_pool, 0, 16, "a number",
+	       "live sandboxes kept made ahead with the service's defaults, handed to a "
+	       "create that asks for nothing else (docs/SANDBOXES.md); 0: none (default: "
+	       "config serve.sandboxes.pool, else 1 as root with 1 GiB available, 0 rootless)"),
 	S_STR("node", "NAME", node, CLI_COMP_NONE,
 	      "this node's name, in every session and sandbox id so a load balancer can "
 	      "route them (docs/scaling.md): 1-32 of a-z, 0-9 and - (default: config "
@@ -401,6 +405,8 @@ int cli_serve(int argc, char **argv)
 				   ? (int)a.max_sessions : -1;
 	int max_sandboxes = cli_opts_given(&cli_serve_cmd, &p, "max-sandboxes")
 				    ? (int)a.max_sandboxes : -1;
+	int sandbox_pool = cli_opts_given(&cli_serve_cmd, &p, "sandbox-pool")
+				   ? (int)a.sandbox_pool : -1;
 	unsigned zyg_children = a.zyg_children, zyg_age = a.zyg_age;
 	unsigned max_relays = a.max_relays, max_dns = a.max_dns;
 	unsigned maxc = a.maxc, queue = a.queue, grace = a.grace, client_to = a.client_to;
@@ -573,7 +579,7 @@ int cli_serve(int argc, char **argv)
 		.pool = pool, .pool_zygote = zygote,
 		.pool_zygote_max_children = zyg_children, .pool_zygote_max_age_s = zyg_age,
 		.max_relays = max_relays, .max_dns = max_dns, .max_sessions = max_sessions,
-		.max_sandboxes = max_sandboxes, .node = a.node,
+		.max_sandboxes = max_sandboxes, .sandbox_pool = sandbox_pool, .node = a.node,
 	};
 	l.fd = mfd = -1; /* the service's now */
 	if (moat_serve_run(&o, &stop, &err) < 0) {

@@ -196,6 +196,10 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 		moat_buf_append(&b, s->healthz, hl - 2); /* without its "}\n" */
 		moat_buf_append(&b, ",\"sandboxes\":", 13);
 		serve_budget_json(&s->budget, &b);
+		if (s->sandboxes) {
+			moat_buf_append(&b, ",\"sandboxPool\":", 15);
+			serve_sbxs_pool_json(s->sandboxes, &b);
+		}
 		moat_buf_append(&b, "}\n", 2);
 		char *body = moat_buf_take(&b);
 		return body ? srv_respond(q, c, 200, body, "application/json", NULL, NULL) : MHD_NO;

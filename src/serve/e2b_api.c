@@ -271,8 +271,8 @@ static enum MHD_Result api_create(struct req *q, struct MHD_Connection *c)
 		snprintf(token + 2 * i, 3, "%02x", raw[i]);
 	struct serve_sbx *x = NULL;
 	/* E2B has no idle timeout: its timeout is the idle one too */
-	int rc = serve_sbx_create(s->sandboxes, q->cred, req, life, life, kv, nkv, rootfs, &x,
-				  &err);
+	int rc = serve_sbx_create(s->sandboxes, q->cred, req, text, life, life, kv, nkv, rootfs,
+				  &x, &err);
 	if (rc < 0) {
 		e2b_rec_unreserve(e);
 		e2b_rec_drop(r);

@@ -78,6 +78,8 @@ struct serve_limits {
 	 * the live sandboxes reserve in all; 0: not set (from the host) */
 	uint64_t sandboxes_memory_mb;
 	double sandboxes_cpus;
+	/* "sandboxes.pool": live sandboxes made ahead (-1: not set) */
+	int sandboxes_pool;
 	/* "interruptGraceMs": how long an interrupted step's interpreter has
 	 * to answer before it is killed; "onHangup": "interrupt" (false) or
 	 * "finish" (true) a step whose streaming client hung up */
@@ -369,6 +371,7 @@ void serve_sessions_metrics(struct serve_sessions *ss, struct moat_buf *b);
 /* ---- live sandboxes (sandboxes.c; docs/SANDBOXES.md) ---- */
 #define SERVE_SBX_ID_LEN SERVE_ID_LEN /* "sbx_<node>_" + 32 hex digits, at most */
 #define SERVE_SBX_LIMIT 4096 /* --max-sandboxes at most */
+#define SERVE_SBX_POOL_MAX 16 /* --sandbox-pool at most */
 /* the bounds of the sandbox routes (docs/SANDBOXES.md, "Bounds") */
 #define SERVE_SBX_MAX_FILE (1024ull * 1024 * 1024) /* a PUT file's bytes */
 #define SERVE_SBX_MAX_ENTRIES 10000u /* a listing's entries */
@@ -384,6 +387,14 @@ struct serve_sbxs_config {
 	/* each live sandbox's memoryMb and cpus reserved here, with the
 	 * sessions' (budget.c); NULL: none */
 	struct serve_budget *budget;
+	/* the pool (docs/SANDBOXES.md, "The pool"): pool sandboxes kept made
+	 * from pool_key (a create's request text with nothing asked: the
+	 * service's defaults, prepared with pool_defaults), each reserving
+	 * from budget while it waits; warnings to log (may be NULL) */
+	unsigned pool;
+	const char *pool_key;
+	struct moat_request_defaults pool_defaults;
+	struct serve_log *log;
 };
 struct serve_sbxs;
 struct serve_sbx;
@@ -400,11 +411,17 @@ bool serve_sbx_id_valid(const char *id);
  * malloc'd strings, taken): 0 and *out (a reference); -2 (503): the most
  * are live, past a budget (serve.sandboxes, named in *err), or stopping;
  * -1: *err. rootfs: the operator's root for this one sandbox (an E2B
- * template, borrowed for the service's life), or NULL: the service's. */
+ * template, borrowed for the service's life), or NULL: the service's.
+ * key: the text req was prepared from with no X-Sandbox-Id, or NULL: a
+ * sandbox of the pool is taken only when key is the pool's exactly (and
+ * rootfs NULL); else one is made. */
 int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
-		     struct moat_request *req, uint64_t life_ms, uint64_t idle_ms, char **meta,
-		     size_t meta_count, const char *rootfs, struct serve_sbx **out,
-		     struct moat_error *err);
+		     struct moat_request *req, const char *key, uint64_t life_ms,
+		     uint64_t idle_ms, char **meta, size_t meta_count, const char *rootfs,
+		     struct serve_sbx **out, struct moat_error *err);
+/* The pool's figures for /healthz?detail=1: {"target","ready","hits",
+ * "misses","fillFailures","lastError"} (ss may be NULL: nothing). */
+void serve_sbxs_pool_json(struct serve_sbxs *ss, struct moat_buf *b);
 /* The sandbox id names for cred (a reference), or NULL (404 alike:
  * none, another credential's, forgotten). */
 struct serve_sbx *serve_sbx_get(struct serve_sbxs *ss, const char *id,

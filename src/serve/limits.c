@@ -25,6 +25,7 @@ void serve_limits_default(struct serve_limits *l)
 		.max_response_bytes = 16u * 1024u * 1024u,
 		.max_output_bytes = SERVE_MAX_OUTPUT_DEFAULT,
 		.pool = -1,
+		.sandboxes_pool = -1,
 		.pool_zygote = -1,
 		.pool_zygote_max_children = SERVE_ZYGOTE_MAX_CHILDREN,
 		.pool_zygote_max_age_ms = SERVE_ZYGOTE_MAX_AGE_S * 1000ull,
@@ -116,10 +117,14 @@ static int parse_sandboxes(const cJSON *obj, struct serve_limits *l, struct moat
 			if (get_num(it, "sandboxes", 0.01, 65536, &v, err) < 0)
 				return -1;
 			l->sandboxes_cpus = v;
+		} else if (!strcmp(k, "pool")) {
+			if (get_num(it, "sandboxes", 0, SERVE_SBX_POOL_MAX, &v, err) < 0)
+				return -1;
+			l->sandboxes_pool = (int)v;
 		} else {
 			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 					      "config serve.sandboxes: unknown key \"%.64s\" "
-					      "(memoryMb, cpus)", k);
+					      "(memoryMb, cpus, pool)", k);
 		}
 	}
 	return 0;

@@ -760,8 +760,9 @@ static enum MHD_Result sbx_create(struct req *q, struct MHD_Connection *c)
 				"kvEnabled: this server runs without the key-value store (--no-kv)");
 	}
 	struct serve_sbx *x = NULL;
-	int rc = serve_sbx_create(q->s->sandboxes, q->cred, req, life, idle, meta, nmeta, NULL, &x,
-				  &err);
+	/* the pool's sandbox only for exactly the pool's request */
+	int rc = serve_sbx_create(q->s->sandboxes, q->cred, req, q->header_id ? NULL : text, life,
+				  idle, meta, nmeta, NULL, &x, &err);
 	if (rc == -2)
 		return srv_fail(q, c, 503, "ServerBusy", O_REJECTED, err.message);
 	if (rc < 0)

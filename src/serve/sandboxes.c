@@ -25,6 +25,13 @@
 /* the sandbox's own backstop is a little past the most its lifetime may
  * be extended to: the reaper ends it first, with the right reason */
 #define BACKSTOP_SLACK_MS 5000
+/* the pool (docs/SANDBOXES.md, "The pool"): a pooled sandbox older than
+ * this is replaced (its backstop counts from its making: a handed-out
+ * one's lifetime from the handout must fit under it); a fill that failed
+ * is retried after 1 s, doubling to 64 s */
+#define POOL_MAX_AGE_MS (10 * 60 * 1000)
+#define POOL_RETRY_MS 1000
+#define POOL_RETRY_MAX_SHIFT 6
 /* create's warning where no cgroup quota bounds the sandbox's CPU */
 #define FREEZE_WARNING                                                                         \
 	"cpus is not enforced (no cgroup): the sandbox is frozen whenever no request of yours is " \
@@ -70,6 +77,19 @@ struct serve_sbx {
 		struct live_watch *w;
 		bool lent;
 	} watches[LIVE_MAX_WATCHES];
+	bool pooled; /* taken from the pool (made before its create) */
+};
+
+/* A sandbox of the pool: made with the pool's request, its agent answered,
+ * never given to anyone; frozen while it waits where no cgroup quota
+ * bounds its CPU. Its memoryMb and cpus are reserved in the budget. */
+struct pooled {
+	struct pooled *next;
+	struct live *lv;
+	int64_t made_ms;
+	uint64_t memory_mb;
+	double cpus;
+	bool unbounded;
 };
 
 struct serve_sbxs {
@@ -82,6 +102,16 @@ struct serve_sbxs {
 	pthread_t thread;
 	bool have_thread;
 	uint64_t created, ended;
+	/* the pool: its sandboxes (at most cfg.pool), its thread, and what
+	 * /metrics and /healthz?detail=1 say of it */
+	struct pooled *pool;
+	unsigned npool;
+	pthread_t filler;
+	bool have_filler;
+	unsigned fill_fails; /* failures in a row: the back-off */
+	int64_t fill_retry_ms;
+	char *fill_error; /* the last failure's sentence, until a fill succeeds */
+	uint64_t pool_made, pool_hits, pool_misses, pool_failed, pool_expired;
 };
 
 bool serve_sbx_id_valid(const char *id)
@@ -282,6 +312,187 @@ static void *reaper(void *arg)
 	return NULL;
 }
 
+/* ---- the pool ---- */
+
+/* A pooled sandbox ends (not in the pool any more): killed, waited for
+ * (nothing of it left), its reservation given back. */
+static void pooled_end(struct serve_sbxs *ss, struct pooled *p)
+{
+	if (!p)
+		return;
+	live_destroy(p->lv); /* kills it and joins its thread: pid 1 reaped, cgroups gone */
+	if (ss->cfg.budget)
+		serve_budget_release(ss->cfg.budget, p->memory_mb, p->cpus);
+	free(p);
+}
+
+/* One sandbox for the pool (mu not held): the pool's request prepared
+ * afresh, its reservation made, the sandbox made and its agent's first
+ * answer awaited (live_create), frozen where nothing bounds its CPU. */
+static int pooled_make(struct serve_sbxs *ss, struct pooled **out, struct moat_error *err)
+{
+	*out = NULL;
+	struct moat_request *req = NULL;
+	if (moat_request_prepare(ss->cfg.pool_key, strlen(ss->cfg.pool_key), NULL,
+				 &ss->cfg.pool_defaults, &req, err) < 0)
+		return -1;
+	struct pooled *p = calloc(1, sizeof *p);
+	if (!p) {
+		moat_request_free(req);
+		return moat_error_oom(err);
+	}
+	p->memory_mb = req->memory_mb;
+	p->cpus = req->cpus;
+	if (ss->cfg.budget) {
+		char *why = NULL;
+		if (serve_budget_reserve(ss->cfg.budget, p->memory_mb, p->cpus, &why) < 0) {
+			moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "%s",
+				       why ? why : "past this server's budget for live sandboxes");
+			free(why);
+			moat_request_free(req);
+			free(p);
+			return -1;
+		}
+	}
+	/* its backstop: a handed-out one lives max_life_ms from its handout
+	 * at most, and it is handed out before POOL_MAX_AGE_MS */
+	struct live_config lc = { .req = req, .opts = ss->cfg.opts,
+				  .backstop_ms = ss->cfg.max_life_ms + POOL_MAX_AGE_MS +
+						 BACKSTOP_SLACK_MS };
+	if (live_create(&lc, &p->lv, err) < 0) {
+		if (ss->cfg.budget)
+			serve_budget_release(ss->cfg.budget, p->memory_mb, p->cpus);
+		free(p);
+		return -1;
+	}
+	p->made_ms = moat_mono_ms();
+	p->unbounded = !live_cpu_bounded(p->lv);
+	if (p->unbounded && live_freeze(p->lv, true, err) < 0) {
+		pooled_end(ss, p);
+		return -1;
+	}
+	*out = p;
+	return 0;
+}
+
+/* The pool's thread: keeps cfg.pool sandboxes made, one at a time, off
+ * every request's path; replaces a dead or old one; after a failure waits
+ * (1 s doubling to 64 s) and says why once per distinct sentence. */
+static void *filler(void *arg)
+{
+	struct serve_sbxs *ss = arg;
+	pthread_mutex_lock(&ss->mu);
+	while (!ss->stopping) {
+		int64_t now = moat_mono_ms();
+		struct pooled *old = NULL;
+		for (struct pooled **pp = &ss->pool; *pp;) {
+			struct pooled *p = *pp;
+			if (live_gone(p->lv) || now - p->made_ms >= POOL_MAX_AGE_MS) {
+				*pp = p->next;
+				ss->npool--;
+				ss->pool_expired++;
+				p->next = old;
+				old = p;
+				continue;
+			}
+			pp = &p->next;
+		}
+		if (old) {
+			pthread_mutex_unlock(&ss->mu);
+			while (old) {
+				struct pooled *p = old;
+				old = p->next;
+				pooled_end(ss, p);
+			}
+			pthread_mutex_lock(&ss->mu);
+			continue;
+		}
+		if (ss->npool < ss->cfg.pool && now >= ss->fill_retry_ms) {
+			pthread_mutex_unlock(&ss->mu);
+			struct pooled *p = NULL;
+			struct moat_error e = { 0 };
+			int rc = pooled_make(ss, &p, &e);
+			pthread_mutex_lock(&ss->mu);
+			if (rc == 0 && ss->stopping) {
+				pthread_mutex_unlock(&ss->mu);
+				pooled_end(ss, p);
+				pthread_mutex_lock(&ss->mu);
+			} else if (rc == 0) {
+				p->next = ss->pool;
+				ss->pool = p;
+				ss->npool++;
+				ss->pool_made++;
+				ss->fill_fails = 0;
+				free(ss->fill_error);
+				ss->fill_error = NULL;
+			} else {
+				const char *why = e.message ? e.message : "the sandbox could not be made";
+				ss->pool_failed++;
+				if (ss->fill_fails < POOL_RETRY_MAX_SHIFT + 1)
+					ss->fill_fails++;
+				ss->fill_retry_ms = moat_mono_ms() +
+						    ((int64_t)POOL_RETRY_MS << (ss->fill_fails - 1));
+				bool fresh = !ss->fill_error || strcmp(ss->fill_error, why);
+				free(ss->fill_error);
+				ss->fill_error = strdup(why);
+				if (fresh && ss->cfg.log)
+					serve_log_notice(ss->cfg.log, "warn", "pool",
+							 "cannot make a live sandbox for the pool: %s "
+							 "(creates make their own meanwhile)", why);
+			}
+			moat_error_clear(&e);
+			continue;
+		}
+		int64_t wait = ss->npool < ss->cfg.pool ? ss->fill_retry_ms - now : REAP_EVERY_MS * 5;
+		moat_cond_wait_ms(&ss->cv, &ss->mu, wait > 0 ? wait : 1);
+	}
+	pthread_mutex_unlock(&ss->mu);
+	return NULL;
+}
+
+/* A sandbox of the pool for a create whose request is the pool's (mu not
+ * held): taken out of the pool, so no other create can have it; NULL
+ * when the pool is empty (a miss) or the request is another. */
+static struct pooled *pooled_take(struct serve_sbxs *ss, const char *key, const char *rootfs,
+				  const struct moat_request *req)
+{
+	if (!ss->cfg.pool || !key || rootfs || strcmp(key, ss->cfg.pool_key))
+		return NULL;
+	pthread_mutex_lock(&ss->mu);
+	struct pooled *p = ss->pool;
+	if (p) {
+		ss->pool = p->next;
+		ss->npool--;
+		ss->pool_hits++;
+	} else {
+		ss->pool_misses++;
+	}
+	pthread_cond_broadcast(&ss->cv); /* the filler makes its replacement */
+	pthread_mutex_unlock(&ss->mu);
+	if (p && (live_gone(p->lv) || p->memory_mb != req->memory_mb || p->cpus != req->cpus)) {
+		pooled_end(ss, p); /* died while it waited: the create makes its own */
+		p = NULL;
+	}
+	return p;
+}
+
+void serve_sbxs_pool_json(struct serve_sbxs *ss, struct moat_buf *b)
+{
+	if (!ss)
+		return;
+	pthread_mutex_lock(&ss->mu);
+	moat_buf_appendf(b, "{\"target\":%u,\"ready\":%u,\"hits\":%llu,\"misses\":%llu,"
+			 "\"fillFailures\":%llu,\"lastError\":", ss->cfg.pool, ss->npool,
+			 (unsigned long long)ss->pool_hits, (unsigned long long)ss->pool_misses,
+			 (unsigned long long)ss->pool_failed);
+	if (ss->fill_error)
+		moat_buf_append_json_string(b, ss->fill_error, strlen(ss->fill_error));
+	else
+		moat_buf_append(b, "null", 4);
+	moat_buf_append(b, "}", 1);
+	pthread_mutex_unlock(&ss->mu);
+}
+
 int serve_sbxs_start(struct serve_sbxs **out, const struct serve_sbxs_config *cfg,
 		     struct moat_error *err)
 {
@@ -300,6 +511,18 @@ int serve_sbxs_start(struct serve_sbxs **out, const struct serve_sbxs_config *cf
 				      "cannot start the sandboxes' thread: %s", strerror(errno));
 	}
 	ss->have_thread = true;
+	if (!cfg->pool_key)
+		ss->cfg.pool = 0;
+	if (ss->cfg.pool) {
+		if ((errno = pthread_create(&ss->filler, NULL, filler, ss)) != 0) {
+			int e = errno;
+			serve_sbxs_stop(ss);
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, e,
+					      "cannot start the sandbox pool's thread: %s",
+					      strerror(e));
+		}
+		ss->have_filler = true;
+	}
 	*out = ss;
 	return 0;
 }
@@ -314,13 +537,28 @@ void serve_sbxs_stop(struct serve_sbxs *ss)
 	pthread_mutex_unlock(&ss->mu);
 	if (ss->have_thread)
 		pthread_join(ss->thread, NULL);
-	/* every sandbox ends with the service: killed first, all at once */
+	if (ss->have_filler) /* a sandbox it was making ends there */
+		pthread_join(ss->filler, NULL);
+	/* every sandbox ends with the service: killed first, all at once;
+	 * the pooled ones waited for (nothing of them left) */
 	pthread_mutex_lock(&ss->mu);
+	struct pooled *pool = ss->pool;
+	ss->pool = NULL;
+	ss->npool = 0;
+	for (struct pooled *p = pool; p; p = p->next)
+		live_kill(p->lv);
 	for (struct serve_sbx *x = ss->list; x; x = x->next)
 		live_kill(x->lv);
 	while (ss->list)
 		drop(ss, &ss->list);
 	pthread_mutex_unlock(&ss->mu);
+	while (pool) {
+		struct pooled *p = pool;
+		pool = p->next;
+		pooled_end(ss, p);
+	}
+	free(ss->fill_error);
+	ss->fill_error = NULL;
 	/* a request still holding one frees it with its last reference: the
 	 * service waits for its requests before this (wait_idle) */
 }
@@ -331,9 +569,9 @@ unsigned serve_sbxs_max(const struct serve_sbxs *ss)
 }
 
 int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
-		     struct moat_request *req, uint64_t life_ms, uint64_t idle_ms, char **meta,
-		     size_t meta_count, const char *rootfs, struct serve_sbx **out,
-		     struct moat_error *err)
+		     struct moat_request *req, const char *key, uint64_t life_ms,
+		     uint64_t idle_ms, char **meta, size_t meta_count, const char *rootfs,
+		     struct serve_sbx **out, struct moat_error *err)
 {
 	*out = NULL;
 	struct serve_sbx *x = calloc(1, sizeof *x);
@@ -368,7 +606,18 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 			       "retry later", ss->cfg.max);
 		return -2;
 	}
-	if (ss->cfg.budget) {
+	/* one of the pool's, when the request is exactly the pool's: its
+	 * reservation becomes this sandbox's */
+	struct pooled *p = pooled_take(ss, key, rootfs, req);
+	if (p) {
+		x->lv = p->lv;
+		x->pooled = true;
+		x->frozen = p->unbounded; /* as the pool left it */
+		x->reserved = ss->cfg.budget != NULL;
+		free(p);
+		moat_request_free(req);
+		req = NULL;
+	} else if (ss->cfg.budget) {
 		char *why = NULL;
 		if (serve_budget_reserve(ss->cfg.budget, x->memory_mb, x->cpus, &why) < 0) {
 			pthread_mutex_lock(&ss->mu);
@@ -396,8 +645,10 @@ int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 	}
 	struct live_config lc = { .req = req, .opts = rootfs ? &own : ss->cfg.opts,
 				  .backstop_ms = ss->cfg.max_life_ms + BACKSTOP_SLACK_MS };
-	if (live_create(&lc, &x->lv, err) < 0)
+	if (!x->lv && live_create(&lc, &x->lv, err) < 0)
 		goto fail;
+	/* id, lifetime and idle clock start here, at the handout for a
+	 * pooled one */
 	x->created_wall_ms = serve_wall_ms();
 	x->created_ms = x->last_ms = moat_mono_ms();
 	x->end_ms = x->created_ms + (int64_t)life_ms;
@@ -667,9 +918,9 @@ int serve_sbx_watch_drop(struct serve_sbxs *ss, struct serve_sbx *x, const char 
 static void sbx_json(struct serve_sbx *x, struct moat_buf *b)
 {
 	int64_t now = moat_mono_ms();
-	moat_buf_appendf(b, "{\"id\":\"%s\",\"state\":\"%s\",\"frozen\":%s", x->id,
+	moat_buf_appendf(b, "{\"id\":\"%s\",\"state\":\"%s\",\"frozen\":%s,\"pool\":%s", x->id,
 			 x->dead ? "ended" : x->paused ? "paused" : "running",
-			 !x->dead && x->frozen ? "true" : "false");
+			 !x->dead && x->frozen ? "true" : "false", x->pooled ? "true" : "false");
 	serve_put_time(b, "createdAt", x->created_wall_ms);
 	serve_put_time(b, "expiresAt", x->created_wall_ms + (x->end_ms - x->created_ms));
 	moat_buf_appendf(b, ",\"idleTimeoutMs\":%llu,\"onIdle\":\"%s\",\"maxCpuTimeMs\":",
@@ -803,8 +1054,37 @@ void serve_sbxs_metrics(struct serve_sbxs *ss, struct moat_buf *b)
 			 "moat_serve_sandboxes_created_total %llu\n"
 			 "# HELP moat_serve_sandboxes_ended_total Live sandboxes ended.\n"
 			 "# TYPE moat_serve_sandboxes_ended_total counter\n"
-			 "moat_serve_sandboxes_ended_total %llu\n",
+			 "moat_serve_sandboxes_ended_total %llu\n"
+			 "# HELP moat_serve_sandbox_pool_target Live sandboxes the pool keeps made "
+			 "(--sandbox-pool).\n"
+			 "# TYPE moat_serve_sandbox_pool_target gauge\n"
+			 "moat_serve_sandbox_pool_target %u\n"
+			 "# HELP moat_serve_sandbox_pool_ready Live sandboxes made ahead, waiting for "
+			 "a create.\n"
+			 "# TYPE moat_serve_sandbox_pool_ready gauge\nmoat_serve_sandbox_pool_ready %u\n"
+			 "# HELP moat_serve_sandbox_pool_created_total Live sandboxes the pool made.\n"
+			 "# TYPE moat_serve_sandbox_pool_created_total counter\n"
+			 "moat_serve_sandbox_pool_created_total %llu\n"
+			 "# HELP moat_serve_sandbox_pool_used_total Creates handed a sandbox of the "
+			 "pool (each once).\n"
+			 "# TYPE moat_serve_sandbox_pool_used_total counter\n"
+			 "moat_serve_sandbox_pool_used_total %llu\n"
+			 "# HELP moat_serve_sandbox_pool_cold_total Creates the pool could have "
+			 "served that found it empty.\n"
+			 "# TYPE moat_serve_sandbox_pool_cold_total counter\n"
+			 "moat_serve_sandbox_pool_cold_total %llu\n"
+			 "# HELP moat_serve_sandbox_pool_failed_total Sandboxes the pool could not "
+			 "make.\n"
+			 "# TYPE moat_serve_sandbox_pool_failed_total counter\n"
+			 "moat_serve_sandbox_pool_failed_total %llu\n"
+			 "# HELP moat_serve_sandbox_pool_expired_total Pooled sandboxes replaced "
+			 "(dead, or for age).\n"
+			 "# TYPE moat_serve_sandbox_pool_expired_total counter\n"
+			 "moat_serve_sandbox_pool_expired_total %llu\n",
 			 ss->live, ss->cfg.max, (unsigned long long)ss->created,
-			 (unsigned long long)ss->ended);
+			 (unsigned long long)ss->ended, ss->cfg.pool, ss->npool,
+			 (unsigned long long)ss->pool_made, (unsigned long long)ss->pool_hits,
+			 (unsigned long long)ss->pool_misses, (unsigned long long)ss->pool_failed,
+			 (unsigned long long)ss->pool_expired);
 	pthread_mutex_unlock(&ss->mu);
 }

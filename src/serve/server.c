@@ -101,6 +101,24 @@ static unsigned pool_size(int flag, int config)
 	return mib >= 4096 ? 2 : mib >= 1024 ? 1 : 0;
 }
 
+/* The live sandboxes' pool: --sandbox-pool, else serve.sandboxes.pool,
+ * else 1 as root with 1 GiB available and none rootless: there no cgroup
+ * bounds a sandbox's memory, and the pooled one, frozen, would hold it
+ * unbounded for a create that may never come (docs/SANDBOXES.md). */
+static unsigned sandbox_pool_size(int flag, int config)
+{
+	if (flag >= 0)
+		return (unsigned)flag;
+	if (config >= 0)
+		return (unsigned)config;
+	return geteuid() == 0 && pool_size(-1, -1) > 0 ? 1 : 0;
+}
+
+/* The request a create with nothing asked is prepared from (sbx_create's
+ * and E2B's text for an empty body): the pool's sandboxes are made from
+ * it, and only a create whose text is this takes one. */
+#define SANDBOX_POOL_KEY "{\"language\":\"bash\",\"code\":\"\"}"
+
 /* Sessions live at once by default: as many of the default size as the
  * budgets hold (serve.sandboxes: memory and cpus, docs/SESSIONS.md
  * "Budgets"), at most SERVE_SESSIONS_AUTO_MAX, at least 1. */
@@ -332,9 +350,13 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 				   ? o->max_sandboxes
 				   : (int)sessions_auto(bmem, bcpu, s->limits.def_memory_mb,
 							s->limits.def_cpus);
-		struct serve_sbxs_config xc = { .max = (unsigned)smax, .opts = &s->ses_opts,
-						.max_life_ms = s->limits.session_max_life_ms,
-						.budget = &s->budget };
+		struct serve_sbxs_config xc = {
+			.max = (unsigned)smax, .opts = &s->ses_opts,
+			.max_life_ms = s->limits.session_max_life_ms, .budget = &s->budget,
+			.pool = smax ? sandbox_pool_size(o->sandbox_pool, s->limits.sandboxes_pool) : 0,
+			.pool_key = SANDBOX_POOL_KEY,
+			.pool_defaults = { .fill = srv_limits_fill, .ctx = &s->limits },
+			.log = &s->log };
 		if (serve_sbxs_start(&s->sandboxes, &xc, err) < 0 ||
 		    (s->sandboxes && e2b_start(&s->e2b, xc.max, err) < 0)) {
 			close_listeners(o);

@@ -42,6 +42,7 @@ static const struct {
 	{"pool_session", pool_session_suite},
 	{"serve_sessions", serve_sessions_suite},
 	{"serve_sandboxes", serve_sandboxes_suite},
+	{"serve_sbx_pool", serve_sbx_pool_suite},
 	{"serve_contexts", serve_contexts_suite},
 };
 #define NSUITES (sizeof suites / sizeof suites[0])

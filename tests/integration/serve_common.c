@@ -362,7 +362,7 @@ void server_spawn(struct server *s, int mode, const struct server_opts *o)
 	write_file(s->log, "", 0, 0600);
 	write_file(s->outf, "", 0, 0600);
 
-	const char *argv[48];
+	const char *argv[52];
 	int n = 0;
 	char listen[64];
 	argv[n++] = "serve";
@@ -387,6 +387,12 @@ void server_spawn(struct server *s, int mode, const struct server_opts *o)
 		snprintf(pool, sizeof pool, "%d", o->pool);
 		argv[n++] = "--pool";
 		argv[n++] = pool;
+	}
+	char sbx_pool[16];
+	if (o->sbx_pool >= 0 && !has_arg(o->args, "--sandbox-pool")) {
+		snprintf(sbx_pool, sizeof sbx_pool, "%d", o->sbx_pool);
+		argv[n++] = "--sandbox-pool";
+		argv[n++] = sbx_pool;
 	}
 	if (o->zygote > 0)
 		argv[n++] = "--pool-zygote";

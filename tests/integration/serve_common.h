@@ -73,6 +73,8 @@ struct server_opts {
 				   * "": no --kv (the tests' own args say) */
 	int pool;                 /* --pool N; 0 (the tests of cold runs): --pool 0;
 				   * -1: no --pool (the service's default) */
+	int sbx_pool;             /* --sandbox-pool N; 0 (every test but the live
+				   * sandboxes' pool's): --sandbox-pool 0; -1: none */
 	bool readonly_root;       /* every mount but /proc, /sys, /dev read-only, as a
 				   * pod's readOnlyRootFilesystem (and no emptyDir) */
 	int zygote;               /* 1: --pool-zygote; -1: --no-pool-zygote; 0: neither

@@ -23,6 +23,7 @@ Suite *serve_stream_suite(void);
 Suite *pool_session_suite(void);
 Suite *serve_sessions_suite(void);
 Suite *serve_sandboxes_suite(void);
+Suite *serve_sbx_pool_suite(void);
 Suite *serve_contexts_suite(void);
 
 #endif
