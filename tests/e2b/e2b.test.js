@@ -1007,6 +1007,19 @@ TC('runCode keeps state between calls; print reaches onStdout; the count goes up
   });
 });
 
+TC('pause, then connect: the interpreter keeps its variables', async () => {
+  await withInterpreter(async (sbx) => {
+    assert.equal((await sbx.runCode('x = 41')).error, undefined);
+    assert.equal(await sbx.pause(), true);
+    assert.equal((await ci.Sandbox.getInfo(sbx.sandboxId)).state, 'paused');
+    const again = await ci.Sandbox.connect(sbx.sandboxId);
+    assert.equal((await ci.Sandbox.getInfo(sbx.sandboxId)).state, 'running');
+    const r = await again.runCode('x + 1');
+    assert.equal(r.error, undefined);
+    assert.equal(r.text, '42');
+  });
+});
+
 TC('an exception gives name, value and traceback (onError too)', async () => {
   await withInterpreter(async (sbx) => {
     let seen = null;
