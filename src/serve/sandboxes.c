@@ -381,22 +381,28 @@ static int pooled_make(struct serve_sbxs *ss, unsigned shape, struct pooled **ou
 	return 0;
 }
 
-/* The shape the filler makes a sandbox for next (mu held): the first
- * short of its target and past its back-off, or -1; *wait_ms: until the
- * earliest back-off ends, when one holds every short shape back. */
+/* The shape the filler makes a sandbox for next (mu held): of those
+ * short of their target and past their back-off, the one holding fewest
+ * ready (so a run of one shape's creates does not starve the other), or
+ * -1; *wait_ms: until the earliest back-off ends, when one holds every
+ * short shape back. */
 static int shape_to_fill(struct serve_sbxs *ss, int64_t now, int64_t *wait_ms)
 {
 	*wait_ms = REAP_EVERY_MS * 5;
+	int best = -1;
 	for (unsigned i = 0; i < SERVE_SBX_POOL_SHAPES; i++) {
 		struct pool_shape *sh = &ss->shapes[i];
 		if (sh->n >= ss->cfg.pools[i].target)
 			continue;
-		if (now >= sh->fill_retry_ms)
-			return (int)i;
-		if (sh->fill_retry_ms - now < *wait_ms)
-			*wait_ms = sh->fill_retry_ms - now;
+		if (now < sh->fill_retry_ms) {
+			if (sh->fill_retry_ms - now < *wait_ms)
+				*wait_ms = sh->fill_retry_ms - now;
+			continue;
+		}
+		if (best < 0 || sh->n < ss->shapes[best].n)
+			best = (int)i;
 	}
-	return -1;
+	return best;
 }
 
 /* The pool's thread: keeps each shape's target of sandboxes made, one at
