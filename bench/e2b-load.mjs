@@ -1,7 +1,9 @@
 // E2B's SDK against moat serve's /e2b (docs/E2B.md), spaced, one at a time: Sandbox.create()
 // until the SDK has its sandbox, commands.run('true') (the SDK's bash -l -c), files.write +
 // read of 1 KiB; p50/p90 of each. Starts its own moat serve on 127.0.0.1 with a token (the
-// SDK speaks TCP only). Skipped (exit 0) without the SDK (npm ci in tests/e2b).
+// SDK speaks TCP only). Skipped (exit 0) without the SDK (npm ci in tests/e2b). Then, with
+// @e2b/code-interpreter, N more rounds: its Sandbox.create(), the first runCode('1+1') (the
+// context's interpreter started) and a second one (warm).
 // --internet: Sandbox.create({allowInternetAccess: true}) (the service allows open egress);
 // --sandbox-pool N: live sandboxes made ahead of each shape (--sandbox-pool and
 // serve.sandboxes.networkPool; default 1; 0: every create cold). Prints how many creates the
@@ -68,6 +70,25 @@ try {
   const val = (n) => (m.match(new RegExp(`^moat_serve_sandbox_pool_${n}\\{shape="${shape}"\\} (\\d+)$`, 'm')) || [])[1];
   console.log(`e2b (${INTERNET ? 'allowInternetAccess: true' : 'no internet access'}, --sandbox-pool ${POOL}): ` +
     `${val('used_total')} of ${N} creates from the pool, ${val('cold_total')} found it empty`);
+  let ci = null;
+  try {
+    ci = createRequire(path.join(here, '../tests/e2b/package.json'))('@e2b/code-interpreter');
+  } catch (e) {
+    console.log(`e2b code interpreter: skipped (not installed): ${e.code || e.message}`);
+  }
+  for (let i = 0; ci && i < N; i++) {
+    let t0 = performance.now();
+    const sbx = await ci.Sandbox.create(INTERNET ? { allowInternetAccess: true } : {});
+    t['ci create'] = [...(t['ci create'] || []), performance.now() - t0];
+    for (const k of ['runCode first', 'runCode']) {
+      t0 = performance.now();
+      const r = await sbx.runCode('1+1');
+      if (r.text !== '2') throw new Error(`runCode('1+1'): ${JSON.stringify(r)}`);
+      t[k] = [...(t[k] || []), performance.now() - t0];
+    }
+    await sbx.kill();
+    await sleep(100); // spaced
+  }
   for (const [k, v] of Object.entries(t)) console.log(`e2b ${k}: p50 ${pct(v, 0.5)} ms, p90 ${pct(v, 0.9)} ms (n=${v.length})`);
 } finally {
   srv.kill('SIGTERM');
