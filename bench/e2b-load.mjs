@@ -65,11 +65,6 @@ try {
     await sbx.kill();
     await sleep(100); // spaced
   }
-  const m = await (await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { Authorization: `Bearer ${key}` } })).text();
-  const shape = INTERNET ? 'network' : 'default';
-  const val = (n) => (m.match(new RegExp(`^moat_serve_sandbox_pool_${n}\\{shape="${shape}"\\} (\\d+)$`, 'm')) || [])[1];
-  console.log(`e2b (${INTERNET ? 'allowInternetAccess: true' : 'no internet access'}, --sandbox-pool ${POOL}): ` +
-    `${val('used_total')} of ${N} creates from the pool, ${val('cold_total')} found it empty`);
   let ci = null;
   try {
     ci = createRequire(path.join(here, '../tests/e2b/package.json'))('@e2b/code-interpreter');
@@ -89,6 +84,11 @@ try {
     await sbx.kill();
     await sleep(100); // spaced
   }
+  const m = await (await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { Authorization: `Bearer ${key}` } })).text();
+  const shape = INTERNET ? 'network' : 'default';
+  const val = (n) => (m.match(new RegExp(`^moat_serve_sandbox_pool_${n}\\{shape="${shape}"\\} (\\d+)$`, 'm')) || [])[1];
+  console.log(`e2b (${INTERNET ? 'allowInternetAccess: true' : 'no internet access'}, --sandbox-pool ${POOL}): ` +
+    `${val('used_total')} of ${ci ? 2 * N : N} creates (both SDKs') from the pool, ${val('cold_total')} found it empty`);
   for (const [k, v] of Object.entries(t)) console.log(`e2b ${k}: p50 ${pct(v, 0.5)} ms, p90 ${pct(v, 0.9)} ms (n=${v.length})`);
 } finally {
   srv.kill('SIGTERM');
