@@ -1,8 +1,14 @@
 // E2B's SDK against moat serve's /e2b (docs/E2B.md), spaced, one at a time: Sandbox.create()
 // until the SDK has its sandbox, commands.run('true') (the SDK's bash -l -c), files.write +
 // read of 1 KiB; p50/p90 of each. Starts its own moat serve on 127.0.0.1 with a token (the
-// SDK speaks TCP only). Skipped (exit 0) without the SDK (npm ci in tests/e2b).
-// Usage: node bench/e2b-load.mjs --moat BIN --runtime DIR [--n 30]
+// SDK speaks TCP only). Skipped (exit 0) without the SDK (npm ci in tests/e2b). Then, with
+// @e2b/code-interpreter, N more rounds: its Sandbox.create(), the first runCode('1+1') (the
+// context's interpreter started) and a second one (warm).
+// --internet: Sandbox.create({allowInternetAccess: true}) (the service allows open egress);
+// --sandbox-pool N: live sandboxes made ahead of each shape (--sandbox-pool and
+// serve.sandboxes.networkPool; default 1; 0: every create cold). Prints how many creates the
+// pool answered (/metrics).
+// Usage: node bench/e2b-load.mjs --moat BIN --runtime DIR [--n 30] [--internet] [--sandbox-pool N]
 import { spawn } from 'node:child_process';
 import crypto from 'node:crypto';
 import fs from 'node:fs';
@@ -16,6 +22,8 @@ const arg = (k, d) => { const i = process.argv.indexOf(`--${k}`); return i > 0 ?
 const MOAT = arg('moat', path.join(here, '../build/moat'));
 const RUNTIME = arg('runtime', path.join(here, '../runtime'));
 const N = Number(arg('n', '30'));
+const INTERNET = process.argv.includes('--internet');
+const POOL = Number(arg('sandbox-pool', '1'));
 let e2b;
 try {
   e2b = createRequire(path.join(here, '../tests/e2b/package.json'))('e2b');
@@ -27,8 +35,11 @@ const port = await new Promise((r) => { const s = net.createServer(); s.listen(0
 const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'moat-e2b-bench-'));
 const key = `e2b_${crypto.randomBytes(20).toString('hex')}`;
 fs.writeFileSync(path.join(tmp, 'token'), key, { mode: 0o600 });
+fs.writeFileSync(path.join(tmp, 'config.json'), JSON.stringify({ serve: {
+  allowOpenNetwork: INTERNET, sandboxes: { networkPool: INTERNET ? POOL : 0 } } }));
 const srv = spawn(MOAT, ['serve', '--listen', `127.0.0.1:${port}`, '--token-file', path.join(tmp, 'token'),
-  '--no-kv', '--runtime', RUNTIME], { stdio: ['ignore', 'ignore', 'ignore'] });
+  '--no-kv', '--runtime', RUNTIME, '--sandbox-pool', String(POOL), '--config', path.join(tmp, 'config.json')],
+{ stdio: ['ignore', 'ignore', 'ignore'] });
 process.env.E2B_API_URL = `http://127.0.0.1:${port}/e2b`;
 process.env.E2B_SANDBOX_URL = `http://127.0.0.1:${port}/e2b/envd`;
 process.env.E2B_API_KEY = key;
@@ -42,7 +53,7 @@ const data = 'x'.repeat(1024);
 try {
   for (let i = 0; i < N; i++) {
     let t0 = performance.now();
-    const sbx = await e2b.Sandbox.create();
+    const sbx = await e2b.Sandbox.create(INTERNET ? { allowInternetAccess: true } : {});
     t.create.push(performance.now() - t0);
     t0 = performance.now();
     await sbx.commands.run('true');
@@ -54,6 +65,30 @@ try {
     await sbx.kill();
     await sleep(100); // spaced
   }
+  let ci = null;
+  try {
+    ci = createRequire(path.join(here, '../tests/e2b/package.json'))('@e2b/code-interpreter');
+  } catch (e) {
+    console.log(`e2b code interpreter: skipped (not installed): ${e.code || e.message}`);
+  }
+  for (let i = 0; ci && i < N; i++) {
+    let t0 = performance.now();
+    const sbx = await ci.Sandbox.create(INTERNET ? { allowInternetAccess: true } : {});
+    t['ci create'] = [...(t['ci create'] || []), performance.now() - t0];
+    for (const k of ['runCode first', 'runCode']) {
+      t0 = performance.now();
+      const r = await sbx.runCode('1+1');
+      if (r.text !== '2') throw new Error(`runCode('1+1'): ${JSON.stringify(r)}`);
+      t[k] = [...(t[k] || []), performance.now() - t0];
+    }
+    await sbx.kill();
+    await sleep(100); // spaced
+  }
+  const m = await (await fetch(`http://127.0.0.1:${port}/metrics`, { headers: { Authorization: `Bearer ${key}` } })).text();
+  const shape = INTERNET ? 'network' : 'default';
+  const val = (n) => (m.match(new RegExp(`^moat_serve_sandbox_pool_${n}\\{shape="${shape}"\\} (\\d+)$`, 'm')) || [])[1];
+  console.log(`e2b (${INTERNET ? 'allowInternetAccess: true' : 'no internet access'}, --sandbox-pool ${POOL}): ` +
+    `${val('used_total')} of ${ci ? 2 * N : N} creates (both SDKs') from the pool, ${val('cold_total')} found it empty`);
   for (const [k, v] of Object.entries(t)) console.log(`e2b ${k}: p50 ${pct(v, 0.5)} ms, p90 ${pct(v, 0.9)} ms (n=${v.length})`);
 } finally {
   srv.kill('SIGTERM');

@@ -16,6 +16,8 @@
 # prints only those: root (the service without a pool) and rootless (a third service, run as
 # uid 65534 by setpriv; ROOTLESS=0 leaves it out); both with SANDBOX_POOL live sandboxes made
 # ahead (--sandbox-pool, default 1; 0: every create cold, as before the pool).
+# E2B=0 leaves out E2B's SDK (bench/e2b-load.mjs, with SANDBOX_POOL too); E2B_INTERNET=1 has
+# its creates ask allowInternetAccess: true (the pool's network shape).
 # SESSIONS=0 leaves out the session step's table (bench/session-load.mjs: SESSION_ROUNDS,
 # SESSION_CODE, SESSION_LANGUAGE), SESSION_ONLY=1 prints only that one.
 set -eu
@@ -94,7 +96,8 @@ if [ "$rc" = 0 ] && [ -n "$rl_pid" ] && [ "${SESSION_ONLY:-0}" != 1 ]; then
 fi
 # E2B's SDK against /e2b, spaced (bench/e2b-load.mjs: its own TCP service; skipped without the SDK)
 [ "$rc" != 0 ] || [ "${E2B:-1}" = 0 ] || [ "${SESSION_ONLY:-0}" = 1 ] ||
-	"$NODE" "$here/e2b-load.mjs" --moat "$MOAT" --runtime "$RUNTIME" || rc=$?
+	"$NODE" "$here/e2b-load.mjs" --moat "$MOAT" --runtime "$RUNTIME" \
+		--sandbox-pool "${SANDBOX_POOL:-1}" ${E2B_INTERNET:+--internet} || rc=$?
 if [ "$rc" != 0 ]; then
 	echo "bench-serve: failed (exit $rc); the end of moat serve's log:" >&2
 	tail -n 20 "$tmp/serve.log" >&2 || true

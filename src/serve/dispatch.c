@@ -198,7 +198,9 @@ static enum MHD_Result on_headers(struct req *q, struct MHD_Connection *c, const
 		serve_budget_json(&s->budget, &b);
 		if (s->sandboxes) {
 			moat_buf_append(&b, ",\"sandboxPool\":", 15);
-			serve_sbxs_pool_json(s->sandboxes, &b);
+			serve_sbxs_pool_json(s->sandboxes, SERVE_SBX_POOL_DEFAULT, &b);
+			moat_buf_append(&b, ",\"sandboxNetworkPool\":", 22);
+			serve_sbxs_pool_json(s->sandboxes, SERVE_SBX_POOL_NETWORK, &b);
 		}
 		moat_buf_append(&b, "}\n", 2);
 		char *body = moat_buf_take(&b);

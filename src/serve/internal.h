@@ -80,6 +80,8 @@ struct serve_limits {
 	double sandboxes_cpus;
 	/* "sandboxes.pool": live sandboxes made ahead (-1: not set) */
 	int sandboxes_pool;
+	/* "sandboxes.networkPool": the pool's network: true shape (-1: not set) */
+	int sandboxes_network_pool;
 	/* "interruptGraceMs": how long an interrupted step's interpreter has
 	 * to answer before it is killed; "onHangup": "interrupt" (false) or
 	 * "finish" (true) a step whose streaming client hung up */
@@ -372,6 +374,11 @@ void serve_sessions_metrics(struct serve_sessions *ss, struct moat_buf *b);
 #define SERVE_SBX_ID_LEN SERVE_ID_LEN /* "sbx_<node>_" + 32 hex digits, at most */
 #define SERVE_SBX_LIMIT 4096 /* --max-sandboxes at most */
 #define SERVE_SBX_POOL_MAX 16 /* --sandbox-pool at most */
+/* the pool's shapes: moat's default create, and it with network: true
+ * (E2B's default, allow_internet_access) */
+#define SERVE_SBX_POOL_SHAPES 2
+#define SERVE_SBX_POOL_DEFAULT 0
+#define SERVE_SBX_POOL_NETWORK 1
 /* the bounds of the sandbox routes (docs/SANDBOXES.md, "Bounds") */
 #define SERVE_SBX_MAX_FILE (1024ull * 1024 * 1024) /* a PUT file's bytes */
 #define SERVE_SBX_MAX_ENTRIES 10000u /* a listing's entries */
@@ -387,12 +394,15 @@ struct serve_sbxs_config {
 	/* each live sandbox's memoryMb and cpus reserved here, with the
 	 * sessions' (budget.c); NULL: none */
 	struct serve_budget *budget;
-	/* the pool (docs/SANDBOXES.md, "The pool"): pool sandboxes kept made
-	 * from pool_key (a create's request text with nothing asked: the
-	 * service's defaults, prepared with pool_defaults), each reserving
-	 * from budget while it waits; warnings to log (may be NULL) */
-	unsigned pool;
-	const char *pool_key;
+	/* the pool (docs/SANDBOXES.md, "The pool"): per shape, target
+	 * sandboxes kept made from key (a create's request text: the
+	 * service's defaults, prepared with pool_defaults; NULL: none), each
+	 * reserving from budget while it waits; name: its /metrics label;
+	 * warnings to log (may be NULL) */
+	struct {
+		unsigned target;
+		const char *key, *name;
+	} pools[SERVE_SBX_POOL_SHAPES];
 	struct moat_request_defaults pool_defaults;
 	struct serve_log *log;
 };
@@ -413,15 +423,16 @@ bool serve_sbx_id_valid(const char *id);
  * -1: *err. rootfs: the operator's root for this one sandbox (an E2B
  * template, borrowed for the service's life), or NULL: the service's.
  * key: the text req was prepared from with no X-Sandbox-Id, or NULL: a
- * sandbox of the pool is taken only when key is the pool's exactly (and
- * rootfs NULL); else one is made. */
+ * sandbox of the pool is taken only when key is one of the pool's shapes'
+ * exactly (and rootfs NULL); else one is made. */
 int serve_sbx_create(struct serve_sbxs *ss, const uint8_t cred[MOAT_SHA256_LEN],
 		     struct moat_request *req, const char *key, uint64_t life_ms,
 		     uint64_t idle_ms, char **meta, size_t meta_count, const char *rootfs,
 		     struct serve_sbx **out, struct moat_error *err);
-/* The pool's figures for /healthz?detail=1: {"target","ready","hits",
- * "misses","fillFailures","lastError"} (ss may be NULL: nothing). */
-void serve_sbxs_pool_json(struct serve_sbxs *ss, struct moat_buf *b);
+/* The pool's figures for one shape (SERVE_SBX_POOL_*) for
+ * /healthz?detail=1: {"target","ready","hits","misses","fillFailures",
+ * "lastError"} (ss may be NULL: nothing). */
+void serve_sbxs_pool_json(struct serve_sbxs *ss, unsigned shape, struct moat_buf *b);
 /* The sandbox id names for cred (a reference), or NULL (404 alike:
  * none, another credential's, forgotten). */
 struct serve_sbx *serve_sbx_get(struct serve_sbxs *ss, const char *id,

@@ -26,6 +26,7 @@ void serve_limits_default(struct serve_limits *l)
 		.max_output_bytes = SERVE_MAX_OUTPUT_DEFAULT,
 		.pool = -1,
 		.sandboxes_pool = -1,
+		.sandboxes_network_pool = -1,
 		.pool_zygote = -1,
 		.pool_zygote_max_children = SERVE_ZYGOTE_MAX_CHILDREN,
 		.pool_zygote_max_age_ms = SERVE_ZYGOTE_MAX_AGE_S * 1000ull,
@@ -121,10 +122,14 @@ static int parse_sandboxes(const cJSON *obj, struct serve_limits *l, struct moat
 			if (get_num(it, "sandboxes", 0, SERVE_SBX_POOL_MAX, &v, err) < 0)
 				return -1;
 			l->sandboxes_pool = (int)v;
+		} else if (!strcmp(k, "networkPool")) {
+			if (get_num(it, "sandboxes", 0, SERVE_SBX_POOL_MAX, &v, err) < 0)
+				return -1;
+			l->sandboxes_network_pool = (int)v;
 		} else {
 			return moat_error_set(err, MOAT_ERR_CONFIG, 0,
 					      "config serve.sandboxes: unknown key \"%.64s\" "
-					      "(memoryMb, cpus, pool)", k);
+					      "(memoryMb, cpus, pool, networkPool)", k);
 		}
 	}
 	return 0;

@@ -85,6 +85,7 @@ struct serve_sbx {
  * bounds its CPU. Its memoryMb and cpus are reserved in the budget. */
 struct pooled {
 	struct pooled *next;
+	unsigned shape; /* its index in cfg.pools */
 	struct live *lv;
 	int64_t made_ms;
 	uint64_t memory_mb;
@@ -102,16 +103,19 @@ struct serve_sbxs {
 	pthread_t thread;
 	bool have_thread;
 	uint64_t created, ended;
-	/* the pool: its sandboxes (at most cfg.pool), its thread, and what
-	 * /metrics and /healthz?detail=1 say of it */
-	struct pooled *pool;
-	unsigned npool;
+	/* the pool: per shape (cfg.pools) its sandboxes (at most its
+	 * target), its back-off and what /metrics and /healthz?detail=1 say
+	 * of it; one thread fills them all */
+	struct pool_shape {
+		struct pooled *list;
+		unsigned n;
+		unsigned fill_fails; /* failures in a row: the back-off */
+		int64_t fill_retry_ms;
+		char *fill_error; /* the last failure's sentence, until a fill succeeds */
+		uint64_t made, hits, misses, failed, expired;
+	} shapes[SERVE_SBX_POOL_SHAPES];
 	pthread_t filler;
 	bool have_filler;
-	unsigned fill_fails; /* failures in a row: the back-off */
-	int64_t fill_retry_ms;
-	char *fill_error; /* the last failure's sentence, until a fill succeeds */
-	uint64_t pool_made, pool_hits, pool_misses, pool_failed, pool_expired;
 };
 
 bool serve_sbx_id_valid(const char *id)
@@ -329,18 +333,20 @@ static void pooled_end(struct serve_sbxs *ss, struct pooled *p)
 /* One sandbox for the pool (mu not held): the pool's request prepared
  * afresh, its reservation made, the sandbox made and its agent's first
  * answer awaited (live_create), frozen where nothing bounds its CPU. */
-static int pooled_make(struct serve_sbxs *ss, struct pooled **out, struct moat_error *err)
+static int pooled_make(struct serve_sbxs *ss, unsigned shape, struct pooled **out,
+		       struct moat_error *err)
 {
 	*out = NULL;
 	struct moat_request *req = NULL;
-	if (moat_request_prepare(ss->cfg.pool_key, strlen(ss->cfg.pool_key), NULL,
-				 &ss->cfg.pool_defaults, &req, err) < 0)
+	const char *key = ss->cfg.pools[shape].key;
+	if (moat_request_prepare(key, strlen(key), NULL, &ss->cfg.pool_defaults, &req, err) < 0)
 		return -1;
 	struct pooled *p = calloc(1, sizeof *p);
 	if (!p) {
 		moat_request_free(req);
 		return moat_error_oom(err);
 	}
+	p->shape = shape;
 	p->memory_mb = req->memory_mb;
 	p->cpus = req->cpus;
 	if (ss->cfg.budget) {
@@ -375,9 +381,34 @@ static int pooled_make(struct serve_sbxs *ss, struct pooled **out, struct moat_e
 	return 0;
 }
 
-/* The pool's thread: keeps cfg.pool sandboxes made, one at a time, off
- * every request's path; replaces a dead or old one; after a failure waits
- * (1 s doubling to 64 s) and says why once per distinct sentence. */
+/* The shape the filler makes a sandbox for next (mu held): of those
+ * short of their target and past their back-off, the one holding fewest
+ * ready (so a run of one shape's creates does not starve the other), or
+ * -1; *wait_ms: until the earliest back-off ends, when one holds every
+ * short shape back. */
+static int shape_to_fill(struct serve_sbxs *ss, int64_t now, int64_t *wait_ms)
+{
+	*wait_ms = REAP_EVERY_MS * 5;
+	int best = -1;
+	for (unsigned i = 0; i < SERVE_SBX_POOL_SHAPES; i++) {
+		struct pool_shape *sh = &ss->shapes[i];
+		if (sh->n >= ss->cfg.pools[i].target)
+			continue;
+		if (now < sh->fill_retry_ms) {
+			if (sh->fill_retry_ms - now < *wait_ms)
+				*wait_ms = sh->fill_retry_ms - now;
+			continue;
+		}
+		if (best < 0 || sh->n < ss->shapes[best].n)
+			best = (int)i;
+	}
+	return best;
+}
+
+/* The pool's thread: keeps each shape's target of sandboxes made, one at
+ * a time, off every request's path; replaces a dead or old one; after a
+ * failure waits (1 s doubling to 64 s, per shape) and says why once per
+ * distinct sentence. */
 static void *filler(void *arg)
 {
 	struct serve_sbxs *ss = arg;
@@ -385,17 +416,20 @@ static void *filler(void *arg)
 	while (!ss->stopping) {
 		int64_t now = moat_mono_ms();
 		struct pooled *old = NULL;
-		for (struct pooled **pp = &ss->pool; *pp;) {
-			struct pooled *p = *pp;
-			if (live_gone(p->lv) || now - p->made_ms >= POOL_MAX_AGE_MS) {
-				*pp = p->next;
-				ss->npool--;
-				ss->pool_expired++;
-				p->next = old;
-				old = p;
-				continue;
+		for (unsigned i = 0; i < SERVE_SBX_POOL_SHAPES; i++) {
+			struct pool_shape *sh = &ss->shapes[i];
+			for (struct pooled **pp = &sh->list; *pp;) {
+				struct pooled *p = *pp;
+				if (live_gone(p->lv) || now - p->made_ms >= POOL_MAX_AGE_MS) {
+					*pp = p->next;
+					sh->n--;
+					sh->expired++;
+					p->next = old;
+					old = p;
+					continue;
+				}
+				pp = &p->next;
 			}
-			pp = &p->next;
 		}
 		if (old) {
 			pthread_mutex_unlock(&ss->mu);
@@ -407,65 +441,76 @@ static void *filler(void *arg)
 			pthread_mutex_lock(&ss->mu);
 			continue;
 		}
-		if (ss->npool < ss->cfg.pool && now >= ss->fill_retry_ms) {
+		int64_t wait;
+		int i = shape_to_fill(ss, now, &wait);
+		if (i >= 0) {
+			struct pool_shape *sh = &ss->shapes[i];
 			pthread_mutex_unlock(&ss->mu);
 			struct pooled *p = NULL;
 			struct moat_error e = { 0 };
-			int rc = pooled_make(ss, &p, &e);
+			int rc = pooled_make(ss, (unsigned)i, &p, &e);
 			pthread_mutex_lock(&ss->mu);
 			if (rc == 0 && ss->stopping) {
 				pthread_mutex_unlock(&ss->mu);
 				pooled_end(ss, p);
 				pthread_mutex_lock(&ss->mu);
 			} else if (rc == 0) {
-				p->next = ss->pool;
-				ss->pool = p;
-				ss->npool++;
-				ss->pool_made++;
-				ss->fill_fails = 0;
-				free(ss->fill_error);
-				ss->fill_error = NULL;
+				p->next = sh->list;
+				sh->list = p;
+				sh->n++;
+				sh->made++;
+				sh->fill_fails = 0;
+				free(sh->fill_error);
+				sh->fill_error = NULL;
 			} else {
 				const char *why = e.message ? e.message : "the sandbox could not be made";
-				ss->pool_failed++;
-				if (ss->fill_fails < POOL_RETRY_MAX_SHIFT + 1)
-					ss->fill_fails++;
-				ss->fill_retry_ms = moat_mono_ms() +
-						    ((int64_t)POOL_RETRY_MS << (ss->fill_fails - 1));
-				bool fresh = !ss->fill_error || strcmp(ss->fill_error, why);
-				free(ss->fill_error);
-				ss->fill_error = strdup(why);
+				sh->failed++;
+				if (sh->fill_fails < POOL_RETRY_MAX_SHIFT + 1)
+					sh->fill_fails++;
+				sh->fill_retry_ms = moat_mono_ms() +
+						    ((int64_t)POOL_RETRY_MS << (sh->fill_fails - 1));
+				bool fresh = !sh->fill_error || strcmp(sh->fill_error, why);
+				free(sh->fill_error);
+				sh->fill_error = strdup(why);
 				if (fresh && ss->cfg.log)
 					serve_log_notice(ss->cfg.log, "warn", "pool",
-							 "cannot make a live sandbox for the pool: %s "
-							 "(creates make their own meanwhile)", why);
+							 "cannot make a live sandbox for the pool "
+							 "(%s): %s (creates make their own meanwhile)",
+							 ss->cfg.pools[i].name, why);
 			}
 			moat_error_clear(&e);
 			continue;
 		}
-		int64_t wait = ss->npool < ss->cfg.pool ? ss->fill_retry_ms - now : REAP_EVERY_MS * 5;
 		moat_cond_wait_ms(&ss->cv, &ss->mu, wait > 0 ? wait : 1);
 	}
 	pthread_mutex_unlock(&ss->mu);
 	return NULL;
 }
 
-/* A sandbox of the pool for a create whose request is the pool's (mu not
- * held): taken out of the pool, so no other create can have it; NULL
- * when the pool is empty (a miss) or the request is another. */
+/* A sandbox of the pool for a create whose request is exactly one of
+ * the pool's shapes' (mu not held): taken out of the pool, so no other
+ * create can have it; NULL when that shape is empty (a miss) or the
+ * request is none of them. */
 static struct pooled *pooled_take(struct serve_sbxs *ss, const char *key, const char *rootfs,
 				  const struct moat_request *req)
 {
-	if (!ss->cfg.pool || !key || rootfs || strcmp(key, ss->cfg.pool_key))
+	if (!key || rootfs)
 		return NULL;
+	unsigned i = 0;
+	while (i < SERVE_SBX_POOL_SHAPES &&
+	       (!ss->cfg.pools[i].target || !ss->cfg.pools[i].key || strcmp(key, ss->cfg.pools[i].key)))
+		i++;
+	if (i == SERVE_SBX_POOL_SHAPES)
+		return NULL;
+	struct pool_shape *sh = &ss->shapes[i];
 	pthread_mutex_lock(&ss->mu);
-	struct pooled *p = ss->pool;
+	struct pooled *p = sh->list;
 	if (p) {
-		ss->pool = p->next;
-		ss->npool--;
-		ss->pool_hits++;
+		sh->list = p->next;
+		sh->n--;
+		sh->hits++;
 	} else {
-		ss->pool_misses++;
+		sh->misses++;
 	}
 	pthread_cond_broadcast(&ss->cv); /* the filler makes its replacement */
 	pthread_mutex_unlock(&ss->mu);
@@ -476,17 +521,18 @@ static struct pooled *pooled_take(struct serve_sbxs *ss, const char *key, const 
 	return p;
 }
 
-void serve_sbxs_pool_json(struct serve_sbxs *ss, struct moat_buf *b)
+void serve_sbxs_pool_json(struct serve_sbxs *ss, unsigned shape, struct moat_buf *b)
 {
-	if (!ss)
+	if (!ss || shape >= SERVE_SBX_POOL_SHAPES)
 		return;
 	pthread_mutex_lock(&ss->mu);
+	struct pool_shape *sh = &ss->shapes[shape];
 	moat_buf_appendf(b, "{\"target\":%u,\"ready\":%u,\"hits\":%llu,\"misses\":%llu,"
-			 "\"fillFailures\":%llu,\"lastError\":", ss->cfg.pool, ss->npool,
-			 (unsigned long long)ss->pool_hits, (unsigned long long)ss->pool_misses,
-			 (unsigned long long)ss->pool_failed);
-	if (ss->fill_error)
-		moat_buf_append_json_string(b, ss->fill_error, strlen(ss->fill_error));
+			 "\"fillFailures\":%llu,\"lastError\":", ss->cfg.pools[shape].target, sh->n,
+			 (unsigned long long)sh->hits, (unsigned long long)sh->misses,
+			 (unsigned long long)sh->failed);
+	if (sh->fill_error)
+		moat_buf_append_json_string(b, sh->fill_error, strlen(sh->fill_error));
 	else
 		moat_buf_append(b, "null", 4);
 	moat_buf_append(b, "}", 1);
@@ -511,9 +557,13 @@ int serve_sbxs_start(struct serve_sbxs **out, const struct serve_sbxs_config *cf
 				      "cannot start the sandboxes' thread: %s", strerror(errno));
 	}
 	ss->have_thread = true;
-	if (!cfg->pool_key)
-		ss->cfg.pool = 0;
-	if (ss->cfg.pool) {
+	bool any = false;
+	for (unsigned i = 0; i < SERVE_SBX_POOL_SHAPES; i++) {
+		if (!cfg->pools[i].key)
+			ss->cfg.pools[i].target = 0;
+		any |= ss->cfg.pools[i].target > 0;
+	}
+	if (any) {
 		if ((errno = pthread_create(&ss->filler, NULL, filler, ss)) != 0) {
 			int e = errno;
 			serve_sbxs_stop(ss);
@@ -542,9 +592,17 @@ void serve_sbxs_stop(struct serve_sbxs *ss)
 	/* every sandbox ends with the service: killed first, all at once;
 	 * the pooled ones waited for (nothing of them left) */
 	pthread_mutex_lock(&ss->mu);
-	struct pooled *pool = ss->pool;
-	ss->pool = NULL;
-	ss->npool = 0;
+	struct pooled *pool = NULL;
+	for (unsigned i = 0; i < SERVE_SBX_POOL_SHAPES; i++) {
+		struct pool_shape *sh = &ss->shapes[i];
+		while (sh->list) {
+			struct pooled *p = sh->list;
+			sh->list = p->next;
+			p->next = pool;
+			pool = p;
+		}
+		sh->n = 0;
+	}
 	for (struct pooled *p = pool; p; p = p->next)
 		live_kill(p->lv);
 	for (struct serve_sbx *x = ss->list; x; x = x->next)
@@ -557,8 +615,10 @@ void serve_sbxs_stop(struct serve_sbxs *ss)
 		pool = p->next;
 		pooled_end(ss, p);
 	}
-	free(ss->fill_error);
-	ss->fill_error = NULL;
+	for (unsigned i = 0; i < SERVE_SBX_POOL_SHAPES; i++) {
+		free(ss->shapes[i].fill_error);
+		ss->shapes[i].fill_error = NULL;
+	}
 	/* a request still holding one frees it with its last reference: the
 	 * service waits for its requests before this (wait_idle) */
 }
@@ -1054,37 +1114,34 @@ void serve_sbxs_metrics(struct serve_sbxs *ss, struct moat_buf *b)
 			 "moat_serve_sandboxes_created_total %llu\n"
 			 "# HELP moat_serve_sandboxes_ended_total Live sandboxes ended.\n"
 			 "# TYPE moat_serve_sandboxes_ended_total counter\n"
-			 "moat_serve_sandboxes_ended_total %llu\n"
-			 "# HELP moat_serve_sandbox_pool_target Live sandboxes the pool keeps made "
-			 "(--sandbox-pool).\n"
-			 "# TYPE moat_serve_sandbox_pool_target gauge\n"
-			 "moat_serve_sandbox_pool_target %u\n"
-			 "# HELP moat_serve_sandbox_pool_ready Live sandboxes made ahead, waiting for "
-			 "a create.\n"
-			 "# TYPE moat_serve_sandbox_pool_ready gauge\nmoat_serve_sandbox_pool_ready %u\n"
-			 "# HELP moat_serve_sandbox_pool_created_total Live sandboxes the pool made.\n"
-			 "# TYPE moat_serve_sandbox_pool_created_total counter\n"
-			 "moat_serve_sandbox_pool_created_total %llu\n"
-			 "# HELP moat_serve_sandbox_pool_used_total Creates handed a sandbox of the "
-			 "pool (each once).\n"
-			 "# TYPE moat_serve_sandbox_pool_used_total counter\n"
-			 "moat_serve_sandbox_pool_used_total %llu\n"
-			 "# HELP moat_serve_sandbox_pool_cold_total Creates the pool could have "
-			 "served that found it empty.\n"
-			 "# TYPE moat_serve_sandbox_pool_cold_total counter\n"
-			 "moat_serve_sandbox_pool_cold_total %llu\n"
-			 "# HELP moat_serve_sandbox_pool_failed_total Sandboxes the pool could not "
-			 "make.\n"
-			 "# TYPE moat_serve_sandbox_pool_failed_total counter\n"
-			 "moat_serve_sandbox_pool_failed_total %llu\n"
-			 "# HELP moat_serve_sandbox_pool_expired_total Pooled sandboxes replaced "
-			 "(dead, or for age).\n"
-			 "# TYPE moat_serve_sandbox_pool_expired_total counter\n"
-			 "moat_serve_sandbox_pool_expired_total %llu\n",
+			 "moat_serve_sandboxes_ended_total %llu\n",
 			 ss->live, ss->cfg.max, (unsigned long long)ss->created,
-			 (unsigned long long)ss->ended, ss->cfg.pool, ss->npool,
-			 (unsigned long long)ss->pool_made, (unsigned long long)ss->pool_hits,
-			 (unsigned long long)ss->pool_misses, (unsigned long long)ss->pool_failed,
-			 (unsigned long long)ss->pool_expired);
+			 (unsigned long long)ss->ended);
+	/* the pool's, one series per shape */
+	static const struct {
+		const char *name, *type, *help;
+	} fam[] = {
+		{ "target", "gauge", "Live sandboxes the pool keeps made of this shape "
+				     "(--sandbox-pool; serve.sandboxes.networkPool)." },
+		{ "ready", "gauge", "Live sandboxes made ahead, waiting for a create." },
+		{ "created_total", "counter", "Live sandboxes the pool made." },
+		{ "used_total", "counter", "Creates handed a sandbox of the pool (each once)." },
+		{ "cold_total", "counter", "Creates the pool could have served that found it empty." },
+		{ "failed_total", "counter", "Sandboxes the pool could not make." },
+		{ "expired_total", "counter", "Pooled sandboxes replaced (dead, or for age)." },
+	};
+	for (size_t f = 0; f < sizeof fam / sizeof fam[0]; f++) {
+		moat_buf_appendf(b, "# HELP moat_serve_sandbox_pool_%s %s\n"
+				 "# TYPE moat_serve_sandbox_pool_%s %s\n",
+				 fam[f].name, fam[f].help, fam[f].name, fam[f].type);
+		for (unsigned i = 0; i < SERVE_SBX_POOL_SHAPES; i++) {
+			const struct pool_shape *sh = &ss->shapes[i];
+			unsigned long long v[] = { ss->cfg.pools[i].target, sh->n, sh->made, sh->hits,
+						   sh->misses, sh->failed, sh->expired };
+			moat_buf_appendf(b, "moat_serve_sandbox_pool_%s{shape=\"%s\"} %llu\n",
+					 fam[f].name, ss->cfg.pools[i].name ? ss->cfg.pools[i].name : "?",
+					 v[f]);
+		}
+	}
 	pthread_mutex_unlock(&ss->mu);
 }

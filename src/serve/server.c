@@ -118,6 +118,11 @@ static unsigned sandbox_pool_size(int flag, int config)
  * and E2B's text for an empty body): the pool's sandboxes are made from
  * it, and only a create whose text is this takes one. */
 #define SANDBOX_POOL_KEY "{\"language\":\"bash\",\"code\":\"\"}"
+/* The same with network: true: E2B's create with allow_internet_access
+ * true and nothing else asked (e2b_api.c), or a native create of just
+ * {"network":true}. Its egress rules are the operator's (nothing of the
+ * caller's): a sandbox made from it ahead is the one made at the create. */
+#define SANDBOX_NETPOOL_KEY "{\"network\":true,\"language\":\"bash\",\"code\":\"\"}"
 
 /* Sessions live at once by default: as many of the default size as the
  * budgets hold (serve.sandboxes: memory and cpus, docs/SESSIONS.md
@@ -350,11 +355,33 @@ int moat_serve_run(const struct moat_serve_options *o, const sigset_t *stop,
 				   ? o->max_sandboxes
 				   : (int)sessions_auto(bmem, bcpu, s->limits.def_memory_mb,
 							s->limits.def_cpus);
+		unsigned pool = smax ? sandbox_pool_size(o->sandbox_pool, s->limits.sandboxes_pool)
+				     : 0;
+		/* the network shape (E2B's create with internet access): as
+		 * set, else the default rule's when the default shape's size
+		 * is not set either (--sandbox-pool N sizes the default shape
+		 * alone); none where network: true is refused (no
+		 * serve.allowOpenNetwork: its every fill would fail) */
+		if (s->limits.sandboxes_network_pool > 0 && !s->limits.allow_open_network) {
+			moat_error_set(err, MOAT_ERR_CONFIG, 0,
+				       "config serve.sandboxes.networkPool: its sandboxes have "
+				       "\"network\": true, which needs serve.allowOpenNetwork");
+			close_listeners(o);
+			goto out;
+		}
+		unsigned netpool = !smax || !s->limits.allow_open_network ? 0
+				   : s->limits.sandboxes_network_pool >= 0
+					   ? (unsigned)s->limits.sandboxes_network_pool
+				   : o->sandbox_pool < 0 && s->limits.sandboxes_pool < 0 ? pool
+											   : 0;
 		struct serve_sbxs_config xc = {
 			.max = (unsigned)smax, .opts = &s->ses_opts,
 			.max_life_ms = s->limits.session_max_life_ms, .budget = &s->budget,
-			.pool = smax ? sandbox_pool_size(o->sandbox_pool, s->limits.sandboxes_pool) : 0,
-			.pool_key = SANDBOX_POOL_KEY,
+			.pools = { [SERVE_SBX_POOL_DEFAULT] = { .target = pool, .key = SANDBOX_POOL_KEY,
+								.name = "default" },
+				   [SERVE_SBX_POOL_NETWORK] = { .target = netpool,
+								.key = SANDBOX_NETPOOL_KEY,
+								.name = "network" } },
 			.pool_defaults = { .fill = srv_limits_fill, .ctx = &s->limits },
 			.log = &s->log };
 		if (serve_sbxs_start(&s->sandboxes, &xc, err) < 0 ||

@@ -83,8 +83,11 @@ test.before(async () => {
   const tokenFile = path.join(tmp, 'token');
   fs.writeFileSync(tokenFile, `${KEY}\n`, { mode: 0o600 });
   const config = path.join(tmp, 'config.json');
-  fs.writeFileSync(config, JSON.stringify({ serve: { e2b: { keys: [KEY_A, KEY_B],
-    templates: { marked: markedRoot() } } } }));
+  // open egress allowed (allowInternetAccess: true), with one sandbox of that shape kept
+  // made ahead in both modes (the pool's network shape, docs/SANDBOXES.md "The pool")
+  fs.writeFileSync(config, JSON.stringify({ serve: { allowOpenNetwork: true,
+    sandboxes: { networkPool: 1 },
+    e2b: { keys: [KEY_A, KEY_B], templates: { marked: markedRoot() } } } }));
   port = await freePort();
   const child = spawn(MOAT, ['serve', '--listen', `127.0.0.1:${port}`, '--token-file', tokenFile, '--no-kv',
     '--config', config,
@@ -450,6 +453,35 @@ T('no allow_internet_access: the sandbox has no network but its loopback', async
   await withSandbox({}, async (sbx) => {
     const r = await sbx.commands.run("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '");
     assert.equal(r.stdout, 'lo\n');
+  });
+});
+
+// moat_serve_sandbox_pool_<name>{shape="network"} of /metrics
+async function netPool(name) {
+  const r = await request('GET', '/metrics', undefined, { Authorization: `Bearer ${KEY}` });
+  const m = r.body.toString().match(new RegExp(`^moat_serve_sandbox_pool_${name}\\{shape="network"\\} (\\d+)$`, 'm'));
+  assert.ok(m, r.body.toString().slice(0, 2000));
+  return Number(m[1]);
+}
+
+T('allowInternetAccess: true is answered from the pool\'s network shape, with its egress; with envs it is made cold', async () => {
+  const t0 = Date.now();
+  while (await netPool('ready') < 1) {
+    assert.ok(Date.now() - t0 < 30000, 'the network pool never filled');
+    await new Promise((r) => setTimeout(r, 50));
+  }
+  const egress = "grep -q '^lo[[:space:]]*00000000' /proc/net/route && echo route";
+  const used = await netPool('used_total');
+  await withSandbox({ allowInternetAccess: true, metadata: { k: 'v' } }, async (sbx) => {
+    assert.equal(await netPool('used_total'), used + 1);
+    assert.equal((await sbx.commands.run(egress)).stdout, 'route\n');
+    assert.equal((await sbx.commands.run('ls -A /sandbox /tmp | grep -v : | grep -c . || true')).stdout, '0\n');
+    assert.deepEqual((await sbx.getInfo()).metadata, { k: 'v' });
+  });
+  await withSandbox({ allowInternetAccess: true, envs: { A: 'b' } }, async (sbx) => {
+    assert.equal(await netPool('used_total'), used + 1, 'a create with envs took the pool');
+    assert.equal((await sbx.commands.run(egress)).stdout, 'route\n');
+    assert.equal((await sbx.commands.run('echo $A')).stdout, 'b\n');
   });
 });
 

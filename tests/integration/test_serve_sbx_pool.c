@@ -279,6 +279,9 @@ START_TEST(pool_only_its_request)
 	}
 	ck_assert_double_eq(pool_metric(&s, "moat_serve_sandbox_pool_used_total", NULL), 0);
 	ck_assert_double_eq(pool_metric(&s, "moat_serve_sandbox_pool_ready", NULL), 1);
+	/* without serve.allowOpenNetwork no network: true shape is kept */
+	ck_assert_double_eq(pool_metric(&s, "moat_serve_sandbox_pool_target", "shape=\"network\""),
+			    0);
 	struct resp r;
 	pcreate(&s, "{\"onIdle\":\"pause\",\"maxCpuTimeMs\":60000}", NULL, &r);
 	bool pool;
@@ -408,23 +411,126 @@ START_TEST(pool_shutdown)
 }
 END_TEST
 
-/* The default (no --sandbox-pool, no config): one as root with 1 GiB
- * available, none rootless (docs/SANDBOXES.md, "The pool"). */
+/* The default (no --sandbox-pool, no pool config): one of each shape
+ * (the default create's and, open egress allowed, network: true's:
+ * E2B's with internet access) as root with 1 GiB available, none
+ * rootless (docs/SANDBOXES.md, "The pool"). */
 START_TEST(pool_default)
 {
 	struct server s;
-	server_start(&s, _i, &(struct server_opts){ .sbx_pool = -1 });
+	server_start(&s, _i, &(struct server_opts){
+		.sbx_pool = -1, .config = "{\"serve\":{\"allowOpenNetwork\":true}}" });
 	double mib = (double)sysconf(_SC_AVPHYS_PAGES) * (double)sysconf(_SC_PAGESIZE) / 1048576.0;
 	double want = _i == MODE_ROOT && harness_is_root() && mib >= 1024 ? 1 : 0;
-	double target = pool_metric(&s, "moat_serve_sandbox_pool_target", NULL);
-	ck_assert_msg(target == want || (mib > 900 && mib < 1150), "%s: the default pool: %g (%.0f "
-		      "MiB available)", MODE_NAME[_i], target, mib);
-	if (target > 0 && !pwait_ready(&s, (int)target)) {
+	double target = pool_metric(&s, "moat_serve_sandbox_pool_target", "shape=\"default\"");
+	double net = pool_metric(&s, "moat_serve_sandbox_pool_target", "shape=\"network\"");
+	ck_assert_msg((target == want || (mib > 900 && mib < 1150)) && net == target,
+		      "%s: the default pool: %g and %g of network: true (%.0f MiB available)",
+		      MODE_NAME[_i], target, net, mib);
+	if (target > 0 && !pwait_ready(&s, (int)(target + net))) {
 		server_stop(&s);
 		harness_skip(POOL_SKIP);
 		return;
 	}
-	server_stop_pool(&s, (int)target);
+	server_stop_pool(&s, (int)(target + net));
+}
+END_TEST
+
+/* The contained egress of network: true (src/net/net.c): a default route
+ * through lo and the supervisor's redirect listener on 127.0.0.1; exit
+ * code 0 when the sandbox has them (one without network has neither). */
+#define HAS_EGRESS                                                      \
+	"grep -q '^lo[[:space:]]*00000000' /proc/net/route && "         \
+	"grep -q ' 0100007F:[0-9A-F]* 00000000:0000 0A' /proc/net/tcp"
+
+/* The pool's network: true shape (serve.sandboxes.networkPool; E2B's
+ * create with allow_internet_access true): only exactly that request takes
+ * one (the default create, network with env or other limits, E2B's with
+ * envVars or without internet access: cold, the pool untouched); the one
+ * taken has its egress as a cold one has; E2B's create takes one too
+ * (bound to its key alike: the same serve_sbx_create). */
+START_TEST(pool_network)
+{
+	struct server s;
+	if (!pstart(&s, _i, &(struct server_opts){
+		.sbx_pool = 0,
+		.config = "{\"serve\":{\"allowOpenNetwork\":true,"
+			  "\"sandboxes\":{\"networkPool\":1}}}" }, 1))
+		return;
+	ck_assert_double_eq(pool_metric(&s, "moat_serve_sandbox_pool_ready", "shape=\"network\""), 1);
+	static const char *const cold[] = { "{}", "{\"network\":true,\"env\":{\"A\":\"b\"}}",
+					    "{\"network\":true,\"memoryMb\":128}",
+					    "{\"allowedHosts\":[\"https://example.com\"]}" };
+	for (size_t k = 0; k < sizeof cold / sizeof *cold; k++) {
+		struct resp r;
+		pcreate(&s, cold[k], NULL, &r);
+		bool pool;
+		char *id = pcreated(&r, cold[k], &pool);
+		ck_assert_msg(!pool, "%s: %s took the network pool's sandbox: %s", MODE_NAME[_i],
+			      cold[k], r.body);
+		resp_free(&r);
+		if (k == 1)
+			ck_assert_msg(psh(&s, id, HAS_EGRESS) == 0, "%s: a cold network: true sandbox "
+				      "has no egress", MODE_NAME[_i]);
+		ck_assert_int_eq(pstatus(&s, "DELETE", id), 200);
+		free(id);
+	}
+	ck_assert_double_eq(pool_metric(&s, "moat_serve_sandbox_pool_used_total", NULL), 0);
+	struct resp r;
+	pcreate(&s, "{\"network\":true,\"lifetimeMs\":60000,\"metadata\":{\"k\":\"v\"}}", NULL,
+		&r);
+	bool pool;
+	char *id = pcreated(&r, MODE_NAME[_i], &pool);
+	ck_assert_msg(pool, "%s: network: true, the network pool ready: %s", MODE_NAME[_i], r.body);
+	resp_free(&r);
+	ck_assert_msg(psh(&s, id, HAS_EGRESS) == 0, "%s: a pooled network: true sandbox has no "
+		      "interface but lo", MODE_NAME[_i]);
+	ck_assert_msg(psh(&s, id, "test -z \"$(ls -A /sandbox)$(ls -A /tmp)\"") == 0,
+		      "%s: a pooled sandbox's /sandbox or /tmp is not empty", MODE_NAME[_i]);
+	ck_assert_int_eq(pstatus(&s, "DELETE", id), 200);
+	free(id);
+	ck_assert_double_eq(pool_metric(&s, "moat_serve_sandbox_pool_used_total",
+					"shape=\"network\""), 1);
+	ck_assert_double_eq(pool_metric(&s, "moat_serve_sandbox_pool_used_total",
+					"shape=\"default\""), 0);
+	/* E2B's create: with allow_internet_access true and nothing else,
+	 * the pool's; with envVars, or without internet access, cold */
+	pwait_ready(&s, 1);
+	static const struct {
+		const char *body;
+		bool pool;
+	} e2b[] = {
+		{ "{\"templateID\":\"base\",\"allow_internet_access\":true,\"envVars\":{\"A\":\"b\"}}",
+		  false },
+		{ "{\"templateID\":\"base\",\"allow_internet_access\":false}", false },
+		{ "{\"templateID\":\"base\",\"timeout\":60,\"allow_internet_access\":true,"
+		  "\"metadata\":{\"k\":\"v\"}}", true },
+	};
+	/* --no-auth: any key is the native routes' credential (docs/E2B.md) */
+	static const char *const hdr[] = { "-H", "X-API-KEY: e2b_pool_test", NULL };
+	for (size_t k = 0; k < sizeof e2b / sizeof *e2b; k++) {
+		double used = pool_metric(&s, "moat_serve_sandbox_pool_used_total", NULL);
+		struct req q = { .method = "POST", .path = "/e2b/sandboxes", .body = e2b[k].body,
+				 .extra = hdr };
+		call(&s, &q, &r);
+		ck_assert_msg(r.code == 201, "%s: E2B create %s: HTTP %d %s", MODE_NAME[_i],
+			      e2b[k].body, r.code, r.body);
+		const char *sid = jstr(r.json, "sandboxID");
+		ck_assert(sid);
+		char *eid = strdup(sid);
+		resp_free(&r);
+		ck_assert_msg(pool_metric(&s, "moat_serve_sandbox_pool_used_total", NULL) ==
+				      used + e2b[k].pool,
+			      "%s: E2B create %s: pooled should be %d", MODE_NAME[_i], e2b[k].body,
+			      e2b[k].pool);
+		bool net = !strstr(e2b[k].body, "false");
+		ck_assert_msg((psh(&s, eid, HAS_EGRESS) == 0) == net,
+			      "%s: E2B create %s: its network", MODE_NAME[_i], e2b[k].body);
+		ck_assert_int_eq(pstatus(&s, "DELETE", eid), 200);
+		free(eid);
+	}
+	pwait_ready(&s, 1);
+	server_stop_pool(&s, 1);
 }
 END_TEST
 
@@ -440,6 +546,7 @@ Suite *serve_sbx_pool_suite(void)
 	tcase_add_loop_test(tc, pool_fill_fails, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, pool_shutdown, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, pool_default, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, pool_network, MODE_ROOT, MODE_ROOTLESS + 1);
 	suite_add_tcase(s, tc);
 	return s;
 }

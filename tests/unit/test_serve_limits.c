@@ -952,7 +952,8 @@ START_TEST(budget_config)
 	ck_assert(l.sandboxes_cpus == 1.5);
 	ck_assert_uint_eq(l.session_max_cpu_ms, 60000);
 	ck_assert_int_eq(serve_limits_parse("{\"sandboxes\":{\"disk\":1}}", &l, &err), -1);
-	ck_assert_ptr_nonnull(strstr(err.message, "unknown key \"disk\" (memoryMb, cpus, pool)"));
+	ck_assert_ptr_nonnull(strstr(err.message, "unknown key \"disk\" (memoryMb, cpus, pool, "
+					       "networkPool)"));
 	moat_error_clear(&err);
 	ck_assert_int_eq(serve_limits_parse("{\"sandboxes\":{\"cpus\":0}}", &l, &err), -1);
 	moat_error_clear(&err);
@@ -962,6 +963,14 @@ START_TEST(budget_config)
 	ck_assert_int_eq(l.sandboxes_pool, 3);
 	ck_assert_int_eq(serve_limits_parse("{\"sandboxes\":{\"pool\":17}}", &l, &err), -1);
 	ck_assert_ptr_nonnull(strstr(err.message, "serve.sandboxes.pool must be a number from 0 to 16"));
+	moat_error_clear(&err);
+	/* serve.sandboxes.networkPool: the pool's network: true shape, 0 to 16; unset: -1 */
+	ck_assert_int_eq(l.sandboxes_network_pool, -1);
+	ck_assert_int_eq(serve_limits_parse("{\"sandboxes\":{\"networkPool\":2}}", &l, &err), 0);
+	ck_assert_int_eq(l.sandboxes_network_pool, 2);
+	ck_assert_int_eq(serve_limits_parse("{\"sandboxes\":{\"networkPool\":17}}", &l, &err), -1);
+	ck_assert_ptr_nonnull(strstr(err.message, "serve.sandboxes.networkPool must be a number from "
+					       "0 to 16"));
 	moat_error_clear(&err);
 }
 END_TEST
