@@ -275,8 +275,22 @@ class Serve:
 
     @property
     def log(self) -> str:
-        self.logf.seek(0)
-        return self.logf.read().decode(errors="replace")
+        # pread, never seek: the child's stderr is this same open file, so a
+        # seek(0) here moved its write offset too, and a line the service's log
+        # writer wrote between the seek and the read overwrote the file's start
+        # and was skipped with everything before it (an empty log read once)
+        fd = self.logf.fileno()
+        return os.pread(fd, os.fstat(fd).st_size, 0).decode(errors="replace")
+
+    def wait_log(self, pred: Callable[[str], bool], seconds: float = 10) -> str:
+        """The log once pred holds of it (the service writes its lines from a
+        thread of its own, batched: a request answered is not yet logged)."""
+        end = time.monotonic() + seconds
+        log = self.log
+        while not pred(log) and time.monotonic() < end:
+            time.sleep(0.05)
+            log = self.log
+        return log
 
     def stop(self) -> Optional[int]:
         if self.child.poll() is None:
