@@ -77,7 +77,7 @@ UNIT_OBJS   := $(patsubst tests/%.c,$(BUILD)/tests/san/%.o,$(UNIT_SRCS))
 INTEG_OBJS  := $(patsubst tests/%.c,$(BUILD)/tests/obj/%.o,$(INTEG_SRCS))
 THREAD_OBJS := $(patsubst tests/%.c,$(BUILD)/tests/tsan/%.o,$(THREAD_SRCS))
 
-.PHONY: all node-deps deps layers seccomp-evidence check-workloads check check-unit check-integration check-node check-mcp check-e2b mcp check-python check-threads check-vm check-k8s install \
+.PHONY: all node-deps deps layers seccomp-evidence check-workloads check check-build check-unit check-integration check-node check-mcp check-e2b mcp check-python check-threads check-vm check-k8s install \
         uninstall man check-install check-systemd deb check-deb clean bench bench-egress bench-serve bench-kv bench-zygote bench-cluster check-cluster timeline soak soak-short fuzz fuzz-build \
         fuzz-toolchain
 # NODE_DEPS=no: leave clients/node alone (the Debian package vendors build/mcp instead)
@@ -239,9 +239,13 @@ check-integration: $(BUILD)/moat $(BUILD)/test-integration
 layers: $(LIB_OBJS) $(CLI_OBJS)
 	@bash tools/layers.sh $(BUILD)
 
-check: $(BUILD)/moat $(BUILD)/test-unit $(BUILD)/test-threads $(BUILD)/test-integration \
+CHECK_BINS = $(BUILD)/moat $(BUILD)/test-unit $(BUILD)/test-threads $(BUILD)/test-integration \
        $(BUILD)/test-landlock $(BUILD)/oci-seccomp
+check: $(CHECK_BINS)
 	@bash tools/check.sh $(BUILD)
+# what make check runs, built and nothing run (.ci/run builds it with -j2
+# beside the program: make check alone builds its binaries one at a time)
+check-build: $(CHECK_BINS)
 
 # deploy/kubernetes without a cluster (docs/kubernetes.md): the manifests
 # checked offline, then the pod's seccomp profile proven with moat beneath it

@@ -7,9 +7,10 @@
 #   tools/shards.sh [BUILD]        (BUILD: the build directory, default build)
 #
 # One shard runs the suites MOAT_SHARD names (default: serve, the longest,
-# with serve_sandboxes: on 2026-12-07 serve alone ended 209 s before the
-# rest, 339 s against 548 s; serve with serve_sandboxes and serve_stream
-# 81 s after it, 595 s against 514 s, and serve_stream is the smaller one),
+# with serve_sandboxes and kv: on 2026-12-07 serve alone ended 209 s before
+# the rest, 339 s against 548 s; with serve_sandboxes 46-50 s after it, 418 s
+# against 468 s and 437 against 483 in two clean-clone runs; kv took about
+# 37 s of one process's time),
 # the other every suite but those (test-integration's MOAT_SUITES and
 # MOAT_SKIP_SUITES), so every suite runs exactly once, one added later
 # included, and a name that is no suite's fails the stage. Each shard's TAP
@@ -21,7 +22,7 @@ set -u
 build=${1:-build}
 moat=$(realpath "$build/moat") || exit 2
 bin=$build/test-integration
-list=${MOAT_SHARD-serve,serve_sandboxes}
+list=${MOAT_SHARD-serve,serve_sandboxes,kv}
 if [ -z "$list" ]; then
 	env MOAT_BIN="$moat" "$bin"
 	exit
