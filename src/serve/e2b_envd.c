@@ -1043,8 +1043,8 @@ static enum MHD_Result fs_op(struct req *q, struct MHD_Connection *c, const cJSO
 			return rpc_fail(q, c, "internal", "the listing could not be made");
 		if (truncated) /* never a silent cut */
 			return rpc_fail(q, c, "resource_exhausted",
-					"the listing has more than 10000 entries: list a smaller "
-					"tree or less deep");
+					"the listing has more than 10000 entries (or 8 MiB with "
+					"their metadata): list a smaller tree or less deep");
 		moat_buf_append(&b, "{\"entries\":[", 12);
 		bool first = true;
 		for (const cJSON *it = arr->child; it; it = it->next) {
