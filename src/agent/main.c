@@ -29,6 +29,7 @@
 #include <sys/statfs.h>
 #include <sys/time.h>
 #include <sys/wait.h>
+#include <sys/xattr.h>
 #include <termios.h>
 #include <unistd.h>
 
@@ -74,18 +75,210 @@ static int answer_fds(int sock, const char *text, size_t len, const int *fds, si
 	return n < 0 ? -1 : 0;
 }
 
+/* An answer's text, and room after it for a metadata block. */
+static char line[AGENT_MAX_PATH + 256 + AGENT_MAX_META + 8];
+
 static int answerf(int sock, const int *fds, size_t nfds, const char *fmt, ...)
 	__attribute__((format(printf, 4, 5)));
 static int answerf(int sock, const int *fds, size_t nfds, const char *fmt, ...)
 {
-	static char line[AGENT_MAX_PATH + 256];
 	va_list ap;
 	va_start(ap, fmt);
-	int n = vsnprintf(line, sizeof line, fmt, ap);
+	int n = vsnprintf(line, AGENT_MAX_PATH + 256, fmt, ap);
 	va_end(ap);
-	if (n < 0 || (size_t)n >= sizeof line)
+	if (n < 0 || (size_t)n >= AGENT_MAX_PATH + 256)
 		return -1;
 	return answer_fds(sock, line, (size_t)n, fds, nfds);
+}
+
+/* ---- file metadata: user.e2b.<key> extended attributes (proto.h) ---- */
+
+static char xnames[65536]; /* a file's xattr names (XATTR_LIST_MAX) */
+static char metabuf[AGENT_MAX_META + 8]; /* an answer's metadata block */
+
+/* The metadata of name in dir (st: its fstatat) as an answer's block in
+ * metabuf: its length, 0 when it has none and nothing was left out. Only a
+ * regular file's or a directory's (nothing else is opened: a device, a
+ * fifo); opened without following a symlink, non-blocking, and checked to
+ * be the inode st saw. Left out, and said ("1"): what is not printable, a
+ * key past AGENT_MAX_META_KEY, pairs past AGENT_MAX_META, a file the agent
+ * may not open or whose names do not fit xnames. */
+static size_t meta_block(int dir, const char *name, const struct stat *st)
+{
+	if (!S_ISREG(st->st_mode) && !S_ISDIR(st->st_mode))
+		return 0;
+	bool inc = false;
+	size_t len = 2, total = 0;
+	struct stat fst;
+	int fd = openat(dir, name, O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC | O_NOCTTY);
+	if (fd >= 0 && (fstat(fd, &fst) < 0 || fst.st_ino != st->st_ino || fst.st_dev != st->st_dev)) {
+		close(fd);
+		fd = -1;
+	}
+	ssize_t n = fd < 0 ? -1 : flistxattr(fd, xnames, sizeof xnames);
+	if (n < 0)
+		inc = fd < 0 || errno != EOPNOTSUPP; /* a filesystem without: none */
+	for (ssize_t off = 0; n > 0 && off < n; off += (ssize_t)strlen(xnames + off) + 1) {
+		const char *xn = xnames + off;
+		if (strncmp(xn, AGENT_META_PREFIX, AGENT_META_PREFIX_LEN))
+			continue;
+		const char *key = xn + AGENT_META_PREFIX_LEN;
+		size_t kl = strlen(key);
+		if (!agent_meta_key_ok(key, kl) ||
+		    total + AGENT_META_PREFIX_LEN + kl > AGENT_MAX_META) {
+			inc = true;
+			continue;
+		}
+		size_t room = AGENT_MAX_META - total - AGENT_META_PREFIX_LEN - kl;
+		char *k = metabuf + len, *v = k + kl + 1;
+		ssize_t vl = fgetxattr(fd, xn, v, room);
+		if (vl < 0) {
+			if (errno != ENODATA) /* ERANGE: past the bound */
+				inc = true;
+			continue;
+		}
+		if (!agent_meta_value_ok(v, (size_t)vl)) {
+			inc = true;
+			continue;
+		}
+		memcpy(k, key, kl + 1);
+		v[vl] = '\0';
+		len += kl + 1 + (size_t)vl + 1;
+		total += AGENT_META_PREFIX_LEN + kl + (size_t)vl;
+	}
+	if (fd >= 0)
+		close(fd);
+	if (len == 2 && !inc)
+		return 0;
+	metabuf[0] = inc ? '1' : '0';
+	metabuf[1] = '\0';
+	return len;
+}
+
+/* The text, then (blen > 0) a NUL and metabuf's blen bytes. */
+static int answer_meta(int sock, size_t blen, const char *fmt, ...)
+	__attribute__((format(printf, 3, 4)));
+static int answer_meta(int sock, size_t blen, const char *fmt, ...)
+{
+	va_list ap;
+	va_start(ap, fmt);
+	int n = vsnprintf(line, AGENT_MAX_PATH + 256, fmt, ap);
+	va_end(ap);
+	if (n < 0 || (size_t)n >= AGENT_MAX_PATH + 256 || blen > AGENT_MAX_META + 4)
+		return -1;
+	size_t len = (size_t)n;
+	if (blen) {
+		line[len++] = '\0';
+		memcpy(line + len, metabuf, blen);
+		len += blen;
+	}
+	return answer_fds(sock, line, len, NULL, 0);
+}
+
+struct xsnap {
+	char name[AGENT_META_PREFIX_LEN + AGENT_MAX_META_KEY + 1];
+	char *val;
+	size_t len;
+};
+
+static void snap_free(struct xsnap *s, size_t n)
+{
+	for (size_t i = 0; i < n; i++)
+		free(s[i].val);
+	free(s);
+}
+
+/* The file's user.e2b.* attributes and their values: *out (*n of them). */
+static int snap_take(int fd, struct xsnap **out, size_t *n)
+{
+	*out = NULL;
+	*n = 0;
+	ssize_t len = flistxattr(fd, xnames, sizeof xnames);
+	if (len < 0)
+		return -1;
+	size_t cnt = 0;
+	for (ssize_t off = 0; off < len; off += (ssize_t)strlen(xnames + off) + 1)
+		cnt += !strncmp(xnames + off, AGENT_META_PREFIX, AGENT_META_PREFIX_LEN);
+	struct xsnap *s = calloc(cnt ? cnt : 1, sizeof *s);
+	if (!s) {
+		errno = ENOMEM;
+		return -1;
+	}
+	size_t k = 0;
+	for (ssize_t off = 0; off < len && k < cnt; off += (ssize_t)strlen(xnames + off) + 1) {
+		const char *xn = xnames + off;
+		if (strncmp(xn, AGENT_META_PREFIX, AGENT_META_PREFIX_LEN) ||
+		    strlen(xn) >= sizeof s[k].name)
+			continue;
+		ssize_t vl = fgetxattr(fd, xn, NULL, 0);
+		char *v = vl >= 0 ? malloc((size_t)vl + 1) : NULL;
+		if (vl >= 0 && v)
+			vl = fgetxattr(fd, xn, v, (size_t)vl);
+		if (vl < 0 || !v) {
+			int e = vl < 0 ? errno : ENOMEM;
+			free(v);
+			if (e == ENODATA) /* gone meanwhile */
+				continue;
+			snap_free(s, k);
+			errno = e == ERANGE ? EAGAIN : e; /* it grew meanwhile */
+			return -1;
+		}
+		strcpy(s[k].name, xn);
+		s[k].val = v;
+		s[k].len = (size_t)vl;
+		k++;
+	}
+	*out = s;
+	*n = k;
+	return 0;
+}
+
+/* The attributes back as snapshot s had them: the new keys removed. */
+static void snap_restore(int fd, const struct xsnap *s, size_t n, const char *const *kv,
+			 size_t npairs)
+{
+	char xn[AGENT_META_PREFIX_LEN + AGENT_MAX_META_KEY + 1];
+	for (size_t i = 0; i < npairs; i++) {
+		snprintf(xn, sizeof xn, "%s%s", AGENT_META_PREFIX, kv[2 * i]);
+		fremovexattr(fd, xn);
+	}
+	for (size_t i = 0; i < n; i++)
+		fsetxattr(fd, s[i].name, s[i].val, s[i].len, 0);
+}
+
+/* The file's metadata replaced by the request's pairs (msg.field[3..]):
+ * each set, then every other user.e2b.* attribute removed; on a failure
+ * what was there before is put back. 0, or -1 with errno (EOPNOTSUPP: a
+ * filesystem without user xattrs, where an empty set is a success: there
+ * is nothing to clear). */
+static int meta_replace(int fd)
+{
+	const char *const *kv = msg.field + 3;
+	size_t npairs = (msg.nfields - 3) / 2;
+	struct xsnap *s;
+	size_t n;
+	if (snap_take(fd, &s, &n) < 0)
+		return errno == EOPNOTSUPP && npairs == 0 ? 0 : -1;
+	char xn[AGENT_META_PREFIX_LEN + AGENT_MAX_META_KEY + 1];
+	int rc = 0;
+	for (size_t i = 0; i < npairs && rc == 0; i++) {
+		snprintf(xn, sizeof xn, "%s%s", AGENT_META_PREFIX, kv[2 * i]);
+		rc = fsetxattr(fd, xn, kv[2 * i + 1], strlen(kv[2 * i + 1]), 0);
+	}
+	for (size_t i = 0; i < n && rc == 0; i++) {
+		bool kept = false;
+		for (size_t j = 0; j < npairs && !kept; j++)
+			kept = !strcmp(s[i].name + AGENT_META_PREFIX_LEN, kv[2 * j]);
+		if (!kept && fremovexattr(fd, s[i].name) < 0 && errno != ENODATA)
+			rc = -1;
+	}
+	if (rc < 0) {
+		int e = errno;
+		snap_restore(fd, s, n, kv, npairs);
+		errno = e;
+	}
+	snap_free(s, n);
+	return rc;
 }
 
 static void fail(int sock, int e)
@@ -170,20 +363,47 @@ static void op_read(int sock)
 	close(fd);
 }
 
+/* A regular file opened for writing, emptied. With metadata (field 2
+ * "1"), its metadata is replaced first, and a failure there leaves nothing
+ * changed: a file this made is removed again, an existing one untouched. */
 static void op_write(int sock)
 {
-	int fd = open_at(msg.field[0], O_WRONLY | O_CREAT | O_NONBLOCK, 0644,
-			 msg.field[1][0] == '1');
-	struct stat st;
-	if (fd < 0)
+	bool meta = msg.field[2][0] == '1';
+	int parent;
+	char last[AGENT_MAX_PATH + 1];
+	if (walk(msg.field[0], msg.field[1][0] == '1', &parent, last) < 0)
 		return fail(sock, errno);
-	if (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)) {
-		close(fd);
-		return fail(sock, ENXIO);
+	const int fl = O_WRONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY;
+	bool created = false;
+	int fd;
+	if (meta) {
+		fd = openat(parent, last, fl | O_CREAT | O_EXCL, 0644);
+		created = fd >= 0;
+		if (fd < 0 && errno == EEXIST)
+			fd = openat(parent, last, fl, 0);
+	} else {
+		fd = openat(parent, last, fl | O_CREAT, 0644);
 	}
-	if (ftruncate(fd, 0) < 0) {
-		int e = errno;
-		close(fd);
+	int e = errno;
+	struct stat st = { 0 };
+	if (fd >= 0 && (fstat(fd, &st) < 0 || !S_ISREG(st.st_mode)))
+		e = ENXIO;
+	else if (fd >= 0 && meta && meta_replace(fd) < 0)
+		e = errno;
+	else if (fd >= 0 && ftruncate(fd, 0) < 0)
+		e = errno;
+	else if (fd >= 0)
+		e = 0;
+	if (e && created) { /* the file this made, if it is still the one */
+		struct stat now;
+		if (fstatat(parent, last, &now, AT_SYMLINK_NOFOLLOW) == 0 && now.st_ino == st.st_ino &&
+		    now.st_dev == st.st_dev)
+			unlinkat(parent, last, 0);
+	}
+	close(parent);
+	if (e) {
+		if (fd >= 0)
+			close(fd);
 		return fail(sock, e);
 	}
 	answerf(sock, &fd, 1, "0 ");
@@ -225,11 +445,12 @@ static void op_stat(int sock)
 		return fail(sock, errno);
 	int rc = fstatat(parent, last, &st, AT_SYMLINK_NOFOLLOW);
 	int e = errno;
+	size_t blen = rc == 0 ? meta_block(parent, last, &st) : 0;
 	close(parent);
 	if (rc < 0)
 		return fail(sock, e);
-	answerf(sock, NULL, 0, "0 %s %lld %o %lld", type_of(st.st_mode), (long long)st.st_size,
-		(unsigned)(st.st_mode & 07777), mtime_ms(&st));
+	answer_meta(sock, blen, "0 %s %lld %o %lld", type_of(st.st_mode), (long long)st.st_size,
+		    (unsigned)(st.st_mode & 07777), mtime_ms(&st));
 }
 
 struct listing {
@@ -263,9 +484,10 @@ static int list_dir(struct listing *l, int dirfd, size_t plen, unsigned depth)
 		if (fstatat(dirfd, de->d_name, &st, AT_SYMLINK_NOFOLLOW) < 0)
 			continue;
 		memcpy(l->path + plen, de->d_name, n + 1);
-		if (answerf(l->sock, NULL, 0, "e %s %lld %o %lld %s", type_of(st.st_mode),
-			    (long long)st.st_size, (unsigned)(st.st_mode & 07777), mtime_ms(&st),
-			    l->path) < 0) {
+		size_t blen = meta_block(dirfd, de->d_name, &st);
+		if (answer_meta(l->sock, blen, "e %s %lld %o %lld %s", type_of(st.st_mode),
+				(long long)st.st_size, (unsigned)(st.st_mode & 07777), mtime_ms(&st),
+				l->path) < 0) {
 			closedir(d);
 			return -1;
 		}

@@ -95,6 +95,11 @@ int agent_parse(const char *buf, size_t len, struct agent_msg *m)
 	case AGENT_STAT:
 		return n == 1 && path_ok(f[0]) ? 0 : -1;
 	case AGENT_WRITE:
+		if (n < 3 || !path_ok(f[0]) || !flag_ok(f[1]) || !flag_ok(f[2]))
+			return -1;
+		if (f[2][0] == '0')
+			return n == 3 ? 0 : -1;
+		return (n - 3) % 2 == 0 && agent_meta_pairs_ok(f + 3, (n - 3) / 2) ? 0 : -1;
 	case AGENT_MKDIR:
 	case AGENT_REMOVE:
 		return n == 2 && path_ok(f[0]) && flag_ok(f[1]) ? 0 : -1;
@@ -144,6 +149,64 @@ int agent_parse(const char *buf, size_t len, struct agent_msg *m)
 	default:
 		return -1;
 	}
+}
+
+static bool printable(const char *s, size_t len)
+{
+	for (size_t i = 0; i < len; i++)
+		if (s[i] < 0x20 || s[i] > 0x7e)
+			return false;
+	return true;
+}
+
+bool agent_meta_key_ok(const char *k, size_t len)
+{
+	return len >= 1 && len <= AGENT_MAX_META_KEY && printable(k, len);
+}
+
+bool agent_meta_value_ok(const char *v, size_t len)
+{
+	return len <= AGENT_MAX_META && printable(v, len);
+}
+
+bool agent_meta_pairs_ok(const char *const *kv, size_t npairs)
+{
+	if (npairs > AGENT_MAX_META_PAIRS)
+		return false;
+	size_t total = 0;
+	for (size_t i = 0; i < npairs; i++) {
+		size_t kl = strlen(kv[2 * i]), vl = strlen(kv[2 * i + 1]);
+		if (!agent_meta_key_ok(kv[2 * i], kl) || !agent_meta_value_ok(kv[2 * i + 1], vl))
+			return false;
+		total += AGENT_META_PREFIX_LEN + kl + vl;
+		if (total > AGENT_MAX_META)
+			return false;
+		for (size_t j = 0; j < i; j++)
+			if (!strcmp(kv[2 * j], kv[2 * i]))
+				return false;
+	}
+	return true;
+}
+
+int agent_meta_parse(const char *buf, size_t len, const char **kv, size_t *npairs,
+		     bool *incomplete)
+{
+	*npairs = 0;
+	*incomplete = false;
+	if (len < 2 || len > AGENT_MAX_MSG || buf[len - 1] != '\0' || !flag_ok(buf))
+		return -1;
+	bool inc = buf[0] == '1';
+	size_t n = 0;
+	for (size_t off = 2; off < len; off += strlen(buf + off) + 1) {
+		if (n == 2 * AGENT_MAX_META_PAIRS)
+			return -1;
+		kv[n++] = buf + off;
+	}
+	if (n % 2 || (n == 0 && !inc) || !agent_meta_pairs_ok(kv, n / 2))
+		return -1;
+	*npairs = n / 2;
+	*incomplete = inc;
+	return 0;
 }
 
 /* p is root or under it */

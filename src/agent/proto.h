@@ -11,7 +11,9 @@
  * message of text: "<errno> <payload>" ("0 ..." is success), the fds of a
  * success attached; a process's end later on its socket: "X <code> <signal>";
  * a listing's entries "e <type> <size> <mode> <mtime_ms> <path>" then
- * "0 <count> <truncated>"; a disk answer "0 <sandbox bytes> <tmp bytes>"; a connect's
+ * "0 <count> <truncated>"; a stat's answer and a listing's entry may carry
+ * the file's metadata after their text (agent_meta_parse: a NUL, then
+ * "0" or "1" (1: some was left out) and NUL-ended key, value pairs); a disk answer "0 <sandbox bytes> <tmp bytes>"; a connect's
  * "0 " with the socket attached (non-blocking, its connect begun). An exec's stdin field 2 (a code context's
  * driver, docs/CONTEXTS.md): stdin /dev/null and fd 3 a unix stream
  * socket (socketpair) whose other end is the answer's first fd, before
@@ -34,7 +36,10 @@
 enum agent_op {
 	AGENT_PING = 'p',   /* no field */
 	AGENT_READ = 'r',   /* path */
-	AGENT_WRITE = 'w',  /* path, mkdirs 0|1 */
+	AGENT_WRITE = 'w',  /* path, mkdirs 0|1, metadata 0|1 then (1) key, value
+			     * pairs: the file's user.e2b.<key> xattrs
+			     * replaced by them, before its data (0: none
+			     * touched) */
 	AGENT_STAT = 's',   /* path */
 	AGENT_LIST = 'l',   /* path, depth 1..AGENT_MAX_DEPTH, max entries */
 	AGENT_MKDIR = 'm',  /* path, parents 0|1 */
@@ -70,6 +75,30 @@ struct agent_event {
  * -1 when malformed (an unknown kind, the wrong number of paths, a path
  * agent_path refuses or outside root). */
 int agent_event_parse(const char *buf, size_t len, const char *root, struct agent_event *ev);
+
+/* A file's metadata (docs/E2B.md, "File metadata"): its user.e2b.<key>
+ * extended attributes. Keys 1..AGENT_MAX_META_KEY bytes, keys and values
+ * printable US-ASCII (0x20-0x7E), no key twice, and the sum over the pairs
+ * of strlen("user.e2b." key) + strlen(value) at most AGENT_MAX_META: what
+ * a write may set and what an answer may carry (an answer leaves out what
+ * is past it, or not printable, and says so). */
+#define AGENT_META_PREFIX "user.e2b."
+#define AGENT_META_PREFIX_LEN 9u
+#define AGENT_MAX_META 4096u
+#define AGENT_MAX_META_KEY 246u
+#define AGENT_MAX_META_PAIRS (AGENT_MAX_META / (AGENT_META_PREFIX_LEN + 1))
+/* A key, a value of len bytes: within the rules above. */
+bool agent_meta_key_ok(const char *k, size_t len);
+bool agent_meta_value_ok(const char *v, size_t len);
+/* npairs pairs kv[2i], kv[2i+1]: every rule above (the total bound, no key
+ * twice) kept. */
+bool agent_meta_pairs_ok(const char *const *kv, size_t npairs);
+/* The metadata block after an answer's text (buf, len: what follows the
+ * text's NUL): "0" or "1" NUL, then key NUL value NUL pairs, at least one
+ * unless the flag is 1. kv (2 x AGENT_MAX_META_PAIRS) points into buf:
+ * 0 with *npairs and *incomplete, or -1 when malformed or past a rule. */
+int agent_meta_parse(const char *buf, size_t len, const char **kv, size_t *npairs,
+		     bool *incomplete);
 
 #define AGENT_MAX_WINSIZE 1000u /* a pty's rows, its columns */
 

@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "agent/proto.h"
+#include "core/cleanup.h"
 #include "core/sys.h"
 #include "live/live.h"
 #include "ns/ns.h"
@@ -360,7 +361,7 @@ static int send_req(struct live *lv, const char *req, size_t len, int *sock,
 /* One answer on sock: its text (NUL-terminated in buf, cap > 1) and up to
  * want fds (*got of them). -1 with err: the sandbox gone, or a breach. */
 static int recv_answer(struct live *lv, int sock, char *buf, size_t cap, size_t *len, int *fds,
-		       size_t want, size_t *got, struct moat_error *err)
+		       size_t want, size_t *got, bool meta, struct moat_error *err)
 {
 	*got = 0;
 	struct pollfd p = { .fd = sock, .events = POLLIN };
@@ -396,8 +397,9 @@ static int recv_answer(struct live *lv, int sock, char *buf, size_t cap, size_t 
 		for (size_t i = 0; i < k && nf < 4; i++)
 			memcpy(&in[nf++], CMSG_DATA(c) + i * sizeof(int), sizeof(int));
 	}
+	/* a NUL only before a metadata block (meta: the caller parses it) */
 	bool bad = n <= 0 || nf > want || (mh.msg_flags & (MSG_TRUNC | MSG_CTRUNC)) ||
-		   memchr(buf, '\0', n > 0 ? (size_t)n : 0);
+		   (!meta && memchr(buf, '\0', n > 0 ? (size_t)n : 0));
 	if (bad) {
 		for (size_t i = 0; i < nf; i++)
 			close(in[i]);
@@ -440,16 +442,22 @@ static void close_all(int *fds, size_t n)
 			close(fds[i]);
 }
 
-/* One request, one answer with exactly nfds fds (none on failure). */
-static int call(struct live *lv, const char *req, size_t len, char *ans, size_t cap,
-		const char **payload, int *fds, size_t nfds, int *keep, struct moat_error *err)
+/* One request, one answer with exactly nfds fds (none on failure). With
+ * meta_len, the answer's length (its text may be followed by a metadata
+ * block), else a NUL in it is a breach. */
+static int call_meta(struct live *lv, const char *req, size_t len, char *ans, size_t cap,
+		     const char **payload, int *fds, size_t nfds, int *keep, size_t *meta_len,
+		     struct moat_error *err)
 {
 	int sock;
 	if (send_req(lv, req, len, &sock, err) < 0)
 		return -1;
-	size_t alen, got;
-	int rc = recv_answer(lv, sock, ans, cap, &alen, fds, nfds, &got, err);
-	if (rc == 0 && (rc = answer_status(lv, ans, payload, err)) < 0 && got) {
+	size_t alen = 0, got;
+	int rc = recv_answer(lv, sock, ans, cap, &alen, fds, nfds, &got, meta_len != NULL, err);
+	if (meta_len)
+		*meta_len = alen;
+	if (rc == 0 && (rc = answer_status(lv, ans, payload, err)) < 0 &&
+	    (got || strlen(ans) != alen)) { /* a failure carries nothing else */
 		close_all(fds, got);
 		rc = breach(lv, err);
 	} else if (rc == 0 && got != nfds) {
@@ -461,6 +469,12 @@ static int call(struct live *lv, const char *req, size_t len, char *ans, size_t 
 	else
 		close(sock);
 	return rc;
+}
+
+static int call(struct live *lv, const char *req, size_t len, char *ans, size_t cap,
+		const char **payload, int *fds, size_t nfds, int *keep, struct moat_error *err)
+{
+	return call_meta(lv, req, len, ans, cap, payload, fds, nfds, keep, NULL, err);
 }
 
 /* The fd is what the host expects: a regular file of a tmpfs (the
@@ -590,14 +604,30 @@ int live_open_read(struct live *lv, const char *path, int *fd, uint64_t *size,
 	return 0;
 }
 
-int live_open_write(struct live *lv, const char *path, bool mkdirs, int *fd,
-		    struct moat_error *err)
+_Static_assert(LIVE_MAX_META == AGENT_MAX_META && LIVE_MAX_META_KEY == AGENT_MAX_META_KEY,
+	       "live.h's metadata bounds are the agent's");
+
+bool live_meta_ok(const char *const *kv, size_t npairs)
+{
+	return agent_meta_pairs_ok(kv, npairs);
+}
+
+int live_open_write(struct live *lv, const char *path, bool mkdirs, const struct live_meta *meta,
+		    int *fd, struct moat_error *err)
 {
 	*fd = -1;
+	if (meta && !live_meta_ok(meta->kv, meta->npairs))
+		return moat_error_set(err, MOAT_ERR_CONFIG, EINVAL,
+				      "file metadata: keys of 1 to %u bytes, keys and values printable "
+				      "US-ASCII, at most %u bytes in all",
+				      LIVE_MAX_META_KEY, LIVE_MAX_META);
 	struct moat_buf q = { 0 };
 	moat_buf_append(&q, "w", 1);
 	req_field(&q, path);
 	req_field(&q, mkdirs ? "1" : "0");
+	req_field(&q, meta ? "1" : "0");
+	for (size_t i = 0; meta && i < 2 * meta->npairs; i++)
+		req_field(&q, meta->kv[i]);
 	char ans[256];
 	const char *pl;
 	int f = -1;
@@ -622,6 +652,51 @@ static bool type_ok(const char *t)
 		if (!strcmp(t, types[i]))
 			return true;
 	return false;
+}
+
+/* The metadata block after an answer's text (ans: alen bytes) into st
+ * (none when the answer ends with its text): false when malformed. */
+static bool parse_meta(const char *ans, size_t alen, struct live_stat *st)
+{
+	st->meta_len = st->meta_pairs = 0;
+	st->meta_incomplete = false;
+	size_t tl = strlen(ans);
+	if (tl == alen)
+		return true;
+	MOAT_AUTOFREE const char **kv = malloc(2 * AGENT_MAX_META_PAIRS * sizeof *kv);
+	size_t np;
+	bool inc;
+	if (!kv || agent_meta_parse(ans + tl + 1, alen - tl - 1, kv, &np, &inc) < 0)
+		return false;
+	for (size_t i = 0; i < 2 * np; i++) {
+		size_t l = strlen(kv[i]) + 1;
+		if (l > sizeof st->meta - st->meta_len) /* never: the bound holds it */
+			return false;
+		memcpy(st->meta + st->meta_len, kv[i], l);
+		st->meta_len += l;
+	}
+	st->meta_pairs = np;
+	st->meta_incomplete = inc;
+	return true;
+}
+
+void live_meta_json(struct moat_buf *out, const struct live_stat *st)
+{
+	const char *p = st->meta;
+	for (size_t i = 0; i < st->meta_pairs; i++) {
+		moat_buf_append(out, i ? "," : ",\"metadata\":{", i ? 1 : 13);
+		size_t kl = strlen(p);
+		moat_buf_append_json_string(out, p, kl);
+		p += kl + 1;
+		size_t vl = strlen(p);
+		moat_buf_append(out, ":", 1);
+		moat_buf_append_json_string(out, p, vl);
+		p += vl + 1;
+	}
+	if (st->meta_pairs)
+		moat_buf_append(out, "}", 1);
+	if (st->meta_incomplete)
+		moat_buf_append(out, ",\"metadataIncomplete\":true", 26);
 }
 
 /* "<type> <size> <mode> <mtime>" then, with rest, " <rest>". */
@@ -653,14 +728,16 @@ int live_stat(struct live *lv, const char *path, struct live_stat *st, struct mo
 	struct moat_buf q = { 0 };
 	moat_buf_append(&q, "s", 1);
 	req_field(&q, path);
-	char ans[256];
+	MOAT_AUTOFREE char *ans = malloc(AGENT_MAX_MSG + 1);
 	const char *pl;
-	int rc = q.oom ? moat_error_oom(err)
-		       : call(lv, q.data, q.len, ans, sizeof ans, &pl, NULL, 0, NULL, err);
+	size_t alen = 0;
+	int rc = q.oom || !ans ? moat_error_oom(err)
+			       : call_meta(lv, q.data, q.len, ans, AGENT_MAX_MSG + 1, &pl, NULL, 0,
+					   NULL, &alen, err);
 	moat_buf_free(&q);
 	if (rc < 0)
 		return -1;
-	if (!parse_stat(pl, st, NULL))
+	if (!parse_stat(pl, st, NULL) || !parse_meta(ans, alen, st))
 		return breach(lv, err);
 	return 0;
 }
@@ -669,9 +746,11 @@ static void stat_json(struct moat_buf *out, const char *path, const struct live_
 {
 	moat_buf_append(out, "{\"path\":", 8);
 	moat_buf_append_json_string(out, path, strlen(path));
-	moat_buf_appendf(out, ",\"type\":\"%s\",\"size\":%llu,\"mode\":\"%04o\",\"mtimeMs\":%lld}",
+	moat_buf_appendf(out, ",\"type\":\"%s\",\"size\":%llu,\"mode\":\"%04o\",\"mtimeMs\":%lld",
 			 st->type, (unsigned long long)st->size, st->mode,
 			 (long long)st->mtime_ms);
+	live_meta_json(out, st);
+	moat_buf_append(out, "}", 1);
 }
 
 int live_list(struct live *lv, const char *path, unsigned depth, unsigned max,
@@ -693,7 +772,9 @@ int live_list(struct live *lv, const char *path, unsigned depth, unsigned max,
 	if (rc < 0)
 		return -1;
 	char *ans = malloc(AGENT_MAX_MSG + 1);
-	if (!ans) {
+	MOAT_AUTOFREE struct live_stat *st = malloc(sizeof *st); /* 4 KiB of metadata */
+	if (!ans || !st) {
+		free(ans);
 		close(sock);
 		return moat_error_oom(err);
 	}
@@ -703,14 +784,14 @@ int live_list(struct live *lv, const char *path, unsigned depth, unsigned max,
 	for (;;) {
 		size_t len, got;
 		int fds[1];
-		if (recv_answer(lv, sock, ans, AGENT_MAX_MSG + 1, &len, fds, 0, &got, err) < 0) {
+		if (recv_answer(lv, sock, ans, AGENT_MAX_MSG + 1, &len, fds, 0, &got, true, err) < 0) {
 			rc = -1;
 			break;
 		}
 		if (ans[0] == 'e' && ans[1] == ' ') {
-			struct live_stat st;
 			const char *rel;
-			if (*count >= max || !parse_stat(ans + 2, &st, &rel)) {
+			if (*count >= max || !parse_stat(ans + 2, st, &rel) ||
+			    !parse_meta(ans, len, st)) {
 				rc = breach(lv, err);
 				break;
 			}
@@ -726,7 +807,7 @@ int live_list(struct live *lv, const char *path, unsigned depth, unsigned max,
 				rc = moat_error_oom(err);
 				break;
 			}
-			stat_json(out, full.data, &st);
+			stat_json(out, full.data, st);
 			moat_buf_free(&full);
 			if (out->len > LIVE_LIST_MAX_BYTES) {
 				/* cut: the agent sees its socket closed and stops */
@@ -736,6 +817,10 @@ int live_list(struct live *lv, const char *path, unsigned depth, unsigned max,
 			continue;
 		}
 		const char *pl;
+		if (strlen(ans) != len) { /* a block after anything but an entry */
+			rc = breach(lv, err);
+			break;
+		}
 		if (answer_status(lv, ans, &pl, err) < 0) {
 			rc = -1;
 			break;

@@ -82,21 +82,47 @@ bool live_path_ok(const char *path);
 /* A regular file opened for reading (*fd: the caller's, O_CLOEXEC), its size. */
 int live_open_read(struct live *lv, const char *path, int *fd, uint64_t *size,
 		   struct moat_error *err);
+/* A file's metadata (docs/E2B.md, "File metadata"): its user.e2b.<key>
+ * extended attributes, set by the agent. Keys 1..LIVE_MAX_META_KEY bytes,
+ * keys and values printable US-ASCII, no key twice, the sum of
+ * strlen("user.e2b." key value) over them at most LIVE_MAX_META. */
+#define LIVE_MAX_META 4096u
+#define LIVE_MAX_META_KEY 246u
+struct live_meta {
+	const char *const *kv; /* kv[2i] a key, kv[2i+1] its value */
+	size_t npairs;
+};
+/* npairs pairs within the rules above. */
+bool live_meta_ok(const char *const *kv, size_t npairs);
 /* A regular file created or truncated for writing (mkdirs: its missing
- * parents made). */
-int live_open_write(struct live *lv, const char *path, bool mkdirs, int *fd,
-		    struct moat_error *err);
+ * parents made). meta (NULL: the file's metadata not touched): its
+ * metadata replaced by these pairs before its data is truncated; a failure
+ * there (EOPNOTSUPP: the sandbox's filesystem has no user xattrs; an empty
+ * set is then a success) leaves no file made and an existing one
+ * untouched. */
+int live_open_write(struct live *lv, const char *path, bool mkdirs, const struct live_meta *meta,
+		    int *fd, struct moat_error *err);
 struct live_stat {
 	char type[8]; /* file dir symlink fifo socket char block other */
 	uint64_t size;
 	unsigned mode;
 	int64_t mtime_ms;
+	/* its metadata (a regular file's or a directory's): meta_pairs
+	 * NUL-ended key, value pairs one after another (meta_len bytes);
+	 * meta_incomplete: the agent left some out (not printable, past the
+	 * bounds, or not readable by the sandbox's user) */
+	char meta[LIVE_MAX_META];
+	size_t meta_len, meta_pairs;
+	bool meta_incomplete;
 };
+/* Appends ,"metadata":{"key":"value",...} when st has any and
+ * ,"metadataIncomplete":true when some was left out. */
+void live_meta_json(struct moat_buf *out, const struct live_stat *st);
 int live_stat(struct live *lv, const char *path, struct live_stat *st, struct moat_error *err);
 /* The entries under path, depth levels down, at most max and about
  * LIVE_LIST_MAX_BYTES of JSON: appended to out as JSON objects separated
- * by commas ({"path","type","size","mode","mtimeMs"}); *truncated when a
- * bound cut it. */
+ * by commas ({"path","type","size","mode","mtimeMs"}, and "metadata",
+ * "metadataIncomplete" as live_meta_json); *truncated when a bound cut it. */
 #define LIVE_LIST_MAX_BYTES (8u << 20) /* a listing's JSON, at most (then truncated) */
 int live_list(struct live *lv, const char *path, unsigned depth, unsigned max,
 	      struct moat_buf *out, unsigned *count, bool *truncated, struct moat_error *err);

@@ -17,7 +17,7 @@
 /* bounds (docs/E2B.md, "Bounds") */
 #define E2B_MAX_MULTIPART_HEAD 8192u /* a multipart part's headers */
 #define E2B_MAX_PARTS 1000u          /* files in one multipart upload */
-#define E2B_ENVD_VERSION "0.5.7"     /* the envd version answered: what the SDK may use */
+#define E2B_ENVD_VERSION "0.6.2"     /* the envd version answered: what the SDK may use */
 #define E2B_MAX_TEMPLATE 64         /* a template's name */
 #define E2B_TOKEN_HEX 32             /* an access token: 128 random bits in hex */
 #define E2B_ENVD_PORT "49983"        /* E2b-Sandbox-Port of envd */
@@ -62,6 +62,13 @@ struct e2b_req {
 	unsigned char *gz_out;
 	bool gz_end, gz_bad;
 	char *path;         /* POST /files: the file's path (raw) */
+	/* POST /files: its X-Metadata-<key> headers, nmeta pairs (meta[2i]
+	 * the key, lowercased; meta[2i+1] its value), each file's metadata
+	 * replaced by them (none: cleared); meta_json the answer's
+	 * ,"metadata":{...} ("" when none) */
+	char **meta;
+	size_t nmeta;
+	char *meta_json;
 	int64_t timeout_ms; /* Connect-Timeout-Ms: 0 none */
 	bool stream;        /* a Connect server stream (application/connect+json) */
 	/* POST /files refused from its headers: answered after its body is

@@ -171,6 +171,7 @@ static const char *errno_code(int e)
 	case EFBIG:
 	case EAGAIN:
 		return "resource_exhausted";
+	case EOPNOTSUPP: /* user xattrs (file metadata) */
 	case ENOTEMPTY:
 	case EBUSY:
 	case EBADF:
@@ -206,6 +207,9 @@ static const char *errno_msg(int e, const struct moat_error *err)
 	case ENOSPC:
 	case EDQUOT:
 		return "no space left on the sandbox's filesystem (its size is bounded)";
+	case EOPNOTSUPP:
+		return "file metadata needs user extended attributes on the sandbox's filesystem "
+		       "(Linux 6.6 or later for tmpfs)";
 	default:
 		return err && err->message ? err->message : "failed";
 	}
@@ -270,9 +274,9 @@ static int file_type(const char *t)
 	return !strcmp(t, "file") ? 1 : !strcmp(t, "dir") ? 2 : !strcmp(t, "symlink") ? 3 : 0;
 }
 
-/* An EntryInfo. */
+/* An EntryInfo; meta: its ,"metadata":{...} (NULL or "": none). */
 static void put_entry(struct moat_buf *b, const char *path, const char *type, uint64_t size,
-		      unsigned mode, int64_t mtime_ms)
+		      unsigned mode, int64_t mtime_ms, const char *meta)
 {
 	moat_buf_append(b, "{\"name\":", 8);
 	const char *nm = base_name(path);
@@ -290,17 +294,26 @@ static void put_entry(struct moat_buf *b, const char *path, const char *type, ui
 	if (gmtime_r(&t, &tm))
 		strftime(when, sizeof when, "%Y-%m-%dT%H:%M:%S", &tm);
 	moat_buf_appendf(b, ",\"size\":\"%llu\",\"mode\":%u,\"permissions\":\"%s\","
-			 "\"modifiedTime\":\"%s.%03dZ\"}",
+			 "\"modifiedTime\":\"%s.%03dZ\"",
 			 (unsigned long long)size, mode & 07777u, perm, when,
 			 (int)(mtime_ms % 1000 + 1000) % 1000);
+	if (meta)
+		moat_buf_append(b, meta, strlen(meta));
+	moat_buf_append(b, "}", 1);
 }
 
 static int stat_entry(struct live *lv, const char *path, struct moat_buf *b, struct moat_error *err)
 {
-	struct live_stat st;
-	if (live_stat(lv, path, &st, err) < 0)
+	MOAT_AUTOFREE struct live_stat *st = malloc(sizeof *st);
+	if (!st)
+		return moat_error_oom(err);
+	if (live_stat(lv, path, st, err) < 0)
 		return -1;
-	put_entry(b, path, st.type, st.size, st.mode, st.mtime_ms);
+	struct moat_buf m = { 0 };
+	live_meta_json(&m, st);
+	MOAT_AUTOFREE char *meta = m.len ? moat_buf_take(&m) : NULL;
+	moat_buf_free(&m);
+	put_entry(b, path, st->type, st->size, st->mode, st->mtime_ms, meta);
 	return 0;
 }
 
@@ -1030,8 +1043,8 @@ static enum MHD_Result fs_op(struct req *q, struct MHD_Connection *c, const cJSO
 			return rpc_fail(q, c, "internal", "the listing could not be made");
 		if (truncated) /* never a silent cut */
 			return rpc_fail(q, c, "resource_exhausted",
-					"the listing has more than 10000 entries: list a smaller "
-					"tree or less deep");
+					"the listing has more than 10000 entries (or 8 MiB with "
+					"their metadata): list a smaller tree or less deep");
 		moat_buf_append(&b, "{\"entries\":[", 12);
 		bool first = true;
 		for (const cJSON *it = arr->child; it; it = it->next) {
@@ -1045,10 +1058,20 @@ static enum MHD_Result fs_op(struct req *q, struct MHD_Connection *c, const cJSO
 			if (!first)
 				moat_buf_append(&b, ",", 1);
 			first = false;
+			/* its metadata as the native listing has it (live_meta_json) */
+			const cJSON *md = cJSON_GetObjectItemCaseSensitive(it, "metadata");
+			MOAT_AUTOFREE char *mj = md ? cJSON_PrintUnformatted(md) : NULL;
+			MOAT_AUTOFREE char *meta = NULL;
+			if (asprintf(&meta, "%s%s%s",
+				     mj ? ",\"metadata\":" : "", mj ? mj : "",
+				     cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(it, "metadataIncomplete"))
+					     ? ",\"metadataIncomplete\":true"
+					     : "") < 0)
+				meta = NULL;
 			put_entry(&b, ep->valuestring, et->valuestring,
 				  cJSON_IsNumber(es) ? (uint64_t)es->valuedouble : 0,
 				  cJSON_IsString(em) ? (unsigned)strtoul(em->valuestring, NULL, 8) : 0,
-				  cJSON_IsNumber(mt) ? (int64_t)mt->valuedouble : 0);
+				  cJSON_IsNumber(mt) ? (int64_t)mt->valuedouble : 0, meta);
 		}
 		moat_buf_append(&b, "]", 1);
 		break;
@@ -1158,6 +1181,108 @@ static cJSON *message(struct req *q, const char **why)
 	return e2b_json_body(q, why);
 }
 
+/* ---- file metadata: X-Metadata-<key> headers (docs/E2B.md) ---- */
+
+struct meta_ctx {
+	struct e2b_req *e;
+	size_t cap;
+	const char *why; /* static: the request's 400 */
+};
+
+/* One header: an X-Metadata-<key> kept (its key lowercased; a key given
+ * again: its first value wins). */
+static enum MHD_Result meta_header(void *cls, enum MHD_ValueKind kind, const char *key,
+				   const char *value)
+{
+	struct meta_ctx *m = cls;
+	(void)kind;
+	static const char pre[] = "x-metadata-";
+	if (!key || strncasecmp(key, pre, sizeof pre - 1))
+		return MHD_YES;
+	const char *k = key + sizeof pre - 1;
+	const char *v = value ? value : "";
+	size_t kl = strlen(k), vl = strlen(v);
+	if (!kl) {
+		m->why = "X-Metadata-<key>: the key is empty";
+		return MHD_NO;
+	}
+	for (size_t i = 0; i < kl; i++)
+		if (k[i] < 0x20 || k[i] > 0x7e) {
+			m->why = "X-Metadata-<key>: keys are printable US-ASCII (0x20-0x7E)";
+			return MHD_NO;
+		}
+	for (size_t i = 0; i < vl; i++)
+		if (v[i] < 0x20 || v[i] > 0x7e) {
+			m->why = "X-Metadata-<key>: values are printable US-ASCII (0x20-0x7E)";
+			return MHD_NO;
+		}
+	if (kl > LIVE_MAX_META_KEY) {
+		m->why = "X-Metadata-<key>: a key is at most 246 bytes";
+		return MHD_NO;
+	}
+	struct e2b_req *e = m->e;
+	for (size_t i = 0; i < e->nmeta; i++)
+		if (!strcasecmp(e->meta[2 * i], k))
+			return MHD_YES; /* the first value wins */
+	if (e->nmeta == m->cap) {
+		size_t cap = m->cap ? 2 * m->cap : 8;
+		char **n = cap > LIVE_MAX_META ? NULL : realloc(e->meta, 2 * cap * sizeof *n);
+		if (!n) {
+			m->why = "X-Metadata-*: at most 4096 bytes in all";
+			return MHD_NO;
+		}
+		e->meta = n;
+		m->cap = cap;
+	}
+	char *kc = strdup(k), *vc = strdup(v);
+	if (!kc || !vc) {
+		free(kc);
+		free(vc);
+		m->why = "out of memory";
+		return MHD_NO;
+	}
+	for (char *p = kc; *p; p++)
+		if (*p >= 'A' && *p <= 'Z')
+			*p = (char)(*p - 'A' + 'a');
+	e->meta[2 * e->nmeta] = kc;
+	e->meta[2 * e->nmeta + 1] = vc;
+	e->nmeta++;
+	return MHD_YES;
+}
+
+/* The request's metadata into q->e2b (meta, nmeta, meta_json): NULL, or
+ * why it is refused (static). */
+static const char *meta_take(struct req *q, struct MHD_Connection *c)
+{
+	struct e2b_req *e = q->e2b;
+	struct meta_ctx m = { .e = e };
+	MHD_get_connection_values(c, MHD_HEADER_KIND, meta_header, &m);
+	if (m.why)
+		return m.why;
+	if (!live_meta_ok((const char *const *)e->meta, e->nmeta))
+		return "X-Metadata-*: at most 4096 bytes in all (\"user.e2b.\", each key and "
+		       "its value)";
+	struct moat_buf b = { 0 };
+	for (size_t i = 0; i < e->nmeta; i++) {
+		moat_buf_append(&b, i ? "," : ",\"metadata\":{", i ? 1 : 13);
+		moat_buf_append_json_string(&b, e->meta[2 * i], strlen(e->meta[2 * i]));
+		moat_buf_append(&b, ":", 1);
+		moat_buf_append_json_string(&b, e->meta[2 * i + 1], strlen(e->meta[2 * i + 1]));
+	}
+	if (e->nmeta)
+		moat_buf_append(&b, "}", 1);
+	e->meta_json = b.len ? moat_buf_take(&b) : strdup("");
+	moat_buf_free(&b);
+	return e->meta_json ? NULL : "out of memory";
+}
+
+static const struct live_meta *req_meta(struct req *q, struct live_meta *m)
+{
+	m->kv = (const char *const *)q->e2b->meta;
+	m->npairs = q->e2b->nmeta;
+	return m;
+}
+
 /* ---- /files ---- */
 
 /* The boundary of a multipart/form-data Content-Type. */
@@ -1209,7 +1334,9 @@ static void mp_part(struct req *q, struct e2b_mp *m, const char *h, size_t len)
 	q->up_len = 0;
 	q->up_errno = 0;
 	q->up_too_large = false;
-	if (live_open_write(serve_sbx_live(q->sbx), m->cur, true, &q->up_fd, &err) < 0) {
+	struct live_meta lm;
+	if (live_open_write(serve_sbx_live(q->sbx), m->cur, true, req_meta(q, &lm), &q->up_fd,
+			    &err) < 0) {
 		if (!m->err)
 			m->err = err.sys_errno ? err.sys_errno : EIO;
 		m->st = MP_SKIP;
@@ -1235,6 +1362,7 @@ static void mp_part_end(struct req *q, struct e2b_mp *m)
 	moat_buf_append_json_string(&m->out, nm, strlen(nm));
 	moat_buf_append(&m->out, ",\"type\":\"file\",\"path\":", 22);
 	moat_buf_append_json_string(&m->out, m->cur, strlen(m->cur));
+	moat_buf_append(&m->out, q->e2b->meta_json, strlen(q->e2b->meta_json));
 	moat_buf_append(&m->out, "}", 1);
 }
 
@@ -1375,6 +1503,10 @@ static enum MHD_Result files_post_route(struct req *q, struct MHD_Connection *c)
 	if (gz && multipart)
 		return files_defer(q, c, 400, "Content-Encoding: gzip is taken for an "
 				   "application/octet-stream upload only (the SDK's gzip option)");
+	/* the files' metadata, checked before any file is touched */
+	const char *why = meta_take(q, c);
+	if (why)
+		return files_defer(q, c, 400, why);
 	if (gz) {
 		struct e2b_req *e = q->e2b;
 		if (!(e->gz = calloc(1, sizeof *e->gz)) || !(e->gz_out = malloc(CHUNK)) ||
@@ -1394,7 +1526,9 @@ static enum MHD_Result files_post_route(struct req *q, struct MHD_Connection *c)
 		if (srv_length_over(c, SERVE_SBX_MAX_FILE))
 			return e2b_fail(q, c, 413, O_BAD_REQUEST, "the file is larger than 1 GiB");
 		MOAT_AUTO_ERROR struct moat_error err = { 0 };
-		if (live_open_write(serve_sbx_live(q->sbx), q->e2b->path, true, &q->up_fd, &err) < 0) {
+		struct live_meta lm;
+		if (live_open_write(serve_sbx_live(q->sbx), q->e2b->path, true, req_meta(q, &lm),
+				    &q->up_fd, &err) < 0) {
 			if (err.sys_errno == ENOTCONN)
 				return files_fail(q, c, err.sys_errno, &err);
 			return files_defer(q, c, err.sys_errno == ENOENT ? 404 : 400,
@@ -1451,6 +1585,7 @@ static enum MHD_Result files_post_body(struct req *q, struct MHD_Connection *c)
 		moat_buf_append_json_string(&b, nm, strlen(nm));
 		moat_buf_append(&b, ",\"type\":\"file\",\"path\":", 22);
 		moat_buf_append_json_string(&b, q->e2b->path, strlen(q->e2b->path));
+		moat_buf_append(&b, q->e2b->meta_json, strlen(q->e2b->meta_json));
 		moat_buf_append(&b, "}]\n", 3);
 	}
 	char *body = moat_buf_take(&b);

@@ -21,6 +21,10 @@ void srv_e2b_req_free(struct e2b_req *r)
 		free(r->gz);
 	}
 	free(r->gz_out);
+	for (size_t i = 0; i < 2 * r->nmeta; i++)
+		free(r->meta[i]);
+	free(r->meta);
+	free(r->meta_json);
 	free(r->path);
 	free(r->target);
 	free(r);

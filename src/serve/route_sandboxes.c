@@ -618,8 +618,10 @@ static enum MHD_Result file_stat(struct req *q, struct MHD_Connection *c, const 
 	struct moat_buf b = { 0 };
 	moat_buf_append(&b, "{\"path\":", 8);
 	moat_buf_append_json_string(&b, path, strlen(path));
-	moat_buf_appendf(&b, ",\"type\":\"%s\",\"size\":%llu,\"mode\":\"%04o\",\"mtimeMs\":%lld}\n",
+	moat_buf_appendf(&b, ",\"type\":\"%s\",\"size\":%llu,\"mode\":\"%04o\",\"mtimeMs\":%lld",
 			 st.type, (unsigned long long)st.size, st.mode, (long long)st.mtime_ms);
+	live_meta_json(&b, &st);
+	moat_buf_append(&b, "}\n", 2);
 	return respond_json(q, c, 200, &b);
 }
 
@@ -1132,7 +1134,7 @@ static enum MHD_Result mp_part(void *cls, enum MHD_ValueKind kind, const char *k
 		bool ok = live_path_ok(path);
 		if (!ok)
 			m->why = "the directory and a filename make a path too long";
-		else if (live_open_write(m->lv, path, false, &m->fd, &m->err) < 0 &&
+		else if (live_open_write(m->lv, path, false, NULL, &m->fd, &m->err) < 0 &&
 			 !m->err.sys_errno)
 			m->err.sys_errno = EIO;
 		free(path);
@@ -1418,7 +1420,7 @@ enum MHD_Result srv_sandboxes_route(struct req *q, struct MHD_Connection *c, con
 		if (srv_length_over(c, SERVE_SBX_MAX_FILE))
 			return srv_fail(q, c, 413, "PayloadTooLarge", O_BAD_REQUEST,
 					"the file is larger than this server's most (1 GiB)");
-		if (live_open_write(lv, path, arg_flag(c, "mkdirs"), &q->up_fd, &err) < 0)
+		if (live_open_write(lv, path, arg_flag(c, "mkdirs"), NULL, &q->up_fd, &err) < 0)
 			return op_fail(q, c, &err);
 		q->sbx_path = strdup(path);
 		q->is_post = true;

@@ -266,6 +266,135 @@ T('gzip uploads: files.write({gzip: true}) is inflated into the file; gzip membe
   });
 });
 
+T('file metadata (X-Metadata-*): written with the file, in getInfo, list and rename; each write replaces it; keys lowercased; user.e2b.* set inside shown, other xattrs not', async () => {
+  await withSandbox({}, async (sbx) => {
+    const want = { owner: 'Ann', 'build-id': 'x y "42"' };
+    const w = await sbx.files.write('meta/a.txt', 'alpha', { metadata: { Owner: 'Ann', 'build-id': 'x y "42"' } });
+    assert.deepEqual(w.metadata, want); // the write's answer; the key lowercased
+    assert.deepEqual((await sbx.files.getInfo('meta/a.txt')).metadata, want);
+    const ls = await sbx.files.list('meta');
+    assert.deepEqual(ls.find((e) => e.name === 'a.txt').metadata, want);
+    const moved = await sbx.files.rename('meta/a.txt', 'meta/b.txt');
+    assert.deepEqual(moved.metadata, want); // a rename keeps it
+    // the octet-stream upload takes it too, and replaces: keys not in this write go
+    const o = await sbx.files.write('meta/b.txt', 'beta', { metadata: { only: '1' }, useOctetStream: true });
+    assert.deepEqual(o.metadata, { only: '1' });
+    assert.deepEqual((await sbx.files.getInfo('meta/b.txt')).metadata, { only: '1' });
+    assert.equal(await sbx.files.read('meta/b.txt'), 'beta');
+    // a write without metadata clears it
+    const plain = await sbx.files.write('meta/b.txt', 'gamma');
+    assert.equal(plain.metadata, undefined);
+    assert.equal((await sbx.files.getInfo('meta/b.txt')).metadata, undefined);
+    assert.equal((await sbx.commands.run('python3 -c "import os; print(os.listxattr(\'meta/b.txt\'))"')).stdout, '[]\n');
+    // several files in one multipart upload: each gets it
+    const many = await sbx.files.write([{ path: 'meta/m1', data: '1' }, { path: 'meta/m2', data: '2' }],
+      { metadata: { batch: 'q7' } });
+    assert.deepEqual(many.map((f) => f.metadata), [{ batch: 'q7' }, { batch: 'q7' }]);
+    for (const f of ['meta/m1', 'meta/m2'])
+      assert.deepEqual((await sbx.files.getInfo(f)).metadata, { batch: 'q7' });
+    // set by a program inside: user.e2b.* shown (directories too), user.other not
+    await sbx.commands.run('mkdir -p meta/d && touch meta/p && python3 -c "import os; ' +
+      'os.setxattr(\'meta/p\', \'user.e2b.x\', b\'y\'); os.setxattr(\'meta/p\', \'user.other\', b\'z\'); ' +
+      'os.setxattr(\'meta/d\', \'user.e2b.kind\', b\'dir\')"');
+    assert.deepEqual((await sbx.files.getInfo('meta/p')).metadata, { x: 'y' });
+    const all = await sbx.files.list('meta');
+    assert.deepEqual(all.find((e) => e.name === 'p').metadata, { x: 'y' });
+    assert.deepEqual(all.find((e) => e.name === 'd').metadata, { kind: 'dir' });
+    assert.equal(all.find((e) => e.name === 'b.txt').metadata, undefined);
+  });
+});
+
+T('file metadata refused whole (400, the file not made or left as it was): a value outside 0x20-0x7E, an empty key, more than 4096 bytes; a key given twice: its first value', async () => {
+  await withSandbox({}, async (sbx) => {
+    const h = { 'E2b-Sandbox-Id': sbx.sandboxId, 'E2b-Sandbox-Port': '49983',
+      'X-Access-Token': sbx.envdAccessToken, 'Content-Type': 'application/octet-stream' };
+    // extra: an object, or raw [name, value, ...] (a header given twice)
+    const post = (p, body, extra) => request('POST', `/e2b/envd/files?path=${p}`, body,
+      Array.isArray(extra) ? [...Object.entries(h).flat(), ...extra] : { ...h, ...extra });
+    // the SDK checks values first: a raw request, as another client could send it
+    let r = await post('meta/new.txt', 'x', { 'X-Metadata-k': 'caf\u00e9' });
+    assert.equal(r.status, 400, r.body.toString());
+    assert.match(JSON.parse(r.body).message, /printable US-ASCII/);
+    assert.equal(await sbx.files.exists('meta/new.txt'), false);
+    await sbx.files.write('meta/old.txt', 'kept', { metadata: { was: 'here' } });
+    r = await post('meta/old.txt', 'x', { 'X-Metadata-k': 'tab\there' });
+    assert.equal(r.status, 400, r.body.toString());
+    r = await post('meta/old.txt', 'x', { 'X-Metadata-': 'v' });
+    assert.equal(r.status, 400, r.body.toString());
+    assert.match(JSON.parse(r.body).message, /key is empty/);
+    // 4096 bytes in all: "user.e2b." (9) + key + value per pair
+    const fits = { 'X-Metadata-a': 'v'.repeat(4096 - 9 - 1) };
+    r = await post('meta/fits.txt', 'x', fits);
+    assert.equal(r.status, 200, r.body.toString());
+    assert.equal((await sbx.files.getInfo('meta/fits.txt')).metadata.a.length, 4086);
+    r = await post('meta/old.txt', 'x', { 'X-Metadata-a': 'v'.repeat(4096 - 9), 'X-Metadata-b': '' });
+    assert.equal(r.status, 400, r.body.toString());
+    assert.match(JSON.parse(r.body).message, /4096 bytes/);
+    r = await post('meta/old.txt', 'x', { ['X-Metadata-' + 'k'.repeat(247)]: 'v' });
+    assert.equal(r.status, 400, r.body.toString());
+    assert.equal(await sbx.files.read('meta/old.txt'), 'kept');
+    assert.deepEqual((await sbx.files.getInfo('meta/old.txt')).metadata, { was: 'here' });
+    // a key twice (any case): the first value wins
+    r = await post('meta/twice.txt', 'x', ['X-Metadata-Dup', 'first', 'x-metadata-dup', 'second']);
+    assert.equal(r.status, 200, r.body.toString());
+    assert.deepEqual(JSON.parse(r.body)[0].metadata, { dup: 'first' });
+    assert.deepEqual((await sbx.files.getInfo('meta/twice.txt')).metadata, { dup: 'first' });
+  });
+});
+
+T('file metadata where the filesystem keeps no user xattrs (fsetxattr EOPNOTSUPP, as tmpfs before Linux 6.6): a 400 saying so, no file made, an existing one untouched; a write without metadata works', async () => {
+  // a second moat serve whose seccomp policy answers fsetxattr EOPNOTSUPP: the agent
+  // (under the sandbox's filter) sees what an old kernel's tmpfs gives
+  const pol = JSON.parse(fs.readFileSync(path.join(ROOT, 'policies/default.json'), 'utf8'));
+  for (const e of pol.syscalls) e.names = e.names.filter((n) => n !== 'fsetxattr');
+  pol.syscalls.push({ names: ['fsetxattr'], action: 'SCMP_ACT_ERRNO', errnoRet: 95 });
+  const polFile = path.join(tmp, 'no-xattr-policy.json');
+  fs.writeFileSync(polFile, JSON.stringify(pol));
+  const config = path.join(tmp, 'no-xattr-config.json');
+  fs.writeFileSync(config, JSON.stringify({ policy: polFile }));
+  const tokenFile = path.join(tmp, 'token');
+  const p2 = await freePort();
+  const child = spawn(MOAT, ['serve', '--listen', `127.0.0.1:${p2}`, '--token-file', tokenFile, '--no-kv',
+    '--config', config, '--runtime', path.join(ROOT, 'runtime')], { stdio: ['ignore', 'ignore', 'pipe'] });
+  let log = '';
+  child.stderr.on('data', (d) => { log += d; });
+  const exited = new Promise((r) => child.on('exit', r));
+  try {
+    const t0 = Date.now();
+    for (;;) {
+      const ok = await new Promise((resolve) => {
+        http.get({ host: '127.0.0.1', port: p2, path: '/healthz' }, (res) => { res.resume(); resolve(res.statusCode === 200); })
+          .on('error', () => resolve(false));
+      });
+      if (ok) break;
+      if (Date.now() - t0 > 20000) throw new Error(`the second moat serve did not start: ${log.slice(-2000)}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+    const conn = { apiUrl: `http://127.0.0.1:${p2}/e2b`, sandboxUrl: `http://127.0.0.1:${p2}/e2b/envd` };
+    const sbx = await e2b.Sandbox.create(conn);
+    try {
+      await assert.rejects(sbx.files.write('new.txt', 'x', { metadata: { k: 'v' } }), (e) => {
+        assert.ok(e instanceof e2b.InvalidArgumentError, `${e.constructor.name}: ${e.message}`);
+        assert.match(e.message, /user extended attributes.*Linux 6\.6/);
+        return true;
+      });
+      assert.equal(await sbx.files.exists('new.txt'), false); // the file it made, removed
+      await sbx.files.write('old.txt', 'kept'); // no metadata: nothing to clear, a success
+      await assert.rejects(sbx.files.write('old.txt', 'other', { metadata: { k: 'v' }, useOctetStream: true }),
+        e2b.InvalidArgumentError);
+      await assert.rejects(sbx.files.write([{ path: 'm1', data: '1' }], { metadata: { k: 'v' } }),
+        e2b.InvalidArgumentError); // multipart: the same
+      assert.equal(await sbx.files.read('old.txt'), 'kept'); // not truncated
+      assert.equal(await sbx.files.exists('m1'), false);
+    } finally {
+      await sbx.kill().catch(() => {});
+    }
+  } finally {
+    child.kill('SIGTERM');
+    await exited;
+  }
+});
+
 T('a gzip bomb (1.5 GiB inflated from 1.5 MB) stops at the upload\'s bound with an error, the service\'s memory unchanged', async () => {
   await withSandbox({}, async (sbx) => {
     const zlib = require('node:zlib');

@@ -615,6 +615,96 @@ START_TEST(sbx_files_ops)
 }
 END_TEST
 
+/* ---- file metadata (user.e2b.* xattrs, docs/SANDBOXES.md "Files") ---- */
+
+/* stat's metadata of path (object or NULL) and metadataIncomplete, r kept. */
+static const cJSON *sbx_stat_meta(struct server *s, const char *id, const char *path,
+				  struct resp *r, bool *incomplete)
+{
+	char p[512];
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/stat?path=%s", id, path);
+	sbx_req(s, "GET", p, NULL, r);
+	ck_assert_msg(r->code == 200 && r->json, "stat %s: %d %s", path, r->code, r->body);
+	*incomplete = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(r->json, "metadataIncomplete"));
+	return cJSON_GetObjectItemCaseSensitive(r->json, "metadata");
+}
+
+/* The agent reads a file's user.e2b.* xattrs (set here by a program inside,
+ * python's os.setxattr: the filter allows it) into stat and list, only
+ * those, bounded at 4096 bytes with what is left out said; the native
+ * API's writes never touch them. */
+START_TEST(sbx_files_metadata)
+{
+	struct server s;
+	char *id;
+	if (!sbx_start(&s, _i, &id))
+		return;
+	int rc = sbx_sh(&s, id,
+			"mkdir -p /sandbox/m/d && echo hi > /sandbox/m/f && touch /sandbox/m/plain "
+			"/sandbox/m/bad /sandbox/m/big && python3 -c \"import os\n"
+			"try:\n os.setxattr('/sandbox/m/f', 'user.e2b.owner', b'Ann \\\"B\\\"')\n"
+			"except OSError as e:\n raise SystemExit(3 if e.errno == 95 else 1)\n"
+			"os.setxattr('/sandbox/m/f', 'user.other', b'z')\n"
+			"os.setxattr('/sandbox/m/d', 'user.e2b.kind', b'dir')\n"
+			"os.setxattr('/sandbox/m/bad', 'user.e2b.ok', b'1')\n"
+			"os.setxattr('/sandbox/m/bad', 'user.e2b.ctl', b'a\\x01b')\n"
+			"[os.setxattr('/sandbox/m/big', 'user.e2b.k%d' % i, b'v' * 1000) for i in range(10)]\"");
+	if (rc == 3) { /* tmpfs without user xattrs (before Linux 6.6) */
+		sbx_delete(&s, id);
+		free(id);
+		server_stop(&s);
+		harness_skip("the sandbox's tmpfs keeps no user xattrs (Linux 6.6 or later)");
+		return;
+	}
+	ck_assert_msg(rc == 0, "%s: setxattr inside: exit %d", MODE_NAME[s.mode], rc);
+	struct resp r;
+	bool inc;
+	const cJSON *m = sbx_stat_meta(&s, id, "/sandbox/m/f", &r, &inc);
+	ck_assert_msg(cJSON_IsObject(m) && cJSON_GetArraySize(m) == 1 && !inc &&
+			      !strcmp(jstr(m, "owner"), "Ann \"B\""),
+		      "%s: f: %s", MODE_NAME[s.mode], r.body);
+	resp_free(&r);
+	m = sbx_stat_meta(&s, id, "/sandbox/m/d", &r, &inc);
+	ck_assert_msg(m && !strcmp(jstr(m, "kind"), "dir"), "d: %s", r.body);
+	resp_free(&r);
+	m = sbx_stat_meta(&s, id, "/sandbox/m/plain", &r, &inc); /* none: no key at all */
+	ck_assert_msg(!m && !inc && !strstr(r.body, "metadata"), "plain: %s", r.body);
+	resp_free(&r);
+	m = sbx_stat_meta(&s, id, "/sandbox/m/bad", &r, &inc); /* \x01 left out, said */
+	ck_assert_msg(m && cJSON_GetArraySize(m) == 1 && !strcmp(jstr(m, "ok"), "1") && inc,
+		      "bad: %s", r.body);
+	resp_free(&r);
+	m = sbx_stat_meta(&s, id, "/sandbox/m/big", &r, &inc); /* 10 x 1011 bytes: 4 fit */
+	ck_assert_msg(m && cJSON_GetArraySize(m) == 4 && inc, "big: %s", r.body);
+	resp_free(&r);
+	char p[256];
+	snprintf(p, sizeof p, "/v1/sandboxes/%s/files/list?path=/sandbox/m", id);
+	sbx_req(&s, "GET", p, NULL, &r);
+	ck_assert_msg(r.code == 200 && strstr(r.body, "\"metadata\":{\"owner\":\"Ann \\\"B\\\"\"}") &&
+			      strstr(r.body, "\"metadata\":{\"kind\":\"dir\"}") &&
+			      strstr(r.body, "\"metadataIncomplete\":true") && !strstr(r.body, "other"),
+		      "list: %d %s", r.code, r.body);
+	resp_free(&r);
+	/* the native PUT writes the bytes and leaves the metadata as it was */
+	char tmpf[] = "/tmp/moat-meta-XXXXXX";
+	int fd = mkstemp(tmpf);
+	ck_assert_int_ge(fd, 0);
+	ck_assert_int_eq(write(fd, "new", 3), 3);
+	close(fd);
+	sbx_put_file(&s, id, "/sandbox/m/f", tmpf, false, &r);
+	unlink(tmpf);
+	ck_assert_msg(r.code == 201, "put: %d %s", r.code, r.body);
+	resp_free(&r);
+	m = sbx_stat_meta(&s, id, "/sandbox/m/f", &r, &inc);
+	ck_assert_msg(m && !strcmp(jstr(m, "owner"), "Ann \"B\"") && jnum(r.json, "size") == 3,
+		      "f after a PUT: %s", r.body);
+	resp_free(&r);
+	sbx_delete(&s, id);
+	free(id);
+	server_stop(&s);
+}
+END_TEST
+
 /* ---- the path attacks ---- */
 
 /* A file request that must be refused (any 4xx but never a 200 with a
@@ -1842,6 +1932,7 @@ Suite *serve_sandboxes_suite(void)
 	tcase_add_loop_test(tc, sbx_pty, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_files_roundtrip, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_files_ops, MODE_ROOT, MODE_ROOTLESS + 1);
+	tcase_add_loop_test(tc, sbx_files_metadata, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_watch, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_watch_overflow, MODE_ROOT, MODE_ROOTLESS + 1);
 	tcase_add_loop_test(tc, sbx_multipart, MODE_ROOT, MODE_ROOTLESS + 1);

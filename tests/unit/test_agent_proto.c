@@ -27,7 +27,7 @@ START_TEST(agent_well_formed)
 	ck_assert_int_eq(m.nfields, 0);
 	ck_assert_int_eq(P("r/sandbox/a\0"), 0);
 	ck_assert_str_eq(m.field[0], "/sandbox/a");
-	ck_assert_int_eq(P("w/tmp/x/y\0" "1\0"), 0);
+	ck_assert_int_eq(P("w/tmp/x/y\0" "1\0" "0\0"), 0);
 	ck_assert_int_eq(P("l/sandbox\0" "32\0" "100000\0"), 0);
 	ck_assert_int_eq(P("n/sandbox/a\0/tmp/b\0"), 0);
 	ck_assert_int_eq(P("k12\0" "15\0"), 0);
@@ -63,8 +63,9 @@ START_TEST(agent_malformed)
 	ck_assert_int_eq(P("r/sandbox/a"), -1);        /* not NUL-ended */
 	ck_assert_int_eq(P("r/sandbox/a\0/x\0"), -1);  /* a field too many */
 	ck_assert_int_eq(P("w/sandbox/a\0"), -1);      /* one too few */
-	ck_assert_int_eq(P("w/sandbox/a\0" "2\0"), -1);  /* a flag not 0|1 */
-	ck_assert_int_eq(P("w/sandbox/a\0" "10\0"), -1);
+	ck_assert_int_eq(P("w/sandbox/a\0" "2\0" "0\0"), -1);  /* a flag not 0|1 */
+	ck_assert_int_eq(P("w/sandbox/a\0" "10\0" "0\0"), -1);
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0"), -1); /* the metadata flag missing */
 	ck_assert_int_eq(P("l/sandbox\0" "0\0" "1\0"), -1);   /* depth 0 */
 	ck_assert_int_eq(P("l/sandbox\0" "33\0" "1\0"), -1);  /* depth past the bound */
 	ck_assert_int_eq(P("l/sandbox\0" "1\0" "100001\0"), -1);
@@ -168,6 +169,103 @@ START_TEST(agent_paths)
 }
 END_TEST
 
+/* A write's metadata (field 2 "1", then key, value pairs) is checked in
+ * full before the agent acts on it. */
+START_TEST(agent_write_metadata)
+{
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0" "0\0"), 0); /* none touched */
+	ck_assert_int_eq(P("w/sandbox/a\0" "1\0" "1\0"), 0); /* cleared */
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0" "1\0owner\0Ann B\0k2\0\0"), 0);
+	ck_assert_int_eq(m.nfields, 7);
+	ck_assert_str_eq(m.field[4], "Ann B");
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0" "0\0k\0v\0"), -1);  /* pairs with 0 */
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0" "1\0k\0"), -1);     /* a key alone */
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0" "2\0"), -1);        /* a flag not 0|1 */
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0" "1\0\0v\0"), -1);   /* an empty key */
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0" "1\0k\0v\x7f\0"), -1); /* not printable */
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0" "1\0k\0caf\xc3\xa9\0"), -1);
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0" "1\0k\tx\0v\0"), -1);
+	ck_assert_int_eq(P("w/sandbox/a\0" "0\0" "1\0k\0a\0k\0b\0"), -1); /* a key twice */
+	/* the bounds: a key of 246 bytes, 4096 bytes in all */
+	char *b = malloc(8192);
+	ck_assert_ptr_nonnull(b);
+	static const char head[] = "w/sandbox/a\0" "0\0" "1\0";
+	size_t off = sizeof head - 1;
+	memcpy(b, head, off);
+	memset(b + off, 'k', 246);
+	off += 246;
+	b[off++] = '\0';
+	memset(b + off, 'v', AGENT_MAX_META - 9 - 246);
+	off += AGENT_MAX_META - 9 - 246;
+	b[off++] = '\0';
+	ck_assert_int_eq(parse(b, off), 0);
+	b[off - 1] = 'v'; /* one byte more */
+	b[off++] = '\0';
+	ck_assert_int_eq(parse(b, off), -1);
+	off = sizeof head - 1;
+	memset(b + off, 'k', 247);
+	off += 247;
+	b[off++] = '\0';
+	b[off++] = '\0';
+	ck_assert_int_eq(parse(b, off), -1);
+	free(b);
+}
+END_TEST
+
+static const char *kv[2 * AGENT_MAX_META_PAIRS];
+static size_t npairs;
+static bool inc;
+#define M(lit) agent_meta_parse(lit, sizeof(lit) - 1, kv, &npairs, &inc)
+
+/* A stat's or a listing entry's metadata block from the agent (untrusted). */
+START_TEST(agent_meta_block)
+{
+	ck_assert_int_eq(M("0\0k\0v\0"), 0);
+	ck_assert_int_eq(npairs, 1);
+	ck_assert(!inc);
+	ck_assert_str_eq(kv[0], "k");
+	ck_assert_str_eq(kv[1], "v");
+	ck_assert_int_eq(M("1\0"), 0); /* nothing that fit, but some left out */
+	ck_assert_int_eq(npairs, 0);
+	ck_assert(inc);
+	ck_assert_int_eq(M("1\0a b\0x y z\0c\0\0"), 0);
+	ck_assert_int_eq(npairs, 2);
+	ck_assert_str_eq(kv[3], "");
+
+	ck_assert_int_eq(M("0\0"), -1);          /* a block saying nothing */
+	ck_assert_int_eq(M("2\0k\0v\0"), -1);    /* a flag not 0|1 */
+	ck_assert_int_eq(M("0\0k\0v"), -1);      /* not NUL-ended */
+	ck_assert_int_eq(M("0\0k\0"), -1);       /* a key without its value */
+	ck_assert_int_eq(M("0\0\0v\0"), -1);     /* an empty key */
+	ck_assert_int_eq(M("0\0k\0\x01\0"), -1); /* not printable */
+	ck_assert_int_eq(M("0\0k\0a\0k\0b\0"), -1); /* a key twice */
+	ck_assert_int_eq(agent_meta_parse("", 0, kv, &npairs, &inc), -1);
+	/* past 4096 bytes in all: two pairs of 2100 */
+	char *b = malloc(8192);
+	ck_assert_ptr_nonnull(b);
+	size_t off = 0;
+	b[off++] = '0';
+	b[off++] = '\0';
+	for (int i = 0; i < 2; i++) {
+		b[off++] = (char)('a' + i);
+		b[off++] = '\0';
+		memset(b + off, 'v', 2100);
+		off += 2100;
+		b[off++] = '\0';
+	}
+	ck_assert_int_eq(agent_meta_parse(b, off, kv, &npairs, &inc), -1);
+	/* past the pairs' count: AGENT_MAX_META_PAIRS + 1 of them */
+	off = 2;
+	for (size_t i = 0; i <= AGENT_MAX_META_PAIRS; i++) {
+		b[off++] = 'k';
+		b[off++] = '\0';
+		b[off++] = '\0';
+	}
+	ck_assert_int_eq(agent_meta_parse(b, off, kv, &npairs, &inc), -1);
+	free(b);
+}
+END_TEST
+
 START_TEST(agent_bounds)
 {
 	/* the message's size */
@@ -216,6 +314,8 @@ Suite *agent_proto_suite(void)
 	tcase_add_test(tc, agent_events);
 	tcase_add_test(tc, agent_paths);
 	tcase_add_test(tc, agent_bounds);
+	tcase_add_test(tc, agent_write_metadata);
+	tcase_add_test(tc, agent_meta_block);
 	suite_add_tcase(s, tc);
 	return s;
 }
