@@ -21,7 +21,9 @@
  * which then differs from pass k or sees it running; and a SIGCONT from
  * inside needs a task running, which (2) and (3) find. Only SIGKILL and
  * SIGSTOP reach a pid namespace's init from outside, and both do; a
- * stopped task keeps its memory and uses no CPU. Thaw: SIGCONT to each. */
+ * stopped task keeps its memory and uses no CPU. Thaw: SIGCONT to each
+ * process the freeze's last pass found (kept in the run: no second walk
+ * of /proc), or, with none kept, to each found by one walk. */
 #include <ctype.h>
 #include <dirent.h>
 #include <errno.h>
@@ -175,11 +177,65 @@ static void signal_member(const struct run *r, const struct proc_ent *v, size_t 
 	close(fd);
 }
 
+/* The thaw of a tree a freeze stopped: SIGCONT to each process it found
+ * (r->frozen), pid 1 through the run's pidfd and any other through a
+ * pidfd opened first, then its parent read again, which must be one of
+ * the tree's (or gone: reparented to pid 1), as signal_member does: a
+ * member that died since (only SIGKILL reaches a stopped process) and
+ * whose pid another process took is never signalled. Nothing of a
+ * stopped tree forks, so the set is the whole tree: no walk of the
+ * host's /proc, whose cost grows with every process of the host. */
+static void thaw_frozen(struct run *r)
+{
+	for (size_t i = 0; i < r->nfrozen; i++) {
+		pid_t pid = r->frozen[i];
+		if (pid == r->pid && r->pidfd >= 0) {
+			syscall(SYS_pidfd_send_signal, r->pidfd, SIGCONT, NULL, 0);
+			continue;
+		}
+		int fd = (int)syscall(SYS_pidfd_open, pid, 0);
+		if (fd < 0)
+			continue; /* gone */
+		pid_t pp = parent_of(pid);
+		bool in = false;
+		for (size_t j = 0; j < r->nfrozen && !in; j++)
+			in = r->frozen[j] == pp;
+		if (in)
+			syscall(SYS_pidfd_send_signal, fd, SIGCONT, NULL, 0);
+		close(fd);
+	}
+	free(r->frozen);
+	r->frozen = NULL;
+	r->nfrozen = 0;
+}
+
+/* Keeps the members of v (the last pass of a complete freeze) for the thaw:
+ * 0, or -1 when out of memory (the thaw then walks /proc). */
+static int keep_frozen(struct run *r, const struct proc_ent *v, size_t n, size_t count)
+{
+	free(r->frozen);
+	r->nfrozen = 0;
+	r->frozen = malloc((count ? count : 1) * sizeof *r->frozen);
+	if (!r->frozen)
+		return -1;
+	for (size_t i = 0; i < n; i++)
+		if (v[i].in)
+			r->frozen[r->nfrozen++] = v[i].pid;
+	return 0;
+}
+
 int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *err)
 {
 	struct run *r = &sb->run;
 	if (r->pid <= 0 || r->exited)
 		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "the sandbox has ended");
+	if (!frozen && r->frozen) {
+		thaw_frozen(r);
+		return 0;
+	}
+	free(r->frozen); /* a freeze finds the tree anew */
+	r->frozen = NULL;
+	r->nfrozen = 0;
 	uint64_t last_sum = 0;
 	size_t last_count = 0;
 	bool last_clean = false;
@@ -208,15 +264,22 @@ int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *
 				sent |= st == RUNNING;
 			}
 		}
-		free(v);
-		if (!count)
+		if (!count) {
+			free(v);
 			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "the sandbox has ended");
+		}
 		/* thawed: nothing of a stopped tree forks, one pass finds all */
-		if (!frozen)
+		if (!frozen) {
+			free(v);
 			return 0;
+		}
 		bool clean = !sent;
-		if (clean && last_clean && sum == last_sum && count == last_count)
+		if (clean && last_clean && sum == last_sum && count == last_count) {
+			keep_frozen(r, v, n, count);
+			free(v);
 			return 0;
+		}
+		free(v);
 		last_clean = clean;
 		last_sum = sum;
 		last_count = count;

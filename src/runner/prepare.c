@@ -489,6 +489,8 @@ void run_release(struct run *r)
 	for (size_t i = 0; i < sizeof fds / sizeof fds[0]; i++)
 		moat_close_fd(fds[i]);
 	moat_buf_free(&r->session_in);
+	free(r->frozen);
+	r->frozen = NULL;
 	free(r->session_reply);
 	moat_result_free(r->session_proto);
 	moat_buf_free(&r->outs);

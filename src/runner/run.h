@@ -140,6 +140,11 @@ struct run {
 	int sync_w, report_r, stdin_w, stdout_r, stderr_r, outputs_r;
 	int sync_r, report_w, stdin_r, stdout_w, stderr_w, outputs_w;
 	int epfd, timerfd, pidfd, listener;
+	/* the processes of the tree a freeze found stopped (run_sandbox_freeze):
+	 * the thaw signals these (nothing of a stopped tree forks) instead of
+	 * walking the host's /proc again; NULL when not frozen */
+	pid_t *frozen;
+	size_t nfrozen;
 	/* the key-value store (kvEnabled): the broker's end of the program's
 	 * socket, the program's end (kept by pid 2 as fd RUN_KV_FD) */
 	int kv_fd, kv_child;
