@@ -19,7 +19,10 @@ RUNTIME="python3 nodejs esbuild bash"
 # libpython3.11-testsuite, cmake: tests/workloads (CPython's regression suites and
 # a CMake build, bare and inside moat; make check); strace: make seccomp-evidence
 # bubblewrap: make bench's comparison rows (bench/run.sh; without it they are left out)
-TEST="iproute2 curl debootstrap redis-server apparmor python3-yaml python3-matplotlib jq haproxy systemd dbus-user-session libpam-systemd libpython3.11-testsuite cmake strace bubblewrap"
+# qemu-system-x86, busybox-static, cpio: make check-vm and make check-systemd's VMs
+# (tools/vm/run-vm.sh installs them when missing, but CI starts both VMs at once and
+# two apt-gets then race for dpkg's lock: installed here, before either starts)
+TEST="qemu-system-x86 busybox-static cpio iproute2 curl debootstrap redis-server apparmor python3-yaml python3-matplotlib jq haproxy systemd dbus-user-session libpam-systemd libpython3.11-testsuite cmake strace bubblewrap"
 FUZZ="clang-14 libfuzzer-14-dev"
 installed() {
 	dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"

@@ -43,11 +43,13 @@ command -v cpio >/dev/null || need_pkgs+=(cpio)
 command -v dpkg-deb >/dev/null || need_pkgs+=(dpkg)
 command -v apt-get >/dev/null || die "apt-get not found: this script needs a Debian-like host"
 if [ ${#need_pkgs[@]} -gt 0 ]; then
-	line="apt-get install -y --no-install-recommends ${need_pkgs[*]}"
+	# -o DPkg::Lock::Timeout: another apt-get (a second VM starting beside this one)
+	# is waited for, not taken for a failure
+	line="apt-get -o DPkg::Lock::Timeout=600 install -y --no-install-recommends ${need_pkgs[*]}"
 	if [ "$(id -u)" -eq 0 ]; then
 		say "installing: ${need_pkgs[*]}"
 		DEBIAN_FRONTEND=noninteractive $line >&2 ||
-			{ apt-get update -qq >&2 && DEBIAN_FRONTEND=noninteractive $line >&2; } ||
+			{ apt-get -o DPkg::Lock::Timeout=600 update -qq >&2 && DEBIAN_FRONTEND=noninteractive $line >&2; } ||
 			die "could not install ${need_pkgs[*]}"
 	else
 		die "missing host packages; run as root: $line"
