@@ -1408,6 +1408,18 @@ static bool fd_is_loopback_tcp(int fd, unsigned port)
 	       sa.sin_addr.s_addr == htonl(INADDR_LOOPBACK) && ntohs(sa.sin_port) == port;
 }
 
+/* One of the sandbox's max slots of a kind (*n counts them, under mu):
+ * whether it was free, and then taken. */
+static bool slot_take(struct live *lv, unsigned *n, unsigned max)
+{
+	pthread_mutex_lock(&lv->mu);
+	bool room = *n < max;
+	if (room)
+		(*n)++;
+	pthread_mutex_unlock(&lv->mu);
+	return room;
+}
+
 int live_connect(struct live *lv, unsigned port, int64_t timeout_ms, int *fd,
 		 struct moat_error *err)
 {
@@ -1415,12 +1427,7 @@ int live_connect(struct live *lv, unsigned port, int64_t timeout_ms, int *fd,
 	if (port < 1 || port > AGENT_MAX_PORT)
 		return moat_error_set(err, MOAT_ERR_CONFIG, EINVAL, "a port is from 1 to %u",
 				      AGENT_MAX_PORT);
-	pthread_mutex_lock(&lv->mu);
-	bool room = lv->nconns < LIVE_MAX_CONNS;
-	if (room)
-		lv->nconns++;
-	pthread_mutex_unlock(&lv->mu);
-	if (!room)
+	if (!slot_take(lv, &lv->nconns, LIVE_MAX_CONNS))
 		return moat_error_set(err, MOAT_ERR_CONFIG, EAGAIN,
 				      "the sandbox has %u connections to its servers open already",
 				      LIVE_MAX_CONNS);
@@ -1487,12 +1494,7 @@ int live_watch_open(struct live *lv, const char *path, bool recursive, struct li
 		    struct moat_error *err)
 {
 	*out = NULL;
-	pthread_mutex_lock(&lv->mu);
-	bool room = lv->nwatches < LIVE_MAX_WATCHES;
-	if (room)
-		lv->nwatches++;
-	pthread_mutex_unlock(&lv->mu);
-	if (!room)
+	if (!slot_take(lv, &lv->nwatches, LIVE_MAX_WATCHES))
 		return moat_error_set(err, MOAT_ERR_CONFIG, EMFILE,
 				      "the sandbox has %u watches open already", LIVE_MAX_WATCHES);
 	struct live_watch *w = calloc(1, sizeof *w);
