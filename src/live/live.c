@@ -270,6 +270,14 @@ int live_freeze(struct live *lv, bool frozen, struct moat_error *err)
 	int rc = lv->sb ? run_sandbox_freeze(lv->sb, frozen, err)
 			: moat_error_set(err, MOAT_ERR_UNAVAILABLE, ENOTCONN, "the sandbox has ended");
 	pthread_mutex_unlock(&lv->mu);
+	if (rc < 0 && err->sys_errno == ESRCH) {
+		/* its processes went while it was frozen or thawed (its agent
+		 * killed, pid 1 reaped meanwhile by the sandbox's thread, which
+		 * waited for mu to say so): the end's own reason, not a failure
+		 * to stop what no longer runs */
+		moat_error_clear(err);
+		return gone_error(lv, err);
+	}
 	return rc;
 }
 

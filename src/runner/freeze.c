@@ -228,7 +228,7 @@ int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *
 {
 	struct run *r = &sb->run;
 	if (r->pid <= 0 || r->exited)
-		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "the sandbox has ended");
+		return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ESRCH, "the sandbox has ended");
 	if (!frozen && r->frozen) {
 		thaw_frozen(r);
 		return 0;
@@ -266,7 +266,7 @@ int run_sandbox_freeze(struct moat_sandbox *sb, bool frozen, struct moat_error *
 		}
 		if (!count) {
 			free(v);
-			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, 0, "the sandbox has ended");
+			return moat_error_set(err, MOAT_ERR_UNAVAILABLE, ESRCH, "the sandbox has ended");
 		}
 		/* thawed: nothing of a stopped tree forks, one pass finds all */
 		if (!frozen) {
